@@ -1,0 +1,59 @@
+//! Container identity as the runtime reports it (upstream `kubecontainer.ContainerID`).
+
+use std::fmt;
+
+/// A runtime container ID, `type://id` in its string form (`containerd://abc`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ContainerId {
+    /// The runtime type (`containerd`, `cri-o`, `probelet`).
+    pub runtime: String,
+    /// The runtime's own ID.
+    pub id: String,
+}
+
+impl ContainerId {
+    pub fn new(runtime: impl Into<String>, id: impl Into<String>) -> Self {
+        ContainerId { runtime: runtime.into(), id: id.into() }
+    }
+
+    /// Parses `type://id`. A string without `://` is taken as an ID with an empty type, as
+    /// upstream's `ParseString` would reject it: we keep it usable as an opaque key instead.
+    pub fn parse(s: &str) -> Self {
+        match s.split_once("://") {
+            Some((runtime, id)) => ContainerId::new(runtime, id),
+            None => ContainerId::new("", s),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runtime.is_empty() && self.id.is_empty()
+    }
+}
+
+impl fmt::Display for ContainerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.runtime.is_empty() {
+            f.write_str(&self.id)
+        } else {
+            write!(f, "{}://{}", self.runtime, self.id)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_type_and_id() {
+        let id = ContainerId::parse("containerd://abc123");
+        assert_eq!(id, ContainerId::new("containerd", "abc123"));
+        assert_eq!(id.to_string(), "containerd://abc123");
+    }
+
+    #[test]
+    fn keeps_a_bare_id() {
+        let id = ContainerId::parse("abc");
+        assert_eq!(id.to_string(), "abc");
+    }
+}

@@ -1,0 +1,137 @@
+//! The traits a host implements so the engine can reach the container runtime and the event
+//! stream (upstream `ContainerCommandRunner` and `record.EventRecorder`), with the simple
+//! implementations the engine ships: a tracing-log recorder and an in-memory one for tests.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::container::ContainerId;
+
+/// Combined stdout and stderr of an exec probe is capped at this many bytes (upstream 10 KiB).
+pub const MAX_EXEC_OUTPUT: usize = 10 * 1024;
+
+/// What a command run in a container ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Combined stdout and stderr, at most [`MAX_EXEC_OUTPUT`] bytes.
+    pub output: Vec<u8>,
+    /// The exit code; a process killed by a signal reports 128 + signal, as a shell would.
+    pub exit_code: i32,
+}
+
+/// Why a command could not be run to completion.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// The command ran past its timeout and was killed; what it printed until then.
+    #[error("command timed out")]
+    Timeout { output: Vec<u8> },
+    /// The runtime could not run the command (no such container, no such executable, …).
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// Runs a command inside a container (upstream `ContainerCommandRunner.RunInContainer`).
+///
+/// The future must honour `timeout` itself (kill the command and return
+/// [`ExecError::Timeout`]) and must kill the command when dropped, so a cancelled probe leaves
+/// nothing running.
+pub trait CommandRunner: Send + Sync + 'static {
+    fn run_in_container(
+        &self,
+        container_id: &ContainerId,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ExecOutput, ExecError>>;
+}
+
+/// Event type: `Normal` or `Warning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// Records an event about an object (upstream `record.EventRecorder.Event`). Must not block.
+pub trait EventRecorder: Send + Sync + 'static {
+    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str);
+}
+
+/// One recorded event, as the in-memory recorder keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedEvent {
+    pub object: ObjectReference,
+    pub event_type: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+impl RecordedEvent {
+    /// The fake recorder's rendering upstream: `"<type> <reason> <message>"`.
+    pub fn render(&self) -> String {
+        format!("{} {} {}", self.event_type.as_str(), self.reason, self.message)
+    }
+}
+
+/// Keeps every event in memory (tests, the standalone agent's `/events`).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryRecorder {
+    events: Arc<Mutex<Vec<RecordedEvent>>>,
+}
+
+impl MemoryRecorder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of every event recorded so far.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Every event rendered as upstream's fake recorder does.
+    pub fn rendered(&self) -> Vec<String> {
+        self.events().iter().map(RecordedEvent::render).collect()
+    }
+}
+
+impl EventRecorder for MemoryRecorder {
+    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(RecordedEvent {
+                object: object.clone(),
+                event_type,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            });
+        }
+    }
+}
+
+/// Writes events to the log (standalone mode without an event sink).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogRecorder;
+
+impl EventRecorder for LogRecorder {
+    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
+        tracing::info!(
+            pod = object.name.as_deref().unwrap_or(""),
+            namespace = object.namespace.as_deref().unwrap_or(""),
+            field_path = object.field_path.as_deref().unwrap_or(""),
+            event_type = event_type.as_str(),
+            reason,
+            "{message}"
+        );
+    }
+}

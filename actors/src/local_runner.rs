@@ -1,0 +1,1 @@
+//! Local process command runner. TO BE WRITTEN.

@@ -1,0 +1,1 @@
+//! Exec probes (upstream `pkg/probe/exec`). TO BE WRITTEN.

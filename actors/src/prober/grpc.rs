@@ -1,0 +1,1 @@
+//! gRPC health probes (upstream `pkg/probe/grpc`). TO BE WRITTEN.

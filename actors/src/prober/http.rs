@@ -1,0 +1,1 @@
+//! HTTP GET probes (upstream `pkg/probe/http`). TO BE WRITTEN.

@@ -1,0 +1,1 @@
+//! TCP socket probes (upstream `pkg/probe/tcp`). TO BE WRITTEN.

@@ -1,0 +1,1 @@
+//! Condition generators. TO BE WRITTEN.

@@ -1,0 +1,5 @@
+//! The status manager's pure logic.
+
+pub mod generate;
+
+pub use generate::*;

@@ -1,0 +1,6 @@
+//! probelet: the kubelet's probing and pod-status machinery as an actix actor system.
+//!
+//! This crate is the facade a host embeds and the agent binary; the engine lives in
+//! [`probelet_actors`] and is re-exported here module by module.
+
+pub use probelet_actors::{container, contracts, local_runner, prober, status};
