@@ -1,1 +1,361 @@
-//! Local process command runner. TO BE WRITTEN.
+//! A [`CommandRunner`] that runs commands as local processes: the standalone host's containers
+//! and the tests' real children. It plays the part a container runtime's `ExecSync` plays
+//! upstream (containerd's `execInternal`): run argv directly, capture combined stdout and stderr
+//! up to [`MAX_EXEC_OUTPUT`] bytes, and kill the command when its timeout passes.
+//!
+//! Each command runs in its own process group so that a timeout or a cancelled probe kills
+//! everything it started, not only the process we spawned. std and tokio can only signal a
+//! single process, and the workspace forbids `unsafe` (so no `libc::kill`): the group is killed
+//! by running `kill -KILL -- -<pgid>`.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::container::ContainerId;
+use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
+
+/// How long to wait for a killed command to be reaped before leaving it to tokio's background
+/// reaper, so a process stuck in the kernel cannot hold a probe much past its timeout.
+const REAP_GRACE: Duration = Duration::from_millis(250);
+
+/// What a registered local container gives the commands run "in" it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalContainer {
+    /// The directory commands start in; the agent's own when `None`.
+    pub working_dir: Option<PathBuf>,
+    /// Variables set on top of the agent's own environment, which commands inherit (so `PATH`
+    /// finds `sh`).
+    pub env: Vec<(String, String)>,
+}
+
+/// Runs commands as local processes. A container ID only selects the working directory and
+/// environment registered for it; an unregistered ID runs in the agent's own.
+#[derive(Debug, Clone, Default)]
+pub struct LocalCommandRunner {
+    /// Per-container settings, shared by every clone of the runner.
+    containers: Arc<RwLock<HashMap<ContainerId, LocalContainer>>>,
+}
+
+// === impl LocalCommandRunner ===
+
+impl LocalCommandRunner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets (or replaces) the working directory and environment of a container's commands.
+    pub fn register(&self, container_id: ContainerId, container: LocalContainer) {
+        self.containers.write().unwrap_or_else(PoisonError::into_inner).insert(container_id, container);
+    }
+
+    /// Forgets a container's settings, returning them.
+    pub fn unregister(&self, container_id: &ContainerId) -> Option<LocalContainer> {
+        self.containers.write().unwrap_or_else(PoisonError::into_inner).remove(container_id)
+    }
+
+    fn container(&self, container_id: &ContainerId) -> LocalContainer {
+        self.containers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(container_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl CommandRunner for LocalCommandRunner {
+    fn run_in_container(
+        &self,
+        container_id: &ContainerId,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
+        let container = self.container(container_id);
+        let container_id = container_id.clone();
+        let argv = cmd.to_vec();
+        Box::pin(async move { run(&container_id, &argv, &container, timeout).await })
+    }
+}
+
+// === running one command ===
+
+async fn run(
+    container_id: &ContainerId,
+    argv: &[String],
+    container: &LocalContainer,
+    timeout: Duration,
+) -> Result<ExecOutput, ExecError> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(ExecError::Runtime("cannot run an empty command".to_owned()));
+    };
+    if program.is_empty() {
+        return Err(ExecError::Runtime("cannot run a command with an empty program name".to_owned()));
+    }
+    // Taken before spawning so the timeout covers the spawn too; `None` (a timeout too large to
+    // represent) means no deadline.
+    let deadline = Instant::now().checked_add(timeout);
+
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .envs(container.env.iter().map(|(name, value)| (name, value)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(dir) = &container.working_dir {
+        command.current_dir(dir);
+    }
+    let mut child = command.spawn().map_err(|e| {
+        let in_dir = container.working_dir.as_ref().map(|dir| format!(" in {dir:?}")).unwrap_or_default();
+        ExecError::Runtime(format!("failed to start command {program:?}{in_dir}: {e}"))
+    })?;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let mut group = ProcessGroup::new(child);
+
+    let mut output = Vec::new();
+    let ended = pump(&mut group.child, stdout, stderr, &mut output, deadline).await;
+    match ended {
+        Ended::Exited(status) => {
+            // Whatever the command left running with its output redirected elsewhere survives,
+            // as it would in a container.
+            group.disarm();
+            Ok(ExecOutput { output, exit_code: exit_code(status) })
+        }
+        Ended::PipesHeld(status) => {
+            tracing::debug!(%container_id, program, "command exited but its children held its output open");
+            group.kill().await;
+            Ok(ExecOutput { output, exit_code: exit_code(status) })
+        }
+        Ended::TimedOut => {
+            tracing::debug!(%container_id, program, ?timeout, "command timed out, killing its process group");
+            group.kill().await;
+            group.reap().await;
+            Err(ExecError::Timeout { output })
+        }
+        Ended::WaitFailed(e) => {
+            group.kill().await;
+            Err(ExecError::Runtime(format!("failed to wait for command {program:?}: {e}")))
+        }
+    }
+}
+
+/// How [`pump`] stopped.
+#[derive(Debug)]
+enum Ended {
+    /// The process exited and both pipes reached end of file.
+    Exited(ExitStatus),
+    /// The process exited within the timeout but something it started kept a pipe open.
+    PipesHeld(ExitStatus),
+    /// The process was still running at the deadline.
+    TimedOut,
+    WaitFailed(io::Error),
+}
+
+/// Reads both pipes into `output` in arrival order and waits for the process, until it exited
+/// and both pipes are closed or the deadline passes. Pipes keep being drained once `output` is
+/// full so the command never blocks on a full pipe.
+async fn pump(
+    child: &mut Child,
+    mut stdout: Option<impl AsyncRead + Unpin>,
+    mut stderr: Option<impl AsyncRead + Unpin>,
+    output: &mut Vec<u8>,
+    deadline: Option<Instant>,
+) -> Ended {
+    let mut status = None;
+    let mut stdout_buf = [0u8; 4096];
+    let mut stderr_buf = [0u8; 4096];
+    let deadline = until(deadline);
+    tokio::pin!(deadline);
+    loop {
+        if let (Some(status), None, None) = (status, &stdout, &stderr) {
+            return Ended::Exited(status);
+        }
+        tokio::select! {
+            read = read_some(&mut stdout, &mut stdout_buf), if stdout.is_some() => match read {
+                Some(n) => append_capped(output, &stdout_buf[..n]),
+                None => stdout = None,
+            },
+            read = read_some(&mut stderr, &mut stderr_buf), if stderr.is_some() => match read {
+                Some(n) => append_capped(output, &stderr_buf[..n]),
+                None => stderr = None,
+            },
+            waited = child.wait(), if status.is_none() => match waited {
+                Ok(exited) => status = Some(exited),
+                Err(e) => return Ended::WaitFailed(e),
+            },
+            () = &mut deadline => {
+                return match status {
+                    Some(status) => Ended::PipesHeld(status),
+                    None => Ended::TimedOut,
+                };
+            }
+        }
+    }
+}
+
+/// One read from a pipe; `None` at end of file or on a read error (nothing more will come).
+async fn read_some(pipe: &mut Option<impl AsyncRead + Unpin>, buf: &mut [u8]) -> Option<usize> {
+    match pipe {
+        Some(pipe) => match pipe.read(buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => Some(n),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Upstream's limited writer: keeps the first [`MAX_EXEC_OUTPUT`] bytes, drops the rest.
+fn append_capped(output: &mut Vec<u8>, data: &[u8]) {
+    let room = MAX_EXEC_OUTPUT.saturating_sub(output.len());
+    output.extend_from_slice(&data[..data.len().min(room)]);
+}
+
+/// The exit code as a shell reports it: 128 + the signal for a killed process.
+fn exit_code(status: ExitStatus) -> i32 {
+    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(-1)
+}
+
+// === impl ProcessGroup ===
+
+/// The spawned process and its group. Until disarmed, dropping it (a cancelled probe) kills
+/// the whole group; the child itself is killed on drop too and reaped by tokio in the
+/// background.
+struct ProcessGroup {
+    child: Child,
+    /// The group to kill when dropped; the child's PID, as it leads its own group. Taken while
+    /// the child is unreaped, so the ID cannot have been reused.
+    pgid: Option<u32>,
+}
+
+impl ProcessGroup {
+    fn new(child: Child) -> Self {
+        let pgid = child.id();
+        ProcessGroup { child, pgid }
+    }
+
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+
+    async fn kill(&mut self) {
+        if let Some(pgid) = self.pgid {
+            kill_group(pgid).await;
+            self.pgid = None;
+        }
+        // Also signal the leader directly in case `kill` could not be run; an error only
+        // means it has already been reaped.
+        let _ = self.child.start_kill();
+    }
+
+    async fn reap(&mut self) {
+        if tokio::time::timeout(REAP_GRACE, self.child.wait()).await.is_err() {
+            tracing::warn!(pid = ?self.child.id(), "killed command not reaped yet, leaving it to the background reaper");
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            kill_group_blocking(pgid);
+        }
+    }
+}
+
+/// `kill` from PATH, or the shell's builtin where there is no `kill` executable.
+fn kill_commands(pgid: u32) -> [(&'static str, Vec<String>); 2] {
+    let target = format!("-{pgid}");
+    [
+        ("kill", vec!["-KILL".to_owned(), "--".to_owned(), target.clone()]),
+        ("sh", vec!["-c".to_owned(), format!("kill -KILL -- {target}")]),
+    ]
+}
+
+async fn kill_group(pgid: u32) {
+    let mut last_error = None;
+    for (program, args) in kill_commands(pgid) {
+        let status = Command::new(program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+        match status {
+            // A failing `kill` means the group is already gone.
+            Ok(_) => return,
+            Err(e) => last_error = Some(e),
+        }
+    }
+    tracing::error!(pgid, error = ?last_error, "cannot run kill to stop a command's process group");
+}
+
+/// The same from `Drop`, which cannot await: `kill` is short-lived, so waiting for it is brief.
+fn kill_group_blocking(pgid: u32) {
+    let mut last_error = None;
+    for (program, args) in kill_commands(pgid) {
+        let status = std::process::Command::new(program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        match status {
+            Ok(_) => return,
+            Err(e) => last_error = Some(e),
+        }
+    }
+    tracing::error!(pgid, error = ?last_error, "cannot run kill to stop a command's process group");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_appended_output() {
+        let mut output = Vec::new();
+        append_capped(&mut output, &[b'a'; MAX_EXEC_OUTPUT - 1]);
+        append_capped(&mut output, b"bcd");
+        append_capped(&mut output, b"e");
+        assert_eq!(output.len(), MAX_EXEC_OUTPUT);
+        assert_eq!(output.last(), Some(&b'b'));
+    }
+
+    #[test]
+    fn reports_signals_as_a_shell_does() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 137);
+        assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
+    }
+
+    #[test]
+    fn kills_the_group_not_the_process() {
+        let [(program, args), (shell, shell_args)] = kill_commands(42);
+        assert_eq!((program, args.as_slice()), ("kill", ["-KILL", "--", "-42"].map(String::from).as_slice()));
+        assert_eq!(
+            (shell, shell_args.as_slice()),
+            ("sh", ["-c", "kill -KILL -- -42"].map(String::from).as_slice())
+        );
+    }
+}

@@ -1,1 +1,398 @@
-//! Exec probes (upstream `pkg/probe/exec`). TO BE WRITTEN.
+//! Exec probes: static `$(VAR)` expansion of the probe command and the mapping of a command's
+//! exit to a probe outcome. Upstream: `pkg/probe/exec` (the executor),
+//! `kubecontainer.ExpandContainerCommandOnlyStatic` and `third_party/forked/golang/expansion`
+//! (the expansion), and the CRI client's `ExecSync` timeout error text.
+//!
+//! The command itself runs through the host's [`CommandRunner`]; this module never spawns.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::EnvVar;
+
+use super::{Outcome, ProbeError, Probed};
+use crate::container::ContainerId;
+use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
+
+/// Expands `$(VAR)` references in every element of `command` from the container's env.
+///
+/// Upstream builds the mapping from every env entry's `value` field as given (later entries with
+/// the same name win, values are not themselves expanded). An entry that only has a `valueFrom`
+/// therefore maps to the empty string: its source is never resolved, so `$(FROM_SECRET)` becomes
+/// `""`, not the secret. A name with no entry at all stays literally `$(NAME)`. `$$` is an
+/// escaped `$`; `$(` without a closing `)` and a `$` before any other character stay as written.
+pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
+    let mut values: HashMap<&str, &str> = HashMap::with_capacity(env.len());
+    for var in env {
+        values.insert(var.name.as_str(), var.value.as_deref().unwrap_or(""));
+    }
+    command.iter().map(|arg| expand(arg, |name| values.get(name).copied())).collect()
+}
+
+/// Upstream `expansion.Expand` with a mapping that leaves unknown names as `$(name)`.
+///
+/// Upstream appends the byte after a lone `$` as a rune, which garbles a non-ASCII character
+/// there (`$é` becomes invalid UTF-8 that the CRI call then rejects); here the character is kept
+/// as written. ASCII input expands byte for byte as upstream.
+fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
+    let bytes = input.as_bytes();
+    let mut out = String::with_capacity(input.len());
+    let mut checkpoint = 0;
+    let mut cursor = 0;
+    while cursor < bytes.len() {
+        if bytes[cursor] == b'$' && cursor + 1 < bytes.len() {
+            out.push_str(&input[checkpoint..cursor]);
+            let rest = &input[cursor + 1..];
+            let advance = match rest.as_bytes()[0] {
+                b'$' => {
+                    out.push('$');
+                    1
+                }
+                b'(' => match rest.find(')') {
+                    Some(close) => {
+                        let name = &rest[1..close];
+                        match lookup(name) {
+                            Some(value) => out.push_str(value),
+                            None => {
+                                out.push_str("$(");
+                                out.push_str(name);
+                                out.push(')');
+                            }
+                        }
+                        close + 1
+                    }
+                    None => {
+                        out.push_str("$(");
+                        1
+                    }
+                },
+                // Not a reference: keep the `$`; the next character is copied with the
+                // following literal run.
+                _ => {
+                    out.push('$');
+                    0
+                }
+            };
+            cursor += advance;
+            checkpoint = cursor + 1;
+        }
+        cursor += 1;
+    }
+    out.push_str(&input[checkpoint..]);
+    out
+}
+
+/// Runs an (already expanded) exec probe command and maps its end to a probe outcome
+/// (upstream `execProber.Probe` with the `ExecProbeTimeout` feature on, its default).
+///
+/// * exit 0 → success, non-zero → failure, both with the combined output (lossy UTF-8, at most
+///   [`MAX_EXEC_OUTPUT`] bytes of it);
+/// * timeout → failure with the CRI client's text `command "<argv joined by spaces>" timed out`
+///   (upstream returns the timeout error's text, not what the command printed);
+/// * the runtime could not run it → [`ProbeError::Runtime`];
+/// * an empty command or an empty program name → [`ProbeError::InvalidCommand`].
+pub async fn probe(
+    runner: &dyn CommandRunner,
+    container_id: &ContainerId,
+    command: &[String],
+    timeout: Duration,
+) -> Result<Probed, ProbeError> {
+    validate_command(command)?;
+    let result = runner.run_in_container(container_id, command, timeout).await;
+    classify(command, result)
+}
+
+fn validate_command(command: &[String]) -> Result<(), ProbeError> {
+    match command.first() {
+        None => Err(ProbeError::InvalidCommand("exec probe command is empty".to_owned())),
+        Some(program) if program.is_empty() => Err(ProbeError::InvalidCommand(
+            "exec probe command has an empty program name (argv[0])".to_owned(),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The pure half of [`probe`]: the runner's answer as a probe outcome.
+fn classify(command: &[String], result: Result<ExecOutput, ExecError>) -> Result<Probed, ProbeError> {
+    match result {
+        Ok(ExecOutput { output, exit_code }) => {
+            let outcome = if exit_code == 0 { Outcome::Success } else { Outcome::Failure };
+            Ok(Probed::new(outcome, output_text(&output)))
+        }
+        Err(ExecError::Timeout { output }) => {
+            tracing::debug!(output = %output_text(&output), "exec probe timed out");
+            Ok(Probed::new(Outcome::Failure, timeout_message(command)))
+        }
+        Err(ExecError::Runtime(message)) => Err(ProbeError::Runtime(message)),
+    }
+}
+
+/// The cap applies to the bytes, as upstream's limited writer does; a runner that captured
+/// more is cut here too. Invalid UTF-8 (including a character cut by the cap) becomes U+FFFD.
+fn output_text(output: &[u8]) -> String {
+    let capped = &output[..output.len().min(MAX_EXEC_OUTPUT)];
+    String::from_utf8_lossy(capped).into_owned()
+}
+
+/// Upstream CRI client: `fmt.Errorf("command %q timed out", strings.Join(cmd, " "))`.
+fn timeout_message(command: &[String]) -> String {
+    format!("command {} timed out", go_quote(&command.join(" ")))
+}
+
+/// Go's `strconv.Quote` (`%q` of a string): a double-quoted literal with Go escapes.
+///
+/// Printability outside Latin-1 follows Go's rule (letters, marks, numbers, punctuation,
+/// symbols and the ASCII space) as far as std can tell: whitespace, format and private-use
+/// characters are escaped; unassigned code points are kept.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{07}' => out.push_str("\\a"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0C}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{0B}' => out.push_str("\\v"),
+            c if go_is_print(c) => out.push(c),
+            c if c < ' ' || c == '\u{7F}' => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if u32::from(c) < 0x10000 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => {
+                let _ = write!(out, "\\U{:08x}", u32::from(c));
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `strconv.IsPrint`, exact for Latin-1 and approximated beyond (see [`go_quote`]).
+fn go_is_print(c: char) -> bool {
+    let code = u32::from(c);
+    if code <= 0xFF {
+        return (0x20..=0x7E).contains(&code) || (0xA1..=0xFF).contains(&code) && code != 0xAD;
+    }
+    let format = matches!(
+        code,
+        0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    );
+    let private_or_nonchar =
+        matches!(code, 0xE000..=0xF8FF | 0xF0000.. | 0xFDD0..=0xFDEF) || code & 0xFFFE == 0xFFFE;
+    !(c.is_whitespace() || c.is_control() || format || private_or_nonchar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::future::BoxFuture;
+    use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector};
+    use proptest::prelude::*;
+
+    fn literal(name: &str, value: &str) -> EnvVar {
+        EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
+    }
+
+    fn from_field(name: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn expands_static_references() {
+        let env = vec![
+            literal("A", "script"),
+            literal("B", "b"),
+            from_field("POD"),
+            literal("SELF", "$(A)"),
+            literal("DUP", "first"),
+            literal("DUP", "second"),
+            EnvVar { name: "BARE".into(), value: None, value_from: None },
+        ];
+        let cases: &[(&str, &str, &[EnvVar], &str)] = &[
+            ("spec example", "some $(A) $(B)", &env[..1], "some script $(B)"),
+            ("no references", "plain text", &env, "plain text"),
+            ("adjacent references", "$(A)$(B)", &env, "scriptb"),
+            ("reference inside a word", "x$(A)y", &env, "xscripty"),
+            ("unknown name stays", "$(NOPE)", &env, "$(NOPE)"),
+            ("empty env", "$(A) $(B)", &[], "$(A) $(B)"),
+            ("valueFrom maps to empty, never resolved", "[$(POD)]", &env, "[]"),
+            ("entry without value maps to empty", "[$(BARE)]", &env, "[]"),
+            ("values are not expanded", "$(SELF)", &env, "$(A)"),
+            ("later duplicate wins", "$(DUP)", &env, "second"),
+            ("escaped operator", "$$(A)", &env, "$(A)"),
+            ("double escape", "$$$$", &env, "$$"),
+            ("escape then reference", "$$$(A)", &env, "$script"),
+            ("unclosed reference", "$(A", &env, "$(A"),
+            ("reference name runs to the first closer", "$($(A)", &env, "$($(A)"),
+            ("unclosed, scanning resumes after the opener", "$(x $$ $(", &env, "$(x $ $("),
+            ("nested opener is part of the name", "$(A$(B))", &env, "$(A$(B))"),
+            ("dollar before other char", "$A $ x", &env, "$A $ x"),
+            ("trailing dollar", "cost$", &env, "cost$"),
+            ("lone dollar", "$", &env, "$"),
+            ("empty name", "$()", &env, "$()"),
+            ("dollar before non-ascii", "$é$(A)", &env, "$éscript"),
+            ("empty string", "", &env, ""),
+        ];
+        for (name, input, env, want) in cases {
+            let got = expand_command(&strings(&[input]), env);
+            assert_eq!(got, strings(&[want]), "case {name}");
+        }
+    }
+
+    #[test]
+    fn expands_every_element_and_keeps_an_empty_command_empty() {
+        let env = vec![literal("A", "x")];
+        assert_eq!(expand_command(&strings(&["$(A)", "-c", "$(A)$(A)"]), &env), strings(&["x", "-c", "xx"]));
+        assert!(expand_command(&[], &env).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn expansion_never_panics(
+            command in proptest::collection::vec("[$()a-zA-Z_é ]{0,12}", 0..4),
+            env in proptest::collection::vec(("[A-Z$()]{0,3}", proptest::option::of("[a-z$()]{0,4}")), 0..4),
+        ) {
+            let env: Vec<EnvVar> =
+                env.into_iter().map(|(name, value)| EnvVar { name, value, value_from: None }).collect();
+            let expanded = expand_command(&command, &env);
+            prop_assert_eq!(expanded.len(), command.len());
+        }
+
+        #[test]
+        fn text_without_dollar_is_unchanged(arg in "[^$]{0,20}") {
+            prop_assert_eq!(expand_command(std::slice::from_ref(&arg), &[literal("A", "x")]), vec![arg]);
+        }
+    }
+
+    #[test]
+    fn quotes_like_go() {
+        let cases = [
+            ("plain", "sh -c sleep 30", r#""sh -c sleep 30""#),
+            ("quotes and backslash", r#"echo "a\b""#, r#""echo \"a\\b\"""#),
+            ("named escapes", "\u{7}\u{8}\u{c}\n\r\t\u{b}", r#""\a\b\f\n\r\t\v""#),
+            ("other controls", "\u{0}\u{1b}\u{7f}", r#""\x00\x1b\x7f""#),
+            ("latin-1", "é\u{a0}\u{ad}", "\"é\\u00a0\\u00ad\""),
+            ("unicode", "日本 \u{200b}\u{2028}\u{feff}", "\"日本 \\u200b\\u2028\\ufeff\""),
+            ("astral", "😀\u{e0001}\u{f0000}", "\"😀\\U000e0001\\U000f0000\""),
+        ];
+        for (name, input, want) in cases {
+            assert_eq!(go_quote(input), want, "case {name}");
+        }
+    }
+
+    #[test]
+    fn maps_runner_answers_to_outcomes() {
+        let command = strings(&["sh", "-c", "echo \"hi\""]);
+        type Case = (&'static str, Result<ExecOutput, ExecError>, Result<Probed, ProbeError>);
+        let cases: Vec<Case> = vec![
+            (
+                "exit 0",
+                Ok(ExecOutput { output: b"ok\n".to_vec(), exit_code: 0 }),
+                Ok(Probed::new(Outcome::Success, "ok\n")),
+            ),
+            (
+                "exit 3",
+                Ok(ExecOutput { output: b"bad".to_vec(), exit_code: 3 }),
+                Ok(Probed::new(Outcome::Failure, "bad")),
+            ),
+            (
+                "killed by a signal",
+                Ok(ExecOutput { output: Vec::new(), exit_code: 137 }),
+                Ok(Probed::new(Outcome::Failure, "")),
+            ),
+            (
+                "timeout drops what was printed",
+                Err(ExecError::Timeout { output: b"partial".to_vec() }),
+                Ok(Probed::new(Outcome::Failure, r#"command "sh -c echo \"hi\"" timed out"#)),
+            ),
+            (
+                "runtime error",
+                Err(ExecError::Runtime("no such container".into())),
+                Err(ProbeError::Runtime("no such container".into())),
+            ),
+            (
+                "invalid utf-8",
+                Ok(ExecOutput { output: vec![b'a', 0xFF, b'b'], exit_code: 0 }),
+                Ok(Probed::new(Outcome::Success, "a\u{FFFD}b")),
+            ),
+        ];
+        for (name, answer, want) in cases {
+            assert_eq!(classify(&command, answer), want, "case {name}");
+        }
+    }
+
+    #[test]
+    fn caps_output_from_a_runner_that_did_not() {
+        let answer = Ok(ExecOutput { output: vec![b'x'; MAX_EXEC_OUTPUT + 100], exit_code: 0 });
+        let probed = classify(&strings(&["x"]), answer).expect("a capped success");
+        assert_eq!(probed.output.len(), MAX_EXEC_OUTPUT);
+    }
+
+    /// Answers every command with exit 0 and its argv, to see what reached the runner.
+    struct EchoRunner;
+
+    impl CommandRunner for EchoRunner {
+        fn run_in_container(
+            &self,
+            _container_id: &ContainerId,
+            cmd: &[String],
+            _timeout: Duration,
+        ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
+            let output = cmd.join("|").into_bytes();
+            Box::pin(async move { Ok(ExecOutput { output, exit_code: 0 }) })
+        }
+    }
+
+    #[tokio::test]
+    async fn rejects_empty_commands_before_running_them() {
+        let id = ContainerId::new("probelet", "c1");
+        for (name, command) in [("no argv", strings(&[])), ("empty argv[0]", strings(&["", "x"]))] {
+            let err = probe(&EchoRunner, &id, &command, Duration::from_secs(1)).await.expect_err(name);
+            assert!(matches!(err, ProbeError::InvalidCommand(_)), "case {name}: {err:?}");
+            assert_eq!(err.outcome(), Outcome::Unknown, "case {name}");
+        }
+        let ok = probe(&EchoRunner, &id, &strings(&["true", "a b"]), Duration::from_secs(1)).await;
+        assert_eq!(ok, Ok(Probed::new(Outcome::Success, "true|a b")));
+    }
+}
