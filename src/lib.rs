@@ -3,4 +3,7 @@
 //! This crate is the facade a host embeds and the agent binary; the engine lives in
 //! [`probelet_actors`] and is re-exported here module by module.
 
-pub use probelet_actors::{container, contracts, local_runner, prober, status};
+pub use probelet_actors::{
+    Pipeline, PipelineConfig, PipelineError, clock, container, contracts, local_runner, metrics, pipeline,
+    prober, results, status,
+};

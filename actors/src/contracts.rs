@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
 use crate::container::ContainerId;
 
@@ -133,5 +133,60 @@ impl EventRecorder for LogRecorder {
             reason,
             "{message}"
         );
+    }
+}
+
+/// The host's pod manager, as the engine needs it: pods by UID and static/mirror translation
+/// (upstream `pod.Manager` / the status manager's `podManager`).
+pub trait PodLookup: Send + Sync + 'static {
+    /// The pod with this UID, if the host knows it.
+    fn pod_by_uid(&self, uid: &str) -> Option<Arc<Pod>>;
+
+    /// For a mirror pod's UID, the UID of its static pod.
+    fn static_uid_for_mirror(&self, _mirror_uid: &str) -> Option<String> {
+        None
+    }
+
+    /// For a static pod's UID, the UID of its mirror pod, if one exists.
+    fn mirror_uid_for_static(&self, _static_uid: &str) -> Option<String> {
+        None
+    }
+
+    /// Whether this UID belongs to a static pod (its status is written to the mirror pod).
+    fn is_static(&self, _uid: &str) -> bool {
+        false
+    }
+}
+
+/// An in-memory pod registry: the simplest [`PodLookup`], for hosts and tests.
+#[derive(Debug, Default, Clone)]
+pub struct PodRegistry {
+    pods: Arc<std::sync::RwLock<std::collections::HashMap<String, Arc<Pod>>>>,
+}
+
+impl PodRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces a pod (keyed by its UID; a pod without a UID is ignored).
+    pub fn upsert(&self, pod: Arc<Pod>) {
+        if let (Some(uid), Ok(mut pods)) = (pod.metadata.uid.clone(), self.pods.write()) {
+            pods.insert(uid, pod);
+        }
+    }
+
+    pub fn remove(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.pods.write().ok().and_then(|mut pods| pods.remove(uid))
+    }
+
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.read().map(|p| p.values().cloned().collect()).unwrap_or_default()
+    }
+}
+
+impl PodLookup for PodRegistry {
+    fn pod_by_uid(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.pods.read().ok().and_then(|p| p.get(uid).cloned())
     }
 }

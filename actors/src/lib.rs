@@ -1,16 +1,25 @@
 //! probelet's engine: the kubelet's prober manager and status manager as actix actors.
 //!
-//! * [`prober`] — probe executors (exec, HTTP GET, TCP, gRPC), the probe dispatcher and the
-//!   vocabulary shared by everything that probes.
-//! * [`status`] — the status manager's pure logic (condition generators, …).
+//! * [`prober`] — the probe executors (exec, HTTP GET, TCP, gRPC), the dispatcher, the probe
+//!   worker actor and the prober manager (supervisor).
+//! * [`results`] — the results cache actor.
+//! * [`status`] — the status manager actor and its pure logic (condition generators, …).
+//! * [`pipeline`] — starts the whole engine for a host and offers its API as methods.
 //! * [`contracts`] — the traits a host implements: running commands in containers, recording
-//!   events.
+//!   events, looking pods up.
 //! * [`local_runner`] — a [`contracts::CommandRunner`] that runs commands as local processes.
+//! * [`metrics`] — metric names and the Prometheus registry.
+//! * [`clock`] — the one wall clock.
 
+pub mod clock;
 pub mod container;
 pub mod contracts;
 pub mod local_runner;
+pub mod metrics;
+pub mod pipeline;
 pub mod prober;
+pub mod results;
 pub mod status;
 
 pub use k8s_openapi;
+pub use pipeline::{Pipeline, PipelineConfig, PipelineError};

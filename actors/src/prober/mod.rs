@@ -2,16 +2,24 @@
 //! the dispatcher that picks one for a probe spec. Upstream: `pkg/probe` and
 //! `pkg/kubelet/prober/prober.go`.
 
+pub mod do_probe;
 pub mod exec;
 pub mod grpc;
 pub mod http;
+pub mod manager;
 pub mod port;
 mod probe;
+pub mod probe_metrics;
 pub mod tcp;
+pub mod update_status;
+pub mod worker;
 
 use std::fmt;
 
-pub use probe::{MAX_PROBE_RETRIES, Prober};
+pub use probe::{
+    EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeRunner, Prober, container_reference,
+    pod_name, probe_timeout,
+};
 
 /// The version the kubelet reports in `User-Agent: kube-probe/<major>.<minor>`.
 pub const KUBE_PROBE_VERSION: &str = "1.35";

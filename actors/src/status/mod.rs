@@ -1,5 +1,16 @@
-//! The status manager's pure logic.
+//! The status manager: its actor ([`manager::StatusManager`]) and its pure logic — condition
+//! generators, normalisation, kubelet-owned equality, state-transition checks, TerminatePod's
+//! rewrite and the API merge. Upstream: `pkg/kubelet/status`.
 
+pub mod api_status;
+pub mod equality;
 pub mod generate;
+pub mod manager;
+pub mod merge;
+pub mod normalize;
+pub mod terminate;
+pub mod transition;
+pub mod views;
 
+pub use api_status::generate_kubelet_conditions;
 pub use generate::*;

@@ -1,0 +1,194 @@
+//! Starting the whole engine and driving it: [`Pipeline::start`] wires a host's command
+//! runner, event recorder and pod lookup into the results cache, status manager and prober
+//! manager; the methods are the seed's `prober.Manager` and `status.Manager` interfaces in
+//! Rust case, for hosts that would rather call functions than send messages.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+use crate::clock::{SharedClock, TokioClock};
+use crate::contracts::{CommandRunner, EventRecorder, PodLookup};
+use crate::prober::manager::{
+    AddPod, CleanupPods, GetWorkers, ManagerConfig, ProberManager, RemovePod, StopLivenessAndStartup,
+    UpdatePodStatus,
+};
+use crate::prober::worker::ProbeKey;
+use crate::prober::{ProbeRunner, Prober};
+use crate::results::{ProbeResultChanged, ResultsCache, SubscribeResults};
+use crate::status::manager::{
+    GetPodStatus, GetVersionedStatus, ListStatuses, PodStatusUpdated, RemoveOrphanedStatuses, SetPodStatus,
+    StatusManager, SubscribeStatus, TerminatePod, VersionedPodStatus,
+};
+use crate::status::views::StatusViews;
+
+/// An actor of the pipeline did not answer (it stopped, or the system is shutting down).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the {actor} is not running: {source}")]
+pub struct PipelineError {
+    pub actor: &'static str,
+    #[source]
+    pub source: MailboxError,
+}
+
+/// What a host provides.
+pub struct PipelineConfig {
+    /// Runs exec probes in containers.
+    pub runner: Arc<dyn CommandRunner>,
+    /// Receives `Unhealthy` and `ProbeWarning` events.
+    pub recorder: Arc<dyn EventRecorder>,
+    /// The host's pods.
+    pub pods: Arc<dyn PodLookup>,
+    /// Wall clock; defaults to one that follows tokio time.
+    pub clock: Option<SharedClock>,
+    /// How many arbiters (threads) the probe workers are spread over; 0 keeps them on the
+    /// caller's arbiter (tests under paused time need that).
+    pub worker_arbiters: usize,
+    /// Replaces the real prober (tests script results with it).
+    pub prober: Option<Arc<dyn ProbeRunner>>,
+    /// Seed for the start-up jitter.
+    pub jitter_seed: Option<u64>,
+}
+
+impl PipelineConfig {
+    pub fn new(
+        runner: Arc<dyn CommandRunner>,
+        recorder: Arc<dyn EventRecorder>,
+        pods: Arc<dyn PodLookup>,
+    ) -> Self {
+        PipelineConfig {
+            runner,
+            recorder,
+            pods,
+            clock: None,
+            worker_arbiters: 0,
+            prober: None,
+            jitter_seed: None,
+        }
+    }
+}
+
+/// The running engine: addresses of its actors, and the host-facing API.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub prober_manager: Addr<ProberManager>,
+    pub results: Addr<ResultsCache>,
+    pub status_manager: Addr<StatusManager>,
+    pub views: StatusViews,
+    /// Kept so the worker arbiters live as long as the pipeline.
+    _arbiters: Arc<Vec<Arbiter>>,
+}
+
+impl Pipeline {
+    /// Starts the results cache, status manager and prober manager on the current arbiter.
+    /// Must be called inside an actix system.
+    pub fn start(config: PipelineConfig) -> Pipeline {
+        let clock = config.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
+        let views = StatusViews::new();
+        let status_manager = StatusManager::new(views.clone(), config.pods.clone(), clock.clone()).start();
+        let results = ResultsCache::new(
+            Some(status_manager.clone().recipient()),
+            Some(status_manager.clone().recipient()),
+        )
+        .start();
+        let prober: Arc<dyn ProbeRunner> = config
+            .prober
+            .unwrap_or_else(|| Arc::new(Prober::new(config.runner.clone(), config.recorder.clone())));
+        let arbiters: Vec<Arbiter> = (0..config.worker_arbiters).map(|_| Arbiter::new()).collect();
+        let manager = ProberManager::new(ManagerConfig {
+            prober,
+            results: results.clone(),
+            views: views.clone(),
+            clock,
+            arbiters: arbiters.iter().map(Arbiter::handle).collect(),
+            jitter_seed: config.jitter_seed,
+        })
+        .start();
+        Pipeline { prober_manager: manager, results, status_manager, views, _arbiters: Arc::new(arbiters) }
+    }
+
+    // --- the prober manager ---
+
+    pub fn add_pod(&self, pod: Arc<Pod>) {
+        self.prober_manager.do_send(AddPod(pod));
+    }
+
+    pub fn remove_pod(&self, pod: Arc<Pod>) {
+        self.prober_manager.do_send(RemovePod(pod));
+    }
+
+    pub fn stop_liveness_and_startup(&self, pod: Arc<Pod>) {
+        self.prober_manager.do_send(StopLivenessAndStartup(pod));
+    }
+
+    pub fn cleanup_pods(&self, desired: HashSet<String>) {
+        self.prober_manager.do_send(CleanupPods(desired));
+    }
+
+    /// Sets `started` and `ready` on a status being generated.
+    pub async fn update_pod_status(
+        &self,
+        pod: Arc<Pod>,
+        status: PodStatus,
+    ) -> Result<PodStatus, PipelineError> {
+        self.prober_manager
+            .send(UpdatePodStatus { pod, status })
+            .await
+            .map_err(|source| PipelineError { actor: "prober manager", source })
+    }
+
+    pub async fn workers(&self) -> Result<Vec<ProbeKey>, PipelineError> {
+        self.prober_manager
+            .send(GetWorkers)
+            .await
+            .map_err(|source| PipelineError { actor: "prober manager", source })
+    }
+
+    /// Every probe result change goes to `recipient` too (the host kills containers whose
+    /// liveness or startup probe failed).
+    pub fn subscribe_results(&self, recipient: Recipient<ProbeResultChanged>) {
+        self.results.do_send(SubscribeResults(recipient));
+    }
+
+    // --- the status manager ---
+
+    pub fn set_pod_status(&self, pod: Arc<Pod>, status: PodStatus) {
+        self.status_manager.do_send(SetPodStatus { pod, status });
+    }
+
+    pub fn terminate_pod(&self, pod: Arc<Pod>) {
+        self.status_manager.do_send(TerminatePod(pod));
+    }
+
+    pub fn remove_orphaned_statuses(&self, keep: HashSet<String>) {
+        self.status_manager.do_send(RemoveOrphanedStatuses(keep));
+    }
+
+    pub async fn pod_status(&self, uid: &str) -> Result<Option<Arc<PodStatus>>, PipelineError> {
+        self.status_manager
+            .send(GetPodStatus(uid.to_owned()))
+            .await
+            .map_err(|source| PipelineError { actor: "status manager", source })
+    }
+
+    pub async fn versioned_status(&self, uid: &str) -> Result<Option<VersionedPodStatus>, PipelineError> {
+        self.status_manager
+            .send(GetVersionedStatus(uid.to_owned()))
+            .await
+            .map_err(|source| PipelineError { actor: "status manager", source })
+    }
+
+    pub async fn statuses(&self) -> Result<HashMap<String, VersionedPodStatus>, PipelineError> {
+        self.status_manager
+            .send(ListStatuses)
+            .await
+            .map_err(|source| PipelineError { actor: "status manager", source })
+    }
+
+    /// Every stored status update goes to `recipient` (the syncer).
+    pub fn subscribe_status(&self, recipient: Recipient<PodStatusUpdated>) {
+        self.status_manager.do_send(SubscribeStatus(recipient));
+    }
+}

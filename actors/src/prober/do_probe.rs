@@ -1,0 +1,585 @@
+//! One probe iteration's decisions (upstream `worker.doProbe`), as plain state and functions
+//! that tests drive without an actor or a timer. The [`super::worker::ProbeWorker`] actor
+//! calls [`WorkerState::before_probe`], runs the probe when told to, then
+//! [`WorkerState::after_probe`], and applies the cache operations both return.
+
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Probe};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::{ProbeKind, ProbeResult};
+use crate::container::ContainerId;
+use crate::status::{PHASE_FAILED, PHASE_SUCCEEDED, is_restartable_init_container};
+
+/// Containers that started this long before the prober manager are treated as running across
+/// an agent restart (upstream: 10 s before the kubelet started).
+pub const RESTART_GRACE: SignedDuration = SignedDuration::from_secs(10);
+
+/// What a worker captured at creation and never refreshes (upstream: the pod object, the
+/// container spec and the probe spec captured by `newWorker`).
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    pub kind: ProbeKind,
+    pub container_name: String,
+    /// The container is a restartable init container (a sidecar).
+    pub is_sidecar: bool,
+    /// The captured pod already had a deletion timestamp.
+    pub pod_deleting: bool,
+    /// The pod's `restartPolicy` is `Never`.
+    pub restart_policy_never: bool,
+    pub initial_delay_seconds: i64,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+    /// When the prober manager started (wall clock).
+    pub manager_start: Timestamp,
+}
+
+impl WorkerSpec {
+    /// Captures what a worker of `kind` needs from the pod, container and probe spec.
+    /// Thresholds below one are taken as one, the smallest the API server accepts.
+    pub fn new(
+        kind: ProbeKind,
+        pod: &Pod,
+        container: &Container,
+        probe: &Probe,
+        is_sidecar: bool,
+        manager_start: Timestamp,
+    ) -> Self {
+        let threshold =
+            |v: Option<i32>, default: u32| v.map_or(default, |v| u32::try_from(v).unwrap_or(0).max(1));
+        WorkerSpec {
+            kind,
+            container_name: container.name.clone(),
+            is_sidecar,
+            pod_deleting: pod.metadata.deletion_timestamp.is_some(),
+            restart_policy_never: pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref())
+                == Some("Never"),
+            initial_delay_seconds: i64::from(probe.initial_delay_seconds.unwrap_or(0)),
+            success_threshold: threshold(probe.success_threshold, 1),
+            failure_threshold: threshold(probe.failure_threshold, 3),
+            manager_start,
+        }
+    }
+
+    /// The value a new container ID starts with in the results cache.
+    pub fn initial_value(&self) -> ProbeResult {
+        match self.kind {
+            ProbeKind::Readiness => ProbeResult::Failure,
+            ProbeKind::Liveness => ProbeResult::Success,
+            ProbeKind::Startup => ProbeResult::Unknown,
+        }
+    }
+}
+
+/// A change the worker makes to its results cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheOp {
+    Set(ContainerId, ProbeResult),
+    Remove(ContainerId),
+}
+
+/// What to do after the pre-probe checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Exit the worker.
+    Stop,
+    /// Keep going without probing this time.
+    Skip,
+    /// Run the probe against this container.
+    Probe(ContainerId),
+}
+
+/// The mutable state of a worker (upstream `worker` fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerState {
+    /// The container ID last seen; its cache entry is removed when it changes or on exit.
+    pub container_id: Option<ContainerId>,
+    /// The last probe result, threshold counting only; survives container restarts.
+    pub last_result: ProbeResult,
+    /// How many times in a row `last_result` came back.
+    pub result_run: u32,
+    /// Stop probing until a new container ID appears.
+    pub on_hold: bool,
+    /// This worker replaces one that died: do not seed the cache for the first container seen,
+    /// the dead worker's entry is still there and still right.
+    pub resumed: bool,
+}
+
+impl WorkerState {
+    /// A fresh worker's state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A worker replacing one that died abnormally.
+    pub fn resumed() -> Self {
+        WorkerState { resumed: true, ..Self::default() }
+    }
+
+    /// Steps 2–10 of `doProbe`: everything before running the probe.
+    pub fn before_probe(
+        &mut self,
+        spec: &WorkerSpec,
+        status: Option<&PodStatus>,
+        now: Timestamp,
+        ops: &mut Vec<CacheOp>,
+    ) -> Next {
+        let Some(status) = status else {
+            tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
+            return Next::Skip;
+        };
+        if matches!(status.phase.as_deref(), Some(PHASE_FAILED | PHASE_SUCCEEDED)) {
+            return Next::Stop;
+        }
+        let Some(container) = find_container_status(status, &spec.container_name) else {
+            tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
+            return Next::Skip;
+        };
+        let container_id = ContainerId::parse(container.container_id.as_deref().unwrap_or_default());
+
+        if self.container_id.as_ref() != Some(&container_id) {
+            if let Some(old) = self.container_id.take() {
+                ops.push(CacheOp::Remove(old));
+            }
+            let resumed = std::mem::take(&mut self.resumed);
+            if !resumed && !started_before_manager(container, spec.manager_start) {
+                ops.push(CacheOp::Set(container_id.clone(), spec.initial_value()));
+            }
+            // A sidecar already reported started (say, across an agent restart) must count as
+            // started at once, or the pod never initialises (upstream #136910).
+            if spec.kind == ProbeKind::Startup && spec.is_sidecar && container.started == Some(true) {
+                ops.push(CacheOp::Set(container_id.clone(), ProbeResult::Success));
+            }
+            self.container_id = Some(container_id.clone());
+            self.on_hold = false;
+        }
+
+        if self.on_hold {
+            return Next::Skip;
+        }
+
+        let running = container.state.as_ref().and_then(|s| s.running.as_ref());
+        let Some(running) = running else {
+            ops.push(CacheOp::Set(container_id, ProbeResult::Failure));
+            let terminated = container.state.as_ref().is_some_and(|s| s.terminated.is_some());
+            return if terminated && spec.restart_policy_never && !spec.is_sidecar {
+                Next::Stop
+            } else {
+                Next::Skip
+            };
+        };
+
+        if spec.pod_deleting && matches!(spec.kind, ProbeKind::Liveness | ProbeKind::Startup) {
+            if spec.kind == ProbeKind::Startup {
+                tracing::debug!(container = %spec.container_name, "Pod deletion requested before container has fully started");
+            }
+            ops.push(CacheOp::Set(container_id, ProbeResult::Success));
+            return Next::Stop;
+        }
+
+        if let Some(started_at) = running.started_at.as_ref() {
+            let since = now.duration_since(started_at.0).as_secs();
+            if since < spec.initial_delay_seconds {
+                return Next::Skip;
+            }
+        }
+
+        let started = container.started == Some(true);
+        match (spec.kind, started) {
+            (ProbeKind::Startup, true) => Next::Skip,
+            (ProbeKind::Liveness | ProbeKind::Readiness, false) => Next::Skip,
+            _ => Next::Probe(container_id),
+        }
+    }
+
+    /// Steps 13–16 of `doProbe`: threshold accounting and the hold rule for a probe that
+    /// returned a result (errored probes never get here).
+    pub fn after_probe(&mut self, spec: &WorkerSpec, result: ProbeResult, ops: &mut Vec<CacheOp>) {
+        if result == self.last_result {
+            self.result_run = self.result_run.saturating_add(1);
+        } else {
+            self.last_result = result;
+            self.result_run = 1;
+        }
+        let below = match result {
+            ProbeResult::Failure => self.result_run < spec.failure_threshold,
+            ProbeResult::Success => self.result_run < spec.success_threshold,
+            ProbeResult::Unknown => false,
+        };
+        if below {
+            return;
+        }
+        let Some(container_id) = self.container_id.clone() else { return };
+        ops.push(CacheOp::Set(container_id, result));
+        if (spec.kind == ProbeKind::Liveness && result == ProbeResult::Failure)
+            || spec.kind == ProbeKind::Startup
+        {
+            self.on_hold = true;
+            self.result_run = 0;
+        }
+    }
+}
+
+/// The container's status by name among regular containers, then (for sidecars, or when the
+/// regular entry has no ID yet) among init containers.
+pub fn find_container_status<'a>(status: &'a PodStatus, name: &str) -> Option<&'a ContainerStatus> {
+    let with_id =
+        |s: &&ContainerStatus| s.name == name && s.container_id.as_deref().is_some_and(|id| !id.is_empty());
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(with_id)
+        .or_else(|| status.init_container_statuses.iter().flatten().find(with_id))
+}
+
+/// Whether a running container started more than [`RESTART_GRACE`] before the manager: its
+/// state from before an agent restart is kept rather than reset to the initial value.
+pub fn started_before_manager(container: &ContainerStatus, manager_start: Timestamp) -> bool {
+    container
+        .state
+        .as_ref()
+        .and_then(|s| s.running.as_ref())
+        .and_then(|r| r.started_at.as_ref())
+        .is_some_and(|t| t.0 > Timestamp::UNIX_EPOCH && t.0 < manager_start - RESTART_GRACE)
+}
+
+/// Whether this container of the pod is a sidecar (restartable init container).
+pub fn is_sidecar_of(pod: &Pod, container_name: &str) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == container_name && is_restartable_init_container(c))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    fn spec(kind: ProbeKind) -> WorkerSpec {
+        WorkerSpec {
+            kind,
+            container_name: "c".into(),
+            is_sidecar: false,
+            pod_deleting: false,
+            restart_policy_never: false,
+            initial_delay_seconds: 0,
+            success_threshold: 1,
+            failure_threshold: 3,
+            manager_start: t(0),
+        }
+    }
+
+    fn running(id: &str, started_at: i64, started: Option<bool>) -> PodStatus {
+        PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "c".into(),
+                container_id: Some(id.into()),
+                started,
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning { started_at: Some(Time(t(started_at))) }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    fn with_state(mut status: PodStatus, state: ContainerState) -> PodStatus {
+        if let Some(cs) = status.container_statuses.as_mut().and_then(|v| v.first_mut()) {
+            cs.state = Some(state);
+        }
+        status
+    }
+
+    fn id(s: &str) -> ContainerId {
+        ContainerId::parse(s)
+    }
+
+    #[test]
+    fn initial_values_per_kind() {
+        let cases = [
+            (ProbeKind::Readiness, ProbeResult::Failure),
+            (ProbeKind::Liveness, ProbeResult::Success),
+            (ProbeKind::Startup, ProbeResult::Unknown),
+        ];
+        for (kind, want) in cases {
+            let mut state = WorkerState::new();
+            let mut ops = vec![];
+            let started = if kind == ProbeKind::Startup { None } else { Some(true) };
+            let next = state.before_probe(&spec(kind), Some(&running("x://1", 5, started)), t(10), &mut ops);
+            assert_eq!(ops, vec![CacheOp::Set(id("x://1"), want)], "{kind}");
+            assert_eq!(next, Next::Probe(id("x://1")), "{kind}");
+        }
+    }
+
+    #[test]
+    fn no_status_or_container_skips_without_stopping() {
+        let mut state = WorkerState::new();
+        let mut ops = vec![];
+        assert_eq!(state.before_probe(&spec(ProbeKind::Readiness), None, t(1), &mut ops), Next::Skip);
+        let empty_id = running("", 0, Some(true));
+        assert_eq!(
+            state.before_probe(&spec(ProbeKind::Readiness), Some(&empty_id), t(1), &mut ops),
+            Next::Skip
+        );
+        assert!(ops.is_empty());
+    }
+
+    #[test]
+    fn terminal_phase_stops() {
+        for phase in ["Failed", "Succeeded"] {
+            let mut status = running("x://1", 0, Some(true));
+            status.phase = Some(phase.into());
+            let mut ops = vec![];
+            assert_eq!(
+                WorkerState::new().before_probe(&spec(ProbeKind::Readiness), Some(&status), t(1), &mut ops),
+                Next::Stop
+            );
+            assert!(ops.is_empty(), "{phase}: nothing written");
+        }
+    }
+
+    #[test]
+    fn container_change_removes_old_entry_and_lifts_hold() {
+        let mut state = WorkerState { container_id: Some(id("x://1")), on_hold: true, ..Default::default() };
+        let mut ops = vec![];
+        let next = state.before_probe(
+            &spec(ProbeKind::Liveness),
+            Some(&running("x://2", 5, Some(true))),
+            t(10),
+            &mut ops,
+        );
+        assert_eq!(ops, vec![CacheOp::Remove(id("x://1")), CacheOp::Set(id("x://2"), ProbeResult::Success)]);
+        assert_eq!(next, Next::Probe(id("x://2")));
+        assert!(!state.on_hold);
+    }
+
+    #[test]
+    fn hold_skips_until_new_container() {
+        let mut state = WorkerState { container_id: Some(id("x://1")), on_hold: true, ..Default::default() };
+        let mut ops = vec![];
+        assert_eq!(
+            state.before_probe(
+                &spec(ProbeKind::Liveness),
+                Some(&running("x://1", 0, Some(true))),
+                t(10),
+                &mut ops
+            ),
+            Next::Skip
+        );
+        assert!(ops.is_empty());
+    }
+
+    #[test]
+    fn not_running_writes_failure_and_stops_only_when_it_will_not_restart() {
+        let waiting =
+            ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() };
+        let terminated =
+            ContainerState { terminated: Some(ContainerStateTerminated::default()), ..Default::default() };
+        let never = WorkerSpec { restart_policy_never: true, ..spec(ProbeKind::Liveness) };
+        let never_sidecar = WorkerSpec { is_sidecar: true, ..never.clone() };
+        let cases = [
+            ("waiting, Never", never.clone(), waiting.clone(), Next::Skip),
+            ("terminated, Always", spec(ProbeKind::Liveness), terminated.clone(), Next::Skip),
+            ("terminated, Never", never, terminated.clone(), Next::Stop),
+            ("terminated sidecar, Never", never_sidecar, terminated, Next::Skip),
+        ];
+        for (name, spec, container_state, want) in cases {
+            let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+            let mut ops = vec![];
+            let status = with_state(running("x://1", 0, Some(true)), container_state);
+            assert_eq!(state.before_probe(&spec, Some(&status), t(10), &mut ops), want, "{name}");
+            assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "{name}");
+        }
+    }
+
+    #[test]
+    fn deleting_pod_quiets_liveness_and_startup_but_not_readiness() {
+        for (kind, want) in [(ProbeKind::Liveness, Next::Stop), (ProbeKind::Startup, Next::Stop)] {
+            let spec = WorkerSpec { pod_deleting: true, ..spec(kind) };
+            let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+            let mut ops = vec![];
+            assert_eq!(
+                state.before_probe(&spec, Some(&running("x://1", 0, None)), t(10), &mut ops),
+                want,
+                "{kind}"
+            );
+            assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Success)], "{kind}");
+        }
+        let spec = WorkerSpec { pod_deleting: true, ..spec(ProbeKind::Readiness) };
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        let mut ops = vec![];
+        assert_eq!(
+            state.before_probe(&spec, Some(&running("x://1", 0, Some(true))), t(10), &mut ops),
+            Next::Probe(id("x://1"))
+        );
+    }
+
+    #[test]
+    fn initial_delay_counts_whole_seconds_since_started_at() {
+        let spec = WorkerSpec { initial_delay_seconds: 10, ..spec(ProbeKind::Readiness) };
+        let status = running("x://1", 100, Some(true));
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        let mut ops = vec![];
+        assert_eq!(state.before_probe(&spec, Some(&status), t(109), &mut ops), Next::Skip);
+        let just_under = t(109) + SignedDuration::from_millis(999);
+        assert_eq!(state.before_probe(&spec, Some(&status), just_under, &mut ops), Next::Skip);
+        assert_eq!(state.before_probe(&spec, Some(&status), t(110), &mut ops), Next::Probe(id("x://1")));
+        let negative = WorkerSpec { initial_delay_seconds: -5, ..spec };
+        assert_eq!(state.before_probe(&negative, Some(&status), t(100), &mut ops), Next::Probe(id("x://1")));
+    }
+
+    #[test]
+    fn startup_gating() {
+        let cases = [
+            (ProbeKind::Startup, None, true),
+            (ProbeKind::Startup, Some(false), true),
+            (ProbeKind::Startup, Some(true), false),
+            (ProbeKind::Liveness, None, false),
+            (ProbeKind::Readiness, Some(false), false),
+            (ProbeKind::Readiness, Some(true), true),
+            (ProbeKind::Liveness, Some(true), true),
+        ];
+        for (kind, started, probes) in cases {
+            let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+            let mut ops = vec![];
+            let next = state.before_probe(&spec(kind), Some(&running("x://1", 0, started)), t(10), &mut ops);
+            assert_eq!(next == Next::Probe(id("x://1")), probes, "{kind} started={started:?}");
+        }
+    }
+
+    #[test]
+    fn agent_restart_keeps_state_of_old_containers() {
+        // Started 11 s before the manager: no seed. Started 9 s before: seeded.
+        let mut ops = vec![];
+        WorkerState::new().before_probe(
+            &spec(ProbeKind::Readiness),
+            Some(&running("x://1", -11, Some(true))),
+            t(0),
+            &mut ops,
+        );
+        assert!(ops.is_empty(), "old container not reseeded: {ops:?}");
+        WorkerState::new().before_probe(
+            &spec(ProbeKind::Readiness),
+            Some(&running("x://1", -9, Some(true))),
+            t(0),
+            &mut ops,
+        );
+        assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)]);
+    }
+
+    #[test]
+    fn resumed_worker_does_not_reseed() {
+        let mut state = WorkerState::resumed();
+        let mut ops = vec![];
+        state.before_probe(
+            &spec(ProbeKind::Readiness),
+            Some(&running("x://1", 5, Some(true))),
+            t(10),
+            &mut ops,
+        );
+        assert!(ops.is_empty());
+        state.before_probe(
+            &spec(ProbeKind::Readiness),
+            Some(&running("x://2", 5, Some(true))),
+            t(10),
+            &mut ops,
+        );
+        assert_eq!(ops, vec![CacheOp::Remove(id("x://1")), CacheOp::Set(id("x://2"), ProbeResult::Failure)]);
+    }
+
+    #[test]
+    fn sidecar_already_started_is_seeded_success() {
+        let spec = WorkerSpec { is_sidecar: true, ..spec(ProbeKind::Startup) };
+        let mut status = running("x://1", 5, Some(true));
+        status.init_container_statuses = status.container_statuses.take();
+        let mut ops = vec![];
+        WorkerState::new().before_probe(&spec, Some(&status), t(10), &mut ops);
+        assert_eq!(
+            ops,
+            vec![
+                CacheOp::Set(id("x://1"), ProbeResult::Unknown),
+                CacheOp::Set(id("x://1"), ProbeResult::Success)
+            ]
+        );
+    }
+
+    fn run(state: &mut WorkerState, spec: &WorkerSpec, results: &[ProbeResult]) -> Vec<CacheOp> {
+        let mut ops = vec![];
+        for r in results {
+            state.after_probe(spec, *r, &mut ops);
+        }
+        ops
+    }
+
+    #[test]
+    fn thresholds() {
+        use ProbeResult::{Failure as F, Success as S};
+        let readiness =
+            WorkerSpec { success_threshold: 2, failure_threshold: 3, ..spec(ProbeKind::Readiness) };
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        assert!(run(&mut state, &readiness, &[S]).is_empty(), "one success below 2");
+        assert_eq!(run(&mut state, &readiness, &[S]), vec![CacheOp::Set(id("x://1"), S)]);
+        assert!(run(&mut state, &readiness, &[F, F]).is_empty(), "two failures below 3");
+        assert_eq!(run(&mut state, &readiness, &[F]), vec![CacheOp::Set(id("x://1"), F)]);
+        assert_eq!(
+            run(&mut state, &readiness, &[F]),
+            vec![CacheOp::Set(id("x://1"), F)],
+            "still written at 4"
+        );
+        assert!(!state.on_hold, "readiness never holds");
+        assert!(run(&mut state, &readiness, &[S, F, S]).is_empty(), "alternating never reaches 2");
+    }
+
+    #[test]
+    fn first_success_counts_as_one_from_zero_value() {
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        assert_eq!(run(&mut state, &spec(ProbeKind::Readiness), &[ProbeResult::Success]).len(), 1);
+        assert_eq!(state.result_run, 1);
+    }
+
+    #[test]
+    fn liveness_failure_and_startup_decisions_hold() {
+        use ProbeResult::{Failure as F, Success as S};
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        let liveness = spec(ProbeKind::Liveness);
+        run(&mut state, &liveness, &[S]);
+        assert!(!state.on_hold, "liveness success does not hold");
+        assert_eq!(run(&mut state, &liveness, &[F, F, F]), vec![CacheOp::Set(id("x://1"), F)]);
+        assert!(state.on_hold);
+        assert_eq!(state.result_run, 0);
+
+        for result in [S, F] {
+            let startup = WorkerSpec { failure_threshold: 1, ..spec(ProbeKind::Startup) };
+            let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+            run(&mut state, &startup, &[result]);
+            assert!(state.on_hold, "startup holds after {result}");
+        }
+    }
+
+    #[test]
+    fn run_survives_container_change() {
+        let readiness = WorkerSpec { failure_threshold: 2, ..spec(ProbeKind::Readiness) };
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        run(&mut state, &readiness, &[ProbeResult::Failure]);
+        let mut ops = vec![];
+        state.before_probe(&readiness, Some(&running("x://2", 0, Some(true))), t(10), &mut ops);
+        assert_eq!(state.result_run, 1);
+        assert_eq!(
+            run(&mut state, &readiness, &[ProbeResult::Failure]),
+            vec![CacheOp::Set(id("x://2"), ProbeResult::Failure)]
+        );
+    }
+}

@@ -1,0 +1,335 @@
+//! The probe worker actor (upstream `pkg/kubelet/prober/worker.go`): one per pod × container ×
+//! probe kind. It probes on a fixed-rate schedule (first probe at once, start-up jitter only
+//! while the manager is young), runs a manual trigger at once and restarts the schedule from
+//! it, applies [`WorkerState`]'s decisions to the results cache, and reports its exit to the
+//! prober manager. A probe runs as a future of this actor: stopping the worker cancels it
+//! (an exec child is killed when its future is dropped), and a panic inside it is caught.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::time::Instant;
+
+use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState};
+use super::probe_metrics as metrics;
+use super::{ProbeError, ProbeKind, ProbeResult, ProbeRunner};
+use crate::clock::SharedClock;
+use crate::container::ContainerId;
+use crate::results::{RemoveResult, ResultsCache, SetResult};
+use crate::status::views::StatusView;
+
+// === messages ===
+
+/// Stop the worker (upstream `worker.stop`); idempotent.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Stop;
+
+/// Run a probe now and restart the schedule from it (upstream `manualTriggerCh`).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Trigger;
+
+/// Sent to the manager when a worker is gone. `clean` is false when it died without going
+/// through its `stopped` hook (a panic in a handler).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct WorkerExited {
+    pub key: ProbeKey,
+    pub worker_id: u64,
+    pub clean: bool,
+}
+
+/// Identifies a worker: pod UID, container name, probe kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeKey {
+    pub pod_uid: String,
+    pub container_name: String,
+    pub kind: ProbeKind,
+}
+
+// === the actor ===
+
+/// Everything a worker is created with.
+pub struct WorkerConfig {
+    pub key: ProbeKey,
+    pub worker_id: u64,
+    pub pod: Arc<Pod>,
+    pub container: Arc<Container>,
+    pub spec: WorkerSpec,
+    pub state: WorkerState,
+    pub period: Duration,
+    /// Sleep this long before the first probe (start-up jitter).
+    pub jitter: Duration,
+    pub status: StatusView,
+    pub prober: Arc<dyn ProbeRunner>,
+    pub results: Addr<ResultsCache>,
+    pub manager: Recipient<WorkerExited>,
+    pub clock: SharedClock,
+}
+
+pub struct ProbeWorker {
+    key: ProbeKey,
+    pod: Arc<Pod>,
+    container: Arc<Container>,
+    spec: WorkerSpec,
+    state: WorkerState,
+    /// The probe period.
+    period: Duration,
+    jitter: Duration,
+    /// The pod's latest cached status, published by the status manager.
+    status: StatusView,
+    prober: Arc<dyn ProbeRunner>,
+    results: Addr<ResultsCache>,
+    clock: SharedClock,
+    /// The probe running now, if any.
+    in_flight: Option<SpawnHandle>,
+    /// The next scheduled tick and its timer.
+    next_tick: Option<Instant>,
+    timer: Option<SpawnHandle>,
+    /// A tick arrived while a probe was running (at most one is kept, like Go's ticker).
+    tick_pending: bool,
+    /// A manual trigger arrived while a probe was running.
+    trigger_pending: bool,
+    labels: metrics::ProbeLabels,
+    /// Tells the manager when the worker is gone, however it goes.
+    exit: ExitNotice,
+}
+
+impl ProbeWorker {
+    pub fn new(config: WorkerConfig) -> Self {
+        let labels = metrics::ProbeLabels::new(config.key.kind, &config.pod, &config.container.name);
+        ProbeWorker {
+            exit: ExitNotice {
+                manager: config.manager,
+                key: config.key.clone(),
+                worker_id: config.worker_id,
+                clean: false,
+            },
+            key: config.key,
+            pod: config.pod,
+            container: config.container,
+            spec: config.spec,
+            state: config.state,
+            period: config.period,
+            jitter: config.jitter,
+            status: config.status,
+            prober: config.prober,
+            results: config.results,
+            clock: config.clock,
+            in_flight: None,
+            next_tick: None,
+            timer: None,
+            tick_pending: false,
+            trigger_pending: false,
+            labels,
+        }
+    }
+
+    fn begin(&mut self, ctx: &mut Context<Self>) {
+        self.schedule_from(Instant::now(), ctx);
+        self.run_probe(ctx);
+    }
+
+    /// (Re)starts the fixed-rate schedule: ticks at `from + k·period`.
+    fn schedule_from(&mut self, from: Instant, ctx: &mut Context<Self>) {
+        self.next_tick = Some(from + self.period);
+        self.arm_timer(ctx);
+    }
+
+    fn arm_timer(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        let Some(at) = self.next_tick else { return };
+        let delay = at.saturating_duration_since(Instant::now());
+        self.timer = Some(ctx.run_later(delay, |act, ctx| act.on_tick(ctx)));
+    }
+
+    fn on_tick(&mut self, ctx: &mut Context<Self>) {
+        self.timer = None;
+        let now = Instant::now();
+        let mut next = self.next_tick.unwrap_or(now) + self.period;
+        // Missed ticks collapse into this one, as with Go's ticker.
+        while next <= now {
+            next += self.period;
+        }
+        self.next_tick = Some(next);
+        self.arm_timer(ctx);
+        if self.in_flight.is_some() {
+            self.tick_pending = true;
+        } else {
+            self.run_probe(ctx);
+        }
+    }
+
+    /// One iteration of upstream `doProbe`.
+    fn run_probe(&mut self, ctx: &mut Context<Self>) {
+        let started = Instant::now();
+        let status = self.status.borrow().clone();
+        let mut ops = Vec::new();
+        let next = self.state.before_probe(&self.spec, status.as_deref(), self.clock.now(), &mut ops);
+        self.apply(ops);
+        let container_id = match next {
+            Next::Stop => {
+                tracing::debug!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Probe worker stopping itself");
+                ctx.stop();
+                return;
+            }
+            Next::Skip => return,
+            Next::Probe(id) => id,
+        };
+        let Some(status) = status else { return };
+        // Not caught: a prober that panics while building its future kills this worker, and
+        // the manager restarts it (counted in probelet_worker_restarts_total).
+        let probe =
+            self.prober.probe(self.key.kind, self.pod.clone(), status, self.container.clone(), container_id);
+        let handle = ctx.spawn(AssertUnwindSafe(probe).catch_unwind().into_actor(self).map(
+            move |outcome, act, ctx| {
+                act.in_flight = None;
+                act.finish_probe(outcome, started);
+                act.run_pending(ctx);
+            },
+        ));
+        self.in_flight = Some(handle);
+    }
+
+    fn finish_probe(
+        &mut self,
+        outcome: Result<Result<ProbeResult, ProbeError>, Box<dyn std::any::Any + Send>>,
+        started: Instant,
+    ) {
+        let result = match outcome {
+            Err(panic) => {
+                let message = panic_message(panic.as_ref());
+                tracing::error!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, panic = %message, "Probe panicked; keeping the previous result");
+                metrics::probe_errored(self.key.kind);
+                return;
+            }
+            Ok(Err(err)) => {
+                tracing::debug!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, error = %err, "Probe errored; result discarded");
+                metrics::probe_errored(self.key.kind);
+                return;
+            }
+            Ok(Ok(result)) => result,
+        };
+        self.labels.observe(result, started.elapsed());
+        let mut ops = Vec::new();
+        self.state.after_probe(&self.spec, result, &mut ops);
+        self.apply(ops);
+    }
+
+    fn run_pending(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::take(&mut self.trigger_pending) {
+            self.tick_pending = false;
+            self.schedule_from(Instant::now(), ctx);
+            self.run_probe(ctx);
+        } else if std::mem::take(&mut self.tick_pending) {
+            self.run_probe(ctx);
+        }
+    }
+
+    fn apply(&self, ops: Vec<CacheOp>) {
+        for op in ops {
+            match op {
+                CacheOp::Set(container_id, result) => self.results.do_send(SetResult {
+                    kind: self.key.kind,
+                    container_id,
+                    result,
+                    pod_uid: self.key.pod_uid.clone(),
+                }),
+                CacheOp::Remove(container_id) => {
+                    self.results.do_send(RemoveResult { kind: self.key.kind, container_id })
+                }
+            }
+        }
+    }
+
+    /// The container ID this worker last saw, if any.
+    pub fn container_id(&self) -> Option<&ContainerId> {
+        self.state.container_id.as_ref()
+    }
+}
+
+impl Actor for ProbeWorker {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if self.jitter.is_zero() {
+            self.begin(ctx);
+        } else {
+            ctx.run_later(self.jitter, |act, ctx| act.begin(ctx));
+        }
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        if let Some(container_id) = self.state.container_id.take() {
+            self.results.do_send(RemoveResult { kind: self.key.kind, container_id });
+        }
+        self.labels.forget();
+        self.exit.clean = true;
+    }
+}
+
+impl Handler<Stop> for ProbeWorker {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        if let Some(handle) = self.in_flight.take() {
+            ctx.cancel_future(handle);
+        }
+        ctx.stop();
+    }
+}
+
+impl Handler<Trigger> for ProbeWorker {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Trigger, ctx: &mut Self::Context) {
+        if self.next_tick.is_none() {
+            // Still in the start-up jitter: the first probe is coming anyway.
+            return;
+        }
+        if self.in_flight.is_some() {
+            self.trigger_pending = true;
+            return;
+        }
+        self.schedule_from(Instant::now(), ctx);
+        self.run_probe(ctx);
+    }
+}
+
+// === helpers ===
+
+/// Sends [`WorkerExited`] when dropped: after `stopped` (clean) or when the actor is dropped
+/// by a panic unwinding through its handler (not clean).
+struct ExitNotice {
+    manager: Recipient<WorkerExited>,
+    key: ProbeKey,
+    worker_id: u64,
+    clean: bool,
+}
+
+impl Drop for ExitNotice {
+    fn drop(&mut self) {
+        self.manager.do_send(WorkerExited {
+            key: self.key.clone(),
+            worker_id: self.worker_id,
+            clean: self.clean,
+        });
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}

@@ -1,0 +1,384 @@
+//! The status manager actor (upstream `pkg/kubelet/status.Manager`): the source of truth for
+//! pod status. It keeps a versioned status per pod (keyed by the source pod's UID), applies
+//! probe readiness and startup results, regenerates Ready / ContainersReady, rejects illegal
+//! container state transitions, keeps `lastTransitionTime` and `startTime`, normalises, and
+//! publishes every new version to per-pod views (read by probe workers) and to a subscriber
+//! (the syncer). With no subscriber it is a local cache, as upstream with a nil API client.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+
+use super::equality::is_pod_status_by_kubelet_equal;
+use super::generate::{
+    CONTAINERS_READY, POD_READY, generate_containers_ready_condition, generate_pod_ready_condition,
+};
+use super::normalize::normalize_status;
+use super::terminate::terminate_status;
+use super::transition::{check_container_state_transition, update_last_transition_times, update_start_time};
+use super::views::StatusViews;
+use crate::clock::SharedClock;
+use crate::container::ContainerId;
+use crate::contracts::PodLookup;
+
+// === messages ===
+
+/// Store a freshly generated status for a pod (upstream `SetPodStatus`).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SetPodStatus {
+    pub pod: Arc<Pod>,
+    pub status: PodStatus,
+}
+
+/// A readiness probe result changed (upstream `SetContainerReadiness`).
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct SetContainerReadiness {
+    pub pod_uid: String,
+    pub container_id: ContainerId,
+    pub ready: bool,
+}
+
+/// A startup probe result changed (upstream `SetContainerStartup`).
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct SetContainerStartup {
+    pub pod_uid: String,
+    pub container_id: ContainerId,
+    pub started: bool,
+}
+
+/// Make every container and the phase terminal before the pod is deleted (upstream
+/// `TerminatePod`).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct TerminatePod(pub Arc<Pod>);
+
+/// Forget the status of every pod not in the set (upstream `RemoveOrphanedStatuses`).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RemoveOrphanedStatuses(pub HashSet<String>);
+
+/// Forget one pod's status (the syncer, after deletion or recreation).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct DeletePodStatus(pub String);
+
+/// The cached status of a pod, by its UID or its mirror pod's UID (upstream `GetPodStatus`).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Option<Arc<PodStatus>>")]
+pub struct GetPodStatus(pub String);
+
+/// The whole cached entry, version included.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Option<VersionedPodStatus>")]
+pub struct GetVersionedStatus(pub String);
+
+/// Every cached entry (the syncer's full reconcile, the agent's `/pods`).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "HashMap<String, VersionedPodStatus>")]
+pub struct ListStatuses;
+
+/// Published after every stored update.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct PodStatusUpdated {
+    pub pod_uid: String,
+    pub status: VersionedPodStatus,
+}
+
+/// Subscribe to every stored update.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubscribeStatus(pub Recipient<PodStatusUpdated>);
+
+// === the actor ===
+
+/// A cached status with what the syncer needs (upstream `versionedPodStatus`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionedPodStatus {
+    /// Monotonic per pod, 1 for the first stored status.
+    pub version: u64,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    /// When the first not-yet-synced update was produced.
+    pub at: Option<Timestamp>,
+    /// TerminatePod ran; sticky.
+    pub pod_is_finished: bool,
+    pub status: Arc<PodStatus>,
+}
+
+/// The status cache and its publishers.
+pub struct StatusManager {
+    /// Cached statuses by source pod UID.
+    statuses: HashMap<String, VersionedPodStatus>,
+    /// Views read by probe workers.
+    views: StatusViews,
+    /// The host's pods, for specs and static/mirror translation.
+    pods: Arc<dyn PodLookup>,
+    clock: SharedClock,
+    /// Told about every stored update (the syncer).
+    subscribers: Vec<Recipient<PodStatusUpdated>>,
+}
+
+impl StatusManager {
+    pub fn new(views: StatusViews, pods: Arc<dyn PodLookup>, clock: SharedClock) -> Self {
+        StatusManager { statuses: HashMap::new(), views, pods, clock, subscribers: Vec::new() }
+    }
+
+    /// Upstream `updateStatusInternal`; returns whether a new version was stored.
+    fn update_status_internal(
+        &mut self,
+        pod: &Pod,
+        mut status: PodStatus,
+        force: bool,
+        finished: bool,
+    ) -> bool {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let is_static = self.pods.is_static(&uid);
+        let cached = self.statuses.get(&uid);
+        let mut finished = finished;
+        if let Some(cached) = cached
+            && cached.pod_is_finished
+            && !finished
+            && !is_static
+        {
+            tracing::error!(pod_uid = %uid, "Attempted to update a finished pod's status as unfinished: programmer error");
+            finished = true;
+        }
+        let old: PodStatus = match cached {
+            Some(c) => (*c.status).clone(),
+            None => self
+                .pods
+                .mirror_uid_for_static(&uid)
+                .and_then(|m| self.pods.pod_by_uid(&m))
+                .and_then(|m| m.status.clone())
+                .or_else(|| pod.status.clone())
+                .unwrap_or_default(),
+        };
+        let spec = pod.spec.clone().unwrap_or_default();
+        if let Err(err) = check_container_state_transition(&old, &status, &spec) {
+            tracing::error!(pod = pod_ref(pod), pod_uid = %uid, error = %err, "Status update on pod aborted");
+            return false;
+        }
+        let now = self.clock.now_time();
+        update_last_transition_times(Some(&old), &mut status, now.clone());
+        update_start_time(Some(&old), &mut status, now.clone());
+        normalize_status(pod, &mut status);
+
+        if let Some(cached) = cached
+            && !force
+            && is_pod_status_by_kubelet_equal(&cached.status, &status)
+        {
+            tracing::trace!(pod = pod_ref(pod), pod_uid = %uid, "Ignoring same status for pod");
+            return false;
+        }
+        let entry = VersionedPodStatus {
+            version: cached.map_or(1, |c| c.version + 1),
+            pod_name: pod.metadata.name.clone().unwrap_or_default(),
+            pod_namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            at: cached.and_then(|c| c.at).or(Some(now.0)),
+            pod_is_finished: finished,
+            status: Arc::new(status),
+        };
+        self.views.publish(&uid, Some(entry.status.clone()));
+        self.subscribers.retain(|s| s.connected());
+        for s in &self.subscribers {
+            s.do_send(PodStatusUpdated { pod_uid: uid.clone(), status: entry.clone() });
+        }
+        self.statuses.insert(uid, entry);
+        true
+    }
+
+    /// The pod and a copy of its cached status, for the container-level setters.
+    fn pod_and_status(&self, pod_uid: &str, what: &str) -> Option<(Arc<Pod>, PodStatus)> {
+        let Some(pod) = self.pods.pod_by_uid(pod_uid) else {
+            tracing::debug!(pod_uid, "Pod has been deleted, no need to update {what}");
+            return None;
+        };
+        let Some(cached) = self.statuses.get(pod_uid) else {
+            tracing::warn!(pod = pod_ref(&pod), pod_uid, "Container {what} changed before pod has synced");
+            return None;
+        };
+        Some((pod, (*cached.status).clone()))
+    }
+
+    fn remove(&mut self, uid: &str) {
+        if self.statuses.remove(uid).is_some() {
+            tracing::trace!(pod_uid = uid, "Removing pod from status map.");
+            self.views.publish(uid, None);
+        }
+    }
+}
+
+impl Actor for StatusManager {
+    type Context = Context<Self>;
+}
+
+impl Handler<SetPodStatus> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetPodStatus, _ctx: &mut Self::Context) {
+        // A pod being deleted always gets a new version, so its deletion is driven forward.
+        let force = msg.pod.metadata.deletion_timestamp.is_some();
+        self.update_status_internal(&msg.pod, msg.status, force, false);
+    }
+}
+
+impl Handler<SetContainerReadiness> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetContainerReadiness, _ctx: &mut Self::Context) {
+        let Some((pod, mut status)) = self.pod_and_status(&msg.pod_uid, "readiness") else { return };
+        let Some(container) = find_by_id(&mut status, &msg.container_id) else {
+            tracing::warn!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container readiness changed for unknown container");
+            return;
+        };
+        if container.ready == msg.ready {
+            tracing::trace!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container readiness unchanged");
+            return;
+        }
+        container.ready = msg.ready;
+
+        let spec = pod.spec.clone().unwrap_or_default();
+        let all: Vec<ContainerStatus> = status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten())
+            .cloned()
+            .collect();
+        let phase = status.phase.clone().unwrap_or_default();
+        let conditions = status.conditions.clone().unwrap_or_default();
+        let ready = generate_pod_ready_condition(&spec, &conditions, Some(&all), &phase);
+        let containers_ready = generate_containers_ready_condition(&spec, Some(&all), &phase);
+        replace_or_append(&mut status, POD_READY, ready);
+        replace_or_append(&mut status, CONTAINERS_READY, containers_ready);
+        self.update_status_internal(&pod, status, false, false);
+    }
+}
+
+impl Handler<SetContainerStartup> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetContainerStartup, _ctx: &mut Self::Context) {
+        let Some((pod, mut status)) = self.pod_and_status(&msg.pod_uid, "startup") else { return };
+        let Some(container) = find_by_id(&mut status, &msg.container_id) else {
+            tracing::warn!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container startup changed for unknown container");
+            return;
+        };
+        if container.started == Some(msg.started) {
+            tracing::trace!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container startup unchanged");
+            return;
+        }
+        container.started = Some(msg.started);
+        self.update_status_internal(&pod, status, false, false);
+    }
+}
+
+impl Handler<TerminatePod> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: TerminatePod, _ctx: &mut Self::Context) {
+        let pod = msg.0;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let base = match self.statuses.get(&uid) {
+            Some(cached) => (*cached.status).clone(),
+            None => pod.status.clone().unwrap_or_default(),
+        };
+        let status = terminate_status(&pod, &base, self.pods.is_static(&uid));
+        self.update_status_internal(&pod, status, true, true);
+    }
+}
+
+impl Handler<RemoveOrphanedStatuses> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: RemoveOrphanedStatuses, _ctx: &mut Self::Context) {
+        let orphans: Vec<String> =
+            self.statuses.keys().filter(|uid| !msg.0.contains(*uid)).cloned().collect();
+        for uid in orphans {
+            self.remove(&uid);
+        }
+        self.views.prune();
+    }
+}
+
+impl Handler<DeletePodStatus> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: DeletePodStatus, _ctx: &mut Self::Context) {
+        self.remove(&msg.0);
+    }
+}
+
+impl Handler<GetPodStatus> for StatusManager {
+    type Result = Option<Arc<PodStatus>>;
+
+    fn handle(&mut self, msg: GetPodStatus, _ctx: &mut Self::Context) -> Self::Result {
+        let uid = self.pods.static_uid_for_mirror(&msg.0).unwrap_or(msg.0);
+        self.statuses.get(&uid).map(|s| s.status.clone())
+    }
+}
+
+impl Handler<GetVersionedStatus> for StatusManager {
+    type Result = Option<VersionedPodStatus>;
+
+    fn handle(&mut self, msg: GetVersionedStatus, _ctx: &mut Self::Context) -> Self::Result {
+        let uid = self.pods.static_uid_for_mirror(&msg.0).unwrap_or(msg.0);
+        self.statuses.get(&uid).cloned()
+    }
+}
+
+impl Handler<ListStatuses> for StatusManager {
+    type Result = MessageResult<ListStatuses>;
+
+    fn handle(&mut self, _msg: ListStatuses, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.statuses.clone())
+    }
+}
+
+impl Handler<SubscribeStatus> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubscribeStatus, _ctx: &mut Self::Context) {
+        self.subscribers.push(msg.0);
+    }
+}
+
+// === helpers ===
+
+/// The container status with this ID, among regular then init containers.
+fn find_by_id<'a>(status: &'a mut PodStatus, id: &ContainerId) -> Option<&'a mut ContainerStatus> {
+    let id = id.to_string();
+    let matches = |s: &&mut ContainerStatus| s.container_id.as_deref() == Some(id.as_str());
+    if let Some(found) = status.container_statuses.iter_mut().flatten().find(matches) {
+        return Some(found);
+    }
+    status.init_container_statuses.iter_mut().flatten().find(matches)
+}
+
+/// Replaces the condition of its type in place, or appends it.
+fn replace_or_append(status: &mut PodStatus, type_: &str, condition: PodCondition) {
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => *existing = condition,
+        None => {
+            tracing::debug!(condition = type_, "PodStatus missing condition type");
+            conditions.push(condition);
+        }
+    }
+}
+
+/// `namespace/name` for logs.
+pub fn pod_ref(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}

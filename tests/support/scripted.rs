@@ -1,0 +1,137 @@
+//! A scripted prober: tests say what each (container, kind) probe returns, in order, and read
+//! back when each probe ran (tokio time) — no executor, no network.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use probelet::container::ContainerId;
+use probelet::prober::{ProbeError, ProbeKind, ProbeResult, ProbeRunner};
+use tokio::time::Instant;
+
+/// What one probe call does.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Return(ProbeResult),
+    Error,
+    /// Takes this long, then returns.
+    Slow(Duration, ProbeResult),
+    /// Panics inside the probe future.
+    PanicInFuture,
+    /// Panics while building the future, in the worker's own handler.
+    PanicInWorker,
+}
+
+/// One recorded call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub pod_uid: String,
+    pub container: String,
+    pub kind: ProbeKind,
+    pub container_id: ContainerId,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct Script {
+    queued: VecDeque<Step>,
+    default: Option<Step>,
+}
+
+/// The scripted prober; cheap to clone, all clones share the script and the call log.
+#[derive(Clone, Default)]
+pub struct ScriptedProber {
+    scripts: Arc<Mutex<HashMap<(String, ProbeKind), Script>>>,
+    calls: Arc<Mutex<Vec<Call>>>,
+    /// Set when an in-flight probe future was dropped before it finished.
+    pub dropped: Arc<AtomicBool>,
+}
+
+impl ScriptedProber {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every later call of (container, kind) does `step`, after any queued steps.
+    pub fn always(&self, container: &str, kind: ProbeKind, step: Step) {
+        self.scripts.lock().unwrap().entry((container.into(), kind)).or_default().default = Some(step);
+    }
+
+    /// The next calls of (container, kind) do these steps, in order.
+    pub fn then(&self, container: &str, kind: ProbeKind, steps: impl IntoIterator<Item = Step>) {
+        self.scripts.lock().unwrap().entry((container.into(), kind)).or_default().queued.extend(steps);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn calls_of(&self, container: &str, kind: ProbeKind) -> Vec<Call> {
+        self.calls().into_iter().filter(|c| c.container == container && c.kind == kind).collect()
+    }
+
+    fn next_step(&self, container: &str, kind: ProbeKind) -> Step {
+        let mut scripts = self.scripts.lock().unwrap();
+        let script = scripts.entry((container.into(), kind)).or_default();
+        script
+            .queued
+            .pop_front()
+            .or_else(|| script.default.clone())
+            .unwrap_or(Step::Return(ProbeResult::Success))
+    }
+}
+
+struct DropFlag {
+    flag: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        if !self.done {
+            self.flag.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+impl ProbeRunner for ScriptedProber {
+    fn probe(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
+        _status: Arc<PodStatus>,
+        container: Arc<Container>,
+        container_id: ContainerId,
+    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+        self.calls.lock().unwrap().push(Call {
+            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            container: container.name.clone(),
+            kind,
+            container_id,
+            at: Instant::now(),
+        });
+        let step = self.next_step(&container.name, kind);
+        if matches!(step, Step::PanicInWorker) {
+            panic!("scripted panic in the worker");
+        }
+        let flag = self.dropped.clone();
+        Box::pin(async move {
+            let mut guard = DropFlag { flag, done: false };
+            let result = match step {
+                Step::Return(r) => Ok(r),
+                Step::Error => Err(ProbeError::Runtime("scripted error".into())),
+                Step::Slow(d, r) => {
+                    tokio::time::sleep(d).await;
+                    Ok(r)
+                }
+                Step::PanicInFuture => panic!("scripted panic in the probe"),
+                Step::PanicInWorker => unreachable!(),
+            };
+            guard.done = true;
+            result
+        })
+    }
+}
