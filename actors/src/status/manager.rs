@@ -223,9 +223,13 @@ impl Handler<SetPodStatus> for StatusManager {
     type Result = ();
 
     fn handle(&mut self, msg: SetPodStatus, _ctx: &mut Self::Context) {
+        let mut status = msg.status;
+        // The status reflects this generation of the spec (PodObservedGenerationTracking, on
+        // by default since 1.34); Go's zero generation is an omitted field.
+        status.observed_generation = msg.pod.metadata.generation.filter(|g| *g != 0);
         // A pod being deleted always gets a new version, so its deletion is driven forward.
         let force = msg.pod.metadata.deletion_timestamp.is_some();
-        self.update_status_internal(&msg.pod, msg.status, force, false);
+        self.update_status_internal(&msg.pod, status, force, false);
     }
 }
 
