@@ -154,3 +154,87 @@ pub async fn advance(d: std::time::Duration) {
     tokio::time::advance(d + SLACK).await;
     settle().await;
 }
+
+/// A pipeline like [`Harness::start`]'s (wall clock at [`epoch`] following paused tokio time,
+/// a scripted prober that is never scripted) whose pods come from `pods`: tests that need
+/// static or mirror pods bring their own [`probelet::contracts::PodLookup`].
+pub fn start_pipeline(pods: Arc<dyn probelet::contracts::PodLookup>) -> Pipeline {
+    let mut config =
+        PipelineConfig::new(Arc::new(LocalCommandRunner::default()), Arc::new(MemoryRecorder::new()), pods);
+    config.clock = Some(Arc::new(TokioClock::starting_at(epoch())));
+    config.prober = Some(Arc::new(ScriptedProber::new()));
+    config.jitter_seed = Some(7);
+    Pipeline::start(config)
+}
+
+/// Lets paused time run for `d` by sleeping: the runtime auto-advances from one timer to the
+/// next, so every timer fires at its own (millisecond-rounded) deadline, in order — what a test
+/// needs to compare the instants at which probes started. Pick `d` so that it does not end
+/// exactly on a tick.
+pub async fn run_for(d: std::time::Duration) {
+    tokio::time::sleep(d).await;
+    settle().await;
+}
+
+/// Records every probe result change the results cache emits (the host's view).
+#[derive(Default)]
+pub struct ResultLog(Vec<probelet::results::ProbeResultChanged>);
+
+impl actix::Actor for ResultLog {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<probelet::results::ProbeResultChanged> for ResultLog {
+    type Result = ();
+
+    fn handle(&mut self, msg: probelet::results::ProbeResultChanged, _: &mut actix::Context<Self>) {
+        self.0.push(msg);
+    }
+}
+
+/// Takes the changes recorded so far.
+#[derive(actix::Message)]
+#[rtype(result = "Vec<probelet::results::ProbeResultChanged>")]
+pub struct DrainLog;
+
+impl actix::Handler<DrainLog> for ResultLog {
+    type Result = actix::MessageResult<DrainLog>;
+
+    fn handle(&mut self, _: DrainLog, _: &mut actix::Context<Self>) -> Self::Result {
+        actix::MessageResult(std::mem::take(&mut self.0))
+    }
+}
+
+impl Harness {
+    /// A [`ResultLog`] subscribed to the pipeline's results cache.
+    pub fn result_log(&self) -> actix::Addr<ResultLog> {
+        use actix::Actor;
+        let log = ResultLog::default().start();
+        self.pipeline.subscribe_results(log.clone().recipient());
+        log
+    }
+
+    /// The results cache's entry for (kind, container ID).
+    pub async fn result(
+        &self,
+        kind: probelet::prober::ProbeKind,
+        id: &str,
+    ) -> Option<probelet::prober::ProbeResult> {
+        let key = (kind, probelet::container::ContainerId::parse(id));
+        self.pipeline.results.send(probelet::results::GetResults(vec![key])).await.unwrap().pop().flatten()
+    }
+
+    /// Settles until the manager has `n` workers (stopped workers deregister asynchronously);
+    /// panics with the count it saw if that does not happen.
+    pub async fn wait_workers(&self, n: usize) {
+        let mut seen = usize::MAX;
+        for _ in 0..200 {
+            seen = self.worker_count().await;
+            if seen == n {
+                return;
+            }
+            settle().await;
+        }
+        panic!("expected {n} workers, still {seen}");
+    }
+}

@@ -20,12 +20,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::do_probe::{WorkerSpec, WorkerState};
+use super::probe_metrics::ProbeLabels;
 use super::update_status::{ProbeView, result_keys, update_pod_status};
 use super::worker::{ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited};
 use super::{ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::metrics as names;
-use crate::results::{GetResults, ResultsCache};
+use crate::results::{GetResults, RemoveResult, ResultsCache};
 use crate::status::is_restartable_init_container;
 use crate::status::views::StatusViews;
 
@@ -318,10 +319,14 @@ impl Handler<WorkerExited> for ProberManager {
         let Some(entry) = self.workers.get(&msg.key).filter(|e| e.id == msg.worker_id) else {
             return; // replaced already
         };
-        if msg.clean || entry.stopping {
+        if msg.clean {
             self.workers.remove(&msg.key);
             workers_gauge(msg.key.kind).decrement(1.0);
             tracing::debug!(pod_uid = %msg.key.pod_uid, container = %msg.key.container_name, probe_kind = %msg.key.kind, "Probe worker exited");
+            return;
+        }
+        if entry.stopping {
+            self.discard_dead(&msg.key, msg.state);
             return;
         }
         let restarts = entry.restarts + 1;
@@ -333,13 +338,32 @@ impl Handler<WorkerExited> for ProberManager {
         metrics::counter!(names::PROBELET_WORKER_RESTARTS_TOTAL, "probe_type" => msg.key.kind.as_str())
             .increment(1);
         ctx.run_later(delay, move |act, ctx| {
-            let Some(entry) = act.workers.get(&msg.key).filter(|e| e.id == msg.worker_id && !e.stopping)
-            else {
-                return;
+            let Some(entry) = act.workers.get(&msg.key).filter(|e| e.id == msg.worker_id) else {
+                return; // replaced by a new worker meanwhile
             };
+            // Told to stop while it waited: nothing will deregister it but us.
+            if entry.stopping {
+                act.discard_dead(&msg.key, msg.state);
+                return;
+            }
             let (pod, container) = (entry.pod.clone(), entry.container.clone());
-            act.spawn_worker(ctx, msg.key, pod, container, WorkerState::resumed(), restarts);
+            let state = msg.state.unwrap_or_else(WorkerState::resumed);
+            act.spawn_worker(ctx, msg.key, pod, container, state, restarts);
         });
+    }
+}
+
+impl ProberManager {
+    /// A dead worker that will not be restarted: deregister it and do what its `stopped` hook
+    /// would have done (remove its container's result, delete its metric series).
+    fn discard_dead(&mut self, key: &ProbeKey, state: Option<WorkerState>) {
+        let Some(entry) = self.workers.remove(key) else { return };
+        workers_gauge(key.kind).decrement(1.0);
+        if let Some(container_id) = state.and_then(|s| s.container_id) {
+            self.config.results.do_send(RemoveResult { kind: key.kind, container_id });
+        }
+        ProbeLabels::new(key.kind, &entry.pod, &key.container_name).forget();
+        tracing::debug!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Dead probe worker discarded");
     }
 }
 

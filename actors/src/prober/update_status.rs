@@ -47,7 +47,8 @@ pub fn result_keys(status: &PodStatus) -> Vec<(ProbeKind, ContainerId)> {
 }
 
 /// Sets `started` and `ready` on a status being generated. Returns the names of containers
-/// whose readiness worker should probe now (no result yet: upstream's manual trigger).
+/// whose readiness worker should probe now: started, with a readiness worker, and not ready
+/// per the cache (upstream's manual trigger).
 pub fn update_pod_status(pod: &Pod, status: &mut PodStatus, view: &ProbeView) -> Vec<String> {
     let spec = pod.spec.clone().unwrap_or_default();
     let api_ready = pod
@@ -162,4 +163,482 @@ fn is_running(cs: &ContainerStatus) -> bool {
 
 fn container_id(cs: &ContainerStatus) -> ContainerId {
     ContainerId::parse(cs.container_id.as_deref().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ProbeKind::{Readiness, Startup};
+    use ProbeResult::{Failure, Success, Unknown};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, PodCondition,
+        PodSpec, Probe,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    /// Wall-clock seconds relative to the manager's start.
+    fn t(rel: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + rel).unwrap()
+    }
+
+    fn running(name: &str, id: &str, started_at: i64) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            container_id: Some(id.into()),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning { started_at: Some(Time(t(started_at))) }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn waiting(name: &str) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn terminated(name: &str, id: &str, exit_code: i32) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            container_id: Some(id.into()),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated { exit_code, ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn with(mut cs: ContainerStatus, started: Option<bool>, ready: bool) -> ContainerStatus {
+        cs.started = started;
+        cs.ready = ready;
+        cs
+    }
+
+    fn container(name: &str, readiness_probe: bool) -> Container {
+        Container {
+            name: name.into(),
+            readiness_probe: readiness_probe.then(Probe::default),
+            ..Default::default()
+        }
+    }
+
+    fn sidecar(name: &str) -> Container {
+        Container { restart_policy: Some("Always".into()), ..container(name, true) }
+    }
+
+    /// The pod's API-side status: the Ready condition (if any) and the containers it lists.
+    fn api(ready: Option<&str>, containers: Vec<ContainerStatus>, init: Vec<ContainerStatus>) -> PodStatus {
+        PodStatus {
+            conditions: ready.map(|s| {
+                vec![PodCondition { type_: POD_READY.into(), status: s.into(), ..Default::default() }]
+            }),
+            container_statuses: Some(containers),
+            init_container_statuses: Some(init),
+            ..Default::default()
+        }
+    }
+
+    fn pod(containers: Vec<Container>, init: Vec<Container>, api: Option<PodStatus>) -> Pod {
+        Pod {
+            metadata: ObjectMeta { uid: Some("uid".into()), ..Default::default() },
+            spec: Some(PodSpec { containers, init_containers: Some(init), ..Default::default() }),
+            status: api,
+        }
+    }
+
+    fn view(workers: &[(&str, ProbeKind)], results: &[(ProbeKind, &str, ProbeResult)]) -> ProbeView {
+        ProbeView {
+            workers: workers.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect(),
+            results: results.iter().map(|(k, id, r)| ((*k, ContainerId::parse(id)), *r)).collect(),
+            manager_start: t(0),
+        }
+    }
+
+    struct Case {
+        name: &'static str,
+        /// The container's spec has a readiness probe.
+        probe: bool,
+        cs: ContainerStatus,
+        view: ProbeView,
+        api: Option<PodStatus>,
+        /// (started, ready) written.
+        want: (Option<bool>, bool),
+        triggered: bool,
+    }
+
+    const APP: &str = "app";
+    const ID: &str = "cri://1";
+
+    fn regular_cases() -> Vec<Case> {
+        let ready_api = || Some(api(Some("True"), vec![running(APP, ID, -60)], vec![]));
+        let r = &[(APP, Readiness)];
+        vec![
+            Case {
+                name: "not running: not started, ready untouched",
+                probe: true,
+                cs: with(waiting(APP), None, true),
+                view: view(r, &[]),
+                api: None,
+                want: (Some(false), true),
+                triggered: false,
+            },
+            Case {
+                name: "startup Success: started",
+                probe: false,
+                cs: running(APP, ID, 5),
+                view: view(&[(APP, Startup)], &[(Startup, ID, Success)]),
+                api: None,
+                want: (Some(true), true),
+                triggered: false,
+            },
+            Case {
+                name: "startup Unknown: not started, ready untouched, no trigger",
+                probe: true,
+                cs: with(running(APP, ID, 5), None, true),
+                view: view(&[(APP, Startup), (APP, Readiness)], &[(Startup, ID, Unknown)]),
+                api: None,
+                want: (Some(false), true),
+                triggered: false,
+            },
+            Case {
+                name: "startup Failure beats an incoming started=true",
+                probe: false,
+                cs: with(running(APP, ID, 5), Some(true), false),
+                view: view(&[(APP, Startup)], &[(Startup, ID, Failure)]),
+                api: None,
+                want: (Some(false), false),
+                triggered: false,
+            },
+            Case {
+                name: "no startup result, incoming started=true: kept",
+                probe: false,
+                cs: with(running(APP, ID, 5), Some(true), false),
+                view: view(&[(APP, Startup)], &[]),
+                api: None,
+                want: (Some(true), true),
+                triggered: false,
+            },
+            Case {
+                name: "startup worker without a result: not started",
+                probe: false,
+                cs: running(APP, ID, 5),
+                view: view(&[(APP, Startup)], &[]),
+                api: None,
+                want: (Some(false), false),
+                triggered: false,
+            },
+            Case {
+                name: "no startup probe: started; no readiness probe: ready",
+                probe: false,
+                cs: running(APP, ID, 5),
+                view: view(&[], &[]),
+                api: None,
+                want: (Some(true), true),
+                triggered: false,
+            },
+            Case {
+                name: "readiness Success: ready, no trigger",
+                probe: true,
+                cs: running(APP, ID, 5),
+                view: view(r, &[(Readiness, ID, Success)]),
+                api: None,
+                want: (Some(true), true),
+                triggered: false,
+            },
+            Case {
+                name: "readiness Failure: not ready, triggered",
+                probe: true,
+                cs: with(running(APP, ID, 5), None, true),
+                view: view(r, &[(Readiness, ID, Failure)]),
+                api: None,
+                want: (Some(true), false),
+                triggered: true,
+            },
+            Case {
+                name: "readiness worker without a result: not ready, triggered",
+                probe: true,
+                cs: running(APP, ID, 5),
+                view: view(r, &[]),
+                api: None,
+                want: (Some(true), false),
+                triggered: true,
+            },
+            Case {
+                name: "another container's result does not count",
+                probe: true,
+                cs: running(APP, ID, 5),
+                view: view(r, &[(Readiness, "cri://0", Success)]),
+                api: None,
+                want: (Some(true), false),
+                triggered: true,
+            },
+            // Agent restart: the container started more than 10 s before the manager.
+            Case {
+                name: "old container, no result, API Ready: ready kept (still triggered)",
+                probe: true,
+                cs: running(APP, ID, -60),
+                view: view(r, &[]),
+                api: ready_api(),
+                want: (Some(true), true),
+                triggered: true,
+            },
+            Case {
+                name: "old container, API Ready False: not ready",
+                probe: true,
+                cs: running(APP, ID, -60),
+                view: view(r, &[]),
+                api: Some(api(Some("False"), vec![running(APP, ID, -60)], vec![])),
+                want: (Some(true), false),
+                triggered: true,
+            },
+            Case {
+                name: "old container, API without a Ready condition: not ready",
+                probe: true,
+                cs: running(APP, ID, -60),
+                view: view(r, &[]),
+                api: Some(api(None, vec![running(APP, ID, -60)], vec![])),
+                want: (Some(true), false),
+                triggered: true,
+            },
+            Case {
+                name: "old container with a Failure result: not ready",
+                probe: true,
+                cs: running(APP, ID, -60),
+                view: view(r, &[(Readiness, ID, Failure)]),
+                api: ready_api(),
+                want: (Some(true), false),
+                triggered: true,
+            },
+            Case {
+                name: "old container, API names another container ID: not ready",
+                probe: true,
+                cs: running(APP, ID, -60),
+                view: view(r, &[]),
+                api: Some(api(Some("True"), vec![running(APP, "cri://0", -60)], vec![])),
+                want: (Some(true), false),
+                triggered: true,
+            },
+            Case {
+                name: "old container, API has an empty container ID: inherited",
+                probe: true,
+                cs: running(APP, ID, -60),
+                view: view(r, &[]),
+                api: Some(api(Some("True"), vec![running(APP, "", -60)], vec![])),
+                want: (Some(true), true),
+                triggered: true,
+            },
+            Case {
+                name: "old container, API lists no containers: inherited",
+                probe: true,
+                cs: running(APP, ID, -60),
+                view: view(r, &[]),
+                api: Some(api(Some("True"), vec![], vec![])),
+                want: (Some(true), true),
+                triggered: true,
+            },
+            Case {
+                name: "container started 9 s before the manager: not preserved",
+                probe: true,
+                cs: running(APP, ID, -9),
+                view: view(r, &[]),
+                api: Some(api(Some("True"), vec![running(APP, ID, -9)], vec![])),
+                want: (Some(true), false),
+                triggered: true,
+            },
+            Case {
+                name: "old container without a readiness probe: ready whatever the API says",
+                probe: false,
+                cs: running(APP, ID, -60),
+                view: view(&[], &[]),
+                api: Some(api(Some("False"), vec![running(APP, ID, -60)], vec![])),
+                want: (Some(true), true),
+                triggered: false,
+            },
+        ]
+    }
+
+    #[test]
+    fn regular_containers() {
+        for case in regular_cases() {
+            let pod = pod(vec![container(APP, case.probe)], vec![], case.api);
+            let mut status = PodStatus { container_statuses: Some(vec![case.cs]), ..Default::default() };
+            let triggers = update_pod_status(&pod, &mut status, &case.view);
+            let cs = &status.container_statuses.unwrap()[0];
+            assert_eq!((cs.started, cs.ready), case.want, "{}", case.name);
+            let want_triggers: Vec<String> = if case.triggered { vec![APP.into()] } else { vec![] };
+            assert_eq!(triggers, want_triggers, "{}", case.name);
+        }
+    }
+
+    /// (name, init container spec, its status, view, API status, want (started, ready),
+    /// triggered).
+    type InitCase =
+        (&'static str, Container, ContainerStatus, ProbeView, Option<PodStatus>, (Option<bool>, bool), bool);
+
+    #[test]
+    fn init_containers() {
+        const SIDE: &str = "side";
+        let r = &[(SIDE, Readiness)];
+        let cases: Vec<InitCase> = vec![
+            (
+                "plain init exited 0: ready, not started",
+                container(SIDE, false),
+                terminated(SIDE, ID, 0),
+                view(&[], &[]),
+                None,
+                (Some(false), true),
+                false,
+            ),
+            (
+                "plain init exited 1: ready untouched",
+                container(SIDE, false),
+                terminated(SIDE, ID, 1),
+                view(&[], &[]),
+                None,
+                (Some(false), false),
+                false,
+            ),
+            (
+                "plain init running: started, ready untouched, never triggered",
+                container(SIDE, true),
+                running(SIDE, ID, 5),
+                view(r, &[]),
+                None,
+                (Some(true), false),
+                false,
+            ),
+            (
+                "sidecar without a readiness worker: ready",
+                sidecar(SIDE),
+                running(SIDE, ID, 5),
+                view(&[], &[]),
+                None,
+                (Some(true), true),
+                false,
+            ),
+            (
+                "sidecar readiness worker without a result: not ready, triggered",
+                sidecar(SIDE),
+                running(SIDE, ID, 5),
+                view(r, &[]),
+                None,
+                (Some(true), false),
+                true,
+            ),
+            (
+                "sidecar readiness Success: ready",
+                sidecar(SIDE),
+                running(SIDE, ID, 5),
+                view(r, &[(Readiness, ID, Success)]),
+                None,
+                (Some(true), true),
+                false,
+            ),
+            (
+                "sidecar not started: ready untouched, no trigger",
+                sidecar(SIDE),
+                with(running(SIDE, ID, 5), None, true),
+                view(&[(SIDE, Startup), (SIDE, Readiness)], &[]),
+                None,
+                (Some(false), true),
+                false,
+            ),
+            (
+                "sidecar exited: not started, ready untouched",
+                sidecar(SIDE),
+                with(terminated(SIDE, ID, 0), None, true),
+                view(r, &[]),
+                None,
+                (Some(false), true),
+                false,
+            ),
+            (
+                "old sidecar inherits readiness from the API's init container status",
+                sidecar(SIDE),
+                running(SIDE, ID, -60),
+                view(r, &[]),
+                Some(api(Some("True"), vec![], vec![running(SIDE, ID, -60)])),
+                (Some(true), true),
+                true,
+            ),
+            (
+                "old sidecar replaced behind the API's back: not ready",
+                sidecar(SIDE),
+                running(SIDE, ID, -60),
+                view(r, &[]),
+                Some(api(Some("True"), vec![], vec![running(SIDE, "cri://0", -60)])),
+                (Some(true), false),
+                true,
+            ),
+            (
+                "spec and status disagree: started set, ready untouched",
+                sidecar("other"),
+                with(running(SIDE, ID, 5), None, true),
+                view(r, &[]),
+                None,
+                (Some(true), true),
+                false,
+            ),
+        ];
+        for (name, spec, cs, view, api, want, triggered) in cases {
+            let pod = pod(vec![], vec![spec], api);
+            let mut status = PodStatus { init_container_statuses: Some(vec![cs]), ..Default::default() };
+            let triggers = update_pod_status(&pod, &mut status, &view);
+            let cs = &status.init_container_statuses.unwrap()[0];
+            assert_eq!((cs.started, cs.ready), want, "{name}");
+            let want_triggers: Vec<String> = if triggered { vec![SIDE.into()] } else { vec![] };
+            assert_eq!(triggers, want_triggers, "{name}");
+        }
+    }
+
+    #[test]
+    fn triggers_every_unready_probed_container_in_status_order() {
+        let pod = pod(
+            vec![container("a", true), container("b", true), container("c", true)],
+            vec![sidecar("s"), container("i", true)],
+            None,
+        );
+        let mut status = PodStatus {
+            container_statuses: Some(vec![
+                running("a", "x://a", 5),
+                running("b", "x://b", 5),
+                running("c", "x://c", 5),
+            ]),
+            init_container_statuses: Some(vec![running("s", "x://s", 5), terminated("i", "x://i", 0)]),
+            ..Default::default()
+        };
+        let view = view(
+            &[("a", Readiness), ("b", Readiness), ("s", Readiness)],
+            &[(Readiness, "x://a", Failure), (Readiness, "x://b", Success)],
+        );
+        let triggers = update_pod_status(&pod, &mut status, &view);
+        assert_eq!(triggers, ["a", "s"], "c has no worker, b is ready, i is a plain init container");
+    }
+
+    #[test]
+    fn result_keys_cover_startup_and_readiness_of_every_container() {
+        let status = PodStatus {
+            container_statuses: Some(vec![running("a", "x://a", 0)]),
+            init_container_statuses: Some(vec![running("s", "x://s", 0)]),
+            ..Default::default()
+        };
+        let id = ContainerId::parse;
+        assert_eq!(
+            result_keys(&status),
+            [
+                (Startup, id("x://a")),
+                (Readiness, id("x://a")),
+                (Startup, id("x://s")),
+                (Readiness, id("x://s"))
+            ]
+        );
+    }
 }

@@ -34,14 +34,17 @@ pub struct Stop;
 #[rtype(result = "()")]
 pub struct Trigger;
 
-/// Sent to the manager when a worker is gone. `clean` is false when it died without going
-/// through its `stopped` hook (a panic in a handler).
+/// Sent to the manager when a worker is gone. `clean` is false when it died (a panic in a
+/// handler) rather than stopped.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct WorkerExited {
     pub key: ProbeKey,
     pub worker_id: u64,
     pub clean: bool,
+    /// A dead worker's state, when known: its replacement resumes from it (same container,
+    /// same threshold count, same hold), or the manager cleans up after it.
+    pub state: Option<WorkerState>,
 }
 
 /// Identifies a worker: pod UID, container name, probe kind.
@@ -95,6 +98,9 @@ pub struct ProbeWorker {
     tick_pending: bool,
     /// A manual trigger arrived while a probe was running.
     trigger_pending: bool,
+    /// A manual trigger found nothing to probe in the cached status: probe at the pod's next
+    /// status instead (see [`ProbeWorker::run_triggered`]).
+    status_wait: Option<SpawnHandle>,
     labels: metrics::ProbeLabels,
     /// Tells the manager when the worker is gone, however it goes.
     exit: ExitNotice,
@@ -109,6 +115,7 @@ impl ProbeWorker {
                 key: config.key.clone(),
                 worker_id: config.worker_id,
                 clean: false,
+                state: None,
             },
             key: config.key,
             pod: config.pod,
@@ -126,6 +133,7 @@ impl ProbeWorker {
             timer: None,
             tick_pending: false,
             trigger_pending: false,
+            status_wait: None,
             labels,
         }
     }
@@ -167,8 +175,8 @@ impl ProbeWorker {
         }
     }
 
-    /// One iteration of upstream `doProbe`.
-    fn run_probe(&mut self, ctx: &mut Context<Self>) {
+    /// One iteration of upstream `doProbe`; returns whether a probe was started.
+    fn run_probe(&mut self, ctx: &mut Context<Self>) -> bool {
         let started = Instant::now();
         let status = self.status.borrow().clone();
         let mut ops = Vec::new();
@@ -178,12 +186,15 @@ impl ProbeWorker {
             Next::Stop => {
                 tracing::debug!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Probe worker stopping itself");
                 ctx.stop();
-                return;
+                return false;
             }
-            Next::Skip => return,
+            Next::Skip => return false,
             Next::Probe(id) => id,
         };
-        let Some(status) = status else { return };
+        let Some(status) = status else { return false };
+        if let Some(wait) = self.status_wait.take() {
+            ctx.cancel_future(wait);
+        }
         // Not caught: a prober that panics while building its future kills this worker, and
         // the manager restarts it (counted in probelet_worker_restarts_total).
         let probe =
@@ -196,6 +207,35 @@ impl ProbeWorker {
             },
         ));
         self.in_flight = Some(handle);
+        true
+    }
+
+    /// A manual trigger: probe now and restart the schedule from now (upstream resets the
+    /// ticker). The pod sync that asks for the trigger (`UpdatePodStatus`) stores the status it
+    /// generates only afterwards, so the cached status may not show the container yet (it
+    /// just started): then the probe runs when the pod's next status is published, and the
+    /// schedule restarts from that probe. Without this, a new container's first readiness
+    /// probe would always come a full period after it started.
+    fn run_triggered(&mut self, ctx: &mut Context<Self>, wait_for_status: bool) {
+        // Marked seen before reading, so a status published meanwhile is not missed.
+        let mut view = self.status.clone();
+        view.borrow_and_update();
+        self.schedule_from(Instant::now(), ctx);
+        if self.run_probe(ctx) || !wait_for_status || !ctx.state().alive() || self.status_wait.is_some() {
+            return;
+        }
+        let changed = async move { view.changed().await.is_ok() };
+        self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(|changed, act, ctx| {
+            act.status_wait = None;
+            if !changed {
+                return;
+            }
+            if act.in_flight.is_some() {
+                act.trigger_pending = true;
+            } else {
+                act.run_triggered(ctx, false);
+            }
+        })));
     }
 
     fn finish_probe(
@@ -226,8 +266,7 @@ impl ProbeWorker {
     fn run_pending(&mut self, ctx: &mut Context<Self>) {
         if std::mem::take(&mut self.trigger_pending) {
             self.tick_pending = false;
-            self.schedule_from(Instant::now(), ctx);
-            self.run_probe(ctx);
+            self.run_triggered(ctx, true);
         } else if std::mem::take(&mut self.tick_pending) {
             self.run_probe(ctx);
         }
@@ -267,6 +306,14 @@ impl Actor for ProbeWorker {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        // A panic in a handler drops the actor's context, and actix stops the actor from that
+        // drop, so this runs during the unwinding: the worker died, it did not stop. Leave the
+        // notice unclean so the manager restarts it, and keep the cached result and metric
+        // series for the replacement, which resumes from this state.
+        if std::thread::panicking() {
+            self.exit.state = Some(self.state.clone());
+            return;
+        }
         if let Some(container_id) = self.state.container_id.take() {
             self.results.do_send(RemoveResult { kind: self.key.kind, container_id });
         }
@@ -298,8 +345,7 @@ impl Handler<Trigger> for ProbeWorker {
             self.trigger_pending = true;
             return;
         }
-        self.schedule_from(Instant::now(), ctx);
-        self.run_probe(ctx);
+        self.run_triggered(ctx, true);
     }
 }
 
@@ -312,6 +358,7 @@ struct ExitNotice {
     key: ProbeKey,
     worker_id: u64,
     clean: bool,
+    state: Option<WorkerState>,
 }
 
 impl Drop for ExitNotice {
@@ -320,6 +367,7 @@ impl Drop for ExitNotice {
             key: self.key.clone(),
             worker_id: self.worker_id,
             clean: self.clean,
+            state: self.state.take(),
         });
     }
 }

@@ -1,0 +1,474 @@
+//! The prober manager (spec §3) and the results cache (spec §2) through the pipeline, under
+//! paused time with a scripted prober: which workers exist after AddPod / RemovePod /
+//! StopLivenessAndStartup / CleanupPods, churn at scale, `UpdatePodStatus`'s agent-restart
+//! readiness rules, the worker gauge, and lossless change emission.
+
+// Test helpers may panic: a panic there is a failed assertion.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use probelet::container::ContainerId;
+use probelet::metrics::PrometheusRegistry;
+use probelet::prober::manager::{AddPod, CleanupPods, RemovePod};
+use probelet::prober::worker::ProbeKey;
+use probelet::prober::{ProbeKind, ProbeResult};
+use probelet::results::{GetResults, RemoveResult, ResultsCache, SetResult, SubscribeResults};
+use probelet::status::POD_READY;
+use support::kubelet::{DrainLog, Harness, ResultLog, advance, epoch, run_for, settle};
+use support::pods::{PodBuilder, probe, running, test_pod};
+use tokio::time::Instant;
+
+use ProbeKind::{Liveness, Readiness, Startup};
+use ProbeResult::{Failure, Success};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A started harness (one round trip done) and the instant its manager started at.
+async fn harness() -> (Harness, Instant) {
+    tokio::time::pause();
+    let t0 = Instant::now();
+    let h = Harness::start();
+    h.worker_count().await;
+    (h, t0)
+}
+
+/// A harness whose manager is older than one period: no jitter for new workers.
+async fn aged() -> (Harness, Instant) {
+    let (h, t0) = harness().await;
+    advance(secs(11)).await;
+    (h, t0)
+}
+
+fn wall(t0: Instant) -> Timestamp {
+    epoch() + (Instant::now() - t0)
+}
+
+/// `container` with all three probes.
+fn all_probes(pod: PodBuilder, container: &str) -> PodBuilder {
+    pod.container(container)
+        .with_probe(container, Startup, probe(10, 1, 3))
+        .with_probe(container, Readiness, probe(10, 1, 3))
+        .with_probe(container, Liveness, probe(10, 1, 3))
+}
+
+/// The workers as sorted (container, kind) pairs, for one pod.
+async fn workers_of(h: &Harness, pod: &Arc<Pod>) -> Vec<(String, ProbeKind)> {
+    let uid = pod.metadata.uid.clone().unwrap();
+    let mut keys: Vec<_> = h
+        .pipeline
+        .workers()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|k: &ProbeKey| k.pod_uid == uid)
+        .map(|k| (k.container_name, k.kind))
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn pairs(items: &[(&str, ProbeKind)]) -> Vec<(String, ProbeKind)> {
+    let mut v: Vec<_> = items.iter().map(|(c, k)| ((*c).to_owned(), *k)).collect();
+    v.sort();
+    v
+}
+
+// === AddPod ===
+
+#[actix::test]
+async fn add_pod_twice_keeps_one_worker_per_probe() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("twice")
+        .container("app")
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .build();
+    h.pipeline.add_pod(pod.clone());
+    h.pipeline.add_pod(pod.clone());
+    h.wait_workers(2).await;
+    // The sync adds the pod a third time.
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(25)).await;
+    assert_eq!(h.worker_count().await, 2);
+    // One schedule each: liveness at 10 and 20; readiness also at 0 (the sync's trigger).
+    assert_eq!(h.prober.calls_of("app", Liveness).len(), 2, "no duplicate liveness probes");
+    assert_eq!(h.prober.calls_of("app", Readiness).len(), 3, "no duplicate readiness probes");
+}
+
+#[actix::test]
+async fn add_pod_continues_past_an_existing_worker() {
+    let (h, _) = harness().await;
+    let before = test_pod("grow").container("a").container("b").with_probe("a", Readiness, probe(10, 1, 3));
+    h.pipeline.add_pod(before.clone().build());
+    h.wait_workers(1).await;
+    let after =
+        before.with_probe("b", Readiness, probe(10, 1, 3)).with_probe("b", Liveness, probe(10, 1, 3)).build();
+    h.pipeline.add_pod(after.clone());
+    h.wait_workers(3).await;
+    assert_eq!(workers_of(&h, &after).await, pairs(&[("a", Readiness), ("b", Readiness), ("b", Liveness)]));
+}
+
+#[actix::test]
+async fn sidecars_get_workers_but_plain_init_containers_do_not() {
+    let (h, _) = harness().await;
+    let pod = test_pod("inits")
+        .init_container("init")
+        .sidecar("side")
+        .container("app")
+        .with_probe("init", Readiness, probe(10, 1, 3))
+        .with_probe("side", Readiness, probe(10, 1, 3))
+        .with_probe("side", Startup, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .build();
+    h.pipeline.add_pod(pod.clone());
+    settle().await;
+    assert_eq!(
+        workers_of(&h, &pod).await,
+        pairs(&[("side", Readiness), ("side", Startup), ("app", Liveness)])
+    );
+}
+
+#[actix::test]
+async fn pod_without_probes_gets_no_workers() {
+    let (h, _) = harness().await;
+    let pod = test_pod("plain").container("app").build();
+    h.pipeline.add_pod(pod);
+    settle().await;
+    assert_eq!(h.worker_count().await, 0);
+}
+
+// === stopping ===
+
+#[actix::test]
+async fn remove_pod_stops_all_of_its_workers() {
+    let (h, _) = harness().await;
+    let gone = all_probes(test_pod("gone"), "app")
+        .sidecar("side")
+        .with_probe("side", Readiness, probe(10, 1, 3))
+        .build();
+    let kept = all_probes(test_pod("kept"), "app").build();
+    h.pipeline.add_pod(gone.clone());
+    h.pipeline.add_pod(kept.clone());
+    h.wait_workers(7).await;
+    h.pipeline.remove_pod(gone.clone());
+    h.wait_workers(3).await;
+    assert!(workers_of(&h, &gone).await.is_empty());
+    assert_eq!(workers_of(&h, &kept).await.len(), 3);
+}
+
+#[actix::test]
+async fn stop_liveness_and_startup_leaves_readiness_running() {
+    let (h, t0) = aged().await;
+    let pod = all_probes(test_pod("terminating"), "app")
+        .sidecar("side")
+        .with_probe("side", Liveness, probe(10, 1, 3))
+        .with_probe("side", Readiness, probe(10, 1, 3))
+        .build();
+    h.pipeline.add_pod(pod.clone());
+    h.wait_workers(5).await;
+    h.pipeline.stop_liveness_and_startup(pod.clone());
+    h.wait_workers(2).await;
+    assert_eq!(workers_of(&h, &pod).await, pairs(&[("app", Readiness), ("side", Readiness)]));
+    // Readiness keeps probing through termination (no more pod syncs, so no AddPod).
+    let started = |mut s: k8s_openapi::api::core::v1::ContainerStatus| {
+        s.started = Some(true);
+        s
+    };
+    let status = PodStatus {
+        phase: Some("Running".into()),
+        init_container_statuses: Some(vec![started(running("side", "cri://s", wall(t0)))]),
+        container_statuses: Some(vec![started(running("app", "cri://1", wall(t0)))]),
+        ..Default::default()
+    };
+    h.pipeline.set_pod_status(pod.clone(), status);
+    run_for(secs(25)).await;
+    assert!(h.prober.calls_of("app", Readiness).len() >= 2);
+    assert!(h.prober.calls_of("side", Readiness).len() >= 2);
+    assert!(h.prober.calls_of("app", Liveness).is_empty());
+    assert!(h.prober.calls_of("side", Liveness).is_empty());
+}
+
+#[actix::test]
+async fn cleanup_pods_stops_only_pods_not_desired() {
+    let (h, _) = harness().await;
+    let pods: Vec<_> = ["p1", "p2", "p3"].iter().map(|n| all_probes(test_pod(n), "app").build()).collect();
+    for pod in &pods {
+        h.pipeline.add_pod(pod.clone());
+    }
+    h.wait_workers(9).await;
+    let desired: HashSet<String> =
+        ["uid-p1".to_owned(), "uid-p3".to_owned(), "uid-elsewhere".to_owned()].into();
+    h.pipeline.cleanup_pods(desired.clone());
+    h.pipeline.cleanup_pods(desired);
+    h.wait_workers(6).await;
+    assert!(workers_of(&h, &pods[1]).await.is_empty());
+    assert_eq!(workers_of(&h, &pods[0]).await.len(), 3);
+    assert_eq!(workers_of(&h, &pods[2]).await.len(), 3);
+}
+
+#[actix::test]
+async fn removing_an_unknown_pod_is_a_no_op() {
+    let (h, _) = harness().await;
+    let known = all_probes(test_pod("known"), "app").build();
+    h.pipeline.add_pod(known.clone());
+    h.wait_workers(3).await;
+    let unknown = all_probes(test_pod("unknown"), "app").build();
+    h.pipeline.remove_pod(unknown.clone());
+    h.pipeline.remove_pod(unknown);
+    let mut no_uid = (*known).clone();
+    no_uid.metadata.uid = None;
+    h.pipeline.remove_pod(Arc::new(no_uid));
+    settle().await;
+    assert_eq!(h.worker_count().await, 3);
+    h.pipeline.remove_pod(known.clone());
+    h.pipeline.remove_pod(known);
+    h.wait_workers(0).await;
+}
+
+// === scale ===
+
+#[actix::test]
+async fn cleanup_of_many_pods_repeated_ends_with_no_workers() {
+    let (h, t0) = harness().await;
+    let pods: Vec<_> = (0..100).map(|i| all_probes(test_pod(&format!("many-{i}")), "app").build()).collect();
+    for pod in &pods {
+        h.pipeline.add_pod(pod.clone());
+    }
+    h.wait_workers(300).await;
+    // Some workers are probing (status stored), the others still in their jitter.
+    for pod in pods.iter().take(50) {
+        let mut app = running("app", "cri://1", wall(t0));
+        app.started = Some(true);
+        h.pipeline.set_pod_status(
+            pod.clone(),
+            PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(vec![app]),
+                ..Default::default()
+            },
+        );
+    }
+    advance(secs(5)).await;
+    for _ in 0..10 {
+        h.pipeline.prober_manager.do_send(CleanupPods(HashSet::new()));
+    }
+    h.wait_workers(0).await;
+    h.pipeline.cleanup_pods(HashSet::new());
+    assert_eq!(h.worker_count().await, 0, "the manager still answers");
+}
+
+#[actix::test]
+async fn add_and_remove_the_same_pod_a_thousand_times() {
+    let (h, t0) = aged().await;
+    let pod = all_probes(test_pod("churn"), "app").build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    for _ in 0..1_000 {
+        h.pipeline.prober_manager.do_send(AddPod(pod.clone()));
+        h.pipeline.prober_manager.do_send(RemovePod(pod.clone()));
+    }
+    h.wait_workers(0).await;
+
+    for _ in 0..1_000 {
+        h.pipeline.prober_manager.do_send(RemovePod(pod.clone()));
+        h.pipeline.prober_manager.do_send(AddPod(pod.clone()));
+    }
+    h.wait_workers(3).await;
+    // Let every stopped worker finish exiting; the three live ones stay.
+    run_for(secs(1)).await;
+    assert_eq!(workers_of(&h, &pod).await, pairs(&[("app", Startup), ("app", Readiness), ("app", Liveness)]));
+    for kind in [Startup, Readiness, Liveness] {
+        assert!(
+            h.result(kind, "cri://1").await.is_some(),
+            "{kind}: stopped workers left the live one's result"
+        );
+    }
+    // The survivors probe on one schedule each.
+    let before = h.prober.calls_of("app", Liveness).len();
+    run_for(secs(10)).await;
+    assert_eq!(h.prober.calls_of("app", Liveness).len(), before + 1, "exactly one liveness worker probes");
+}
+
+// === UpdatePodStatus: agent-restart readiness ===
+
+/// A pod with a readiness probe on `app` whose API status says Ready = `api_ready` and lists
+/// `app` with `api_id`.
+fn restarted_agent_pod(name: &str, api_ready: &str, api_id: &str) -> Arc<Pod> {
+    let api = PodStatus {
+        conditions: Some(vec![PodCondition {
+            type_: POD_READY.into(),
+            status: api_ready.into(),
+            ..Default::default()
+        }]),
+        container_statuses: Some(vec![running("app", api_id, epoch())]),
+        ..Default::default()
+    };
+    test_pod(name).container("app").with_probe("app", Readiness, probe(10, 1, 3)).with_status(api).build()
+}
+
+/// `ready` of `app` from `UpdatePodStatus`, with a readiness worker and no readiness result,
+/// for a container that started `started_before` the manager.
+async fn ready_after_agent_restart(pod: Arc<Pod>, started_before: Duration) -> bool {
+    let (h, _) = harness().await;
+    h.pipeline.add_pod(pod.clone());
+    h.wait_workers(1).await;
+    let status = PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![running("app", "cri://1", epoch() - started_before)]),
+        ..Default::default()
+    };
+    let status = h.pipeline.update_pod_status(pod, status).await.unwrap();
+    assert_eq!(h.result(Readiness, "cri://1").await, None, "no readiness result yet");
+    let app = &status.container_statuses.unwrap()[0];
+    assert_eq!(app.started, Some(true));
+    app.ready
+}
+
+#[actix::test]
+async fn agent_restart_keeps_readiness_while_the_api_says_ready() {
+    let pod = restarted_agent_pod("kept-ready", "True", "cri://1");
+    assert!(ready_after_agent_restart(pod, secs(60)).await);
+}
+
+#[actix::test]
+async fn agent_restart_drops_readiness_when_the_api_pod_is_not_ready() {
+    let pod = restarted_agent_pod("api-not-ready", "False", "cri://1");
+    assert!(!ready_after_agent_restart(pod, secs(60)).await);
+}
+
+#[actix::test]
+async fn agent_restart_drops_readiness_when_the_api_names_another_container() {
+    let pod = restarted_agent_pod("replaced", "True", "cri://0");
+    assert!(!ready_after_agent_restart(pod, secs(60)).await);
+}
+
+#[actix::test]
+async fn agent_restart_does_not_keep_readiness_of_a_recent_container() {
+    let pod = restarted_agent_pod("recent", "True", "cri://1");
+    assert!(!ready_after_agent_restart(pod, secs(5)).await);
+}
+
+// === metrics ===
+
+/// `probelet_probe_workers{probe_type="<kind>"}` in `registry`, 0 if absent.
+fn workers_gauge(registry: &PrometheusRegistry, kind: &str) -> f64 {
+    let prefix = format!("probelet_probe_workers{{probe_type=\"{kind}\"}} ");
+    registry.render().lines().find_map(|l| l.strip_prefix(&prefix).map(|v| v.parse().unwrap())).unwrap_or(0.0)
+}
+
+#[actix::test]
+async fn worker_gauge_follows_workers_by_type() {
+    // A thread-local recorder: the gauge has no per-pod label, and other tests of this binary
+    // record into the global one in parallel. The manager runs on this thread.
+    let registry = PrometheusRegistry::new();
+    let _local = metrics::set_default_local_recorder(&registry);
+    let (h, _) = harness().await;
+    let a = all_probes(test_pod("gauge-a"), "app").build();
+    let b = test_pod("gauge-b").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.pipeline.add_pod(a.clone());
+    h.pipeline.add_pod(b.clone());
+    h.wait_workers(4).await;
+    assert_eq!(workers_gauge(&registry, "Readiness"), 2.0);
+    assert_eq!(workers_gauge(&registry, "Liveness"), 1.0);
+    assert_eq!(workers_gauge(&registry, "Startup"), 1.0);
+
+    h.pipeline.stop_liveness_and_startup(a.clone());
+    h.wait_workers(2).await;
+    assert_eq!(workers_gauge(&registry, "Readiness"), 2.0);
+    assert_eq!(workers_gauge(&registry, "Liveness"), 0.0);
+    assert_eq!(workers_gauge(&registry, "Startup"), 0.0);
+
+    for _ in 0..10 {
+        h.pipeline.prober_manager.do_send(RemovePod(b.clone()));
+        h.pipeline.prober_manager.do_send(AddPod(b.clone()));
+    }
+    h.wait_workers(2).await;
+    run_for(secs(1)).await;
+    assert_eq!(workers_gauge(&registry, "Readiness"), 2.0, "churn leaves the gauge at the worker count");
+
+    h.pipeline.cleanup_pods(HashSet::new());
+    h.wait_workers(0).await;
+    run_for(secs(1)).await;
+    assert_eq!(workers_gauge(&registry, "Readiness"), 0.0);
+}
+
+// === the results cache ===
+
+fn set(kind: ProbeKind, id: &str, result: ProbeResult) -> SetResult {
+    SetResult { kind, container_id: ContainerId::parse(id), result, pod_uid: "uid-cache".into() }
+}
+
+#[actix::test]
+async fn results_cache_emits_only_on_change() {
+    let cache = ResultsCache::new(None, None).start();
+    let log = ResultLog::default().start();
+    cache.send(SubscribeResults(log.clone().recipient())).await.unwrap();
+    for msg in [
+        set(Readiness, "cri://1", Failure),
+        set(Readiness, "cri://1", Failure),
+        set(Readiness, "cri://1", Success),
+        set(Readiness, "cri://1", Success),
+        // Same container ID, another kind: its own entry.
+        set(Liveness, "cri://1", Success),
+        set(Liveness, "cri://1", Success),
+    ] {
+        cache.send(msg).await.unwrap();
+    }
+    let changes: Vec<_> = log.send(DrainLog).await.unwrap().into_iter().map(|c| (c.kind, c.result)).collect();
+    assert_eq!(changes, [(Readiness, Failure), (Readiness, Success), (Liveness, Success)]);
+}
+
+#[actix::test]
+async fn results_cache_remove_emits_nothing() {
+    let cache = ResultsCache::new(None, None).start();
+    let log = ResultLog::default().start();
+    cache.send(SubscribeResults(log.clone().recipient())).await.unwrap();
+    cache.send(set(Startup, "cri://1", Success)).await.unwrap();
+    log.send(DrainLog).await.unwrap();
+    cache.send(RemoveResult { kind: Startup, container_id: ContainerId::parse("cri://1") }).await.unwrap();
+    let got = cache.send(GetResults(vec![(Startup, ContainerId::parse("cri://1"))])).await.unwrap();
+    assert_eq!(got, [None]);
+    assert!(log.send(DrainLog).await.unwrap().is_empty(), "a removal is not a change");
+    // The same value again is new after the removal.
+    cache.send(set(Startup, "cri://1", Success)).await.unwrap();
+    assert_eq!(log.send(DrainLog).await.unwrap().len(), 1);
+}
+
+#[actix::test]
+async fn results_cache_delivers_every_change_to_a_stalled_subscriber() {
+    // The subscriber lives on an arbiter whose thread is blocked until the test releases it.
+    let arbiter = Arbiter::new();
+    let log = ResultLog::start_in_arbiter(&arbiter.handle(), |_| ResultLog::default());
+    let (blocked_tx, blocked_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    assert!(arbiter.spawn(async move {
+        let _ = blocked_tx.send(());
+        let _ = release_rx.recv();
+    }));
+    blocked_rx.await.unwrap();
+
+    let cache = ResultsCache::new(None, None).start();
+    cache.send(SubscribeResults(log.clone().recipient())).await.unwrap();
+    let results: Vec<ProbeResult> = (0..1_000).map(|i| if i % 2 == 0 { Failure } else { Success }).collect();
+    for r in &results {
+        cache.do_send(set(Readiness, "cri://1", *r));
+    }
+    // The cache handled all of them while nobody drained the subscriber.
+    let last = cache.send(GetResults(vec![(Readiness, ContainerId::parse("cri://1"))])).await.unwrap();
+    assert_eq!(last, [Some(Success)]);
+
+    release_tx.send(()).unwrap();
+    let delivered: Vec<_> = log.send(DrainLog).await.unwrap().into_iter().map(|c| c.result).collect();
+    assert_eq!(delivered, results, "every change, in order");
+    arbiter.stop();
+}

@@ -1,0 +1,611 @@
+//! Probe workers through the whole pipeline (spec §1, §4.9), under paused time with a scripted
+//! prober: the schedule, start-up jitter, manual trigger, initial delay, startup gating,
+//! thresholds, stop rules, errors, panics, restarts, cancellation and metrics.
+//!
+//! The harness's manager starts at the test's first instant; most tests age it past one period
+//! first (`aged`) so that new workers start without jitter. Probe start instants come from the
+//! scripted prober's call log and are compared with a millisecond of slack (tokio rounds timer
+//! deadlines up to the next millisecond).
+
+// Test helpers may panic: a panic there is a failed assertion.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::jiff::Timestamp;
+use probelet::metrics::PrometheusRegistry;
+use probelet::prober::{ProbeKind, ProbeResult};
+use probelet::status::POD_READY;
+use support::kubelet::{DrainLog, Harness, advance, epoch, run_for, settle};
+use support::pods::{probe, running, terminated, test_pod, waiting};
+use support::scripted::Step;
+use tokio::time::Instant;
+
+use ProbeKind::{Liveness, Readiness, Startup};
+use ProbeResult::{Failure, Success, Unknown};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// `got` is `want`, give or take the millisecond tokio rounds timer deadlines up by.
+#[track_caller]
+fn assert_near(got: Duration, want: Duration, what: &str) {
+    let diff = got.abs_diff(want);
+    assert!(diff <= Duration::from_millis(2), "{what}: got {got:?}, want {want:?}");
+}
+
+/// A started harness (one round trip done) and the instant the manager started at.
+async fn harness() -> (Harness, Instant) {
+    tokio::time::pause();
+    let t0 = Instant::now();
+    let h = Harness::start();
+    h.worker_count().await;
+    (h, t0)
+}
+
+/// A harness whose manager is older than any period used here: no jitter for new workers.
+async fn aged() -> (Harness, Instant) {
+    let (h, t0) = harness().await;
+    advance(secs(11)).await;
+    (h, t0)
+}
+
+/// The harness's wall clock now (it reads [`epoch`] at `t0` and follows tokio time).
+fn wall(t0: Instant) -> Timestamp {
+    epoch() + (Instant::now() - t0)
+}
+
+/// The instants at which (container, kind) was probed, relative to `from`.
+fn probe_times(h: &Harness, container: &str, kind: ProbeKind, from: Instant) -> Vec<Duration> {
+    h.prober.calls_of(container, kind).iter().map(|c| c.at.saturating_duration_since(from)).collect()
+}
+
+/// The `prober_probe_total` / `prober_probe_duration_seconds` lines of one pod in the global
+/// registry's render.
+fn metric_lines(registry: &PrometheusRegistry, pod: &str) -> Vec<String> {
+    let needle = format!("pod=\"{pod}\"");
+    registry.render().lines().filter(|l| l.contains(&needle)).map(str::to_owned).collect()
+}
+
+// === schedule ===
+
+#[actix::test]
+async fn first_probe_runs_at_once_then_every_period() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("sched").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    let first = probe_times(&h, "app", Readiness, start);
+    assert_eq!(first.len(), 1, "the first probe does not wait for a tick");
+    assert_near(first[0], Duration::ZERO, "first probe");
+
+    run_for(secs(35)).await;
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 4, "{times:?}");
+    for (i, t) in times.iter().enumerate() {
+        assert_near(*t, secs(10 * i as u64), "fixed-rate schedule");
+    }
+}
+
+#[actix::test]
+async fn slow_probe_keeps_starts_one_period_apart() {
+    let (h, t0) = aged().await;
+    h.prober.always("app", Readiness, Step::Slow(secs(3), Success));
+    let pod = test_pod("slow").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(25)).await;
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 3, "{times:?}");
+    assert_near(times[1] - times[0], secs(10), "fixed rate, not period + probe time");
+    assert_near(times[2] - times[1], secs(10), "fixed rate, not period + probe time");
+}
+
+#[actix::test]
+async fn probe_slower_than_period_runs_again_right_after_it_returns() {
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Step::Slow(secs(25), Success)]);
+    let pod = test_pod("slower").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(35)).await;
+    // Ticks at 10 and 20 collapse into one pending tick, run when the probe returns at 25;
+    // the schedule stays on its grid (30).
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 3, "{times:?}");
+    assert_near(times[1], secs(25), "the pending tick runs when the slow probe returns");
+    assert_near(times[2], secs(30), "then the grid again");
+}
+
+#[actix::test]
+async fn young_manager_delays_the_first_probe_by_jitter() {
+    let (h, t0) = harness().await;
+    let pod = test_pod("jitter").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert!(h.prober.calls().is_empty(), "a young manager's worker waits before its first probe");
+    run_for(secs(10)).await;
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 1, "{times:?}");
+    assert!(times[0] > Duration::ZERO && times[0] < secs(10), "jitter in (0, period): {:?}", times[0]);
+}
+
+#[actix::test]
+async fn worker_created_after_the_manager_is_one_period_old_probes_at_once() {
+    let (h, t0) = harness().await;
+    advance(secs(10)).await;
+    let pod = test_pod("nojitter").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 1, "no jitter once the manager is a period old");
+    assert_near(times[0], Duration::ZERO, "first probe");
+}
+
+#[actix::test]
+async fn manual_trigger_probes_at_once_and_restarts_the_schedule() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("trigger").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let added = Instant::now();
+    // The worker starts before the container runs: nothing to probe, the schedule runs.
+    h.sync(&pod, vec![waiting("app")]).await;
+    settle().await;
+    assert!(h.prober.calls().is_empty());
+
+    run_for(secs(4)).await;
+    // The container started: the sync's UpdatePodStatus finds no readiness result and
+    // triggers the worker.
+    let triggered = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    let times = probe_times(&h, "app", Readiness, triggered);
+    assert_eq!(times.len(), 1, "the trigger probes at once");
+    assert_near(times[0], Duration::ZERO, "triggered probe");
+
+    // The tick the worker was created with (added + 10) is gone.
+    run_for(secs(8)).await;
+    assert!(Instant::now() > added + secs(10));
+    assert_eq!(h.prober.calls().len(), 1, "no probe on the old schedule");
+    run_for(secs(3)).await;
+    let times = probe_times(&h, "app", Readiness, triggered);
+    assert_eq!(times.len(), 2, "{times:?}");
+    assert_near(times[1], secs(10), "next periodic probe one period after the manual one");
+}
+
+// === initial delay and startup gating ===
+
+#[actix::test]
+async fn initial_delay_counts_from_started_at() {
+    let (h, t0) = aged().await;
+    let mut p = probe(1, 1, 3);
+    p.initial_delay_seconds = Some(15);
+    let pod = test_pod("delay").container("app").with_probe("app", Readiness, p).build();
+    // Started 5 s ago: the first probe is due 10 s from now.
+    let started_at = wall(t0) - secs(5);
+    let now = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", started_at)]).await;
+    run_for(Duration::from_millis(9_500)).await;
+    assert!(h.prober.calls().is_empty(), "no probe before startedAt + 15 s");
+    run_for(secs(2)).await;
+    let times = probe_times(&h, "app", Readiness, now);
+    assert!(!times.is_empty(), "probed once the delay passed");
+    assert!(times[0] >= secs(10), "first probe at {:?}", times[0]);
+}
+
+#[actix::test]
+async fn liveness_and_readiness_wait_for_started() {
+    let (h, t0) = aged().await;
+    h.prober.always("app", Startup, Step::Return(Failure));
+    let pod = test_pod("gated")
+        .container("app")
+        .with_probe("app", Startup, probe(10, 1, 100))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .build();
+    h.sync(&pod, vec![waiting("app")]).await;
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(35)).await;
+    assert!(h.prober.calls_of("app", Startup).len() >= 3, "startup probes while not started");
+    assert!(h.prober.calls_of("app", Readiness).is_empty(), "readiness gated on started");
+    assert!(h.prober.calls_of("app", Liveness).is_empty(), "liveness gated on started");
+    assert_eq!(h.container(&pod, "app").await.started, Some(false));
+
+    // Startup succeeds: the status manager marks the container started, and the other
+    // workers probe at their next tick without another pod sync.
+    h.prober.always("app", Startup, Step::Return(Success));
+    run_for(secs(10)).await;
+    assert_eq!(h.container(&pod, "app").await.started, Some(true));
+    run_for(secs(10)).await;
+    assert!(!h.prober.calls_of("app", Readiness).is_empty(), "readiness probes once started");
+    assert!(!h.prober.calls_of("app", Liveness).is_empty(), "liveness probes once started");
+}
+
+#[actix::test]
+async fn startup_worker_holds_after_its_decision() {
+    let (h, t0) = aged().await;
+    h.prober.always("app", Startup, Step::Return(Failure));
+    let pod = test_pod("startup-hold").container("app").with_probe("app", Startup, probe(10, 1, 2)).build();
+    h.sync(&pod, vec![waiting("app")]).await;
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    // The worker first sees the container at its next tick (10 s), fails twice (10, 20).
+    run_for(secs(25)).await;
+    assert_eq!(h.result(Startup, "cri://1").await, Some(Failure), "failure threshold reached");
+    let decided = h.prober.calls_of("app", Startup).len();
+    assert_eq!(decided, 2);
+    run_for(secs(40)).await;
+    assert_eq!(h.prober.calls_of("app", Startup).len(), decided, "no probe after the decision");
+
+    // A new container lifts the hold.
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    run_for(secs(10)).await;
+    let calls = h.prober.calls_of("app", Startup);
+    assert!(calls.len() > decided, "probing resumes for the new container");
+    assert_eq!(calls.last().unwrap().container_id.to_string(), "cri://2");
+}
+
+#[actix::test]
+async fn startup_worker_does_not_probe_a_started_container() {
+    let (h, t0) = harness().await;
+    // A container that started long before the agent and was reported started: nothing
+    // is reseeded, the cached status keeps started=true, and the startup worker never probes.
+    let pod = test_pod("already-started")
+        .container("app")
+        .with_probe("app", Startup, probe(10, 1, 3))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .build();
+    let mut app = running("app", "cri://1", wall(t0) - secs(60));
+    app.started = Some(true);
+    h.sync(&pod, vec![app.clone()]).await;
+    h.sync(&pod, vec![app]).await;
+    run_for(secs(45)).await;
+    assert_eq!(h.container(&pod, "app").await.started, Some(true));
+    assert!(!h.prober.calls_of("app", Readiness).is_empty(), "readiness probes");
+    assert!(h.prober.calls_of("app", Startup).is_empty(), "startup never probes a started container");
+}
+
+// === thresholds ===
+
+#[actix::test]
+async fn readiness_thresholds_through_the_worker() {
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Success, Success, Failure, Failure, Failure].map(Step::Return));
+    h.prober.always("app", Readiness, Step::Return(Failure));
+    let pod = test_pod("thresholds").container("app").with_probe("app", Readiness, probe(10, 2, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Failure), "seed; one success is below 2");
+    run_for(secs(5)).await;
+    let mut seen = vec![];
+    for _ in 0..4 {
+        run_for(secs(10)).await;
+        seen.push(h.result(Readiness, "cri://1").await.unwrap());
+    }
+    // S(2) → Success; F(1), F(2) below 3; F(3) → Failure.
+    assert_eq!(seen, [Success, Success, Success, Failure]);
+}
+
+#[actix::test]
+async fn liveness_failure_holds_until_a_new_container() {
+    let (h, t0) = aged().await;
+    h.prober.always("app", Liveness, Step::Return(Failure));
+    let pod = test_pod("liveness-hold").container("app").with_probe("app", Liveness, probe(10, 1, 2)).build();
+    let log = h.result_log();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(15)).await;
+    assert_eq!(h.result(Liveness, "cri://1").await, Some(Failure));
+    assert_eq!(h.prober.calls_of("app", Liveness).len(), 2);
+    run_for(secs(40)).await;
+    assert_eq!(h.prober.calls_of("app", Liveness).len(), 2, "held: no probes of the failed container");
+    let changes = log.send(DrainLog).await.unwrap();
+    let liveness: Vec<_> = changes.iter().filter(|c| c.kind == Liveness).map(|c| c.result).collect();
+    assert_eq!(liveness, [Success, Failure], "seed, then one failure");
+
+    h.prober.always("app", Liveness, Step::Return(Success));
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    run_for(secs(10)).await;
+    let calls = h.prober.calls_of("app", Liveness);
+    assert_eq!(calls.len(), 3, "the new container is probed");
+    assert_eq!(calls[2].container_id.to_string(), "cri://2");
+    assert_eq!(h.result(Liveness, "cri://1").await, None, "the old container's entry is removed");
+    assert_eq!(h.result(Liveness, "cri://2").await, Some(Success));
+}
+
+#[actix::test]
+async fn success_run_carries_over_a_container_restart() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("carry").container("app").with_probe("app", Readiness, probe(10, 2, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert_eq!(h.prober.calls().len(), 1);
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Failure), "one success is below 2");
+
+    // The container restarts; its runtime status is stored without a pod sync (which would
+    // trigger a probe of the cached, old container).
+    let mut status = (*h.status(&pod).await).clone();
+    status.container_statuses = Some(vec![running("app", "cri://2", wall(t0))]);
+    status.container_statuses.as_mut().unwrap()[0].started = Some(true);
+    h.pipeline.set_pod_status(pod.clone(), status);
+    run_for(secs(15)).await;
+    let calls = h.prober.calls_of("app", Readiness);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].container_id.to_string(), "cri://2");
+    assert_eq!(
+        h.result(Readiness, "cri://2").await,
+        Some(Success),
+        "the run of successes counts the old container's success"
+    );
+}
+
+// === non-running containers and stop rules ===
+
+#[actix::test]
+async fn non_running_container_writes_failure_for_every_kind() {
+    let (h, _) = aged().await;
+    let pod = test_pod("down")
+        .container("app")
+        .with_probe("app", Startup, probe(10, 1, 3))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .build();
+    let log = h.result_log();
+    h.sync(&pod, vec![terminated("app", "cri://1", 1)]).await;
+    settle().await;
+    for kind in [Startup, Readiness, Liveness] {
+        assert_eq!(h.result(kind, "cri://1").await, Some(Failure), "{kind}");
+    }
+    let changes = log.send(DrainLog).await.unwrap();
+    for kind in [Startup, Readiness, Liveness] {
+        let last = changes.iter().rfind(|c| c.kind == kind).map(|c| c.result);
+        assert_eq!(last, Some(Failure), "{kind} change emitted: {changes:?}");
+    }
+    assert!(h.prober.calls().is_empty(), "nothing probed");
+    assert_eq!(h.worker_count().await, 3, "restartPolicy Always: workers keep going");
+}
+
+#[actix::test]
+async fn terminal_pod_phase_stops_every_worker() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("finished")
+        .container("app")
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    h.wait_workers(2).await;
+    let status = PodStatus {
+        phase: Some("Succeeded".into()),
+        container_statuses: Some(vec![terminated("app", "cri://1", 0)]),
+        ..Default::default()
+    };
+    h.pipeline.set_pod_status(pod.clone(), status);
+    settle().await;
+    assert_eq!(h.worker_count().await, 2, "workers notice at their next probe");
+    run_for(secs(11)).await;
+    h.wait_workers(0).await;
+}
+
+#[actix::test]
+async fn terminated_container_with_restart_policy_never_stops_only_regular_workers() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("never")
+        .restart_policy("Never")
+        .sidecar("side")
+        .container("app")
+        .with_probe("side", Readiness, probe(10, 1, 3))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .build();
+    h.sync_with(
+        &pod,
+        "Running",
+        vec![running("side", "cri://s", wall(t0))],
+        vec![running("app", "cri://a", wall(t0))],
+    )
+    .await;
+    h.wait_workers(2).await;
+    h.sync_with(
+        &pod,
+        "Running",
+        vec![terminated("side", "cri://s", 1)],
+        vec![terminated("app", "cri://a", 1)],
+    )
+    .await;
+    run_for(secs(11)).await;
+    h.wait_workers(1).await;
+    let left = h.pipeline.workers().await.unwrap();
+    assert_eq!(left[0].container_name, "side", "the sidecar will be restarted: its worker stays");
+    assert_eq!(h.result(Readiness, "cri://s").await, Some(Failure));
+}
+
+#[actix::test]
+async fn pod_deleted_before_add_quiets_liveness_and_startup_but_not_readiness() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("deleting")
+        .deleting()
+        .container("app")
+        .with_probe("app", Startup, probe(10, 1, 3))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .build();
+    let log = h.result_log();
+    h.sync(&pod, vec![waiting("app")]).await;
+    h.wait_workers(3).await;
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(11)).await;
+    h.wait_workers(1).await;
+    assert_eq!(h.pipeline.workers().await.unwrap()[0].kind, Readiness);
+    let changes = log.send(DrainLog).await.unwrap();
+    let of = |kind| changes.iter().filter(|c| c.kind == kind).map(|c| c.result).collect::<Vec<_>>();
+    assert_eq!(of(Startup), [Unknown, Success], "startup: seed, then Success at deletion");
+    assert_eq!(of(Liveness), [Success], "liveness: Success (its seed too), never Failure");
+    assert_eq!(h.result(Liveness, "cri://1").await, None, "removed when the worker stopped");
+    assert!(h.prober.calls_of("app", Liveness).is_empty(), "liveness never probed");
+    assert!(h.prober.calls_of("app", Startup).is_empty(), "startup never probed");
+    // Startup wrote Success before it stopped: the container counts as started.
+    assert_eq!(h.container(&pod, "app").await.started, Some(true));
+    run_for(secs(20)).await;
+    assert!(h.prober.calls_of("app", Readiness).len() >= 2, "readiness keeps probing during deletion");
+}
+
+// === errors and panics ===
+
+#[actix::test]
+async fn errored_probes_are_discarded() {
+    let registry = PrometheusRegistry::global().unwrap();
+    let (h, t0) = aged().await;
+    h.prober.always("app", Readiness, Step::Error);
+    let pod = test_pod("errored-pod").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
+    h.sync(&pod, vec![waiting("app")]).await;
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(35)).await;
+    h.resync(&pod).await;
+    assert!(h.prober.calls_of("app", Readiness).len() >= 3);
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Failure), "the seed stays");
+    assert_eq!(h.condition(&pod, POD_READY).await.status, "False");
+    assert!(metric_lines(&registry, "errored-pod").is_empty(), "no probe metric for errors");
+}
+
+#[actix::test]
+async fn panic_in_probe_keeps_the_previous_result_and_probing_goes_on() {
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Step::Return(Success), Step::PanicInFuture, Step::Return(Success)]);
+    h.prober.always("app", Readiness, Step::Return(Failure));
+    let pod = test_pod("panicky").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
+    let log = h.result_log();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success));
+    run_for(secs(15)).await;
+    assert_eq!(h.prober.calls().len(), 2, "the panicking probe ran");
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success), "previous result kept");
+    run_for(secs(20)).await;
+    assert_eq!(h.prober.calls().len(), 4, "the worker keeps probing");
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Failure));
+    let changes: Vec<_> = log.send(DrainLog).await.unwrap().into_iter().map(|c| c.result).collect();
+    assert_eq!(changes, [Failure, Success, Failure], "seed, success, then the scripted failure");
+}
+
+#[actix::test]
+async fn worker_that_dies_is_restarted_after_back_off() {
+    // A thread-local recorder (the manager runs on this thread): the restart counter has only
+    // a probe_type label, and other tests of this binary kill workers in parallel.
+    let registry = PrometheusRegistry::new();
+    let _local = metrics::set_default_local_recorder(&registry);
+    let restarts = || {
+        registry
+            .render()
+            .lines()
+            .find(|l| l.starts_with("probelet_worker_restarts_total{probe_type=\"Readiness\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = restarts();
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Step::Return(Success), Step::PanicInWorker]);
+    let pod = test_pod("dies").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
+    let log = h.result_log();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    h.resync(&pod).await;
+    assert!(h.container(&pod, "app").await.ready);
+
+    run_for(secs(15)).await;
+    assert_eq!(restarts(), before + 1, "counted in probelet_worker_restarts_total");
+    assert_eq!(h.worker_count().await, 1, "restarted");
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 3, "{times:?}");
+    assert_near(times[2], secs(11), "restarted one second after it died");
+    assert!(h.container(&pod, "app").await.ready, "the cached status is kept");
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success), "the cached result is kept");
+    let changes: Vec<_> = log.send(DrainLog).await.unwrap().into_iter().map(|c| c.result).collect();
+    assert_eq!(changes, [Failure, Success], "no reseed after the restart");
+    run_for(secs(10)).await;
+    assert_eq!(h.prober.calls().len(), 4, "the new worker probes on its own schedule");
+}
+
+#[actix::test]
+async fn restarted_worker_keeps_its_threshold_count() {
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Step::Return(Success), Step::Return(Failure), Step::PanicInWorker]);
+    h.prober.always("app", Readiness, Step::Return(Failure));
+    let pod =
+        test_pod("dies-counting").container("app").with_probe("app", Readiness, probe(10, 1, 2)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    // Success (0), Failure (10: one of two), dies (20), restarted (21): the second failure.
+    run_for(secs(22)).await;
+    assert_eq!(h.prober.calls().len(), 4);
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Failure), "the failure before the death counts");
+}
+
+#[actix::test]
+async fn worker_removed_during_its_restart_back_off_is_gone() {
+    let registry = PrometheusRegistry::global().unwrap();
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Step::Return(Success), Step::PanicInWorker]);
+    let pod = test_pod("dies-removed").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(Duration::from_millis(10_500)).await;
+    assert_eq!(h.prober.calls().len(), 2, "died at 10, restart due at 11");
+    assert!(!metric_lines(&registry, "dies-removed").is_empty());
+
+    h.pipeline.remove_pod(pod.clone());
+    run_for(secs(5)).await;
+    h.wait_workers(0).await;
+    assert_eq!(h.prober.calls().len(), 2, "not restarted");
+    assert_eq!(h.result(Readiness, "cri://1").await, None, "its result is removed");
+    assert!(metric_lines(&registry, "dies-removed").is_empty(), "its series are deleted");
+}
+
+// === stopping ===
+
+#[actix::test]
+async fn stopping_a_worker_cancels_its_probe_and_removes_its_result() {
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Step::Return(Success), Step::Slow(secs(60), Success)]);
+    let pod = test_pod("cancel").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(15)).await;
+    assert_eq!(h.prober.calls().len(), 2, "the slow probe is in flight");
+    assert!(!h.prober.dropped.load(Ordering::SeqCst));
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success));
+
+    h.pipeline.remove_pod(pod.clone());
+    settle().await;
+    assert!(h.prober.dropped.load(Ordering::SeqCst), "the in-flight probe was cancelled");
+    assert_eq!(h.result(Readiness, "cri://1").await, None, "the container's result is removed");
+    h.wait_workers(0).await;
+}
+
+// === metrics ===
+
+#[actix::test]
+async fn probe_metrics_count_results_and_vanish_with_the_worker() {
+    let registry = PrometheusRegistry::global().unwrap();
+    let (h, t0) = aged().await;
+    h.prober.then("app", Readiness, [Success, Success, Failure].map(Step::Return));
+    h.prober.always("app", Readiness, Step::Error);
+    let pod = test_pod("metrics-pod").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(25)).await;
+    let lines = metric_lines(&registry, "metrics-pod");
+    let labels = "container=\"app\",namespace=\"default\",pod=\"metrics-pod\",pod_uid=\"uid-metrics-pod\",probe_type=\"Readiness\"";
+    assert!(lines.contains(&format!("prober_probe_total{{{labels},result=\"successful\"}} 2")), "{lines:#?}");
+    assert!(lines.contains(&format!("prober_probe_total{{{labels},result=\"failed\"}} 1")), "{lines:#?}");
+    let duration = "container=\"app\",namespace=\"default\",pod=\"metrics-pod\",probe_type=\"Readiness\"";
+    assert!(
+        lines.contains(&format!("prober_probe_duration_seconds_count{{{duration}}} 2")),
+        "failures observe no duration: {lines:#?}"
+    );
+
+    h.pipeline.remove_pod(pod.clone());
+    h.wait_workers(0).await;
+    assert_eq!(metric_lines(&registry, "metrics-pod"), Vec::<String>::new(), "series deleted on exit");
+}
