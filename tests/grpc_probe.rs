@@ -1,0 +1,235 @@
+//! gRPC health probes (spec §4.8) against real servers on 127.0.0.1: tonic-health in each state,
+//! a scripted `Health` implementation, a server without the health service, raw TCP servers that
+//! never speak HTTP/2, and closed ports. Every output is asserted byte for byte.
+
+mod support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use probelet::prober::grpc::probe;
+use probelet::prober::{Outcome, Probed};
+use support::grpc_server::{self, Reply};
+use tokio::time::Instant;
+use tonic::Code;
+use tonic_health::ServingStatus;
+
+/// A timeout the probe is meant to hit.
+const SHORT: Duration = Duration::from_millis(300);
+/// A timeout the probe is not meant to hit.
+const LONG: Duration = Duration::from_secs(5);
+
+/// Bounds a test's wall time.
+async fn bounded<T>(fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), fut).await.expect("test took too long")
+}
+
+fn failure(output: impl Into<String>) -> Probed {
+    Probed::new(Outcome::Failure, output)
+}
+
+#[tokio::test]
+async fn tonic_health_states() {
+    bounded(async {
+        let server = grpc_server::health(&[
+            ("serving", ServingStatus::Serving),
+            ("not-serving", ServingStatus::NotServing),
+            ("unknown", ServingStatus::Unknown),
+        ])
+        .await;
+        let cases: &[(&str, Probed)] = &[
+            ("", Probed::new(Outcome::Success, "service healthy")),
+            ("serving", Probed::new(Outcome::Success, "service healthy")),
+            ("not-serving", failure(r#"service unhealthy (responded with "NOT_SERVING")"#)),
+            ("unknown", failure(r#"service unhealthy (responded with "UNKNOWN")"#)),
+            // tonic-health (like grpc-go's health server) answers an unregistered name with
+            // NOT_FOUND rather than SERVICE_UNKNOWN, which only Watch uses.
+            (
+                "unregistered",
+                failure("error: health rpc probe failed: rpc error: code = NotFound desc = service not registered"),
+            ),
+        ];
+        for (service, want) in cases {
+            let got = probe("127.0.0.1", server.port(), service, LONG).await;
+            assert_eq!(&got, want, "service {service:?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn scripted_statuses_and_errors() {
+    bounded(async {
+        let cases: &[(&str, Reply, Probed)] = &[
+            (
+                "SERVICE_UNKNOWN",
+                Reply::Status(3),
+                failure(r#"service unhealthy (responded with "SERVICE_UNKNOWN")"#),
+            ),
+            ("unknown enum number", Reply::Status(7), failure(r#"service unhealthy (responded with "7")"#)),
+            ("SERVING", Reply::Status(1), Probed::new(Outcome::Success, "service healthy")),
+            (
+                "Internal",
+                Reply::Error(Code::Internal, "boom".into()),
+                failure("error: health rpc probe failed: rpc error: code = Internal desc = boom"),
+            ),
+            (
+                "Unimplemented with a message",
+                Reply::Error(Code::Unimplemented, "not here".into()),
+                failure(
+                    "error: this server does not implement the grpc health protocol \
+                     (grpc.health.v1.Health): not here",
+                ),
+            ),
+            (
+                "DeadlineExceeded from the server",
+                Reply::Error(Code::DeadlineExceeded, "too slow".into()),
+                failure("timeout: health rpc did not complete within 5s"),
+            ),
+        ];
+        for (name, reply, want) in cases {
+            let (server, _) = grpc_server::scripted(reply.clone()).await;
+            let got = probe("127.0.0.1", server.port(), "svc", LONG).await;
+            assert_eq!(&got, want, "case {name}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sends_user_agent_service_and_grpc_timeout() {
+    bounded(async {
+        let (server, seen) = grpc_server::scripted(Reply::Status(1)).await;
+        let got = probe("127.0.0.1", server.port(), "svc", LONG).await;
+        assert_eq!(got, Probed::new(Outcome::Success, "service healthy"));
+        let seen = seen.lock().expect("lock").clone();
+        assert_eq!(seen.len(), 1);
+        let ua = seen[0].get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        // tonic appends its own token as grpc-go does (`kube-probe/1.35 grpc-go/1.x`).
+        assert!(ua.starts_with("kube-probe/1.35 "), "user-agent {ua:?}");
+        assert!(seen[0].get("grpc-timeout").is_some(), "no grpc-timeout in {:?}", seen[0]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn server_without_health_service_is_unimplemented() {
+    bounded(async {
+        let server = grpc_server::without_health().await;
+        let got = probe("127.0.0.1", server.port(), "", LONG).await;
+        // tonic's fallback answers Unimplemented with an empty message.
+        let want = "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): ";
+        assert_eq!(got, failure(want));
+    })
+    .await;
+}
+
+/// The handler never answers: the deadline hits during the call. The 1 s timeout shows the
+/// formatting of whole seconds.
+#[tokio::test]
+async fn check_that_never_returns_times_out_in_the_rpc() {
+    bounded(async {
+        let (server, _) = grpc_server::scripted(Reply::Hang).await;
+        let started = Instant::now();
+        let got = probe("127.0.0.1", server.port(), "", Duration::from_secs(1)).await;
+        assert_eq!(got, failure("timeout: health rpc did not complete within 1s"));
+        assert!(started.elapsed() >= Duration::from_secs(1), "returned after {:?}", started.elapsed());
+    })
+    .await;
+}
+
+/// TCP is accepted but no HTTP/2 SETTINGS ever arrives: grpc-go's blocking dial never becomes
+/// READY, so this is a dial timeout, not an RPC timeout.
+#[tokio::test]
+async fn tcp_server_that_never_speaks_is_a_dial_timeout() {
+    bounded(async {
+        let server = grpc_server::silent_tcp().await;
+        let got = probe("127.0.0.1", server.port(), "", SHORT).await;
+        let want = format!(
+            "timeout: failed to connect service \"127.0.0.1:{}\" within 300ms: context deadline exceeded",
+            server.port()
+        );
+        assert_eq!(got, failure(want));
+    })
+    .await;
+}
+
+/// An HTTP/1 server answers and closes: the connection never becomes READY and is retried
+/// until the deadline, as grpc-go does.
+#[tokio::test]
+async fn http1_server_is_a_dial_timeout() {
+    bounded(async {
+        let server = grpc_server::http1_tcp().await;
+        let got = probe("127.0.0.1", server.port(), "", SHORT).await;
+        let want = format!(
+            "timeout: failed to connect service \"127.0.0.1:{}\" within 300ms: context deadline exceeded",
+            server.port()
+        );
+        assert_eq!(got, failure(want));
+    })
+    .await;
+}
+
+/// grpc-go's blocking dial retries a refused connection until the deadline, so a closed port is
+/// a dial timeout (upstream's test: `":32"` → `timeout: failed to connect service ":32" within
+/// 1s: context deadline exceeded`), not `error: failed to connect service at …`.
+#[tokio::test]
+async fn closed_port_is_a_dial_timeout() {
+    bounded(async {
+        let port = grpc_server::closed_port().await;
+        let started = Instant::now();
+        let got = probe("127.0.0.1", port, "", SHORT).await;
+        let want = format!(
+            "timeout: failed to connect service \"127.0.0.1:{port}\" within 300ms: context deadline exceeded"
+        );
+        assert_eq!(got, failure(want));
+        assert!(started.elapsed() >= SHORT, "returned after {:?}", started.elapsed());
+    })
+    .await;
+}
+
+/// Upstream's own example: an empty host dials the local system and shows as `":port"`.
+#[tokio::test]
+async fn empty_host_matches_upstream_example() {
+    bounded(async {
+        let port = grpc_server::closed_port().await;
+        let got = probe("", port, "", SHORT).await;
+        let want =
+            format!("timeout: failed to connect service \":{port}\" within 300ms: context deadline exceeded");
+        assert_eq!(got, failure(want));
+    })
+    .await;
+}
+
+/// A server that appears during the dial is found by the retry.
+#[tokio::test]
+async fn server_starting_late_is_reached_by_the_retry() {
+    bounded(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        drop(listener);
+        let probing = tokio::spawn(async move { probe("127.0.0.1", port, "", Duration::from_secs(3)).await });
+        // Let the first attempt be refused before the server binds the same port.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let server = grpc_server::health_on(port).await;
+        let got = probing.await.expect("probe task");
+        assert_eq!(got, Probed::new(Outcome::Success, "service healthy"));
+        drop(server);
+    })
+    .await;
+}
+
+/// A host that cannot form a URI is the "other dial error"; nothing is dialled.
+#[tokio::test]
+async fn invalid_host_is_a_dial_error() {
+    bounded(async {
+        let got = probe("bad host", 80, "", SHORT).await;
+        assert_eq!(
+            got,
+            failure(
+                "error: failed to connect service at \"bad host:80\": invalid URI: invalid uri character"
+            )
+        );
+    })
+    .await;
+}
