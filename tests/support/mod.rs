@@ -1,2 +1,9 @@
 //! Test servers and fakes shared by the integration tests. Every server binds 127.0.0.1 only.
 #![allow(dead_code)]
+// Test support may panic: a panic here fails the test that called it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+pub mod grpc_server;
+pub mod http_server;
+pub mod kubelet;
+pub mod pods;
+pub mod scripted;

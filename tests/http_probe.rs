@@ -1,0 +1,630 @@
+//! HTTP GET probes (spec §4.6) against real servers on 127.0.0.1: plain and TLS, recording the
+//! raw request heads they receive. Covers the outcome mapping, the exact headers sent, the
+//! kubelet's redirect policy, the body cap, timeouts and transport errors.
+
+mod support;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, HTTPHeader};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use probelet::prober::http::{HttpProbeRequest, HttpProber, MAX_RESPONSE_BODY_BYTES};
+use probelet::prober::{KUBE_PROBE_USER_AGENT, Outcome, ProbeError, Probed};
+use support::http_server::{HttpServer, RecordedRequest, Reply};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+/// A timeout the probe is meant to hit.
+const SHORT: Duration = Duration::from_millis(300);
+/// A timeout the probe is not meant to hit.
+const LONG: Duration = Duration::from_secs(5);
+/// How far past its timeout a timed-out probe may return.
+const SLACK: Duration = Duration::from_secs(2);
+
+/// Bounds a test's wall time.
+async fn bounded<T>(fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), fut).await.expect("test took too long")
+}
+
+fn get(port: u16, path: &str) -> HTTPGetAction {
+    HTTPGetAction {
+        port: IntOrString::Int(i32::from(port)),
+        path: Some(path.to_owned()),
+        ..Default::default()
+    }
+}
+
+fn with_headers(mut action: HTTPGetAction, headers: &[(&str, &str)]) -> HTTPGetAction {
+    action.http_headers = Some(
+        headers
+            .iter()
+            .map(|(name, value)| HTTPHeader { name: (*name).into(), value: (*value).into() })
+            .collect(),
+    );
+    action
+}
+
+/// Builds the request for a pod whose IP is 127.0.0.1.
+fn request(action: &HTTPGetAction) -> HttpProbeRequest {
+    HttpProbeRequest::new(action, &Container::default(), "127.0.0.1").expect("valid probe spec")
+}
+
+async fn probe(action: &HTTPGetAction) -> Result<Probed, ProbeError> {
+    HttpProber::new().probe(&request(action), LONG).await
+}
+
+fn success(body: &str) -> Result<Probed, ProbeError> {
+    Ok(Probed::new(Outcome::Success, body))
+}
+
+fn failure(output: &str) -> Result<Probed, ProbeError> {
+    Ok(Probed::new(Outcome::Failure, output))
+}
+
+fn warning(body: &str) -> Result<Probed, ProbeError> {
+    Ok(Probed::new(Outcome::Warning, format!("Probe terminated redirects, Response body: {body}")))
+}
+
+// === outcomes ===
+
+#[tokio::test]
+async fn status_codes_map_to_outcomes() {
+    bounded(async {
+        let cases: [(u16, &str, Result<Probed, ProbeError>); 7] = [
+            (200, "ok body", success("ok body")),
+            (201, "created", success("created")),
+            (204, "", success("")),
+            (299, "edge", success("edge")),
+            (400, "bad", failure("HTTP probe failed with statuscode: 400")),
+            (404, "missing", failure("HTTP probe failed with statuscode: 404")),
+            (500, "secret stack trace", failure("HTTP probe failed with statuscode: 500")),
+        ];
+        for (status, body, want) in cases {
+            let body = body.to_owned();
+            let server = HttpServer::plain(move |_| Reply::status(status, body.clone())).await;
+            assert_eq!(probe(&get(server.port(), "/healthz")).await, want, "case {status}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn body_is_capped_at_ten_kib() {
+    bounded(async {
+        let body: Vec<u8> = (0..20_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let want = String::from_utf8(body[..MAX_RESPONSE_BODY_BYTES].to_vec()).expect("ascii");
+        let server = HttpServer::plain(move |_| Reply::ok(body.clone())).await;
+        let got = probe(&get(server.port(), "/")).await.expect("probe");
+        assert_eq!(MAX_RESPONSE_BODY_BYTES, 10240);
+        assert_eq!(got, Probed::new(Outcome::Success, want));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn named_port_is_resolved_from_the_container() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::ok("named")).await;
+        let container = Container {
+            ports: Some(vec![ContainerPort {
+                name: Some("http-probe".into()),
+                container_port: i32::from(server.port()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let action = HTTPGetAction { port: IntOrString::String("http-probe".into()), ..get(0, "/ready") };
+        let request = HttpProbeRequest::new(&action, &container, "127.0.0.1").expect("named port");
+        assert_eq!(request.url(), server.url("/ready"));
+        assert_eq!(HttpProber::new().probe(&request, LONG).await, success("named"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn https_with_a_self_signed_certificate_succeeds() {
+    bounded(async {
+        let server = HttpServer::tls(|_| Reply::ok("secure")).await;
+        let action = HTTPGetAction { scheme: Some("HTTPS".into()), ..get(server.port(), "/tls") };
+        assert_eq!(request(&action).url(), server.url("/tls"));
+        assert_eq!(probe(&action).await, success("secure"));
+        let seen = server.requests();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].request_line, "GET /tls HTTP/1.1");
+    })
+    .await;
+}
+
+// === headers on the wire ===
+
+#[tokio::test]
+async fn default_headers_are_exactly_host_user_agent_accept_connection() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::ok("")).await;
+        assert_eq!(probe(&get(server.port(), "/healthz")).await, success(""));
+        let seen = server.requests();
+        let host = format!("127.0.0.1:{}", server.port());
+        assert_eq!(seen[0].request_line, "GET /healthz HTTP/1.1");
+        assert_eq!(
+            seen[0].header_pairs(),
+            [
+                ("Host", host.as_str()),
+                ("User-Agent", KUBE_PROBE_USER_AGENT),
+                ("Accept", "*/*"),
+                ("Connection", "close")
+            ]
+        );
+        assert_eq!(KUBE_PROBE_USER_AGENT, "kube-probe/1.35");
+    })
+    .await;
+}
+
+/// A case name, the supplied headers, the header lines expected after `Host`.
+type HeaderCase = (&'static str, Vec<(&'static str, &'static str)>, Vec<(&'static str, &'static str)>);
+
+#[tokio::test]
+async fn supplied_headers_override_or_remove_the_defaults() {
+    bounded(async {
+        let cases: Vec<HeaderCase> = vec![
+            (
+                "custom user agent",
+                vec![("user-agent", "my-prober/2")],
+                vec![("User-Agent", "my-prober/2"), ("Accept", "*/*"), ("Connection", "close")],
+            ),
+            (
+                "empty user agent removes it",
+                vec![("User-Agent", "")],
+                vec![("Accept", "*/*"), ("Connection", "close")],
+            ),
+            (
+                "empty accept removes it",
+                vec![("Accept", "")],
+                vec![("User-Agent", KUBE_PROBE_USER_AGENT), ("Connection", "close")],
+            ),
+            (
+                "custom accept",
+                vec![("accept", "application/json")],
+                vec![
+                    ("User-Agent", KUBE_PROBE_USER_AGENT),
+                    ("Accept", "application/json"),
+                    ("Connection", "close"),
+                ],
+            ),
+            (
+                "repeated names accumulate, canonicalised",
+                vec![("x-custom", "one"), ("X-CUSTOM", "two"), ("fOO-bAR", "baz")],
+                vec![
+                    ("User-Agent", KUBE_PROBE_USER_AGENT),
+                    ("Accept", "*/*"),
+                    ("Foo-Bar", "baz"),
+                    ("X-Custom", "one"),
+                    ("X-Custom", "two"),
+                    ("Connection", "close"),
+                ],
+            ),
+            (
+                "accept-encoding only when supplied, even empty",
+                vec![("Accept-Encoding", "")],
+                vec![
+                    ("User-Agent", KUBE_PROBE_USER_AGENT),
+                    ("Accept", "*/*"),
+                    ("Accept-Encoding", ""),
+                    ("Connection", "close"),
+                ],
+            ),
+        ];
+        for (name, supplied, want) in cases {
+            let server = HttpServer::plain(|_| Reply::ok("")).await;
+            let action = with_headers(get(server.port(), "/"), &supplied);
+            assert_eq!(probe(&action).await, success(""), "case {name}");
+            let seen = server.requests();
+            let host = format!("127.0.0.1:{}", server.port());
+            let mut expected = vec![("Host", host.as_str())];
+            expected.extend(want);
+            assert_eq!(seen[0].header_pairs(), expected, "case {name}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn host_header_sets_the_virtual_host() {
+    bounded(async {
+        let server = HttpServer::plain(|req| {
+            if req.header("Host") == Some("www.example.com") {
+                Reply::ok("vhost")
+            } else {
+                Reply::status(400, "")
+            }
+        })
+        .await;
+        let action = with_headers(get(server.port(), "/"), &[("HOST", "www.example.com")]);
+        assert_eq!(probe(&action).await, success("vhost"));
+        assert_eq!(server.requests()[0].header_values("Host"), ["www.example.com"], "one Host line only");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn huge_header_value_is_sent() {
+    bounded(async {
+        let server =
+            HttpServer::plain(|req| Reply::ok(req.header("X-Big").map_or(0, str::len).to_string())).await;
+        let big = "v".repeat(64 * 1024);
+        let action = with_headers(get(server.port(), "/"), &[("X-Big", &big)]);
+        assert_eq!(probe(&action).await, success("65536"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn query_is_sent_and_fragment_is_not() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::ok("")).await;
+        for (path, target) in
+            [("/healthz?x=1#frag", "/healthz?x=1"), ("?foo", "/?foo"), ("/a b", "/a%20b"), ("", "/")]
+        {
+            assert_eq!(probe(&get(server.port(), path)).await, success(""), "case {path:?}");
+            let seen = server.requests();
+            let last = seen.last().expect("a request");
+            assert_eq!(last.target, target, "case {path:?}");
+        }
+    })
+    .await;
+}
+
+// === redirects ===
+
+#[tokio::test]
+async fn redirect_to_the_same_host_on_another_port_is_followed() {
+    bounded(async {
+        let target = HttpServer::plain(|_| Reply::ok("arrived")).await;
+        let location = target.url("/final");
+        let origin = HttpServer::plain(move |_| Reply::redirect(302, &location)).await;
+        assert_eq!(probe(&get(origin.port(), "/start")).await, success("arrived"));
+        let seen = target.requests();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].target, "/final");
+        assert_eq!(seen[0].header("Host"), Some(format!("127.0.0.1:{}", target.port()).as_str()));
+        assert_eq!(seen[0].header("Referer"), Some(origin.url("/start").as_str()), "Go sets Referer");
+        assert_eq!(seen[0].header("User-Agent"), Some(KUBE_PROBE_USER_AGENT), "headers are copied");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn every_redirect_status_is_followed() {
+    bounded(async {
+        for status in [301, 302, 303, 307, 308] {
+            let server = HttpServer::plain(move |req| {
+                if req.path() == "/from" {
+                    Reply::redirect(status, "/to")
+                } else {
+                    Reply::ok(req.path().to_owned())
+                }
+            })
+            .await;
+            assert_eq!(probe(&get(server.port(), "/from")).await, success("/to"), "case {status}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn relative_locations_resolve_against_the_request() {
+    bounded(async {
+        let server = HttpServer::plain(|req| match req.target.as_str() {
+            "/a/b?q=1" => Reply::redirect(302, "c"),
+            "/a/c" => Reply::redirect(302, "../d?z"),
+            _ => Reply::ok(req.target.clone()),
+        })
+        .await;
+        assert_eq!(probe(&get(server.port(), "/a/b?q=1")).await, success("/d?z"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redirect_to_another_hostname_is_a_warning_with_the_body() {
+    bounded(async {
+        // localhost and 127.0.0.1 reach the same server, but the hostnames differ: not followed.
+        let server = HttpServer::plain(|req| {
+            let location = format!("http://localhost:{}/elsewhere", req.local_addr.port());
+            Reply::status(302, "moved away").with_header("Location", &location)
+        })
+        .await;
+        assert_eq!(probe(&get(server.port(), "/")).await, warning("moved away"));
+        assert_eq!(server.requests().len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redirects_that_are_not_followed_are_warnings() {
+    bounded(async {
+        let cases = [
+            ("302 without Location", Reply::status(302, "nowhere")),
+            ("302 with empty Location", Reply::status(302, "empty").with_header("Location", "")),
+            ("300 is not a redirect to follow", Reply::redirect(300, "/other")),
+            ("304", Reply::status(304, "")),
+        ];
+        for (name, reply) in cases {
+            let body = match &reply {
+                Reply::Respond { status: 304, .. } => String::new(),
+                Reply::Respond { body, .. } => String::from_utf8(body.clone()).expect("utf-8"),
+                _ => unreachable!(),
+            };
+            let server = HttpServer::plain(move |_| reply.clone()).await;
+            assert_eq!(probe(&get(server.port(), "/")).await, warning(&body), "case {name}");
+            assert_eq!(server.requests().len(), 1, "case {name}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ten_redirects_fail() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::redirect(302, "/loop")).await;
+        let got = probe(&get(server.port(), "/loop")).await;
+        assert_eq!(got, failure("Get \"/loop\": stopped after 10 redirects"));
+        assert_eq!(server.requests().len(), 10);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn nine_redirects_are_followed() {
+    bounded(async {
+        let hops = Arc::new(AtomicUsize::new(0));
+        let counter = hops.clone();
+        let server = HttpServer::plain(move |_| {
+            if counter.fetch_add(1, Ordering::SeqCst) < 9 {
+                Reply::redirect(307, "/next")
+            } else {
+                Reply::ok("done")
+            }
+        })
+        .await;
+        assert_eq!(probe(&get(server.port(), "/")).await, success("done"));
+        assert_eq!(hops.load(Ordering::SeqCst), 10);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn host_header_survives_a_relative_redirect() {
+    bounded(async {
+        let server = HttpServer::plain(|req| match (req.path(), req.header("Host")) {
+            ("/redirect", _) => Reply::redirect(302, "/success"),
+            ("/success", Some("www.success.com")) => Reply::ok("success"),
+            _ => Reply::status(400, ""),
+        })
+        .await;
+        let action = with_headers(get(server.port(), "/redirect"), &[("Host", "www.success.com")]);
+        assert_eq!(probe(&action).await, success("success"));
+        let hosts: Vec<String> =
+            server.requests().iter().map(|r| r.header("Host").unwrap_or_default().to_owned()).collect();
+        assert_eq!(hosts, ["www.success.com", "www.success.com"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn host_header_is_replaced_by_an_absolute_redirect() {
+    bounded(async {
+        // Go keeps a custom Host only through relative Locations (golang issue 22233).
+        let server = HttpServer::plain(|req| match req.path() {
+            "/redirect" => Reply::redirect(302, &format!("http://127.0.0.1:{}/next", req.local_addr.port())),
+            _ => Reply::ok(req.header("Host").unwrap_or_default().to_owned()),
+        })
+        .await;
+        let action = with_headers(get(server.port(), "/redirect"), &[("Host", "www.example.com")]);
+        assert_eq!(probe(&action).await, success(&format!("127.0.0.1:{}", server.port())));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn https_to_http_redirect_on_the_same_host_is_followed_without_referer() {
+    bounded(async {
+        let plain = HttpServer::plain(|_| Reply::ok("downgraded")).await;
+        let location = plain.url("/plain");
+        let secure = HttpServer::tls(move |_| Reply::redirect(301, &location)).await;
+        let action = HTTPGetAction { scheme: Some("HTTPS".into()), ..get(secure.port(), "/secure") };
+        assert_eq!(probe(&action).await, success("downgraded"));
+        let seen = plain.requests();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].header("Referer"), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn http_to_https_redirect_on_the_same_host_is_followed() {
+    bounded(async {
+        let secure = HttpServer::tls(|_| Reply::ok("upgraded")).await;
+        let location = secure.url("/secure");
+        let plain = HttpServer::plain(move |_| Reply::redirect(308, &location)).await;
+        assert_eq!(probe(&get(plain.port(), "/")).await, success("upgraded"));
+        assert_eq!(secure.requests()[0].header("Referer"), Some(plain.url("/").as_str()));
+    })
+    .await;
+}
+
+// === transport errors, timeouts, body errors ===
+
+#[tokio::test]
+async fn connection_refused_fails_with_the_dial_error() {
+    bounded(async {
+        let port = {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            listener.local_addr().expect("addr").port()
+        };
+        let want = format!(
+            "Get \"http://127.0.0.1:{port}/x\": dial tcp 127.0.0.1:{port}: connect: connection refused"
+        );
+        assert_eq!(probe(&get(port, "/x")).await, failure(&want));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn server_that_never_answers_fails_within_the_timeout() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::Hang).await;
+        let started = Instant::now();
+        let got = HttpProber::new().probe(&request(&get(server.port(), "/slow")), SHORT).await;
+        let elapsed = started.elapsed();
+        let url = server.url("/slow");
+        let want = format!(
+            "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+        );
+        assert_eq!(got, failure(&want));
+        assert!(elapsed >= SHORT && elapsed < SHORT + SLACK, "took {elapsed:?}");
+        assert_eq!(server.requests().len(), 1, "the request did reach the server");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn timeout_covers_the_redirect_chain() {
+    bounded(async {
+        let server =
+            HttpServer::plain(
+                |req| if req.path() == "/" { Reply::redirect(302, "/hang") } else { Reply::Hang },
+            )
+            .await;
+        let started = Instant::now();
+        let got = HttpProber::new().probe(&request(&get(server.port(), "/")), SHORT).await;
+        let want = format!(
+            "Get \"{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+            server.url("/hang")
+        );
+        assert_eq!(got, failure(&want));
+        assert!(started.elapsed() < SHORT + SLACK);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn body_that_stalls_is_a_body_read_error_at_the_timeout() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::Partial {
+            status: 200,
+            declared: 100,
+            body: b"partial".to_vec(),
+            then_hang: true,
+        })
+        .await;
+        let started = Instant::now();
+        let got = HttpProber::new().probe(&request(&get(server.port(), "/")), SHORT).await;
+        assert_eq!(
+            got,
+            Err(ProbeError::BodyRead(
+                "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+                    .into()
+            ))
+        );
+        assert!(started.elapsed() < SHORT + SLACK);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn body_cut_short_is_a_body_read_error() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::Partial {
+            status: 200,
+            declared: 100,
+            body: b"partial".to_vec(),
+            then_hang: false,
+        })
+        .await;
+        let got = probe(&get(server.port(), "/")).await;
+        assert_eq!(got, Err(ProbeError::BodyRead("unexpected EOF".into())));
+        assert_eq!(got.map_err(|e| e.outcome()), Err(Outcome::Failure));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn body_cut_short_after_the_cap_is_not_an_error() {
+    bounded(async {
+        let body = vec![b'x'; MAX_RESPONSE_BODY_BYTES + 10];
+        let server = HttpServer::plain(move |_| Reply::Partial {
+            status: 200,
+            declared: 50_000,
+            body: body.clone(),
+            then_hang: true,
+        })
+        .await;
+        let got = HttpProber::new().probe(&request(&get(server.port(), "/")), LONG).await;
+        assert_eq!(got, success(&"x".repeat(MAX_RESPONSE_BODY_BYTES)));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn connection_closed_without_a_response_fails() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::Close).await;
+        let want = format!("Get \"{}\": EOF", server.url("/"));
+        assert_eq!(probe(&get(server.port(), "/")).await, failure(&want));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn https_to_a_plain_http_server_fails_like_go() {
+    bounded(async {
+        // Answers anything, even a TLS ClientHello, with a plain HTTP 400 (as Go's server does).
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n").await;
+            }
+        });
+        let action = HTTPGetAction { scheme: Some("https".into()), ..get(port, "/") };
+        let want =
+            format!("Get \"https://127.0.0.1:{port}/\": http: server gave HTTP response to HTTPS client");
+        assert_eq!(probe(&action).await, failure(&want));
+        server.abort();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unsupported_scheme_fails_like_go() {
+    bounded(async {
+        let action = HTTPGetAction { scheme: Some("FTP".into()), ..get(21, "/file") };
+        assert_eq!(
+            probe(&action).await,
+            failure("Get \"ftp://127.0.0.1:21/file\": unsupported protocol scheme \"ftp\"")
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn one_prober_serves_many_probes_concurrently() {
+    bounded(async {
+        let server = HttpServer::plain(|req: &RecordedRequest| Reply::ok(req.path().to_owned())).await;
+        let prober = HttpProber::default();
+        let probes = (0..8).map(|i| {
+            let prober = prober.clone();
+            let request = request(&get(server.port(), &format!("/p{i}")));
+            async move { prober.probe(&request, LONG).await }
+        });
+        let results = futures::future::join_all(probes).await;
+        for (i, got) in results.into_iter().enumerate() {
+            assert_eq!(got, success(&format!("/p{i}")), "probe {i}");
+        }
+    })
+    .await;
+}
