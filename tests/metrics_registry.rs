@@ -42,7 +42,7 @@ fn counter_renders_with_help_and_type() {
     });
     assert_eq!(
         registry.render(),
-        "# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.\n\
+        "# HELP prober_probe_total [BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.\n\
          # TYPE prober_probe_total counter\n\
          prober_probe_total{container=\"app\",namespace=\"default\",pod=\"web\",pod_uid=\"u1\",probe_type=\"Liveness\",result=\"failed\"} 1\n\
          prober_probe_total{container=\"app\",namespace=\"default\",pod=\"web\",pod_uid=\"u1\",probe_type=\"Readiness\",result=\"successful\"} 3\n"
@@ -95,7 +95,7 @@ fn histogram_renders_cumulative_buckets_sum_and_count() {
     });
     let l = "probe_type=\"Readiness\"";
     let want = format!(
-        "# HELP prober_probe_duration_seconds Duration in seconds for a probe response.\n\
+        "# HELP prober_probe_duration_seconds [ALPHA] Duration in seconds for a probe response.\n\
          # TYPE prober_probe_duration_seconds histogram\n\
          prober_probe_duration_seconds_bucket{{{l},le=\"0.005\"}} 2\n\
          prober_probe_duration_seconds_bucket{{{l},le=\"0.01\"}} 2\n\

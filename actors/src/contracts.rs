@@ -136,6 +136,26 @@ impl EventRecorder for LogRecorder {
     }
 }
 
+/// One probe run, as a host's observer sees it (the agent keeps the last few per probe).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeRecord {
+    pub pod_uid: String,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub kind: crate::prober::ProbeKind,
+    /// The cache result, or the error that made the probe's result discarded.
+    pub result: Result<crate::prober::ProbeResult, String>,
+    /// What the executor said (its output or the error text), uncut.
+    pub output: String,
+    pub duration: Duration,
+}
+
+/// Told about every probe run; must not block.
+pub trait ProbeObserver: Send + Sync + 'static {
+    fn observe(&self, record: ProbeRecord);
+}
+
 /// The host's pod manager, as the engine needs it: pods by UID and static/mirror translation
 /// (upstream `pod.Manager` / the status manager's `podManager`).
 pub trait PodLookup: Send + Sync + 'static {

@@ -14,12 +14,14 @@
 pub mod clock;
 pub mod container;
 pub mod contracts;
+pub mod gofmt;
 pub mod local_runner;
 pub mod metrics;
 pub mod pipeline;
 pub mod prober;
 pub mod results;
 pub mod status;
+pub mod sync;
 
 pub use k8s_openapi;
 pub use pipeline::{Pipeline, PipelineConfig, PipelineError};

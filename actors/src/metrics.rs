@@ -27,11 +27,28 @@ pub const PROBELET_WORKER_RESTARTS_TOTAL: &str = "probelet_worker_restarts_total
 /// Probes that errored after their retries and were discarded (counter). probelet's own.
 pub const PROBELET_PROBE_ERRORS_TOTAL: &str = "probelet_probe_errors_total";
 
-/// Help text of [`PROBER_PROBE_TOTAL`].
+/// Status syncs by outcome (`updated`, `unchanged`, `not_found`, `recreated`, `invalid`,
+/// `error`, `deleted`).
+pub const PROBELET_STATUS_SYNCS_TOTAL: &str = "probelet_status_syncs_total";
+/// API requests the agent sent, by verb and HTTP code (`0` when no response came).
+pub const PROBELET_API_REQUESTS_TOTAL: &str = "probelet_api_requests_total";
+/// Seconds from a status change to its successful write.
+pub const PROBELET_STATUS_SYNC_DURATION_SECONDS: &str = "probelet_status_sync_duration_seconds";
+
+/// Help text of [`PROBER_PROBE_TOTAL`]. The kubelet's metrics framework prefixes the stability
+/// level, and that is what scrapers of a kubelet see.
 pub const PROBER_PROBE_TOTAL_HELP: &str =
-    "Cumulative number of a liveness, readiness or startup probe for a container by result.";
+    "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.";
 /// Help text of [`PROBER_PROBE_DURATION_SECONDS`].
-pub const PROBER_PROBE_DURATION_SECONDS_HELP: &str = "Duration in seconds for a probe response.";
+pub const PROBER_PROBE_DURATION_SECONDS_HELP: &str = "[ALPHA] Duration in seconds for a probe response.";
+/// Help text of [`PROBELET_STATUS_SYNCS_TOTAL`].
+pub const PROBELET_STATUS_SYNCS_TOTAL_HELP: &str = "Pod status syncs to the API server by outcome.";
+/// Help text of [`PROBELET_API_REQUESTS_TOTAL`].
+pub const PROBELET_API_REQUESTS_TOTAL_HELP: &str =
+    "Requests sent to the API server by verb and response code.";
+/// Help text of [`PROBELET_STATUS_SYNC_DURATION_SECONDS`].
+pub const PROBELET_STATUS_SYNC_DURATION_SECONDS_HELP: &str =
+    "Seconds from a pod status change to its successful write to the API server.";
 /// Help text of [`PROBELET_PROBE_WORKERS`].
 pub const PROBELET_PROBE_WORKERS_HELP: &str = "Number of running probe workers by probe type.";
 /// Help text of [`PROBELET_WORKER_RESTARTS_TOTAL`].
@@ -82,12 +99,15 @@ impl Kind {
 }
 
 /// Every metric the engine emits, with its kind and help text.
-const DESCRIPTIONS: [(&str, Kind, &str); 5] = [
+const DESCRIPTIONS: [(&str, Kind, &str); 8] = [
     (PROBER_PROBE_TOTAL, Kind::Counter, PROBER_PROBE_TOTAL_HELP),
     (PROBER_PROBE_DURATION_SECONDS, Kind::Histogram, PROBER_PROBE_DURATION_SECONDS_HELP),
     (PROBELET_PROBE_WORKERS, Kind::Gauge, PROBELET_PROBE_WORKERS_HELP),
     (PROBELET_WORKER_RESTARTS_TOTAL, Kind::Counter, PROBELET_WORKER_RESTARTS_TOTAL_HELP),
     (PROBELET_PROBE_ERRORS_TOTAL, Kind::Counter, PROBELET_PROBE_ERRORS_TOTAL_HELP),
+    (PROBELET_STATUS_SYNCS_TOTAL, Kind::Counter, PROBELET_STATUS_SYNCS_TOTAL_HELP),
+    (PROBELET_API_REQUESTS_TOTAL, Kind::Counter, PROBELET_API_REQUESTS_TOTAL_HELP),
+    (PROBELET_STATUS_SYNC_DURATION_SECONDS, Kind::Histogram, PROBELET_STATUS_SYNC_DURATION_SECONDS_HELP),
 ];
 
 /// Registers every description above through `metrics::describe_*` (call after installing a

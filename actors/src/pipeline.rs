@@ -10,7 +10,7 @@ use actix::prelude::*;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use crate::clock::{SharedClock, TokioClock};
-use crate::contracts::{CommandRunner, EventRecorder, PodLookup};
+use crate::contracts::{CommandRunner, EventRecorder, PodLookup, ProbeObserver};
 use crate::prober::manager::{
     AddPod, CleanupPods, GetWorkers, ManagerConfig, ProberManager, RemovePod, StopLivenessAndStartup,
     UpdatePodStatus,
@@ -50,6 +50,8 @@ pub struct PipelineConfig {
     pub prober: Option<Arc<dyn ProbeRunner>>,
     /// Seed for the start-up jitter.
     pub jitter_seed: Option<u64>,
+    /// Told about every probe run by the real prober.
+    pub observer: Option<Arc<dyn ProbeObserver>>,
 }
 
 impl PipelineConfig {
@@ -66,6 +68,7 @@ impl PipelineConfig {
             worker_arbiters: 0,
             prober: None,
             jitter_seed: None,
+            observer: None,
         }
     }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Pro
 
 use super::{Outcome, ProbeError, ProbeKind, ProbeResult, Probed, exec, grpc, http, port, tcp};
 use crate::container::ContainerId;
-use crate::contracts::{CommandRunner, EventRecorder, EventType};
+use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 
 /// Upstream `maxProbeRetries`: a handler is tried this many times while it returns an error.
 pub const MAX_PROBE_RETRIES: usize = 3;
@@ -40,11 +40,19 @@ pub struct Prober {
     runner: Arc<dyn CommandRunner>,
     recorder: Arc<dyn EventRecorder>,
     http: http::HttpProber,
+    /// Told about every probe run (the agent's recent-results view).
+    observer: Option<Arc<dyn ProbeObserver>>,
 }
 
 impl Prober {
     pub fn new(runner: Arc<dyn CommandRunner>, recorder: Arc<dyn EventRecorder>) -> Self {
-        Prober { runner, recorder, http: http::HttpProber::new() }
+        Prober { runner, recorder, http: http::HttpProber::new(), observer: None }
+    }
+
+    /// Also report every probe run to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn ProbeObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Upstream `prober.probe`: run the probe of `kind`, record events, map to a cache result.
@@ -60,8 +68,26 @@ impl Prober {
             tracing::trace!(probe_kind = %kind, container = %container.name, "Probe is nil");
             return Ok(ProbeResult::Success);
         };
+        let started = tokio::time::Instant::now();
         let attempt = self.run_with_retries(spec, pod, status, container, container_id).await;
-        self.map_outcome(kind, pod, container, attempt)
+        let output = match &attempt {
+            Ok(probed) => probed.output.clone(),
+            Err(err) => err.to_string(),
+        };
+        let mapped = self.map_outcome(kind, pod, container, attempt);
+        if let Some(observer) = &self.observer {
+            observer.observe(ProbeRecord {
+                pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                container: container.name.clone(),
+                kind,
+                result: mapped.clone().map_err(|e| e.to_string()),
+                output,
+                duration: started.elapsed(),
+            });
+        }
+        mapped
     }
 
     /// Maps an executor's answer to a cache result and records the event it calls for.

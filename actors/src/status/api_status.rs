@@ -3,7 +3,7 @@
 //! PodScheduled are generated from the container statuses (init and regular together, so
 //! sidecars count). Hosts call this after `UpdatePodStatus` and before `SetPodStatus`.
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
 use super::equality::{POD_SCHEDULED, is_kubelet_owned_condition};
 use super::generate::{
@@ -15,13 +15,7 @@ use super::generate::{
 pub fn generate_kubelet_conditions(pod: &Pod, status: &mut PodStatus) {
     let spec = pod.spec.clone().unwrap_or_default();
     let phase = status.phase.clone().unwrap_or_default();
-    let all: Vec<ContainerStatus> = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten())
-        .cloned()
-        .collect();
+    let all = super::generate::all_container_statuses(status);
     let mut conditions: Vec<PodCondition> = pod
         .status
         .as_ref()
@@ -46,7 +40,7 @@ pub fn generate_kubelet_conditions(pod: &Pod, status: &mut PodStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, PodReadinessGate, PodSpec};
+    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodReadinessGate, PodSpec};
 
     #[test]
     fn foreign_conditions_first_then_kubelet_ones() {

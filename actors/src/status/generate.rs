@@ -4,6 +4,7 @@
 //! `container_statuses: None` is upstream's `nil` ("statuses unknown"); `Some(&[])` is an
 //! empty list, which is not the same thing.
 
+use crate::gofmt::go_quote;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodCondition, PodSpec};
 
 /// Reason: all container statuses are unknown (a nil list).
@@ -34,6 +35,18 @@ pub const PHASE_FAILED: &str = "Failed";
 
 const TRUE: &str = "True";
 const FALSE: &str = "False";
+
+/// Init then regular container statuses: the list the kubelet passes to the generators, so
+/// that sidecars count.
+pub fn all_container_statuses(status: &k8s_openapi::api::core::v1::PodStatus) -> Vec<ContainerStatus> {
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .cloned()
+        .collect()
+}
 
 /// Whether an init container is a sidecar (`restartPolicy: Always`).
 pub fn is_restartable_init_container(container: &Container) -> bool {
@@ -218,25 +231,6 @@ fn condition(type_: &str, status: &str, reason: Option<&str>, message: Option<St
 /// Go's `%s` of a `[]string`: `[a b]`.
 fn go_string_slice(names: &[&str]) -> String {
     format!("[{}]", names.join(" "))
-}
-
-/// Go's `%q` of a string, for the printable ASCII and common escapes condition types use.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]

@@ -249,13 +249,7 @@ impl Handler<SetContainerReadiness> for StatusManager {
         container.ready = msg.ready;
 
         let spec = pod.spec.clone().unwrap_or_default();
-        let all: Vec<ContainerStatus> = status
-            .init_container_statuses
-            .iter()
-            .flatten()
-            .chain(status.container_statuses.iter().flatten())
-            .cloned()
-            .collect();
+        let all = super::generate::all_container_statuses(&status);
         let phase = status.phase.clone().unwrap_or_default();
         let conditions = status.conditions.clone().unwrap_or_default();
         let ready = generate_pod_ready_condition(&spec, &conditions, Some(&all), &phase);
