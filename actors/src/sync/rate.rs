@@ -1,0 +1,120 @@
+//! The client-side request budget (the kubelet's `--kube-api-qps` / `--kube-api-burst`): a
+//! token bucket shared by every request the agent sends. Reservation style, like Go's
+//! `rate.Limiter.Reserve`: taking a token always succeeds and says how long to wait first.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A token bucket: `burst` tokens, refilled at `qps` per second.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    /// Tokens available at `last`; negative when requests are reserved ahead.
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket. A `qps` of zero or less means no limit.
+    pub fn new(qps: f64, burst: u32, now: Instant) -> Self {
+        let burst = f64::from(burst.max(1));
+        TokenBucket { qps, burst, tokens: burst, last: now }
+    }
+
+    /// Reserves one token; returns how long the caller must wait before using it.
+    pub fn reserve(&mut self, now: Instant) -> Duration {
+        if self.qps <= 0.0 || !self.qps.is_finite() {
+            return Duration::ZERO;
+        }
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        self.last = now.max(self.last);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / self.qps) }
+    }
+}
+
+/// A [`TokenBucket`] shared by every sender. The lock is held only to reserve, never across an
+/// await.
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    bucket: Arc<Mutex<TokenBucket>>,
+}
+
+impl RateLimiter {
+    pub fn new(qps: f64, burst: u32) -> Self {
+        RateLimiter { bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst, Instant::now()))) }
+    }
+
+    /// Waits until the caller may send one request.
+    pub async fn acquire(&self) {
+        let wait = match self.bucket.lock() {
+            Ok(mut bucket) => bucket.reserve(Instant::now()),
+            Err(_) => Duration::ZERO,
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// Per-pod retry back-off: `initial`, doubling per consecutive failure, at most `max`.
+pub fn backoff(initial: Duration, max: Duration, failures: u32) -> Duration {
+    let factor = 1u32.checked_shl(failures.saturating_sub(1)).unwrap_or(u32::MAX);
+    initial.saturating_mul(factor).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_then_qps() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(50.0, 100, start);
+        for i in 0..100 {
+            assert_eq!(bucket.reserve(start), Duration::ZERO, "request {i} within the burst");
+        }
+        let wait = bucket.reserve(start);
+        assert!((wait.as_secs_f64() - 0.02).abs() < 1e-9, "the 101st waits one token: {wait:?}");
+        let wait = bucket.reserve(start);
+        assert!((wait.as_secs_f64() - 0.04).abs() < 1e-9, "the 102nd waits two: {wait:?}");
+        // One second later 50 tokens came back, two of them already reserved.
+        let later = start + Duration::from_secs(1);
+        for _ in 0..48 {
+            assert_eq!(bucket.reserve(later), Duration::ZERO);
+        }
+        assert!(bucket.reserve(later) > Duration::ZERO);
+    }
+
+    #[test]
+    fn refills_no_more_than_the_burst() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(10.0, 5, start);
+        let later = start + Duration::from_secs(100);
+        for _ in 0..5 {
+            assert_eq!(bucket.reserve(later), Duration::ZERO);
+        }
+        assert!(bucket.reserve(later) > Duration::ZERO);
+    }
+
+    #[test]
+    fn zero_qps_is_unlimited() {
+        let now = Instant::now();
+        let mut bucket = TokenBucket::new(0.0, 1, now);
+        for _ in 0..1000 {
+            assert_eq!(bucket.reserve(now), Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap() {
+        let (initial, max) = (Duration::from_millis(500), Duration::from_secs(30));
+        let got: Vec<_> = (1..=9).map(|n| backoff(initial, max, n).as_millis()).collect();
+        assert_eq!(got, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]);
+        assert_eq!(backoff(initial, max, 200), max);
+    }
+}

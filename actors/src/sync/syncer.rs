@@ -1,0 +1,718 @@
+//! The status syncer actor (upstream: the status manager's `syncBatch` / `syncPod`): writes the
+//! status manager's pod statuses to the API server.
+//!
+//! Per pod only the latest version is written; different pods are written concurrently (up to
+//! `concurrency`), and every request takes a token from the shared [`RateLimiter`]. The write
+//! is the kubelet's: `mergePodStatus`, then a two-way strategic merge patch of `status` with
+//! `metadata.uid` as a precondition, nothing sent when it is empty. The merge base is the
+//! freshest pod this actor has seen (a watch event or its last PATCH response); it GETs only
+//! when it has none, or after a failure. Failures are retried with per-pod exponential
+//! back-off; a full reconcile every `reconcile_period` rewrites any drift of kubelet-owned
+//! fields. A finished pod with a deletion timestamp and a terminal API phase is deleted with
+//! grace 0 and a UID precondition; a mirror pod never is.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use tokio::sync::oneshot;
+
+use super::patch::pod_status_patch;
+use super::rate::{RateLimiter, backoff};
+use crate::clock::SharedClock;
+use crate::contracts::PodLookup;
+use crate::metrics as names;
+use crate::status::equality::{ConditionOwnership, is_pod_status_equal_for};
+use crate::status::manager::{
+    DeletePodStatus, ListStatuses, PodStatusUpdated, StatusManager, VersionedPodStatus,
+};
+use crate::status::merge::{is_terminal_phase, merge_pod_status_for};
+use crate::status::normalize::normalize_status;
+
+/// The annotation that marks a mirror pod (the API copy of a static pod).
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+// === messages ===
+
+/// The API server's current copy of a pod, from a watch (fresh merge base).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ApiPodObserved(pub Arc<Pod>);
+
+/// A pod is gone from the API server.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ApiPodDeleted {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Resolves once nothing is queued or being written (graceful shutdown, tests).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+/// The version last written for an API pod UID (upstream `apiStatusVersions`).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Option<u64>")]
+pub struct GetWrittenVersion(pub String);
+
+/// Run a full reconcile now (as the periodic timer does).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Reconcile;
+
+// === the actor ===
+
+/// How the syncer writes.
+pub struct SyncerConfig {
+    pub client: kube::Client,
+    pub pods: Arc<dyn PodLookup>,
+    pub status_manager: Addr<StatusManager>,
+    /// Shared by every request the agent sends.
+    pub limiter: RateLimiter,
+    /// Pods written at the same time.
+    pub concurrency: usize,
+    /// `PatchParams.field_manager`.
+    pub field_manager: String,
+    /// Full reconcile period (the kubelet's 10 s).
+    pub reconcile_period: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// The condition types this writer owns.
+    pub ownership: ConditionOwnership,
+    pub clock: SharedClock,
+}
+
+impl SyncerConfig {
+    /// The kubelet's settings: QPS 50, burst 100, reconcile every 10 s.
+    pub fn new(
+        client: kube::Client,
+        pods: Arc<dyn PodLookup>,
+        status_manager: Addr<StatusManager>,
+        clock: SharedClock,
+    ) -> Self {
+        SyncerConfig {
+            client,
+            pods,
+            status_manager,
+            limiter: RateLimiter::new(50.0, 100),
+            concurrency: 16,
+            field_manager: "probelet".to_owned(),
+            reconcile_period: Duration::from_secs(10),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(60),
+            ownership: ConditionOwnership::KUBELET,
+            clock,
+        }
+    }
+}
+
+/// A pod's place in the retry back-off.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    failures: u32,
+    not_before: tokio::time::Instant,
+}
+
+pub struct StatusSyncer {
+    config: SyncerConfig,
+    /// The latest status of every pod, by source UID.
+    latest: HashMap<String, VersionedPodStatus>,
+    /// Version last written, by API pod UID.
+    written: HashMap<String, u64>,
+    /// Merge bases: the freshest API copy of each pod, by namespace/name.
+    api_pods: HashMap<(String, String), Arc<Pod>>,
+    /// When the oldest unwritten change of each pod happened (for the latency histogram).
+    unsynced_since: HashMap<String, Timestamp>,
+    queue: VecDeque<String>,
+    queued: HashSet<String>,
+    in_flight: HashSet<String>,
+    /// A newer version arrived while the pod was being written.
+    dirty: HashSet<String>,
+    retries: HashMap<String, Retry>,
+    flushes: Vec<oneshot::Sender<()>>,
+}
+
+impl StatusSyncer {
+    pub fn new(config: SyncerConfig) -> Self {
+        StatusSyncer {
+            config,
+            latest: HashMap::new(),
+            written: HashMap::new(),
+            api_pods: HashMap::new(),
+            unsynced_since: HashMap::new(),
+            queue: VecDeque::new(),
+            queued: HashSet::new(),
+            in_flight: HashSet::new(),
+            dirty: HashSet::new(),
+            retries: HashMap::new(),
+            flushes: Vec::new(),
+        }
+    }
+
+    /// The API pod UID a source pod's status is written to (a static pod's mirror), or `None`
+    /// when a static pod has no mirror pod yet.
+    fn api_uid(&self, uid: &str) -> Option<String> {
+        if self.config.pods.is_static(uid) {
+            self.config.pods.mirror_uid_for_static(uid)
+        } else {
+            Some(uid.to_owned())
+        }
+    }
+
+    fn enqueue(&mut self, uid: &str, ctx: &mut Context<Self>) {
+        if self.in_flight.contains(uid) {
+            self.dirty.insert(uid.to_owned());
+            return;
+        }
+        if self.queued.insert(uid.to_owned()) {
+            self.queue.push_back(uid.to_owned());
+        }
+        self.pump(ctx);
+    }
+
+    /// Starts writes while there is room.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let now = tokio::time::Instant::now();
+        let mut deferred = Vec::new();
+        while self.in_flight.len() < self.config.concurrency.max(1) {
+            let Some(uid) = self.queue.pop_front() else { break };
+            self.queued.remove(&uid);
+            if let Some(retry) = self.retries.get(&uid)
+                && retry.not_before > now
+            {
+                deferred.push((uid, retry.not_before - now));
+                continue;
+            }
+            self.start(uid, ctx);
+        }
+        for (uid, wait) in deferred {
+            ctx.run_later(wait, move |act, ctx| act.enqueue(&uid, ctx));
+        }
+        self.resolve_flushes();
+    }
+
+    fn start(&mut self, uid: String, ctx: &mut Context<Self>) {
+        let Some(status) = self.latest.get(&uid).cloned() else { return };
+        if self.config.pods.is_static(&uid) && self.api_uid(&uid).is_none() {
+            tracing::trace!(pod_uid = %uid, "Static pod does not have a corresponding mirror pod; skipping");
+            return;
+        }
+        let key = (status.pod_namespace.clone(), status.pod_name.clone());
+        let job = SyncJob {
+            uid: uid.clone(),
+            status,
+            base: self.api_pods.get(&key).cloned(),
+            client: self.config.client.clone(),
+            limiter: self.config.limiter.clone(),
+            field_manager: self.config.field_manager.clone(),
+            ownership: self.config.ownership.clone(),
+            pods: self.config.pods.clone(),
+            now: self.config.clock.now_time(),
+        };
+        self.in_flight.insert(uid);
+        ctx.spawn(job.run().into_actor(self).map(|result, act, ctx| act.finish(result, ctx)));
+    }
+
+    fn finish(&mut self, result: JobResult, ctx: &mut Context<Self>) {
+        let uid = result.uid.clone();
+        self.in_flight.remove(&uid);
+        let key = (result.namespace.clone(), result.name.clone());
+        metrics::counter!(names::PROBELET_STATUS_SYNCS_TOTAL, "outcome" => result.outcome.label())
+            .increment(1);
+        match &result.outcome {
+            Outcome::Updated | Outcome::Unchanged => {
+                self.retries.remove(&uid);
+                if let Some(api_uid) = &result.api_uid {
+                    self.written.insert(api_uid.clone(), result.version);
+                }
+                if let Some(pod) = result.fresh {
+                    self.api_pods.insert(key, pod);
+                }
+                if let Some(since) = self.unsynced_since.remove(&uid)
+                    && matches!(result.outcome, Outcome::Updated)
+                {
+                    let seconds = self.config.clock.now().duration_since(since).as_secs_f64().max(0.0);
+                    metrics::histogram!(names::PROBELET_STATUS_SYNC_DURATION_SECONDS).record(seconds);
+                }
+            }
+            Outcome::NotFound => {
+                tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod does not exist on the server");
+                self.retries.remove(&uid);
+                self.api_pods.remove(&key);
+            }
+            Outcome::Recreated => {
+                tracing::info!(pod_uid = %uid, pod = %result.name, "Pod was deleted and then recreated, skipping status update");
+                self.forget(&uid, &key);
+                self.config.status_manager.do_send(DeletePodStatus(uid.clone()));
+            }
+            Outcome::Invalid(message) => {
+                tracing::error!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, cause = %message, "The API server rejected the status patch as invalid; not retrying this version");
+                self.retries.remove(&uid);
+                if let Some(api_uid) = &result.api_uid {
+                    self.written.insert(api_uid.clone(), result.version);
+                }
+                self.api_pods.remove(&key);
+            }
+            Outcome::Deleted => {
+                tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod fully terminated and removed from etcd");
+                if let Some(api_uid) = &result.api_uid {
+                    self.written.remove(api_uid);
+                }
+                self.forget(&uid, &key);
+                self.config.status_manager.do_send(DeletePodStatus(uid.clone()));
+            }
+            Outcome::Failed(message) | Outcome::DeleteFailed(message) => {
+                if matches!(result.outcome, Outcome::DeleteFailed(_))
+                    && let Some(api_uid) = &result.api_uid
+                {
+                    self.written.insert(api_uid.clone(), result.version);
+                }
+                self.api_pods.remove(&key);
+                let failures = self.retries.get(&uid).map_or(1, |r| r.failures + 1);
+                let wait = backoff(self.config.backoff_initial, self.config.backoff_max, failures);
+                tracing::warn!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?wait, "Failed to update status for pod");
+                self.retries
+                    .insert(uid.clone(), Retry { failures, not_before: tokio::time::Instant::now() + wait });
+                self.dirty.insert(uid.clone());
+            }
+        }
+        if self.dirty.remove(&uid) && self.latest.contains_key(&uid) {
+            self.enqueue(&uid, ctx);
+        } else {
+            self.pump(ctx);
+        }
+    }
+
+    fn forget(&mut self, uid: &str, key: &(String, String)) {
+        self.latest.remove(uid);
+        self.unsynced_since.remove(uid);
+        self.retries.remove(uid);
+        self.dirty.remove(uid);
+        self.api_pods.remove(key);
+    }
+
+    /// Upstream `needsUpdate` and `needsReconcile`, over the statuses just listed.
+    fn reconcile(&mut self, statuses: HashMap<String, VersionedPodStatus>, ctx: &mut Context<Self>) {
+        self.latest = statuses;
+        let api_uids: HashSet<String> = self.latest.keys().filter_map(|uid| self.api_uid(uid)).collect();
+        self.written.retain(|uid, _| api_uids.contains(uid));
+        let mut queue = Vec::new();
+        for (uid, status) in &self.latest {
+            let Some(api_uid) = self.api_uid(uid) else { continue };
+            let key = (status.pod_namespace.clone(), status.pod_name.clone());
+            let api_pod = self.api_pods.get(&key);
+            let behind = self.written.get(&api_uid).is_none_or(|v| *v < status.version);
+            let deletable = api_pod.is_some_and(|p| can_be_deleted(p, status.pod_is_finished));
+            if behind || deletable {
+                queue.push(uid.clone());
+            } else if let Some(pod) = api_pod
+                && self.drifted(pod, status)
+            {
+                tracing::info!(pod_uid = %uid, pod = %status.pod_name, "Pod status is inconsistent with cached status for pod, a reconciliation should be triggered");
+                queue.push(uid.clone());
+            }
+        }
+        for uid in queue {
+            if let Some(api_uid) = self.api_uid(&uid) {
+                self.written.remove(&api_uid);
+            }
+            self.enqueue(&uid, ctx);
+        }
+    }
+
+    /// The API copy differs from ours in fields this writer owns.
+    fn drifted(&self, pod: &Pod, status: &VersionedPodStatus) -> bool {
+        let mut api = pod.status.clone().unwrap_or_default();
+        normalize_status(pod, &mut api);
+        !is_pod_status_equal_for(&api, &status.status, &self.config.ownership)
+    }
+
+    fn resolve_flushes(&mut self) {
+        if self.queue.is_empty() && self.in_flight.is_empty() {
+            for flush in self.flushes.drain(..) {
+                let _ = flush.send(());
+            }
+        }
+    }
+}
+
+impl Actor for StatusSyncer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let period = self.config.reconcile_period;
+        ctx.run_interval(period, |_, ctx| ctx.notify(Reconcile));
+    }
+}
+
+impl Handler<PodStatusUpdated> for StatusSyncer {
+    type Result = ();
+
+    fn handle(&mut self, msg: PodStatusUpdated, ctx: &mut Self::Context) {
+        let uid = msg.pod_uid;
+        self.unsynced_since.entry(uid.clone()).or_insert_with(|| self.config.clock.now());
+        self.latest.insert(uid.clone(), msg.status);
+        self.enqueue(&uid, ctx);
+    }
+}
+
+impl Handler<ApiPodObserved> for StatusSyncer {
+    type Result = ();
+
+    fn handle(&mut self, msg: ApiPodObserved, _ctx: &mut Self::Context) {
+        let pod = msg.0;
+        let key = (
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        // Keep whichever copy is newer: resourceVersions are etcd revisions, so numerically
+        // comparable within one cluster; an unparsable one always replaces.
+        let newer = match self.api_pods.get(&key) {
+            Some(old) => resource_version(&pod) >= resource_version(old),
+            None => true,
+        };
+        if newer {
+            self.api_pods.insert(key, pod);
+        }
+    }
+}
+
+impl Handler<ApiPodDeleted> for StatusSyncer {
+    type Result = ();
+
+    fn handle(&mut self, msg: ApiPodDeleted, _ctx: &mut Self::Context) {
+        self.api_pods.remove(&(msg.namespace, msg.name));
+    }
+}
+
+impl Handler<Reconcile> for StatusSyncer {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _msg: Reconcile, _ctx: &mut Self::Context) -> Self::Result {
+        let list = self.config.status_manager.send(ListStatuses);
+        Box::pin(list.into_actor(self).map(|statuses, act, ctx| match statuses {
+            Ok(statuses) => act.reconcile(statuses, ctx),
+            Err(err) => tracing::error!(error = %err, "Status manager did not answer the reconcile"),
+        }))
+    }
+}
+
+impl Handler<Flush> for StatusSyncer {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _msg: Flush, _ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.flushes.push(tx);
+        self.resolve_flushes();
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
+impl Handler<GetWrittenVersion> for StatusSyncer {
+    type Result = Option<u64>;
+
+    fn handle(&mut self, msg: GetWrittenVersion, _ctx: &mut Self::Context) -> Self::Result {
+        self.written.get(&msg.0).copied()
+    }
+}
+
+// === one pod's write ===
+
+struct SyncJob {
+    uid: String,
+    status: VersionedPodStatus,
+    base: Option<Arc<Pod>>,
+    client: kube::Client,
+    limiter: RateLimiter,
+    field_manager: String,
+    ownership: ConditionOwnership,
+    pods: Arc<dyn PodLookup>,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Updated,
+    Unchanged,
+    NotFound,
+    Recreated,
+    Invalid(String),
+    Deleted,
+    Failed(String),
+    DeleteFailed(String),
+}
+
+impl Outcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Updated => "updated",
+            Outcome::Unchanged => "unchanged",
+            Outcome::NotFound => "not_found",
+            Outcome::Recreated => "recreated",
+            Outcome::Invalid(_) => "invalid",
+            Outcome::Deleted => "deleted",
+            Outcome::Failed(_) | Outcome::DeleteFailed(_) => "error",
+        }
+    }
+}
+
+struct JobResult {
+    uid: String,
+    namespace: String,
+    name: String,
+    version: u64,
+    outcome: Outcome,
+    /// The API pod UID the status belongs to, once known.
+    api_uid: Option<String>,
+    /// The API's copy after this write, the next merge base.
+    fresh: Option<Arc<Pod>>,
+}
+
+impl SyncJob {
+    async fn run(self) -> JobResult {
+        let mut result = JobResult {
+            uid: self.uid.clone(),
+            namespace: self.status.pod_namespace.clone(),
+            name: self.status.pod_name.clone(),
+            version: self.status.version,
+            outcome: Outcome::Unchanged,
+            api_uid: None,
+            fresh: None,
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &result.namespace);
+        let base = match self.base.clone() {
+            Some(base) => base,
+            None => {
+                self.limiter.acquire().await;
+                let got = api.get(&result.name).await;
+                record_request("get", &got);
+                match got {
+                    Ok(pod) => Arc::new(pod),
+                    Err(err) if is_code(&err, 404) => {
+                        result.outcome = Outcome::NotFound;
+                        return result;
+                    }
+                    Err(err) => {
+                        result.outcome = Outcome::Failed(format!("get: {err}"));
+                        return result;
+                    }
+                }
+            }
+        };
+        let api_uid = base.metadata.uid.clone().unwrap_or_default();
+        let source_uid = self.pods.static_uid_for_mirror(&api_uid).unwrap_or_else(|| api_uid.clone());
+        if source_uid != self.uid {
+            result.outcome = Outcome::Recreated;
+            return result;
+        }
+        result.api_uid = Some(api_uid.clone());
+
+        let api_status = base.status.clone().unwrap_or_default();
+        let could_run = could_have_running_containers(&self.status.status);
+        let merged = merge_pod_status_for(
+            &api_status,
+            &self.status.status,
+            could_run,
+            self.now.clone(),
+            &self.ownership,
+        );
+        let patch = match pod_status_patch(&api_uid, &api_status, &merged) {
+            Ok(patch) => patch,
+            Err(err) => {
+                result.outcome = Outcome::Invalid(err.to_string());
+                return result;
+            }
+        };
+        let fresh = match patch {
+            None => {
+                tracing::trace!(pod_uid = %self.uid, pod = %result.name, "Status for pod is up-to-date");
+                base
+            }
+            Some(body) => {
+                self.limiter.acquire().await;
+                let params =
+                    PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
+                let patched = api.patch_status(&result.name, &params, &Patch::Strategic(body)).await;
+                record_request("patch", &patched);
+                match patched {
+                    Ok(pod) => {
+                        result.outcome = Outcome::Updated;
+                        Arc::new(pod)
+                    }
+                    Err(err) if is_uid_mismatch(&err) => {
+                        result.outcome = Outcome::Recreated;
+                        return result;
+                    }
+                    Err(err) if is_code(&err, 404) => {
+                        result.outcome = Outcome::NotFound;
+                        return result;
+                    }
+                    Err(err) if is_code(&err, 422) => {
+                        result.outcome = Outcome::Invalid(err.to_string());
+                        return result;
+                    }
+                    Err(err) => {
+                        result.outcome = Outcome::Failed(format!("patch: {err}"));
+                        return result;
+                    }
+                }
+            }
+        };
+        result.fresh = Some(fresh.clone());
+
+        if can_be_deleted(&fresh, self.status.pod_is_finished) {
+            self.limiter.acquire().await;
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions { uid: Some(api_uid), resource_version: None }),
+                ..Default::default()
+            };
+            let deleted = api.delete(&result.name, &params).await;
+            record_request("delete", &deleted);
+            result.outcome = match deleted {
+                Ok(_) => Outcome::Deleted,
+                Err(err) if is_code(&err, 404) => Outcome::Deleted,
+                Err(err) if is_code(&err, 409) => Outcome::Recreated,
+                Err(err) => Outcome::DeleteFailed(format!("delete: {err}")),
+            };
+        }
+        result
+    }
+}
+
+// === helpers ===
+
+/// Upstream `canBeDeleted`: a pod with a deletion timestamp, not a mirror pod, whose API phase
+/// is terminal, and that the kubelet finished (TerminatePod ran).
+pub fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
+    if pod.metadata.deletion_timestamp.is_none() || is_mirror_pod(pod) {
+        return false;
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !is_terminal_phase(phase) {
+        tracing::trace!(
+            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            "Delaying pod deletion as the phase is non-terminal"
+        );
+        return false;
+    }
+    finished
+}
+
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+}
+
+/// Whether any container of the status may still run: the terminal phase is held back until
+/// none can (upstream `PodCouldHaveRunningContainers`, from what the status says).
+pub fn could_have_running_containers(status: &PodStatus) -> bool {
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .any(|c| c.state.as_ref().is_none_or(|s| s.terminated.is_none()))
+}
+
+fn resource_version(pod: &Pod) -> u64 {
+    pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
+}
+
+fn is_code(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == code)
+}
+
+/// A PATCH whose `metadata.uid` does not match: the real server answers 422 Invalid with the
+/// cause on field `metadata.uid` (the pod was deleted and recreated under the same name).
+fn is_uid_mismatch(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) if status.code == 422 => {
+            status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+        }
+        _ => false,
+    }
+}
+
+fn record_request<T>(verb: &'static str, result: &Result<T, kube::Error>) {
+    let code = match result {
+        Ok(_) => "200".to_owned(),
+        Err(kube::Error::Api(status)) => status.code.to_string(),
+        Err(_) => "0".to_owned(),
+    };
+    metrics::counter!(names::PROBELET_API_REQUESTS_TOTAL, "verb" => verb, "code" => code).increment(1);
+}
+
+/// Starts a syncer and subscribes it to the status manager.
+pub fn start_syncer(config: SyncerConfig) -> Addr<StatusSyncer> {
+    let status_manager = config.status_manager.clone();
+    let syncer = StatusSyncer::new(config).start();
+    status_manager.do_send(crate::status::manager::SubscribeStatus(syncer.clone().recipient()));
+    syncer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use std::collections::BTreeMap;
+
+    fn pod(deleting: bool, phase: &str, mirror: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
+                annotations: mirror
+                    .then(|| BTreeMap::from([(MIRROR_POD_ANNOTATION.to_owned(), "x".to_owned())])),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus { phase: Some(phase.into()), ..Default::default() }),
+        }
+    }
+
+    #[test]
+    fn deletion_rules() {
+        let cases = [
+            ("no deletion timestamp", pod(false, "Failed", false), true, false),
+            ("mirror pod", pod(true, "Failed", true), true, false),
+            ("running phase", pod(true, "Running", false), true, false),
+            ("not finished", pod(true, "Succeeded", false), false, false),
+            ("finished terminal deleting", pod(true, "Succeeded", false), true, true),
+            ("failed", pod(true, "Failed", false), true, true),
+        ];
+        for (name, pod, finished, want) in cases {
+            assert_eq!(can_be_deleted(&pod, finished), want, "case {name}");
+        }
+    }
+
+    #[test]
+    fn running_containers_hold_terminal_phase() {
+        let terminated = ContainerStatus {
+            name: "a".into(),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let running = ContainerStatus {
+            name: "b".into(),
+            state: Some(ContainerState::default()),
+            ..Default::default()
+        };
+        let all_done = PodStatus { container_statuses: Some(vec![terminated.clone()]), ..Default::default() };
+        let one_left =
+            PodStatus { container_statuses: Some(vec![terminated, running]), ..Default::default() };
+        assert!(!could_have_running_containers(&all_done));
+        assert!(could_have_running_containers(&one_left));
+        assert!(!could_have_running_containers(&PodStatus::default()));
+    }
+}
