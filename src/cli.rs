@@ -1,0 +1,139 @@
+//! The command line: `probelet run` (the node agent, standalone or cluster mode) and
+//! `probelet demo-target` (a scriptable probe target for the examples). Every flag can also
+//! be set through the environment variable named in its help.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::demo::DemoArgs;
+
+/// The kubelet's probes and pod status — liveness, readiness and startup probes, the Ready,
+/// ContainersReady and Initialized conditions — as a node agent.
+#[derive(Debug, Parser)]
+#[command(name = "probelet", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent: standalone on a manifests folder, or against a cluster.
+    Run(RunArgs),
+    /// Serve HTTP, TCP and gRPC health endpoints whose health follows a script (for examples).
+    DemoTarget(DemoArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Standalone mode: run the pods whose manifests (YAML or JSON) are in DIR, like the
+    /// kubelet's static pods, with containers as local processes. The folder is watched.
+    #[arg(long, value_name = "DIR", env = "PROBELET_MANIFESTS", conflicts_with_all = ["kubeconfig", "in_cluster"])]
+    pub manifests: Option<PathBuf>,
+
+    /// Cluster mode with this kubeconfig file.
+    #[arg(long, value_name = "PATH", env = "PROBELET_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Cluster mode with the pod's service account (in-cluster configuration).
+    #[arg(long, env = "PROBELET_IN_CLUSTER")]
+    pub in_cluster: bool,
+
+    /// The node whose pods this agent probes (cluster mode), and the node name standalone pods
+    /// are bound to.
+    #[arg(long, env = "NODE_NAME", default_value = "localhost")]
+    pub node_name: String,
+
+    /// Cluster mode: only pods matching this label selector (e.g. `probelet.io/managed=true`).
+    #[arg(long, value_name = "SELECTOR", env = "PROBELET_POD_SELECTOR")]
+    pub pod_selector: Option<String>,
+
+    /// Cluster mode: what a failed liveness probe does. The node's runtime restarts
+    /// containers; `delete-pod` deletes the pod so its controller replaces it.
+    #[arg(long, value_enum, env = "PROBELET_LIVENESS_ACTION", default_value_t = LivenessAction::None)]
+    pub liveness_action: LivenessAction,
+
+    /// Address of the agent's HTTP endpoints: /metrics, /healthz, /readyz, /pods, /events.
+    #[arg(long, env = "PROBELET_LISTEN", default_value = "127.0.0.1:9898")]
+    pub listen: SocketAddr,
+
+    /// Log format on standard error.
+    #[arg(long, value_enum, env = "PROBELET_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// API requests per second the agent may send (the kubelet's --kube-api-qps).
+    #[arg(long, env = "PROBELET_QPS", default_value_t = 50.0)]
+    pub qps: f64,
+
+    /// Burst of API requests above --qps (the kubelet's --kube-api-burst).
+    #[arg(long, env = "PROBELET_BURST", default_value_t = 100)]
+    pub burst: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LivenessAction {
+    /// Only report the failure (events, metrics); the node's runtime decides.
+    None,
+    /// Delete the pod.
+    DeletePod,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Which mode `run` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Standalone(PathBuf),
+    Cluster { kubeconfig: Option<PathBuf> },
+}
+
+/// Why the arguments do not name a mode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "nothing to run: give --manifests DIR (standalone), or --kubeconfig PATH / --in-cluster (cluster mode)"
+)]
+pub struct NoMode;
+
+impl RunArgs {
+    pub fn mode(&self) -> Result<Mode, NoMode> {
+        match (&self.manifests, &self.kubeconfig, self.in_cluster) {
+            (Some(dir), _, _) => Ok(Mode::Standalone(dir.clone())),
+            (None, Some(path), _) => Ok(Mode::Cluster { kubeconfig: Some(path.clone()) }),
+            (None, None, true) => Ok(Mode::Cluster { kubeconfig: None }),
+            (None, None, false) => Err(NoMode),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("probelet").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn modes() {
+        let Command::Run(run) = parse(&["run", "--manifests", "examples/pods"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(run.mode(), Ok(Mode::Standalone("examples/pods".into())));
+        assert_eq!(run.listen.to_string(), "127.0.0.1:9898");
+        let Command::Run(run) = parse(&["run", "--in-cluster", "--node-name", "n1"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(run.mode(), Ok(Mode::Cluster { kubeconfig: None }));
+        assert_eq!(run.node_name, "n1");
+        let Command::Run(run) = parse(&["run"]).unwrap().command else { panic!() };
+        assert_eq!(run.mode(), Err(NoMode));
+        assert!(parse(&["run", "--manifests", "x", "--in-cluster"]).is_err(), "one mode at a time");
+        assert!(parse(&["run", "--liveness-action", "explode"]).is_err());
+    }
+}

@@ -1,0 +1,155 @@
+//! The last results of every probe, for the agent's `/pods/{namespace}/{name}/probes`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::jiff::Timestamp;
+use probelet_actors::clock::SharedClock;
+use probelet_actors::contracts::{ProbeObserver, ProbeRecord};
+use probelet_actors::prober::ProbeKind;
+use serde::Serialize;
+
+/// Results kept per probe.
+pub const RESULTS_KEPT: usize = 10;
+/// Output kept per result, in bytes.
+pub const OUTPUT_KEPT: usize = 1024;
+
+/// One probe run as `/probes` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeRun {
+    pub time: String,
+    /// `Success`, `Failure`, `UNKNOWN`, or `Error` when the probe errored and was discarded.
+    pub result: String,
+    pub duration_seconds: f64,
+    pub output: String,
+}
+
+/// The runs of one probe, newest last.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeRuns {
+    pub container: String,
+    pub probe_type: String,
+    pub results: Vec<ProbeRun>,
+}
+
+type Key = (String, String, ProbeKind);
+
+/// Keeps the last [`RESULTS_KEPT`] runs of every probe. The lock guards a map update only.
+#[derive(Clone)]
+pub struct ProbeHistory {
+    runs: Arc<Mutex<HashMap<Key, VecDeque<ProbeRun>>>>,
+    clock: SharedClock,
+}
+
+impl ProbeHistory {
+    pub fn new(clock: SharedClock) -> Self {
+        ProbeHistory { runs: Arc::default(), clock }
+    }
+
+    /// The runs of every probe of a pod, ordered by container and probe type.
+    pub fn pod(&self, pod_uid: &str) -> Vec<ProbeRuns> {
+        let Ok(runs) = self.runs.lock() else { return Vec::new() };
+        let mut out: Vec<ProbeRuns> = runs
+            .iter()
+            .filter(|((uid, _, _), _)| uid == pod_uid)
+            .map(|((_, container, kind), results)| ProbeRuns {
+                container: container.clone(),
+                probe_type: kind.as_str().to_owned(),
+                results: results.iter().cloned().collect(),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.container, &a.probe_type).cmp(&(&b.container, &b.probe_type)));
+        out
+    }
+
+    /// Forgets a pod's runs.
+    pub fn remove_pod(&self, pod_uid: &str) {
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.retain(|(uid, _, _), _| uid != pod_uid);
+        }
+    }
+}
+
+impl ProbeObserver for ProbeHistory {
+    fn observe(&self, record: ProbeRecord) {
+        let run = ProbeRun {
+            time: format_time(self.clock.now()),
+            result: match &record.result {
+                Ok(result) => result.as_str().to_owned(),
+                Err(_) => "Error".to_owned(),
+            },
+            duration_seconds: record.duration.as_secs_f64(),
+            output: cut(&record.output, OUTPUT_KEPT),
+        };
+        if let Ok(mut runs) = self.runs.lock() {
+            let list = runs.entry((record.pod_uid, record.container, record.kind)).or_default();
+            if list.len() == RESULTS_KEPT {
+                list.pop_front();
+            }
+            list.push_back(run);
+        }
+    }
+}
+
+/// RFC 3339 with second precision, as the API shows times.
+pub fn format_time(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// At most `max` bytes of `s`, cut on a character boundary.
+pub fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use probelet_actors::clock::TokioClock;
+    use probelet_actors::prober::ProbeResult;
+    use std::time::Duration;
+
+    fn record(i: usize, output: String) -> ProbeRecord {
+        ProbeRecord {
+            pod_uid: "u".into(),
+            namespace: "ns".into(),
+            pod: "p".into(),
+            container: "c".into(),
+            kind: ProbeKind::Readiness,
+            result: if i.is_multiple_of(2) { Ok(ProbeResult::Success) } else { Err("boom".into()) },
+            output,
+            duration: Duration::from_millis(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn keeps_the_last_ten_with_cut_output() {
+        let history = ProbeHistory::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+        for i in 0..15 {
+            history.observe(record(i, format!("{i}").repeat(2000)));
+        }
+        let runs = history.pod("u");
+        assert_eq!(runs.len(), 1);
+        let results = &runs[0].results;
+        assert_eq!(results.len(), RESULTS_KEPT);
+        assert!(results[0].output.starts_with('5'), "oldest kept is run 5");
+        assert_eq!(results[9].result, "Success");
+        assert_eq!(results[8].result, "Error");
+        assert!(results.iter().all(|r| r.output.len() <= OUTPUT_KEPT));
+        assert_eq!(results[0].time, "1970-01-01T00:00:00Z");
+        history.remove_pod("u");
+        assert!(history.pod("u").is_empty());
+    }
+
+    #[test]
+    fn cuts_on_char_boundaries() {
+        assert_eq!(cut("héllo", 2), "h");
+        assert_eq!(cut("abc", 10), "abc");
+    }
+}

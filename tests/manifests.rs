@@ -1,0 +1,866 @@
+//! Pod manifests from a folder (`probelet::host::manifests`): decoding YAML and JSON, defaults,
+//! validation with the API server's messages, the static pod UID, and scan/diff of a folder.
+//! Every test works in its own folder under the system temp dir and removes it afterwards.
+// Helpers may panic: a panic there fails the test that called it.
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use k8s_openapi::api::core::v1::Pod;
+use probelet::host::manifests::{
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, MAX_MANIFEST_BYTES, ManifestError, Snapshot,
+    SourceChange, apply_defaults, diff, load_dir, parse_manifest, scan, static_pod_uid, validate,
+};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const NODE: &str = "node-a";
+
+/// A folder of its own, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("probelet-manifests-{tag}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let file = self.0.join(name);
+        fs::write(&file, contents).unwrap();
+        file
+    }
+
+    fn remove(&self, name: &str) {
+        fs::remove_file(self.0.join(name)).unwrap();
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pod_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  containers:
+  - name: app
+    command: [sleep, '1000']
+"
+    )
+}
+
+fn names(pods: &[LoadedPod]) -> Vec<String> {
+    pods.iter().map(|p| format!("{}/{}", p.namespace(), p.name())).collect()
+}
+
+fn reasons(errors: &[ManifestError]) -> Vec<String> {
+    errors.iter().map(|e| e.reason.clone()).collect()
+}
+
+// === decoding ===
+
+#[test]
+fn multi_document_yaml_loads_every_pod_and_skips_empty_documents() {
+    let file = Path::new("/m/pods.yaml");
+    let contents = format!("---\n{}---\n---\n# only a comment\n---\n{}", pod_yaml("one"), pod_yaml("two"));
+    let (pods, errors) = parse_manifest(file, &contents, NODE);
+    assert_eq!(errors, vec![]);
+    let got: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    assert_eq!(got, vec!["one", "two"]);
+}
+
+#[test]
+fn json_file_loads_and_reports_positions() {
+    let dir = TempDir::new("json");
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "from-json", "namespace": "tools"},
+        "spec": {"containers": [{"name": "app", "command": ["true"]}]}
+    });
+    dir.write("pod.json", serde_json::to_string_pretty(&pod).unwrap());
+    dir.write("broken.json", "{\"apiVersion\": \"v1\",\n \"kind\": \"Pod\",,}");
+    dir.write(
+        "typed.json",
+        "{\"apiVersion\": \"v1\", \"kind\": \"Pod\",\n \"metadata\": {\"name\": \"x\"},\n \"spec\": {\"containers\": 5}}",
+    );
+    let (pods, errors) = load_dir(dir.path(), NODE);
+    assert_eq!(names(&pods), vec!["tools/from-json"]);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(errors[0].file, dir.path().join("broken.json"));
+    assert!(errors[0].reason.starts_with("invalid JSON: "), "{}", errors[0].reason);
+    assert!(errors[0].reason.contains("line 2 column"), "{}", errors[0].reason);
+    assert_eq!(errors[1].file, dir.path().join("typed.json"));
+    assert!(errors[1].reason.starts_with("invalid Pod: invalid type: integer `5`"), "{}", errors[1].reason);
+    assert!(errors[1].reason.contains("line 3"), "{}", errors[1].reason);
+}
+
+#[test]
+fn yaml_errors_carry_line_and_column_and_never_panic() {
+    let file = Path::new("/m/bad.yaml");
+    let cases = [
+        ("syntax", "apiVersion: v1\nkind: Pod\nmetadata: {name: [x\n", "invalid YAML: "),
+        ("bad indentation", "a: b\n  c: d\n", "invalid YAML: "),
+        (
+            "type error",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: a\n    command: [x]\n    ports:\n    - containerPort: abc\n",
+            "invalid Pod: ",
+        ),
+    ];
+    for (name, contents, prefix) in cases {
+        let (pods, errors) = parse_manifest(file, contents, NODE);
+        assert!(pods.is_empty(), "case {name}");
+        assert_eq!(errors.len(), 1, "case {name}: {errors:?}");
+        let reason = &errors[0].reason;
+        assert!(reason.starts_with(prefix), "case {name}: {reason}");
+        assert!(reason.contains("line "), "case {name}: {reason}");
+        assert!(!reason.contains('\n'), "case {name}: one line: {reason}");
+    }
+}
+
+#[test]
+fn yaml_scalars_fit_string_fields() {
+    // A YAML number where the Pod wants a string loads, as users expect from `value: 8080`.
+    let contents = format!("{}    env:\n    - name: PORT\n      value: 8080\n", pod_yaml("env"));
+    let (pods, errors) = parse_manifest(Path::new("/m/env.yaml"), &contents, NODE);
+    assert_eq!(errors, vec![]);
+    let env = pods[0].spec.as_ref().unwrap().containers[0].env.clone().unwrap();
+    assert_eq!(env[0].value.as_deref(), Some("8080"));
+}
+
+#[test]
+fn only_v1_pods_are_accepted_and_other_documents_still_load() {
+    let file = Path::new("/m/mixed.yaml");
+    let contents = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\n---\n{}---\nkind: Pod\nmetadata: {{name: p}}\n\
+         ---\napiVersion: v2\nkind: Pod\n---\n- a\n- b\n---\napiVersion: v1\n---\nkind: 5\napiVersion: v1\n",
+        pod_yaml("good")
+    );
+    let (pods, errors) = parse_manifest(file, &contents, NODE);
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0].metadata.name.as_deref(), Some("good"));
+    assert_eq!(
+        reasons(&errors),
+        vec![
+            "document 1: kind \"Deployment\" is not supported: expected \"Pod\"",
+            "document 3: apiVersion is missing: expected \"v1\"",
+            "document 4: apiVersion \"v2\" is not supported for kind Pod: expected \"v1\"",
+            "document 5: expected a Pod object, found a sequence",
+            "document 6: kind is missing: expected \"Pod\"",
+            "document 7: kind 5 is not supported: expected \"Pod\"",
+        ]
+    );
+    assert!(errors.iter().all(|e| e.file == file));
+}
+
+#[test]
+fn a_single_document_error_names_no_document() {
+    let (pods, errors) = parse_manifest(Path::new("/m/svc.yaml"), "apiVersion: v1\nkind: Service\n", NODE);
+    assert!(pods.is_empty());
+    assert_eq!(reasons(&errors), vec!["kind \"Service\" is not supported: expected \"Pod\""]);
+    assert_eq!(errors[0].to_string(), "/m/svc.yaml: kind \"Service\" is not supported: expected \"Pod\"");
+}
+
+#[test]
+fn invalid_pods_are_reported_in_the_api_servers_words() {
+    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n  - name: app\n    command: [x]\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/web.yaml"), contents, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        vec![
+            "Pod \"web\" is invalid: [spec.containers[0].command: Required value: the standalone runtime runs each \
+             container's command as a local process, spec.containers[1].name: Duplicate value: \"app\"]"
+        ]
+    );
+}
+
+// === what a loaded pod looks like ===
+
+#[test]
+fn loaded_pods_have_defaults_uid_annotations_node_and_only_conditions() {
+    let contents = "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  uid: from-the-manifest
+  annotations: {team: a}
+spec:
+  nodeName: elsewhere
+  readinessGates: [{conditionType: example.com/ready}]
+  initContainers:
+  - name: sidecar
+    restartPolicy: Always
+    command: [x]
+    startupProbe: {tcpSocket: {port: 9000}}
+  containers:
+  - name: app
+    command: [x]
+    ports: [{name: http, containerPort: 8080}, {containerPort: 53, protocol: UDP}]
+    livenessProbe:
+      httpGet: {port: http}
+      periodSeconds: 0
+      timeoutSeconds: 0
+      successThreshold: 0
+      failureThreshold: 0
+    readinessProbe:
+      httpGet: {port: 8080, path: /ready, scheme: HTTPS}
+      periodSeconds: 5
+      timeoutSeconds: 2
+      successThreshold: 2
+      failureThreshold: 7
+      initialDelaySeconds: 3
+status:
+  phase: Running
+  podIP: 10.0.0.1
+  conditions:
+  - {type: example.com/ready, status: 'True'}
+";
+    let file = Path::new("/m/web.yaml");
+    let (pods, errors) = parse_manifest(file, contents, NODE);
+    assert_eq!(errors, vec![]);
+    let pod = &pods[0];
+    let meta = &pod.metadata;
+    assert_eq!(meta.namespace.as_deref(), Some("default"));
+    let uid = meta.uid.clone().unwrap();
+    assert_ne!(uid, "from-the-manifest");
+    assert_eq!(uid, static_pod_uid(NODE, file, pod), "the UID of a loaded pod computes to itself");
+    let annotations = meta.annotations.clone().unwrap();
+    assert_eq!(annotations.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str), Some("file"));
+    assert_eq!(annotations.get(CONFIG_HASH_ANNOTATION), Some(&uid));
+    assert_eq!(annotations.get("team").map(String::as_str), Some("a"));
+
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some(NODE));
+    assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(spec.termination_grace_period_seconds, Some(30));
+    let app = &spec.containers[0];
+    let ports = app.ports.as_ref().unwrap();
+    assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+    assert_eq!(ports[1].protocol.as_deref(), Some("UDP"));
+
+    let live = app.liveness_probe.as_ref().unwrap();
+    let timing = |p: &k8s_openapi::api::core::v1::Probe| {
+        (
+            p.timeout_seconds,
+            p.period_seconds,
+            p.success_threshold,
+            p.failure_threshold,
+            p.initial_delay_seconds,
+        )
+    };
+    assert_eq!(timing(live), (Some(1), Some(10), Some(1), Some(3), None), "zero values are defaulted");
+    let http = live.http_get.as_ref().unwrap();
+    assert_eq!((http.path.as_deref(), http.scheme.as_deref()), (Some("/"), Some("HTTP")));
+    let ready = app.readiness_probe.as_ref().unwrap();
+    assert_eq!(timing(ready), (Some(2), Some(5), Some(2), Some(7), Some(3)), "explicit values are kept");
+    let http = ready.http_get.as_ref().unwrap();
+    assert_eq!((http.path.as_deref(), http.scheme.as_deref()), (Some("/ready"), Some("HTTPS")));
+    let sidecar = &spec.init_containers.as_ref().unwrap()[0];
+    let startup = sidecar.startup_probe.as_ref().unwrap();
+    assert_eq!(timing(startup), (Some(1), Some(10), Some(1), Some(3), None), "init container probes too");
+
+    let status = pod.status.as_ref().unwrap();
+    assert_eq!(status.phase, None);
+    assert_eq!(status.pod_ip, None);
+    let conditions = status.conditions.as_ref().unwrap();
+    assert_eq!((conditions[0].type_.as_str(), conditions[0].status.as_str()), ("example.com/ready", "True"));
+}
+
+#[test]
+fn status_without_conditions_is_dropped() {
+    let contents = format!("{}status: {{phase: Running}}\n", pod_yaml("web"));
+    let (pods, _) = parse_manifest(Path::new("/m/web.yaml"), &contents, NODE);
+    assert_eq!(pods[0].status, None);
+}
+
+#[test]
+fn apply_defaults_fills_an_empty_pod() {
+    let mut pod = Pod::default();
+    apply_defaults(&mut pod);
+    assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(spec.termination_grace_period_seconds, Some(30));
+}
+
+#[test]
+fn apply_defaults_leaves_negative_values_for_validation() {
+    let mut pod = pod_from(json!({"livenessProbe": {"exec": {"command": ["x"]}, "periodSeconds": -2}}));
+    apply_defaults(&mut pod);
+    let probe = pod.spec.as_ref().unwrap().containers[0].liveness_probe.clone().unwrap();
+    assert_eq!(probe.period_seconds, Some(-2));
+    assert_eq!(
+        validate(&pod),
+        Err(vec!["spec.containers[0].livenessProbe.periodSeconds: Invalid value: -2: must be greater than or equal to 0".to_owned()])
+    );
+}
+
+// === validation ===
+
+/// A valid pod whose first container is `app` with extra fields from `container`.
+fn pod_from(container: Value) -> Pod {
+    let mut app = json!({"name": "app", "command": ["sleep", "100"], "ports": [{"name": "http", "containerPort": 8080}]});
+    if let (Value::Object(app), Value::Object(extra)) = (&mut app, container) {
+        app.extend(extra);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web"},
+        "spec": {"containers": [app]}
+    }))
+    .unwrap()
+}
+
+const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and \
+must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is \
+'[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const SUBDOMAIN_MSG: &str = r"a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+#[test]
+fn validation_rules_and_messages() {
+    type Mutate = fn(&mut Pod);
+    let exec = || json!({"exec": {"command": ["check"]}});
+    let probe = |kind: &str, extra: Value| {
+        let mut p = exec();
+        if let (Value::Object(p), Value::Object(extra)) = (&mut p, extra) {
+            p.extend(extra);
+        }
+        let mut container = serde_json::Map::new();
+        container.insert(kind.to_owned(), p);
+        pod_from(Value::Object(container))
+    };
+    let c0 = "spec.containers[0]";
+    let cases: Vec<(&str, Pod, Mutate, Vec<String>)> = vec![
+        ("valid", pod_from(json!({})), |_| {}, vec![]),
+        (
+            "missing name",
+            pod_from(json!({})),
+            |p| p.metadata.name = None,
+            vec!["metadata.name: Required value: name or generateName is required".into()],
+        ),
+        (
+            "bad name",
+            pod_from(json!({})),
+            |p| p.metadata.name = Some("Web_1".into()),
+            vec![format!("metadata.name: Invalid value: \"Web_1\": {SUBDOMAIN_MSG}")],
+        ),
+        (
+            "namespace with dots",
+            pod_from(json!({})),
+            |p| p.metadata.namespace = Some("a.b".into()),
+            vec!["metadata.namespace: Invalid value: \"a.b\": must not contain dots".into()],
+        ),
+        (
+            "no containers",
+            pod_from(json!({})),
+            |p| p.spec.as_mut().unwrap().containers.clear(),
+            vec!["spec.containers: Required value".into()],
+        ),
+        ("no spec", pod_from(json!({})), |p| p.spec = None, vec!["spec.containers: Required value".into()]),
+        (
+            "empty container name",
+            pod_from(json!({"name": ""})),
+            |_| {},
+            vec![format!("{c0}.name: Required value")],
+        ),
+        (
+            "container name not a label",
+            pod_from(json!({"name": "App"})),
+            |_| {},
+            vec![format!("{c0}.name: Invalid value: \"App\": {LABEL_MSG}")],
+        ),
+        (
+            "duplicate container names",
+            pod_from(json!({})),
+            |p| {
+                let spec = p.spec.as_mut().unwrap();
+                let copy = spec.containers[0].clone();
+                spec.containers.push(copy);
+            },
+            vec!["spec.containers[1].name: Duplicate value: \"app\"".into()],
+        ),
+        (
+            "init container named like a container",
+            pod_from(json!({})),
+            |p| {
+                let spec = p.spec.as_mut().unwrap();
+                let mut init = spec.containers[0].clone();
+                init.ports = None;
+                spec.init_containers = Some(vec![init]);
+            },
+            vec!["spec.initContainers[0].name: Duplicate value: \"app\"".into()],
+        ),
+        (
+            "no command",
+            pod_from(json!({"command": null})),
+            |_| {},
+            vec![format!(
+                "{c0}.command: Required value: the standalone runtime runs each container's command as a local process"
+            )],
+        ),
+        (
+            "empty command",
+            pod_from(json!({"command": []})),
+            |_| {},
+            vec![format!(
+                "{c0}.command: Required value: the standalone runtime runs each container's command as a local process"
+            )],
+        ),
+        (
+            "container port zero",
+            pod_from(json!({"ports": [{"containerPort": 0}]})),
+            |_| {},
+            vec![format!("{c0}.ports[0].containerPort: Required value")],
+        ),
+        (
+            "container port too big",
+            pod_from(json!({"ports": [{"containerPort": 70000}]})),
+            |_| {},
+            vec![format!("{c0}.ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive")],
+        ),
+        (
+            "host port negative",
+            pod_from(json!({"ports": [{"containerPort": 80, "hostPort": -1}]})),
+            |_| {},
+            vec![format!("{c0}.ports[0].hostPort: Invalid value: -1: must be between 1 and 65535, inclusive")],
+        ),
+        (
+            "protocol",
+            pod_from(json!({"ports": [{"containerPort": 80, "protocol": "ICMP"}]})),
+            |_| {},
+            vec![format!(
+                "{c0}.ports[0].protocol: Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\""
+            )],
+        ),
+        (
+            "duplicate port name",
+            pod_from(json!({"ports": [{"name": "http", "containerPort": 80}, {"name": "http", "containerPort": 81}]})),
+            |_| {},
+            vec![format!("{c0}.ports[1].name: Duplicate value: \"http\"")],
+        ),
+        (
+            "bad port name",
+            pod_from(json!({"ports": [{"name": "HTTP", "containerPort": 80}]})),
+            |_| {},
+            vec![
+                format!(
+                    "{c0}.ports[0].name: Invalid value: \"HTTP\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"
+                ),
+                format!("{c0}.ports[0].name: Invalid value: \"HTTP\": must contain at least one letter (a-z)"),
+            ],
+        ),
+        (
+            "liveness successThreshold",
+            probe("livenessProbe", json!({"successThreshold": 2})),
+            |_| {},
+            vec![format!("{c0}.livenessProbe.successThreshold: Invalid value: 2: must be 1")],
+        ),
+        (
+            "startup successThreshold",
+            probe("startupProbe", json!({"successThreshold": 3})),
+            |_| {},
+            vec![format!("{c0}.startupProbe.successThreshold: Invalid value: 3: must be 1")],
+        ),
+        ("readiness successThreshold may be more", probe("readinessProbe", json!({"successThreshold": 3})), |_| {}, vec![]),
+        ("zero timing is defaulted", probe("livenessProbe", json!({"periodSeconds": 0, "timeoutSeconds": 0})), |_| {}, vec![]),
+        (
+            "no handler",
+            pod_from(json!({"readinessProbe": {"periodSeconds": 3}})),
+            |_| {},
+            vec![format!("{c0}.readinessProbe: Required value: must specify a handler type")],
+        ),
+        (
+            "two handlers",
+            probe("livenessProbe", json!({"httpGet": {"port": 80}, "tcpSocket": {"port": 81}})),
+            |_| {},
+            vec![
+                format!("{c0}.livenessProbe.httpGet: Forbidden: may not specify more than 1 handler type"),
+                format!("{c0}.livenessProbe.tcpSocket: Forbidden: may not specify more than 1 handler type"),
+            ],
+        ),
+        (
+            "readiness grace period",
+            probe("readinessProbe", json!({"terminationGracePeriodSeconds": 10})),
+            |_| {},
+            vec![format!(
+                "{c0}.readinessProbe.terminationGracePeriodSeconds: Invalid value: 10: must not be set for readinessProbes"
+            )],
+        ),
+        (
+            "probe grace period zero",
+            probe("livenessProbe", json!({"terminationGracePeriodSeconds": 0})),
+            |_| {},
+            vec![format!("{c0}.livenessProbe.terminationGracePeriodSeconds: Invalid value: 0: must be greater than 0")],
+        ),
+        ("probe grace period positive", probe("startupProbe", json!({"terminationGracePeriodSeconds": 5})), |_| {}, vec![]),
+        (
+            "negative timing",
+            probe(
+                "readinessProbe",
+                json!({"initialDelaySeconds": -1, "timeoutSeconds": -2, "periodSeconds": -3, "successThreshold": -4, "failureThreshold": -5}),
+            ),
+            |_| {},
+            vec![
+                format!("{c0}.readinessProbe.initialDelaySeconds: Invalid value: -1: must be greater than or equal to 0"),
+                format!("{c0}.readinessProbe.timeoutSeconds: Invalid value: -2: must be greater than or equal to 0"),
+                format!("{c0}.readinessProbe.periodSeconds: Invalid value: -3: must be greater than or equal to 0"),
+                format!("{c0}.readinessProbe.successThreshold: Invalid value: -4: must be greater than or equal to 0"),
+                format!("{c0}.readinessProbe.failureThreshold: Invalid value: -5: must be greater than or equal to 0"),
+            ],
+        ),
+        (
+            "negative liveness successThreshold",
+            probe("livenessProbe", json!({"successThreshold": -1})),
+            |_| {},
+            vec![
+                format!("{c0}.livenessProbe.successThreshold: Invalid value: -1: must be greater than or equal to 0"),
+                format!("{c0}.livenessProbe.successThreshold: Invalid value: -1: must be 1"),
+            ],
+        ),
+        (
+            "exec without command",
+            pod_from(json!({"livenessProbe": {"exec": {}}})),
+            |_| {},
+            vec![format!("{c0}.livenessProbe.exec.command: Required value")],
+        ),
+        (
+            "http port zero",
+            pod_from(json!({"livenessProbe": {"httpGet": {"port": 0}}})),
+            |_| {},
+            vec![format!("{c0}.livenessProbe.httpGet.port: Invalid value: 0: must be between 1 and 65535, inclusive")],
+        ),
+        (
+            "tcp port too big",
+            pod_from(json!({"readinessProbe": {"tcpSocket": {"port": 65536}}})),
+            |_| {},
+            vec![format!(
+                "{c0}.readinessProbe.tcpSocket.port: Invalid value: 65536: must be between 1 and 65535, inclusive"
+            )],
+        ),
+        (
+            "grpc port zero",
+            pod_from(json!({"startupProbe": {"grpc": {"port": 0}}})),
+            |_| {},
+            vec![format!("{c0}.startupProbe.grpc.port: Invalid value: 0: must be between 1 and 65535, inclusive")],
+        ),
+        ("named port", pod_from(json!({"livenessProbe": {"httpGet": {"port": "http"}}})), |_| {}, vec![]),
+        (
+            "unknown named port",
+            pod_from(json!({"livenessProbe": {"httpGet": {"port": "metrics"}}})),
+            |_| {},
+            vec![format!(
+                "{c0}.livenessProbe.httpGet.port: Invalid value: \"metrics\": must be the name of one of the container's ports"
+            )],
+        ),
+        (
+            "named port of another container",
+            pod_from(json!({"ports": null, "readinessProbe": {"tcpSocket": {"port": "http"}}})),
+            |_| {},
+            vec![format!(
+                "{c0}.readinessProbe.tcpSocket.port: Invalid value: \"http\": must be the name of one of the container's ports"
+            )],
+        ),
+        (
+            "port name syntax",
+            pod_from(json!({"livenessProbe": {"tcpSocket": {"port": "a--b"}}})),
+            |_| {},
+            vec![format!("{c0}.livenessProbe.tcpSocket.port: Invalid value: \"a--b\": must not contain consecutive hyphens")],
+        ),
+        (
+            "scheme",
+            pod_from(json!({"livenessProbe": {"httpGet": {"port": 80, "scheme": "FTP"}}})),
+            |_| {},
+            vec![format!(
+                "{c0}.livenessProbe.httpGet.scheme: Unsupported value: \"FTP\": supported values: \"HTTP\", \"HTTPS\""
+            )],
+        ),
+        (
+            "header name",
+            pod_from(json!({"livenessProbe": {"httpGet": {"port": 80, "httpHeaders": [{"name": "Bad Header", "value": "x"}]}}})),
+            |_| {},
+            vec![format!(
+                "{c0}.livenessProbe.httpGet.httpHeaders: Invalid value: \"Bad Header\": a valid HTTP header must consist of \
+                 alphanumeric characters or '-' (e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')"
+            )],
+        ),
+        (
+            "probe on an init container",
+            pod_from(json!({})),
+            |p| {
+                let spec = p.spec.as_mut().unwrap();
+                let mut init = spec.containers[0].clone();
+                init.name = "init".into();
+                init.liveness_probe = spec.containers[0].liveness_probe.clone().or(Some(Default::default()));
+                spec.init_containers = Some(vec![init]);
+            },
+            vec![
+                "spec.initContainers[0].livenessProbe: Forbidden: may not be set for init containers without restartPolicy=Always"
+                    .into(),
+            ],
+        ),
+        (
+            "sidecar probes are validated",
+            pod_from(json!({})),
+            |p| {
+                let spec = p.spec.as_mut().unwrap();
+                let mut init = spec.containers[0].clone();
+                init.name = "sidecar".into();
+                init.restart_policy = Some("Always".into());
+                init.liveness_probe = serde_json::from_value(json!({"exec": {"command": ["x"]}, "successThreshold": 2})).unwrap();
+                spec.init_containers = Some(vec![init]);
+            },
+            vec!["spec.initContainers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1".into()],
+        ),
+        (
+            "init container restart policy",
+            pod_from(json!({})),
+            |p| {
+                let spec = p.spec.as_mut().unwrap();
+                let mut init = spec.containers[0].clone();
+                init.name = "init".into();
+                init.restart_policy = Some("Never".into());
+                spec.init_containers = Some(vec![init]);
+            },
+            vec!["spec.initContainers[0].restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"".into()],
+        ),
+        (
+            "restart policy on a container",
+            pod_from(json!({"restartPolicy": "Always"})),
+            |_| {},
+            vec![format!("{c0}.restartPolicy: Forbidden: may not be set for non-init containers")],
+        ),
+        (
+            "pod restart policy",
+            pod_from(json!({})),
+            |p| p.spec.as_mut().unwrap().restart_policy = Some("Sometimes".into()),
+            vec![
+                "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
+                    .into(),
+            ],
+        ),
+    ];
+    for (name, mut pod, mutate, want) in cases {
+        mutate(&mut pod);
+        let before = validate(&pod);
+        apply_defaults(&mut pod);
+        let got = validate(&pod);
+        let want = if want.is_empty() { Ok(()) } else { Err(want) };
+        assert_eq!(got, want, "case {name}");
+        assert_eq!(before, got, "case {name}: same answer before and after defaulting");
+    }
+}
+
+// === folder ===
+
+#[test]
+fn a_bad_file_is_reported_by_name_while_good_files_load() {
+    let dir = TempDir::new("mixed");
+    dir.write("a.yaml", pod_yaml("alpha"));
+    let bad = dir.write("b.yaml", "apiVersion: v1\nkind: Pod\nmetadata: [oops\n");
+    dir.write("c.yml", pod_yaml("gamma"));
+    let not_utf8 = dir.write("d.json", b"{\"kind\": \"Pod\xff\"}");
+    dir.write("e.yaml", format!("{}  - name: app\n    command: [x]\n", pod_yaml("dup-containers")));
+    dir.write("notes.txt", "not a manifest");
+    dir.write(".hidden.yaml", pod_yaml("hidden"));
+    dir.write("README", "hello");
+    fs::create_dir(dir.path().join("sub.yaml")).unwrap();
+
+    let (pods, errors) = load_dir(dir.path(), NODE);
+    assert_eq!(names(&pods), vec!["default/alpha", "default/gamma"]);
+    assert_eq!(pods[0].file, dir.path().join("a.yaml"));
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert_eq!(errors[0].file, bad);
+    assert!(errors[0].reason.starts_with("invalid YAML: "), "{}", errors[0].reason);
+    assert!(errors[0].to_string().starts_with(&format!("{}: invalid YAML: ", bad.display())));
+    assert_eq!(errors[1].file, not_utf8);
+    assert!(errors[1].reason.starts_with("invalid UTF-8: "), "{}", errors[1].reason);
+    assert_eq!(errors[2].file, dir.path().join("e.yaml"));
+    assert_eq!(
+        errors[2].reason,
+        "Pod \"dup-containers\" is invalid: spec.containers[1].name: Duplicate value: \"app\""
+    );
+}
+
+#[test]
+fn a_missing_folder_is_an_error() {
+    let dir = TempDir::new("missing");
+    let gone = dir.path().join("nope");
+    let (pods, errors) = load_dir(&gone, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].file, gone);
+    assert!(errors[0].reason.starts_with("cannot read directory: "), "{}", errors[0].reason);
+}
+
+#[test]
+fn the_second_pod_with_a_name_is_a_duplicate() {
+    let dir = TempDir::new("dups");
+    let first = dir.write("a.yaml", format!("{}---\n{}", pod_yaml("web"), pod_yaml("web")));
+    let second = dir.write("b.json", r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},"spec":{"containers":[{"name":"c","command":["x"]}]}}"#);
+    dir.write("c.yaml", pod_yaml("web").replace("name: web", "name: web\n  namespace: other"));
+    let (pods, errors) = load_dir(dir.path(), NODE);
+    assert_eq!(names(&pods), vec!["default/web", "other/web"]);
+    assert_eq!(pods[0].file, first);
+    let want_reason = format!("duplicate pod default/web, also in {}", first.display());
+    assert_eq!(
+        errors,
+        vec![
+            ManifestError { file: first.clone(), reason: want_reason.clone() },
+            ManifestError { file: second, reason: want_reason },
+        ]
+    );
+}
+
+#[test]
+fn files_over_one_mib_are_refused() {
+    let dir = TempDir::new("big");
+    let pod = pod_yaml("at-cap");
+    let cap = usize::try_from(MAX_MANIFEST_BYTES).unwrap();
+    // A comment pads the file to exactly the cap: still loaded.
+    let padding = cap - pod.len() - 3;
+    dir.write("a.yaml", format!("{pod}# {}\n", "x".repeat(padding)));
+    assert_eq!(fs::metadata(dir.path().join("a.yaml")).unwrap().len(), MAX_MANIFEST_BYTES);
+    let big = dir.write("b.yaml", format!("{}# {}\n", pod_yaml("over"), "x".repeat(cap)));
+    let (pods, errors) = load_dir(dir.path(), NODE);
+    assert_eq!(names(&pods), vec!["default/at-cap"]);
+    assert_eq!(errors, vec![ManifestError { file: big, reason: "file larger than 1 MiB".into() }]);
+
+    let huge = "a".repeat(cap + 1);
+    let (pods, errors) = parse_manifest(Path::new("/m/huge.yaml"), &huge, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(reasons(&errors), vec!["file larger than 1 MiB"]);
+}
+
+// === UID ===
+
+#[test]
+fn uid_is_stable_for_the_same_content_and_changes_with_it() {
+    let file = Path::new("/m/web.yaml");
+    let uid = |node: &str, file: &Path, contents: &str| {
+        let (pods, errors) = parse_manifest(file, contents, node);
+        assert_eq!(errors, vec![]);
+        pods[0].metadata.uid.clone().unwrap()
+    };
+    let original = pod_yaml("web");
+    let first = uid(NODE, file, &original);
+    assert_eq!(first, uid(NODE, file, &original), "same content, same UID");
+    let reformatted = original.replace("command: [sleep, '1000']", "command:\n    - sleep\n    - \"1000\"");
+    assert_eq!(first, uid(NODE, file, &reformatted), "formatting is not content");
+    assert_ne!(first, uid(NODE, file, &original.replace("'1000'", "'999'")), "changed content");
+    assert_ne!(first, uid("node-b", file, &original), "another node");
+    assert_ne!(first, uid(NODE, Path::new("/m/other.yaml"), &original), "another file");
+}
+
+// === scan and diff ===
+
+fn summary(changes: &[SourceChange]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| match c {
+            SourceChange::Removed { namespace, name, .. } => format!("-{namespace}/{name}"),
+            SourceChange::Added(p) => format!("+{}/{}", p.namespace(), p.name()),
+        })
+        .collect()
+}
+
+#[test]
+fn scan_and_diff_follow_added_changed_and_removed_files() {
+    let dir = TempDir::new("scan");
+    let empty = Snapshot::default();
+
+    dir.write("a.yaml", pod_yaml("alpha"));
+    dir.write("b.yaml", format!("{}---\n{}", pod_yaml("beta"), pod_yaml("gamma")));
+    let first = scan(dir.path(), NODE);
+    assert_eq!(first.errors, vec![]);
+    assert_eq!(first.pods.len(), 2 + 1);
+    for (uid, loaded) in &first.pods {
+        assert_eq!(uid, loaded.uid());
+    }
+    assert_eq!(summary(&diff(&empty, &first)), vec!["+default/alpha", "+default/beta", "+default/gamma"]);
+    assert_eq!(diff(&first, &scan(dir.path(), NODE)), vec![], "nothing changed");
+
+    // Change one document of b.yaml: only that pod is replaced, under a new UID.
+    dir.write("b.yaml", format!("{}---\n{}", pod_yaml("beta"), pod_yaml("gamma").replace("'1000'", "'5'")));
+    let second = scan(dir.path(), NODE);
+    let changes = diff(&first, &second);
+    assert_eq!(summary(&changes), vec!["-default/gamma", "+default/gamma"]);
+    let (SourceChange::Removed { uid: old_uid, file, .. }, SourceChange::Added(new)) =
+        (&changes[0], &changes[1])
+    else {
+        panic!("{changes:?}");
+    };
+    assert_eq!(file, &dir.path().join("b.yaml"));
+    assert_ne!(old_uid, new.uid());
+    assert!(first.pods.contains_key(old_uid));
+
+    // Remove a.yaml, add c.yaml.
+    dir.remove("a.yaml");
+    dir.write("c.json", r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"delta"},"spec":{"containers":[{"name":"c","command":["x"]}]}}"#);
+    let third = scan(dir.path(), NODE);
+    assert_eq!(summary(&diff(&second, &third)), vec!["-default/alpha", "+default/delta"]);
+
+    // A file that stops parsing takes its pods away and reports why.
+    dir.write("c.json", "{");
+    let fourth = scan(dir.path(), NODE);
+    assert_eq!(summary(&diff(&third, &fourth)), vec!["-default/delta"]);
+    assert_eq!(fourth.errors.len(), 1);
+    assert_eq!(fourth.errors[0].file, dir.path().join("c.json"));
+}
+
+// === robustness ===
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn parse_manifest_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let text = String::from_utf8_lossy(&bytes);
+        for file in ["/m/x.yaml", "/m/x.json"] {
+            let (pods, errors) = parse_manifest(Path::new(file), &text, NODE);
+            prop_assert!(pods.len() + errors.len() <= text.len() + 1);
+        }
+    }
+
+    #[test]
+    fn parse_manifest_never_panics_on_yaml_like_text(
+        parts in proptest::collection::vec(
+            prop_oneof![
+                Just("apiVersion: v1\n"), Just("kind: Pod\n"), Just("---\n"), Just("metadata:\n"),
+                Just("  name: web\n"), Just("spec:\n"), Just("  containers:\n"), Just("  - name: app\n"),
+                Just("    command: [x]\n"), Just("    livenessProbe:\n"), Just("      httpGet: {port: 80}\n"),
+                Just("      periodSeconds: -1\n"), Just("[ "), Just("{ "), Just("&a "), Just("*a "),
+                Just("!!binary zz\n"), Just(": "), Just("- "), Just("  "), Just("\t"), Just("\"q"), Just("'"),
+                Just("~\n"), Just("<<: *a\n"), Just("9999999999999999999999\n"), Just("\n"),
+            ],
+            0..40,
+        ),
+        tail in "\\PC{0,40}",
+    ) {
+        let text = format!("{}{}", parts.concat(), tail);
+        for file in ["/m/x.yaml", "/m/x.json"] {
+            let (pods, errors) = parse_manifest(Path::new(file), &text, NODE);
+            for pod in &pods {
+                prop_assert!(validate(pod).is_ok());
+                prop_assert!(pod.metadata.uid.is_some());
+            }
+            prop_assert!(errors.iter().all(|e| e.file == Path::new(file)));
+        }
+    }
+}
