@@ -1,0 +1,678 @@
+//! The standalone agent's process runtime with real short-lived processes: start and states,
+//! restart policies and crash-loop back-off, kills with grace periods, pod termination order,
+//! init containers and sidecars, environment and working directory, start failures, and exec
+//! probes through the shared runner. Waits go through `RuntimeChanged` notifications, bounded.
+// Helpers may panic: a panic there fails the test that called it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStateTerminated, ContainerStatus, EnvVar, EnvVarSource, ObjectFieldSelector, Pod,
+    PodSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use probelet::clock::TokioClock;
+use probelet::container::ContainerId;
+use probelet::contracts::{CommandRunner, MemoryRecorder};
+use probelet::host::runtime::{
+    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, RuntimePodStatus,
+    SubscribeRuntime, SyncPod,
+};
+use probelet::local_runner::LocalCommandRunner;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// The longest any test waits for one state.
+const WAIT: Duration = Duration::from_secs(10);
+const SHORT_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+// === fixtures ===
+
+/// Forwards runtime notifications into a channel the test awaits.
+struct Forward(mpsc::UnboundedSender<String>);
+
+impl Actor for Forward {
+    type Context = Context<Self>;
+}
+
+impl Handler<RuntimeChanged> for Forward {
+    type Result = ();
+
+    fn handle(&mut self, msg: RuntimeChanged, _: &mut Context<Self>) {
+        let _ = self.0.send(msg.pod_uid);
+    }
+}
+
+struct Harness {
+    runtime: Addr<ProcessRuntime>,
+    recorder: MemoryRecorder,
+    runner: LocalCommandRunner,
+    changes: mpsc::UnboundedReceiver<String>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with_backoff(SHORT_BACKOFF, MAX_BACKOFF)
+    }
+
+    fn with_backoff(initial: Duration, max: Duration) -> Self {
+        let recorder = MemoryRecorder::new();
+        let runner = LocalCommandRunner::new();
+        let runtime =
+            ProcessRuntime::new(runner.clone(), Arc::new(recorder.clone()), Arc::new(TokioClock::new()))
+                .with_backoff(initial, max)
+                .start();
+        let (tx, changes) = mpsc::unbounded_channel();
+        runtime.do_send(SubscribeRuntime(Forward(tx).start().recipient()));
+        Harness { runtime, recorder, runner, changes }
+    }
+
+    async fn sync(&self, pod: &Pod) {
+        self.runtime.send(SyncPod(Arc::new(pod.clone()))).await.unwrap();
+    }
+
+    async fn status(&self, uid: &str) -> Option<RuntimePodStatus> {
+        self.runtime.send(GetRuntimeStatus(uid.to_owned())).await.unwrap()
+    }
+
+    /// The pod's status once `done` holds, checked now and after every change notification.
+    async fn wait_for(
+        &mut self,
+        uid: &str,
+        what: &str,
+        done: impl Fn(&RuntimePodStatus) -> bool,
+    ) -> RuntimePodStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let status = self.status(uid).await;
+            if let Some(status) = status.as_ref().filter(|s| done(s)) {
+                return status.clone();
+            }
+            match tokio::time::timeout_at(deadline, self.changes.recv()).await {
+                Ok(Some(_)) => {}
+                _ => panic!("timed out waiting for {what}; last status: {status:#?}"),
+            }
+        }
+    }
+
+    async fn kill_pod(&self, uid: &str, grace: Duration) {
+        self.runtime.send(KillPod { pod_uid: uid.to_owned(), grace }).await.unwrap();
+    }
+
+    /// Events about one container, rendered `"<type> <reason> <message>"`.
+    fn events_for(&self, container: &str) -> Vec<String> {
+        let suffix = format!("{{{container}}}");
+        self.recorder
+            .events()
+            .iter()
+            .filter(|e| e.object.field_path.as_deref().is_some_and(|p| p.ends_with(&suffix)))
+            .map(|e| e.render())
+            .collect()
+    }
+}
+
+fn pod(name: &str, restart_policy: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        },
+        spec: Some(PodSpec { restart_policy: Some(restart_policy.into()), ..Default::default() }),
+        status: None,
+    }
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap()
+}
+
+fn container(name: &str, argv: &[&str]) -> Container {
+    Container {
+        name: name.into(),
+        image: Some("local".into()),
+        command: Some(argv.iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    }
+}
+
+fn sh(name: &str, script: &str) -> Container {
+    container(name, &["sh", "-c", script])
+}
+
+fn with_env(mut c: Container, vars: &[(&str, &str)]) -> Container {
+    let env = c.env.get_or_insert_with(Vec::new);
+    env.extend(vars.iter().map(|(n, v)| EnvVar {
+        name: n.to_string(),
+        value: Some(v.to_string()),
+        ..Default::default()
+    }));
+    c
+}
+
+fn with_containers(mut pod: Pod, containers: Vec<Container>) -> Pod {
+    pod.spec.as_mut().unwrap().containers = containers;
+    pod
+}
+
+fn with_init(mut pod: Pod, init: Vec<Container>) -> Pod {
+    pod.spec.as_mut().unwrap().init_containers = Some(init);
+    pod
+}
+
+fn sidecar(mut c: Container) -> Container {
+    c.restart_policy = Some("Always".into());
+    c
+}
+
+/// A fresh empty directory under the system temp dir.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("probelet-runtime-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+/// Polls for a file a process writes once it is set up (bounded).
+async fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + WAIT;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "timed out waiting for {path:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn named<'a>(statuses: &'a [ContainerStatus], name: &str) -> &'a ContainerStatus {
+    statuses.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no status for {name}"))
+}
+
+fn running(s: &ContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.running.is_some())
+}
+
+fn terminated(s: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    s.state.as_ref().and_then(|st| st.terminated.as_ref())
+}
+
+fn last_terminated(s: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    s.last_state.as_ref().and_then(|st| st.terminated.as_ref())
+}
+
+fn waiting(s: &ContainerStatus) -> Option<(&str, Option<&str>)> {
+    let w = s.state.as_ref()?.waiting.as_ref()?;
+    Some((w.reason.as_deref().unwrap_or_default(), w.message.as_deref()))
+}
+
+fn app(status: &RuntimePodStatus) -> &ContainerStatus {
+    named(&status.containers, "app")
+}
+
+// === start and state ===
+
+#[actix::test]
+async fn a_started_container_is_running_with_a_fresh_id() {
+    let mut h = Harness::new();
+    let pod = with_containers(pod("run", "Always"), vec![sh("app", "echo hi; echo oops >&2; sleep 30")]);
+    let id = uid(&pod);
+    assert_eq!(h.status(&id).await, None, "unknown before the first sync");
+
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app running", |s| running(app(s))).await;
+    let app = app(&status);
+    let container_id = app.container_id.clone().unwrap();
+    let hex = container_id.strip_prefix("probelet://").unwrap();
+    assert_eq!(hex.len(), 16, "{container_id}");
+    assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{container_id}");
+    assert_eq!(app.image, "local");
+    assert_eq!(app.image_id, "");
+    assert_eq!(app.restart_count, 0);
+    assert!(!app.ready);
+    assert_eq!(app.started, None);
+    assert!(app.state.as_ref().unwrap().running.as_ref().unwrap().started_at.is_some());
+    assert_eq!(app.last_state, Some(Default::default()));
+    assert_eq!(
+        h.events_for("app"),
+        ["Normal Created Created container: app", "Normal Started Started container app"]
+    );
+
+    // Syncing again changes nothing.
+    h.sync(&pod).await;
+    let again = h.status(&id).await.unwrap();
+    assert_eq!(app.container_id, again.containers[0].container_id);
+    assert_eq!(h.events_for("app").len(), 2);
+
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+#[actix::test]
+async fn exit_zero_with_always_restarts() {
+    let mut h = Harness::new();
+    let pod = with_containers(pod("always", "Always"), vec![container("app", &["true"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "a restart", |s| app(s).restart_count >= 1).await;
+    let last = last_terminated(app(&status)).expect("lastState terminated");
+    assert_eq!(last.exit_code, 0);
+    assert_eq!(last.reason.as_deref(), Some("Completed"));
+    assert_eq!(last.signal, None);
+    assert!(last.started_at.is_some() && last.finished_at.is_some());
+    assert!(last.container_id.as_deref().unwrap().starts_with("probelet://"));
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+#[actix::test]
+async fn on_failure_keeps_a_completed_container_and_restarts_a_failed_one() {
+    let mut h = Harness::new();
+    let pod = with_containers(
+        pod("onfailure", "OnFailure"),
+        vec![container("ok", &["true"]), container("bad", &["false"])],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h
+        .wait_for(&id, "ok completed and bad restarted", |s| {
+            terminated(named(&s.containers, "ok")).is_some() && named(&s.containers, "bad").restart_count >= 1
+        })
+        .await;
+    let ok = named(&status.containers, "ok");
+    assert_eq!(terminated(ok).unwrap().reason.as_deref(), Some("Completed"));
+    assert_eq!(ok.restart_count, 0);
+    assert_eq!(h.events_for("ok").iter().filter(|e| e.contains("Started")).count(), 1);
+    let bad = named(&status.containers, "bad");
+    let last = last_terminated(bad).unwrap();
+    assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+#[actix::test]
+async fn never_keeps_the_terminated_state() {
+    let mut h = Harness::new();
+    let pod = with_containers(pod("never", "Never"), vec![container("app", &["false"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+    let app = app(&status);
+    let state = terminated(app).unwrap();
+    assert_eq!((state.exit_code, state.reason.as_deref()), (1, Some("Error")));
+    assert_eq!(state.container_id, app.container_id);
+    assert_eq!(app.restart_count, 0);
+    assert_eq!(app.last_state, Some(Default::default()));
+
+    // A later sync does not start it again.
+    h.sync(&pod).await;
+    assert_eq!(h.status(&id).await.unwrap(), status);
+}
+
+// === back-off ===
+
+#[actix::test]
+async fn a_crashing_container_backs_off() {
+    let mut h = Harness::new();
+    let pod = with_containers(pod("crash", "Always"), vec![container("app", &["false"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+
+    // The first exit restarts at once; the second waits the initial back-off.
+    let status = h
+        .wait_for(&id, "CrashLoopBackOff", |s| waiting(app(s)).is_some_and(|(r, _)| r == "CrashLoopBackOff"))
+        .await;
+    let app_status = app(&status);
+    assert_eq!(
+        waiting(app_status).unwrap().1,
+        Some("back-off 200ms restarting failed container=app pod=crash_default(uid-crash)")
+    );
+    assert_eq!(app_status.restart_count, 1);
+    let last = last_terminated(app_status).unwrap();
+    assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+    assert_eq!(last.container_id, app_status.container_id, "the exited instance's ID");
+    assert!(
+        h.events_for("app").contains(
+            &"Warning BackOff Back-off restarting failed container app in pod crash_default(uid-crash)"
+                .to_owned()
+        )
+    );
+
+    // The back-off doubles.
+    let started = Instant::now();
+    let status = h
+        .wait_for(&id, "a doubled back-off", |s| {
+            waiting(app(s)).is_some_and(|(_, m)| m.is_some_and(|m| m.starts_with("back-off 400ms ")))
+        })
+        .await;
+    assert!(started.elapsed() >= SHORT_BACKOFF, "restarted only after the first back-off");
+    assert_eq!(app(&status).restart_count, 2);
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+// === kills ===
+
+#[actix::test]
+async fn kill_container_sends_term_then_kill_after_the_grace_period_and_restarts() {
+    let mut h = Harness::new();
+    let dir = temp_dir("kill");
+    let ready = dir.join("ready");
+    let script = format!("trap '' TERM; touch {}; sleep 30", ready.display());
+    let pod = with_containers(pod("kill", "Always"), vec![sh("app", &script)]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let first = h.wait_for(&id, "app running", |s| running(app(s))).await;
+    let first_id = app(&first).container_id.clone();
+    wait_for_file(&ready).await;
+
+    let grace = Duration::from_millis(500);
+    let asked = Instant::now();
+    h.runtime.do_send(KillContainer {
+        pod_uid: id.clone(),
+        container: "app".into(),
+        message: "Container app failed liveness probe, will be restarted".into(),
+        grace,
+    });
+    let status = h.wait_for(&id, "a restart after the kill", |s| app(s).restart_count >= 1).await;
+    assert!(asked.elapsed() >= grace, "SIGKILL came only after the grace period");
+    let last = last_terminated(app(&status)).unwrap();
+    assert_eq!((last.exit_code, last.signal, last.reason.as_deref()), (137, Some(9), Some("Error")));
+    assert_eq!(last.container_id, first_id);
+    assert_ne!(app(&status).container_id, first_id, "a new instance");
+    assert!(running(app(&status)));
+    assert!(
+        h.events_for("app")
+            .contains(&"Normal Killing Container app failed liveness probe, will be restarted".to_owned())
+    );
+    h.kill_pod(&id, Duration::from_millis(100)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn kill_container_stops_a_term_respecting_process_within_the_grace_period() {
+    let mut h = Harness::new();
+    let pod = with_containers(pod("term", "Never"), vec![container("app", &["sleep", "30"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "app running", |s| running(app(s))).await;
+
+    let asked = Instant::now();
+    h.runtime.do_send(KillContainer {
+        pod_uid: id.clone(),
+        container: "app".into(),
+        message: "Container app failed startup probe".into(),
+        grace: Duration::from_secs(30),
+    });
+    let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+    assert!(asked.elapsed() < Duration::from_secs(10), "TERM ended it, not KILL after 30 s");
+    let state = terminated(app(&status)).unwrap();
+    assert_eq!((state.exit_code, state.signal), (143, Some(15)));
+    assert_eq!(app(&status).restart_count, 0, "Never: no restart");
+    assert!(h.events_for("app").contains(&"Normal Killing Container app failed startup probe".to_owned()));
+}
+
+#[actix::test]
+async fn kill_pod_stops_regular_containers_then_sidecars_in_reverse_and_restarts_nothing() {
+    let mut h = Harness::new();
+    let dir = temp_dir("killpod");
+    let log = dir.join("log");
+    let log_text = log.display().to_string();
+    let dir_text = dir.display().to_string();
+    let stopping = |name: &str| {
+        let script = format!(
+            "trap 'echo {name} >> \"$LOG\"; exit 0' TERM; touch \"$DIR/{name}.ready\"; sleep 30 & wait"
+        );
+        with_env(sh(name, &script), &[("LOG", &log_text), ("DIR", &dir_text)])
+    };
+    let pod = with_init(
+        with_containers(pod("killpod", "Always"), vec![stopping("app1"), stopping("app2")]),
+        vec![sidecar(stopping("side1")), sidecar(stopping("side2"))],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "everything running", |s| s.init_containers.iter().chain(&s.containers).all(running))
+        .await;
+    for name in ["app1", "app2", "side1", "side2"] {
+        wait_for_file(&dir.join(format!("{name}.ready"))).await;
+    }
+
+    tokio::time::timeout(WAIT, h.kill_pod(&id, Duration::from_secs(5))).await.expect("KillPod resolves");
+    let status = h.status(&id).await.unwrap();
+    for s in status.init_containers.iter().chain(&status.containers) {
+        let state = terminated(s).unwrap_or_else(|| panic!("{} terminated: {s:?}", s.name));
+        assert_eq!((state.exit_code, state.reason.as_deref()), (0, Some("Completed")), "{}", s.name);
+        assert_eq!(s.restart_count, 0, "{}", s.name);
+    }
+    let order = std::fs::read_to_string(&log).unwrap();
+    let order: Vec<&str> = order.lines().collect();
+    assert_eq!(order.len(), 4, "{order:?}");
+    assert!(order[..2].contains(&"app1") && order[..2].contains(&"app2"), "{order:?}");
+    assert_eq!(order[2..], ["side2", "side1"], "sidecars last, in reverse order");
+    for name in ["app1", "app2", "side1", "side2"] {
+        assert!(h.events_for(name).contains(&format!("Normal Killing Stopping container {name}")), "{name}");
+    }
+
+    // A terminating pod is not started again.
+    h.sync(&pod).await;
+    assert_eq!(h.status(&id).await.unwrap(), status);
+    h.runtime.send(RemovePod(id.clone())).await.unwrap();
+    assert_eq!(h.status(&id).await, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// === init containers and sidecars ===
+
+#[actix::test]
+async fn init_containers_run_in_order_before_regular_containers() {
+    let mut h = Harness::new();
+    let dir = temp_dir("init");
+    let log = dir.join("log").display().to_string();
+    let step = |name: &str| with_env(sh(name, &format!("echo {name} >> \"$LOG\"")), &[("LOG", &log)]);
+    let pod = with_init(
+        with_containers(pod("init", "Never"), vec![step("app")]),
+        vec![step("init1"), step("init2")],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+    assert_eq!(std::fs::read_to_string(dir.join("log")).unwrap(), "init1\ninit2\napp\n");
+    for name in ["init1", "init2"] {
+        let state = terminated(named(&status.init_containers, name)).unwrap();
+        assert_eq!(state.reason.as_deref(), Some("Completed"), "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn a_failed_init_container_blocks_the_pod_under_never() {
+    let mut h = Harness::new();
+    let pod = with_init(
+        with_containers(pod("initfail", "Never"), vec![container("app", &["true"])]),
+        vec![container("init", &["false"]), container("init2", &["true"])],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status =
+        h.wait_for(&id, "init terminated", |s| terminated(named(&s.init_containers, "init")).is_some()).await;
+    assert_eq!(terminated(named(&status.init_containers, "init")).unwrap().exit_code, 1);
+    assert_eq!(waiting(named(&status.init_containers, "init2")), Some(("PodInitializing", None)));
+    assert_eq!(waiting(app(&status)), Some(("PodInitializing", None)));
+    h.sync(&pod).await;
+    assert_eq!(h.status(&id).await.unwrap(), status, "nothing starts later either");
+    assert!(h.events_for("app").is_empty());
+    assert!(h.events_for("init2").is_empty());
+}
+
+#[actix::test]
+async fn a_failing_init_container_is_retried_with_back_off_and_blocks_the_rest() {
+    let mut h = Harness::new();
+    let pod = with_init(
+        with_containers(pod("initloop", "Always"), vec![container("app", &["true"])]),
+        vec![container("init", &["false"])],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h
+        .wait_for(&id, "init backing off", |s| {
+            waiting(named(&s.init_containers, "init")).is_some_and(|(r, _)| r == "CrashLoopBackOff")
+        })
+        .await;
+    assert!(named(&status.init_containers, "init").restart_count >= 1);
+    assert_eq!(waiting(app(&status)), Some(("PodInitializing", None)));
+    assert!(h.events_for("app").is_empty());
+    h.kill_pod(&id, Duration::from_secs(1)).await;
+}
+
+#[actix::test]
+async fn sidecars_start_before_the_next_init_container_and_keep_running() {
+    let mut h = Harness::new();
+    let pod = with_init(
+        with_containers(pod("sidecar", "Never"), vec![container("app", &["sleep", "30"])]),
+        vec![
+            sidecar(container("side", &["sleep", "30"])),
+            sidecar(container("flappy", &["true"])),
+            container("init", &["true"]),
+        ],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h
+        .wait_for(&id, "app running and flappy restarted", |s| {
+            running(app(s)) && named(&s.init_containers, "flappy").restart_count >= 2
+        })
+        .await;
+    let side = named(&status.init_containers, "side");
+    assert!(running(side), "{side:?}");
+    assert_eq!(side.restart_count, 0);
+    assert_eq!(
+        terminated(named(&status.init_containers, "init")).unwrap().reason.as_deref(),
+        Some("Completed")
+    );
+    // The sidecar exits 0 and is restarted although the pod's policy is Never.
+    let flappy = named(&status.init_containers, "flappy");
+    assert_eq!(last_terminated(flappy).unwrap().reason.as_deref(), Some("Completed"));
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+// === environment, working directory, exec ===
+
+#[actix::test]
+async fn env_and_working_dir_reach_the_process() {
+    let mut h = Harness::new();
+    let dir = temp_dir("env");
+    let mut app = with_env(
+        sh("app", r#"echo "$FOO $BAR ${NODE-unset}" > out; pwd >> out; echo $(FOO) >> out"#),
+        &[("FOO", "foo"), ("BAR", "$(FOO)-bar")],
+    );
+    app.env.as_mut().unwrap().push(EnvVar {
+        name: "NODE".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: "spec.nodeName".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    app.working_dir = Some(dir.display().to_string());
+    let pod = with_containers(pod("env", "Never"), vec![app]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app terminated", |s| terminated(self::app(s)).is_some()).await;
+    assert_eq!(terminated(self::app(&status)).unwrap().exit_code, 0);
+    let out = std::fs::read_to_string(dir.join("out")).unwrap();
+    assert_eq!(out, format!("foo foo-bar unset\n{}\nfoo\n", dir.display()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn exec_through_the_shared_runner_sees_the_containers_env_and_dir() {
+    let mut h = Harness::new();
+    let dir = temp_dir("exec");
+    let mut app = with_env(container("app", &["sleep", "30"]), &[("FOO", "from-container")]);
+    app.working_dir = Some(dir.display().to_string());
+    let pod = with_containers(pod("exec", "Always"), vec![app]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app running", |s| running(self::app(s))).await;
+    let container_id = ContainerId::parse(self::app(&status).container_id.as_deref().unwrap());
+
+    let cmd = ["sh", "-c", "echo \"${FOO-unset}\"; pwd"].map(String::from);
+    let out = h.runner.run_in_container(&container_id, &cmd, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(String::from_utf8_lossy(&out.output), format!("from-container\n{}\n", dir.display()));
+
+    // Once the container has exited, its settings are gone.
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    let out = h.runner.run_in_container(&container_id, &cmd, Duration::from_secs(5)).await.unwrap();
+    assert!(String::from_utf8_lossy(&out.output).starts_with("unset\n"), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[actix::test]
+async fn the_probelet_command_runs_the_agents_own_executable() {
+    let mut h = Harness::new();
+    // Here the agent's executable is this test binary, which lists its tests and exits 0.
+    let pod = with_containers(pod("self", "Never"), vec![container("app", &["probelet", "--list"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+    assert_eq!(terminated(app(&status)).unwrap().reason.as_deref(), Some("Completed"));
+}
+
+// === start failures ===
+
+const NO_SUCH: &str = "probelet-no-such-executable";
+
+#[actix::test]
+async fn an_unknown_executable_waits_with_run_container_error_and_retries_with_back_off() {
+    // No process ever runs, so time can be paused: the kubelet's own back-off, 10 s doubling.
+    tokio::time::pause();
+    let mut h = Harness::with_backoff(Duration::from_secs(10), Duration::from_secs(300));
+    let pod = with_containers(pod("missing", "Always"), vec![container("app", &[NO_SUCH, "x"])]);
+    let id = uid(&pod);
+    let begin = Instant::now();
+    h.sync(&pod).await;
+    let message = format!("exec: \"{NO_SUCH}\": executable file not found in $PATH");
+    let status = h.wait_for(&id, "RunContainerError", |s| waiting(app(s)).is_some()).await;
+    assert_eq!(waiting(app(&status)), Some(("RunContainerError", Some(message.as_str()))));
+    assert_eq!(app(&status).container_id, None);
+    assert_eq!(app(&status).restart_count, 0);
+
+    let failures =
+        |h: &Harness| h.events_for("app").iter().filter(|e| e.starts_with("Warning Failed")).count();
+    // Tried at once, again at once (no back-off yet), then after 10 s and 20 s more.
+    for (attempts, at) in [(2, 0), (3, 10), (4, 30)] {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while failures(&h) < attempts {
+            tokio::time::timeout_at(deadline, h.changes.recv()).await.expect("another attempt").unwrap();
+        }
+        assert_eq!(begin.elapsed().as_secs(), at, "attempt {attempts}");
+    }
+    let events = h.events_for("app");
+    assert_eq!(events[0], "Normal Created Created container: app");
+    assert_eq!(events[1], format!("Warning Failed Error: {message}"));
+    assert!(
+        events.contains(
+            &"Warning BackOff Back-off restarting failed container app in pod missing_default(uid-missing)"
+                .to_owned()
+        )
+    );
+    assert!(!events.iter().any(|e| e.contains("Started")));
+    let status = h.status(&id).await.unwrap();
+    assert_eq!(waiting(app(&status)).unwrap().0, "RunContainerError");
+}
+
+#[actix::test]
+async fn an_unknown_executable_under_never_cannot_run() {
+    let mut h = Harness::new();
+    let pod = with_containers(pod("cannot", "Never"), vec![container("app", &[NO_SUCH])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+    let state = terminated(app(&status)).unwrap();
+    assert_eq!(state.exit_code, 128);
+    assert_eq!(state.reason.as_deref(), Some("ContainerCannotRun"));
+    assert_eq!(
+        state.message.as_deref(),
+        Some(format!("exec: \"{NO_SUCH}\": executable file not found in $PATH").as_str())
+    );
+}
