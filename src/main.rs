@@ -1,1 +1,41 @@
-fn main() {}
+//! The probelet binary: parse the command line, set up logging, run.
+
+use anyhow::Context as _;
+use clap::Parser;
+use probelet::cli::{Cli, Command, LogFormat, Mode};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => {
+            init_logging(args.log_format);
+            // kube's TLS needs one process-wide crypto provider (CRATES.md, trap 1).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let mode = args.mode()?;
+            actix::System::new().block_on(async move {
+                match mode {
+                    Mode::Standalone(dir) => probelet::agent::run_standalone(&args, dir).await,
+                    Mode::Cluster { kubeconfig } => probelet::cluster::run_cluster(&args, kubeconfig).await,
+                }
+            })?;
+            Ok(())
+        }
+        Command::DemoTarget(args) => {
+            init_logging(LogFormat::Text);
+            let code = actix::System::new().block_on(probelet::demo::run(args)).context("demo-target")?;
+            std::process::exit(code);
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

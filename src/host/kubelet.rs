@@ -1,0 +1,360 @@
+//! The standalone agent's pod sync loop: what the kubelet's `syncLoop` and `SyncPod` do, for
+//! pods from a manifests folder and containers from the local process runtime.
+//!
+//! Pods come and go with the folder (rescanned every few seconds). A pod is synced — runtime
+//! state → `UpdatePodStatus` → phase and conditions → `SetPodStatus` → `AddPod` → the runtime
+//! told to converge — whenever its containers change, a probe result changes, and every
+//! resync period. A failed liveness or startup probe kills the container with the kubelet's
+//! message and grace period. Every status transition is printed as one readable line.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{HostIP, Pod, PodIP, PodStatus};
+use probelet_actors::Pipeline;
+use probelet_actors::contracts::PodRegistry;
+use probelet_actors::prober::{ProbeKind, ProbeResult};
+use probelet_actors::results::ProbeResultChanged;
+use probelet_actors::status::generate_kubelet_conditions;
+
+use super::history::ProbeHistory;
+use super::manifests::{self, Snapshot, SourceChange};
+use super::phase::{kill_grace_period, pod_phase, probe_kill_message};
+use super::runtime::{
+    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, SyncPod,
+};
+use super::transitions::{Summary, describe_changes};
+
+/// The pod IP every standalone pod gets: containers are local processes.
+pub const POD_IP: &str = "127.0.0.1";
+
+// === messages ===
+
+/// Look at the manifests folder now.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Rescan;
+
+/// Stop every pod (containers with their grace periods) and resolve when done.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+/// The pods the agent runs now.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Vec<Arc<Pod>>")]
+pub struct ListPods;
+
+// === the actor ===
+
+/// Where pods come from and how often to look.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    pub manifests: PathBuf,
+    pub node_name: String,
+    /// How often the folder is rescanned.
+    pub rescan_period: Duration,
+    /// How often every pod is synced regardless of events (the kubelet's resync).
+    pub resync_period: Duration,
+}
+
+struct PodEntry {
+    pod: Arc<Pod>,
+    /// What was printed last, to print only changes.
+    printed: Option<Summary>,
+    /// The status last stored, to find the container a probe result is about.
+    status: Option<Arc<PodStatus>>,
+    syncing: bool,
+    /// Another sync was asked for while one ran.
+    dirty: bool,
+    terminating: bool,
+}
+
+pub struct StandaloneKubelet {
+    config: KubeletConfig,
+    pipeline: Pipeline,
+    runtime: Addr<ProcessRuntime>,
+    pods: PodRegistry,
+    history: ProbeHistory,
+    snapshot: Snapshot,
+    /// Manifest errors already reported (reported once, not on every scan).
+    reported: HashSet<String>,
+    entries: HashMap<String, PodEntry>,
+    /// Set once the folder has been read: `/readyz`.
+    synced: Arc<AtomicBool>,
+}
+
+impl StandaloneKubelet {
+    pub fn new(
+        config: KubeletConfig,
+        pipeline: Pipeline,
+        runtime: Addr<ProcessRuntime>,
+        pods: PodRegistry,
+        history: ProbeHistory,
+        synced: Arc<AtomicBool>,
+    ) -> Self {
+        StandaloneKubelet {
+            config,
+            pipeline,
+            runtime,
+            pods,
+            history,
+            snapshot: Snapshot::default(),
+            reported: HashSet::new(),
+            entries: HashMap::new(),
+            synced,
+        }
+    }
+
+    fn rescan(&mut self, ctx: &mut Context<Self>) {
+        let next = manifests::scan(&self.config.manifests, &self.config.node_name);
+        for error in &next.errors {
+            let text = error.to_string();
+            if self.reported.insert(text.clone()) {
+                println!("{} manifest skipped: {text}", now());
+            }
+        }
+        self.reported.retain(|r| next.errors.iter().any(|e| e.to_string() == *r));
+        let changes = manifests::diff(&self.snapshot, &next);
+        self.snapshot = next;
+        for change in changes {
+            match change {
+                SourceChange::Added(loaded) => self.add(loaded.pod, &loaded.file, ctx),
+                SourceChange::Removed { uid, .. } => self.terminate(uid, ctx),
+            }
+        }
+        if !self.synced.swap(true, Ordering::SeqCst) {
+            tracing::info!(manifests = %self.config.manifests.display(), pods = self.entries.len(), "Pod source synced");
+        }
+    }
+
+    fn add(&mut self, pod: Pod, file: &std::path::Path, ctx: &mut Context<Self>) {
+        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let pod = Arc::new(pod);
+        println!("{} {}: added from {}", now(), pod_key(&pod), file.display());
+        self.pods.upsert(pod.clone());
+        self.entries.insert(
+            uid.clone(),
+            PodEntry { pod, printed: None, status: None, syncing: false, dirty: false, terminating: false },
+        );
+        self.sync(uid, ctx);
+    }
+
+    /// One pod sync (the kubelet's `SyncPod`, status half).
+    fn sync(&mut self, uid: String, ctx: &mut Context<Self>) {
+        let Some(entry) = self.entries.get_mut(&uid) else { return };
+        if entry.syncing {
+            entry.dirty = true;
+            return;
+        }
+        entry.syncing = true;
+        let pod = entry.pod.clone();
+        let terminating = entry.terminating;
+        let pipeline = self.pipeline.clone();
+        let runtime = self.runtime.clone();
+        let fut = async move {
+            let spec = pod.spec.clone().unwrap_or_default();
+            let runtime_status = runtime.send(GetRuntimeStatus(uid.clone())).await.ok().flatten();
+            let (init, containers) =
+                runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();
+            let status = PodStatus {
+                phase: Some(pod_phase(&spec, &init, &containers).to_owned()),
+                pod_ip: Some(POD_IP.to_owned()),
+                pod_ips: Some(vec![PodIP { ip: POD_IP.to_owned() }]),
+                host_ip: Some(POD_IP.to_owned()),
+                host_ips: Some(vec![HostIP { ip: POD_IP.to_owned() }]),
+                qos_class: Some("BestEffort".to_owned()),
+                init_container_statuses: if spec.init_containers.as_ref().is_some_and(|i| !i.is_empty()) {
+                    Some(init)
+                } else {
+                    None
+                },
+                container_statuses: Some(containers),
+                ..Default::default()
+            };
+            let mut status = pipeline.update_pod_status(pod.clone(), status).await.ok()?;
+            generate_kubelet_conditions(&pod, &mut status);
+            pipeline.set_pod_status(pod.clone(), status);
+            if !terminating {
+                pipeline.add_pod(pod.clone());
+                runtime.do_send(SyncPod(pod.clone()));
+            }
+            pipeline.pod_status(&uid).await.ok().flatten()
+        };
+        let uid_after = entry.pod.metadata.uid.clone().unwrap_or_default();
+        ctx.spawn(fut.into_actor(self).map(move |stored, act, ctx| act.synced(uid_after, stored, ctx)));
+    }
+
+    fn synced(&mut self, uid: String, stored: Option<Arc<PodStatus>>, ctx: &mut Context<Self>) {
+        let Some(entry) = self.entries.get_mut(&uid) else { return };
+        entry.syncing = false;
+        if let Some(status) = stored {
+            let summary = Summary::of(&status);
+            for line in describe_changes(entry.printed.as_ref(), &summary) {
+                println!("{} {}: {line}", now(), pod_key(&entry.pod));
+            }
+            entry.printed = Some(summary);
+            entry.status = Some(status);
+        }
+        if std::mem::take(&mut entry.dirty) {
+            self.sync(uid, ctx);
+        }
+    }
+
+    /// The kubelet's `SyncTerminatingPod` and `SyncTerminatedPod` for a pod whose manifest
+    /// went away: stop liveness and startup, stop the containers, write the final status,
+    /// stop probing and forget the pod.
+    fn terminate(&mut self, uid: String, ctx: &mut Context<Self>) {
+        let Some(entry) = self.entries.get_mut(&uid) else { return };
+        if entry.terminating {
+            return;
+        }
+        entry.terminating = true;
+        let pod = entry.pod.clone();
+        println!("{} {}: removed, stopping its containers", now(), pod_key(&pod));
+        self.pipeline.stop_liveness_and_startup(pod.clone());
+        let grace = kill_grace_period(&pod, "", None);
+        let kill = self.runtime.send(KillPod { pod_uid: uid.clone(), grace });
+        ctx.spawn(kill.into_actor(self).map(move |_, act, ctx| act.finish_termination(uid, ctx)));
+    }
+
+    fn finish_termination(&mut self, uid: String, _ctx: &mut Context<Self>) {
+        let Some(entry) = self.entries.remove(&uid) else { return };
+        self.pipeline.terminate_pod(entry.pod.clone());
+        self.pipeline.remove_pod(entry.pod.clone());
+        self.runtime.do_send(RemovePod(uid.clone()));
+        self.pods.remove(&uid);
+        self.history.remove_pod(&uid);
+        self.pipeline.remove_orphaned_statuses(self.entries.keys().cloned().collect());
+        println!("{} {}: stopped", now(), pod_key(&entry.pod));
+    }
+
+    /// Liveness or startup failed: kill the container if it still runs that container ID.
+    fn kill_for_probe(&mut self, change: &ProbeResultChanged) {
+        let Some(entry) = self.entries.get(&change.pod_uid) else { return };
+        if entry.terminating {
+            return;
+        }
+        let Some(status) = &entry.status else { return };
+        let id = change.container_id.to_string();
+        let target = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(status.init_container_statuses.iter().flatten())
+            .find(|c| {
+                c.container_id.as_deref() == Some(id.as_str())
+                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
+            });
+        let Some(container) = target else { return };
+        let message = probe_kill_message(&entry.pod, &container.name, change.kind);
+        let grace = kill_grace_period(&entry.pod, &container.name, Some(change.kind));
+        println!("{} {}: {message}", now(), pod_key(&entry.pod));
+        self.runtime.do_send(KillContainer {
+            pod_uid: change.pod_uid.clone(),
+            container: container.name.clone(),
+            message,
+            grace,
+        });
+    }
+}
+
+impl Actor for StandaloneKubelet {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.rescan(ctx);
+        ctx.run_interval(self.config.rescan_period, |act, ctx| act.rescan(ctx));
+        ctx.run_interval(self.config.resync_period, |act, ctx| {
+            let uids: Vec<String> = act.entries.keys().cloned().collect();
+            act.pipeline.cleanup_pods(uids.iter().cloned().collect());
+            for uid in uids {
+                act.sync(uid, ctx);
+            }
+        });
+    }
+}
+
+impl Handler<Rescan> for StandaloneKubelet {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Rescan, ctx: &mut Self::Context) {
+        self.rescan(ctx);
+    }
+}
+
+impl Handler<RuntimeChanged> for StandaloneKubelet {
+    type Result = ();
+
+    fn handle(&mut self, msg: RuntimeChanged, ctx: &mut Self::Context) {
+        self.sync(msg.pod_uid, ctx);
+    }
+}
+
+impl Handler<ProbeResultChanged> for StandaloneKubelet {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProbeResultChanged, ctx: &mut Self::Context) {
+        // The kubelet's sync loop: liveness only matters when it failed; readiness and
+        // startup changes regenerate the status.
+        let failed = msg.result == ProbeResult::Failure;
+        match msg.kind {
+            ProbeKind::Liveness if !failed => return,
+            ProbeKind::Liveness | ProbeKind::Startup if failed => self.kill_for_probe(&msg),
+            _ => {}
+        }
+        self.sync(msg.pod_uid, ctx);
+    }
+}
+
+impl Handler<ListPods> for StandaloneKubelet {
+    type Result = MessageResult<ListPods>;
+
+    fn handle(&mut self, _msg: ListPods, _ctx: &mut Self::Context) -> Self::Result {
+        let mut pods: Vec<Arc<Pod>> = self.entries.values().map(|e| e.pod.clone()).collect();
+        pods.sort_by_key(|p| pod_key(p));
+        MessageResult(pods)
+    }
+}
+
+impl Handler<Shutdown> for StandaloneKubelet {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
+        let mut kills = Vec::new();
+        for (uid, entry) in &mut self.entries {
+            entry.terminating = true;
+            self.pipeline.remove_pod(entry.pod.clone());
+            let grace = kill_grace_period(&entry.pod, "", None);
+            kills.push(self.runtime.send(KillPod { pod_uid: uid.clone(), grace }));
+        }
+        Box::pin(futures::future::join_all(kills).into_actor(self).map(|_, _, _| ()))
+    }
+}
+
+/// `namespace/name`.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn now() -> String {
+    super::history::format_time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Starts the standalone kubelet and subscribes it to runtime and probe result changes.
+pub fn start_kubelet(kubelet: StandaloneKubelet) -> Addr<StandaloneKubelet> {
+    let runtime = kubelet.runtime.clone();
+    let pipeline = kubelet.pipeline.clone();
+    let addr = kubelet.start();
+    runtime.do_send(super::runtime::SubscribeRuntime(addr.clone().recipient()));
+    pipeline.subscribe_results(addr.clone().recipient());
+    addr
+}

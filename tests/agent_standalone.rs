@@ -1,0 +1,178 @@
+//! End to end: the real `probelet` binary in standalone mode on a temporary manifests folder.
+//! Waits on the agent's own output lines (bounded), never on fixed sleeps.
+
+// Helpers here may panic: a panic fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// A free port on 127.0.0.1 (bound, then released for the agent's container to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Agent {
+    child: Child,
+    lines: mpsc::UnboundedReceiver<String>,
+    seen: Vec<String>,
+    http: Option<String>,
+    dir: PathBuf,
+}
+
+impl Agent {
+    async fn start(dir: &Path) -> Agent {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
+            .args(["run", "--manifests"])
+            .arg(dir)
+            .args(["--listen", "127.0.0.1:0", "--node-name", "e2e"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut agent = Agent { child, lines, seen: Vec::new(), http: None, dir: dir.to_owned() };
+        let banner = agent.wait_for(|l| l.contains("http://")).await;
+        let start = banner.find("http://").unwrap();
+        let rest = &banner[start..];
+        agent.http = Some(rest[..rest.find("/pods").unwrap()].to_owned());
+        agent
+    }
+
+    /// Waits (at most 60 s) for an output line matching `pred`; returns it.
+    async fn wait_for(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        if let Some(line) = self.seen.iter().find(|l| pred(l)) {
+            return line.clone();
+        }
+        let found = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line.clone());
+                if pred(&line) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            _ => panic!("no matching line within 60 s; output so far:\n{}", self.seen.join("\n")),
+        }
+    }
+
+    async fn get(&self, path: &str) -> String {
+        let url = format!("{}{path}", self.http.as_deref().unwrap());
+        let addr = url.trim_start_matches("http://");
+        let (host, path) = addr.split_at(addr.find('/').unwrap());
+        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    async fn stop(mut self) {
+        let id = self.child.id().unwrap();
+        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.unwrap().unwrap();
+        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("probelet-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, file: &str, contents: &str) {
+    let mut f = std::fs::File::create(dir.join(file)).unwrap();
+    f.write_all(contents.as_bytes()).unwrap();
+}
+
+fn web_pod(name: &str, port: u16, extra_args: &str, liveness: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    command: ["probelet", "demo-target", "--http", "127.0.0.1:{port}"{extra_args}]
+    readinessProbe:
+      httpGet: {{path: /healthz, port: {port}}}
+      periodSeconds: 1
+{liveness}"#
+    )
+}
+
+#[actix::test]
+async fn pod_goes_ready_and_failing_liveness_restarts_it() {
+    let dir = temp_dir("ready");
+    write(&dir, "web.yaml", &web_pod("web", free_port(), "", ""));
+    let flaky_port = free_port();
+    write(
+        &dir,
+        "flaky.yaml",
+        &web_pod(
+            "flaky",
+            flaky_port,
+            r#", "--fail-after", "2s""#,
+            &format!(
+                "    livenessProbe:\n      httpGet: {{path: /livez, port: {flaky_port}}}\n      periodSeconds: 1\n      failureThreshold: 1\n      terminationGracePeriodSeconds: 1\n"
+            ),
+        ),
+    );
+    write(
+        &dir,
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec:\n  containers: []\n",
+    );
+    let mut agent = Agent::start(&dir).await;
+
+    agent.wait_for(|l| l.contains("broken.yaml") && l.contains("manifest skipped")).await;
+    agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    agent
+        .wait_for(|l| l.contains("default/flaky: Container app failed liveness probe, will be restarted"))
+        .await;
+    agent.wait_for(|l| l.contains("default/flaky: container app restarted (restart count 1)")).await;
+    let events = agent.get("/events").await;
+    assert!(events.contains("\"reason\":\"Killing\""), "{events}");
+    assert!(events.contains("Container app failed liveness probe, will be restarted"), "{events}");
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains("\"kind\":\"PodList\""), "{pods}");
+    assert!(!pods.contains("\"name\":\"broken\""), "the bad pod is skipped");
+
+    // The folder is watched: a new file adds its pod.
+    write(&dir, "late.yaml", &web_pod("late", free_port(), "", ""));
+    agent.wait_for(|l| l.contains("default/late: added from")).await;
+    agent.wait_for(|l| l.contains("default/late: Ready=True")).await;
+    // A removed file stops its pod.
+    std::fs::remove_file(dir.join("late.yaml")).unwrap();
+    agent.wait_for(|l| l.contains("default/late: stopped")).await;
+    agent.stop().await;
+}
