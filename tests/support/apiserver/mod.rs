@@ -1,0 +1,590 @@
+//! A fake Kubernetes API server for tests: plain HTTP on 127.0.0.1, spoken to by an unchanged
+//! `kube::Client`. It serves pods (CRUD, list, watch, `status`, `binding`) and events
+//! (core/v1 and events.k8s.io/v1) with the behaviour recorded from a real kube-apiserver v1.36.2
+//! (`/work/shared/fixtures/apiserver`, replayed by `tests/apiserver_fixtures.rs`): the same
+//! patch semantics, validation, error `Status` bodies, resourceVersions and watch events.
+//!
+//! Tests can also look inside ([`FakeApiServer::pod`], [`FakeApiServer::requests`]), seed state
+//! ([`FakeApiServer::insert_pod`]) and inject faults ([`FakeApiServer::inject`]).
+//!
+//! Known gaps against the real server: no managedFields, no admission beyond the defaults a
+//! plain cluster applies, no Namespace objects (any namespace exists), server-side apply without
+//! field ownership or conflicts, and the spec-update error omits the upstream spec diff.
+
+pub mod golang;
+pub mod patch;
+pub mod schema;
+pub mod selectors;
+pub mod store;
+pub mod validation;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::store::{Api, Outcome, Reply, Req, SplitMix, Store, Sub};
+use self::validation::{ApiError, Resource};
+
+/// A request the fake received.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    pub method: Method,
+    /// The path without the query.
+    pub path: String,
+    /// Decoded query parameters in order.
+    pub query: Vec<(String, String)>,
+    /// The media type without parameters.
+    pub content_type: Option<String>,
+    /// The body as JSON, or as a JSON string when it is not JSON; `None` when empty.
+    pub body: Option<Value>,
+    /// The status code answered; `None` when the connection was dropped without an answer.
+    pub code: Option<u16>,
+}
+
+impl RecordedRequest {
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    pub fn is_watch(&self) -> bool {
+        self.param("watch").is_some_and(is_true)
+    }
+}
+
+/// A predicate on a request's method and path.
+pub type RequestPredicate = Arc<dyn Fn(&Method, &str) -> bool + Send + Sync>;
+
+/// Which requests a fault applies to.
+#[derive(Clone)]
+pub enum FaultMatcher {
+    Any,
+    Method(Method),
+    /// Method and exact path (no query).
+    MethodPath(Method, String),
+    /// Any method, path ending with this (e.g. `/status`).
+    PathSuffix(String),
+    Predicate(RequestPredicate),
+}
+
+impl FaultMatcher {
+    fn matches(&self, method: &Method, path: &str) -> bool {
+        match self {
+            FaultMatcher::Any => true,
+            FaultMatcher::Method(m) => m == method,
+            FaultMatcher::MethodPath(m, p) => m == method && p == path,
+            FaultMatcher::PathSuffix(s) => path.ends_with(s.as_str()),
+            FaultMatcher::Predicate(f) => f(method, path),
+        }
+    }
+}
+
+/// What a fault does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultKind {
+    /// Answer with this code and the Status body the real server sends for it (500
+    /// InternalError, 409 Conflict, 429 TooManyRequests with `Retry-After`, 503, 504).
+    Status { code: u16, retry_after: Option<u64> },
+    /// Wait, then serve the request normally.
+    Delay(Duration),
+    /// Close the connection without an answer.
+    DropConnection,
+}
+
+impl FaultKind {
+    pub fn status(code: u16) -> FaultKind {
+        FaultKind::Status { code, retry_after: None }
+    }
+
+    pub fn too_many_requests(retry_after_secs: u64) -> FaultKind {
+        FaultKind::Status { code: 429, retry_after: Some(retry_after_secs) }
+    }
+}
+
+/// How often a fault fires.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultTimes {
+    /// The next `n` matching requests.
+    Times(u32),
+    /// Each matching request with probability `p`, drawn from a generator seeded with `seed`.
+    Probability {
+        p: f64,
+        seed: u64,
+    },
+    Always,
+}
+
+/// A fault to inject.
+#[derive(Clone)]
+pub struct Fault {
+    pub matcher: FaultMatcher,
+    pub kind: FaultKind,
+    pub times: FaultTimes,
+}
+
+struct ActiveFault {
+    fault: Fault,
+    remaining: Option<u32>,
+    rng: SplitMix,
+}
+
+impl ActiveFault {
+    fn fires(&mut self, method: &Method, path: &str) -> bool {
+        if !self.fault.matcher.matches(method, path) {
+            return false;
+        }
+        match &self.fault.times {
+            FaultTimes::Times(_) => match &mut self.remaining {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            },
+            FaultTimes::Probability { p, .. } => self.rng.next_f64() < *p,
+            FaultTimes::Always => true,
+        }
+    }
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    faults: Mutex<Vec<ActiveFault>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock fails the test that caused it; keep serving the others.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The fake API server. Dropping it stops it.
+pub struct FakeApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown_tx: watch::Sender<bool>,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl FakeApiServer {
+    /// Starts a fake on 127.0.0.1 with a free port.
+    pub async fn start() -> FakeApiServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let seed = golang::Instant::now().nanos as u64 ^ u64::from(addr.port()) << 32;
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new(seed)),
+            requests: Mutex::new(Vec::new()),
+            faults: Mutex::new(Vec::new()),
+            shutdown: shutdown_rx.clone(),
+        });
+        let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
+        FakeApiServer { addr, shared, shutdown_tx, accept: Mutex::new(Some(accept)) }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `kube::Client` for this server (kube's defaults: it retries 429, 503 and 504).
+    pub fn client(&self) -> kube::Client {
+        self.client_with(|_| {})
+    }
+
+    /// A `kube::Client` for this server with its config adjusted first (e.g.
+    /// `default_retry = false` to see 429/503/504 answers).
+    pub fn client_with(&self, adjust: impl FnOnce(&mut kube::Config)) -> kube::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = kube::Config::new(self.url().parse().expect("fake URL"));
+        adjust(&mut config);
+        kube::Client::try_from(config).expect("kube client for the fake")
+    }
+
+    /// Stores a pod as it is (status included), filling in uid, creationTimestamp, generation and
+    /// resourceVersion; namespace `default` when unset. Watches see ADDED (or MODIFIED).
+    pub fn insert_pod(&self, pod: Pod) -> Pod {
+        let v = serde_json::to_value(&pod).expect("pod to JSON");
+        let stored = lock(&self.shared.store).insert(Api::Pods, &v).expect("insert_pod");
+        serde_json::from_value(stored).expect("stored pod")
+    }
+
+    /// The stored pod, as a GET returns it.
+    pub fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        self.pod_json(ns, name).and_then(|v| serde_json::from_value(v).ok())
+    }
+
+    /// The stored pod as JSON, exactly as a GET returns it.
+    pub fn pod_json(&self, ns: &str, name: &str) -> Option<Value> {
+        lock(&self.shared.store).pod(ns, name)
+    }
+
+    /// All stored pods.
+    pub fn pods(&self) -> Vec<Pod> {
+        lock(&self.shared.store)
+            .all(Api::Pods)
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect()
+    }
+
+    /// All stored events in their core/v1 form.
+    pub fn events(&self) -> Vec<Value> {
+        lock(&self.shared.store).all(Api::EventsCore)
+    }
+
+    /// The current (latest) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        lock(&self.shared.store).rv
+    }
+
+    /// Forgets the change history: watches from any earlier version get 410 Expired.
+    pub fn compact(&self) {
+        lock(&self.shared.store).compact();
+    }
+
+    /// Ends all open watch streams (clients see the stream close and re-watch).
+    pub fn close_watches(&self) {
+        lock(&self.shared.store).close_watches();
+    }
+
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).clone()
+    }
+
+    pub fn clear_requests(&self) {
+        lock(&self.shared.requests).clear();
+    }
+
+    pub fn inject(&self, fault: Fault) {
+        let (remaining, seed) = match &fault.times {
+            FaultTimes::Times(n) => (Some(*n), 0),
+            FaultTimes::Probability { seed, .. } => (None, *seed),
+            FaultTimes::Always => (None, 0),
+        };
+        lock(&self.shared.faults).push(ActiveFault { fault, remaining, rng: SplitMix(seed) });
+    }
+
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).clear();
+    }
+
+    /// Stops accepting, ends open connections and watches.
+    pub async fn shutdown(&self) {
+        let _ = self.shutdown_tx.send(true);
+        lock(&self.shared.store).close_watches();
+        let handle = lock(&self.accept).take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown_tx.send(true);
+        if let Some(h) = lock(&self.accept).take() {
+            h.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = shared.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req| handle(shared.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+/// Returned by the service to make hyper close the connection without an answer.
+#[derive(Debug)]
+struct DropConnection;
+
+impl std::fmt::Display for DropConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped by the fake API server")
+    }
+}
+
+impl std::error::Error for DropConnection {}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn is_true(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// Percent-decoding with `+` as space, like Go's `url.ParseQuery`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    Ok(x) => {
+                        out.push(x);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (unescape(k), unescape(v)),
+            None => (unescape(p), String::new()),
+        })
+        .collect()
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, DropConnection> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let content_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    let body = match req.into_body().collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => return Err(DropConnection),
+    };
+    let recorded_body = if body.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::from_slice(&body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())),
+        )
+    };
+    let index = {
+        let mut reqs = lock(&shared.requests);
+        reqs.push(RecordedRequest {
+            method: method.clone(),
+            path: path.clone(),
+            query: query.clone(),
+            content_type: content_type.clone(),
+            body: recorded_body,
+            code: None,
+        });
+        reqs.len() - 1
+    };
+    let record = |code: Option<u16>| {
+        if let Some(r) = lock(&shared.requests).get_mut(index) {
+            r.code = code;
+        }
+    };
+
+    let fault =
+        lock(&shared.faults).iter_mut().find_map(|f| f.fires(&method, &path).then(|| f.fault.kind.clone()));
+    match fault {
+        Some(FaultKind::DropConnection) => return Err(DropConnection),
+        Some(FaultKind::Delay(d)) => tokio::time::sleep(d).await,
+        Some(FaultKind::Status { code, retry_after }) => {
+            let e = fault_error(code, retry_after, &path);
+            record(Some(e.code));
+            return Ok(reply_response(Reply::error(&e)));
+        }
+        None => {}
+    }
+
+    let store_req = Req { query: &query, content_type: content_type.as_deref().unwrap_or(""), body: &body };
+    let timeout = store_req.param("timeoutSeconds").and_then(|t| t.parse::<u64>().ok());
+    let outcome = route(&shared, &method, &path, &store_req);
+    match outcome {
+        Outcome::Reply(r) => {
+            record(Some(r.code));
+            Ok(reply_response(r))
+        }
+        Outcome::Drop => Err(DropConnection),
+        Outcome::Watch(w) => {
+            record(Some(200));
+            Ok(watch_response(w, timeout, shared.shutdown.clone()))
+        }
+    }
+}
+
+fn fault_error(code: u16, retry_after: Option<u64>, path: &str) -> ApiError {
+    let name = path.split('/').skip_while(|s| *s != "pods" && *s != "events").nth(1).unwrap_or("");
+    match code {
+        409 => ApiError::modified(&Resource::PODS, name),
+        429 => ApiError::too_many_requests(retry_after.unwrap_or(1)),
+        500 => ApiError::internal_error("injected fault"),
+        503 => ApiError::service_unavailable(),
+        504 => ApiError {
+            code: 504,
+            reason: "Timeout",
+            message: "Timeout: request did not complete within the allotted timeout".into(),
+            details: Some(serde_json::json!({})),
+            retry_after,
+        },
+        _ => ApiError { code, reason: "", message: "injected fault".into(), details: None, retry_after },
+    }
+}
+
+fn reply_response(r: Reply) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(r.body)).boxed());
+    *resp.status_mut() = StatusCode::from_u16(r.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    for w in r.warnings {
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - {}", golang::quote(&w))) {
+            h.append(http::header::WARNING, v);
+        }
+    }
+    if let Some(s) = r.retry_after {
+        h.insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    resp
+}
+
+fn watch_response(
+    w: store::WatchStart,
+    timeout: Option<u64>,
+    shutdown: watch::Receiver<bool>,
+) -> Response<Body> {
+    struct State {
+        initial: std::collections::VecDeque<Bytes>,
+        live: Option<tokio::sync::mpsc::UnboundedReceiver<Bytes>>,
+        deadline: Option<tokio::time::Instant>,
+        shutdown: watch::Receiver<bool>,
+    }
+    let state = State {
+        initial: w.initial.into(),
+        live: w.live,
+        deadline: timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t)),
+        shutdown,
+    };
+    let stream = futures::stream::unfold(state, |mut s| async move {
+        if let Some(line) = s.initial.pop_front() {
+            return Some((line, s));
+        }
+        let rx = s.live.as_mut()?;
+        if *s.shutdown.borrow() {
+            return None;
+        }
+        let deadline = s.deadline;
+        let sleep = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut shutdown = s.shutdown.clone();
+        tokio::select! {
+            line = rx.recv() => line.map(|l| (l, s)),
+            _ = sleep => None,
+            _ = shutdown.changed() => None,
+        }
+    });
+    let body = StreamBody::new(stream.map(|b| Ok::<_, Infallible>(Frame::data(b))));
+    let mut resp = Response::new(BodyExt::boxed(body));
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    resp
+}
+
+/// Maps a path to the store operation.
+fn route(shared: &Shared, method: &Method, path: &str, req: &Req) -> Outcome {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if segs == ["version"] && method == Method::GET {
+        let v = serde_json::json!({"major": "1", "minor": "36", "gitVersion": "v1.36.2", "platform": "linux/amd64"});
+        return Outcome::Reply(Reply {
+            code: 200,
+            body: v.to_string().into_bytes(),
+            warnings: Vec::new(),
+            retry_after: None,
+        });
+    }
+    let (api, rest): (Api, &[&str]) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] => match rest {
+            ["pods"] | ["namespaces", _, "pods", ..] => (Api::Pods, rest),
+            ["events"] | ["namespaces", _, "events", ..] => (Api::EventsCore, rest),
+            _ => return ApiError::route_not_found().into(),
+        },
+        ["apis", "events.k8s.io", "v1", rest @ ..] => match rest {
+            ["events"] | ["namespaces", _, "events", ..] => (Api::EventsV1, rest),
+            _ => return ApiError::route_not_found().into(),
+        },
+        _ => return ApiError::route_not_found().into(),
+    };
+    let mut store = lock(&shared.store);
+    let watch = req.param("watch").is_some_and(is_true);
+    match rest {
+        [_] => match *method {
+            Method::GET if watch => store.watch(api, None, req),
+            Method::GET => store.list(api, None, req),
+            _ => ApiError::method_not_allowed().into(),
+        },
+        ["namespaces", ns, _] => match *method {
+            Method::GET if watch => store.watch(api, Some(ns), req),
+            Method::GET => store.list(api, Some(ns), req),
+            Method::POST => store.create(api, ns, req),
+            _ => ApiError::method_not_allowed().into(),
+        },
+        ["namespaces", ns, _, name] => match *method {
+            Method::GET => store.get(api, ns, name, req),
+            Method::PUT => store.update(api, Sub::Main, ns, name, req),
+            Method::PATCH => store.patch(api, Sub::Main, ns, name, req),
+            Method::DELETE => store.delete(api, ns, name, req),
+            _ => ApiError::method_not_allowed().into(),
+        },
+        ["namespaces", ns, "pods", name, "status"] if api == Api::Pods => match *method {
+            Method::GET => store.get(api, ns, name, req),
+            Method::PUT => store.update(api, Sub::Status, ns, name, req),
+            Method::PATCH => store.patch(api, Sub::Status, ns, name, req),
+            _ => ApiError::method_not_allowed().into(),
+        },
+        ["namespaces", ns, "pods", name, "binding"] if api == Api::Pods => match *method {
+            Method::POST => store.bind(ns, name, req),
+            _ => ApiError::method_not_allowed().into(),
+        },
+        _ => ApiError::route_not_found().into(),
+    }
+}
