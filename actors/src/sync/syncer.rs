@@ -61,6 +61,11 @@ pub struct Flush;
 #[rtype(result = "Option<u64>")]
 pub struct GetWrittenVersion(pub String);
 
+/// Start queued writes (scheduled after the mailbox drains).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+struct Pump;
+
 /// Run a full reconcile now (as the periodic timer does).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
@@ -136,6 +141,9 @@ pub struct StatusSyncer {
     dirty: HashSet<String>,
     retries: HashMap<String, Retry>,
     flushes: Vec<oneshot::Sender<()>>,
+    /// A pump is scheduled for after the mailbox drains, so updates that arrived together
+    /// are coalesced into one write.
+    pump_scheduled: bool,
 }
 
 impl StatusSyncer {
@@ -152,6 +160,7 @@ impl StatusSyncer {
             dirty: HashSet::new(),
             retries: HashMap::new(),
             flushes: Vec::new(),
+            pump_scheduled: false,
         }
     }
 
@@ -173,7 +182,10 @@ impl StatusSyncer {
         if self.queued.insert(uid.to_owned()) {
             self.queue.push_back(uid.to_owned());
         }
-        self.pump(ctx);
+        if !self.pump_scheduled {
+            self.pump_scheduled = true;
+            ctx.notify(Pump);
+        }
     }
 
     /// Starts writes while there is room.
@@ -334,7 +346,7 @@ impl StatusSyncer {
     }
 
     fn resolve_flushes(&mut self) {
-        if self.queue.is_empty() && self.in_flight.is_empty() {
+        if self.queue.is_empty() && self.in_flight.is_empty() && !self.pump_scheduled {
             for flush in self.flushes.drain(..) {
                 let _ = flush.send(());
             }
@@ -400,6 +412,15 @@ impl Handler<Reconcile> for StatusSyncer {
             Ok(statuses) => act.reconcile(statuses, ctx),
             Err(err) => tracing::error!(error = %err, "Status manager did not answer the reconcile"),
         }))
+    }
+}
+
+impl Handler<Pump> for StatusSyncer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Pump, ctx: &mut Self::Context) {
+        self.pump_scheduled = false;
+        self.pump(ctx);
     }
 }
 

@@ -1,0 +1,97 @@
+//! Micro benchmarks of the per-pod work on the status path: what one status change costs
+//! before any I/O. `cargo bench -p probelet-actors --bench status`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use probelet_actors::status::equality::is_pod_status_by_kubelet_equal;
+use probelet_actors::status::generate_kubelet_conditions;
+use probelet_actors::status::merge::merge_pod_status;
+use probelet_actors::status::normalize::normalize_status;
+use probelet_actors::sync::patch::pod_status_patch;
+
+fn pod(containers: usize) -> Pod {
+    Pod {
+        metadata: ObjectMeta { name: Some("web".into()), uid: Some("u1".into()), ..Default::default() },
+        spec: Some(PodSpec {
+            containers: (0..containers)
+                .map(|i| Container { name: format!("c{i}"), ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "example.com/feature".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn status(containers: usize, ready: bool) -> PodStatus {
+    let started = Time(Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH));
+    PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some("10.0.0.1".into()),
+        start_time: Some(started.clone()),
+        container_statuses: Some(
+            (0..containers)
+                .map(|i| ContainerStatus {
+                    name: format!("c{i}"),
+                    container_id: Some(format!("containerd://{i:064x}")),
+                    ready,
+                    started: Some(true),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning { started_at: Some(started.clone()) }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let pod = pod(3);
+    let mut before = status(3, false);
+    generate_kubelet_conditions(&pod, &mut before);
+    let mut after = status(3, true);
+    generate_kubelet_conditions(&pod, &mut after);
+    let now = Time(Timestamp::from_second(1_800_000_100).unwrap_or(Timestamp::UNIX_EPOCH));
+
+    c.bench_function("generate_kubelet_conditions (3 containers)", |b| {
+        b.iter(|| {
+            let mut s = status(3, true);
+            generate_kubelet_conditions(black_box(&pod), &mut s);
+            s
+        })
+    });
+    c.bench_function("normalize_status (3 containers)", |b| {
+        b.iter(|| {
+            let mut s = after.clone();
+            normalize_status(black_box(&pod), &mut s);
+            s
+        })
+    });
+    c.bench_function("is_pod_status_by_kubelet_equal", |b| {
+        b.iter(|| is_pod_status_by_kubelet_equal(black_box(&before), black_box(&after)))
+    });
+    c.bench_function("merge + pod_status_patch (NotReady -> Ready)", |b| {
+        b.iter(|| {
+            let merged = merge_pod_status(black_box(&before), black_box(&after), true, now.clone());
+            pod_status_patch("u1", &before, &merged)
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
