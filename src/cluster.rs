@@ -178,6 +178,13 @@ impl ClusterHost {
     fn sync(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>) {
         let pipeline = self.pipeline.clone();
         let deleting = pod.metadata.deletion_timestamp.is_some();
+        // Unlike the kubelet, which first syncs a pod before its containers run, the agent
+        // meets pods whose containers already run: the workers must exist before the first
+        // UpdatePodStatus, or a container with a readiness probe would be reported ready
+        // before it was probed.
+        if !deleting {
+            self.pipeline.add_pod(pod.clone());
+        }
         let fut = async move {
             let status = pod.status.clone().unwrap_or_default();
             let Ok(mut status) = pipeline.update_pod_status(pod.clone(), status).await else { return };
@@ -186,8 +193,6 @@ impl ClusterHost {
             if deleting {
                 // Readiness goes on through termination; liveness and startup stop.
                 pipeline.stop_liveness_and_startup(pod);
-            } else {
-                pipeline.add_pod(pod);
             }
         };
         ctx.spawn(fut.into_actor(self));

@@ -1,0 +1,178 @@
+//! End to end: the real `probelet` binary in cluster mode against the fake API server. Pods
+//! bound to the agent's node get readiness probed and their Ready condition patched; pods of
+//! other nodes are untouched.
+
+// Helpers here may panic: a panic fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStatus, HTTPGetAction, Pod, PodCondition,
+    PodSpec, PodStatus, Probe,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use support::apiserver::FakeApiServer;
+use tokio::process::Command;
+
+fn pod(name: &str, node: &str, port: u16) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some("app:1".into()),
+                readiness_probe: Some(Probe {
+                    http_get: Some(HTTPGetAction {
+                        path: Some("/healthz".into()),
+                        port: IntOrString::Int(i32::from(port)),
+                        ..Default::default()
+                    }),
+                    period_seconds: Some(1),
+                    timeout_seconds: Some(1),
+                    success_threshold: Some(1),
+                    failure_threshold: Some(1),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        // What the node's runtime (a virtual kubelet, say) published.
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            pod_ip: Some("127.0.0.1".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "example.com/feature".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "app".into(),
+                image: "app:1".into(),
+                image_id: String::new(),
+                container_id: Some(format!("containerd://{name}")),
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning { started_at: Some(Time(Timestamp::now())) }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn condition(pod: &Pod, type_: &str) -> Option<PodCondition> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).cloned()
+}
+
+/// Waits (bounded) until the fake's copy of the pod satisfies `pred`.
+async fn wait_for_pod(fake: &FakeApiServer, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if fake.pod("default", name).is_some_and(|p| pred(&p)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}: {what} within 30 s; pod: {:?}",
+            fake.pod("default", name)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
+    let healthy = Arc::new(AtomicBool::new(true));
+    let flag = healthy.clone();
+    let app = Router::new().route(
+        "/healthz",
+        get(move || {
+            let flag = flag.clone();
+            async move {
+                if flag.load(Ordering::SeqCst) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("mine", "node-a", port));
+    fake.insert_pod(pod("theirs", "node-b", port));
+
+    let kubeconfig = std::env::temp_dir().join(format!("probelet-kubeconfig-{}", std::process::id()));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    wait_for_pod(&fake, "mine", "Ready=True", |p| condition(p, "Ready").is_some_and(|c| c.status == "True"))
+        .await;
+    let mine = fake.pod("default", "mine").unwrap();
+    assert_eq!(condition(&mine, "ContainersReady").unwrap().status, "True");
+    assert_eq!(condition(&mine, "example.com/feature").unwrap().status, "True", "foreign condition kept");
+    let app = &mine.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+    assert!(app.ready);
+    assert_eq!(app.started, Some(true));
+
+    healthy.store(false, Ordering::SeqCst);
+    wait_for_pod(&fake, "mine", "Ready=False", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let ready = condition(&fake.pod("default", "mine").unwrap(), "Ready").unwrap();
+    assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
+    assert_eq!(ready.message.as_deref(), Some("containers with unready status: [app]"));
+
+    let theirs = fake.pod("default", "theirs").unwrap();
+    assert!(condition(&theirs, "Ready").is_none(), "the other node's pod is untouched: {theirs:?}");
+    let touched_theirs =
+        fake.requests().iter().any(|r| r.method != http::Method::GET && r.path.contains("/pods/theirs"));
+    assert!(!touched_theirs, "no writes to the other node's pod");
+    let events = fake.events();
+    assert!(
+        events.iter().any(|e| e["reason"] == "Unhealthy"
+            && e["message"].as_str().is_some_and(
+                |m| m.starts_with("Readiness probe failed: HTTP probe failed with statuscode: 503")
+            )),
+        "an Unhealthy event: {events:?}"
+    );
+
+    let pid = agent.id().unwrap();
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let status = tokio::time::timeout(Duration::from_secs(20), agent.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    let _ = std::fs::remove_file(&kubeconfig);
+}
