@@ -12,7 +12,7 @@ use crate::demo::DemoArgs;
 /// The kubelet's probes and pod status — liveness, readiness and startup probes, the Ready,
 /// ContainersReady and Initialized conditions — as a node agent.
 #[derive(Debug, Parser)]
-#[command(name = "probelet", version, about, long_about = None)]
+#[command(name = "probelet", version)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
