@@ -82,6 +82,34 @@ fn condition(pod: &Pod, type_: &str) -> Option<PodCondition> {
     pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).cloned()
 }
 
+/// Starts the agent binary on a kubeconfig for the fake, for node-a.
+fn start_agent(
+    fake: &FakeApiServer,
+    name: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, std::path::PathBuf) {
+    let kubeconfig = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    (agent, kubeconfig)
+}
+
 /// Waits (bounded) until the fake's copy of the pod satisfies `pred`.
 async fn wait_for_pod(fake: &FakeApiServer, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -119,24 +147,7 @@ async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
     fake.insert_pod(pod("mine", "node-a", port));
     fake.insert_pod(pod("theirs", "node-b", port));
 
-    let kubeconfig = std::env::temp_dir().join(format!("probelet-kubeconfig-{}", std::process::id()));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
-        .args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let (mut agent, kubeconfig) = start_agent(&fake, "readiness", &[]);
 
     wait_for_pod(&fake, "mine", "Ready=True", |p| condition(p, "Ready").is_some_and(|c| c.status == "True"))
         .await;
@@ -174,5 +185,37 @@ async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
     let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     let status = tokio::time::timeout(Duration::from_secs(20), agent.wait()).await.unwrap().unwrap();
     assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+#[tokio::test]
+async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = Router::new().route("/healthz", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let fake = FakeApiServer::start().await;
+    let mut failing = pod("failing", "node-a", port);
+    let container = &mut failing.spec.as_mut().unwrap().containers[0];
+    container.liveness_probe = container.readiness_probe.take();
+    let uid = fake.insert_pod(failing).metadata.uid.unwrap();
+
+    let (mut agent, kubeconfig) = start_agent(&fake, "liveness", &["--liveness-action", "delete-pod"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let delete = loop {
+        if let Some(delete) = fake.requests().into_iter().find(|r| r.method == http::Method::DELETE) {
+            break delete;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a DELETE within 30 s: {:?}", fake.requests());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(delete.path.ends_with("/pods/failing"), "{delete:?}");
+    assert_eq!(delete.body.unwrap()["preconditions"]["uid"], uid.as_str(), "deleted with a UID precondition");
+    let gone = fake.pod("default", "failing").is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+    assert!(gone, "the pod is being deleted");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
