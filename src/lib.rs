@@ -6,7 +6,7 @@
 
 pub use probelet_actors::{
     Pipeline, PipelineConfig, PipelineError, clock, container, contracts, local_runner, metrics, pipeline,
-    prober, results, status,
+    prober, process, results, status,
 };
 
 pub mod agent;

@@ -8,6 +8,7 @@
 //! * [`contracts`] — the traits a host implements: running commands in containers, recording
 //!   events, looking pods up.
 //! * [`local_runner`] — a [`contracts::CommandRunner`] that runs commands as local processes.
+//! * [`process`] — signalling local process groups (the runner and the standalone runtime).
 //! * [`metrics`] — metric names and the Prometheus registry.
 //! * [`clock`] — the one wall clock.
 
@@ -19,6 +20,7 @@ pub mod local_runner;
 pub mod metrics;
 pub mod pipeline;
 pub mod prober;
+pub mod process;
 pub mod results;
 pub mod status;
 pub mod sync;

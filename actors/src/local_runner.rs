@@ -4,9 +4,7 @@
 //! up to [`MAX_EXEC_OUTPUT`] bytes, and kill the command when its timeout passes.
 //!
 //! Each command runs in its own process group so that a timeout or a cancelled probe kills
-//! everything it started, not only the process we spawned. std and tokio can only signal a
-//! single process, and the workspace forbids `unsafe` (so no `libc::kill`): the group is killed
-//! by running `kill -KILL -- -<pgid>`.
+//! everything it started, not only the process we spawned; [`crate::process`] sends the signal.
 
 use std::collections::HashMap;
 use std::io;
@@ -23,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
+use crate::process::{Signal, signal_group, signal_group_blocking};
 
 /// How long to wait for a killed command to be reaped before leaving it to tokio's background
 /// reaper, so a process stuck in the kernel cannot hold a probe much past its timeout.
@@ -259,7 +258,7 @@ impl ProcessGroup {
 
     async fn kill(&mut self) {
         if let Some(pgid) = self.pgid {
-            kill_group(pgid).await;
+            signal_group(pgid, Signal::Kill).await;
             self.pgid = None;
         }
         // Also signal the leader directly in case `kill` could not be run; an error only
@@ -277,55 +276,9 @@ impl ProcessGroup {
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         if let Some(pgid) = self.pgid.take() {
-            kill_group_blocking(pgid);
+            signal_group_blocking(pgid, Signal::Kill);
         }
     }
-}
-
-/// `kill` from PATH, or the shell's builtin where there is no `kill` executable.
-fn kill_commands(pgid: u32) -> [(&'static str, Vec<String>); 2] {
-    let target = format!("-{pgid}");
-    [
-        ("kill", vec!["-KILL".to_owned(), "--".to_owned(), target.clone()]),
-        ("sh", vec!["-c".to_owned(), format!("kill -KILL -- {target}")]),
-    ]
-}
-
-async fn kill_group(pgid: u32) {
-    let mut last_error = None;
-    for (program, args) in kill_commands(pgid) {
-        let status = Command::new(program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-        match status {
-            // A failing `kill` means the group is already gone.
-            Ok(_) => return,
-            Err(e) => last_error = Some(e),
-        }
-    }
-    tracing::error!(pgid, error = ?last_error, "cannot run kill to stop a command's process group");
-}
-
-/// The same from `Drop`, which cannot await: `kill` is short-lived, so waiting for it is brief.
-fn kill_group_blocking(pgid: u32) {
-    let mut last_error = None;
-    for (program, args) in kill_commands(pgid) {
-        let status = std::process::Command::new(program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        match status {
-            Ok(_) => return,
-            Err(e) => last_error = Some(e),
-        }
-    }
-    tracing::error!(pgid, error = ?last_error, "cannot run kill to stop a command's process group");
 }
 
 #[cfg(test)]
@@ -347,15 +300,5 @@ mod tests {
         assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
         assert_eq!(exit_code(ExitStatus::from_raw(9)), 137);
         assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
-    }
-
-    #[test]
-    fn kills_the_group_not_the_process() {
-        let [(program, args), (shell, shell_args)] = kill_commands(42);
-        assert_eq!((program, args.as_slice()), ("kill", ["-KILL", "--", "-42"].map(String::from).as_slice()));
-        assert_eq!(
-            (shell, shell_args.as_slice()),
-            ("sh", ["-c", "kill -KILL -- -42"].map(String::from).as_slice())
-        );
     }
 }

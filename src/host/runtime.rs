@@ -11,10 +11,8 @@
 //! is left out: no images, volumes, sandboxes, resources or lifecycle hooks.
 //!
 //! A container process runs in its own process group, so that killing the container kills
-//! everything it started, as a container's PID namespace would. std and tokio only signal single
-//! processes and the workspace forbids `unsafe`, so the group is signalled by running
-//! `kill -<SIG> -- -<pgid>` (as [`crate::local_runner`] does for exec probes; its helper is
-//! private, so a minimal copy taking the signal lives here).
+//! everything it started, as a container's PID namespace would; [`crate::process`] sends the
+//! signals.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -46,8 +44,10 @@ use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::{EventRecorder, EventType};
 use crate::local_runner::{LocalCommandRunner, LocalContainer};
+use crate::prober::exec::expand;
 use crate::prober::grpc::go_duration;
 use crate::prober::{container_reference, pod_name};
+use crate::process::{Signal, signal_group, signal_group_blocking};
 
 /// The runtime type in container IDs: `probelet://<16 hex digits>`.
 pub const RUNTIME_NAME: &str = "probelet";
@@ -1006,54 +1006,6 @@ fn lookup<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
     env.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
-/// Upstream `third_party/forked/golang/expansion.Expand`: `$(VAR)` becomes the variable's
-/// value when it is defined and stays as written when not; `$$` is a literal `$`.
-fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
-    let mut out = String::with_capacity(input.len());
-    let mut rest = input;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        match after.chars().next() {
-            // A trailing `$` is kept.
-            None => {
-                out.push('$');
-                rest = after;
-            }
-            Some('$') => {
-                out.push('$');
-                rest = &after[1..];
-            }
-            Some('(') => match after[1..].find(')') {
-                Some(end) => {
-                    let name = &after[1..1 + end];
-                    match lookup(name) {
-                        Some(value) => out.push_str(value),
-                        None => {
-                            out.push_str("$(");
-                            out.push_str(name);
-                            out.push(')');
-                        }
-                    }
-                    rest = &after[end + 2..];
-                }
-                // An unclosed reference is kept and scanning goes on after the `(`.
-                None => {
-                    out.push_str("$(");
-                    rest = &after[1..];
-                }
-            },
-            Some(c) => {
-                out.push('$');
-                out.push(c);
-                rest = &after[c.len_utf8()..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 fn check_working_dir(dir: &Path) -> Result<(), String> {
     let problem = match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => return Ok(()),
@@ -1188,67 +1140,6 @@ async fn wait_exited(mut exited: watch::Receiver<bool>, bound: Option<Duration>)
             let _ = wait.await;
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Signal {
-    Term,
-    Kill,
-}
-
-impl Signal {
-    fn name(self) -> &'static str {
-        match self {
-            Signal::Term => "TERM",
-            Signal::Kill => "KILL",
-        }
-    }
-}
-
-/// `kill` from PATH, or the shell's builtin where there is no `kill` executable.
-fn kill_commands(pgid: u32, signal: Signal) -> [(&'static str, Vec<String>); 2] {
-    let (signal, target) = (format!("-{}", signal.name()), format!("-{pgid}"));
-    [
-        ("kill", vec![signal.clone(), "--".to_owned(), target.clone()]),
-        ("sh", vec!["-c".to_owned(), format!("kill {signal} -- {target}")]),
-    ]
-}
-
-async fn signal_group(pgid: u32, signal: Signal) {
-    let mut last_error = None;
-    for (program, args) in kill_commands(pgid, signal) {
-        let status = Command::new(program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-        match status {
-            // A failing `kill` means the group is already gone.
-            Ok(_) => return,
-            Err(e) => last_error = Some(e),
-        }
-    }
-    tracing::error!(pgid, signal = signal.name(), error = ?last_error, "cannot run kill to signal a container's process group");
-}
-
-/// The same from `Drop`, which cannot await: `kill` is short-lived.
-fn signal_group_blocking(pgid: u32, signal: Signal) {
-    let mut last_error = None;
-    for (program, args) in kill_commands(pgid, signal) {
-        let status = std::process::Command::new(program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        match status {
-            Ok(_) => return,
-            Err(e) => last_error = Some(e),
-        }
-    }
-    tracing::error!(pgid, signal = signal.name(), error = ?last_error, "cannot run kill to signal a container's process group");
 }
 
 #[cfg(test)]
@@ -1415,16 +1306,6 @@ mod tests {
         assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
         assert_eq!(exit_code(ExitStatus::from_raw(9)), 137);
         assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
-    }
-
-    #[test]
-    fn signals_the_group_not_the_process() {
-        let [(program, args), (shell, shell_args)] = kill_commands(42, Signal::Term);
-        assert_eq!((program, args.as_slice()), ("kill", ["-TERM", "--", "-42"].map(String::from).as_slice()));
-        assert_eq!(
-            (shell, shell_args.as_slice()),
-            ("sh", ["-c", "kill -TERM -- -42"].map(String::from).as_slice())
-        );
     }
 
     #[test]

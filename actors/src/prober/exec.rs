@@ -30,12 +30,16 @@ pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
     command.iter().map(|arg| expand(arg, |name| values.get(name).copied())).collect()
 }
 
-/// Upstream `expansion.Expand` with a mapping that leaves unknown names as `$(name)`.
+/// Upstream `expansion.Expand` with a mapping that leaves unknown names as `$(name)`: each
+/// `$(NAME)` becomes `lookup(NAME)` when that is `Some` and stays as written when `None`; `$$`
+/// is an escaped `$`; `$(` without a closing `)` and a `$` before any other character stay as
+/// written. Shared by exec probe commands ([`expand_command`]) and the standalone host's
+/// container env and command.
 ///
 /// Upstream appends the byte after a lone `$` as a rune, which garbles a non-ASCII character
 /// there (`$é` becomes invalid UTF-8 that the CRI call then rejects); here the character is kept
 /// as written. ASCII input expands byte for byte as upstream.
-fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
+pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
     let bytes = input.as_bytes();
     let mut out = String::with_capacity(input.len());
     let mut checkpoint = 0;
