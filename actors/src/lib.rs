@@ -5,6 +5,7 @@
 //! * [`results`] — the results cache actor.
 //! * [`status`] — the status manager actor and its pure logic (condition generators, …).
 //! * [`pipeline`] — starts the whole engine for a host and offers its API as methods.
+//! * [`sync`] — the status syncer: writes pod status to the API server.
 //! * [`contracts`] — the traits a host implements: running commands in containers, recording
 //!   events, looking pods up.
 //! * [`local_runner`] — a [`contracts::CommandRunner`] that runs commands as local processes.

@@ -8,3 +8,4 @@ pub mod http_server;
 pub mod kubelet;
 pub mod pods;
 pub mod scripted;
+pub mod syncer;
