@@ -172,14 +172,22 @@ async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
     let touched_theirs =
         fake.requests().iter().any(|r| r.method != http::Method::GET && r.path.contains("/pods/theirs"));
     assert!(!touched_theirs, "no writes to the other node's pod");
-    let events = fake.events();
-    assert!(
-        events.iter().any(|e| e["reason"] == "Unhealthy"
-            && e["message"].as_str().is_some_and(
-                |m| m.starts_with("Readiness probe failed: HTTP probe failed with statuscode: 503")
-            )),
-        "an Unhealthy event: {events:?}"
-    );
+    // Events are written in the background: wait (bounded) for the Unhealthy one.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = fake.events();
+        let unhealthy = events.iter().any(|e| {
+            e["reason"] == "Unhealthy"
+                && e["message"].as_str().is_some_and(|m| {
+                    m.starts_with("Readiness probe failed: HTTP probe failed with statuscode: 503")
+                })
+        });
+        if unhealthy {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "an Unhealthy event within 30 s: {events:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let pid = agent.id().unwrap();
     let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();

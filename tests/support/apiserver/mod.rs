@@ -1,5 +1,5 @@
 //! A fake Kubernetes API server for tests: plain HTTP on 127.0.0.1, spoken to by an unchanged
-//! `kube::Client`. It serves pods (CRUD, list, watch, `status`, `binding`) and events
+//! `kube::Client`. It serves pods (CRUD, list, watch, `status`, `binding`, `exec`) and events
 //! (core/v1 and events.k8s.io/v1) with the behaviour recorded from a real kube-apiserver v1.36.2
 //! (`/work/shared/fixtures/apiserver`, replayed by `tests/apiserver_fixtures.rs`): the same
 //! patch semantics, validation, error `Status` bodies, resourceVersions and watch events.
@@ -11,6 +11,7 @@
 //! plain cluster applies, no Namespace objects (any namespace exists), server-side apply without
 //! field ownership or conflicts, and the spec-update error omits the upstream spec diff.
 
+pub mod exec;
 pub mod golang;
 pub mod patch;
 pub mod schema;
@@ -165,6 +166,7 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     faults: Mutex<Vec<ActiveFault>>,
     shutdown: watch::Receiver<bool>,
+    exec: exec::ExecState,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -192,6 +194,7 @@ impl FakeApiServer {
             requests: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
             shutdown: shutdown_rx.clone(),
+            exec: exec::ExecState::default(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
         FakeApiServer { addr, shared, shutdown_tx, accept: Mutex::new(Some(accept)) }
@@ -320,6 +323,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut shutdown: w
                     let svc = service_fn(move |req| handle(shared.clone(), req));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
                         .await;
                 });
             }
@@ -381,7 +385,9 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, DropConnection> {
+async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Result<Response<Body>, DropConnection> {
+    // `pods/exec` upgrades the connection: claim the upgrade before the body is taken.
+    let exec_upgrade = exec::claim(&mut req);
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query().unwrap_or(""));
@@ -431,6 +437,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             return Ok(reply_response(Reply::error(&e)));
         }
         None => {}
+    }
+
+    if let Some(up) = exec_upgrade {
+        let resp = exec::serve(&shared, &method, &query, up);
+        record(Some(resp.status().as_u16()));
+        return Ok(resp);
     }
 
     let store_req = Req { query: &query, content_type: content_type.as_deref().unwrap_or(""), body: &body };
