@@ -163,6 +163,11 @@ async fn pod_goes_ready_and_failing_liveness_restarts_it() {
     let events = agent.get("/events").await;
     assert!(events.contains("\"reason\":\"Killing\""), "{events}");
     assert!(events.contains("Container app failed liveness probe, will be restarted"), "{events}");
+    let probes = agent.get("/pods/default/web/probes").await;
+    assert!(
+        probes.contains("\"probe_type\":\"Readiness\"") && probes.contains("\"result\":\"Success\""),
+        "{probes}"
+    );
     let pods = agent.get("/pods").await;
     assert!(pods.contains("\"kind\":\"PodList\""), "{pods}");
     assert!(!pods.contains("\"name\":\"broken\""), "the bad pod is skipped");

@@ -96,9 +96,14 @@ impl Pipeline {
             Some(status_manager.clone().recipient()),
         )
         .start();
-        let prober: Arc<dyn ProbeRunner> = config
-            .prober
-            .unwrap_or_else(|| Arc::new(Prober::new(config.runner.clone(), config.recorder.clone())));
+        let observer = config.observer.clone();
+        let prober: Arc<dyn ProbeRunner> = config.prober.unwrap_or_else(|| {
+            let prober = Prober::new(config.runner.clone(), config.recorder.clone());
+            Arc::new(match observer {
+                Some(observer) => prober.with_observer(observer),
+                None => prober,
+            })
+        });
         let arbiters: Vec<Arbiter> = (0..config.worker_arbiters).map(|_| Arbiter::new()).collect();
         let manager = ProberManager::new(ManagerConfig {
             prober,
