@@ -6,17 +6,18 @@
 //! is the kubelet's: `mergePodStatus`, then a two-way strategic merge patch of `status` with
 //! `metadata.uid` as a precondition, nothing sent when it is empty. The merge base is the
 //! freshest pod this actor has seen (a watch event or its last PATCH response); it GETs only
-//! when it has none, or after a failure. Failures are retried with per-pod exponential
-//! back-off; a full reconcile every `reconcile_period` rewrites any drift of kubelet-owned
-//! fields. A finished pod with a deletion timestamp and a terminal API phase is deleted with
-//! grace 0 and a UID precondition; a mirror pod never is.
+//! when it has none, when the copy is of another pod (a watch behind a recreation), or after a
+//! failure. Failures are retried with per-pod exponential back-off; a status the server rejects
+//! as invalid is not sent again until it changes. A full reconcile every `reconcile_period`
+//! rewrites any drift of kubelet-owned fields. A finished pod with a deletion timestamp and a
+//! terminal API phase is deleted with grace 0 and a UID precondition; a mirror pod never is.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use tokio::sync::oneshot;
@@ -51,7 +52,8 @@ pub struct ApiPodDeleted {
     pub name: String,
 }
 
-/// Resolves once nothing is queued or being written (graceful shutdown, tests).
+/// Resolves once nothing is queued, waiting out a back-off or being written (graceful shutdown,
+/// tests).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
 pub struct Flush;
@@ -140,6 +142,14 @@ pub struct StatusSyncer {
     /// A newer version arrived while the pod was being written.
     dirty: HashSet<String>,
     retries: HashMap<String, Retry>,
+    /// Pods with a timer running to enqueue them when their back-off ends.
+    backing_off: HashSet<String>,
+    /// The version of each pod the server rejected as invalid: not sent again.
+    rejected: HashMap<String, u64>,
+    /// Counts status updates received; `update_seq` has the count at each pod's latest one, so
+    /// a reconcile can tell the updates that arrived after it asked for the list.
+    seq: u64,
+    update_seq: HashMap<String, u64>,
     flushes: Vec<oneshot::Sender<()>>,
     /// A pump is scheduled for after the mailbox drains, so updates that arrived together
     /// are coalesced into one write.
@@ -159,6 +169,10 @@ impl StatusSyncer {
             in_flight: HashSet::new(),
             dirty: HashSet::new(),
             retries: HashMap::new(),
+            backing_off: HashSet::new(),
+            rejected: HashMap::new(),
+            seq: 0,
+            update_seq: HashMap::new(),
             flushes: Vec::new(),
             pump_scheduled: false,
         }
@@ -198,13 +212,19 @@ impl StatusSyncer {
             if let Some(retry) = self.retries.get(&uid)
                 && retry.not_before > now
             {
-                deferred.push((uid, retry.not_before - now));
+                // One timer per pod: a pod already waiting is enqueued by the timer it has.
+                if self.backing_off.insert(uid.clone()) {
+                    deferred.push((uid, retry.not_before - now));
+                }
                 continue;
             }
             self.start(uid, ctx);
         }
         for (uid, wait) in deferred {
-            ctx.run_later(wait, move |act, ctx| act.enqueue(&uid, ctx));
+            ctx.run_later(wait, move |act, ctx| {
+                act.backing_off.remove(&uid);
+                act.enqueue(&uid, ctx);
+            });
         }
         self.resolve_flushes();
     }
@@ -240,11 +260,13 @@ impl StatusSyncer {
         match &result.outcome {
             Outcome::Updated | Outcome::Unchanged => {
                 self.retries.remove(&uid);
+                self.rejected.remove(&uid);
                 if let Some(api_uid) = &result.api_uid {
                     self.written.insert(api_uid.clone(), result.version);
                 }
                 if let Some(pod) = result.fresh {
-                    self.api_pods.insert(key, pod);
+                    // A watch event that arrived during the write may be newer still.
+                    self.remember(key, pod);
                 }
                 if let Some(since) = self.unsynced_since.remove(&uid)
                     && matches!(result.outcome, Outcome::Updated)
@@ -269,6 +291,9 @@ impl StatusSyncer {
                 if let Some(api_uid) = &result.api_uid {
                     self.written.insert(api_uid.clone(), result.version);
                 }
+                // Remembered so that neither a reconcile nor the next watch event (the API copy
+                // still differs from it) sends this version again: only a new one is sent.
+                self.rejected.insert(uid.clone(), result.version);
                 self.api_pods.remove(&key);
             }
             Outcome::Deleted => {
@@ -305,18 +330,42 @@ impl StatusSyncer {
         self.latest.remove(uid);
         self.unsynced_since.remove(uid);
         self.retries.remove(uid);
+        self.rejected.remove(uid);
+        self.update_seq.remove(uid);
         self.dirty.remove(uid);
         self.api_pods.remove(key);
     }
 
-    /// Upstream `needsUpdate` and `needsReconcile`, over the statuses just listed.
-    fn reconcile(&mut self, statuses: HashMap<String, VersionedPodStatus>, ctx: &mut Context<Self>) {
-        self.latest = statuses;
+    /// Keeps `pod` as the merge base of its name unless the copy held is newer.
+    fn remember(&mut self, key: (String, String), pod: Arc<Pod>) {
+        if self.api_pods.get(&key).is_none_or(|old| is_newer_or_same(&pod, old)) {
+            self.api_pods.insert(key, pod);
+        }
+    }
+
+    /// Upstream `needsUpdate` and `needsReconcile`, over the statuses just listed. `since` is
+    /// the update count when the list was asked for: updates received after it are newer than
+    /// the list.
+    fn reconcile(
+        &mut self,
+        statuses: HashMap<String, VersionedPodStatus>,
+        since: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        let arrived: HashSet<String> =
+            self.update_seq.iter().filter(|(_, seq)| **seq > since).map(|(uid, _)| uid.clone()).collect();
+        self.latest = merge_listed(std::mem::take(&mut self.latest), statuses, &arrived);
+        let latest = &self.latest;
+        self.update_seq.retain(|uid, _| latest.contains_key(uid));
+        self.rejected.retain(|uid, _| latest.contains_key(uid));
         let api_uids: HashSet<String> = self.latest.keys().filter_map(|uid| self.api_uid(uid)).collect();
         self.written.retain(|uid, _| api_uids.contains(uid));
         let mut queue = Vec::new();
         for (uid, status) in &self.latest {
             let Some(api_uid) = self.api_uid(uid) else { continue };
+            if self.rejected.get(uid) == Some(&status.version) {
+                continue;
+            }
             let key = (status.pod_namespace.clone(), status.pod_name.clone());
             let api_pod = self.api_pods.get(&key);
             let behind = self.written.get(&api_uid).is_none_or(|v| *v < status.version);
@@ -340,13 +389,18 @@ impl StatusSyncer {
 
     /// The API copy differs from ours in fields this writer owns.
     fn drifted(&self, pod: &Pod, status: &VersionedPodStatus) -> bool {
-        let mut api = pod.status.clone().unwrap_or_default();
+        let mut api = go_zero_values(pod.status.clone().unwrap_or_default());
         normalize_status(pod, &mut api);
-        !is_pod_status_equal_for(&api, &status.status, &self.config.ownership)
+        let ours = go_zero_values((*status.status).clone());
+        !is_pod_status_equal_for(&api, &ours, &self.config.ownership)
     }
 
     fn resolve_flushes(&mut self) {
-        if self.queue.is_empty() && self.in_flight.is_empty() && !self.pump_scheduled {
+        if self.queue.is_empty()
+            && self.in_flight.is_empty()
+            && self.backing_off.is_empty()
+            && !self.pump_scheduled
+        {
             for flush in self.flushes.drain(..) {
                 let _ = flush.send(());
             }
@@ -368,6 +422,8 @@ impl Handler<PodStatusUpdated> for StatusSyncer {
 
     fn handle(&mut self, msg: PodStatusUpdated, ctx: &mut Self::Context) {
         let uid = msg.pod_uid;
+        self.seq += 1;
+        self.update_seq.insert(uid.clone(), self.seq);
         self.unsynced_since.entry(uid.clone()).or_insert_with(|| self.config.clock.now());
         self.latest.insert(uid.clone(), msg.status);
         self.enqueue(&uid, ctx);
@@ -383,15 +439,7 @@ impl Handler<ApiPodObserved> for StatusSyncer {
             pod.metadata.namespace.clone().unwrap_or_default(),
             pod.metadata.name.clone().unwrap_or_default(),
         );
-        // Keep whichever copy is newer: resourceVersions are etcd revisions, so numerically
-        // comparable within one cluster; an unparsable one always replaces.
-        let newer = match self.api_pods.get(&key) {
-            Some(old) => resource_version(&pod) >= resource_version(old),
-            None => true,
-        };
-        if newer {
-            self.api_pods.insert(key, pod);
-        }
+        self.remember(key, pod);
     }
 }
 
@@ -407,9 +455,10 @@ impl Handler<Reconcile> for StatusSyncer {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _msg: Reconcile, _ctx: &mut Self::Context) -> Self::Result {
+        let since = self.seq;
         let list = self.config.status_manager.send(ListStatuses);
-        Box::pin(list.into_actor(self).map(|statuses, act, ctx| match statuses {
-            Ok(statuses) => act.reconcile(statuses, ctx),
+        Box::pin(list.into_actor(self).map(move |statuses, act, ctx| match statuses {
+            Ok(statuses) => act.reconcile(statuses, since, ctx),
             Err(err) => tracing::error!(error = %err, "Status manager did not answer the reconcile"),
         }))
     }
@@ -509,9 +558,11 @@ impl SyncJob {
             fresh: None,
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &result.namespace);
+        // A cached copy of another pod under this name is a watch that has not caught up with
+        // a recreation yet: only the server can say whether our pod is gone.
         let base = match self.base.clone() {
-            Some(base) => base,
-            None => {
+            Some(base) if self.source_uid(&base) == self.uid => base,
+            _ => {
                 self.limiter.acquire().await;
                 let got = api.get(&result.name).await;
                 record_request("get", &got);
@@ -528,23 +579,22 @@ impl SyncJob {
                 }
             }
         };
-        let api_uid = base.metadata.uid.clone().unwrap_or_default();
-        let source_uid = self.pods.static_uid_for_mirror(&api_uid).unwrap_or_else(|| api_uid.clone());
-        if source_uid != self.uid {
+        if self.source_uid(&base) != self.uid {
             result.outcome = Outcome::Recreated;
             return result;
         }
+        let api_uid = base.metadata.uid.clone().unwrap_or_default();
         result.api_uid = Some(api_uid.clone());
 
-        let api_status = base.status.clone().unwrap_or_default();
+        let api_status = go_zero_values(base.status.clone().unwrap_or_default());
         let could_run = could_have_running_containers(&self.status.status);
-        let merged = merge_pod_status_for(
+        let merged = go_zero_values(merge_pod_status_for(
             &api_status,
             &self.status.status,
             could_run,
             self.now.clone(),
             &self.ownership,
-        );
+        ));
         let patch = match pod_status_patch(&api_uid, &api_status, &merged) {
             Ok(patch) => patch,
             Err(err) => {
@@ -607,9 +657,77 @@ impl SyncJob {
         }
         result
     }
+
+    /// The source pod UID an API copy belongs to (a mirror pod's static pod).
+    fn source_uid(&self, pod: &Pod) -> String {
+        let api_uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.pods.static_uid_for_mirror(&api_uid).unwrap_or(api_uid)
+    }
 }
 
 // === helpers ===
+
+/// The statuses to write after a reconcile listed `listed`: per pod the newer version of the
+/// list's and the one already held (updates keep arriving while the list is on its way); a pod
+/// missing from the list is kept only if its update arrived after the list was asked for
+/// (`arrived`), as the list may predate it; otherwise the status manager forgot it.
+fn merge_listed(
+    mut current: HashMap<String, VersionedPodStatus>,
+    listed: HashMap<String, VersionedPodStatus>,
+    arrived: &HashSet<String>,
+) -> HashMap<String, VersionedPodStatus> {
+    let mut merged: HashMap<String, VersionedPodStatus> = HashMap::with_capacity(listed.len());
+    for (uid, status) in listed {
+        let keep = match current.remove(&uid) {
+            Some(held) if held.version > status.version => held,
+            _ => status,
+        };
+        merged.insert(uid, keep);
+    }
+    for (uid, held) in current {
+        if arrived.contains(&uid) {
+            merged.insert(uid, held);
+        }
+    }
+    merged
+}
+
+/// The status as Go holds it: `state` and `lastState` of a container status are value structs
+/// in Go, so an empty one is the same as none, and the API server always sends them (`{}`).
+/// k8s-openapi keeps the difference; without this, every patch against an API copy would
+/// resend the container statuses and every reconcile would see drift.
+fn go_zero_values(mut status: PodStatus) -> PodStatus {
+    fn clear(state: &mut Option<ContainerState>) {
+        if state
+            .as_ref()
+            .is_some_and(|s| s.running.is_none() && s.terminated.is_none() && s.waiting.is_none())
+        {
+            *state = None;
+        }
+    }
+    let lists: [&mut Option<Vec<ContainerStatus>>; 3] = [
+        &mut status.init_container_statuses,
+        &mut status.container_statuses,
+        &mut status.ephemeral_container_statuses,
+    ];
+    for list in lists {
+        for c in list.iter_mut().flatten() {
+            clear(&mut c.state);
+            clear(&mut c.last_state);
+        }
+    }
+    status
+}
+
+/// Whether `pod` is at least as new as `old`. resourceVersions are etcd revisions, so
+/// numerically comparable within one cluster; when either does not parse, the later arrival
+/// wins.
+fn is_newer_or_same(pod: &Pod, old: &Pod) -> bool {
+    match (resource_version(pod), resource_version(old)) {
+        (Some(new), Some(old)) => new >= old,
+        _ => true,
+    }
+}
 
 /// Upstream `canBeDeleted`: a pod with a deletion timestamp, not a mirror pod, whose API phase
 /// is terminal, and that the kubelet finished (TerminatePod ran).
@@ -643,8 +761,8 @@ pub fn could_have_running_containers(status: &PodStatus) -> bool {
         .any(|c| c.state.as_ref().is_none_or(|s| s.terminated.is_none()))
 }
 
-fn resource_version(pod: &Pod) -> u64 {
-    pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
+fn resource_version(pod: &Pod) -> Option<u64> {
+    pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok())
 }
 
 fn is_code(err: &kube::Error, code: u16) -> bool {
@@ -712,6 +830,78 @@ mod tests {
         for (name, pod, finished, want) in cases {
             assert_eq!(can_be_deleted(&pod, finished), want, "case {name}");
         }
+    }
+
+    fn versioned(version: u64) -> VersionedPodStatus {
+        VersionedPodStatus {
+            version,
+            pod_name: "web".into(),
+            pod_namespace: "default".into(),
+            at: None,
+            pod_is_finished: false,
+            status: Arc::new(PodStatus::default()),
+        }
+    }
+
+    #[test]
+    fn a_reconcile_list_never_rolls_a_pod_back() {
+        let current = HashMap::from([
+            ("newer-held".to_owned(), versioned(5)),
+            ("older-held".to_owned(), versioned(2)),
+            ("arrived-after-the-list".to_owned(), versioned(1)),
+            ("forgotten".to_owned(), versioned(3)),
+        ]);
+        let listed = HashMap::from([
+            ("newer-held".to_owned(), versioned(4)),
+            ("older-held".to_owned(), versioned(3)),
+            ("only-listed".to_owned(), versioned(1)),
+        ]);
+        let arrived = HashSet::from(["arrived-after-the-list".to_owned(), "newer-held".to_owned()]);
+        let merged = merge_listed(current, listed, &arrived);
+        let mut got: Vec<(&str, u64)> = merged.iter().map(|(k, v)| (k.as_str(), v.version)).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [("arrived-after-the-list", 1), ("newer-held", 5), ("older-held", 3), ("only-listed", 1)],
+            "a pod the status manager forgot is dropped unless its update came after the list"
+        );
+    }
+
+    #[test]
+    fn an_empty_container_state_is_no_state() {
+        let running = ContainerState {
+            running: Some(k8s_openapi::api::core::v1::ContainerStateRunning::default()),
+            ..Default::default()
+        };
+        let status = |state: Option<ContainerState>, last: Option<ContainerState>| PodStatus {
+            container_statuses: Some(vec![ContainerStatus {
+                name: "a".into(),
+                state,
+                last_state: last,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(
+            go_zero_values(status(Some(running.clone()), Some(ContainerState::default()))),
+            status(Some(running.clone()), None)
+        );
+        assert_eq!(go_zero_values(status(Some(ContainerState::default()), None)), status(None, None));
+        let kept = status(Some(running.clone()), Some(running));
+        assert_eq!(go_zero_values(kept.clone()), kept, "a state with content stays");
+    }
+
+    #[test]
+    fn the_newer_resource_version_wins() {
+        let at = |rv: Option<&str>| Pod {
+            metadata: ObjectMeta { resource_version: rv.map(Into::into), ..Default::default() },
+            ..Default::default()
+        };
+        assert!(is_newer_or_same(&at(Some("10")), &at(Some("9"))));
+        assert!(is_newer_or_same(&at(Some("10")), &at(Some("10"))));
+        assert!(!is_newer_or_same(&at(Some("9")), &at(Some("10"))), "numeric, not textual");
+        assert!(is_newer_or_same(&at(Some("9")), &at(None)), "an unparsable one is replaced");
+        assert!(is_newer_or_same(&at(None), &at(Some("9"))), "and replaces");
     }
 
     #[test]

@@ -1,0 +1,777 @@
+//! The status syncer against the fake API server (spec §5.10, §5.12, §5.14; DESIGN.md's
+//! StatusSyncer): the requests it sends in each situation the kubelet's status tests cover,
+//! adapted to our merge base (the watch cache or the last PATCH response instead of a GET before
+//! every PATCH), then back-off, deletion, static pods, reconcile, random faults and scale.
+//!
+//! Real time throughout (the fake is a real HTTP server on 127.0.0.1, and paused time would
+//! auto-advance through its I/O): tests wait with `Flush` or bounded polls of the fake, and keep
+//! periods and back-offs short. The metrics are checked in `tests/syncer_metrics.rs`, a binary
+//! of its own, so that no other test moves the global counters under it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::Method;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use probelet::container::ContainerId;
+use probelet::status::POD_READY;
+use probelet::status::manager::SetContainerReadiness;
+use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::sync::syncer::{
+    ApiPodObserved, Flush, GetWrittenVersion, MIRROR_POD_ANNOTATION, Reconcile,
+};
+use serde_json::{Value, json};
+use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
+use support::pods::{terminated, test_pod};
+use support::syncer::{
+    NS, SyncTest, bound, bounded, condition_status, container, eventually, owned_conditions, pod_path,
+    readiness, status_of, status_path, with_uid,
+};
+
+const LIMIT: Duration = Duration::from_secs(30);
+const FEATURE: &str = "example.com/feature";
+const GATE: &str = "example.com/gate";
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// What the results cache sends when a readiness probe result changes.
+fn set_ready(pod: &Pod, container: &str, ready: bool) -> SetContainerReadiness {
+    SetContainerReadiness {
+        pod_uid: uid(pod),
+        container_id: ContainerId::parse(&format!("cri://{container}")),
+        ready,
+    }
+}
+
+fn condition(type_: &str, status: &str) -> PodCondition {
+    PodCondition { type_: type_.into(), status: status.into(), ..Default::default() }
+}
+
+/// A status PATCH from someone other than the syncer (a controller, a user).
+async fn patch_by_someone_else(t: &SyncTest, name: &str, patch: Value) {
+    let api: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await.unwrap();
+}
+
+/// A mirror pod for `static_pod`: its name, its own UID and the mirror annotation.
+fn mirror_of(static_pod: &Pod, mirror_uid: &str) -> Pod {
+    let mut mirror = with_uid(static_pod, mirror_uid);
+    mirror.metadata.annotations =
+        Some(BTreeMap::from([(MIRROR_POD_ANNOTATION.to_owned(), "hash-1".to_owned())]));
+    mirror
+}
+
+fn api_status(pod: &Pod) -> PodStatus {
+    pod.status.clone().unwrap_or_default()
+}
+
+// === the GET before the first write (§5.10 syncPod steps 1–2) ===
+
+#[actix::test]
+async fn a_pod_missing_from_the_api_is_looked_up_not_patched_and_kept() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("ghost").container("app"));
+        t.pods.add(&pod);
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", false)])).await;
+        t.flush(&syncer).await;
+
+        assert_eq!(t.summary(), [(Method::GET, pod_path("ghost"), Some(404))]);
+        assert!(t.cached(&uid(&pod)).await.is_some(), "the status manager keeps the entry");
+        assert_eq!(syncer.send(GetWrittenVersion(uid(&pod))).await.unwrap(), None, "nothing written");
+    })
+    .await;
+}
+
+#[actix::test]
+async fn a_pod_of_that_name_with_another_uid_drops_the_status() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod(with_uid(&pod, "uid-web-2"));
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+
+        assert_eq!(t.summary(), [(Method::GET, pod_path("web"), Some(200))], "no PATCH");
+        assert_eq!(t.cached(&uid(&pod)).await, None, "the status of the old pod is dropped");
+        assert_eq!(api_status(&t.api("web")), PodStatus::default(), "the new pod is untouched");
+    })
+    .await;
+}
+
+/// Our merge base is a cache, and a cache can be behind: a watch copy of the pod's previous
+/// incarnation must not be taken for "the pod was recreated" while the API already holds ours.
+#[actix::test]
+async fn a_stale_watch_copy_of_a_previous_pod_is_checked_with_a_get() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let previous = t.fake.insert_pod(with_uid(&pod, "uid-web-previous"));
+        syncer.send(ApiPodObserved(Arc::new(previous))).await.unwrap();
+        // Deleted and created again; the watch has not said so yet.
+        t.fake.insert_pod((*pod).clone());
+        t.fake.clear_requests();
+
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+
+        assert_eq!(
+            t.summary(),
+            [(Method::GET, pod_path("web"), Some(200)), (Method::PATCH, status_path("web"), Some(200))]
+        );
+        assert!(t.cached(&uid(&pod)).await.is_some(), "the status of the live pod is kept");
+        assert_eq!(readiness(&api_status(&t.api("web"))), [("app".to_owned(), true)]);
+    })
+    .await;
+}
+
+// === the patch (§5.10 step 4, §5.12) ===
+
+#[actix::test]
+async fn an_api_status_equal_to_the_merged_one_sends_no_patch() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        // The API already holds exactly the status manager's status.
+        let stored = t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        let mut on_api = (*pod).clone();
+        on_api.status = Some((*stored.status).clone());
+        t.fake.insert_pod(on_api);
+        t.fake.clear_requests();
+
+        // Cold: the syncer has no copy of the pod, so it GETs, and the patch is empty.
+        let cold = t.syncer().await;
+        cold.send(Reconcile).await.unwrap();
+        t.flush(&cold).await;
+        assert_eq!(t.summary(), [(Method::GET, pod_path("web"), Some(200))]);
+        assert_eq!(cold.send(GetWrittenVersion(uid(&pod))).await.unwrap(), Some(stored.version));
+
+        // Warm: a syncer that saw the watch event sends nothing at all.
+        t.fake.clear_requests();
+        let warm = t.syncer().await;
+        warm.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        warm.send(Reconcile).await.unwrap();
+        t.flush(&warm).await;
+        assert_eq!(t.summary(), []);
+        assert_eq!(warm.send(GetWrittenVersion(uid(&pod))).await.unwrap(), Some(stored.version));
+    })
+    .await;
+}
+
+#[actix::test]
+async fn updates_that_arrive_together_are_one_patch_with_the_last_state() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("a").container("b").container("c"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        let none_ready = vec![container("a", false), container("b", false), container("c", false)];
+        t.set_status(&pod, status_of(&pod, "Running", none_ready)).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.count(&Method::PATCH), 1);
+        t.fake.clear_requests();
+
+        for name in ["a", "b", "c"] {
+            t.pipeline.status_manager.do_send(set_ready(&pod, name, true));
+        }
+        t.flush(&syncer).await;
+
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))], "one write");
+        let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
+        let sent: Vec<(&str, bool)> = body["status"]["containerStatuses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap(), c["ready"].as_bool().unwrap()))
+            .collect();
+        assert_eq!(sent, [("a", true), ("b", true), ("c", true)], "the last state");
+        let api = api_status(&t.api("web"));
+        let cached = t.cached(&uid(&pod)).await.unwrap();
+        assert_eq!(readiness(&api), readiness(&cached));
+        assert_eq!(owned_conditions(&api), owned_conditions(&cached));
+        assert_eq!(condition_status(&api, POD_READY).as_deref(), Some("True"));
+    })
+    .await;
+}
+
+#[actix::test]
+async fn the_patch_is_a_strategic_merge_with_the_uid_that_keeps_foreign_conditions() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let foreign = PodStatus {
+            conditions: Some(vec![condition(FEATURE, "True"), condition(GATE, "True")]),
+            ..Default::default()
+        };
+        let pod = bound(test_pod("web").container("app").readiness_gate(GATE).with_status(foreign));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", false)])).await;
+        t.flush(&syncer).await;
+
+        let patches = t.requests_of(&Method::PATCH);
+        assert_eq!(patches.len(), 1);
+        let patch = &patches[0];
+        assert_eq!(patch.path, status_path("web"));
+        assert_eq!(patch.content_type.as_deref(), Some("application/strategic-merge-patch+json"));
+        let body = patch.body.clone().unwrap();
+        assert_eq!(body["metadata"]["uid"], json!(uid(&pod)), "the UID precondition");
+        let order: Vec<&str> = body["status"]["$setElementOrder/conditions"]
+            .as_array()
+            .expect("$setElementOrder/conditions")
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            order,
+            [FEATURE, GATE, "Initialized", "Ready", "ContainersReady", "PodScheduled"],
+            "foreign conditions first, in place"
+        );
+        assert!(body["status"].get("$setElementOrder/containerStatuses").is_none(), "atomic list");
+        let stored = api_status(&t.api("web"));
+        assert_eq!(condition_status(&stored, FEATURE).as_deref(), Some("True"));
+        assert_eq!(condition_status(&stored, GATE).as_deref(), Some("True"));
+
+        // Someone else turns their feature off; our next write leaves it off.
+        patch_by_someone_else(
+            &t,
+            "web",
+            json!({"status": {"conditions": [{"type": FEATURE, "status": "False"}]}}),
+        )
+        .await;
+        t.pipeline.status_manager.do_send(set_ready(&pod, "app", true));
+        t.flush(&syncer).await;
+        let stored = api_status(&t.api("web"));
+        assert_eq!(condition_status(&stored, POD_READY).as_deref(), Some("True"), "our write landed");
+        assert_eq!(condition_status(&stored, FEATURE).as_deref(), Some("False"), "theirs survived");
+        assert_eq!(condition_status(&stored, GATE).as_deref(), Some("True"));
+    })
+    .await;
+}
+
+// === the merge base (DESIGN.md: GET only without a copy or after an error) ===
+
+#[actix::test]
+async fn a_warm_watch_cache_saves_the_get_until_a_patch_fails() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved(Arc::new(api))).await.unwrap();
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", false)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))], "no GET");
+
+        // The last PATCH response is the next merge base.
+        t.fake.clear_requests();
+        t.pipeline.status_manager.do_send(set_ready(&pod, "app", true));
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))]);
+
+        // After a failed PATCH the copy is suspect: the retry GETs first.
+        t.fake.clear_requests();
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::status(500),
+            times: FaultTimes::Times(1),
+        });
+        t.pipeline.status_manager.do_send(set_ready(&pod, "app", false));
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, status_path("web"), Some(500)),
+                (Method::GET, pod_path("web"), Some(200)),
+                (Method::PATCH, status_path("web"), Some(200)),
+            ]
+        );
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY).as_deref(), Some("False"));
+    })
+    .await;
+}
+
+// === errors (DESIGN.md "What the real API server does") ===
+
+#[actix::test]
+async fn a_pod_recreated_between_get_and_patch_is_dropped_without_retry() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        // Hold the PATCH long enough to recreate the pod under it.
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::Delay(Duration::from_millis(300)),
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        eventually(Duration::from_secs(5), "the PATCH reached the fake", || t.count(&Method::PATCH) == 1)
+            .await;
+        t.fake.insert_pod(with_uid(&pod, "uid-web-2"));
+        t.flush(&syncer).await;
+
+        assert_eq!(
+            t.summary(),
+            [(Method::GET, pod_path("web"), Some(200)), (Method::PATCH, status_path("web"), Some(422))]
+        );
+        assert_eq!(t.cached(&uid(&pod)).await, None, "the status of the old pod is dropped");
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.fake.requests().len(), 2, "not retried");
+        assert_eq!(api_status(&t.api("web")), PodStatus::default(), "the new pod is untouched");
+    })
+    .await;
+}
+
+#[actix::test]
+async fn a_patch_the_server_rejects_as_invalid_is_not_retried_in_a_loop() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        let mut bad = status_of(&pod, "Running", vec![container("app", true)]);
+        bad.pod_ip = Some("not-an-ip".into());
+        bad.pod_ips = Some(vec![k8s_openapi::api::core::v1::PodIP { ip: "not-an-ip".into() }]);
+        t.set_status(&pod, bad).await;
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [(Method::GET, pod_path("web"), Some(200)), (Method::PATCH, status_path("web"), Some(422))]
+        );
+        assert!(t.cached(&uid(&pod)).await.is_some(), "an invalid status is not a deleted pod");
+
+        // Neither the periodic reconcile nor watch events bring the rejected version back.
+        for _ in 0..3 {
+            syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+            syncer.send(Reconcile).await.unwrap();
+            t.flush(&syncer).await;
+        }
+        assert_eq!(t.fake.requests().len(), 2, "no more requests: {:?}", t.summary());
+
+        // A new version is written.
+        t.fake.clear_requests();
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.count(&Method::PATCH), 1);
+        assert_eq!(t.requests_of(&Method::PATCH)[0].code, Some(200));
+    })
+    .await;
+}
+
+#[actix::test]
+async fn failed_writes_back_off_exponentially_until_they_succeed() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let initial = Duration::from_millis(50);
+        let syncer = t
+            .syncer_with(|c| {
+                c.backoff_initial = initial;
+                c.backoff_max = Duration::from_secs(2);
+            })
+            .await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved(Arc::new(api))).await.unwrap();
+
+        // A matcher that never fires but sees every request: the arrival time of each PATCH.
+        let arrivals = Arc::new(Mutex::new(Vec::<Instant>::new()));
+        let seen = arrivals.clone();
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::Predicate(Arc::new(move |method, _path| {
+                if *method == Method::PATCH {
+                    seen.lock().unwrap().push(Instant::now());
+                }
+                false
+            })),
+            kind: FaultKind::Delay(Duration::ZERO),
+            times: FaultTimes::Always,
+        });
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::status(500),
+            times: FaultTimes::Times(3),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+
+        let (get, patch) = (pod_path("web"), status_path("web"));
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, patch.clone(), Some(500)),
+                (Method::GET, get.clone(), Some(200)),
+                (Method::PATCH, patch.clone(), Some(500)),
+                (Method::GET, get.clone(), Some(200)),
+                (Method::PATCH, patch.clone(), Some(500)),
+                (Method::GET, get, Some(200)),
+                (Method::PATCH, patch, Some(200)),
+            ],
+            "four attempts, the last one succeeds"
+        );
+        let arrivals = arrivals.lock().unwrap().clone();
+        assert_eq!(arrivals.len(), 4);
+        let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        for (i, gap) in gaps.iter().enumerate() {
+            assert!(*gap >= initial * 2u32.pow(i as u32), "gap {i} is {gap:?}, at least the back-off");
+        }
+        assert!(gaps.windows(2).all(|w| w[0] < w[1]), "growing gaps: {gaps:?}");
+        let cached = t.cached(&uid(&pod)).await.unwrap();
+        assert_eq!(owned_conditions(&api_status(&t.api("web"))), owned_conditions(&cached));
+    })
+    .await;
+}
+
+// === deletion (§5.10 step 9, canBeDeleted) ===
+
+#[actix::test]
+async fn a_finished_terminating_pod_is_deleted_with_grace_zero_and_its_uid() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("job").container("app").restart_policy("Never"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+
+        // A user deletes the pod: it stays, terminating, until the kubelet is done with it.
+        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        client.delete("job", &DeleteParams::default()).await.unwrap();
+        let terminating = Arc::new(t.api("job"));
+        assert!(terminating.metadata.deletion_timestamp.is_some());
+        syncer.send(ApiPodObserved(terminating.clone())).await.unwrap();
+        t.pods.add(&terminating);
+        t.fake.clear_requests();
+
+        // Still running: the forced status is synced, nothing deleted.
+        t.set_status(&terminating, status_of(&terminating, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.count(&Method::DELETE), 0, "not while running");
+
+        // The container exited: the terminal phase is written, still no DELETE before
+        // TerminatePod.
+        let exited = vec![terminated("app", "cri://app", 0)];
+        t.set_status(&terminating, status_of(&terminating, "Succeeded", exited)).await;
+        t.flush(&syncer).await;
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(api_status(&t.api("job")).phase.as_deref(), Some("Succeeded"));
+        assert_eq!(t.count(&Method::DELETE), 0, "not before TerminatePod");
+        assert!(t.cached(&uid(&pod)).await.is_some());
+
+        t.pipeline.terminate_pod(terminating.clone());
+        t.flush(&syncer).await;
+        let deletes = t.requests_of(&Method::DELETE);
+        assert_eq!(deletes.len(), 1, "{:?}", t.summary());
+        assert_eq!((deletes[0].path.as_str(), deletes[0].code), (pod_path("job").as_str(), Some(200)));
+        let body = deletes[0].body.clone().unwrap();
+        assert_eq!(body["gracePeriodSeconds"], json!(0));
+        assert_eq!(body["preconditions"]["uid"], json!(uid(&pod)));
+        assert!(t.fake.pod(NS, "job").is_none(), "gone from the API");
+        assert_eq!(t.cached(&uid(&pod)).await, None, "and from the status manager");
+    })
+    .await;
+}
+
+#[actix::test]
+async fn a_mirror_pod_is_never_deleted() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let static_pod = bound(test_pod("etcd-node-a").container("etcd").restart_policy("Never"));
+        t.pods.add_static(&static_pod, Some("mirror-etcd"));
+        t.fake.insert_pod(mirror_of(&static_pod, "mirror-etcd"));
+        t.set_status(&static_pod, status_of(&static_pod, "Running", vec![container("etcd", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.count(&Method::PATCH), 1);
+
+        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        client.delete("etcd-node-a", &DeleteParams::default()).await.unwrap();
+        syncer.send(ApiPodObserved(Arc::new(t.api("etcd-node-a")))).await.unwrap();
+        t.fake.clear_requests();
+
+        let exited = vec![terminated("etcd", "cri://etcd", 0)];
+        t.set_status(&static_pod, status_of(&static_pod, "Succeeded", exited)).await;
+        t.pipeline.terminate_pod(static_pod.clone());
+        t.flush(&syncer).await;
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+
+        let mirror = t.api("etcd-node-a");
+        assert_eq!(api_status(&mirror).phase.as_deref(), Some("Succeeded"), "the status was written");
+        assert!(mirror.metadata.deletion_timestamp.is_some());
+        assert_eq!(t.count(&Method::DELETE), 0, "a mirror pod is never deleted: {:?}", t.summary());
+    })
+    .await;
+}
+
+// === static pods (§5.14) ===
+
+#[actix::test]
+async fn a_static_pods_status_goes_to_its_mirror_pod_once_one_exists() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let static_pod = bound(test_pod("kube-proxy-node-a").container("proxy"));
+        t.pods.add_static(&static_pod, None);
+        let stored = t
+            .set_status(&static_pod, status_of(&static_pod, "Running", vec![container("proxy", true)]))
+            .await;
+        t.flush(&syncer).await;
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [], "skipped while there is no mirror pod");
+
+        t.fake.insert_pod(mirror_of(&static_pod, "mirror-proxy"));
+        t.pods.set_mirror(&uid(&static_pod), Some("mirror-proxy"));
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::GET, pod_path("kube-proxy-node-a"), Some(200)),
+                (Method::PATCH, status_path("kube-proxy-node-a"), Some(200)),
+            ]
+        );
+        let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
+        assert_eq!(body["metadata"]["uid"], json!("mirror-proxy"), "the mirror pod's UID");
+        let written = syncer.send(GetWrittenVersion("mirror-proxy".into())).await.unwrap();
+        assert_eq!(written, Some(stored.version), "versions are recorded under the mirror UID");
+        let api = api_status(&t.api("kube-proxy-node-a"));
+        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status));
+        assert_eq!(readiness(&api), [("proxy".to_owned(), true)]);
+        assert!(t.cached("mirror-proxy").await.is_some(), "readable through the mirror UID");
+    })
+    .await;
+}
+
+// === reconcile (§5.10 needsReconcile) ===
+
+#[actix::test]
+async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let period = Duration::from_millis(500);
+        let syncer = t.syncer_with(|c| c.reconcile_period = period).await;
+        let foreign = PodStatus { conditions: Some(vec![condition(FEATURE, "True")]), ..Default::default() };
+        let pod = bound(test_pod("web").container("app").with_status(foreign));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY).as_deref(), Some("True"));
+
+        // Someone flips Ready; the watch tells the syncer.
+        patch_by_someone_else(
+            &t,
+            "web",
+            json!({"status": {"conditions": [{"type": POD_READY, "status": "False"}]}}),
+        )
+        .await;
+        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        t.fake.clear_requests();
+        eventually(period + Duration::from_millis(300), "Ready written back within a period", || {
+            condition_status(&api_status(&t.api("web")), POD_READY).as_deref() == Some("True")
+        })
+        .await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))]);
+
+        // A change to a condition the kubelet does not own is left alone.
+        patch_by_someone_else(
+            &t,
+            "web",
+            json!({"status": {"conditions": [{"type": FEATURE, "status": "False"}]}}),
+        )
+        .await;
+        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        t.fake.clear_requests();
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [], "nothing to reconcile");
+        assert_eq!(condition_status(&api_status(&t.api("web")), FEATURE).as_deref(), Some("False"));
+    })
+    .await;
+}
+
+// === faults and scale ===
+
+const FAULTY_PODS: usize = 50;
+
+/// 30 % of all requests answered 500, at random.
+fn random_500s(seed: u64) -> Fault {
+    Fault {
+        matcher: FaultMatcher::Any,
+        kind: FaultKind::status(500),
+        times: FaultTimes::Probability { p: 0.3, seed },
+    }
+}
+
+fn faulty_pods() -> Vec<Arc<Pod>> {
+    (0..FAULTY_PODS).map(|i| bound(test_pod(&format!("f-{i}")).container("a").container("b"))).collect()
+}
+
+/// Asserts that the API holds the status manager's status of every pod.
+async fn assert_api_matches(t: &SyncTest, pods: &[Arc<Pod>]) {
+    for pod in pods {
+        let name = pod.metadata.name.clone().unwrap();
+        let api = api_status(&t.api(&name));
+        let cached = t.cached(&uid(pod)).await.unwrap();
+        assert_eq!(owned_conditions(&api), owned_conditions(&cached), "conditions of {name}");
+        assert_eq!(readiness(&api), readiness(&cached), "readiness of {name}");
+    }
+}
+
+/// The first status of each of the pods, written through `fault` (if any) one pod at a time;
+/// returns the number of requests it took.
+///
+/// One at a time makes the count a function of the seed alone: every write is a GET, then a
+/// PATCH if the GET succeeded, and each request takes the next draw of the fake's generator,
+/// so the number of requests until every pod succeeded does not depend on timing.
+async fn first_statuses(fault: Option<Fault>) -> usize {
+    let t = SyncTest::start().await;
+    let syncer = t
+        .syncer_with(|c| {
+            c.concurrency = 1;
+            c.backoff_initial = Duration::from_millis(2);
+            c.backoff_max = Duration::from_millis(20);
+        })
+        .await;
+    if let Some(fault) = fault {
+        t.fake.inject(fault);
+    }
+    let pods = faulty_pods();
+    for (i, pod) in pods.iter().enumerate() {
+        t.pods.add(pod);
+        t.fake.insert_pod((**pod).clone());
+        let containers = vec![container("a", i % 2 == 0), container("b", i % 3 == 0)];
+        t.pipeline.set_pod_status(pod.clone(), status_of(pod, "Running", containers));
+    }
+    t.flush(&syncer).await;
+    assert_api_matches(&t, &pods).await;
+    t.fake.requests().len()
+}
+
+#[actix::test]
+async fn under_random_faults_a_sync_costs_at_most_twice_the_requests() {
+    bounded(Duration::from_secs(60), async {
+        let clean = first_statuses(None).await;
+        assert_eq!(clean, 2 * FAULTY_PODS, "a GET and a PATCH per pod");
+        let faulty = first_statuses(Some(random_500s(20_240_601))).await;
+        assert!(faulty > clean, "the faults cost retries ({faulty} vs {clean})");
+        assert!(faulty <= 2 * clean, "{faulty} requests under faults, {clean} without");
+    })
+    .await;
+}
+
+/// Writes from all sides at once: first statuses, then readiness changes sent while the first
+/// writes may still be failing and backing off, 16 pods at a time. Every pod ends with its
+/// status; the cost stays in proportion (each failed write costs a GET and a PATCH more, so a
+/// warm write under 30 % faults costs about 2× on average: the bound here only catches storms).
+async fn all_at_once(fault: Option<Fault>) -> usize {
+    let t = SyncTest::start().await;
+    let syncer = t
+        .syncer_with(|c| {
+            c.backoff_initial = Duration::from_millis(5);
+            c.backoff_max = Duration::from_millis(50);
+        })
+        .await;
+    if let Some(fault) = fault {
+        t.fake.inject(fault);
+    }
+    let pods = faulty_pods();
+    for pod in &pods {
+        t.pods.add(pod);
+        t.fake.insert_pod((**pod).clone());
+        let containers = vec![container("a", false), container("b", false)];
+        t.pipeline.set_pod_status(pod.clone(), status_of(pod, "Running", containers));
+    }
+    t.flush(&syncer).await;
+    for (i, pod) in pods.iter().enumerate() {
+        t.pipeline.status_manager.do_send(set_ready(pod, "a", true));
+        if i % 2 == 0 {
+            t.pipeline.status_manager.do_send(set_ready(pod, "b", true));
+        }
+    }
+    t.flush(&syncer).await;
+    assert_api_matches(&t, &pods).await;
+    t.fake.requests().len()
+}
+
+#[actix::test]
+async fn under_random_faults_every_pod_ends_with_its_status() {
+    bounded(Duration::from_secs(60), async {
+        let clean = all_at_once(None).await;
+        assert_eq!(clean, 3 * FAULTY_PODS, "a GET and a PATCH, then a PATCH from the cached copy");
+        let faulty = all_at_once(Some(random_500s(7))).await;
+        assert!(faulty > clean, "the faults cost retries ({faulty} vs {clean})");
+        assert!(faulty <= 3 * clean, "{faulty} requests under faults, {clean} without");
+    })
+    .await;
+}
+
+#[actix::test]
+async fn a_thousand_pods_turning_ready_are_a_thousand_paced_patches() {
+    bounded(Duration::from_secs(50), async {
+        const PODS: usize = 1000;
+        let (qps, burst) = (500.0, 100);
+        let t = SyncTest::start().await;
+        let pods: Vec<Arc<Pod>> =
+            (0..PODS).map(|i| bound(test_pod(&format!("s-{i}")).container("app"))).collect();
+        let mut observed = Vec::with_capacity(PODS);
+        for pod in &pods {
+            t.pods.add(pod);
+            observed.push(Arc::new(t.fake.insert_pod((**pod).clone())));
+            t.pipeline.set_pod_status(pod.clone(), status_of(pod, "Running", vec![container("app", false)]));
+        }
+        t.pipeline.statuses().await.unwrap();
+        // Started after the first statuses, with the watch cache warm for every pod.
+        let syncer = t.syncer_with(|c| c.limiter = RateLimiter::new(qps, burst)).await;
+        for pod in observed {
+            syncer.do_send(ApiPodObserved(pod));
+        }
+        syncer.send(Flush).await.unwrap();
+        t.fake.clear_requests();
+
+        let start = Instant::now();
+        for pod in &pods {
+            t.pipeline.status_manager.do_send(set_ready(pod, "app", true));
+        }
+        t.flush(&syncer).await;
+        let took = start.elapsed();
+
+        assert_eq!(t.count(&Method::PATCH), PODS);
+        assert_eq!(t.count(&Method::GET), 0);
+        assert_eq!(t.fake.requests().len(), PODS);
+        assert!(t.fake.requests().iter().all(|r| r.code == Some(200)));
+        let paced = Duration::from_secs_f64((PODS - burst as usize) as f64 / qps);
+        assert!(took + Duration::from_millis(50) >= paced, "{took:?} for {PODS} patches, budget {paced:?}");
+        for pod in &pods {
+            let name = pod.metadata.name.clone().unwrap();
+            let ready = condition_status(&api_status(&t.api(&name)), POD_READY);
+            assert_eq!(ready.as_deref(), Some("True"), "{name}");
+        }
+    })
+    .await;
+}
