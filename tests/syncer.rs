@@ -16,18 +16,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::Method;
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use probelet::container::ContainerId;
-use probelet::status::POD_READY;
-use probelet::status::manager::SetContainerReadiness;
+use probelet::status::generate_kubelet_conditions;
+use probelet::status::manager::{DeletePodStatus, SetContainerReadiness};
+use probelet::status::{CONTAINERS_READY, POD_READY};
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{
-    ApiPodObserved, Flush, GetWrittenVersion, MIRROR_POD_ANNOTATION, Reconcile,
+    ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion, MIRROR_POD_ANNOTATION, OwnedFields, Reconcile,
+    StatusSyncer, SyncerConfig, SyncerStats,
 };
 use serde_json::{Value, json};
 use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
-use support::pods::{terminated, test_pod};
+use support::pods::{running, terminated, test_pod, waiting};
 use support::syncer::{
     NS, SyncTest, bound, bounded, condition_status, container, eventually, owned_conditions, pod_path,
     readiness, status_of, status_path, with_uid,
@@ -611,6 +613,340 @@ async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() 
         t.flush(&syncer).await;
         assert_eq!(t.summary(), [], "nothing to reconcile");
         assert_eq!(condition_status(&api_status(&t.api("web")), FEATURE).as_deref(), Some("False"));
+    })
+    .await;
+}
+
+// === readiness only (cluster mode: the node's runtime writes everything else) ===
+
+fn readiness_only(config: &mut SyncerConfig) {
+    config.owned_fields = OwnedFields::ReadinessOnly;
+}
+
+/// A running container as a runtime publishes it: an ID and a state, no readiness of its own.
+fn published(name: &str, id: &str) -> ContainerStatus {
+    ContainerStatus { container_id: Some(id.into()), ready: false, started: None, ..container(name, false) }
+}
+
+/// (name, containerID, ready, started) of the regular containers, sorted by name.
+fn flags(status: &PodStatus) -> Vec<(String, String, bool, Option<bool>)> {
+    let mut out: Vec<_> = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| (c.name.clone(), c.container_id.clone().unwrap_or_default(), c.ready, c.started))
+        .collect();
+    out.sort();
+    out
+}
+
+fn flag(name: &str, id: &str, ready: bool, started: Option<bool>) -> (String, String, bool, Option<bool>) {
+    (name.into(), id.into(), ready, started)
+}
+
+/// The runtime's status PATCH: the fields it owns, `containerStatuses` whole (an atomic list).
+async fn runtime_writes(t: &SyncTest, name: &str, status: Value) {
+    patch_by_someone_else(t, name, json!({ "status": status })).await;
+}
+
+fn patched_status_keys(body: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = body["status"].as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// The status keys a readiness-only patch may carry.
+const READINESS_KEYS: [&str; 4] =
+    ["$setElementOrder/conditions", "conditions", "containerStatuses", "initContainerStatuses"];
+
+#[actix::test]
+async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer_with(readiness_only).await;
+        let published_status = PodStatus {
+            phase: Some("Pending".into()),
+            container_statuses: Some(vec![published("a", "cri://a"), published("b", "cri://b")]),
+            ..Default::default()
+        };
+        let pod = bound(test_pod("web").container("a").container("b").with_status(published_status));
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved(Arc::new(on_api.clone()))).await.unwrap();
+
+        // Our status comes from an older view: its phase, pod IP and start time are not the API's.
+        let ours = status_of(&pod, "Running", vec![container("a", true), container("b", false)]);
+        let stored = t.set_status(&pod, ours).await;
+        assert!(stored.status.start_time.is_some() && stored.status.pod_ip.is_some());
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))]);
+        let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
+        assert_eq!(body["metadata"]["uid"], json!(uid(&pod)));
+        assert_eq!(
+            body["metadata"]["resourceVersion"],
+            json!(on_api.metadata.resource_version.clone().unwrap()),
+            "the merge base's version is a precondition"
+        );
+        let keys = patched_status_keys(&body);
+        assert!(
+            keys.iter().all(|k| READINESS_KEYS.contains(&k.as_str())),
+            "only readiness is sent: {keys:?}"
+        );
+        let api = api_status(&t.api("web"));
+        assert_eq!((api.phase.as_deref(), &api.pod_ip, &api.start_time), (Some("Pending"), &None, &None));
+        assert_eq!(
+            flags(&api),
+            [flag("a", "cri://a", true, Some(true)), flag("b", "cri://b", false, Some(true))]
+        );
+        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status));
+
+        // The runtime moves on: the pod runs with an IP, and b exits. The watch has not told the
+        // syncer yet, so its merge base (the last PATCH response) is stale.
+        let mut containers = api.container_statuses.clone().unwrap();
+        let b = containers.iter_mut().find(|c| c.name == "b").unwrap();
+        b.state = terminated("b", "cri://b", 0).state;
+        runtime_writes(
+            &t,
+            "web",
+            json!({"phase": "Running", "podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}],
+                   "containerStatuses": containers}),
+        )
+        .await;
+        t.fake.clear_requests();
+
+        // A readiness change, merged into the stale copy: refused, merged again into a fresh one.
+        t.pipeline.status_manager.do_send(set_ready(&pod, "a", false));
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, status_path("web"), Some(409)),
+                (Method::GET, pod_path("web"), Some(200)),
+                (Method::PATCH, status_path("web"), Some(200)),
+            ]
+        );
+        let api = api_status(&t.api("web"));
+        assert_eq!((api.phase.as_deref(), api.pod_ip.as_deref()), (Some("Running"), Some("10.9.9.9")));
+        let b = api.container_statuses.iter().flatten().find(|c| c.name == "b").unwrap();
+        assert!(b.state.as_ref().unwrap().terminated.is_some(), "the runtime's exit stays: {b:?}");
+        assert_eq!(
+            flags(&api),
+            [flag("a", "cri://a", false, Some(true)), flag("b", "cri://b", false, Some(true))]
+        );
+        assert_eq!(condition_status(&api, CONTAINERS_READY).as_deref(), Some("False"));
+
+        // The runtime restarts a under a new ID; the watch says so. Our readiness is of the old
+        // container: the new one is left alone, only our conditions are written.
+        let mut containers = api.container_statuses.clone().unwrap();
+        let a = containers.iter_mut().find(|c| c.name == "a").unwrap();
+        *a = ContainerStatus { restart_count: 1, ..published("a", "cri://a-2") };
+        runtime_writes(&t, "web", json!({"containerStatuses": containers})).await;
+        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        t.fake.clear_requests();
+        t.pipeline.status_manager.do_send(set_ready(&pod, "a", true));
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))]);
+        let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
+        assert!(body["status"].get("containerStatuses").is_none(), "containers untouched: {body}");
+        let api = api_status(&t.api("web"));
+        assert_eq!(
+            flags(&api),
+            [flag("a", "cri://a-2", false, None), flag("b", "cri://b", false, Some(true))],
+            "the restarted container keeps the runtime's values"
+        );
+        let cached = t.cached(&uid(&pod)).await.unwrap();
+        assert_eq!(owned_conditions(&api), owned_conditions(&cached));
+    })
+    .await;
+}
+
+#[actix::test]
+async fn readiness_only_reconciles_drift_in_readiness_and_nothing_else() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer_with(readiness_only).await;
+        let published_status = PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![published("a", "cri://a")]),
+            ..Default::default()
+        };
+        let pod = bound(test_pod("web").container("a").with_status(published_status));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY).as_deref(), Some("True"));
+
+        // The runtime changes what it owns, and the watch tells the syncer: not drift.
+        let mut containers = api_status(&t.api("web")).container_statuses.unwrap();
+        containers[0].image_id = "sha256:abc".into();
+        containers[0].state = running("a", "cri://a", epoch_plus(5)).state;
+        runtime_writes(
+            &t,
+            "web",
+            json!({"phase": "Pending", "podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}],
+                   "containerStatuses": containers}),
+        )
+        .await;
+        let runtime_view = api_status(&t.api("web"));
+        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        t.fake.clear_requests();
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [], "nothing of ours drifted");
+        assert_eq!(api_status(&t.api("web")), runtime_view);
+
+        // Someone flips a's readiness: that is ours, and is written back, with the runtime's
+        // fields as they are.
+        let mut containers = runtime_view.container_statuses.clone().unwrap();
+        containers[0].ready = false;
+        runtime_writes(&t, "web", json!({"containerStatuses": containers})).await;
+        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        t.fake.clear_requests();
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))]);
+        let api = api_status(&t.api("web"));
+        assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
+        assert_eq!(api, runtime_view, "everything else as the runtime left it");
+    })
+    .await;
+}
+
+fn epoch_plus(seconds: i64) -> k8s_openapi::jiff::Timestamp {
+    support::kubelet::epoch() + k8s_openapi::jiff::SignedDuration::from_secs(seconds)
+}
+
+// === a pod terminated during init (could the containers run?) ===
+
+/// TerminatePod leaves regular containers waiting when the pod never initialized (§5.7): they
+/// do not run, so they must not hold the terminal phase, and with it the deletion, back.
+#[actix::test]
+async fn a_pod_terminated_during_init_reaches_its_terminal_phase_and_is_deleted() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("job").init_container("setup").container("app").restart_policy("Never"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        let mut initializing = PodStatus {
+            phase: Some("Pending".into()),
+            init_container_statuses: Some(vec![ContainerStatus {
+                image: "registry.k8s.io/pause:3.10".into(),
+                ..running("setup", "cri://setup", support::kubelet::epoch())
+            }]),
+            container_statuses: Some(vec![ContainerStatus {
+                image: "registry.k8s.io/pause:3.10".into(),
+                ..waiting("app")
+            }]),
+            ..Default::default()
+        };
+        generate_kubelet_conditions(&pod, &mut initializing);
+        t.set_status(&pod, initializing).await;
+        t.flush(&syncer).await;
+        assert_eq!(api_status(&t.api("job")).phase.as_deref(), Some("Pending"));
+
+        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        client.delete("job", &DeleteParams::default()).await.unwrap();
+        let terminating = Arc::new(t.api("job"));
+        syncer.send(ApiPodObserved(terminating.clone())).await.unwrap();
+        t.pods.add(&terminating);
+        t.fake.clear_requests();
+
+        t.pipeline.terminate_pod(terminating.clone());
+        t.flush(&syncer).await;
+        let patches = t.requests_of(&Method::PATCH);
+        assert_eq!(patches.len(), 1, "{:?}", t.summary());
+        let body = patches[0].body.clone().unwrap();
+        assert_eq!(body["status"]["phase"], json!("Failed"), "the terminal phase is not held back");
+        assert!(body["status"].get("containerStatuses").is_none(), "app is unchanged, still waiting: {body}");
+        let setup = &body["status"]["initContainerStatuses"][0];
+        assert_eq!(setup["state"]["terminated"]["reason"], json!("ContainerStatusUnknown"), "{setup}");
+        assert_eq!(
+            t.summary().last().cloned(),
+            Some((Method::DELETE, pod_path("job"), Some(200))),
+            "deleted once terminal: {:?}",
+            t.summary()
+        );
+        assert!(t.fake.pod(NS, "job").is_none());
+        assert_eq!(t.cached(&uid(&pod)).await, None);
+    })
+    .await;
+}
+
+// === per-pod state ===
+
+async fn stats(syncer: &actix::Addr<StatusSyncer>) -> SyncerStats {
+    syncer.send(GetSyncerStats).await.unwrap()
+}
+
+/// Polls the syncer's stats until `check` holds.
+async fn stats_until(syncer: &actix::Addr<StatusSyncer>, what: &str, check: impl Fn(&SyncerStats) -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let now = stats(syncer).await;
+            if check(&now) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{what}: {:?}", stats(syncer).await);
+}
+
+/// Pods whose writes never succeeded (gone from the API, or the API failing) leave nothing
+/// behind once the status manager forgets them: the next reconcile drops their state.
+#[actix::test]
+async fn the_state_of_pods_without_a_status_is_dropped_by_the_reconcile() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let ghost = bound(test_pod("ghost").container("app"));
+        let flaky = bound(test_pod("flaky").container("app"));
+        let known = bound(test_pod("known").container("app"));
+        let stranger = bound(test_pod("stranger").container("app"));
+        for pod in [&ghost, &flaky, &known] {
+            t.pods.add(pod);
+        }
+        t.fake.insert_pod((*flaky).clone());
+        for path in [pod_path("flaky"), status_path("flaky")] {
+            for method in [Method::GET, Method::PATCH] {
+                t.fake.inject(Fault {
+                    matcher: FaultMatcher::MethodPath(method, path.clone()),
+                    kind: FaultKind::status(500),
+                    times: FaultTimes::Always,
+                });
+            }
+        }
+        // Watch events: a pod the host knows that has no status yet, and one it does not know.
+        syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*known).clone())))).await.unwrap();
+        syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*stranger).clone())))).await.unwrap();
+
+        t.set_status(&ghost, status_of(&ghost, "Running", vec![container("app", true)])).await;
+        t.set_status(&flaky, status_of(&flaky, "Running", vec![container("app", true)])).await;
+        t.pipeline.statuses().await.unwrap();
+        stats_until(&syncer, "the ghost was looked up and the flaky pod is backing off", |s| {
+            s.unsynced == 2 && s.retrying == 1 && s.statuses == 2
+        })
+        .await;
+        assert_eq!(t.fake.requests().iter().filter(|r| r.path == pod_path("ghost")).count(), 1);
+
+        for pod in [&ghost, &flaky] {
+            t.pipeline.status_manager.do_send(DeletePodStatus(uid(pod)));
+        }
+        syncer.send(Reconcile).await.unwrap();
+        // Flush resolves only once no write is queued, in flight or waiting out a back-off.
+        t.flush(&syncer).await;
+        assert_eq!(
+            stats(&syncer).await,
+            SyncerStats { merge_bases: 1, ..SyncerStats::default() },
+            "only the merge base of the pod the host knows is left"
+        );
+        let before = t.fake.requests().len();
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.fake.requests().len(), before, "the forgotten pods are not written any more");
     })
     .await;
 }

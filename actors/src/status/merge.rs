@@ -5,8 +5,12 @@
 //! Fields the writer does not own come from the API copy: foreign conditions,
 //! `resourceClaimStatuses` and `extendedResourceClaimStatus`. Which conditions are owned is a
 //! parameter ([`ConditionOwnership`]); [`merge_pod_status`] uses the kubelet's set.
+//!
+//! [`merge_readiness_only`] is the merge of a writer that owns only readiness (cluster mode,
+//! where the node's runtime writes phase, IPs and container states): the API copy with `ready`,
+//! `started` and the owned conditions laid over it. It has no upstream counterpart.
 
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::equality::{CONTAINERS_READY, ConditionOwnership, POD_READY, get_pod_condition};
@@ -89,8 +93,81 @@ pub fn merge_pod_status_for(
         merged.message.clone_from(&api.message);
     }
 
+    force_not_ready_when_terminal(&mut merged, &now, ownership);
+    merged
+}
+
+/// The merge of a writer that owns only readiness ([`merge_pod_status_for`] is the kubelet's):
+/// the API copy (`api`), with from the status manager's status (`new`) only
+///
+/// * `ready` and `started` of each init and regular container status that `new` has under the
+///   same name **and** the same non-empty `containerID`. A container the API shows with another
+///   ID (restarted since `new` was computed) or without one is left as the API has it: our
+///   readiness belongs to the container we probed.
+/// * the owned conditions of `new`, each in the place of the API's condition of its type
+///   (appended when the API has none); an owned condition `new` lacks is removed, as in the
+///   kubelet's merge. Conditions the writer does not own, shared ones included, stay as the API
+///   has them: this writer never decides the phase, so it never sends a shared condition.
+/// * With a terminal API phase, a True `Ready` or `ContainersReady` is forced to False as in
+///   [`merge_pod_status_for`] step 4 (kubernetes#108594).
+///
+/// Phase, reason, message, IPs, `startTime`, container states, IDs, images, restart counts,
+/// ephemeral containers and everything else come from the API copy, so a write can never undo
+/// what the runtime published, however old `new` is.
+pub fn merge_readiness_only(
+    api: &PodStatus,
+    new: &PodStatus,
+    now: Time,
+    ownership: &ConditionOwnership,
+) -> PodStatus {
+    let mut merged = api.clone();
+    overlay_readiness(merged.init_container_statuses.as_deref_mut(), new.init_container_statuses.as_deref());
+    overlay_readiness(merged.container_statuses.as_deref_mut(), new.container_statuses.as_deref());
+
+    let ours = |type_: &str| new.conditions.iter().flatten().find(|c| c.type_ == type_);
+    let mut conditions: Vec<PodCondition> = Vec::new();
+    for c in api.conditions.iter().flatten() {
+        if !ownership.owns(&c.type_) {
+            conditions.push(c.clone());
+        } else if let Some(mine) = ours(&c.type_)
+            && !conditions.iter().any(|placed| placed.type_ == c.type_)
+        {
+            conditions.push(mine.clone());
+        }
+    }
+    for c in new.conditions.iter().flatten() {
+        if ownership.owns(&c.type_) && !conditions.iter().any(|placed| placed.type_ == c.type_) {
+            conditions.push(c.clone());
+        }
+    }
+    if conditions.as_slice() != api.conditions.as_deref().unwrap_or_default() {
+        merged.conditions = (!conditions.is_empty()).then_some(conditions);
+    }
+
+    force_not_ready_when_terminal(&mut merged, &now, ownership);
+    merged
+}
+
+/// Copies `ready` and `started` from `ours` into the statuses of `api` with the same name and the
+/// same non-empty container ID.
+fn overlay_readiness(api: Option<&mut [ContainerStatus]>, ours: Option<&[ContainerStatus]>) {
+    let (Some(api), Some(ours)) = (api, ours) else { return };
+    for status in api {
+        let Some(id) = status.container_id.as_deref().filter(|id| !id.is_empty()) else { continue };
+        if let Some(mine) =
+            ours.iter().find(|o| o.name == status.name && o.container_id.as_deref() == Some(id))
+        {
+            status.ready = mine.ready;
+            status.started = mine.started;
+        }
+    }
+}
+
+/// Step 4 of [`merge_pod_status_for`]: never a terminal phase with a True `Ready` or
+/// `ContainersReady` (kubernetes#108594). A writer that does not own one of them leaves it alone.
+fn force_not_ready_when_terminal(merged: &mut PodStatus, now: &Time, ownership: &ConditionOwnership) {
     if is_terminal_phase(merged.phase.as_deref())
-        && (is_condition_true(&merged, POD_READY) || is_condition_true(&merged, CONTAINERS_READY))
+        && (is_condition_true(merged, POD_READY) || is_condition_true(merged, CONTAINERS_READY))
     {
         let reason = if merged.phase.as_deref() == Some(PHASE_FAILED) { POD_FAILED } else { POD_COMPLETED };
         for condition_type in [CONTAINERS_READY, POD_READY] {
@@ -101,11 +178,10 @@ pub fn merge_pod_status_for(
                     reason: Some(reason.to_owned()),
                     ..Default::default()
                 };
-                update_pod_condition(&mut merged, condition, &now);
+                update_pod_condition(merged, condition, now);
             }
         }
     }
-    merged
 }
 
 fn is_condition_true(status: &PodStatus, condition_type: &str) -> bool {
@@ -478,6 +554,154 @@ mod tests {
             summary(&got),
             vec![row("Ready", "True", None, 1), row("example.com/gate", "True", None, 9)],
             "case: terminal phase does not touch an unowned Ready"
+        );
+    }
+
+    fn container(name: &str, id: Option<&str>, ready: bool, started: Option<bool>) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            container_id: id.map(Into::into),
+            ready,
+            started,
+            image: format!("{name}:1"),
+            restart_count: 3,
+            ..Default::default()
+        }
+    }
+
+    /// (name, ready, started) in order.
+    fn flags(list: &Option<Vec<ContainerStatus>>) -> Vec<(String, bool, Option<bool>)> {
+        list.iter().flatten().map(|c| (c.name.clone(), c.ready, c.started)).collect()
+    }
+
+    #[test]
+    fn readiness_only_overlays_ready_and_started_of_the_same_container() {
+        let api = PodStatus {
+            phase: Some("Running".into()),
+            pod_ip: Some("10.0.0.9".into()),
+            init_container_statuses: Some(vec![container("sidecar", Some("cri://s1"), false, Some(false))]),
+            container_statuses: Some(vec![
+                container("same", Some("cri://a1"), false, Some(false)),
+                container("restarted", Some("cri://b2"), false, Some(false)),
+                container("no-id", None, false, None),
+                container("empty-id", Some(""), false, None),
+                container("only-api", Some("cri://d1"), true, Some(true)),
+            ]),
+            ..Default::default()
+        };
+        let new = PodStatus {
+            phase: Some("Pending".into()),
+            pod_ip: None,
+            init_container_statuses: Some(vec![container("sidecar", Some("cri://s1"), true, Some(true))]),
+            container_statuses: Some(vec![
+                container("same", Some("cri://a1"), true, Some(true)),
+                container("restarted", Some("cri://b1"), true, Some(true)),
+                container("no-id", None, true, Some(true)),
+                container("empty-id", Some(""), true, Some(true)),
+                container("only-ours", Some("cri://e1"), true, Some(true)),
+            ]),
+            ..Default::default()
+        };
+        let got = merge_readiness_only(&api, &new, at(NOW), &ConditionOwnership::KUBELET);
+        let row = |n: &str, r: bool, s: Option<bool>| (n.to_owned(), r, s);
+        assert_eq!(flags(&got.init_container_statuses), [row("sidecar", true, Some(true))], "case: init");
+        assert_eq!(
+            flags(&got.container_statuses),
+            [
+                row("same", true, Some(true)),
+                row("restarted", false, Some(false)),
+                row("no-id", false, None),
+                row("empty-id", false, None),
+                row("only-api", true, Some(true)),
+            ],
+            "case: matched by name and ID only"
+        );
+        let mut expected = api.clone();
+        expected.init_container_statuses.clone_from(&got.init_container_statuses);
+        expected.container_statuses.clone_from(&got.container_statuses);
+        assert_eq!(got, expected, "case: nothing else moves (phase, IP, images, restart counts)");
+    }
+
+    #[test]
+    fn readiness_only_conditions() {
+        struct Case {
+            name: &'static str,
+            api: PodStatus,
+            new: PodStatus,
+            want: Vec<(String, String, Option<String>, Option<i64>)>,
+            want_phase: &'static str,
+        }
+        let cases = vec![
+            Case {
+                name: "owned replaced in place, foreign kept, owned only in new appended",
+                api: status(
+                    "Running",
+                    vec![cond("example.com/a", "True", 1), cond("Ready", "False", 2), cond("b", "False", 3)],
+                ),
+                new: status(
+                    "Pending",
+                    vec![cond("ContainersReady", "True", 9), cond("Ready", "True", 9), cond("b", "True", 9)],
+                ),
+                want: vec![
+                    row("example.com/a", "True", None, 1),
+                    row("Ready", "True", None, 9),
+                    row("b", "False", None, 3),
+                    row("ContainersReady", "True", None, 9),
+                ],
+                want_phase: "Running",
+            },
+            Case {
+                name: "owned condition only in API is dropped",
+                api: status("Running", vec![cond("Initialized", "True", 1), cond("x", "True", 1)]),
+                new: status("Running", vec![]),
+                want: vec![row("x", "True", None, 1)],
+                want_phase: "Running",
+            },
+            Case {
+                name: "shared condition never sent, the API's kept",
+                api: status("Running", vec![cond("DisruptionTarget", "False", 1)]),
+                new: status("Failed", vec![cond("DisruptionTarget", "True", 9)]),
+                want: vec![row("DisruptionTarget", "False", None, 1)],
+                want_phase: "Running",
+            },
+            Case {
+                name: "terminal API phase forces Ready False",
+                api: status("Succeeded", vec![cond("Ready", "True", 1)]),
+                new: status("Running", vec![cond("Ready", "True", 1), cond("ContainersReady", "True", 1)]),
+                want: vec![
+                    row("Ready", "False", Some("PodCompleted"), NOW),
+                    row("ContainersReady", "False", Some("PodCompleted"), NOW),
+                ],
+                want_phase: "Succeeded",
+            },
+            Case {
+                name: "a terminal phase of ours is not sent",
+                api: status("Running", vec![cond("Ready", "True", 1)]),
+                new: status("Failed", vec![cond("Ready", "True", 1)]),
+                want: vec![row("Ready", "True", None, 1)],
+                want_phase: "Running",
+            },
+        ];
+        for case in cases {
+            let got = merge_readiness_only(&case.api, &case.new, at(NOW), &ConditionOwnership::KUBELET);
+            assert_eq!(summary(&got), case.want, "case: {}", case.name);
+            assert_eq!(got.phase.as_deref(), Some(case.want_phase), "case: {} (phase)", case.name);
+        }
+    }
+
+    #[test]
+    fn readiness_only_without_owned_conditions_keeps_the_api_list_as_is() {
+        let api = PodStatus { conditions: Some(vec![]), ..Default::default() };
+        let got = merge_readiness_only(&api, &PodStatus::default(), at(NOW), &ConditionOwnership::KUBELET);
+        assert_eq!(got, api, "case: an empty list stays an empty list");
+        let gate = ConditionOwnership::new(["example.com/gate"], Vec::<String>::new());
+        let api = status("Running", vec![cond("Ready", "True", 1)]);
+        let new = status("Running", vec![cond("Ready", "False", 9), cond("example.com/gate", "True", 9)]);
+        let got = merge_readiness_only(&api, &new, at(NOW), &gate);
+        assert_eq!(
+            summary(&got),
+            vec![row("Ready", "True", None, 1), row("example.com/gate", "True", None, 9)],
+            "case: custom ownership"
         );
     }
 }

@@ -1,6 +1,10 @@
 //! The client-side request budget (the kubelet's `--kube-api-qps` / `--kube-api-burst`): a
 //! token bucket shared by every request the agent sends. Reservation style, like Go's
 //! `rate.Limiter.Reserve`: taking a token always succeeds and says how long to wait first.
+//!
+//! Any `qps` is accepted without a panic: zero, negative, NaN or infinite means no limit (as a
+//! non-positive limit does for client-go's flag); a tiny one waits at most [`Duration::MAX`]
+//! (for ever, in effect) instead of overflowing.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +22,7 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket. A `qps` of zero or less means no limit.
+    /// A full bucket. A `qps` of zero or less, NaN or infinite means no limit.
     pub fn new(qps: f64, burst: u32, now: Instant) -> Self {
         let burst = f64::from(burst.max(1));
         TokenBucket { qps, burst, tokens: burst, last: now }
@@ -33,7 +37,18 @@ impl TokenBucket {
         self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
         self.last = now.max(self.last);
         self.tokens -= 1.0;
-        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / self.qps) }
+        if self.tokens >= 0.0 { Duration::ZERO } else { wait_for(-self.tokens / self.qps) }
+    }
+}
+
+/// `seconds` as a duration, saturated: `Duration::from_secs_f64` panics beyond `Duration::MAX`,
+/// which a tiny qps reaches (`--qps 1e-20`: 1e20 s per token).
+fn wait_for(seconds: f64) -> Duration {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(wait) => wait,
+        Err(_) if seconds > 0.0 => Duration::MAX,
+        // Negative or NaN: cannot come from a finite positive qps, and waiting is never right.
+        Err(_) => Duration::ZERO,
     }
 }
 
@@ -108,6 +123,62 @@ mod tests {
         for _ in 0..1000 {
             assert_eq!(bucket.reserve(now), Duration::ZERO);
         }
+    }
+
+    #[test]
+    fn any_qps_reserves_without_panicking() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(3600);
+        let cases: [(&str, f64, Option<Duration>); 11] = [
+            ("NaN is unlimited", f64::NAN, Some(Duration::ZERO)),
+            ("infinite is unlimited", f64::INFINITY, Some(Duration::ZERO)),
+            ("minus infinity is unlimited", f64::NEG_INFINITY, Some(Duration::ZERO)),
+            ("negative is unlimited", -5.0, Some(Duration::ZERO)),
+            ("negative zero is unlimited", -0.0, Some(Duration::ZERO)),
+            ("1e-20 saturates", 1e-20, Some(Duration::MAX)),
+            ("smallest normal saturates", f64::MIN_POSITIVE, Some(Duration::MAX)),
+            ("subnormal saturates", 5e-324, Some(Duration::MAX)),
+            ("1e-9 waits about 31.7 years", 1e-9, None),
+            ("huge waits nothing measurable", 1e300, Some(Duration::ZERO)),
+            ("the largest waits nothing", f64::MAX, Some(Duration::ZERO)),
+        ];
+        for (name, qps, want) in cases {
+            let mut bucket = TokenBucket::new(qps, 1, now);
+            assert_eq!(bucket.reserve(now), Duration::ZERO, "case: {name} (the burst)");
+            let wait = bucket.reserve(now);
+            match want {
+                Some(want) => assert_eq!(wait, want, "case: {name}"),
+                None => assert!(
+                    wait.abs_diff(Duration::from_secs(1_000_000_000)) < Duration::from_secs(1),
+                    "case: {name}: {wait:?}"
+                ),
+            }
+            // Time passing (even an hour into a bucket that refills at f64::MAX) never panics.
+            let _ = bucket.reserve(later);
+        }
+    }
+
+    #[test]
+    fn saturated_waits() {
+        let cases = [
+            ("normal", 1.5, Duration::from_millis(1500)),
+            ("zero", 0.0, Duration::ZERO),
+            ("beyond the maximum", 1e30, Duration::MAX),
+            ("infinite", f64::INFINITY, Duration::MAX),
+            ("negative", -1.0, Duration::ZERO),
+            ("NaN", f64::NAN, Duration::ZERO),
+        ];
+        for (name, seconds, want) in cases {
+            assert_eq!(wait_for(seconds), want, "case: {name}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_saturated_wait_does_not_panic_the_limiter() {
+        let limiter = RateLimiter::new(1e-20, 1);
+        limiter.acquire().await;
+        let second = tokio::time::timeout(Duration::from_secs(3600), limiter.acquire()).await;
+        assert!(second.is_err(), "the second request waits (for ever, in effect)");
     }
 
     #[test]

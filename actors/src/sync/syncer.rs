@@ -9,8 +9,23 @@
 //! when it has none, when the copy is of another pod (a watch behind a recreation), or after a
 //! failure. Failures are retried with per-pod exponential back-off; a status the server rejects
 //! as invalid is not sent again until it changes. A full reconcile every `reconcile_period`
-//! rewrites any drift of kubelet-owned fields. A finished pod with a deletion timestamp and a
-//! terminal API phase is deleted with grace 0 and a UID precondition; a mirror pod never is.
+//! rewrites any drift of the fields this writer owns. A finished pod with a deletion timestamp
+//! and a terminal API phase is deleted with grace 0 and a UID precondition; a mirror pod never
+//! is. Per-pod state (versions, back-offs, merge bases, latency starts) is dropped by the reconcile
+//! once the status manager no longer has the pod's status.
+//!
+//! Which status fields the syncer writes is a parameter, [`OwnedFields`]:
+//! * [`OwnedFields::Kubelet`] (the default, upstream's behaviour): the status manager's status
+//!   is the truth for everything but foreign conditions and claim statuses (`mergePodStatus`,
+//!   [`merge_pod_status_for`]), and a reconcile rewrites drift in any of it.
+//! * [`OwnedFields::ReadinessOnly`] (cluster mode, where the node's runtime writes phase, IPs
+//!   and container states): the patch is built from the API copy with only `ready`/`started` of
+//!   the containers the status manager knows under the same container ID and the owned
+//!   conditions laid over it ([`merge_readiness_only`]); a reconcile sees drift only in those.
+//!   As `containerStatuses` is an atomic list, sent whole, the patch also carries the copy's
+//!   `metadata.resourceVersion` as a precondition: when the runtime wrote after the copy was
+//!   taken, the server answers 409 Conflict and the write is merged again from a fresh GET (at
+//!   once the first time, then with back-off), so a stale copy never undoes the runtime's writes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -31,7 +46,7 @@ use crate::status::equality::{ConditionOwnership, is_pod_status_equal_for};
 use crate::status::manager::{
     DeletePodStatus, ListStatuses, PodStatusUpdated, StatusManager, VersionedPodStatus,
 };
-use crate::status::merge::{is_terminal_phase, merge_pod_status_for};
+use crate::status::merge::{is_terminal_phase, merge_pod_status_for, merge_readiness_only};
 use crate::status::normalize::normalize_status;
 
 /// The annotation that marks a mirror pod (the API copy of a static pod).
@@ -63,6 +78,35 @@ pub struct Flush;
 #[rtype(result = "Option<u64>")]
 pub struct GetWrittenVersion(pub String);
 
+/// Sizes of the syncer's per-pod state (tests, debugging): every map is bounded by the pods
+/// that have a status.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "SyncerStats")]
+pub struct GetSyncerStats;
+
+/// The answer to [`GetSyncerStats`]: the number of pods in each piece of per-pod state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncerStats {
+    /// Statuses held (the status manager's, as of the last update or reconcile).
+    pub statuses: usize,
+    /// Versions written, by API pod UID.
+    pub written: usize,
+    /// Merge bases (API copies), by namespace/name.
+    pub merge_bases: usize,
+    /// Pods with an unwritten change (latency histogram starts).
+    pub unsynced: usize,
+    /// Pods in retry back-off.
+    pub retrying: usize,
+    /// Pods whose latest version the server rejected as invalid.
+    pub rejected: usize,
+    /// Update sequence numbers held.
+    pub update_seqs: usize,
+    pub queued: usize,
+    pub in_flight: usize,
+    /// Pods with a back-off timer running.
+    pub backing_off: usize,
+}
+
 /// Start queued writes (scheduled after the mailbox drains).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
@@ -74,6 +118,19 @@ struct Pump;
 pub struct Reconcile;
 
 // === the actor ===
+
+/// The status fields the syncer writes (DESIGN.md "Who owns pod status in cluster mode").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OwnedFields {
+    /// The kubelet's: the whole status but foreign conditions and claim statuses (upstream
+    /// `mergePodStatus`).
+    #[default]
+    Kubelet,
+    /// `ready` and `started` of init and regular containers matched by name and the same
+    /// non-empty container ID, plus the owned conditions ([`SyncerConfig::ownership`]); the rest
+    /// comes from the API copy, patched under a resourceVersion precondition.
+    ReadinessOnly,
+}
 
 /// How the syncer writes.
 pub struct SyncerConfig {
@@ -92,6 +149,8 @@ pub struct SyncerConfig {
     pub backoff_max: Duration,
     /// The condition types this writer owns.
     pub ownership: ConditionOwnership,
+    /// The other status fields this writer owns.
+    pub owned_fields: OwnedFields,
     pub clock: SharedClock,
 }
 
@@ -114,6 +173,7 @@ impl SyncerConfig {
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(60),
             ownership: ConditionOwnership::KUBELET,
+            owned_fields: OwnedFields::Kubelet,
             clock,
         }
     }
@@ -244,6 +304,7 @@ impl StatusSyncer {
             limiter: self.config.limiter.clone(),
             field_manager: self.config.field_manager.clone(),
             ownership: self.config.ownership.clone(),
+            owned_fields: self.config.owned_fields,
             pods: self.config.pods.clone(),
             now: self.config.clock.now_time(),
         };
@@ -304,6 +365,20 @@ impl StatusSyncer {
                 self.forget(&uid, &key);
                 self.config.status_manager.do_send(DeletePodStatus(uid.clone()));
             }
+            Outcome::Conflict => {
+                tracing::debug!(pod_uid = %uid, pod = %result.name, "The pod changed since the copy the status was merged into; merging again");
+                self.api_pods.remove(&key);
+                // The first conflict is retried at once from a fresh copy; a pod that keeps
+                // changing under the writes backs off like a failure.
+                let failures = self.retries.get(&uid).map_or(1, |r| r.failures + 1);
+                let wait = match failures {
+                    1 => Duration::ZERO,
+                    n => backoff(self.config.backoff_initial, self.config.backoff_max, n - 1),
+                };
+                self.retries
+                    .insert(uid.clone(), Retry { failures, not_before: tokio::time::Instant::now() + wait });
+                self.dirty.insert(uid.clone());
+            }
             Outcome::Failed(message) | Outcome::DeleteFailed(message) => {
                 if matches!(result.outcome, Outcome::DeleteFailed(_))
                     && let Some(api_uid) = &result.api_uid
@@ -319,7 +394,14 @@ impl StatusSyncer {
                 self.dirty.insert(uid.clone());
             }
         }
-        if self.dirty.remove(&uid) && self.latest.contains_key(&uid) {
+        if !self.latest.contains_key(&uid) {
+            // A reconcile dropped the pod while it was being written: nothing will write it
+            // again, so nothing may wait for it.
+            self.retries.remove(&uid);
+            self.unsynced_since.remove(&uid);
+            self.dirty.remove(&uid);
+        }
+        if self.dirty.remove(&uid) {
             self.enqueue(&uid, ctx);
         } else {
             self.pump(ctx);
@@ -355,11 +437,7 @@ impl StatusSyncer {
         let arrived: HashSet<String> =
             self.update_seq.iter().filter(|(_, seq)| **seq > since).map(|(uid, _)| uid.clone()).collect();
         self.latest = merge_listed(std::mem::take(&mut self.latest), statuses, &arrived);
-        let latest = &self.latest;
-        self.update_seq.retain(|uid, _| latest.contains_key(uid));
-        self.rejected.retain(|uid, _| latest.contains_key(uid));
-        let api_uids: HashSet<String> = self.latest.keys().filter_map(|uid| self.api_uid(uid)).collect();
-        self.written.retain(|uid, _| api_uids.contains(uid));
+        self.prune();
         let mut queue = Vec::new();
         for (uid, status) in &self.latest {
             let Some(api_uid) = self.api_uid(uid) else { continue };
@@ -387,12 +465,48 @@ impl StatusSyncer {
         }
     }
 
+    /// Drops the per-pod state of pods without a status (the status manager forgot them).
+    /// Merge bases are kept for the pods the host knows: a watch event often comes before the
+    /// pod's first status.
+    fn prune(&mut self) {
+        let latest = &self.latest;
+        self.update_seq.retain(|uid, _| latest.contains_key(uid));
+        self.rejected.retain(|uid, _| latest.contains_key(uid));
+        self.unsynced_since.retain(|uid, _| latest.contains_key(uid));
+        self.retries.retain(|uid, _| latest.contains_key(uid));
+        let in_flight = &self.in_flight;
+        self.dirty.retain(|uid| latest.contains_key(uid) && in_flight.contains(uid));
+        let api_uids: HashSet<String> = latest.keys().filter_map(|uid| self.api_uid(uid)).collect();
+        self.written.retain(|uid, _| api_uids.contains(uid));
+        let names: HashSet<(&str, &str)> =
+            latest.values().map(|s| (s.pod_namespace.as_str(), s.pod_name.as_str())).collect();
+        let pods = &self.config.pods;
+        self.api_pods.retain(|(namespace, name), pod| {
+            if names.contains(&(namespace.as_str(), name.as_str())) {
+                return true;
+            }
+            let api_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            let uid = pods.static_uid_for_mirror(api_uid).unwrap_or_else(|| api_uid.to_owned());
+            pods.pod_by_uid(&uid).is_some()
+        });
+    }
+
     /// The API copy differs from ours in fields this writer owns.
     fn drifted(&self, pod: &Pod, status: &VersionedPodStatus) -> bool {
         let mut api = go_zero_values(pod.status.clone().unwrap_or_default());
         normalize_status(pod, &mut api);
         let ours = go_zero_values((*status.status).clone());
-        !is_pod_status_equal_for(&api, &ours, &self.config.ownership)
+        let target = match self.config.owned_fields {
+            OwnedFields::Kubelet => ours,
+            // The write's own projection: only what the write would change is drift.
+            OwnedFields::ReadinessOnly => go_zero_values(merge_readiness_only(
+                &api,
+                &ours,
+                self.config.clock.now_time(),
+                &self.config.ownership,
+            )),
+        };
+        !is_pod_status_equal_for(&api, &target, &self.config.ownership)
     }
 
     fn resolve_flushes(&mut self) {
@@ -486,6 +600,25 @@ impl Handler<Flush> for StatusSyncer {
     }
 }
 
+impl Handler<GetSyncerStats> for StatusSyncer {
+    type Result = MessageResult<GetSyncerStats>;
+
+    fn handle(&mut self, _msg: GetSyncerStats, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(SyncerStats {
+            statuses: self.latest.len(),
+            written: self.written.len(),
+            merge_bases: self.api_pods.len(),
+            unsynced: self.unsynced_since.len(),
+            retrying: self.retries.len(),
+            rejected: self.rejected.len(),
+            update_seqs: self.update_seq.len(),
+            queued: self.queue.len(),
+            in_flight: self.in_flight.len(),
+            backing_off: self.backing_off.len(),
+        })
+    }
+}
+
 impl Handler<GetWrittenVersion> for StatusSyncer {
     type Result = Option<u64>;
 
@@ -504,6 +637,7 @@ struct SyncJob {
     limiter: RateLimiter,
     field_manager: String,
     ownership: ConditionOwnership,
+    owned_fields: OwnedFields,
     pods: Arc<dyn PodLookup>,
     now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
@@ -515,6 +649,9 @@ enum Outcome {
     NotFound,
     Recreated,
     Invalid(String),
+    /// The pod changed after the merge base was read (ReadinessOnly's resourceVersion
+    /// precondition).
+    Conflict,
     Deleted,
     Failed(String),
     DeleteFailed(String),
@@ -528,6 +665,7 @@ impl Outcome {
             Outcome::NotFound => "not_found",
             Outcome::Recreated => "recreated",
             Outcome::Invalid(_) => "invalid",
+            Outcome::Conflict => "conflict",
             Outcome::Deleted => "deleted",
             Outcome::Failed(_) | Outcome::DeleteFailed(_) => "error",
         }
@@ -587,15 +725,22 @@ impl SyncJob {
         result.api_uid = Some(api_uid.clone());
 
         let api_status = go_zero_values(base.status.clone().unwrap_or_default());
-        let could_run = could_have_running_containers(&self.status.status);
-        let merged = go_zero_values(merge_pod_status_for(
-            &api_status,
-            &self.status.status,
-            could_run,
-            self.now.clone(),
-            &self.ownership,
-        ));
+        let merged = go_zero_values(match self.owned_fields {
+            OwnedFields::Kubelet => merge_pod_status_for(
+                &api_status,
+                &self.status.status,
+                could_have_running_containers(&self.status.status, self.status.pod_is_finished),
+                self.now.clone(),
+                &self.ownership,
+            ),
+            OwnedFields::ReadinessOnly => {
+                merge_readiness_only(&api_status, &self.status.status, self.now.clone(), &self.ownership)
+            }
+        });
         let patch = match pod_status_patch(&api_uid, &api_status, &merged) {
+            Ok(Some(body)) if self.owned_fields == OwnedFields::ReadinessOnly => {
+                Some(with_resource_version(body, base.metadata.resource_version.as_deref()))
+            }
             Ok(patch) => patch,
             Err(err) => {
                 result.outcome = Outcome::Invalid(err.to_string());
@@ -624,6 +769,10 @@ impl SyncJob {
                     }
                     Err(err) if is_code(&err, 404) => {
                         result.outcome = Outcome::NotFound;
+                        return result;
+                    }
+                    Err(err) if is_code(&err, 409) => {
+                        result.outcome = Outcome::Conflict;
                         return result;
                     }
                     Err(err) if is_code(&err, 422) => {
@@ -750,15 +899,39 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
     pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
 }
 
-/// Whether any container of the status may still run: the terminal phase is held back until
-/// none can (upstream `PodCouldHaveRunningContainers`, from what the status says).
-pub fn could_have_running_containers(status: &PodStatus) -> bool {
-    status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten())
-        .any(|c| c.state.as_ref().is_none_or(|s| s.terminated.is_none()))
+/// Whether any container of the pod may still run, which holds back a terminal phase (spec
+/// §5.12 step 3). Upstream `PodCouldHaveRunningContainers` asks the pod workers: true until the
+/// pod's termination finished (all containers stopped), after which `TerminatePod` runs. We have
+/// no pod workers, so:
+/// * a finished pod (`TerminatePod` ran, `podIsFinished`) has none: upstream only gets there
+///   once its worker stopped every container;
+/// * otherwise a container that is running, or whose state is unknown (none, or empty), could
+///   run. A waiting container does not run and so does not hold the phase back: `TerminatePod`
+///   leaves regular containers waiting (`PodInitializing`) when the pod never initialized, and
+///   counting them would keep such a pod from ever reaching its terminal phase and deletion.
+pub fn could_have_running_containers(status: &PodStatus, finished: bool) -> bool {
+    if finished {
+        return false;
+    }
+    status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten()).any(
+        |c| {
+            c.state
+                .as_ref()
+                .is_none_or(|s| s.running.is_some() || (s.terminated.is_none() && s.waiting.is_none()))
+        },
+    )
+}
+
+/// Adds the merge base's resourceVersion to a status patch: the server then applies the patch
+/// only to that version of the pod (409 Conflict otherwise).
+fn with_resource_version(mut patch: serde_json::Value, resource_version: Option<&str>) -> serde_json::Value {
+    if let (Some(version), Some(metadata)) = (
+        resource_version.filter(|v| !v.is_empty()),
+        patch.get_mut("metadata").and_then(|m| m.as_object_mut()),
+    ) {
+        metadata.insert("resourceVersion".to_owned(), serde_json::Value::String(version.to_owned()));
+    }
+    patch
 }
 
 fn resource_version(pod: &Pod) -> Option<u64> {
@@ -906,24 +1079,67 @@ mod tests {
 
     #[test]
     fn running_containers_hold_terminal_phase() {
-        let terminated = ContainerStatus {
-            name: "a".into(),
-            state: Some(ContainerState {
-                terminated: Some(ContainerStateTerminated::default()),
-                ..Default::default()
-            }),
+        use k8s_openapi::api::core::v1::{ContainerStateRunning, ContainerStateWaiting};
+        let with = |running: bool, waiting: bool, terminated: bool| ContainerState {
+            running: running.then(ContainerStateRunning::default),
+            waiting: waiting.then(ContainerStateWaiting::default),
+            terminated: terminated.then(ContainerStateTerminated::default),
+        };
+        let c = |name: &str, state: Option<ContainerState>| ContainerStatus {
+            name: name.into(),
+            state,
             ..Default::default()
         };
-        let running = ContainerStatus {
-            name: "b".into(),
-            state: Some(ContainerState::default()),
+        let regular =
+            |list: Vec<ContainerStatus>| PodStatus { container_statuses: Some(list), ..Default::default() };
+        let init = |list: Vec<ContainerStatus>| PodStatus {
+            init_container_statuses: Some(list),
             ..Default::default()
         };
-        let all_done = PodStatus { container_statuses: Some(vec![terminated.clone()]), ..Default::default() };
-        let one_left =
-            PodStatus { container_statuses: Some(vec![terminated, running]), ..Default::default() };
-        assert!(!could_have_running_containers(&all_done));
-        assert!(could_have_running_containers(&one_left));
-        assert!(!could_have_running_containers(&PodStatus::default()));
+        let cases = [
+            ("no containers", PodStatus::default(), false, false),
+            ("all terminated", regular(vec![c("a", Some(with(false, false, true)))]), false, false),
+            (
+                "one running",
+                regular(vec![c("a", Some(with(false, false, true))), c("b", Some(with(true, false, false)))]),
+                false,
+                true,
+            ),
+            ("no state", regular(vec![c("a", None)]), false, true),
+            ("empty state", regular(vec![c("a", Some(ContainerState::default()))]), false, true),
+            ("waiting", regular(vec![c("a", Some(with(false, true, false)))]), false, false),
+            (
+                "waiting after init was terminated",
+                PodStatus {
+                    init_container_statuses: Some(vec![c("i", Some(with(false, false, true)))]),
+                    container_statuses: Some(vec![c("a", Some(with(false, true, false)))]),
+                    ..Default::default()
+                },
+                false,
+                false,
+            ),
+            ("init running", init(vec![c("i", Some(with(true, false, false)))]), false, true),
+            (
+                "finished, even with one running",
+                regular(vec![c("a", Some(with(true, false, false)))]),
+                true,
+                false,
+            ),
+            ("finished, no state", regular(vec![c("a", None)]), true, false),
+        ];
+        for (name, status, finished, want) in cases {
+            assert_eq!(could_have_running_containers(&status, finished), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn the_resource_version_goes_into_the_patch_metadata() {
+        let patch = serde_json::json!({"metadata": {"uid": "u"}, "status": {"phase": "Running"}});
+        assert_eq!(
+            with_resource_version(patch.clone(), Some("42")),
+            serde_json::json!({"metadata": {"uid": "u", "resourceVersion": "42"}, "status": {"phase": "Running"}})
+        );
+        assert_eq!(with_resource_version(patch.clone(), None), patch, "no version, no precondition");
+        assert_eq!(with_resource_version(patch.clone(), Some("")), patch);
     }
 }
