@@ -49,12 +49,14 @@ impl Common {
     pub fn new() -> Result<Common, AgentError> {
         let registry = PrometheusRegistry::global()?;
         let clock: SharedClock = Arc::new(TokioClock::new());
+        let pods = PodRegistry::new();
         Ok(Common {
             registry,
             events: EventLog::new(clock.clone()),
-            history: ProbeHistory::new(clock.clone()),
+            // Only pods the host knows: a probe finishing after its pod's removal is dropped.
+            history: ProbeHistory::with_pods(clock.clone(), Arc::new(pods.clone())),
             clock,
-            pods: PodRegistry::new(),
+            pods,
             ready: Arc::new(AtomicBool::new(false)),
         })
     }

@@ -5,9 +5,10 @@
 //! Exec probes run through the API server's `pods/exec`; events are core/v1 Events, counted
 //! like the kubelet's (what `kubectl describe pod` shows).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::Hash;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -21,21 +22,28 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::{
-    CommandRunner, EventRecorder, EventType, ExecError, ExecOutput, MAX_EXEC_OUTPUT,
+    CommandRunner, EventRecorder, EventType, ExecError, ExecOutput, MAX_EXEC_OUTPUT, PodLookup,
 };
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
+use probelet_actors::status::equality::ConditionOwnership;
+use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::status::generate_kubelet_conditions;
+use probelet_actors::status::{CONTAINERS_READY, POD_INITIALIZED, POD_READY};
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{
-    ApiPodDeleted, ApiPodObserved, Flush, StatusSyncer, SyncerConfig, start_syncer,
+    ApiPodDeleted, ApiPodObserved, Flush, OwnedFields, StatusSyncer, SyncerConfig, start_syncer,
 };
 use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::agent::{AgentError, Common, wait_for_signal};
 use crate::cli::{LivenessAction, RunArgs};
 use crate::host::events::EventLog;
+use crate::host::history::ProbeHistory;
+use crate::host::phase::kill_grace_period;
 
 /// The User-Agent of every request (kube sends none by default).
 pub fn user_agent() -> String {
@@ -69,7 +77,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     let exec = ExecRunner::new(client.clone(), limiter.clone());
     let recorder = CoreEventRecorder::new(
         client.clone(),
-        limiter.clone(),
+        RateLimiter::new(EVENT_QPS, EVENT_BURST),
         args.node_name.clone(),
         common.events.clone(),
     );
@@ -81,6 +89,11 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         common.clock.clone(),
     );
     config.limiter = limiter.clone();
+    // The node's runtime owns phase, IPs and container states; the agent writes only
+    // readiness: ready/started and the conditions it generates from them.
+    config.owned_fields = OwnedFields::ReadinessOnly;
+    config.ownership =
+        ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
     let syncer = start_syncer(config);
     let (addr, stop_server, server) = common.serve(args.listen, pipeline.clone()).await?;
     println!(
@@ -93,6 +106,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         client: client.clone(),
         pipeline: pipeline.clone(),
         pods: common.pods.clone(),
+        history: common.history.clone(),
         exec,
         syncer: syncer.clone(),
         limiter,
@@ -138,6 +152,8 @@ pub struct ClusterHost {
     pub client: kube::Client,
     pub pipeline: Pipeline,
     pub pods: probelet_actors::contracts::PodRegistry,
+    /// The probe history `/probes` serves; a deleted pod's runs are forgotten.
+    pub history: ProbeHistory,
     pub exec: ExecRunner,
     pub syncer: Addr<StatusSyncer>,
     pub limiter: RateLimiter,
@@ -162,7 +178,9 @@ impl ClusterHost {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         let pod = Arc::new(pod);
         self.pipeline.remove_pod(pod.clone());
+        // The registry first: the history drops runs of pods the registry no longer knows.
         self.pods.remove(&uid);
+        self.history.remove_pod(&uid);
         self.exec.forget(&pod);
         self.known.remove(&uid);
         self.syncer.do_send(ApiPodDeleted {
@@ -177,55 +195,99 @@ impl ClusterHost {
     /// The status half of the kubelet's `SyncPod`, with the runtime's container states taken
     /// from the API status.
     fn sync(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>) {
-        let pipeline = self.pipeline.clone();
+        let Some(uid) = pod.metadata.uid.clone() else { return };
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        // Unlike the kubelet, which first syncs a pod before its containers run, the agent
-        // meets pods whose containers already run: the workers must exist before the first
-        // UpdatePodStatus, or a container with a readiness probe would be reported ready
-        // before it was probed.
-        if !deleting {
+        if is_terminal(&pod) {
+            // The kubelet never runs SyncPod for a finished pod: workers added here would stop
+            // at their first probe. Stop any left from before the pod finished.
+            self.pipeline.remove_pod(pod.clone());
+        } else if !deleting {
+            // Unlike the kubelet, which first syncs a pod before its containers run, the agent
+            // meets pods whose containers already run: the workers must exist before the first
+            // UpdatePodStatus, or a container with a readiness probe would be reported ready
+            // before it was probed.
             self.pipeline.add_pod(pod.clone());
         }
-        let fut = async move {
-            let status = pod.status.clone().unwrap_or_default();
-            let Ok(mut status) = pipeline.update_pod_status(pod.clone(), status).await else { return };
+        let pipeline = self.pipeline.clone();
+        let fut = {
+            let pod = pod.clone();
+            async move {
+                let status = pod.status.clone().unwrap_or_default();
+                pipeline.update_pod_status(pod, status).await.ok()
+            }
+        };
+        ctx.spawn(fut.into_actor(self).map(move |status, act, _ctx| {
+            let Some(mut status) = status else { return };
+            // Deleted while the status was computed: a write now would re-create the status the
+            // delete just removed, and the syncer would then GET the gone pod every reconcile.
+            if act.pods.pod_by_uid(&uid).is_none() {
+                return;
+            }
             generate_kubelet_conditions(&pod, &mut status);
-            pipeline.set_pod_status(pod.clone(), status);
+            act.pipeline.set_pod_status(pod.clone(), status);
             if deleting {
                 // Readiness goes on through termination; liveness and startup stop.
-                pipeline.stop_liveness_and_startup(pod);
+                act.pipeline.stop_liveness_and_startup(pod);
             }
-        };
-        ctx.spawn(fut.into_actor(self));
+        }));
     }
 
+    /// A liveness or startup probe failed: with `--liveness-action delete-pod`, delete the pod
+    /// as the kubelet would kill the container (`computePodActions`) — only when that container
+    /// runs. Every worker writes Failure for a container that is not running, so a container
+    /// that merely exited or has not started yet must not cost the pod.
     fn liveness_failed(&mut self, change: &ProbeResultChanged, ctx: &mut Context<Self>) {
-        let Some(pod) =
-            self.pods.pods().into_iter().find(|p| p.metadata.uid.as_deref() == Some(&change.pod_uid))
-        else {
+        let Some(pod) = self.pods.pod_by_uid(&change.pod_uid) else { return };
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(container) = running_container(&pod, &change.container_id) else {
+            tracing::debug!(pod = %pod_name, container_id = %change.container_id, probe_kind = %change.kind, "Probe failure of a container that is not running; nothing to kill");
             return;
         };
-        tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or_default(), container_id = %change.container_id, probe_kind = %change.kind, "Container failed its probe");
-        if self.liveness_action != LivenessAction::DeletePod {
+        tracing::warn!(pod = %pod_name, container = %container, container_id = %change.container_id, probe_kind = %change.kind, "Container failed its probe");
+        if self.liveness_action != LivenessAction::DeletePod || pod.metadata.deletion_timestamp.is_some() {
             return;
         }
+        let grace = kill_grace_period(&pod, &container, Some(change.kind));
+        let params = DeleteParams {
+            grace_period_seconds: Some(u32::try_from(grace.as_secs()).unwrap_or(u32::MAX)),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(change.pod_uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
-        let name = pod.metadata.name.clone().unwrap_or_default();
         let limiter = self.limiter.clone();
-        let uid = change.pod_uid.clone();
         let fut = async move {
             limiter.acquire().await;
-            let params = DeleteParams {
-                preconditions: Some(kube::api::Preconditions { uid: Some(uid), resource_version: None }),
-                ..Default::default()
-            };
-            if let Err(err) = api.delete(&name, &params).await {
-                tracing::error!(pod = %name, error = %err, "Failed to delete the pod after its liveness probe failed");
+            if let Err(err) = api.delete(&pod_name, &params).await {
+                tracing::error!(pod = %pod_name, error = %err, "Failed to delete the pod after its liveness probe failed");
             }
         };
         ctx.spawn(fut.into_actor(self));
     }
+}
+
+/// Whether the pod's phase is Succeeded or Failed.
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some(PHASE_SUCCEEDED | PHASE_FAILED))
+}
+
+/// The name of the container with this ID, if the pod's status shows it running.
+fn running_container(pod: &Pod, id: &ContainerId) -> Option<String> {
+    let id = id.to_string();
+    let status = pod.status.as_ref()?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .find(|c| {
+            c.container_id.as_deref() == Some(id.as_str())
+                && c.state.as_ref().is_some_and(|s| s.running.is_some())
+        })
+        .map(|c| c.name.clone())
 }
 
 impl Actor for ClusterHost {
@@ -271,11 +333,77 @@ impl Handler<ProbeResultChanged> for ClusterHost {
             self.liveness_failed(&msg, ctx);
         }
         if msg.kind != ProbeKind::Liveness
-            && let Some(pod) =
-                self.pods.pods().into_iter().find(|p| p.metadata.uid.as_deref() == Some(&msg.pod_uid))
+            && let Some(pod) = self.pods.pod_by_uid(&msg.pod_uid)
         {
             self.sync(pod, ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        ContainerStatus, PodStatus,
+    };
+
+    fn status(name: &str, id: &str, state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            container_id: Some(id.into()),
+            state: Some(state),
+            ..Default::default()
+        }
+    }
+
+    fn pod(phase: &str) -> Pod {
+        let running =
+            ContainerState { running: Some(ContainerStateRunning::default()), ..Default::default() };
+        let waiting =
+            ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() };
+        let exited = ContainerState {
+            terminated: Some(ContainerStateTerminated { exit_code: 1, ..Default::default() }),
+            ..Default::default()
+        };
+        Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                container_statuses: Some(vec![
+                    status("app", "containerd://app", running.clone()),
+                    status("waiting", "containerd://waiting", waiting),
+                    status("exited", "containerd://exited", exited),
+                ]),
+                init_container_statuses: Some(vec![status("sidecar", "containerd://sidecar", running)]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_running_containers_are_killed() {
+        let pod = pod("Running");
+        let cases = [
+            ("containerd://app", Some("app")),
+            ("containerd://sidecar", Some("sidecar")),
+            ("containerd://waiting", None),
+            ("containerd://exited", None),
+            ("containerd://restarted", None),
+        ];
+        for (id, want) in cases {
+            let got = running_container(&pod, &ContainerId::parse(id));
+            assert_eq!(got.as_deref(), want, "{id}");
+        }
+        assert_eq!(running_container(&Pod::default(), &ContainerId::parse("containerd://app")), None);
+    }
+
+    #[test]
+    fn terminal_phases() {
+        for (phase, want) in [("Succeeded", true), ("Failed", true), ("Running", false), ("Pending", false)] {
+            assert_eq!(is_terminal(&pod(phase)), want, "{phase}");
+        }
+        assert!(!is_terminal(&Pod::default()));
     }
 }
 
@@ -283,9 +411,6 @@ impl Handler<ProbeResultChanged> for ClusterHost {
 
 /// Namespace, pod name and container name.
 type ContainerPlace = (String, String, String);
-
-/// An event's identity for aggregation: object UID, field path, type, reason, message.
-type EventKey = (String, String, String, String, String);
 
 /// Runs exec probes through the API server's `pods/exec` (websocket, kube's `v5`/`v4`
 /// channel protocols). The kubelet runs them with the CRI's `ExecSync`, which hands back
@@ -563,63 +688,348 @@ mod exec_tests {
 
 // === events ===
 
-/// Writes core/v1 Events like the kubelet's recorder: one Event per (object, type, reason,
-/// message), its `count` and `lastTimestamp` bumped on repeats, so `kubectl describe pod`
-/// shows `(x5 over 2m)`. (kube-rs's events.k8s.io Recorder groups by reason only and drops a
-/// changed message, so it is not used.) Every event also goes to the local log.
+/// Keys the correlator keeps, per cache (client-go's `maxLruCacheEntries`).
+pub const EVENT_CACHE_SIZE: usize = 4096;
+/// Events a source may send about one object at once (client-go's `defaultSpamBurst`).
+pub const SPAM_BURST: u32 = 25;
+/// One more event about an object is allowed per this period (`defaultSpamQPS` = 1/300).
+pub const SPAM_REFILL_PERIOD: Duration = Duration::from_secs(300);
+/// Distinct messages of one reason about one object before they are combined
+/// (`defaultAggregateMaxEvents`).
+pub const AGGREGATE_MAX_EVENTS: usize = 10;
+/// How long a group of similar events stays open (`defaultAggregateIntervalInSeconds`).
+pub const AGGREGATE_INTERVAL: Duration = Duration::from_secs(600);
+/// The message prefix of a combined event (`EventAggregatorByReasonMessageFunc`).
+pub const AGGREGATE_MESSAGE_PREFIX: &str = "(combined from similar events): ";
+/// Event writes waiting for the API server; more are dropped (the broadcaster's
+/// `maxQueuedEvents`).
+pub const MAX_PENDING_EVENTS: usize = 1000;
+/// The event client's own budget: the kubelet's `--event-qps` and `--event-burst` defaults.
+/// Separate from the status budget, so a burst of probe failures never delays status writes.
+pub const EVENT_QPS: f64 = 50.0;
+pub const EVENT_BURST: u32 = 100;
+
+/// The object an event is about, as client-go's spam key names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ObjectKey {
+    kind: String,
+    namespace: String,
+    name: String,
+    uid: String,
+    api_version: String,
+}
+
+impl ObjectKey {
+    fn of(object: &ObjectReference) -> Self {
+        let s = |v: &Option<String>| v.clone().unwrap_or_default();
+        ObjectKey {
+            kind: s(&object.kind),
+            namespace: s(&object.namespace),
+            name: s(&object.name),
+            uid: s(&object.uid),
+            api_version: s(&object.api_version),
+        }
+    }
+}
+
+/// Events that differ only in their message: object, type and reason
+/// (`EventAggregatorByReasonFunc`; the source is the same for every event of this agent).
+type AggregateKey = (ObjectKey, String, String);
+
+/// What the correlator counts occurrences under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum CountKey {
+    /// One event: object, field path, type, reason, message (`getEventKey`).
+    Event(ObjectKey, String, String, String, String),
+    /// The combined event of an aggregate group.
+    Aggregate(AggregateKey),
+}
+
+/// A map that forgets its least recently used entry beyond `capacity` (groupcache's
+/// `lru.Cache`, which client-go's correlator uses).
+struct Lru<K, V> {
+    capacity: usize,
+    entries: HashMap<K, (V, u64)>,
+    /// Last use → key; the first entry is the least recently used.
+    order: BTreeMap<u64, K>,
+    tick: u64,
+}
+
+impl<K: Clone + Eq + Hash, V> Lru<K, V> {
+    fn new(capacity: usize) -> Self {
+        Lru { capacity: capacity.max(1), entries: HashMap::new(), order: BTreeMap::new(), tick: 0 }
+    }
+
+    /// The value, marked most recently used.
+    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.tick += 1;
+        let (value, used) = self.entries.get_mut(key)?;
+        self.order.remove(used);
+        *used = self.tick;
+        self.order.insert(self.tick, key.clone());
+        Some(value)
+    }
+
+    /// Adds or replaces an entry as the most recently used, forgetting the least recently
+    /// used one when full.
+    fn insert(&mut self, key: K, value: V) {
+        self.tick += 1;
+        if let Some((_, used)) = self.entries.insert(key.clone(), (value, self.tick)) {
+            self.order.remove(&used);
+        }
+        self.order.insert(self.tick, key);
+        while self.entries.len() > self.capacity {
+            let Some((_, oldest)) = self.order.pop_first() else { break };
+            self.entries.remove(&oldest);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// A token bucket that refuses rather than waits (client-go's `TryAccept`): [`SPAM_BURST`]
+/// tokens, one more per [`SPAM_REFILL_PERIOD`].
+struct SpamBucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl SpamBucket {
+    fn full(now: Instant) -> Self {
+        SpamBucket { tokens: f64::from(SPAM_BURST), last: now }
+    }
+
+    fn try_accept(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed / SPAM_REFILL_PERIOD.as_secs_f64()).min(f64::from(SPAM_BURST));
+        self.last = now.max(self.last);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The messages seen of one aggregate group.
+struct AggregateRecord {
+    messages: BTreeSet<String>,
+    last: Instant,
+}
+
+/// What was written (or is being written) for one count key.
+#[derive(Clone)]
+struct Observation {
+    name: String,
+    count: i32,
+    first_timestamp: Time,
+}
+
+/// One event to write, after correlation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorrelatedEvent {
+    /// The Event's name: new, or that of the Event the earlier occurrences went to.
+    pub name: String,
+    pub message: String,
+    pub count: i32,
+    pub first_timestamp: Time,
+    /// A repeat: patch `count`, `lastTimestamp` and `message` of the existing Event (and create
+    /// it again if it is gone).
+    pub update_existing: bool,
+}
+
+/// client-go's `EventCorrelator`: combines similar events, counts repeats into one Event and
+/// drops events about an object beyond its spam budget. Every cache is an LRU of
+/// [`EVENT_CACHE_SIZE`] keys, so memory stays bounded however many pods come and go.
+pub struct EventCorrelator {
+    aggregates: Lru<AggregateKey, AggregateRecord>,
+    counts: Lru<CountKey, Observation>,
+    spam: Lru<ObjectKey, SpamBucket>,
+}
+
+impl Default for EventCorrelator {
+    fn default() -> Self {
+        EventCorrelator {
+            aggregates: Lru::new(EVENT_CACHE_SIZE),
+            counts: Lru::new(EVENT_CACHE_SIZE),
+            spam: Lru::new(EVENT_CACHE_SIZE),
+        }
+    }
+}
+
+impl EventCorrelator {
+    /// `EventCorrelate`: aggregate, count, then filter. The count is kept even for a dropped
+    /// occurrence, so the next one written carries the true total. `None`: drop this one.
+    pub fn correlate(
+        &mut self,
+        object: &ObjectReference,
+        event_type: &str,
+        reason: &str,
+        message: &str,
+        now: Instant,
+        now_time: &Time,
+    ) -> Option<CorrelatedEvent> {
+        let object_key = ObjectKey::of(object);
+        let (message, key) = self.aggregate(object, &object_key, event_type, reason, message, now);
+        let fresh_name =
+            format!("{}.{:x}", object.name.as_deref().unwrap_or_default(), now_time.0.as_nanosecond());
+        let event = match self.counts.get_mut(&key) {
+            Some(seen) => {
+                seen.count = seen.count.saturating_add(1);
+                CorrelatedEvent {
+                    name: seen.name.clone(),
+                    message,
+                    count: seen.count,
+                    first_timestamp: seen.first_timestamp.clone(),
+                    update_existing: true,
+                }
+            }
+            None => {
+                let observation =
+                    Observation { name: fresh_name, count: 1, first_timestamp: now_time.clone() };
+                let event = CorrelatedEvent {
+                    name: observation.name.clone(),
+                    message,
+                    count: 1,
+                    first_timestamp: now_time.clone(),
+                    update_existing: false,
+                };
+                self.counts.insert(key, observation);
+                event
+            }
+        };
+        let accepted = match self.spam.get_mut(&object_key) {
+            Some(bucket) => bucket.try_accept(now),
+            None => {
+                let mut bucket = SpamBucket::full(now);
+                let accepted = bucket.try_accept(now);
+                self.spam.insert(object_key, bucket);
+                accepted
+            }
+        };
+        accepted.then_some(event)
+    }
+
+    /// `EventAggregate`: the message and count key, combined once [`AGGREGATE_MAX_EVENTS`]
+    /// distinct messages of one reason came within [`AGGREGATE_INTERVAL`] of each other.
+    fn aggregate(
+        &mut self,
+        object: &ObjectReference,
+        object_key: &ObjectKey,
+        event_type: &str,
+        reason: &str,
+        message: &str,
+        now: Instant,
+    ) -> (String, CountKey) {
+        let group: AggregateKey = (object_key.clone(), event_type.to_owned(), reason.to_owned());
+        let event_key = CountKey::Event(
+            object_key.clone(),
+            object.field_path.clone().unwrap_or_default(),
+            event_type.to_owned(),
+            reason.to_owned(),
+            message.to_owned(),
+        );
+        // A group quiet for longer than the interval starts over.
+        let mut messages = match self.aggregates.get_mut(&group) {
+            Some(record) if now.saturating_duration_since(record.last) <= AGGREGATE_INTERVAL => {
+                std::mem::take(&mut record.messages)
+            }
+            _ => BTreeSet::new(),
+        };
+        messages.insert(message.to_owned());
+        let combine = messages.len() >= AGGREGATE_MAX_EVENTS;
+        if combine {
+            // Keep the set below the limit, so every further new message is combined too.
+            messages.pop_first();
+        }
+        self.aggregates.insert(group.clone(), AggregateRecord { messages, last: now });
+        if combine {
+            (format!("{AGGREGATE_MESSAGE_PREFIX}{message}"), CountKey::Aggregate(group))
+        } else {
+            (message.to_owned(), event_key)
+        }
+    }
+}
+
+/// An Event write waiting for the writer task.
+struct PendingEvent {
+    event: CoreEvent,
+    update_existing: bool,
+}
+
+/// Writes core/v1 Events like the kubelet's recorder (client-go `tools/record`): one Event per
+/// (object, type, reason, message), its `count` and `lastTimestamp` bumped on repeats, so
+/// `kubectl describe pod` shows `(x5 over 2m)`; similar events combined and spam dropped by
+/// the [`EventCorrelator`]. (kube-rs's events.k8s.io Recorder groups by reason only and drops
+/// a changed message, so it is not used.) Every event also goes to the local log.
+///
+/// One task writes the events in order, with its own request budget, like the broadcaster's
+/// sink goroutine; at most [`MAX_PENDING_EVENTS`] wait, more are dropped and counted.
 #[derive(Clone)]
 pub struct CoreEventRecorder {
-    client: kube::Client,
-    limiter: RateLimiter,
     node: String,
     local: EventLog,
-    /// Event names already written, with their counts.
-    written: Arc<Mutex<HashMap<EventKey, (String, i32)>>>,
+    correlator: Arc<Mutex<EventCorrelator>>,
+    queue: mpsc::Sender<PendingEvent>,
+    /// Events dropped because the queue was full.
+    dropped: Arc<AtomicU64>,
 }
 
 impl CoreEventRecorder {
+    /// Starts the writer task on the current tokio runtime; without one, events go to the
+    /// local log only.
     pub fn new(client: kube::Client, limiter: RateLimiter, node: String, local: EventLog) -> Self {
-        CoreEventRecorder { client, limiter, node, local, written: Arc::default() }
+        let (queue, pending) = mpsc::channel(MAX_PENDING_EVENTS);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(write_events(client, limiter, pending));
+            }
+            Err(_) => tracing::error!("No tokio runtime: events are not written to the API server"),
+        }
+        CoreEventRecorder { node, local, correlator: Arc::default(), queue, dropped: Arc::default() }
+    }
+
+    /// Events dropped so far because too many writes were pending.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 
 impl EventRecorder for CoreEventRecorder {
     fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
         self.local.record(object, event_type, reason, message);
-        let namespace = object.namespace.clone().unwrap_or_else(|| "default".to_owned());
-        let key = (
-            object.uid.clone().unwrap_or_default(),
-            object.field_path.clone().unwrap_or_default(),
-            event_type.as_str().to_owned(),
-            reason.to_owned(),
-            message.to_owned(),
-        );
-        let previous = self.written.lock().ok().and_then(|mut w| {
-            let entry = w.get_mut(&key)?;
-            entry.1 += 1;
-            Some(entry.clone())
-        });
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), &namespace);
-        let limiter = self.limiter.clone();
-        let written = self.written.clone();
+        let correlated = match self.correlator.lock() {
+            Ok(mut correlator) => {
+                correlator.correlate(object, event_type.as_str(), reason, message, Instant::now(), &now)
+            }
+            Err(_) => return,
+        };
+        let Some(correlated) = correlated else {
+            tracing::debug!(
+                pod = object.name.as_deref().unwrap_or_default(),
+                reason,
+                "Event dropped: too many events about this object"
+            );
+            return;
+        };
         let event = CoreEvent {
             metadata: ObjectMeta {
-                name: Some(format!(
-                    "{}.{:x}",
-                    object.name.as_deref().unwrap_or("pod"),
-                    k8s_openapi::jiff::Timestamp::now().as_nanosecond()
-                )),
-                namespace: Some(namespace),
+                name: Some(correlated.name),
+                namespace: Some(object.namespace.clone().unwrap_or_else(|| "default".to_owned())),
                 ..Default::default()
             },
             involved_object: object.clone(),
             reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
+            message: Some(correlated.message),
             type_: Some(event_type.as_str().to_owned()),
-            count: Some(1),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now.clone()),
+            count: Some(correlated.count),
+            first_timestamp: Some(correlated.first_timestamp),
+            last_timestamp: Some(now),
             source: Some(EventSource {
                 component: Some("probelet".to_owned()),
                 host: Some(self.node.clone()),
@@ -628,28 +1038,165 @@ impl EventRecorder for CoreEventRecorder {
             reporting_instance: Some(self.node.clone()),
             ..Default::default()
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        runtime.spawn(async move {
-            limiter.acquire().await;
-            let result = match previous {
-                Some((name, count)) => {
-                    let patch = serde_json::json!({ "count": count, "lastTimestamp": now });
-                    api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ())
-                }
-                None => {
-                    let name = event.metadata.name.clone().unwrap_or_default();
-                    let created = api.create(&PostParams::default(), &event).await.map(|_| ());
-                    if created.is_ok()
-                        && let Ok(mut w) = written.lock()
-                    {
-                        w.insert(key, (name, 1));
-                    }
-                    created
-                }
-            };
-            if let Err(err) = result {
-                tracing::warn!(error = %err, "Failed to write an event");
-            }
+        let pending = PendingEvent { event, update_existing: correlated.update_existing };
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.queue.try_send(pending) {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::debug!(dropped, "Event dropped: too many event writes pending");
+        }
+    }
+}
+
+/// The writer task: one event at a time, until every recorder is gone.
+async fn write_events(client: kube::Client, limiter: RateLimiter, mut pending: mpsc::Receiver<PendingEvent>) {
+    while let Some(next) = pending.recv().await {
+        if let Err(err) = write_event(&client, &limiter, next).await {
+            tracing::warn!(error = %err, "Failed to write an event");
+        }
+    }
+}
+
+/// client-go's `recordEvent`: patch a repeat, and create the Event when it is new or the
+/// repeat's Event is gone (the API server removes Events after their TTL, an hour by default).
+async fn write_event(
+    client: &kube::Client,
+    limiter: &RateLimiter,
+    pending: PendingEvent,
+) -> Result<(), kube::Error> {
+    let PendingEvent { event, update_existing } = pending;
+    let namespace = event.metadata.namespace.clone().unwrap_or_default();
+    let name = event.metadata.name.clone().unwrap_or_default();
+    let api: Api<CoreEvent> = Api::namespaced(client.clone(), &namespace);
+    if update_existing {
+        limiter.acquire().await;
+        let patch = serde_json::json!({
+            "count": event.count,
+            "lastTimestamp": event.last_timestamp,
+            "message": event.message,
         });
+        match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    limiter.acquire().await;
+    api.create(&PostParams::default(), &event).await.map(|_| ())
+}
+
+#[cfg(test)]
+mod event_tests {
+    use super::*;
+
+    fn object(name: &str, container: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Pod".into()),
+            api_version: Some("v1".into()),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            field_path: Some(format!("spec.containers{{{container}}}")),
+            ..Default::default()
+        }
+    }
+
+    fn time(nanos: i128) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_nanosecond(nanos).unwrap())
+    }
+
+    #[test]
+    fn lru_forgets_the_least_recently_used() {
+        let mut lru = Lru::new(3);
+        for k in ["a", "b", "c"] {
+            lru.insert(k, 0);
+        }
+        *lru.get_mut(&"a").unwrap() += 1;
+        lru.insert("d", 0);
+        assert!(lru.get_mut(&"b").is_none(), "b was least recently used");
+        assert_eq!(lru.get_mut(&"a").copied(), Some(1));
+        lru.insert("c", 5);
+        lru.insert("e", 0);
+        assert!(lru.get_mut(&"d").is_none(), "d was least recently used");
+        assert_eq!(lru.len(), 3);
+        assert_eq!(lru.get_mut(&"c").copied(), Some(5));
+    }
+
+    #[test]
+    fn repeats_count_into_one_event() {
+        let mut c = EventCorrelator::default();
+        let now = Instant::now();
+        let obj = object("web", "app");
+        let first = c.correlate(&obj, "Warning", "Unhealthy", "boom", now, &time(1_000)).unwrap();
+        assert_eq!(first.name, "web.3e8");
+        assert_eq!((first.count, first.update_existing), (1, false));
+        let second = c.correlate(&obj, "Warning", "Unhealthy", "boom", now, &time(2_000)).unwrap();
+        assert_eq!(second.name, first.name, "a repeat goes to the same Event");
+        assert_eq!((second.count, second.update_existing), (2, true));
+        assert_eq!(second.first_timestamp, time(1_000));
+        let other = c.correlate(&obj, "Warning", "Unhealthy", "other", now, &time(3_000)).unwrap();
+        assert_eq!((other.name.as_str(), other.count, other.update_existing), ("web.bb8", 1, false));
+        let other_container =
+            c.correlate(&object("web", "side"), "Warning", "Unhealthy", "boom", now, &time(4_000)).unwrap();
+        assert_eq!(other_container.count, 1, "the field path is part of the key");
+    }
+
+    #[test]
+    fn spam_filter_allows_a_burst_then_one_per_period_per_object() {
+        let mut c = EventCorrelator::default();
+        let start = Instant::now();
+        let obj = object("web", "app");
+        let written = (0..30)
+            .filter(|i| c.correlate(&obj, "Warning", "Unhealthy", "boom", start, &time(*i)).is_some())
+            .count();
+        assert_eq!(written, SPAM_BURST as usize, "the burst, then nothing");
+        // Another object has its own budget.
+        assert!(
+            c.correlate(&object("db", "app"), "Warning", "Unhealthy", "boom", start, &time(31)).is_some()
+        );
+        let later = start + SPAM_REFILL_PERIOD;
+        let repeat = c.correlate(&obj, "Warning", "Unhealthy", "boom", later, &time(32)).unwrap();
+        assert_eq!(repeat.count, 31, "dropped occurrences still count");
+        assert!(
+            c.correlate(&obj, "Warning", "Unhealthy", "boom", later, &time(33)).is_none(),
+            "one per period"
+        );
+    }
+
+    #[test]
+    fn similar_messages_are_combined_after_ten() {
+        let mut c = EventCorrelator::default();
+        let now = Instant::now();
+        let obj = object("web", "app");
+        for i in 0..(AGGREGATE_MAX_EVENTS - 1) {
+            let e =
+                c.correlate(&obj, "Warning", "Unhealthy", &format!("m{i}"), now, &time(i as i128)).unwrap();
+            assert_eq!(e.message, format!("m{i}"));
+        }
+        let combined = c.correlate(&obj, "Warning", "Unhealthy", "m9", now, &time(100)).unwrap();
+        assert_eq!(combined.message, "(combined from similar events): m9");
+        assert_eq!((combined.count, combined.update_existing), (1, false));
+        let next = c.correlate(&obj, "Warning", "Unhealthy", "m10", now, &time(200)).unwrap();
+        assert_eq!(next.message, "(combined from similar events): m10");
+        assert_eq!((next.name, next.count, next.update_existing), (combined.name, 2, true));
+        // After the interval, the group starts over.
+        let later = now + AGGREGATE_INTERVAL + Duration::from_secs(1);
+        let fresh = c.correlate(&obj, "Warning", "Unhealthy", "m11", later, &time(300)).unwrap();
+        assert_eq!(fresh.message, "m11");
+    }
+
+    #[test]
+    fn caches_stay_bounded() {
+        let mut c = EventCorrelator::default();
+        let now = Instant::now();
+        for i in 0..(EVENT_CACHE_SIZE + 100) {
+            let obj = object(&format!("pod-{i}"), "app");
+            c.correlate(&obj, "Warning", "Unhealthy", "boom", now, &time(i as i128));
+        }
+        assert_eq!(c.counts.len(), EVENT_CACHE_SIZE);
+        assert_eq!(c.spam.len(), EVENT_CACHE_SIZE);
+        assert_eq!(c.aggregates.len(), EVENT_CACHE_SIZE);
+        // The oldest pod's count was forgotten: its next event is a new Event.
+        let again =
+            c.correlate(&object("pod-0", "app"), "Warning", "Unhealthy", "boom", now, &time(1)).unwrap();
+        assert!(!again.update_existing);
     }
 }

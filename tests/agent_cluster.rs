@@ -16,8 +16,8 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStatus, HTTPGetAction, Pod, PodCondition,
-    PodSpec, PodStatus, Probe,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HTTPGetAction, Pod, PodCondition, PodSpec, PodStatus, Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -205,8 +205,12 @@ async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
 
     let fake = FakeApiServer::start().await;
     let mut failing = pod("failing", "node-a", port);
-    let container = &mut failing.spec.as_mut().unwrap().containers[0];
+    let spec = failing.spec.as_mut().unwrap();
+    spec.termination_grace_period_seconds = Some(30);
+    let container = &mut spec.containers[0];
     container.liveness_probe = container.readiness_probe.take();
+    // The probe-level grace period wins over the pod's for a liveness kill (spec §1.7).
+    container.liveness_probe.as_mut().unwrap().termination_grace_period_seconds = Some(7);
     let uid = fake.insert_pod(failing).metadata.uid.unwrap();
 
     let (mut agent, kubeconfig) = start_agent(&fake, "liveness", &["--liveness-action", "delete-pod"]);
@@ -219,9 +223,101 @@ async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(delete.path.ends_with("/pods/failing"), "{delete:?}");
-    assert_eq!(delete.body.unwrap()["preconditions"]["uid"], uid.as_str(), "deleted with a UID precondition");
+    let body = delete.body.unwrap();
+    assert_eq!(body["preconditions"]["uid"], uid.as_str(), "deleted with a UID precondition");
+    assert_eq!(body["gracePeriodSeconds"], 7, "the probe's terminationGracePeriodSeconds: {body}");
     let gone = fake.pod("default", "failing").is_none_or(|p| p.metadata.deletion_timestamp.is_some());
     assert!(gone, "the pod is being deleted");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// A container status in the given state, for the runtime's published status.
+fn container_status(name: &str, state: ContainerState) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        image: format!("{name}:1"),
+        image_id: String::new(),
+        container_id: Some(format!("containerd://{name}")),
+        state: Some(state),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn liveness_action_delete_pod_ignores_containers_that_are_not_running() {
+    // Liveness fails for everything: only the state of the containers keeps the pod alive.
+    let failing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let failing_port = failing.local_addr().unwrap().port();
+    let app = Router::new().route("/healthz", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }));
+    tokio::spawn(async move { axum::serve(failing, app).await });
+    // The running container's readiness probes, counted: they show the agent kept probing.
+    let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = probes.clone();
+    let healthy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let healthy_port = healthy.local_addr().unwrap().port();
+    let app = Router::new().route(
+        "/healthz",
+        get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { StatusCode::OK }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(healthy, app).await });
+
+    let fake = FakeApiServer::start().await;
+    let mut pod = pod("mixed", "node-a", healthy_port);
+    let spec = pod.spec.as_mut().unwrap();
+    let liveness = Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::Int(i32::from(failing_port)),
+            ..Default::default()
+        }),
+        period_seconds: Some(1),
+        failure_threshold: Some(1),
+        ..Default::default()
+    };
+    for name in ["exited", "waiting"] {
+        spec.containers.push(Container {
+            name: name.into(),
+            image: Some(format!("{name}:1")),
+            liveness_probe: Some(liveness.clone()),
+            ..Default::default()
+        });
+    }
+    let statuses = pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap();
+    statuses.push(container_status(
+        "exited",
+        ContainerState {
+            terminated: Some(ContainerStateTerminated { exit_code: 1, ..Default::default() }),
+            ..Default::default()
+        },
+    ));
+    statuses.push(container_status(
+        "waiting",
+        ContainerState {
+            waiting: Some(ContainerStateWaiting { reason: Some("CrashLoopBackOff".into()), message: None }),
+            ..Default::default()
+        },
+    ));
+    fake.insert_pod(pod);
+
+    let (mut agent, kubeconfig) = start_agent(&fake, "not-running", &["--liveness-action", "delete-pod"]);
+    // Five readiness periods: the liveness workers of the other containers (same period) have
+    // written their Failure results and the host has acted on them long before.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while probes.load(Ordering::SeqCst) < 5 {
+        assert!(tokio::time::Instant::now() < deadline, "five readiness probes within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for_pod(&fake, "mixed", "a status write", |p| condition(p, "ContainersReady").is_some()).await;
+    let deletes: Vec<_> = fake.requests().into_iter().filter(|r| r.method == http::Method::DELETE).collect();
+    assert!(deletes.is_empty(), "no DELETE for containers that are not running: {deletes:?}");
+    let mixed = fake.pod("default", "mixed").unwrap();
+    assert!(mixed.metadata.deletion_timestamp.is_none(), "the pod is not being deleted");
 
     let _ = agent.start_kill();
     let _ = agent.wait().await;

@@ -1,11 +1,12 @@
 //! The last results of every probe, for the agent's `/pods/{namespace}/{name}/probes`.
+//! (No upstream counterpart: the kubelet keeps only the current result.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
 use probelet_actors::clock::SharedClock;
-use probelet_actors::contracts::{ProbeObserver, ProbeRecord};
+use probelet_actors::contracts::{PodLookup, ProbeObserver, ProbeRecord};
 use probelet_actors::prober::ProbeKind;
 use serde::Serialize;
 
@@ -39,11 +40,21 @@ type Key = (String, String, ProbeKind);
 pub struct ProbeHistory {
     runs: Arc<Mutex<HashMap<Key, VecDeque<ProbeRun>>>>,
     clock: SharedClock,
+    /// When set, runs of pods it does not know are dropped.
+    pods: Option<Arc<dyn PodLookup>>,
 }
 
 impl ProbeHistory {
+    /// A history that keeps the runs of any pod until [`ProbeHistory::remove_pod`].
     pub fn new(clock: SharedClock) -> Self {
-        ProbeHistory { runs: Arc::default(), clock }
+        ProbeHistory { runs: Arc::default(), clock, pods: None }
+    }
+
+    /// A history that keeps runs only of pods `pods` knows. A probe that finishes after its
+    /// pod was removed (its worker stops a moment later) would otherwise bring the pod's entry
+    /// back for good: hosts remove the pod from the registry first, then call `remove_pod`.
+    pub fn with_pods(clock: SharedClock, pods: Arc<dyn PodLookup>) -> Self {
+        ProbeHistory { runs: Arc::default(), clock, pods: Some(pods) }
     }
 
     /// The runs of every probe of a pod, ordered by container and probe type.
@@ -82,6 +93,11 @@ impl ProbeObserver for ProbeHistory {
             output: cut(&record.output, OUTPUT_KEPT),
         };
         if let Ok(mut runs) = self.runs.lock() {
+            // Checked under the lock: a `remove_pod` that follows the registry removal then
+            // either waits for this insert and removes it, or this check sees the pod gone.
+            if self.pods.as_ref().is_some_and(|pods| pods.pod_by_uid(&record.pod_uid).is_none()) {
+                return;
+            }
             let list = runs.entry((record.pod_uid, record.container, record.kind)).or_default();
             if list.len() == RESULTS_KEPT {
                 list.pop_front();
@@ -145,6 +161,33 @@ mod tests {
         assert_eq!(results[0].time, "1970-01-01T00:00:00Z");
         history.remove_pod("u");
         assert!(history.pod("u").is_empty());
+    }
+
+    #[tokio::test]
+    async fn forgets_removed_pods_and_ignores_runs_of_unknown_pods() {
+        use k8s_openapi::api::core::v1::Pod;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        use probelet_actors::contracts::PodRegistry;
+
+        let registry = PodRegistry::new();
+        let clock = Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH));
+        let history = ProbeHistory::with_pods(clock, Arc::new(registry.clone()));
+        history.observe(record(0, "before the pod is known".into()));
+        assert!(history.pod("u").is_empty(), "a run of an unknown pod is dropped");
+
+        let pod = Pod {
+            metadata: ObjectMeta { uid: Some("u".into()), ..Default::default() },
+            ..Default::default()
+        };
+        registry.upsert(Arc::new(pod));
+        history.observe(record(0, "known".into()));
+        assert_eq!(history.pod("u")[0].results.len(), 1);
+
+        // The host's delete: registry first, then the history.
+        registry.remove("u");
+        history.remove_pod("u");
+        history.observe(record(0, "a probe that finished late".into()));
+        assert!(history.pod("u").is_empty(), "a late run does not bring the deleted pod back");
     }
 
     #[test]
