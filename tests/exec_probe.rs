@@ -279,6 +279,72 @@ async fn dropping_the_probe_kills_the_process_group() {
     .await;
 }
 
+/// Starts a probe of a script that prints its PIDs (its own, then a background `sleep`'s) and
+/// waits; returns the still-running probe and the PIDs.
+async fn start_killable(
+    name: &str,
+) -> (std::pin::Pin<Box<impl Future<Output = Result<Probed, ProbeError>>>>, Vec<u32>) {
+    let path = std::env::temp_dir().join(format!("probelet-exec-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let script = format!(
+        "echo $$ > '{tmp}'; sleep 30 & echo $! >> '{tmp}'; mv '{tmp}' '{path}'; wait",
+        tmp = path.with_extension("tmp").display(),
+        path = path.display(),
+    );
+    let cmd = sh(&script);
+    let mut probing =
+        Box::pin(async move { probe(&LocalCommandRunner::new(), &container(), &cmd, LONG).await });
+    let pids = tokio::select! {
+        done = &mut probing => panic!("the probe finished early: {done:?}"),
+        pids = pids_from_file(&path) => pids,
+    };
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(pids.len(), 2, "pids {pids:?}");
+    (probing, pids)
+}
+
+/// Without a runtime to wait on: every process must be dead (a zombie counts) soon.
+fn assert_all_dead_blocking(pids: &[u32]) {
+    let start = std::time::Instant::now();
+    for &pid in pids {
+        loop {
+            match proc_state(pid) {
+                None | Some(('Z', _)) => break,
+                Some(state) if start.elapsed() > GONE_WITHIN => {
+                    panic!("process {pid} still running after {GONE_WITHIN:?}: {state:?}")
+                }
+                Some(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+}
+
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime")
+}
+
+#[test]
+fn dropping_the_probe_outside_a_runtime_kills_the_process_group() {
+    let runtime = current_thread_runtime();
+    let (probing, pids) = runtime.block_on(bounded(start_killable("drop-outside")));
+    // No runtime to run a task on: the group is killed on this thread.
+    drop(probing);
+    assert_all_dead_blocking(&pids);
+}
+
+#[test]
+fn a_runtime_shut_down_before_the_kill_ran_still_kills_the_process_group() {
+    let runtime = current_thread_runtime();
+    let pids = runtime.block_on(bounded(async {
+        let (probing, pids) = start_killable("drop-shutdown").await;
+        // Hands the kill to a task on this runtime, which never gets to run it.
+        drop(probing);
+        pids
+    }));
+    drop(runtime);
+    assert_all_dead_blocking(&pids);
+}
+
 // === errors ===
 
 #[tokio::test]

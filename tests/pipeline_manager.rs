@@ -299,6 +299,115 @@ async fn add_and_remove_the_same_pod_a_thousand_times() {
     assert_eq!(h.prober.calls_of("app", Liveness).len(), before + 1, "exactly one liveness worker probes");
 }
 
+// === replacing a stopping worker ===
+
+/// The `prober_probe_total` / `prober_probe_duration_seconds` lines of one pod in the global
+/// registry (workers forget their series there).
+fn series_of(pod: &str) -> Vec<String> {
+    let registry = PrometheusRegistry::global().unwrap();
+    let needle = format!("pod=\"{pod}\"");
+    registry.render().lines().filter(|l| l.contains(&needle)).map(str::to_owned).collect()
+}
+
+/// RemovePod immediately followed by AddPod: the second worker replaces the first while it is
+/// still stopping.
+fn remove_then_add(h: &Harness, pod: &Arc<Pod>) {
+    h.pipeline.prober_manager.do_send(RemovePod(pod.clone()));
+    h.pipeline.prober_manager.do_send(AddPod(pod.clone()));
+}
+
+#[actix::test]
+async fn replacement_keeps_the_result_and_series_the_stopped_worker_leaves() {
+    let (h, t0) = aged().await;
+    let _ = PrometheusRegistry::global().unwrap();
+    let pod = test_pod("replaced").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success));
+    assert!(!series_of("replaced").is_empty());
+
+    remove_then_add(&h, &pod);
+    // Well short of the replacement's next probe, which would write the entry again.
+    run_for(secs(1)).await;
+    assert_eq!(h.worker_count().await, 1);
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success), "the old worker's exit left it");
+    assert!(!series_of("replaced").is_empty(), "the old worker's exit left the series");
+    assert!(h.resync(&pod).await.container_statuses.as_ref().unwrap()[0].ready);
+
+    // The normal case is unchanged: a worker that nobody replaced takes both with it.
+    h.pipeline.remove_pod(pod.clone());
+    h.wait_workers(0).await;
+    settle().await;
+    assert_eq!(h.result(Readiness, "cri://1").await, None);
+    assert_eq!(series_of("replaced"), Vec::<String>::new());
+}
+
+#[actix::test]
+async fn started_container_stays_started_across_a_startup_worker_replacement() {
+    let (h, t0) = aged().await;
+    let _ = PrometheusRegistry::global().unwrap();
+    let pod =
+        test_pod("replaced-startup").container("app").with_probe("app", Startup, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    // The worker is created after the first status, which has the container started without a
+    // startup worker: it seeds Unknown, and probes at its next tick.
+    settle().await;
+    h.resync(&pod).await;
+    run_for(secs(10)).await;
+    assert_eq!(h.resync(&pod).await.container_statuses.as_ref().unwrap()[0].started, Some(true));
+    assert_eq!(h.prober.calls_of("app", Startup).len(), 1, "decided, now on hold");
+
+    remove_then_add(&h, &pod);
+    settle().await;
+    assert_eq!(h.result(Startup, "cri://1").await, Some(Success), "not removed, not reseeded");
+    assert_eq!(h.container(&pod, "app").await.started, Some(true));
+    assert!(!series_of("replaced-startup").is_empty(), "the series are the new worker's");
+
+    // The new worker never probes the started container, so nothing would write the entry again.
+    run_for(secs(35)).await;
+    assert_eq!(h.resync(&pod).await.container_statuses.as_ref().unwrap()[0].started, Some(true));
+    assert_eq!(h.result(Startup, "cri://1").await, Some(Success));
+    assert_eq!(h.prober.calls_of("app", Startup).len(), 1);
+}
+
+#[actix::test]
+async fn replacement_on_a_new_container_drops_the_old_containers_entry() {
+    let (h, t0) = aged().await;
+    let pod = test_pod("replaced-new").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success));
+    // The container restarts; the old worker would see it only at its next tick.
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+
+    remove_then_add(&h, &pod);
+    run_for(secs(1)).await;
+    assert_eq!(h.result(Readiness, "cri://1").await, None, "the old container's entry is gone");
+    assert_eq!(h.result(Readiness, "cri://2").await, Some(Success), "the new worker probed the new one");
+    assert_eq!(h.prober.calls_of("app", Readiness).last().unwrap().container_id.to_string(), "cri://2");
+}
+
+#[actix::test]
+async fn replacement_stopped_too_leaves_nothing_behind() {
+    let (h, t0) = aged().await;
+    let _ = PrometheusRegistry::global().unwrap();
+    let pod = all_probes(test_pod("replaced-gone"), "app").build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert!(!series_of("replaced-gone").is_empty());
+
+    for _ in 0..3 {
+        remove_then_add(&h, &pod);
+    }
+    h.pipeline.prober_manager.do_send(RemovePod(pod.clone()));
+    h.wait_workers(0).await;
+    run_for(secs(1)).await;
+    for kind in [Startup, Readiness, Liveness] {
+        assert_eq!(h.result(kind, "cri://1").await, None, "{kind}");
+    }
+    assert_eq!(series_of("replaced-gone"), Vec::<String>::new());
+}
+
 // === UpdatePodStatus: agent-restart readiness ===
 
 /// A pod with a readiness probe on `app` whose API status says Ready = `api_ready` and lists

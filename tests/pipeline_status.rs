@@ -335,6 +335,88 @@ async fn set_pod_status_records_the_observed_generation() {
 }
 
 // === SetContainerReadiness (§5.5) ===
+/// §6.1 [1.34+]: the kubelet's conditions carry the generation too; foreign ones keep theirs.
+#[actix::test]
+async fn set_pod_status_stamps_kubelet_conditions_with_the_generation() {
+    tokio::time::pause();
+    let h = Harness::start();
+    let generation = |g: Option<i64>| {
+        let mut pod = (*gated_pod("web")).clone();
+        pod.metadata.generation = g;
+        Arc::new(pod)
+    };
+    let u = uid(&generation(None));
+    let mut s = gated_status(Some("True"), true);
+    let conditions = s.conditions.get_or_insert_with(Vec::new);
+    conditions.push(cond("PodScheduled", "True"));
+    conditions.push(cond("Initialized", "True"));
+    for c in conditions.iter_mut() {
+        c.observed_generation = Some(99);
+    }
+    let generations = |s: &PodStatus| -> Vec<(String, Option<i64>)> {
+        s.conditions.iter().flatten().map(|c| (c.type_.clone(), c.observed_generation)).collect()
+    };
+    let stamped = |gate: Option<i64>, kubelet: Option<i64>| -> Vec<(String, Option<i64>)> {
+        vec![
+            ("example.com/gate".into(), gate),
+            (POD_READY.into(), kubelet),
+            (CONTAINERS_READY.into(), kubelet),
+            ("PodScheduled".into(), kubelet),
+            ("Initialized".into(), kubelet),
+        ]
+    };
+
+    h.pipeline.set_pod_status(generation(Some(3)), s.clone());
+    assert_eq!(generations(&*cached(&h.pipeline, &u).await), stamped(Some(99), Some(3)));
+    h.pipeline.set_pod_status(generation(Some(4)), s.clone());
+    let stored = cached(&h.pipeline, &u).await;
+    assert_eq!(stored.observed_generation, Some(4));
+    assert_eq!(generations(&stored), stamped(Some(99), Some(4)));
+    // Go's zero generation is an omitted field, on the status and on its conditions alike.
+    for none in [Some(0), None] {
+        h.pipeline.set_pod_status(generation(none), s.clone());
+        let stored = cached(&h.pipeline, &u).await;
+        assert_eq!(stored.observed_generation, None, "{none:?}");
+        assert_eq!(generations(&stored), stamped(Some(99), None), "{none:?}");
+    }
+}
+
+#[actix::test]
+async fn set_container_readiness_stamps_regenerated_conditions_with_the_generation() {
+    tokio::time::pause();
+    let h = Harness::start();
+    let sm = &h.pipeline.status_manager;
+    let mut web = (*gated_pod("web")).clone();
+    web.metadata.generation = Some(5);
+    let web = Arc::new(web);
+    let u = uid(&web);
+    h.pods.upsert(web.clone());
+    // A status stored without conditions: the regenerated ones are appended.
+    h.pipeline.set_pod_status(web.clone(), gated_status(Some("True"), false));
+    assert_eq!(condition(&*cached(&h.pipeline, &u).await, "example.com/gate").observed_generation, None);
+
+    // The pod moved on to generation 6 since (its spec changed); readiness uses the pod's
+    // current generation, as upstream's generators read it from the pod manager's pod.
+    let mut newer = (*web).clone();
+    newer.metadata.generation = Some(6);
+    h.pods.upsert(Arc::new(newer));
+    sm.do_send(readiness(&u, "cri://a", true));
+    let s = cached(&h.pipeline, &u).await;
+    assert_eq!(version(&h.pipeline, &u).await, Some(2));
+    assert_eq!(condition(&s, POD_READY).observed_generation, Some(6));
+    assert_eq!(condition(&s, CONTAINERS_READY).observed_generation, Some(6));
+    assert_eq!(condition(&s, "example.com/gate").observed_generation, None, "not the kubelet's");
+    assert_eq!(s.observed_generation, Some(5), "the status itself is SetPodStatus's");
+
+    let mut unset = (*web).clone();
+    unset.metadata.generation = None;
+    h.pods.upsert(Arc::new(unset));
+    sm.do_send(readiness(&u, "cri://a", false));
+    let s = cached(&h.pipeline, &u).await;
+    assert_eq!(version(&h.pipeline, &u).await, Some(3));
+    assert_eq!(condition(&s, POD_READY).observed_generation, None);
+    assert_eq!(condition(&s, CONTAINERS_READY).observed_generation, None);
+}
 
 /// A pod with a sidecar `proxy`, containers `a` and `b`, and a readiness gate.
 fn gated_pod(name: &str) -> Arc<Pod> {

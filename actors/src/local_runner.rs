@@ -5,6 +5,8 @@
 //!
 //! Each command runs in its own process group so that a timeout or a cancelled probe kills
 //! everything it started, not only the process we spawned; [`crate::process`] sends the signal.
+//! A cancelled probe's group is killed from a task on the current tokio runtime, so that the
+//! probe worker's thread never waits for `kill` to run.
 
 use std::collections::HashMap;
 use std::io;
@@ -125,7 +127,7 @@ async fn run(
     let mut group = ProcessGroup::new(child);
 
     let mut output = Vec::new();
-    let ended = pump(&mut group.child, stdout, stderr, &mut output, deadline).await;
+    let ended = group.pump(stdout, stderr, &mut output, deadline).await;
     match ended {
         Ended::Exited(status) => {
             // Whatever the command left running with its output redirected elsewhere survives,
@@ -240,7 +242,8 @@ fn exit_code(status: ExitStatus) -> i32 {
 /// the whole group; the child itself is killed on drop too and reaped by tokio in the
 /// background.
 struct ProcessGroup {
-    child: Child,
+    /// The leader; only taken by `drop`, to be kept unreaped until its group is killed.
+    child: Option<Child>,
     /// The group to kill when dropped; the child's PID, as it leads its own group. Taken while
     /// the child is unreaped, so the ID cannot have been reused.
     pgid: Option<u32>,
@@ -249,7 +252,21 @@ struct ProcessGroup {
 impl ProcessGroup {
     fn new(child: Child) -> Self {
         let pgid = child.id();
-        ProcessGroup { child, pgid }
+        ProcessGroup { child: Some(child), pgid }
+    }
+
+    /// [`pump`] on the leader.
+    async fn pump(
+        &mut self,
+        stdout: Option<impl AsyncRead + Unpin>,
+        stderr: Option<impl AsyncRead + Unpin>,
+        output: &mut Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> Ended {
+        match self.child.as_mut() {
+            Some(child) => pump(child, stdout, stderr, output, deadline).await,
+            None => Ended::WaitFailed(io::Error::other("the command's process was released")),
+        }
     }
 
     fn disarm(&mut self) {
@@ -263,12 +280,15 @@ impl ProcessGroup {
         }
         // Also signal the leader directly in case `kill` could not be run; an error only
         // means it has already been reaped.
-        let _ = self.child.start_kill();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
     }
 
     async fn reap(&mut self) {
-        if tokio::time::timeout(REAP_GRACE, self.child.wait()).await.is_err() {
-            tracing::warn!(pid = ?self.child.id(), "killed command not reaped yet, leaving it to the background reaper");
+        let Some(child) = self.child.as_mut() else { return };
+        if tokio::time::timeout(REAP_GRACE, child.wait()).await.is_err() {
+            tracing::warn!(pid = ?child.id(), "killed command not reaped yet, leaving it to the background reaper");
         }
     }
 }
@@ -276,7 +296,45 @@ impl ProcessGroup {
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         if let Some(pgid) = self.pgid.take() {
-            signal_group_blocking(pgid, Signal::Kill);
+            kill_dropped_group(GroupKill { pgid, _leader: self.child.take(), done: false });
+        }
+    }
+}
+
+/// Kills a dropped command's group without blocking the thread that dropped it (a probe
+/// worker's arbiter, which runs other workers' probes): from a task on the current tokio
+/// runtime, or right here when there is none.
+fn kill_dropped_group(kill: GroupKill) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(kill.run());
+        }
+        // `kill` kills the group as it drops.
+        Err(_) => drop(kill),
+    }
+}
+
+/// A group kill in progress. It holds the unreaped leader until the group is signalled, so the
+/// group's ID cannot be reused meanwhile. Dropped before it is done (the runtime shut down
+/// before running the task, or while it ran), it kills the group on the spot.
+struct GroupKill {
+    pgid: u32,
+    /// Killed when dropped (`kill_on_drop`), after the group: fields drop after `drop` ran.
+    _leader: Option<Child>,
+    done: bool,
+}
+
+impl GroupKill {
+    async fn run(mut self) {
+        signal_group(self.pgid, Signal::Kill).await;
+        self.done = true;
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if !self.done {
+            signal_group_blocking(self.pgid, Signal::Kill);
         }
     }
 }

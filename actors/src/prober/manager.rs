@@ -6,7 +6,12 @@
 //! Deliberate differences from upstream: `AddPod` continues past an existing worker (upstream's
 //! newer fix), and a worker that was told to stop does not block a new worker for the same key
 //! (upstream keeps it registered until it exits, so a quick RemovePod + AddPod could leave the
-//! container unprobed until the next pod sync).
+//! container unprobed until the next pod sync). The replacement takes over what the stopping
+//! worker leaves: it does not reseed the cache entry of the container it finds first (like a
+//! worker restarted after a death), and the manager, not the exiting worker, removes a worker's
+//! cache entry and metric series on exit, and only when no newer worker has the key — otherwise
+//! the old worker's cleanup could land after the new worker's writes and wipe them (a startup
+//! worker on hold would never write again, leaving the container not started for good).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -22,9 +27,10 @@ use rand::{Rng, SeedableRng};
 use super::do_probe::{WorkerSpec, WorkerState};
 use super::probe_metrics::ProbeLabels;
 use super::update_status::{ProbeView, result_keys, update_pod_status};
-use super::worker::{ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited};
+use super::worker::{PredecessorExited, ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited};
 use super::{ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
+use crate::container::ContainerId;
 use crate::metrics as names;
 use crate::results::{GetResults, RemoveResult, ResultsCache};
 use crate::status::is_restartable_init_container;
@@ -236,11 +242,16 @@ impl Handler<AddPod> for ProberManager {
                     continue;
                 }
                 let key = ProbeKey { pod_uid: uid.clone(), container_name: container.name.clone(), kind };
-                if self.workers.get(&key).is_some_and(|e| !e.stopping) {
-                    tracing::trace!(pod_uid = %uid, container = %container.name, probe_kind = %kind, "Probe already exists for container");
-                    continue;
-                }
-                self.spawn_worker(ctx, key, pod.clone(), container.clone(), WorkerState::new(), 0);
+                let state = match self.workers.get(&key) {
+                    Some(entry) if !entry.stopping => {
+                        tracing::trace!(pod_uid = %uid, container = %container.name, probe_kind = %kind, "Probe already exists for container");
+                        continue;
+                    }
+                    // The stopping worker's cache entry stays: the replacement takes it over.
+                    Some(_) => WorkerState::resumed(),
+                    None => WorkerState::new(),
+                };
+                self.spawn_worker(ctx, key, pod.clone(), container.clone(), state, 0);
             }
         }
     }
@@ -317,16 +328,18 @@ impl Handler<WorkerExited> for ProberManager {
 
     fn handle(&mut self, msg: WorkerExited, ctx: &mut Self::Context) {
         let Some(entry) = self.workers.get(&msg.key).filter(|e| e.id == msg.worker_id) else {
-            return; // replaced already
+            self.left_by_replaced(&msg);
+            return;
         };
         if msg.clean {
             self.workers.remove(&msg.key);
             workers_gauge(msg.key.kind).decrement(1.0);
+            self.release(msg.key.kind, msg.container_id, &msg.labels);
             tracing::debug!(pod_uid = %msg.key.pod_uid, container = %msg.key.container_name, probe_kind = %msg.key.kind, "Probe worker exited");
             return;
         }
         if entry.stopping {
-            self.discard_dead(&msg.key, msg.state);
+            self.discard_dead(&msg);
             return;
         }
         let restarts = entry.restarts + 1;
@@ -339,11 +352,12 @@ impl Handler<WorkerExited> for ProberManager {
             .increment(1);
         ctx.run_later(delay, move |act, ctx| {
             let Some(entry) = act.workers.get(&msg.key).filter(|e| e.id == msg.worker_id) else {
-                return; // replaced by a new worker meanwhile
+                act.left_by_replaced(&msg); // replaced by a new worker meanwhile
+                return;
             };
             // Told to stop while it waited: nothing will deregister it but us.
             if entry.stopping {
-                act.discard_dead(&msg.key, msg.state);
+                act.discard_dead(&msg);
                 return;
             }
             let (pod, container) = (entry.pod.clone(), entry.container.clone());
@@ -354,16 +368,38 @@ impl Handler<WorkerExited> for ProberManager {
 }
 
 impl ProberManager {
-    /// A dead worker that will not be restarted: deregister it and do what its `stopped` hook
-    /// would have done (remove its container's result, delete its metric series).
-    fn discard_dead(&mut self, key: &ProbeKey, state: Option<WorkerState>) {
-        let Some(entry) = self.workers.remove(key) else { return };
-        workers_gauge(key.kind).decrement(1.0);
-        if let Some(container_id) = state.and_then(|s| s.container_id) {
-            self.config.results.do_send(RemoveResult { kind: key.kind, container_id });
+    /// A dead worker that will not be restarted: deregister it and clean up after it.
+    fn discard_dead(&mut self, msg: &WorkerExited) {
+        let key = &msg.key;
+        if self.workers.remove(key).is_none() {
+            return;
         }
-        ProbeLabels::new(key.kind, &entry.pod, &key.container_name).forget();
+        workers_gauge(key.kind).decrement(1.0);
+        self.release(key.kind, msg.container_id.clone(), &msg.labels);
         tracing::debug!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Dead probe worker discarded");
+    }
+
+    /// What a worker that was replaced leaves behind. A newer worker (ids only grow) owns the
+    /// key's series and decides about the cache entry; with none left (the replacement has
+    /// exited too), nobody owns either.
+    fn left_by_replaced(&self, msg: &WorkerExited) {
+        match self.workers.get(&msg.key) {
+            Some(newer) => {
+                if let Some(container_id) = msg.container_id.clone() {
+                    newer.addr.do_send(PredecessorExited { container_id });
+                }
+            }
+            None => self.release(msg.key.kind, msg.container_id.clone(), &msg.labels),
+        }
+    }
+
+    /// What an exited worker leaves when no newer worker has its key: its container's cached
+    /// result and its metric series (upstream's worker removes both on exit).
+    fn release(&self, kind: ProbeKind, container_id: Option<ContainerId>, labels: &ProbeLabels) {
+        if let Some(container_id) = container_id {
+            self.config.results.do_send(RemoveResult { kind, container_id });
+        }
+        labels.forget();
     }
 }
 

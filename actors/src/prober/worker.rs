@@ -2,8 +2,11 @@
 //! probe kind. It probes on a fixed-rate schedule (first probe at once, start-up jitter only
 //! while the manager is young), runs a manual trigger at once and restarts the schedule from
 //! it, applies [`WorkerState`]'s decisions to the results cache, and reports its exit to the
-//! prober manager. A probe runs as a future of this actor: stopping the worker cancels it
-//! (an exec child is killed when its future is dropped), and a panic inside it is caught.
+//! prober manager, which removes the worker's cache entry and metric series unless a newer
+//! worker has taken its key over (upstream's worker removes them itself; here a replacement can
+//! start before the worker it replaces has exited). A probe runs as a future of this actor:
+//! stopping the worker cancels it (an exec child is killed when its future is dropped), and a
+//! panic inside it is caught.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -42,9 +45,25 @@ pub struct WorkerExited {
     pub key: ProbeKey,
     pub worker_id: u64,
     pub clean: bool,
+    /// The container whose cache entry the worker owned when it exited, if known. The worker
+    /// leaves the entry (and its metric series) to the manager, which alone knows whether a
+    /// newer worker now owns them. The worker's last `SetResult` went out before this notice,
+    /// so a `RemoveResult` the manager sends on receiving it reaches the cache after that.
+    pub container_id: Option<ContainerId>,
     /// A dead worker's state, when known: its replacement resumes from it (same container,
     /// same threshold count, same hold), or the manager cleans up after it.
     pub state: Option<WorkerState>,
+    /// The worker's metric series.
+    pub labels: metrics::ProbeLabels,
+}
+
+/// Sent by the manager to a worker that replaced one which has now exited, with the container
+/// whose cache entry the exited worker left behind: the entry is the new worker's if that is
+/// (or may still become) its container, and is removed if the new worker already has another.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct PredecessorExited {
+    pub container_id: ContainerId,
 }
 
 /// Identifies a worker: pod UID, container name, probe kind.
@@ -115,7 +134,9 @@ impl ProbeWorker {
                 key: config.key.clone(),
                 worker_id: config.worker_id,
                 clean: false,
+                container_id: None,
                 state: None,
+                labels: labels.clone(),
             },
             key: config.key,
             pod: config.pod,
@@ -306,6 +327,7 @@ impl Actor for ProbeWorker {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.exit.container_id = self.state.container_id.clone();
         // A panic in a handler drops the actor's context, and actix stops the actor from that
         // drop, so this runs during the unwinding: the worker died, it did not stop. Leave the
         // notice unclean so the manager restarts it, and keep the cached result and metric
@@ -314,11 +336,15 @@ impl Actor for ProbeWorker {
             self.exit.state = Some(self.state.clone());
             return;
         }
-        if let Some(container_id) = self.state.container_id.take() {
-            self.results.do_send(RemoveResult { kind: self.key.kind, container_id });
-        }
-        self.labels.forget();
         self.exit.clean = true;
+        // The manager removes the cache entry and the series on the notice; with the manager
+        // gone (the system is shutting down) nobody else will.
+        if !self.exit.manager.connected() {
+            if let Some(container_id) = self.exit.container_id.take() {
+                self.results.do_send(RemoveResult { kind: self.key.kind, container_id });
+            }
+            self.labels.forget();
+        }
     }
 }
 
@@ -330,6 +356,28 @@ impl Handler<Stop> for ProbeWorker {
             ctx.cancel_future(handle);
         }
         ctx.stop();
+    }
+}
+
+impl Handler<PredecessorExited> for ProbeWorker {
+    type Result = ();
+
+    fn handle(&mut self, msg: PredecessorExited, _ctx: &mut Self::Context) {
+        match &self.state.container_id {
+            Some(own) if *own == msg.container_id => {}
+            // Container IDs are not reused: the entry is stale.
+            Some(_) => {
+                self.results.do_send(RemoveResult { kind: self.key.kind, container_id: msg.container_id })
+            }
+            // Not seen a container yet: adopt the entry, so that it is kept if the container is
+            // still the one running, and removed like any old container's when another appears.
+            // A resumed worker skips reseeding the first container it sees because that entry
+            // is still there; the adopted entry is that one, so a later container is seeded.
+            None => {
+                self.state.container_id = Some(msg.container_id);
+                self.state.resumed = false;
+            }
+        }
     }
 }
 
@@ -358,7 +406,9 @@ struct ExitNotice {
     key: ProbeKey,
     worker_id: u64,
     clean: bool,
+    container_id: Option<ContainerId>,
     state: Option<WorkerState>,
+    labels: metrics::ProbeLabels,
 }
 
 impl Drop for ExitNotice {
@@ -367,7 +417,9 @@ impl Drop for ExitNotice {
             key: self.key.clone(),
             worker_id: self.worker_id,
             clean: self.clean,
+            container_id: self.container_id.take(),
             state: self.state.take(),
+            labels: self.labels.clone(),
         });
     }
 }

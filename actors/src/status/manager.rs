@@ -1,9 +1,9 @@
 //! The status manager actor (upstream `pkg/kubelet/status.Manager`): the source of truth for
 //! pod status. It keeps a versioned status per pod (keyed by the source pod's UID), applies
-//! probe readiness and startup results, regenerates Ready / ContainersReady, rejects illegal
-//! container state transitions, keeps `lastTransitionTime` and `startTime`, normalises, and
-//! publishes every new version to per-pod views (read by probe workers) and to a subscriber
-//! (the syncer). With no subscriber it is a local cache, as upstream with a nil API client.
+//! probe readiness and startup results, regenerates Ready / ContainersReady, stamps the status
+//! and the kubelet-owned conditions with the pod's generation, rejects illegal container state
+//! transitions, keeps `lastTransitionTime` and `startTime`, normalises, and publishes every new
+//! version to per-pod views (read by probe workers) and to a subscriber (the syncer). With no subscriber it is a local cache, as upstream with a nil API client.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use actix::prelude::*;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use super::equality::is_pod_status_by_kubelet_equal;
+use super::equality::{is_kubelet_owned_condition, is_pod_status_by_kubelet_equal};
 use super::generate::{
     CONTAINERS_READY, POD_READY, generate_containers_ready_condition, generate_pod_ready_condition,
 };
@@ -225,8 +225,14 @@ impl Handler<SetPodStatus> for StatusManager {
     fn handle(&mut self, msg: SetPodStatus, _ctx: &mut Self::Context) {
         let mut status = msg.status;
         // The status reflects this generation of the spec (PodObservedGenerationTracking, on
-        // by default since 1.34); Go's zero generation is an omitted field.
-        status.observed_generation = msg.pod.metadata.generation.filter(|g| *g != 0);
+        // by default since 1.34), and so does every condition the kubelet generates.
+        let generation = observed_generation(&msg.pod);
+        status.observed_generation = generation;
+        for condition in status.conditions.iter_mut().flatten() {
+            if is_kubelet_owned_condition(&condition.type_) {
+                condition.observed_generation = generation;
+            }
+        }
         // A pod being deleted always gets a new version, so its deletion is driven forward.
         let force = msg.pod.metadata.deletion_timestamp.is_some();
         self.update_status_internal(&msg.pod, status, force, false);
@@ -252,8 +258,15 @@ impl Handler<SetContainerReadiness> for StatusManager {
         let all = super::generate::all_container_statuses(&status);
         let phase = status.phase.clone().unwrap_or_default();
         let conditions = status.conditions.clone().unwrap_or_default();
-        let ready = generate_pod_ready_condition(&spec, &conditions, Some(&all), &phase);
-        let containers_ready = generate_containers_ready_condition(&spec, Some(&all), &phase);
+        let generation = observed_generation(&pod);
+        let ready = PodCondition {
+            observed_generation: generation,
+            ..generate_pod_ready_condition(&spec, &conditions, Some(&all), &phase)
+        };
+        let containers_ready = PodCondition {
+            observed_generation: generation,
+            ..generate_containers_ready_condition(&spec, Some(&all), &phase)
+        };
         replace_or_append(&mut status, POD_READY, ready);
         replace_or_append(&mut status, CONTAINERS_READY, containers_ready);
         self.update_status_internal(&pod, status, false, false);
@@ -349,6 +362,12 @@ impl Handler<SubscribeStatus> for StatusManager {
 }
 
 // === helpers ===
+
+/// The generation a status and its kubelet conditions were generated for; Go's zero
+/// generation is an omitted field.
+fn observed_generation(pod: &Pod) -> Option<i64> {
+    pod.metadata.generation.filter(|g| *g != 0)
+}
 
 /// The container status with this ID, among regular then init containers.
 fn find_by_id<'a>(status: &'a mut PodStatus, id: &ContainerId) -> Option<&'a mut ContainerStatus> {
