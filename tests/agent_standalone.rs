@@ -100,6 +100,23 @@ impl Agent {
     }
 }
 
+impl Drop for Agent {
+    /// A test that failed drops a running agent: SIGTERM it and give it a bounded while to stop
+    /// its containers (the SIGKILL of `kill_on_drop` would leave them running). Drop cannot
+    /// await, so this polls.
+    fn drop(&mut self) {
+        let Some(id) = self.child.id() else { return };
+        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while std::time::Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("probelet-e2e-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -179,5 +196,57 @@ async fn pod_goes_ready_and_failing_liveness_restarts_it() {
     // A removed file stops its pod.
     std::fs::remove_file(dir.join("late.yaml")).unwrap();
     agent.wait_for(|l| l.contains("default/late: stopped")).await;
+    agent.stop().await;
+}
+
+fn sidecar_pod(name: &str, policy: &str, proxy_port: u16, app_args: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: {policy}
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: proxy
+    restartPolicy: Always
+    command: ["probelet", "demo-target", "--http", "127.0.0.1:{proxy_port}", "--start-after", "2s"]
+    startupProbe:
+      httpGet: {{path: /healthz, port: {proxy_port}}}
+      periodSeconds: 1
+      failureThreshold: 30
+  containers:
+  - name: app
+    command: ["probelet", "demo-target"{app_args}]
+"#
+    )
+}
+
+#[actix::test]
+async fn a_sidecar_pod_runs_its_app_once_the_sidecar_started_and_completes() {
+    let dir = temp_dir("sidecar");
+    write(&dir, "side.yaml", &sidecar_pod("side", "Always", free_port(), ""));
+    write(
+        &dir,
+        "job.yaml",
+        &sidecar_pod("job", "Never", free_port(), r#", "--exit-after", "1s", "--exit-code", "0""#),
+    );
+    let mut agent = Agent::start(&dir).await;
+
+    let position = |agent: &Agent, text: &str| agent.seen.iter().position(|l| l.ends_with(text));
+    agent.wait_for(|l| l.ends_with("default/side: container app running")).await;
+    let app = position(&agent, "default/side: container app running").unwrap();
+    let started = position(&agent, "default/side: container proxy started");
+    let output = agent.seen.join("\n");
+    assert!(started.is_some_and(|s| s < app), "app ran only after proxy had started:\n{output}");
+    agent.wait_for(|l| l.ends_with("default/side: phase Running")).await;
+
+    // The job's app completes; its sidecar is stopped and the pod succeeds.
+    agent.wait_for(|l| l.ends_with("default/job: container app terminated (Completed, exit code 0)")).await;
+    agent.wait_for(|l| l.contains("default/job: container proxy terminated")).await;
+    agent.wait_for(|l| l.ends_with("default/job: phase Succeeded")).await;
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains("\"phase\":\"Succeeded\""), "{pods}");
     agent.stop().await;
 }

@@ -1,23 +1,25 @@
 //! The standalone agent's process runtime with real short-lived processes: start and states,
 //! restart policies and crash-loop back-off, kills with grace periods, pod termination order,
-//! init containers and sidecars, environment and working directory, start failures, and exec
-//! probes through the shared runner. Waits go through `RuntimeChanged` notifications, bounded.
+//! init containers and sidecars (held back until started, stopped once the pod completes),
+//! environment and working directory, start failures, and exec probes through the shared runner. Waits go through `RuntimeChanged` notifications, bounded.
 // Helpers may panic: a panic there fails the test that called it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerStateTerminated, ContainerStatus, EnvVar, EnvVarSource, ObjectFieldSelector, Pod,
-    PodSpec,
+    Container, ContainerStateTerminated, ContainerStatus, EnvVar, EnvVarSource, ExecAction,
+    ObjectFieldSelector, Pod, PodSpec, Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use probelet::clock::TokioClock;
 use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, MemoryRecorder};
+use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
     GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, RuntimePodStatus,
     SubscribeRuntime, SyncPod,
@@ -73,7 +75,13 @@ impl Harness {
     }
 
     async fn sync(&self, pod: &Pod) {
-        self.runtime.send(SyncPod(Arc::new(pod.clone()))).await.unwrap();
+        self.runtime.send(SyncPod::new(Arc::new(pod.clone()))).await.unwrap();
+    }
+
+    /// A sync telling the runtime which container IDs the status says have started.
+    async fn sync_started(&self, pod: &Pod, started: &[&str]) {
+        let started: HashSet<String> = started.iter().map(|s| s.to_string()).collect();
+        self.runtime.send(SyncPod { pod: Arc::new(pod.clone()), started }).await.unwrap();
     }
 
     async fn status(&self, uid: &str) -> Option<RuntimePodStatus> {
@@ -168,6 +176,12 @@ fn with_init(mut pod: Pod, init: Vec<Container>) -> Pod {
 
 fn sidecar(mut c: Container) -> Container {
     c.restart_policy = Some("Always".into());
+    c
+}
+
+fn with_startup_probe(mut c: Container) -> Container {
+    c.startup_probe =
+        Some(Probe { exec: Some(ExecAction { command: Some(vec!["true".into()]) }), ..Default::default() });
     c
 }
 
@@ -552,6 +566,103 @@ async fn sidecars_start_before_the_next_init_container_and_keep_running() {
     let flappy = named(&status.init_containers, "flappy");
     assert_eq!(last_terminated(flappy).unwrap().reason.as_deref(), Some("Completed"));
     h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+#[actix::test]
+async fn a_sidecar_with_a_startup_probe_holds_back_the_rest_until_reported_started() {
+    let mut h = Harness::new();
+    let pod = with_init(
+        with_containers(pod("startup", "Always"), vec![container("app", &["sleep", "30"])]),
+        vec![sidecar(with_startup_probe(container("side", &["sleep", "30"]))), container("init", &["true"])],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "side running", |s| running(named(&s.init_containers, "side"))).await;
+    let side_id = named(&status.init_containers, "side").container_id.clone().unwrap();
+
+    // Each sync decides at once (starting a process is synchronous), so what has not started
+    // after it was held back. Not reported started, or only an older instance: held back.
+    h.sync(&pod).await;
+    h.sync_started(&pod, &["probelet://0000000000000000"]).await;
+    let status = h.status(&id).await.unwrap();
+    assert_eq!(waiting(named(&status.init_containers, "init")), Some(("PodInitializing", None)));
+    assert_eq!(waiting(app(&status)), Some(("PodInitializing", None)));
+    assert!(h.events_for("init").is_empty() && h.events_for("app").is_empty());
+
+    // Reported started: the init container runs, then the regular container.
+    h.sync_started(&pod, &[&side_id]).await;
+    let status = h
+        .wait_for(&id, "init completed and app running", |s| {
+            terminated(named(&s.init_containers, "init")).is_some() && running(app(s))
+        })
+        .await;
+    let side = named(&status.init_containers, "side");
+    assert_eq!((side.container_id.as_deref(), side.restart_count), (Some(side_id.as_str()), 0));
+
+    // Started once is enough: a later sync that does not name it holds nothing back.
+    h.sync(&pod).await;
+    assert!(running(app(&h.status(&id).await.unwrap())));
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+#[actix::test]
+async fn a_sidecar_without_a_startup_probe_lets_the_rest_start_once_it_runs() {
+    let mut h = Harness::new();
+    let pod = with_init(
+        with_containers(pod("nostartup", "Always"), vec![container("app", &["sleep", "30"])]),
+        vec![sidecar(container("side", &["sleep", "30"]))],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "side and app running", |s| {
+        running(named(&s.init_containers, "side")) && running(app(s))
+    })
+    .await;
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+#[actix::test]
+async fn a_completed_pod_stops_its_sidecars_and_succeeds() {
+    let mut h = Harness::new();
+    let pod = with_init(
+        with_containers(pod("completed", "Never"), vec![container("app", &["true"])]),
+        vec![sidecar(container("side", &["sleep", "30"]))],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h
+        .wait_for(&id, "app completed and side stopped", |s| {
+            terminated(app(s)).is_some() && terminated(named(&s.init_containers, "side")).is_some()
+        })
+        .await;
+    let side = named(&status.init_containers, "side");
+    assert_eq!(terminated(side).unwrap().exit_code, 143, "stopped with SIGTERM");
+    assert_eq!(side.restart_count, 0, "not restarted although a sidecar");
+    assert!(h.events_for("side").contains(&"Normal Killing Stopping container side".to_owned()));
+    let spec = pod.spec.as_ref().unwrap();
+    assert!(has_any_regular_container_started(spec, &status.containers));
+    assert_eq!(pod_phase(spec, &status.init_containers, &status.containers, true), "Succeeded");
+
+    // Nothing starts again.
+    h.sync(&pod).await;
+    assert_eq!(h.status(&id).await.unwrap(), status);
+}
+
+#[actix::test]
+async fn a_failed_init_container_under_never_stops_the_sidecars() {
+    let mut h = Harness::new();
+    let pod = with_init(
+        with_containers(pod("initfail-sidecar", "Never"), vec![container("app", &["true"])]),
+        vec![sidecar(container("side", &["sleep", "30"])), container("init", &["false"])],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status =
+        h.wait_for(&id, "side stopped", |s| terminated(named(&s.init_containers, "side")).is_some()).await;
+    assert_eq!(terminated(named(&status.init_containers, "init")).unwrap().exit_code, 1);
+    assert_eq!(waiting(app(&status)), Some(("PodInitializing", None)));
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(pod_phase(spec, &status.init_containers, &status.containers, false), "Failed");
 }
 
 // === environment, working directory, exec ===

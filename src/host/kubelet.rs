@@ -2,10 +2,14 @@
 //! pods from a manifests folder and containers from the local process runtime.
 //!
 //! Pods come and go with the folder (rescanned every few seconds). A pod is synced — runtime
-//! state → `UpdatePodStatus` → phase and conditions → `SetPodStatus` → `AddPod` → the runtime
+//! state → phase → `UpdatePodStatus` → conditions → `SetPodStatus` → `AddPod` → the runtime
 //! told to converge — whenever its containers change, a probe result changes, and every
-//! resync period. A failed liveness or startup probe kills the container with the kubelet's
-//! message and grace period. Every status transition is printed as one readable line.
+//! resync period. A pod in a terminal phase is no longer probed nor converged. A failed
+//! liveness or startup probe kills the container with the kubelet's message and grace period.
+//! Every status transition is printed as one readable line.
+//!
+//! A sync gathers asynchronously and decides on the actor: the pod may have started
+//! terminating, or be gone, by the time its status is ready, and only the actor's state says so.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -19,11 +23,11 @@ use probelet_actors::Pipeline;
 use probelet_actors::contracts::PodRegistry;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
-use probelet_actors::status::generate_kubelet_conditions;
+use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
 
 use super::history::ProbeHistory;
 use super::manifests::{self, Snapshot, SourceChange};
-use super::phase::{kill_grace_period, pod_phase, probe_kill_message};
+use super::phase::{has_any_regular_container_started, kill_grace_period, pod_phase, probe_kill_message};
 use super::runtime::{
     GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, SyncPod,
 };
@@ -63,6 +67,9 @@ pub struct KubeletConfig {
 }
 
 struct PodEntry {
+    /// Tells this entry from an earlier one of the same UID (a manifest removed and added back
+    /// while a sync of the old one was in flight).
+    generation: u64,
     pod: Arc<Pod>,
     /// What was printed last, to print only changes.
     printed: Option<Summary>,
@@ -72,6 +79,8 @@ struct PodEntry {
     /// Another sync was asked for while one ran.
     dirty: bool,
     terminating: bool,
+    /// The pod reached a terminal phase: its workers are gone and nothing restarts.
+    finished: bool,
 }
 
 pub struct StandaloneKubelet {
@@ -84,6 +93,8 @@ pub struct StandaloneKubelet {
     /// Manifest errors already reported (reported once, not on every scan).
     reported: HashSet<String>,
     entries: HashMap<String, PodEntry>,
+    /// The last [`PodEntry::generation`] given.
+    generation: u64,
     /// Set once the folder has been read: `/readyz`.
     synced: Arc<AtomicBool>,
 }
@@ -106,6 +117,7 @@ impl StandaloneKubelet {
             snapshot: Snapshot::default(),
             reported: HashSet::new(),
             entries: HashMap::new(),
+            generation: 0,
             synced,
         }
     }
@@ -137,14 +149,23 @@ impl StandaloneKubelet {
         let pod = Arc::new(pod);
         println!("{} {}: added from {}", now(), pod_key(&pod), file.display());
         self.pods.upsert(pod.clone());
-        self.entries.insert(
-            uid.clone(),
-            PodEntry { pod, printed: None, status: None, syncing: false, dirty: false, terminating: false },
-        );
+        self.generation += 1;
+        let entry = PodEntry {
+            generation: self.generation,
+            pod,
+            printed: None,
+            status: None,
+            syncing: false,
+            dirty: false,
+            terminating: false,
+            finished: false,
+        };
+        self.entries.insert(uid.clone(), entry);
         self.sync(uid, ctx);
     }
 
-    /// One pod sync (the kubelet's `SyncPod`, status half).
+    /// One pod sync (the kubelet's `SyncPod`): the status is generated off the actor, then
+    /// [`Self::apply`] decides what to do with it.
     fn sync(&mut self, uid: String, ctx: &mut Context<Self>) {
         let Some(entry) = self.entries.get_mut(&uid) else { return };
         if entry.syncing {
@@ -152,45 +173,52 @@ impl StandaloneKubelet {
             return;
         }
         entry.syncing = true;
-        let pod = entry.pod.clone();
-        let terminating = entry.terminating;
-        let pipeline = self.pipeline.clone();
-        let runtime = self.runtime.clone();
-        let fut = async move {
-            let spec = pod.spec.clone().unwrap_or_default();
-            let runtime_status = runtime.send(GetRuntimeStatus(uid.clone())).await.ok().flatten();
-            let (init, containers) =
-                runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();
-            let status = PodStatus {
-                phase: Some(pod_phase(&spec, &init, &containers).to_owned()),
-                pod_ip: Some(POD_IP.to_owned()),
-                pod_ips: Some(vec![PodIP { ip: POD_IP.to_owned() }]),
-                host_ip: Some(POD_IP.to_owned()),
-                host_ips: Some(vec![HostIP { ip: POD_IP.to_owned() }]),
-                qos_class: Some("BestEffort".to_owned()),
-                init_container_statuses: if spec.init_containers.as_ref().is_some_and(|i| !i.is_empty()) {
-                    Some(init)
-                } else {
-                    None
-                },
-                container_statuses: Some(containers),
-                ..Default::default()
-            };
-            let mut status = pipeline.update_pod_status(pod.clone(), status).await.ok()?;
-            generate_kubelet_conditions(&pod, &mut status);
-            pipeline.set_pod_status(pod.clone(), status);
-            if !terminating {
-                pipeline.add_pod(pod.clone());
-                runtime.do_send(SyncPod(pod.clone()));
-            }
-            pipeline.pod_status(&uid).await.ok().flatten()
-        };
-        let uid_after = entry.pod.metadata.uid.clone().unwrap_or_default();
-        ctx.spawn(fut.into_actor(self).map(move |stored, act, ctx| act.synced(uid_after, stored, ctx)));
+        let generation = entry.generation;
+        let status = generate_status(entry.pod.clone(), self.pipeline.clone(), self.runtime.clone());
+        ctx.spawn(
+            status.into_actor(self).map(move |status, act, ctx| act.apply(uid, generation, status, ctx)),
+        );
     }
 
-    fn synced(&mut self, uid: String, stored: Option<Arc<PodStatus>>, ctx: &mut Context<Self>) {
-        let Some(entry) = self.entries.get_mut(&uid) else { return };
+    /// The deciding half of a sync, on the actor: store the status unless the pod is gone (a
+    /// status stored now would outlive the pod); unless it is terminating, probe it and have the
+    /// runtime converge — or, once its phase is terminal, stop probing it.
+    fn apply(&mut self, uid: String, generation: u64, status: Option<PodStatus>, ctx: &mut Context<Self>) {
+        let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
+        let Some(status) = status else { return self.synced(uid, generation, None, ctx) };
+        let pod = entry.pod.clone();
+        let terminal = matches!(status.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED));
+        let started = started_containers(&status);
+        self.pipeline.set_pod_status(pod.clone(), status);
+        if !entry.terminating {
+            if terminal || entry.finished {
+                // The kubelet never syncs a terminal pod again: no workers, no SyncPod.
+                if !std::mem::replace(&mut entry.finished, true) {
+                    self.pipeline.remove_pod(pod);
+                }
+            } else {
+                self.pipeline.add_pod(pod.clone());
+                self.runtime.do_send(SyncPod { pod, started });
+            }
+        }
+        let pipeline = self.pipeline.clone();
+        let stored = {
+            let uid = uid.clone();
+            async move { pipeline.pod_status(&uid).await.ok().flatten() }
+        };
+        ctx.spawn(
+            stored.into_actor(self).map(move |stored, act, ctx| act.synced(uid, generation, stored, ctx)),
+        );
+    }
+
+    fn synced(
+        &mut self,
+        uid: String,
+        generation: u64,
+        stored: Option<Arc<PodStatus>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
         entry.syncing = false;
         if let Some(status) = stored {
             let summary = Summary::of(&status);
@@ -334,6 +362,52 @@ impl Handler<Shutdown> for StandaloneKubelet {
         }
         Box::pin(futures::future::join_all(kills).into_actor(self).map(|_, _, _| ()))
     }
+}
+
+/// The gathering half of a sync (upstream `generateAPIPodStatus`): the runtime's container
+/// states, the phase, `started` / `ready` from the prober, the kubelet's conditions. `None`
+/// when the engine did not answer.
+async fn generate_status(
+    pod: Arc<Pod>,
+    pipeline: Pipeline,
+    runtime: Addr<ProcessRuntime>,
+) -> Option<PodStatus> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let runtime_status = runtime.send(GetRuntimeStatus(uid)).await.ok().flatten();
+    let (init, containers) = runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();
+    let initialized = has_any_regular_container_started(&spec, &containers);
+    let status = PodStatus {
+        phase: Some(pod_phase(&spec, &init, &containers, initialized).to_owned()),
+        pod_ip: Some(POD_IP.to_owned()),
+        pod_ips: Some(vec![PodIP { ip: POD_IP.to_owned() }]),
+        host_ip: Some(POD_IP.to_owned()),
+        host_ips: Some(vec![HostIP { ip: POD_IP.to_owned() }]),
+        qos_class: Some("BestEffort".to_owned()),
+        init_container_statuses: if spec.init_containers.as_ref().is_some_and(|i| !i.is_empty()) {
+            Some(init)
+        } else {
+            None
+        },
+        container_statuses: Some(containers),
+        ..Default::default()
+    };
+    let mut status = pipeline.update_pod_status(pod.clone(), status).await.ok()?;
+    generate_kubelet_conditions(&pod, &mut status);
+    Some(status)
+}
+
+/// The IDs of the containers the status says have started: what the status manager will hold
+/// once the status is stored, and what lets the runtime go past a sidecar.
+fn started_containers(status: &PodStatus) -> HashSet<String> {
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .filter(|c| c.started == Some(true))
+        .filter_map(|c| c.container_id.clone())
+        .collect()
 }
 
 /// `namespace/name`.

@@ -12,92 +12,138 @@ use probelet_actors::status::{
 /// The kubelet never kills with less than this (`minimumGracePeriodInSeconds`).
 pub const MINIMUM_GRACE_PERIOD: Duration = Duration::from_secs(2);
 
-/// Upstream `getPhase`: the pod phase from its container statuses.
-pub fn pod_phase(spec: &PodSpec, init: &[ContainerStatus], containers: &[ContainerStatus]) -> &'static str {
+/// Upstream `getPhase` (v1.34, `ContainerRestartRules` off): the pod phase from its container
+/// statuses. `pod_has_initialized` is upstream's `HasAnyActiveRegularContainerStarted` (see
+/// [`has_any_regular_container_started`]): once a regular container has run, a sidecar that is
+/// not started (yet, or again) no longer holds the pod in `Pending`.
+///
+/// A running sidecar counts as running, so a pod whose regular containers have all completed
+/// stays `Running` until its sidecars are stopped (the runtime then stops them, as upstream's
+/// `computePodActions` kills such a pod). Upstream's `podIsTerminal` branch is left out: it
+/// never applies to static pods, and every standalone pod is one (its source is a file).
+pub fn pod_phase(
+    spec: &PodSpec,
+    init: &[ContainerStatus],
+    containers: &[ContainerStatus],
+    pod_has_initialized: bool,
+) -> &'static str {
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let find = |list: &[ContainerStatus], name: &str| list.iter().find(|s| s.name == name).cloned();
+    let find =
+        |list: &'_ [ContainerStatus], name: &str| list.iter().find(|s| s.name == name).map(Observed::of);
 
-    let mut pending_initialization = 0;
+    let mut pending_regular_init = 0;
+    let mut pending_sidecars = 0;
     let mut failed_initialization = 0;
-    let mut sidecars_running = 0;
-    for container in spec.init_containers.iter().flatten() {
-        let Some(status) = find(init, &container.name) else {
-            pending_initialization += 1;
-            continue;
-        };
-        let state = status.state.clone().unwrap_or_default();
-        if is_restartable_init_container(container) {
-            if state.running.is_some() && status.started == Some(true) {
-                sidecars_running += 1;
-            } else {
-                pending_initialization += 1;
-            }
-            continue;
-        }
-        if state.running.is_some() {
-            pending_initialization += 1;
-        } else if let Some(terminated) = &state.terminated {
-            if terminated.exit_code != 0 {
-                failed_initialization += 1;
-            }
-        } else {
-            let last_failed = status
-                .last_state
-                .as_ref()
-                .and_then(|s| s.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0);
-            if last_failed {
-                failed_initialization += 1;
-            } else {
-                pending_initialization += 1;
-            }
+    for container in spec.init_containers.iter().flatten().filter(|c| !is_restartable_init_container(c)) {
+        match find(init, &container.name) {
+            None | Some(Observed::Running | Observed::Unknown) => pending_regular_init += 1,
+            Some(Observed::Terminated(code)) if code != 0 => failed_initialization += 1,
+            Some(Observed::Terminated(_)) => {}
+            Some(Observed::Waiting { last_exit: Some(code) }) if code != 0 => failed_initialization += 1,
+            Some(Observed::Waiting { last_exit: Some(_) }) => {}
+            Some(Observed::Waiting { last_exit: None }) => pending_regular_init += 1,
         }
     }
 
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
-    for container in &spec.containers {
-        let Some(status) = find(containers, &container.name) else {
+    for container in spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c)) {
+        let Some(status) = init.iter().find(|s| s.name == container.name) else {
             unknown += 1;
             continue;
         };
-        let state = status.state.clone().unwrap_or_default();
-        if state.running.is_some() {
-            running += 1;
-        } else if let Some(terminated) = &state.terminated {
-            stopped += 1;
-            if terminated.exit_code == 0 {
-                succeeded += 1;
+        match Observed::of(status) {
+            Observed::Running => {
+                if status.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
             }
-        } else if status.last_state.as_ref().and_then(|s| s.terminated.as_ref()).is_some() {
-            stopped += 1;
-        } else {
-            waiting += 1;
+            // A stopped or crash-looping sidecar does not count towards the phase.
+            Observed::Terminated(_) | Observed::Waiting { last_exit: Some(_) } => {}
+            Observed::Waiting { last_exit: None } => {
+                pending_sidecars += 1;
+                waiting += 1;
+            }
+            Observed::Unknown => {
+                pending_sidecars += 1;
+                unknown += 1;
+            }
+        }
+    }
+    for container in &spec.containers {
+        match find(containers, &container.name) {
+            None | Some(Observed::Unknown) => unknown += 1,
+            Some(Observed::Running) => running += 1,
+            Some(Observed::Terminated(code)) => {
+                stopped += 1;
+                if code == 0 {
+                    succeeded += 1;
+                }
+            }
+            Some(Observed::Waiting { last_exit: Some(_) }) => stopped += 1,
+            Some(Observed::Waiting { last_exit: None }) => waiting += 1,
         }
     }
 
     if failed_initialization > 0 && policy == "Never" {
         return PHASE_FAILED;
     }
-    if pending_initialization > 0 || (failed_initialization > 0 && running == 0) {
-        return PHASE_PENDING;
-    }
-    if waiting > 0 {
+    // Once a regular container has run, sidecars restarting or not started do not put the pod
+    // back into Pending.
+    if pending_regular_init > 0 || (pending_sidecars > 0 && !pod_has_initialized) || waiting > 0 {
         return PHASE_PENDING;
     }
     if running > 0 && unknown == 0 {
         return PHASE_RUNNING;
     }
     if running == 0 && stopped > 0 && unknown == 0 {
-        // Sidecars still running do not keep a finished pod alive.
-        let _ = sidecars_running;
         return match policy {
+            // Every container is being restarted.
             "Always" => PHASE_RUNNING,
             _ if stopped == succeeded => PHASE_SUCCEEDED,
-            "OnFailure" => PHASE_RUNNING,
-            _ => PHASE_FAILED,
+            "Never" => PHASE_FAILED,
+            // OnFailure: at least one failed and is being restarted.
+            _ => PHASE_RUNNING,
         };
     }
     PHASE_PENDING
+}
+
+/// Upstream `HasAnyActiveRegularContainerStarted`: some regular container has been created, so
+/// the pod has been initialized. A created container is one the runtime gave an ID.
+pub fn has_any_regular_container_started(spec: &PodSpec, containers: &[ContainerStatus]) -> bool {
+    containers.iter().any(|s| s.container_id.is_some() && spec.containers.iter().any(|c| c.name == s.name))
+}
+
+/// A container status's state as `getPhase` distinguishes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Observed {
+    Running,
+    Terminated(i32),
+    /// `last_exit`: the exit code of the previous instance, if there was one.
+    Waiting {
+        last_exit: Option<i32>,
+    },
+    /// No state set.
+    Unknown,
+}
+
+impl Observed {
+    fn of(status: &ContainerStatus) -> Observed {
+        let state = status.state.as_ref();
+        if state.is_some_and(|s| s.running.is_some()) {
+            return Observed::Running;
+        }
+        if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
+            return Observed::Terminated(terminated.exit_code);
+        }
+        if state.is_some_and(|s| s.waiting.is_some()) {
+            let last_exit =
+                status.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code);
+            return Observed::Waiting { last_exit };
+        }
+        Observed::Unknown
+    }
 }
 
 /// Upstream's grace period for killing a container after its `kind` probe failed: the pod's
@@ -148,11 +194,15 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+    /// A spec; init container names starting with `s` are sidecars.
     fn spec(policy: &str, init: &[&str], containers: &[&str]) -> PodSpec {
         let c = |n: &&str| Container { name: (*n).into(), ..Default::default() };
+        let init = init
+            .iter()
+            .map(|n| Container { restart_policy: n.starts_with('s').then(|| "Always".to_owned()), ..c(n) });
         PodSpec {
             restart_policy: Some(policy.into()),
-            init_containers: Some(init.iter().map(c).collect()),
+            init_containers: Some(init.collect()),
             containers: containers.iter().map(c).collect(),
             ..Default::default()
         }
@@ -167,6 +217,11 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    /// Running with `started: true`.
+    fn started(name: &str) -> ContainerStatus {
+        ContainerStatus { started: Some(true), ..running(name) }
     }
 
     fn waiting(name: &str) -> ContainerStatus {
@@ -191,62 +246,251 @@ mod tests {
         }
     }
 
+    /// Waiting to be restarted after exiting with `code` (CrashLoopBackOff).
+    fn crash_looping(name: &str, code: i32) -> ContainerStatus {
+        ContainerStatus { last_state: exited(name, code).state, ..waiting(name) }
+    }
+
     #[test]
     fn phases() {
+        let (pending, running_, succeeded, failed) =
+            (PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, PHASE_FAILED);
+        // (case, spec, init statuses, regular statuses, pod has initialized, phase)
         let cases = [
-            ("nothing started", spec("Always", &[], &["a"]), vec![], vec![], PHASE_PENDING),
-            ("waiting", spec("Always", &[], &["a"]), vec![], vec![waiting("a")], PHASE_PENDING),
-            ("running", spec("Always", &[], &["a"]), vec![], vec![running("a")], PHASE_RUNNING),
-            ("one unknown", spec("Always", &[], &["a", "b"]), vec![], vec![running("a")], PHASE_PENDING),
+            ("nothing started", spec("Always", &[], &["a"]), vec![], vec![], false, pending),
+            ("waiting", spec("Always", &[], &["a"]), vec![], vec![waiting("a")], false, pending),
+            ("running", spec("Always", &[], &["a"]), vec![], vec![running("a")], true, running_),
+            ("one unknown", spec("Always", &[], &["a", "b"]), vec![], vec![running("a")], true, pending),
+            (
+                "no state",
+                spec("Always", &[], &["a"]),
+                vec![],
+                vec![ContainerStatus::default()],
+                false,
+                pending,
+            ),
             (
                 "init running",
                 spec("Always", &["i"], &["a"]),
                 vec![running("i")],
                 vec![waiting("a")],
-                PHASE_PENDING,
+                false,
+                pending,
             ),
             (
                 "init done",
                 spec("Always", &["i"], &["a"]),
                 vec![exited("i", 0)],
                 vec![running("a")],
-                PHASE_RUNNING,
+                true,
+                running_,
             ),
             (
                 "init failed, Never",
                 spec("Never", &["i"], &["a"]),
                 vec![exited("i", 1)],
                 vec![waiting("a")],
-                PHASE_FAILED,
+                false,
+                failed,
+            ),
+            (
+                "init crash-looping, Never",
+                spec("Never", &["i"], &["a"]),
+                vec![crash_looping("i", 1)],
+                vec![waiting("a")],
+                false,
+                failed,
             ),
             (
                 "init failed, Always",
                 spec("Always", &["i"], &["a"]),
                 vec![exited("i", 1)],
                 vec![waiting("a")],
-                PHASE_PENDING,
+                false,
+                pending,
             ),
-            ("exited 0, Never", spec("Never", &[], &["a"]), vec![], vec![exited("a", 0)], PHASE_SUCCEEDED),
-            ("exited 1, Never", spec("Never", &[], &["a"]), vec![], vec![exited("a", 1)], PHASE_FAILED),
+            (
+                "init waiting after exit 0",
+                spec("Always", &["i"], &["a"]),
+                vec![crash_looping("i", 0)],
+                vec![],
+                false,
+                pending,
+            ),
+            ("exited 0, Never", spec("Never", &[], &["a"]), vec![], vec![exited("a", 0)], true, succeeded),
+            ("exited 1, Never", spec("Never", &[], &["a"]), vec![], vec![exited("a", 1)], true, failed),
             (
                 "exited 1, OnFailure",
                 spec("OnFailure", &[], &["a"]),
                 vec![],
                 vec![exited("a", 1)],
-                PHASE_RUNNING,
+                true,
+                running_,
+            ),
+            (
+                "crash-looping, OnFailure",
+                spec("OnFailure", &[], &["a"]),
+                vec![],
+                vec![crash_looping("a", 1)],
+                true,
+                running_,
             ),
             (
                 "exited 0, OnFailure",
                 spec("OnFailure", &[], &["a"]),
                 vec![],
                 vec![exited("a", 0)],
-                PHASE_SUCCEEDED,
+                true,
+                succeeded,
             ),
-            ("exited, Always", spec("Always", &[], &["a"]), vec![], vec![exited("a", 0)], PHASE_RUNNING),
+            ("exited, Always", spec("Always", &[], &["a"]), vec![], vec![exited("a", 0)], true, running_),
+            // Sidecars (upstream TestPodPhaseWithRestart*RestartableInitContainers).
+            (
+                "sidecar and regular running",
+                spec("Always", &["s"], &["a"]),
+                vec![started("s")],
+                vec![running("a")],
+                true,
+                running_,
+            ),
+            (
+                "sidecar running not started, regular running",
+                spec("Always", &["s"], &["a"]),
+                vec![running("s")],
+                vec![running("a")],
+                true,
+                running_,
+            ),
+            (
+                "sidecar running, regular waiting",
+                spec("Always", &["s"], &["a"]),
+                vec![running("s")],
+                vec![waiting("a")],
+                false,
+                pending,
+            ),
+            (
+                "sidecar started, regular waiting",
+                spec("Always", &["s"], &["a"]),
+                vec![started("s")],
+                vec![waiting("a")],
+                false,
+                pending,
+            ),
+            (
+                "sidecar running alone",
+                spec("Always", &["s"], &["a"]),
+                vec![running("s")],
+                vec![],
+                false,
+                pending,
+            ),
+            (
+                "sidecar crash-looping, regular running",
+                spec("Always", &["s"], &["a"]),
+                vec![crash_looping("s", 1)],
+                vec![running("a")],
+                true,
+                running_,
+            ),
+            (
+                "sidecar stopped, regular running",
+                spec("Always", &["s"], &["a"]),
+                vec![exited("s", 137)],
+                vec![running("a")],
+                true,
+                running_,
+            ),
+            (
+                "sidecar not created yet, regular running",
+                spec("Always", &["s"], &["a"]),
+                vec![waiting("s")],
+                vec![running("a")],
+                true,
+                pending,
+            ),
+            (
+                "sidecar status missing",
+                spec("Always", &["s"], &["a"]),
+                vec![],
+                vec![running("a")],
+                true,
+                pending,
+            ),
+            (
+                "regular init, sidecar and regular running",
+                spec("Always", &["i", "s"], &["a"]),
+                vec![running("i"), running("s")],
+                vec![running("a")],
+                true,
+                pending,
+            ),
+            (
+                "init done, sidecar running, regular crash-looping",
+                spec("Always", &["i", "s"], &["a"]),
+                vec![exited("i", 0), running("s")],
+                vec![crash_looping("a", 1)],
+                true,
+                running_,
+            ),
+            // A running sidecar keeps a completed pod Running until the runtime stops it.
+            (
+                "sidecar running, regular exited 0, Never",
+                spec("Never", &["s"], &["a"]),
+                vec![started("s")],
+                vec![exited("a", 0)],
+                true,
+                running_,
+            ),
+            (
+                "sidecar stopped, regular exited 0, Never",
+                spec("Never", &["s"], &["a"]),
+                vec![exited("s", 143)],
+                vec![exited("a", 0)],
+                true,
+                succeeded,
+            ),
+            (
+                "sidecar stopped, regular exited 0, OnFailure",
+                spec("OnFailure", &["s"], &["a"]),
+                vec![exited("s", 0)],
+                vec![exited("a", 0)],
+                true,
+                succeeded,
+            ),
+            (
+                "sidecar crash-looping, regular exited 0, Never",
+                spec("Never", &["s"], &["a"]),
+                vec![crash_looping("s", 1)],
+                vec![exited("a", 0)],
+                true,
+                succeeded,
+            ),
+            (
+                "sidecar stopped, regular exited 1, Never",
+                spec("Never", &["s"], &["a"]),
+                vec![exited("s", 0)],
+                vec![exited("a", 1)],
+                true,
+                failed,
+            ),
         ];
-        for (name, spec, init, containers, want) in cases {
-            assert_eq!(pod_phase(&spec, &init, &containers), want, "case {name}");
+        for (name, spec, init, containers, initialized, want) in cases {
+            assert_eq!(pod_phase(&spec, &init, &containers, initialized), want, "case {name}");
         }
+    }
+
+    #[test]
+    fn a_created_regular_container_means_initialized() {
+        let spec = spec("Always", &["s"], &["a"]);
+        let with_id = |s: ContainerStatus| ContainerStatus { container_id: Some("probelet://1".into()), ..s };
+        assert!(!has_any_regular_container_started(&spec, &[waiting("a")]));
+        assert!(
+            !has_any_regular_container_started(&spec, &[with_id(running("s"))]),
+            "a sidecar is not regular"
+        );
+        assert!(has_any_regular_container_started(&spec, &[with_id(running("a"))]));
+        assert!(has_any_regular_container_started(&spec, &[with_id(crash_looping("a", 1))]));
     }
 
     fn pod(pod_grace: Option<i64>, probe_grace: Option<i64>, deleting: Option<i64>, policy: &str) -> Pod {

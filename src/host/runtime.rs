@@ -1,8 +1,10 @@
 //! The standalone agent's container runtime: every container of a pod is a local process. It
 //! owns starting containers in the kubelet's order (init containers one after another, sidecars
-//! kept running, then the regular containers), restarting them per the pod's restart policy with
-//! the kubelet's crash-loop back-off, killing them (SIGTERM, then SIGKILL after the grace
-//! period), and the container statuses the kubelet would build from the runtime's view.
+//! kept running — the next container waits until a sidecar's startup probe has succeeded, as the
+//! host reports it — then the regular containers), restarting them per the pod's restart policy
+//! with the kubelet's crash-loop back-off, killing them (SIGTERM, then SIGKILL after the grace
+//! period; the sidecars of a pod whose regular containers are all done for good), and the
+//! container statuses the kubelet would build from the runtime's view.
 //!
 //! Upstream counterpart: the kubelet's `kuberuntime` manager over a CRI runtime —
 //! `computePodActions` / `SyncPod` / `doBackOff` (`kuberuntime_manager.go`), `startContainer` /
@@ -14,8 +16,8 @@
 //! everything it started, as a container's PID namespace would; [`crate::process`] sends the
 //! signals.
 
-use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -48,6 +50,8 @@ use crate::prober::exec::expand;
 use crate::prober::grpc::go_duration;
 use crate::prober::{container_reference, pod_name};
 use crate::process::{Signal, signal_group, signal_group_blocking};
+
+use super::phase::kill_grace_period;
 
 /// The runtime type in container IDs: `probelet://<16 hex digits>`.
 pub const RUNTIME_NAME: &str = "probelet";
@@ -95,7 +99,20 @@ const MAX_LOG_LINE: usize = 16 * 1024;
 /// containers, restarting exited ones per the restart policy. Idempotent; sent on every pod sync.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct SyncPod(pub Arc<Pod>);
+pub struct SyncPod {
+    pub pod: Arc<Pod>,
+    /// IDs (`probelet://…`) of the containers whose status, as the status manager has it, says
+    /// `started: true`. A sidecar with a startup probe lets the next container start only once
+    /// its running instance is in here (upstream waits for the startup result `Success`).
+    pub started: HashSet<String>,
+}
+
+impl SyncPod {
+    /// A sync that knows of no started container.
+    pub fn new(pod: Arc<Pod>) -> Self {
+        SyncPod { pod, started: HashSet::new() }
+    }
+}
 
 /// Kill one container (SIGTERM to its process group, SIGKILL after `grace`) with a `Killing`
 /// event carrying `message`. Its exit then goes through the restart policy like any other.
@@ -167,14 +184,16 @@ pub struct ProcessRuntime {
 struct PodRuntime {
     /// The latest pod given by `SyncPod`.
     pod: Arc<Pod>,
+    /// The started containers the latest `SyncPod` named.
+    started: HashSet<String>,
     /// By container name (names are unique across init and regular containers).
     containers: HashMap<String, Slot>,
-    /// Every init container has completed (or, for a sidecar, is running): regular containers
+    /// Every init container has completed (or, for a sidecar, has started): regular containers
     /// may run. Never goes back.
     initialized: bool,
     /// An init container failed under restart policy `Never`: nothing more starts.
     init_failed: bool,
-    /// `KillPod` was asked: nothing starts or restarts any more.
+    /// `KillPod` was asked, or the pod has completed: nothing starts or restarts any more.
     terminating: bool,
 }
 
@@ -190,6 +209,9 @@ struct Slot {
     backoff: Backoff,
     /// A pending restart (back-off) or retry; while set the container is not started.
     timer: Option<SpawnHandle>,
+    /// A sidecar that has counted as started once: it let the next container start, and it
+    /// never holds the pod's initialization back again.
+    initialized: bool,
 }
 
 enum Current {
@@ -280,8 +302,18 @@ impl ProcessRuntime {
         self.pods.get_mut(pod_uid)?.containers.get_mut(name)
     }
 
-    fn has_started(&self, pod_uid: &str, name: &str) -> bool {
-        self.pods.get(pod_uid).and_then(|p| p.containers.get(name)).is_some_and(|s| s.started > 0)
+    /// Upstream `computeInitContainerActions` for a sidecar: it is initialized once it runs and
+    /// its startup probe, if it has one, has succeeded — then the next container may start. It
+    /// stays initialized (upstream goes on from the last started init container).
+    fn sidecar_initialized(&mut self, pod_uid: &str, container: &Container) -> bool {
+        let Some(PodRuntime { started, containers, .. }) = self.pods.get_mut(pod_uid) else { return false };
+        let Some(slot) = containers.get_mut(&container.name) else { return false };
+        if !slot.initialized
+            && let Current::Running(running) = &slot.current
+        {
+            slot.initialized = container.startup_probe.is_none() || started.contains(&running.id.to_string());
+        }
+        slot.initialized
     }
 
     fn is_running(&self, pod_uid: &str, name: &str) -> bool {
@@ -309,10 +341,7 @@ impl ProcessRuntime {
                     if !self.is_running(pod_uid, &container.name) {
                         self.try_start(pod_uid, container, role, ctx);
                     }
-                    // The next init container starts once the sidecar has run; a sidecar that
-                    // exited since is restarted without holding the others back (upstream
-                    // `computeInitContainerActions` goes on from the last started one).
-                    if self.has_started(pod_uid, &container.name) {
+                    if self.sidecar_initialized(pod_uid, container) {
                         continue;
                     }
                     return;
@@ -325,6 +354,8 @@ impl ProcessRuntime {
                         if let Some(state) = self.pods.get_mut(pod_uid) {
                             state.init_failed = true;
                         }
+                        // Upstream kills the pod: the sidecars started so far stop too.
+                        self.complete(pod_uid, ctx);
                         return;
                     }
                     Outcome::ExitedWith(_) | Outcome::StartFailed | Outcome::NotStarted => {
@@ -353,6 +384,46 @@ impl ProcessRuntime {
                 self.try_start(pod_uid, container, Role::Regular, ctx);
             }
         }
+        // Upstream `computePodActions`: an initialized pod with no regular container to keep
+        // running or to start is killed, so that its sidecars do not keep it alive.
+        let completed = !spec.containers.is_empty()
+            && spec.containers.iter().all(|c| {
+                matches!(self.outcome(pod_uid, &c.name),
+                    Outcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
+            });
+        if completed {
+            self.complete(pod_uid, ctx);
+        }
+    }
+
+    /// The pod will run nothing more (it completed, or an init container failed under `Never`):
+    /// no restarts from now on, and its sidecars are stopped, last first.
+    fn complete(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        if state.terminating {
+            return;
+        }
+        state.terminating = true;
+        for slot in state.containers.values_mut() {
+            if let Some(timer) = slot.timer.take() {
+                ctx.cancel_future(timer);
+            }
+        }
+        let pod = state.pod.clone();
+        let sidecars: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| Role::of_init(c) == Role::Sidecar && self.is_running(pod_uid, &c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        if sidecars.is_empty() {
+            return;
+        }
+        tracing::info!(pod = %pod_name(&pod), "no regular container will run any more, stopping the sidecars");
+        let grace = kill_grace_period(&pod, "", None);
+        let stop = self.stop_sidecars(pod_uid.to_owned(), sidecars, grace);
+        ctx.spawn(stop);
     }
 
     fn outcome(&self, pod_uid: &str, name: &str) -> Outcome {
@@ -645,7 +716,7 @@ impl Actor for ProcessRuntime {
 impl Handler<SyncPod> for ProcessRuntime {
     type Result = ();
 
-    fn handle(&mut self, SyncPod(pod): SyncPod, ctx: &mut Context<Self>) {
+    fn handle(&mut self, SyncPod { pod, started }: SyncPod, ctx: &mut Context<Self>) {
         let Some(uid) = pod.metadata.uid.clone() else {
             tracing::warn!(
                 pod = pod.metadata.name.as_deref().unwrap_or_default(),
@@ -655,6 +726,7 @@ impl Handler<SyncPod> for ProcessRuntime {
         };
         let state = self.pods.entry(uid.clone()).or_insert_with(|| PodRuntime::new(pod.clone()));
         state.pod = pod;
+        state.started = started;
         self.reconcile(&uid, ctx);
     }
 }
@@ -752,6 +824,7 @@ impl PodRuntime {
     fn new(pod: Arc<Pod>) -> Self {
         PodRuntime {
             pod,
+            started: HashSet::new(),
             containers: HashMap::new(),
             initialized: false,
             init_failed: false,
@@ -769,6 +842,7 @@ impl Slot {
             last_event: None,
             backoff: Backoff::new(initial_backoff, max_backoff),
             timer: None,
+            initialized: false,
         }
     }
 }
