@@ -57,21 +57,28 @@ impl Agent {
 
     /// Waits (at most 60 s) for an output line matching `pred`; returns it.
     async fn wait_for(&mut self, pred: impl Fn(&str) -> bool) -> String {
-        if let Some(line) = self.seen.iter().find(|l| pred(l)) {
-            return line.clone();
+        let index = self.wait_for_after(0, pred).await;
+        self.seen[index].clone()
+    }
+
+    /// Waits (at most 60 s) for an output line matching `pred` at or after `start` in
+    /// [`Self::seen`]; returns its index there.
+    async fn wait_for_after(&mut self, start: usize, pred: impl Fn(&str) -> bool) -> usize {
+        if let Some(offset) = self.seen.iter().skip(start).position(|l| pred(l)) {
+            return start + offset;
         }
         let found = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = self.lines.recv().await {
                 self.seen.push(line.clone());
-                if pred(&line) {
-                    return Some(line);
+                if self.seen.len() > start && pred(&line) {
+                    return Some(self.seen.len() - 1);
                 }
             }
             None
         })
         .await;
         match found {
-            Ok(Some(line)) => line,
+            Ok(Some(index)) => index,
             _ => panic!("no matching line within 60 s; output so far:\n{}", self.seen.join("\n")),
         }
     }
@@ -248,5 +255,60 @@ async fn a_sidecar_pod_runs_its_app_once_the_sidecar_started_and_completes() {
     agent.wait_for(|l| l.ends_with("default/job: phase Succeeded")).await;
     let pods = agent.get("/pods").await;
     assert!(pods.contains("\"phase\":\"Succeeded\""), "{pods}");
+    agent.stop().await;
+}
+
+/// A pod whose stop takes its whole grace period: `stubborn` ignores SIGTERM (and so do the
+/// `sleep`s it starts) and is SIGKILLed when the grace runs out.
+fn slow_to_stop_pod(name: &str, port: u16) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: app
+    command: ["probelet", "demo-target", "--http", "127.0.0.1:{port}"]
+    readinessProbe:
+      httpGet: {{path: /healthz, port: {port}}}
+      periodSeconds: 1
+  - name: stubborn
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+"#
+    )
+}
+
+/// Moving a manifest out and back in (the usual restart of a static pod) brings back the same
+/// UID while the old pod is still stopping: the old pod stops first, then the pod starts afresh.
+#[actix::test]
+async fn a_pod_added_back_while_stopping_restarts_once_stopped() {
+    let dir = temp_dir("readd");
+    let manifest = slow_to_stop_pod("again", free_port());
+    write(&dir, "again.yaml", &manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/again: Ready=True")).await;
+
+    std::fs::remove_file(dir.join("again.yaml")).unwrap();
+    let stopping =
+        agent.wait_for_after(0, |l| l.ends_with("default/again: removed, stopping its containers")).await;
+    // Back well within the 5 s grace: the next rescan (every 2 s) sees it while the old pod stops.
+    write(&dir, "again.yaml", &manifest);
+    let stopped = agent.wait_for_after(stopping, |l| l.ends_with("default/again: stopped")).await;
+    let added = agent.wait_for_after(stopping, |l| l.contains("default/again: added from")).await;
+    let output = agent.seen.join("\n");
+    assert!(stopped < added, "stopped before added again:\n{output}");
+
+    let running = agent.wait_for_after(added, |l| l.ends_with("default/again: container app running")).await;
+    agent.wait_for_after(added, |l| l.ends_with("default/again: container stubborn running")).await;
+    let ready = agent.wait_for_after(running, |l| l.ends_with("default/again: Ready=True")).await;
+    let output = agent.seen.join("\n");
+    assert!(
+        !agent.seen[added..=ready].iter().any(|l| l.contains("default/again: stopped")),
+        "the restarted pod is not stopped:\n{output}"
+    );
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains("\"name\":\"again\""), "{pods}");
     agent.stop().await;
 }

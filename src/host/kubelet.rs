@@ -10,9 +10,14 @@
 //!
 //! A sync gathers asynchronously and decides on the actor: the pod may have started
 //! terminating, or be gone, by the time its status is ready, and only the actor's state says so.
+//!
+//! A manifest moved out and back in comes back with the same UID (the UID hashes path and
+//! content). If its pod is still stopping, the new one waits (upstream pod workers'
+//! `restartRequested`): the old pod's termination finishes — containers stopped, final status,
+//! workers, status and runtime state forgotten — and then the pod is added afresh.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -81,6 +86,15 @@ struct PodEntry {
     terminating: bool,
     /// The pod reached a terminal phase: its workers are gone and nothing restarts.
     finished: bool,
+    /// The manifest came back (same UID) while this entry was terminating: added once the
+    /// termination has finished.
+    restart: Option<Restart>,
+}
+
+/// A pod to add again once its earlier self has stopped.
+struct Restart {
+    pod: Pod,
+    file: PathBuf,
 }
 
 pub struct StandaloneKubelet {
@@ -97,6 +111,8 @@ pub struct StandaloneKubelet {
     generation: u64,
     /// Set once the folder has been read: `/readyz`.
     synced: Arc<AtomicBool>,
+    /// [`Shutdown`] came: no pod is added any more (its containers would outlive the agent).
+    shutting_down: bool,
 }
 
 impl StandaloneKubelet {
@@ -119,6 +135,7 @@ impl StandaloneKubelet {
             entries: HashMap::new(),
             generation: 0,
             synced,
+            shutting_down: false,
         }
     }
 
@@ -144,8 +161,19 @@ impl StandaloneKubelet {
         }
     }
 
-    fn add(&mut self, pod: Pod, file: &std::path::Path, ctx: &mut Context<Self>) {
+    fn add(&mut self, pod: Pod, file: &Path, ctx: &mut Context<Self>) {
+        if self.shutting_down {
+            return;
+        }
         let Some(uid) = pod.metadata.uid.clone() else { return };
+        if let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.terminating) {
+            // Replacing the entry now would let the old termination remove the new pod, and the
+            // runtime and status manager still hold the old one's stopping containers and final
+            // status under this UID.
+            tracing::info!(pod = %pod_key(&entry.pod), "pod added back while stopping, starts once stopped");
+            entry.restart = Some(Restart { pod, file: file.to_owned() });
+            return;
+        }
         let pod = Arc::new(pod);
         println!("{} {}: added from {}", now(), pod_key(&pod), file.display());
         self.pods.upsert(pod.clone());
@@ -159,6 +187,7 @@ impl StandaloneKubelet {
             dirty: false,
             terminating: false,
             finished: false,
+            restart: None,
         };
         self.entries.insert(uid.clone(), entry);
         self.sync(uid, ctx);
@@ -239,26 +268,41 @@ impl StandaloneKubelet {
     fn terminate(&mut self, uid: String, ctx: &mut Context<Self>) {
         let Some(entry) = self.entries.get_mut(&uid) else { return };
         if entry.terminating {
+            // Removed again before the old pod stopped: nothing to restart.
+            entry.restart = None;
             return;
         }
         entry.terminating = true;
+        let generation = entry.generation;
         let pod = entry.pod.clone();
         println!("{} {}: removed, stopping its containers", now(), pod_key(&pod));
         self.pipeline.stop_liveness_and_startup(pod.clone());
         let grace = kill_grace_period(&pod, "", None);
         let kill = self.runtime.send(KillPod { pod_uid: uid.clone(), grace });
-        ctx.spawn(kill.into_actor(self).map(move |_, act, ctx| act.finish_termination(uid, ctx)));
+        ctx.spawn(kill.into_actor(self).map(move |_, act, ctx| act.finish_termination(uid, generation, ctx)));
     }
 
-    fn finish_termination(&mut self, uid: String, _ctx: &mut Context<Self>) {
+    /// Only for the entry that was terminated: a later one of the same UID is not this
+    /// termination's to remove. Every message below is queued before the restarted pod's first
+    /// sync sends any, so the runtime, the prober manager and the status manager see the old
+    /// pod gone before the new one arrives.
+    fn finish_termination(&mut self, uid: String, generation: u64, ctx: &mut Context<Self>) {
+        if self.entries.get(&uid).is_none_or(|e| e.generation != generation) {
+            return;
+        }
         let Some(entry) = self.entries.remove(&uid) else { return };
         self.pipeline.terminate_pod(entry.pod.clone());
         self.pipeline.remove_pod(entry.pod.clone());
         self.runtime.do_send(RemovePod(uid.clone()));
         self.pods.remove(&uid);
         self.history.remove_pod(&uid);
+        // Drops this pod's status too (it is no longer an entry): the status manager's
+        // "finished" flag is sticky per UID and must not carry over to a restarted pod.
         self.pipeline.remove_orphaned_statuses(self.entries.keys().cloned().collect());
         println!("{} {}: stopped", now(), pod_key(&entry.pod));
+        if let Some(Restart { pod, file }) = entry.restart {
+            self.add(pod, &file, ctx);
+        }
     }
 
     /// Liveness or startup failed: kill the container if it still runs that container ID.
@@ -353,9 +397,11 @@ impl Handler<Shutdown> for StandaloneKubelet {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
+        self.shutting_down = true;
         let mut kills = Vec::new();
         for (uid, entry) in &mut self.entries {
             entry.terminating = true;
+            entry.restart = None;
             self.pipeline.remove_pod(entry.pod.clone());
             let grace = kill_grace_period(&entry.pod, "", None);
             kills.push(self.runtime.send(KillPod { pod_uid: uid.clone(), grace }));
