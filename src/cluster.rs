@@ -113,6 +113,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         liveness_action: args.liveness_action,
         ready: common.ready.clone(),
         known: HashSet::new(),
+        deleting: HashSet::new(),
     };
     let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
     let host = ClusterHost::create(move |ctx| {
@@ -161,6 +162,9 @@ pub struct ClusterHost {
     pub ready: Arc<std::sync::atomic::AtomicBool>,
     /// UIDs seen during the current initial list.
     pub known: HashSet<String>,
+    /// UIDs of pods a liveness DELETE is in flight or backing off for (one retry loop per pod),
+    /// or has deleted: kept until the watch reports the pod gone.
+    pub deleting: HashSet<String>,
 }
 
 impl ClusterHost {
@@ -183,6 +187,7 @@ impl ClusterHost {
         self.history.remove_pod(&uid);
         self.exec.forget(&pod);
         self.known.remove(&uid);
+        self.deleting.remove(&uid);
         self.syncer.do_send(ApiPodDeleted {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
@@ -247,25 +252,93 @@ impl ClusterHost {
         if self.liveness_action != LivenessAction::DeletePod || pod.metadata.deletion_timestamp.is_some() {
             return;
         }
+        let uid = change.pod_uid.clone();
+        if !self.deleting.insert(uid.clone()) {
+            return;
+        }
         let grace = kill_grace_period(&pod, &container, Some(change.kind));
         let params = DeleteParams {
             grace_period_seconds: Some(u32::try_from(grace.as_secs()).unwrap_or(u32::MAX)),
-            preconditions: Some(kube::api::Preconditions {
-                uid: Some(change.pod_uid.clone()),
-                resource_version: None,
-            }),
+            preconditions: Some(kube::api::Preconditions { uid: Some(uid.clone()), resource_version: None }),
             ..Default::default()
         };
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
-        let limiter = self.limiter.clone();
+        let (limiter, pods, container_id) =
+            (self.limiter.clone(), self.pods.clone(), change.container_id.clone());
+        // The kubelet re-reads the liveness result on every pod sync and kills again until the
+        // container is gone; the worker here is on hold after its Failure and reports nothing
+        // new, so a failed DELETE must be retried here or never.
+        // Resolves to whether the pod is gone or being deleted.
         let fut = async move {
-            limiter.acquire().await;
-            if let Err(err) = api.delete(&pod_name, &params).await {
-                tracing::error!(pod = %pod_name, error = %err, "Failed to delete the pod after its liveness probe failed");
+            let mut backoff = DELETE_BACKOFF_INITIAL;
+            loop {
+                limiter.acquire().await;
+                let err = match tokio::time::timeout(DELETE_TIMEOUT, api.delete(&pod_name, &params)).await {
+                    Ok(Ok(_)) => return true,
+                    Ok(Err(err)) => match delete_failure(&err) {
+                        DeleteFailure::Settled => {
+                            tracing::debug!(pod = %pod_name, error = %err, "Pod already gone or replaced; nothing to delete");
+                            return true;
+                        }
+                        DeleteFailure::Permanent => {
+                            tracing::error!(pod = %pod_name, error = %err, "Failed to delete the pod after its liveness probe failed");
+                            return false;
+                        }
+                        DeleteFailure::Transient => err.to_string(),
+                    },
+                    Err(_) => format!("no answer within {}s", DELETE_TIMEOUT.as_secs()),
+                };
+                tracing::warn!(pod = %pod_name, error = %err, retry_in = ?backoff, "Failed to delete the pod after its liveness probe failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(DELETE_BACKOFF_MAX);
+                // The watch shows what the failed attempt cannot: the pod is gone, someone else
+                // is deleting it, or the failed container is no longer the one running.
+                let Some(current) = pods.pod_by_uid(&uid) else { return true };
+                if current.metadata.deletion_timestamp.is_some() {
+                    return true;
+                }
+                if running_container(&current, &container_id).is_none() {
+                    return false;
+                }
             }
         };
-        ctx.spawn(fut.into_actor(self));
+        let uid = change.pod_uid.clone();
+        ctx.spawn(fut.into_actor(self).map(move |going, act, _ctx| {
+            // A pod on its way out needs no second DELETE for another container's failure
+            // before the watch catches up; otherwise a later failure may try again.
+            if !going {
+                act.deleting.remove(&uid);
+            }
+        }));
+    }
+}
+
+/// The first wait after a failed liveness DELETE; it doubles up to [`DELETE_BACKOFF_MAX`].
+const DELETE_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+const DELETE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// One DELETE attempt's bound (kube's own read timeout is 295 s).
+const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a failed liveness DELETE means for the retry loop.
+#[derive(Debug, PartialEq, Eq)]
+enum DeleteFailure {
+    /// 404: the pod is gone; 409: its UID precondition failed, so this pod is gone too.
+    Settled,
+    /// 429, 5xx, or no HTTP answer at all (connection, TLS, timeout): try again.
+    Transient,
+    /// Any other answer (400, 403, 422…): the same request would fail the same way.
+    Permanent,
+}
+
+fn delete_failure(err: &kube::Error) -> DeleteFailure {
+    match err {
+        kube::Error::Api(status) => match status.code {
+            404 | 409 => DeleteFailure::Settled,
+            429 | 500..=599 => DeleteFailure::Transient,
+            _ => DeleteFailure::Permanent,
+        },
+        _ => DeleteFailure::Transient,
     }
 }
 
@@ -396,6 +469,26 @@ mod host_tests {
             assert_eq!(got.as_deref(), want, "{id}");
         }
         assert_eq!(running_container(&Pod::default(), &ContainerId::parse("containerd://app")), None);
+    }
+
+    #[test]
+    fn failed_deletes_are_retried_only_when_transient() {
+        let api = |code: u16| kube::Error::Api(kube::core::Status::failure("x", "y").with_code(code).boxed());
+        for (code, want) in [
+            (404, DeleteFailure::Settled),
+            (409, DeleteFailure::Settled),
+            (429, DeleteFailure::Transient),
+            (500, DeleteFailure::Transient),
+            (503, DeleteFailure::Transient),
+            (504, DeleteFailure::Transient),
+            (400, DeleteFailure::Permanent),
+            (403, DeleteFailure::Permanent),
+            (422, DeleteFailure::Permanent),
+        ] {
+            assert_eq!(delete_failure(&api(code)), want, "{code}");
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert_eq!(delete_failure(&kube::Error::Service(Box::new(io))), DeleteFailure::Transient);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
-use support::apiserver::FakeApiServer;
+use support::apiserver::{FakeApiServer, Fault, FaultKind, FaultMatcher, FaultTimes};
 use tokio::process::Command;
 
 fn pod(name: &str, node: &str, port: u16) -> Pod {
@@ -228,6 +228,45 @@ async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
     assert_eq!(body["gracePeriodSeconds"], 7, "the probe's terminationGracePeriodSeconds: {body}");
     let gone = fake.pod("default", "failing").is_none_or(|p| p.metadata.deletion_timestamp.is_some());
     assert!(gone, "the pod is being deleted");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+#[tokio::test]
+async fn liveness_action_delete_pod_retries_a_failed_delete() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = Router::new().route("/healthz", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let fake = FakeApiServer::start().await;
+    let mut failing = pod("flaky", "node-a", port);
+    let container = &mut failing.spec.as_mut().unwrap().containers[0];
+    container.liveness_probe = container.readiness_probe.take();
+    fake.insert_pod(failing);
+    // kube's client retries 429/503/504 itself: a 500 reaches the agent.
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(
+            http::Method::DELETE,
+            "/api/v1/namespaces/default/pods/flaky".into(),
+        ),
+        kind: FaultKind::status(500),
+        times: FaultTimes::Times(2),
+    });
+
+    let (mut agent, kubeconfig) = start_agent(&fake, "liveness-retry", &["--liveness-action", "delete-pod"]);
+    let deletes = || -> Vec<Option<u16>> {
+        fake.requests().into_iter().filter(|r| r.method == http::Method::DELETE).map(|r| r.code).collect()
+    };
+    // Back-off 1 s, then 2 s: the third DELETE comes about 3 s after the first.
+    wait_for_pod(&fake, "flaky", "being deleted", |p| p.metadata.deletion_timestamp.is_some()).await;
+    assert_eq!(deletes(), [Some(500), Some(500), Some(200)]);
+    // Nothing more once the pod is being deleted: not the retry loop, not a second failure
+    // report. Watched for longer than the next back-off step (4 s) would have been.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(deletes().len(), 3, "exactly three DELETEs: {:?}", deletes());
 
     let _ = agent.start_kill();
     let _ = agent.wait().await;

@@ -335,9 +335,11 @@ async fn set_pod_status_records_the_observed_generation() {
 }
 
 // === SetContainerReadiness (§5.5) ===
-/// §6.1 [1.34+]: the kubelet's conditions carry the generation too; foreign ones keep theirs.
+/// §6.1 [1.34+]: the conditions the kubelet generates carry the pod's generation, whatever the
+/// caller put there. The kubelet's other conditions keep theirs: a resize condition describes the
+/// generation of its resize, DisruptionTarget that of its eviction. Foreign ones are not touched.
 #[actix::test]
-async fn set_pod_status_stamps_kubelet_conditions_with_the_generation() {
+async fn set_pod_status_stamps_generated_conditions_with_the_generation() {
     tokio::time::pause();
     let h = Harness::start();
     let generation = |g: Option<i64>| {
@@ -350,34 +352,45 @@ async fn set_pod_status_stamps_kubelet_conditions_with_the_generation() {
     let conditions = s.conditions.get_or_insert_with(Vec::new);
     conditions.push(cond("PodScheduled", "True"));
     conditions.push(cond("Initialized", "True"));
+    conditions.push(cond("PodReadyToStartContainers", "True"));
     for c in conditions.iter_mut() {
         c.observed_generation = Some(99);
     }
+    // Set for an earlier generation of the pod, and one left unset.
+    conditions.push(PodCondition { observed_generation: Some(2), ..cond("PodResizePending", "True") });
+    conditions.push(cond("PodResizeInProgress", "True"));
+    conditions.push(PodCondition { observed_generation: Some(1), ..cond("DisruptionTarget", "True") });
     let generations = |s: &PodStatus| -> Vec<(String, Option<i64>)> {
         s.conditions.iter().flatten().map(|c| (c.type_.clone(), c.observed_generation)).collect()
     };
-    let stamped = |gate: Option<i64>, kubelet: Option<i64>| -> Vec<(String, Option<i64>)> {
+    let stamped = |generated: Option<i64>| -> Vec<(String, Option<i64>)> {
         vec![
-            ("example.com/gate".into(), gate),
-            (POD_READY.into(), kubelet),
-            (CONTAINERS_READY.into(), kubelet),
-            ("PodScheduled".into(), kubelet),
-            ("Initialized".into(), kubelet),
+            ("example.com/gate".into(), Some(99)),
+            (POD_READY.into(), generated),
+            (CONTAINERS_READY.into(), generated),
+            ("PodScheduled".into(), generated),
+            ("Initialized".into(), generated),
+            ("PodReadyToStartContainers".into(), generated),
+            ("PodResizePending".into(), Some(2)),
+            ("PodResizeInProgress".into(), None),
+            ("DisruptionTarget".into(), Some(1)),
         ]
     };
 
-    h.pipeline.set_pod_status(generation(Some(3)), s.clone());
-    assert_eq!(generations(&*cached(&h.pipeline, &u).await), stamped(Some(99), Some(3)));
-    h.pipeline.set_pod_status(generation(Some(4)), s.clone());
+    h.pipeline.set_pod_status(generation(Some(5)), s.clone());
     let stored = cached(&h.pipeline, &u).await;
-    assert_eq!(stored.observed_generation, Some(4));
-    assert_eq!(generations(&stored), stamped(Some(99), Some(4)));
+    assert_eq!(stored.observed_generation, Some(5));
+    assert_eq!(generations(&stored), stamped(Some(5)));
+    h.pipeline.set_pod_status(generation(Some(6)), s.clone());
+    let stored = cached(&h.pipeline, &u).await;
+    assert_eq!(stored.observed_generation, Some(6));
+    assert_eq!(generations(&stored), stamped(Some(6)));
     // Go's zero generation is an omitted field, on the status and on its conditions alike.
     for none in [Some(0), None] {
         h.pipeline.set_pod_status(generation(none), s.clone());
         let stored = cached(&h.pipeline, &u).await;
         assert_eq!(stored.observed_generation, None, "{none:?}");
-        assert_eq!(generations(&stored), stamped(Some(99), None), "{none:?}");
+        assert_eq!(generations(&stored), stamped(None), "{none:?}");
     }
 }
 

@@ -1,9 +1,10 @@
 //! The status manager actor (upstream `pkg/kubelet/status.Manager`): the source of truth for
 //! pod status. It keeps a versioned status per pod (keyed by the source pod's UID), applies
 //! probe readiness and startup results, regenerates Ready / ContainersReady, stamps the status
-//! and the kubelet-owned conditions with the pod's generation, rejects illegal container state
-//! transitions, keeps `lastTransitionTime` and `startTime`, normalises, and publishes every new
-//! version to per-pod views (read by probe workers) and to a subscriber (the syncer). With no subscriber it is a local cache, as upstream with a nil API client.
+//! and the conditions the kubelet generates with the pod's generation, rejects illegal
+//! container state transitions, keeps `lastTransitionTime` and `startTime`, normalises, and
+//! publishes every new version to per-pod views (read by probe workers) and to a subscriber
+//! (the syncer). With no subscriber it is a local cache, as upstream with a nil API client.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -12,9 +13,10 @@ use actix::prelude::*;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use super::equality::{is_kubelet_owned_condition, is_pod_status_by_kubelet_equal};
+use super::equality::{POD_READY_TO_START_CONTAINERS, POD_SCHEDULED, is_pod_status_by_kubelet_equal};
 use super::generate::{
-    CONTAINERS_READY, POD_READY, generate_containers_ready_condition, generate_pod_ready_condition,
+    CONTAINERS_READY, POD_INITIALIZED, POD_READY, generate_containers_ready_condition,
+    generate_pod_ready_condition,
 };
 use super::normalize::normalize_status;
 use super::terminate::terminate_status;
@@ -225,11 +227,11 @@ impl Handler<SetPodStatus> for StatusManager {
     fn handle(&mut self, msg: SetPodStatus, _ctx: &mut Self::Context) {
         let mut status = msg.status;
         // The status reflects this generation of the spec (PodObservedGenerationTracking, on
-        // by default since 1.34), and so does every condition the kubelet generates.
+        // by default since 1.34), and so does every condition generated from it.
         let generation = observed_generation(&msg.pod);
         status.observed_generation = generation;
         for condition in status.conditions.iter_mut().flatten() {
-            if is_kubelet_owned_condition(&condition.type_) {
+            if GENERATED_CONDITIONS.contains(&condition.type_.as_str()) {
                 condition.observed_generation = generation;
             }
         }
@@ -362,6 +364,13 @@ impl Handler<SubscribeStatus> for StatusManager {
 }
 
 // === helpers ===
+
+/// The conditions upstream's `generateAPIPodStatus` builds afresh on every sync, each with the
+/// pod's generation (`GetPodObservedGenerationIfEnabledOnCondition`). The kubelet's other
+/// conditions keep the generation they were set for: PodResizePending / PodResizeInProgress
+/// carry the generation of the resize they describe, DisruptionTarget that of the eviction.
+const GENERATED_CONDITIONS: [&str; 5] =
+    [POD_INITIALIZED, POD_READY, CONTAINERS_READY, POD_SCHEDULED, POD_READY_TO_START_CONTAINERS];
 
 /// The generation a status and its kubelet conditions were generated for; Go's zero
 /// generation is an omitted field.
