@@ -396,19 +396,7 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
         let api = t.fake.insert_pod((*pod).clone());
         syncer.send(ApiPodObserved(Arc::new(api))).await.unwrap();
 
-        // A matcher that never fires but sees every request: the arrival time of each PATCH.
-        let arrivals = Arc::new(Mutex::new(Vec::<Instant>::new()));
-        let seen = arrivals.clone();
-        t.fake.inject(Fault {
-            matcher: FaultMatcher::Predicate(Arc::new(move |method, _path| {
-                if *method == Method::PATCH {
-                    seen.lock().unwrap().push(Instant::now());
-                }
-                false
-            })),
-            kind: FaultKind::Delay(Duration::ZERO),
-            times: FaultTimes::Always,
-        });
+        let arrivals = patch_arrivals(&t);
         t.fake.inject(Fault {
             matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
             kind: FaultKind::status(500),
@@ -442,6 +430,23 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
         assert_eq!(owned_conditions(&api_status(&t.api("web"))), owned_conditions(&cached));
     })
     .await;
+}
+
+/// Records the arrival time of each PATCH: a matcher that never fires but sees every request.
+fn patch_arrivals(t: &SyncTest) -> Arc<Mutex<Vec<Instant>>> {
+    let arrivals = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let seen = arrivals.clone();
+    t.fake.inject(Fault {
+        matcher: FaultMatcher::Predicate(Arc::new(move |method, _path| {
+            if *method == Method::PATCH {
+                seen.lock().unwrap().push(Instant::now());
+            }
+            false
+        })),
+        kind: FaultKind::Delay(Duration::ZERO),
+        times: FaultTimes::Always,
+    });
+    arrivals
 }
 
 // === deletion (§5.10 step 9, canBeDeleted) ===
@@ -748,6 +753,7 @@ async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
         assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))]);
         let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
         assert!(body["status"].get("containerStatuses").is_none(), "containers untouched: {body}");
+        assert!(body["metadata"].get("resourceVersion").is_none(), "conditions need no precondition: {body}");
         let api = api_status(&t.api("web"));
         assert_eq!(
             flags(&api),
@@ -809,6 +815,207 @@ async fn readiness_only_reconciles_drift_in_readiness_and_nothing_else() {
         let api = api_status(&t.api("web"));
         assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
         assert_eq!(api, runtime_view, "everything else as the runtime left it");
+    })
+    .await;
+}
+
+/// A pod as a runtime published it: running with container a (`cri://a`), not ready.
+fn published_pod(name: &str) -> Arc<Pod> {
+    let published_status = PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![published("a", "cri://a")]),
+        ..Default::default()
+    };
+    bound(test_pod(name).container("a").with_status(published_status))
+}
+
+/// The next `n` status PATCHes of pod `name` are answered 409 Conflict.
+fn conflicts(t: &SyncTest, name: &str, n: u32) {
+    t.fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(Method::PATCH, status_path(name)),
+        kind: FaultKind::status(409),
+        times: FaultTimes::Times(n),
+    });
+}
+
+/// A pod that keeps changing under the writes: conflicts back off on a clock of their own, short
+/// (50 ms doubling, up to 1 s), not the failure back-off, and the status lands.
+#[actix::test]
+async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t
+            .syncer_with(|c| {
+                readiness_only(c);
+                // A failure back-off long enough to show if conflicts used it.
+                c.backoff_initial = Duration::from_secs(30);
+                c.backoff_max = Duration::from_secs(60);
+            })
+            .await;
+        let pod = published_pod("web");
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved(Arc::new(on_api))).await.unwrap();
+        let arrivals = patch_arrivals(&t);
+        conflicts(&t, "web", 3);
+
+        let start = Instant::now();
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        t.flush(&syncer).await;
+        let took = start.elapsed();
+
+        let (get, patch) = (pod_path("web"), status_path("web"));
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, patch.clone(), Some(409)),
+                (Method::GET, get.clone(), Some(200)),
+                (Method::PATCH, patch.clone(), Some(409)),
+                (Method::GET, get.clone(), Some(200)),
+                (Method::PATCH, patch.clone(), Some(409)),
+                (Method::GET, get, Some(200)),
+                (Method::PATCH, patch, Some(200)),
+            ],
+            "each conflict merged again from a fresh GET"
+        );
+        assert!(took < Duration::from_secs(2), "the status landed after {took:?}");
+        for request in t.requests_of(&Method::PATCH) {
+            let body = request.body.unwrap();
+            assert!(
+                body["metadata"]["resourceVersion"].is_string(),
+                "containers under a precondition: {body}"
+            );
+        }
+        let arrivals = arrivals.lock().unwrap().clone();
+        let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps.len(), 3);
+        // The first conflict is retried at once, then 50 ms and 100 ms, each up to a quarter
+        // shorter.
+        assert!(gaps[1] >= Duration::from_millis(37), "the second conflict waits: {gaps:?}");
+        assert!(gaps[2] >= Duration::from_millis(75), "the third waits longer: {gaps:?}");
+        assert!(gaps.iter().all(|gap| *gap < Duration::from_secs(1)), "never long: {gaps:?}");
+        let api = api_status(&t.api("web"));
+        assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
+        assert_eq!(
+            stats(&syncer).await,
+            SyncerStats { statuses: 1, written: 1, merge_bases: 1, update_seqs: 1, ..SyncerStats::default() },
+            "no back-off or floor left once written"
+        );
+    })
+    .await;
+}
+
+/// A conflict back-off waits for a fresher copy to merge into: a new status version (merged from
+/// a fresh GET) or a newer watch copy ends it at once; a watch copy no newer than the one that
+/// conflicted is not taken as a merge base.
+#[actix::test]
+async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t
+            .syncer_with(|c| {
+                readiness_only(c);
+                // Long enough that only what ends the back-off early lets a write through.
+                c.conflict_backoff_initial = Duration::from_secs(20);
+                c.conflict_backoff_max = Duration::from_secs(20);
+            })
+            .await;
+        let pod = published_pod("web");
+        t.pods.add(&pod);
+        let stale = Arc::new(t.fake.insert_pod((*pod).clone()));
+        syncer.send(ApiPodObserved(stale.clone())).await.unwrap();
+        let (get, patch) = (pod_path("web"), status_path("web"));
+        let in_conflict_back_off =
+            |s: &SyncerStats| s.conflicting == 1 && s.backing_off == 1 && s.in_flight == 0;
+
+        conflicts(&t, "web", 2);
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        stats_until(&syncer, "two conflicts, then the back-off", in_conflict_back_off).await;
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, patch.clone(), Some(409)),
+                (Method::GET, get.clone(), Some(200)),
+                (Method::PATCH, patch.clone(), Some(409)),
+            ]
+        );
+        let now = stats(&syncer).await;
+        assert_eq!(
+            (now.merge_bases, now.floors),
+            (0, 1),
+            "the conflicting copy is dropped, its version kept"
+        );
+
+        // The watch delivers the copy that conflicted (late): not a merge base, the wait goes on.
+        syncer.send(ApiPodObserved(stale.clone())).await.unwrap();
+        let now = stats(&syncer).await;
+        assert!(in_conflict_back_off(&now) && now.merge_bases == 0, "{now:?}");
+
+        // A readiness change: a new version, merged from a fresh GET at once.
+        t.fake.clear_requests();
+        let start = Instant::now();
+        t.pipeline.status_manager.do_send(set_ready(&pod, "a", false));
+        t.flush(&syncer).await;
+        assert!(start.elapsed() < Duration::from_secs(2), "written after {:?}", start.elapsed());
+        assert_eq!(
+            t.summary(),
+            [(Method::GET, get.clone(), Some(200)), (Method::PATCH, patch.clone(), Some(200))]
+        );
+        assert_eq!(flags(&api_status(&t.api("web"))), [flag("a", "cri://a", false, Some(true))]);
+
+        // Conflicts again; this time the runtime writes and the watch brings its copy, newer than
+        // the one that conflicted: merged into at once, with no GET.
+        conflicts(&t, "web", 2);
+        t.fake.clear_requests();
+        t.pipeline.status_manager.do_send(set_ready(&pod, "a", true));
+        stats_until(&syncer, "two conflicts, then the back-off", in_conflict_back_off).await;
+        assert_eq!(t.summary().len(), 3, "{:?}", t.summary());
+        runtime_writes(&t, "web", json!({"podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}]})).await;
+        t.fake.clear_requests();
+        let start = Instant::now();
+        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        t.flush(&syncer).await;
+        assert!(start.elapsed() < Duration::from_secs(2), "written after {:?}", start.elapsed());
+        assert_eq!(t.summary(), [(Method::PATCH, patch, Some(200))]);
+        let api = api_status(&t.api("web"));
+        assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
+        assert_eq!(api.pod_ip.as_deref(), Some("10.9.9.9"), "the runtime's write stays");
+        let now = stats(&syncer).await;
+        assert_eq!((now.conflicting, now.floors, now.backing_off), (0, 0, 0), "{now:?}");
+    })
+    .await;
+}
+
+/// Conditions merge by type: a patch of conditions alone cannot undo another writer's change and
+/// goes without a resourceVersion, so a stale merge base costs no conflict.
+#[actix::test]
+async fn a_conditions_only_patch_carries_no_resource_version() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer_with(readiness_only).await;
+        // The runtime published a ready container (its readiness as ours will be).
+        let published_status = PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![container("a", true)]),
+            ..Default::default()
+        };
+        let pod = bound(test_pod("web").container("a").with_status(published_status));
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved(Arc::new(on_api))).await.unwrap();
+        // The runtime writes after the copy the syncer holds.
+        runtime_writes(&t, "web", json!({"podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}]})).await;
+        t.fake.clear_requests();
+
+        let stored = t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))], "no conflict");
+        let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
+        assert_eq!(patched_status_keys(&body), ["conditions"], "{body}");
+        assert_eq!(body["metadata"], json!({"uid": uid(&pod)}), "the UID only: {body}");
+        let api = api_status(&t.api("web"));
+        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status));
+        assert_eq!(api.pod_ip.as_deref(), Some("10.9.9.9"), "the runtime's write stays");
     })
     .await;
 }
@@ -947,6 +1154,49 @@ async fn the_state_of_pods_without_a_status_is_dropped_by_the_reconcile() {
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
         assert_eq!(t.fake.requests().len(), before, "the forgotten pods are not written any more");
+    })
+    .await;
+}
+
+/// A pod waiting out a back-off (failures or conflicts, 30 s here) whose status the status
+/// manager forgot: the reconcile stops its timer, so a flush (shutdown) does not wait for it.
+#[actix::test]
+async fn a_flush_does_not_wait_for_the_back_off_of_a_pod_without_a_status() {
+    bounded(LIMIT, async {
+        for (case, code) in [("failure back-off", 500), ("conflict back-off", 409)] {
+            let t = SyncTest::start().await;
+            let syncer = t
+                .syncer_with(|c| {
+                    readiness_only(c);
+                    c.backoff_initial = Duration::from_secs(30);
+                    c.backoff_max = Duration::from_secs(60);
+                    c.conflict_backoff_initial = Duration::from_secs(30);
+                    c.conflict_backoff_max = Duration::from_secs(60);
+                })
+                .await;
+            let pod = published_pod("web");
+            t.pods.add(&pod);
+            syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*pod).clone())))).await.unwrap();
+            t.fake.inject(Fault {
+                matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+                kind: FaultKind::status(code),
+                times: FaultTimes::Always,
+            });
+            t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+            stats_until(&syncer, case, |s| s.backing_off == 1 && s.in_flight == 0).await;
+
+            t.pipeline.status_manager.do_send(DeletePodStatus(uid(&pod)));
+            syncer.send(Reconcile).await.unwrap();
+            let start = Instant::now();
+            let flushed = tokio::time::timeout(Duration::from_secs(2), syncer.send(Flush)).await;
+            assert!(flushed.is_ok(), "case {case}: the flush waited for a dropped pod's back-off");
+            assert!(start.elapsed() < Duration::from_secs(1), "case {case}: {:?}", start.elapsed());
+            assert_eq!(stats(&syncer).await, SyncerStats::default(), "case {case}: nothing left");
+            let before = t.fake.requests().len();
+            syncer.send(Reconcile).await.unwrap();
+            t.flush(&syncer).await;
+            assert_eq!(t.fake.requests().len(), before, "case {case}: the dropped pod is not written");
+        }
     })
     .await;
 }

@@ -2,6 +2,10 @@
 //! token bucket shared by every request the agent sends. Reservation style, like Go's
 //! `rate.Limiter.Reserve`: taking a token always succeeds and says how long to wait first.
 //!
+//! A caller that needs two requests in quick succession (a GET and the PATCH merged from it)
+//! takes both tokens at once ([`RateLimiter::acquire_with_spare`]), so that no queueing of other
+//! senders comes between them; a spare token it did not use goes back to the bucket.
+//!
 //! Any `qps` is accepted without a panic: zero, negative, NaN or infinite means no limit (as a
 //! non-positive limit does for client-go's flag); a tiny one waits at most [`Duration::MAX`]
 //! (for ever, in effect) instead of overflowing.
@@ -39,6 +43,15 @@ impl TokenBucket {
         self.tokens -= 1.0;
         if self.tokens >= 0.0 { Duration::ZERO } else { wait_for(-self.tokens / self.qps) }
     }
+
+    /// Gives back one reserved token that was not used (as Go's `Reservation.Cancel` does), at
+    /// most up to a full bucket.
+    pub fn refund(&mut self) {
+        if self.qps <= 0.0 || !self.qps.is_finite() {
+            return;
+        }
+        self.tokens = (self.tokens + 1.0).min(self.burst);
+    }
 }
 
 /// `seconds` as a duration, saturated: `Duration::from_secs_f64` panics beyond `Duration::MAX`,
@@ -74,12 +87,86 @@ impl RateLimiter {
             tokio::time::sleep(wait).await;
         }
     }
+
+    /// Waits until the caller may send two requests, one now and one whenever it likes: both
+    /// tokens are reserved together, so the second request is not queued behind other senders.
+    /// The second token is given back if the [`SpareToken`] is dropped unspent.
+    pub async fn acquire_with_spare(&self) -> SpareToken {
+        let wait = match self.bucket.lock() {
+            Ok(mut bucket) => {
+                let now = Instant::now();
+                let first = bucket.reserve(now);
+                bucket.reserve(now).max(first)
+            }
+            Err(_) => Duration::ZERO,
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        SpareToken { limiter: Some(self.clone()) }
+    }
+
+    fn refund(&self) {
+        if let Ok(mut bucket) = self.bucket.lock() {
+            bucket.refund();
+        }
+    }
+}
+
+/// A token taken ahead of the request it is for ([`RateLimiter::acquire_with_spare`]); given back
+/// to the bucket when dropped without [`SpareToken::spend`].
+#[derive(Debug)]
+pub struct SpareToken {
+    limiter: Option<RateLimiter>,
+}
+
+impl SpareToken {
+    /// Uses the token: the request it was taken for is sent now, without waiting.
+    pub fn spend(mut self) {
+        self.limiter = None;
+    }
+}
+
+impl Drop for SpareToken {
+    fn drop(&mut self) {
+        if let Some(limiter) = self.limiter.take() {
+            limiter.refund();
+        }
+    }
 }
 
 /// Per-pod retry back-off: `initial`, doubling per consecutive failure, at most `max`.
 pub fn backoff(initial: Duration, max: Duration, failures: u32) -> Duration {
     let factor = 1u32.checked_shl(failures.saturating_sub(1)).unwrap_or(u32::MAX);
     initial.saturating_mul(factor).min(max)
+}
+
+/// How much shorter than [`backoff`] a [`jittered_backoff`] may be.
+const JITTER: f64 = 0.25;
+
+/// [`backoff`] made up to a quarter shorter by a hash of `seed` (a pod UID) and `attempt`: pods
+/// that fail together do not retry together, yet the waits are the same in every run (tests),
+/// and never beyond `max`.
+pub fn jittered_backoff(initial: Duration, max: Duration, attempt: u32, seed: &str) -> Duration {
+    let wait = backoff(initial, max, attempt);
+    let cut = Duration::try_from_secs_f64(wait.as_secs_f64() * JITTER * unit_fraction(seed, attempt))
+        .unwrap_or(Duration::ZERO);
+    wait.saturating_sub(cut)
+}
+
+/// A fraction in [0, 1) determined by `seed` and `attempt`: FNV-1a over both, then SplitMix64's
+/// finalizer to spread the bits.
+fn unit_fraction(seed: &str, attempt: u32) -> f64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in seed.bytes().chain(attempt.to_le_bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^= hash >> 31;
+    // The top 53 bits, exactly representable as an f64.
+    (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -187,5 +274,75 @@ mod tests {
         let got: Vec<_> = (1..=9).map(|n| backoff(initial, max, n).as_millis()).collect();
         assert_eq!(got, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]);
         assert_eq!(backoff(initial, max, 200), max);
+    }
+
+    #[test]
+    fn a_refund_gives_back_one_token_up_to_the_burst() {
+        let now = Instant::now();
+        let mut bucket = TokenBucket::new(10.0, 2, now);
+        assert_eq!(bucket.reserve(now), Duration::ZERO);
+        assert_eq!(bucket.reserve(now), Duration::ZERO);
+        assert!(bucket.reserve(now) > Duration::ZERO, "the bucket is empty, one reserved ahead");
+        bucket.refund();
+        bucket.refund();
+        assert_eq!(bucket.reserve(now), Duration::ZERO, "the refunds made up for the reservation");
+        bucket.refund();
+        bucket.refund();
+        bucket.refund();
+        assert_eq!(bucket.reserve(now), Duration::ZERO);
+        assert_eq!(bucket.reserve(now), Duration::ZERO);
+        assert!(bucket.reserve(now) > Duration::ZERO, "never more than the burst");
+        let mut unlimited = TokenBucket::new(0.0, 1, now);
+        unlimited.refund();
+        assert_eq!(unlimited.reserve(now), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spare_token_is_reserved_with_the_first_and_refunded_unspent() {
+        // One token a second, burst 2.
+        let limiter = RateLimiter::new(1.0, 2);
+        let start = Instant::now();
+        limiter.acquire_with_spare().await.spend();
+        assert_eq!(start.elapsed(), Duration::ZERO, "both tokens from the burst");
+        let spare = limiter.acquire_with_spare().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "waits for both tokens");
+        drop(spare);
+        limiter.acquire().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "the unspent token came back");
+        limiter.acquire().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn jittered_backoff_is_repeatable_shorter_by_at_most_a_quarter_and_capped() {
+        let (initial, max) = (Duration::from_millis(50), Duration::from_secs(1));
+        for uid in ["pod-a", "pod-b", ""] {
+            for attempt in 0..40 {
+                let plain = backoff(initial, max, attempt);
+                let wait = jittered_backoff(initial, max, attempt, uid);
+                assert_eq!(wait, jittered_backoff(initial, max, attempt, uid), "{uid}/{attempt}: repeatable");
+                assert!(
+                    wait <= plain && wait >= plain.mul_f64(0.75),
+                    "{uid}/{attempt}: {wait:?} of {plain:?}"
+                );
+                assert!(wait <= max);
+            }
+        }
+        let spread: std::collections::HashSet<Duration> =
+            (0..20).map(|i| jittered_backoff(initial, max, 3, &format!("pod-{i}"))).collect();
+        assert!(spread.len() > 10, "pods conflicting together do not retry together: {spread:?}");
+        // Saturated durations do not panic.
+        let huge = jittered_backoff(Duration::MAX, Duration::MAX, u32::MAX, "x");
+        assert!(huge >= Duration::MAX.mul_f64(0.75), "{huge:?}");
+    }
+
+    #[test]
+    fn unit_fractions_stay_in_range() {
+        for attempt in [0, 1, 2, u32::MAX] {
+            for seed in ["", "a", "0b1c2d3e-uid"] {
+                let f = unit_fraction(seed, attempt);
+                assert!((0.0..1.0).contains(&f), "{seed}/{attempt}: {f}");
+            }
+        }
     }
 }

@@ -7,12 +7,14 @@
 //! `metadata.uid` as a precondition, nothing sent when it is empty. The merge base is the
 //! freshest pod this actor has seen (a watch event or its last PATCH response); it GETs only
 //! when it has none, when the copy is of another pod (a watch behind a recreation), or after a
-//! failure. Failures are retried with per-pod exponential back-off; a status the server rejects
-//! as invalid is not sent again until it changes. A full reconcile every `reconcile_period`
-//! rewrites any drift of the fields this writer owns. A finished pod with a deletion timestamp
-//! and a terminal API phase is deleted with grace 0 and a UID precondition; a mirror pod never
-//! is. Per-pod state (versions, back-offs, merge bases, latency starts) is dropped by the reconcile
-//! once the status manager no longer has the pod's status.
+//! failure. A write that GETs takes the PATCH's token together with the GET's, so that other
+//! senders queueing on the shared limiter cannot widen the window between the two. Failures are
+//! retried with per-pod exponential back-off; a status the server rejects as invalid is not sent
+//! again until it changes. A full reconcile every `reconcile_period` rewrites any drift of the
+//! fields this writer owns. A finished pod with a deletion timestamp and a terminal API phase is
+//! deleted with grace 0 and a UID precondition; a mirror pod never is. Per-pod state (versions,
+//! back-offs and their timers, merge bases, latency starts) is dropped by the reconcile once the
+//! status manager no longer has the pod's status, so that `Flush` never waits for such a pod.
 //!
 //! Which status fields the syncer writes is a parameter, [`OwnedFields`]:
 //! * [`OwnedFields::Kubelet`] (the default, upstream's behaviour): the status manager's status
@@ -22,10 +24,18 @@
 //!   and container states): the patch is built from the API copy with only `ready`/`started` of
 //!   the containers the status manager knows under the same container ID and the owned
 //!   conditions laid over it ([`merge_readiness_only`]); a reconcile sees drift only in those.
-//!   As `containerStatuses` is an atomic list, sent whole, the patch also carries the copy's
-//!   `metadata.resourceVersion` as a precondition: when the runtime wrote after the copy was
-//!   taken, the server answers 409 Conflict and the write is merged again from a fresh GET (at
-//!   once the first time, then with back-off), so a stale copy never undoes the runtime's writes.
+//!   As the container status lists are atomic, sent whole, a patch that carries one also carries
+//!   the copy's `metadata.resourceVersion` as a precondition: when the runtime wrote after the
+//!   copy was taken, the server answers 409 Conflict and the write is merged again from a fresh
+//!   copy, so a stale copy never undoes the runtime's writes. (Conditions merge by type, so a
+//!   conditions-only patch needs no precondition and is sent without one.)
+//!
+//! Conflicts have a back-off of their own, separate from the failure back-off: the first is
+//! retried at once from a fresh GET, further ones after a short, jittered wait
+//! ([`SyncerConfig::conflict_backoff_initial`], at most [`SyncerConfig::conflict_backoff_max`]).
+//! It ends early when what it waits for comes: a new status version, or a watch copy newer than
+//! the one that conflicted. The conflicting copy's resourceVersion is kept as a floor until then,
+//! so that a watch event that is older still is not taken as the next merge base.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -38,7 +48,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use tokio::sync::oneshot;
 
 use super::patch::pod_status_patch;
-use super::rate::{RateLimiter, backoff};
+use super::rate::{RateLimiter, SpareToken, backoff, jittered_backoff};
 use crate::clock::SharedClock;
 use crate::contracts::PodLookup;
 use crate::metrics as names;
@@ -95,8 +105,12 @@ pub struct SyncerStats {
     pub merge_bases: usize,
     /// Pods with an unwritten change (latency histogram starts).
     pub unsynced: usize,
-    /// Pods in retry back-off.
+    /// Pods in retry back-off after failures.
     pub retrying: usize,
+    /// Pods in conflict back-off (409s in a row).
+    pub conflicting: usize,
+    /// Pods whose merge base was dropped by a conflict, with its resourceVersion as a floor.
+    pub floors: usize,
     /// Pods whose latest version the server rejected as invalid.
     pub rejected: usize,
     /// Update sequence numbers held.
@@ -145,8 +159,14 @@ pub struct SyncerConfig {
     pub field_manager: String,
     /// Full reconcile period (the kubelet's 10 s).
     pub reconcile_period: Duration,
+    /// Failure back-off: the first wait, doubled per failure up to `backoff_max`.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// Conflict back-off (409 Conflict, ReadinessOnly's precondition): the wait after the second
+    /// conflict in a row (the first is retried at once), doubled per conflict up to
+    /// `conflict_backoff_max`, each made up to a quarter shorter by the pod's UID.
+    pub conflict_backoff_initial: Duration,
+    pub conflict_backoff_max: Duration,
     /// The condition types this writer owns.
     pub ownership: ConditionOwnership,
     /// The other status fields this writer owns.
@@ -172,6 +192,8 @@ impl SyncerConfig {
             reconcile_period: Duration::from_secs(10),
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(60),
+            conflict_backoff_initial: Duration::from_millis(50),
+            conflict_backoff_max: Duration::from_secs(1),
             ownership: ConditionOwnership::KUBELET,
             owned_fields: OwnedFields::Kubelet,
             clock,
@@ -179,10 +201,11 @@ impl SyncerConfig {
     }
 }
 
-/// A pod's place in the retry back-off.
+/// A pod's place in a retry back-off.
 #[derive(Debug, Clone, Copy)]
 struct Retry {
-    failures: u32,
+    /// Consecutive failures (or conflicts).
+    count: u32,
     not_before: tokio::time::Instant,
 }
 
@@ -201,9 +224,16 @@ pub struct StatusSyncer {
     in_flight: HashSet<String>,
     /// A newer version arrived while the pod was being written.
     dirty: HashSet<String>,
+    /// Failure back-off, by source UID.
     retries: HashMap<String, Retry>,
-    /// Pods with a timer running to enqueue them when their back-off ends.
-    backing_off: HashSet<String>,
+    /// Conflict back-off, by source UID: ended by a new version or a newer watch copy.
+    conflicts: HashMap<String, Retry>,
+    /// The resourceVersion of the merge base a write last conflicted with, by source UID: until
+    /// a newer copy is seen, a watch event no newer than this is not a merge base.
+    floors: HashMap<String, u64>,
+    /// Pods with a timer running to enqueue them when their back-off ends, and the timer (to
+    /// cancel when the back-off ends early or the pod is dropped).
+    backing_off: HashMap<String, SpawnHandle>,
     /// The version of each pod the server rejected as invalid: not sent again.
     rejected: HashMap<String, u64>,
     /// Counts status updates received; `update_seq` has the count at each pod's latest one, so
@@ -229,7 +259,9 @@ impl StatusSyncer {
             in_flight: HashSet::new(),
             dirty: HashSet::new(),
             retries: HashMap::new(),
-            backing_off: HashSet::new(),
+            conflicts: HashMap::new(),
+            floors: HashMap::new(),
+            backing_off: HashMap::new(),
             rejected: HashMap::new(),
             seq: 0,
             update_seq: HashMap::new(),
@@ -269,24 +301,51 @@ impl StatusSyncer {
         while self.in_flight.len() < self.config.concurrency.max(1) {
             let Some(uid) = self.queue.pop_front() else { break };
             self.queued.remove(&uid);
-            if let Some(retry) = self.retries.get(&uid)
-                && retry.not_before > now
+            if let Some(not_before) = self.not_before(&uid)
+                && not_before > now
             {
                 // One timer per pod: a pod already waiting is enqueued by the timer it has.
-                if self.backing_off.insert(uid.clone()) {
-                    deferred.push((uid, retry.not_before - now));
+                if !self.backing_off.contains_key(&uid) {
+                    deferred.push((uid, not_before - now));
                 }
                 continue;
             }
             self.start(uid, ctx);
         }
         for (uid, wait) in deferred {
-            ctx.run_later(wait, move |act, ctx| {
-                act.backing_off.remove(&uid);
-                act.enqueue(&uid, ctx);
+            let key = uid.clone();
+            let timer = ctx.run_later(wait, move |act, ctx| {
+                act.backing_off.remove(&key);
+                act.enqueue(&key, ctx);
             });
+            self.backing_off.insert(uid, timer);
         }
         self.resolve_flushes();
+    }
+
+    /// When the pod's back-offs (failures and conflicts) end, if it is in one.
+    fn not_before(&self, uid: &str) -> Option<tokio::time::Instant> {
+        let failures = self.retries.get(uid).map(|r| r.not_before);
+        let conflicts = self.conflicts.get(uid).map(|r| r.not_before);
+        failures.max(conflicts)
+    }
+
+    /// Stops the pod's back-off timer, if one runs.
+    fn cancel_timer(&mut self, uid: &str, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.backing_off.remove(uid) {
+            ctx.cancel_future(timer);
+        }
+    }
+
+    /// Ends the pod's conflict back-off (what it waited for came) and writes it again unless a
+    /// failure back-off still holds it.
+    fn end_conflict_backoff(&mut self, uid: &str, ctx: &mut Context<Self>) {
+        if self.conflicts.remove(uid).is_some() {
+            self.cancel_timer(uid, ctx);
+            if self.latest.contains_key(uid) {
+                self.enqueue(uid, ctx);
+            }
+        }
     }
 
     fn start(&mut self, uid: String, ctx: &mut Context<Self>) {
@@ -321,6 +380,8 @@ impl StatusSyncer {
         match &result.outcome {
             Outcome::Updated | Outcome::Unchanged => {
                 self.retries.remove(&uid);
+                self.conflicts.remove(&uid);
+                self.floors.remove(&uid);
                 self.rejected.remove(&uid);
                 if let Some(api_uid) = &result.api_uid {
                     self.written.insert(api_uid.clone(), result.version);
@@ -339,16 +400,19 @@ impl StatusSyncer {
             Outcome::NotFound => {
                 tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod does not exist on the server");
                 self.retries.remove(&uid);
+                self.conflicts.remove(&uid);
+                self.floors.remove(&uid);
                 self.api_pods.remove(&key);
             }
             Outcome::Recreated => {
                 tracing::info!(pod_uid = %uid, pod = %result.name, "Pod was deleted and then recreated, skipping status update");
-                self.forget(&uid, &key);
+                self.forget(&uid, &key, ctx);
                 self.config.status_manager.do_send(DeletePodStatus(uid.clone()));
             }
             Outcome::Invalid(message) => {
                 tracing::error!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, cause = %message, "The API server rejected the status patch as invalid; not retrying this version");
                 self.retries.remove(&uid);
+                self.conflicts.remove(&uid);
                 if let Some(api_uid) = &result.api_uid {
                     self.written.insert(api_uid.clone(), result.version);
                 }
@@ -362,21 +426,44 @@ impl StatusSyncer {
                 if let Some(api_uid) = &result.api_uid {
                     self.written.remove(api_uid);
                 }
-                self.forget(&uid, &key);
+                self.forget(&uid, &key, ctx);
                 self.config.status_manager.do_send(DeletePodStatus(uid.clone()));
             }
             Outcome::Conflict => {
-                tracing::debug!(pod_uid = %uid, pod = %result.name, "The pod changed since the copy the status was merged into; merging again");
-                self.api_pods.remove(&key);
-                // The first conflict is retried at once from a fresh copy; a pod that keeps
-                // changing under the writes backs off like a failure.
-                let failures = self.retries.get(&uid).map_or(1, |r| r.failures + 1);
-                let wait = match failures {
-                    1 => Duration::ZERO,
-                    n => backoff(self.config.backoff_initial, self.config.backoff_max, n - 1),
-                };
-                self.retries
-                    .insert(uid.clone(), Retry { failures, not_before: tokio::time::Instant::now() + wait });
+                // The server answered: the failures before are over, only the copy was stale.
+                self.retries.remove(&uid);
+                let held = self.api_pods.get(&key).and_then(|pod| resource_version(pod));
+                match result.base_version {
+                    Some(failed) if held.is_some_and(|held| held > failed) => {
+                        tracing::debug!(pod_uid = %uid, pod = %result.name, "The pod changed since the copy the status was merged into; merging again into the newer copy seen meanwhile");
+                        self.conflicts.remove(&uid);
+                    }
+                    failed => {
+                        self.api_pods.remove(&key);
+                        if let Some(failed) = failed {
+                            let floor = self.floors.entry(uid.clone()).or_insert(failed);
+                            *floor = (*floor).max(failed);
+                        }
+                        // The first conflict is retried at once from a fresh GET; a pod that
+                        // keeps changing under the writes waits a little, never long: a newer
+                        // copy or a new version ends the wait.
+                        let count = self.conflicts.get(&uid).map_or(1, |r| r.count + 1);
+                        let wait = match count {
+                            1 => Duration::ZERO,
+                            n => jittered_backoff(
+                                self.config.conflict_backoff_initial,
+                                self.config.conflict_backoff_max,
+                                n - 1,
+                                &uid,
+                            ),
+                        };
+                        tracing::debug!(pod_uid = %uid, pod = %result.name, retry_in = ?wait, "The pod changed since the copy the status was merged into; merging again");
+                        self.conflicts.insert(
+                            uid.clone(),
+                            Retry { count, not_before: tokio::time::Instant::now() + wait },
+                        );
+                    }
+                }
                 self.dirty.insert(uid.clone());
             }
             Outcome::Failed(message) | Outcome::DeleteFailed(message) => {
@@ -386,11 +473,11 @@ impl StatusSyncer {
                     self.written.insert(api_uid.clone(), result.version);
                 }
                 self.api_pods.remove(&key);
-                let failures = self.retries.get(&uid).map_or(1, |r| r.failures + 1);
-                let wait = backoff(self.config.backoff_initial, self.config.backoff_max, failures);
+                let count = self.retries.get(&uid).map_or(1, |r| r.count + 1);
+                let wait = backoff(self.config.backoff_initial, self.config.backoff_max, count);
                 tracing::warn!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?wait, "Failed to update status for pod");
                 self.retries
-                    .insert(uid.clone(), Retry { failures, not_before: tokio::time::Instant::now() + wait });
+                    .insert(uid.clone(), Retry { count, not_before: tokio::time::Instant::now() + wait });
                 self.dirty.insert(uid.clone());
             }
         }
@@ -398,6 +485,9 @@ impl StatusSyncer {
             // A reconcile dropped the pod while it was being written: nothing will write it
             // again, so nothing may wait for it.
             self.retries.remove(&uid);
+            self.conflicts.remove(&uid);
+            self.floors.remove(&uid);
+            self.cancel_timer(&uid, ctx);
             self.unsynced_since.remove(&uid);
             self.dirty.remove(&uid);
         }
@@ -408,21 +498,27 @@ impl StatusSyncer {
         }
     }
 
-    fn forget(&mut self, uid: &str, key: &(String, String)) {
+    fn forget(&mut self, uid: &str, key: &(String, String), ctx: &mut Context<Self>) {
         self.latest.remove(uid);
         self.unsynced_since.remove(uid);
         self.retries.remove(uid);
+        self.conflicts.remove(uid);
+        self.floors.remove(uid);
+        self.cancel_timer(uid, ctx);
         self.rejected.remove(uid);
         self.update_seq.remove(uid);
         self.dirty.remove(uid);
         self.api_pods.remove(key);
     }
 
-    /// Keeps `pod` as the merge base of its name unless the copy held is newer.
-    fn remember(&mut self, key: (String, String), pod: Arc<Pod>) {
-        if self.api_pods.get(&key).is_none_or(|old| is_newer_or_same(&pod, old)) {
+    /// Keeps `pod` as the merge base of its name unless the copy held is newer; returns whether
+    /// it was kept.
+    fn remember(&mut self, key: (String, String), pod: Arc<Pod>) -> bool {
+        let newer = self.api_pods.get(&key).is_none_or(|old| is_newer_or_same(&pod, old));
+        if newer {
             self.api_pods.insert(key, pod);
         }
+        newer
     }
 
     /// Upstream `needsUpdate` and `needsReconcile`, over the statuses just listed. `since` is
@@ -437,7 +533,7 @@ impl StatusSyncer {
         let arrived: HashSet<String> =
             self.update_seq.iter().filter(|(_, seq)| **seq > since).map(|(uid, _)| uid.clone()).collect();
         self.latest = merge_listed(std::mem::take(&mut self.latest), statuses, &arrived);
-        self.prune();
+        self.prune(ctx);
         let mut queue = Vec::new();
         for (uid, status) in &self.latest {
             let Some(api_uid) = self.api_uid(uid) else { continue };
@@ -463,17 +559,27 @@ impl StatusSyncer {
             }
             self.enqueue(&uid, ctx);
         }
+        // Pruning may have ended the last back-off a flush waited for.
+        self.resolve_flushes();
     }
 
-    /// Drops the per-pod state of pods without a status (the status manager forgot them).
+    /// Drops the per-pod state of pods without a status (the status manager forgot them), and
+    /// stops their back-off timers: nothing will write them again, so nothing may wait for them.
     /// Merge bases are kept for the pods the host knows: a watch event often comes before the
     /// pod's first status.
-    fn prune(&mut self) {
+    fn prune(&mut self, ctx: &mut Context<Self>) {
+        let stopped: Vec<String> =
+            self.backing_off.keys().filter(|uid| !self.latest.contains_key(*uid)).cloned().collect();
+        for uid in stopped {
+            self.cancel_timer(&uid, ctx);
+        }
         let latest = &self.latest;
         self.update_seq.retain(|uid, _| latest.contains_key(uid));
         self.rejected.retain(|uid, _| latest.contains_key(uid));
         self.unsynced_since.retain(|uid, _| latest.contains_key(uid));
         self.retries.retain(|uid, _| latest.contains_key(uid));
+        self.conflicts.retain(|uid, _| latest.contains_key(uid));
+        self.floors.retain(|uid, _| latest.contains_key(uid));
         let in_flight = &self.in_flight;
         self.dirty.retain(|uid| latest.contains_key(uid) && in_flight.contains(uid));
         let api_uids: HashSet<String> = latest.keys().filter_map(|uid| self.api_uid(uid)).collect();
@@ -540,6 +646,9 @@ impl Handler<PodStatusUpdated> for StatusSyncer {
         self.update_seq.insert(uid.clone(), self.seq);
         self.unsynced_since.entry(uid.clone()).or_insert_with(|| self.config.clock.now());
         self.latest.insert(uid.clone(), msg.status);
+        // A new version is merged again from a fresh GET at once, however often the last one
+        // conflicted.
+        self.end_conflict_backoff(&uid, ctx);
         self.enqueue(&uid, ctx);
     }
 }
@@ -547,13 +656,24 @@ impl Handler<PodStatusUpdated> for StatusSyncer {
 impl Handler<ApiPodObserved> for StatusSyncer {
     type Result = ();
 
-    fn handle(&mut self, msg: ApiPodObserved, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: ApiPodObserved, ctx: &mut Self::Context) {
         let pod = msg.0;
         let key = (
             pod.metadata.namespace.clone().unwrap_or_default(),
             pod.metadata.name.clone().unwrap_or_default(),
         );
-        self.remember(key, pod);
+        let uid = source_uid(self.config.pods.as_ref(), &pod);
+        if let Some(floor) = self.floors.get(&uid) {
+            if resource_version(&pod).is_some_and(|version| version <= *floor) {
+                tracing::trace!(pod_uid = %uid, pod = %key.1, "Watch event no newer than the copy a write conflicted with; not a merge base");
+                return;
+            }
+            self.floors.remove(&uid);
+        }
+        // A fresher copy is what a conflicting write waits for.
+        if self.remember(key, pod) {
+            self.end_conflict_backoff(&uid, ctx);
+        }
     }
 }
 
@@ -610,6 +730,8 @@ impl Handler<GetSyncerStats> for StatusSyncer {
             merge_bases: self.api_pods.len(),
             unsynced: self.unsynced_since.len(),
             retrying: self.retries.len(),
+            conflicting: self.conflicts.len(),
+            floors: self.floors.len(),
             rejected: self.rejected.len(),
             update_seqs: self.update_seq.len(),
             queued: self.queue.len(),
@@ -682,6 +804,8 @@ struct JobResult {
     api_uid: Option<String>,
     /// The API's copy after this write, the next merge base.
     fresh: Option<Arc<Pod>>,
+    /// The resourceVersion of the copy the status was merged into (for a conflict's floor).
+    base_version: Option<u64>,
 }
 
 impl SyncJob {
@@ -694,14 +818,19 @@ impl SyncJob {
             outcome: Outcome::Unchanged,
             api_uid: None,
             fresh: None,
+            base_version: None,
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &result.namespace);
+        // The token of the request after the GET (the PATCH, or a DELETE), taken with the GET's:
+        // the limiter is shared by every request the agent sends, and queueing behind them
+        // between the two would let the copy go stale. Given back when not needed.
+        let mut spare: Option<SpareToken> = None;
         // A cached copy of another pod under this name is a watch that has not caught up with
         // a recreation yet: only the server can say whether our pod is gone.
         let base = match self.base.clone() {
             Some(base) if self.source_uid(&base) == self.uid => base,
             _ => {
-                self.limiter.acquire().await;
+                spare = Some(self.limiter.acquire_with_spare().await);
                 let got = api.get(&result.name).await;
                 record_request("get", &got);
                 match got {
@@ -723,6 +852,7 @@ impl SyncJob {
         }
         let api_uid = base.metadata.uid.clone().unwrap_or_default();
         result.api_uid = Some(api_uid.clone());
+        result.base_version = resource_version(&base);
 
         let api_status = go_zero_values(base.status.clone().unwrap_or_default());
         let merged = go_zero_values(match self.owned_fields {
@@ -738,7 +868,9 @@ impl SyncJob {
             }
         });
         let patch = match pod_status_patch(&api_uid, &api_status, &merged) {
-            Ok(Some(body)) if self.owned_fields == OwnedFields::ReadinessOnly => {
+            Ok(Some(body))
+                if self.owned_fields == OwnedFields::ReadinessOnly && replaces_container_statuses(&body) =>
+            {
                 Some(with_resource_version(body, base.metadata.resource_version.as_deref()))
             }
             Ok(patch) => patch,
@@ -753,7 +885,7 @@ impl SyncJob {
                 base
             }
             Some(body) => {
-                self.limiter.acquire().await;
+                self.take_token(spare.take()).await;
                 let params =
                     PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
                 let patched = api.patch_status(&result.name, &params, &Patch::Strategic(body)).await;
@@ -789,7 +921,7 @@ impl SyncJob {
         result.fresh = Some(fresh.clone());
 
         if can_be_deleted(&fresh, self.status.pod_is_finished) {
-            self.limiter.acquire().await;
+            self.take_token(spare.take()).await;
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
                 preconditions: Some(Preconditions { uid: Some(api_uid), resource_version: None }),
@@ -807,14 +939,26 @@ impl SyncJob {
         result
     }
 
-    /// The source pod UID an API copy belongs to (a mirror pod's static pod).
     fn source_uid(&self, pod: &Pod) -> String {
-        let api_uid = pod.metadata.uid.clone().unwrap_or_default();
-        self.pods.static_uid_for_mirror(&api_uid).unwrap_or(api_uid)
+        source_uid(self.pods.as_ref(), pod)
+    }
+
+    /// Spends the token taken ahead with the GET, or waits for one.
+    async fn take_token(&self, spare: Option<SpareToken>) {
+        match spare {
+            Some(token) => token.spend(),
+            None => self.limiter.acquire().await,
+        }
     }
 }
 
 // === helpers ===
+
+/// The source pod UID an API copy belongs to (a mirror pod's static pod).
+fn source_uid(pods: &dyn PodLookup, pod: &Pod) -> String {
+    let api_uid = pod.metadata.uid.clone().unwrap_or_default();
+    pods.static_uid_for_mirror(&api_uid).unwrap_or(api_uid)
+}
 
 /// The statuses to write after a reconcile listed `listed`: per pod the newer version of the
 /// list's and the one already held (updates keep arriving while the list is on its way); a pod
@@ -920,6 +1064,19 @@ pub fn could_have_running_containers(status: &PodStatus, finished: bool) -> bool
                 .is_none_or(|s| s.running.is_some() || (s.terminated.is_none() && s.waiting.is_none()))
         },
     )
+}
+
+/// The status lists that are atomic: a patch carrying one replaces it whole.
+const CONTAINER_STATUS_LISTS: [&str; 3] =
+    ["containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"];
+
+/// Whether a status patch replaces a container status list, and so could undo another writer's
+/// change made after the merge base was read (conditions merge by type and cannot).
+fn replaces_container_statuses(patch: &serde_json::Value) -> bool {
+    patch
+        .get("status")
+        .and_then(|s| s.as_object())
+        .is_some_and(|status| CONTAINER_STATUS_LISTS.iter().any(|list| status.contains_key(*list)))
 }
 
 /// Adds the merge base's resourceVersion to a status patch: the server then applies the patch
@@ -1141,5 +1298,29 @@ mod tests {
         );
         assert_eq!(with_resource_version(patch.clone(), None), patch, "no version, no precondition");
         assert_eq!(with_resource_version(patch.clone(), Some("")), patch);
+    }
+
+    #[test]
+    fn only_a_patch_of_a_container_status_list_needs_the_resource_version() {
+        let cases = [
+            ("containers", serde_json::json!({"status": {"containerStatuses": []}}), true),
+            ("init containers", serde_json::json!({"status": {"initContainerStatuses": []}}), true),
+            ("ephemeral containers", serde_json::json!({"status": {"ephemeralContainerStatuses": []}}), true),
+            (
+                "conditions and containers",
+                serde_json::json!({"status": {"conditions": [], "containerStatuses": []}}),
+                true,
+            ),
+            (
+                "conditions only",
+                serde_json::json!({"status": {"$setElementOrder/conditions": [], "conditions": []}}),
+                false,
+            ),
+            ("no status", serde_json::json!({"metadata": {"uid": "u"}}), false),
+            ("a status that is no object", serde_json::json!({"status": null}), false),
+        ];
+        for (name, patch, want) in cases {
+            assert_eq!(replaces_container_statuses(&patch), want, "case: {name}");
+        }
     }
 }
