@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
-use k8s_openapi::jiff::Timestamp;
 use probelet::container::ContainerId;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::manager::{AddPod, CleanupPods, RemovePod};
@@ -22,35 +21,16 @@ use probelet::prober::worker::ProbeKey;
 use probelet::prober::{ProbeKind, ProbeResult};
 use probelet::results::{GetResults, RemoveResult, ResultsCache, SetResult, SubscribeResults};
 use probelet::status::POD_READY;
-use support::kubelet::{DrainLog, Harness, ResultLog, advance, epoch, run_for, settle};
+use support::kubelet::{
+    DrainLog, Harness, ResultLog, advance, aged_harness, epoch, run_for, settle, started_harness, wall,
+};
 use support::pods::{PodBuilder, probe, running, test_pod};
-use tokio::time::Instant;
 
 use ProbeKind::{Liveness, Readiness, Startup};
 use ProbeResult::{Failure, Success};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
-}
-
-/// A started harness (one round trip done) and the instant its manager started at.
-async fn harness() -> (Harness, Instant) {
-    tokio::time::pause();
-    let t0 = Instant::now();
-    let h = Harness::start();
-    h.worker_count().await;
-    (h, t0)
-}
-
-/// A harness whose manager is older than one period: no jitter for new workers.
-async fn aged() -> (Harness, Instant) {
-    let (h, t0) = harness().await;
-    advance(secs(11)).await;
-    (h, t0)
-}
-
-fn wall(t0: Instant) -> Timestamp {
-    epoch() + (Instant::now() - t0)
 }
 
 /// `container` with all three probes.
@@ -87,7 +67,7 @@ fn pairs(items: &[(&str, ProbeKind)]) -> Vec<(String, ProbeKind)> {
 
 #[actix::test]
 async fn add_pod_twice_keeps_one_worker_per_probe() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("twice")
         .container("app")
         .with_probe("app", Readiness, probe(10, 1, 3))
@@ -107,7 +87,7 @@ async fn add_pod_twice_keeps_one_worker_per_probe() {
 
 #[actix::test]
 async fn add_pod_continues_past_an_existing_worker() {
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     let before = test_pod("grow").container("a").container("b").with_probe("a", Readiness, probe(10, 1, 3));
     h.pipeline.add_pod(before.clone().build());
     h.wait_workers(1).await;
@@ -120,7 +100,7 @@ async fn add_pod_continues_past_an_existing_worker() {
 
 #[actix::test]
 async fn sidecars_get_workers_but_plain_init_containers_do_not() {
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     let pod = test_pod("inits")
         .init_container("init")
         .sidecar("side")
@@ -140,7 +120,7 @@ async fn sidecars_get_workers_but_plain_init_containers_do_not() {
 
 #[actix::test]
 async fn pod_without_probes_gets_no_workers() {
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     let pod = test_pod("plain").container("app").build();
     h.pipeline.add_pod(pod);
     settle().await;
@@ -151,7 +131,7 @@ async fn pod_without_probes_gets_no_workers() {
 
 #[actix::test]
 async fn remove_pod_stops_all_of_its_workers() {
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     let gone = all_probes(test_pod("gone"), "app")
         .sidecar("side")
         .with_probe("side", Readiness, probe(10, 1, 3))
@@ -168,7 +148,7 @@ async fn remove_pod_stops_all_of_its_workers() {
 
 #[actix::test]
 async fn stop_liveness_and_startup_leaves_readiness_running() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = all_probes(test_pod("terminating"), "app")
         .sidecar("side")
         .with_probe("side", Liveness, probe(10, 1, 3))
@@ -200,7 +180,7 @@ async fn stop_liveness_and_startup_leaves_readiness_running() {
 
 #[actix::test]
 async fn cleanup_pods_stops_only_pods_not_desired() {
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     let pods: Vec<_> = ["p1", "p2", "p3"].iter().map(|n| all_probes(test_pod(n), "app").build()).collect();
     for pod in &pods {
         h.pipeline.add_pod(pod.clone());
@@ -218,7 +198,7 @@ async fn cleanup_pods_stops_only_pods_not_desired() {
 
 #[actix::test]
 async fn removing_an_unknown_pod_is_a_no_op() {
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     let known = all_probes(test_pod("known"), "app").build();
     h.pipeline.add_pod(known.clone());
     h.wait_workers(3).await;
@@ -239,7 +219,7 @@ async fn removing_an_unknown_pod_is_a_no_op() {
 
 #[actix::test]
 async fn cleanup_of_many_pods_repeated_ends_with_no_workers() {
-    let (h, t0) = harness().await;
+    let (h, t0) = started_harness().await;
     let pods: Vec<_> = (0..100).map(|i| all_probes(test_pod(&format!("many-{i}")), "app").build()).collect();
     for pod in &pods {
         h.pipeline.add_pod(pod.clone());
@@ -269,7 +249,7 @@ async fn cleanup_of_many_pods_repeated_ends_with_no_workers() {
 
 #[actix::test]
 async fn add_and_remove_the_same_pod_a_thousand_times() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = all_probes(test_pod("churn"), "app").build();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
     settle().await;
@@ -318,7 +298,7 @@ fn remove_then_add(h: &Harness, pod: &Arc<Pod>) {
 
 #[actix::test]
 async fn replacement_keeps_the_result_and_series_the_stopped_worker_leaves() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let _ = PrometheusRegistry::global().unwrap();
     let pod = test_pod("replaced").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
@@ -344,7 +324,7 @@ async fn replacement_keeps_the_result_and_series_the_stopped_worker_leaves() {
 
 #[actix::test]
 async fn started_container_stays_started_across_a_startup_worker_replacement() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let _ = PrometheusRegistry::global().unwrap();
     let pod =
         test_pod("replaced-startup").container("app").with_probe("app", Startup, probe(10, 1, 3)).build();
@@ -372,7 +352,7 @@ async fn started_container_stays_started_across_a_startup_worker_replacement() {
 
 #[actix::test]
 async fn replacement_on_a_new_container_drops_the_old_containers_entry() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("replaced-new").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
     settle().await;
@@ -389,7 +369,7 @@ async fn replacement_on_a_new_container_drops_the_old_containers_entry() {
 
 #[actix::test]
 async fn replacement_stopped_too_leaves_nothing_behind() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let _ = PrometheusRegistry::global().unwrap();
     let pod = all_probes(test_pod("replaced-gone"), "app").build();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
@@ -428,7 +408,7 @@ fn restarted_agent_pod(name: &str, api_ready: &str, api_id: &str) -> Arc<Pod> {
 /// `ready` of `app` from `UpdatePodStatus`, with a readiness worker and no readiness result,
 /// for a container that started `started_before` the manager.
 async fn ready_after_agent_restart(pod: Arc<Pod>, started_before: Duration) -> bool {
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     h.pipeline.add_pod(pod.clone());
     h.wait_workers(1).await;
     let status = PodStatus {
@@ -481,7 +461,7 @@ async fn worker_gauge_follows_workers_by_type() {
     // record into the global one in parallel. The manager runs on this thread.
     let registry = PrometheusRegistry::new();
     let _local = metrics::set_default_local_recorder(&registry);
-    let (h, _) = harness().await;
+    let (h, _) = started_harness().await;
     let a = all_probes(test_pod("gauge-a"), "app").build();
     let b = test_pod("gauge-b").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     h.pipeline.add_pod(a.clone());

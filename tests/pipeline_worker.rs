@@ -16,11 +16,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodStatus;
-use k8s_openapi::jiff::Timestamp;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult};
 use probelet::status::POD_READY;
-use support::kubelet::{DrainLog, Harness, advance, epoch, run_for, settle};
+use support::kubelet::{DrainLog, Harness, advance, aged_harness, run_for, settle, started_harness, wall};
 use support::pods::{probe, running, terminated, test_pod, waiting};
 use support::scripted::Step;
 use tokio::time::Instant;
@@ -39,27 +38,6 @@ fn assert_near(got: Duration, want: Duration, what: &str) {
     assert!(diff <= Duration::from_millis(2), "{what}: got {got:?}, want {want:?}");
 }
 
-/// A started harness (one round trip done) and the instant the manager started at.
-async fn harness() -> (Harness, Instant) {
-    tokio::time::pause();
-    let t0 = Instant::now();
-    let h = Harness::start();
-    h.worker_count().await;
-    (h, t0)
-}
-
-/// A harness whose manager is older than any period used here: no jitter for new workers.
-async fn aged() -> (Harness, Instant) {
-    let (h, t0) = harness().await;
-    advance(secs(11)).await;
-    (h, t0)
-}
-
-/// The harness's wall clock now (it reads [`epoch`] at `t0` and follows tokio time).
-fn wall(t0: Instant) -> Timestamp {
-    epoch() + (Instant::now() - t0)
-}
-
 /// The instants at which (container, kind) was probed, relative to `from`.
 fn probe_times(h: &Harness, container: &str, kind: ProbeKind, from: Instant) -> Vec<Duration> {
     h.prober.calls_of(container, kind).iter().map(|c| c.at.saturating_duration_since(from)).collect()
@@ -76,7 +54,7 @@ fn metric_lines(registry: &PrometheusRegistry, pod: &str) -> Vec<String> {
 
 #[actix::test]
 async fn first_probe_runs_at_once_then_every_period() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("sched").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     let start = Instant::now();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
@@ -95,7 +73,7 @@ async fn first_probe_runs_at_once_then_every_period() {
 
 #[actix::test]
 async fn slow_probe_keeps_starts_one_period_apart() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.always("app", Readiness, Step::Slow(secs(3), Success));
     let pod = test_pod("slow").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     let start = Instant::now();
@@ -109,7 +87,7 @@ async fn slow_probe_keeps_starts_one_period_apart() {
 
 #[actix::test]
 async fn probe_slower_than_period_runs_again_right_after_it_returns() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Step::Slow(secs(25), Success)]);
     let pod = test_pod("slower").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     let start = Instant::now();
@@ -125,7 +103,7 @@ async fn probe_slower_than_period_runs_again_right_after_it_returns() {
 
 #[actix::test]
 async fn young_manager_delays_the_first_probe_by_jitter() {
-    let (h, t0) = harness().await;
+    let (h, t0) = started_harness().await;
     let pod = test_pod("jitter").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     let start = Instant::now();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
@@ -139,7 +117,7 @@ async fn young_manager_delays_the_first_probe_by_jitter() {
 
 #[actix::test]
 async fn worker_created_after_the_manager_is_one_period_old_probes_at_once() {
-    let (h, t0) = harness().await;
+    let (h, t0) = started_harness().await;
     advance(secs(10)).await;
     let pod = test_pod("nojitter").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     let start = Instant::now();
@@ -152,7 +130,7 @@ async fn worker_created_after_the_manager_is_one_period_old_probes_at_once() {
 
 #[actix::test]
 async fn manual_trigger_probes_at_once_and_restarts_the_schedule() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("trigger").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     let added = Instant::now();
     // The worker starts before the container runs: nothing to probe, the schedule runs.
@@ -184,7 +162,7 @@ async fn manual_trigger_probes_at_once_and_restarts_the_schedule() {
 
 #[actix::test]
 async fn initial_delay_counts_from_started_at() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let mut p = probe(1, 1, 3);
     p.initial_delay_seconds = Some(15);
     let pod = test_pod("delay").container("app").with_probe("app", Readiness, p).build();
@@ -202,7 +180,7 @@ async fn initial_delay_counts_from_started_at() {
 
 #[actix::test]
 async fn liveness_and_readiness_wait_for_started() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.always("app", Startup, Step::Return(Failure));
     let pod = test_pod("gated")
         .container("app")
@@ -230,7 +208,7 @@ async fn liveness_and_readiness_wait_for_started() {
 
 #[actix::test]
 async fn startup_worker_holds_after_its_decision() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.always("app", Startup, Step::Return(Failure));
     let pod = test_pod("startup-hold").container("app").with_probe("app", Startup, probe(10, 1, 2)).build();
     h.sync(&pod, vec![waiting("app")]).await;
@@ -253,7 +231,7 @@ async fn startup_worker_holds_after_its_decision() {
 
 #[actix::test]
 async fn startup_worker_does_not_probe_a_started_container() {
-    let (h, t0) = harness().await;
+    let (h, t0) = started_harness().await;
     // A container that started long before the agent and was reported started: nothing
     // is reseeded, the cached status keeps started=true, and the startup worker never probes.
     let pod = test_pod("already-started")
@@ -275,7 +253,7 @@ async fn startup_worker_does_not_probe_a_started_container() {
 
 #[actix::test]
 async fn readiness_thresholds_through_the_worker() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Success, Success, Failure, Failure, Failure].map(Step::Return));
     h.prober.always("app", Readiness, Step::Return(Failure));
     let pod = test_pod("thresholds").container("app").with_probe("app", Readiness, probe(10, 2, 3)).build();
@@ -294,7 +272,7 @@ async fn readiness_thresholds_through_the_worker() {
 
 #[actix::test]
 async fn liveness_failure_holds_until_a_new_container() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.always("app", Liveness, Step::Return(Failure));
     let pod = test_pod("liveness-hold").container("app").with_probe("app", Liveness, probe(10, 1, 2)).build();
     let log = h.result_log();
@@ -320,7 +298,7 @@ async fn liveness_failure_holds_until_a_new_container() {
 
 #[actix::test]
 async fn success_run_carries_over_a_container_restart() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("carry").container("app").with_probe("app", Readiness, probe(10, 2, 3)).build();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
     settle().await;
@@ -348,7 +326,7 @@ async fn success_run_carries_over_a_container_restart() {
 
 #[actix::test]
 async fn non_running_container_writes_failure_for_every_kind() {
-    let (h, _) = aged().await;
+    let (h, _) = aged_harness().await;
     let pod = test_pod("down")
         .container("app")
         .with_probe("app", Startup, probe(10, 1, 3))
@@ -372,7 +350,7 @@ async fn non_running_container_writes_failure_for_every_kind() {
 
 #[actix::test]
 async fn terminal_pod_phase_stops_every_worker() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("finished")
         .container("app")
         .with_probe("app", Readiness, probe(10, 1, 3))
@@ -394,7 +372,7 @@ async fn terminal_pod_phase_stops_every_worker() {
 
 #[actix::test]
 async fn terminated_container_with_restart_policy_never_stops_only_regular_workers() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("never")
         .restart_policy("Never")
         .sidecar("side")
@@ -426,7 +404,7 @@ async fn terminated_container_with_restart_policy_never_stops_only_regular_worke
 
 #[actix::test]
 async fn pod_deleted_before_add_quiets_liveness_and_startup_but_not_readiness() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     let pod = test_pod("deleting")
         .deleting()
         .container("app")
@@ -459,7 +437,7 @@ async fn pod_deleted_before_add_quiets_liveness_and_startup_but_not_readiness() 
 #[actix::test]
 async fn errored_probes_are_discarded() {
     let registry = PrometheusRegistry::global().unwrap();
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.always("app", Readiness, Step::Error);
     let pod = test_pod("errored-pod").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
     h.sync(&pod, vec![waiting("app")]).await;
@@ -474,7 +452,7 @@ async fn errored_probes_are_discarded() {
 
 #[actix::test]
 async fn panic_in_probe_keeps_the_previous_result_and_probing_goes_on() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Step::Return(Success), Step::PanicInFuture, Step::Return(Success)]);
     h.prober.always("app", Readiness, Step::Return(Failure));
     let pod = test_pod("panicky").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
@@ -507,7 +485,7 @@ async fn worker_that_dies_is_restarted_after_back_off() {
             .unwrap_or(0)
     };
     let before = restarts();
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Step::Return(Success), Step::PanicInWorker]);
     let pod = test_pod("dies").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
     let log = h.result_log();
@@ -533,7 +511,7 @@ async fn worker_that_dies_is_restarted_after_back_off() {
 
 #[actix::test]
 async fn restarted_worker_keeps_its_threshold_count() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Step::Return(Success), Step::Return(Failure), Step::PanicInWorker]);
     h.prober.always("app", Readiness, Step::Return(Failure));
     let pod =
@@ -548,7 +526,7 @@ async fn restarted_worker_keeps_its_threshold_count() {
 #[actix::test]
 async fn worker_removed_during_its_restart_back_off_is_gone() {
     let registry = PrometheusRegistry::global().unwrap();
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Step::Return(Success), Step::PanicInWorker]);
     let pod = test_pod("dies-removed").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
@@ -568,7 +546,7 @@ async fn worker_removed_during_its_restart_back_off_is_gone() {
 
 #[actix::test]
 async fn stopping_a_worker_cancels_its_probe_and_removes_its_result() {
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Step::Return(Success), Step::Slow(secs(60), Success)]);
     let pod = test_pod("cancel").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
     h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
@@ -589,7 +567,7 @@ async fn stopping_a_worker_cancels_its_probe_and_removes_its_result() {
 #[actix::test]
 async fn probe_metrics_count_results_and_vanish_with_the_worker() {
     let registry = PrometheusRegistry::global().unwrap();
-    let (h, t0) = aged().await;
+    let (h, t0) = aged_harness().await;
     h.prober.then("app", Readiness, [Success, Success, Failure].map(Step::Return));
     h.prober.always("app", Readiness, Step::Error);
     let pod = test_pod("metrics-pod").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();

@@ -238,3 +238,25 @@ impl Harness {
         panic!("expected {n} workers, still {seen}");
     }
 }
+
+/// A started harness on paused time (one round trip done, so its actors have registered
+/// their timers) and the instant its manager started at.
+pub async fn started_harness() -> (Harness, tokio::time::Instant) {
+    tokio::time::pause();
+    let t0 = tokio::time::Instant::now();
+    let h = Harness::start();
+    h.worker_count().await;
+    (h, t0)
+}
+
+/// A harness whose manager is older than one period (11 s): new workers start without jitter.
+pub async fn aged_harness() -> (Harness, tokio::time::Instant) {
+    let (h, t0) = started_harness().await;
+    advance(std::time::Duration::from_secs(11)).await;
+    (h, t0)
+}
+
+/// The harness's wall clock now: it reads [`epoch`] at `t0` and follows tokio time.
+pub fn wall(t0: tokio::time::Instant) -> Timestamp {
+    epoch() + (tokio::time::Instant::now() - t0)
+}
