@@ -26,6 +26,17 @@ pub struct SetResult {
     pub pod_uid: String,
 }
 
+/// Store a container's result only if it has none: a resumed worker's initial value, which
+/// must not overwrite what its predecessor wrote.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SeedResult {
+    pub kind: ProbeKind,
+    pub container_id: ContainerId,
+    pub result: ProbeResult,
+    pub pod_uid: String,
+}
+
 /// Forget a container's result; emits nothing (upstream `Manager.Remove`).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
@@ -134,6 +145,24 @@ impl Handler<SetResult> for ResultsCache {
     }
 }
 
+impl Handler<SeedResult> for ResultsCache {
+    type Result = ();
+
+    fn handle(&mut self, msg: SeedResult, ctx: &mut Self::Context) {
+        if self.get(msg.kind, &msg.container_id).is_none() {
+            self.handle(
+                SetResult {
+                    kind: msg.kind,
+                    container_id: msg.container_id,
+                    result: msg.result,
+                    pod_uid: msg.pod_uid,
+                },
+                ctx,
+            );
+        }
+    }
+}
+
 impl Handler<RemoveResult> for ResultsCache {
     type Result = ();
 
@@ -157,5 +186,41 @@ impl Handler<SubscribeResults> for ResultsCache {
 
     fn handle(&mut self, msg: SubscribeResults, _ctx: &mut Self::Context) {
         self.subscribers.push(msg.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed(id: &str, result: ProbeResult) -> SeedResult {
+        SeedResult {
+            kind: ProbeKind::Startup,
+            container_id: ContainerId::parse(id),
+            result,
+            pod_uid: "u".into(),
+        }
+    }
+
+    #[actix::test]
+    async fn seed_sets_only_what_is_missing() {
+        let cache = ResultsCache::default().start();
+        let started = SetResult {
+            kind: ProbeKind::Startup,
+            container_id: ContainerId::parse("x://1"),
+            result: ProbeResult::Success,
+            pod_uid: "u".into(),
+        };
+        cache.send(started).await.unwrap();
+        cache.send(seed("x://1", ProbeResult::Unknown)).await.unwrap();
+        cache.send(seed("x://2", ProbeResult::Unknown)).await.unwrap();
+        let got = cache
+            .send(GetResults(vec![
+                (ProbeKind::Startup, ContainerId::parse("x://1")),
+                (ProbeKind::Startup, ContainerId::parse("x://2")),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(got, vec![Some(ProbeResult::Success), Some(ProbeResult::Unknown)]);
     }
 }

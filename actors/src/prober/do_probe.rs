@@ -74,6 +74,9 @@ impl WorkerSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheOp {
     Set(ContainerId, ProbeResult),
+    /// Set only if the cache has no entry for the container (a resumed worker's seed: the
+    /// entry its predecessor left is kept, a container nobody seeded gets the initial value).
+    Seed(ContainerId, ProbeResult),
     Remove(ContainerId),
 }
 
@@ -99,8 +102,9 @@ pub struct WorkerState {
     pub result_run: u32,
     /// Stop probing until a new container ID appears.
     pub on_hold: bool,
-    /// This worker replaces one that died: do not seed the cache for the first container seen,
-    /// the dead worker's entry is still there and still right.
+    /// This worker replaces another (one that died, or one still stopping): the first
+    /// container it sees is seeded only where the cache has no entry, since the predecessor's
+    /// entry is still there and still right.
     pub resumed: bool,
 }
 
@@ -141,8 +145,9 @@ impl WorkerState {
                 ops.push(CacheOp::Remove(old));
             }
             let resumed = std::mem::take(&mut self.resumed);
-            if !resumed && !started_before_manager(container, spec.manager_start) {
-                ops.push(CacheOp::Set(container_id.clone(), spec.initial_value()));
+            if !started_before_manager(container, spec.manager_start) {
+                let seed = if resumed { CacheOp::Seed } else { CacheOp::Set };
+                ops.push(seed(container_id.clone(), spec.initial_value()));
             }
             // A sidecar already reported started (say, across an agent restart) must count as
             // started at once, or the pod never initialises (upstream #136910).
@@ -481,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn resumed_worker_does_not_reseed() {
+    fn resumed_worker_seeds_only_where_nothing_is_cached() {
         let mut state = WorkerState::resumed();
         let mut ops = vec![];
         state.before_probe(
@@ -490,7 +495,8 @@ mod tests {
             t(10),
             &mut ops,
         );
-        assert!(ops.is_empty());
+        assert_eq!(ops, vec![CacheOp::Seed(id("x://1"), ProbeResult::Failure)]);
+        ops.clear();
         state.before_probe(
             &spec(ProbeKind::Readiness),
             Some(&running("x://2", 5, Some(true))),

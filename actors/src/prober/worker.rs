@@ -22,7 +22,7 @@ use super::probe_metrics as metrics;
 use super::{ProbeError, ProbeKind, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
-use crate::results::{RemoveResult, ResultsCache, SetResult};
+use crate::results::{RemoveResult, ResultsCache, SeedResult, SetResult};
 use crate::status::views::StatusView;
 
 // === messages ===
@@ -297,6 +297,12 @@ impl ProbeWorker {
         for op in ops {
             match op {
                 CacheOp::Set(container_id, result) => self.results.do_send(SetResult {
+                    kind: self.key.kind,
+                    container_id,
+                    result,
+                    pod_uid: self.key.pod_uid.clone(),
+                }),
+                CacheOp::Seed(container_id, result) => self.results.do_send(SeedResult {
                     kind: self.key.kind,
                     container_id,
                     result,
