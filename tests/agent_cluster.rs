@@ -9,7 +9,7 @@ mod support;
 
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -128,20 +128,7 @@ async fn wait_for_pod(fake: &FakeApiServer, name: &str, what: &str, pred: impl F
 
 #[tokio::test]
 async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
-    let healthy = Arc::new(AtomicBool::new(true));
-    let flag = healthy.clone();
-    let app = Router::new().route(
-        "/healthz",
-        get(move || {
-            let flag = flag.clone();
-            async move {
-                if flag.load(Ordering::SeqCst) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (port, healthy) = support::health::toggled_health_server().await;
 
     let fake = FakeApiServer::start().await;
     fake.insert_pod(pod("mine", "node-a", port));

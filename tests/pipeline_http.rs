@@ -4,14 +4,10 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::prelude::*;
-use axum::Router;
-use axum::http::StatusCode;
-use axum::routing::get;
 use k8s_openapi::api::core::v1::{HTTPGetAction, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -54,20 +50,7 @@ async fn wait_for_ready(updates: &mut mpsc::UnboundedReceiver<PodStatusUpdated>,
 
 #[actix::test]
 async fn http_readiness_flips_ready_both_ways() {
-    let healthy = Arc::new(AtomicBool::new(true));
-    let flag = healthy.clone();
-    let app = Router::new().route(
-        "/healthz",
-        get(move || {
-            let flag = flag.clone();
-            async move {
-                if flag.load(Ordering::SeqCst) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (port, healthy) = support::health::toggled_health_server().await;
 
     let h = Harness::start_real();
     let (tx, mut updates) = mpsc::unbounded_channel();

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 pub mod apiserver;
 pub mod grpc_server;
+pub mod health;
 pub mod http_server;
 pub mod kubelet;
 pub mod pods;
