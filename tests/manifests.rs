@@ -107,8 +107,52 @@ fn json_file_loads_and_reports_positions() {
     assert!(errors[0].reason.starts_with("invalid JSON: "), "{}", errors[0].reason);
     assert!(errors[0].reason.contains("line 2 column"), "{}", errors[0].reason);
     assert_eq!(errors[1].file, dir.path().join("typed.json"));
-    assert!(errors[1].reason.starts_with("invalid Pod: invalid type: integer `5`"), "{}", errors[1].reason);
+    assert!(
+        errors[1].reason.starts_with("invalid Pod: spec.containers: invalid type: integer `5`"),
+        "{}",
+        errors[1].reason
+    );
     assert!(errors[1].reason.contains("line 3"), "{}", errors[1].reason);
+}
+
+#[test]
+fn type_errors_name_the_field_path_line_and_column() {
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: a\n    command: [x]\n    \
+                env: [{name: PORT, value: 8080}]\n    readinessProbe:\n      httpGet: {port: 80}\n      periodSeconds: often\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/typed.yaml"), yaml, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        vec![
+            "invalid Pod: spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 12, column 22"
+        ],
+        "a YAML scalar that fits its field (env value 8080) is no error; the one that does not is named"
+    );
+
+    // Several documents: the document number comes first, then the path.
+    let second = "apiVersion: v1\nkind: Pod\nmetadata: {name: y}\nspec:\n  containers:\n  - name: b\n    command: [x]\n    \
+                  ports: [{containerPort: 99999999999}]\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/two.yaml"), &format!("{yaml}---\n{second}"), NODE);
+    assert!(pods.is_empty());
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[1].reason.starts_with("document 2: invalid Pod: spec.containers[0].ports[0].containerPort: "),
+        "{}",
+        errors[1].reason
+    );
+
+    let json = "{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"x\"},\n \"spec\": {\"containers\": \
+                [{\"name\": \"a\", \"command\": [\"x\"], \"livenessProbe\": {\"failureThreshold\": \"3\"}}]}}";
+    let (_, errors) = parse_manifest(Path::new("/m/typed.json"), json, NODE);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].reason.starts_with(
+            "invalid Pod: spec.containers[0].livenessProbe.failureThreshold: invalid type: string"
+        ),
+        "{}",
+        errors[0].reason
+    );
+    assert!(errors[0].reason.contains("line 2 column"), "{}", errors[0].reason);
 }
 
 #[test]
@@ -746,6 +790,72 @@ fn files_over_one_mib_are_refused() {
     let (pods, errors) = parse_manifest(Path::new("/m/huge.yaml"), &huge, NODE);
     assert!(pods.is_empty());
     assert_eq!(reasons(&errors), vec!["file larger than 1 MiB"]);
+}
+
+#[test]
+fn a_folder_that_cannot_be_listed_keeps_the_last_good_pods() {
+    let dir = TempDir::new("unlistable");
+    let folder = dir.path().join("pods");
+    fs::create_dir(&folder).unwrap();
+    fs::write(folder.join("a.yaml"), pod_yaml("alpha")).unwrap();
+    fs::write(folder.join("b.yaml"), pod_yaml("beta")).unwrap();
+    let good = scan(&folder, NODE).keeping_unreadable(&Snapshot::default());
+    assert_eq!(good.pods.len(), 2);
+    assert_eq!(good.folder_unreadable, None);
+
+    // The folder becomes a symlink loop: listing fails (ELOOP), as it would with EMFILE.
+    fs::rename(&folder, dir.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(&folder, &folder).unwrap();
+    let failed = scan(&folder, NODE);
+    assert!(failed.pods.is_empty(), "the scan itself saw nothing");
+    assert!(failed.folder_unreadable.is_some());
+    assert_eq!(failed.errors.len(), 1, "{:?}", failed.errors);
+    assert!(failed.errors[0].reason.starts_with("cannot read directory: "), "{}", failed.errors[0].reason);
+    let kept = failed.keeping_unreadable(&good);
+    assert_eq!(kept.pods, good.pods, "the last good set stays");
+    assert_eq!(diff(&good, &kept), vec![], "no pod is stopped or started again");
+
+    // A folder that does not exist has no pods, as with the kubelet.
+    fs::remove_file(&folder).unwrap();
+    let gone = scan(&folder, NODE);
+    assert_eq!(gone.folder_unreadable, None);
+    let gone = gone.keeping_unreadable(&kept);
+    assert!(gone.pods.is_empty());
+    assert_eq!(summary(&diff(&kept, &gone)), vec!["-default/alpha", "-default/beta"]);
+}
+
+#[test]
+fn a_file_that_cannot_be_read_keeps_its_pods_and_a_removed_one_does_not() {
+    let dir = TempDir::new("unreadable");
+    dir.write("a.yaml", format!("{}---\n{}", pod_yaml("alpha"), pod_yaml("alpha-2")));
+    dir.write("b.yaml", pod_yaml("beta"));
+    let good = scan(dir.path(), NODE).keeping_unreadable(&Snapshot::default());
+    assert_eq!(good.pods.len(), 3);
+
+    // a.yaml cannot be opened (ELOOP here; EMFILE on a node short of descriptors).
+    let a = dir.path().join("a.yaml");
+    dir.remove("a.yaml");
+    std::os::unix::fs::symlink(&a, &a).unwrap();
+    let next = scan(dir.path(), NODE);
+    assert_eq!(next.pods.len(), 1);
+    assert!(next.unreadable_files.contains_key(&a), "{:?}", next.unreadable_files);
+    let next = next.keeping_unreadable(&good);
+    assert_eq!(diff(&good, &next), vec![], "a.yaml's pods keep running");
+    assert_eq!(next.errors.len(), 1);
+    assert!(next.errors[0].reason.starts_with("cannot read file: "), "{}", next.errors[0].reason);
+
+    // While a.yaml is unreadable, another file takes over one of its pods' names: the readable
+    // file wins and the kept pod goes.
+    dir.write("c.yaml", pod_yaml("alpha").replace("'1000'", "'7'"));
+    let taken = scan(dir.path(), NODE).keeping_unreadable(&next);
+    assert_eq!(summary(&diff(&next, &taken)), vec!["-default/alpha", "+default/alpha"]);
+    assert_eq!(taken.pods.len(), 3);
+
+    // Once a.yaml is gone for real, its pods go too.
+    fs::remove_file(&a).unwrap();
+    let after = scan(dir.path(), NODE).keeping_unreadable(&taken);
+    assert_eq!(summary(&diff(&taken, &after)), vec!["-default/alpha-2"]);
+    assert!(after.unreadable_files.is_empty());
 }
 
 // === UID ===

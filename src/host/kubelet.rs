@@ -140,14 +140,26 @@ impl StandaloneKubelet {
     }
 
     fn rescan(&mut self, ctx: &mut Context<Self>) {
-        let next = manifests::scan(&self.config.manifests, &self.config.node_name);
+        let next = manifests::scan(&self.config.manifests, &self.config.node_name)
+            .keeping_unreadable(&self.snapshot);
+        let mut current = HashSet::new();
         for error in &next.errors {
-            let text = error.to_string();
-            if self.reported.insert(text.clone()) {
-                println!("{} manifest skipped: {text}", now());
+            // What could not be read is told once per kind of error (a node short of file
+            // descriptors fails every file the same way); what is wrong, once per file and reason.
+            let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
+            let (key, line) = match kind {
+                Some(kind) => (
+                    format!("unreadable: {kind:?}"),
+                    format!("manifests cannot be read, keeping their last pods: {error}"),
+                ),
+                None => (error.to_string(), format!("manifest skipped: {error}")),
+            };
+            if self.reported.insert(key.clone()) {
+                println!("{} {line}", now());
             }
+            current.insert(key);
         }
-        self.reported.retain(|r| next.errors.iter().any(|e| e.to_string() == *r));
+        self.reported.retain(|r| current.contains(r));
         let changes = manifests::diff(&self.snapshot, &next);
         self.snapshot = next;
         for change in changes {

@@ -19,11 +19,26 @@
 //!
 //! Unlike the kubelet, a file may hold several YAML documents (`---`), each one pod; a bad document
 //! is reported and the file's other documents still load. A file that does not parse at all loads
-//! nothing, so while it is broken its pods are gone (as with the kubelet).
+//! nothing, so while it is broken its pods are gone (as with the kubelet). Type errors name the
+//! field path as well as the line and column (`spec.containers[0].readinessProbe.periodSeconds:
+//! invalid i32 at line 14, column 88`), like the validation errors.
+//!
+//! A folder or file that cannot be *read* is not a folder without pods: when listing the folder
+//! fails for any reason but "does not exist" (say `EMFILE` while the node is short of file
+//! descriptors), [`Snapshot::keeping_unreadable`] keeps the last good pod set, as the kubelet's
+//! file source does (it sends no update when the listing fails). A single file that cannot be
+//! read for the same kind of reason keeps the pods it last gave; the kubelet drops those, which
+//! would restart every container of a pod whose file could not be opened for a moment. A folder
+//! that does not exist means no pods, as upstream.
+//!
+//! Manifests should be written atomically (write a temporary file beside them, then rename it
+//! over the manifest): a scan that catches a half-written file sees a parse error and stops that
+//! file's pods until the next scan. Hidden files (`.name.yaml`) are skipped, so a temporary file
+//! whose name starts with a dot is never read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
-use std::io::Read;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, PodStatus, Probe};
@@ -141,8 +156,10 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
         }
         let value: Value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
         // Decoding again straight into a Pod gives type errors with their line and column.
-        let pod = check_kind(&value)
-            .and_then(|()| serde_json::from_str::<Pod>(contents).map_err(|e| format!("invalid Pod: {e}")));
+        let pod = check_kind(&value).and_then(|()| {
+            serde_path_to_error::deserialize::<_, Pod>(&mut serde_json::Deserializer::from_str(contents))
+                .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner())))
+        });
         return Ok(vec![pod]);
     }
     let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
@@ -155,7 +172,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
     // with the first pass document for document (both skip the same empty documents); should it
     // not, each document is converted from its JSON value instead.
     let mut bytes = contents.as_bytes();
-    let typed: Vec<Result<Pod, serde_saphyr::Error>> =
+    let typed: Vec<Result<TrackedPod, serde_saphyr::Error>> =
         serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
     let aligned = typed.len() == values.len();
     let mut typed = typed.into_iter();
@@ -165,12 +182,37 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
             let direct = if aligned { typed.next() } else { None };
             check_kind(&value)?;
             match direct {
-                Some(Ok(pod)) => Ok(pod),
+                Some(Ok(TrackedPod(pod))) => Ok(pod),
                 Some(Err(e)) => Err(format!("invalid Pod: {}", one_line(&e.to_string()))),
-                None => serde_json::from_value(value).map_err(|e| format!("invalid Pod: {e}")),
+                None => serde_path_to_error::deserialize::<_, Pod>(value)
+                    .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner()))),
             }
         })
         .collect())
+}
+
+/// A [`Pod`] whose type errors start with the path of the field they are about. The YAML
+/// deserializer adds the line and column to the error this returns, so the message reads
+/// `spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 14, column 88`.
+struct TrackedPod(Pod);
+
+impl<'de> serde::Deserialize<'de> for TrackedPod {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut track = serde_path_to_error::Track::new();
+        match <Pod as serde::Deserialize>::deserialize(serde_path_to_error::Deserializer::new(
+            deserializer,
+            &mut track,
+        )) {
+            Ok(pod) => Ok(TrackedPod(pod)),
+            Err(e) => Err(D::Error::custom(with_path(&track.path().to_string(), &e))),
+        }
+    }
+}
+
+/// `path: error`, or only the error when it is about the document itself (path `.`).
+fn with_path(path: &str, error: &dyn std::fmt::Display) -> String {
+    if path.is_empty() || path == "." { error.to_string() } else { format!("{path}: {error}") }
 }
 
 fn yaml_options() -> serde_saphyr::Options {
@@ -252,49 +294,76 @@ fn aggregate(messages: &[String]) -> String {
 /// followed), in file-name order. Unreadable files, bad documents and a second pod with a
 /// namespace/name already seen are reported; everything else is returned.
 pub fn load_dir(dir: &Path, node_name: &str) -> (Vec<LoadedPod>, Vec<ManifestError>) {
-    let (files, mut errors) = manifest_files(dir);
-    let mut pods = Vec::new();
+    let loaded = load(dir, node_name);
+    (loaded.pods, loaded.errors)
+}
+
+/// What one read of the folder gave, with what could not be read told apart from what is wrong.
+struct Loaded {
+    pods: Vec<LoadedPod>,
+    errors: Vec<ManifestError>,
+    /// Listing the folder failed (other than "not found"): nothing here says which pods exist.
+    folder_unreadable: Option<io::ErrorKind>,
+    /// Files that exist but could not be read, with why: their pods are unknown, not gone.
+    unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
+}
+
+fn load(dir: &Path, node_name: &str) -> Loaded {
+    let mut loaded = Loaded {
+        pods: Vec::new(),
+        errors: Vec::new(),
+        folder_unreadable: None,
+        unreadable_files: BTreeMap::new(),
+    };
+    let files = match manifest_files(dir, &mut loaded) {
+        Ok(files) => files,
+        Err(e) => {
+            if e.kind() != io::ErrorKind::NotFound {
+                loaded.folder_unreadable = Some(e.kind());
+            }
+            loaded.errors.push(ManifestError::new(dir, format!("cannot read directory: {e}")));
+            return loaded;
+        }
+    };
     let mut seen: HashMap<(String, String), PathBuf> = HashMap::new();
     for file in files {
         let contents = match read_manifest(&file) {
             Ok(contents) => contents,
-            Err(reason) => {
-                errors.push(ManifestError::new(&file, reason));
+            Err(ReadError::Io(e)) => {
+                if e.kind() != io::ErrorKind::NotFound {
+                    loaded.unreadable_files.insert(file.clone(), e.kind());
+                }
+                loaded.errors.push(ManifestError::new(&file, format!("cannot read file: {e}")));
+                continue;
+            }
+            Err(ReadError::Content(reason)) => {
+                loaded.errors.push(ManifestError::new(&file, reason));
                 continue;
             }
         };
         let (parsed, bad) = parse_manifest(&file, &contents, node_name);
-        errors.extend(bad);
+        loaded.errors.extend(bad);
         for pod in parsed {
-            let loaded = LoadedPod { file: file.clone(), pod };
-            let key = (loaded.namespace().to_owned(), loaded.name().to_owned());
+            let pod = LoadedPod { file: file.clone(), pod };
+            let key = (pod.namespace().to_owned(), pod.name().to_owned());
             if let Some(first) = seen.get(&key) {
                 let reason = format!("duplicate pod {}/{}, also in {}", key.0, key.1, first.display());
-                errors.push(ManifestError::new(&file, reason));
+                loaded.errors.push(ManifestError::new(&file, reason));
                 continue;
             }
             seen.insert(key, file.clone());
-            pods.push(loaded);
+            loaded.pods.push(pod);
         }
     }
-    (pods, errors)
+    loaded
 }
 
-fn manifest_files(dir: &Path) -> (Vec<PathBuf>, Vec<ManifestError>) {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => return (Vec::new(), vec![ManifestError::new(dir, format!("cannot read directory: {e}"))]),
-    };
+/// The manifest files of `dir`; `Err` when the folder cannot be listed completely (a partial
+/// listing would look like removed files).
+fn manifest_files(dir: &Path, loaded: &mut Loaded) -> io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
-    let mut errors = Vec::new();
-    for entry in entries {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                errors.push(ManifestError::new(dir, format!("cannot read directory: {e}")));
-                continue;
-            }
-        };
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
         let path = entry.path();
         // Editors leave hidden swap and backup files beside the manifests; the kubelet skips them.
         let hidden = entry.file_name().as_encoded_bytes().starts_with(b".");
@@ -308,26 +377,35 @@ fn manifest_files(dir: &Path) -> (Vec<PathBuf>, Vec<ManifestError>) {
         match fs::metadata(&path) {
             Ok(meta) if meta.is_file() => files.push(path),
             Ok(_) => {}
-            Err(e) => errors.push(ManifestError::new(&path, format!("cannot read file: {e}"))),
+            Err(e) => {
+                if e.kind() != io::ErrorKind::NotFound {
+                    loaded.unreadable_files.insert(path.clone(), e.kind());
+                }
+                loaded.errors.push(ManifestError::new(&path, format!("cannot read file: {e}")));
+            }
         }
     }
     files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
-    (files, errors)
+    Ok(files)
 }
 
-fn read_manifest(file: &Path) -> Result<String, String> {
-    let opened = File::open(file).map_err(|e| format!("cannot read file: {e}"))?;
+enum ReadError {
+    /// The file could not be read: its pods are unknown.
+    Io(io::Error),
+    /// The file was read and is not a manifest.
+    Content(String),
+}
+
+fn read_manifest(file: &Path) -> Result<String, ReadError> {
+    let opened = File::open(file).map_err(ReadError::Io)?;
     let mut bytes = Vec::new();
     // Reading one byte past the cap tells a file at the cap from a larger one without reading
     // the rest of a huge file.
-    opened
-        .take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read file: {e}"))?;
+    opened.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(TOO_LARGE.into());
+        return Err(ReadError::Content(TOO_LARGE.into()));
     }
-    String::from_utf8(bytes).map_err(|e| format!("invalid UTF-8: {}", e.utf8_error()))
+    String::from_utf8(bytes).map_err(|e| ReadError::Content(format!("invalid UTF-8: {}", e.utf8_error())))
 }
 
 // === snapshot and diff ===
@@ -339,12 +417,47 @@ pub struct Snapshot {
     pub pods: BTreeMap<String, LoadedPod>,
     /// Files and documents that gave no pod.
     pub errors: Vec<ManifestError>,
+    /// Listing the folder failed with this error (not "not found"): `pods` is not what the
+    /// folder holds. [`Snapshot::keeping_unreadable`] puts the last good set back.
+    pub folder_unreadable: Option<io::ErrorKind>,
+    /// Files that exist but could not be read, with why; their pods are not in `pods`.
+    pub unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
 }
 
-/// Scans the folder (see [`load_dir`]).
+impl Snapshot {
+    /// This scan, with what it could not read taken from `previous`: every pod of `previous`
+    /// when the folder could not be listed, else the pods `previous` had from each unreadable
+    /// file. A pod that cannot be read is still running; only a file that is gone, or that was
+    /// read and is wrong, takes its pods away.
+    pub fn keeping_unreadable(mut self, previous: &Snapshot) -> Snapshot {
+        if self.folder_unreadable.is_some() {
+            self.pods = previous.pods.clone();
+            return self;
+        }
+        let kept = previous.pods.iter().filter(|(_, p)| self.unreadable_files.contains_key(&p.file));
+        let kept: Vec<(String, LoadedPod)> = kept.map(|(uid, p)| (uid.clone(), p.clone())).collect();
+        // A kept pod whose namespace/name a readable file now claims gives way to it.
+        let names: HashSet<(String, String)> =
+            self.pods.values().map(|p| (p.namespace().to_owned(), p.name().to_owned())).collect();
+        for (uid, pod) in kept {
+            if !names.contains(&(pod.namespace().to_owned(), pod.name().to_owned())) {
+                self.pods.insert(uid, pod);
+            }
+        }
+        self
+    }
+}
+
+/// Scans the folder (see [`load_dir`]). Follow it with [`Snapshot::keeping_unreadable`] to keep
+/// the pods of what could not be read.
 pub fn scan(dir: &Path, node_name: &str) -> Snapshot {
-    let (pods, errors) = load_dir(dir, node_name);
-    Snapshot { pods: pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(), errors }
+    let loaded = load(dir, node_name);
+    Snapshot {
+        pods: loaded.pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(),
+        errors: loaded.errors,
+        folder_unreadable: loaded.folder_unreadable,
+        unreadable_files: loaded.unreadable_files,
+    }
 }
 
 /// One change of the folder's pods.
