@@ -63,6 +63,11 @@ pub struct RunArgs {
     #[arg(long, value_enum, env = "PROBELET_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// More log on standard error: -v adds probelet's debug lines (every event, container
+    /// starts), -vv everything at debug. RUST_LOG, when set, decides instead.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
     /// API requests per second the agent may send (the kubelet's --kube-api-qps).
     #[arg(long, env = "PROBELET_QPS", default_value_t = 50.0)]
     pub qps: f64,

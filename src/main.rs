@@ -9,7 +9,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => {
-            init_logging(args.log_format);
+            init_logging(args.log_format, args.verbose);
             // kube's TLS needs one process-wide crypto provider (CRATES.md, trap 1).
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mode = args.mode()?;
@@ -22,16 +22,24 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::DemoTarget(args) => {
-            init_logging(LogFormat::Text);
+            init_logging(LogFormat::Text, 0);
             let code = actix::System::new().block_on(probelet::demo::run(args)).context("demo-target")?;
             std::process::exit(code);
         }
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+fn init_logging(format: LogFormat, verbose: u8) {
+    let default = match verbose {
+        0 => "info",
+        1 => "info,probelet=debug,probelet_actors=debug",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let ansi = probelet::host::console::colour_wanted(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR"),
+    );
     let builder =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {

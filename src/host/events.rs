@@ -1,6 +1,12 @@
-//! The standalone agent's event sink: every event is logged and the recent ones are kept,
-//! aggregated like the kubelet's event recorder (same object, reason and message → count
-//! bumped), for `/events`.
+//! The standalone agent's event sink: the recent events are kept, aggregated like the kubelet's
+//! event recorder (same object, reason and message → count bumped), for `/events`, and logged.
+//!
+//! What is logged at which level is the console's choice, not the kubelet's: the console already
+//! prints one line per status transition, so an event that only restates one goes to debug.
+//! Normal events (`Created`, `Started`, `Killing`, ...) and `Unhealthy` (the transition line
+//! `Ready=False` or the kill line says it) log at debug; any other warning (`BackOff`, `Failed`,
+//! `ProbeWarning`, ...) logs at warn the first time it is recorded, and at debug while it only
+//! repeats (its count is on `/events`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -55,10 +61,6 @@ impl EventRecorder for EventLog {
             object.name.as_deref().unwrap_or_default()
         );
         let field = object.field_path.as_deref().unwrap_or_default();
-        match event_type {
-            EventType::Warning => tracing::warn!(pod, field_path = field, reason, "{message}"),
-            EventType::Normal => tracing::info!(pod, field_path = field, reason, "{message}"),
-        }
         let now = format_time(self.clock.now());
         let Ok(mut events) = self.events.lock() else { return };
         let same = |e: &&mut RecentEvent| {
@@ -67,7 +69,18 @@ impl EventRecorder for EventLog {
                 && e.message == message
                 && e.type_ == event_type.as_str()
         };
-        if let Some(existing) = events.iter_mut().rev().find(same) {
+        let repeated = events.iter_mut().rev().find(same);
+        match log_level(event_type, reason, repeated.is_some()) {
+            tracing::Level::WARN => tracing::warn!(pod, field_path = field, reason, "{message}"),
+            _ => tracing::debug!(
+                pod,
+                field_path = field,
+                event_type = event_type.as_str(),
+                reason,
+                "{message}"
+            ),
+        }
+        if let Some(existing) = repeated {
             existing.count += 1;
             existing.last_timestamp = now;
             return;
@@ -84,6 +97,18 @@ impl EventRecorder for EventLog {
             first_timestamp: now.clone(),
             last_timestamp: now,
         });
+    }
+}
+
+/// The event reason the console's transition and kill lines already tell.
+const UNHEALTHY: &str = "Unhealthy";
+
+/// Warn for a warning an operator has not seen yet; debug for everything the console already
+/// says or has said.
+fn log_level(event_type: EventType, reason: &str, repeated: bool) -> tracing::Level {
+    match event_type {
+        EventType::Warning if reason != UNHEALTHY && !repeated => tracing::Level::WARN,
+        _ => tracing::Level::DEBUG,
     }
 }
 
@@ -104,5 +129,18 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].count, 2);
         assert_eq!(events[1].message, "Readiness probe failed: y");
+    }
+
+    #[test]
+    fn only_new_warnings_the_console_does_not_tell_are_warnings() {
+        use tracing::Level;
+        assert_eq!(log_level(EventType::Warning, "BackOff", false), Level::WARN);
+        assert_eq!(log_level(EventType::Warning, "BackOff", true), Level::DEBUG, "a repeat is a count");
+        assert_eq!(
+            log_level(EventType::Warning, "Unhealthy", false),
+            Level::DEBUG,
+            "the transition line says it"
+        );
+        assert_eq!(log_level(EventType::Normal, "Started", false), Level::DEBUG);
     }
 }

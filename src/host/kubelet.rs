@@ -30,6 +30,7 @@ use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
 
+use super::console::{self, Tone, tone_of_transition};
 use super::history::ProbeHistory;
 use super::manifests::{self, Snapshot, SourceChange};
 use super::phase::{has_any_regular_container_started, kill_grace_period, pod_phase, probe_kill_message};
@@ -155,7 +156,7 @@ impl StandaloneKubelet {
                 None => (error.to_string(), format!("manifest skipped: {error}")),
             };
             if self.reported.insert(key.clone()) {
-                println!("{} {line}", now());
+                console::print(if kind.is_some() { Tone::Bad } else { Tone::Warn }, &line);
             }
             current.insert(key);
         }
@@ -187,7 +188,7 @@ impl StandaloneKubelet {
             return;
         }
         let pod = Arc::new(pod);
-        println!("{} {}: added from {}", now(), pod_key(&pod), file.display());
+        console::print(Tone::Plain, &format!("{}: added from {}", pod_key(&pod), file.display()));
         self.pods.upsert(pod.clone());
         self.generation += 1;
         let entry = PodEntry {
@@ -264,7 +265,7 @@ impl StandaloneKubelet {
         if let Some(status) = stored {
             let summary = Summary::of(&status);
             for line in describe_changes(entry.printed.as_ref(), &summary) {
-                println!("{} {}: {line}", now(), pod_key(&entry.pod));
+                console::print(tone_of_transition(&line), &format!("{}: {line}", pod_key(&entry.pod)));
             }
             entry.printed = Some(summary);
             entry.status = Some(status);
@@ -287,7 +288,7 @@ impl StandaloneKubelet {
         entry.terminating = true;
         let generation = entry.generation;
         let pod = entry.pod.clone();
-        println!("{} {}: removed, stopping its containers", now(), pod_key(&pod));
+        console::print(Tone::Plain, &format!("{}: removed, stopping its containers", pod_key(&pod)));
         self.pipeline.stop_liveness_and_startup(pod.clone());
         let grace = kill_grace_period(&pod, "", None);
         let kill = self.runtime.send(KillPod { pod_uid: uid.clone(), grace });
@@ -311,7 +312,7 @@ impl StandaloneKubelet {
         // Drops this pod's status too (it is no longer an entry): the status manager's
         // "finished" flag is sticky per UID and must not carry over to a restarted pod.
         self.pipeline.remove_orphaned_statuses(self.entries.keys().cloned().collect());
-        println!("{} {}: stopped", now(), pod_key(&entry.pod));
+        console::print(Tone::Plain, &format!("{}: stopped", pod_key(&entry.pod)));
         if let Some(Restart { pod, file }) = entry.restart {
             self.add(pod, &file, ctx);
         }
@@ -337,7 +338,7 @@ impl StandaloneKubelet {
         let Some(container) = target else { return };
         let message = probe_kill_message(&entry.pod, &container.name, change.kind);
         let grace = kill_grace_period(&entry.pod, &container.name, Some(change.kind));
-        println!("{} {}: {message}", now(), pod_key(&entry.pod));
+        console::print(Tone::Bad, &format!("{}: {message}", pod_key(&entry.pod)));
         self.runtime.do_send(KillContainer {
             pod_uid: change.pod_uid.clone(),
             container: container.name.clone(),
@@ -475,10 +476,6 @@ pub fn pod_key(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or("default"),
         pod.metadata.name.as_deref().unwrap_or_default()
     )
-}
-
-fn now() -> String {
-    super::history::format_time(k8s_openapi::jiff::Timestamp::now())
 }
 
 /// Starts the standalone kubelet and subscribes it to runtime and probe result changes.

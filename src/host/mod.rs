@@ -1,6 +1,7 @@
 //! The reference host for standalone mode: pod manifests from a folder, a local process
 //! runtime, and the kubelet-like sync loop that drives the engine.
 
+pub mod console;
 pub mod events;
 pub mod history;
 pub mod kubelet;
