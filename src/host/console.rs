@@ -50,7 +50,8 @@ pub fn paint(tone: Tone, text: &str, colour: bool) -> String {
 
 /// The tone of a status transition line from [`super::transitions::describe_changes`].
 pub fn tone_of_transition(line: &str) -> Tone {
-    if line == "Ready=True" || line.ends_with(" ready") {
+    let not_ready = line.ends_with(" not ready");
+    if line == "Ready=True" || (line.ends_with(" ready") && !not_ready) {
         Tone::Good
     } else if line.starts_with("Ready=False")
         || line.ends_with(" not ready")
