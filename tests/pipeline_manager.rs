@@ -561,3 +561,44 @@ async fn results_cache_delivers_every_change_to_a_stalled_subscriber() {
     assert_eq!(delivered, results, "every change, in order");
     arbiter.stop();
 }
+
+// === UpdatePodStatus reads the results without a round trip ===
+
+#[actix::test]
+async fn update_pod_status_reads_stored_results_even_when_the_cache_cannot_answer() {
+    use probelet::clock::TokioClock;
+    use probelet::prober::manager::{GetWorkers, ManagerConfig, ProberManager, UpdatePodStatus};
+    use probelet::status::views::StatusViews;
+
+    // A cache that stored a readiness success, then stopped answering messages.
+    let arbiter = Arbiter::new();
+    let cache = ResultsCache::new(None, None);
+    let view = cache.view();
+    let cache = ResultsCache::start_in_arbiter(&arbiter.handle(), |_| cache);
+    cache.send(set(Readiness, "cri://1", Success)).await.unwrap();
+    arbiter.stop();
+    arbiter.join().unwrap();
+    assert!(!cache.connected(), "the cache is gone");
+
+    let manager = ProberManager::new(ManagerConfig {
+        prober: Arc::new(support::scripted::ScriptedProber::new()),
+        results: cache,
+        results_view: view,
+        views: StatusViews::new(),
+        clock: Arc::new(TokioClock::new()),
+        arbiters: Vec::new(),
+        jitter_seed: Some(1),
+    })
+    .start();
+    let pod = test_pod("stored").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    manager.send(AddPod(pod.clone())).await.unwrap();
+    assert_eq!(manager.send(GetWorkers).await.unwrap().len(), 1);
+    let status = PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![running("app", "cri://1", epoch())]),
+        ..Default::default()
+    };
+    let status = manager.send(UpdatePodStatus { pod, status }).await.unwrap();
+    let app = &status.container_statuses.unwrap()[0];
+    assert!(app.ready, "the stored success is read, not lost to a mailbox error");
+}

@@ -17,7 +17,7 @@ use crate::prober::manager::{
 };
 use crate::prober::worker::ProbeKey;
 use crate::prober::{ProbeRunner, Prober};
-use crate::results::{ProbeResultChanged, ResultsCache, SubscribeResults};
+use crate::results::{ProbeResultChanged, ResultsCache, ResultsView, SubscribeResults};
 use crate::status::manager::{
     GetPodStatus, GetVersionedStatus, ListStatuses, PodStatusUpdated, RemoveOrphanedStatuses, SetPodStatus,
     StatusManager, SubscribeStatus, TerminatePod, VersionedPodStatus,
@@ -78,6 +78,8 @@ impl PipelineConfig {
 pub struct Pipeline {
     pub prober_manager: Addr<ProberManager>,
     pub results: Addr<ResultsCache>,
+    /// What the results cache stores, readable at once.
+    pub results_view: ResultsView,
     pub status_manager: Addr<StatusManager>,
     pub views: StatusViews,
     /// Kept so the worker arbiters live as long as the pipeline.
@@ -94,8 +96,9 @@ impl Pipeline {
         let results = ResultsCache::new(
             Some(status_manager.clone().recipient()),
             Some(status_manager.clone().recipient()),
-        )
-        .start();
+        );
+        let results_view = results.view();
+        let results = results.start();
         let observer = config.observer.clone();
         let prober: Arc<dyn ProbeRunner> = config.prober.unwrap_or_else(|| {
             let prober = Prober::new(config.runner.clone(), config.recorder.clone());
@@ -108,13 +111,21 @@ impl Pipeline {
         let manager = ProberManager::new(ManagerConfig {
             prober,
             results: results.clone(),
+            results_view: results_view.clone(),
             views: views.clone(),
             clock,
             arbiters: arbiters.iter().map(Arbiter::handle).collect(),
             jitter_seed: config.jitter_seed,
         })
         .start();
-        Pipeline { prober_manager: manager, results, status_manager, views, _arbiters: Arc::new(arbiters) }
+        Pipeline {
+            prober_manager: manager,
+            results,
+            results_view,
+            status_manager,
+            views,
+            _arbiters: Arc::new(arbiters),
+        }
     }
 
     // --- the prober manager ---

@@ -5,8 +5,16 @@
 //! (a 20-slot channel whose 21st send blocks the probe worker), emission is lossless and never
 //! blocks: changes go out with `do_send` to the status manager (readiness and startup) and to
 //! every subscribed host recipient (all kinds; the host restarts containers on liveness failure).
+//!
+//! The actor is the only writer. What it stores is readable at once through [`ResultsView`]
+//! (upstream's `Manager.Get`, a map under a read lock): the prober manager's `UpdatePodStatus`
+//! reads a pod's results there without a message round trip, so a busy or stopped cache can
+//! never turn into "no results" (which would mark every probed container not ready), and a probe
+//! worker asks it whether its result is news before sending anything. The lock guards plain map
+//! operations only, never an await.
 
 use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use actix::prelude::*;
 
@@ -65,13 +73,67 @@ pub struct ProbeResultChanged {
 #[rtype(result = "()")]
 pub struct SubscribeResults(pub Recipient<ProbeResultChanged>);
 
+// === the shared view ===
+
+type Table = HashMap<ProbeKind, HashMap<ContainerId, ProbeResult>>;
+
+/// The cache's stored results, readable from any thread. Cheap to clone; every clone reads the
+/// same table. Only the [`ResultsCache`] it came from writes it.
+#[derive(Debug, Clone, Default)]
+pub struct ResultsView {
+    table: Arc<RwLock<Table>>,
+}
+
+impl ResultsView {
+    /// The stored result of a container's probe of `kind` (upstream `Manager.Get`).
+    pub fn get(&self, kind: ProbeKind, container_id: &ContainerId) -> Option<ProbeResult> {
+        // A writer that panicked left a map, not a half-written value: reading it is still right.
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        table.get(&kind).and_then(|m| m.get(container_id)).copied()
+    }
+
+    /// Several results under one read of the table.
+    pub fn get_many(&self, keys: &[(ProbeKind, ContainerId)]) -> Vec<Option<ProbeResult>> {
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        keys.iter().map(|(kind, id)| table.get(kind).and_then(|m| m.get(id)).copied()).collect()
+    }
+
+    /// How many results are stored (tests check for leaks).
+    pub fn len(&self) -> usize {
+        self.table.read().unwrap_or_else(PoisonError::into_inner).values().map(HashMap::len).sum()
+    }
+
+    /// Whether no result is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stores `result`; false when it was stored already (no change).
+    fn set(&self, kind: ProbeKind, container_id: &ContainerId, result: ProbeResult) -> bool {
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        let map = table.entry(kind).or_default();
+        if map.get(container_id) == Some(&result) {
+            return false;
+        }
+        map.insert(container_id.clone(), result);
+        true
+    }
+
+    fn remove(&self, kind: ProbeKind, container_id: &ContainerId) {
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(map) = table.get_mut(&kind) {
+            map.remove(container_id);
+        }
+    }
+}
+
 // === the actor ===
 
-/// One map per probe kind, and who to tell about changes.
+/// The stored results, and who to tell about changes.
 #[derive(Default)]
 pub struct ResultsCache {
-    /// Latest result per kind and container ID.
-    results: HashMap<ProbeKind, HashMap<ContainerId, ProbeResult>>,
+    /// Latest result per kind and container ID, shared with readers.
+    results: ResultsView,
     /// Where readiness changes go.
     readiness: Option<Recipient<SetContainerReadiness>>,
     /// Where startup changes go.
@@ -89,8 +151,9 @@ impl ResultsCache {
         ResultsCache { readiness, startup, ..Default::default() }
     }
 
-    fn get(&self, kind: ProbeKind, id: &ContainerId) -> Option<ProbeResult> {
-        self.results.get(&kind).and_then(|m| m.get(id)).copied()
+    /// A reader of what this cache stores; take it before starting the actor.
+    pub fn view(&self) -> ResultsView {
+        self.results.clone()
     }
 }
 
@@ -102,11 +165,9 @@ impl Handler<SetResult> for ResultsCache {
     type Result = ();
 
     fn handle(&mut self, msg: SetResult, _ctx: &mut Self::Context) {
-        let map = self.results.entry(msg.kind).or_default();
-        if map.get(&msg.container_id) == Some(&msg.result) {
+        if !self.results.set(msg.kind, &msg.container_id, msg.result) {
             return;
         }
-        map.insert(msg.container_id.clone(), msg.result);
         tracing::debug!(
             probe_kind = %msg.kind, container_id = %msg.container_id, pod_uid = %msg.pod_uid,
             result = %msg.result, "Probe result changed"
@@ -149,7 +210,7 @@ impl Handler<SeedResult> for ResultsCache {
     type Result = ();
 
     fn handle(&mut self, msg: SeedResult, ctx: &mut Self::Context) {
-        if self.get(msg.kind, &msg.container_id).is_none() {
+        if self.results.get(msg.kind, &msg.container_id).is_none() {
             self.handle(
                 SetResult {
                     kind: msg.kind,
@@ -167,9 +228,7 @@ impl Handler<RemoveResult> for ResultsCache {
     type Result = ();
 
     fn handle(&mut self, msg: RemoveResult, _ctx: &mut Self::Context) {
-        if let Some(map) = self.results.get_mut(&msg.kind) {
-            map.remove(&msg.container_id);
-        }
+        self.results.remove(msg.kind, &msg.container_id);
     }
 }
 
@@ -177,7 +236,7 @@ impl Handler<GetResults> for ResultsCache {
     type Result = MessageResult<GetResults>;
 
     fn handle(&mut self, msg: GetResults, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(msg.0.iter().map(|(kind, id)| self.get(*kind, id)).collect())
+        MessageResult(self.results.get_many(&msg.0))
     }
 }
 

@@ -32,7 +32,7 @@ use super::{ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::metrics as names;
-use crate::results::{GetResults, RemoveResult, ResultsCache};
+use crate::results::{RemoveResult, ResultsCache, ResultsView};
 use crate::status::is_restartable_init_container;
 use crate::status::views::StatusViews;
 
@@ -80,6 +80,8 @@ pub struct GetWorkers;
 pub struct ManagerConfig {
     pub prober: Arc<dyn ProbeRunner>,
     pub results: Addr<ResultsCache>,
+    /// What `results` stores, read by `UpdatePodStatus` without a round trip.
+    pub results_view: ResultsView,
     pub views: StatusViews,
     pub clock: SharedClock,
     /// Arbiters to spread workers over (by pod UID); empty runs them on the manager's own.
@@ -165,6 +167,7 @@ impl ProberManager {
             status: self.config.views.subscribe(&key.pod_uid),
             prober: self.config.prober.clone(),
             results: self.config.results.clone(),
+            results_view: self.config.results_view.clone(),
             manager: ctx.address().recipient(),
             clock: self.config.clock.clone(),
         };
@@ -284,34 +287,27 @@ impl Handler<CleanupPods> for ProberManager {
 }
 
 impl Handler<UpdatePodStatus> for ProberManager {
-    type Result = ResponseActFuture<Self, PodStatus>;
+    type Result = MessageResult<UpdatePodStatus>;
 
     fn handle(&mut self, msg: UpdatePodStatus, _ctx: &mut Self::Context) -> Self::Result {
         let uid = msg.pod.metadata.uid.clone().unwrap_or_default();
         let workers: HashSet<(String, ProbeKind)> =
             self.pod_workers(&uid).map(|(k, _)| (k.container_name.clone(), k.kind)).collect();
         let keys = result_keys(&msg.status);
-        let query = self.config.results.send(GetResults(keys.clone()));
-        let manager_start = self.start;
-        Box::pin(query.into_actor(self).map(move |answer, act, _ctx| {
-            let answer = answer.unwrap_or_else(|err| {
-                tracing::error!(error = %err, "Results cache did not answer; treating results as absent");
-                Vec::new()
-            });
-            let results: HashMap<_, _> =
-                keys.into_iter().zip(answer).filter_map(|(key, result)| result.map(|r| (key, r))).collect();
-            let view = ProbeView { workers, results, manager_start };
-            let mut status = msg.status;
-            for name in update_pod_status(&msg.pod, &mut status, &view) {
-                let key = ProbeKey { pod_uid: uid.clone(), container_name: name, kind: ProbeKind::Readiness };
-                if let Some(entry) = act.workers.get(&key)
-                    && entry.addr.try_send(Trigger).is_err()
-                {
-                    tracing::debug!(pod_uid = %uid, container = %key.container_name, probe_kind = %key.kind, "Failed to trigger a manual run");
-                }
+        let answer = self.config.results_view.get_many(&keys);
+        let results: HashMap<_, _> =
+            keys.into_iter().zip(answer).filter_map(|(key, result)| result.map(|r| (key, r))).collect();
+        let view = ProbeView { workers, results, manager_start: self.start };
+        let mut status = msg.status;
+        for name in update_pod_status(&msg.pod, &mut status, &view) {
+            let key = ProbeKey { pod_uid: uid.clone(), container_name: name, kind: ProbeKind::Readiness };
+            if let Some(entry) = self.workers.get(&key)
+                && entry.addr.try_send(Trigger).is_err()
+            {
+                tracing::debug!(pod_uid = %uid, container = %key.container_name, probe_kind = %key.kind, "Failed to trigger a manual run");
             }
-            status
-        }))
+        }
+        MessageResult(status)
     }
 }
 

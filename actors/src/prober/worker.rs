@@ -22,7 +22,7 @@ use super::probe_metrics as metrics;
 use super::{ProbeError, ProbeKind, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
-use crate::results::{RemoveResult, ResultsCache, SeedResult, SetResult};
+use crate::results::{RemoveResult, ResultsCache, ResultsView, SeedResult, SetResult};
 use crate::status::views::StatusView;
 
 // === messages ===
@@ -90,6 +90,8 @@ pub struct WorkerConfig {
     pub status: StatusView,
     pub prober: Arc<dyn ProbeRunner>,
     pub results: Addr<ResultsCache>,
+    /// What `results` stores: a result it already holds is not sent again.
+    pub results_view: ResultsView,
     pub manager: Recipient<WorkerExited>,
     pub clock: SharedClock,
 }
@@ -107,6 +109,9 @@ pub struct ProbeWorker {
     status: StatusView,
     prober: Arc<dyn ProbeRunner>,
     results: Addr<ResultsCache>,
+    results_view: ResultsView,
+    /// The last result this worker sent to the cache, and for which container.
+    last_sent: Option<(ContainerId, ProbeResult)>,
     clock: SharedClock,
     /// The probe running now, if any.
     in_flight: Option<SpawnHandle>,
@@ -148,6 +153,8 @@ impl ProbeWorker {
             status: config.status,
             prober: config.prober,
             results: config.results,
+            results_view: config.results_view,
+            last_sent: None,
             clock: config.clock,
             in_flight: None,
             next_tick: None,
@@ -293,22 +300,38 @@ impl ProbeWorker {
         }
     }
 
-    fn apply(&self, ops: Vec<CacheOp>) {
+    fn apply(&mut self, ops: Vec<CacheOp>) {
         for op in ops {
             match op {
-                CacheOp::Set(container_id, result) => self.results.do_send(SetResult {
-                    kind: self.key.kind,
-                    container_id,
-                    result,
-                    pod_uid: self.key.pod_uid.clone(),
-                }),
-                CacheOp::Seed(container_id, result) => self.results.do_send(SeedResult {
-                    kind: self.key.kind,
-                    container_id,
-                    result,
-                    pod_uid: self.key.pod_uid.clone(),
-                }),
+                CacheOp::Set(container_id, result) => {
+                    // Most probes repeat the stored result; the cache would drop the message
+                    // anyway. Skipping is safe only when the last message this worker queued
+                    // carries the same result (so nothing older of ours is still to land) and the
+                    // cache shows it (so nobody removed or replaced it since).
+                    let sent =
+                        self.last_sent.as_ref().is_some_and(|(id, r)| *id == container_id && *r == result);
+                    if sent && self.results_view.get(self.key.kind, &container_id) == Some(result) {
+                        continue;
+                    }
+                    self.last_sent = Some((container_id.clone(), result));
+                    self.results.do_send(SetResult {
+                        kind: self.key.kind,
+                        container_id,
+                        result,
+                        pod_uid: self.key.pod_uid.clone(),
+                    });
+                }
+                CacheOp::Seed(container_id, result) => {
+                    self.last_sent = None;
+                    self.results.do_send(SeedResult {
+                        kind: self.key.kind,
+                        container_id,
+                        result,
+                        pod_uid: self.key.pod_uid.clone(),
+                    })
+                }
                 CacheOp::Remove(container_id) => {
+                    self.last_sent = None;
                     self.results.do_send(RemoveResult { kind: self.key.kind, container_id })
                 }
             }
