@@ -1,0 +1,285 @@
+//! HTTP GET probes (upstream `pkg/probe/http`: `request.go` builds the request, `http.go` sends
+//! it with the kubelet's client settings and maps the answer to a result).
+//!
+//! [`HttpProbeRequest::new`] is pure: it turns a probe's `httpGet` into the URL, header list and
+//! virtual host that upstream's `NewRequestForHTTPGetAction` builds. [`HttpProber::probe`] sends
+//! it over a fresh connection per request (keep-alive off, no proxy, no compression, TLS without
+//! certificate verification), follows redirects by hand the way the kubelet's
+//! `RedirectChecker(false)` lets Go's client follow them, and maps the answer as `DoHTTPProbe`.
+//!
+//! Probe paths are URL references that the kubelet hands to Go's `net/url`, and what reaches the
+//! server is whatever Go's parser and `URL.String()` make of them; the `go_url` module below
+//! ports the parts of `net/url` that decide that. Transport errors become probe output that
+//! users read in events, so their texts imitate Go's
+//! (`Get "<url>": dial tcp …: connect: connection refused`). Connections come from the probe
+//! dialer shared with the TCP probe ([`super::tcp::dial`]). Decisions: `docs/http-probe.md`.
+//!
+//! The parts, one job each: `request` builds the request (pure), `go_url` is the port of Go's
+//! `net/url` it needs, `errors` writes transport failures in Go's words, `tls` is the
+//! certificate-blind client configuration; this file sends the request and follows redirects.
+
+mod errors;
+mod go_url;
+mod request;
+mod tls;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::{Instant, timeout_at};
+
+use self::errors::{body_error_text, go_io_text, hyper_text, tls_error_text, transport_error};
+use self::go_url::GoUrl;
+pub use self::request::HttpProbeRequest;
+use self::request::{build_request, first_value, referer_for, valid_host_header, wire_headers};
+use self::tls::insecure_tls_config;
+use super::tcp::{deadline_after, dial};
+use super::{Outcome, ProbeError, Probed};
+use crate::gofmt::go_quote;
+
+/// Upstream `maxRespBodyLength`: the most of a response body a probe reads (10 KiB).
+pub const MAX_RESPONSE_BODY_BYTES: usize = 10 * 1024;
+
+/// Redirects the kubelet follows before giving up (Go's client default).
+pub const MAX_REDIRECTS: usize = 10;
+
+/// Output prefix of a 3xx answer (a warning); the body follows.
+pub const REDIRECT_WARNING_PREFIX: &str = "Probe terminated redirects, Response body: ";
+
+/// Output prefix of a non-2xx/3xx answer; the code follows. Upstream keeps the body out of it
+/// (issue 99425), and so do we.
+pub const FAILED_STATUS_PREFIX: &str = "HTTP probe failed with statuscode: ";
+
+/// The error Go's client reports when the redirect limit is hit.
+pub const TOO_MANY_REDIRECTS: &str = "stopped after 10 redirects";
+
+/// Go's text when `Client.Timeout` expires before the response head arrived.
+const HEADERS_TIMEOUT: &str = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)";
+
+/// What Go appends to a dial error that its client timeout caused.
+const CLIENT_TIMEOUT_NOTE: &str = " (Client.Timeout exceeded while awaiting headers)";
+
+/// Go's text when `Client.Timeout` expires while the body is being read.
+const BODY_TIMEOUT: &str =
+    "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
+
+// === impl HttpProber ===
+
+/// Sends HTTP probes. Holds the TLS client configuration (certificate verification off, ring
+/// provider); cheap to clone, build once and share.
+#[derive(Debug, Clone)]
+pub struct HttpProber {
+    /// The TLS client settings, or why they could not be built (then HTTPS probes fail).
+    tls: Result<Arc<ClientConfig>, String>,
+}
+
+impl Default for HttpProber {
+    fn default() -> Self {
+        HttpProber::new()
+    }
+}
+
+/// One response whose body is still to be read, with the task driving its connection.
+struct Exchange {
+    response: http::Response<Incoming>,
+    /// Aborts the connection task when the body is no longer needed.
+    _connection: ConnectionTask,
+}
+
+impl HttpProber {
+    pub fn new() -> Self {
+        HttpProber { tls: insecure_tls_config() }
+    }
+
+    /// Runs the probe (upstream `DoHTTPProbe` with the kubelet's client): connect, redirects,
+    /// headers and body all within `timeout`. A transport error or timeout is a failure whose
+    /// output is the error text; only a failed body read is an `Err`. Must run inside a Tokio
+    /// runtime (each connection is driven by a spawned task).
+    pub async fn probe(&self, request: &HttpProbeRequest, timeout: Duration) -> Result<Probed, ProbeError> {
+        // Zero means no timeout, as for Go's `http.Client` (the API server never lets it be 0).
+        let deadline = deadline_after(if timeout.is_zero() { Duration::MAX } else { timeout });
+        let exchange = match self.follow_redirects(request, deadline).await {
+            Ok(exchange) => exchange,
+            Err(output) => return Ok(Probed::new(Outcome::Failure, output)),
+        };
+        let status = exchange.response.status().as_u16();
+        let body = match timeout_at(deadline, read_body(exchange.response.into_body())).await {
+            Ok(body) => body?,
+            Err(_) => return Err(ProbeError::BodyRead(BODY_TIMEOUT.to_owned())),
+        };
+        let body = String::from_utf8_lossy(&body);
+        Ok(match status {
+            200..=299 => Probed::new(Outcome::Success, body),
+            300..=399 => Probed::new(Outcome::Warning, format!("{REDIRECT_WARNING_PREFIX}{body}")),
+            _ => Probed::new(Outcome::Failure, format!("{FAILED_STATUS_PREFIX}{status}")),
+        })
+    }
+
+    /// Go's `Client.do` loop with the kubelet's redirect checker: follow 301/302/303/307/308
+    /// with a Location while the hostname stays the original one, at most 10 requests. Errors
+    /// come back as the full output text (`Get "<url>": <error>`).
+    async fn follow_redirects(
+        &self,
+        request: &HttpProbeRequest,
+        deadline: Instant,
+    ) -> Result<Exchange, String> {
+        let original_hostname = request.url.hostname();
+        let mut url = request.url.clone();
+        let mut virtual_host = request.virtual_host.clone();
+        let mut referer: Option<String> = None;
+        let mut sent = 0;
+        loop {
+            let host = virtual_host.as_deref().unwrap_or(&url.host);
+            let wire = wire_headers(&request.headers, host, referer.as_deref());
+            let exchange = match self.round_trip(&url, &wire, deadline).await {
+                Ok(exchange) => exchange,
+                Err(error) => return Err(transport_error(&url.to_string(), &error)),
+            };
+            sent += 1;
+            if !matches!(exchange.response.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
+                return Ok(exchange);
+            }
+            let location = match exchange.response.headers().get(http::header::LOCATION) {
+                Some(value) => String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                None => return Ok(exchange),
+            };
+            if location.is_empty() {
+                return Ok(exchange);
+            }
+            let target = match GoUrl::parse(&location) {
+                Ok(target) => target,
+                Err(e) => {
+                    let error = format!("failed to parse Location header {}: {e}", go_quote(&location));
+                    return Err(transport_error(&url.to_string(), &error));
+                }
+            };
+            let next = url.resolve(&target);
+            // Go keeps a custom Host only through relative redirects (issue 22233).
+            let next_virtual_host = virtual_host.filter(|h| *h != url.host && target.scheme.is_empty());
+            let next_referer = referer_for(&url, &next, first_value(&request.headers, "Referer"));
+            if next.hostname() != original_hostname {
+                return Ok(exchange);
+            }
+            if sent >= MAX_REDIRECTS {
+                return Err(transport_error(&location, TOO_MANY_REDIRECTS));
+            }
+            drop(exchange);
+            url = next;
+            virtual_host = next_virtual_host;
+            referer = next_referer;
+        }
+    }
+
+    /// One request on a new connection; errors are Go-like texts without the `Get "<url>"`.
+    async fn round_trip(
+        &self,
+        url: &GoUrl,
+        headers: &[(String, String)],
+        deadline: Instant,
+    ) -> Result<Exchange, String> {
+        let tls = match url.scheme.as_str() {
+            "http" => None,
+            "https" => Some(self.tls.clone()?),
+            other => return Err(format!("unsupported protocol scheme {}", go_quote(other))),
+        };
+        if url.host.is_empty() {
+            return Err("http: no Host in request URL".to_owned());
+        }
+        if let Some((_, host)) = headers.iter().find(|(n, _)| n == "Host")
+            && !valid_host_header(host)
+        {
+            return Err("http: invalid Host header".to_owned());
+        }
+        let hostname = url.hostname();
+        let port = match url.port() {
+            "" if tls.is_some() => 443,
+            "" => 80,
+            port => port.parse::<u16>().map_err(|_| format!("dial tcp: address {port}: invalid port"))?,
+        };
+        let wire = build_request(url, headers)?;
+        let stream = match dial(&hostname, port, deadline).await {
+            Ok(stream) => stream,
+            // Go adds the client's note to errors caused by its timeout.
+            Err(e) if Instant::now() >= deadline => return Err(format!("{e}{CLIENT_TIMEOUT_NOTE}")),
+            Err(e) => return Err(e.to_string()),
+        };
+        let handshake_and_send = async {
+            match tls {
+                None => exchange(stream, wire).await,
+                Some(config) => {
+                    // Host names rustls cannot carry as SNI (`my_host`) go without SNI, as an
+                    // IP address does; verification is off anyway.
+                    let name = match (ServerName::try_from(hostname.clone()), stream.peer_addr()) {
+                        (Ok(name), _) => name,
+                        (Err(_), Ok(peer)) => ServerName::from(peer.ip()),
+                        (Err(_), Err(e)) => return Err(go_io_text(&e)),
+                    };
+                    let tls_stream = tokio_rustls::TlsConnector::from(config)
+                        .connect(name, stream)
+                        .await
+                        .map_err(|e| tls_error_text(&e))?;
+                    exchange(tls_stream, wire).await
+                }
+            }
+        };
+        match timeout_at(deadline, handshake_and_send).await {
+            Ok(result) => result,
+            Err(_) => Err(HEADERS_TIMEOUT.to_owned()),
+        }
+    }
+}
+
+/// Sends `request` over `io` with HTTP/1.1 (header names in canonical case, as Go writes them).
+async fn exchange<T>(io: T, request: http::Request<Empty<Bytes>>) -> Result<Exchange, String>
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| hyper_text(&e))?;
+    let connection = ConnectionTask(tokio::spawn(async move {
+        // Its errors also reach the pending request or the body, which report them.
+        let _ = connection.await;
+    }));
+    sender.ready().await.map_err(|e| hyper_text(&e))?;
+    let response = sender.send_request(request).await.map_err(|e| hyper_text(&e))?;
+    Ok(Exchange { response, _connection: connection })
+}
+
+/// Reads at most [`MAX_RESPONSE_BODY_BYTES`]; reaching the cap is not an error (upstream
+/// `ReadAtMost` with `ErrLimitReached` treated as non-fatal).
+async fn read_body(mut body: Incoming) -> Result<Vec<u8>, ProbeError> {
+    let mut out = Vec::new();
+    while out.len() < MAX_RESPONSE_BODY_BYTES {
+        match body.frame().await {
+            None => break,
+            Some(Err(e)) => return Err(ProbeError::BodyRead(body_error_text(&e))),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    let room = MAX_RESPONSE_BODY_BYTES - out.len();
+                    out.extend_from_slice(&data[..data.len().min(room)]);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The task driving one hyper connection; aborted (closing the socket) when dropped, so a
+/// timed-out probe leaves nothing behind.
+struct ConnectionTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ConnectionTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
