@@ -121,7 +121,7 @@ async fn a_stale_watch_copy_of_a_previous_pod_is_checked_with_a_get() {
         let pod = bound(test_pod("web").container("app"));
         t.pods.add(&pod);
         let previous = t.fake.insert_pod(with_uid(&pod, "uid-web-previous"));
-        syncer.send(ApiPodObserved(Arc::new(previous))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(previous))).await.unwrap();
         // Deleted and created again; the watch has not said so yet.
         t.fake.insert_pod((*pod).clone());
         t.fake.clear_requests();
@@ -164,7 +164,7 @@ async fn an_api_status_equal_to_the_merged_one_sends_no_patch() {
         // Warm: a syncer that saw the watch event sends nothing at all.
         t.fake.clear_requests();
         let warm = t.syncer().await;
-        warm.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        warm.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         warm.send(Reconcile).await.unwrap();
         t.flush(&warm).await;
         assert_eq!(t.summary(), []);
@@ -275,7 +275,7 @@ async fn a_warm_watch_cache_saves_the_get_until_a_patch_fails() {
         let pod = bound(test_pod("web").container("app"));
         t.pods.add(&pod);
         let api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
         t.set_status(&pod, status_of(&pod, "Running", vec![container("app", false)])).await;
         t.flush(&syncer).await;
         assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))], "no GET");
@@ -364,7 +364,7 @@ async fn a_patch_the_server_rejects_as_invalid_is_not_retried_in_a_loop() {
 
         // Neither the periodic reconcile nor watch events bring the rejected version back.
         for _ in 0..3 {
-            syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+            syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
             syncer.send(Reconcile).await.unwrap();
             t.flush(&syncer).await;
         }
@@ -394,7 +394,7 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
         let pod = bound(test_pod("web").container("app"));
         t.pods.add(&pod);
         let api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
 
         let arrivals = patch_arrivals(&t);
         t.fake.inject(Fault {
@@ -467,7 +467,7 @@ async fn a_finished_terminating_pod_is_deleted_with_grace_zero_and_its_uid() {
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
         assert!(terminating.metadata.deletion_timestamp.is_some());
-        syncer.send(ApiPodObserved(terminating.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(terminating.clone())).await.unwrap();
         t.pods.add(&terminating);
         t.fake.clear_requests();
 
@@ -515,7 +515,7 @@ async fn a_mirror_pod_is_never_deleted() {
 
         let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
         client.delete("etcd-node-a", &DeleteParams::default()).await.unwrap();
-        syncer.send(ApiPodObserved(Arc::new(t.api("etcd-node-a")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("etcd-node-a")))).await.unwrap();
         t.fake.clear_requests();
 
         let exited = vec![terminated("etcd", "cri://etcd", 0)];
@@ -597,7 +597,7 @@ async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() 
             json!({"status": {"conditions": [{"type": POD_READY, "status": "False"}]}}),
         )
         .await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         eventually(period + Duration::from_millis(300), "Ready written back within a period", || {
             condition_status(&api_status(&t.api("web")), POD_READY).as_deref() == Some("True")
@@ -612,7 +612,7 @@ async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() 
             json!({"status": {"conditions": [{"type": FEATURE, "status": "False"}]}}),
         )
         .await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
@@ -677,7 +677,7 @@ async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
         let pod = bound(test_pod("web").container("a").container("b").with_status(published_status));
         t.pods.add(&pod);
         let on_api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(on_api.clone()))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(on_api.clone()))).await.unwrap();
 
         // Our status comes from an older view: its phase, pod IP and start time are not the API's.
         let ours = status_of(&pod, "Running", vec![container("a", true), container("b", false)]);
@@ -746,7 +746,7 @@ async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
         let a = containers.iter_mut().find(|c| c.name == "a").unwrap();
         *a = ContainerStatus { restart_count: 1, ..published("a", "cri://a-2") };
         runtime_writes(&t, "web", json!({"containerStatuses": containers})).await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         t.pipeline.status_manager.do_send(set_ready(&pod, "a", true));
         t.flush(&syncer).await;
@@ -795,7 +795,7 @@ async fn readiness_only_reconciles_drift_in_readiness_and_nothing_else() {
         )
         .await;
         let runtime_view = api_status(&t.api("web"));
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
@@ -807,7 +807,7 @@ async fn readiness_only_reconciles_drift_in_readiness_and_nothing_else() {
         let mut containers = runtime_view.container_statuses.clone().unwrap();
         containers[0].ready = false;
         runtime_writes(&t, "web", json!({"containerStatuses": containers})).await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
@@ -855,7 +855,7 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
         let pod = published_pod("web");
         t.pods.add(&pod);
         let on_api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(on_api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
         let arrivals = patch_arrivals(&t);
         conflicts(&t, "web", 3);
 
@@ -923,7 +923,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         let pod = published_pod("web");
         t.pods.add(&pod);
         let stale = Arc::new(t.fake.insert_pod((*pod).clone()));
-        syncer.send(ApiPodObserved(stale.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(stale.clone())).await.unwrap();
         let (get, patch) = (pod_path("web"), status_path("web"));
         let in_conflict_back_off =
             |s: &SyncerStats| s.conflicting == 1 && s.backing_off == 1 && s.in_flight == 0;
@@ -947,7 +947,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         );
 
         // The watch delivers the copy that conflicted (late): not a merge base, the wait goes on.
-        syncer.send(ApiPodObserved(stale.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(stale.clone())).await.unwrap();
         let now = stats(&syncer).await;
         assert!(in_conflict_back_off(&now) && now.merge_bases == 0, "{now:?}");
 
@@ -973,7 +973,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         runtime_writes(&t, "web", json!({"podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}]})).await;
         t.fake.clear_requests();
         let start = Instant::now();
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.flush(&syncer).await;
         assert!(start.elapsed() < Duration::from_secs(2), "written after {:?}", start.elapsed());
         assert_eq!(t.summary(), [(Method::PATCH, patch, Some(200))]);
@@ -1002,7 +1002,7 @@ async fn a_conditions_only_patch_carries_no_resource_version() {
         let pod = bound(test_pod("web").container("a").with_status(published_status));
         t.pods.add(&pod);
         let on_api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(on_api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
         // The runtime writes after the copy the syncer holds.
         runtime_writes(&t, "web", json!({"podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}]})).await;
         t.fake.clear_requests();
@@ -1056,7 +1056,7 @@ async fn a_pod_terminated_during_init_reaches_its_terminal_phase_and_is_deleted(
         let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
-        syncer.send(ApiPodObserved(terminating.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(terminating.clone())).await.unwrap();
         t.pods.add(&terminating);
         t.fake.clear_requests();
 
@@ -1127,8 +1127,8 @@ async fn the_state_of_pods_without_a_status_is_dropped_by_the_reconcile() {
             }
         }
         // Watch events: a pod the host knows that has no status yet, and one it does not know.
-        syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*known).clone())))).await.unwrap();
-        syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*stranger).clone())))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.fake.insert_pod((*known).clone())))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.fake.insert_pod((*stranger).clone())))).await.unwrap();
 
         t.set_status(&ghost, status_of(&ghost, "Running", vec![container("app", true)])).await;
         t.set_status(&flaky, status_of(&flaky, "Running", vec![container("app", true)])).await;
@@ -1176,7 +1176,7 @@ async fn a_flush_does_not_wait_for_the_back_off_of_a_pod_without_a_status() {
                 .await;
             let pod = published_pod("web");
             t.pods.add(&pod);
-            syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*pod).clone())))).await.unwrap();
+            syncer.send(ApiPodObserved::of(Arc::new(t.fake.insert_pod((*pod).clone())))).await.unwrap();
             t.fake.inject(Fault {
                 matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
                 kind: FaultKind::status(code),
@@ -1335,7 +1335,7 @@ async fn a_thousand_pods_turning_ready_are_a_thousand_paced_patches() {
         // Started after the first statuses, with the watch cache warm for every pod.
         let syncer = t.syncer_with(|c| c.limiter = RateLimiter::new(qps, burst)).await;
         for pod in observed {
-            syncer.do_send(ApiPodObserved(pod));
+            syncer.do_send(ApiPodObserved::of(pod));
         }
         syncer.send(Flush).await.unwrap();
         t.fake.clear_requests();

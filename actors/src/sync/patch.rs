@@ -66,7 +66,17 @@ pub enum PatchError {
 /// precondition. Returns `None` when the patch would contain only `metadata.uid` (nothing to
 /// send: upstream's "Status for pod is up-to-date").
 pub fn pod_status_patch(uid: &str, api: &PodStatus, merged: &PodStatus) -> Result<Option<Value>, PatchError> {
-    let status = diff_maps(&to_object(api)?, &to_object(merged)?, &POD_STATUS_MERGE_KEYS)?;
+    pod_status_patch_json(uid, &serde_json::to_value(api)?, &serde_json::to_value(merged)?)
+}
+
+/// [`pod_status_patch`] from the JSON forms of the two statuses: a status as the server returned
+/// it keeps the fields k8s-openapi's structs lack, and a field both sides carry unchanged is not
+/// in the patch, whether the structs know it or not.
+pub fn pod_status_patch_json(uid: &str, api: &Value, merged: &Value) -> Result<Option<Value>, PatchError> {
+    let (Value::Object(api), Value::Object(merged)) = (api, merged) else {
+        return Err(PatchError::NotAnObject);
+    };
+    let status = diff_maps(api, merged, &POD_STATUS_MERGE_KEYS)?;
     if status.is_empty() {
         return Ok(None);
     }
@@ -76,13 +86,6 @@ pub fn pod_status_patch(uid: &str, api: &PodStatus, merged: &PodStatus) -> Resul
     patch.insert("metadata".to_owned(), Value::Object(metadata));
     patch.insert("status".to_owned(), Value::Object(status));
     Ok(Some(Value::Object(patch)))
-}
-
-fn to_object(status: &PodStatus) -> Result<Map<String, Value>, PatchError> {
-    match serde_json::to_value(status)? {
-        Value::Object(map) => Ok(map),
-        _ => Err(PatchError::NotAnObject),
-    }
 }
 
 fn merge_key(merge_keys: &[(&str, &'static str)], field: &str) -> Option<&'static str> {
