@@ -19,9 +19,12 @@ use http::Method;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use probelet::container::ContainerId;
+use probelet::status::equality::ConditionOwnership;
+use probelet::status::generate::POD_INITIALIZED;
 use probelet::status::generate_kubelet_conditions;
 use probelet::status::manager::{DeletePodStatus, SetContainerReadiness};
 use probelet::status::{CONTAINERS_READY, POD_READY};
+use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{
     ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion, MIRROR_POD_ANNOTATION, OwnedFields, Reconcile,
@@ -1358,6 +1361,80 @@ async fn a_thousand_pods_turning_ready_are_a_thousand_paced_patches() {
             let ready = condition_status(&api_status(&t.api(&name)), POD_READY);
             assert_eq!(ready.as_deref(), Some("True"), "{name}");
         }
+    })
+    .await;
+}
+
+// === fields newer than the agent's types (cluster mode on a newer API server) ===
+
+/// The image volume digest a v1.36 runtime publishes, a field k8s-openapi's v1_35 structs lack.
+const IMAGE_REF_PATH: &str = "/status/containerStatuses/0/volumeMounts/0/volumeStatus/image/imageRef";
+const IMAGE_REF: &str =
+    "quay.io/crio/artifact@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+/// The runtime publishes container a with an image volume's digest (a JSON merge patch, as a
+/// runtime writes); many readiness flips later, under cluster mode's ownership, the digest is
+/// still there after every write, each flip is one PATCH and no GET is needed.
+#[actix::test]
+async fn a_field_the_agent_does_not_know_survives_every_readiness_write() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t
+            .syncer_with(|config| {
+                readiness_only(config);
+                config.ownership = ConditionOwnership::new(
+                    [POD_READY, CONTAINERS_READY, POD_INITIALIZED],
+                    Vec::<String>::new(),
+                );
+            })
+            .await;
+        let pod = published_pod("web");
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let published = json!({"status": {"containerStatuses": [{
+            "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
+            "image": "registry.k8s.io/pause:3.10", "imageID": "",
+            "state": {"running": {"startedAt": "2025-01-01T00:01:00Z"}},
+            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true,
+                              "volumeStatus": {"image": {"imageRef": IMAGE_REF}}}],
+        }]}});
+        runtime.patch_status("web", &PatchParams::default(), &Patch::Merge(&published)).await.unwrap();
+        let on_api = t.fake.pod_json(NS, "web").unwrap();
+        assert_eq!(on_api.pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)), "the fake keeps the field");
+        let watched = |json: Value| ApiPodObserved(Arc::new(ApiPod::from_json(json).unwrap()));
+        syncer.send(watched(on_api)).await.unwrap();
+        t.fake.clear_requests();
+
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        t.flush(&syncer).await;
+        let mut ready = true;
+        for flip in 0..20 {
+            let stored = t.fake.pod_json(NS, "web").unwrap();
+            assert_eq!(
+                stored.pointer(IMAGE_REF_PATH),
+                Some(&json!(IMAGE_REF)),
+                "after write {flip}: {stored}"
+            );
+            assert_eq!(stored.pointer("/status/containerStatuses/0/ready"), Some(&json!(ready)));
+            assert_eq!(
+                t.summary(),
+                [(Method::PATCH, status_path("web"), Some(200))],
+                "write {flip}: one PATCH, no GET"
+            );
+            let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
+            assert_eq!(body.pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)), "resent as it is: {body}");
+            t.fake.clear_requests();
+            // Every other write, the watch's echo of the last one comes before the next flip.
+            if flip % 2 == 1 {
+                syncer.send(watched(stored)).await.unwrap();
+            }
+            ready = !ready;
+            t.pipeline.status_manager.do_send(set_ready(&pod, "a", ready));
+            t.flush(&syncer).await;
+        }
+        let api = api_status(&t.api("web"));
+        assert_eq!(flags(&api), [flag("a", "cri://a", ready, Some(true))]);
     })
     .await;
 }
