@@ -1,5 +1,5 @@
 //! Status sync to the API server: the syncer actor ([`syncer`]: the queue, the request budget,
-//! the timers), each pod's sync state ([`pod_sync`]), one write ([`job`]), the pure rules
+//! the timers), each pod's sync state (`pod_sync`), one write (`job`), the pure rules
 //! ([`rules`]), the kubelet's status patch ([`patch`]), the request budget ([`rate`]) and the API
 //! server's copy of a pod as JSON ([`api_pod`]).
 

@@ -5,25 +5,31 @@
 //! `concurrency`), and every request takes a token from the shared [`RateLimiter`]. The write
 //! is the kubelet's: `mergePodStatus`, then a two-way strategic merge patch of `status` with
 //! `metadata.uid` as a precondition, nothing sent when it is empty. The merge base is the
-//! freshest pod this actor has seen (a watch event or its last PATCH response); it GETs only
+//! freshest pod this actor has seen (a watch event or its last PATCH response), kept as the
+//! server's JSON ([`ApiPod`]) so that a write never drops a field the typed structs lack; it GETs only
 //! when it has none, when the copy is of another pod (a watch behind a recreation), or after a
 //! failure. A write that GETs takes the PATCH's token together with the GET's, so that other
 //! senders queueing on the shared limiter cannot widen the window between the two. Failures are
 //! retried with per-pod exponential back-off; a status the server rejects as invalid is not sent
 //! again until it changes. A full reconcile every `reconcile_period` rewrites any drift of the
 //! fields this writer owns. A finished pod with a deletion timestamp and a terminal API phase is
-//! deleted with grace 0 and a UID precondition; a mirror pod never is. Per-pod state (versions,
-//! back-offs and their timers, merge bases, latency starts) is dropped by the reconcile once the
-//! status manager no longer has the pod's status, so that `Flush` never waits for such a pod.
+//! deleted with grace 0 and a UID precondition; a mirror pod never is. Each pod's state
+//! (versions, back-offs, latency starts) is one `PodSync`, dropped with the pod's status by the
+//! reconcile once the status manager no longer has it, together with its back-off timer, so
+//! that `Flush` never waits for such a pod. The actor keeps the queue, the request budget, the
+//! timers and the merge bases; the write itself is `SyncJob` (`job`), the pure rules are in
+//! [`rules`](super::rules).
 //!
 //! Which status fields the syncer writes is a parameter, [`OwnedFields`]:
 //! * [`OwnedFields::Kubelet`] (the default, upstream's behaviour): the status manager's status
 //!   is the truth for everything but foreign conditions and claim statuses (`mergePodStatus`,
-//!   [`merge_pod_status_for`]), and a reconcile rewrites drift in any of it.
+//!   [`merge_pod_status_for`](crate::status::merge::merge_pod_status_for)), and a reconcile rewrites drift in any of it.
 //! * [`OwnedFields::ReadinessOnly`] (cluster mode, where the node's runtime writes phase, IPs
 //!   and container states): the patch is built from the API copy with only `ready`/`started` of
 //!   the containers the status manager knows under the same container ID and the owned
 //!   conditions laid over it ([`merge_readiness_only`]); a reconcile sees drift only in those.
+//!   The container status lists it resends are the server's own items with only `ready` and
+//!   `started` changed (`rules::readiness_only_sides`).
 //!   As the container status lists are atomic, sent whole, a patch that carries one also carries
 //!   the copy's `metadata.resourceVersion` as a precondition: when the runtime wrote after the
 //!   copy was taken, the server answers 409 Conflict and the write is merged again from a fresh
