@@ -731,6 +731,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn fields_the_structs_lack_are_diffed_like_any_other() {
+        let item = |ready: bool| {
+            json!({"name": "app", "ready": ready, "restartCount": 0, "image": "i", "imageID": "",
+                   "volumeMounts": [{"name": "data", "mountPath": "/data",
+                                     "volumeStatus": {"image": {"imageRef": "r@sha256:1"}}}]})
+        };
+        let api =
+            json!({"phase": "Running", "futureStatusField": {"a": 1}, "containerStatuses": [item(false)]});
+        assert_eq!(pod_status_patch_json(UID, &api, &api).unwrap(), None, "unchanged, unknown or not");
+        let mut merged = api.clone();
+        merged["containerStatuses"] = json!([item(true)]);
+        assert_eq!(
+            pod_status_patch_json(UID, &api, &merged).unwrap(),
+            Some(json!({"metadata": {"uid": UID}, "status": {"containerStatuses": [item(true)]}})),
+            "the atomic list is resent whole, its unknown fields included; other unknown fields are left alone"
+        );
+        assert!(matches!(pod_status_patch_json(UID, &json!([]), &merged), Err(PatchError::NotAnObject)));
+    }
+
     fn to_value(status: &PodStatus) -> Value {
         serde_json::to_value(status).unwrap()
     }
