@@ -758,8 +758,9 @@ async fn every_recorded_case_replays_against_the_fake() {
     );
 }
 
-/// The cases of `more-cases.json` the fake reproduces: fields newer than the client (19a) and
-/// unknown fields under each `fieldValidation` (19b).
+/// The cases of `more-cases.json` the fake reproduces: fields newer than the client (19a),
+/// unknown fields under each `fieldValidation` (19b), and a server-side apply of one condition
+/// beside a kubelet-style strategic merge patch writer (22).
 /// Stands for any text in an expected string the replay narrows.
 const ANY: &str = "ANY-TEXT";
 
@@ -784,14 +785,19 @@ fn narrow_merged_object_quotes(case: &mut Value) {
         }
     }
     for step in case["steps"].as_array_mut().into_iter().flatten() {
-        if step["request"]["content_type"] == "application/merge-patch+json" {
-            narrow(&mut step["response"]["error"]);
+        if step["request"]["content_type"] == "application/merge-patch+json"
+            && let Some(error) = step["response"].get_mut("error")
+        {
+            narrow(error);
         }
     }
 }
 
-const MORE_CASES: [&str; 2] =
-    ["19a-containerstatuses-field-newer-than-client", "19b-unknown-field-in-status-patch"];
+const MORE_CASES: [&str; 3] = [
+    "19a-containerstatuses-field-newer-than-client",
+    "19b-unknown-field-in-status-patch",
+    "22-ssa-single-condition-beside-smp-writer",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_supported_more_cases_replay_against_the_fake() {
