@@ -1438,3 +1438,39 @@ async fn a_field_the_agent_does_not_know_survives_every_readiness_write() {
     })
     .await;
 }
+
+/// The cluster host's pod watch delivers each pod with the server's JSON, so the merge base the
+/// syncer gets from it has the fields the typed structs lack.
+#[actix::test]
+async fn the_pod_watch_delivers_the_servers_json() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let pod = published_pod("web");
+        t.fake.insert_pod((*pod).clone());
+        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let published = json!({"status": {"containerStatuses": [{
+            "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
+            "image": "registry.k8s.io/pause:3.10", "imageID": "",
+            "volumeMounts": [{"name": "data", "mountPath": "/data",
+                              "volumeStatus": {"image": {"imageRef": IMAGE_REF}}}],
+        }]}});
+        runtime.patch_status("web", &PatchParams::default(), &Patch::Merge(&published)).await.unwrap();
+        let watch = probelet::cluster::pod_watch(t.fake.client(), support::syncer::NODE, None);
+        let mut watch = std::pin::pin!(watch);
+        let seen = loop {
+            match watch.next().await.expect("the watch goes on").unwrap() {
+                Event::InitApply(pod) | Event::Apply(pod) => break pod,
+                _ => continue,
+            }
+        };
+        assert_eq!(seen.pod.metadata.name.as_deref(), Some("web"));
+        assert_eq!(seen.json().pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)));
+        let stored = t.fake.pod_json(NS, "web").unwrap();
+        // List items carry no kind and apiVersion; the rest is the object as the server has it.
+        assert_eq!(seen.json()["status"], stored["status"]);
+        assert_eq!(seen.json()["metadata"], stored["metadata"]);
+    })
+    .await;
+}
