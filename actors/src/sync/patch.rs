@@ -1,4 +1,4 @@
-//! The body of the kubelet's `PATCH pods/{name}/status` (spec §5.10 step 4): a two-way strategic
+//! The body of the kubelet's `PATCH pods/{name}/status` (step 4 of `syncPod`): a two-way strategic
 //! merge patch from the API server's status to the merged one, with `metadata.uid` always present
 //! as a precondition. Upstream: `preparePatchBytesForPodStatus` in `pkg/util/pod/pod.go` and
 //! `strategicpatch.CreateTwoWayMergePatch` in apimachinery, for `v1.Pod`.
