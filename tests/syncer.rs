@@ -1435,6 +1435,39 @@ async fn a_field_the_agent_does_not_know_survives_every_readiness_write() {
         }
         let api = api_status(&t.api("web"));
         assert_eq!(flags(&api), [flag("a", "cri://a", ready, Some(true))]);
+
+        // The runtime writes again (keeping ready and started) and the watch has not told the
+        // syncer: the next write conflicts, and the copy it GETs keeps the field too.
+        let mut rewritten = t.fake.pod_json(NS, "web").unwrap()["status"]["containerStatuses"].clone();
+        rewritten[0]["restartCount"] = json!(0);
+        rewritten[0]["imageID"] = json!("registry.k8s.io/pause@sha256:0000");
+        runtime
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"containerStatuses": rewritten}})),
+            )
+            .await
+            .unwrap();
+        t.fake.clear_requests();
+        t.pipeline.status_manager.do_send(set_ready(&pod, "a", !ready));
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, status_path("web"), Some(409)),
+                (Method::GET, pod_path("web"), Some(200)),
+                (Method::PATCH, status_path("web"), Some(200)),
+            ]
+        );
+        let stored = t.fake.pod_json(NS, "web").unwrap();
+        assert_eq!(stored.pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)), "{stored}");
+        assert_eq!(
+            stored.pointer("/status/containerStatuses/0/imageID"),
+            Some(&json!("registry.k8s.io/pause@sha256:0000")),
+            "the runtime's write stays"
+        );
+        assert_eq!(stored.pointer("/status/containerStatuses/0/ready"), Some(&json!(!ready)));
     })
     .await;
 }
