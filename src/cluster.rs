@@ -31,6 +31,7 @@ use probelet_actors::status::equality::ConditionOwnership;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::status::{CONTAINERS_READY, POD_INITIALIZED, POD_READY};
+use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{
     ApiPodDeleted, ApiPodObserved, Flush, OwnedFields, StatusSyncer, SyncerConfig, start_syncer,
@@ -133,17 +134,18 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     Ok(())
 }
 
-/// The node's pods, as watcher events (with kube's default back-off, CRATES.md trap 13).
+/// The node's pods, as watcher events (with kube's default back-off, CRATES.md trap 13), each
+/// pod with the server's JSON kept for the syncer's merge base.
 pub fn pod_watch(
     client: kube::Client,
     node_name: &str,
     selector: Option<&str>,
-) -> impl futures::Stream<Item = Result<WatchEvent<Pod>, watcher::Error>> + 'static {
+) -> impl futures::Stream<Item = Result<WatchEvent<ApiPod>, watcher::Error>> + 'static {
     let mut config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     if let Some(selector) = selector {
         config = config.labels(selector);
     }
-    watcher::watcher(Api::<Pod>::all(client), config).default_backoff()
+    watcher::watcher(Api::<ApiPod>::all(client), config).default_backoff()
 }
 
 // === the host actor ===
@@ -168,10 +170,10 @@ pub struct ClusterHost {
 }
 
 impl ClusterHost {
-    fn apply(&mut self, pod: Pod, ctx: &mut Context<Self>) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
-        let pod = Arc::new(pod);
-        self.syncer.do_send(ApiPodObserved(pod.clone()));
+    fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
+        let Some(uid) = observed.pod.metadata.uid.clone() else { return };
+        let pod = Arc::new(observed.pod.clone());
+        self.syncer.do_send(ApiPodObserved(Arc::new(observed)));
         self.pods.upsert(pod.clone());
         self.exec.learn(&pod);
         self.known.insert(uid);
@@ -367,11 +369,11 @@ impl Actor for ClusterHost {
     type Context = Context<Self>;
 }
 
-impl StreamHandler<Result<WatchEvent<Pod>, watcher::Error>> for ClusterHost {
-    fn handle(&mut self, event: Result<WatchEvent<Pod>, watcher::Error>, ctx: &mut Context<Self>) {
+impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for ClusterHost {
+    fn handle(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>, ctx: &mut Context<Self>) {
         match event {
             Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => self.apply(pod, ctx),
-            Ok(WatchEvent::Delete(pod)) => self.delete(pod),
+            Ok(WatchEvent::Delete(pod)) => self.delete(pod.pod),
             Ok(WatchEvent::Init) => self.known.clear(),
             Ok(WatchEvent::InitDone) => {
                 // Pods gone while the watch was down: stop probing them.

@@ -19,9 +19,12 @@ use http::Method;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use probelet::container::ContainerId;
+use probelet::status::equality::ConditionOwnership;
+use probelet::status::generate::POD_INITIALIZED;
 use probelet::status::generate_kubelet_conditions;
 use probelet::status::manager::{DeletePodStatus, SetContainerReadiness};
 use probelet::status::{CONTAINERS_READY, POD_READY};
+use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{
     ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion, MIRROR_POD_ANNOTATION, OwnedFields, Reconcile,
@@ -121,7 +124,7 @@ async fn a_stale_watch_copy_of_a_previous_pod_is_checked_with_a_get() {
         let pod = bound(test_pod("web").container("app"));
         t.pods.add(&pod);
         let previous = t.fake.insert_pod(with_uid(&pod, "uid-web-previous"));
-        syncer.send(ApiPodObserved(Arc::new(previous))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(previous))).await.unwrap();
         // Deleted and created again; the watch has not said so yet.
         t.fake.insert_pod((*pod).clone());
         t.fake.clear_requests();
@@ -164,7 +167,7 @@ async fn an_api_status_equal_to_the_merged_one_sends_no_patch() {
         // Warm: a syncer that saw the watch event sends nothing at all.
         t.fake.clear_requests();
         let warm = t.syncer().await;
-        warm.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        warm.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         warm.send(Reconcile).await.unwrap();
         t.flush(&warm).await;
         assert_eq!(t.summary(), []);
@@ -275,7 +278,7 @@ async fn a_warm_watch_cache_saves_the_get_until_a_patch_fails() {
         let pod = bound(test_pod("web").container("app"));
         t.pods.add(&pod);
         let api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
         t.set_status(&pod, status_of(&pod, "Running", vec![container("app", false)])).await;
         t.flush(&syncer).await;
         assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))], "no GET");
@@ -364,7 +367,7 @@ async fn a_patch_the_server_rejects_as_invalid_is_not_retried_in_a_loop() {
 
         // Neither the periodic reconcile nor watch events bring the rejected version back.
         for _ in 0..3 {
-            syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+            syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
             syncer.send(Reconcile).await.unwrap();
             t.flush(&syncer).await;
         }
@@ -394,7 +397,7 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
         let pod = bound(test_pod("web").container("app"));
         t.pods.add(&pod);
         let api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
 
         let arrivals = patch_arrivals(&t);
         t.fake.inject(Fault {
@@ -467,7 +470,7 @@ async fn a_finished_terminating_pod_is_deleted_with_grace_zero_and_its_uid() {
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
         assert!(terminating.metadata.deletion_timestamp.is_some());
-        syncer.send(ApiPodObserved(terminating.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(terminating.clone())).await.unwrap();
         t.pods.add(&terminating);
         t.fake.clear_requests();
 
@@ -515,7 +518,7 @@ async fn a_mirror_pod_is_never_deleted() {
 
         let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
         client.delete("etcd-node-a", &DeleteParams::default()).await.unwrap();
-        syncer.send(ApiPodObserved(Arc::new(t.api("etcd-node-a")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("etcd-node-a")))).await.unwrap();
         t.fake.clear_requests();
 
         let exited = vec![terminated("etcd", "cri://etcd", 0)];
@@ -597,7 +600,7 @@ async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() 
             json!({"status": {"conditions": [{"type": POD_READY, "status": "False"}]}}),
         )
         .await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         eventually(period + Duration::from_millis(300), "Ready written back within a period", || {
             condition_status(&api_status(&t.api("web")), POD_READY).as_deref() == Some("True")
@@ -612,7 +615,7 @@ async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() 
             json!({"status": {"conditions": [{"type": FEATURE, "status": "False"}]}}),
         )
         .await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
@@ -677,7 +680,7 @@ async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
         let pod = bound(test_pod("web").container("a").container("b").with_status(published_status));
         t.pods.add(&pod);
         let on_api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(on_api.clone()))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(on_api.clone()))).await.unwrap();
 
         // Our status comes from an older view: its phase, pod IP and start time are not the API's.
         let ours = status_of(&pod, "Running", vec![container("a", true), container("b", false)]);
@@ -746,7 +749,7 @@ async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
         let a = containers.iter_mut().find(|c| c.name == "a").unwrap();
         *a = ContainerStatus { restart_count: 1, ..published("a", "cri://a-2") };
         runtime_writes(&t, "web", json!({"containerStatuses": containers})).await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         t.pipeline.status_manager.do_send(set_ready(&pod, "a", true));
         t.flush(&syncer).await;
@@ -795,7 +798,7 @@ async fn readiness_only_reconciles_drift_in_readiness_and_nothing_else() {
         )
         .await;
         let runtime_view = api_status(&t.api("web"));
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
@@ -807,7 +810,7 @@ async fn readiness_only_reconciles_drift_in_readiness_and_nothing_else() {
         let mut containers = runtime_view.container_statuses.clone().unwrap();
         containers[0].ready = false;
         runtime_writes(&t, "web", json!({"containerStatuses": containers})).await;
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.fake.clear_requests();
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
@@ -855,7 +858,7 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
         let pod = published_pod("web");
         t.pods.add(&pod);
         let on_api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(on_api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
         let arrivals = patch_arrivals(&t);
         conflicts(&t, "web", 3);
 
@@ -923,7 +926,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         let pod = published_pod("web");
         t.pods.add(&pod);
         let stale = Arc::new(t.fake.insert_pod((*pod).clone()));
-        syncer.send(ApiPodObserved(stale.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(stale.clone())).await.unwrap();
         let (get, patch) = (pod_path("web"), status_path("web"));
         let in_conflict_back_off =
             |s: &SyncerStats| s.conflicting == 1 && s.backing_off == 1 && s.in_flight == 0;
@@ -947,7 +950,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         );
 
         // The watch delivers the copy that conflicted (late): not a merge base, the wait goes on.
-        syncer.send(ApiPodObserved(stale.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(stale.clone())).await.unwrap();
         let now = stats(&syncer).await;
         assert!(in_conflict_back_off(&now) && now.merge_bases == 0, "{now:?}");
 
@@ -973,7 +976,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         runtime_writes(&t, "web", json!({"podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}]})).await;
         t.fake.clear_requests();
         let start = Instant::now();
-        syncer.send(ApiPodObserved(Arc::new(t.api("web")))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.flush(&syncer).await;
         assert!(start.elapsed() < Duration::from_secs(2), "written after {:?}", start.elapsed());
         assert_eq!(t.summary(), [(Method::PATCH, patch, Some(200))]);
@@ -1002,7 +1005,7 @@ async fn a_conditions_only_patch_carries_no_resource_version() {
         let pod = bound(test_pod("web").container("a").with_status(published_status));
         t.pods.add(&pod);
         let on_api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved(Arc::new(on_api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
         // The runtime writes after the copy the syncer holds.
         runtime_writes(&t, "web", json!({"podIP": "10.9.9.9", "podIPs": [{"ip": "10.9.9.9"}]})).await;
         t.fake.clear_requests();
@@ -1056,7 +1059,7 @@ async fn a_pod_terminated_during_init_reaches_its_terminal_phase_and_is_deleted(
         let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
-        syncer.send(ApiPodObserved(terminating.clone())).await.unwrap();
+        syncer.send(ApiPodObserved::of(terminating.clone())).await.unwrap();
         t.pods.add(&terminating);
         t.fake.clear_requests();
 
@@ -1127,8 +1130,8 @@ async fn the_state_of_pods_without_a_status_is_dropped_by_the_reconcile() {
             }
         }
         // Watch events: a pod the host knows that has no status yet, and one it does not know.
-        syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*known).clone())))).await.unwrap();
-        syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*stranger).clone())))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.fake.insert_pod((*known).clone())))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(t.fake.insert_pod((*stranger).clone())))).await.unwrap();
 
         t.set_status(&ghost, status_of(&ghost, "Running", vec![container("app", true)])).await;
         t.set_status(&flaky, status_of(&flaky, "Running", vec![container("app", true)])).await;
@@ -1176,7 +1179,7 @@ async fn a_flush_does_not_wait_for_the_back_off_of_a_pod_without_a_status() {
                 .await;
             let pod = published_pod("web");
             t.pods.add(&pod);
-            syncer.send(ApiPodObserved(Arc::new(t.fake.insert_pod((*pod).clone())))).await.unwrap();
+            syncer.send(ApiPodObserved::of(Arc::new(t.fake.insert_pod((*pod).clone())))).await.unwrap();
             t.fake.inject(Fault {
                 matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
                 kind: FaultKind::status(code),
@@ -1335,7 +1338,7 @@ async fn a_thousand_pods_turning_ready_are_a_thousand_paced_patches() {
         // Started after the first statuses, with the watch cache warm for every pod.
         let syncer = t.syncer_with(|c| c.limiter = RateLimiter::new(qps, burst)).await;
         for pod in observed {
-            syncer.do_send(ApiPodObserved(pod));
+            syncer.do_send(ApiPodObserved::of(pod));
         }
         syncer.send(Flush).await.unwrap();
         t.fake.clear_requests();
@@ -1358,6 +1361,149 @@ async fn a_thousand_pods_turning_ready_are_a_thousand_paced_patches() {
             let ready = condition_status(&api_status(&t.api(&name)), POD_READY);
             assert_eq!(ready.as_deref(), Some("True"), "{name}");
         }
+    })
+    .await;
+}
+
+// === fields newer than the agent's types (cluster mode on a newer API server) ===
+
+/// The image volume digest a v1.36 runtime publishes, a field k8s-openapi's v1_35 structs lack.
+const IMAGE_REF_PATH: &str = "/status/containerStatuses/0/volumeMounts/0/volumeStatus/image/imageRef";
+const IMAGE_REF: &str =
+    "quay.io/crio/artifact@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+/// The runtime publishes container a with an image volume's digest (a JSON merge patch, as a
+/// runtime writes); many readiness flips later, under cluster mode's ownership, the digest is
+/// still there after every write, each flip is one PATCH and no GET is needed.
+#[actix::test]
+async fn a_field_the_agent_does_not_know_survives_every_readiness_write() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t
+            .syncer_with(|config| {
+                readiness_only(config);
+                config.ownership = ConditionOwnership::new(
+                    [POD_READY, CONTAINERS_READY, POD_INITIALIZED],
+                    Vec::<String>::new(),
+                );
+            })
+            .await;
+        let pod = published_pod("web");
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let published = json!({"status": {"containerStatuses": [{
+            "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
+            "image": "registry.k8s.io/pause:3.10", "imageID": "",
+            "state": {"running": {"startedAt": "2025-01-01T00:01:00Z"}},
+            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true,
+                              "volumeStatus": {"image": {"imageRef": IMAGE_REF}}}],
+        }]}});
+        runtime.patch_status("web", &PatchParams::default(), &Patch::Merge(&published)).await.unwrap();
+        let on_api = t.fake.pod_json(NS, "web").unwrap();
+        assert_eq!(on_api.pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)), "the fake keeps the field");
+        let watched = |json: Value| ApiPodObserved(Arc::new(ApiPod::from_json(json).unwrap()));
+        syncer.send(watched(on_api)).await.unwrap();
+        t.fake.clear_requests();
+
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        t.flush(&syncer).await;
+        let mut ready = true;
+        for flip in 0..20 {
+            let stored = t.fake.pod_json(NS, "web").unwrap();
+            assert_eq!(
+                stored.pointer(IMAGE_REF_PATH),
+                Some(&json!(IMAGE_REF)),
+                "after write {flip}: {stored}"
+            );
+            assert_eq!(stored.pointer("/status/containerStatuses/0/ready"), Some(&json!(ready)));
+            assert_eq!(
+                t.summary(),
+                [(Method::PATCH, status_path("web"), Some(200))],
+                "write {flip}: one PATCH, no GET"
+            );
+            let body = t.requests_of(&Method::PATCH)[0].body.clone().unwrap();
+            assert_eq!(body.pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)), "resent as it is: {body}");
+            t.fake.clear_requests();
+            // Every other write, the watch's echo of the last one comes before the next flip.
+            if flip % 2 == 1 {
+                syncer.send(watched(stored)).await.unwrap();
+            }
+            ready = !ready;
+            t.pipeline.status_manager.do_send(set_ready(&pod, "a", ready));
+            t.flush(&syncer).await;
+        }
+        let api = api_status(&t.api("web"));
+        assert_eq!(flags(&api), [flag("a", "cri://a", ready, Some(true))]);
+
+        // The runtime writes again (keeping ready and started) and the watch has not told the
+        // syncer: the next write conflicts, and the copy it GETs keeps the field too.
+        let mut rewritten = t.fake.pod_json(NS, "web").unwrap()["status"]["containerStatuses"].clone();
+        rewritten[0]["restartCount"] = json!(0);
+        rewritten[0]["imageID"] = json!("registry.k8s.io/pause@sha256:0000");
+        runtime
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"containerStatuses": rewritten}})),
+            )
+            .await
+            .unwrap();
+        t.fake.clear_requests();
+        t.pipeline.status_manager.do_send(set_ready(&pod, "a", !ready));
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, status_path("web"), Some(409)),
+                (Method::GET, pod_path("web"), Some(200)),
+                (Method::PATCH, status_path("web"), Some(200)),
+            ]
+        );
+        let stored = t.fake.pod_json(NS, "web").unwrap();
+        assert_eq!(stored.pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)), "{stored}");
+        assert_eq!(
+            stored.pointer("/status/containerStatuses/0/imageID"),
+            Some(&json!("registry.k8s.io/pause@sha256:0000")),
+            "the runtime's write stays"
+        );
+        assert_eq!(stored.pointer("/status/containerStatuses/0/ready"), Some(&json!(!ready)));
+    })
+    .await;
+}
+
+/// The cluster host's pod watch delivers each pod with the server's JSON, so the merge base the
+/// syncer gets from it has the fields the typed structs lack.
+#[actix::test]
+async fn the_pod_watch_delivers_the_servers_json() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let pod = published_pod("web");
+        t.fake.insert_pod((*pod).clone());
+        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let published = json!({"status": {"containerStatuses": [{
+            "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
+            "image": "registry.k8s.io/pause:3.10", "imageID": "",
+            "volumeMounts": [{"name": "data", "mountPath": "/data",
+                              "volumeStatus": {"image": {"imageRef": IMAGE_REF}}}],
+        }]}});
+        runtime.patch_status("web", &PatchParams::default(), &Patch::Merge(&published)).await.unwrap();
+        let watch = probelet::cluster::pod_watch(t.fake.client(), support::syncer::NODE, None);
+        let mut watch = std::pin::pin!(watch);
+        let seen = loop {
+            match watch.next().await.expect("the watch goes on").unwrap() {
+                Event::InitApply(pod) | Event::Apply(pod) => break pod,
+                _ => continue,
+            }
+        };
+        assert_eq!(seen.pod.metadata.name.as_deref(), Some("web"));
+        assert_eq!(seen.json().pointer(IMAGE_REF_PATH), Some(&json!(IMAGE_REF)));
+        let stored = t.fake.pod_json(NS, "web").unwrap();
+        // List items carry no kind and apiVersion; the rest is the object as the server has it.
+        assert_eq!(seen.json()["status"], stored["status"]);
+        assert_eq!(seen.json()["metadata"], stored["metadata"]);
     })
     .await;
 }

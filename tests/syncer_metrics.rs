@@ -83,7 +83,7 @@ async fn api_requests_and_sync_outcomes_are_counted() {
         let flaky = bound(test_pod("m-flaky").container("app"));
         t.pods.add(&flaky);
         let on_api = t.fake.insert_pod((*flaky).clone());
-        syncer.send(ApiPodObserved(Arc::new(on_api))).await.unwrap();
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
         t.fake.inject(Fault {
             matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("m-flaky")),
             kind: FaultKind::status(500),

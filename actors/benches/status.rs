@@ -9,11 +9,14 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use probelet_actors::status::equality::ConditionOwnership;
 use probelet_actors::status::equality::is_pod_status_by_kubelet_equal;
 use probelet_actors::status::generate_kubelet_conditions;
-use probelet_actors::status::merge::merge_pod_status;
+use probelet_actors::status::merge::{merge_pod_status, merge_readiness_only};
 use probelet_actors::status::normalize::normalize_status;
-use probelet_actors::sync::patch::pod_status_patch;
+use probelet_actors::sync::api_pod::ApiPod;
+use probelet_actors::sync::patch::{pod_status_patch, pod_status_patch_json};
+use probelet_actors::sync::rules::{go_zero_values, readiness_only_sides};
 
 fn pod(containers: usize) -> Pod {
     Pod {
@@ -89,6 +92,39 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let merged = merge_pod_status(black_box(&before), black_box(&after), true, now.clone());
             pod_status_patch("u1", &before, &merged)
+        })
+    });
+
+    // Cluster mode: the merge base is the server's JSON, with a field the typed structs lack in
+    // every container status; the patch is computed from it (readiness only).
+    let mut api_pod = serde_json::to_value(Pod { status: Some(before.clone()), ..pod.clone() })
+        .unwrap_or(serde_json::Value::Null);
+    for item in
+        api_pod.pointer_mut("/status/containerStatuses").and_then(|l| l.as_array_mut()).into_iter().flatten()
+    {
+        item["volumeMounts"] = serde_json::json!([{"name": "data", "mountPath": "/data",
+            "volumeStatus": {"image": {"imageRef": "quay.io/crio/artifact@sha256:1111"}}}]);
+    }
+    let base = ApiPod::from_json(api_pod.clone()).unwrap_or_else(|_| ApiPod::from_typed(pod.clone()));
+    let ownership = ConditionOwnership::KUBELET;
+    c.bench_function("ApiPod::from_json (3 containers)", |b| {
+        b.iter(|| ApiPod::from_json(black_box(api_pod.clone())))
+    });
+    c.bench_function("readiness-only merge + SMP from the JSON merge base (NotReady -> Ready)", |b| {
+        b.iter(|| {
+            let api = go_zero_values(base.pod.status.clone().unwrap_or_default());
+            let merged =
+                go_zero_values(merge_readiness_only(&api, black_box(&after), now.clone(), &ownership));
+            readiness_only_sides(black_box(&base), &api, &merged)
+                .map(|(api_side, merged_side)| pod_status_patch_json("u1", &api_side, &merged_side))
+        })
+    });
+    c.bench_function("readiness-only merge + SMP from the typed merge base (NotReady -> Ready)", |b| {
+        b.iter(|| {
+            let api = go_zero_values(base.pod.status.clone().unwrap_or_default());
+            let merged =
+                go_zero_values(merge_readiness_only(&api, black_box(&after), now.clone(), &ownership));
+            pod_status_patch("u1", &api, &merged)
         })
     });
 }

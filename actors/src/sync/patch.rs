@@ -1,4 +1,4 @@
-//! The body of the kubelet's `PATCH pods/{name}/status` (spec §5.10 step 4): a two-way strategic
+//! The body of the kubelet's `PATCH pods/{name}/status` (step 4 of `syncPod`): a two-way strategic
 //! merge patch from the API server's status to the merged one, with `metadata.uid` always present
 //! as a precondition. Upstream: `preparePatchBytesForPodStatus` in `pkg/util/pod/pod.go` and
 //! `strategicpatch.CreateTwoWayMergePatch` in apimachinery, for `v1.Pod`.
@@ -66,7 +66,17 @@ pub enum PatchError {
 /// precondition. Returns `None` when the patch would contain only `metadata.uid` (nothing to
 /// send: upstream's "Status for pod is up-to-date").
 pub fn pod_status_patch(uid: &str, api: &PodStatus, merged: &PodStatus) -> Result<Option<Value>, PatchError> {
-    let status = diff_maps(&to_object(api)?, &to_object(merged)?, &POD_STATUS_MERGE_KEYS)?;
+    pod_status_patch_json(uid, &serde_json::to_value(api)?, &serde_json::to_value(merged)?)
+}
+
+/// [`pod_status_patch`] from the JSON forms of the two statuses: a status as the server returned
+/// it keeps the fields k8s-openapi's structs lack, and a field both sides carry unchanged is not
+/// in the patch, whether the structs know it or not.
+pub fn pod_status_patch_json(uid: &str, api: &Value, merged: &Value) -> Result<Option<Value>, PatchError> {
+    let (Value::Object(api), Value::Object(merged)) = (api, merged) else {
+        return Err(PatchError::NotAnObject);
+    };
+    let status = diff_maps(api, merged, &POD_STATUS_MERGE_KEYS)?;
     if status.is_empty() {
         return Ok(None);
     }
@@ -76,13 +86,6 @@ pub fn pod_status_patch(uid: &str, api: &PodStatus, merged: &PodStatus) -> Resul
     patch.insert("metadata".to_owned(), Value::Object(metadata));
     patch.insert("status".to_owned(), Value::Object(status));
     Ok(Some(Value::Object(patch)))
-}
-
-fn to_object(status: &PodStatus) -> Result<Map<String, Value>, PatchError> {
-    match serde_json::to_value(status)? {
-        Value::Object(map) => Ok(map),
-        _ => Err(PatchError::NotAnObject),
-    }
 }
 
 fn merge_key(merge_keys: &[(&str, &'static str)], field: &str) -> Option<&'static str> {
@@ -726,6 +729,26 @@ mod tests {
             err.to_string(),
             r#"status.conditions: item {"status":"True"} does not contain declared merge key: type"#
         );
+    }
+
+    #[test]
+    fn fields_the_structs_lack_are_diffed_like_any_other() {
+        let item = |ready: bool| {
+            json!({"name": "app", "ready": ready, "restartCount": 0, "image": "i", "imageID": "",
+                   "volumeMounts": [{"name": "data", "mountPath": "/data",
+                                     "volumeStatus": {"image": {"imageRef": "r@sha256:1"}}}]})
+        };
+        let api =
+            json!({"phase": "Running", "futureStatusField": {"a": 1}, "containerStatuses": [item(false)]});
+        assert_eq!(pod_status_patch_json(UID, &api, &api).unwrap(), None, "unchanged, unknown or not");
+        let mut merged = api.clone();
+        merged["containerStatuses"] = json!([item(true)]);
+        assert_eq!(
+            pod_status_patch_json(UID, &api, &merged).unwrap(),
+            Some(json!({"metadata": {"uid": UID}, "status": {"containerStatuses": [item(true)]}})),
+            "the atomic list is resent whole, its unknown fields included; other unknown fields are left alone"
+        );
+        assert!(matches!(pod_status_patch_json(UID, &json!([]), &merged), Err(PatchError::NotAnObject)));
     }
 
     fn to_value(status: &PodStatus) -> Value {

@@ -353,22 +353,42 @@ impl Dec {
             }
             Ty::Struct(st) => {
                 let Value::Object(m) = v else { return Err(self.err(v, ty, owner)) };
-                let mut out = Map::new();
-                for f in &st.fields {
-                    self.path.push(f.name.to_string());
-                    self.go_path.push(f.name.to_string());
-                    let r = self.field(m.get(f.name), f, st.name);
-                    self.path.pop();
-                    self.go_path.pop();
-                    if let Some(val) = r? {
-                        out.insert(f.name.to_string(), val);
+                // Go's decoder walks the input in its order (a patched object is encoded with
+                // sorted keys first), so unknown fields are reported in that order, nested ones
+                // included; the output keeps the struct's order.
+                let mut decoded: std::collections::HashMap<&str, Option<Value>> = Default::default();
+                for (k, item) in m {
+                    match st.fields.iter().find(|f| f.name == k) {
+                        Some(f) => {
+                            self.path.push(f.name.to_string());
+                            self.go_path.push(f.name.to_string());
+                            let r = self.field(Some(item), f, st.name);
+                            self.path.pop();
+                            self.go_path.pop();
+                            decoded.insert(f.name, r?);
+                        }
+                        None => {
+                            self.path.push(k.clone());
+                            self.unknown.push(self.path_str());
+                            self.path.pop();
+                        }
                     }
                 }
-                for k in m.keys() {
-                    if !st.fields.iter().any(|f| f.name == k) {
-                        self.path.push(k.clone());
-                        self.unknown.push(self.path_str());
-                        self.path.pop();
+                let mut out = Map::new();
+                for f in &st.fields {
+                    let val = match decoded.remove(f.name) {
+                        Some(val) => val,
+                        None => {
+                            self.path.push(f.name.to_string());
+                            self.go_path.push(f.name.to_string());
+                            let r = self.field(None, f, st.name);
+                            self.path.pop();
+                            self.go_path.pop();
+                            r?
+                        }
+                    };
+                    if let Some(val) = val {
+                        out.insert(f.name.to_string(), val);
                     }
                 }
                 Ok(Value::Object(out))
@@ -660,6 +680,23 @@ fn pod_spec() -> Ty {
     )
 }
 
+/// `VolumeMountStatus` as of v1.36, whose `volumeStatus` (the image volume's digest, feature
+/// gate ImageVolumeWithDigest) k8s-openapi's v1_35 structs lack: the fake is the newer server.
+fn volume_mount_status() -> Ty {
+    let image = st("ImageVolumeStatus", vec![f("imageRef", Str, Never)]);
+    let volume_status = st("VolumeStatus", vec![f("image", image, Ptr)]);
+    st(
+        "VolumeMountStatus",
+        vec![
+            f("name", Str, Never),
+            f("mountPath", Str, Never),
+            f("readOnly", Bool, Empty),
+            f("recursiveReadOnly", Str, Ptr),
+            f("volumeStatus", volume_status, Ptr),
+        ],
+    )
+}
+
 fn container_status() -> Ty {
     let waiting = st("ContainerStateWaiting", vec![f("reason", Str, Empty), f("message", Str, Empty)]);
     let running = st("ContainerStateRunning", vec![f("startedAt", Time, Empty)]);
@@ -699,7 +736,7 @@ fn container_status() -> Ty {
             f("started", Bool, Ptr),
             f("allocatedResources", map(Quantity), Empty),
             f("resources", Any, Ptr),
-            f("volumeMounts", list(Any), Empty),
+            f("volumeMounts", list(volume_mount_status()), Empty),
             f("user", Any, Ptr),
             f("allocatedResourcesStatus", list(Any), Empty),
             f("stopSignal", Str, Ptr),

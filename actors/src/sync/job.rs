@@ -1,0 +1,299 @@
+//! One pod's write (upstream: the status manager's `syncPod`): the merge base (the copy held, or
+//! a GET), `mergePodStatus` or the readiness-only merge, the two-way strategic merge patch with
+//! the UID (and, for a container status list, the resourceVersion) as a precondition, and the
+//! DELETE of a finished pod; the kube errors mapped to what the syncer does next.
+//!
+//! Requests go through `Api<ApiPod>`, so the copy a GET or a PATCH returns is the server's JSON:
+//! a readiness-only write resends the container status items as the server has them, with only
+//! `ready` and `started` changed, and fields the typed structs lack survive it.
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+
+use super::api_pod::ApiPod;
+use super::patch::{pod_status_patch, pod_status_patch_json};
+use super::rate::{RateLimiter, SpareToken};
+use super::rules::{
+    can_be_deleted, could_have_running_containers, go_zero_values, readiness_only_sides,
+    replaces_container_statuses, resource_version, source_uid, with_resource_version,
+};
+use super::syncer::OwnedFields;
+use crate::contracts::PodLookup;
+use crate::metrics as names;
+use crate::status::equality::ConditionOwnership;
+use crate::status::manager::VersionedPodStatus;
+use crate::status::merge::{merge_pod_status_for, merge_readiness_only};
+
+/// Everything one write needs, taken from the syncer when it starts.
+pub(crate) struct SyncJob {
+    pub uid: String,
+    pub status: VersionedPodStatus,
+    pub base: Option<Arc<ApiPod>>,
+    pub client: kube::Client,
+    pub limiter: RateLimiter,
+    pub field_manager: String,
+    pub ownership: ConditionOwnership,
+    pub owned_fields: OwnedFields,
+    pub pods: Arc<dyn PodLookup>,
+    pub now: Time,
+}
+
+/// How a write ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Updated,
+    Unchanged,
+    NotFound,
+    Recreated,
+    Invalid(String),
+    /// The pod changed after the merge base was read (ReadinessOnly's resourceVersion
+    /// precondition).
+    Conflict,
+    Deleted,
+    Failed(String),
+    DeleteFailed(String),
+}
+
+impl WriteOutcome {
+    /// The `outcome` label of the sync counter.
+    pub fn label(&self) -> &'static str {
+        match self {
+            WriteOutcome::Updated => "updated",
+            WriteOutcome::Unchanged => "unchanged",
+            WriteOutcome::NotFound => "not_found",
+            WriteOutcome::Recreated => "recreated",
+            WriteOutcome::Invalid(_) => "invalid",
+            WriteOutcome::Conflict => "conflict",
+            WriteOutcome::Deleted => "deleted",
+            WriteOutcome::Failed(_) | WriteOutcome::DeleteFailed(_) => "error",
+        }
+    }
+}
+
+/// What a write reports back to the syncer.
+pub(crate) struct JobResult {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub version: u64,
+    pub outcome: WriteOutcome,
+    /// The API pod UID the status belongs to, once known.
+    pub api_uid: Option<String>,
+    /// The API's copy after this write, the next merge base.
+    pub fresh: Option<Arc<ApiPod>>,
+    /// The resourceVersion of the copy the status was merged into (for a conflict's floor).
+    pub base_version: Option<u64>,
+}
+
+impl SyncJob {
+    pub async fn run(self) -> JobResult {
+        let mut result = JobResult {
+            uid: self.uid.clone(),
+            namespace: self.status.pod_namespace.clone(),
+            name: self.status.pod_name.clone(),
+            version: self.status.version,
+            outcome: WriteOutcome::Unchanged,
+            api_uid: None,
+            fresh: None,
+            base_version: None,
+        };
+        let api: Api<ApiPod> = Api::namespaced(self.client.clone(), &result.namespace);
+        // The token of the request after the GET (the PATCH, or a DELETE), taken with the GET's:
+        // the limiter is shared by every request the agent sends, and queueing behind them
+        // between the two would let the copy go stale. Given back when not needed.
+        let mut spare: Option<SpareToken> = None;
+        // A cached copy of another pod under this name is a watch that has not caught up with
+        // a recreation yet: only the server can say whether our pod is gone.
+        let base = match self.base.clone() {
+            Some(base) if self.source_uid(&base) == self.uid => base,
+            _ => {
+                spare = Some(self.limiter.acquire_with_spare().await);
+                let got = api.get(&result.name).await;
+                record_request("get", &got);
+                match got {
+                    Ok(pod) => Arc::new(pod),
+                    Err(err) if is_code(&err, 404) => {
+                        result.outcome = WriteOutcome::NotFound;
+                        return result;
+                    }
+                    Err(err) => {
+                        result.outcome = WriteOutcome::Failed(format!("get: {err}"));
+                        return result;
+                    }
+                }
+            }
+        };
+        if self.source_uid(&base) != self.uid {
+            result.outcome = WriteOutcome::Recreated;
+            return result;
+        }
+        let api_uid = base.pod.metadata.uid.clone().unwrap_or_default();
+        result.api_uid = Some(api_uid.clone());
+        result.base_version = resource_version(&base.pod);
+
+        let patch = match self.patch(&base, &api_uid) {
+            Ok(Some(body))
+                if self.owned_fields == OwnedFields::ReadinessOnly && replaces_container_statuses(&body) =>
+            {
+                Some(with_resource_version(body, base.pod.metadata.resource_version.as_deref()))
+            }
+            Ok(patch) => patch,
+            Err(message) => {
+                result.outcome = WriteOutcome::Invalid(message);
+                return result;
+            }
+        };
+        let fresh = match patch {
+            None => {
+                tracing::trace!(pod_uid = %self.uid, pod = %result.name, "Status for pod is up-to-date");
+                base
+            }
+            Some(body) => {
+                self.take_token(spare.take()).await;
+                let params =
+                    PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
+                let patched = api.patch_status(&result.name, &params, &Patch::Strategic(body)).await;
+                record_request("patch", &patched);
+                match patched {
+                    Ok(pod) => {
+                        result.outcome = WriteOutcome::Updated;
+                        Arc::new(pod)
+                    }
+                    Err(err) => {
+                        result.outcome = patch_failure(&err);
+                        return result;
+                    }
+                }
+            }
+        };
+        result.fresh = Some(fresh.clone());
+
+        if can_be_deleted(&fresh.pod, self.status.pod_is_finished) {
+            self.take_token(spare.take()).await;
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions { uid: Some(api_uid), resource_version: None }),
+                ..Default::default()
+            };
+            let deleted = api.delete(&result.name, &params).await;
+            record_request("delete", &deleted);
+            result.outcome = match deleted {
+                Ok(_) => WriteOutcome::Deleted,
+                Err(err) if is_code(&err, 404) => WriteOutcome::Deleted,
+                Err(err) if is_code(&err, 409) => WriteOutcome::Recreated,
+                Err(err) => WriteOutcome::DeleteFailed(format!("delete: {err}")),
+            };
+        }
+        result
+    }
+
+    /// The PATCH body from the merge base to the merged status, `None` when nothing differs.
+    fn patch(&self, base: &ApiPod, api_uid: &str) -> Result<Option<serde_json::Value>, String> {
+        let api_status = go_zero_values(base.pod.status.clone().unwrap_or_default());
+        match self.owned_fields {
+            OwnedFields::Kubelet => {
+                let merged = go_zero_values(merge_pod_status_for(
+                    &api_status,
+                    &self.status.status,
+                    could_have_running_containers(&self.status.status, self.status.pod_is_finished),
+                    self.now.clone(),
+                    &self.ownership,
+                ));
+                pod_status_patch(api_uid, &api_status, &merged).map_err(|err| err.to_string())
+            }
+            OwnedFields::ReadinessOnly => {
+                let merged = go_zero_values(merge_readiness_only(
+                    &api_status,
+                    &self.status.status,
+                    self.now.clone(),
+                    &self.ownership,
+                ));
+                let (api_side, merged_side) =
+                    readiness_only_sides(base, &api_status, &merged).map_err(|err| err.to_string())?;
+                pod_status_patch_json(api_uid, &api_side, &merged_side).map_err(|err| err.to_string())
+            }
+        }
+    }
+
+    fn source_uid(&self, pod: &ApiPod) -> String {
+        source_uid(self.pods.as_ref(), &pod.pod)
+    }
+
+    /// Spends the token taken ahead with the GET, or waits for one.
+    async fn take_token(&self, spare: Option<SpareToken>) {
+        match spare {
+            Some(token) => token.spend(),
+            None => self.limiter.acquire().await,
+        }
+    }
+}
+
+/// What a failed PATCH means for the write.
+fn patch_failure(err: &kube::Error) -> WriteOutcome {
+    if is_uid_mismatch(err) {
+        WriteOutcome::Recreated
+    } else if is_code(err, 404) {
+        WriteOutcome::NotFound
+    } else if is_code(err, 409) {
+        WriteOutcome::Conflict
+    } else if is_code(err, 422) {
+        WriteOutcome::Invalid(err.to_string())
+    } else {
+        WriteOutcome::Failed(format!("patch: {err}"))
+    }
+}
+
+fn is_code(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == code)
+}
+
+/// A PATCH whose `metadata.uid` does not match: the real server answers 422 Invalid with the
+/// cause on field `metadata.uid` (the pod was deleted and recreated under the same name).
+fn is_uid_mismatch(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) if status.code == 422 => {
+            status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+        }
+        _ => false,
+    }
+}
+
+fn record_request<T>(verb: &'static str, result: &Result<T, kube::Error>) {
+    let code = match result {
+        Ok(_) => "200".to_owned(),
+        Err(kube::Error::Api(status)) => status.code.to_string(),
+        Err(_) => "0".to_owned(),
+    };
+    metrics::counter!(names::PROBELET_API_REQUESTS_TOTAL, "verb" => verb, "code" => code).increment(1);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the failure report
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16, cause_field: Option<&str>) -> kube::Error {
+        let causes: Vec<serde_json::Value> =
+            cause_field.map(|field| serde_json::json!({"field": field})).into_iter().collect();
+        let status: Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "m", "reason": "r", "code": code,
+            "details": {"causes": causes},
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn patch_errors_map_to_what_the_syncer_does_next() {
+        assert_eq!(patch_failure(&api_error(422, Some("metadata.uid"))), WriteOutcome::Recreated);
+        assert_eq!(patch_failure(&api_error(404, None)), WriteOutcome::NotFound);
+        assert_eq!(patch_failure(&api_error(409, None)), WriteOutcome::Conflict);
+        assert!(matches!(patch_failure(&api_error(422, Some("status.phase"))), WriteOutcome::Invalid(_)));
+        assert!(
+            matches!(patch_failure(&api_error(500, None)), WriteOutcome::Failed(m) if m.starts_with("patch: "))
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! One pod's sync state, in one place (upstream: the status manager's `podStatuses` entry with
+//! `apiStatusVersions`, plus the retry state the kubelet keeps in its work queue): the latest
+//! status, the version written, the back-offs, the conflict floor, the rejected version. The
+//! transitions are pure ([`PodSync::on_update`], [`PodSync::on_outcome`]): the syncer actor
+//! keeps the queue, the request budget and the timers, and asks these what to do.
+//!
+//! A pod has a `PodSync` exactly as long as the syncer holds a status for it: dropping the entry
+//! drops every piece of its state at once.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
+
+use super::job::{JobResult, WriteOutcome};
+use super::rate::{backoff, jittered_backoff};
+use crate::status::manager::VersionedPodStatus;
+
+/// A pod's place in a retry back-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Consecutive failures (or conflicts).
+    pub count: u32,
+    pub not_before: Instant,
+}
+
+/// The back-off settings a transition needs (from the syncer's configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct Backoffs {
+    pub failure_initial: Duration,
+    pub failure_max: Duration,
+    pub conflict_initial: Duration,
+    pub conflict_max: Duration,
+}
+
+/// The version written to an API pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The API pod UID (a static pod's mirror pod).
+    pub api_uid: String,
+    pub version: u64,
+}
+
+/// What becomes of the pod's merge base after a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeBase {
+    /// Keep the copy the write returned (unless a newer one arrived meanwhile).
+    Remember,
+    /// The copy is stale or the pod gone: the next write GETs.
+    Drop,
+    /// Leave the copy held: it is newer than the one the write conflicted with.
+    Keep,
+}
+
+/// Upstream's merge-base choice after a write: what the syncer does with the API copy it holds.
+/// `held` is the resourceVersion of the copy held now, `merged_into` the one the write used.
+pub fn merge_base_after(outcome: &WriteOutcome, held: Option<u64>, merged_into: Option<u64>) -> MergeBase {
+    match outcome {
+        WriteOutcome::Updated | WriteOutcome::Unchanged => MergeBase::Remember,
+        WriteOutcome::Conflict if newer_copy_held(held, merged_into) => MergeBase::Keep,
+        WriteOutcome::Recreated | WriteOutcome::Deleted => MergeBase::Drop,
+        WriteOutcome::NotFound
+        | WriteOutcome::Invalid(_)
+        | WriteOutcome::Conflict
+        | WriteOutcome::Failed(_)
+        | WriteOutcome::DeleteFailed(_) => MergeBase::Drop,
+    }
+}
+
+/// A conflict whose pod was seen newer meanwhile (a watch event during the write) is merged
+/// again into that copy at once.
+fn newer_copy_held(held: Option<u64>, merged_into: Option<u64>) -> bool {
+    matches!((held, merged_into), (Some(held), Some(failed)) if held > failed)
+}
+
+/// What the actor does after [`PodSync::on_outcome`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Settled {
+    /// The wait of the back-off the outcome started (failures or conflicts), for the log.
+    pub retry_in: Option<Duration>,
+    /// The status reached the server: when its oldest unwritten change happened.
+    pub synced_since: Option<Timestamp>,
+}
+
+/// One pod's sync state, by source pod UID.
+#[derive(Debug, Clone)]
+pub struct PodSync {
+    /// The latest status (the status manager's, as of the last update or reconcile).
+    pub status: VersionedPodStatus,
+    /// The update count at the pod's latest update, so a reconcile can tell the updates that
+    /// arrived after it asked for the list. `None` for a status known only from a list.
+    pub update_seq: Option<u64>,
+    /// When the oldest unwritten change happened (for the latency histogram).
+    pub unsynced_since: Option<Timestamp>,
+    /// A newer version arrived, or a retry is due, while the pod was being written.
+    pub dirty: bool,
+    /// Failure back-off.
+    pub retry: Option<Retry>,
+    /// Conflict back-off: ended by a new version or a newer watch copy.
+    pub conflict: Option<Retry>,
+    /// The resourceVersion of the merge base a write last conflicted with: until a newer copy
+    /// is seen, a watch event no newer than this is not a merge base.
+    pub floor: Option<u64>,
+    /// The version the server rejected as invalid: not sent again.
+    pub rejected: Option<u64>,
+    /// The version last written (upstream `apiStatusVersions`).
+    pub written: Option<Written>,
+}
+
+impl PodSync {
+    /// A pod first known from a reconcile's list.
+    pub fn listed(status: VersionedPodStatus) -> PodSync {
+        PodSync {
+            status,
+            update_seq: None,
+            unsynced_since: None,
+            dirty: false,
+            retry: None,
+            conflict: None,
+            floor: None,
+            rejected: None,
+            written: None,
+        }
+    }
+
+    /// A new status from the status manager, the `seq`-th update received. Returns whether it
+    /// ended a conflict back-off: a new version is merged again from a fresh GET at once,
+    /// however often the last one conflicted.
+    pub fn on_update(&mut self, status: VersionedPodStatus, seq: u64, now: Timestamp) -> bool {
+        self.status = status;
+        self.update_seq = Some(seq);
+        self.unsynced_since.get_or_insert(now);
+        self.conflict.take().is_some()
+    }
+
+    /// A watch copy newer than the floor arrived: whether `resource_version` may be a merge
+    /// base. A copy newer than the floor lifts it.
+    pub fn admits_copy(&mut self, resource_version: Option<u64>) -> bool {
+        let Some(floor) = self.floor else { return true };
+        if resource_version.is_some_and(|version| version <= floor) {
+            return false;
+        }
+        self.floor = None;
+        true
+    }
+
+    /// When the pod's back-offs (failures and conflicts) end, if it is in one.
+    pub fn not_before(&self) -> Option<Instant> {
+        self.retry.map(|r| r.not_before).max(self.conflict.map(|r| r.not_before))
+    }
+
+    /// The version written to `api_uid`, if that is the API pod written last.
+    pub fn written_to(&self, api_uid: &str) -> Option<u64> {
+        self.written.as_ref().filter(|w| w.api_uid == api_uid).map(|w| w.version)
+    }
+
+    /// A write ended with `result`. `held` is the resourceVersion of the copy held now; `now`
+    /// is when back-offs start. Recreated and Deleted need no transition: the actor drops the
+    /// pod.
+    pub fn on_outcome(
+        &mut self,
+        result: &JobResult,
+        held: Option<u64>,
+        now: Instant,
+        backoffs: &Backoffs,
+    ) -> Settled {
+        let (outcome, version, merged_into, uid) =
+            (&result.outcome, result.version, result.base_version, result.uid.as_str());
+        let api_uid = result.api_uid.as_deref();
+        let mut settled = Settled::default();
+        let write =
+            |api_uid: Option<&str>| api_uid.map(|api_uid| Written { api_uid: api_uid.to_owned(), version });
+        match outcome {
+            WriteOutcome::Updated | WriteOutcome::Unchanged => {
+                self.retry = None;
+                self.conflict = None;
+                self.floor = None;
+                self.rejected = None;
+                if let Some(written) = write(api_uid) {
+                    self.written = Some(written);
+                }
+                let since = self.unsynced_since.take();
+                if matches!(outcome, WriteOutcome::Updated) {
+                    settled.synced_since = since;
+                }
+            }
+            WriteOutcome::NotFound => {
+                self.retry = None;
+                self.conflict = None;
+                self.floor = None;
+            }
+            WriteOutcome::Invalid(_) => {
+                self.retry = None;
+                self.conflict = None;
+                if let Some(written) = write(api_uid) {
+                    self.written = Some(written);
+                }
+                // So that neither a reconcile nor the next watch event (the API copy still
+                // differs from it) sends this version again: only a new one is sent.
+                self.rejected = Some(version);
+            }
+            WriteOutcome::Recreated | WriteOutcome::Deleted => {}
+            WriteOutcome::Conflict => {
+                // The server answered: the failures before are over, only the copy was stale.
+                self.retry = None;
+                if newer_copy_held(held, merged_into) {
+                    self.conflict = None;
+                } else {
+                    if let Some(failed) = merged_into {
+                        self.floor = Some(self.floor.map_or(failed, |floor| floor.max(failed)));
+                    }
+                    let next = next_conflict(self.conflict, now, backoffs, uid);
+                    settled.retry_in = Some(next.not_before - now);
+                    self.conflict = Some(next);
+                }
+                self.dirty = true;
+            }
+            WriteOutcome::Failed(_) | WriteOutcome::DeleteFailed(_) => {
+                if matches!(outcome, WriteOutcome::DeleteFailed(_))
+                    && let Some(written) = write(api_uid)
+                {
+                    self.written = Some(written);
+                }
+                let next = next_failure(self.retry, now, backoffs);
+                settled.retry_in = Some(next.not_before - now);
+                self.retry = Some(next);
+                self.dirty = true;
+            }
+        }
+        settled
+    }
+}
+
+/// The failure back-off after one more failure: doubled per failure up to the maximum.
+pub fn next_failure(previous: Option<Retry>, now: Instant, backoffs: &Backoffs) -> Retry {
+    let count = previous.map_or(1, |r| r.count + 1);
+    let wait = backoff(backoffs.failure_initial, backoffs.failure_max, count);
+    Retry { count, not_before: now + wait }
+}
+
+/// The conflict back-off after one more conflict: the first is retried at once from a fresh
+/// GET; a pod that keeps changing under the writes waits a little, never long (jittered by its
+/// UID): a newer copy or a new version ends the wait.
+pub fn next_conflict(previous: Option<Retry>, now: Instant, backoffs: &Backoffs, uid: &str) -> Retry {
+    let count = previous.map_or(1, |r| r.count + 1);
+    let wait = match count {
+        1 => Duration::ZERO,
+        n => jittered_backoff(backoffs.conflict_initial, backoffs.conflict_max, n - 1, uid),
+    };
+    Retry { count, not_before: now + wait }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the failure report
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::PodStatus;
+
+    const BACKOFFS: Backoffs = Backoffs {
+        failure_initial: Duration::from_millis(500),
+        failure_max: Duration::from_secs(2),
+        conflict_initial: Duration::from_millis(50),
+        conflict_max: Duration::from_secs(1),
+    };
+
+    fn status(version: u64) -> VersionedPodStatus {
+        VersionedPodStatus {
+            version,
+            pod_name: "web".into(),
+            pod_namespace: "default".into(),
+            at: None,
+            pod_is_finished: false,
+            status: Arc::new(PodStatus::default()),
+        }
+    }
+
+    fn result(outcome: WriteOutcome, version: u64, merged_into: Option<u64>) -> JobResult {
+        JobResult {
+            uid: "u".into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            version,
+            outcome,
+            api_uid: Some("api-u".into()),
+            fresh: None,
+            base_version: merged_into,
+        }
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap()
+    }
+
+    #[test]
+    fn an_update_keeps_the_oldest_unwritten_change_and_ends_a_conflict_back_off() {
+        let now = Instant::now();
+        let mut pod = PodSync::listed(status(1));
+        assert!(!pod.on_update(status(2), 1, at(10)));
+        pod.conflict = Some(Retry { count: 2, not_before: now + Duration::from_secs(1) });
+        assert!(pod.on_update(status(3), 2, at(20)), "a new version ends the conflict wait");
+        assert_eq!((pod.status.version, pod.update_seq, pod.unsynced_since), (3, Some(2), Some(at(10))));
+        assert_eq!(pod.conflict, None);
+    }
+
+    #[test]
+    fn failures_back_off_exponentially_and_a_success_ends_it() {
+        let now = Instant::now();
+        let mut pod = PodSync::listed(status(1));
+        pod.on_update(status(1), 1, at(10));
+        let failed = result(WriteOutcome::Failed("patch: 500".into()), 1, Some(7));
+        let waits: Vec<_> =
+            (0..4).map(|_| pod.on_outcome(&failed, None, now, &BACKOFFS).retry_in.unwrap()).collect();
+        assert_eq!(waits, [500, 1000, 2000, 2000].map(Duration::from_millis), "doubled up to the maximum");
+        assert!(pod.dirty, "written again (after the back-off)");
+        assert_eq!(pod.not_before(), Some(now + Duration::from_secs(2)));
+        assert_eq!(pod.written, None, "a failed patch wrote nothing");
+
+        let settled = pod.on_outcome(&result(WriteOutcome::Updated, 1, Some(7)), None, now, &BACKOFFS);
+        assert_eq!(settled, Settled { retry_in: None, synced_since: Some(at(10)) });
+        assert_eq!((pod.retry, pod.not_before(), pod.unsynced_since), (None, None, None));
+        assert_eq!(pod.written_to("api-u"), Some(1));
+        assert_eq!(pod.written_to("another-mirror"), None, "a version is of the API pod it went to");
+    }
+
+    #[test]
+    fn an_unchanged_write_records_no_latency() {
+        let mut pod = PodSync::listed(status(1));
+        pod.on_update(status(1), 1, at(10));
+        let settled =
+            pod.on_outcome(&result(WriteOutcome::Unchanged, 1, None), None, Instant::now(), &BACKOFFS);
+        assert_eq!((settled.synced_since, pod.unsynced_since), (None, None));
+    }
+
+    #[test]
+    fn conflicts_retry_at_once_then_briefly_and_raise_the_floor() {
+        let now = Instant::now();
+        let mut pod = PodSync::listed(status(1));
+        let first = pod.on_outcome(&result(WriteOutcome::Conflict, 1, Some(7)), None, now, &BACKOFFS);
+        assert_eq!(first.retry_in, Some(Duration::ZERO), "the first conflict is retried at once");
+        assert_eq!(pod.floor, Some(7));
+        let second = pod.on_outcome(&result(WriteOutcome::Conflict, 1, Some(5)), None, now, &BACKOFFS);
+        let wait = second.retry_in.unwrap();
+        assert!(wait <= Duration::from_millis(50) && wait >= Duration::from_millis(37), "{wait:?}");
+        assert_eq!(pod.floor, Some(7), "the floor never goes down");
+        assert!(!pod.admits_copy(Some(7)), "a copy no newer than the floor is no merge base");
+        assert!(pod.admits_copy(Some(8)));
+        assert_eq!(pod.floor, None, "a newer copy lifts the floor");
+
+        // A newer copy arrived during the write: merged into it at once, no floor.
+        let settled = pod.on_outcome(&result(WriteOutcome::Conflict, 1, Some(8)), Some(9), now, &BACKOFFS);
+        assert_eq!((settled.retry_in, pod.conflict, pod.floor), (None, None, None));
+        assert!(pod.dirty);
+    }
+
+    #[test]
+    fn a_rejected_version_is_remembered_until_a_write_lands() {
+        let mut pod = PodSync::listed(status(4));
+        pod.on_outcome(
+            &result(WriteOutcome::Invalid("422".into()), 4, None),
+            None,
+            Instant::now(),
+            &BACKOFFS,
+        );
+        assert_eq!((pod.rejected, pod.written_to("api-u"), pod.dirty), (Some(4), Some(4), false));
+        pod.on_outcome(&result(WriteOutcome::Updated, 5, None), None, Instant::now(), &BACKOFFS);
+        assert_eq!(pod.rejected, None);
+    }
+
+    #[test]
+    fn the_merge_base_after_each_outcome() {
+        let cases = [
+            (WriteOutcome::Updated, None, MergeBase::Remember),
+            (WriteOutcome::Unchanged, None, MergeBase::Remember),
+            (WriteOutcome::NotFound, None, MergeBase::Drop),
+            (WriteOutcome::Recreated, None, MergeBase::Drop),
+            (WriteOutcome::Invalid("x".into()), None, MergeBase::Drop),
+            (WriteOutcome::Deleted, None, MergeBase::Drop),
+            (WriteOutcome::Failed("x".into()), None, MergeBase::Drop),
+            (WriteOutcome::DeleteFailed("x".into()), None, MergeBase::Drop),
+            (WriteOutcome::Conflict, Some(7), MergeBase::Drop),
+            (WriteOutcome::Conflict, Some(9), MergeBase::Keep),
+        ];
+        for (outcome, held, want) in cases {
+            assert_eq!(merge_base_after(&outcome, held, Some(7)), want, "{outcome:?} holding {held:?}");
+        }
+        assert_eq!(merge_base_after(&WriteOutcome::Conflict, Some(9), None), MergeBase::Drop);
+    }
+}
