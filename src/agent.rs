@@ -20,7 +20,7 @@ use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::ProcessRuntime;
-use crate::serve::{ServeState, serve};
+use crate::serve::{Limits, ServeState, router, serve_router};
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -82,10 +82,11 @@ impl Common {
     /// Binds the HTTP endpoints and serves them until the returned sender fires.
     pub async fn serve(
         &self,
-        listen: SocketAddr,
+        args: &RunArgs,
         pipeline: Pipeline,
     ) -> Result<(SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>), AgentError>
     {
+        let listen = args.listen;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| AgentError::Listen { addr: listen, source })?;
@@ -99,7 +100,11 @@ impl Common {
             ready: self.ready.clone(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, state, async move {
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(args.http_header_timeout),
+            max_connections: args.http_max_connections as usize,
+        };
+        let server = tokio::spawn(serve_router(listener, router(state), limits, async move {
             let _ = stopped.await;
         }));
         Ok((addr, stop, server))
@@ -119,7 +124,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         Arc::new(common.events.clone()),
         common.clock.clone(),
     ));
-    let (addr, stop_server, server) = common.serve(args.listen, pipeline.clone()).await?;
+    let (addr, stop_server, server) = common.serve(args, pipeline.clone()).await?;
     println!(
         "probelet {}: standalone on {}, node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
