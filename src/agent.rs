@@ -15,12 +15,14 @@ use probelet_actors::metrics::{MetricsError, PrometheusRegistry};
 use probelet_actors::{Pipeline, PipelineConfig};
 use tokio::sync::oneshot;
 
+use crate::auth::Reviewer;
+use crate::cli::AuthorizationMode;
 use crate::cli::RunArgs;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::ProcessRuntime;
-use crate::serve::{Limits, ServeState, router, serve_router};
+use crate::serve::{Limits, ServeState, router, router_with_reviews, serve_router};
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,8 @@ pub enum AgentError {
     NoManifests(PathBuf),
     #[error("cluster: {0}")]
     Cluster(String),
+    #[error("--authorization-mode webhook needs cluster mode (an API server to ask)")]
+    WebhookWithoutCluster,
 }
 
 /// What both modes share: the metrics registry, the clock, events and probe history.
@@ -79,14 +83,17 @@ impl Common {
         Pipeline::start(config)
     }
 
-    /// Binds the HTTP endpoints and serves them until the returned sender fires.
+    /// Binds the HTTP endpoints and serves them until the returned sender fires. `api` is the
+    /// cluster's client (cluster mode), which webhook authorization asks.
     pub async fn serve(
         &self,
         args: &RunArgs,
         pipeline: Pipeline,
+        api: Option<kube::Client>,
     ) -> Result<(SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>), AgentError>
     {
         let listen = args.listen;
+        let reviewed = reviewed_by(args.authorization_mode, &listen, api)?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| AgentError::Listen { addr: listen, source })?;
@@ -104,10 +111,41 @@ impl Common {
             header_read_timeout: Duration::from_secs(args.http_header_timeout),
             max_connections: args.http_max_connections as usize,
         };
-        let server = tokio::spawn(serve_router(listener, router(state), limits, async move {
+        let app = match reviewed {
+            Some(client) => {
+                router_with_reviews(state, Arc::new(Reviewer::new(client, args.node_name.clone())))
+            }
+            None => {
+                if !addr.ip().is_loopback() {
+                    tracing::warn!(
+                        address = %addr,
+                        "The HTTP listener is not on loopback and serves /pods (pod specs, environment \
+                         values included), /pods/{{namespace}}/{{name}}/probes (exec probe output) and \
+                         /events without authentication"
+                    );
+                }
+                router(state)
+            }
+        };
+        let server = tokio::spawn(serve_router(listener, app, limits, async move {
             let _ = stopped.await;
         }));
         Ok((addr, stop, server))
+    }
+}
+
+/// The API client that authorizes private endpoints, if `mode` and the address call for one:
+/// `auto` guards a non-loopback listener in cluster mode only.
+pub fn reviewed_by(
+    mode: AuthorizationMode,
+    listen: &SocketAddr,
+    api: Option<kube::Client>,
+) -> Result<Option<kube::Client>, AgentError> {
+    match (mode, api) {
+        (AuthorizationMode::Webhook, None) => Err(AgentError::WebhookWithoutCluster),
+        (AuthorizationMode::Webhook, Some(api)) => Ok(Some(api)),
+        (AuthorizationMode::Auto, Some(api)) if !listen.ip().is_loopback() => Ok(Some(api)),
+        _ => Ok(None),
     }
 }
 
@@ -124,7 +162,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         Arc::new(common.events.clone()),
         common.clock.clone(),
     ));
-    let (addr, stop_server, server) = common.serve(args, pipeline.clone()).await?;
+    let (addr, stop_server, server) = common.serve(args, pipeline.clone(), None).await?;
     println!(
         "probelet {}: standalone on {}, node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
@@ -169,5 +207,36 @@ pub async fn wait_for_signal() {
     tokio::select! {
         _ = terminate => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> kube::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn which_listeners_are_reviewed() {
+        let loopback: SocketAddr = "127.0.0.1:9898".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:9898".parse().unwrap();
+        let v6_any: SocketAddr = "[::]:9898".parse().unwrap();
+        let reviewed = |mode, listen: &SocketAddr, api: Option<kube::Client>| {
+            reviewed_by(mode, listen, api).map(|c| c.is_some()).map_err(|e| e.to_string())
+        };
+        assert_eq!(reviewed(AuthorizationMode::Auto, &any, Some(client())), Ok(true));
+        assert_eq!(reviewed(AuthorizationMode::Auto, &v6_any, Some(client())), Ok(true));
+        assert_eq!(reviewed(AuthorizationMode::Auto, &loopback, Some(client())), Ok(false));
+        assert_eq!(reviewed(AuthorizationMode::Auto, &any, None), Ok(false), "standalone stays open");
+        assert_eq!(reviewed(AuthorizationMode::AlwaysAllow, &any, Some(client())), Ok(false));
+        assert_eq!(reviewed(AuthorizationMode::Webhook, &loopback, Some(client())), Ok(true));
+        assert!(
+            reviewed(AuthorizationMode::Webhook, &loopback, None).is_err(),
+            "webhook needs an API server"
+        );
     }
 }

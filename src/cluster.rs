@@ -95,7 +95,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     config.ownership =
         ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
     let syncer = start_syncer(config);
-    let (addr, stop_server, server) = common.serve(args, pipeline.clone()).await?;
+    let (addr, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
     println!(
         "probelet {}: cluster mode, node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),

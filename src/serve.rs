@@ -33,6 +33,7 @@ use serde_json::json;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tower::ServiceExt as _;
 
+use crate::auth::{Reviewer, guard};
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 
@@ -48,8 +49,17 @@ pub struct ServeState {
     pub ready: Arc<AtomicBool>,
 }
 
-/// The router, for embedding or tests.
+/// The router with every endpoint open, for embedding or tests.
 pub fn router(state: ServeState) -> Router {
+    routes(state)
+}
+
+/// The router with the private endpoints behind the API server's token and access reviews.
+pub fn router_with_reviews(state: ServeState, reviewer: Arc<Reviewer>) -> Router {
+    routes(state).layer(axum::middleware::from_fn_with_state(reviewer, guard))
+}
+
+fn routes(state: ServeState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
