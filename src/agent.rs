@@ -12,6 +12,7 @@ use probelet_actors::clock::{SharedClock, TokioClock};
 use probelet_actors::contracts::{CommandRunner, EventRecorder, PodRegistry};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::metrics::{MetricsError, PrometheusRegistry};
+use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::{Pipeline, PipelineConfig};
 use tokio::sync::oneshot;
 
@@ -47,6 +48,8 @@ pub struct Common {
     pub history: ProbeHistory,
     pub pods: PodRegistry,
     pub ready: Arc<AtomicBool>,
+    /// Which hosts network probes may connect to (`--probe-host-policy`).
+    pub probe_host_policy: ProbeHostPolicy,
 }
 
 impl Common {
@@ -62,6 +65,7 @@ impl Common {
             clock,
             pods,
             ready: Arc::new(AtomicBool::new(false)),
+            probe_host_policy: ProbeHostPolicy::Any,
         })
     }
 
@@ -80,6 +84,7 @@ impl Common {
         config.clock = Some(self.clock.clone());
         config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         config.observer = Some(Arc::new(self.history.clone()));
+        config.probe_host_policy = self.probe_host_policy;
         Pipeline::start(config)
     }
 
@@ -154,7 +159,8 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     if !manifests.is_dir() {
         return Err(AgentError::NoManifests(manifests));
     }
-    let common = Common::new()?;
+    let mut common = Common::new()?;
+    common.probe_host_policy = args.probe_host_policy.into();
     let runner = LocalCommandRunner::new();
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let runtime = actix::Actor::start(ProcessRuntime::new(

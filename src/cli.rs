@@ -122,6 +122,15 @@ pub enum ProbeHostPolicy {
     PodIp,
 }
 
+impl From<ProbeHostPolicy> for probelet_actors::prober::ProbeHostPolicy {
+    fn from(policy: ProbeHostPolicy) -> Self {
+        match policy {
+            ProbeHostPolicy::Any => probelet_actors::prober::ProbeHostPolicy::Any,
+            ProbeHostPolicy::PodIp => probelet_actors::prober::ProbeHostPolicy::PodIp,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,

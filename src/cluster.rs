@@ -72,7 +72,8 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
 pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
     let client = client(kubeconfig).await?;
-    let common = Common::new()?;
+    let mut common = Common::new()?;
+    common.probe_host_policy = args.probe_host_policy.into();
     let limiter = RateLimiter::new(args.qps, args.burst);
     let exec = ExecRunner::new(client.clone(), limiter.clone());
     let recorder = CoreEventRecorder::new(
