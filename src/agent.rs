@@ -121,13 +121,8 @@ impl Common {
                 router_with_reviews(state, Arc::new(Reviewer::new(client, args.node_name.clone())))
             }
             None => {
-                if !addr.ip().is_loopback() {
-                    tracing::warn!(
-                        address = %addr,
-                        "The HTTP listener is not on loopback and serves /pods (pod specs, environment \
-                         values included), /pods/{{namespace}}/{{name}}/probes (exec probe output) and \
-                         /events without authentication"
-                    );
+                if let Some(warning) = exposure_warning(&addr) {
+                    tracing::warn!(address = %addr, "{warning}");
                 }
                 router(state)
             }
@@ -152,6 +147,15 @@ pub fn reviewed_by(
         (AuthorizationMode::Auto, Some(api)) if !listen.ip().is_loopback() => Ok(Some(api)),
         _ => Ok(None),
     }
+}
+
+/// The warning for a listener that serves the private endpoints without authentication, if
+/// anyone beyond this host can reach it.
+pub fn exposure_warning(addr: &SocketAddr) -> Option<&'static str> {
+    (!addr.ip().is_loopback()).then_some(
+        "The HTTP listener is not on loopback and serves /pods (pod specs, environment values included), \
+         /pods/{namespace}/{name}/probes (exec probe output) and /events without authentication",
+    )
 }
 
 /// Standalone mode: pods from `manifests`, containers as local processes.
@@ -244,5 +248,12 @@ mod tests {
             reviewed(AuthorizationMode::Webhook, &loopback, None).is_err(),
             "webhook needs an API server"
         );
+        assert_eq!(exposure_warning(&loopback), None);
+        assert_eq!(exposure_warning(&"[::1]:9898".parse().unwrap()), None);
+        assert!(
+            exposure_warning(&any)
+                .is_some_and(|w| w.contains("/pods") && w.contains("without authentication"))
+        );
+        assert!(exposure_warning(&v6_any).is_some());
     }
 }
