@@ -59,6 +59,30 @@ pub struct RunArgs {
     #[arg(long, env = "PROBELET_LISTEN", default_value = "127.0.0.1:9898")]
     pub listen: SocketAddr,
 
+    /// Connections the HTTP listener keeps open at once. At the cap, the oldest connection not
+    /// serving a request is closed to make room.
+    #[arg(long, env = "PROBELET_HTTP_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_max_connections: u32,
+
+    /// Seconds an HTTP client has to send a request head, from connecting and again after
+    /// each response (the idle timeout of a kept-alive connection).
+    #[arg(long, value_name = "SECONDS", env = "PROBELET_HTTP_HEADER_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_header_timeout: u64,
+
+    /// Who may read /pods, /pods/{namespace}/{name}/probes and /events. `webhook` asks the API
+    /// server (TokenReview, then SubjectAccessReview on nodes/pods or nodes/proxy, like the
+    /// kubelet's authenticated port); `always-allow` serves them to anyone. `auto` is `webhook`
+    /// in cluster mode on a non-loopback address and `always-allow` otherwise. /metrics,
+    /// /healthz and /readyz are always open.
+    #[arg(long, value_enum, env = "PROBELET_AUTHORIZATION_MODE", default_value_t = AuthorizationMode::Auto)]
+    pub authorization_mode: AuthorizationMode,
+
+    /// Which hosts httpGet and tcpSocket probes may connect to. `any` is the kubelet's
+    /// behaviour (the probe's `host`, or the pod IP); `pod-ip` fails a probe that names
+    /// another host, and HTTP redirects to another host are not followed.
+    #[arg(long, value_enum, env = "PROBELET_PROBE_HOST_POLICY", default_value_t = ProbeHostPolicy::Any)]
+    pub probe_host_policy: ProbeHostPolicy,
+
     /// Log format on standard error.
     #[arg(long, value_enum, env = "PROBELET_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -83,6 +107,33 @@ pub enum LivenessAction {
     None,
     /// Delete the pod.
     DeletePod,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthorizationMode {
+    /// `webhook` in cluster mode on a non-loopback address, `always-allow` otherwise.
+    Auto,
+    /// TokenReview and SubjectAccessReview against the API server (cluster mode only).
+    Webhook,
+    /// No authentication (a warning at start when the address is not loopback).
+    AlwaysAllow,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProbeHostPolicy {
+    /// The kubelet's behaviour: whatever host the probe names.
+    Any,
+    /// Only the pod's own IP (what Pod Security's baseline level admits).
+    PodIp,
+}
+
+impl From<ProbeHostPolicy> for probelet_actors::prober::ProbeHostPolicy {
+    fn from(policy: ProbeHostPolicy) -> Self {
+        match policy {
+            ProbeHostPolicy::Any => probelet_actors::prober::ProbeHostPolicy::Any,
+            ProbeHostPolicy::PodIp => probelet_actors::prober::ProbeHostPolicy::PodIp,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,5 +191,20 @@ mod tests {
         assert_eq!(run.mode(), Err(NoMode));
         assert!(parse(&["run", "--manifests", "x", "--in-cluster"]).is_err(), "one mode at a time");
         assert!(parse(&["run", "--liveness-action", "explode"]).is_err());
+        assert_eq!(run.http_max_connections, 256);
+        assert_eq!(run.http_header_timeout, 10);
+        assert_eq!(run.authorization_mode, AuthorizationMode::Auto);
+        assert_eq!(run.probe_host_policy, ProbeHostPolicy::Any);
+        assert!(parse(&["run", "--http-max-connections", "0"]).is_err());
+        assert!(parse(&["run", "--http-header-timeout", "0"]).is_err());
+        let Command::Run(run) =
+            parse(&["run", "--authorization-mode", "webhook", "--probe-host-policy", "pod-ip"])
+                .unwrap()
+                .command
+        else {
+            panic!()
+        };
+        assert_eq!(run.authorization_mode, AuthorizationMode::Webhook);
+        assert_eq!(run.probe_host_policy, ProbeHostPolicy::PodIp);
     }
 }

@@ -73,7 +73,8 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
 pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
     let client = client(kubeconfig).await?;
-    let common = Common::new()?;
+    let mut common = Common::new()?;
+    common.probe_host_policy = args.probe_host_policy.into();
     let limiter = RateLimiter::new(args.qps, args.burst);
     let exec = ExecRunner::new(client.clone(), limiter.clone());
     let recorder = CoreEventRecorder::new(
@@ -96,7 +97,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     config.ownership =
         ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
     let syncer = start_syncer(config);
-    let (addr, stop_server, server) = common.serve(args.listen, pipeline.clone()).await?;
+    let (addr, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
     println!(
         "probelet {}: cluster mode, node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),

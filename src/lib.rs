@@ -10,6 +10,7 @@ pub use probelet_actors::{
 };
 
 pub mod agent;
+pub mod auth;
 pub mod cli;
 pub mod cluster;
 pub mod demo;

@@ -2,22 +2,38 @@
 //! the pod source has synced), `/pods` (a `v1.PodList` with current statuses, like the
 //! kubelet's read-only `/pods`), `/pods/{namespace}/{name}/probes` (each probe's last
 //! results) and `/events` (recent events).
+//!
+//! The listener is hardened against slow and idle clients: a request head must arrive within
+//! [`Limits::header_read_timeout`] (hyper starts that timer again whenever a kept-alive
+//! connection waits for its next request, so it is also the idle timeout), and at most
+//! [`Limits::max_connections`] connections are open at once. When the cap is reached, the
+//! oldest connection that is not serving a request (a slow or idle client) is closed to make
+//! room, so `/healthz` keeps answering while slow clients hold the listener; when every
+//! connection is busy, new ones wait in the kernel's backlog. Who may read which endpoint is
+//! [`crate::auth`]'s business.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::core::v1::Pod;
 use probelet_actors::Pipeline;
 use probelet_actors::contracts::PodRegistry;
 use probelet_actors::metrics::PrometheusRegistry;
 use serde_json::json;
+use tokio::sync::{Semaphore, oneshot, watch};
+use tower::ServiceExt as _;
 
+use crate::auth::{Reviewer, guard};
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 
@@ -33,8 +49,17 @@ pub struct ServeState {
     pub ready: Arc<AtomicBool>,
 }
 
-/// The router, for embedding or tests.
+/// The router with every endpoint open, for embedding or tests.
 pub fn router(state: ServeState) -> Router {
+    routes(state)
+}
+
+/// The router with the private endpoints behind the API server's token and access reviews.
+pub fn router_with_reviews(state: ServeState, reviewer: Arc<Reviewer>) -> Router {
+    routes(state).layer(axum::middleware::from_fn_with_state(reviewer, guard))
+}
+
+fn routes(state: ServeState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
@@ -45,13 +70,174 @@ pub fn router(state: ServeState) -> Router {
         .with_state(state)
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves with the default [`Limits`] until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ServeState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    serve_router(listener, router(state), Limits::default(), shutdown).await
+}
+
+/// How long and how many clients the listener keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time a client has to send a whole request head, counted from the connection's start and
+    /// again from the end of each response (the keep-alive idle timeout).
+    pub header_read_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { header_read_timeout: Duration::from_secs(10), max_connections: 256 }
+    }
+}
+
+/// Serves `app` with `limits` until `shutdown` resolves; then stops accepting, lets requests in
+/// progress finish and closes idle connections.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let max = limits.max_connections.max(1);
+    let permits = Arc::new(Semaphore::new(max));
+    let open = Arc::new(OpenConnections::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // EMFILE and friends: the connections held here are capped, so the rest of
+                    // the process ran out. Back off briefly instead of spinning on accept.
+                    tracing::warn!(error = %err, "HTTP listener cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // At the cap: the oldest connection that is not serving a request makes room.
+                // With every connection busy, wait; new clients queue in the backlog meanwhile.
+                open.evict_oldest_idle();
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        let (id, busy, evicted) = open.insert();
+        let open = open.clone();
+        let app = app.clone();
+        let builder = builder.clone();
+        let mut stop = stop_rx.clone();
+        let serving = busy.clone();
+        conns.spawn(async move {
+            let service = tower::service_fn(move |req: axum::extract::Request<hyper::body::Incoming>| {
+                let guard = BusyGuard::new(busy.clone());
+                let app = app.clone();
+                async move {
+                    let response = app.oneshot(req.map(axum::body::Body::new)).await;
+                    drop(guard);
+                    response
+                }
+            });
+            let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = evicted => {}
+                _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => {
+                    // A request in progress finishes; a client still sending its head (or idle)
+                    // is not waited for.
+                    if serving.load(Ordering::SeqCst) > 0 {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
+                }
+            }
+            open.remove(id);
+            drop(permit);
+        });
+    }
+    let _ = stop_tx.send(true);
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// The connections the listener holds, oldest first, with how many requests each is serving.
+#[derive(Default)]
+struct OpenConnections {
+    inner: Mutex<(u64, BTreeMap<u64, Tracked>)>,
+}
+
+struct Tracked {
+    busy: Arc<AtomicUsize>,
+    evict: oneshot::Sender<()>,
+}
+
+impl OpenConnections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, BTreeMap<u64, Tracked>)> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn insert(&self) -> (u64, Arc<AtomicUsize>, oneshot::Receiver<()>) {
+        let (evict, evicted) = oneshot::channel();
+        let busy = Arc::new(AtomicUsize::new(0));
+        let mut guard = self.lock();
+        let (next, map) = &mut *guard;
+        let id = *next;
+        *next += 1;
+        map.insert(id, Tracked { busy: busy.clone(), evict });
+        (id, busy, evicted)
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().1.remove(&id);
+    }
+
+    /// Closes the oldest connection that is waiting for a request head.
+    fn evict_oldest_idle(&self) {
+        let mut guard = self.lock();
+        let map = &mut guard.1;
+        let idle = map.iter().find(|(_, t)| t.busy.load(Ordering::SeqCst) == 0).map(|(id, _)| *id);
+        if let Some(tracked) = idle.and_then(|id| map.remove(&id)) {
+            tracing::debug!("HTTP listener at its connection cap: closing the oldest idle connection");
+            let _ = tracked.evict.send(());
+        }
+    }
+}
+
+/// Counts a request in progress on its connection until dropped.
+struct BusyGuard(Arc<AtomicUsize>);
+
+impl BusyGuard {
+    fn new(busy: Arc<AtomicUsize>) -> BusyGuard {
+        busy.fetch_add(1, Ordering::SeqCst);
+        BusyGuard(busy)
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 async fn metrics(State(state): State<ServeState>) -> Response {

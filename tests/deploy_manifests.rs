@@ -133,6 +133,8 @@ fn rbac_is_least_privilege_with_delete_apart() {
         triple("", "events", "patch"),
         triple("events.k8s.io", "events", "create"),
         triple("events.k8s.io", "events", "patch"),
+        triple("authentication.k8s.io", "tokenreviews", "create"),
+        triple("authorization.k8s.io", "subjectaccessreviews", "create"),
     ]
     .into();
     assert_eq!(roles[0].metadata.name.as_deref(), Some("probelet"));

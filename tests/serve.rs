@@ -14,7 +14,7 @@ use probelet::host::events::EventLog;
 use probelet::host::history::ProbeHistory;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult, container_reference};
-use probelet::serve::{ServeState, serve};
+use probelet::serve::{Limits, ServeState, serve, serve_router};
 use support::kubelet::Harness;
 use support::pods::{probe, running, test_pod, waiting};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -111,4 +111,107 @@ async fn endpoints_answer_from_the_pipeline() {
 
     let _ = stop.send(());
     server.await.unwrap().unwrap();
+}
+
+/// A connection that sent the start of a request head and then went quiet.
+async fn slow_client(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: slow\r\nX-Slow: ").await.unwrap();
+    stream
+}
+
+/// Reads until the server closes the connection; the time it took, or `None` when it stayed open.
+async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+    .map(|()| started.elapsed())
+}
+
+fn health_router() -> axum::Router {
+    axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+// Wall-clock time with short configured timeouts: hyper's header timer runs against real sockets,
+// which paused tokio time would advance past while the kernel still holds the bytes.
+#[tokio::test]
+async fn slow_clients_are_closed_after_the_header_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits { header_read_timeout: Duration::from_millis(500), max_connections: 64 };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
+        let _ = stopped.await;
+    }));
+
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        slow.push(slow_client(addr).await);
+    }
+    let (code, body) = tokio::time::timeout(Duration::from_secs(2), get(addr, "/healthz")).await.unwrap();
+    assert_eq!((code, body.as_str()), (200, "ok"), "/healthz answers beside the slow clients");
+    for stream in &mut slow {
+        let took = closed_within(stream, Duration::from_secs(5)).await;
+        assert!(took.is_some(), "a slow client was kept past the header timeout");
+    }
+    // A kept-alive connection that sends nothing more is closed after the same time.
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: idle\r\n\r\n").await.unwrap();
+    let mut first = [0u8; 17];
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200 OK\r\n");
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(5)).await.is_some(),
+        "idle keep-alive connection kept"
+    );
+
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_the_oldest_idle_client_makes_room() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // A header timeout far beyond the test: only the cap can close these.
+    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 8 };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
+        let _ = stopped.await;
+    }));
+
+    let mut slow = Vec::new();
+    for _ in 0..40 {
+        slow.push(slow_client(addr).await);
+    }
+    for _ in 0..5 {
+        let (code, _) = tokio::time::timeout(Duration::from_secs(2), get(addr, "/healthz")).await.unwrap();
+        assert_eq!(code, 200, "/healthz answers while slow clients fill the cap");
+    }
+    // The first 33 (and then the 7 newest beside the health checks) made room; at most 8 stay.
+    let mut open = 0;
+    for stream in &mut slow {
+        if closed_within(stream, Duration::from_millis(200)).await.is_none() {
+            open += 1;
+        }
+    }
+    assert!(open <= 8, "{open} slow clients kept with a cap of 8");
+    assert!(closed_within(&mut slow[0], Duration::from_millis(10)).await.is_some(), "the oldest went first");
+
+    // Shutting down does not wait for clients that never finish their request head.
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("shutdown waited for slow clients")
+        .unwrap()
+        .unwrap();
 }

@@ -16,7 +16,7 @@ use crate::prober::manager::{
     UpdatePodStatus,
 };
 use crate::prober::worker::ProbeKey;
-use crate::prober::{ProbeRunner, Prober};
+use crate::prober::{ProbeHostPolicy, ProbeRunner, Prober};
 use crate::results::{ProbeResultChanged, ResultsCache, ResultsView, SubscribeResults};
 use crate::status::manager::{
     GetPodStatus, GetVersionedStatus, ListStatuses, PodStatusUpdated, RemoveOrphanedStatuses, SetPodStatus,
@@ -52,6 +52,9 @@ pub struct PipelineConfig {
     pub jitter_seed: Option<u64>,
     /// Told about every probe run by the real prober.
     pub observer: Option<Arc<dyn ProbeObserver>>,
+    /// Which hosts the real prober's `httpGet` and `tcpSocket` probes may connect to; the
+    /// kubelet's behaviour ([`ProbeHostPolicy::Any`]) by default.
+    pub probe_host_policy: ProbeHostPolicy,
 }
 
 impl PipelineConfig {
@@ -69,6 +72,7 @@ impl PipelineConfig {
             prober: None,
             jitter_seed: None,
             observer: None,
+            probe_host_policy: ProbeHostPolicy::Any,
         }
     }
 }
@@ -101,7 +105,8 @@ impl Pipeline {
         let results = results.start();
         let observer = config.observer.clone();
         let prober: Arc<dyn ProbeRunner> = config.prober.unwrap_or_else(|| {
-            let prober = Prober::new(config.runner.clone(), config.recorder.clone());
+            let prober = Prober::new(config.runner.clone(), config.recorder.clone())
+                .with_host_policy(config.probe_host_policy);
             Arc::new(match observer {
                 Some(observer) => prober.with_observer(observer),
                 None => prober,

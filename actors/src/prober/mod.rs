@@ -17,8 +17,8 @@ pub mod worker;
 use std::fmt;
 
 pub use probe::{
-    EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeRunner, Prober, container_reference,
-    pod_name, probe_timeout,
+    EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeHostPolicy, ProbeRunner, Prober,
+    container_reference, host_refusal, pod_name, probe_timeout,
 };
 
 /// The version the kubelet reports in `User-Agent: kube-probe/<major>.<minor>`.

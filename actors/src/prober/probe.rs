@@ -34,6 +34,39 @@ pub trait ProbeRunner: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>>;
 }
 
+/// Which hosts `httpGet` and `tcpSocket` probes may connect to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProbeHostPolicy {
+    /// The kubelet's behaviour: the probe's `host` when set (any name, resolved by DNS, or any
+    /// address), else the pod IP.
+    #[default]
+    Any,
+    /// Only the pod's own IP: a probe whose `host` names anything else fails without
+    /// connecting. Pod Security Admission's baseline level (policy version v1.34 and later)
+    /// admits only an unset or empty `host` in probes and lifecycle hooks; this also accepts the
+    /// pod IP written out. Redirects stay on the original host as with the kubelet, which here
+    /// is the pod IP.
+    PodIp,
+}
+
+/// Why `policy` refuses a probe whose `field` (`httpGet.host`, `tcpSocket.host`) is `host`, if it
+/// does. An unset or empty host means the pod IP.
+pub fn host_refusal(
+    policy: ProbeHostPolicy,
+    field: &str,
+    host: Option<&str>,
+    pod_ip: &str,
+) -> Option<String> {
+    let host = host.filter(|h| !h.is_empty())?;
+    match policy {
+        ProbeHostPolicy::Any => None,
+        ProbeHostPolicy::PodIp if host == pod_ip => None,
+        ProbeHostPolicy::PodIp => Some(format!(
+            "{field} {host:?} is not allowed: the probe host policy only lets probes connect to the pod IP {pod_ip:?}"
+        )),
+    }
+}
+
 /// The real prober: the four executors behind the kubelet's dispatch rules.
 #[derive(Clone)]
 pub struct Prober {
@@ -42,11 +75,24 @@ pub struct Prober {
     http: http::HttpProber,
     /// Told about every probe run (the agent's recent-results view).
     observer: Option<Arc<dyn ProbeObserver>>,
+    host_policy: ProbeHostPolicy,
 }
 
 impl Prober {
     pub fn new(runner: Arc<dyn CommandRunner>, recorder: Arc<dyn EventRecorder>) -> Self {
-        Prober { runner, recorder, http: http::HttpProber::new(), observer: None }
+        Prober {
+            runner,
+            recorder,
+            http: http::HttpProber::new(),
+            observer: None,
+            host_policy: ProbeHostPolicy::Any,
+        }
+    }
+
+    /// Restrict which hosts network probes may connect to.
+    pub fn with_host_policy(mut self, policy: ProbeHostPolicy) -> Self {
+        self.host_policy = policy;
+        self
     }
 
     /// Also report every probe run to `observer`.
@@ -173,10 +219,20 @@ impl Prober {
             return exec::probe(self.runner.as_ref(), container_id, &command, timeout).await;
         }
         if let Some(action) = &spec.http_get {
+            if let Some(refusal) =
+                host_refusal(self.host_policy, "httpGet.host", action.host.as_deref(), pod_ip)
+            {
+                return Ok(Probed::new(Outcome::Failure, refusal));
+            }
             let request = http::HttpProbeRequest::new(action, container, pod_ip)?;
             return self.http.probe(&request, timeout).await;
         }
         if let Some(action) = &spec.tcp_socket {
+            if let Some(refusal) =
+                host_refusal(self.host_policy, "tcpSocket.host", action.host.as_deref(), pod_ip)
+            {
+                return Ok(Probed::new(Outcome::Failure, refusal));
+            }
             let port = port::resolve_container_port(&action.port, container)?;
             let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
             return Ok(tcp::probe(host, port, timeout).await);
@@ -317,6 +373,23 @@ mod tests {
     async fn run(prober: &Prober, kind: ProbeKind, probe: Probe) -> Result<ProbeResult, ProbeError> {
         let (pod, container) = pod_and_container(probe);
         prober.probe(kind, &pod, &PodStatus::default(), &container, &ContainerId::parse("x://1")).await
+    }
+
+    #[test]
+    fn host_policy_refusals() {
+        let any = ProbeHostPolicy::Any;
+        let pod_ip = ProbeHostPolicy::PodIp;
+        assert_eq!(host_refusal(any, "httpGet.host", Some("example.com"), "10.0.0.1"), None);
+        assert_eq!(host_refusal(pod_ip, "httpGet.host", None, "10.0.0.1"), None);
+        assert_eq!(host_refusal(pod_ip, "httpGet.host", Some(""), "10.0.0.1"), None);
+        assert_eq!(host_refusal(pod_ip, "tcpSocket.host", Some("10.0.0.1"), "10.0.0.1"), None);
+        assert_eq!(
+            host_refusal(pod_ip, "tcpSocket.host", Some("localhost"), "10.0.0.1").as_deref(),
+            Some(
+                "tcpSocket.host \"localhost\" is not allowed: the probe host policy only lets probes connect to the pod IP \"10.0.0.1\""
+            )
+        );
+        assert!(host_refusal(pod_ip, "httpGet.host", Some("10.0.0.2"), "10.0.0.1").is_some());
     }
 
     #[tokio::test]

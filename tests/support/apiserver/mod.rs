@@ -14,6 +14,7 @@
 pub mod exec;
 pub mod golang;
 pub mod patch;
+pub mod reviews;
 pub mod schema;
 pub mod selectors;
 pub mod store;
@@ -167,6 +168,7 @@ struct Shared {
     faults: Mutex<Vec<ActiveFault>>,
     shutdown: watch::Receiver<bool>,
     exec: exec::ExecState,
+    reviews: Mutex<reviews::Reviews>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -195,9 +197,15 @@ impl FakeApiServer {
             faults: Mutex::new(Vec::new()),
             shutdown: shutdown_rx.clone(),
             exec: exec::ExecState::default(),
+            reviews: Mutex::default(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
         FakeApiServer { addr, shared, shutdown_tx, accept: Mutex::new(Some(accept)) }
+    }
+
+    /// The tokens TokenReview accepts and what SubjectAccessReview allows.
+    pub fn reviews(&self) -> MutexGuard<'_, reviews::Reviews> {
+        lock(&self.shared.reviews)
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -553,6 +561,9 @@ fn route(shared: &Shared, method: &Method, path: &str, req: &Req) -> Outcome {
             warnings: Vec::new(),
             retry_after: None,
         });
+    }
+    if let Some(outcome) = reviews::route(&lock(&shared.reviews), method, &segs, req) {
+        return outcome;
     }
     let (api, rest): (Api, &[&str]) = match segs.as_slice() {
         ["api", "v1", rest @ ..] => match rest {

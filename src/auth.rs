@@ -1,0 +1,326 @@
+//! Who may read the agent's private endpoints. `/metrics`, `/healthz` and `/readyz` are open;
+//! `/pods`, `/pods/{namespace}/{name}/probes` and `/events` carry every pod spec on the node
+//! (environment values included) and exec probe output, so with webhook authorization they
+//! need a bearer token the API server vouches for, checked the way the kubelet guards its
+//! authenticated port (upstream `pkg/kubelet/server/auth.go` and `server.go`'s auth filter,
+//! with the webhook token authenticator and authorizer of `k8s.io/apiserver`):
+//!
+//! 1. `Authorization: Bearer <token>` is sent to the API server as a `TokenReview`; no token, or
+//!    one the server does not authenticate, is `401 Unauthorized`.
+//! 2. The request is mapped to attributes on the node object: verb from the HTTP method, resource
+//!    `nodes`, name the node's, and subresource `pods` for `/pods/...` (the fine-grained
+//!    authorization of KEP-2862) with `proxy` as the fallback, `proxy` for everything else.
+//!    Each is asked as a `SubjectAccessReview` in turn; the first allowed wins, none is
+//!    `403 Forbidden`.
+//!
+//! Answers are cached like the kubelet's defaults: token reviews for 2 minutes, allowed
+//! decisions for 5 minutes, denied ones for 30 seconds. Errors are not cached.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+use tokio::time::Instant;
+
+/// Paths served to anyone, whatever the authorization mode.
+pub const PUBLIC_PATHS: [&str; 3] = ["/metrics", "/healthz", "/readyz"];
+
+/// How long a token review is trusted (the kubelet's `authentication.webhook.cacheTTL`).
+pub const AUTHENTICATION_CACHE_TTL: Duration = Duration::from_secs(120);
+/// How long an allowed decision is trusted (`authorization.webhook.cacheAuthorizedTTL`).
+pub const AUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(300);
+/// How long a denied decision is trusted (`authorization.webhook.cacheUnauthorizedTTL`).
+pub const UNAUTHORIZED_CACHE_TTL: Duration = Duration::from_secs(30);
+/// Entries per cache; a full cache drops its expired entries, then everything.
+const CACHE_CAPACITY: usize = 4096;
+
+/// Whether `path` is `prefix` or below it (upstream `isSubpath`).
+pub fn is_subpath(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+/// Whether `path` is served without authentication.
+pub fn is_public(path: &str) -> bool {
+    PUBLIC_PATHS.iter().any(|p| is_subpath(path, p))
+}
+
+/// One question about a request, asked of the node object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAttributes {
+    pub verb: &'static str,
+    pub subresource: &'static str,
+    pub node: String,
+}
+
+impl NodeAttributes {
+    /// As a `SubjectAccessReview`'s `resourceAttributes` (empty group left out, as Go's
+    /// `omitempty` does).
+    pub fn resource_attributes(&self) -> ResourceAttributes {
+        ResourceAttributes {
+            verb: Some(self.verb.to_owned()),
+            version: Some("v1".to_owned()),
+            resource: Some("nodes".to_owned()),
+            subresource: Some(self.subresource.to_owned()),
+            name: Some(self.node.clone()),
+            ..ResourceAttributes::default()
+        }
+    }
+}
+
+/// The attributes the kubelet asks for a request, in order (upstream `GetRequestAttributes`
+/// with fine-grained authorization on): the specific subresource first, then `proxy`.
+pub fn request_attributes(method: &Method, path: &str, node: &str) -> Vec<NodeAttributes> {
+    let verb = match *method {
+        Method::POST => "create",
+        Method::GET => "get",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "",
+    };
+    let mut subresources = Vec::with_capacity(2);
+    if is_subpath(path, "/pods") || is_subpath(path, "/runningpods") {
+        subresources.push("pods");
+    } else if is_subpath(path, "/healthz") {
+        subresources.push("healthz");
+    }
+    subresources.push(if is_subpath(path, "/stats") {
+        "stats"
+    } else if is_subpath(path, "/metrics") {
+        "metrics"
+    } else if is_subpath(path, "/logs") {
+        "log"
+    } else {
+        "proxy"
+    });
+    subresources
+        .into_iter()
+        .map(|subresource| NodeAttributes { verb, subresource, node: node.to_owned() })
+        .collect()
+}
+
+/// The bearer token of a request, if it carries a non-empty one (upstream `bearertoken`).
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A map whose entries expire, bounded in size.
+struct TtlCache<V> {
+    entries: Mutex<HashMap<u64, (Instant, V)>>,
+    /// Keys are hashed with a per-process random key, so no token is kept in memory.
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl<V: Clone> TtlCache<V> {
+    fn new() -> Self {
+        TtlCache { entries: Mutex::new(HashMap::new()), hasher: Default::default() }
+    }
+
+    fn key(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn get(&self, key: &str) -> Option<V> {
+        let key = self.key(key);
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.get(&key).filter(|(expires, _)| *expires > Instant::now()).map(|(_, v)| v.clone())
+    }
+
+    fn insert(&self, key: &str, value: V, ttl: Duration) {
+        let key = self.key(key);
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= CACHE_CAPACITY {
+            entries.retain(|_, (expires, _)| *expires > now);
+            if entries.len() >= CACHE_CAPACITY {
+                entries.clear();
+            }
+        }
+        entries.insert(key, (now + ttl, value));
+    }
+}
+
+/// Asks the API server who a token is and what they may do, with the kubelet's caching.
+pub struct Reviewer {
+    client: kube::Client,
+    node: String,
+    tokens: TtlCache<Option<UserInfo>>,
+    decisions: TtlCache<bool>,
+}
+
+impl Reviewer {
+    pub fn new(client: kube::Client, node: impl Into<String>) -> Reviewer {
+        Reviewer { client, node: node.into(), tokens: TtlCache::new(), decisions: TtlCache::new() }
+    }
+
+    /// The user a token belongs to; `None` when the API server does not authenticate it.
+    /// Sends `POST /apis/authentication.k8s.io/v1/tokenreviews`.
+    pub async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, kube::Error> {
+        if let Some(user) = self.tokens.get(token) {
+            return Ok(user);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            ..TokenReview::default()
+        };
+        let answer =
+            Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
+        let user = answer.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user);
+        self.tokens.insert(token, user.clone(), AUTHENTICATION_CACHE_TTL);
+        Ok(user)
+    }
+
+    /// Whether `user` may do `attributes`. Sends
+    /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`.
+    pub async fn authorize(&self, user: &UserInfo, attributes: &NodeAttributes) -> Result<bool, kube::Error> {
+        let spec = SubjectAccessReviewSpec {
+            user: user.username.clone(),
+            uid: user.uid.clone(),
+            groups: user.groups.clone(),
+            extra: user.extra.clone(),
+            resource_attributes: Some(attributes.resource_attributes()),
+            ..SubjectAccessReviewSpec::default()
+        };
+        // The upstream cache keys on the whole review spec.
+        let key = serde_json::to_string(&spec).unwrap_or_default();
+        if let Some(allowed) = self.decisions.get(&key) {
+            return Ok(allowed);
+        }
+        let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
+        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await?;
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        let ttl = if allowed { AUTHORIZED_CACHE_TTL } else { UNAUTHORIZED_CACHE_TTL };
+        self.decisions.insert(&key, allowed, ttl);
+        Ok(allowed)
+    }
+
+    /// The node the attributes name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+}
+
+fn plain(code: StatusCode, body: String) -> Response {
+    (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+/// The middleware: public paths pass, the rest is authenticated and authorized.
+pub async fn guard(State(reviewer): State<Arc<Reviewer>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    if is_public(&path) {
+        return next.run(request).await;
+    }
+    let Some(token) = bearer_token(request.headers()) else {
+        return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+    };
+    let user = match reviewer.authenticate(token).await {
+        Ok(Some(user)) => user,
+        Ok(None) => return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into()),
+        Err(err) => {
+            tracing::error!(error = %err, "Unable to authenticate the request due to an error");
+            return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+        }
+    };
+    let name = user.username.clone().unwrap_or_default();
+    let attributes = request_attributes(request.method(), &path, reviewer.node());
+    for attrs in &attributes {
+        match reviewer.authorize(&user, attrs).await {
+            Ok(true) => return next.run(request).await,
+            Ok(false) => {}
+            Err(err) => {
+                tracing::error!(
+                    error = %err, user = %name, verb = attrs.verb, resource = "nodes",
+                    subresource = attrs.subresource, "Authorization error"
+                );
+                return plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "Authorization error (user={name}, verb={}, resource=nodes, subresource={})",
+                        attrs.verb, attrs.subresource
+                    ),
+                );
+            }
+        }
+    }
+    let verb = attributes.first().map(|a| a.verb).unwrap_or_default();
+    let subresources: Vec<&str> = attributes.iter().map(|a| a.subresource).collect();
+    tracing::debug!(user = %name, verb, resource = "nodes", subresources = ?subresources, "Forbidden");
+    plain(
+        StatusCode::FORBIDDEN,
+        format!(
+            "Forbidden (user={name}, verb={verb}, resource=nodes, subresource(s)=[{}])\n",
+            subresources.join(" ")
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_attribute_mapping() {
+        let subs = |method: Method, path: &str| -> Vec<&'static str> {
+            request_attributes(&method, path, "node-a").iter().map(|a| a.subresource).collect()
+        };
+        assert_eq!(subs(Method::GET, "/pods"), ["pods", "proxy"]);
+        assert_eq!(subs(Method::GET, "/pods/default/web/probes"), ["pods", "proxy"]);
+        assert_eq!(subs(Method::GET, "/podsx"), ["proxy"], "a subpath, not a prefix");
+        assert_eq!(subs(Method::GET, "/events"), ["proxy"]);
+        assert_eq!(subs(Method::GET, "/metrics"), ["metrics"]);
+        assert_eq!(subs(Method::GET, "/healthz"), ["healthz", "proxy"]);
+        let a = &request_attributes(&Method::POST, "/pods", "node-a")[0];
+        assert_eq!((a.verb, a.node.as_str()), ("create", "node-a"));
+        assert_eq!(request_attributes(&Method::HEAD, "/pods", "n")[0].verb, "");
+        let ra = serde_json::to_value(a.resource_attributes()).unwrap();
+        assert_eq!(
+            ra,
+            serde_json::json!({"verb": "create", "version": "v1", "resource": "nodes", "subresource": "pods", "name": "node-a"})
+        );
+    }
+
+    #[test]
+    fn public_paths_and_bearer_tokens() {
+        assert!(is_public("/metrics") && is_public("/healthz") && is_public("/readyz"));
+        assert!(!is_public("/pods") && !is_public("/events") && !is_public("/metricsx"));
+        let headers = |v: &str| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert(header::AUTHORIZATION, v.parse().unwrap());
+            h
+        };
+        assert_eq!(bearer_token(&headers("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&headers("bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&headers("Bearer ")), None);
+        assert_eq!(bearer_token(&headers("Basic abc")), None);
+        assert_eq!(bearer_token(&axum::http::HeaderMap::new()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cache_entries_expire() {
+        let cache = TtlCache::new();
+        cache.insert("a", true, Duration::from_secs(30));
+        assert_eq!(cache.get("a"), Some(true));
+        assert_eq!(cache.get("b"), None);
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(cache.get("a"), None, "expired");
+        for i in 0..CACHE_CAPACITY + 10 {
+            cache.insert(&i.to_string(), false, Duration::from_secs(30));
+        }
+        assert!(cache.entries.lock().unwrap().len() <= CACHE_CAPACITY, "bounded");
+    }
+}

@@ -1,0 +1,163 @@
+//! End to end: the agent binary in cluster mode against the fake API server, with its private
+//! endpoints behind TokenReview and SubjectAccessReview like the kubelet's authenticated port.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::apiserver::FakeApiServer;
+use support::apiserver::reviews::{DEFAULT_AUDIENCE, service_account_user};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+const TOKENREVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const SUBJECTACCESSREVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// Starts the agent on a kubeconfig for the fake; returns it with its HTTP address.
+async fn start_agent(
+    fake: &FakeApiServer,
+    name: &str,
+    extra: &[&str],
+) -> (Child, String, std::path::PathBuf) {
+    let kubeconfig =
+        std::env::temp_dir().join(format!("probelet-kubeconfig-auth-{name}-{}", std::process::id()));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("agent exited before its banner");
+            if line.contains("http://") {
+                return line;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let start = banner.find("http://").unwrap() + "http://".len();
+    let addr = banner[start..start + banner[start..].find('/').unwrap()].to_owned();
+    (agent, addr, kubeconfig)
+}
+
+async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let code = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+fn reviews_sent(fake: &FakeApiServer) -> Vec<(String, serde_json::Value)> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.path == TOKENREVIEWS || r.path == SUBJECTACCESSREVIEWS)
+        .map(|r| (r.path, r.body.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn private_endpoints_need_a_reviewed_token() {
+    let fake = FakeApiServer::start().await;
+    let reader = "system:serviceaccount:monitoring:reader";
+    {
+        let mut reviews = fake.reviews();
+        reviews.add_token(
+            "reader-token",
+            service_account_user("monitoring", "reader", "uid-r", "jti-r"),
+            &[DEFAULT_AUDIENCE],
+        );
+        reviews.add_token(
+            "other-token",
+            service_account_user("monitoring", "other", "uid-o", "jti-o"),
+            &[DEFAULT_AUDIENCE],
+        );
+        reviews.allow(reader, "get", "nodes", "pods", "probelet-pods-readers", "probelet-pods-reader");
+    }
+    let (mut agent, addr, kubeconfig) =
+        start_agent(&fake, "webhook", &["--authorization-mode", "webhook"]).await;
+
+    assert_eq!(get(&addr, "/healthz", None).await, (200, "ok".into()));
+    assert_eq!(get(&addr, "/metrics", None).await.0, 200);
+    assert_eq!(get(&addr, "/pods", None).await, (401, "Unauthorized".into()));
+    assert_eq!(get(&addr, "/pods", Some("garbage")).await, (401, "Unauthorized".into()));
+    assert_eq!(
+        get(&addr, "/pods", Some("other-token")).await,
+        (
+            403,
+            "Forbidden (user=system:serviceaccount:monitoring:other, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+                .into()
+        )
+    );
+    assert!(
+        reviews_sent(&fake).iter().all(|(_, body)| body["spec"]["token"] != ""),
+        "no empty token is sent"
+    );
+
+    fake.clear_requests();
+    let (code, body) = get(&addr, "/pods", Some("reader-token")).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["kind"], "PodList");
+    let sent = reviews_sent(&fake);
+    assert_eq!(sent.len(), 2, "one TokenReview, one SubjectAccessReview: {sent:?}");
+    assert_eq!(sent[0].0, TOKENREVIEWS);
+    assert_eq!(sent[0].1["spec"], serde_json::json!({"token": "reader-token"}));
+    assert_eq!(sent[1].0, SUBJECTACCESSREVIEWS);
+    assert_eq!(sent[1].1["spec"]["user"], reader);
+    assert_eq!(sent[1].1["spec"]["uid"], "uid-r");
+    assert_eq!(
+        sent[1].1["spec"]["resourceAttributes"],
+        serde_json::json!({"verb": "get", "version": "v1", "resource": "nodes", "subresource": "pods", "name": "node-a"})
+    );
+
+    // Cached: the same token on the same endpoint asks nothing more.
+    fake.clear_requests();
+    assert_eq!(get(&addr, "/pods/default/none/probes", Some("reader-token")).await.0, 404);
+    assert!(reviews_sent(&fake).is_empty(), "answered from the caches");
+    // /events maps to nodes/proxy, which the reader is not granted.
+    assert_eq!(get(&addr, "/events", Some("reader-token")).await.0, 403);
+
+    agent.start_kill().unwrap();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+#[tokio::test]
+async fn on_loopback_cluster_mode_serves_everything_without_reviews() {
+    let fake = FakeApiServer::start().await;
+    let (mut agent, addr, kubeconfig) = start_agent(&fake, "auto", &[]).await;
+    assert_eq!(get(&addr, "/pods", None).await.0, 200);
+    assert_eq!(get(&addr, "/events", None).await.0, 200);
+    assert!(reviews_sent(&fake).is_empty());
+    agent.start_kill().unwrap();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}

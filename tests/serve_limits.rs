@@ -1,0 +1,113 @@
+//! End to end: the real agent binary with a lowered RLIMIT_NOFILE under a slow-client flood. The
+//! listener's connection cap keeps it below the fd limit, `/healthz` keeps answering, and the
+//! slow connections are closed after the header timeout.
+
+// Helpers here may panic: a panic fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::Command;
+
+const NOFILE: u32 = 256;
+const SLOW_CLIENTS: usize = 600;
+
+async fn healthz(addr: &str) -> Option<u16> {
+    let attempt = async {
+        let mut stream = TcpStream::connect(addr).await.ok()?;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        response.get(9..12)?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(2), attempt).await.ok().flatten()
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_slow_client_flood_under_a_low_fd_limit_leaves_healthz_answering() {
+    let dir = std::env::temp_dir().join(format!("probelet-serve-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // `ulimit` in a shell lowers the limit for the agent alone, without unsafe code here.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n {NOFILE} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--manifests"])
+        .arg(&dir)
+        .args(["--listen", "127.0.0.1:0", "--http-max-connections", "64", "--http-header-timeout", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("agent exited before its banner");
+            if line.contains("http://") {
+                return line;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let start = banner.find("http://").unwrap() + "http://".len();
+    let addr = banner[start..start + banner[start..].find('/').unwrap()].to_owned();
+    assert_eq!(healthz(&addr).await, Some(200));
+    let (fds_before, rss_before) = (open_fds(pid), rss_kb(pid));
+
+    let mut slow = Vec::new();
+    for _ in 0..SLOW_CLIENTS {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(b"GET /pods HTTP/1.1\r\nHost: slow\r\nX-Slow: ").await.unwrap();
+        slow.push(stream);
+    }
+    let during = healthz(&addr).await;
+    let (fds_during, rss_during) = (open_fds(pid), rss_kb(pid));
+    eprintln!(
+        "{SLOW_CLIENTS} slow clients, RLIMIT_NOFILE {NOFILE}: fds {fds_before} -> {fds_during}, \
+         RSS {rss_before} -> {rss_during} kB, /healthz {during:?}"
+    );
+    assert_eq!(during, Some(200), "/healthz answers during the flood");
+    assert!(fds_during < NOFILE as usize - 64, "the agent kept {fds_during} fds open");
+
+    // Every slow connection is closed by the agent: made room for a newer one, or timed out.
+    for stream in &mut slow {
+        let mut buf = [0u8; 256];
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "a slow connection outlived the header timeout");
+    }
+    assert_eq!(healthz(&addr).await, Some(200));
+    let fds_after = open_fds(pid);
+    eprintln!("after the flood: fds {fds_after}, RSS {} kB", rss_kb(pid));
+    assert!(fds_after <= fds_before + 2, "fds back to {fds_after} (from {fds_before})");
+
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
