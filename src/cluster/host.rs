@@ -125,7 +125,7 @@ impl ClusterHost {
             tracing::debug!(pod = %pod_name, container_id = %change.container_id, probe_kind = %change.kind, "Probe failure of a container that is not running; nothing to kill");
             return;
         };
-        tracing::warn!(pod = %pod_name, container = %container, container_id = %change.container_id, probe_kind = %change.kind, "Container failed its probe");
+        tracing::info!(pod = %pod_name, container = %container, container_id = %change.container_id, probe_kind = %change.kind, "Container failed its probe");
         if self.liveness_action != LivenessAction::DeletePod || pod.metadata.deletion_timestamp.is_some() {
             return;
         }
@@ -166,7 +166,7 @@ impl ClusterHost {
                     },
                     Err(_) => format!("no answer within {}s", DELETE_TIMEOUT.as_secs()),
                 };
-                tracing::warn!(pod = %pod_name, error = %err, retry_in = ?backoff, "Failed to delete the pod after its liveness probe failed; retrying");
+                tracing::info!(pod = %pod_name, error = %err, retry_in = ?backoff, "Failed to delete the pod after its liveness probe failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(DELETE_BACKOFF_MAX);
                 // The watch shows what the failed attempt cannot: the pod is gone, someone else

@@ -55,10 +55,9 @@ impl EventRecorder for EventLog {
             object.name.as_deref().unwrap_or_default()
         );
         let field = object.field_path.as_deref().unwrap_or_default();
-        match event_type {
-            EventType::Warning => tracing::warn!(pod, field_path = field, reason, "{message}"),
-            EventType::Normal => tracing::info!(pod, field_path = field, reason, "{message}"),
-        }
+        // The kubelet logs its events at Info whatever their type: a Warning event (a probe
+        // failure) is the pod owner's to act on, not the agent's operator's.
+        tracing::info!(pod, field_path = field, reason, event_type = event_type.as_str(), "{message}");
         let now = format_time(self.clock.now());
         let Ok(mut events) = self.events.lock() else { return };
         let same = |e: &&mut RecentEvent| {

@@ -475,7 +475,7 @@ impl StatusSyncer {
                 self.api_pods.remove(&key);
                 let count = self.retries.get(&uid).map_or(1, |r| r.count + 1);
                 let wait = backoff(self.config.backoff_initial, self.config.backoff_max, count);
-                tracing::warn!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?wait, "Failed to update status for pod");
+                tracing::info!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?wait, "Failed to update status for pod");
                 self.retries
                     .insert(uid.clone(), Retry { count, not_before: tokio::time::Instant::now() + wait });
                 self.dirty.insert(uid.clone());
