@@ -349,3 +349,78 @@ async fn liveness_action_delete_pod_ignores_containers_that_are_not_running() {
     let _ = agent.wait().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// A pod of `containers` containers, each with an exec readiness probe every second.
+fn exec_pod(name: &str, containers: usize) -> Pod {
+    let mut pod = pod(name, "node-a", 1);
+    let spec = pod.spec.as_mut().unwrap();
+    let statuses = pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap();
+    spec.containers.clear();
+    statuses.clear();
+    for i in 0..containers {
+        let container = format!("exec-{i}");
+        spec.containers.push(Container {
+            name: container.clone(),
+            image: Some("app:1".into()),
+            readiness_probe: Some(Probe {
+                exec: Some(k8s_openapi::api::core::v1::ExecAction { command: Some(vec!["true".into()]) }),
+                period_seconds: Some(1),
+                timeout_seconds: Some(1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let mut status = container_status(&container, running_state());
+        status.container_id = Some(format!("containerd://{name}-{container}"));
+        statuses.push(status);
+    }
+    pod
+}
+
+fn running_state() -> ContainerState {
+    ContainerState {
+        running: Some(ContainerStateRunning { started_at: Some(Time(Timestamp::now())) }),
+        ..Default::default()
+    }
+}
+
+fn exec_requests(fake: &FakeApiServer) -> usize {
+    fake.requests().iter().filter(|r| r.path.ends_with("/exec")).count()
+}
+
+#[tokio::test]
+async fn exec_probes_do_not_hold_status_writes_back() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    healthy.store(false, Ordering::SeqCst);
+    let fake = FakeApiServer::start().await;
+    fake.on_exec(|_, _, _, _| support::apiserver::exec::ExecReply::exit(0));
+    fake.insert_pod(pod("web", "node-a", port));
+    // 20 exec probes a second against a budget of 2 a second: every worker waits for a token.
+    fake.insert_pod(exec_pod("execs", 20));
+    let budget = ["--qps", "2", "--burst", "2", "--exec-qps", "2", "--exec-burst", "1"];
+    let (mut agent, kubeconfig) = start_agent(&fake, "exec-budget", &budget);
+    wait_for_pod(&fake, "web", "Ready=False", |p| condition(p, "Ready").is_some_and(|c| c.status == "False"))
+        .await;
+    // Long enough for the exec queue to fill: sharing the status budget, a status write would
+    // now wait behind ~20 reservations (10 s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while exec_requests(&fake) < 10 {
+        assert!(tokio::time::Instant::now() < deadline, "exec probes run within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (execs_before, started) = (exec_requests(&fake), tokio::time::Instant::now());
+    healthy.store(true, Ordering::SeqCst);
+    wait_for_pod(&fake, "web", "Ready=True", |p| condition(p, "Ready").is_some_and(|c| c.status == "True"))
+        .await;
+    let took = started.elapsed();
+    // One probe period, then the PATCH: the status budget is the status writes' own.
+    assert!(took < Duration::from_secs(3), "Ready=True took {took:?} while exec probes were saturated");
+    // And the exec probes were held to their own budget meanwhile (2/s, burst 1).
+    let execs = exec_requests(&fake) - execs_before;
+    let allowed = 2.0 * took.as_secs_f64() + 2.0;
+    assert!((execs as f64) <= allowed, "{execs} execs in {took:?}: over the exec budget");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}

@@ -65,7 +65,9 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     let client = client(kubeconfig).await?;
     let common = Common::new()?;
     let limiter = RateLimiter::new(args.qps, args.burst);
-    let exec = ExecRunner::new(client.clone(), limiter.clone());
+    // Exec probes have their own budget, as events do: a node full of exec probes must not
+    // delay the status writes the probes are for.
+    let exec = ExecRunner::new(client.clone(), RateLimiter::new(args.exec_qps, args.exec_burst));
     let recorder = CoreEventRecorder::new(
         client.clone(),
         RateLimiter::new(EVENT_QPS, EVENT_BURST),
