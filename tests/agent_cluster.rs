@@ -88,6 +88,73 @@ fn start_agent(
     name: &str,
     extra: &[&str],
 ) -> (tokio::process::Child, std::path::PathBuf) {
+    start_agent_with(fake, name, extra, Stdio::null)
+}
+
+/// What the agent printed, stdout and stderr, line by line.
+#[derive(Clone, Default)]
+struct Output(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Output {
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The agent's HTTP address, from its start line (`http://ADDR/pods`).
+    async fn addr(&self) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = self.lines().iter().find_map(|l| {
+                let rest = l.split("http://").nth(1)?;
+                Some(rest.split('/').next()?.to_owned())
+            });
+            if let Some(addr) = found {
+                return addr;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the start line within 30 s: {:?}", self.lines());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// [`start_agent`] with its output kept.
+fn start_agent_logged(
+    fake: &FakeApiServer,
+    name: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, std::path::PathBuf, Output) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (mut agent, kubeconfig) = start_agent_with(fake, name, extra, Stdio::piped);
+    let output = Output::default();
+    fn collect(reader: impl tokio::io::AsyncRead + Unpin + Send + 'static, output: Output) {
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(reader).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                output.0.lock().unwrap().push(line);
+            }
+        });
+    }
+    collect(agent.stdout.take().unwrap(), output.clone());
+    collect(agent.stderr.take().unwrap(), output.clone());
+    (agent, kubeconfig, output)
+}
+
+/// The value of a counter series in the agent's `/metrics` (0 when absent).
+async fn scrape(addr: &str, series: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: probelet\r\n\r\n").await.unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+fn start_agent_with(
+    fake: &FakeApiServer,
+    name: &str,
+    extra: &[&str],
+    output: fn() -> Stdio,
+) -> (tokio::process::Child, std::path::PathBuf) {
     let kubeconfig = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
     std::fs::write(
         &kubeconfig,
@@ -102,8 +169,8 @@ fn start_agent(
         .arg(&kubeconfig)
         .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
         .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(output())
+        .stderr(output())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -419,6 +486,135 @@ async fn exec_probes_do_not_hold_status_writes_back() {
     let execs = exec_requests(&fake) - execs_before;
     let allowed = 2.0 * took.as_secs_f64() + 2.0;
     assert!((execs as f64) <= allowed, "{execs} execs in {took:?}: over the exec budget");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// Writes the pod's container statuses as the node's runtime does: the whole list, replaced.
+async fn runtime_writes(fake: &FakeApiServer, name: &str, statuses: Vec<ContainerStatus>) {
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    let patch = serde_json::json!({"status": {"containerStatuses": statuses}});
+    api.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+fn app_status(pod: &Pod) -> ContainerStatus {
+    pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone()
+}
+
+#[tokio::test]
+async fn a_runtime_that_resets_readiness_is_counted_and_overruled() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("fought", "node-a", port));
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "fights", &[]);
+    let addr = output.addr().await;
+    let ready = |p: &Pod| app_status(p).ready && condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "fought", "ready", ready).await;
+    assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, 0.0);
+
+    for round in 1..=3 {
+        // A runtime that rebuilds the container statuses from its own state: ready and started
+        // reset, the rest as it was.
+        let mut reset = app_status(&fake.pod("default", "fought").unwrap());
+        reset.ready = false;
+        reset.started = None;
+        let written = tokio::time::Instant::now();
+        runtime_writes(&fake, "fought", vec![reset]).await;
+        wait_for_pod(&fake, "fought", "ready again", ready).await;
+        // At once, not at the syncer's next reconcile period (10 s).
+        let took = written.elapsed();
+        assert!(took < Duration::from_secs(3), "round {round}: ready again after {took:?}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await < f64::from(round) {
+            assert!(tokio::time::Instant::now() < deadline, "reset {round} counted within 10 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, f64::from(round));
+        assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"started\"}").await, f64::from(round));
+    }
+    // The agent's own writes (Ready=True, and now a failed probe's ready=false) are no fights.
+    healthy.store(false, Ordering::SeqCst);
+    wait_for_pod(&fake, "fought", "not ready", |p| !app_status(p).ready).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, 3.0);
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// A health endpoint that always fails and counts its probes.
+async fn counting_failing_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = probes.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = Router::new().route(
+        "/healthz",
+        get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { StatusCode::SERVICE_UNAVAILABLE }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, probes)
+}
+
+/// The agent's status PATCHes of the pod (strategic merge; the test's runtime merge-patches).
+fn patches(fake: &FakeApiServer, name: &str) -> usize {
+    let path = format!("/pods/{name}/status");
+    let agents = Some("application/strategic-merge-patch+json");
+    fake.requests()
+        .iter()
+        .filter(|r| {
+            r.method == http::Method::PATCH && r.path.ends_with(&path) && r.content_type.as_deref() == agents
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
+    let (port, probes) = counting_failing_server().await;
+    let fake = FakeApiServer::start().await;
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "echo", &[]);
+    output.addr().await;
+    // Past the start-up jitter window (one period), so the worker probes at once and then only
+    // on its schedule or when a pod sync asks.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let mut unready = pod("unready", "node-a", port);
+    let probe = unready.spec.as_mut().unwrap().containers[0].readiness_probe.as_mut().unwrap();
+    probe.period_seconds = Some(5);
+    fake.insert_pod(unready);
+    wait_for_pod(&fake, "unready", "Ready=False", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "False") && app_status(p).started == Some(true)
+    })
+    .await;
+    // The echo of that write has long arrived; the next scheduled probe is seconds away.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settled = probes.load(Ordering::SeqCst);
+
+    for round in 1..=3 {
+        // The runtime rewrites the container status from its own state, `started` reset: a
+        // sync (readiness still failing, so the one immediate probe UpdatePodStatus asks
+        // for), and the agent's write of `started` again, whose echo must not sync.
+        let mut status = app_status(&fake.pod("default", "unready").unwrap());
+        status.image_id = format!("sha256:{round}");
+        status.started = None;
+        let own_writes = patches(&fake, "unready");
+        runtime_writes(&fake, "unready", vec![status]).await;
+        wait_for_pod(&fake, "unready", "started again", |p| app_status(p).started == Some(true)).await;
+        assert_eq!(patches(&fake, "unready"), own_writes + 1, "round {round}: one write of the agent");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            probes.load(Ordering::SeqCst),
+            settled + round,
+            "round {round}: one probe for the runtime's write, none for the echo of the agent's"
+        );
+    }
 
     let _ = agent.start_kill();
     let _ = agent.wait().await;

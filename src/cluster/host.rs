@@ -13,13 +13,15 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::PodLookup;
+use probelet_actors::metrics as names;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::sync::rate::RateLimiter;
-use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, StatusSyncer};
+use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, Reconcile, StatusSyncer};
 
+use super::changes::{OwnedField, only_owned_fields_changed, owned_fields_turned_off};
 use super::exec::ExecRunner;
 use crate::cli::LivenessAction;
 use crate::host::history::ProbeHistory;
@@ -48,11 +50,57 @@ impl ClusterHost {
     fn apply(&mut self, pod: Pod, ctx: &mut Context<Self>) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         let pod = Arc::new(pod);
+        let previous = self.pods.pod_by_uid(&uid);
         self.syncer.do_send(ApiPodObserved(pod.clone()));
         self.pods.upsert(pod.clone());
         self.exec.learn(&pod);
-        self.known.insert(uid);
-        self.sync(pod, ctx);
+        self.known.insert(uid.clone());
+        let Some(previous) = previous else {
+            self.sync(pod, ctx);
+            return;
+        };
+        let echo = only_owned_fields_changed(&previous, &pod);
+        let turned_off = owned_fields_turned_off(&previous, &pod);
+        if !echo {
+            // The runtime's write (container states) or a spec, metadata or foreign condition
+            // change: what a sync is for.
+            self.sync(pod.clone(), ctx);
+        }
+        if turned_off.is_empty() {
+            if echo {
+                tracing::trace!(
+                    pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                    "Pod update changed only the fields the agent writes; not syncing"
+                );
+            }
+            return;
+        }
+        // A flag the agent wrote true is false now: its own write (a failed probe), or another
+        // writer's reset, which the agent's own view of its probes tells apart.
+        let pipeline = self.pipeline.clone();
+        let fut = async move { pipeline.pod_status(&uid).await.ok().flatten() };
+        ctx.spawn(fut.into_actor(self).map(move |desired, act, _ctx| {
+            let Some(desired) = desired else { return };
+            let resets = runtime_resets(&desired, &turned_off);
+            for field in &resets {
+                metrics::counter!(names::PROBELET_RUNTIME_RESETS_TOTAL, "field" => field.as_str())
+                    .increment(1);
+            }
+            if !resets.is_empty() {
+                tracing::debug!(
+                    pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                    resets = resets.len(),
+                    "Another writer reset the container readiness the agent wrote; writing it again"
+                );
+                // With nothing but the flags changed, the status the agent wants is the one it
+                // had, so no new version is written: the syncer's reconcile (upstream
+                // `needsReconcile`) writes it again now rather than at its next period. (Along
+                // with the runtime's other changes, the sync above writes a new version.)
+                if echo {
+                    act.syncer.do_send(Reconcile);
+                }
+            }
+        }));
     }
 
     fn delete(&mut self, pod: Pod) {
@@ -217,6 +265,32 @@ fn delete_failure(err: &kube::Error) -> DeleteFailure {
         },
         _ => DeleteFailure::Transient,
     }
+}
+
+/// The flags turned off that the agent's own status still has true: resets by another writer.
+fn runtime_resets(
+    desired: &k8s_openapi::api::core::v1::PodStatus,
+    turned_off: &[(String, OwnedField)],
+) -> Vec<OwnedField> {
+    let statuses: Vec<_> = desired
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(desired.init_container_statuses.iter().flatten())
+        .collect();
+    turned_off
+        .iter()
+        .filter(|(id, field)| {
+            statuses.iter().any(|cs| {
+                cs.container_id.as_deref() == Some(id.as_str())
+                    && match field {
+                        OwnedField::Ready => cs.ready,
+                        OwnedField::Started => cs.started == Some(true),
+                    }
+            })
+        })
+        .map(|(_, field)| *field)
+        .collect()
 }
 
 /// Whether the pod's phase is Succeeded or Failed.

@@ -10,6 +10,7 @@
 //! `pods/exec`), [`correlator`] and [`recorder`] (core/v1 Events, as client-go's
 //! `tools/record` counts and writes them).
 
+pub mod changes;
 pub mod correlator;
 pub mod exec;
 pub mod host;
