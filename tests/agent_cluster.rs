@@ -620,3 +620,95 @@ async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
     let _ = agent.wait().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// `(apiGroup, resource, verb)` granted by the ClusterRoles of `deploy/rbac.yaml`, by role name.
+fn cluster_role_grants()
+-> std::collections::BTreeMap<String, std::collections::BTreeSet<(String, String, String)>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut roles = std::collections::BTreeMap::new();
+    for doc in docs.into_iter().filter(|d| d["kind"] == "ClusterRole") {
+        let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(doc).unwrap();
+        let mut grants = std::collections::BTreeSet::new();
+        for rule in role.rules.iter().flatten() {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        grants.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+        roles.insert(role.metadata.name.unwrap(), grants);
+    }
+    roles
+}
+
+/// The authorization checks of the requests the fake saw.
+fn requested(
+    requests: &[support::apiserver::RecordedRequest],
+) -> std::collections::BTreeSet<(String, String, String)> {
+    requests.iter().flat_map(|r| r.authorization()).map(|a| (a.group, a.resource, a.verb)).collect()
+}
+
+/// One run of the agent through every path that sends a request — watch, status writes, a
+/// conflict's re-read, exec probes, events and their repeats, the liveness DELETE — and the
+/// roles compared with what the API server would have authorized. A new request path (such as
+/// reviewing the tokens of the agent's HTTP clients) joins by being exercised in this run.
+#[tokio::test]
+async fn rbac_grants_exactly_what_the_agent_requests() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let (failing_port, _probes) = counting_failing_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.on_exec(|_, _, _, _| support::apiserver::exec::ExecReply::exit(0));
+    fake.insert_pod(pod("ready", "node-a", port));
+    // The first status write conflicts: the agent reads the pod again.
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(
+            http::Method::PATCH,
+            "/api/v1/namespaces/default/pods/ready/status".into(),
+        ),
+        kind: FaultKind::status(409),
+        times: FaultTimes::Times(1),
+    });
+    fake.insert_pod(exec_pod("exec", 1));
+    // Readiness fails every second: an Unhealthy event, then its repeats.
+    fake.insert_pod(pod("unready", "node-a", failing_port));
+    let mut dying = pod("dying", "node-a", failing_port);
+    let container = &mut dying.spec.as_mut().unwrap().containers[0];
+    container.liveness_probe = container.readiness_probe.take();
+    fake.insert_pod(dying);
+    let (mut agent, kubeconfig) = start_agent(&fake, "rbac", &["--liveness-action", "delete-pod"]);
+
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "ready", "Ready=True", is_ready).await;
+    wait_for_pod(&fake, "exec", "Ready=True", is_ready).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let repeated = fake
+            .events()
+            .iter()
+            .any(|e| e["involvedObject"]["name"] == "unready" && e["count"].as_i64() >= Some(2));
+        let deleted = fake.pod("default", "dying").is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        if repeated && deleted {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a repeated event and the DELETE within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+
+    let requests = fake.requests();
+    let forbidden: Vec<_> = requests.iter().filter(|r| r.code == Some(403)).collect();
+    assert!(forbidden.is_empty(), "{forbidden:?}");
+    let roles = cluster_role_grants();
+    let granted: std::collections::BTreeSet<_> = roles.values().flatten().cloned().collect();
+    assert_eq!(granted, requested(&requests), "the ClusterRoles grant exactly what the agent requested");
+    // The optional role is what only --liveness-action delete-pod sends.
+    let liveness_kill: Vec<_> =
+        requests.iter().filter(|r| r.method == http::Method::DELETE).cloned().collect();
+    assert_eq!(roles["probelet-delete-pods"], requested(&liveness_kill));
+}

@@ -54,6 +54,17 @@ pub struct RecordedRequest {
     pub body: Option<Value>,
     /// The status code answered; `None` when the connection was dropped without an answer.
     pub code: Option<u16>,
+    /// The `Upgrade` header (`websocket` for `pods/exec`).
+    pub upgrade: Option<String>,
+}
+
+/// What the API server authorizes a request as (its `RequestInfo`): API group, resource with
+/// its subresource (`pods/status`), verb — the terms of an RBAC rule.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ResourceAttributes {
+    pub group: String,
+    pub resource: String,
+    pub verb: String,
 }
 
 impl RecordedRequest {
@@ -63,6 +74,57 @@ impl RecordedRequest {
 
     pub fn is_watch(&self) -> bool {
         self.param("watch").is_some_and(is_true)
+    }
+
+    /// The authorization checks the API server makes for this request, as
+    /// `RequestInfoFactory.NewRequestInfo` resolves a resource path (empty for non-resource paths
+    /// such as `/version`): GET is `get` with a name, `list` without, `watch` with `watch=true`;
+    /// POST `create`, PUT `update`, PATCH `patch`, DELETE `delete` (`deletecollection` without a
+    /// name). A websocket upgrade of `pods/exec`, `attach` or `portforward` is also checked for
+    /// `create` (`AuthorizePodWebsocketUpgradeCreatePermission`, on by default since 1.31).
+    pub fn authorization(&self) -> Vec<ResourceAttributes> {
+        let segs: Vec<&str> = self.path.trim_matches('/').split('/').collect();
+        let (group, rest) = match segs.as_slice() {
+            ["api", _version, rest @ ..] => ("", rest),
+            ["apis", group, _version, rest @ ..] => (*group, rest),
+            _ => return Vec::new(),
+        };
+        let parts = match rest {
+            ["namespaces", _ns, resource, more @ ..] => [&[*resource][..], more].concat(),
+            other => other.to_vec(),
+        };
+        let (resource, name, subresource) = match parts.as_slice() {
+            [resource] => (*resource, None, None),
+            [resource, name] => (*resource, Some(*name), None),
+            [resource, name, sub, ..] => (*resource, Some(*name), Some(*sub)),
+            _ => return Vec::new(),
+        };
+        let verb = match self.method {
+            Method::GET if self.is_watch() => "watch",
+            Method::GET if name.is_some() => "get",
+            Method::GET => "list",
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE if name.is_some() => "delete",
+            Method::DELETE => "deletecollection",
+            _ => return Vec::new(),
+        };
+        let resource = match subresource {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_owned(),
+        };
+        let attributes = |verb: &str| ResourceAttributes {
+            group: group.to_owned(),
+            resource: resource.clone(),
+            verb: verb.to_owned(),
+        };
+        let mut checks = vec![attributes(verb)];
+        let websocket = self.upgrade.as_deref().is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+        if websocket && matches!(subresource, Some("exec" | "attach" | "portforward")) && verb == "get" {
+            checks.push(attributes("create"));
+        }
+        checks
     }
 }
 
@@ -387,6 +449,7 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
 
 async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Result<Response<Body>, DropConnection> {
     // `pods/exec` upgrades the connection: claim the upgrade before the body is taken.
+    let upgrade = req.headers().get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let exec_upgrade = exec::claim(&mut req);
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -417,6 +480,7 @@ async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Result<Respo
             content_type: content_type.clone(),
             body: recorded_body,
             code: None,
+            upgrade,
         });
         reqs.len() - 1
     };
