@@ -30,7 +30,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's client logs every failed request at ERROR (its trace layer's `on_failure`): one
+    // line per retry while the API server is down. The agent says once that the API is lost and
+    // once that it is back, and each caller logs what failed at its own level.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);

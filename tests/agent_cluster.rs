@@ -100,6 +100,10 @@ impl Output {
         self.0.lock().unwrap().clone()
     }
 
+    fn with(&self, needle: &str) -> Vec<String> {
+        self.lines().into_iter().filter(|l| l.contains(needle)).collect()
+    }
+
     /// The agent's HTTP address, from its start line (`http://ADDR/pods`).
     async fn addr(&self) -> String {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -711,4 +715,40 @@ async fn rbac_grants_exactly_what_the_agent_requests() {
     let liveness_kill: Vec<_> =
         requests.iter().filter(|r| r.method == http::Method::DELETE).cloned().collect();
     assert_eq!(roles["probelet-delete-pods"], requested(&liveness_kill));
+}
+
+#[tokio::test]
+async fn after_an_api_outage_a_new_pod_is_seen_at_once_and_the_log_says_lost_and_back() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("before", "node-a", port));
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "outage", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "before", "Ready=True", is_ready).await;
+
+    // The server stops as a real one does on SIGTERM: new connections refused, the open
+    // watch silent (2 s here, 60 s on a real server), then a clean EOF; back 8 s after (kube's
+    // default back-off, 0.8 s doubling to 30 s, would wait up to 6.4 s by then).
+    fake.stop(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    fake.restart().await;
+    let back = tokio::time::Instant::now();
+    fake.insert_pod(pod("after", "node-a", port));
+    wait_for_pod(&fake, "after", "Ready=True", is_ready).await;
+    let took = back.elapsed();
+    assert!(took < Duration::from_millis(2500), "the new pod was probed and Ready {took:?} after the return");
+
+    let lost = output.with("Lost the API server");
+    let returned = output.with("The API server is back");
+    assert_eq!((lost.len(), returned.len()), (1, 1), "one line each: {:#?}", output.lines());
+    assert!(lost[0].contains(" WARN "), "{lost:?}");
+    assert!(returned[0].contains(" INFO "), "{returned:?}");
+    // An outage and a re-list are routine: the lost line is the only warning.
+    let warnings: Vec<_> =
+        output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert_eq!(warnings, lost, "no other warnings or errors");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
 }

@@ -21,8 +21,10 @@ use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, Reconcile, StatusSyncer};
 
+use super::backoff::Backoff;
 use super::changes::{OwnedField, only_owned_fields_changed, owned_fields_turned_off};
 use super::exec::ExecRunner;
+use super::watch::{ApiReachability, Reachability};
 use crate::cli::LivenessAction;
 use crate::host::history::ProbeHistory;
 use crate::host::phase::kill_grace_period;
@@ -44,6 +46,8 @@ pub struct ClusterHost {
     /// UIDs of pods a liveness DELETE is in flight or backing off for (one retry loop per pod),
     /// or has deleted: kept until the watch reports the pod gone.
     pub deleting: HashSet<String>,
+    /// Whether the watch reaches the API server (for the lost/back log lines).
+    pub api: ApiReachability,
 }
 
 impl ClusterHost {
@@ -196,7 +200,7 @@ impl ClusterHost {
         // new, so a failed DELETE must be retried here or never.
         // Resolves to whether the pod is gone or being deleted.
         let fut = async move {
-            let mut backoff = DELETE_BACKOFF_INITIAL;
+            let mut backoff = Backoff::new(DELETE_BACKOFF_INITIAL, DELETE_BACKOFF_MAX);
             loop {
                 limiter.acquire().await;
                 let err = match tokio::time::timeout(DELETE_TIMEOUT, api.delete(&pod_name, &params)).await {
@@ -214,9 +218,9 @@ impl ClusterHost {
                     },
                     Err(_) => format!("no answer within {}s", DELETE_TIMEOUT.as_secs()),
                 };
-                tracing::info!(pod = %pod_name, error = %err, retry_in = ?backoff, "Failed to delete the pod after its liveness probe failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(DELETE_BACKOFF_MAX);
+                let wait = backoff.next_delay();
+                tracing::info!(pod = %pod_name, error = %err, retry_in = ?wait, "Failed to delete the pod after its liveness probe failed; retrying");
+                tokio::time::sleep(wait).await;
                 // The watch shows what the failed attempt cannot: the pod is gone, someone else
                 // is deleting it, or the failed container is no longer the one running.
                 let Some(current) = pods.pod_by_uid(&uid) else { return true };
@@ -320,6 +324,16 @@ impl Actor for ClusterHost {
 
 impl StreamHandler<Result<WatchEvent<Pod>, watcher::Error>> for ClusterHost {
     fn handle(&mut self, event: Result<WatchEvent<Pod>, watcher::Error>, ctx: &mut Context<Self>) {
+        match self.api.on_event(&event) {
+            Reachability::Lost => tracing::warn!(
+                error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+                "Lost the API server: the pod watch failed; listing again every second until it answers"
+            ),
+            Reachability::Back => {
+                tracing::info!("The API server is back: the pod watch lists the node's pods again")
+            }
+            Reachability::Unchanged => {}
+        }
         match event {
             Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => self.apply(pod, ctx),
             Ok(WatchEvent::Delete(pod)) => self.delete(pod),
@@ -338,7 +352,7 @@ impl StreamHandler<Result<WatchEvent<Pod>, watcher::Error>> for ClusterHost {
                 self.pipeline.cleanup_pods(self.known.clone());
                 self.ready.store(true, Ordering::SeqCst);
             }
-            Err(err) => tracing::warn!(error = %err, "Pod watch failed; retrying with back-off"),
+            Err(err) => tracing::debug!(error = %err, "Pod watch failed; retrying with back-off"),
         }
     }
 

@@ -10,6 +10,7 @@
 //! `pods/exec`), [`correlator`] and [`recorder`] (core/v1 Events, as client-go's
 //! `tools/record` counts and writes them).
 
+pub mod backoff;
 pub mod changes;
 pub mod correlator;
 pub mod exec;
@@ -108,6 +109,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         ready: common.ready.clone(),
         known: HashSet::new(),
         deleting: HashSet::new(),
+        api: Default::default(),
     };
     let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
     let host = ClusterHost::create(move |ctx| {
