@@ -1,11 +1,14 @@
 //! A fake Kubernetes API server for tests: plain HTTP on 127.0.0.1, spoken to by an unchanged
 //! `kube::Client`. It serves pods (CRUD, list, watch, `status`, `binding`, `exec`) and events
 //! (core/v1 and events.k8s.io/v1) with the behaviour recorded from a real kube-apiserver v1.36.2
-//! (`/work/shared/fixtures/apiserver`, replayed by `tests/apiserver_fixtures.rs`): the same
+//! (`tests/fixtures/apiserver`, replayed by `tests/apiserver_fixtures.rs`): the same
 //! patch semantics, validation, error `Status` bodies, resourceVersions and watch events.
 //!
 //! Tests can also look inside ([`FakeApiServer::pod`], [`FakeApiServer::requests`]), seed state
-//! ([`FakeApiServer::insert_pod`]) and inject faults ([`FakeApiServer::inject`]).
+//! ([`FakeApiServer::insert_pod`]), inject faults ([`FakeApiServer::inject`]), and stop and
+//! restart it on the same port with its store, as a SIGTERMed server would stop
+//! ([`FakeApiServer::stop`], [`FakeApiServer::restart`]). [`RecordedRequest::authorization`]
+//! says what the real server would have authorized each request as.
 //!
 //! Known gaps against the real server: no managedFields, no admission beyond the defaults a
 //! plain cluster applies, no Namespace objects (any namespace exists), server-side apply without
