@@ -63,15 +63,16 @@ impl ClusterHost {
             self.sync(pod, ctx);
             return;
         };
-        let echo = only_owned_fields_changed(&previous, &pod);
+        // The echo of the agent's own write, or a writer that touched only the agent's fields.
+        let only_owned = only_owned_fields_changed(&previous, &pod);
         let turned_off = owned_fields_turned_off(&previous, &pod);
-        if !echo {
+        if !only_owned {
             // The runtime's write (container states) or a spec, metadata or foreign condition
             // change: what a sync is for.
             self.sync(pod.clone(), ctx);
         }
         if turned_off.is_empty() {
-            if echo {
+            if only_owned {
                 tracing::trace!(
                     pod = pod.metadata.name.as_deref().unwrap_or_default(),
                     "Pod update changed only the fields the agent writes; not syncing"
@@ -100,7 +101,7 @@ impl ClusterHost {
                 // had, so no new version is written: the syncer's reconcile (upstream
                 // `needsReconcile`) writes it again now rather than at its next period. (Along
                 // with the runtime's other changes, the sync above writes a new version.)
-                if echo {
+                if only_owned {
                     act.syncer.do_send(Reconcile);
                 }
             }
