@@ -752,3 +752,45 @@ async fn after_an_api_outage_a_new_pod_is_seen_at_once_and_the_log_says_lost_and
     let _ = agent.wait().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+#[tokio::test]
+async fn container_restarts_and_pod_deletion_log_no_warnings() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("routine", "node-a", port));
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "routine", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "routine", "Ready=True", is_ready).await;
+
+    for restart in 1..=3 {
+        // A readiness failure, then the runtime restarts the container under a new ID while
+        // the old container's results are still arriving.
+        healthy.store(false, Ordering::SeqCst);
+        wait_for_pod(&fake, "routine", "Ready=False", |p| !is_ready(p)).await;
+        let mut status = app_status(&fake.pod("default", "routine").unwrap());
+        status.container_id = Some(format!("containerd://routine-{restart}"));
+        status.restart_count = restart;
+        status.ready = false;
+        status.state = Some(running_state());
+        runtime_writes(&fake, "routine", vec![status]).await;
+        healthy.store(true, Ordering::SeqCst);
+        wait_for_pod(&fake, "routine", "Ready=True after the restart", is_ready).await;
+    }
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    api.delete("routine", &kube::api::DeleteParams::default().grace_period(0)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while fake.pod("default", "routine").is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "the pod is gone within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Give the agent time to see the deletion and stop the workers.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let warnings: Vec<_> =
+        output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert!(warnings.is_empty(), "routine operation, no warnings: {warnings:#?}");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
