@@ -99,6 +99,16 @@ pub struct RunArgs {
     /// Burst of API requests above --qps (the kubelet's --kube-api-burst).
     #[arg(long, env = "PROBELET_BURST", default_value_t = 100)]
     pub burst: u32,
+
+    /// Cluster mode: `pods/exec` requests per second for exec probes, a budget of their own so
+    /// that exec probes never hold status writes back (the kubelet's exec probes go to its
+    /// local runtime and cost it no API requests).
+    #[arg(long, env = "PROBELET_EXEC_QPS", default_value_t = 50.0)]
+    pub exec_qps: f64,
+
+    /// Burst of `pods/exec` requests above --exec-qps.
+    #[arg(long, env = "PROBELET_EXEC_BURST", default_value_t = 100)]
+    pub exec_burst: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -35,6 +35,10 @@ fn init_logging(format: LogFormat, verbose: u8) {
         1 => "info,probelet=debug,probelet_actors=debug",
         _ => "debug",
     };
+    // kube's client logs every failed request at ERROR (its trace layer's `on_failure`): one
+    // line per retry while the API server is down. The agent says once that the API is lost and
+    // once that it is back, and each caller logs what failed at its own level.
+    let default = format!("{default},kube_client::client::builder=off");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = probelet::host::console::colour_wanted(
         std::io::IsTerminal::is_terminal(&std::io::stderr()),

@@ -88,6 +88,77 @@ fn start_agent(
     name: &str,
     extra: &[&str],
 ) -> (tokio::process::Child, std::path::PathBuf) {
+    start_agent_with(fake, name, extra, Stdio::null)
+}
+
+/// What the agent printed, stdout and stderr, line by line.
+#[derive(Clone, Default)]
+struct Output(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Output {
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn with(&self, needle: &str) -> Vec<String> {
+        self.lines().into_iter().filter(|l| l.contains(needle)).collect()
+    }
+
+    /// The agent's HTTP address, from its start line (`http://ADDR/pods`).
+    async fn addr(&self) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = self.lines().iter().find_map(|l| {
+                let rest = l.split("http://").nth(1)?;
+                Some(rest.split('/').next()?.to_owned())
+            });
+            if let Some(addr) = found {
+                return addr;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the start line within 30 s: {:?}", self.lines());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// [`start_agent`] with its output kept.
+fn start_agent_logged(
+    fake: &FakeApiServer,
+    name: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, std::path::PathBuf, Output) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (mut agent, kubeconfig) = start_agent_with(fake, name, extra, Stdio::piped);
+    let output = Output::default();
+    fn collect(reader: impl tokio::io::AsyncRead + Unpin + Send + 'static, output: Output) {
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(reader).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                output.0.lock().unwrap().push(line);
+            }
+        });
+    }
+    collect(agent.stdout.take().unwrap(), output.clone());
+    collect(agent.stderr.take().unwrap(), output.clone());
+    (agent, kubeconfig, output)
+}
+
+/// The value of a counter series in the agent's `/metrics` (0 when absent).
+async fn scrape(addr: &str, series: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: probelet\r\n\r\n").await.unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+fn start_agent_with(
+    fake: &FakeApiServer,
+    name: &str,
+    extra: &[&str],
+    output: fn() -> Stdio,
+) -> (tokio::process::Child, std::path::PathBuf) {
     let kubeconfig = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
     std::fs::write(
         &kubeconfig,
@@ -102,8 +173,8 @@ fn start_agent(
         .arg(&kubeconfig)
         .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
         .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(output())
+        .stderr(output())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -344,6 +415,415 @@ async fn liveness_action_delete_pod_ignores_containers_that_are_not_running() {
     assert!(deletes.is_empty(), "no DELETE for containers that are not running: {deletes:?}");
     let mixed = fake.pod("default", "mixed").unwrap();
     assert!(mixed.metadata.deletion_timestamp.is_none(), "the pod is not being deleted");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// A pod of `containers` containers, each with an exec readiness probe every second.
+fn exec_pod(name: &str, containers: usize) -> Pod {
+    let mut pod = pod(name, "node-a", 1);
+    let spec = pod.spec.as_mut().unwrap();
+    let statuses = pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap();
+    spec.containers.clear();
+    statuses.clear();
+    for i in 0..containers {
+        let container = format!("exec-{i}");
+        spec.containers.push(Container {
+            name: container.clone(),
+            image: Some("app:1".into()),
+            readiness_probe: Some(Probe {
+                exec: Some(k8s_openapi::api::core::v1::ExecAction { command: Some(vec!["true".into()]) }),
+                period_seconds: Some(1),
+                timeout_seconds: Some(1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let mut status = container_status(&container, running_state());
+        status.container_id = Some(format!("containerd://{name}-{container}"));
+        statuses.push(status);
+    }
+    pod
+}
+
+fn running_state() -> ContainerState {
+    ContainerState {
+        running: Some(ContainerStateRunning { started_at: Some(Time(Timestamp::now())) }),
+        ..Default::default()
+    }
+}
+
+fn exec_requests(fake: &FakeApiServer) -> usize {
+    fake.requests().iter().filter(|r| r.path.ends_with("/exec")).count()
+}
+
+#[tokio::test]
+async fn exec_probes_do_not_hold_status_writes_back() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    healthy.store(false, Ordering::SeqCst);
+    let fake = FakeApiServer::start().await;
+    fake.on_exec(|_, _, _, _| support::apiserver::exec::ExecReply::exit(0));
+    fake.insert_pod(pod("web", "node-a", port));
+    // 20 exec probes a second against a budget of 2 a second: every worker waits for a token.
+    fake.insert_pod(exec_pod("execs", 20));
+    let budget = ["--qps", "2", "--burst", "2", "--exec-qps", "2", "--exec-burst", "1"];
+    let (mut agent, kubeconfig) = start_agent(&fake, "exec-budget", &budget);
+    wait_for_pod(&fake, "web", "Ready=False", |p| condition(p, "Ready").is_some_and(|c| c.status == "False"))
+        .await;
+    // Long enough for the exec queue to fill: sharing the status budget, a status write would
+    // now wait behind ~20 reservations (10 s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while exec_requests(&fake) < 10 {
+        assert!(tokio::time::Instant::now() < deadline, "exec probes run within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (execs_before, started) = (exec_requests(&fake), tokio::time::Instant::now());
+    healthy.store(true, Ordering::SeqCst);
+    wait_for_pod(&fake, "web", "Ready=True", |p| condition(p, "Ready").is_some_and(|c| c.status == "True"))
+        .await;
+    let took = started.elapsed();
+    // One probe period, then the PATCH: the status budget is the status writes' own.
+    // (Sharing the status budget it took 11.5 s; the bound leaves room for a loaded machine.)
+    assert!(took < Duration::from_secs(6), "Ready=True took {took:?} while exec probes were saturated");
+    // And the exec probes were held to their own budget meanwhile (2/s, burst 1).
+    let execs = exec_requests(&fake) - execs_before;
+    let allowed = 2.0 * took.as_secs_f64() + 2.0;
+    assert!((execs as f64) <= allowed, "{execs} execs in {took:?}: over the exec budget");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// Writes the pod's container statuses as the node's runtime does: the whole list, replaced.
+async fn runtime_writes(fake: &FakeApiServer, name: &str, statuses: Vec<ContainerStatus>) {
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    let patch = serde_json::json!({"status": {"containerStatuses": statuses}});
+    api.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+fn app_status(pod: &Pod) -> ContainerStatus {
+    pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone()
+}
+
+#[tokio::test]
+async fn a_runtime_that_resets_readiness_is_counted_and_overruled() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("fought", "node-a", port));
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "fights", &[]);
+    let addr = output.addr().await;
+    let ready = |p: &Pod| app_status(p).ready && condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "fought", "ready", ready).await;
+    assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, 0.0);
+
+    for round in 1..=3 {
+        // A runtime that rebuilds the container statuses from its own state: ready and started
+        // reset, the rest as it was.
+        let mut reset = app_status(&fake.pod("default", "fought").unwrap());
+        reset.ready = false;
+        reset.started = None;
+        let written = tokio::time::Instant::now();
+        runtime_writes(&fake, "fought", vec![reset]).await;
+        wait_for_pod(&fake, "fought", "ready again", ready).await;
+        // At once, not at the syncer's next reconcile period (10 s).
+        let took = written.elapsed();
+        // (At the reconcile period it is 10 s; the bound leaves room for a loaded machine.)
+        assert!(took < Duration::from_secs(6), "round {round}: ready again after {took:?}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await < f64::from(round) {
+            assert!(tokio::time::Instant::now() < deadline, "reset {round} counted within 10 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, f64::from(round));
+        assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"started\"}").await, f64::from(round));
+    }
+    // The agent's own writes (Ready=True, and now a failed probe's ready=false) are no fights.
+    healthy.store(false, Ordering::SeqCst);
+    wait_for_pod(&fake, "fought", "not ready", |p| !app_status(p).ready).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, 3.0);
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// A health endpoint that always fails and counts its probes.
+async fn counting_failing_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = probes.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = Router::new().route(
+        "/healthz",
+        get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { StatusCode::SERVICE_UNAVAILABLE }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, probes)
+}
+
+/// The agent's status PATCHes of the pod (strategic merge; the test's runtime merge-patches).
+fn patches(fake: &FakeApiServer, name: &str) -> usize {
+    let path = format!("/pods/{name}/status");
+    let agents = Some("application/strategic-merge-patch+json");
+    fake.requests()
+        .iter()
+        .filter(|r| {
+            r.method == http::Method::PATCH && r.path.ends_with(&path) && r.content_type.as_deref() == agents
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
+    let (port, probes) = counting_failing_server().await;
+    let fake = FakeApiServer::start().await;
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "echo", &[]);
+    output.addr().await;
+    // Past the start-up jitter window (one period), so the worker probes at once and then only
+    // on its schedule or when a pod sync asks.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let mut unready = pod("unready", "node-a", port);
+    let probe = unready.spec.as_mut().unwrap().containers[0].readiness_probe.as_mut().unwrap();
+    probe.period_seconds = Some(5);
+    fake.insert_pod(unready);
+    wait_for_pod(&fake, "unready", "Ready=False", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "False") && app_status(p).started == Some(true)
+    })
+    .await;
+    // The echo of that write has long arrived; the next scheduled probe is seconds away.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settled = probes.load(Ordering::SeqCst);
+
+    for round in 1..=3 {
+        // The runtime rewrites the container status from its own state, `started` reset: a
+        // sync (readiness still failing, so the one immediate probe UpdatePodStatus asks
+        // for), and the agent's write of `started` again, whose echo must not sync.
+        let mut status = app_status(&fake.pod("default", "unready").unwrap());
+        status.image_id = format!("sha256:{round}");
+        status.started = None;
+        let own_writes = patches(&fake, "unready");
+        runtime_writes(&fake, "unready", vec![status]).await;
+        wait_for_pod(&fake, "unready", "started again", |p| app_status(p).started == Some(true)).await;
+        assert_eq!(patches(&fake, "unready"), own_writes + 1, "round {round}: one write of the agent");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            probes.load(Ordering::SeqCst),
+            settled + round,
+            "round {round}: one probe for the runtime's write, none for the echo of the agent's"
+        );
+    }
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// `(apiGroup, resource, verb)` granted by the ClusterRoles of `deploy/rbac.yaml`, by role name.
+fn cluster_role_grants()
+-> std::collections::BTreeMap<String, std::collections::BTreeSet<(String, String, String)>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut roles = std::collections::BTreeMap::new();
+    for doc in docs.into_iter().filter(|d| d["kind"] == "ClusterRole") {
+        let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(doc).unwrap();
+        let mut grants = std::collections::BTreeSet::new();
+        for rule in role.rules.iter().flatten() {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        grants.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+        roles.insert(role.metadata.name.unwrap(), grants);
+    }
+    roles
+}
+
+/// The authorization checks of the requests the fake saw.
+/// `GET path` on the agent with a bearer token; the status code.
+async fn get_with_token(addr: &str, path: &str, token: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    response[9..12].parse().unwrap()
+}
+
+fn requested(
+    requests: &[support::apiserver::RecordedRequest],
+) -> std::collections::BTreeSet<(String, String, String)> {
+    requests.iter().flat_map(|r| r.authorization()).map(|a| (a.group, a.resource, a.verb)).collect()
+}
+
+/// One run of the agent through every path that sends a request — watch, status writes, a
+/// conflict's re-read, exec probes, events and their repeats, the liveness DELETE — and the
+/// roles compared with what the API server would have authorized. A new request path (such as
+/// reviewing the tokens of the agent's HTTP clients) joins by being exercised in this run.
+#[tokio::test]
+async fn rbac_grants_exactly_what_the_agent_requests() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let (failing_port, _probes) = counting_failing_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.on_exec(|_, _, _, _| support::apiserver::exec::ExecReply::exit(0));
+    fake.insert_pod(pod("ready", "node-a", port));
+    // The first status write conflicts: the agent reads the pod again.
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(
+            http::Method::PATCH,
+            "/api/v1/namespaces/default/pods/ready/status".into(),
+        ),
+        kind: FaultKind::status(409),
+        times: FaultTimes::Times(1),
+    });
+    fake.insert_pod(exec_pod("exec", 1));
+    // Readiness fails every second: an Unhealthy event, then its repeats.
+    fake.insert_pod(pod("unready", "node-a", failing_port));
+    let mut dying = pod("dying", "node-a", failing_port);
+    let container = &mut dying.spec.as_mut().unwrap().containers[0];
+    container.liveness_probe = container.readiness_probe.take();
+    fake.insert_pod(dying);
+    // A reader of the agent's private endpoints: its token is reviewed as the kubelet does.
+    {
+        use support::apiserver::reviews::{DEFAULT_AUDIENCE, service_account_user};
+        let mut reviews = fake.reviews();
+        let user = service_account_user("monitoring", "reader", "uid-r", "jti-r");
+        reviews.add_token("reader-token", user, &[DEFAULT_AUDIENCE]);
+        let reader = "system:serviceaccount:monitoring:reader";
+        reviews.allow(reader, "get", "nodes", "pods", "pods-readers", "pods-reader");
+    }
+    let (mut agent, kubeconfig, output) = start_agent_logged(
+        &fake,
+        "rbac",
+        &["--liveness-action", "delete-pod", "--authorization-mode", "webhook"],
+    );
+    let addr = output.addr().await;
+    assert_eq!(get_with_token(&addr, "/pods", "reader-token").await, 200, "the reader's token is accepted");
+
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "ready", "Ready=True", is_ready).await;
+    wait_for_pod(&fake, "exec", "Ready=True", is_ready).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let repeated = fake
+            .events()
+            .iter()
+            .any(|e| e["involvedObject"]["name"] == "unready" && e["count"].as_i64() >= Some(2));
+        let deleted = fake.pod("default", "dying").is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        if repeated && deleted {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a repeated event and the DELETE within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+
+    let requests = fake.requests();
+    let forbidden: Vec<_> = requests.iter().filter(|r| r.code == Some(403)).collect();
+    assert!(forbidden.is_empty(), "{forbidden:?}");
+    let roles = cluster_role_grants();
+    let granted: std::collections::BTreeSet<_> = roles.values().flatten().cloned().collect();
+    assert_eq!(granted, requested(&requests), "the ClusterRoles grant exactly what the agent requested");
+    // The optional role is what only --liveness-action delete-pod sends.
+    let liveness_kill: Vec<_> =
+        requests.iter().filter(|r| r.method == http::Method::DELETE).cloned().collect();
+    assert_eq!(roles["probelet-delete-pods"], requested(&liveness_kill));
+}
+
+#[tokio::test]
+async fn after_an_api_outage_a_new_pod_is_seen_at_once_and_the_log_says_lost_and_back() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("before", "node-a", port));
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "outage", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "before", "Ready=True", is_ready).await;
+
+    // The server stops as a real one does on SIGTERM: new connections refused, the open
+    // watch silent (2 s here, 60 s on a real server), then a clean EOF; back 8 s after (kube's
+    // default back-off, 0.8 s doubling to 30 s, would wait up to 6.4 s by then).
+    fake.stop(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    fake.restart().await;
+    let back = tokio::time::Instant::now();
+    fake.insert_pod(pod("after", "node-a", port));
+    wait_for_pod(&fake, "after", "Ready=True", is_ready).await;
+    let took = back.elapsed();
+    // 0.5–1.5 s when measured; kube's default back-off took 10.7 s. The bound leaves room for a
+    // loaded machine.
+    assert!(took < Duration::from_secs(4), "the new pod was probed and Ready {took:?} after the return");
+
+    let lost = output.with("Lost the API server");
+    let returned = output.with("The API server is back");
+    assert_eq!((lost.len(), returned.len()), (1, 1), "one line each: {:#?}", output.lines());
+    assert!(lost[0].contains(" WARN "), "{lost:?}");
+    assert!(returned[0].contains(" INFO "), "{returned:?}");
+    // An outage and a re-list are routine: the lost line is the only warning.
+    let warnings: Vec<_> =
+        output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert_eq!(warnings, lost, "no other warnings or errors");
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+#[tokio::test]
+async fn container_restarts_and_pod_deletion_log_no_warnings() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("routine", "node-a", port));
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "routine", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "routine", "Ready=True", is_ready).await;
+
+    for restart in 1..=3 {
+        // A readiness failure, then the runtime restarts the container under a new ID while
+        // the old container's results are still arriving.
+        healthy.store(false, Ordering::SeqCst);
+        wait_for_pod(&fake, "routine", "Ready=False", |p| !is_ready(p)).await;
+        let mut status = app_status(&fake.pod("default", "routine").unwrap());
+        status.container_id = Some(format!("containerd://routine-{restart}"));
+        status.restart_count = restart;
+        status.ready = false;
+        status.state = Some(running_state());
+        runtime_writes(&fake, "routine", vec![status]).await;
+        healthy.store(true, Ordering::SeqCst);
+        wait_for_pod(&fake, "routine", "Ready=True after the restart", is_ready).await;
+    }
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    api.delete("routine", &kube::api::DeleteParams::default().grace_period(0)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while fake.pod("default", "routine").is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "the pod is gone within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Give the agent time to see the deletion and stop the workers.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let warnings: Vec<_> =
+        output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert!(warnings.is_empty(), "routine operation, no warnings: {warnings:#?}");
 
     let _ = agent.start_kill();
     let _ = agent.wait().await;

@@ -34,6 +34,10 @@ pub const PROBELET_STATUS_SYNCS_TOTAL: &str = "probelet_status_syncs_total";
 pub const PROBELET_API_REQUESTS_TOTAL: &str = "probelet_api_requests_total";
 /// Seconds from a status change to its successful write.
 pub const PROBELET_STATUS_SYNC_DURATION_SECONDS: &str = "probelet_status_sync_duration_seconds";
+/// Cluster mode: `ready` / `started` flags the agent had written true and someone else (the
+/// node's runtime) reset while the agent's probes still said true, by field (counter). Each one
+/// costs a re-patch, and the pod is NotReady in between.
+pub const PROBELET_RUNTIME_RESETS_TOTAL: &str = "probelet_runtime_resets_total";
 
 /// Help text of [`PROBER_PROBE_TOTAL`]. The kubelet's metrics framework prefixes the stability
 /// level, and that is what scrapers of a kubelet see.
@@ -49,6 +53,9 @@ pub const PROBELET_API_REQUESTS_TOTAL_HELP: &str =
 /// Help text of [`PROBELET_STATUS_SYNC_DURATION_SECONDS`].
 pub const PROBELET_STATUS_SYNC_DURATION_SECONDS_HELP: &str =
     "Seconds from a pod status change to its successful write to the API server.";
+/// Help text of [`PROBELET_RUNTIME_RESETS_TOTAL`].
+pub const PROBELET_RUNTIME_RESETS_TOTAL_HELP: &str =
+    "Container ready or started flags reset by another writer while the probes said true.";
 /// Help text of [`PROBELET_PROBE_WORKERS`].
 pub const PROBELET_PROBE_WORKERS_HELP: &str = "Number of running probe workers by probe type.";
 /// Help text of [`PROBELET_WORKER_RESTARTS_TOTAL`].
@@ -99,7 +106,7 @@ impl Kind {
 }
 
 /// Every metric the engine emits, with its kind and help text.
-const DESCRIPTIONS: [(&str, Kind, &str); 8] = [
+const DESCRIPTIONS: [(&str, Kind, &str); 9] = [
     (PROBER_PROBE_TOTAL, Kind::Counter, PROBER_PROBE_TOTAL_HELP),
     (PROBER_PROBE_DURATION_SECONDS, Kind::Histogram, PROBER_PROBE_DURATION_SECONDS_HELP),
     (PROBELET_PROBE_WORKERS, Kind::Gauge, PROBELET_PROBE_WORKERS_HELP),
@@ -108,6 +115,7 @@ const DESCRIPTIONS: [(&str, Kind, &str); 8] = [
     (PROBELET_STATUS_SYNCS_TOTAL, Kind::Counter, PROBELET_STATUS_SYNCS_TOTAL_HELP),
     (PROBELET_API_REQUESTS_TOTAL, Kind::Counter, PROBELET_API_REQUESTS_TOTAL_HELP),
     (PROBELET_STATUS_SYNC_DURATION_SECONDS, Kind::Histogram, PROBELET_STATUS_SYNC_DURATION_SECONDS_HELP),
+    (PROBELET_RUNTIME_RESETS_TOTAL, Kind::Counter, PROBELET_RUNTIME_RESETS_TOTAL_HELP),
 ];
 
 /// Registers every description above through `metrics::describe_*` (call after installing a

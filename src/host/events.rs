@@ -1,12 +1,11 @@
 //! The standalone agent's event sink: the recent events are kept, aggregated like the kubelet's
 //! event recorder (same object, reason and message → count bumped), for `/events`, and logged.
 //!
-//! What is logged at which level is the console's choice, not the kubelet's: the console already
-//! prints one line per status transition, so an event that only restates one goes to debug.
-//! Normal events (`Created`, `Started`, `Killing`, ...) and `Unhealthy` (the transition line
-//! `Ready=False` or the kill line says it) log at debug; any other warning (`BackOff`, `Failed`,
-//! `ProbeWarning`, ...) logs at warn the first time it is recorded, and at debug while it only
-//! repeats (its count is on `/events`).
+//! Every event logs at debug, whatever its type, as the kubelet logs its events at `V(3)`: a
+//! Warning event (a probe failure, a back-off) is the pod owner's to act on, not the agent
+//! operator's, and the standalone console already prints one line per status transition
+//! (`Ready=False`, `waiting (CrashLoopBackOff)`, the kill after a failed liveness probe), so each
+//! thing is told once. `-v` or `RUST_LOG` shows them; `/events` keeps them with their counts.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -69,18 +68,8 @@ impl EventRecorder for EventLog {
                 && e.message == message
                 && e.type_ == event_type.as_str()
         };
-        let repeated = events.iter_mut().rev().find(same);
-        match log_level(event_type, reason, repeated.is_some()) {
-            tracing::Level::WARN => tracing::warn!(pod, field_path = field, reason, "{message}"),
-            _ => tracing::debug!(
-                pod,
-                field_path = field,
-                event_type = event_type.as_str(),
-                reason,
-                "{message}"
-            ),
-        }
-        if let Some(existing) = repeated {
+        tracing::debug!(pod, field_path = field, event_type = event_type.as_str(), reason, "{message}");
+        if let Some(existing) = events.iter_mut().rev().find(same) {
             existing.count += 1;
             existing.last_timestamp = now;
             return;
@@ -97,18 +86,6 @@ impl EventRecorder for EventLog {
             first_timestamp: now.clone(),
             last_timestamp: now,
         });
-    }
-}
-
-/// The event reason the console's transition and kill lines already tell.
-const UNHEALTHY: &str = "Unhealthy";
-
-/// Warn for a warning an operator has not seen yet; debug for everything the console already
-/// says or has said.
-fn log_level(event_type: EventType, reason: &str, repeated: bool) -> tracing::Level {
-    match event_type {
-        EventType::Warning if reason != UNHEALTHY && !repeated => tracing::Level::WARN,
-        _ => tracing::Level::DEBUG,
     }
 }
 
@@ -129,18 +106,5 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].count, 2);
         assert_eq!(events[1].message, "Readiness probe failed: y");
-    }
-
-    #[test]
-    fn only_new_warnings_the_console_does_not_tell_are_warnings() {
-        use tracing::Level;
-        assert_eq!(log_level(EventType::Warning, "BackOff", false), Level::WARN);
-        assert_eq!(log_level(EventType::Warning, "BackOff", true), Level::DEBUG, "a repeat is a count");
-        assert_eq!(
-            log_level(EventType::Warning, "Unhealthy", false),
-            Level::DEBUG,
-            "the transition line says it"
-        );
-        assert_eq!(log_level(EventType::Normal, "Started", false), Level::DEBUG);
     }
 }

@@ -149,7 +149,7 @@ impl StatusManager {
             && !finished
             && !is_static
         {
-            tracing::error!(pod_uid = %uid, "Attempted to update a finished pod's status as unfinished: programmer error");
+            tracing::info!(pod_uid = %uid, "Got unexpected podIsFinished=false, while podIsFinished=true in status cache, programmer error.");
             finished = true;
         }
         let old: PodStatus = match cached {
@@ -203,7 +203,7 @@ impl StatusManager {
             return None;
         };
         let Some(cached) = self.statuses.get(pod_uid) else {
-            tracing::warn!(pod = pod_ref(&pod), pod_uid, "Container {what} changed before pod has synced");
+            tracing::info!(pod = pod_ref(&pod), pod_uid, "Container {what} changed before pod has synced");
             return None;
         };
         Some((pod, (*cached.status).clone()))
@@ -247,7 +247,7 @@ impl Handler<SetContainerReadiness> for StatusManager {
     fn handle(&mut self, msg: SetContainerReadiness, _ctx: &mut Self::Context) {
         let Some((pod, mut status)) = self.pod_and_status(&msg.pod_uid, "readiness") else { return };
         let Some(container) = find_by_id(&mut status, &msg.container_id) else {
-            tracing::warn!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container readiness changed for unknown container");
+            tracing::info!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container readiness changed for unknown container");
             return;
         };
         if container.ready == msg.ready {
@@ -281,7 +281,7 @@ impl Handler<SetContainerStartup> for StatusManager {
     fn handle(&mut self, msg: SetContainerStartup, _ctx: &mut Self::Context) {
         let Some((pod, mut status)) = self.pod_and_status(&msg.pod_uid, "startup") else { return };
         let Some(container) = find_by_id(&mut status, &msg.container_id) else {
-            tracing::warn!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container startup changed for unknown container");
+            tracing::info!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container startup changed for unknown container");
             return;
         };
         if container.started == Some(msg.started) {

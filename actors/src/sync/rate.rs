@@ -52,6 +52,23 @@ impl TokenBucket {
         }
         self.tokens = (self.tokens + 1.0).min(self.burst);
     }
+
+    /// Takes one token if one is there now, and refuses otherwise (client-go's `TryAccept`): for
+    /// callers that drop rather than wait, such as the event spam filter.
+    pub fn try_accept(&mut self, now: Instant) -> bool {
+        if self.qps <= 0.0 || !self.qps.is_finite() {
+            return true;
+        }
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        self.last = now.max(self.last);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// `seconds` as a duration, saturated: `Duration::from_secs_f64` panics beyond `Duration::MAX`,
@@ -190,6 +207,20 @@ mod tests {
             assert_eq!(bucket.reserve(later), Duration::ZERO);
         }
         assert!(bucket.reserve(later) > Duration::ZERO);
+    }
+
+    #[test]
+    fn try_accept_refuses_without_taking_ahead() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(0.5, 2, start);
+        assert!(bucket.try_accept(start) && bucket.try_accept(start));
+        for _ in 0..10 {
+            assert!(!bucket.try_accept(start), "an empty bucket refuses");
+        }
+        // Refusals reserve nothing: two seconds bring exactly one token.
+        let later = start + Duration::from_secs(2);
+        assert!(bucket.try_accept(later));
+        assert!(!bucket.try_accept(later));
     }
 
     #[test]

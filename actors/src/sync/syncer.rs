@@ -436,7 +436,7 @@ impl StatusSyncer {
                 }
             },
             WriteOutcome::Failed(message) | WriteOutcome::DeleteFailed(message) => {
-                tracing::warn!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?settled.retry_in.unwrap_or_default(), "Failed to update status for pod");
+                tracing::info!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?settled.retry_in.unwrap_or_default(), "Failed to update status for pod");
             }
         }
         let dirty = match self.pods.get_mut(&uid) {

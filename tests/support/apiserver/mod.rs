@@ -1,11 +1,14 @@
 //! A fake Kubernetes API server for tests: plain HTTP on 127.0.0.1, spoken to by an unchanged
 //! `kube::Client`. It serves pods (CRUD, list, watch, `status`, `binding`, `exec`) and events
 //! (core/v1 and events.k8s.io/v1) with the behaviour recorded from a real kube-apiserver v1.36.2
-//! (`/work/shared/fixtures/apiserver`, replayed by `tests/apiserver_fixtures.rs`): the same
+//! (`tests/fixtures/apiserver`, replayed by `tests/apiserver_fixtures.rs`): the same
 //! patch semantics, validation, error `Status` bodies, resourceVersions and watch events.
 //!
 //! Tests can also look inside ([`FakeApiServer::pod`], [`FakeApiServer::requests`]), seed state
-//! ([`FakeApiServer::insert_pod`]) and inject faults ([`FakeApiServer::inject`]).
+//! ([`FakeApiServer::insert_pod`]), inject faults ([`FakeApiServer::inject`]), and stop and
+//! restart it on the same port with its store, as a SIGTERMed server would stop
+//! ([`FakeApiServer::stop`], [`FakeApiServer::restart`]). [`RecordedRequest::authorization`]
+//! says what the real server would have authorized each request as.
 //!
 //! Known gaps against the real server: no managedFields, no admission beyond the defaults a
 //! plain cluster applies, no Namespace objects (any namespace exists), server-side apply without
@@ -55,6 +58,17 @@ pub struct RecordedRequest {
     pub body: Option<Value>,
     /// The status code answered; `None` when the connection was dropped without an answer.
     pub code: Option<u16>,
+    /// The `Upgrade` header (`websocket` for `pods/exec`).
+    pub upgrade: Option<String>,
+}
+
+/// What the API server authorizes a request as (its `RequestInfo`): API group, resource with
+/// its subresource (`pods/status`), verb — the terms of an RBAC rule.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ResourceAttributes {
+    pub group: String,
+    pub resource: String,
+    pub verb: String,
 }
 
 impl RecordedRequest {
@@ -64,6 +78,57 @@ impl RecordedRequest {
 
     pub fn is_watch(&self) -> bool {
         self.param("watch").is_some_and(is_true)
+    }
+
+    /// The authorization checks the API server makes for this request, as
+    /// `RequestInfoFactory.NewRequestInfo` resolves a resource path (empty for non-resource paths
+    /// such as `/version`): GET is `get` with a name, `list` without, `watch` with `watch=true`;
+    /// POST `create`, PUT `update`, PATCH `patch`, DELETE `delete` (`deletecollection` without a
+    /// name). A websocket upgrade of `pods/exec`, `attach` or `portforward` is also checked for
+    /// `create` (`AuthorizePodWebsocketUpgradeCreatePermission`, on by default since 1.31).
+    pub fn authorization(&self) -> Vec<ResourceAttributes> {
+        let segs: Vec<&str> = self.path.trim_matches('/').split('/').collect();
+        let (group, rest) = match segs.as_slice() {
+            ["api", _version, rest @ ..] => ("", rest),
+            ["apis", group, _version, rest @ ..] => (*group, rest),
+            _ => return Vec::new(),
+        };
+        let parts = match rest {
+            ["namespaces", _ns, resource, more @ ..] => [&[*resource][..], more].concat(),
+            other => other.to_vec(),
+        };
+        let (resource, name, subresource) = match parts.as_slice() {
+            [resource] => (*resource, None, None),
+            [resource, name] => (*resource, Some(*name), None),
+            [resource, name, sub, ..] => (*resource, Some(*name), Some(*sub)),
+            _ => return Vec::new(),
+        };
+        let verb = match self.method {
+            Method::GET if self.is_watch() => "watch",
+            Method::GET if name.is_some() => "get",
+            Method::GET => "list",
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE if name.is_some() => "delete",
+            Method::DELETE => "deletecollection",
+            _ => return Vec::new(),
+        };
+        let resource = match subresource {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_owned(),
+        };
+        let attributes = |verb: &str| ResourceAttributes {
+            group: group.to_owned(),
+            resource: resource.clone(),
+            verb: verb.to_owned(),
+        };
+        let mut checks = vec![attributes(verb)];
+        let websocket = self.upgrade.as_deref().is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+        if websocket && matches!(subresource, Some("exec" | "attach" | "portforward")) && verb == "get" {
+            checks.push(attributes("create"));
+        }
+        checks
     }
 }
 
@@ -181,6 +246,8 @@ pub struct FakeApiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     shutdown_tx: watch::Sender<bool>,
+    /// Stops the current accept loop ([`FakeApiServer::stop`]).
+    stop_tx: Mutex<watch::Sender<bool>>,
     accept: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -199,8 +266,45 @@ impl FakeApiServer {
             exec: exec::ExecState::default(),
             reviews: Mutex::default(),
         });
-        let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx));
-        FakeApiServer { addr, shared, shutdown_tx, accept: Mutex::new(Some(accept)) }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx, stop_rx));
+        FakeApiServer {
+            addr,
+            shared,
+            shutdown_tx,
+            stop_tx: Mutex::new(stop_tx),
+            accept: Mutex::new(Some(accept)),
+        }
+    }
+
+    /// Stops the server as a SIGTERM stops a real one (case 21b of `more-cases.json`): new
+    /// connections are refused at once, idle ones closed, requests in flight answered; an open
+    /// watch stays open but silent for `silent_for` (the real server's shutdown timeout, 60 s),
+    /// then ends with a clean EOF. The store is kept for [`FakeApiServer::restart`].
+    pub async fn stop(&self, silent_for: Duration) {
+        let _ = lock(&self.stop_tx).send(true);
+        let handle = lock(&self.accept).take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+        let watches = lock(&self.shared.store).detach_watches();
+        tokio::spawn(async move {
+            tokio::time::sleep(silent_for).await;
+            drop(watches);
+        });
+    }
+
+    /// Starts the stopped server again on the same port with the same store. Its watch cache
+    /// starts empty: a watch from a resourceVersion seen before the stop gets 200 and a single
+    /// ERROR event, 410 Expired "too old resource version", and the client has to list again.
+    pub async fn restart(&self) {
+        let listener = TcpListener::bind(self.addr).await.expect("bind the fake's port again");
+        lock(&self.shared.store).restarted();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        *lock(&self.stop_tx) = stop_tx;
+        let accept =
+            tokio::spawn(accept_loop(listener, self.shared.clone(), self.shared.shutdown.clone(), stop_rx));
+        *lock(&self.accept) = Some(accept);
     }
 
     /// The tokens TokenReview accepts and what SubjectAccessReview allows.
@@ -319,26 +423,48 @@ impl Drop for FakeApiServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = shutdown.changed() => {
+                conns.shutdown().await;
+                return;
+            }
+            _ = stop.changed() => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let shared = shared.clone();
+                let mut stop = stop.clone();
                 conns.spawn(async move {
                     let svc = service_fn(move |req| handle(shared.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
+                    let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
-                        .with_upgrades()
-                        .await;
+                        .with_upgrades();
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        _ = &mut conn => {}
+                        // Go's `Server.Shutdown`: idle connections close, requests in flight
+                        // (an open watch) go on until they end.
+                        _ = stop.changed() => {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = conn.await;
+                        }
+                    }
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
-    conns.shutdown().await;
+    // Stopped: the listener goes (new connections are refused); the open connections finish
+    // what they serve on their own.
+    drop(listener);
+    conns.detach_all();
 }
 
 /// Returned by the service to make hyper close the connection without an answer.
@@ -395,6 +521,7 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
 
 async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Result<Response<Body>, DropConnection> {
     // `pods/exec` upgrades the connection: claim the upgrade before the body is taken.
+    let upgrade = req.headers().get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let exec_upgrade = exec::claim(&mut req);
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -425,6 +552,7 @@ async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Result<Respo
             content_type: content_type.clone(),
             body: recorded_body,
             code: None,
+            upgrade,
         });
         reqs.len() - 1
     };
@@ -464,7 +592,9 @@ async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Result<Respo
         Outcome::Drop => Err(DropConnection),
         Outcome::Watch(w) => {
             record(Some(200));
-            Ok(watch_response(w, timeout, shared.shutdown.clone()))
+            let bookmarks = store_req.param("allowWatchBookmarks").is_some_and(is_true);
+            let bookmark = bookmarks.then(|| (shared.clone(), lock(&shared.store).rv));
+            Ok(watch_response(w, timeout, shared.shutdown.clone(), bookmark))
         }
     }
 }
@@ -504,21 +634,36 @@ fn reply_response(r: Reply) -> Response<Body> {
     resp
 }
 
+/// How long before a watch's timeout the fake sends its bookmark. The real server's bookmarks
+/// are not deterministic (case 21a: at 3.0 and 4.0 s of a 5 s watch in one run, 3.5 s in
+/// another); the fake sends one, at 3.0 s of 5.
+const BOOKMARK_BEFORE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The watch stream: the initial events, then live ones until the store ends the watch, the
+/// server shuts down or `timeoutSeconds` pass (a clean EOF). With `allowWatchBookmarks`
+/// (`bookmark`: the store and its version when the watch began), one BOOKMARK before the
+/// timeout, only if the store changed meanwhile (a quiet watch gets none, as in case 21a).
 fn watch_response(
     w: store::WatchStart,
     timeout: Option<u64>,
     shutdown: watch::Receiver<bool>,
+    bookmark: Option<(Arc<Shared>, u64)>,
 ) -> Response<Body> {
     struct State {
+        api: Api,
         initial: std::collections::VecDeque<Bytes>,
         live: Option<tokio::sync::mpsc::UnboundedReceiver<Bytes>>,
         deadline: Option<tokio::time::Instant>,
+        bookmark: Option<(Arc<Shared>, u64, tokio::time::Instant)>,
         shutdown: watch::Receiver<bool>,
     }
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t));
     let state = State {
+        api: w.api,
         initial: w.initial.into(),
         live: w.live,
-        deadline: timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t)),
+        deadline,
+        bookmark: bookmark.zip(deadline).map(|((shared, rv), d)| (shared, rv, d - BOOKMARK_BEFORE_TIMEOUT)),
         shutdown,
     };
     let stream = futures::stream::unfold(state, |mut s| async move {
@@ -536,13 +681,29 @@ fn watch_response(
                 None => std::future::pending().await,
             }
         };
+        let bookmark_at = s.bookmark.as_ref().map(|(_, _, at)| *at);
+        let bookmark_due = async move {
+            match bookmark_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let mut shutdown = s.shutdown.clone();
         tokio::select! {
             line = rx.recv() => line.map(|l| (l, s)),
+            _ = bookmark_due => {
+                let (shared, began, _) = s.bookmark.take()?;
+                let store = lock(&shared.store);
+                let line = (store.rv > began).then(|| store.bookmark_line(s.api));
+                drop(store);
+                // Nothing changed: no bookmark (the empty line is filtered out below).
+                Some((line.unwrap_or_default(), s))
+            }
             _ = sleep => None,
             _ = shutdown.changed() => None,
         }
     });
+    let stream = stream.filter(|b| futures::future::ready(!b.is_empty()));
     let body = StreamBody::new(stream.map(|b| Ok::<_, Infallible>(Frame::data(b))));
     let mut resp = Response::new(BodyExt::boxed(body));
     resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -122,6 +122,9 @@ pub struct Watcher {
     tx: mpsc::UnboundedSender<Bytes>,
 }
 
+/// Watches taken out of a stopping server's store ([`Store::detach_watches`]).
+pub struct DetachedWatches(#[allow(dead_code)] Vec<Watcher>);
+
 /// A reply with a body.
 #[derive(Clone, Debug)]
 pub struct Reply {
@@ -148,6 +151,8 @@ impl Reply {
 
 /// The start of a watch stream.
 pub struct WatchStart {
+    /// Which API the watch is of (for its bookmarks).
+    pub api: Api,
     /// Events to send first.
     pub initial: Vec<Bytes>,
     /// Live events; `None` when the stream ends after `initial`.
@@ -317,6 +322,34 @@ impl Store {
     /// Ends every open watch.
     pub fn close_watches(&mut self) {
         self.watchers.clear();
+    }
+
+    /// Takes the open watches out of the store: they get no more events, and end (a clean EOF)
+    /// when the returned value is dropped. A stopping server's watches, which the process
+    /// still holds open but no longer feeds.
+    pub fn detach_watches(&mut self) -> DetachedWatches {
+        DetachedWatches(std::mem::take(&mut self.watchers))
+    }
+
+    /// The server came back: its watch cache starts empty (the server writes its own objects
+    /// as it starts, so the version moves on), and a watch from any version seen before gets
+    /// 410 Expired, as a real server's does after a restart.
+    pub fn restarted(&mut self) {
+        self.rv += 1;
+        self.compact();
+    }
+
+    /// A BOOKMARK event at the current version: a bare object with only
+    /// `metadata.resourceVersion`, as the real server sends it.
+    pub fn bookmark_line(&self, api: Api) -> Bytes {
+        let bookmark = json!({
+            "kind": api.kind_name(),
+            "apiVersion": api.api_version(),
+            "metadata": {"resourceVersion": self.rv.to_string()},
+            "spec": {"containers": null},
+            "status": {},
+        });
+        event_line("BOOKMARK", &bookmark, api.ty())
     }
 
     // === committing changes ===
@@ -532,7 +565,7 @@ impl Store {
                 if n < self.floor {
                     let e = ApiError::expired(format!("too old resource version: {n} ({})", self.floor));
                     let line = event_line("ERROR", &e.status_json(), &schemas().status);
-                    return Outcome::Watch(WatchStart { initial: vec![line], live: None });
+                    return Outcome::Watch(WatchStart { api, initial: vec![line], live: None });
                 }
                 for c in self.history.iter().filter(|c| c.rv > n && c.kind == api.kind()) {
                     if let Some(line) = watch_event(&w, c) {
@@ -558,7 +591,7 @@ impl Store {
             }
         }
         self.watchers.push(w);
-        Outcome::Watch(WatchStart { initial, live: Some(rx) })
+        Outcome::Watch(WatchStart { api, initial, live: Some(rx) })
     }
 
     // === writes ===

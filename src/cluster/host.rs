@@ -1,0 +1,468 @@
+//! The cluster host: feeds the engine from the pod watch and acts on probe results (the
+//! status half of the kubelet's `SyncPod`, and the liveness kill as a pod DELETE).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use probelet_actors::Pipeline;
+use probelet_actors::container::ContainerId;
+use probelet_actors::contracts::PodLookup;
+use probelet_actors::metrics as names;
+use probelet_actors::prober::{ProbeKind, ProbeResult};
+use probelet_actors::results::ProbeResultChanged;
+use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
+use probelet_actors::status::generate_kubelet_conditions;
+use probelet_actors::sync::api_pod::ApiPod;
+use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, Reconcile, StatusSyncer};
+
+use super::backoff::Backoff;
+use super::changes::{OwnedField, only_owned_fields_changed, owned_fields_turned_off};
+use super::exec::ExecRunner;
+use super::watch::{ApiReachability, Reachability};
+use crate::cli::LivenessAction;
+use crate::host::history::ProbeHistory;
+use crate::host::phase::kill_grace_period;
+
+/// Feeds the engine from the watch and acts on probe results.
+pub struct ClusterHost {
+    pub client: kube::Client,
+    pub pipeline: Pipeline,
+    pub pods: probelet_actors::contracts::PodRegistry,
+    /// The probe history `/probes` serves; a deleted pod's runs are forgotten.
+    pub history: ProbeHistory,
+    pub exec: ExecRunner,
+    pub syncer: Addr<StatusSyncer>,
+    pub limiter: RateLimiter,
+    pub liveness_action: LivenessAction,
+    pub ready: Arc<std::sync::atomic::AtomicBool>,
+    /// UIDs seen during the current initial list.
+    pub known: HashSet<String>,
+    /// UIDs of pods a liveness DELETE is in flight or backing off for (one retry loop per pod),
+    /// or has deleted: kept until the watch reports the pod gone.
+    pub deleting: HashSet<String>,
+    /// Whether the watch reaches the API server (for the lost/back log lines).
+    pub api: ApiReachability,
+}
+
+impl ClusterHost {
+    fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
+        let Some(uid) = observed.pod.metadata.uid.clone() else { return };
+        let pod = Arc::new(observed.pod.clone());
+        let previous = self.pods.pod_by_uid(&uid);
+        self.syncer.do_send(ApiPodObserved(Arc::new(observed)));
+        self.pods.upsert(pod.clone());
+        self.exec.learn(&pod);
+        self.known.insert(uid.clone());
+        let Some(previous) = previous else {
+            self.sync(pod, ctx);
+            return;
+        };
+        // The echo of the agent's own write, or a writer that touched only the agent's fields.
+        let only_owned = only_owned_fields_changed(&previous, &pod);
+        let turned_off = owned_fields_turned_off(&previous, &pod);
+        if !only_owned {
+            // The runtime's write (container states) or a spec, metadata or foreign condition
+            // change: what a sync is for.
+            self.sync(pod.clone(), ctx);
+        }
+        if turned_off.is_empty() {
+            if only_owned {
+                tracing::trace!(
+                    pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                    "Pod update changed only the fields the agent writes; not syncing"
+                );
+            }
+            return;
+        }
+        // A flag the agent wrote true is false now: its own write (a failed probe), or another
+        // writer's reset, which the agent's own view of its probes tells apart.
+        let pipeline = self.pipeline.clone();
+        let fut = async move { pipeline.pod_status(&uid).await.ok().flatten() };
+        ctx.spawn(fut.into_actor(self).map(move |desired, act, _ctx| {
+            let Some(desired) = desired else { return };
+            let resets = runtime_resets(&desired, &turned_off);
+            for field in &resets {
+                metrics::counter!(names::PROBELET_RUNTIME_RESETS_TOTAL, "field" => field.as_str())
+                    .increment(1);
+            }
+            if !resets.is_empty() {
+                tracing::debug!(
+                    pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                    resets = resets.len(),
+                    "Another writer reset the container readiness the agent wrote; writing it again"
+                );
+                // With nothing but the flags changed, the status the agent wants is the one it
+                // had, so no new version is written: the syncer's reconcile (upstream
+                // `needsReconcile`) writes it again now rather than at its next period. (Along
+                // with the runtime's other changes, the sync above writes a new version.)
+                if only_owned {
+                    act.syncer.do_send(Reconcile);
+                }
+            }
+        }));
+    }
+
+    fn delete(&mut self, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let pod = Arc::new(pod);
+        self.pipeline.remove_pod(pod.clone());
+        // The registry first: the history drops runs of pods the registry no longer knows.
+        self.pods.remove(&uid);
+        self.history.remove_pod(&uid);
+        self.exec.forget(&pod);
+        self.known.remove(&uid);
+        self.deleting.remove(&uid);
+        self.syncer.do_send(ApiPodDeleted {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+        });
+        self.pipeline.remove_orphaned_statuses(
+            self.pods.pods().iter().filter_map(|p| p.metadata.uid.clone()).collect(),
+        );
+    }
+
+    /// The status half of the kubelet's `SyncPod`, with the runtime's container states taken
+    /// from the API status.
+    fn sync(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>) {
+        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let deleting = pod.metadata.deletion_timestamp.is_some();
+        if is_terminal(&pod) {
+            // The kubelet never runs SyncPod for a finished pod: workers added here would stop
+            // at their first probe. Stop any left from before the pod finished.
+            self.pipeline.remove_pod(pod.clone());
+        } else if !deleting {
+            // Unlike the kubelet, which first syncs a pod before its containers run, the agent
+            // meets pods whose containers already run: the workers must exist before the first
+            // UpdatePodStatus, or a container with a readiness probe would be reported ready
+            // before it was probed.
+            self.pipeline.add_pod(pod.clone());
+        }
+        let pipeline = self.pipeline.clone();
+        let fut = {
+            let pod = pod.clone();
+            async move {
+                let status = pod.status.clone().unwrap_or_default();
+                pipeline.update_pod_status(pod, status).await.ok()
+            }
+        };
+        ctx.spawn(fut.into_actor(self).map(move |status, act, _ctx| {
+            let Some(mut status) = status else { return };
+            // Deleted while the status was computed: a write now would re-create the status the
+            // delete just removed, and the syncer would then GET the gone pod every reconcile.
+            if act.pods.pod_by_uid(&uid).is_none() {
+                return;
+            }
+            generate_kubelet_conditions(&pod, &mut status);
+            act.pipeline.set_pod_status(pod.clone(), status);
+            if deleting {
+                // Readiness goes on through termination; liveness and startup stop.
+                act.pipeline.stop_liveness_and_startup(pod);
+            }
+        }));
+    }
+
+    /// A liveness or startup probe failed: with `--liveness-action delete-pod`, delete the pod
+    /// as the kubelet would kill the container (`computePodActions`) — only when that container
+    /// runs. Every worker writes Failure for a container that is not running, so a container
+    /// that merely exited or has not started yet must not cost the pod.
+    fn liveness_failed(&mut self, change: &ProbeResultChanged, ctx: &mut Context<Self>) {
+        let Some(pod) = self.pods.pod_by_uid(&change.pod_uid) else { return };
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(container) = running_container(&pod, &change.container_id) else {
+            tracing::debug!(pod = %pod_name, container_id = %change.container_id, probe_kind = %change.kind, "Probe failure of a container that is not running; nothing to kill");
+            return;
+        };
+        tracing::info!(pod = %pod_name, container = %container, container_id = %change.container_id, probe_kind = %change.kind, "Container failed its probe");
+        if self.liveness_action != LivenessAction::DeletePod || pod.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        let uid = change.pod_uid.clone();
+        if !self.deleting.insert(uid.clone()) {
+            return;
+        }
+        let grace = kill_grace_period(&pod, &container, Some(change.kind));
+        let params = DeleteParams {
+            grace_period_seconds: Some(u32::try_from(grace.as_secs()).unwrap_or(u32::MAX)),
+            preconditions: Some(kube::api::Preconditions { uid: Some(uid.clone()), resource_version: None }),
+            ..Default::default()
+        };
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+        let (limiter, pods, container_id) =
+            (self.limiter.clone(), self.pods.clone(), change.container_id.clone());
+        // The kubelet re-reads the liveness result on every pod sync and kills again until the
+        // container is gone; the worker here is on hold after its Failure and reports nothing
+        // new, so a failed DELETE must be retried here or never.
+        // Resolves to whether the pod is gone or being deleted.
+        let fut = async move {
+            let mut backoff = Backoff::new(DELETE_BACKOFF_INITIAL, DELETE_BACKOFF_MAX);
+            loop {
+                limiter.acquire().await;
+                let err = match tokio::time::timeout(DELETE_TIMEOUT, api.delete(&pod_name, &params)).await {
+                    Ok(Ok(_)) => return true,
+                    Ok(Err(err)) => match delete_failure(&err) {
+                        DeleteFailure::Settled => {
+                            tracing::debug!(pod = %pod_name, error = %err, "Pod already gone or replaced; nothing to delete");
+                            return true;
+                        }
+                        DeleteFailure::Permanent => {
+                            tracing::error!(pod = %pod_name, error = %err, "Failed to delete the pod after its liveness probe failed");
+                            return false;
+                        }
+                        DeleteFailure::Transient => err.to_string(),
+                    },
+                    Err(_) => format!("no answer within {}s", DELETE_TIMEOUT.as_secs()),
+                };
+                let wait = backoff.next_delay();
+                tracing::info!(pod = %pod_name, error = %err, retry_in = ?wait, "Failed to delete the pod after its liveness probe failed; retrying");
+                tokio::time::sleep(wait).await;
+                // The watch shows what the failed attempt cannot: the pod is gone, someone else
+                // is deleting it, or the failed container is no longer the one running.
+                let Some(current) = pods.pod_by_uid(&uid) else { return true };
+                if current.metadata.deletion_timestamp.is_some() {
+                    return true;
+                }
+                if running_container(&current, &container_id).is_none() {
+                    return false;
+                }
+            }
+        };
+        let uid = change.pod_uid.clone();
+        ctx.spawn(fut.into_actor(self).map(move |going, act, _ctx| {
+            // A pod on its way out needs no second DELETE for another container's failure
+            // before the watch catches up; otherwise a later failure may try again.
+            if !going {
+                act.deleting.remove(&uid);
+            }
+        }));
+    }
+}
+
+/// The first wait after a failed liveness DELETE; it doubles up to [`DELETE_BACKOFF_MAX`].
+const DELETE_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+const DELETE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// One DELETE attempt's bound (kube's own read timeout is 295 s).
+const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a failed liveness DELETE means for the retry loop.
+#[derive(Debug, PartialEq, Eq)]
+enum DeleteFailure {
+    /// 404: the pod is gone; 409: its UID precondition failed, so this pod is gone too.
+    Settled,
+    /// 429, 5xx, or no HTTP answer at all (connection, TLS, timeout): try again.
+    Transient,
+    /// Any other answer (400, 403, 422…): the same request would fail the same way.
+    Permanent,
+}
+
+fn delete_failure(err: &kube::Error) -> DeleteFailure {
+    match err {
+        kube::Error::Api(status) => match status.code {
+            404 | 409 => DeleteFailure::Settled,
+            429 | 500..=599 => DeleteFailure::Transient,
+            _ => DeleteFailure::Permanent,
+        },
+        _ => DeleteFailure::Transient,
+    }
+}
+
+/// The flags turned off that the agent's own status still has true: resets by another writer.
+fn runtime_resets(
+    desired: &k8s_openapi::api::core::v1::PodStatus,
+    turned_off: &[(String, OwnedField)],
+) -> Vec<OwnedField> {
+    let statuses: Vec<_> = desired
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(desired.init_container_statuses.iter().flatten())
+        .collect();
+    turned_off
+        .iter()
+        .filter(|(id, field)| {
+            statuses.iter().any(|cs| {
+                cs.container_id.as_deref() == Some(id.as_str())
+                    && match field {
+                        OwnedField::Ready => cs.ready,
+                        OwnedField::Started => cs.started == Some(true),
+                    }
+            })
+        })
+        .map(|(_, field)| *field)
+        .collect()
+}
+
+/// Whether the pod's phase is Succeeded or Failed.
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some(PHASE_SUCCEEDED | PHASE_FAILED))
+}
+
+/// The name of the container with this ID, if the pod's status shows it running.
+fn running_container(pod: &Pod, id: &ContainerId) -> Option<String> {
+    let id = id.to_string();
+    let status = pod.status.as_ref()?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .find(|c| {
+            c.container_id.as_deref() == Some(id.as_str())
+                && c.state.as_ref().is_some_and(|s| s.running.is_some())
+        })
+        .map(|c| c.name.clone())
+}
+
+impl Actor for ClusterHost {
+    type Context = Context<Self>;
+}
+
+impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for ClusterHost {
+    fn handle(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>, ctx: &mut Context<Self>) {
+        match self.api.on_event(&event) {
+            Reachability::Lost => tracing::warn!(
+                error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+                "Lost the API server: the pod watch failed; listing again every second until it answers"
+            ),
+            Reachability::Back => {
+                tracing::info!("The API server is back: the pod watch lists the node's pods again")
+            }
+            Reachability::Unchanged => {}
+        }
+        match event {
+            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => self.apply(pod, ctx),
+            Ok(WatchEvent::Delete(pod)) => self.delete(pod.pod),
+            Ok(WatchEvent::Init) => self.known.clear(),
+            Ok(WatchEvent::InitDone) => {
+                // Pods gone while the watch was down: stop probing them.
+                let gone: Vec<Arc<Pod>> = self
+                    .pods
+                    .pods()
+                    .into_iter()
+                    .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| !self.known.contains(u)))
+                    .collect();
+                for pod in gone {
+                    self.delete((*pod).clone());
+                }
+                self.pipeline.cleanup_pods(self.known.clone());
+                self.ready.store(true, Ordering::SeqCst);
+            }
+            Err(err) => tracing::debug!(error = %err, "Pod watch failed; retrying with back-off"),
+        }
+    }
+
+    fn finished(&mut self, _ctx: &mut Context<Self>) {
+        // The watcher never ends on its own; if it does, keep the actor (and probing) alive.
+        tracing::error!("Pod watch ended");
+    }
+}
+
+impl Handler<ProbeResultChanged> for ClusterHost {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProbeResultChanged, ctx: &mut Context<Self>) {
+        if msg.result == ProbeResult::Failure && matches!(msg.kind, ProbeKind::Liveness | ProbeKind::Startup)
+        {
+            self.liveness_failed(&msg, ctx);
+        }
+        if msg.kind != ProbeKind::Liveness
+            && let Some(pod) = self.pods.pod_by_uid(&msg.pod_uid)
+        {
+            self.sync(pod, ctx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        ContainerStatus, PodStatus,
+    };
+
+    fn status(name: &str, id: &str, state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            container_id: Some(id.into()),
+            state: Some(state),
+            ..Default::default()
+        }
+    }
+
+    fn pod(phase: &str) -> Pod {
+        let running =
+            ContainerState { running: Some(ContainerStateRunning::default()), ..Default::default() };
+        let waiting =
+            ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() };
+        let exited = ContainerState {
+            terminated: Some(ContainerStateTerminated { exit_code: 1, ..Default::default() }),
+            ..Default::default()
+        };
+        Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                container_statuses: Some(vec![
+                    status("app", "containerd://app", running.clone()),
+                    status("waiting", "containerd://waiting", waiting),
+                    status("exited", "containerd://exited", exited),
+                ]),
+                init_container_statuses: Some(vec![status("sidecar", "containerd://sidecar", running)]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_running_containers_are_killed() {
+        let pod = pod("Running");
+        let cases = [
+            ("containerd://app", Some("app")),
+            ("containerd://sidecar", Some("sidecar")),
+            ("containerd://waiting", None),
+            ("containerd://exited", None),
+            ("containerd://restarted", None),
+        ];
+        for (id, want) in cases {
+            let got = running_container(&pod, &ContainerId::parse(id));
+            assert_eq!(got.as_deref(), want, "{id}");
+        }
+        assert_eq!(running_container(&Pod::default(), &ContainerId::parse("containerd://app")), None);
+    }
+
+    #[test]
+    fn failed_deletes_are_retried_only_when_transient() {
+        let api = |code: u16| kube::Error::Api(kube::core::Status::failure("x", "y").with_code(code).boxed());
+        for (code, want) in [
+            (404, DeleteFailure::Settled),
+            (409, DeleteFailure::Settled),
+            (429, DeleteFailure::Transient),
+            (500, DeleteFailure::Transient),
+            (503, DeleteFailure::Transient),
+            (504, DeleteFailure::Transient),
+            (400, DeleteFailure::Permanent),
+            (403, DeleteFailure::Permanent),
+            (422, DeleteFailure::Permanent),
+        ] {
+            assert_eq!(delete_failure(&api(code)), want, "{code}");
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert_eq!(delete_failure(&kube::Error::Service(Box::new(io))), DeleteFailure::Transient);
+    }
+
+    #[test]
+    fn terminal_phases() {
+        for (phase, want) in [("Succeeded", true), ("Failed", true), ("Running", false), ("Pending", false)] {
+            assert_eq!(is_terminal(&pod(phase)), want, "{phase}");
+        }
+        assert!(!is_terminal(&Pod::default()));
+    }
+}

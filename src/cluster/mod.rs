@@ -1,0 +1,131 @@
+//! Cluster mode: the agent probes the pods bound to one node, for nodes where nothing else
+//! probes (virtual-kubelet nodes, custom runtimes, edge agents). Container states come from
+//! the pod status the node's runtime publishes; the agent adds `started` / `ready` and the
+//! Ready, ContainersReady and Initialized conditions, and writes them through the syncer.
+//! Exec probes run through the API server's `pods/exec`; events are core/v1 Events, counted
+//! like the kubelet's (what `kubectl describe pod` shows).
+//!
+//! The parts: [`watch`] (the node's pods from the API server), [`host`] (the actor that feeds
+//! the engine from the watch and acts on probe results), [`exec`] (exec probes through
+//! `pods/exec`), [`correlator`] and [`recorder`] (core/v1 Events, as client-go's
+//! `tools/record` counts and writes them).
+
+pub mod backoff;
+pub mod changes;
+pub mod correlator;
+pub mod exec;
+pub mod host;
+pub mod recorder;
+pub mod watch;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use probelet_actors::status::equality::ConditionOwnership;
+use probelet_actors::status::{CONTAINERS_READY, POD_INITIALIZED, POD_READY};
+use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::sync::syncer::{Flush, OwnedFields, SyncerConfig, start_syncer};
+
+pub use correlator::{CorrelatedEvent, EventCorrelator};
+pub use exec::ExecRunner;
+pub use host::ClusterHost;
+pub use recorder::{CoreEventRecorder, EVENT_BURST, EVENT_QPS, MAX_PENDING_EVENTS};
+pub use watch::pod_watch;
+
+use crate::agent::{AgentError, Common, wait_for_signal};
+use crate::cli::RunArgs;
+
+/// The User-Agent of every request (kube sends none by default).
+pub fn user_agent() -> String {
+    format!("probelet/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Builds the API client from a kubeconfig file, or the in-cluster configuration.
+pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentError> {
+    let err = |e: &dyn std::fmt::Display| AgentError::Cluster(e.to_string());
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(&path)
+                .map_err(|e| err(&format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(&e))?
+        }
+        None => kube::Config::incluster().map_err(|e| err(&e))?,
+    };
+    if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
+        config.headers.push((http::header::USER_AGENT, value));
+    }
+    kube::Client::try_from(config).map_err(|e| err(&e))
+}
+
+/// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
+pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
+    let client = client(kubeconfig).await?;
+    let mut common = Common::new()?;
+    common.probe_host_policy = args.probe_host_policy.into();
+    let limiter = RateLimiter::new(args.qps, args.burst);
+    // Exec probes have their own budget, as events do: a node full of exec probes must not
+    // delay the status writes the probes are for.
+    let exec = ExecRunner::new(client.clone(), RateLimiter::new(args.exec_qps, args.exec_burst));
+    let recorder = CoreEventRecorder::new(
+        client.clone(),
+        RateLimiter::new(EVENT_QPS, EVENT_BURST),
+        args.node_name.clone(),
+        common.events.clone(),
+    );
+    let pipeline = common.pipeline_with(Arc::new(exec.clone()), Arc::new(recorder));
+    let mut config = SyncerConfig::new(
+        client.clone(),
+        Arc::new(common.pods.clone()),
+        pipeline.status_manager.clone(),
+        common.clock.clone(),
+    );
+    config.limiter = limiter.clone();
+    // The node's runtime owns phase, IPs and container states; the agent writes only
+    // readiness: ready/started and the conditions it generates from them.
+    config.owned_fields = OwnedFields::ReadinessOnly;
+    config.ownership =
+        ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
+    let syncer = start_syncer(config);
+    let (addr, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
+    println!(
+        "probelet {}: cluster mode, node {}; http://{addr}/pods, /metrics",
+        env!("CARGO_PKG_VERSION"),
+        args.node_name
+    );
+
+    let host = ClusterHost {
+        client: client.clone(),
+        pipeline: pipeline.clone(),
+        pods: common.pods.clone(),
+        history: common.history.clone(),
+        exec,
+        syncer: syncer.clone(),
+        limiter,
+        liveness_action: args.liveness_action,
+        ready: common.ready.clone(),
+        known: HashSet::new(),
+        deleting: HashSet::new(),
+        api: Default::default(),
+    };
+    let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
+    let host = ClusterHost::create(move |ctx| {
+        ctx.add_stream(watch);
+        host
+    });
+    pipeline.subscribe_results(host.clone().recipient());
+
+    wait_for_signal().await;
+    println!("probelet: shutting down, flushing status writes");
+    for pod in common.pods.pods() {
+        pipeline.remove_pod(pod);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), syncer.send(Flush)).await;
+    let _ = stop_server.send(());
+    let _ = server.await;
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The node's pods from the API server: a list, then a watch, re-listed after a failure; and
+//! whether the API server is reachable, as the watch sees it.
+//!
+//! Upstream counterpart: the kubelet's pod informer (client-go's reflector). Like the
+//! reflector, the watch asks the server to end it after a randomised timeout and accepts
+//! bookmarks, so a connection never sits idle for ever; unlike it, the re-list back-off is
+//! capped at [`RELIST_BACKOFF_MAX`] (the reflector's grows to 30 s): after an outage, a pod
+//! created when the server returns is seen within about two seconds of the return, whatever the
+//! outage's length. (A real API server that gets SIGTERM refuses new connections at once but
+//! keeps an open watch silent until its 60 s shutdown timeout; it cannot be back before that,
+//! so the silent watch has ended by the time it returns.)
+
+use std::time::Duration;
+
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use probelet_actors::sync::api_pod::ApiPod;
+
+use super::backoff::Backoff;
+
+/// The first wait before re-listing after a failure.
+pub const RELIST_BACKOFF_INITIAL: Duration = Duration::from_millis(500);
+/// The longest wait between re-list attempts (jittered within its upper half).
+pub const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The back-off starts over once the watch has gone this long without a failure.
+pub const RELIST_BACKOFF_RESET: Duration = Duration::from_secs(10);
+/// The watch's `timeoutSeconds` is drawn from this range. The reflector draws from 5–10 min;
+/// kube's client gives up on a response after 295 s of silence, so the range stays below that.
+pub const WATCH_TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 145..=290;
+
+/// The node's pods, as watcher events, each pod with the server's JSON kept for the syncer's
+/// merge base (fields newer than the agent's types survive its writes).
+pub fn pod_watch(
+    client: kube::Client,
+    node_name: &str,
+    selector: Option<&str>,
+) -> impl futures::Stream<Item = Result<WatchEvent<ApiPod>, watcher::Error>> + 'static {
+    let timeout = rand::random_range(WATCH_TIMEOUT_SECONDS);
+    // Bookmarks are on by default.
+    let mut config =
+        watcher::Config::default().fields(&format!("spec.nodeName={node_name}")).timeout(timeout);
+    if let Some(selector) = selector {
+        config = config.labels(selector);
+    }
+    let backoff =
+        Backoff::new(RELIST_BACKOFF_INITIAL, RELIST_BACKOFF_MAX).jittered().reset_after(RELIST_BACKOFF_RESET);
+    watcher::watcher(Api::<ApiPod>::all(client), config).backoff(backoff)
+}
+
+/// Whether the API server answers the watch: one log line when it is lost, one when it is
+/// back, however many requests fail in between.
+#[derive(Debug, Default)]
+pub struct ApiReachability {
+    lost: bool,
+}
+
+/// What a watch event says about the API server.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reachability {
+    /// The first failure after the server answered.
+    Lost,
+    /// The first answer after a failure.
+    Back,
+    Unchanged,
+}
+
+impl ApiReachability {
+    pub fn on_event<K>(&mut self, event: &Result<WatchEvent<K>, watcher::Error>) -> Reachability {
+        match event {
+            // Emitted when a re-list starts, before any request: no answer yet.
+            Ok(WatchEvent::Init) => Reachability::Unchanged,
+            Ok(_) if self.lost => {
+                self.lost = false;
+                Reachability::Back
+            }
+            Ok(_) => Reachability::Unchanged,
+            // The server answered: the watch's version is too old (a compaction, or a restart
+            // emptied the watch cache). The watcher lists again; nothing is lost.
+            Err(err) if is_expired(err) => Reachability::Unchanged,
+            Err(_) if !self.lost => {
+                self.lost = true;
+                Reachability::Lost
+            }
+            Err(_) => Reachability::Unchanged,
+        }
+    }
+}
+
+/// 410 Gone / Expired, as an ERROR event of the watch or as the answer to its request.
+fn is_expired(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::core::Status;
+
+    fn refused() -> Result<WatchEvent<Pod>, watcher::Error> {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        Err(watcher::Error::InitialListFailed(kube::Error::Service(Box::new(io))))
+    }
+
+    fn expired() -> Result<WatchEvent<Pod>, watcher::Error> {
+        Err(watcher::Error::WatchError(
+            Status::failure("too old resource version: 5 (7)", "Expired").with_code(410).boxed(),
+        ))
+    }
+
+    #[test]
+    fn one_lost_and_one_back_per_outage() {
+        let mut api = ApiReachability::default();
+        let outage = [
+            (Ok(WatchEvent::Apply(Pod::default())), Reachability::Unchanged),
+            (refused(), Reachability::Lost),
+            (Ok(WatchEvent::Init), Reachability::Unchanged),
+            (refused(), Reachability::Unchanged),
+            (Ok(WatchEvent::Init), Reachability::Unchanged),
+            (refused(), Reachability::Unchanged),
+            (expired(), Reachability::Unchanged),
+            (Ok(WatchEvent::Init), Reachability::Unchanged),
+            (Ok(WatchEvent::InitApply(Pod::default())), Reachability::Back),
+            (Ok(WatchEvent::InitDone), Reachability::Unchanged),
+        ];
+        for (i, (event, want)) in outage.into_iter().enumerate() {
+            assert_eq!(api.on_event(&event), want, "event {i}");
+        }
+    }
+
+    #[test]
+    fn an_expired_watch_is_no_outage() {
+        let mut api = ApiReachability::default();
+        assert_eq!(api.on_event(&expired()), Reachability::Unchanged);
+        assert_eq!(api.on_event(&Ok(WatchEvent::<Pod>::InitDone)), Reachability::Unchanged);
+    }
+}

@@ -1,0 +1,211 @@
+//! The fake API server's watch against the recording of a real kube-apiserver
+//! (`tests/fixtures/apiserver/more-cases.json`): case 21a (`timeoutSeconds` ends a watch with a
+//! clean EOF; bookmarks with `allowWatchBookmarks`, none on a quiet watch) and 21b (a stopped
+//! server refuses new connections, keeps an open watch silent and then ends it cleanly; once
+//! restarted, a watch from the last version seen gets a single ERROR event, 410 Expired).
+//! Real time, on 127.0.0.1: the timings are the server's.
+
+// Helpers here may panic: a panic fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::apiserver::FakeApiServer;
+use tokio::time::Instant;
+
+/// A step of a recorded case.
+fn recorded_step(case: &str, label: &str) -> Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/apiserver/more-cases.json");
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = all.as_array().cloned().or_else(|| all["cases"].as_array().cloned()).unwrap();
+    let case = cases.into_iter().find(|c| c["name"] == case).unwrap();
+    case["steps"].as_array().unwrap().iter().find(|s| s["label"] == label).unwrap().clone()
+}
+
+/// Resource versions as the recording writes them.
+fn normalised(mut object: Value) -> Value {
+    if object["metadata"]["resourceVersion"].is_string() {
+        object["metadata"]["resourceVersion"] = json!("RV");
+    }
+    if let Some(message) = object["message"].as_str() {
+        let rv = |s: &str| {
+            if s.chars().all(|c| c.is_ascii_digit()) && !s.is_empty() {
+                "RV".to_owned()
+            } else {
+                s.to_owned()
+            }
+        };
+        let words: Vec<String> = message
+            .split(' ')
+            .map(|w| match w.strip_prefix('(').and_then(|w| w.strip_suffix(')')) {
+                Some(inner) => format!("({})", rv(inner)),
+                None => rv(w),
+            })
+            .collect();
+        object["message"] = json!(words.join(" "));
+    }
+    object
+}
+
+/// What a watch delivered: events with their arrival time, and how and when it ended.
+#[derive(Debug)]
+struct Watched {
+    events: Vec<(Duration, Value)>,
+    /// `true`: a clean end of the chunked stream; `false`: the connection broke.
+    clean_eof: bool,
+    ended: Duration,
+}
+
+impl Watched {
+    fn types(&self) -> Vec<&str> {
+        self.events.iter().map(|(_, e)| e["type"].as_str().unwrap()).collect()
+    }
+}
+
+/// Opens a watch and reads it to its end, forwarding each event as it arrives.
+async fn watch(
+    client: kube::Client,
+    path: String,
+    seen: tokio::sync::mpsc::UnboundedSender<Value>,
+) -> Watched {
+    let started = Instant::now();
+    let request = http::Request::get(path).body(kube::client::Body::empty()).unwrap();
+    let response = client.send(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let (mut events, mut buffer) = (Vec::new(), Vec::new());
+    let clean_eof = loop {
+        match body.frame().await {
+            None => break true,
+            Some(Err(_)) => break false,
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else { continue };
+                buffer.extend_from_slice(&data);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    let event: Value = serde_json::from_slice(&line).unwrap();
+                    let _ = seen.send(event.clone());
+                    events.push((started.elapsed(), event));
+                }
+            }
+        }
+    };
+    Watched { events, clean_eof, ended: started.elapsed() }
+}
+
+fn pod(name: &str, node: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "fx"}},
+        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}], "nodeName": node},
+    }))
+    .unwrap()
+}
+
+async fn mark_running(api: &Api<Pod>, name: &str) {
+    let patch = json!({"status": {"phase": "Running"}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
+}
+
+fn around(at: Duration, secs: f64) -> bool {
+    (at.as_secs_f64() - secs).abs() <= 0.6
+}
+
+#[tokio::test]
+async fn case_21a_a_watch_ends_at_its_timeout_with_bookmarks_only_when_something_changed() {
+    let fake = FakeApiServer::start().await;
+    let client = fake.client();
+    let api: Api<Pod> = Api::namespaced(client.clone(), "fx");
+    let list = api.list(&ListParams::default().fields("spec.nodeName=node-a")).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+    let path = |node: &str, rv: &str| {
+        format!(
+            "/api/v1/namespaces/fx/pods?watch=1&fieldSelector=spec.nodeName%3D{node}&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=5"
+        )
+    };
+    let (seen, _) = tokio::sync::mpsc::unbounded_channel();
+    let watching = tokio::spawn(watch(client.clone(), path("node-a", &rv), seen.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    api.create(&PostParams::default(), &pod("w21", "node-a")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    mark_running(&api, "w21").await;
+    let watched = watching.await.unwrap();
+
+    let recorded = recorded_step("21a-watch-timeout-and-bookmarks", "watch");
+    // The recording got two bookmarks (3.0 and 4.0 s), an earlier run one (3.5 s): the fake
+    // sends one, at 3.0 s.
+    assert_eq!(watched.types(), ["ADDED", "MODIFIED", "BOOKMARK"], "{watched:?}");
+    let (at, bookmark) = &watched.events[2];
+    assert!(around(*at, 3.0), "the bookmark at {at:?}");
+    assert_eq!(normalised(bookmark["object"].clone()), recorded["response"]["events"][2]["object"]);
+    assert!(watched.clean_eof && around(watched.ended, 5.0), "a clean EOF at 5 s: {watched:?}");
+
+    // A quiet watch (no matching pods, no writes) from the last version seen: nothing at all.
+    let last = watched.events[2].1["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let quiet = watch(client, path("node-b", &last), seen).await;
+    let recorded = recorded_step("21a-watch-timeout-and-bookmarks", "watch-quiet-node-b");
+    assert_eq!(quiet.events.len(), recorded["response"]["events"].as_array().unwrap().len());
+    assert!(quiet.clean_eof && around(quiet.ended, 5.0), "a clean EOF at 5 s: {quiet:?}");
+}
+
+#[tokio::test]
+async fn case_21b_a_stopped_server_keeps_a_watch_silent_and_after_its_restart_the_watch_has_expired() {
+    let fake = FakeApiServer::start().await;
+    let client = fake.client();
+    let api: Api<Pod> = Api::namespaced(client.clone(), "fx");
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let (seen, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
+    let path = format!("/api/v1/namespaces/fx/pods?watch=1&resourceVersion={rv}");
+    let watching = tokio::spawn(watch(client.clone(), path, seen.clone()));
+    api.create(&PostParams::default(), &pod("r1", "node-a")).await.unwrap();
+    mark_running(&api, "r1").await;
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(10), arrivals.recv()).await.unwrap().unwrap();
+    }
+
+    // The real server's shutdown timeout is 60 s; 2 s here.
+    let stopped = Instant::now();
+    fake.stop(Duration::from_secs(2)).await;
+    let fresh: Api<Pod> = Api::namespaced(fake.client(), "fx");
+    let refused = fresh.list(&ListParams::default()).await.unwrap_err();
+    assert!(!matches!(refused, kube::Error::Api(_)), "no answer, the connection is refused: {refused:?}");
+    let watched = watching.await.unwrap();
+    let recorded = recorded_step("21b-watch-server-restart", "watch-until-sigterm");
+    let recorded_types: Vec<&str> =
+        recorded["response"]["event_types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(watched.types(), recorded_types, "nothing after the stop: no ERROR, no bookmark");
+    assert!(watched.clean_eof, "the silent watch ends with a clean EOF: {watched:?}");
+    let silent = stopped.elapsed();
+    assert!(around(silent, 2.0), "after the shutdown timeout: {silent:?}");
+
+    fake.restart().await;
+    let last = watched.events[1].1["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let path = format!("/api/v1/namespaces/fx/pods?watch=1&resourceVersion={last}&timeoutSeconds=3");
+    let expired = watch(client.clone(), path, seen).await;
+    let recorded = recorded_step("21b-watch-server-restart", "watch-from-last-seen-rv-after-restart");
+    assert_eq!(expired.types(), ["ERROR"], "{expired:?}");
+    assert_eq!(
+        normalised(expired.events[0].1["object"].clone()),
+        recorded["response"]["events"][0]["object"]
+    );
+    assert!(expired.clean_eof && expired.ended < Duration::from_secs(1), "ends after the ERROR: {expired:?}");
+
+    api.create(&PostParams::default(), &pod("r2", "node-a")).await.unwrap();
+    let names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    assert_eq!(names, ["r1", "r2"], "the store survived the restart");
+}
