@@ -2,6 +2,9 @@
 //! (status patches with the UID precondition, deletes with preconditions), a `kube::runtime`
 //! watcher on a field selector, lists, events, and the fake's test controls (seeding, request
 //! recording, fault injection).
+
+// The real binary runs on real time: its tests read the real clocks too.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -11,6 +11,9 @@
 //! watch, make the `actions_during_watch` writes, and compare the event sequence.
 //!
 //! Every mismatch is collected with its case, step and field; the test fails listing them all.
+
+// The real binary runs on real time: its tests read the real clocks too.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

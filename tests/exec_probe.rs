@@ -2,6 +2,9 @@
 //! local-process runner. Commands are `sh -c` scripts and coreutils; scripts that must be
 //! killed print their PIDs first so the test can check nothing is left running.
 
+// The real binary runs on real time: its tests read the real clocks too.
+#![allow(clippy::disallowed_methods)]
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -9,6 +9,9 @@
 //!
 //! Run: `cargo build --workspace --release --example linger && ./target/release/examples/linger 3000`
 
+// A measurement of real sockets: it times them on the real clock.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -69,7 +69,7 @@ impl CoreEventRecorder {
 impl EventRecorder for CoreEventRecorder {
     fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
         self.local.record(object, event_type, reason, message);
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let now = Time(self.local.now());
         let correlated = match self.correlator.lock() {
             Ok(mut correlator) => {
                 correlator.correlate(object, event_type.as_str(), reason, message, Instant::now(), &now)

@@ -66,6 +66,8 @@ pub fn tone_of_transition(line: &str) -> Tone {
 
 /// Prints one console line: the time, then the text in its tone.
 pub fn print(tone: Tone, text: &str) {
+    // What a person reads beside the line is the real time, not a test's clock.
+    #[allow(clippy::disallowed_methods)]
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
     println!("{now} {}", paint(tone, text, stdout_colour()));
 }

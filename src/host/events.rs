@@ -46,6 +46,11 @@ impl EventLog {
         EventLog { events: Arc::default(), clock }
     }
 
+    /// The wall-clock time on this log's clock (event timestamps read it).
+    pub fn now(&self) -> k8s_openapi::jiff::Timestamp {
+        self.clock.now()
+    }
+
     /// The kept events, oldest first.
     pub fn recent(&self) -> Vec<RecentEvent> {
         self.events.lock().map(|e| e.iter().cloned().collect()).unwrap_or_default()
