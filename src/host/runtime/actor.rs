@@ -1,0 +1,665 @@
+//! The runtime actor and its messages: it decides what starts, restarts and stops, and keeps
+//! each pod's [`PodRuntime`]; launching and stopping processes, the back-off and the status
+//! conversion live in the sibling modules.
+
+use std::collections::HashMap;
+use std::collections::HashSet;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::FutureExt as _;
+use futures::future::{LocalBoxFuture, join_all};
+use k8s_openapi::api::core::v1::{Container, ContainerStateTerminated, ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use tokio::process::Child;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::clock::SharedClock;
+use crate::container::ContainerId;
+use crate::contracts::{EventRecorder, EventType};
+use crate::local_runner::{LocalCommandRunner, LocalContainer};
+use crate::prober::{container_reference, pod_name};
+use crate::process::{Signal, signal_group};
+
+use super::super::phase::kill_grace_period;
+use super::launch::{Launch, exit_code, forward_output, new_container_id};
+use super::state::{
+    Current, Outcome, PodRuntime, RestartPolicy, Role, Running, Slot, find_container, pod_status,
+    should_restart,
+};
+use super::stop::{ProcessGuard, stop_process, wait_exited};
+use super::{
+    DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_KILLING,
+    EVENT_STARTED, REASON_COMPLETED, REASON_CONTAINER_CANNOT_RUN, REASON_ERROR,
+};
+
+/// The exit code a runtime reports for a container it could not start.
+const CANNOT_RUN_EXIT_CODE: i32 = 128;
+
+// === messages ===
+
+/// Make the pod's containers match its spec: init containers in order, then the regular
+/// containers, restarting exited ones per the restart policy. Idempotent; sent on every pod sync.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SyncPod {
+    pub pod: Arc<Pod>,
+    /// IDs (`probelet://…`) of the containers whose status, as the status manager has it, says
+    /// `started: true`. A sidecar with a startup probe lets the next container start only once
+    /// its running instance is in here (upstream waits for the startup result `Success`).
+    pub started: HashSet<String>,
+}
+
+impl SyncPod {
+    /// A sync that knows of no started container.
+    pub fn new(pod: Arc<Pod>) -> Self {
+        SyncPod { pod, started: HashSet::new() }
+    }
+}
+
+/// Kill one container (SIGTERM to its process group, SIGKILL after `grace`) with a `Killing`
+/// event carrying `message`. Its exit then goes through the restart policy like any other.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct KillContainer {
+    pub pod_uid: String,
+    pub container: String,
+    pub message: String,
+    pub grace: Duration,
+}
+
+/// Stop every container of the pod, each with `grace` (regular and init containers first, then
+/// sidecars in reverse order), and never start any again. Resolves when all have exited.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct KillPod {
+    pub pod_uid: String,
+    pub grace: Duration,
+}
+
+/// Forget a pod whose containers are all stopped (a container still running is SIGKILLed).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RemovePod(pub String);
+
+/// The runtime's view of a pod's containers, as the kubelet would build container statuses.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Option<RuntimePodStatus>")]
+pub struct GetRuntimeStatus(pub String);
+
+/// Container statuses in spec order. `ready` is false and `started` unset: the engine sets them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimePodStatus {
+    pub init_containers: Vec<ContainerStatus>,
+    pub containers: Vec<ContainerStatus>,
+}
+
+/// Some container of the pod changed state (started, exited, back-off began or ended).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RuntimeChanged {
+    pub pod_uid: String,
+}
+
+/// Be told [`RuntimeChanged`] from now on.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubscribeRuntime(pub Recipient<RuntimeChanged>);
+
+// === the actor ===
+
+/// Runs pods' containers as local processes.
+pub struct ProcessRuntime {
+    /// Where started containers are registered, so exec probes run with their env and directory.
+    runner: LocalCommandRunner,
+    recorder: Arc<dyn EventRecorder>,
+    /// Timestamps in container states.
+    clock: SharedClock,
+    /// First crash-loop back-off; doubles per restart up to `max_backoff`.
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    /// By pod UID.
+    pods: HashMap<String, PodRuntime>,
+    subscribers: Vec<Recipient<RuntimeChanged>>,
+}
+
+impl ProcessRuntime {
+    /// A runtime with the kubelet's back-off (10 s doubling to 300 s).
+    pub fn new(runner: LocalCommandRunner, recorder: Arc<dyn EventRecorder>, clock: SharedClock) -> Self {
+        ProcessRuntime {
+            runner,
+            recorder,
+            clock,
+            initial_backoff: DEFAULT_INITIAL_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            pods: HashMap::new(),
+            subscribers: Vec::new(),
+        }
+    }
+
+    /// Replaces the crash-loop back-off (tests use milliseconds). A `max` below `initial` is
+    /// raised to it.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max.max(initial);
+        self
+    }
+
+    fn notify(&mut self, pod_uid: &str) {
+        self.subscribers.retain(|s| s.connected());
+        for subscriber in &self.subscribers {
+            subscriber.do_send(RuntimeChanged { pod_uid: pod_uid.to_owned() });
+        }
+    }
+
+    fn record(&self, pod: &Pod, container: &Container, event_type: EventType, reason: &str, message: &str) {
+        self.recorder.record(&container_reference(pod, container), event_type, reason, message);
+    }
+
+    /// Wall-clock now at the API's precision (seconds).
+    fn now_time(&self) -> Time {
+        let now = self.clock.now();
+        Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
+    }
+
+    fn slot_mut(&mut self, pod_uid: &str, name: &str) -> Option<&mut Slot> {
+        self.pods.get_mut(pod_uid)?.containers.get_mut(name)
+    }
+
+    /// Upstream `computeInitContainerActions` for a sidecar: it is initialized once it runs and
+    /// its startup probe, if it has one, has succeeded — then the next container may start. It
+    /// stays initialized (upstream goes on from the last started init container).
+    fn sidecar_initialized(&mut self, pod_uid: &str, container: &Container) -> bool {
+        let Some(PodRuntime { started, containers, .. }) = self.pods.get_mut(pod_uid) else { return false };
+        let Some(slot) = containers.get_mut(&container.name) else { return false };
+        if !slot.initialized
+            && let Current::Running(running) = &slot.current
+        {
+            slot.initialized = container.startup_probe.is_none() || started.contains(&running.id.to_string());
+        }
+        slot.initialized
+    }
+
+    fn is_running(&self, pod_uid: &str, name: &str) -> bool {
+        self.pods
+            .get(pod_uid)
+            .and_then(|p| p.containers.get(name))
+            .is_some_and(|s| matches!(s.current, Current::Running(_)))
+    }
+
+    /// The kubelet's `computePodActions` + `SyncPod`, reduced to starting what should run.
+    fn reconcile(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get(pod_uid) else { return };
+        if state.terminating || state.init_failed {
+            return;
+        }
+        let pod = state.pod.clone();
+        let Some(spec) = pod.spec.as_ref() else { return };
+        let policy = RestartPolicy::of(&pod);
+        let init_containers = spec.init_containers.as_deref().unwrap_or_default();
+
+        if !state.initialized {
+            for container in init_containers {
+                let role = Role::of_init(container);
+                if role == Role::Sidecar {
+                    if !self.is_running(pod_uid, &container.name) {
+                        self.try_start(pod_uid, container, role, ctx);
+                    }
+                    if self.sidecar_initialized(pod_uid, container) {
+                        continue;
+                    }
+                    return;
+                }
+                match self.outcome(pod_uid, &container.name) {
+                    Outcome::ExitedWith(0) => continue,
+                    Outcome::Running => return,
+                    Outcome::ExitedWith(_) | Outcome::StartFailed if policy == RestartPolicy::Never => {
+                        tracing::info!(pod = %pod_name(&pod), container = %container.name, "init container failed and the pod's restart policy is Never");
+                        if let Some(state) = self.pods.get_mut(pod_uid) {
+                            state.init_failed = true;
+                        }
+                        // Upstream kills the pod: the sidecars started so far stop too.
+                        self.complete(pod_uid, ctx);
+                        return;
+                    }
+                    Outcome::ExitedWith(_) | Outcome::StartFailed | Outcome::NotStarted => {
+                        self.try_start(pod_uid, container, role, ctx);
+                        return;
+                    }
+                }
+            }
+            if let Some(state) = self.pods.get_mut(pod_uid) {
+                state.initialized = true;
+            }
+        }
+
+        for container in init_containers.iter().filter(|c| Role::of_init(c) == Role::Sidecar) {
+            if !self.is_running(pod_uid, &container.name) {
+                self.try_start(pod_uid, container, Role::Sidecar, ctx);
+            }
+        }
+        for container in &spec.containers {
+            let start = match self.outcome(pod_uid, &container.name) {
+                Outcome::NotStarted | Outcome::StartFailed => true,
+                Outcome::Running => false,
+                Outcome::ExitedWith(code) => should_restart(Role::Regular, policy, code),
+            };
+            if start {
+                self.try_start(pod_uid, container, Role::Regular, ctx);
+            }
+        }
+        // Upstream `computePodActions`: an initialized pod with no regular container to keep
+        // running or to start is killed, so that its sidecars do not keep it alive.
+        let completed = !spec.containers.is_empty()
+            && spec.containers.iter().all(|c| {
+                matches!(self.outcome(pod_uid, &c.name),
+                    Outcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
+            });
+        if completed {
+            self.complete(pod_uid, ctx);
+        }
+    }
+
+    /// The pod will run nothing more (it completed, or an init container failed under `Never`):
+    /// no restarts from now on, and its sidecars are stopped, last first.
+    fn complete(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        if state.terminating {
+            return;
+        }
+        state.terminating = true;
+        for slot in state.containers.values_mut() {
+            if let Some(timer) = slot.timer.take() {
+                ctx.cancel_future(timer);
+            }
+        }
+        let pod = state.pod.clone();
+        let sidecars: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| Role::of_init(c) == Role::Sidecar && self.is_running(pod_uid, &c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        if sidecars.is_empty() {
+            return;
+        }
+        tracing::info!(pod = %pod_name(&pod), "no regular container will run any more, stopping the sidecars");
+        let grace = kill_grace_period(&pod, "", None);
+        let stop = self.stop_sidecars(pod_uid.to_owned(), sidecars, grace);
+        ctx.spawn(stop);
+    }
+
+    fn outcome(&self, pod_uid: &str, name: &str) -> Outcome {
+        match self.pods.get(pod_uid).and_then(|p| p.containers.get(name)).map(|s| &s.current) {
+            None | Some(Current::NotStarted) => Outcome::NotStarted,
+            Some(Current::Running(_)) => Outcome::Running,
+            Some(Current::Exited { terminated, .. }) => Outcome::ExitedWith(terminated.exit_code),
+            Some(Current::StartFailed { .. }) => Outcome::StartFailed,
+        }
+    }
+
+    /// Starts the container unless a restart is pending or it is backing off (upstream
+    /// `doBackOff`: in back-off since the last exit → wait, with a `BackOff` event; otherwise
+    /// the back-off grows and the container starts now).
+    fn try_start(&mut self, pod_uid: &str, container: &Container, role: Role, ctx: &mut Context<Self>) {
+        let (initial, max) = (self.initial_backoff, self.max_backoff);
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        let pod = state.pod.clone();
+        let slot = state.containers.entry(container.name.clone()).or_insert_with(|| Slot::new(initial, max));
+        if slot.timer.is_some() || matches!(slot.current, Current::Running(_)) {
+            return;
+        }
+        if let Some(event) = slot.last_event {
+            let now = Instant::now();
+            if let Some(remaining) = slot.backoff.remaining_since(event, now) {
+                let message = format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    container.name,
+                    pod_name(&pod)
+                );
+                tracing::debug!(pod = %pod_name(&pod), container = %container.name, ?remaining, "container is backing off");
+                self.schedule_retry(pod_uid, &container.name, remaining, ctx);
+                self.record(&pod, container, EventType::Warning, EVENT_BACK_OFF, &message);
+                self.notify(pod_uid);
+                return;
+            }
+            slot.backoff.next(event, now);
+        }
+        self.start_container(pod_uid, &pod, container, role, ctx);
+    }
+
+    fn schedule_retry(&mut self, pod_uid: &str, name: &str, delay: Duration, ctx: &mut Context<Self>) {
+        let (uid, container) = (pod_uid.to_owned(), name.to_owned());
+        let handle = ctx.run_later(delay, move |act, ctx| {
+            if let Some(slot) = act.slot_mut(&uid, &container) {
+                slot.timer = None;
+            }
+            act.reconcile(&uid, ctx);
+        });
+        if let Some(slot) = self.slot_mut(pod_uid, name) {
+            slot.timer = Some(handle);
+        }
+    }
+
+    /// Upstream `startContainer`: `Created`, then `Started` or `Failed`.
+    fn start_container(
+        &mut self,
+        pod_uid: &str,
+        pod: &Arc<Pod>,
+        container: &Container,
+        role: Role,
+        ctx: &mut Context<Self>,
+    ) {
+        let launch = Launch::of(container);
+        for name in &launch.skipped {
+            tracing::warn!(pod = %pod_name(pod), container = %container.name, env = %name, "env valueFrom is not supported by the local runtime, variable not set");
+        }
+        if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+            tracing::warn!(pod = %pod_name(pod), container = %container.name, "envFrom is not supported by the local runtime, ignored");
+        }
+        let id = new_container_id();
+        self.record(
+            pod,
+            container,
+            EventType::Normal,
+            EVENT_CREATED,
+            &format!("Created container: {}", container.name),
+        );
+        match launch.spawn() {
+            Ok(child) => self.container_started(pod_uid, pod, container, id, launch, child, ctx),
+            Err(message) => {
+                tracing::warn!(pod = %pod_name(pod), container = %container.name, error = %message, "cannot start container");
+                self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
+                let retry = should_restart(role, RestartPolicy::of(pod), CANNOT_RUN_EXIT_CODE);
+                let finished_at = self.now_time();
+                let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
+                slot.last_event = Some(Instant::now());
+                let previous = match std::mem::replace(&mut slot.current, Current::NotStarted) {
+                    Current::Exited { id, terminated } => {
+                        slot.last_terminated = Some(terminated);
+                        Some(id)
+                    }
+                    Current::StartFailed { id, .. } => id,
+                    Current::NotStarted | Current::Running(_) => None,
+                };
+                if retry {
+                    slot.current = Current::StartFailed { id: previous, message };
+                    // Through the timer, not recursively: the back-off decides when.
+                    self.schedule_retry(pod_uid, &container.name, Duration::ZERO, ctx);
+                } else {
+                    // What a CRI runtime reports for a created container that could not run.
+                    slot.started += 1;
+                    slot.current = Current::Exited {
+                        terminated: ContainerStateTerminated {
+                            exit_code: CANNOT_RUN_EXIT_CODE,
+                            reason: Some(REASON_CONTAINER_CANNOT_RUN.to_owned()),
+                            message: Some(message),
+                            finished_at: Some(finished_at),
+                            container_id: Some(id.to_string()),
+                            ..Default::default()
+                        },
+                        id,
+                    };
+                }
+                self.notify(pod_uid);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn container_started(
+        &mut self,
+        pod_uid: &str,
+        pod: &Arc<Pod>,
+        container: &Container,
+        id: ContainerId,
+        launch: Launch,
+        mut child: Child,
+        ctx: &mut Context<Self>,
+    ) {
+        let pgid = child.id();
+        let pod_label = pod_name(pod);
+        if let Some(stdout) = child.stdout.take() {
+            tokio::spawn(forward_output(stdout, pod_label.clone(), container.name.clone()));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward_output(stderr, pod_label.clone(), container.name.clone()));
+        }
+        self.runner.register(
+            id.clone(),
+            LocalContainer { working_dir: launch.working_dir.clone(), env: launch.env.clone() },
+        );
+        let started_at = self.now_time();
+        let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
+        if let Current::Exited { terminated, .. } = std::mem::replace(&mut slot.current, Current::NotStarted)
+        {
+            slot.last_terminated = Some(terminated);
+        }
+        slot.started += 1;
+        slot.current = Current::Running(Running {
+            id: id.clone(),
+            pgid,
+            started_at,
+            exited: watch::channel(false).0,
+            killing: false,
+        });
+        tracing::info!(pod = %pod_label, container = %container.name, container_id = %id, ?pgid, "container started");
+        self.record(
+            pod,
+            container,
+            EventType::Normal,
+            EVENT_STARTED,
+            &format!("Started container {}", container.name),
+        );
+
+        let (uid, name) = (pod_uid.to_owned(), container.name.clone());
+        let guard = ProcessGuard { child, pgid };
+        ctx.spawn(
+            guard
+                .wait()
+                .into_actor(self)
+                .map(move |status, act, ctx| act.container_exited(&uid, &name, &id, status, ctx)),
+        );
+        self.notify(pod_uid);
+    }
+
+    fn container_exited(
+        &mut self,
+        pod_uid: &str,
+        name: &str,
+        id: &ContainerId,
+        status: io::Result<ExitStatus>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.runner.unregister(id);
+        let finished_at = self.now_time();
+        let Some(slot) = self.slot_mut(pod_uid, name) else { return };
+        let Current::Running(running) = std::mem::replace(&mut slot.current, Current::NotStarted) else {
+            return;
+        };
+        let (exit_code, signal, message) = match status {
+            Ok(status) => (exit_code(status), status.signal(), None),
+            Err(e) => (-1, None, Some(format!("cannot wait for the container's process: {e}"))),
+        };
+        tracing::info!(pod_uid, container = %name, container_id = %id, exit_code, ?signal, "container exited");
+        slot.current = Current::Exited {
+            id: running.id.clone(),
+            terminated: ContainerStateTerminated {
+                exit_code,
+                signal,
+                reason: Some(if exit_code == 0 { REASON_COMPLETED } else { REASON_ERROR }.to_owned()),
+                message,
+                started_at: Some(running.started_at.clone()),
+                finished_at: Some(finished_at),
+                container_id: Some(running.id.to_string()),
+            },
+        };
+        slot.last_event = Some(Instant::now());
+        running.exited.send_replace(true);
+        self.notify(pod_uid);
+        self.reconcile(pod_uid, ctx);
+    }
+
+    /// Upstream `killContainer`: the `Killing` event, then TERM and KILL after the grace period.
+    /// `None` when the container is not running; a container already being killed is only
+    /// waited for.
+    fn begin_stop(
+        &mut self,
+        pod_uid: &str,
+        name: &str,
+        message: Option<&str>,
+        grace: Duration,
+    ) -> Option<LocalBoxFuture<'static, ()>> {
+        let state = self.pods.get_mut(pod_uid)?;
+        let pod = state.pod.clone();
+        let Current::Running(running) = &mut state.containers.get_mut(name)?.current else { return None };
+        let exited = running.exited.subscribe();
+        if running.killing {
+            return Some(wait_exited(exited, None).boxed_local());
+        }
+        running.killing = true;
+        let pgid = running.pgid;
+        let message = message.map_or_else(|| format!("Stopping container {name}"), str::to_owned);
+        if let Some(container) = find_container(&pod, name) {
+            self.record(&pod, container, EventType::Normal, EVENT_KILLING, &message);
+        }
+        tracing::info!(pod = %pod_name(&pod), container = %name, ?grace, "killing container");
+        Some(stop_process(pgid, grace, exited).boxed_local())
+    }
+
+    /// Stops the named sidecars one after another, last first.
+    fn stop_sidecars(
+        &mut self,
+        pod_uid: String,
+        mut names: Vec<String>,
+        grace: Duration,
+    ) -> ResponseActFuture<Self, ()> {
+        let Some(name) = names.pop() else { return Box::pin(actix::fut::ready(())) };
+        let stop = self.begin_stop(&pod_uid, &name, None, grace);
+        Box::pin(
+            async move {
+                if let Some(stop) = stop {
+                    stop.await;
+                }
+            }
+            .into_actor(self)
+            .then(move |(), act, _| act.stop_sidecars(pod_uid, names, grace)),
+        )
+    }
+}
+
+impl Actor for ProcessRuntime {
+    type Context = Context<Self>;
+}
+
+impl Handler<SyncPod> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, SyncPod { pod, started }: SyncPod, ctx: &mut Context<Self>) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            tracing::warn!(
+                pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                "pod without a UID, not started"
+            );
+            return;
+        };
+        let state = self.pods.entry(uid.clone()).or_insert_with(|| PodRuntime::new(pod.clone()));
+        state.pod = pod;
+        state.started = started;
+        self.reconcile(&uid, ctx);
+    }
+}
+
+impl Handler<KillContainer> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, msg: KillContainer, ctx: &mut Context<Self>) {
+        match self.begin_stop(&msg.pod_uid, &msg.container, Some(&msg.message), msg.grace) {
+            Some(stop) => {
+                ctx.spawn(stop.into_actor(self));
+            }
+            None => {
+                tracing::debug!(pod_uid = %msg.pod_uid, container = %msg.container, "kill asked for a container that is not running")
+            }
+        }
+    }
+}
+
+impl Handler<KillPod> for ProcessRuntime {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, KillPod { pod_uid, grace }: KillPod, ctx: &mut Context<Self>) -> Self::Result {
+        let Some(state) = self.pods.get_mut(&pod_uid) else { return Box::pin(actix::fut::ready(())) };
+        state.terminating = true;
+        for slot in state.containers.values_mut() {
+            if let Some(timer) = slot.timer.take() {
+                ctx.cancel_future(timer);
+            }
+        }
+        let pod = state.pod.clone();
+        let (init_containers, containers) = pod
+            .spec
+            .as_ref()
+            .map(|s| (s.init_containers.as_deref().unwrap_or_default(), s.containers.as_slice()))
+            .unwrap_or_default();
+        let sidecars: Vec<String> = init_containers
+            .iter()
+            .filter(|c| Role::of_init(c) == Role::Sidecar)
+            .map(|c| c.name.clone())
+            .collect();
+        let first: Vec<_> = init_containers
+            .iter()
+            .filter(|c| Role::of_init(c) == Role::Init)
+            .chain(containers)
+            .filter_map(|c| self.begin_stop(&pod_uid, &c.name, None, grace))
+            .collect();
+        self.notify(&pod_uid);
+        Box::pin(
+            join_all(first)
+                .into_actor(self)
+                .then(move |_, act, _| act.stop_sidecars(pod_uid, sidecars, grace)),
+        )
+    }
+}
+
+impl Handler<RemovePod> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, RemovePod(pod_uid): RemovePod, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.remove(&pod_uid) else { return };
+        for (name, slot) in state.containers {
+            if let Some(timer) = slot.timer {
+                ctx.cancel_future(timer);
+            }
+            if let Current::Running(running) = slot.current {
+                tracing::warn!(pod_uid, container = %name, "removing a pod whose container still runs, killing it");
+                if let Some(pgid) = running.pgid {
+                    ctx.spawn(signal_group(pgid, Signal::Kill).into_actor(self));
+                }
+            }
+        }
+    }
+}
+
+impl Handler<GetRuntimeStatus> for ProcessRuntime {
+    type Result = Option<RuntimePodStatus>;
+
+    fn handle(&mut self, GetRuntimeStatus(pod_uid): GetRuntimeStatus, _: &mut Context<Self>) -> Self::Result {
+        self.pods.get(&pod_uid).map(pod_status)
+    }
+}
+
+impl Handler<SubscribeRuntime> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, SubscribeRuntime(recipient): SubscribeRuntime, _: &mut Context<Self>) {
+        self.subscribers.push(recipient);
+    }
+}
