@@ -4,9 +4,8 @@
 //! up to [`MAX_EXEC_OUTPUT`] bytes, and kill the command when its timeout passes.
 //!
 //! Each command runs in its own process group so that a timeout or a cancelled probe kills
-//! everything it started, not only the process we spawned; [`crate::process`] sends the signal.
-//! A cancelled probe's group is killed from a task on the current tokio runtime, so that the
-//! probe worker's thread never waits for `kill` to run.
+//! everything it started, not only the process we spawned; [`crate::process`] sends the signal
+//! (a system call, so a cancelled probe's group is killed right where the probe is dropped).
 
 use std::collections::HashMap;
 use std::io;
@@ -23,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
-use crate::process::{Signal, signal_group, signal_group_blocking};
+use crate::process::{Signal, signal_group_logged};
 
 /// How long to wait for a killed command to be reaped before leaving it to tokio's background
 /// reaper, so a process stuck in the kernel cannot hold a probe much past its timeout.
@@ -137,17 +136,17 @@ async fn run(
         }
         Ended::PipesHeld(status) => {
             tracing::debug!(%container_id, program, "command exited but its children held its output open");
-            group.kill().await;
+            group.kill();
             Ok(ExecOutput { output, exit_code: exit_code(status) })
         }
         Ended::TimedOut => {
             tracing::debug!(%container_id, program, ?timeout, "command timed out, killing its process group");
-            group.kill().await;
+            group.kill();
             group.reap().await;
             Err(ExecError::Timeout { output })
         }
         Ended::WaitFailed(e) => {
-            group.kill().await;
+            group.kill();
             Err(ExecError::Runtime(format!("failed to wait for command {program:?}: {e}")))
         }
     }
@@ -273,13 +272,12 @@ impl ProcessGroup {
         self.pgid = None;
     }
 
-    async fn kill(&mut self) {
-        if let Some(pgid) = self.pgid {
-            signal_group(pgid, Signal::Kill).await;
-            self.pgid = None;
+    fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            signal_group_logged(pgid, Signal::Kill);
         }
-        // Also signal the leader directly in case `kill` could not be run; an error only
-        // means it has already been reaped.
+        // Also signal the leader directly in case the group could not be signalled; an error
+        // only means it has already been reaped.
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
         }
@@ -295,46 +293,10 @@ impl ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
+        // The group first, while the leader (killed and reaped in the background by tokio once
+        // `child` drops) still holds its ID.
         if let Some(pgid) = self.pgid.take() {
-            kill_dropped_group(GroupKill { pgid, _leader: self.child.take(), done: false });
-        }
-    }
-}
-
-/// Kills a dropped command's group without blocking the thread that dropped it (a probe
-/// worker's arbiter, which runs other workers' probes): from a task on the current tokio
-/// runtime, or right here when there is none.
-fn kill_dropped_group(kill: GroupKill) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(kill.run());
-        }
-        // `kill` kills the group as it drops.
-        Err(_) => drop(kill),
-    }
-}
-
-/// A group kill in progress. It holds the unreaped leader until the group is signalled, so the
-/// group's ID cannot be reused meanwhile. Dropped before it is done (the runtime shut down
-/// before running the task, or while it ran), it kills the group on the spot.
-struct GroupKill {
-    pgid: u32,
-    /// Killed when dropped (`kill_on_drop`), after the group: fields drop after `drop` ran.
-    _leader: Option<Child>,
-    done: bool,
-}
-
-impl GroupKill {
-    async fn run(mut self) {
-        signal_group(self.pgid, Signal::Kill).await;
-        self.done = true;
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if !self.done {
-            signal_group_blocking(self.pgid, Signal::Kill);
+            signal_group_logged(pgid, Signal::Kill);
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::container::ContainerId;
 use crate::contracts::{EventRecorder, EventType};
 use crate::local_runner::{LocalCommandRunner, LocalContainer};
 use crate::prober::{container_reference, pod_name};
-use crate::process::{Signal, signal_group};
+use crate::process::{Signal, signal_group_logged};
 
 use super::super::phase::kill_grace_period;
 use super::launch::{Launch, exit_code, forward_output, new_container_id};
@@ -641,7 +641,7 @@ impl Handler<RemovePod> for ProcessRuntime {
             if let Current::Running(running) = slot.current {
                 tracing::warn!(pod_uid, container = %name, "removing a pod whose container still runs, killing it");
                 if let Some(pgid) = running.pgid {
-                    ctx.spawn(signal_group(pgid, Signal::Kill).into_actor(self));
+                    signal_group_logged(pgid, Signal::Kill);
                 }
             }
         }

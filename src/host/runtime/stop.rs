@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::process::Child;
 use tokio::sync::watch;
 
-use crate::process::{Signal, signal_group, signal_group_blocking};
+use crate::process::{Signal, exited as leader_exited, signal_group_logged};
 
 /// How long to wait for a SIGKILLed container to be reaped before giving up on it.
 const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -25,18 +25,25 @@ impl ProcessGuard {
     /// Waits for the process to exit, then kills what it left in its group: a container's
     /// processes end with its main process.
     pub(super) async fn wait(mut self) -> io::Result<ExitStatus> {
-        let status = self.child.wait().await;
-        if let Some(pgid) = self.pgid.take() {
-            signal_group(pgid, Signal::Kill).await;
+        let Some(pgid) = self.pgid else { return self.child.wait().await };
+        // Killed while the leader is unreaped, so that the group's ID cannot be reused yet.
+        if let Err(error) = leader_exited(pgid).await {
+            tracing::debug!(pgid, %error, "no pidfd for the container, killing its group after reaping it");
+            let status = self.child.wait().await;
+            self.pgid = None;
+            signal_group_logged(pgid, Signal::Kill);
+            return status;
         }
-        status
+        self.pgid = None;
+        signal_group_logged(pgid, Signal::Kill);
+        self.child.wait().await
     }
 }
 
 impl Drop for ProcessGuard {
     fn drop(&mut self) {
         if let Some(pgid) = self.pgid.take() {
-            signal_group_blocking(pgid, Signal::Kill);
+            signal_group_logged(pgid, Signal::Kill);
         }
     }
 }
@@ -47,7 +54,7 @@ pub(super) async fn stop_process(pgid: Option<u32>, grace: Duration, exited: wat
         return;
     }
     if let Some(pgid) = pgid {
-        signal_group(pgid, Signal::Term).await;
+        signal_group_logged(pgid, Signal::Term);
     }
     let mut exited = exited;
     if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_ok() {
@@ -55,7 +62,7 @@ pub(super) async fn stop_process(pgid: Option<u32>, grace: Duration, exited: wat
     }
     if let Some(pgid) = pgid {
         tracing::info!(pgid, ?grace, "container did not stop within its grace period, sending SIGKILL");
-        signal_group(pgid, Signal::Kill).await;
+        signal_group_logged(pgid, Signal::Kill);
     }
     wait_exited(exited, Some(KILL_WAIT)).await;
 }
