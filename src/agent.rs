@@ -1,6 +1,10 @@
 //! Running the agent: wiring the engine, the host and the HTTP endpoints for standalone mode
 //! (and, through [`crate::cluster`], cluster mode), then waiting for SIGTERM or SIGINT and
 //! shutting down in order: stop probing, stop containers with their grace periods, flush.
+//!
+//! Shutdown always ends: a standalone agent gives its containers the largest grace period of
+//! its pods plus [`SHUTDOWN_MARGIN`], then SIGKILLs whatever still runs and exits; a second
+//! SIGTERM or SIGINT does the same at once.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,8 +22,9 @@ use tokio::sync::oneshot;
 use crate::cli::RunArgs;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
-use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
-use crate::host::runtime::ProcessRuntime;
+use crate::host::kubelet::{KubeletConfig, ListPods, Shutdown, StandaloneKubelet, start_kubelet};
+use crate::host::phase::kill_grace_period;
+use crate::host::runtime::{ContainerGroups, ProcessRuntime};
 use crate::serve::{ServeState, serve};
 
 /// Why the agent could not run.
@@ -33,7 +38,12 @@ pub enum AgentError {
     NoManifests(PathBuf),
     #[error("cluster: {0}")]
     Cluster(String),
+    #[error("shutdown forced: {killed} container process group(s) killed")]
+    ShutdownForced { killed: usize },
 }
+
+/// What a shutdown may take beyond the largest grace period before everything is SIGKILLed.
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 
 /// What both modes share: the metrics registry, the clock, events and probe history.
 pub struct Common {
@@ -114,11 +124,11 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let common = Common::new()?;
     let runner = LocalCommandRunner::new();
     let pipeline = common.pipeline(Arc::new(runner.clone()));
-    let runtime = actix::Actor::start(ProcessRuntime::new(
-        runner,
-        Arc::new(common.events.clone()),
-        common.clock.clone(),
-    ));
+    let groups = ContainerGroups::new();
+    let runtime = actix::Actor::start(
+        ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
+            .with_groups(groups.clone()),
+    );
     let (addr, stop_server, server) = common.serve(args.listen, pipeline.clone()).await?;
     println!(
         "probelet {}: standalone on {}, node {}; http://{addr}/pods, /metrics",
@@ -140,29 +150,79 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         common.ready.clone(),
     ));
 
-    wait_for_signal().await;
-    println!("probelet: shutting down, stopping containers");
-    let _ = kubelet.send(Shutdown).await;
-    let _ = stop_server.send(());
-    let _ = server.await;
-    Ok(())
+    let mut signals = Signals::new();
+    signals.recv().await;
+    // Every pod the kubelet holds gets its grace period; nothing waits longer than the largest.
+    let pods = tokio::time::timeout(SHUTDOWN_MARGIN, kubelet.send(ListPods)).await.ok().and_then(Result::ok);
+    let longest = pods.iter().flatten().map(|pod| kill_grace_period(pod, "", None)).max().unwrap_or_default();
+    let deadline = longest.saturating_add(SHUTDOWN_MARGIN);
+    println!("probelet: shutting down, stopping containers (at most {}s)", deadline.as_secs());
+    let graceful = async {
+        let _ = kubelet.send(Shutdown).await;
+        let _ = stop_server.send(());
+        let _ = server.await;
+    };
+    tokio::select! {
+        () = graceful => return Ok(()),
+        () = tokio::time::sleep(deadline) => {
+            tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
+        }
+        () = signals.recv() => {
+            tracing::warn!("second signal, killing every container");
+        }
+    }
+    let killed = groups.kill_all();
+    println!("probelet: shutdown forced, {killed} container process group(s) killed");
+    Err(AgentError::ShutdownForced { killed })
 }
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn wait_for_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "Cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
+    Signals::new().recv().await;
+}
+
+/// SIGTERM and SIGINT, listened for once for the agent's whole life, so that a second signal
+/// during shutdown is seen.
+pub struct Signals {
+    terminate: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub fn new() -> Self {
+        let listen =
+            |kind: tokio::signal::unix::SignalKind, name: &str| match tokio::signal::unix::signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(err) => {
+                    tracing::error!(error = %err, "Cannot listen for {name}");
+                    None
+                }
+            };
+        Signals {
+            terminate: listen(tokio::signal::unix::SignalKind::terminate(), "SIGTERM"),
+            interrupt: listen(tokio::signal::unix::SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// Resolves on the next SIGTERM or SIGINT.
+    pub async fn recv(&mut self) {
+        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
             }
         }
-    };
-    tokio::select! {
-        _ = terminate => {}
-        _ = tokio::signal::ctrl_c() => {}
+        tokio::select! {
+            () = next(&mut self.terminate) => {}
+            () = next(&mut self.interrupt) => {}
+        }
+    }
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Self::new()
     }
 }

@@ -312,3 +312,76 @@ async fn a_pod_added_back_while_stopping_restarts_once_stopped() {
     assert!(pods.contains("\"name\":\"again\""), "{pods}");
     agent.stop().await;
 }
+
+/// Sends `signal` (`-TERM`, `-KILL`) to the agent.
+fn signal_agent(agent: &Agent, signal: &str) {
+    let id = agent.child.id().unwrap();
+    let _ = std::process::Command::new("kill").args([signal, &id.to_string()]).status();
+}
+
+/// Whether process `pid` is gone (reaped, or a zombie that nothing runs in any more).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Polls (at most 10 s) until every pid is gone.
+async fn assert_gone(pids: &[u32]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !pids.iter().all(|&pid| process_gone(pid)) {
+        assert!(tokio::time::Instant::now() < deadline, "still running: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A container that ignores SIGTERM and writes its PID to `pidfile` (a new line per start;
+/// `$$$$` is the shell's `$$` once the kubelet's `$(VAR)` expansion has unescaped it).
+fn stubborn_pod(name: &str, grace: u32, pidfile: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: {grace}
+  containers:
+  - name: stubborn
+    command: ["sh", "-c", "trap '' TERM; echo $$$$ >> {pidfile}; while true; do sleep 1; done"]
+"#,
+        pidfile = pidfile.display()
+    )
+}
+
+fn pids_in(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// The first SIGTERM gives the stubborn container its 120 s grace period; a second one ends
+/// the agent at once, its container SIGKILLed.
+#[actix::test]
+async fn a_second_sigterm_ends_the_agent_promptly() {
+    let dir = temp_dir("second-term");
+    let pidfile = dir.join("stubborn.pids");
+    write(&dir, "stubborn.yaml", &stubborn_pod("stubborn", 120, &pidfile));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/stubborn: container stubborn running")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pids_in(&pidfile).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the container wrote no pid");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    signal_agent(&agent, "-TERM");
+    agent.wait_for(|l| l.contains("shutting down")).await;
+    signal_agent(&agent, "-TERM");
+    let status = tokio::time::timeout(Duration::from_secs(5), agent.child.wait())
+        .await
+        .expect("the agent exits within 5 s of the second SIGTERM")
+        .unwrap();
+    assert!(!status.success(), "a forced shutdown is not a clean exit: {status:?}");
+    agent.wait_for(|l| l.contains("shutdown forced, 1 container process group(s) killed")).await;
+    assert_gone(&pids_in(&pidfile)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

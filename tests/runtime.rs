@@ -21,10 +21,11 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, MemoryRecorder};
 use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
-    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, RuntimePodStatus,
-    SubscribeRuntime, SyncPod,
+    GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged,
+    RuntimePodStatus, Signaller, SubscribeRuntime, SyncPod,
 };
 use probelet::local_runner::LocalCommandRunner;
+use probelet::process::{Signal, signal_group};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -63,12 +64,18 @@ impl Harness {
     }
 
     fn with_backoff(initial: Duration, max: Duration) -> Self {
+        Self::build(|runtime| runtime.with_backoff(initial, max))
+    }
+
+    /// A harness whose runtime `configure` adjusts before it starts.
+    fn build(configure: impl FnOnce(ProcessRuntime) -> ProcessRuntime) -> Self {
         let recorder = MemoryRecorder::new();
         let runner = LocalCommandRunner::new();
-        let runtime =
+        let runtime = configure(
             ProcessRuntime::new(runner.clone(), Arc::new(recorder.clone()), Arc::new(TokioClock::new()))
-                .with_backoff(initial, max)
-                .start();
+                .with_backoff(SHORT_BACKOFF, MAX_BACKOFF),
+        )
+        .start();
         let (tx, changes) = mpsc::unbounded_channel();
         runtime.do_send(SubscribeRuntime(Forward(tx).start().recipient()));
         Harness { runtime, recorder, runner, changes }
@@ -423,6 +430,63 @@ async fn kill_container_stops_a_term_respecting_process_within_the_grace_period(
     assert_eq!((state.exit_code, state.signal), (143, Some(15)));
     assert_eq!(app(&status).restart_count, 0, "Never: no restart");
     assert!(h.events_for("app").contains(&"Normal Killing Container app failed startup probe".to_owned()));
+}
+
+/// Under paused time: `since` + `deadline` is now, to the timer's millisecond.
+fn assert_at_deadline(since: Instant, deadline: Duration, what: &str) {
+    let elapsed = since.elapsed();
+    assert!(elapsed >= deadline && elapsed < deadline + Duration::from_millis(5), "{what}: {elapsed:?}");
+}
+
+/// A kill that cannot be delivered (here: every signal fails, as `kill(2)` does without
+/// permission) ends each stop at its deadline, leaves the container reported running, and a
+/// later kill signals again instead of waiting for the first one forever.
+#[actix::test]
+async fn a_kill_that_cannot_be_delivered_does_not_hang_the_stop() {
+    tokio::time::pause();
+    let sent: Arc<std::sync::Mutex<Vec<(u32, Signal)>>> = Arc::default();
+    let log = sent.clone();
+    let signaller = Signaller::new(move |pgid, signal| {
+        log.lock().unwrap().push((pgid, signal));
+        Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+    });
+    let mut h = Harness::build(|runtime| runtime.with_signaller(signaller));
+    let pod = with_containers(pod("undying", "Always"), vec![container("app", &["sleep", "1000"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "app running", |s| running(app(s))).await;
+
+    let grace = Duration::from_secs(30);
+    let asked = Instant::now();
+    h.kill_pod(&id, grace).await;
+    assert_at_deadline(asked, grace + KILL_WAIT, "the stop ended at its deadline");
+    assert!(running(app(&h.status(&id).await.unwrap())), "a failed kill is not a stopped container");
+    let signals: Vec<Signal> = sent.lock().unwrap().iter().map(|(_, s)| *s).collect();
+    assert_eq!(signals, [Signal::Term, Signal::Kill]);
+
+    // Past its deadline the first kill has failed: the next one signals again, and ends too.
+    let again = Instant::now();
+    h.kill_pod(&id, grace).await;
+    assert_at_deadline(again, grace + KILL_WAIT, "the second kill ended at its own deadline");
+    let signals: Vec<Signal> = sent.lock().unwrap().iter().map(|(_, s)| *s).collect();
+    assert_eq!(signals, [Signal::Term, Signal::Kill, Signal::Term, Signal::Kill]);
+
+    // A kill asked while another is under way waits for it, never past its deadline.
+    let during = h.runtime.send(KillPod { pod_uid: id.clone(), grace });
+    let overlapping = h.runtime.send(KillPod { pod_uid: id.clone(), grace });
+    let started = Instant::now();
+    let (first, second) = futures::join!(during, overlapping);
+    first.unwrap();
+    second.unwrap();
+    assert_at_deadline(
+        started,
+        grace + KILL_WAIT,
+        "the overlapping kill waited for the first one's deadline",
+    );
+    assert_eq!(sent.lock().unwrap().len(), 6, "only the first of two overlapping kills signals");
+
+    let pgid = sent.lock().unwrap()[0].0;
+    signal_group(pgid, Signal::Kill).unwrap();
 }
 
 #[actix::test]

@@ -25,15 +25,16 @@ use crate::container::ContainerId;
 use crate::contracts::{EventRecorder, EventType};
 use crate::local_runner::{LocalCommandRunner, LocalContainer};
 use crate::prober::{container_reference, pod_name};
-use crate::process::{Signal, signal_group_logged};
+use crate::process::Signal;
 
 use super::super::phase::kill_grace_period;
+use super::groups::{ContainerGroups, GroupOwner};
 use super::launch::{Launch, exit_code, forward_output, new_container_id};
 use super::state::{
     Current, Outcome, PodRuntime, RestartPolicy, Role, Running, Slot, find_container, pod_status,
     should_restart,
 };
-use super::stop::{ProcessGuard, stop_process, wait_exited};
+use super::stop::{ProcessGuard, Signaller, stop_deadline, stop_process, wait_exited};
 use super::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_KILLING,
     EVENT_STARTED, REASON_COMPLETED, REASON_CONTAINER_CANNOT_RUN, REASON_ERROR,
@@ -127,6 +128,9 @@ pub struct ProcessRuntime {
     /// By pod UID.
     pods: HashMap<String, PodRuntime>,
     subscribers: Vec<Recipient<RuntimeChanged>>,
+    signaller: Signaller,
+    /// The groups of the running containers, for a forced shutdown.
+    groups: ContainerGroups,
 }
 
 impl ProcessRuntime {
@@ -140,6 +144,8 @@ impl ProcessRuntime {
             max_backoff: DEFAULT_MAX_BACKOFF,
             pods: HashMap::new(),
             subscribers: Vec::new(),
+            signaller: Signaller::default(),
+            groups: ContainerGroups::new(),
         }
     }
 
@@ -148,6 +154,19 @@ impl ProcessRuntime {
     pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.initial_backoff = initial;
         self.max_backoff = max.max(initial);
+        self
+    }
+
+    /// Replaces how process groups are signalled (tests make kills fail with it).
+    pub fn with_signaller(mut self, signaller: Signaller) -> Self {
+        self.signaller = signaller;
+        self
+    }
+
+    /// Lists the running containers' groups in `groups` (the agent keeps a clone to kill them
+    /// all on a forced shutdown).
+    pub fn with_groups(mut self, groups: ContainerGroups) -> Self {
+        self.groups = groups;
         self
     }
 
@@ -448,7 +467,7 @@ impl ProcessRuntime {
             pgid,
             started_at,
             exited: watch::channel(false).0,
-            killing: false,
+            killing: None,
         });
         tracing::info!(pod = %pod_label, container = %container.name, container_id = %id, ?pgid, "container started");
         self.record(
@@ -460,7 +479,11 @@ impl ProcessRuntime {
         );
 
         let (uid, name) = (pod_uid.to_owned(), container.name.clone());
-        let guard = ProcessGuard { child, pgid };
+        if let Some(pgid) = pgid {
+            self.groups.add(pgid, GroupOwner { pod: pod_label.clone(), container: container.name.clone() });
+        }
+        let guard =
+            ProcessGuard { child, pgid, signaller: self.signaller.clone(), groups: self.groups.clone() };
         ctx.spawn(
             guard
                 .wait()
@@ -509,7 +532,8 @@ impl ProcessRuntime {
 
     /// Upstream `killContainer`: the `Killing` event, then TERM and KILL after the grace period.
     /// `None` when the container is not running; a container already being killed is only
-    /// waited for.
+    /// waited for, until that kill's deadline. A kill past its deadline failed: the container
+    /// still runs, so it is killed again.
     fn begin_stop(
         &mut self,
         pod_uid: &str,
@@ -521,17 +545,27 @@ impl ProcessRuntime {
         let pod = state.pod.clone();
         let Current::Running(running) = &mut state.containers.get_mut(name)?.current else { return None };
         let exited = running.exited.subscribe();
-        if running.killing {
-            return Some(wait_exited(exited, None).boxed_local());
+        let now = Instant::now();
+        if let Some(deadline) = running.killing.filter(|deadline| *deadline > now) {
+            return Some(wait_exited(exited, deadline).map(drop).boxed_local());
         }
-        running.killing = true;
+        running.killing = Some(now + stop_deadline(grace));
         let pgid = running.pgid;
         let message = message.map_or_else(|| format!("Stopping container {name}"), str::to_owned);
         if let Some(container) = find_container(&pod, name) {
             self.record(&pod, container, EventType::Normal, EVENT_KILLING, &message);
         }
         tracing::info!(pod = %pod_name(&pod), container = %name, ?grace, "killing container");
-        Some(stop_process(pgid, grace, exited).boxed_local())
+        let (pod_label, name) = (pod_name(&pod), name.to_owned());
+        let stop = stop_process(self.signaller.clone(), pgid, grace, exited);
+        Some(
+            async move {
+                if !stop.await {
+                    tracing::warn!(pod = %pod_label, container = %name, "container could not be stopped, it still runs");
+                }
+            }
+            .boxed_local(),
+        )
     }
 
     /// Stops the named sidecars one after another, last first.
@@ -641,7 +675,7 @@ impl Handler<RemovePod> for ProcessRuntime {
             if let Current::Running(running) = slot.current {
                 tracing::warn!(pod_uid, container = %name, "removing a pod whose container still runs, killing it");
                 if let Some(pgid) = running.pgid {
-                    signal_group_logged(pgid, Signal::Kill);
+                    self.signaller.send(pgid, Signal::Kill);
                 }
             }
         }

@@ -18,11 +18,15 @@
 
 mod actor;
 mod backoff;
+mod groups;
 mod launch;
 mod state;
 mod stop;
 
 use std::time::Duration;
+
+pub use groups::{ContainerGroups, GroupOwner};
+pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
 pub use actor::{
     GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, RuntimePodStatus,

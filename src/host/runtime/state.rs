@@ -80,8 +80,9 @@ pub(super) struct Running {
     pub(super) started_at: Time,
     /// Set to true once the exit has been recorded; kills wait on it.
     pub(super) exited: watch::Sender<bool>,
-    /// A kill is under way.
-    pub(super) killing: bool,
+    /// A kill is under way and should have ended by then; once past, the kill failed (the
+    /// process still runs) and the next kill signals again.
+    pub(super) killing: Option<Instant>,
 }
 
 /// What a container is to its pod.

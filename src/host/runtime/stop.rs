@@ -1,17 +1,58 @@
 //! Stopping a container's process: SIGTERM, SIGKILL after the grace period, and the guard that
-//! kills the group when the runtime goes away.
+//! kills the group when the runtime goes away. Every wait here has a deadline: a signal that
+//! cannot be delivered leaves the container running (and reported so), never a stop that hangs.
 
+use std::fmt;
 use std::io;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::process::Child;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-use crate::process::{Signal, exited as leader_exited, signal_group_logged};
+use crate::process::{Delivery, Signal, exited as leader_exited, signal_group};
+
+use super::groups::ContainerGroups;
 
 /// How long to wait for a SIGKILLed container to be reaped before giving up on it.
-const KILL_WAIT: Duration = Duration::from_secs(10);
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Sends signals to process groups: [`signal_group`], or a stand-in that tests use to make a
+/// kill fail.
+#[derive(Clone)]
+pub struct Signaller(Arc<dyn Fn(u32, Signal) -> io::Result<Delivery> + Send + Sync>);
+
+impl Signaller {
+    /// A signaller calling `send` instead of `kill(2)`.
+    pub fn new(send: impl Fn(u32, Signal) -> io::Result<Delivery> + Send + Sync + 'static) -> Self {
+        Signaller(Arc::new(send))
+    }
+
+    /// Sends `signal`; a failure is logged and returned as `false`.
+    pub(super) fn send(&self, pgid: u32, signal: Signal) -> bool {
+        match (self.0)(pgid, signal) {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a container's process group");
+                false
+            }
+        }
+    }
+}
+
+impl Default for Signaller {
+    fn default() -> Self {
+        Signaller::new(signal_group)
+    }
+}
+
+impl fmt::Debug for Signaller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Signaller")
+    }
+}
 
 /// The container's process. Until its exit is seen, dropping it (the agent shutting down)
 /// kills the whole group.
@@ -19,6 +60,9 @@ pub(super) struct ProcessGuard {
     pub(super) child: Child,
     /// The group to kill; the child's PID, as it leads its own group.
     pub(super) pgid: Option<u32>,
+    pub(super) signaller: Signaller,
+    /// Where the group is listed while it may run.
+    pub(super) groups: ContainerGroups,
 }
 
 impl ProcessGuard {
@@ -30,54 +74,68 @@ impl ProcessGuard {
         if let Err(error) = leader_exited(pgid).await {
             tracing::debug!(pgid, %error, "no pidfd for the container, killing its group after reaping it");
             let status = self.child.wait().await;
-            self.pgid = None;
-            signal_group_logged(pgid, Signal::Kill);
+            self.kill_group();
             return status;
         }
-        self.pgid = None;
-        signal_group_logged(pgid, Signal::Kill);
+        self.kill_group();
         self.child.wait().await
+    }
+
+    fn kill_group(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            self.signaller.send(pgid, Signal::Kill);
+            self.groups.remove(pgid);
+        }
     }
 }
 
 impl Drop for ProcessGuard {
     fn drop(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            signal_group_logged(pgid, Signal::Kill);
-        }
+        self.kill_group();
     }
+}
+
+/// How long a stop with this grace period may take at most: the grace period, then
+/// [`KILL_WAIT`] for the SIGKILLed process to be reaped.
+pub fn stop_deadline(grace: Duration) -> Duration {
+    grace.saturating_add(KILL_WAIT)
 }
 
 /// SIGTERM to the group, SIGKILL once `grace` has passed without the exit being recorded.
-pub(super) async fn stop_process(pgid: Option<u32>, grace: Duration, exited: watch::Receiver<bool>) {
+/// Returns whether the exit was recorded: `false` (a signal that could not be delivered, a
+/// process that would not die) means the container still runs.
+pub(super) async fn stop_process(
+    signaller: Signaller,
+    pgid: Option<u32>,
+    grace: Duration,
+    exited: watch::Receiver<bool>,
+) -> bool {
     if *exited.borrow() {
-        return;
+        return true;
     }
     if let Some(pgid) = pgid {
-        signal_group_logged(pgid, Signal::Term);
+        signaller.send(pgid, Signal::Term);
     }
     let mut exited = exited;
     if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_ok() {
-        return;
+        return true;
     }
     if let Some(pgid) = pgid {
         tracing::info!(pgid, ?grace, "container did not stop within its grace period, sending SIGKILL");
-        signal_group_logged(pgid, Signal::Kill);
+        signaller.send(pgid, Signal::Kill);
     }
-    wait_exited(exited, Some(KILL_WAIT)).await;
+    wait_exited(exited, Instant::now() + KILL_WAIT).await
 }
 
-pub(super) async fn wait_exited(mut exited: watch::Receiver<bool>, bound: Option<Duration>) {
-    let wait = exited.wait_for(|e| *e);
-    match bound {
-        Some(bound) => {
-            if tokio::time::timeout(bound, wait).await.is_err() {
-                tracing::warn!(?bound, "killed container has not exited yet");
-            }
-        }
-        // An error means the runtime is gone, and the process with it.
-        None => {
-            let _ = wait.await;
+/// Waits for the exit to be recorded until `deadline`; whether it was.
+pub(super) async fn wait_exited(mut exited: watch::Receiver<bool>, deadline: Instant) -> bool {
+    match tokio::time::timeout_at(deadline, exited.wait_for(|e| *e)).await {
+        Ok(Ok(_)) => true,
+        // The runtime is gone, and its guards killed the processes as they dropped.
+        Ok(Err(_)) => true,
+        Err(_) => {
+            tracing::warn!("killed container has not exited yet");
+            false
         }
     }
 }
