@@ -24,7 +24,7 @@ use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, ListPods, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::phase::kill_grace_period;
-use crate::host::runtime::{ContainerGroups, ProcessRuntime};
+use crate::host::runtime::{ContainerGroups, ProcessRuntime, StateDirError};
 use crate::serve::{ServeState, serve};
 
 /// Why the agent could not run.
@@ -38,9 +38,15 @@ pub enum AgentError {
     NoManifests(PathBuf),
     #[error("cluster: {0}")]
     Cluster(String),
+    #[error(transparent)]
+    StateDir(#[from] StateDirError),
     #[error("shutdown forced: {killed} container process group(s) killed")]
     ShutdownForced { killed: usize },
 }
+
+/// The state directory's name in the manifests folder when `--state-dir` is not given (hidden,
+/// so the folder's scan skips it).
+pub const DEFAULT_STATE_DIR: &str = ".probelet-state";
 
 /// What a shutdown may take beyond the largest grace period before everything is SIGKILLed.
 pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
@@ -124,7 +130,14 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let common = Common::new()?;
     let runner = LocalCommandRunner::new();
     let pipeline = common.pipeline(Arc::new(runner.clone()));
-    let groups = ContainerGroups::new();
+    let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
+    let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
+    if leftovers > 0 {
+        println!(
+            "probelet: killed {leftovers} container process group(s) a previous agent left running ({})",
+            state_dir.display()
+        );
+    }
     let runtime = actix::Actor::start(
         ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
             .with_groups(groups.clone()),

@@ -385,3 +385,75 @@ async fn a_second_sigterm_ends_the_agent_promptly() {
     assert_gone(&pids_in(&pidfile)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A container that writes its PID to `pidfile` (a new line per start), then sleeps.
+fn sleeper_pod(name: &str, pidfile: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: sleeper
+    command: ["sh", "-c", "echo $$$$ >> {pidfile}; exec sleep 1000"]
+"#,
+        pidfile = pidfile.display()
+    )
+}
+
+/// Polls (at most 10 s) until `path` lists `count` PIDs; returns them.
+async fn wait_for_pids(path: &Path, count: usize) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = pids_in(path);
+        if pids.len() >= count {
+            return pids;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} lists {pids:?}, not {count} PIDs",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// SIGKILL the agent: its containers outlive it, and the next agent on the same folder kills
+/// them before starting its own, so each container runs exactly once; a final SIGTERM leaves
+/// nothing behind.
+#[actix::test]
+async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
+    let dir = temp_dir("crash");
+    let (one, two) = (dir.join("one.pids"), dir.join("two.pids"));
+    write(&dir, "one.yaml", &sleeper_pod("one", &one));
+    write(&dir, "two.yaml", &sleeper_pod("two", &two));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    agent.wait_for(|l| l.ends_with("default/two: container sleeper running")).await;
+    let first = [wait_for_pids(&one, 1).await[0], wait_for_pids(&two, 1).await[0]];
+
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    assert!(first.iter().all(|&pid| !process_gone(pid)), "the crash left the containers running");
+
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 2 container process group(s) a previous agent left running")).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    agent.wait_for(|l| l.ends_with("default/two: container sleeper running")).await;
+    let second = [wait_for_pids(&one, 2).await[1], wait_for_pids(&two, 2).await[1]];
+    assert_gone(&first).await;
+    assert!(second.iter().all(|&pid| !process_gone(pid)), "the new copies run");
+    assert_eq!((pids_in(&one).len(), pids_in(&two).len()), (2, 2), "each container started once per agent");
+
+    let dir = agent.dir.clone();
+    let id = agent.child.id().unwrap();
+    let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    assert_gone(&second).await;
+    let records = std::fs::read_dir(dir.join(".probelet-state/containers")).unwrap().count();
+    assert_eq!(records, 0, "a clean stop leaves no records");
+    let _ = std::fs::remove_dir_all(&dir);
+}

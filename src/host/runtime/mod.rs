@@ -25,7 +25,7 @@ mod stop;
 
 use std::time::Duration;
 
-pub use groups::{ContainerGroups, GroupOwner};
+pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
 pub use actor::{
