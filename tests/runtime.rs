@@ -797,8 +797,27 @@ async fn the_probelet_command_runs_the_agents_own_executable() {
 
 const NO_SUCH: &str = "probelet-no-such-executable";
 
+/// What containerd reports for a command that cannot start: `NO_SUCH`'s error in its words.
+fn start_error(program: &str) -> String {
+    format!(
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create \
+         failed: unable to start container process: error during container init: exec: \"{program}\": \
+         executable file not found in $PATH: unknown"
+    )
+}
+
+/// containerd's `StartError` instance: exit code 128, the error, never started.
+fn assert_start_error(state: &ContainerStateTerminated, message: &str) {
+    assert_eq!(state.exit_code, 128);
+    assert_eq!(state.reason.as_deref(), Some("StartError"));
+    assert_eq!(state.message.as_deref(), Some(message));
+    let started_at = state.started_at.as_ref().unwrap();
+    assert_eq!(started_at.0.as_second(), 0, "a zero start time, as the kubelet shows it");
+    assert!(state.finished_at.is_some());
+}
+
 #[actix::test]
-async fn an_unknown_executable_waits_with_run_container_error_and_retries_with_back_off() {
+async fn an_unknown_executable_fails_with_start_error_and_crash_loops_with_back_off() {
     // No process ever runs, so time can be paused: the kubelet's own back-off, 10 s doubling.
     tokio::time::pause();
     let mut h = Harness::with_backoff(Duration::from_secs(10), Duration::from_secs(300));
@@ -806,11 +825,14 @@ async fn an_unknown_executable_waits_with_run_container_error_and_retries_with_b
     let id = uid(&pod);
     let begin = Instant::now();
     h.sync(&pod).await;
-    let message = format!("exec: \"{NO_SUCH}\": executable file not found in $PATH");
+    let message = start_error(NO_SUCH);
     let status = h.wait_for(&id, "RunContainerError", |s| waiting(app(s)).is_some()).await;
     assert_eq!(waiting(app(&status)), Some(("RunContainerError", Some(message.as_str()))));
-    assert_eq!(app(&status).container_id, None);
+    let first_id = app(&status).container_id.clone();
+    assert!(first_id.is_some(), "the created container has an ID");
     assert_eq!(app(&status).restart_count, 0);
+    assert_start_error(last_terminated(app(&status)).unwrap(), &message);
+    assert_eq!(last_terminated(app(&status)).unwrap().container_id, first_id);
 
     let failures =
         |h: &Harness| h.events_for("app").iter().filter(|e| e.starts_with("Warning Failed")).count();
@@ -832,22 +854,29 @@ async fn an_unknown_executable_waits_with_run_container_error_and_retries_with_b
         )
     );
     assert!(!events.iter().any(|e| e.contains("Started")));
-    let status = h.status(&id).await.unwrap();
-    assert_eq!(waiting(app(&status)).unwrap().0, "RunContainerError");
+    // Four failed starts: three restarts, backing off 40 s before the fifth.
+    let status = h
+        .wait_for(&id, "CrashLoopBackOff", |s| waiting(app(s)).is_some_and(|w| w.0 == "CrashLoopBackOff"))
+        .await;
+    assert_eq!(
+        waiting(app(&status)),
+        Some((
+            "CrashLoopBackOff",
+            Some("back-off 40s restarting failed container=app pod=missing_default(uid-missing)")
+        ))
+    );
+    assert_eq!(app(&status).restart_count, 3);
+    assert_start_error(last_terminated(app(&status)).unwrap(), &message);
+    assert_ne!(app(&status).container_id, first_id, "each try is a new container");
 }
 
 #[actix::test]
-async fn an_unknown_executable_under_never_cannot_run() {
+async fn an_unknown_executable_under_never_ends_with_start_error() {
     let mut h = Harness::new();
     let pod = with_containers(pod("cannot", "Never"), vec![container("app", &[NO_SUCH])]);
     let id = uid(&pod);
     h.sync(&pod).await;
     let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
-    let state = terminated(app(&status)).unwrap();
-    assert_eq!(state.exit_code, 128);
-    assert_eq!(state.reason.as_deref(), Some("ContainerCannotRun"));
-    assert_eq!(
-        state.message.as_deref(),
-        Some(format!("exec: \"{NO_SUCH}\": executable file not found in $PATH").as_str())
-    );
+    assert_start_error(terminated(app(&status)).unwrap(), &start_error(NO_SUCH));
+    assert_eq!(app(&status).restart_count, 0);
 }

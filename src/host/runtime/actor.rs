@@ -37,11 +37,11 @@ use super::state::{
 use super::stop::{ProcessGuard, Signaller, stop_deadline, stop_process, wait_exited};
 use super::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_KILLING,
-    EVENT_STARTED, REASON_COMPLETED, REASON_CONTAINER_CANNOT_RUN, REASON_ERROR,
+    EVENT_STARTED, REASON_COMPLETED, REASON_ERROR, REASON_START_ERROR,
 };
 
-/// The exit code a runtime reports for a container it could not start.
-const CANNOT_RUN_EXIT_CODE: i32 = 128;
+/// The exit code containerd reports for a container it could not start (Docker's, kept).
+const START_ERROR_EXIT_CODE: i32 = 128;
 
 // === messages ===
 
@@ -396,36 +396,32 @@ impl ProcessRuntime {
             Err(message) => {
                 tracing::warn!(pod = %pod_name(pod), container = %container.name, error = %message, "cannot start container");
                 self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
-                let retry = should_restart(role, RestartPolicy::of(pod), CANNOT_RUN_EXIT_CODE);
-                let finished_at = self.now_time();
+                let retry = should_restart(role, RestartPolicy::of(pod), START_ERROR_EXIT_CODE);
+                // What containerd reports for a created container whose task could not start:
+                // exited with `StartError`, exit code 128, never started (a zero start time).
+                let terminated = ContainerStateTerminated {
+                    exit_code: START_ERROR_EXIT_CODE,
+                    reason: Some(REASON_START_ERROR.to_owned()),
+                    message: Some(message),
+                    started_at: Some(Time(Timestamp::UNIX_EPOCH)),
+                    finished_at: Some(self.now_time()),
+                    container_id: Some(id.to_string()),
+                    signal: None,
+                };
                 let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
                 slot.last_event = Some(Instant::now());
-                let previous = match std::mem::replace(&mut slot.current, Current::NotStarted) {
-                    Current::Exited { id, terminated } => {
-                        slot.last_terminated = Some(terminated);
-                        Some(id)
-                    }
-                    Current::StartFailed { id, .. } => id,
-                    Current::NotStarted | Current::Running(_) => None,
-                };
+                slot.started += 1;
+                if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
+                    std::mem::replace(&mut slot.current, Current::NotStarted)
+                {
+                    slot.last_terminated = Some(terminated);
+                }
                 if retry {
-                    slot.current = Current::StartFailed { id: previous, message };
+                    slot.current = Current::StartFailed { id, terminated };
                     // Through the timer, not recursively: the back-off decides when.
                     self.schedule_retry(pod_uid, &container.name, Duration::ZERO, ctx);
                 } else {
-                    // What a CRI runtime reports for a created container that could not run.
-                    slot.started += 1;
-                    slot.current = Current::Exited {
-                        terminated: ContainerStateTerminated {
-                            exit_code: CANNOT_RUN_EXIT_CODE,
-                            reason: Some(REASON_CONTAINER_CANNOT_RUN.to_owned()),
-                            message: Some(message),
-                            finished_at: Some(finished_at),
-                            container_id: Some(id.to_string()),
-                            ..Default::default()
-                        },
-                        id,
-                    };
+                    slot.current = Current::Exited { id, terminated };
                 }
                 self.notify(pod_uid);
             }
@@ -457,7 +453,8 @@ impl ProcessRuntime {
         );
         let started_at = self.now_time();
         let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
-        if let Current::Exited { terminated, .. } = std::mem::replace(&mut slot.current, Current::NotStarted)
+        if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
+            std::mem::replace(&mut slot.current, Current::NotStarted)
         {
             slot.last_terminated = Some(terminated);
         }

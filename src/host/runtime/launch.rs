@@ -65,7 +65,7 @@ impl Launch {
             return Err("no command specified".to_owned());
         };
         let executable = if program == SELF_COMMAND {
-            std::env::current_exe().map_err(|e| format!("exec: {}: {e}", go_quote(program)))?
+            std::env::current_exe().map_err(|e| start_error(&format!("exec: {}: {e}", go_quote(program))))?
         } else {
             PathBuf::from(program)
         };
@@ -80,11 +80,20 @@ impl Launch {
             .process_group(0);
         if let Some(dir) = &self.working_dir {
             // Checked first: spawn reports a missing directory as a missing executable.
-            check_working_dir(dir)?;
+            check_working_dir(dir).map_err(|e| start_error(&e))?;
             command.current_dir(dir);
         }
-        command.spawn().map_err(|e| spawn_error_text(program, &e))
+        command.spawn().map_err(|e| start_error(&spawn_error_text(program, &e)))
     }
+}
+
+/// containerd's wording for a task that could not start, around runc's error (containerd 1.7
+/// and 2.x over runc 1.1 and later): what the `Failed` event and the container's status show.
+pub(super) fn start_error(runc: &str) -> String {
+    format!(
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create \
+         failed: unable to start container process: error during container init: {runc}: unknown"
+    )
 }
 
 /// The last value of `name` defined so far (a later definition overrides an earlier one).
@@ -251,6 +260,15 @@ mod tests {
                 .to_owned())
         );
         assert_eq!(Launch::of(&Container::default()).spawn().err().as_deref(), Some("no command specified"));
+        let missing = Container { command: Some(vec!["/x/nope".into()]), ..Default::default() };
+        assert_eq!(
+            Launch::of(&missing).spawn().err().as_deref(),
+            Some(
+                "failed to create containerd task: failed to create shim task: OCI runtime create failed: \
+                 runc create failed: unable to start container process: error during container init: \
+                 exec: \"/x/nope\": stat /x/nope: no such file or directory: unknown"
+            )
+        );
     }
 
     #[test]

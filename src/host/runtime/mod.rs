@@ -55,8 +55,8 @@ pub const REASON_CONTAINER_CREATING: &str = "ContainerCreating";
 pub const REASON_COMPLETED: &str = "Completed";
 /// Terminated reason of a container that exited non-zero or was killed.
 pub const REASON_ERROR: &str = "Error";
-/// Terminated reason of a container that could not be started and will not be retried.
-pub const REASON_CONTAINER_CANNOT_RUN: &str = "ContainerCannotRun";
+/// Terminated reason of a container that could not be started (containerd's).
+pub const REASON_START_ERROR: &str = "StartError";
 
 /// Event reasons (upstream `pkg/kubelet/events`).
 pub const EVENT_CREATED: &str = "Created";

@@ -66,10 +66,11 @@ pub(super) enum Current {
         id: ContainerId,
         terminated: ContainerStateTerminated,
     },
-    /// The last start failed and will be retried; `id` is the previous instance's, if any.
+    /// The last start failed (the instance counts as started and exited with `StartError`)
+    /// and will be retried.
     StartFailed {
-        id: Option<ContainerId>,
-        message: String,
+        id: ContainerId,
+        terminated: ContainerStateTerminated,
     },
 }
 
@@ -209,12 +210,7 @@ pub(super) fn container_status(
             status.container_id = Some(id.to_string());
             match (slot.timer.is_some(), slot.backoff.current()) {
                 (true, Some(backoff)) => {
-                    let message = format!(
-                        "back-off {} restarting failed container={} pod={}",
-                        go_duration(backoff),
-                        container.name,
-                        pod_name(pod)
-                    );
+                    let message = back_off_message(backoff, container, pod);
                     status.state = Some(waiting(REASON_CRASH_LOOP_BACK_OFF, Some(message)));
                     status.last_state = Some(terminated_state(Some(terminated.clone())));
                 }
@@ -224,13 +220,30 @@ pub(super) fn container_status(
                 }
             }
         }
-        Current::StartFailed { id, message } => {
-            status.container_id = id.as_ref().map(ToString::to_string);
-            status.state = Some(waiting(REASON_RUN_CONTAINER_ERROR, Some(message.clone())));
-            status.last_state = Some(last_terminated());
+        Current::StartFailed { id, terminated } => {
+            status.container_id = Some(id.to_string());
+            // Upstream's reason cache: the failed start's error until the back-off begins, then
+            // the back-off; the exited instance is the last state either way.
+            status.state = Some(match (slot.timer.is_some(), slot.backoff.current()) {
+                (true, Some(backoff)) => {
+                    waiting(REASON_CRASH_LOOP_BACK_OFF, Some(back_off_message(backoff, container, pod)))
+                }
+                _ => waiting(REASON_RUN_CONTAINER_ERROR, terminated.message.clone()),
+            });
+            status.last_state = Some(terminated_state(Some(terminated.clone())));
         }
     }
     status
+}
+
+/// Upstream's `ErrCrashLoopBackOff` message.
+fn back_off_message(backoff: Duration, container: &Container, pod: &Pod) -> String {
+    format!(
+        "back-off {} restarting failed container={} pod={}",
+        go_duration(backoff),
+        container.name,
+        pod_name(pod)
+    )
 }
 
 pub(super) fn waiting(reason: &str, message: Option<String>) -> ContainerState {
