@@ -24,7 +24,7 @@ use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, ListPods, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::phase::kill_grace_period;
-use crate::host::runtime::{ContainerGroups, ProcessRuntime, StateDirError};
+use crate::host::runtime::{ContainerGroups, FdBudget, ProcessRuntime, StateDirError, raise_nofile_limit};
 use crate::serve::{ServeState, serve};
 
 /// Why the agent could not run.
@@ -127,11 +127,18 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     if !manifests.is_dir() {
         return Err(AgentError::NoManifests(manifests));
     }
+    // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
+    match raise_nofile_limit() {
+        Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
+        Err(error) => tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit"),
+    }
     let common = Common::new()?;
     let runner = LocalCommandRunner::new();
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
     let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
+    let budget = FdBudget::of_this_process();
+    tracing::info!(containers = budget.max_containers(), "file descriptor budget");
     if leftovers > 0 {
         println!(
             "probelet: killed {leftovers} container process group(s) a previous agent left running ({})",
@@ -140,7 +147,8 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     }
     let runtime = actix::Actor::start(
         ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
-            .with_groups(groups.clone()),
+            .with_groups(groups.clone())
+            .with_fd_budget(budget),
     );
     let (addr, stop_server, server) = common.serve(args.listen, pipeline.clone()).await?;
     println!(

@@ -28,7 +28,18 @@ struct Agent {
 
 impl Agent {
     async fn start(dir: &Path) -> Agent {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        Agent::start_under(dir, &[]).await
+    }
+
+    /// The agent run through `wrapper` (e.g. `prlimit --nofile=256:256 --`), which must exec it.
+    async fn start_under(dir: &Path, wrapper: &[&str]) -> Agent {
+        let agent = env!("CARGO_BIN_EXE_probelet");
+        let (program, wrapper_args) = match wrapper.split_first() {
+            Some((program, args)) => (*program, [args, &[agent]].concat()),
+            None => (agent, Vec::new()),
+        };
+        let mut child = Command::new(program)
+            .args(wrapper_args)
             .args(["run", "--manifests"])
             .arg(dir)
             .args(["--listen", "127.0.0.1:0", "--node-name", "e2e"])
@@ -456,4 +467,37 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let records = std::fs::read_dir(dir.join(".probelet-state/containers")).unwrap().count();
     assert_eq!(records, 0, "a clean stop leaves no records");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pod of `count` containers that only sleep.
+fn crowd_pod(name: &str, count: usize) -> String {
+    let mut manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n"
+    );
+    for i in 0..count {
+        manifest.push_str(&format!("  - name: c{i}\n    command: [\"sleep\", \"1000\"]\n"));
+    }
+    manifest
+}
+
+/// Under 256 descriptors, a pod of 200 containers gets only its share of the budget, with a
+/// Warning that says why; the other pod still starts and becomes Ready, and /healthz answers.
+#[actix::test]
+async fn a_pod_with_too_many_containers_cannot_starve_the_others() {
+    let dir = temp_dir("fd-budget");
+    write(&dir, "crowd.yaml", &crowd_pod("crowd", 200));
+    write(&dir, "web.yaml", &web_pod("web", free_port(), "", ""));
+    let mut agent = Agent::start_under(&dir, &["prlimit", "--nofile=256:256", "--"]).await;
+    agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    let health = agent.get("/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let events = agent.get("/events").await;
+    assert!(events.contains("\"reason\":\"OutOfFileDescriptors\""), "{events}");
+    assert!(events.contains("not started: the pod already runs"), "{events}");
+    let pods = agent.get("/pods").await;
+    let running = pods.matches("\"running\":{").count();
+    // The budget: (256 - open at start - 64 kept back) / 4 per container, half for one pod.
+    assert!((2..=30).contains(&running), "{running} containers run");
+    assert!(!pods.contains("Too many open files"), "nothing ran out of descriptors");
+    agent.stop().await;
 }

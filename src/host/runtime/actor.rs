@@ -28,6 +28,7 @@ use crate::prober::{container_reference, pod_name};
 use crate::process::Signal;
 
 use super::super::phase::kill_grace_period;
+use super::budget::FdBudget;
 use super::groups::{ContainerGroups, GroupOwner};
 use super::launch::{Launch, exit_code, forward_output, new_container_id};
 use super::state::{
@@ -37,7 +38,7 @@ use super::state::{
 use super::stop::{ProcessGuard, Signaller, stop_deadline, stop_process, wait_exited};
 use super::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_KILLING,
-    EVENT_STARTED, REASON_COMPLETED, REASON_ERROR, REASON_START_ERROR,
+    EVENT_OUT_OF_FILE_DESCRIPTORS, EVENT_STARTED, REASON_COMPLETED, REASON_ERROR, REASON_START_ERROR,
 };
 
 /// The exit code containerd reports for a container it could not start (Docker's, kept).
@@ -129,6 +130,8 @@ pub struct ProcessRuntime {
     pods: HashMap<String, PodRuntime>,
     subscribers: Vec<Recipient<RuntimeChanged>>,
     signaller: Signaller,
+    /// How many containers may run at once, so that probes and the listener keep descriptors.
+    budget: FdBudget,
     /// The groups of the running containers, for a forced shutdown.
     groups: ContainerGroups,
 }
@@ -145,6 +148,7 @@ impl ProcessRuntime {
             pods: HashMap::new(),
             subscribers: Vec::new(),
             signaller: Signaller::default(),
+            budget: FdBudget::unlimited(),
             groups: ContainerGroups::new(),
         }
     }
@@ -160,6 +164,12 @@ impl ProcessRuntime {
     /// Replaces how process groups are signalled (tests make kills fail with it).
     pub fn with_signaller(mut self, signaller: Signaller) -> Self {
         self.signaller = signaller;
+        self
+    }
+
+    /// Limits how many containers run at once (the agent sizes it from its RLIMIT_NOFILE).
+    pub fn with_fd_budget(mut self, budget: FdBudget) -> Self {
+        self.budget = budget;
         self
     }
 
@@ -349,7 +359,24 @@ impl ProcessRuntime {
                 self.notify(pod_uid);
                 return;
             }
-            slot.backoff.next(event, now);
+        }
+        // The descriptor budget: a start it refuses is retried later, without growing the
+        // back-off (the container did nothing wrong).
+        if let Err(refusal) = self.budget.try_start(pod_uid) {
+            let first = !std::mem::replace(&mut slot.refused, true);
+            let delay = self.initial_backoff;
+            tracing::debug!(pod = %pod_name(&pod), container = %container.name, reason = %refusal.message, "container start held back");
+            if first {
+                tracing::warn!(pod = %pod_name(&pod), container = %container.name, reason = %refusal.message, "container not started, too few file descriptors left");
+                let message = format!("Container {} not started: {}", container.name, refusal.message);
+                self.record(&pod, container, EventType::Warning, EVENT_OUT_OF_FILE_DESCRIPTORS, &message);
+            }
+            self.schedule_retry(pod_uid, &container.name, delay, ctx);
+            return;
+        }
+        slot.refused = false;
+        if let Some(event) = slot.last_event {
+            slot.backoff.next(event, Instant::now());
         }
         self.start_container(pod_uid, &pod, container, role, ctx);
     }
@@ -394,6 +421,7 @@ impl ProcessRuntime {
         match launch.spawn() {
             Ok(child) => self.container_started(pod_uid, pod, container, id, launch, child, ctx),
             Err(message) => {
+                self.budget.release(pod_uid);
                 tracing::warn!(pod = %pod_name(pod), container = %container.name, error = %message, "cannot start container");
                 self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
                 let retry = should_restart(role, RestartPolicy::of(pod), START_ERROR_EXIT_CODE);
@@ -499,6 +527,7 @@ impl ProcessRuntime {
         ctx: &mut Context<Self>,
     ) {
         self.runner.unregister(id);
+        self.budget.release(pod_uid);
         let finished_at = self.now_time();
         let Some(slot) = self.slot_mut(pod_uid, name) else { return };
         let Current::Running(running) = std::mem::replace(&mut slot.current, Current::NotStarted) else {

@@ -18,6 +18,7 @@
 
 mod actor;
 mod backoff;
+mod budget;
 mod groups;
 mod launch;
 mod state;
@@ -25,6 +26,7 @@ mod stop;
 
 use std::time::Duration;
 
+pub use budget::{FDS_PER_CONTAINER, FdBudget, MIN_RESERVE, Refusal, raise_nofile_limit};
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
@@ -64,3 +66,6 @@ pub const EVENT_STARTED: &str = "Started";
 pub const EVENT_FAILED: &str = "Failed";
 pub const EVENT_KILLING: &str = "Killing";
 pub const EVENT_BACK_OFF: &str = "BackOff";
+/// A container start held back by the agent's file-descriptor budget (no upstream counterpart:
+/// named like the kubelet's admission reasons, `OutOfcpu`, `OutOfmemory`).
+pub const EVENT_OUT_OF_FILE_DESCRIPTORS: &str = "OutOfFileDescriptors";

@@ -57,6 +57,8 @@ pub(super) struct Slot {
     /// A sidecar that has counted as started once: it let the next container start, and it
     /// never holds the pod's initialization back again.
     pub(super) initialized: bool,
+    /// The last start was held back by the descriptor budget (its event is sent once).
+    pub(super) refused: bool,
 }
 
 pub(super) enum Current {
@@ -136,6 +138,7 @@ impl Slot {
             backoff: Backoff::new(initial_backoff, max_backoff),
             timer: None,
             initialized: false,
+            refused: false,
         }
     }
 }
