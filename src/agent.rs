@@ -38,7 +38,7 @@ pub enum AgentError {
     NoManifests(PathBuf),
     #[error("cluster: {0}")]
     Cluster(String),
-    #[error(transparent)]
+    #[error("{0} (choose another with --state-dir)")]
     StateDir(#[from] StateDirError),
     #[error("shutdown forced: {killed} container process group(s) killed")]
     ShutdownForced { killed: usize },
@@ -173,6 +173,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
 
     let mut signals = Signals::new();
     signals.recv().await;
+    let signalled = tokio::time::Instant::now();
     // Every pod the kubelet holds gets its grace period; nothing waits longer than the largest.
     let pods = tokio::time::timeout(SHUTDOWN_MARGIN, kubelet.send(ListPods)).await.ok().and_then(Result::ok);
     let longest = pods.iter().flatten().map(|pod| kill_grace_period(pod, "", None)).max().unwrap_or_default();
@@ -185,7 +186,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     };
     tokio::select! {
         () = graceful => return Ok(()),
-        () = tokio::time::sleep(deadline) => {
+        () = tokio::time::sleep_until(signalled + deadline) => {
             tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
         }
         () = signals.recv() => {

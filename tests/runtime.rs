@@ -451,6 +451,7 @@ async fn a_kill_that_cannot_be_delivered_does_not_hang_the_stop() {
         Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
     });
     let mut h = Harness::build(|runtime| runtime.with_signaller(signaller));
+    let _cleanup = KillGroups(sent.clone());
     let pod = with_containers(pod("undying", "Always"), vec![container("app", &["sleep", "1000"])]);
     let id = uid(&pod);
     h.sync(&pod).await;
@@ -484,9 +485,19 @@ async fn a_kill_that_cannot_be_delivered_does_not_hang_the_stop() {
         "the overlapping kill waited for the first one's deadline",
     );
     assert_eq!(sent.lock().unwrap().len(), 6, "only the first of two overlapping kills signals");
+}
 
-    let pgid = sent.lock().unwrap()[0].0;
-    signal_group(pgid, Signal::Kill).unwrap();
+/// Really kills, when dropped (also when an assertion failed), every group a failing signaller
+/// was asked to signal; dropped before the runtime, while the groups' leaders are unreaped.
+struct KillGroups(Arc<std::sync::Mutex<Vec<(u32, Signal)>>>);
+
+impl Drop for KillGroups {
+    fn drop(&mut self) {
+        let sent = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &(pgid, _) in sent.iter() {
+            let _ = signal_group(pgid, Signal::Kill);
+        }
+    }
 }
 
 #[actix::test]

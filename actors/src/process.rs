@@ -69,13 +69,9 @@ pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<Delivery> {
 
 /// [`signal_group`], logging a failure instead of returning it: for the paths that have no
 /// one to report to (a guard being dropped, a command that already ended).
-pub fn signal_group_logged(pgid: u32, signal: Signal) -> Delivery {
-    match signal_group(pgid, signal) {
-        Ok(delivery) => delivery,
-        Err(error) => {
-            tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a process group");
-            Delivery::Sent
-        }
+pub fn signal_group_logged(pgid: u32, signal: Signal) {
+    if let Err(error) = signal_group(pgid, signal) {
+        tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a process group");
     }
 }
 

@@ -116,15 +116,6 @@ impl ContainerGroups {
         }
     }
 
-    /// How many container groups run.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-
     /// SIGKILLs every group at once; returns how many were still there. Records stay: the
     /// next agent finds the groups gone.
     pub fn kill_all(&self) -> usize {
@@ -187,7 +178,8 @@ fn kill_leftovers(containers: &Path) -> io::Result<usize> {
         }
         fs::remove_file(&path)?;
     }
-    // They are not our children: their new parent reaps them. Wait until none runs, bounded.
+    // They are not our children: their new parent reaps them. Wait until none runs, bounded;
+    // this runs once at start, before anything else does, so blocking here holds nothing up.
     let deadline = Instant::now() + LEFTOVER_WAIT;
     while killed.iter().any(|&pgid| start_time(pgid).is_ok() && !is_zombie(pgid)) && Instant::now() < deadline
     {

@@ -30,14 +30,11 @@ impl Signaller {
         Signaller(Arc::new(send))
     }
 
-    /// Sends `signal`; a failure is logged and returned as `false`.
-    pub(super) fn send(&self, pgid: u32, signal: Signal) -> bool {
-        match (self.0)(pgid, signal) {
-            Ok(_) => true,
-            Err(error) => {
-                tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a container's process group");
-                false
-            }
+    /// Sends `signal`, logging a failure: whether the container stopped is told by its exit
+    /// being recorded, never by the signal.
+    pub(super) fn send(&self, pgid: u32, signal: Signal) {
+        if let Err(error) = (self.0)(pgid, signal) {
+            tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a container's process group");
         }
     }
 }
