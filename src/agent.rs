@@ -127,6 +127,8 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     if !manifests.is_dir() {
         return Err(AgentError::NoManifests(manifests));
     }
+    // Listened for from the start: a SIGTERM during startup stops the agent in order too.
+    let mut signals = Signals::new();
     // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
     match raise_nofile_limit() {
         Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
@@ -171,7 +173,6 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         common.ready.clone(),
     ));
 
-    let mut signals = Signals::new();
     signals.recv().await;
     let signalled = tokio::time::Instant::now();
     // Every pod the kubelet holds gets its grace period; nothing waits longer than the largest.

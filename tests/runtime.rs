@@ -21,7 +21,7 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, MemoryRecorder};
 use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
-    GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged,
+    FdBudget, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged,
     RuntimePodStatus, Signaller, SubscribeRuntime, SyncPod,
 };
 use probelet::local_runner::LocalCommandRunner;
@@ -890,4 +890,41 @@ async fn an_unknown_executable_under_never_ends_with_start_error() {
     let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
     assert_start_error(terminated(app(&status)).unwrap(), &start_error(NO_SUCH));
     assert_eq!(app(&status).restart_count, 0);
+}
+
+// === the file-descriptor budget ===
+
+/// A budget of 72 descriptors (64 kept back) allows 2 containers, 1 per pod: the pod's second
+/// container is held back with one Warning, and starts once the first one's share is free.
+#[actix::test]
+async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
+    let mut h = Harness::build(|runtime| runtime.with_fd_budget(FdBudget::new(72, 0)));
+    let pod = with_containers(
+        pod("budget", "Never"),
+        vec![container("c0", &["sleep", "1000"]), container("c1", &["sleep", "1000"])],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "c0 running", |s| running(named(&s.containers, "c0"))).await;
+    assert_eq!(waiting(named(&status.containers, "c1")).map(|w| w.0), Some("ContainerCreating"));
+    let held_back = "Warning OutOfFileDescriptors Container c1 not started: the pod already runs 1 \
+                     containers, half of the 2 the agent's 72 file descriptors allow";
+    // Synced again (the kubelet does every few seconds): still held back, still one event.
+    h.sync(&pod).await;
+    h.sync(&pod).await;
+    assert_eq!(h.events_for("c1"), [held_back]);
+
+    h.runtime.do_send(KillContainer {
+        pod_uid: id.clone(),
+        container: "c0".into(),
+        message: "Stopping container c0".into(),
+        grace: Duration::from_millis(100),
+    });
+    let status = h.wait_for(&id, "c1 running once c0 is gone", |s| running(named(&s.containers, "c1"))).await;
+    assert!(terminated(named(&status.containers, "c0")).is_some());
+    assert_eq!(
+        h.events_for("c1")[1..],
+        ["Normal Created Created container: c1", "Normal Started Started container c1"]
+    );
+    h.kill_pod(&id, Duration::from_millis(100)).await;
 }

@@ -303,10 +303,13 @@ impl ProcessRuntime {
             return;
         }
         state.terminating = true;
-        for slot in state.containers.values_mut() {
-            if let Some(timer) = slot.timer.take() {
-                ctx.cancel_future(timer);
-            }
+        for timer in state
+            .held_back
+            .take()
+            .into_iter()
+            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
+        {
+            ctx.cancel_future(timer);
         }
         let pod = state.pod.clone();
         let sidecars: Vec<String> = pod
@@ -361,17 +364,27 @@ impl ProcessRuntime {
             }
         }
         // The descriptor budget: a start it refuses is retried later, without growing the
-        // back-off (the container did nothing wrong).
+        // back-off (the container did nothing wrong), by one timer for the whole pod.
         if let Err(refusal) = self.budget.try_start(pod_uid) {
             let first = !std::mem::replace(&mut slot.refused, true);
-            let delay = self.initial_backoff;
+            let retry_pending = state.held_back.is_some();
             tracing::debug!(pod = %pod_name(&pod), container = %container.name, reason = %refusal.message, "container start held back");
             if first {
-                tracing::warn!(pod = %pod_name(&pod), container = %container.name, reason = %refusal.message, "container not started, too few file descriptors left");
                 let message = format!("Container {} not started: {}", container.name, refusal.message);
                 self.record(&pod, container, EventType::Warning, EVENT_OUT_OF_FILE_DESCRIPTORS, &message);
             }
-            self.schedule_retry(pod_uid, &container.name, delay, ctx);
+            if !retry_pending {
+                let uid = pod_uid.to_owned();
+                let handle = ctx.run_later(self.initial_backoff, move |act, ctx| {
+                    if let Some(state) = act.pods.get_mut(&uid) {
+                        state.held_back = None;
+                    }
+                    act.reconcile(&uid, ctx);
+                });
+                if let Some(state) = self.pods.get_mut(pod_uid) {
+                    state.held_back = Some(handle);
+                }
+            }
             return;
         }
         slot.refused = false;
@@ -658,10 +671,13 @@ impl Handler<KillPod> for ProcessRuntime {
     fn handle(&mut self, KillPod { pod_uid, grace }: KillPod, ctx: &mut Context<Self>) -> Self::Result {
         let Some(state) = self.pods.get_mut(&pod_uid) else { return Box::pin(actix::fut::ready(())) };
         state.terminating = true;
-        for slot in state.containers.values_mut() {
-            if let Some(timer) = slot.timer.take() {
-                ctx.cancel_future(timer);
-            }
+        for timer in state
+            .held_back
+            .take()
+            .into_iter()
+            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
+        {
+            ctx.cancel_future(timer);
         }
         let pod = state.pod.clone();
         let (init_containers, containers) = pod
@@ -694,6 +710,9 @@ impl Handler<RemovePod> for ProcessRuntime {
 
     fn handle(&mut self, RemovePod(pod_uid): RemovePod, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.remove(&pod_uid) else { return };
+        if let Some(timer) = state.held_back {
+            ctx.cancel_future(timer);
+        }
         for (name, slot) in state.containers {
             if let Some(timer) = slot.timer {
                 ctx.cancel_future(timer);

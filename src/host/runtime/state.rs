@@ -40,6 +40,8 @@ pub(super) struct PodRuntime {
     pub(super) init_failed: bool,
     /// `KillPod` was asked, or the pod has completed: nothing starts or restarts any more.
     pub(super) terminating: bool,
+    /// The retry of the starts the descriptor budget held back (one for the whole pod).
+    pub(super) held_back: Option<SpawnHandle>,
 }
 
 /// One container of a pod, across its restarts.
@@ -124,6 +126,7 @@ impl PodRuntime {
             initialized: false,
             init_failed: false,
             terminating: false,
+            held_back: None,
         }
     }
 }
