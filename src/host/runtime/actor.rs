@@ -129,6 +129,8 @@ pub struct ProcessRuntime {
     /// By pod UID.
     pods: HashMap<String, PodRuntime>,
     subscribers: Vec<Recipient<RuntimeChanged>>,
+    /// Pods changed since subscribers were last told.
+    changed: HashSet<String>,
     signaller: Signaller,
     /// How many containers may run at once, so that probes and the listener keep descriptors.
     budget: FdBudget,
@@ -147,6 +149,7 @@ impl ProcessRuntime {
             max_backoff: DEFAULT_MAX_BACKOFF,
             pods: HashMap::new(),
             subscribers: Vec::new(),
+            changed: HashSet::new(),
             signaller: Signaller::default(),
             budget: FdBudget::unlimited(),
             groups: ContainerGroups::new(),
@@ -180,10 +183,24 @@ impl ProcessRuntime {
         self
     }
 
-    fn notify(&mut self, pod_uid: &str) {
+    /// Tells subscribers the pod changed, once per turn of the actor however many of its
+    /// containers changed: one sync starting a thousand containers is one [`RuntimeChanged`],
+    /// so the host regenerates the pod's status once.
+    fn notify(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        if self.changed.is_empty() {
+            ctx.run_later(Duration::ZERO, |act, _| act.flush_changes());
+        }
+        if !self.changed.contains(pod_uid) {
+            self.changed.insert(pod_uid.to_owned());
+        }
+    }
+
+    fn flush_changes(&mut self) {
         self.subscribers.retain(|s| s.connected());
-        for subscriber in &self.subscribers {
-            subscriber.do_send(RuntimeChanged { pod_uid: pod_uid.to_owned() });
+        for pod_uid in self.changed.drain() {
+            for subscriber in &self.subscribers {
+                subscriber.do_send(RuntimeChanged { pod_uid: pod_uid.clone() });
+            }
         }
     }
 
@@ -359,7 +376,7 @@ impl ProcessRuntime {
                 tracing::debug!(pod = %pod_name(&pod), container = %container.name, ?remaining, "container is backing off");
                 self.schedule_retry(pod_uid, &container.name, remaining, ctx);
                 self.record(&pod, container, EventType::Warning, EVENT_BACK_OFF, &message);
-                self.notify(pod_uid);
+                self.notify(pod_uid, ctx);
                 return;
             }
         }
@@ -464,7 +481,7 @@ impl ProcessRuntime {
                 } else {
                     slot.current = Current::Exited { id, terminated };
                 }
-                self.notify(pod_uid);
+                self.notify(pod_uid, ctx);
             }
         }
     }
@@ -528,7 +545,7 @@ impl ProcessRuntime {
                 .into_actor(self)
                 .map(move |status, act, ctx| act.container_exited(&uid, &name, &id, status, ctx)),
         );
-        self.notify(pod_uid);
+        self.notify(pod_uid, ctx);
     }
 
     fn container_exited(
@@ -565,7 +582,7 @@ impl ProcessRuntime {
         };
         slot.last_event = Some(Instant::now());
         running.exited.send_replace(true);
-        self.notify(pod_uid);
+        self.notify(pod_uid, ctx);
         self.reconcile(pod_uid, ctx);
     }
 
@@ -696,7 +713,7 @@ impl Handler<KillPod> for ProcessRuntime {
             .chain(containers)
             .filter_map(|c| self.begin_stop(&pod_uid, &c.name, None, grace))
             .collect();
-        self.notify(&pod_uid);
+        self.notify(&pod_uid, ctx);
         Box::pin(
             join_all(first)
                 .into_actor(self)
