@@ -4,7 +4,8 @@
 //!
 //! Shutdown always ends: a standalone agent gives its containers the largest grace period of
 //! its pods plus [`SHUTDOWN_MARGIN`], then SIGKILLs whatever still runs and exits; a second
-//! SIGTERM or SIGINT does the same at once.
+//! SIGTERM or SIGINT does the same at once. Signals are watched on a thread of their own, so
+//! this holds even while the agent's main thread is saturated.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,8 +23,7 @@ use tokio::sync::oneshot;
 use crate::cli::RunArgs;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
-use crate::host::kubelet::{KubeletConfig, ListPods, Shutdown, StandaloneKubelet, start_kubelet};
-use crate::host::phase::kill_grace_period;
+use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{ContainerGroups, FdBudget, ProcessRuntime, StateDirError, raise_nofile_limit};
 use crate::serve::{ServeState, serve};
 
@@ -40,8 +40,8 @@ pub enum AgentError {
     Cluster(String),
     #[error("{0} (choose another with --state-dir)")]
     StateDir(#[from] StateDirError),
-    #[error("shutdown forced: {killed} container process group(s) killed")]
-    ShutdownForced { killed: usize },
+    #[error("cannot watch for signals: {0}")]
+    SignalWatcher(std::io::Error),
 }
 
 /// The state directory's name in the manifests folder when `--state-dir` is not given (hidden,
@@ -127,8 +127,6 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     if !manifests.is_dir() {
         return Err(AgentError::NoManifests(manifests));
     }
-    // Listened for from the start: a SIGTERM during startup stops the agent in order too.
-    let mut signals = Signals::new();
     // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
     match raise_nofile_limit() {
         Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
@@ -139,6 +137,8 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
     let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
+    // Watched from now on: a SIGTERM during startup stops the agent in order too.
+    let mut terminating = watch_shutdown_signals(groups.clone())?;
     let budget = FdBudget::of_this_process();
     tracing::info!(containers = budget.max_containers(), "file descriptor budget");
     if leftovers > 0 {
@@ -173,30 +173,53 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         common.ready.clone(),
     ));
 
-    signals.recv().await;
-    let signalled = tokio::time::Instant::now();
-    // Every pod the kubelet holds gets its grace period; nothing waits longer than the largest.
-    let pods = tokio::time::timeout(SHUTDOWN_MARGIN, kubelet.send(ListPods)).await.ok().and_then(Result::ok);
-    let longest = pods.iter().flatten().map(|pod| kill_grace_period(pod, "", None)).max().unwrap_or_default();
-    let deadline = longest.saturating_add(SHUTDOWN_MARGIN);
-    println!("probelet: shutting down, stopping containers (at most {}s)", deadline.as_secs());
-    let graceful = async {
-        let _ = kubelet.send(Shutdown).await;
-        let _ = stop_server.send(());
-        let _ = server.await;
+    let _ = terminating.wait_for(|signalled| *signalled).await;
+    println!(
+        "probelet: shutting down, stopping containers (at most {}s)",
+        groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN).as_secs()
+    );
+    let _ = kubelet.send(Shutdown).await;
+    let _ = stop_server.send(());
+    let _ = server.await;
+    Ok(())
+}
+
+/// Watches SIGTERM and SIGINT on a thread of its own, with its own tokio runtime, so that
+/// neither a saturated main thread nor a stuck actor can keep the agent from stopping. The
+/// first signal flips the returned flag (the main thread then shuts down in order); the second
+/// one, or the largest grace period plus [`SHUTDOWN_MARGIN`] after the first, SIGKILLs every
+/// container group and exits 1.
+fn watch_shutdown_signals(groups: ContainerGroups) -> Result<tokio::sync::watch::Receiver<bool>, AgentError> {
+    let (signalled, terminating) = tokio::sync::watch::channel(false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AgentError::SignalWatcher)?;
+    // Listening before the thread runs: no signal between now and then takes the default action.
+    let mut signals = {
+        let _watcher_runtime = runtime.enter();
+        Signals::new()
     };
-    tokio::select! {
-        () = graceful => return Ok(()),
-        () = tokio::time::sleep_until(signalled + deadline) => {
-            tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
-        }
-        () = signals.recv() => {
-            tracing::warn!("second signal, killing every container");
-        }
-    }
-    let killed = groups.kill_all();
-    println!("probelet: shutdown forced, {killed} container process group(s) killed");
-    Err(AgentError::ShutdownForced { killed })
+    std::thread::Builder::new()
+        .name("probelet-signals".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                signals.recv().await;
+                let _ = signalled.send(true);
+                let deadline = groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN);
+                tokio::select! {
+                    () = tokio::time::sleep(deadline) => {
+                        tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
+                    }
+                    () = signals.recv() => tracing::warn!("second signal, killing every container"),
+                }
+                let killed = groups.kill_all();
+                println!("probelet: shutdown forced, {killed} container process group(s) killed");
+                std::process::exit(1);
+            })
+        })
+        .map_err(AgentError::SignalWatcher)?;
+    Ok(terminating)
 }
 
 /// Resolves on SIGTERM or SIGINT.

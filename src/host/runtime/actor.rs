@@ -660,6 +660,7 @@ impl Handler<SyncPod> for ProcessRuntime {
             );
             return;
         };
+        self.groups.note_grace_period(kill_grace_period(&pod, "", None));
         let state = self.pods.entry(uid.clone()).or_insert_with(|| PodRuntime::new(pod.clone()));
         state.pod = pod;
         state.started = started;

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,9 @@ pub struct ContainerGroups {
     groups: Arc<Mutex<BTreeMap<u32, GroupOwner>>>,
     /// Where each group is recorded, with the lock held for the agent's life.
     state: Option<Arc<StateDir>>,
+    /// The longest grace period of any pod run so far, in milliseconds: what a shutdown waits
+    /// for at most before it kills every group.
+    largest_grace_ms: Arc<AtomicU64>,
 }
 
 #[derive(Debug)]
@@ -86,7 +90,8 @@ impl ContainerGroups {
         }
         let killed = kill_leftovers(&containers).map_err(io_error(&containers))?;
         let state = StateDir { containers, _lock: lock };
-        Ok((ContainerGroups { groups: Arc::default(), state: Some(Arc::new(state)) }, killed))
+        let groups = ContainerGroups { state: Some(Arc::new(state)), ..ContainerGroups::default() };
+        Ok((groups, killed))
     }
 
     /// A container's group started. A record that cannot be written is logged: that container
@@ -114,6 +119,17 @@ impl ContainerGroups {
                 tracing::warn!(path = %path.display(), %error, "cannot remove a container's record");
             }
         }
+    }
+
+    /// A pod with this grace period runs (or ran): shutdown gives at least that much.
+    pub fn note_grace_period(&self, grace: Duration) {
+        let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        self.largest_grace_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// The longest grace period noted.
+    pub fn largest_grace_period(&self) -> Duration {
+        Duration::from_millis(self.largest_grace_ms.load(Ordering::Relaxed))
     }
 
     /// SIGKILLs every group at once; returns how many were still there. Records stay: the
