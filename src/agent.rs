@@ -173,7 +173,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         common.ready.clone(),
     ));
 
-    let _ = terminating.wait_for(|signalled| *signalled).await;
+    let _ = terminating.wait_for(|stage| *stage != ShutdownStage::Running).await;
     println!(
         "probelet: shutting down, stopping containers (at most {}s)",
         groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN).as_secs()
@@ -181,16 +181,32 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let _ = kubelet.send(Shutdown).await;
     let _ = stop_server.send(());
     let _ = server.await;
+    if *terminating.borrow() == ShutdownStage::Forced {
+        // The containers stopped because the watcher killed them; it ends the process (exit 1).
+        std::future::pending::<()>().await;
+    }
     Ok(())
+}
+
+/// Where the shutdown is, as the signal watcher tells the main thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShutdownStage {
+    Running,
+    /// The first signal came: shut down in order.
+    Stopping,
+    /// The deadline passed or a second signal came: the watcher kills everything and exits.
+    Forced,
 }
 
 /// Watches SIGTERM and SIGINT on a thread of its own, with its own tokio runtime, so that
 /// neither a saturated main thread nor a stuck actor can keep the agent from stopping. The
-/// first signal flips the returned flag (the main thread then shuts down in order); the second
-/// one, or the largest grace period plus [`SHUTDOWN_MARGIN`] after the first, SIGKILLs every
-/// container group and exits 1.
-fn watch_shutdown_signals(groups: ContainerGroups) -> Result<tokio::sync::watch::Receiver<bool>, AgentError> {
-    let (signalled, terminating) = tokio::sync::watch::channel(false);
+/// first signal moves the returned stage to `Stopping` (the main thread then shuts down in
+/// order); the second one, or the largest grace period plus [`SHUTDOWN_MARGIN`] after the
+/// first, moves it to `Forced`, SIGKILLs every container group and exits 1.
+fn watch_shutdown_signals(
+    groups: ContainerGroups,
+) -> Result<tokio::sync::watch::Receiver<ShutdownStage>, AgentError> {
+    let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -205,7 +221,7 @@ fn watch_shutdown_signals(groups: ContainerGroups) -> Result<tokio::sync::watch:
         .spawn(move || {
             runtime.block_on(async move {
                 signals.recv().await;
-                let _ = signalled.send(true);
+                stage.send_replace(ShutdownStage::Stopping);
                 let deadline = groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN);
                 tokio::select! {
                     () = tokio::time::sleep(deadline) => {
@@ -213,6 +229,8 @@ fn watch_shutdown_signals(groups: ContainerGroups) -> Result<tokio::sync::watch:
                     }
                     () = signals.recv() => tracing::warn!("second signal, killing every container"),
                 }
+                // Told first, so that the main thread, seeing its containers gone, does not exit 0.
+                stage.send_replace(ShutdownStage::Forced);
                 let killed = groups.kill_all();
                 println!("probelet: shutdown forced, {killed} container process group(s) killed");
                 std::process::exit(1);

@@ -17,12 +17,13 @@
 //! signals. A container that cannot start is reported as containerd reports it (`StartError`,
 //! exit code 128, restarts counted).
 //!
-//! The files: `actor` (the actor and its messages: what starts, restarts, stops), `state` (a
-//! pod's containers, the restart rules, the statuses), `backoff` (the crash-loop back-off),
-//! `launch` (argv, environment, spawning, start errors, output), `stop` (SIGTERM/SIGKILL with
-//! deadlines), `groups` (the running process groups, recorded in the state directory so a
-//! restarted agent kills what a crashed one left), `budget` (how many containers the agent's
-//! file descriptors allow). What happens when things fail is in `docs/reliability.md`.
+//! The files: `actor` (the actor and its messages: what starts, restarts, stops), with
+//! `actor/start` (starting a container, recording its exit); `state` (a pod's containers, the
+//! restart rules, the statuses); `backoff` (the crash-loop back-off); `launch` (argv,
+//! environment, spawning, start errors, output); `stop` (SIGTERM/SIGKILL with deadlines);
+//! `groups` (the running process groups, recorded in the state directory so a restarted agent
+//! kills what a crashed one left); `budget` (how many containers the agent's file descriptors
+//! allow). What happens when things fail is in `docs/reliability.md`.
 
 mod actor;
 mod backoff;
