@@ -1,6 +1,11 @@
 //! Running the agent: wiring the engine, the host and the HTTP endpoints for standalone mode
 //! (and, through [`crate::cluster`], cluster mode), then waiting for SIGTERM or SIGINT and
 //! shutting down in order: stop probing, stop containers with their grace periods, flush.
+//!
+//! Shutdown always ends: a standalone agent gives its containers the largest grace period of
+//! its pods plus [`SHUTDOWN_MARGIN`], then SIGKILLs whatever still runs and exits; a second
+//! SIGTERM or SIGINT does the same at once. Signals are watched on a thread of their own, so
+//! this holds even while the agent's main thread is saturated.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,7 +27,7 @@ use crate::cli::RunArgs;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
-use crate::host::runtime::ProcessRuntime;
+use crate::host::runtime::{ContainerGroups, FdBudget, ProcessRuntime, StateDirError, raise_nofile_limit};
 use crate::serve::{Limits, ServeState, router, router_with_reviews, serve_router};
 
 /// Why the agent could not run.
@@ -38,7 +43,18 @@ pub enum AgentError {
     Cluster(String),
     #[error("--authorization-mode webhook needs cluster mode (an API server to ask)")]
     WebhookWithoutCluster,
+    #[error("{0} (choose another with --state-dir)")]
+    StateDir(#[from] StateDirError),
+    #[error("cannot watch for signals: {0}")]
+    SignalWatcher(std::io::Error),
 }
+
+/// The state directory's name in the manifests folder when `--state-dir` is not given (hidden,
+/// so the folder's scan skips it).
+pub const DEFAULT_STATE_DIR: &str = ".probelet-state";
+
+/// What a shutdown may take beyond the largest grace period before everything is SIGKILLed.
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 
 /// What both modes share: the metrics registry, the clock, events and probe history.
 pub struct Common {
@@ -163,15 +179,32 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     if !manifests.is_dir() {
         return Err(AgentError::NoManifests(manifests));
     }
+    // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
+    match raise_nofile_limit() {
+        Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
+        Err(error) => tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit"),
+    }
     let mut common = Common::new()?;
     common.probe_host_policy = args.probe_host_policy.into();
     let runner = LocalCommandRunner::new();
     let pipeline = common.pipeline(Arc::new(runner.clone()));
-    let runtime = actix::Actor::start(ProcessRuntime::new(
-        runner,
-        Arc::new(common.events.clone()),
-        common.clock.clone(),
-    ));
+    let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
+    let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
+    // Watched from now on: a SIGTERM during startup stops the agent in order too.
+    let mut terminating = watch_shutdown_signals(groups.clone())?;
+    let budget = FdBudget::of_this_process();
+    tracing::info!(containers = budget.max_containers(), "file descriptor budget");
+    if leftovers > 0 {
+        println!(
+            "probelet: killed {leftovers} container process group(s) a previous agent left running ({})",
+            state_dir.display()
+        );
+    }
+    let runtime = actix::Actor::start(
+        ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
+            .with_groups(groups.clone())
+            .with_fd_budget(budget),
+    );
     let (addr, stop_server, server) = common.serve(args, pipeline.clone(), None).await?;
     println!(
         "probelet {}: standalone on {}, node {}; http://{addr}/pods, /metrics",
@@ -193,30 +226,121 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         common.ready.clone(),
     ));
 
-    wait_for_signal().await;
-    println!("probelet: shutting down, stopping containers");
+    let _ = terminating.wait_for(|stage| *stage != ShutdownStage::Running).await;
+    println!(
+        "probelet: shutting down, stopping containers (at most {}s)",
+        groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN).as_secs()
+    );
     let _ = kubelet.send(Shutdown).await;
     let _ = stop_server.send(());
     let _ = server.await;
+    if *terminating.borrow() == ShutdownStage::Forced {
+        // The containers stopped because the watcher killed them; it ends the process (exit 1).
+        std::future::pending::<()>().await;
+    }
     Ok(())
+}
+
+/// Where the shutdown is, as the signal watcher tells the main thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShutdownStage {
+    Running,
+    /// The first signal came: shut down in order.
+    Stopping,
+    /// The deadline passed or a second signal came: the watcher kills everything and exits.
+    Forced,
+}
+
+/// Watches SIGTERM and SIGINT on a thread of its own, with its own tokio runtime, so that
+/// neither a saturated main thread nor a stuck actor can keep the agent from stopping. The
+/// first signal moves the returned stage to `Stopping` (the main thread then shuts down in
+/// order); the second one, or the largest grace period plus [`SHUTDOWN_MARGIN`] after the
+/// first, moves it to `Forced`, SIGKILLs every container group and exits 1.
+fn watch_shutdown_signals(
+    groups: ContainerGroups,
+) -> Result<tokio::sync::watch::Receiver<ShutdownStage>, AgentError> {
+    let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AgentError::SignalWatcher)?;
+    // Listening before the thread runs: no signal between now and then takes the default action.
+    let mut signals = {
+        let _watcher_runtime = runtime.enter();
+        Signals::new()
+    };
+    std::thread::Builder::new()
+        .name("probelet-signals".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                signals.recv().await;
+                stage.send_replace(ShutdownStage::Stopping);
+                let deadline = groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN);
+                tokio::select! {
+                    () = tokio::time::sleep(deadline) => {
+                        tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
+                    }
+                    () = signals.recv() => tracing::warn!("second signal, killing every container"),
+                }
+                // Told first, so that the main thread, seeing its containers gone, does not exit 0.
+                stage.send_replace(ShutdownStage::Forced);
+                let killed = groups.kill_all();
+                println!("probelet: shutdown forced, {killed} container process group(s) killed");
+                std::process::exit(1);
+            })
+        })
+        .map_err(AgentError::SignalWatcher)?;
+    Ok(terminating)
 }
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn wait_for_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "Cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
+    Signals::new().recv().await;
+}
+
+/// SIGTERM and SIGINT, listened for once for the agent's whole life, so that a second signal
+/// during shutdown is seen.
+pub struct Signals {
+    terminate: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub fn new() -> Self {
+        let listen =
+            |kind: tokio::signal::unix::SignalKind, name: &str| match tokio::signal::unix::signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(err) => {
+                    tracing::error!(error = %err, "Cannot listen for {name}");
+                    None
+                }
+            };
+        Signals {
+            terminate: listen(tokio::signal::unix::SignalKind::terminate(), "SIGTERM"),
+            interrupt: listen(tokio::signal::unix::SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// Resolves on the next SIGTERM or SIGINT.
+    pub async fn recv(&mut self) {
+        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
             }
         }
-    };
-    tokio::select! {
-        _ = terminate => {}
-        _ = tokio::signal::ctrl_c() => {}
+        tokio::select! {
+            () = next(&mut self.terminate) => {}
+            () = next(&mut self.interrupt) => {}
+        }
+    }
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

@@ -109,6 +109,13 @@ pub struct RunArgs {
     /// Burst of `pods/exec` requests above --exec-qps.
     #[arg(long, env = "PROBELET_EXEC_BURST", default_value_t = 100)]
     pub exec_burst: u32,
+
+    /// Standalone mode: where the agent records its containers' process groups, so that after
+    /// a crash of the agent the next one kills them before it starts anything (never two
+    /// copies of a container). One agent at a time per folder. Default: `.probelet-state` in
+    /// the manifests folder.
+    #[arg(long, value_name = "DIR", env = "PROBELET_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

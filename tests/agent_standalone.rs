@@ -1,6 +1,8 @@
 //! End to end: the real `probelet` binary in standalone mode on a temporary manifests folder.
 //! Waits on the agent's own output lines (bounded), never on fixed sleeps.
 
+// The real binary runs on real time: its tests read the real clocks too.
+#![allow(clippy::disallowed_methods)]
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,7 +30,18 @@ struct Agent {
 
 impl Agent {
     async fn start(dir: &Path) -> Agent {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        Agent::start_under(dir, &[]).await
+    }
+
+    /// The agent run through `wrapper` (e.g. `prlimit --nofile=256:256 --`), which must exec it.
+    async fn start_under(dir: &Path, wrapper: &[&str]) -> Agent {
+        let agent = env!("CARGO_BIN_EXE_probelet");
+        let (program, wrapper_args) = match wrapper.split_first() {
+            Some((program, args)) => (*program, [args, &[agent]].concat()),
+            None => (agent, Vec::new()),
+        };
+        let mut child = Command::new(program)
+            .args(wrapper_args)
             .args(["run", "--manifests"])
             .arg(dir)
             .args(["--listen", "127.0.0.1:0", "--node-name", "e2e"])
@@ -310,5 +323,183 @@ async fn a_pod_added_back_while_stopping_restarts_once_stopped() {
     );
     let pods = agent.get("/pods").await;
     assert!(pods.contains("\"name\":\"again\""), "{pods}");
+    agent.stop().await;
+}
+
+/// Sends `signal` (`-TERM`, `-KILL`) to the agent.
+fn signal_agent(agent: &Agent, signal: &str) {
+    let id = agent.child.id().unwrap();
+    let _ = std::process::Command::new("kill").args([signal, &id.to_string()]).status();
+}
+
+/// Whether process `pid` is gone (reaped, or a zombie that nothing runs in any more).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Polls (at most 10 s) until every pid is gone.
+async fn assert_gone(pids: &[u32]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !pids.iter().all(|&pid| process_gone(pid)) {
+        assert!(tokio::time::Instant::now() < deadline, "still running: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A container that ignores SIGTERM and writes its PID to `pidfile` (a new line per start;
+/// `$$$$` is the shell's `$$` once the kubelet's `$(VAR)` expansion has unescaped it).
+fn stubborn_pod(name: &str, grace: u32, pidfile: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: {grace}
+  containers:
+  - name: stubborn
+    command: ["sh", "-c", "trap '' TERM; echo $$$$ >> {pidfile}; while true; do sleep 1; done"]
+"#,
+        pidfile = pidfile.display()
+    )
+}
+
+fn pids_in(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// The first SIGTERM gives the stubborn container its 120 s grace period; a second one ends
+/// the agent at once, its container SIGKILLed.
+#[actix::test]
+async fn a_second_sigterm_ends_the_agent_promptly() {
+    let dir = temp_dir("second-term");
+    let pidfile = dir.join("stubborn.pids");
+    write(&dir, "stubborn.yaml", &stubborn_pod("stubborn", 120, &pidfile));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/stubborn: container stubborn running")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pids_in(&pidfile).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the container wrote no pid");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    signal_agent(&agent, "-TERM");
+    agent.wait_for(|l| l.contains("shutting down")).await;
+    signal_agent(&agent, "-TERM");
+    let status = tokio::time::timeout(Duration::from_secs(5), agent.child.wait())
+        .await
+        .expect("the agent exits within 5 s of the second SIGTERM")
+        .unwrap();
+    assert!(!status.success(), "a forced shutdown is not a clean exit: {status:?}");
+    agent.wait_for(|l| l.contains("shutdown forced, 1 container process group(s) killed")).await;
+    assert_gone(&pids_in(&pidfile)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A container that writes its PID to `pidfile` (a new line per start), then sleeps.
+fn sleeper_pod(name: &str, pidfile: &Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: sleeper
+    command: ["sh", "-c", "echo $$$$ >> {pidfile}; exec sleep 1000"]
+"#,
+        pidfile = pidfile.display()
+    )
+}
+
+/// Polls (at most 10 s) until `path` lists `count` PIDs; returns them.
+async fn wait_for_pids(path: &Path, count: usize) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = pids_in(path);
+        if pids.len() >= count {
+            return pids;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} lists {pids:?}, not {count} PIDs",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// SIGKILL the agent: its containers outlive it, and the next agent on the same folder kills
+/// them before starting its own, so each container runs exactly once; a final SIGTERM leaves
+/// nothing behind.
+#[actix::test]
+async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
+    let dir = temp_dir("crash");
+    let (one, two) = (dir.join("one.pids"), dir.join("two.pids"));
+    write(&dir, "one.yaml", &sleeper_pod("one", &one));
+    write(&dir, "two.yaml", &sleeper_pod("two", &two));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    agent.wait_for(|l| l.ends_with("default/two: container sleeper running")).await;
+    let first = [wait_for_pids(&one, 1).await[0], wait_for_pids(&two, 1).await[0]];
+
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    assert!(first.iter().all(|&pid| !process_gone(pid)), "the crash left the containers running");
+
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 2 container process group(s) a previous agent left running")).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    agent.wait_for(|l| l.ends_with("default/two: container sleeper running")).await;
+    let second = [wait_for_pids(&one, 2).await[1], wait_for_pids(&two, 2).await[1]];
+    assert_gone(&first).await;
+    assert!(second.iter().all(|&pid| !process_gone(pid)), "the new copies run");
+    assert_eq!((pids_in(&one).len(), pids_in(&two).len()), (2, 2), "each container started once per agent");
+
+    let dir = agent.dir.clone();
+    let id = agent.child.id().unwrap();
+    let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    assert_gone(&second).await;
+    let records = std::fs::read_dir(dir.join(".probelet-state/containers")).unwrap().count();
+    assert_eq!(records, 0, "a clean stop leaves no records");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pod of `count` containers that only sleep.
+fn crowd_pod(name: &str, count: usize) -> String {
+    let mut manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n"
+    );
+    for i in 0..count {
+        manifest.push_str(&format!("  - name: c{i}\n    command: [\"sleep\", \"1000\"]\n"));
+    }
+    manifest
+}
+
+/// Under 256 descriptors, a pod of 200 containers gets only its share of the budget, with a
+/// Warning that says why; the other pod still starts and becomes Ready, and /healthz answers.
+#[actix::test]
+async fn a_pod_with_too_many_containers_cannot_starve_the_others() {
+    let dir = temp_dir("fd-budget");
+    write(&dir, "crowd.yaml", &crowd_pod("crowd", 200));
+    write(&dir, "web.yaml", &web_pod("web", free_port(), "", ""));
+    let mut agent = Agent::start_under(&dir, &["prlimit", "--nofile=256:256", "--"]).await;
+    agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    let health = agent.get("/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let events = agent.get("/events").await;
+    assert!(events.contains("\"reason\":\"OutOfFileDescriptors\""), "{events}");
+    assert!(events.contains("not started: the pod already runs"), "{events}");
+    let pods = agent.get("/pods").await;
+    let running = pods.matches("\"running\":{").count();
+    // The budget: (256 - open at start - 64 kept back) / 4 per container, half for one pod.
+    assert!((2..=30).contains(&running), "{running} containers run");
+    assert!(!pods.contains("Too many open files"), "nothing ran out of descriptors");
     agent.stop().await;
 }

@@ -4,7 +4,6 @@
 
 // The real binary runs on real time: its tests read the real clocks too.
 #![allow(clippy::disallowed_methods)]
-
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -242,6 +242,25 @@ async fn exited_command_whose_child_holds_the_pipes_does_not_hang() {
     .await;
 }
 
+/// A finished probe leaves nothing behind: what it started in the background, output
+/// redirected or not, is killed when it exits (in a container it would die with the container).
+#[tokio::test]
+async fn what_a_finished_probe_left_running_is_killed() {
+    bounded(async {
+        let runner = LocalCommandRunner::new();
+        for script in ["sleep 77 >/dev/null 2>&1 & echo $!", "sleep 77 & echo $!"] {
+            let start = Instant::now();
+            let ran = run(&runner, &sh(script), LONG).await.expect("the command exited");
+            assert_eq!(ran.exit_code, 0, "{script}");
+            assert!(start.elapsed() < SLACK, "{script}: took {:?}, not its timeout", start.elapsed());
+            let pids = pids_in(&ran.output);
+            assert_eq!(pids.len(), 1, "{script}: output {:?}", ran.output);
+            assert_dead(pids[0]).await;
+        }
+    })
+    .await;
+}
+
 /// Polls for the file a script writes its PIDs to (renamed into place once complete).
 async fn pids_from_file(path: &Path) -> Vec<u32> {
     let start = Instant::now();

@@ -21,10 +21,11 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, MemoryRecorder};
 use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
-    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, RuntimePodStatus,
-    SubscribeRuntime, SyncPod,
+    FdBudget, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged,
+    RuntimePodStatus, Signaller, SubscribeRuntime, SyncPod,
 };
 use probelet::local_runner::LocalCommandRunner;
+use probelet::process::{Signal, signal_group};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -63,12 +64,18 @@ impl Harness {
     }
 
     fn with_backoff(initial: Duration, max: Duration) -> Self {
+        Self::build(|runtime| runtime.with_backoff(initial, max))
+    }
+
+    /// A harness whose runtime `configure` adjusts before it starts.
+    fn build(configure: impl FnOnce(ProcessRuntime) -> ProcessRuntime) -> Self {
         let recorder = MemoryRecorder::new();
         let runner = LocalCommandRunner::new();
-        let runtime =
+        let runtime = configure(
             ProcessRuntime::new(runner.clone(), Arc::new(recorder.clone()), Arc::new(TokioClock::new()))
-                .with_backoff(initial, max)
-                .start();
+                .with_backoff(SHORT_BACKOFF, MAX_BACKOFF),
+        )
+        .start();
         let (tx, changes) = mpsc::unbounded_channel();
         runtime.do_send(SubscribeRuntime(Forward(tx).start().recipient()));
         Harness { runtime, recorder, runner, changes }
@@ -425,6 +432,74 @@ async fn kill_container_stops_a_term_respecting_process_within_the_grace_period(
     assert!(h.events_for("app").contains(&"Normal Killing Container app failed startup probe".to_owned()));
 }
 
+/// Under paused time: `since` + `deadline` is now, to the timer's millisecond.
+fn assert_at_deadline(since: Instant, deadline: Duration, what: &str) {
+    let elapsed = since.elapsed();
+    assert!(elapsed >= deadline && elapsed < deadline + Duration::from_millis(5), "{what}: {elapsed:?}");
+}
+
+/// A kill that cannot be delivered (here: every signal fails, as `kill(2)` does without
+/// permission) ends each stop at its deadline, leaves the container reported running, and a
+/// later kill signals again instead of waiting for the first one forever.
+#[actix::test]
+async fn a_kill_that_cannot_be_delivered_does_not_hang_the_stop() {
+    tokio::time::pause();
+    let sent: Arc<std::sync::Mutex<Vec<(u32, Signal)>>> = Arc::default();
+    let log = sent.clone();
+    let signaller = Signaller::new(move |pgid, signal| {
+        log.lock().unwrap().push((pgid, signal));
+        Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+    });
+    let mut h = Harness::build(|runtime| runtime.with_signaller(signaller));
+    let _cleanup = KillGroups(sent.clone());
+    let pod = with_containers(pod("undying", "Always"), vec![container("app", &["sleep", "1000"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "app running", |s| running(app(s))).await;
+
+    let grace = Duration::from_secs(30);
+    let asked = Instant::now();
+    h.kill_pod(&id, grace).await;
+    assert_at_deadline(asked, grace + KILL_WAIT, "the stop ended at its deadline");
+    assert!(running(app(&h.status(&id).await.unwrap())), "a failed kill is not a stopped container");
+    let signals: Vec<Signal> = sent.lock().unwrap().iter().map(|(_, s)| *s).collect();
+    assert_eq!(signals, [Signal::Term, Signal::Kill]);
+
+    // Past its deadline the first kill has failed: the next one signals again, and ends too.
+    let again = Instant::now();
+    h.kill_pod(&id, grace).await;
+    assert_at_deadline(again, grace + KILL_WAIT, "the second kill ended at its own deadline");
+    let signals: Vec<Signal> = sent.lock().unwrap().iter().map(|(_, s)| *s).collect();
+    assert_eq!(signals, [Signal::Term, Signal::Kill, Signal::Term, Signal::Kill]);
+
+    // A kill asked while another is under way waits for it, never past its deadline.
+    let during = h.runtime.send(KillPod { pod_uid: id.clone(), grace });
+    let overlapping = h.runtime.send(KillPod { pod_uid: id.clone(), grace });
+    let started = Instant::now();
+    let (first, second) = futures::join!(during, overlapping);
+    first.unwrap();
+    second.unwrap();
+    assert_at_deadline(
+        started,
+        grace + KILL_WAIT,
+        "the overlapping kill waited for the first one's deadline",
+    );
+    assert_eq!(sent.lock().unwrap().len(), 6, "only the first of two overlapping kills signals");
+}
+
+/// Really kills, when dropped (also when an assertion failed), every group a failing signaller
+/// was asked to signal; dropped before the runtime, while the groups' leaders are unreaped.
+struct KillGroups(Arc<std::sync::Mutex<Vec<(u32, Signal)>>>);
+
+impl Drop for KillGroups {
+    fn drop(&mut self) {
+        let sent = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &(pgid, _) in sent.iter() {
+            let _ = signal_group(pgid, Signal::Kill);
+        }
+    }
+}
+
 #[actix::test]
 async fn kill_pod_stops_regular_containers_then_sidecars_in_reverse_and_restarts_nothing() {
     let mut h = Harness::new();
@@ -733,8 +808,27 @@ async fn the_probelet_command_runs_the_agents_own_executable() {
 
 const NO_SUCH: &str = "probelet-no-such-executable";
 
+/// What containerd reports for a command that cannot start: `NO_SUCH`'s error in its words.
+fn start_error(program: &str) -> String {
+    format!(
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create \
+         failed: unable to start container process: error during container init: exec: \"{program}\": \
+         executable file not found in $PATH: unknown"
+    )
+}
+
+/// containerd's `StartError` instance: exit code 128, the error, never started.
+fn assert_start_error(state: &ContainerStateTerminated, message: &str) {
+    assert_eq!(state.exit_code, 128);
+    assert_eq!(state.reason.as_deref(), Some("StartError"));
+    assert_eq!(state.message.as_deref(), Some(message));
+    let started_at = state.started_at.as_ref().unwrap();
+    assert_eq!(started_at.0.as_second(), 0, "a zero start time, as the kubelet shows it");
+    assert!(state.finished_at.is_some());
+}
+
 #[actix::test]
-async fn an_unknown_executable_waits_with_run_container_error_and_retries_with_back_off() {
+async fn an_unknown_executable_fails_with_start_error_and_crash_loops_with_back_off() {
     // No process ever runs, so time can be paused: the kubelet's own back-off, 10 s doubling.
     tokio::time::pause();
     let mut h = Harness::with_backoff(Duration::from_secs(10), Duration::from_secs(300));
@@ -742,11 +836,14 @@ async fn an_unknown_executable_waits_with_run_container_error_and_retries_with_b
     let id = uid(&pod);
     let begin = Instant::now();
     h.sync(&pod).await;
-    let message = format!("exec: \"{NO_SUCH}\": executable file not found in $PATH");
+    let message = start_error(NO_SUCH);
     let status = h.wait_for(&id, "RunContainerError", |s| waiting(app(s)).is_some()).await;
     assert_eq!(waiting(app(&status)), Some(("RunContainerError", Some(message.as_str()))));
-    assert_eq!(app(&status).container_id, None);
+    let first_id = app(&status).container_id.clone();
+    assert!(first_id.is_some(), "the created container has an ID");
     assert_eq!(app(&status).restart_count, 0);
+    assert_start_error(last_terminated(app(&status)).unwrap(), &message);
+    assert_eq!(last_terminated(app(&status)).unwrap().container_id, first_id);
 
     let failures =
         |h: &Harness| h.events_for("app").iter().filter(|e| e.starts_with("Warning Failed")).count();
@@ -768,22 +865,66 @@ async fn an_unknown_executable_waits_with_run_container_error_and_retries_with_b
         )
     );
     assert!(!events.iter().any(|e| e.contains("Started")));
-    let status = h.status(&id).await.unwrap();
-    assert_eq!(waiting(app(&status)).unwrap().0, "RunContainerError");
+    // Four failed starts: three restarts, backing off 40 s before the fifth.
+    let status = h
+        .wait_for(&id, "CrashLoopBackOff", |s| waiting(app(s)).is_some_and(|w| w.0 == "CrashLoopBackOff"))
+        .await;
+    assert_eq!(
+        waiting(app(&status)),
+        Some((
+            "CrashLoopBackOff",
+            Some("back-off 40s restarting failed container=app pod=missing_default(uid-missing)")
+        ))
+    );
+    assert_eq!(app(&status).restart_count, 3);
+    assert_start_error(last_terminated(app(&status)).unwrap(), &message);
+    assert_ne!(app(&status).container_id, first_id, "each try is a new container");
 }
 
 #[actix::test]
-async fn an_unknown_executable_under_never_cannot_run() {
+async fn an_unknown_executable_under_never_ends_with_start_error() {
     let mut h = Harness::new();
     let pod = with_containers(pod("cannot", "Never"), vec![container("app", &[NO_SUCH])]);
     let id = uid(&pod);
     h.sync(&pod).await;
     let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
-    let state = terminated(app(&status)).unwrap();
-    assert_eq!(state.exit_code, 128);
-    assert_eq!(state.reason.as_deref(), Some("ContainerCannotRun"));
-    assert_eq!(
-        state.message.as_deref(),
-        Some(format!("exec: \"{NO_SUCH}\": executable file not found in $PATH").as_str())
+    assert_start_error(terminated(app(&status)).unwrap(), &start_error(NO_SUCH));
+    assert_eq!(app(&status).restart_count, 0);
+}
+
+// === the file-descriptor budget ===
+
+/// A budget of 72 descriptors (64 kept back) allows 2 containers, 1 per pod: the pod's second
+/// container is held back with one Warning, and starts once the first one's share is free.
+#[actix::test]
+async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
+    let mut h = Harness::build(|runtime| runtime.with_fd_budget(FdBudget::new(72, 0)));
+    let pod = with_containers(
+        pod("budget", "Never"),
+        vec![container("c0", &["sleep", "1000"]), container("c1", &["sleep", "1000"])],
     );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "c0 running", |s| running(named(&s.containers, "c0"))).await;
+    assert_eq!(waiting(named(&status.containers, "c1")).map(|w| w.0), Some("ContainerCreating"));
+    let held_back = "Warning OutOfFileDescriptors Container c1 not started: the pod already runs 1 \
+                     containers, half of the 2 the agent's 72 file descriptors allow";
+    // Synced again (the kubelet does every few seconds): still held back, still one event.
+    h.sync(&pod).await;
+    h.sync(&pod).await;
+    assert_eq!(h.events_for("c1"), [held_back]);
+
+    h.runtime.do_send(KillContainer {
+        pod_uid: id.clone(),
+        container: "c0".into(),
+        message: "Stopping container c0".into(),
+        grace: Duration::from_millis(100),
+    });
+    let status = h.wait_for(&id, "c1 running once c0 is gone", |s| running(named(&s.containers, "c1"))).await;
+    assert!(terminated(named(&status.containers, "c0")).is_some());
+    assert_eq!(
+        h.events_for("c1")[1..],
+        ["Normal Created Created container: c1", "Normal Started Started container c1"]
+    );
+    h.kill_pod(&id, Duration::from_millis(100)).await;
 }

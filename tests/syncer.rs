@@ -7,6 +7,9 @@
 //! auto-advance through its I/O): tests wait with `Flush` or bounded polls of the fake, and keep
 //! periods and back-offs short. The metrics are checked in `tests/syncer_metrics.rs`, a binary
 //! of its own, so that no other test moves the global counters under it.
+
+// The real binary runs on real time: its tests read the real clocks too.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

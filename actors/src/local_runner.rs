@@ -3,10 +3,10 @@
 //! upstream (containerd's `execInternal`): run argv directly, capture combined stdout and stderr
 //! up to [`MAX_EXEC_OUTPUT`] bytes, and kill the command when its timeout passes.
 //!
-//! Each command runs in its own process group so that a timeout or a cancelled probe kills
-//! everything it started, not only the process we spawned; [`crate::process`] sends the signal.
-//! A cancelled probe's group is killed from a task on the current tokio runtime, so that the
-//! probe worker's thread never waits for `kill` to run.
+//! Each command runs in its own process group so that a timeout, a cancelled probe or the
+//! command's own exit kills everything it started, not only the process we spawned (a
+//! container's exec leftovers would die with the container; here they have none); [`crate::process`] sends the signal
+//! (a system call, so a cancelled probe's group is killed right where the probe is dropped).
 
 use std::collections::HashMap;
 use std::io;
@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
-use crate::process::{Signal, signal_group, signal_group_blocking};
+use crate::process::{Signal, exited, signal_group_logged};
 
 /// How long to wait for a killed command to be reaped before leaving it to tokio's background
 /// reaper, so a process stuck in the kernel cannot hold a probe much past its timeout.
@@ -130,24 +130,24 @@ async fn run(
     let ended = group.pump(stdout, stderr, &mut output, deadline).await;
     match ended {
         Ended::Exited(status) => {
-            // Whatever the command left running with its output redirected elsewhere survives,
-            // as it would in a container.
-            group.disarm();
+            // What the command left running in its group (`sleep 77 &`) dies with it, as it
+            // would with its container; usually done already, as the leader exited.
+            group.kill();
             Ok(ExecOutput { output, exit_code: exit_code(status) })
         }
         Ended::PipesHeld(status) => {
             tracing::debug!(%container_id, program, "command exited but its children held its output open");
-            group.kill().await;
+            group.kill();
             Ok(ExecOutput { output, exit_code: exit_code(status) })
         }
         Ended::TimedOut => {
             tracing::debug!(%container_id, program, ?timeout, "command timed out, killing its process group");
-            group.kill().await;
+            group.kill();
             group.reap().await;
             Err(ExecError::Timeout { output })
         }
         Ended::WaitFailed(e) => {
-            group.kill().await;
+            group.kill();
             Err(ExecError::Runtime(format!("failed to wait for command {program:?}: {e}")))
         }
     }
@@ -170,6 +170,7 @@ enum Ended {
 /// full so the command never blocks on a full pipe.
 async fn pump(
     child: &mut Child,
+    pgid: &mut Option<u32>,
     mut stdout: Option<impl AsyncRead + Unpin>,
     mut stderr: Option<impl AsyncRead + Unpin>,
     output: &mut Vec<u8>,
@@ -180,6 +181,8 @@ async fn pump(
     let mut stderr_buf = [0u8; 4096];
     let deadline = until(deadline);
     tokio::pin!(deadline);
+    let exit = leader_exit(child, pgid);
+    tokio::pin!(exit);
     loop {
         if let (Some(status), None, None) = (status, &stdout, &stderr) {
             return Ended::Exited(status);
@@ -193,7 +196,7 @@ async fn pump(
                 Some(n) => append_capped(output, &stderr_buf[..n]),
                 None => stderr = None,
             },
-            waited = child.wait(), if status.is_none() => match waited {
+            waited = &mut exit, if status.is_none() => match waited {
                 Ok(exited) => status = Some(exited),
                 Err(e) => return Ended::WaitFailed(e),
             },
@@ -205,6 +208,19 @@ async fn pump(
             }
         }
     }
+}
+
+/// The leader's exit status. Where a pidfd tells the exit before the leader is reaped, the
+/// group (whatever the command left behind) is killed first, while its ID is still held, and
+/// `pgid` is taken; otherwise it is left for the caller to kill after the reaping.
+async fn leader_exit(child: &mut Child, pgid: &mut Option<u32>) -> io::Result<ExitStatus> {
+    if let Some(group) = *pgid
+        && exited(group).await.is_ok()
+    {
+        signal_group_logged(group, Signal::Kill);
+        *pgid = None;
+    }
+    child.wait().await
 }
 
 /// One read from a pipe; `None` at end of file or on a read error (nothing more will come).
@@ -238,21 +254,21 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 // === impl ProcessGroup ===
 
-/// The spawned process and its group. Until disarmed, dropping it (a cancelled probe) kills
-/// the whole group; the child itself is killed on drop too and reaped by tokio in the
-/// background.
+/// The spawned process and its group. Dropping it (a cancelled probe) kills the whole group;
+/// the child itself is killed on drop too and reaped by tokio in the background.
 struct ProcessGroup {
-    /// The leader; only taken by `drop`, to be kept unreaped until its group is killed.
-    child: Option<Child>,
-    /// The group to kill when dropped; the child's PID, as it leads its own group. Taken while
-    /// the child is unreaped, so the ID cannot have been reused.
+    /// The leader, killed on drop (`kill_on_drop`) after the group: fields drop after `drop`.
+    child: Child,
+    /// The group still to kill; the child's PID, as it leads its own group. Taken once the
+    /// group is killed, which happens while the leader is unreaped (so the ID cannot have been
+    /// reused) wherever a pidfd is available.
     pgid: Option<u32>,
 }
 
 impl ProcessGroup {
     fn new(child: Child) -> Self {
         let pgid = child.id();
-        ProcessGroup { child: Some(child), pgid }
+        ProcessGroup { child, pgid }
     }
 
     /// [`pump`] on the leader.
@@ -263,78 +279,31 @@ impl ProcessGroup {
         output: &mut Vec<u8>,
         deadline: Option<Instant>,
     ) -> Ended {
-        match self.child.as_mut() {
-            Some(child) => pump(child, stdout, stderr, output, deadline).await,
-            None => Ended::WaitFailed(io::Error::other("the command's process was released")),
-        }
+        pump(&mut self.child, &mut self.pgid, stdout, stderr, output, deadline).await
     }
 
-    fn disarm(&mut self) {
-        self.pgid = None;
-    }
-
-    async fn kill(&mut self) {
-        if let Some(pgid) = self.pgid {
-            signal_group(pgid, Signal::Kill).await;
-            self.pgid = None;
+    fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            signal_group_logged(pgid, Signal::Kill);
         }
-        // Also signal the leader directly in case `kill` could not be run; an error only
-        // means it has already been reaped.
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.start_kill();
-        }
+        // Also signal the leader directly in case the group could not be signalled; an error
+        // only means it has already been reaped.
+        let _ = self.child.start_kill();
     }
 
     async fn reap(&mut self) {
-        let Some(child) = self.child.as_mut() else { return };
-        if tokio::time::timeout(REAP_GRACE, child.wait()).await.is_err() {
-            tracing::warn!(pid = ?child.id(), "killed command not reaped yet, leaving it to the background reaper");
+        if tokio::time::timeout(REAP_GRACE, self.child.wait()).await.is_err() {
+            tracing::warn!(pid = ?self.child.id(), "killed command not reaped yet, leaving it to the background reaper");
         }
     }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
+        // The group first, while the leader (killed and reaped in the background by tokio once
+        // `child` drops) still holds its ID.
         if let Some(pgid) = self.pgid.take() {
-            kill_dropped_group(GroupKill { pgid, _leader: self.child.take(), done: false });
-        }
-    }
-}
-
-/// Kills a dropped command's group without blocking the thread that dropped it (a probe
-/// worker's arbiter, which runs other workers' probes): from a task on the current tokio
-/// runtime, or right here when there is none.
-fn kill_dropped_group(kill: GroupKill) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(kill.run());
-        }
-        // `kill` kills the group as it drops.
-        Err(_) => drop(kill),
-    }
-}
-
-/// A group kill in progress. It holds the unreaped leader until the group is signalled, so the
-/// group's ID cannot be reused meanwhile. Dropped before it is done (the runtime shut down
-/// before running the task, or while it ran), it kills the group on the spot.
-struct GroupKill {
-    pgid: u32,
-    /// Killed when dropped (`kill_on_drop`), after the group: fields drop after `drop` ran.
-    _leader: Option<Child>,
-    done: bool,
-}
-
-impl GroupKill {
-    async fn run(mut self) {
-        signal_group(self.pgid, Signal::Kill).await;
-        self.done = true;
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if !self.done {
-            signal_group_blocking(self.pgid, Signal::Kill);
+            signal_group_logged(pgid, Signal::Kill);
         }
     }
 }

@@ -4,13 +4,21 @@
 //! runtime kills a container's PID namespace (runc's `kill`), which a process group stands in
 //! for here.
 //!
-//! std and tokio can only signal a single process, and the workspace forbids `unsafe` (so no
-//! `libc::kill`): a group is signalled by running `kill -<SIG> -- -<pgid>`, falling back to the
-//! shell's builtin where there is no `kill` executable.
+//! Signals go out as direct `kill(2)` calls through `rustix`: they need no file descriptor and
+//! no new process, so they still work when the agent has run out of both, which is exactly when
+//! containers must be stopped.
+//!
+//! A recycled ID is never signalled: a group's ID stays taken while any process of the group
+//! lives, and a group whose members are all gone is only signalled while its leader is still
+//! unreaped. [`exited`] tells that the leader exited without reaping it (through a pidfd), so
+//! callers kill what it left behind first and reap it afterwards.
 
-use std::process::Stdio;
+use std::io;
 
-use tokio::process::Command;
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, kill_process_group, pidfd_open};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 
 /// The signals sent to a process group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,84 +30,146 @@ pub enum Signal {
 }
 
 impl Signal {
-    /// The name `kill` takes, without the `SIG` prefix.
+    /// The name without the `SIG` prefix, as `kill -l` prints it.
     pub fn name(self) -> &'static str {
         match self {
             Signal::Term => "TERM",
             Signal::Kill => "KILL",
         }
     }
-}
 
-/// Sends `signal` to every process of group `pgid`. A failing `kill` means the group is already
-/// gone, so only being unable to run `kill` at all is logged.
-pub async fn signal_group(pgid: u32, signal: Signal) {
-    let mut last_error = None;
-    for (program, args) in kill_commands(pgid, signal) {
-        let status = Command::new(program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-        match status {
-            Ok(_) => return,
-            Err(e) => last_error = Some(e),
+    fn raw(self) -> rustix::process::Signal {
+        match self {
+            Signal::Term => rustix::process::Signal::TERM,
+            Signal::Kill => rustix::process::Signal::KILL,
         }
     }
-    tracing::error!(pgid, signal = signal.name(), error = ?last_error, "cannot run kill to signal a process group");
 }
 
-/// [`signal_group`] for `Drop`, which cannot await: `kill` is short-lived, so waiting for it is
-/// brief.
-pub fn signal_group_blocking(pgid: u32, signal: Signal) {
-    let mut last_error = None;
-    for (program, args) in kill_commands(pgid, signal) {
-        let status = std::process::Command::new(program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        match status {
-            Ok(_) => return,
-            Err(e) => last_error = Some(e),
-        }
+/// Whether a signal found anyone to deliver to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// At least one process of the group was signalled.
+    Sent,
+    /// The group has no process left: whatever was to be stopped is gone.
+    Gone,
+}
+
+/// Sends `signal` to every process of group `pgid`. An error (no permission, or an ID that
+/// cannot name a group, such as 0, which would be the agent's own) means nothing was
+/// signalled: the processes may still run.
+pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<Delivery> {
+    let pid = group_pid(pgid)?;
+    match kill_process_group(pid, signal.raw()) {
+        Ok(()) => Ok(Delivery::Sent),
+        Err(Errno::SRCH) => Ok(Delivery::Gone),
+        Err(e) => Err(e.into()),
     }
-    tracing::error!(pgid, signal = signal.name(), error = ?last_error, "cannot run kill to signal a process group");
 }
 
-/// `kill` from PATH, or the shell's builtin where there is no `kill` executable.
-fn kill_commands(pgid: u32, signal: Signal) -> [(&'static str, Vec<String>); 2] {
-    let (signal, target) = (format!("-{}", signal.name()), format!("-{pgid}"));
-    [
-        ("kill", vec![signal.clone(), "--".to_owned(), target.clone()]),
-        ("sh", vec!["-c".to_owned(), format!("kill {signal} -- {target}")]),
-    ]
+/// [`signal_group`], logging a failure instead of returning it: for the paths that have no
+/// one to report to (a guard being dropped, a command that already ended).
+pub fn signal_group_logged(pgid: u32, signal: Signal) {
+    if let Err(error) = signal_group(pgid, signal) {
+        tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a process group");
+    }
+}
+
+/// Resolves once process `pid` (a child of the agent) has exited, leaving it unreaped so that
+/// its ID, and so its group's, cannot be given to another process meanwhile. An error (no
+/// pidfd: an old kernel, or no file descriptor left) means the caller must reap first.
+pub async fn exited(pid: u32) -> io::Result<()> {
+    let pidfd = pidfd_open(group_pid(pid)?, PidfdFlags::NONBLOCK)?;
+    // A pidfd becomes readable when its process exits; reading it is never needed. Tokio
+    // deprecated the safe constructor because a generic `T` could change the fd it returns;
+    // an `OwnedFd` moved into the `AsyncFd` cannot, which is the case its replacement (`unsafe`,
+    // forbidden here) is for.
+    #[allow(deprecated)]
+    let pidfd = AsyncFd::with_interest(pidfd, Interest::READABLE)?;
+    let _ready = pidfd.readable().await?;
+    Ok(())
+}
+
+fn group_pid(pgid: u32) -> io::Result<Pid> {
+    i32::try_from(pgid).ok().and_then(Pid::from_raw).filter(|pid| pid.as_raw_pid() > 1).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, format!("{pgid} is not a process group to signal"))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    use std::os::unix::process::CommandExt as _;
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
 
     #[test]
-    fn kills_the_group_not_the_process() {
-        let [(program, args), (shell, shell_args)] = kill_commands(42, Signal::Kill);
-        assert_eq!((program, args.as_slice()), ("kill", ["-KILL", "--", "-42"].map(String::from).as_slice()));
-        assert_eq!(
-            (shell, shell_args.as_slice()),
-            ("sh", ["-c", "kill -KILL -- -42"].map(String::from).as_slice())
-        );
+    fn refuses_ids_that_are_not_a_child_group() {
+        for pgid in [0, 1, u32::MAX] {
+            assert!(signal_group(pgid, Signal::Kill).is_err(), "{pgid}");
+        }
     }
 
+    /// The child half of [`signals_when_no_process_or_fd_can_be_made`]: lower the limits so
+    /// that nothing can be spawned or opened, then stop a group started before.
+    const CHILD_ENV: &str = "PROBELET_TEST_SIGNAL_UNDER_LIMITS";
+
     #[test]
-    fn signals_the_group_not_the_process() {
-        let [(program, args), (shell, shell_args)] = kill_commands(42, Signal::Term);
-        assert_eq!((program, args.as_slice()), ("kill", ["-TERM", "--", "-42"].map(String::from).as_slice()));
-        assert_eq!(
-            (shell, shell_args.as_slice()),
-            ("sh", ["-c", "kill -TERM -- -42"].map(String::from).as_slice())
+    fn signals_when_no_process_or_fd_can_be_made() {
+        if std::env::var_os(CHILD_ENV).is_some() {
+            let mut sleeper = Command::new("sleep")
+                .arg("1000")
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("spawn sleep");
+            let pgid = sleeper.id();
+            // No fd above 2 can be opened and no process can be forked any more.
+            for (resource, limit) in [(Resource::Nofile, 3), (Resource::Nproc, 0)] {
+                let hard = getrlimit(resource).maximum;
+                setrlimit(resource, Rlimit { current: Some(limit), maximum: hard }).expect("lower the limit");
+            }
+            let spawn = Command::new("true").stdin(Stdio::null()).stdout(Stdio::null()).spawn();
+            assert!(spawn.is_err(), "spawning must be impossible under the lowered limits");
+            assert_eq!(signal_group(pgid, Signal::Kill).expect("signal"), Delivery::Sent);
+            let status = sleeper.wait().expect("wait");
+            assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+            assert_eq!(signal_group(pgid, Signal::Kill).expect("signal"), Delivery::Gone);
+            return;
+        }
+        let exe = std::env::current_exe().expect("test binary");
+        let output = Command::new(exe)
+            .args([
+                "process::tests::signals_when_no_process_or_fd_can_be_made",
+                "--exact",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, "1")
+            .output()
+            .expect("run the test binary as a child");
+        assert!(
+            output.status.success(),
+            "child failed: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
         );
+        assert!(String::from_utf8_lossy(&output.stdout).contains("1 passed"), "the child ran the test");
+    }
+
+    #[tokio::test]
+    async fn exited_resolves_before_the_leader_is_reaped() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 1000 & exit 3"])
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("spawn");
+        let pgid = child.id().expect("pid");
+        tokio::time::timeout(Duration::from_secs(10), exited(pgid)).await.expect("exit seen").expect("pidfd");
+        // The leader is a zombie holding the group's ID; its background sleep is still there.
+        assert_eq!(signal_group(pgid, Signal::Kill).expect("signal"), Delivery::Sent);
+        let status = child.wait().await.expect("reap");
+        assert_eq!(status.code(), Some(3));
     }
 }

@@ -1,0 +1,517 @@
+//! The runtime actor and its messages: it decides what starts, restarts and stops, and keeps
+//! each pod's [`PodRuntime`]; launching and stopping processes, the back-off and the status
+//! conversion live in the sibling modules.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::FutureExt as _;
+use futures::future::{LocalBoxFuture, join_all};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
+
+use crate::clock::SharedClock;
+use crate::contracts::{EventRecorder, EventType};
+use crate::local_runner::LocalCommandRunner;
+use crate::prober::{container_reference, pod_name};
+use crate::process::Signal;
+
+use super::super::phase::kill_grace_period;
+use super::budget::FdBudget;
+use super::groups::ContainerGroups;
+use super::state::{
+    Current, Outcome, PodRuntime, RestartPolicy, Role, Slot, find_container, pod_status, should_restart,
+};
+use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
+use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING};
+
+mod start;
+
+// === messages ===
+
+/// Make the pod's containers match its spec: init containers in order, then the regular
+/// containers, restarting exited ones per the restart policy. Idempotent; sent on every pod sync.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SyncPod {
+    pub pod: Arc<Pod>,
+    /// IDs (`probelet://…`) of the containers whose status, as the status manager has it, says
+    /// `started: true`. A sidecar with a startup probe lets the next container start only once
+    /// its running instance is in here (upstream waits for the startup result `Success`).
+    pub started: HashSet<String>,
+}
+
+impl SyncPod {
+    /// A sync that knows of no started container.
+    pub fn new(pod: Arc<Pod>) -> Self {
+        SyncPod { pod, started: HashSet::new() }
+    }
+}
+
+/// Kill one container (SIGTERM to its process group, SIGKILL after `grace`) with a `Killing`
+/// event carrying `message`. Its exit then goes through the restart policy like any other.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct KillContainer {
+    pub pod_uid: String,
+    pub container: String,
+    pub message: String,
+    pub grace: Duration,
+}
+
+/// Stop every container of the pod, each with `grace` (regular and init containers first, then
+/// sidecars in reverse order), and never start any again. Resolves when all have exited.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct KillPod {
+    pub pod_uid: String,
+    pub grace: Duration,
+}
+
+/// Forget a pod whose containers are all stopped (a container still running is SIGKILLed).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RemovePod(pub String);
+
+/// The runtime's view of a pod's containers, as the kubelet would build container statuses.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Option<RuntimePodStatus>")]
+pub struct GetRuntimeStatus(pub String);
+
+/// Container statuses in spec order. `ready` is false and `started` unset: the engine sets them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimePodStatus {
+    pub init_containers: Vec<ContainerStatus>,
+    pub containers: Vec<ContainerStatus>,
+}
+
+/// Some container of the pod changed state (started, exited, back-off began or ended).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RuntimeChanged {
+    pub pod_uid: String,
+}
+
+/// Be told [`RuntimeChanged`] from now on.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubscribeRuntime(pub Recipient<RuntimeChanged>);
+
+// === the actor ===
+
+/// Runs pods' containers as local processes.
+pub struct ProcessRuntime {
+    /// Where started containers are registered, so exec probes run with their env and directory.
+    runner: LocalCommandRunner,
+    recorder: Arc<dyn EventRecorder>,
+    /// Timestamps in container states.
+    clock: SharedClock,
+    /// First crash-loop back-off; doubles per restart up to `max_backoff`.
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    /// By pod UID.
+    pods: HashMap<String, PodRuntime>,
+    subscribers: Vec<Recipient<RuntimeChanged>>,
+    /// Pods changed since subscribers were last told.
+    changed: HashSet<String>,
+    signaller: Signaller,
+    /// How many containers may run at once, so that probes and the listener keep descriptors.
+    budget: FdBudget,
+    /// The groups of the running containers, for a forced shutdown.
+    groups: ContainerGroups,
+}
+
+impl ProcessRuntime {
+    /// A runtime with the kubelet's back-off (10 s doubling to 300 s).
+    pub fn new(runner: LocalCommandRunner, recorder: Arc<dyn EventRecorder>, clock: SharedClock) -> Self {
+        ProcessRuntime {
+            runner,
+            recorder,
+            clock,
+            initial_backoff: DEFAULT_INITIAL_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            pods: HashMap::new(),
+            subscribers: Vec::new(),
+            changed: HashSet::new(),
+            signaller: Signaller::default(),
+            budget: FdBudget::unlimited(),
+            groups: ContainerGroups::new(),
+        }
+    }
+
+    /// Replaces the crash-loop back-off (tests use milliseconds). A `max` below `initial` is
+    /// raised to it.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max.max(initial);
+        self
+    }
+
+    /// Replaces how process groups are signalled (tests make kills fail with it).
+    pub fn with_signaller(mut self, signaller: Signaller) -> Self {
+        self.signaller = signaller;
+        self
+    }
+
+    /// Limits how many containers run at once (the agent sizes it from its RLIMIT_NOFILE).
+    pub fn with_fd_budget(mut self, budget: FdBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Lists the running containers' groups in `groups` (the agent keeps a clone to kill them
+    /// all on a forced shutdown).
+    pub fn with_groups(mut self, groups: ContainerGroups) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// Tells subscribers the pod changed, once per turn of the actor however many of its
+    /// containers changed: one sync starting a thousand containers is one [`RuntimeChanged`],
+    /// so the host regenerates the pod's status once.
+    fn notify(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        if self.changed.is_empty() {
+            ctx.run_later(Duration::ZERO, |act, _| act.flush_changes());
+        }
+        if !self.changed.contains(pod_uid) {
+            self.changed.insert(pod_uid.to_owned());
+        }
+    }
+
+    fn flush_changes(&mut self) {
+        self.subscribers.retain(|s| s.connected());
+        for pod_uid in self.changed.drain() {
+            for subscriber in &self.subscribers {
+                subscriber.do_send(RuntimeChanged { pod_uid: pod_uid.clone() });
+            }
+        }
+    }
+
+    fn record(&self, pod: &Pod, container: &Container, event_type: EventType, reason: &str, message: &str) {
+        self.recorder.record(&container_reference(pod, container), event_type, reason, message);
+    }
+
+    /// Wall-clock now at the API's precision (seconds).
+    fn now_time(&self) -> Time {
+        let now = self.clock.now();
+        Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
+    }
+
+    fn slot_mut(&mut self, pod_uid: &str, name: &str) -> Option<&mut Slot> {
+        self.pods.get_mut(pod_uid)?.containers.get_mut(name)
+    }
+
+    /// Upstream `computeInitContainerActions` for a sidecar: it is initialized once it runs and
+    /// its startup probe, if it has one, has succeeded — then the next container may start. It
+    /// stays initialized (upstream goes on from the last started init container).
+    fn sidecar_initialized(&mut self, pod_uid: &str, container: &Container) -> bool {
+        let Some(PodRuntime { started, containers, .. }) = self.pods.get_mut(pod_uid) else { return false };
+        let Some(slot) = containers.get_mut(&container.name) else { return false };
+        if !slot.initialized
+            && let Current::Running(running) = &slot.current
+        {
+            slot.initialized = container.startup_probe.is_none() || started.contains(&running.id.to_string());
+        }
+        slot.initialized
+    }
+
+    fn is_running(&self, pod_uid: &str, name: &str) -> bool {
+        self.pods
+            .get(pod_uid)
+            .and_then(|p| p.containers.get(name))
+            .is_some_and(|s| matches!(s.current, Current::Running(_)))
+    }
+
+    /// The kubelet's `computePodActions` + `SyncPod`, reduced to starting what should run.
+    fn reconcile(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get(pod_uid) else { return };
+        if state.terminating || state.init_failed {
+            return;
+        }
+        let pod = state.pod.clone();
+        let Some(spec) = pod.spec.as_ref() else { return };
+        let policy = RestartPolicy::of(&pod);
+        let init_containers = spec.init_containers.as_deref().unwrap_or_default();
+
+        if !state.initialized {
+            for container in init_containers {
+                let role = Role::of_init(container);
+                if role == Role::Sidecar {
+                    if !self.is_running(pod_uid, &container.name) {
+                        self.try_start(pod_uid, container, role, ctx);
+                    }
+                    if self.sidecar_initialized(pod_uid, container) {
+                        continue;
+                    }
+                    return;
+                }
+                match self.outcome(pod_uid, &container.name) {
+                    Outcome::ExitedWith(0) => continue,
+                    Outcome::Running => return,
+                    Outcome::ExitedWith(_) | Outcome::StartFailed if policy == RestartPolicy::Never => {
+                        tracing::info!(pod = %pod_name(&pod), container = %container.name, "init container failed and the pod's restart policy is Never");
+                        if let Some(state) = self.pods.get_mut(pod_uid) {
+                            state.init_failed = true;
+                        }
+                        // Upstream kills the pod: the sidecars started so far stop too.
+                        self.complete(pod_uid, ctx);
+                        return;
+                    }
+                    Outcome::ExitedWith(_) | Outcome::StartFailed | Outcome::NotStarted => {
+                        self.try_start(pod_uid, container, role, ctx);
+                        return;
+                    }
+                }
+            }
+            if let Some(state) = self.pods.get_mut(pod_uid) {
+                state.initialized = true;
+            }
+        }
+
+        for container in init_containers.iter().filter(|c| Role::of_init(c) == Role::Sidecar) {
+            if !self.is_running(pod_uid, &container.name) {
+                self.try_start(pod_uid, container, Role::Sidecar, ctx);
+            }
+        }
+        for container in &spec.containers {
+            let start = match self.outcome(pod_uid, &container.name) {
+                Outcome::NotStarted | Outcome::StartFailed => true,
+                Outcome::Running => false,
+                Outcome::ExitedWith(code) => should_restart(Role::Regular, policy, code),
+            };
+            if start {
+                self.try_start(pod_uid, container, Role::Regular, ctx);
+            }
+        }
+        // Upstream `computePodActions`: an initialized pod with no regular container to keep
+        // running or to start is killed, so that its sidecars do not keep it alive.
+        let completed = !spec.containers.is_empty()
+            && spec.containers.iter().all(|c| {
+                matches!(self.outcome(pod_uid, &c.name),
+                    Outcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
+            });
+        if completed {
+            self.complete(pod_uid, ctx);
+        }
+    }
+
+    /// The pod will run nothing more (it completed, or an init container failed under `Never`):
+    /// no restarts from now on, and its sidecars are stopped, last first.
+    fn complete(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        if state.terminating {
+            return;
+        }
+        state.terminating = true;
+        for timer in state
+            .held_back
+            .take()
+            .into_iter()
+            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
+        {
+            ctx.cancel_future(timer);
+        }
+        let pod = state.pod.clone();
+        let sidecars: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| Role::of_init(c) == Role::Sidecar && self.is_running(pod_uid, &c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        if sidecars.is_empty() {
+            return;
+        }
+        tracing::info!(pod = %pod_name(&pod), "no regular container will run any more, stopping the sidecars");
+        let grace = kill_grace_period(&pod, "", None);
+        let stop = self.stop_sidecars(pod_uid.to_owned(), sidecars, grace);
+        ctx.spawn(stop);
+    }
+
+    fn outcome(&self, pod_uid: &str, name: &str) -> Outcome {
+        match self.pods.get(pod_uid).and_then(|p| p.containers.get(name)).map(|s| &s.current) {
+            None | Some(Current::NotStarted) => Outcome::NotStarted,
+            Some(Current::Running(_)) => Outcome::Running,
+            Some(Current::Exited { terminated, .. }) => Outcome::ExitedWith(terminated.exit_code),
+            Some(Current::StartFailed { .. }) => Outcome::StartFailed,
+        }
+    }
+
+    /// Upstream `killContainer`: the `Killing` event, then TERM and KILL after the grace period.
+    /// `None` when the container is not running; a container already being killed is only
+    /// waited for, until that kill's deadline. A kill past its deadline failed: the container
+    /// still runs, so it is killed again.
+    fn begin_stop(
+        &mut self,
+        pod_uid: &str,
+        name: &str,
+        message: Option<&str>,
+        grace: Duration,
+    ) -> Option<LocalBoxFuture<'static, ()>> {
+        let state = self.pods.get_mut(pod_uid)?;
+        let pod = state.pod.clone();
+        let Current::Running(running) = &mut state.containers.get_mut(name)?.current else { return None };
+        let exited = running.exited.subscribe();
+        let now = Instant::now();
+        if let Some(deadline) = running.killing.filter(|deadline| *deadline > now) {
+            return Some(wait_exited(exited, deadline).map(drop).boxed_local());
+        }
+        running.killing = Some(now + stop_deadline(grace));
+        let pgid = running.pgid;
+        let message = message.map_or_else(|| format!("Stopping container {name}"), str::to_owned);
+        if let Some(container) = find_container(&pod, name) {
+            self.record(&pod, container, EventType::Normal, EVENT_KILLING, &message);
+        }
+        tracing::info!(pod = %pod_name(&pod), container = %name, ?grace, "killing container");
+        let (pod_label, name) = (pod_name(&pod), name.to_owned());
+        let stop = stop_process(self.signaller.clone(), pgid, grace, exited);
+        Some(
+            async move {
+                if !stop.await {
+                    tracing::warn!(pod = %pod_label, container = %name, "container could not be stopped, it still runs");
+                }
+            }
+            .boxed_local(),
+        )
+    }
+
+    /// Stops the named sidecars one after another, last first.
+    fn stop_sidecars(
+        &mut self,
+        pod_uid: String,
+        mut names: Vec<String>,
+        grace: Duration,
+    ) -> ResponseActFuture<Self, ()> {
+        let Some(name) = names.pop() else { return Box::pin(actix::fut::ready(())) };
+        let stop = self.begin_stop(&pod_uid, &name, None, grace);
+        Box::pin(
+            async move {
+                if let Some(stop) = stop {
+                    stop.await;
+                }
+            }
+            .into_actor(self)
+            .then(move |(), act, _| act.stop_sidecars(pod_uid, names, grace)),
+        )
+    }
+}
+
+impl Actor for ProcessRuntime {
+    type Context = Context<Self>;
+}
+
+impl Handler<SyncPod> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, SyncPod { pod, started }: SyncPod, ctx: &mut Context<Self>) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            tracing::warn!(
+                pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                "pod without a UID, not started"
+            );
+            return;
+        };
+        self.groups.note_grace_period(kill_grace_period(&pod, "", None));
+        let state = self.pods.entry(uid.clone()).or_insert_with(|| PodRuntime::new(pod.clone()));
+        state.pod = pod;
+        state.started = started;
+        self.reconcile(&uid, ctx);
+    }
+}
+
+impl Handler<KillContainer> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, msg: KillContainer, ctx: &mut Context<Self>) {
+        match self.begin_stop(&msg.pod_uid, &msg.container, Some(&msg.message), msg.grace) {
+            Some(stop) => {
+                ctx.spawn(stop.into_actor(self));
+            }
+            None => {
+                tracing::debug!(pod_uid = %msg.pod_uid, container = %msg.container, "kill asked for a container that is not running")
+            }
+        }
+    }
+}
+
+impl Handler<KillPod> for ProcessRuntime {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, KillPod { pod_uid, grace }: KillPod, ctx: &mut Context<Self>) -> Self::Result {
+        let Some(state) = self.pods.get_mut(&pod_uid) else { return Box::pin(actix::fut::ready(())) };
+        state.terminating = true;
+        for timer in state
+            .held_back
+            .take()
+            .into_iter()
+            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
+        {
+            ctx.cancel_future(timer);
+        }
+        let pod = state.pod.clone();
+        let (init_containers, containers) = pod
+            .spec
+            .as_ref()
+            .map(|s| (s.init_containers.as_deref().unwrap_or_default(), s.containers.as_slice()))
+            .unwrap_or_default();
+        let sidecars: Vec<String> = init_containers
+            .iter()
+            .filter(|c| Role::of_init(c) == Role::Sidecar)
+            .map(|c| c.name.clone())
+            .collect();
+        let first: Vec<_> = init_containers
+            .iter()
+            .filter(|c| Role::of_init(c) == Role::Init)
+            .chain(containers)
+            .filter_map(|c| self.begin_stop(&pod_uid, &c.name, None, grace))
+            .collect();
+        self.notify(&pod_uid, ctx);
+        Box::pin(
+            join_all(first)
+                .into_actor(self)
+                .then(move |_, act, _| act.stop_sidecars(pod_uid, sidecars, grace)),
+        )
+    }
+}
+
+impl Handler<RemovePod> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, RemovePod(pod_uid): RemovePod, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.remove(&pod_uid) else { return };
+        if let Some(timer) = state.held_back {
+            ctx.cancel_future(timer);
+        }
+        for (name, slot) in state.containers {
+            if let Some(timer) = slot.timer {
+                ctx.cancel_future(timer);
+            }
+            if let Current::Running(running) = slot.current {
+                tracing::warn!(pod_uid, container = %name, "removing a pod whose container still runs, killing it");
+                if let Some(pgid) = running.pgid {
+                    self.signaller.send(pgid, Signal::Kill);
+                }
+            }
+        }
+    }
+}
+
+impl Handler<GetRuntimeStatus> for ProcessRuntime {
+    type Result = Option<RuntimePodStatus>;
+
+    fn handle(&mut self, GetRuntimeStatus(pod_uid): GetRuntimeStatus, _: &mut Context<Self>) -> Self::Result {
+        self.pods.get(&pod_uid).map(pod_status)
+    }
+}
+
+impl Handler<SubscribeRuntime> for ProcessRuntime {
+    type Result = ();
+
+    fn handle(&mut self, SubscribeRuntime(recipient): SubscribeRuntime, _: &mut Context<Self>) {
+        self.subscribers.push(recipient);
+    }
+}

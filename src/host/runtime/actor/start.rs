@@ -1,0 +1,275 @@
+//! Starting a container and recording its exit: upstream `doBackOff` and `startContainer`
+//! (`kuberuntime_container.go`), with the descriptor budget in front and containerd's report
+//! of a start that failed.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{Container, ContainerStateTerminated, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use tokio::process::Child;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::container::ContainerId;
+use crate::contracts::EventType;
+use crate::local_runner::LocalContainer;
+use crate::prober::pod_name;
+
+use super::super::groups::GroupOwner;
+use super::super::launch::{Launch, exit_code, forward_output, new_container_id};
+use super::super::state::{Current, RestartPolicy, Role, Running, Slot, should_restart};
+use super::super::stop::ProcessGuard;
+use super::super::{
+    EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_OUT_OF_FILE_DESCRIPTORS, EVENT_STARTED,
+    REASON_COMPLETED, REASON_ERROR, REASON_START_ERROR,
+};
+use super::ProcessRuntime;
+
+/// The exit code containerd reports for a container it could not start (Docker's, kept).
+const START_ERROR_EXIT_CODE: i32 = 128;
+
+impl ProcessRuntime {
+    /// Starts the container unless a restart is pending or it is backing off (upstream
+    /// `doBackOff`: in back-off since the last exit → wait, with a `BackOff` event; otherwise
+    /// the back-off grows and the container starts now).
+    pub(super) fn try_start(
+        &mut self,
+        pod_uid: &str,
+        container: &Container,
+        role: Role,
+        ctx: &mut Context<Self>,
+    ) {
+        let (initial, max) = (self.initial_backoff, self.max_backoff);
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        let pod = state.pod.clone();
+        let slot = state.containers.entry(container.name.clone()).or_insert_with(|| Slot::new(initial, max));
+        if slot.timer.is_some() || matches!(slot.current, Current::Running(_)) {
+            return;
+        }
+        if let Some(event) = slot.last_event {
+            let now = Instant::now();
+            if let Some(remaining) = slot.backoff.remaining_since(event, now) {
+                let message = format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    container.name,
+                    pod_name(&pod)
+                );
+                tracing::debug!(pod = %pod_name(&pod), container = %container.name, ?remaining, "container is backing off");
+                self.schedule_retry(pod_uid, &container.name, remaining, ctx);
+                self.record(&pod, container, EventType::Warning, EVENT_BACK_OFF, &message);
+                self.notify(pod_uid, ctx);
+                return;
+            }
+        }
+        // The descriptor budget: a start it refuses is retried later, without growing the
+        // back-off (the container did nothing wrong), by one timer for the whole pod.
+        if let Err(refusal) = self.budget.try_start(pod_uid) {
+            let first = !std::mem::replace(&mut slot.refused, true);
+            let retry_pending = state.held_back.is_some();
+            tracing::debug!(pod = %pod_name(&pod), container = %container.name, reason = %refusal.message, "container start held back");
+            if first {
+                let message = format!("Container {} not started: {}", container.name, refusal.message);
+                self.record(&pod, container, EventType::Warning, EVENT_OUT_OF_FILE_DESCRIPTORS, &message);
+            }
+            if !retry_pending {
+                let uid = pod_uid.to_owned();
+                let handle = ctx.run_later(self.initial_backoff, move |act, ctx| {
+                    if let Some(state) = act.pods.get_mut(&uid) {
+                        state.held_back = None;
+                    }
+                    act.reconcile(&uid, ctx);
+                });
+                if let Some(state) = self.pods.get_mut(pod_uid) {
+                    state.held_back = Some(handle);
+                }
+            }
+            return;
+        }
+        slot.refused = false;
+        if let Some(event) = slot.last_event {
+            slot.backoff.next(event, Instant::now());
+        }
+        self.start_container(pod_uid, &pod, container, role, ctx);
+    }
+
+    fn schedule_retry(&mut self, pod_uid: &str, name: &str, delay: Duration, ctx: &mut Context<Self>) {
+        let (uid, container) = (pod_uid.to_owned(), name.to_owned());
+        let handle = ctx.run_later(delay, move |act, ctx| {
+            if let Some(slot) = act.slot_mut(&uid, &container) {
+                slot.timer = None;
+            }
+            act.reconcile(&uid, ctx);
+        });
+        if let Some(slot) = self.slot_mut(pod_uid, name) {
+            slot.timer = Some(handle);
+        }
+    }
+
+    /// Upstream `startContainer`: `Created`, then `Started` or `Failed`.
+    fn start_container(
+        &mut self,
+        pod_uid: &str,
+        pod: &Arc<Pod>,
+        container: &Container,
+        role: Role,
+        ctx: &mut Context<Self>,
+    ) {
+        let launch = Launch::of(container);
+        for name in &launch.skipped {
+            tracing::warn!(pod = %pod_name(pod), container = %container.name, env = %name, "env valueFrom is not supported by the local runtime, variable not set");
+        }
+        if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+            tracing::warn!(pod = %pod_name(pod), container = %container.name, "envFrom is not supported by the local runtime, ignored");
+        }
+        let id = new_container_id();
+        self.record(
+            pod,
+            container,
+            EventType::Normal,
+            EVENT_CREATED,
+            &format!("Created container: {}", container.name),
+        );
+        match launch.spawn() {
+            Ok(child) => self.container_started(pod_uid, pod, container, id, launch, child, ctx),
+            Err(message) => {
+                self.budget.release(pod_uid);
+                tracing::warn!(pod = %pod_name(pod), container = %container.name, error = %message, "cannot start container");
+                self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
+                let retry = should_restart(role, RestartPolicy::of(pod), START_ERROR_EXIT_CODE);
+                // What containerd reports for a created container whose task could not start:
+                // exited with `StartError`, exit code 128, never started (a zero start time).
+                let terminated = ContainerStateTerminated {
+                    exit_code: START_ERROR_EXIT_CODE,
+                    reason: Some(REASON_START_ERROR.to_owned()),
+                    message: Some(message),
+                    started_at: Some(Time(Timestamp::UNIX_EPOCH)),
+                    finished_at: Some(self.now_time()),
+                    container_id: Some(id.to_string()),
+                    signal: None,
+                };
+                let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
+                slot.last_event = Some(Instant::now());
+                slot.started += 1;
+                if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
+                    std::mem::replace(&mut slot.current, Current::NotStarted)
+                {
+                    slot.last_terminated = Some(terminated);
+                }
+                if retry {
+                    slot.current = Current::StartFailed { id, terminated };
+                    // Through the timer, not recursively: the back-off decides when.
+                    self.schedule_retry(pod_uid, &container.name, Duration::ZERO, ctx);
+                } else {
+                    slot.current = Current::Exited { id, terminated };
+                }
+                self.notify(pod_uid, ctx);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn container_started(
+        &mut self,
+        pod_uid: &str,
+        pod: &Arc<Pod>,
+        container: &Container,
+        id: ContainerId,
+        launch: Launch,
+        mut child: Child,
+        ctx: &mut Context<Self>,
+    ) {
+        let pgid = child.id();
+        let pod_label = pod_name(pod);
+        if let Some(stdout) = child.stdout.take() {
+            tokio::spawn(forward_output(stdout, pod_label.clone(), container.name.clone()));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward_output(stderr, pod_label.clone(), container.name.clone()));
+        }
+        self.runner.register(
+            id.clone(),
+            LocalContainer { working_dir: launch.working_dir.clone(), env: launch.env.clone() },
+        );
+        let started_at = self.now_time();
+        let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
+        if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
+            std::mem::replace(&mut slot.current, Current::NotStarted)
+        {
+            slot.last_terminated = Some(terminated);
+        }
+        slot.started += 1;
+        slot.current = Current::Running(Running {
+            id: id.clone(),
+            pgid,
+            started_at,
+            exited: watch::channel(false).0,
+            killing: None,
+        });
+        tracing::info!(pod = %pod_label, container = %container.name, container_id = %id, ?pgid, "container started");
+        self.record(
+            pod,
+            container,
+            EventType::Normal,
+            EVENT_STARTED,
+            &format!("Started container {}", container.name),
+        );
+
+        let (uid, name) = (pod_uid.to_owned(), container.name.clone());
+        if let Some(pgid) = pgid {
+            self.groups.add(pgid, GroupOwner { pod: pod_label.clone(), container: container.name.clone() });
+        }
+        let guard =
+            ProcessGuard { child, pgid, signaller: self.signaller.clone(), groups: self.groups.clone() };
+        ctx.spawn(
+            guard
+                .wait()
+                .into_actor(self)
+                .map(move |status, act, ctx| act.container_exited(&uid, &name, &id, status, ctx)),
+        );
+        self.notify(pod_uid, ctx);
+    }
+
+    fn container_exited(
+        &mut self,
+        pod_uid: &str,
+        name: &str,
+        id: &ContainerId,
+        status: io::Result<ExitStatus>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.runner.unregister(id);
+        self.budget.release(pod_uid);
+        let finished_at = self.now_time();
+        let Some(slot) = self.slot_mut(pod_uid, name) else { return };
+        let Current::Running(running) = std::mem::replace(&mut slot.current, Current::NotStarted) else {
+            return;
+        };
+        let (exit_code, signal, message) = match status {
+            Ok(status) => (exit_code(status), status.signal(), None),
+            Err(e) => (-1, None, Some(format!("cannot wait for the container's process: {e}"))),
+        };
+        tracing::info!(pod_uid, container = %name, container_id = %id, exit_code, ?signal, "container exited");
+        slot.current = Current::Exited {
+            id: running.id.clone(),
+            terminated: ContainerStateTerminated {
+                exit_code,
+                signal,
+                reason: Some(if exit_code == 0 { REASON_COMPLETED } else { REASON_ERROR }.to_owned()),
+                message,
+                started_at: Some(running.started_at.clone()),
+                finished_at: Some(finished_at),
+                container_id: Some(running.id.to_string()),
+            },
+        };
+        slot.last_event = Some(Instant::now());
+        running.exited.send_replace(true);
+        self.notify(pod_uid, ctx);
+        self.reconcile(pod_uid, ctx);
+    }
+}

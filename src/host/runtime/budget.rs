@@ -1,0 +1,170 @@
+//! The file-descriptor budget of the local runtime: how many containers may run at once so
+//! that the agent keeps enough descriptors for its listener, its API client and the probes.
+//! A running container holds [`FDS_PER_CONTAINER`] of the agent's descriptors (its stdout and
+//! stderr pipes and two pidfds: tokio's reaper and ours); a start that would eat into the
+//! reserve is refused and retried later, and no pod may hold more than half of the budget, so
+//! one pod with thousands of containers cannot starve the others.
+//!
+//! The kubelet has no counterpart: a CRI runtime holds a container's descriptors in its own
+//! shim process, not in the kubelet.
+
+use std::collections::HashMap;
+
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+
+/// Descriptors the agent holds per running container.
+pub const FDS_PER_CONTAINER: u64 = 4;
+/// The smallest reserve kept for everything but containers.
+pub const MIN_RESERVE: u64 = 64;
+
+/// Why a container may not start now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub message: String,
+}
+
+/// Containers running against the budget, by pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdBudget {
+    /// The soft RLIMIT_NOFILE.
+    limit: u64,
+    /// Descriptors kept for the listener, the API client, probes and spawning.
+    reserve: u64,
+    /// Containers that may run at once, and at once in one pod.
+    max_containers: u64,
+    max_per_pod: u64,
+    running: u64,
+    by_pod: HashMap<String, u64>,
+}
+
+impl FdBudget {
+    /// No limit: for hosts that do not care (and tests).
+    pub fn unlimited() -> Self {
+        FdBudget {
+            limit: u64::MAX,
+            reserve: 0,
+            max_containers: u64::MAX,
+            max_per_pod: u64::MAX,
+            running: 0,
+            by_pod: HashMap::new(),
+        }
+    }
+
+    /// A budget for `limit` descriptors of which `baseline` are open already: a tenth of the
+    /// limit (at least [`MIN_RESERVE`]) is kept back.
+    pub fn new(limit: u64, baseline: u64) -> Self {
+        let reserve = (limit / 10).max(MIN_RESERVE);
+        let max_containers = limit.saturating_sub(baseline).saturating_sub(reserve) / FDS_PER_CONTAINER;
+        FdBudget {
+            limit,
+            reserve,
+            max_containers,
+            max_per_pod: (max_containers / 2).max(1).min(max_containers),
+            running: 0,
+            by_pod: HashMap::new(),
+        }
+    }
+
+    /// The budget of this process: its soft RLIMIT_NOFILE (see [`raise_nofile_limit`]) and the
+    /// descriptors open now.
+    pub fn of_this_process() -> Self {
+        let limit = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+        let baseline = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0);
+        FdBudget::new(limit, baseline)
+    }
+
+    /// Takes a running container's share for `pod_uid`, or says why not.
+    pub fn try_start(&mut self, pod_uid: &str) -> Result<(), Refusal> {
+        let in_pod = self.by_pod.get(pod_uid).copied().unwrap_or(0);
+        if self.running >= self.max_containers {
+            return Err(Refusal {
+                message: format!(
+                    "{} containers already run, the most the agent's {} file descriptors allow while keeping {} for probes and the API",
+                    self.running, self.limit, self.reserve
+                ),
+            });
+        }
+        if in_pod >= self.max_per_pod {
+            return Err(Refusal {
+                message: format!(
+                    "the pod already runs {in_pod} containers, half of the {} the agent's {} file descriptors allow",
+                    self.max_containers, self.limit
+                ),
+            });
+        }
+        self.running += 1;
+        *self.by_pod.entry(pod_uid.to_owned()).or_default() += 1;
+        Ok(())
+    }
+
+    /// Gives a container's share back (it exited, or its start failed).
+    pub fn release(&mut self, pod_uid: &str) {
+        if let Some(count) = self.by_pod.get_mut(pod_uid) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.by_pod.remove(pod_uid);
+            }
+            self.running = self.running.saturating_sub(1);
+        }
+    }
+
+    /// Containers running against the budget.
+    pub fn running(&self) -> u64 {
+        self.running
+    }
+
+    pub fn max_containers(&self) -> u64 {
+        self.max_containers
+    }
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (the default soft limit, often 1024, is far
+/// below what a node agent needs); returns the soft limit in force afterwards.
+pub fn raise_nofile_limit() -> std::io::Result<Option<u64>> {
+    let Rlimit { current, maximum } = getrlimit(Resource::Nofile);
+    if current != maximum {
+        setrlimit(Resource::Nofile, Rlimit { current: maximum, maximum })?;
+    }
+    Ok(getrlimit(Resource::Nofile).current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_a_reserve_and_half_the_budget_per_pod() {
+        // 256 descriptors, 32 open: 64 kept back, 160 left for 40 containers, 20 per pod.
+        let mut budget = FdBudget::new(256, 32);
+        assert_eq!((budget.max_containers(), budget.max_per_pod), (40, 20));
+        for _ in 0..20 {
+            budget.try_start("big").unwrap();
+        }
+        let refused = budget.try_start("big").unwrap_err();
+        assert!(refused.message.contains("the pod already runs 20 containers"), "{refused:?}");
+        for _ in 0..20 {
+            budget.try_start("other").unwrap();
+        }
+        let refused = budget.try_start("third").unwrap_err();
+        assert!(refused.message.contains("40 containers already run"), "{refused:?}");
+        budget.release("big");
+        budget.try_start("third").unwrap();
+        assert_eq!(budget.running(), 40);
+        budget.release("nobody");
+        assert_eq!(budget.running(), 40, "releasing what was never taken changes nothing");
+    }
+
+    #[test]
+    fn a_large_limit_keeps_a_tenth() {
+        let budget = FdBudget::new(1_048_576, 100);
+        assert_eq!(budget.reserve, 104_857);
+        assert_eq!(budget.max_containers(), (1_048_576 - 100 - 104_857) / 4);
+    }
+
+    #[test]
+    fn a_limit_below_the_reserve_runs_nothing() {
+        let mut budget = FdBudget::new(60, 20);
+        assert_eq!(budget.max_containers(), 0);
+        assert!(budget.try_start("pod").is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! Starting a container's process: its argv and environment as the kubelet builds them, the
+//! spawn in its own process group, start errors in the runtime's words, and its output.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use k8s_openapi::api::core::v1::Container;
+use probelet_actors::gofmt::go_quote;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::container::ContainerId;
+use crate::prober::exec::expand;
+
+use super::{RUNTIME_NAME, SELF_COMMAND};
+
+/// Longer output lines are logged in pieces of this size, so a process printing without
+/// newlines cannot grow the agent's memory.
+const MAX_LOG_LINE: usize = 16 * 1024;
+
+/// What a container's process is started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Launch {
+    pub(super) argv: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) working_dir: Option<PathBuf>,
+    /// Variables left out because they come from `valueFrom`.
+    pub(super) skipped: Vec<String>,
+}
+
+impl Launch {
+    /// Upstream `makeEnvironmentVariables` (literal values, each expanded against the ones
+    /// before it) and `ExpandContainerCommandAndArgs`. With no image there is no entrypoint:
+    /// the process is `command` followed by `args`.
+    pub(super) fn of(container: &Container) -> Self {
+        let mut env: Vec<(String, String)> = Vec::new();
+        let mut skipped = Vec::new();
+        for var in container.env.iter().flatten() {
+            if var.value_from.is_some() {
+                skipped.push(var.name.clone());
+                continue;
+            }
+            let value = expand(var.value.as_deref().unwrap_or_default(), |name| lookup(&env, name));
+            env.push((var.name.clone(), value));
+        }
+        let argv = container
+            .command
+            .iter()
+            .flatten()
+            .chain(container.args.iter().flatten())
+            .map(|arg| expand(arg, |name| lookup(&env, name)))
+            .collect();
+        let working_dir = container.working_dir.as_deref().filter(|d| !d.is_empty()).map(PathBuf::from);
+        Launch { argv, env, working_dir, skipped }
+    }
+
+    /// Spawns the process in its own group; the error is the text the status and event show.
+    pub(super) fn spawn(&self) -> Result<Child, String> {
+        let Some((program, args)) = self.argv.split_first() else {
+            return Err("no command specified".to_owned());
+        };
+        let executable = if program == SELF_COMMAND {
+            std::env::current_exe().map_err(|e| start_error(&format!("exec: {}: {e}", go_quote(program))))?
+        } else {
+            PathBuf::from(program)
+        };
+        let mut command = Command::new(&executable);
+        command
+            .args(args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        if let Some(dir) = &self.working_dir {
+            // Checked first: spawn reports a missing directory as a missing executable.
+            check_working_dir(dir).map_err(|e| start_error(&e))?;
+            command.current_dir(dir);
+        }
+        command.spawn().map_err(|e| start_error(&spawn_error_text(program, &e)))
+    }
+}
+
+/// containerd's wording for a task that could not start, around runc's error (containerd 1.7
+/// and 2.x over runc 1.1 and later): what the `Failed` event and the container's status show.
+pub(super) fn start_error(runc: &str) -> String {
+    format!(
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create \
+         failed: unable to start container process: error during container init: {runc}: unknown"
+    )
+}
+
+/// The last value of `name` defined so far (a later definition overrides an earlier one).
+pub(super) fn lookup<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+pub(super) fn check_working_dir(dir: &Path) -> Result<(), String> {
+    let problem = match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => return Ok(()),
+        Ok(_) => "not a directory".to_owned(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    Err(format!("chdir to cwd ({}) set in config.json failed: {problem}", go_quote(&dir.to_string_lossy())))
+}
+
+/// The start error as a runtime reports it (runc's `exec: "<name>": …` wording).
+pub(super) fn spawn_error_text(program: &str, e: &io::Error) -> String {
+    let quoted = go_quote(program);
+    match e.kind() {
+        io::ErrorKind::NotFound if !program.contains('/') => {
+            format!("exec: {quoted}: executable file not found in $PATH")
+        }
+        io::ErrorKind::NotFound => format!("exec: {quoted}: stat {program}: no such file or directory"),
+        io::ErrorKind::PermissionDenied => format!("exec: {quoted}: permission denied"),
+        _ => format!("exec: {quoted}: {e}"),
+    }
+}
+
+/// A fresh `probelet://<16 hex digits>` container ID.
+pub(super) fn new_container_id() -> ContainerId {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // `RandomState` is seeded randomly, so IDs differ across agent runs as well.
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    ContainerId::new(RUNTIME_NAME, format!("{:016x}", hasher.finish()))
+}
+
+/// The exit code as a shell reports it: 128 + the signal for a killed process.
+pub(super) fn exit_code(status: ExitStatus) -> i32 {
+    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(-1)
+}
+
+/// Logs a process's output line by line as it comes, so the pipe never fills up.
+pub(super) async fn forward_output(pipe: impl AsyncRead + Unpin, pod: String, container: String) {
+    let mut reader = BufReader::with_capacity(MAX_LOG_LINE, pipe);
+    let mut line = Vec::new();
+    loop {
+        let (taken, complete) = match reader.fill_buf().await {
+            Ok(buf) if !buf.is_empty() => {
+                let (taken, complete) = match buf.iter().position(|&b| b == b'\n') {
+                    Some(at) => (at + 1, true),
+                    None => (buf.len(), false),
+                };
+                line.extend_from_slice(&buf[..taken]);
+                (taken, complete)
+            }
+            _ => break,
+        };
+        reader.consume(taken);
+        if complete || line.len() >= MAX_LOG_LINE {
+            log_line(&pod, &container, &line);
+            line.clear();
+        }
+    }
+    if !line.is_empty() {
+        log_line(&pod, &container, &line);
+    }
+}
+
+pub(super) fn log_line(pod: &str, container: &str, line: &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    tracing::info!(pod, container, "{text}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
+
+    #[test]
+    fn expands_like_upstream() {
+        let env = vec![("A".to_owned(), "a".to_owned()), ("B".to_owned(), "b".to_owned())];
+        let cases = [
+            ("$(A)", "a"),
+            ("x$(A)y$(B)z", "xaybz"),
+            ("$(MISSING)", "$(MISSING)"),
+            ("$$(A)", "$(A)"),
+            ("$$", "$"),
+            ("$", "$"),
+            ("a$", "a$"),
+            ("$A", "$A"),
+            ("$(A", "$(A"),
+            ("$()", "$()"),
+            ("$é$(A)", "$éa"),
+            ("no refs", "no refs"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(expand(input, |name| lookup(&env, name)), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn launch_uses_literal_env_expanded_in_order() {
+        let var = |name: &str, value: &str| EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        let container = Container {
+            name: "app".into(),
+            command: Some(vec!["sh".into(), "-c".into()]),
+            args: Some(vec!["echo $(FOO) $(LATER) $HOME".into()]),
+            env: Some(vec![
+                var("FOO", "foo"),
+                var("BAR", "$(FOO)-bar-$(LATER)"),
+                EnvVar {
+                    name: "NODE".into(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "spec.nodeName".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                var("LATER", "later"),
+            ]),
+            working_dir: Some("/tmp".into()),
+            ..Default::default()
+        };
+        let launch = Launch::of(&container);
+        assert_eq!(launch.argv, ["sh", "-c", "echo foo later $HOME"]);
+        assert_eq!(
+            launch.env,
+            [("FOO", "foo"), ("BAR", "foo-bar-$(LATER)"), ("LATER", "later")]
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        );
+        assert_eq!(launch.skipped, ["NODE"]);
+        assert_eq!(launch.working_dir, Some(PathBuf::from("/tmp")));
+    }
+
+    #[test]
+    fn start_errors_read_like_runc() {
+        let not_found = io::Error::from(io::ErrorKind::NotFound);
+        assert_eq!(
+            spawn_error_text("nope", &not_found),
+            r#"exec: "nope": executable file not found in $PATH"#
+        );
+        assert_eq!(
+            spawn_error_text("/x/nope", &not_found),
+            r#"exec: "/x/nope": stat /x/nope: no such file or directory"#
+        );
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        assert_eq!(spawn_error_text("/etc/passwd", &denied), r#"exec: "/etc/passwd": permission denied"#);
+        assert_eq!(
+            check_working_dir(Path::new("/no/such/dir")),
+            Err(r#"chdir to cwd ("/no/such/dir") set in config.json failed: no such file or directory"#
+                .to_owned())
+        );
+        assert_eq!(Launch::of(&Container::default()).spawn().err().as_deref(), Some("no command specified"));
+        let missing = Container { command: Some(vec!["/x/nope".into()]), ..Default::default() };
+        assert_eq!(
+            Launch::of(&missing).spawn().err().as_deref(),
+            Some(
+                "failed to create containerd task: failed to create shim task: OCI runtime create failed: \
+                 runc create failed: unable to start container process: error during container init: \
+                 exec: \"/x/nope\": stat /x/nope: no such file or directory: unknown"
+            )
+        );
+    }
+
+    #[test]
+    fn container_ids_are_fresh_and_typed() {
+        let (a, b) = (new_container_id(), new_container_id());
+        assert_ne!(a, b);
+        assert_eq!(a.runtime, "probelet");
+        assert_eq!(a.id.len(), 16);
+        assert!(a.id.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn reports_signals_as_a_shell_does() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 137);
+        assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
+    }
+}

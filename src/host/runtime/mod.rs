@@ -1,0 +1,80 @@
+//! The standalone agent's container runtime: every container of a pod is a local process. It
+//! owns starting containers in the kubelet's order (init containers one after another, sidecars
+//! kept running — the next container waits until a sidecar's startup probe has succeeded, as the
+//! host reports it — then the regular containers), restarting them per the pod's restart policy
+//! with the kubelet's crash-loop back-off, killing them (SIGTERM, then SIGKILL after the grace
+//! period; the sidecars of a pod whose regular containers are all done for good), and the
+//! container statuses the kubelet would build from the runtime's view.
+//!
+//! Upstream counterpart: the kubelet's `kuberuntime` manager over a CRI runtime —
+//! `computePodActions` / `SyncPod` / `doBackOff` (`kuberuntime_manager.go`), `startContainer` /
+//! `killContainer` (`kuberuntime_container.go`), `convertToAPIContainerStatuses`
+//! (`kubelet_pods.go`), with the event texts of `pkg/kubelet/events`. What a process cannot be
+//! is left out: no images, volumes, sandboxes, resources or lifecycle hooks.
+//!
+//! A container process runs in its own process group, so that killing the container kills
+//! everything it started, as a container's PID namespace would; [`crate::process`] sends the
+//! signals. A container that cannot start is reported as containerd reports it (`StartError`,
+//! exit code 128, restarts counted).
+//!
+//! The files: `actor` (the actor and its messages: what starts, restarts, stops), with
+//! `actor/start` (starting a container, recording its exit); `state` (a pod's containers, the
+//! restart rules, the statuses); `backoff` (the crash-loop back-off); `launch` (argv,
+//! environment, spawning, start errors, output); `stop` (SIGTERM/SIGKILL with deadlines);
+//! `groups` (the running process groups, recorded in the state directory so a restarted agent
+//! kills what a crashed one left); `budget` (how many containers the agent's file descriptors
+//! allow). What happens when things fail is in `docs/reliability.md`.
+
+mod actor;
+mod backoff;
+mod budget;
+mod groups;
+mod launch;
+mod state;
+mod stop;
+
+use std::time::Duration;
+
+pub use budget::{FDS_PER_CONTAINER, FdBudget, MIN_RESERVE, Refusal, raise_nofile_limit};
+pub use groups::{ContainerGroups, GroupOwner, StateDirError};
+pub use stop::{KILL_WAIT, Signaller, stop_deadline};
+
+pub use actor::{
+    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, RuntimePodStatus,
+    SubscribeRuntime, SyncPod,
+};
+
+/// The runtime type in container IDs: `probelet://<16 hex digits>`.
+pub const RUNTIME_NAME: &str = "probelet";
+/// A container whose `command[0]` is this runs the agent's own executable, so examples can run
+/// `probelet demo-target`.
+pub const SELF_COMMAND: &str = "probelet";
+/// The kubelet's initial crash-loop back-off (`backOffPeriod`).
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_secs(10);
+/// The kubelet's longest crash-loop back-off (`MaxContainerBackOff`).
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Waiting reason of a container whose restart is being held back.
+pub const REASON_CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+/// Waiting reason of a container that could not be started.
+pub const REASON_RUN_CONTAINER_ERROR: &str = "RunContainerError";
+/// Waiting reason of a container not started yet, in a pod with init containers.
+pub const REASON_POD_INITIALIZING: &str = "PodInitializing";
+/// Waiting reason of a container not started yet, in a pod without init containers.
+pub const REASON_CONTAINER_CREATING: &str = "ContainerCreating";
+/// Terminated reason of a container that exited 0.
+pub const REASON_COMPLETED: &str = "Completed";
+/// Terminated reason of a container that exited non-zero or was killed.
+pub const REASON_ERROR: &str = "Error";
+/// Terminated reason of a container that could not be started (containerd's).
+pub const REASON_START_ERROR: &str = "StartError";
+
+/// Event reasons (upstream `pkg/kubelet/events`).
+pub const EVENT_CREATED: &str = "Created";
+pub const EVENT_STARTED: &str = "Started";
+pub const EVENT_FAILED: &str = "Failed";
+pub const EVENT_KILLING: &str = "Killing";
+pub const EVENT_BACK_OFF: &str = "BackOff";
+/// A container start held back by the agent's file-descriptor budget (no upstream counterpart:
+/// named like the kubelet's admission reasons, `OutOfcpu`, `OutOfmemory`).
+pub const EVENT_OUT_OF_FILE_DESCRIPTORS: &str = "OutOfFileDescriptors";

@@ -1,0 +1,321 @@
+//! A pod's containers as the runtime tracks them, the kubelet's restart rules and the container
+//! statuses built from them: plain data and functions, no actor.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::SpawnHandle;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::container::ContainerId;
+use crate::prober::grpc::go_duration;
+use crate::prober::pod_name;
+
+use super::actor::RuntimePodStatus;
+use super::backoff::Backoff;
+use super::{
+    REASON_CONTAINER_CREATING, REASON_CRASH_LOOP_BACK_OFF, REASON_POD_INITIALIZING,
+    REASON_RUN_CONTAINER_ERROR,
+};
+
+/// One pod's containers.
+pub(super) struct PodRuntime {
+    /// The latest pod given by `SyncPod`.
+    pub(super) pod: Arc<Pod>,
+    /// The started containers the latest `SyncPod` named.
+    pub(super) started: HashSet<String>,
+    /// By container name (names are unique across init and regular containers).
+    pub(super) containers: HashMap<String, Slot>,
+    /// Every init container has completed (or, for a sidecar, has started): regular containers
+    /// may run. Never goes back.
+    pub(super) initialized: bool,
+    /// An init container failed under restart policy `Never`: nothing more starts.
+    pub(super) init_failed: bool,
+    /// `KillPod` was asked, or the pod has completed: nothing starts or restarts any more.
+    pub(super) terminating: bool,
+    /// The retry of the starts the descriptor budget held back (one for the whole pod).
+    pub(super) held_back: Option<SpawnHandle>,
+}
+
+/// One container of a pod, across its restarts.
+pub(super) struct Slot {
+    /// Instances started so far; the restart count is one less.
+    pub(super) started: i32,
+    pub(super) current: Current,
+    /// The terminated state of the instance before the current one (the status's `lastState`).
+    pub(super) last_terminated: Option<ContainerStateTerminated>,
+    /// When the last instance exited or the last start failed: back-off is measured from here.
+    pub(super) last_event: Option<Instant>,
+    pub(super) backoff: Backoff,
+    /// A pending restart (back-off) or retry; while set the container is not started.
+    pub(super) timer: Option<SpawnHandle>,
+    /// A sidecar that has counted as started once: it let the next container start, and it
+    /// never holds the pod's initialization back again.
+    pub(super) initialized: bool,
+    /// The last start was held back by the descriptor budget (its event is sent once).
+    pub(super) refused: bool,
+}
+
+pub(super) enum Current {
+    NotStarted,
+    Running(Running),
+    Exited {
+        id: ContainerId,
+        terminated: ContainerStateTerminated,
+    },
+    /// The last start failed (the instance counts as started and exited with `StartError`)
+    /// and will be retried.
+    StartFailed {
+        id: ContainerId,
+        terminated: ContainerStateTerminated,
+    },
+}
+
+pub(super) struct Running {
+    pub(super) id: ContainerId,
+    /// The process group, led by the container's process.
+    pub(super) pgid: Option<u32>,
+    pub(super) started_at: Time,
+    /// Set to true once the exit has been recorded; kills wait on it.
+    pub(super) exited: watch::Sender<bool>,
+    /// A kill is under way and should have ended by then; once past, the kill failed (the
+    /// process still runs) and the next kill signals again.
+    pub(super) killing: Option<Instant>,
+}
+
+/// What a container is to its pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// A regular init container: must exit 0 before the next one starts.
+    Init,
+    /// An init container with `restartPolicy: Always`: started, then kept running.
+    Sidecar,
+    Regular,
+}
+
+/// The pod's `restartPolicy` (`Always` when unset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// What became of a container's latest instance, as the start decisions need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    NotStarted,
+    Running,
+    ExitedWith(i32),
+    StartFailed,
+}
+
+impl PodRuntime {
+    pub(super) fn new(pod: Arc<Pod>) -> Self {
+        PodRuntime {
+            pod,
+            started: HashSet::new(),
+            containers: HashMap::new(),
+            initialized: false,
+            init_failed: false,
+            terminating: false,
+            held_back: None,
+        }
+    }
+}
+
+impl Slot {
+    pub(super) fn new(initial_backoff: Duration, max_backoff: Duration) -> Self {
+        Slot {
+            started: 0,
+            current: Current::NotStarted,
+            last_terminated: None,
+            last_event: None,
+            backoff: Backoff::new(initial_backoff, max_backoff),
+            timer: None,
+            initialized: false,
+            refused: false,
+        }
+    }
+}
+
+impl Role {
+    pub(super) fn of_init(container: &Container) -> Role {
+        if crate::status::is_restartable_init_container(container) { Role::Sidecar } else { Role::Init }
+    }
+}
+
+impl RestartPolicy {
+    pub(super) fn of(pod: &Pod) -> Self {
+        match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+            Some("OnFailure") => RestartPolicy::OnFailure,
+            Some("Never") => RestartPolicy::Never,
+            _ => RestartPolicy::Always,
+        }
+    }
+}
+
+/// Whether a container that ended with `exit_code` starts again (upstream
+/// `ShouldContainerBeRestarted` and the init-container rules): sidecars always; an init
+/// container only after a failure and unless the policy is `Never`; a regular container per
+/// the policy.
+pub(super) fn should_restart(role: Role, policy: RestartPolicy, exit_code: i32) -> bool {
+    match (role, policy) {
+        (Role::Sidecar, _) => true,
+        (Role::Init, RestartPolicy::Never) => false,
+        (Role::Init, _) => exit_code != 0,
+        (Role::Regular, RestartPolicy::Always) => true,
+        (Role::Regular, RestartPolicy::OnFailure) => exit_code != 0,
+        (Role::Regular, RestartPolicy::Never) => false,
+    }
+}
+
+pub(super) fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers.iter().flatten().chain(&spec.containers).find(|c| c.name == name)
+}
+
+/// One container's status as the kubelet builds it from the runtime's view.
+pub(super) fn container_status(
+    pod: &Pod,
+    container: &Container,
+    slot: Option<&Slot>,
+    default_reason: &str,
+) -> ContainerStatus {
+    let mut status = ContainerStatus {
+        name: container.name.clone(),
+        image: container.image.clone().unwrap_or_default(),
+        image_id: String::new(),
+        ready: false,
+        started: None,
+        state: Some(waiting(default_reason, None)),
+        last_state: Some(ContainerState::default()),
+        ..Default::default()
+    };
+    let Some(slot) = slot else { return status };
+    status.restart_count = (slot.started - 1).max(0);
+    let last_terminated = || terminated_state(slot.last_terminated.clone());
+    match &slot.current {
+        Current::NotStarted => {}
+        Current::Running(running) => {
+            status.container_id = Some(running.id.to_string());
+            status.state = Some(ContainerState {
+                running: Some(ContainerStateRunning { started_at: Some(running.started_at.clone()) }),
+                ..Default::default()
+            });
+            status.last_state = Some(last_terminated());
+        }
+        Current::Exited { id, terminated } => {
+            status.container_id = Some(id.to_string());
+            match (slot.timer.is_some(), slot.backoff.current()) {
+                (true, Some(backoff)) => {
+                    let message = back_off_message(backoff, container, pod);
+                    status.state = Some(waiting(REASON_CRASH_LOOP_BACK_OFF, Some(message)));
+                    status.last_state = Some(terminated_state(Some(terminated.clone())));
+                }
+                _ => {
+                    status.state = Some(terminated_state(Some(terminated.clone())));
+                    status.last_state = Some(last_terminated());
+                }
+            }
+        }
+        Current::StartFailed { id, terminated } => {
+            status.container_id = Some(id.to_string());
+            // Upstream's reason cache: the failed start's error until the back-off begins, then
+            // the back-off; the exited instance is the last state either way.
+            status.state = Some(match (slot.timer.is_some(), slot.backoff.current()) {
+                (true, Some(backoff)) => {
+                    waiting(REASON_CRASH_LOOP_BACK_OFF, Some(back_off_message(backoff, container, pod)))
+                }
+                _ => waiting(REASON_RUN_CONTAINER_ERROR, terminated.message.clone()),
+            });
+            status.last_state = Some(terminated_state(Some(terminated.clone())));
+        }
+    }
+    status
+}
+
+/// Upstream's `ErrCrashLoopBackOff` message.
+fn back_off_message(backoff: Duration, container: &Container, pod: &Pod) -> String {
+    format!(
+        "back-off {} restarting failed container={} pod={}",
+        go_duration(backoff),
+        container.name,
+        pod_name(pod)
+    )
+}
+
+pub(super) fn waiting(reason: &str, message: Option<String>) -> ContainerState {
+    ContainerState {
+        waiting: Some(ContainerStateWaiting { reason: Some(reason.to_owned()), message }),
+        ..Default::default()
+    }
+}
+
+pub(super) fn terminated_state(terminated: Option<ContainerStateTerminated>) -> ContainerState {
+    ContainerState { terminated, ..Default::default() }
+}
+
+/// The statuses of a pod's containers, in spec order.
+pub(super) fn pod_status(state: &PodRuntime) -> RuntimePodStatus {
+    let Some(spec) = state.pod.spec.as_ref() else { return RuntimePodStatus::default() };
+    let init_containers = spec.init_containers.as_deref().unwrap_or_default();
+    // As `convertToAPIContainerStatuses`: with init containers every container not created
+    // yet is `PodInitializing`.
+    let default_reason =
+        if init_containers.is_empty() { REASON_CONTAINER_CREATING } else { REASON_POD_INITIALIZING };
+    let status =
+        |c: &Container| container_status(&state.pod, c, state.containers.get(&c.name), default_reason);
+    RuntimePodStatus {
+        init_containers: init_containers.iter().map(status).collect(),
+        containers: spec.containers.iter().map(status).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_rules_follow_the_kubelet() {
+        use RestartPolicy::*;
+        let cases = [
+            (Role::Regular, Always, 0, true),
+            (Role::Regular, Always, 1, true),
+            (Role::Regular, OnFailure, 0, false),
+            (Role::Regular, OnFailure, 1, true),
+            (Role::Regular, Never, 1, false),
+            (Role::Init, Always, 1, true),
+            (Role::Init, OnFailure, 1, true),
+            (Role::Init, Never, 1, false),
+            (Role::Init, Always, 0, false),
+            (Role::Sidecar, Never, 0, true),
+            (Role::Sidecar, Never, 1, true),
+        ];
+        for (role, policy, code, want) in cases {
+            assert_eq!(should_restart(role, policy, code), want, "{role:?} {policy:?} exit {code}");
+        }
+    }
+
+    #[test]
+    fn unstarted_containers_wait_with_the_default_reason() {
+        let pod = Pod::default();
+        let container = Container { name: "app".into(), image: Some("img".into()), ..Default::default() };
+        let status = container_status(&pod, &container, None, REASON_POD_INITIALIZING);
+        assert_eq!(status.name, "app");
+        assert_eq!(status.image, "img");
+        assert_eq!(status.restart_count, 0);
+        assert_eq!(status.container_id, None);
+        assert_eq!(status.state, Some(waiting(REASON_POD_INITIALIZING, None)));
+        assert_eq!(status.last_state, Some(ContainerState::default()));
+        assert!(!status.ready);
+        assert_eq!(status.started, None);
+    }
+}

@@ -1,0 +1,138 @@
+//! Stopping a container's process: SIGTERM, SIGKILL after the grace period, and the guard that
+//! kills the group when the runtime goes away. Every wait here has a deadline: a signal that
+//! cannot be delivered leaves the container running (and reported so), never a stop that hangs.
+
+use std::fmt;
+use std::io;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::process::Child;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::process::{Delivery, Signal, exited as leader_exited, signal_group};
+
+use super::groups::ContainerGroups;
+
+/// How long to wait for a SIGKILLed container to be reaped before giving up on it.
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Sends signals to process groups: [`signal_group`], or a stand-in that tests use to make a
+/// kill fail.
+#[derive(Clone)]
+pub struct Signaller(Arc<dyn Fn(u32, Signal) -> io::Result<Delivery> + Send + Sync>);
+
+impl Signaller {
+    /// A signaller calling `send` instead of `kill(2)`.
+    pub fn new(send: impl Fn(u32, Signal) -> io::Result<Delivery> + Send + Sync + 'static) -> Self {
+        Signaller(Arc::new(send))
+    }
+
+    /// Sends `signal`, logging a failure: whether the container stopped is told by its exit
+    /// being recorded, never by the signal.
+    pub(super) fn send(&self, pgid: u32, signal: Signal) {
+        if let Err(error) = (self.0)(pgid, signal) {
+            tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a container's process group");
+        }
+    }
+}
+
+impl Default for Signaller {
+    fn default() -> Self {
+        Signaller::new(signal_group)
+    }
+}
+
+impl fmt::Debug for Signaller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Signaller")
+    }
+}
+
+/// The container's process. Until its exit is seen, dropping it (the agent shutting down)
+/// kills the whole group.
+pub(super) struct ProcessGuard {
+    pub(super) child: Child,
+    /// The group to kill; the child's PID, as it leads its own group.
+    pub(super) pgid: Option<u32>,
+    pub(super) signaller: Signaller,
+    /// Where the group is listed while it may run.
+    pub(super) groups: ContainerGroups,
+}
+
+impl ProcessGuard {
+    /// Waits for the process to exit, then kills what it left in its group: a container's
+    /// processes end with its main process.
+    pub(super) async fn wait(mut self) -> io::Result<ExitStatus> {
+        let Some(pgid) = self.pgid else { return self.child.wait().await };
+        // Killed while the leader is unreaped, so that the group's ID cannot be reused yet.
+        if let Err(error) = leader_exited(pgid).await {
+            tracing::debug!(pgid, %error, "no pidfd for the container, killing its group after reaping it");
+            let status = self.child.wait().await;
+            self.kill_group();
+            return status;
+        }
+        self.kill_group();
+        self.child.wait().await
+    }
+
+    fn kill_group(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            self.signaller.send(pgid, Signal::Kill);
+            self.groups.remove(pgid);
+        }
+    }
+}
+
+impl Drop for ProcessGuard {
+    fn drop(&mut self) {
+        self.kill_group();
+    }
+}
+
+/// How long a stop with this grace period may take at most: the grace period, then
+/// [`KILL_WAIT`] for the SIGKILLed process to be reaped.
+pub fn stop_deadline(grace: Duration) -> Duration {
+    grace.saturating_add(KILL_WAIT)
+}
+
+/// SIGTERM to the group, SIGKILL once `grace` has passed without the exit being recorded.
+/// Returns whether the exit was recorded: `false` (a signal that could not be delivered, a
+/// process that would not die) means the container still runs.
+pub(super) async fn stop_process(
+    signaller: Signaller,
+    pgid: Option<u32>,
+    grace: Duration,
+    exited: watch::Receiver<bool>,
+) -> bool {
+    if *exited.borrow() {
+        return true;
+    }
+    if let Some(pgid) = pgid {
+        signaller.send(pgid, Signal::Term);
+    }
+    let mut exited = exited;
+    if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_ok() {
+        return true;
+    }
+    if let Some(pgid) = pgid {
+        tracing::info!(pgid, ?grace, "container did not stop within its grace period, sending SIGKILL");
+        signaller.send(pgid, Signal::Kill);
+    }
+    wait_exited(exited, Instant::now() + KILL_WAIT).await
+}
+
+/// Waits for the exit to be recorded until `deadline`; whether it was.
+pub(super) async fn wait_exited(mut exited: watch::Receiver<bool>, deadline: Instant) -> bool {
+    match tokio::time::timeout_at(deadline, exited.wait_for(|e| *e)).await {
+        Ok(Ok(_)) => true,
+        // The runtime is gone, and its guards killed the processes as they dropped.
+        Ok(Err(_)) => true,
+        Err(_) => {
+            tracing::warn!("killed container has not exited yet");
+            false
+        }
+    }
+}
