@@ -366,7 +366,7 @@ impl ProcessRuntime {
         if let Some(container) = find_container(&pod, name) {
             self.record(&pod, container, EventType::Normal, EVENT_KILLING, &message);
         }
-        tracing::info!(pod = %pod_name(&pod), container = %name, ?grace, "killing container");
+        tracing::debug!(pod = %pod_name(&pod), container = %name, ?grace, "killing container");
         let (pod_label, name) = (pod_name(&pod), name.to_owned());
         let stop = stop_process(self.signaller.clone(), pgid, grace, exited);
         Some(

@@ -211,7 +211,7 @@ impl ProcessRuntime {
             exited: watch::channel(false).0,
             killing: None,
         });
-        tracing::info!(pod = %pod_label, container = %container.name, container_id = %id, ?pgid, "container started");
+        tracing::debug!(pod = %pod_label, container = %container.name, container_id = %id, ?pgid, "container started");
         self.record(
             pod,
             container,
@@ -254,7 +254,7 @@ impl ProcessRuntime {
             Ok(status) => (exit_code(status), status.signal(), None),
             Err(e) => (-1, None, Some(format!("cannot wait for the container's process: {e}"))),
         };
-        tracing::info!(pod_uid, container = %name, container_id = %id, exit_code, ?signal, "container exited");
+        tracing::debug!(pod_uid, container = %name, container_id = %id, exit_code, ?signal, "container exited");
         slot.current = Current::Exited {
             id: running.id.clone(),
             terminated: ContainerStateTerminated {
