@@ -10,7 +10,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             init_logging(args.log_format, args.verbose);
-            // kube's TLS needs one process-wide crypto provider (CRATES.md, trap 1).
+            // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mode = args.mode()?;
             actix::System::new().block_on(async move {

@@ -269,7 +269,7 @@ async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
     spec.termination_grace_period_seconds = Some(30);
     let container = &mut spec.containers[0];
     container.liveness_probe = container.readiness_probe.take();
-    // The probe-level grace period wins over the pod's for a liveness kill (spec §1.7).
+    // The probe-level grace period wins over the pod's for a liveness kill (docs/prober.md §1.7).
     container.liveness_probe.as_mut().unwrap().termination_grace_period_seconds = Some(7);
     let uid = fake.insert_pod(failing).metadata.uid.unwrap();
 

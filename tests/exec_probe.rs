@@ -1,4 +1,4 @@
-//! Exec probes against real child processes: the exec executor (spec §4.5) on top of the
+//! Exec probes against real child processes: the exec executor (docs/prober.md §4.5) on top of the
 //! local-process runner. Commands are `sh -c` scripts and coreutils; scripts that must be
 //! killed print their PIDs first so the test can check nothing is left running.
 

@@ -1,6 +1,6 @@
-//! gRPC health probes (spec §4.8) against real servers on 127.0.0.1: tonic-health in each state,
-//! a scripted `Health` implementation, a server without the health service, raw TCP servers that
-//! never speak HTTP/2, and closed ports. Every output is asserted byte for byte.
+//! gRPC health probes (docs/prober.md §4.8) against real servers on 127.0.0.1: tonic-health in each
+//! state, a scripted `Health` implementation, a server without the health service, raw TCP servers
+//! that never speak HTTP/2, and closed ports. Every output is asserted byte for byte.
 
 mod support;
 

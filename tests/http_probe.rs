@@ -1,6 +1,6 @@
-//! HTTP GET probes (spec §4.6) against real servers on 127.0.0.1: plain and TLS, recording the
-//! raw request heads they receive. Covers the outcome mapping, the exact headers sent, the
-//! kubelet's redirect policy, the body cap, timeouts and transport errors.
+//! HTTP GET probes (docs/prober.md §4.6) against real servers on 127.0.0.1: plain and TLS,
+//! recording the raw request heads they receive. Covers the outcome mapping, the exact headers
+//! sent, the kubelet's redirect policy, the body cap, timeouts and transport errors.
 
 mod support;
 

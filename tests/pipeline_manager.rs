@@ -1,6 +1,6 @@
-//! The prober manager (spec §3) and the results cache (spec §2) through the pipeline, under
-//! paused time with a scripted prober: which workers exist after AddPod / RemovePod /
-//! StopLivenessAndStartup / CleanupPods, churn at scale, `UpdatePodStatus`'s agent-restart
+//! The prober manager (docs/prober.md §3) and the results cache (docs/prober.md §2) through the
+//! pipeline, under paused time with a scripted prober: which workers exist after AddPod / RemovePod
+//! / StopLivenessAndStartup / CleanupPods, churn at scale, `UpdatePodStatus`'s agent-restart
 //! readiness rules, the worker gauge, and lossless change emission.
 
 // Test helpers may panic: a panic there is a failed assertion.

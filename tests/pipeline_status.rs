@@ -1,8 +1,8 @@
-//! The status manager actor through the pipeline (spec §5.1–5.9, 5.11, 5.13, 5.14): versions,
-//! the container-level setters, `lastTransitionTime` and `startTime`, normalisation, illegal
-//! transitions, TerminatePod, removal and the per-pod views, static/mirror pods, subscribers and
-//! snapshots. Paused tokio time throughout; statuses are stored with `SetPodStatus` directly
-//! (no prober involved) and read back by asking the actor.
+//! The status manager actor through the pipeline (docs/status-manager.md §5.1–5.9, §5.11, §5.13,
+//! §5.14): versions, the container-level setters, `lastTransitionTime` and `startTime`,
+//! normalisation, illegal transitions, TerminatePod, removal and the per-pod views, static/mirror
+//! pods, subscribers and snapshots. Paused tokio time throughout; statuses are stored with
+//! `SetPodStatus` directly (no prober involved) and read back by asking the actor.
 // The helpers below panic on purpose: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -176,7 +176,7 @@ impl PodLookup for StaticPods {
     }
 }
 
-// === versions and equality (§5.1, §5.4, §5.8 step 6–7, §5.9) ===
+// === versions and equality (docs/status-manager.md §5.1, §5.4, §5.8 step 6–7, §5.9) ===
 
 #[actix::test]
 async fn versions_start_at_one_and_bump_per_stored_change() {
@@ -265,8 +265,8 @@ async fn a_change_only_in_a_foreign_condition_is_ignored() {
     );
     assert_eq!(version(&h.pipeline, &u).await, Some(1));
 
-    // Nor, surprisingly, a kubelet-owned condition that disappears (spec §8.28): only the new
-    // status's conditions are checked.
+    // Nor, surprisingly, a kubelet-owned condition that disappears (docs/status-manager.md §8.28):
+    // only the new status's conditions are checked.
     h.pipeline.set_pod_status(
         pod.clone(),
         PodStatus {
@@ -310,7 +310,8 @@ async fn a_pod_being_deleted_gets_a_new_version_even_when_identical() {
     assert_eq!(received(&h.pipeline, &updates).await, [(u.clone(), 1), (u.clone(), 2), (u.clone(), 3)]);
 }
 
-/// §5.4 [1.33+]: the stored status says which generation of the pod it reflects.
+/// docs/status-manager.md §5.4 [1.33+]: the stored status says which generation of the pod it
+/// reflects.
 #[actix::test]
 async fn set_pod_status_records_the_observed_generation() {
     tokio::time::pause();
@@ -334,10 +335,11 @@ async fn set_pod_status_records_the_observed_generation() {
     assert_eq!(cached(&h.pipeline, &u).await.observed_generation, Some(4));
 }
 
-// === SetContainerReadiness (§5.5) ===
-/// §6.1 [1.34+]: the conditions the kubelet generates carry the pod's generation, whatever the
-/// caller put there. The kubelet's other conditions keep theirs: a resize condition describes the
-/// generation of its resize, DisruptionTarget that of its eviction. Foreign ones are not touched.
+// === SetContainerReadiness (docs/status-manager.md §5.5) ===
+/// docs/status-manager.md §6.1 [1.34+]: the conditions the kubelet generates carry the pod's
+/// generation, whatever the caller put there. The kubelet's other conditions keep theirs: a resize
+/// condition describes the generation of its resize, DisruptionTarget that of its eviction. Foreign
+/// ones are not touched.
 #[actix::test]
 async fn set_pod_status_stamps_generated_conditions_with_the_generation() {
     tokio::time::pause();
@@ -593,7 +595,7 @@ async fn set_container_readiness_appends_missing_conditions() {
     assert_eq!(condition(&s, POD_READY).last_transition_time, Some(Time(epoch())));
 }
 
-// === SetContainerStartup (§5.6) ===
+// === SetContainerStartup (docs/status-manager.md §5.6) ===
 
 #[actix::test]
 async fn set_container_startup_guards_and_nil_to_false() {
@@ -655,7 +657,7 @@ async fn set_container_startup_does_not_regenerate_conditions() {
     assert_eq!(srm(&condition(&s, POD_READY)), ("True", Some("Stale"), None));
 }
 
-// === lastTransitionTime and startTime (§5.8 steps 3–4) ===
+// === lastTransitionTime and startTime (docs/status-manager.md §5.8 steps 3–4) ===
 
 #[actix::test]
 async fn last_transition_time_kept_while_unchanged_and_set_to_now_on_a_flip() {
@@ -744,7 +746,7 @@ async fn start_time_is_set_once_and_kept() {
     assert_eq!(cached(&h.pipeline, &uid(&other)).await.start_time, Some(Time(at(2))));
 }
 
-// === normalisation (§5.11) ===
+// === normalisation (docs/status-manager.md §5.11) ===
 
 #[actix::test]
 async fn stored_statuses_are_normalised() {
@@ -809,7 +811,7 @@ async fn stored_statuses_are_normalised() {
     assert_eq!(message.as_deref(), Some("done"), "short messages untouched");
 }
 
-// === illegal transitions (§5.8 step 2) ===
+// === illegal transitions (docs/status-manager.md §5.8 step 2) ===
 
 #[actix::test]
 async fn an_illegal_transition_rejects_the_whole_update() {
@@ -914,7 +916,7 @@ async fn restart_policies_always_and_on_failure_allow_restarts() {
     }
 }
 
-// === TerminatePod (§5.7) ===
+// === TerminatePod (docs/status-manager.md §5.7) ===
 
 fn unknown_termination() -> ContainerState {
     ContainerState {
@@ -1038,7 +1040,7 @@ async fn terminate_pod_leaves_a_static_pods_phase() {
     assert!(!v.pod_is_finished);
 }
 
-// === removal and views (§5.13) ===
+// === removal and views (docs/status-manager.md §5.13) ===
 
 #[actix::test]
 async fn remove_orphaned_statuses_removes_only_pods_not_in_the_set() {
@@ -1121,7 +1123,7 @@ async fn views_see_every_version_and_the_removal_and_do_not_leak() {
     assert_eq!(views.len(), 0);
 }
 
-// === static and mirror pods (§5.14) ===
+// === static and mirror pods (docs/status-manager.md §5.14) ===
 
 #[actix::test]
 async fn get_pod_status_by_a_mirror_pod_uid_returns_the_static_pods_status() {
@@ -1145,7 +1147,8 @@ async fn get_pod_status_by_a_mirror_pod_uid_returns_the_static_pods_status() {
     assert_eq!(ask(p.pod_status("uid-other")).await.unwrap(), None);
 }
 
-/// §5.8 step 1: with nothing cached, a static pod's old status is its mirror pod's.
+/// docs/status-manager.md §5.8 step 1: with nothing cached, a static pod's old status is its mirror
+/// pod's.
 #[actix::test]
 async fn a_static_pods_first_status_is_compared_with_its_mirror_pod() {
     tokio::time::pause();

@@ -1,5 +1,5 @@
-//! Probe workers through the whole pipeline (spec §1, §4.9), under paused time with a scripted
-//! prober: the schedule, start-up jitter, manual trigger, initial delay, startup gating,
+//! Probe workers through the whole pipeline (docs/prober.md §1, §4.9), under paused time with a
+//! scripted prober: the schedule, start-up jitter, manual trigger, initial delay, startup gating,
 //! thresholds, stop rules, errors, panics, restarts, cancellation and metrics.
 //!
 //! The harness's manager starts at the test's first instant; most tests age it past one period

@@ -1,7 +1,8 @@
-//! The status syncer against the fake API server (spec §5.10, §5.12, §5.14; DESIGN.md's
-//! StatusSyncer): the requests it sends in each situation the kubelet's status tests cover,
-//! adapted to our merge base (the watch cache or the last PATCH response instead of a GET before
-//! every PATCH), then back-off, deletion, static pods, reconcile, random faults and scale.
+//! The status syncer against the fake API server (docs/sync.md §5.10, docs/status-manager.md §5.12,
+//! §5.14; docs/sync.md §7's StatusSyncer): the requests it sends in each situation the kubelet's
+//! status tests cover, adapted to our merge base (the watch cache or the last PATCH response
+//! instead of a GET before every PATCH), then back-off, deletion, static pods, reconcile, random
+//! faults and scale.
 //!
 //! Real time throughout (the fake is a real HTTP server on 127.0.0.1, and paused time would
 //! auto-advance through its I/O): tests wait with `Flush` or bounded polls of the fake, and keep
@@ -80,7 +81,7 @@ fn api_status(pod: &Pod) -> PodStatus {
     pod.status.clone().unwrap_or_default()
 }
 
-// === the GET before the first write (§5.10 syncPod steps 1–2) ===
+// === the GET before the first write (docs/sync.md §5.10 syncPod steps 1–2) ===
 
 #[actix::test]
 async fn a_pod_missing_from_the_api_is_looked_up_not_patched_and_kept() {
@@ -145,7 +146,7 @@ async fn a_stale_watch_copy_of_a_previous_pod_is_checked_with_a_get() {
     .await;
 }
 
-// === the patch (§5.10 step 4, §5.12) ===
+// === the patch (docs/sync.md §5.10 step 4, docs/status-manager.md §5.12) ===
 
 #[actix::test]
 async fn an_api_status_equal_to_the_merged_one_sends_no_patch() {
@@ -271,7 +272,7 @@ async fn the_patch_is_a_strategic_merge_with_the_uid_that_keeps_foreign_conditio
     .await;
 }
 
-// === the merge base (DESIGN.md: GET only without a copy or after an error) ===
+// === the merge base (docs/sync.md §7.4: GET only without a copy or after an error) ===
 
 #[actix::test]
 async fn a_warm_watch_cache_saves_the_get_until_a_patch_fails() {
@@ -314,7 +315,7 @@ async fn a_warm_watch_cache_saves_the_get_until_a_patch_fails() {
     .await;
 }
 
-// === errors (DESIGN.md "What the real API server does") ===
+// === errors (docs/sync.md §7.2) ===
 
 #[actix::test]
 async fn a_pod_recreated_between_get_and_patch_is_dropped_without_retry() {
@@ -455,7 +456,7 @@ fn patch_arrivals(t: &SyncTest) -> Arc<Mutex<Vec<Instant>>> {
     arrivals
 }
 
-// === deletion (§5.10 step 9, canBeDeleted) ===
+// === deletion (docs/sync.md §5.10 step 9, canBeDeleted) ===
 
 #[actix::test]
 async fn a_finished_terminating_pod_is_deleted_with_grace_zero_and_its_uid() {
@@ -539,7 +540,7 @@ async fn a_mirror_pod_is_never_deleted() {
     .await;
 }
 
-// === static pods (§5.14) ===
+// === static pods (docs/status-manager.md §5.14) ===
 
 #[actix::test]
 async fn a_static_pods_status_goes_to_its_mirror_pod_once_one_exists() {
@@ -580,7 +581,7 @@ async fn a_static_pods_status_goes_to_its_mirror_pod_once_one_exists() {
     .await;
 }
 
-// === reconcile (§5.10 needsReconcile) ===
+// === reconcile (docs/sync.md §5.10 needsReconcile) ===
 
 #[actix::test]
 async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() {
@@ -1032,8 +1033,9 @@ fn epoch_plus(seconds: i64) -> k8s_openapi::jiff::Timestamp {
 
 // === a pod terminated during init (could the containers run?) ===
 
-/// TerminatePod leaves regular containers waiting when the pod never initialized (§5.7): they
-/// do not run, so they must not hold the terminal phase, and with it the deletion, back.
+/// TerminatePod leaves regular containers waiting when the pod never initialized
+/// (docs/status-manager.md §5.7): they do not run, so they must not hold the terminal phase, and
+/// with it the deletion, back.
 #[actix::test]
 async fn a_pod_terminated_during_init_reaches_its_terminal_phase_and_is_deleted() {
     bounded(LIMIT, async {

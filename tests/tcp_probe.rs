@@ -1,5 +1,6 @@
-//! TCP socket probes (spec §4.7) against listeners on 127.0.0.1: open, closed, and one whose
-//! accept queue is full, plus the linger-0 close the probe dialer chose (`docs/tcp-linger.md`).
+//! TCP socket probes (docs/prober.md §4.7) against listeners on 127.0.0.1: open, closed, and one
+//! whose accept queue is full, plus the linger-0 close the probe dialer chose
+//! (`docs/tcp-linger.md`).
 
 use std::future::Future;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Which pod conditions the status writer owns, and the "did the status change?" test built on
-//! it (spec §5.9). Upstream: `kubetypes.PodConditionByKubelet`,
+//! it (docs/status-manager.md §5.9). Upstream: `kubetypes.PodConditionByKubelet`,
 //! `kubetypes.PodConditionSharedByKubelet` (`pkg/kubelet/types/pod_status.go`) and
 //! `isPodStatusByKubeletEqual` (`pkg/kubelet/status/status_manager.go`).
 //!
@@ -134,7 +134,7 @@ pub fn is_pod_status_by_kubelet_equal(old: &PodStatus, new: &PodStatus) -> bool 
 ///
 /// 1. Every owned or shared condition in **new** must exist in old with equal `status`, `reason`
 ///    and `message` (timestamps ignored). An owned condition that exists only in old is not a
-///    difference (spec §8.28): the check looks at new's conditions only.
+///    difference (docs/status-manager.md §8.28): the check looks at new's conditions only.
 /// 2. The rest of the status, with old's conditions replaced by new's, must be semantically
 ///    equal (see [`semantic_eq`]).
 ///

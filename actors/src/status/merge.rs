@@ -1,6 +1,7 @@
 //! The merge of the status manager's status into the API server's copy, just before a PATCH
-//! (spec §5.12). Upstream: `mergePodStatus` in `pkg/kubelet/status/status_manager.go`, with
-//! `podutil.UpdatePodCondition` and `statusutil.ReplaceOrAppendPodCondition`.
+//! (docs/status-manager.md §5.12). Upstream: `mergePodStatus` in
+//! `pkg/kubelet/status/status_manager.go`, with `podutil.UpdatePodCondition` and
+//! `statusutil.ReplaceOrAppendPodCondition`.
 //!
 //! Fields the writer does not own come from the API copy: foreign conditions,
 //! `resourceClaimStatuses` and `extendedResourceClaimStatus`. Which conditions are owned is a

@@ -1,5 +1,5 @@
-//! Status normalisation before a status is stored or compared (spec §5.11). Upstream:
-//! `normalizeStatus` in `pkg/kubelet/status/status_manager.go`.
+//! Status normalisation before a status is stored or compared (docs/status-manager.md §5.11).
+//! Upstream: `normalizeStatus` in `pkg/kubelet/status/status_manager.go`.
 //!
 //! The API server keeps timestamps to the second and the kubelet caps termination messages, so
 //! a status fresh from the runtime and the same status read back from the API only compare

@@ -1,6 +1,6 @@
-//! The status rewrite of `TerminatePod` (spec §5.7 steps 1–4): every container that may still
-//! look alive is marked terminated with an unknown outcome, and the pod phase is made terminal.
-//! Upstream: `TerminatePod`, `hasPodInitialized` and `initializedContainers` in
+//! The status rewrite of `TerminatePod` (docs/status-manager.md §5.7 steps 1–4): every container
+//! that may still look alive is marked terminated with an unknown outcome, and the pod phase is
+//! made terminal. Upstream: `TerminatePod`, `hasPodInitialized` and `initializedContainers` in
 //! `pkg/kubelet/status/status_manager.go`.
 //!
 //! The caller chooses the base (cached status, else `pod.status`), logs upstream's

@@ -1,6 +1,6 @@
 //! The checks and fix-ups `updateStatusInternal` applies to a status before storing it: the
 //! illegal-transition check, `lastTransitionTime` of the kubelet's conditions and the pod's
-//! `startTime` (spec §5.8 steps 2–4). Upstream: `checkContainerStateTransition`,
+//! `startTime` (docs/status-manager.md §5.8 steps 2–4). Upstream: `checkContainerStateTransition`,
 //! `updateLastTransitionTime` and the start-time block in `pkg/kubelet/status/status_manager.go`.
 //!
 //! Time is never read here: callers pass `now` from their injected clock.

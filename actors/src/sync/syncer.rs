@@ -6,8 +6,8 @@
 //! is the kubelet's: `mergePodStatus`, then a two-way strategic merge patch of `status` with
 //! `metadata.uid` as a precondition, nothing sent when it is empty. The merge base is the
 //! freshest pod this actor has seen (a watch event or its last PATCH response), kept as the
-//! server's JSON ([`ApiPod`]) so that a write never drops a field the typed structs lack; it GETs only
-//! when it has none, when the copy is of another pod (a watch behind a recreation), or after a
+//! server's JSON ([`ApiPod`]) so that a write never drops a field the typed structs lack; it GETs
+//! only when it has none, when the copy is of another pod (a watch behind a recreation), or after a
 //! failure. A write that GETs takes the PATCH's token together with the GET's, so that other
 //! senders queueing on the shared limiter cannot widen the window between the two. Failures are
 //! retried with per-pod exponential back-off; a status the server rejects as invalid is not sent
@@ -23,7 +23,8 @@
 //! Which status fields the syncer writes is a parameter, [`OwnedFields`]:
 //! * [`OwnedFields::Kubelet`] (the default, upstream's behaviour): the status manager's status
 //!   is the truth for everything but foreign conditions and claim statuses (`mergePodStatus`,
-//!   [`merge_pod_status_for`](crate::status::merge::merge_pod_status_for)), and a reconcile rewrites drift in any of it.
+//!   [`merge_pod_status_for`](crate::status::merge::merge_pod_status_for)), and a reconcile
+//!   rewrites drift in any of it.
 //! * [`OwnedFields::ReadinessOnly`] (cluster mode, where the node's runtime writes phase, IPs
 //!   and container states): the patch is built from the API copy with only `ready`/`started` of
 //!   the containers the status manager knows under the same container ID and the owned
@@ -146,7 +147,7 @@ pub struct Reconcile;
 
 // === the actor ===
 
-/// The status fields the syncer writes (DESIGN.md "Who owns pod status in cluster mode").
+/// The status fields the syncer writes (docs/sync.md §7.3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum OwnedFields {
     /// The kubelet's: the whole status but foreign conditions and claim statuses (upstream
