@@ -78,6 +78,17 @@ fn bench(c: &mut Criterion) {
             s
         })
     });
+    // A pod of 10,000 containers: the generators look each container's status up by name, which
+    // a scan per container makes quadratic (upstream's cost) and an index keeps linear.
+    let big = self::pod(10_000);
+    let big_status = status(10_000, true);
+    c.bench_function("generate_kubelet_conditions (10,000 containers)", |b| {
+        b.iter(|| {
+            let mut s = big_status.clone();
+            generate_kubelet_conditions(black_box(&big), &mut s);
+            s
+        })
+    });
     c.bench_function("normalize_status (3 containers)", |b| {
         b.iter(|| {
             let mut s = after.clone();

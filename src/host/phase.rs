@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec};
 use probelet_actors::prober::ProbeKind;
+use probelet_actors::status::by_name::ByName;
 use probelet_actors::status::{
     PHASE_FAILED, PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, is_restartable_init_container,
 };
@@ -28,14 +29,15 @@ pub fn pod_phase(
     pod_has_initialized: bool,
 ) -> &'static str {
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let find =
-        |list: &'_ [ContainerStatus], name: &str| list.iter().find(|s| s.name == name).map(Observed::of);
+    // Indexed once: a scan per container is quadratic in a pod's containers.
+    let (init, containers) = (ByName::new(init), ByName::new(containers));
+    let find = |list: &ByName<'_, ContainerStatus>, name: &str| list.get(name).map(Observed::of);
 
     let mut pending_regular_init = 0;
     let mut pending_sidecars = 0;
     let mut failed_initialization = 0;
     for container in spec.init_containers.iter().flatten().filter(|c| !is_restartable_init_container(c)) {
-        match find(init, &container.name) {
+        match find(&init, &container.name) {
             None | Some(Observed::Running | Observed::Unknown) => pending_regular_init += 1,
             Some(Observed::Terminated(code)) if code != 0 => failed_initialization += 1,
             Some(Observed::Terminated(_)) => {}
@@ -47,7 +49,7 @@ pub fn pod_phase(
 
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for container in spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c)) {
-        let Some(status) = init.iter().find(|s| s.name == container.name) else {
+        let Some(status) = init.get(&container.name) else {
             unknown += 1;
             continue;
         };
@@ -71,7 +73,7 @@ pub fn pod_phase(
         }
     }
     for container in &spec.containers {
-        match find(containers, &container.name) {
+        match find(&containers, &container.name) {
             None | Some(Observed::Unknown) => unknown += 1,
             Some(Observed::Running) => running += 1,
             Some(Observed::Terminated(code)) => {

@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::do_probe::started_before_manager;
 use super::{ProbeKind, ProbeResult};
 use crate::container::ContainerId;
+use crate::status::by_name::ByName;
 use crate::status::{POD_READY, is_restartable_init_container};
 
 /// What the prober knows about one pod when its status is being generated.
@@ -61,6 +62,8 @@ pub fn update_pod_status(pod: &Pod, status: &mut PodStatus, view: &ProbeView) ->
     let api_init_statuses =
         pod.status.as_ref().and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default();
     let mut triggers = Vec::new();
+    let api_statuses = ByName::new(api_statuses);
+    let containers = ByName::new(&spec.containers);
 
     for cs in status.container_statuses.iter_mut().flatten() {
         let started = is_container_started(cs, view);
@@ -68,11 +71,12 @@ pub fn update_pod_status(pod: &Pod, status: &mut PodStatus, view: &ProbeView) ->
         if !started {
             continue;
         }
-        let container = spec.containers.iter().find(|c| c.name == cs.name);
-        cs.ready = readiness(cs, container, view, api_ready, api_statuses, &mut triggers);
+        let container = containers.get(&cs.name);
+        cs.ready = readiness(cs, container, view, api_ready, &api_statuses, &mut triggers);
     }
 
     let init_containers = spec.init_containers.as_deref().unwrap_or_default();
+    let api_init_statuses = ByName::new(api_init_statuses);
     for (i, cs) in status.init_container_statuses.iter_mut().flatten().enumerate() {
         let started = is_container_started(cs, view);
         cs.started = Some(started);
@@ -89,7 +93,7 @@ pub fn update_pod_status(pod: &Pod, status: &mut PodStatus, view: &ProbeView) ->
         if !started {
             continue;
         }
-        cs.ready = readiness(cs, Some(container), view, api_ready, api_init_statuses, &mut triggers);
+        cs.ready = readiness(cs, Some(container), view, api_ready, &api_init_statuses, &mut triggers);
     }
     triggers
 }
@@ -114,7 +118,7 @@ fn readiness(
     container: Option<&Container>,
     view: &ProbeView,
     api_ready: bool,
-    api_statuses: &[ContainerStatus],
+    api_statuses: &ByName<'_, ContainerStatus>,
     triggers: &mut Vec<String>,
 ) -> bool {
     if !is_running(cs) {
@@ -146,12 +150,12 @@ fn readiness(
 
 /// Upstream `canInheritProbeState`: not when the API status names a different container ID
 /// for this container (it was replaced while the API server could not be told).
-fn can_inherit_probe_state(cs: &ContainerStatus, api_statuses: &[ContainerStatus]) -> bool {
+fn can_inherit_probe_state(cs: &ContainerStatus, api_statuses: &ByName<'_, ContainerStatus>) -> bool {
     let runtime_id = cs.container_id.as_deref().unwrap_or_default();
     if runtime_id.is_empty() {
         return true;
     }
-    api_statuses.iter().find(|s| s.name == cs.name).is_none_or(|api| {
+    api_statuses.get(&cs.name).is_none_or(|api| {
         let api_id = api.container_id.as_deref().unwrap_or_default();
         api_id.is_empty() || api_id == runtime_id
     })

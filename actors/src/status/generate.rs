@@ -5,6 +5,7 @@
 //! empty list, which is not the same thing.
 
 use crate::gofmt::go_quote;
+use crate::status::by_name::ByName;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodCondition, PodSpec};
 
 /// Reason: all container statuses are unknown (a nil list).
@@ -64,9 +65,10 @@ pub fn generate_containers_ready_condition(
     };
     let mut unknown = Vec::new();
     let mut unready = Vec::new();
+    let statuses = ByName::new(statuses);
     let sidecars = spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c));
     for container in sidecars.chain(spec.containers.iter()) {
-        match find_status(statuses, &container.name) {
+        match statuses.get(&container.name) {
             Some(status) if !status.ready => unready.push(container.name.as_str()),
             Some(_) => {}
             None => unknown.push(container.name.as_str()),
@@ -140,8 +142,9 @@ pub fn generate_pod_initialized_condition(
 
     let mut unknown = Vec::new();
     let mut incomplete = Vec::new();
+    let by_name = ByName::new(statuses);
     for container in init_containers {
-        match find_status(statuses, &container.name) {
+        match by_name.get(&container.name) {
             None => unknown.push(container.name.as_str()),
             Some(status) if !is_init_container_initialized(container, status) => {
                 incomplete.push(container.name.as_str())
@@ -212,10 +215,6 @@ pub fn has_any_regular_container_started(spec: &PodSpec, statuses: &[ContainerSt
 
 fn is_init_container_initialized(container: &Container, status: &ContainerStatus) -> bool {
     if is_restartable_init_container(container) { status.started == Some(true) } else { status.ready }
-}
-
-fn find_status<'a>(statuses: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
-    statuses.iter().find(|s| s.name == name)
 }
 
 fn condition(type_: &str, status: &str, reason: Option<&str>, message: Option<String>) -> PodCondition {

@@ -3,6 +3,7 @@
 //! rewrite and the API merge. Upstream: `pkg/kubelet/status`.
 
 pub mod api_status;
+pub mod by_name;
 pub mod equality;
 pub mod generate;
 pub mod manager;

@@ -100,7 +100,11 @@ fn sort_by_name(statuses: &mut [ContainerStatus]) {
 /// containers. Statuses whose name is not in the spec go last in their original order; upstream
 /// gets there by swapping, which can permute those leftovers (they are a programmer error anyway).
 fn sort_init_container_statuses(init_specs: &[Container], statuses: &mut [ContainerStatus]) {
-    statuses.sort_by_key(|s| init_specs.iter().position(|c| c.name == s.name).unwrap_or(usize::MAX));
+    let mut order = std::collections::HashMap::with_capacity(init_specs.len());
+    for (i, c) in init_specs.iter().enumerate() {
+        order.entry(c.name.as_str()).or_insert(i);
+    }
+    statuses.sort_by_key(|s| order.get(s.name.as_str()).copied().unwrap_or(usize::MAX));
 }
 
 #[cfg(test)]
