@@ -143,9 +143,9 @@ pub struct ProbeRecord {
     pub namespace: String,
     pub pod: String,
     pub container: String,
-    pub kind: crate::prober::ProbeKind,
+    pub kind: crate::vocabulary::ProbeKind,
     /// The cache result, or the error that made the probe's result discarded.
-    pub result: Result<crate::prober::ProbeResult, String>,
+    pub result: Result<crate::vocabulary::ProbeResult, String>,
     /// What the executor said (its output or the error text), uncut.
     pub output: String,
     pub duration: Duration,

@@ -25,6 +25,7 @@ pub mod process;
 pub mod results;
 pub mod status;
 pub mod sync;
+pub mod vocabulary;
 
 pub use k8s_openapi;
 pub use pipeline::{Pipeline, PipelineConfig, PipelineError};

@@ -19,8 +19,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use actix::prelude::*;
 
 use crate::container::ContainerId;
-use crate::prober::{ProbeKind, ProbeResult};
 use crate::status::manager::{SetContainerReadiness, SetContainerStartup};
+use crate::vocabulary::{ProbeKind, ProbeResult};
 
 // === messages ===
 

@@ -19,11 +19,12 @@ use tokio::time::Instant;
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState};
 use super::probe_metrics as metrics;
-use super::{ProbeError, ProbeKind, ProbeResult, ProbeRunner};
+use super::{ProbeError, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsCache, ResultsView, SeedResult, SetResult};
 use crate::status::views::StatusView;
+pub use crate::vocabulary::ProbeKey;
 
 // === messages ===
 
@@ -64,14 +65,6 @@ pub struct WorkerExited {
 #[rtype(result = "()")]
 pub struct PredecessorExited {
     pub container_id: ContainerId,
-}
-
-/// Identifies a worker: pod UID, container name, probe kind.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ProbeKey {
-    pub pod_uid: String,
-    pub container_name: String,
-    pub kind: ProbeKind,
 }
 
 // === the actor ===
