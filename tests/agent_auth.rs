@@ -5,11 +5,10 @@
 mod support;
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use support::apiserver::FakeApiServer;
 use support::apiserver::reviews::{DEFAULT_AUDIENCE, service_account_user};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const TOKENREVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
@@ -42,39 +41,11 @@ async fn start_agent(
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let line = lines.next_line().await.unwrap().expect("agent exited before its banner");
-            if line.contains("http://") {
-                return line;
-            }
-        }
-    })
-    .await
-    .unwrap();
-    let start = banner.find("http://").unwrap() + "http://".len();
-    let addr = banner[start..start + banner[start..].find('/').unwrap()].to_owned();
+    let addr = support::agent::banner_addr(&mut lines).await;
     (agent, addr, kubeconfig)
 }
 
-async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
-        .await
-        .unwrap()
-        .unwrap();
-    let code = response[9..12].parse().unwrap();
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (code, body)
-}
+use support::agent::get;
 
 fn reviews_sent(fake: &FakeApiServer) -> Vec<(String, serde_json::Value)> {
     fake.requests()

@@ -654,22 +654,6 @@ fn cluster_role_grants()
 }
 
 /// The authorization checks of the requests the fake saw.
-/// `GET path` on the agent with a bearer token; the status code.
-async fn get_with_token(addr: &str, path: &str, token: &str) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
-        .await
-        .unwrap()
-        .unwrap();
-    response[9..12].parse().unwrap()
-}
-
 fn requested(
     requests: &[support::apiserver::RecordedRequest],
 ) -> std::collections::BTreeSet<(String, String, String)> {
@@ -718,7 +702,8 @@ async fn rbac_grants_exactly_what_the_agent_requests() {
         &["--liveness-action", "delete-pod", "--authorization-mode", "webhook"],
     );
     let addr = output.addr().await;
-    assert_eq!(get_with_token(&addr, "/pods", "reader-token").await, 200, "the reader's token is accepted");
+    let (code, _) = support::agent::get(&addr, "/pods", Some("reader-token")).await;
+    assert_eq!(code, 200, "the reader's token is accepted");
 
     let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
     wait_for_pod(&fake, "ready", "Ready=True", is_ready).await;

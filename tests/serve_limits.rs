@@ -5,6 +5,8 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -58,18 +60,7 @@ async fn a_slow_client_flood_under_a_low_fd_limit_leaves_healthz_answering() {
         .unwrap();
     let pid = child.id().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let line = lines.next_line().await.unwrap().expect("agent exited before its banner");
-            if line.contains("http://") {
-                return line;
-            }
-        }
-    })
-    .await
-    .unwrap();
-    let start = banner.find("http://").unwrap() + "http://".len();
-    let addr = banner[start..start + banner[start..].find('/').unwrap()].to_owned();
+    let addr = support::agent::banner_addr(&mut lines).await;
     assert_eq!(healthz(&addr).await, Some(200));
     let (fds_before, rss_before) = (open_fds(pid), rss_kb(pid));
 

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 // Test support may panic: a panic here fails the test that called it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+pub mod agent;
 pub mod apiserver;
 pub mod grpc_server;
 pub mod health;
