@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+
 /// A runtime container ID, `type://id` in its string form (`containerd://abc`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ContainerId {
@@ -28,6 +30,19 @@ impl ContainerId {
     pub fn is_empty(&self) -> bool {
         self.runtime.is_empty() && self.id.is_empty()
     }
+}
+
+/// The status of the container with this ID, regular or init, if it is running (what a kill after
+/// a failed liveness or startup probe must find: the container the probe ran against, still
+/// there).
+pub fn running_status<'a>(status: &'a PodStatus, id: &ContainerId) -> Option<&'a ContainerStatus> {
+    let id = id.to_string();
+    status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten()).find(
+        |c| {
+            c.container_id.as_deref() == Some(id.as_str())
+                && c.state.as_ref().is_some_and(|s| s.running.is_some())
+        },
+    )
 }
 
 impl fmt::Display for ContainerId {

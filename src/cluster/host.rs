@@ -306,18 +306,7 @@ fn is_terminal(pod: &Pod) -> bool {
 
 /// The name of the container with this ID, if the pod's status shows it running.
 fn running_container(pod: &Pod, id: &ContainerId) -> Option<String> {
-    let id = id.to_string();
-    let status = pod.status.as_ref()?;
-    status
-        .container_statuses
-        .iter()
-        .flatten()
-        .chain(status.init_container_statuses.iter().flatten())
-        .find(|c| {
-            c.container_id.as_deref() == Some(id.as_str())
-                && c.state.as_ref().is_some_and(|s| s.running.is_some())
-        })
-        .map(|c| c.name.clone())
+    probelet_actors::container::running_status(pod.status.as_ref()?, id).map(|c| c.name.clone())
 }
 
 impl Actor for ClusterHost {

@@ -325,17 +325,9 @@ impl StandaloneKubelet {
             return;
         }
         let Some(status) = &entry.status else { return };
-        let id = change.container_id.to_string();
-        let target = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .chain(status.init_container_statuses.iter().flatten())
-            .find(|c| {
-                c.container_id.as_deref() == Some(id.as_str())
-                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
-            });
-        let Some(container) = target else { return };
+        let Some(container) = probelet_actors::container::running_status(status, &change.container_id) else {
+            return;
+        };
         let message = probe_kill_message(&entry.pod, &container.name, change.kind);
         let grace = kill_grace_period(&entry.pod, &container.name, Some(change.kind));
         console::print(Tone::Bad, &format!("{}: {message}", pod_key(&entry.pod)));
