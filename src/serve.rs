@@ -110,16 +110,25 @@ pub async fn serve_router(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     let mut conns = tokio::task::JoinSet::new();
+    // Told once per kind of error until a connection is accepted again, not ten times a second.
+    let mut accept_failing: Option<std::io::ErrorKind> = None;
     tokio::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
+                Ok(accepted) => {
+                    if accept_failing.take().is_some() {
+                        tracing::info!("HTTP listener accepts connections again");
+                    }
+                    accepted
+                }
                 Err(err) => {
                     // EMFILE and friends: the connections held here are capped, so the rest of
                     // the process ran out. Back off briefly instead of spinning on accept.
-                    tracing::warn!(error = %err, "HTTP listener cannot accept a connection");
+                    if accept_failing.replace(err.kind()) != Some(err.kind()) {
+                        tracing::warn!(error = %err, "HTTP listener cannot accept a connection");
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
