@@ -27,7 +27,7 @@ pub struct TokioClock {
 }
 
 impl TokioClock {
-    /// A clock that starts at the system time now.
+    /// A clock that reads the system time now and advances with tokio time from here.
     pub fn new() -> Self {
         // The one wall-clock read: every other reading of the time goes through a clock.
         #[allow(clippy::disallowed_methods)]

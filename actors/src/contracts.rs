@@ -73,9 +73,8 @@ impl EventType {
 
 /// Records an event about an object (upstream `record.EventRecorder.Event`). Must not block.
 pub trait EventRecorder: Send + Sync + 'static {
-    /// Records one event with this `reason` (upstream's CamelCase reason, e.g. `Unhealthy`) and
-    /// `message`
-    /// about `object`.
+    /// Records one event about `object` with this `reason` (upstream's CamelCase reason, e.g.
+    /// `Unhealthy`) and `message`.
     fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str);
 }
 

@@ -27,8 +27,7 @@ pub const PROBELET_WORKER_RESTARTS_TOTAL: &str = "probelet_worker_restarts_total
 /// Probes that errored after their retries and were discarded (counter). probelet's own.
 pub const PROBELET_PROBE_ERRORS_TOTAL: &str = "probelet_probe_errors_total";
 
-/// Status syncs by outcome (`updated`, `unchanged`, `not_found`, `recreated`, `invalid`,
-/// `conflict`,
+/// Status syncs by outcome (`updated`, `unchanged`, `not_found`, `recreated`, `invalid`, `conflict`,
 /// `error`, `deleted`).
 pub const PROBELET_STATUS_SYNCS_TOTAL: &str = "probelet_status_syncs_total";
 /// API requests the agent sent, by verb and HTTP code (`0` when no response came).

@@ -86,15 +86,15 @@ impl fmt::Display for Outcome {
 /// What the results cache holds for a container (upstream `results.Result`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ProbeResult {
-    /// No result yet (upstream `results.Unknown`): what a container has before its first probe and
-    /// after a
-    /// restart.
+    /// No result yet (upstream `results.Unknown`): a startup probe's initial value for a new
+    /// container (readiness starts at Failure, liveness at Success).
     Unknown,
     /// The zero value, as in upstream's int encoding (Success = 0): a worker's `last_result`
     /// starts here, so the first Success counts as a run of one.
     #[default]
     Success,
-    /// The last probe failed `failureThreshold` times in a row (upstream `results.Failure`).
+    /// Failed (upstream `results.Failure`): `failureThreshold` failures in a row, a container that
+    /// is not running, or a readiness probe's initial value.
     Failure,
 }
 

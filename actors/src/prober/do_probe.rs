@@ -28,14 +28,12 @@ pub struct WorkerSpec {
     pub pod_deleting: bool,
     /// The pod's `restartPolicy` is `Never`.
     pub restart_policy_never: bool,
-    /// The probe's `initialDelaySeconds`: no probe until the container has run this long (0 when
-    /// unset).
+    /// The probe's `initialDelaySeconds` (0 when unset): no probe before the container has run
+    /// this long.
     pub initial_delay_seconds: i64,
-    /// The probe's `successThreshold`: successes in a row before the result turns Success (default
-    /// 1).
+    /// The probe's `successThreshold` (default 1): successes in a row that make the result Success.
     pub success_threshold: u32,
-    /// The probe's `failureThreshold`: failures in a row before the result turns Failure (default
-    /// 3).
+    /// The probe's `failureThreshold` (default 3): failures in a row that make the result Failure.
     pub failure_threshold: u32,
     /// When the prober manager started (wall clock).
     pub manager_start: Timestamp,

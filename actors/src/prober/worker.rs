@@ -46,10 +46,9 @@ pub struct WorkerExited {
     /// The exited worker's pod UID, container name and probe kind.
     pub key: ProbeKey,
     /// The manager's number for that worker, so a notice from a replaced worker is not taken for
-    /// its
-    /// successor's.
+    /// its successor's.
     pub worker_id: u64,
-    /// The worker stopped (a `Stop`, or it stopped itself when the pod finished) rather than died.
+    /// The worker stopped (on a `Stop`, or by itself) rather than died.
     pub clean: bool,
     /// The container whose cache entry the worker owned when it exited, if known. The worker
     /// leaves the entry (and its metric series) to the manager, which alone knows whether a
@@ -112,8 +111,7 @@ pub struct WorkerConfig {
 }
 
 /// The probe worker actor (upstream `worker`): probes one container with one of its probes until
-/// stopped.
-/// Started by the prober manager; a host does not start one itself.
+/// stopped. Started by the prober manager; a host does not start one itself.
 pub struct ProbeWorker {
     key: ProbeKey,
     pod: Arc<Pod>,

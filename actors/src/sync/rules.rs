@@ -106,10 +106,8 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
     pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
 }
 
-/// Whether any container of the pod may still run, which holds back a terminal phase (the merge
-/// keeps
-/// the API phase meanwhile). Upstream `PodCouldHaveRunningContainers` asks the pod workers: true
-/// until the
+/// Whether any container of the pod may still run, which holds back a terminal phase (the merge keeps
+/// the API phase meanwhile). Upstream `PodCouldHaveRunningContainers` asks the pod workers: true until the
 /// pod's termination finished (all containers stopped), after which `TerminatePod` runs. We have
 /// no pod workers, so:
 /// * a finished pod (`TerminatePod` ran, `podIsFinished`) has none: upstream only gets there
