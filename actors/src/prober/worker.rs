@@ -89,8 +89,8 @@ pub struct WorkerConfig {
     /// What the worker captured from the pod and probe spec: thresholds, initial delay, restart
     /// policy.
     pub spec: WorkerSpec,
-    /// Where to start: [`WorkerState::new`] for a new worker, a dead predecessor's state to resume
-    /// from it.
+    /// Where to start: [`WorkerState::new`] for a new worker, [`WorkerState::resumed`] when it
+    /// replaces one still stopping, a dead predecessor's own state to resume from it.
     pub state: WorkerState,
     /// The probe's `periodSeconds` (10 s when unset or not positive).
     pub period: Duration,
