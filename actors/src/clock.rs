@@ -9,8 +9,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
+    /// The current wall-clock time.
     fn now(&self) -> Timestamp;
 
+    /// The current time as the API's `metav1.Time`, for status timestamps.
     fn now_time(&self) -> Time {
         Time(self.now())
     }
@@ -25,6 +27,7 @@ pub struct TokioClock {
 }
 
 impl TokioClock {
+    /// A clock that reads the system time now and advances with tokio time from here.
     pub fn new() -> Self {
         // The one wall-clock read: every other reading of the time goes through a clock.
         #[allow(clippy::disallowed_methods)]

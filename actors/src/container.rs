@@ -14,6 +14,7 @@ pub struct ContainerId {
 }
 
 impl ContainerId {
+    /// An ID from its two parts: the runtime type and the runtime's own ID.
     pub fn new(runtime: impl Into<String>, id: impl Into<String>) -> Self {
         ContainerId { runtime: runtime.into(), id: id.into() }
     }
@@ -27,6 +28,7 @@ impl ContainerId {
         }
     }
 
+    /// Whether both parts are empty (the ID of a container status that has none yet).
     pub fn is_empty(&self) -> bool {
         self.runtime.is_empty() && self.id.is_empty()
     }

@@ -27,7 +27,10 @@ pub struct ExecOutput {
 pub enum ExecError {
     /// The command ran past its timeout and was killed; what it printed until then.
     #[error("command timed out")]
-    Timeout { output: Vec<u8> },
+    Timeout {
+        /// Combined stdout and stderr up to the kill, at most [`MAX_EXEC_OUTPUT`] bytes.
+        output: Vec<u8>,
+    },
     /// The runtime could not run the command (no such container, no such executable, …).
     #[error("{0}")]
     Runtime(String),
@@ -39,6 +42,7 @@ pub enum ExecError {
 /// [`ExecError::Timeout`]) and must kill the command when dropped, so a cancelled probe leaves
 /// nothing running.
 pub trait CommandRunner: Send + Sync + 'static {
+    /// Runs `cmd` (program and arguments, not through a shell) in the container `container_id`.
     fn run_in_container(
         &self,
         container_id: &ContainerId,
@@ -50,11 +54,15 @@ pub trait CommandRunner: Send + Sync + 'static {
 /// Event type: `Normal` or `Warning`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
+    /// An event about normal operation.
     Normal,
+    /// An event about a problem (upstream uses it for every probe event: `Unhealthy`,
+    /// `ProbeWarning`, …).
     Warning,
 }
 
 impl EventType {
+    /// The text the Event object's `type` field carries: "Normal" or "Warning".
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Normal => "Normal",
@@ -65,15 +73,22 @@ impl EventType {
 
 /// Records an event about an object (upstream `record.EventRecorder.Event`). Must not block.
 pub trait EventRecorder: Send + Sync + 'static {
+    /// Records one event about `object` with this `reason` (upstream's CamelCase reason, e.g.
+    /// `Unhealthy`) and `message`.
     fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str);
 }
 
 /// One recorded event, as the in-memory recorder keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedEvent {
+    /// The object the event is about (for probe events: the pod, with `fieldPath` naming the
+    /// container).
     pub object: ObjectReference,
+    /// Normal or Warning.
     pub event_type: EventType,
+    /// The CamelCase reason, e.g. `Unhealthy`.
     pub reason: String,
+    /// The human-readable message, e.g. "Liveness probe failed: …".
     pub message: String,
 }
 
@@ -91,6 +106,7 @@ pub struct MemoryRecorder {
 }
 
 impl MemoryRecorder {
+    /// An empty recorder.
     pub fn new() -> Self {
         Self::default()
     }
@@ -139,20 +155,27 @@ impl EventRecorder for LogRecorder {
 /// One probe run, as a host's observer sees it (the agent keeps the last few per probe).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeRecord {
+    /// The UID of the probed pod.
     pub pod_uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub pod: String,
+    /// The probed container's name.
     pub container: String,
+    /// Which of the container's probes ran.
     pub kind: crate::vocabulary::ProbeKind,
     /// The cache result, or the error that made the probe's result discarded.
     pub result: Result<crate::vocabulary::ProbeResult, String>,
     /// What the executor said (its output or the error text), uncut.
     pub output: String,
+    /// How long the run took, all attempts included (an errored probe is tried up to 3 times).
     pub duration: Duration,
 }
 
 /// Told about every probe run; must not block.
 pub trait ProbeObserver: Send + Sync + 'static {
+    /// Called once per probe run, after the result is known.
     fn observe(&self, record: ProbeRecord);
 }
 
@@ -185,6 +208,7 @@ pub struct PodRegistry {
 }
 
 impl PodRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -196,10 +220,12 @@ impl PodRegistry {
         }
     }
 
+    /// Removes the pod with this UID and returns it, if it was there.
     pub fn remove(&self, uid: &str) -> Option<Arc<Pod>> {
         self.pods.write().ok().and_then(|mut pods| pods.remove(uid))
     }
 
+    /// A snapshot of every pod the registry holds, in no particular order.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.pods.read().map(|p| p.values().cloned().collect()).unwrap_or_default()
     }

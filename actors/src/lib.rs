@@ -12,6 +12,9 @@
 //! * [`process`] — signalling local process groups (the runner and the standalone runtime).
 //! * [`metrics`] — metric names and the Prometheus registry.
 //! * [`clock`] — the one wall clock.
+//! * [`vocabulary`] — the probe vocabulary every part speaks (kinds, outcomes, results, keys).
+
+#![warn(missing_docs)]
 
 pub mod clock;
 pub mod container;

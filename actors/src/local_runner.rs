@@ -50,6 +50,8 @@ pub struct LocalCommandRunner {
 // === impl LocalCommandRunner ===
 
 impl LocalCommandRunner {
+    /// A runner with no container registered: every command runs in the agent's directory and
+    /// environment.
     pub fn new() -> Self {
         Self::default()
     }

@@ -151,7 +151,12 @@ pub enum MetricsError {
     AnotherRecorderInstalled,
     /// Histogram bucket bounds must be strictly increasing numbers.
     #[error("invalid buckets for histogram {name:?}: {reason}")]
-    InvalidBuckets { name: String, reason: &'static str },
+    InvalidBuckets {
+        /// The histogram's metric name.
+        name: String,
+        /// What is wrong with the bounds (a NaN, a +Inf before the end, not increasing).
+        reason: &'static str,
+    },
 }
 
 /// Checks upper bounds like client_golang's `NewHistogram` (which panics instead): strictly

@@ -28,7 +28,9 @@ use crate::status::views::StatusViews;
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the {actor} is not running: {source}")]
 pub struct PipelineError {
+    /// Which actor did not answer: "prober manager" or "status manager".
     pub actor: &'static str,
+    /// Why actix could not deliver the message or its answer.
     #[source]
     pub source: MailboxError,
 }
@@ -58,6 +60,8 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// A config with the kubelet's defaults: the real prober, any probe host allowed, a clock on
+    /// tokio time, workers on the caller's arbiter.
     pub fn new(
         runner: Arc<dyn CommandRunner>,
         recorder: Arc<dyn EventRecorder>,
@@ -80,11 +84,17 @@ impl PipelineConfig {
 /// The running engine: addresses of its actors, and the host-facing API.
 #[derive(Clone)]
 pub struct Pipeline {
+    /// The prober manager: send it the [`crate::prober::manager`] messages directly, or use the
+    /// methods below.
     pub prober_manager: Addr<ProberManager>,
+    /// The results cache: probe results by kind and container ID.
     pub results: Addr<ResultsCache>,
     /// What the results cache stores, readable at once.
     pub results_view: ResultsView,
+    /// The status manager: send it the [`crate::status::manager`] messages directly, or use the
+    /// methods below.
     pub status_manager: Addr<StatusManager>,
+    /// Each pod's latest stored status, as a watch channel per pod (what the probe workers read).
     pub views: StatusViews,
     /// Kept so the worker arbiters live as long as the pipeline.
     _arbiters: Arc<Vec<Arbiter>>,
@@ -135,18 +145,24 @@ impl Pipeline {
 
     // --- the prober manager ---
 
+    /// Starts a worker for every probe of the pod's containers that has none (upstream `AddPod`):
+    /// call it when the pod is added or updated.
     pub fn add_pod(&self, pod: Arc<Pod>) {
         self.prober_manager.do_send(AddPod(pod));
     }
 
+    /// Stops every probe worker of the pod (upstream `RemovePod`): call it when the pod is deleted.
     pub fn remove_pod(&self, pod: Arc<Pod>) {
         self.prober_manager.do_send(RemovePod(pod));
     }
 
+    /// Stops the pod's liveness and startup workers and keeps its readiness worker (upstream
+    /// `StopLivenessAndStartup`): call it when graceful termination begins.
     pub fn stop_liveness_and_startup(&self, pod: Arc<Pod>) {
         self.prober_manager.do_send(StopLivenessAndStartup(pod));
     }
 
+    /// Stops the workers of every pod whose UID is not in `desired` (upstream `CleanupPods`).
     pub fn cleanup_pods(&self, desired: HashSet<String>) {
         self.prober_manager.do_send(CleanupPods(desired));
     }
@@ -163,6 +179,7 @@ impl Pipeline {
             .map_err(|source| PipelineError { actor: "prober manager", source })
     }
 
+    /// The keys of the probe workers that exist now, stopping ones included.
     pub async fn workers(&self) -> Result<Vec<ProbeKey>, PipelineError> {
         self.prober_manager
             .send(GetWorkers)
@@ -178,18 +195,25 @@ impl Pipeline {
 
     // --- the status manager ---
 
+    /// Stores a freshly generated status for the pod (upstream `SetPodStatus`). Pass it through
+    /// [`Pipeline::update_pod_status`] first, so `started` and `ready` reflect the probes.
     pub fn set_pod_status(&self, pod: Arc<Pod>, status: PodStatus) {
         self.status_manager.do_send(SetPodStatus { pod, status });
     }
 
+    /// Makes every container and the phase terminal before the pod is deleted (upstream
+    /// `TerminatePod`).
     pub fn terminate_pod(&self, pod: Arc<Pod>) {
         self.status_manager.do_send(TerminatePod(pod));
     }
 
+    /// Forgets the status of every pod whose UID is not in `keep` (upstream
+    /// `RemoveOrphanedStatuses`).
     pub fn remove_orphaned_statuses(&self, keep: HashSet<String>) {
         self.status_manager.do_send(RemoveOrphanedStatuses(keep));
     }
 
+    /// The cached status of the pod with this UID or mirror pod UID (upstream `GetPodStatus`).
     pub async fn pod_status(&self, uid: &str) -> Result<Option<Arc<PodStatus>>, PipelineError> {
         self.status_manager
             .send(GetPodStatus(uid.to_owned()))
@@ -197,6 +221,7 @@ impl Pipeline {
             .map_err(|source| PipelineError { actor: "status manager", source })
     }
 
+    /// The cached entry of the pod with this UID or mirror pod UID, version included.
     pub async fn versioned_status(&self, uid: &str) -> Result<Option<VersionedPodStatus>, PipelineError> {
         self.status_manager
             .send(GetVersionedStatus(uid.to_owned()))
@@ -204,6 +229,7 @@ impl Pipeline {
             .map_err(|source| PipelineError { actor: "status manager", source })
     }
 
+    /// Every cached entry, by pod UID.
     pub async fn statuses(&self) -> Result<HashMap<String, VersionedPodStatus>, PipelineError> {
         self.status_manager
             .send(ListStatuses)

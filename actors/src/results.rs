@@ -28,9 +28,15 @@ use crate::vocabulary::{ProbeKind, ProbeResult};
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct SetResult {
+    /// Which of the container's probes produced the result.
     pub kind: ProbeKind,
+    /// The container the result is for; results are keyed by container ID, so a restarted container
+    /// starts afresh.
     pub container_id: ContainerId,
+    /// The new result.
     pub result: ProbeResult,
+    /// The UID of the container's pod, passed on with the change to the status manager and
+    /// subscribers.
     pub pod_uid: String,
 }
 
@@ -39,9 +45,13 @@ pub struct SetResult {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct SeedResult {
+    /// Which of the container's probes the result is for.
     pub kind: ProbeKind,
+    /// The container the result is for.
     pub container_id: ContainerId,
+    /// The initial value to store when the container has no entry.
     pub result: ProbeResult,
+    /// The UID of the container's pod, passed on with the change.
     pub pod_uid: String,
 }
 
@@ -49,7 +59,9 @@ pub struct SeedResult {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct RemoveResult {
+    /// Which of the container's probes to forget.
     pub kind: ProbeKind,
+    /// The container whose entry goes (its container is gone or its worker exited).
     pub container_id: ContainerId,
 }
 
@@ -62,9 +74,13 @@ pub struct GetResults(pub Vec<(ProbeKind, ContainerId)>);
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
 #[rtype(result = "()")]
 pub struct ProbeResultChanged {
+    /// Which probe's result changed.
     pub kind: ProbeKind,
+    /// The container whose result changed.
     pub container_id: ContainerId,
+    /// The result now stored.
     pub result: ProbeResult,
+    /// The UID of the container's pod.
     pub pod_uid: String,
 }
 

@@ -9,8 +9,11 @@ use std::fmt;
 /// Which of a container's three probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProbeKind {
+    /// The liveness probe: on failure the container is killed and restarted (upstream `liveness`).
     Liveness,
+    /// The readiness probe: decides the container's `ready` flag and the pod's Ready condition.
     Readiness,
+    /// The startup probe: until it succeeds, liveness and readiness probes do not run.
     Startup,
 }
 
@@ -49,14 +52,21 @@ impl fmt::Display for ProbeKind {
 /// What an executor concluded (upstream `probe.Result`): the string forms appear in events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
+    /// The probe passed.
     Success,
     /// Logically a success, with extra information worth an event (an unfollowed redirect).
     Warning,
+    /// The probe ran and failed (a non-zero exit, an HTTP status outside 200–399, a refused
+    /// connection, …).
     Failure,
+    /// The probe could not tell (upstream `probe.Unknown`); without an error it counts as a
+    /// failure.
     Unknown,
 }
 
 impl Outcome {
+    /// The lower-case text upstream prints for a `probe.Result` ("success", "warning", "failure",
+    /// "unknown").
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",
@@ -76,15 +86,20 @@ impl fmt::Display for Outcome {
 /// What the results cache holds for a container (upstream `results.Result`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ProbeResult {
+    /// No result yet (upstream `results.Unknown`): a startup probe's initial value for a new
+    /// container (readiness starts at Failure, liveness at Success).
     Unknown,
     /// The zero value, as in upstream's int encoding (Success = 0): a worker's `last_result`
     /// starts here, so the first Success counts as a run of one.
     #[default]
     Success,
+    /// Failed (upstream `results.Failure`): `failureThreshold` failures in a row, a container that
+    /// is not running, or a readiness probe's initial value.
     Failure,
 }
 
 impl ProbeResult {
+    /// The text upstream's `results.Result.String()` prints: "Success", "Failure", "UNKNOWN".
     pub fn as_str(self) -> &'static str {
         match self {
             ProbeResult::Success => "Success",
@@ -113,14 +128,25 @@ impl fmt::Display for ProbeResult {
 /// the result; the outcome says which state the event reports ("errored and resulted in …").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeError {
+    /// A numeric port outside 1–65535 (the probe's port or a named port's number).
     #[error("invalid port number: {0}")]
     InvalidPort(i64),
+    /// A named port that no container port of the container declares.
     #[error("port \"{0}\" not found")]
     PortNotFound(String),
+    /// An `IntOrString` port that is neither a number nor a name.
     #[error("intOrString had no kind: {0}")]
     PortKind(String),
+    /// The probe spec sets none of `exec`, `httpGet`, `tcpSocket`, `grpc`.
     #[error("missing probe handler for {pod}:{container}")]
-    MissingHandler { pod: String, container: String },
+    MissingHandler {
+        /// The pod as upstream's `format.Pod` prints it: `name_namespace(uid)`.
+        pod: String,
+        /// The container whose probe has no handler.
+        container: String,
+    },
+    /// The probe spec has no handler upstream knows (Go's "unknown probe type"); reported as a
+    /// failure.
     #[error("unknown probe type: \"{0}\"")]
     UnknownProbeType(String),
     /// The probe spec cannot be turned into a request (bad header name, bad host, …).
@@ -153,7 +179,10 @@ impl ProbeError {
 /// Identifies a worker: pod UID, container name, probe kind.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProbeKey {
+    /// The UID of the pod the probed container belongs to.
     pub pod_uid: String,
+    /// The container's name within the pod spec.
     pub container_name: String,
+    /// Which of the container's probes this worker runs.
     pub kind: ProbeKind,
 }

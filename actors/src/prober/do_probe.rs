@@ -18,7 +18,9 @@ pub const RESTART_GRACE: SignedDuration = SignedDuration::from_secs(10);
 /// container spec and the probe spec captured by `newWorker`).
 #[derive(Debug, Clone)]
 pub struct WorkerSpec {
+    /// Which of the container's probes the worker runs.
     pub kind: ProbeKind,
+    /// The probed container's name, to find its status in the pod status.
     pub container_name: String,
     /// The container is a restartable init container (a sidecar).
     pub is_sidecar: bool,
@@ -26,8 +28,12 @@ pub struct WorkerSpec {
     pub pod_deleting: bool,
     /// The pod's `restartPolicy` is `Never`.
     pub restart_policy_never: bool,
+    /// The probe's `initialDelaySeconds` (0 when unset): no probe before the container has run
+    /// this long.
     pub initial_delay_seconds: i64,
+    /// The probe's `successThreshold` (default 1): successes in a row that make the result Success.
     pub success_threshold: u32,
+    /// The probe's `failureThreshold` (default 3): failures in a row that make the result Failure.
     pub failure_threshold: u32,
     /// When the prober manager started (wall clock).
     pub manager_start: Timestamp,
@@ -73,10 +79,12 @@ impl WorkerSpec {
 /// A change the worker makes to its results cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheOp {
+    /// Store this result for the container, replacing any.
     Set(ContainerId, ProbeResult),
     /// Set only if the cache has no entry for the container (a resumed worker's seed: the
     /// entry its predecessor left is kept, a container nobody seeded gets the initial value).
     Seed(ContainerId, ProbeResult),
+    /// Drop the container's entry (its container is gone or the worker exits).
     Remove(ContainerId),
 }
 

@@ -65,7 +65,9 @@ pub struct CleanupPods(pub HashSet<String>);
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "PodStatus")]
 pub struct UpdatePodStatus {
+    /// The pod the status is for (its spec and its status on the API server).
     pub pod: Arc<Pod>,
+    /// The status being generated; returned with `started` and `ready` set from the probe results.
     pub status: PodStatus,
 }
 
@@ -78,11 +80,15 @@ pub struct GetWorkers;
 
 /// Everything the manager needs to create workers.
 pub struct ManagerConfig {
+    /// Runs the probes (normally [`super::Prober`]); every worker shares it.
     pub prober: Arc<dyn ProbeRunner>,
+    /// The results cache the workers write to.
     pub results: Addr<ResultsCache>,
     /// What `results` stores, read by `UpdatePodStatus` without a round trip.
     pub results_view: ResultsView,
+    /// Where workers get a view of their pod's latest status.
     pub views: StatusViews,
+    /// The wall clock: the manager's start time, and the workers' initial delays.
     pub clock: SharedClock,
     /// Arbiters to spread workers over (by pod UID); empty runs them on the manager's own.
     pub arbiters: Vec<ArbiterHandle>,
@@ -101,6 +107,8 @@ struct WorkerEntry {
     container: Arc<Container>,
 }
 
+/// The prober manager actor (upstream `prober.Manager`): start it through
+/// [`crate::Pipeline::start`] and send it the messages above.
 pub struct ProberManager {
     config: ManagerConfig,
     /// When the manager started (wall clock): jitter and agent-restart rules use it.
@@ -112,6 +120,8 @@ pub struct ProberManager {
 }
 
 impl ProberManager {
+    /// A manager with no workers; its start time (for the start-up jitter and the agent-restart
+    /// grace) is `config.clock`'s now.
     pub fn new(config: ManagerConfig) -> Self {
         let rng = match config.jitter_seed {
             Some(seed) => StdRng::seed_from_u64(seed),

@@ -30,11 +30,15 @@ pub const KUBE_PROBE_USER_AGENT: &str = "kube-probe/1.35";
 /// An executor's answer when it did not error: the outcome and its output text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probed {
+    /// What the executor concluded.
     pub outcome: Outcome,
+    /// The output the kubelet reports in events: the command's output, the body of an HTTP
+    /// response, a dial error's text.
     pub output: String,
 }
 
 impl Probed {
+    /// An answer from its outcome and output text.
     pub fn new(outcome: Outcome, output: impl Into<String>) -> Self {
         Probed { outcome, output: output.into() }
     }

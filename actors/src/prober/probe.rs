@@ -79,6 +79,8 @@ pub struct Prober {
 }
 
 impl Prober {
+    /// A prober that runs exec probes through `runner` and records its events with `recorder`; any
+    /// probe host is allowed, as the kubelet does.
     pub fn new(runner: Arc<dyn CommandRunner>, recorder: Arc<dyn EventRecorder>) -> Self {
         Prober {
             runner,

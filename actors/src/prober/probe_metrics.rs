@@ -20,6 +20,8 @@ pub struct ProbeLabels {
 }
 
 impl ProbeLabels {
+    /// The labels of a `kind` worker for `container` of `pod`: `probe_type`, `container`, `pod`,
+    /// `namespace`, `pod_uid`.
     pub fn new(kind: ProbeKind, pod: &Pod, container: &str) -> Self {
         ProbeLabels {
             probe_type: kind.as_str(),

@@ -42,13 +42,29 @@ pub async fn probe(host: &str, port: u16, timeout: Duration) -> Probed {
 pub enum DialError {
     /// The host name could not be resolved (or resolving hit the deadline: reason `i/o timeout`).
     #[error("dial tcp: lookup {host}: {reason}")]
-    Lookup { host: String, reason: String },
+    Lookup {
+        /// The host name as the probe gave it.
+        host: String,
+        /// Why the lookup failed, as Go words it (`no such host`, `i/o timeout`, …).
+        reason: String,
+    },
     /// A socket call failed (`op` is `connect` or `socket`).
     #[error("dial tcp {addr}: {op}: {reason}")]
-    Op { addr: String, op: &'static str, reason: String },
+    Op {
+        /// The address dialled as Go shows it: `ip:port`, `[ip]:port` for IPv6, `:port` for an
+        /// empty host.
+        addr: String,
+        /// The socket call that failed: `connect` or `socket`.
+        op: &'static str,
+        /// The OS error as Go prints it (`connection refused`, …).
+        reason: String,
+    },
     /// The deadline passed while connecting.
     #[error("dial tcp {addr}: i/o timeout")]
-    Timeout { addr: String },
+    Timeout {
+        /// The address being dialled when the deadline passed, shown as in `Op`.
+        addr: String,
+    },
 }
 
 /// Connects to `host:port` before `deadline` the way upstream's probe dialer does, with linger 0.

@@ -43,8 +43,12 @@ pub struct Trigger;
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct WorkerExited {
+    /// The exited worker's pod UID, container name and probe kind.
     pub key: ProbeKey,
+    /// The manager's number for that worker, so a notice from a replaced worker is not taken for
+    /// its successor's.
     pub worker_id: u64,
+    /// The worker stopped (on a `Stop`, or by itself) rather than died.
     pub clean: bool,
     /// The container whose cache entry the worker owned when it exited, if known. The worker
     /// leaves the entry (and its metric series) to the manager, which alone knows whether a
@@ -64,6 +68,7 @@ pub struct WorkerExited {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct PredecessorExited {
+    /// The container whose cache entry the exited predecessor left behind.
     pub container_id: ContainerId,
 }
 
@@ -71,24 +76,42 @@ pub struct PredecessorExited {
 
 /// Everything a worker is created with.
 pub struct WorkerConfig {
+    /// The pod UID, container name and probe kind this worker probes.
     pub key: ProbeKey,
+    /// The manager's number for this worker, unique among the workers it started; echoed in
+    /// [`WorkerExited`].
     pub worker_id: u64,
+    /// The pod as it was when the worker was created (upstream's worker keeps it too; it is never
+    /// refreshed).
     pub pod: Arc<Pod>,
+    /// The container spec holding the probe.
     pub container: Arc<Container>,
+    /// What the worker captured from the pod and probe spec: thresholds, initial delay, restart
+    /// policy.
     pub spec: WorkerSpec,
+    /// Where to start: [`WorkerState::new`] for a new worker, [`WorkerState::resumed`] when it
+    /// replaces one still stopping, a dead predecessor's own state to resume from it.
     pub state: WorkerState,
+    /// The probe's `periodSeconds` (10 s when unset or not positive).
     pub period: Duration,
     /// Sleep this long before the first probe (start-up jitter).
     pub jitter: Duration,
+    /// The pod's latest status as the status manager publishes it; read before every probe.
     pub status: StatusView,
+    /// Runs one probe of a kind against a container (normally [`super::Prober`]).
     pub prober: Arc<dyn ProbeRunner>,
+    /// The results cache the worker writes its results to.
     pub results: Addr<ResultsCache>,
     /// What `results` stores: a result it already holds is not sent again.
     pub results_view: ResultsView,
+    /// Where the worker's [`WorkerExited`] notice goes (the prober manager).
     pub manager: Recipient<WorkerExited>,
+    /// The wall clock the initial delay is measured on (against the container's `startedAt`).
     pub clock: SharedClock,
 }
 
+/// The probe worker actor (upstream `worker`): probes one container with one of its probes until
+/// stopped. Started by the prober manager; a host does not start one itself.
 pub struct ProbeWorker {
     key: ProbeKey,
     pod: Arc<Pod>,
@@ -124,6 +147,7 @@ pub struct ProbeWorker {
 }
 
 impl ProbeWorker {
+    /// Builds a worker from its config; it starts probing once started (after its jitter).
     pub fn new(config: WorkerConfig) -> Self {
         let labels = metrics::ProbeLabels::new(config.key.kind, &config.pod, &config.container.name);
         ProbeWorker {

@@ -13,6 +13,7 @@ const INDEX_FROM: usize = 16;
 
 /// Something with a container name.
 pub trait Named {
+    /// The container name to look up by.
     fn name(&self) -> &str;
 }
 
@@ -36,6 +37,7 @@ pub struct ByName<'a, T> {
 }
 
 impl<'a, T: Named> ByName<'a, T> {
+    /// Wraps `items`, building the index when the list has 16 items or more.
     pub fn new(items: &'a [T]) -> Self {
         let index = (items.len() >= INDEX_FROM).then(|| {
             let mut index = HashMap::with_capacity(items.len());

@@ -30,8 +30,11 @@ pub const POD_INITIALIZED: &str = "Initialized";
 
 /// Pod phases as the API spells them.
 pub const PHASE_PENDING: &str = "Pending";
+/// Phase `Running`.
 pub const PHASE_RUNNING: &str = "Running";
+/// Phase `Succeeded`: every container terminated in success and none will restart.
 pub const PHASE_SUCCEEDED: &str = "Succeeded";
+/// Phase `Failed`: every container terminated and at least one terminated in failure.
 pub const PHASE_FAILED: &str = "Failed";
 
 const TRUE: &str = "True";

@@ -32,7 +32,9 @@ use crate::contracts::PodLookup;
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct SetPodStatus {
+    /// The pod the status is for; its spec and generation are read, its UID keys the cache.
     pub pod: Arc<Pod>,
+    /// The status the host generated (upstream `generateAPIPodStatus`'s result).
     pub status: PodStatus,
 }
 
@@ -40,8 +42,11 @@ pub struct SetPodStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
 #[rtype(result = "()")]
 pub struct SetContainerReadiness {
+    /// The UID of the pod the container belongs to.
     pub pod_uid: String,
+    /// The container whose readiness changed.
     pub container_id: ContainerId,
+    /// The new readiness; Ready and ContainersReady are regenerated from it.
     pub ready: bool,
 }
 
@@ -49,8 +54,11 @@ pub struct SetContainerReadiness {
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
 #[rtype(result = "()")]
 pub struct SetContainerStartup {
+    /// The UID of the pod the container belongs to.
     pub pod_uid: String,
+    /// The container whose startup result changed.
     pub container_id: ContainerId,
+    /// Whether the startup probe has succeeded; goes into the container status's `started`.
     pub started: bool,
 }
 
@@ -89,7 +97,9 @@ pub struct ListStatuses;
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct PodStatusUpdated {
+    /// The UID of the pod the status belongs to (the static pod's UID for a mirror pod).
     pub pod_uid: String,
+    /// The stored status and its version.
     pub status: VersionedPodStatus,
 }
 
@@ -105,12 +115,15 @@ pub struct SubscribeStatus(pub Recipient<PodStatusUpdated>);
 pub struct VersionedPodStatus {
     /// Monotonic per pod, 1 for the first stored status.
     pub version: u64,
+    /// The pod's name, for the syncer's requests and logs.
     pub pod_name: String,
+    /// The pod's namespace.
     pub pod_namespace: String,
     /// When the first not-yet-synced update was produced.
     pub at: Option<Timestamp>,
     /// TerminatePod ran; sticky.
     pub pod_is_finished: bool,
+    /// The status as stored: probe results applied, conditions regenerated, normalised.
     pub status: Arc<PodStatus>,
 }
 
@@ -128,6 +141,7 @@ pub struct StatusManager {
 }
 
 impl StatusManager {
+    /// A status manager with no statuses and no subscriber; `views` receives every stored status.
     pub fn new(views: StatusViews, pods: Arc<dyn PodLookup>, clock: SharedClock) -> Self {
         StatusManager { statuses: HashMap::new(), views, pods, clock, subscribers: Vec::new() }
     }

@@ -72,6 +72,7 @@ pub struct StatusViews {
 }
 
 impl StatusViews {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -121,6 +122,7 @@ impl StatusViews {
         self.senders.lock().map(|s| s.len()).unwrap_or(0)
     }
 
+    /// Whether no pod has a view.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

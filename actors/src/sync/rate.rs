@@ -90,6 +90,8 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
+    /// A full bucket of `burst` tokens (at least 1), refilled at `qps` per second; a `qps` of zero
+    /// or less, NaN or infinite means no limit.
     pub fn new(qps: f64, burst: u32) -> Self {
         RateLimiter { bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst, Instant::now()))) }
     }

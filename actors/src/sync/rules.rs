@@ -100,6 +100,8 @@ pub fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
     finished
 }
 
+/// Whether the pod is a mirror pod (the API server's copy of a static pod): it has the
+/// `kubernetes.io/config.mirror` annotation.
 pub fn is_mirror_pod(pod: &Pod) -> bool {
     pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
 }
@@ -155,6 +157,7 @@ pub fn with_resource_version(
     patch
 }
 
+/// The pod's `resourceVersion` as a number, if it parses as one.
 pub fn resource_version(pod: &Pod) -> Option<u64> {
     pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok())
 }

@@ -87,7 +87,9 @@ impl ApiPodObserved {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct ApiPodDeleted {
+    /// The deleted pod's namespace.
     pub namespace: String,
+    /// The deleted pod's name; its merge base is dropped, so the next write GETs.
     pub name: String,
 }
 
@@ -129,7 +131,9 @@ pub struct SyncerStats {
     pub rejected: usize,
     /// Update sequence numbers held.
     pub update_seqs: usize,
+    /// Pods waiting for a write slot.
     pub queued: usize,
+    /// Pods being written now.
     pub in_flight: usize,
     /// Pods with a back-off timer running.
     pub backing_off: usize,
@@ -162,7 +166,9 @@ pub enum OwnedFields {
 
 /// How the syncer writes.
 pub struct SyncerConfig {
+    /// The API server client the syncer GETs, PATCHes and deletes pods with.
     pub client: kube::Client,
+    /// The host's pods: static pods are written to their mirror pods, looked up here.
     pub pods: Arc<dyn PodLookup>,
     /// The status manager the syncer follows.
     pub status_manager: StatusSource,
@@ -176,16 +182,19 @@ pub struct SyncerConfig {
     pub reconcile_period: Duration,
     /// Failure back-off: the first wait, doubled per failure up to `backoff_max`.
     pub backoff_initial: Duration,
+    /// The longest failure back-off.
     pub backoff_max: Duration,
     /// Conflict back-off (409 Conflict, ReadinessOnly's precondition): the wait after the second
     /// conflict in a row (the first is retried at once), doubled per conflict up to
     /// `conflict_backoff_max`, each made up to a quarter shorter by the pod's UID.
     pub conflict_backoff_initial: Duration,
+    /// The longest conflict back-off.
     pub conflict_backoff_max: Duration,
     /// The condition types this writer owns.
     pub ownership: ConditionOwnership,
     /// The other status fields this writer owns.
     pub owned_fields: OwnedFields,
+    /// The wall clock: times the merge stamps on conditions, and the status-update latency.
     pub clock: SharedClock,
 }
 
@@ -249,6 +258,9 @@ impl From<Addr<StatusManager>> for StatusSource {
     }
 }
 
+/// The status syncer actor (upstream: the status manager's sync loop). Start it with
+/// [`start_syncer`], which also subscribes it to the status manager; the agent's standalone mode
+/// runs none.
 pub struct StatusSyncer {
     config: SyncerConfig,
     /// Each pod's sync state, by source UID: one entry per pod with a status.
@@ -271,6 +283,8 @@ pub struct StatusSyncer {
 }
 
 impl StatusSyncer {
+    /// A syncer that has written nothing yet. Started this way it hears of no update until it is
+    /// subscribed: [`start_syncer`] does both.
     pub fn new(config: SyncerConfig) -> Self {
         StatusSyncer {
             config,

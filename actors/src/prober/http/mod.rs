@@ -94,6 +94,7 @@ struct Exchange {
 }
 
 impl HttpProber {
+    /// An HTTP prober that, as upstream, does not verify the server's certificate.
     pub fn new() -> Self {
         HttpProber { tls: insecure_tls_config() }
     }
