@@ -4,7 +4,7 @@
 //!
 //! Health is a pure function of the time since start ([`healthy_at`]): healthy after
 //! `--start-after`, flipping every `--flip-every`, unhealthy for good from `--fail-after`. One
-//! clock task wakes at each boundary ([`next_transition`]) and publishes the new health on a
+//! clock task wakes at each boundary (`next_transition`) and publishes the new health on a
 //! `watch` channel; every endpoint follows it:
 //! - HTTP: `/healthz`, `/readyz`, `/livez` and `/` answer 200 `ok` or 503 `unhealthy`;
 //!   `/redirect` answers 302 to `/healthz`;

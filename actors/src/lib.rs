@@ -12,6 +12,8 @@
 //! * [`process`] — signalling local process groups (the runner and the standalone runtime).
 //! * [`metrics`] — metric names and the Prometheus registry.
 //! * [`clock`] — the one wall clock.
+//! * [`container`] — container IDs as the runtime reports them.
+//! * [`gofmt`] — Go's `%q` quoting, for texts that must read as the kubelet's.
 //! * [`vocabulary`] — the probe vocabulary every part speaks (kinds, outcomes, results, keys).
 
 #![warn(missing_docs)]
