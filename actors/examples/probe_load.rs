@@ -472,7 +472,7 @@ async fn measure(collector: &Collector, args: &Args, mode: &str, setup: Duration
             "max": s.lateness.max,
         },
         "latency_us": { "p50": s.latency.quantile(0.50), "p99": s.latency.quantile(0.99) },
-        "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "loadavg": load_average(),
     })
 }
@@ -622,8 +622,9 @@ impl Clock for AgedClock {
 }
 
 /// `--idle`: resident memory per worker at a long period. RSS is read before any pod exists,
-/// after every pod has a worker that has not probed yet (fresh), and after every worker has
-/// probed once. The upstream start-up jitter would hold a new worker's first probe for up to
+/// once the pod objects are built and registered with the host (pods), after every pod has a
+/// worker that has not probed yet (fresh), and after every worker has probed once; each is
+/// given per worker above the first reading, so it includes the pod objects. The upstream start-up jitter would hold a new worker's first probe for up to
 /// a period while the manager is younger than one period; to measure without waiting a whole
 /// period, the engine's clock is moved one period ahead right after the manager starts, so
 /// the pods are those added to an agent that has been up for longer than a period. They are
@@ -644,13 +645,15 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         tokio::time::sleep(SETTLE).await;
         let before = rss_bytes();
 
-        let started = Instant::now();
-        let mut pods = Vec::with_capacity(args.workers);
-        for i in 0..args.workers {
-            let pod = Arc::new(pod(i, &probe));
+        let pods: Vec<Arc<Pod>> = (0..args.workers).map(|i| Arc::new(pod(i, &probe))).collect();
+        for pod in &pods {
             registry.upsert(pod.clone());
-            sync(&pipeline, &pod, runtime_status(i, false)).await?;
-            pods.push(pod);
+        }
+        let pod_objects = rss_bytes();
+
+        let started = Instant::now();
+        for (i, pod) in pods.iter().enumerate() {
+            sync(&pipeline, pod, runtime_status(i, false)).await?;
         }
         while pipeline.workers().await?.len() < args.workers {
             if started.elapsed() > limit {
@@ -697,8 +700,17 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
             "probed_before_running": early,
             "probes": s.probes,
             "failures": s.failures,
-            "rss_kib": { "before": before / 1024, "fresh": fresh / 1024, "probed": probed / 1024 },
-            "kib_per_worker": { "fresh": per_worker(fresh), "probed": per_worker(probed) },
+            "rss_kib": {
+                "before": before / 1024,
+                "pods": pod_objects / 1024,
+                "fresh": fresh / 1024,
+                "probed": probed / 1024,
+            },
+            "kib_per_worker": {
+                "pods": per_worker(pod_objects),
+                "fresh": per_worker(fresh),
+                "probed": per_worker(probed),
+            },
             "loadavg": load_average(),
         });
         drop(s);
@@ -899,9 +911,7 @@ mod target {
     pub fn serve() -> Result<(), Error> {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         runtime.block_on(async {
-            let http = TcpListener::bind("127.0.0.1:0").await?;
-            let tcp = TcpListener::bind("127.0.0.1:0").await?;
-            let grpc = TcpListener::bind("127.0.0.1:0").await?;
+            let (http, tcp, grpc) = (listen()?, listen()?, listen()?);
             println!(
                 "ports http={} tcp={} grpc={}",
                 http.local_addr()?.port(),
@@ -927,6 +937,14 @@ mod target {
         })?;
         runtime.shutdown_background();
         Ok(())
+    }
+
+    /// An ephemeral port of 127.0.0.1 with the longest accept queue the kernel allows, so that
+    /// a burst of probes queues rather than being refused by the target.
+    fn listen() -> Result<TcpListener, Error> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind((std::net::Ipv4Addr::LOCALHOST, 0).into())?;
+        Ok(socket.listen(u32::MAX >> 1)?)
     }
 
     async fn serve_http(listener: TcpListener) {
