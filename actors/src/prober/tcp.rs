@@ -100,6 +100,9 @@ async fn connect(addr: SocketAddr) -> Result<TcpStream, (&'static str, io::Error
     let socket = socket.map_err(|e| ("socket", e))?;
     // RST on close: no TIME_WAIT left behind, and unlike linger 1 s the close never blocks.
     socket.set_zero_linger().map_err(|e| ("setsockopt", e))?;
+    // Go's dialer sets TCP_NODELAY on every TCP connection. Without it a gRPC probe's small
+    // writes wait for the peer's delayed ACK (about 40 ms each).
+    socket.set_nodelay(true).map_err(|e| ("setsockopt", e))?;
     socket.connect(addr).await.map_err(|e| ("connect", e))
 }
 
@@ -147,6 +150,14 @@ fn lower_first(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn dialled_connections_send_small_writes_at_once_like_go() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stream = dial("127.0.0.1", port, deadline_after(Duration::from_secs(5))).await.unwrap();
+        assert!(stream.nodelay().unwrap(), "TCP_NODELAY, as Go's dialer sets it");
+    }
 
     #[test]
     fn join_host_port_brackets_ipv6_only() {

@@ -1,0 +1,1133 @@
+//! The probe load harness: N readiness probes of one kind, each on its own pod, through the
+//! real engine (workers, results cache, status manager, prober manager, executors) against a
+//! target server in a separate process on 127.0.0.1; prints one JSON line with the probe rate,
+//! failures, CPU per probe, RSS and the lateness and latency percentiles.
+//!
+//! ```text
+//! cargo run --release -p probelet-actors --example probe_load -- \
+//!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
+//!     [--floor] [--idle]
+//! ```
+//!
+//! * The target is this same binary run again with a hidden flag: it serves HTTP (200, a small
+//!   body), TCP (accept and close) and the gRPC health service (SERVING) on ephemeral ports of
+//!   127.0.0.1, prints the ports, and exits when its stdin closes (the harness holds it and also
+//!   kills it on exit). Exec probes run `true` through [`LocalCommandRunner`]; no target.
+//! * The engine is driven as a host drives it: each pod registered in a [`PodRegistry`], then
+//!   `update_pod_status` with a running container, the kubelet's conditions,
+//!   `set_pod_status`, `add_pod`. The metrics registry is installed as the agent installs it,
+//!   and the engine's [`ProbeObserver`] hook reports each probe with its duration.
+//! * `--floor` runs the same I/O without the engine: one tokio task per worker on a
+//!   fixed-rate `interval` (missed ticks skipped), a new connection per probe.
+//! * `--idle` measures resident memory per worker at a long period (see [`idle`]).
+//!
+//! CPU is this process's user + system time over the window (from `/proc/self/stat`): the
+//! target's CPU is not in it. Lateness is a probe's start minus the latest due time on its
+//! worker's fixed-rate grid, the grid anchored at the worker's first probe.
+//! Every run stops by itself after warmup + window; only 127.0.0.1 is contacted.
+
+// A load run on real time: it times itself and the probes on the real clock.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, ExecAction,
+    GRPCAction, HTTPGetAction, Pod, PodSpec, PodStatus, Probe, TCPSocketAction,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use probelet_actors::clock::{Clock, TokioClock};
+use probelet_actors::contracts::{LogRecorder, PodRegistry, ProbeObserver, ProbeRecord};
+use probelet_actors::local_runner::LocalCommandRunner;
+use probelet_actors::metrics::PrometheusRegistry;
+use probelet_actors::prober::ProbeResult;
+use probelet_actors::status::generate_kubelet_conditions;
+use probelet_actors::{Pipeline, PipelineConfig};
+use serde_json::json;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The hidden flag that turns this binary into the target server.
+const SERVE_TARGET: &str = "--serve-target";
+/// Every probe's timeout (`timeoutSeconds: 1`).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// An HTTP probe reads at most this much of the body, as the engine's executor does.
+const BODY_CAP: usize = 10 * 1024;
+/// The target's HTTP body.
+const TARGET_BODY: &str = "ok\n";
+/// `/proc` reports CPU time in clock ticks of `USER_HZ`, which Linux fixes at 100.
+const USER_HZ: u64 = 100;
+/// The page size `/proc/self/statm` counts in (x86-64 and the common arm64 kernels).
+const PAGE_SIZE: u64 = 4096;
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let outcome = if argv.first().map(String::as_str) == Some(SERVE_TARGET) {
+        target::serve()
+    } else {
+        match Args::parse(&argv) {
+            Ok(args) => run(args),
+            Err(usage) => {
+                eprintln!("probe_load: {usage}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("probe_load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
+--warmup SECS --window SECS [--floor] [--idle]";
+
+fn run(args: Args) -> Result<(), Error> {
+    // The target lives in its own process so that its CPU is not counted; it dies with us.
+    let target = match args.kind {
+        Kind::Exec => None,
+        _ => Some(target::Target::start()?),
+    };
+    let ports = target.as_ref().map(|t| t.ports).unwrap_or_default();
+    let line = if args.idle {
+        idle(&args, ports)?
+    } else if args.floor {
+        floor::run(&args, ports)?
+    } else {
+        engine_load(&args, ports)?
+    };
+    println!("{line}");
+    drop(target);
+    Ok(())
+}
+
+// === command line ===
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Http,
+    Tcp,
+    Grpc,
+    Exec,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Http => "http",
+            Kind::Tcp => "tcp",
+            Kind::Grpc => "grpc",
+            Kind::Exec => "exec",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Args {
+    kind: Kind,
+    workers: usize,
+    period: u64,
+    warmup: u64,
+    window: u64,
+    floor: bool,
+    idle: bool,
+}
+
+impl Args {
+    fn parse(argv: &[String]) -> Result<Args, String> {
+        let mut args = Args {
+            kind: Kind::Http,
+            workers: 1000,
+            period: 0,
+            warmup: 5,
+            window: 20,
+            floor: false,
+            idle: false,
+        };
+        let mut it = argv.iter();
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--kind" => {
+                    args.kind = match value()?.as_str() {
+                        "http" => Kind::Http,
+                        "tcp" => Kind::Tcp,
+                        "grpc" => Kind::Grpc,
+                        "exec" => Kind::Exec,
+                        other => return Err(format!("--kind: unknown kind {other:?}")),
+                    }
+                }
+                "--workers" => args.workers = number(flag, value()?)?,
+                "--period" => args.period = number(flag, value()?)?,
+                "--warmup" => args.warmup = number(flag, value()?)?,
+                "--window" => args.window = number(flag, value()?)?,
+                "--floor" => args.floor = true,
+                "--idle" => args.idle = true,
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if args.period == 0 {
+            args.period = if args.idle { 3600 } else { 1 };
+        }
+        if args.period > i32::MAX as u64 {
+            return Err("--period: more than periodSeconds can hold".into());
+        }
+        if args.workers == 0 {
+            return Err("--workers: must be at least 1".into());
+        }
+        if args.window == 0 && !args.idle {
+            return Err("--window: must be at least 1".into());
+        }
+        if args.idle && args.floor {
+            return Err("--idle measures the engine's workers; it has no --floor variant".into());
+        }
+        Ok(args)
+    }
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
+    value.parse().map_err(|_| format!("{flag}: not a number: {value:?}"))
+}
+
+// === measurements: pure pieces ===
+
+/// A histogram of microsecond values: exact below 1,024 µs, then 64 buckets per power of two
+/// (a value reads back at most 1/64 below itself). Fixed size, so recording allocates nothing.
+#[derive(Debug, Clone)]
+struct Histogram {
+    counts: Vec<u64>,
+    total: u64,
+    max: u64,
+}
+
+const LINEAR: u64 = 1024;
+const SUB_BITS: u32 = 6;
+const SUBS: u64 = 1 << SUB_BITS;
+const LINEAR_BITS: u32 = 10;
+
+impl Histogram {
+    fn new() -> Self {
+        let buckets = LINEAR + u64::from(64 - LINEAR_BITS) * SUBS;
+        Histogram { counts: vec![0; buckets as usize], total: 0, max: 0 }
+    }
+
+    fn bucket(v: u64) -> usize {
+        if v < LINEAR {
+            return v as usize;
+        }
+        let exp = 63 - v.leading_zeros();
+        let sub = (v >> (exp - SUB_BITS)) & (SUBS - 1);
+        (LINEAR + u64::from(exp - LINEAR_BITS) * SUBS + sub) as usize
+    }
+
+    /// The smallest value that falls in bucket `b`.
+    fn lower_bound(b: usize) -> u64 {
+        let b = b as u64;
+        if b < LINEAR {
+            return b;
+        }
+        let i = b - LINEAR;
+        let exp = LINEAR_BITS as u64 + i / SUBS;
+        (1 << exp) + ((i % SUBS) << (exp - SUB_BITS as u64))
+    }
+
+    fn record(&mut self, v: u64) {
+        self.counts[Self::bucket(v)] += 1;
+        self.total += 1;
+        self.max = self.max.max(v);
+    }
+
+    /// The `q` quantile (0 < q ≤ 1) by the nearest-rank rule; 0 when empty.
+    fn quantile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0;
+        for (b, count) in self.counts.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return Self::lower_bound(b).min(self.max);
+            }
+        }
+        self.max
+    }
+}
+
+/// One worker's fixed-rate schedule, as far as its probe starts show it: due times are
+/// `anchor + k·period`, the anchor being the first probe (a worker probes at once and runs its
+/// ticker from that moment). That first start can itself be a little late (the thread was
+/// busy, or the first tick found no status to probe and the second one is the first seen),
+/// so a later start that reads as almost a whole period late is really on time: it counts as
+/// on time and pulls the anchor back.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    anchor: Option<Instant>,
+}
+
+/// How far before a due time a start may seem to be and still count as on time (at most a
+/// fiftieth of the period): more than the scheduling noise of a loaded machine, and a probe
+/// really that close to a whole period late is rare and late anyway.
+const EARLY_TOLERANCE: Duration = Duration::from_millis(20);
+
+impl Grid {
+    const fn new() -> Self {
+        Grid { anchor: None }
+    }
+
+    /// The lateness of a probe that started at `start`; `None` for the first (it defines the
+    /// grid).
+    fn lateness(&mut self, start: Instant, period: Duration) -> Option<Duration> {
+        let Some(anchor) = self.anchor else {
+            self.anchor = Some(start);
+            return None;
+        };
+        let since = start.saturating_duration_since(anchor);
+        let period_ns = period.as_nanos().max(1);
+        let late = Duration::from_nanos((since.as_nanos() % period_ns) as u64);
+        let early = period.saturating_sub(late);
+        if early <= EARLY_TOLERANCE.min(period / 50) {
+            self.anchor = Some(anchor.checked_sub(early).unwrap_or(anchor));
+            return Some(Duration::ZERO);
+        }
+        Some(late)
+    }
+}
+
+/// User and system CPU time of a process and of its waited-for children, in clock ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct CpuTicks {
+    user: u64,
+    system: u64,
+    children_user: u64,
+    children_system: u64,
+}
+
+/// Parses `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may contain
+/// spaces and parentheses itself, so fields are counted from the last `)`.
+fn parse_stat(stat: &str) -> Option<CpuTicks> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 of the line, index 0 here; utime is field 14.
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(CpuTicks {
+        user: field(14)?,
+        system: field(15)?,
+        children_user: field(16)?,
+        children_system: field(17)?,
+    })
+}
+
+/// Resident set size in bytes from `/proc/<pid>/statm` (its second field, in pages).
+fn parse_statm(statm: &str) -> Option<u64> {
+    statm.split_whitespace().nth(1)?.parse::<u64>().ok().map(|pages| pages * PAGE_SIZE)
+}
+
+fn cpu_ticks() -> CpuTicks {
+    std::fs::read_to_string("/proc/self/stat").ok().as_deref().and_then(parse_stat).unwrap_or_default()
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm").ok().as_deref().and_then(parse_statm).unwrap_or(0)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn ticks_to_secs(ticks: u64) -> f64 {
+    ticks as f64 / USER_HZ as f64
+}
+
+/// A pod UID of the harness (`uid-<n>`) back to its worker number.
+fn worker_index(pod_uid: &str) -> Option<usize> {
+    pod_uid.strip_prefix("uid-")?.parse().ok()
+}
+
+// === measurements: collecting ===
+
+/// Every probe, from the engine's observer or the floor's tasks.
+struct Collector {
+    period: Duration,
+    inner: Mutex<Samples>,
+}
+
+struct Samples {
+    grids: Vec<Grid>,
+    /// Workers that have probed at least once.
+    probed: usize,
+    recording: bool,
+    probes: u64,
+    failures: u64,
+    lateness: Histogram,
+    latency: Histogram,
+}
+
+impl Collector {
+    fn new(workers: usize, period: Duration) -> Arc<Self> {
+        Arc::new(Collector {
+            period,
+            inner: Mutex::new(Samples {
+                grids: vec![Grid::new(); workers],
+                probed: 0,
+                recording: false,
+                probes: 0,
+                failures: 0,
+                lateness: Histogram::new(),
+                latency: Histogram::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Samples> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn record(&self, worker: usize, start: Instant, duration: Duration, ok: bool) {
+        let mut s = self.lock();
+        let Some(grid) = s.grids.get_mut(worker) else { return };
+        let first = grid.anchor.is_none();
+        let late = grid.lateness(start, self.period);
+        if first {
+            s.probed += 1;
+        }
+        if !s.recording {
+            return;
+        }
+        s.probes += 1;
+        if !ok {
+            s.failures += 1;
+        }
+        if let Some(late) = late {
+            s.lateness.record(late.as_micros() as u64);
+        }
+        s.latency.record(duration.as_micros() as u64);
+    }
+
+    fn set_recording(&self, on: bool) {
+        self.lock().recording = on;
+    }
+
+    fn probed(&self) -> usize {
+        self.lock().probed
+    }
+}
+
+/// Feeds the engine's probe reports to the collector. The engine measures the duration from
+/// the probe's start and reports at its end, so the start is now minus the duration.
+struct Observer(Arc<Collector>);
+
+impl ProbeObserver for Observer {
+    fn observe(&self, record: ProbeRecord) {
+        let now = Instant::now();
+        let start = now.checked_sub(record.duration).unwrap_or(now);
+        if let Some(worker) = worker_index(&record.pod_uid) {
+            self.0.record(worker, start, record.duration, record.result == Ok(ProbeResult::Success));
+        }
+    }
+}
+
+/// Waits out the warmup, then measures over the window.
+async fn measure(collector: &Collector, args: &Args, mode: &str, setup: Duration) -> serde_json::Value {
+    tokio::time::sleep(Duration::from_secs(args.warmup)).await;
+    collector.set_recording(true);
+    let (cpu0, rss0, t0) = (cpu_ticks(), rss_bytes(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(args.window)).await;
+    collector.set_recording(false);
+    let (cpu1, rss1, elapsed) = (cpu_ticks(), rss_bytes(), t0.elapsed());
+    let s = collector.lock();
+    let secs = elapsed.as_secs_f64();
+    let cpu = ticks_to_secs((cpu1.user + cpu1.system).saturating_sub(cpu0.user + cpu0.system));
+    let children = ticks_to_secs(
+        (cpu1.children_user + cpu1.children_system).saturating_sub(cpu0.children_user + cpu0.children_system),
+    );
+    json!({
+        "mode": mode,
+        "kind": args.kind.name(),
+        "workers": args.workers,
+        "period_s": args.period,
+        "warmup_s": args.warmup,
+        "window_s": round(secs, 3),
+        "setup_s": round(setup.as_secs_f64(), 3),
+        "probes": s.probes,
+        "probes_per_s": round(s.probes as f64 / secs, 1),
+        "expected_per_s": round(args.workers as f64 / args.period as f64, 1),
+        "failures": s.failures,
+        "cpu_s": round(cpu, 2),
+        "cpu_us_per_probe": round(cpu * 1e6 / s.probes.max(1) as f64, 1),
+        "children_cpu_s": round(children, 2),
+        "rss_start_kib": rss0 / 1024,
+        "rss_end_kib": rss1 / 1024,
+        "lateness_us": {
+            "p50": s.lateness.quantile(0.50),
+            "p99": s.lateness.quantile(0.99),
+            "max": s.lateness.max,
+        },
+        "latency_us": { "p50": s.latency.quantile(0.50), "p99": s.latency.quantile(0.99) },
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "loadavg": load_average(),
+    })
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (v * scale).round() / scale
+}
+
+// === the engine ===
+
+/// The target's ports, as it printed them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Ports {
+    http: u16,
+    tcp: u16,
+    grpc: u16,
+}
+
+fn readiness_probe(kind: Kind, ports: Ports, period: u64) -> Probe {
+    let mut probe = Probe {
+        period_seconds: Some(period as i32),
+        timeout_seconds: Some(PROBE_TIMEOUT.as_secs() as i32),
+        ..Default::default()
+    };
+    match kind {
+        Kind::Http => {
+            probe.http_get = Some(HTTPGetAction {
+                path: Some("/".into()),
+                port: IntOrString::Int(i32::from(ports.http)),
+                ..Default::default()
+            })
+        }
+        Kind::Tcp => {
+            probe.tcp_socket =
+                Some(TCPSocketAction { port: IntOrString::Int(i32::from(ports.tcp)), ..Default::default() })
+        }
+        Kind::Grpc => probe.grpc = Some(GRPCAction { port: i32::from(ports.grpc), service: None }),
+        Kind::Exec => probe.exec = Some(ExecAction { command: Some(vec!["true".into()]) }),
+    }
+    probe
+}
+
+fn pod(i: usize, probe: &Probe) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("load-{i}")),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{i}")),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                readiness_probe: Some(probe.clone()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The runtime's view of pod `i`: its container running (or still being created).
+fn runtime_status(i: usize, running: bool) -> PodStatus {
+    let (state, container_id) = if running {
+        let running = ContainerStateRunning { started_at: Some(Time(Timestamp::now())) };
+        (ContainerState { running: Some(running), ..Default::default() }, Some(format!("harness://{i}")))
+    } else {
+        let waiting = ContainerStateWaiting { reason: Some("ContainerCreating".into()), message: None };
+        (ContainerState { waiting: Some(waiting), ..Default::default() }, None)
+    };
+    PodStatus {
+        phase: Some(if running { "Running" } else { "Pending" }.into()),
+        pod_ip: Some("127.0.0.1".into()),
+        container_statuses: Some(vec![ContainerStatus {
+            name: "app".into(),
+            container_id,
+            state: Some(state),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
+}
+
+/// One pod sync as a host does it.
+async fn sync(pipeline: &Pipeline, pod: &Arc<Pod>, runtime: PodStatus) -> Result<(), Error> {
+    let mut status = pipeline.update_pod_status(pod.clone(), runtime).await?;
+    generate_kubelet_conditions(pod, &mut status);
+    pipeline.set_pod_status(pod.clone(), status);
+    pipeline.add_pod(pod.clone());
+    Ok(())
+}
+
+/// The engine as the agent starts it: the global metrics registry, workers spread over one
+/// arbiter per core, the observer hook.
+fn start_pipeline(
+    registry: &PodRegistry,
+    collector: &Arc<Collector>,
+    clock: Option<Arc<AgedClock>>,
+) -> Result<Pipeline, Error> {
+    PrometheusRegistry::global()?;
+    let mut config = PipelineConfig::new(
+        Arc::new(LocalCommandRunner::new()),
+        Arc::new(LogRecorder),
+        Arc::new(registry.clone()),
+    );
+    config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    config.observer = Some(Arc::new(Observer(collector.clone())));
+    config.clock = clock.map(|c| c as Arc<dyn Clock>);
+    Ok(Pipeline::start(config))
+}
+
+fn engine_load(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+    let system = actix::System::new();
+    let out = system.block_on(async move {
+        let collector = Collector::new(args.workers, Duration::from_secs(args.period));
+        let registry = PodRegistry::new();
+        let pipeline = start_pipeline(&registry, &collector, None)?;
+        let probe = readiness_probe(args.kind, ports, args.period);
+        let setup = Instant::now();
+        for i in 0..args.workers {
+            let pod = Arc::new(pod(i, &probe));
+            registry.upsert(pod.clone());
+            sync(&pipeline, &pod, runtime_status(i, true)).await?;
+        }
+        let setup = setup.elapsed();
+        let line = measure(&collector, args, "probelet", setup).await;
+        actix::System::current().stop();
+        Ok::<_, Error>(line)
+    })?;
+    Ok(out)
+}
+
+/// A wall clock that can be moved ahead: `--idle` ages the prober manager past one period.
+struct AgedClock {
+    base: TokioClock,
+    ahead_secs: AtomicI64,
+}
+
+impl Clock for AgedClock {
+    fn now(&self) -> Timestamp {
+        let ahead = SignedDuration::from_secs(self.ahead_secs.load(Ordering::Relaxed));
+        let now = self.base.now();
+        now.checked_add(ahead).unwrap_or(now)
+    }
+}
+
+/// `--idle`: resident memory per worker at a long period. RSS is read before any pod exists,
+/// once the pod objects are built and registered with the host (pods), after every pod has a
+/// worker that has not probed yet (fresh), and after every worker has probed once; each is
+/// given per worker above the first reading, so it includes the pod objects. The upstream start-up jitter would hold a new worker's first probe for up to
+/// a period while the manager is younger than one period; to measure without waiting a whole
+/// period, the engine's clock is moved one period ahead right after the manager starts, so
+/// the pods are those added to an agent that has been up for longer than a period. They are
+/// added as the kubelet adds a new pod: first with the container still being created (the
+/// worker waits, "fresh"), then a sync with it running, whose `update_pod_status` triggers
+/// the readiness worker's first probe at once.
+fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+    const SETTLE: Duration = Duration::from_secs(2);
+    let limit = Duration::from_secs(120.max(args.workers as u64 / 100));
+    let system = actix::System::new();
+    let out = system.block_on(async move {
+        let collector = Collector::new(args.workers, Duration::from_secs(args.period));
+        let registry = PodRegistry::new();
+        let clock = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
+        let pipeline = start_pipeline(&registry, &collector, Some(clock.clone()))?;
+        clock.ahead_secs.store(args.period as i64 + 1, Ordering::Relaxed);
+        let probe = readiness_probe(args.kind, ports, args.period);
+        tokio::time::sleep(SETTLE).await;
+        let before = rss_bytes();
+
+        let pods: Vec<Arc<Pod>> = (0..args.workers).map(|i| Arc::new(pod(i, &probe))).collect();
+        for pod in &pods {
+            registry.upsert(pod.clone());
+        }
+        let pod_objects = rss_bytes();
+
+        let started = Instant::now();
+        for (i, pod) in pods.iter().enumerate() {
+            sync(&pipeline, pod, runtime_status(i, false)).await?;
+        }
+        while pipeline.workers().await?.len() < args.workers {
+            if started.elapsed() > limit {
+                return Err("the workers were not all created in time".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let created = started.elapsed();
+        tokio::time::sleep(SETTLE).await;
+        let fresh = rss_bytes();
+        let early = collector.probed();
+
+        collector.set_recording(true);
+        let started = Instant::now();
+        for (i, pod) in pods.iter().enumerate() {
+            sync(&pipeline, pod, runtime_status(i, true)).await?;
+        }
+        while collector.probed() < args.workers {
+            if started.elapsed() > limit {
+                return Err(format!(
+                    "only {} of {} workers probed in {limit:?}",
+                    collector.probed(),
+                    args.workers
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let all_probed = started.elapsed();
+        tokio::time::sleep(SETTLE).await;
+        let probed = rss_bytes();
+        collector.set_recording(false);
+        let s = collector.lock();
+        let per_worker = |rss: u64| round(rss.saturating_sub(before) as f64 / 1024.0 / args.workers as f64, 2);
+        let line = json!({
+            "mode": "idle",
+            "kind": args.kind.name(),
+            "workers": args.workers,
+            "period_s": args.period,
+            "first_probes": "prompt: engine clock one period ahead of the manager's start (no start-up jitter); \
+                             first probe triggered by the sync that shows the container running",
+            "workers_created_s": round(created.as_secs_f64(), 3),
+            "all_probed_s": round(all_probed.as_secs_f64(), 3),
+            "probed_before_running": early,
+            "probes": s.probes,
+            "failures": s.failures,
+            "rss_kib": {
+                "before": before / 1024,
+                "pods": pod_objects / 1024,
+                "fresh": fresh / 1024,
+                "probed": probed / 1024,
+            },
+            "kib_per_worker": {
+                "pods": per_worker(pod_objects),
+                "fresh": per_worker(fresh),
+                "probed": per_worker(probed),
+            },
+            "loadavg": load_average(),
+        });
+        drop(s);
+        actix::System::current().stop();
+        Ok::<_, Error>(line)
+    })?;
+    Ok(out)
+}
+
+// === the floor ===
+
+mod floor {
+    //! The same I/O as the engine's executors with nothing around it: a task per worker on a
+    //! fixed-rate interval, a new connection per probe, the result counted.
+
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::TokioIo;
+    use tokio::net::TcpSocket;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    pub fn run(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+        let line = runtime.block_on(async move {
+            let collector = Collector::new(args.workers, Duration::from_secs(args.period));
+            let period = Duration::from_secs(args.period);
+            let setup = Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..args.workers {
+                // Spread the first probes over a period, as the prober manager's start-up
+                // jitter spreads those of workers created while it is young.
+                let first = tokio::time::Instant::now() + period.mul_f64(rand::random::<f64>());
+                tasks.spawn(worker(i, args.kind, ports, first, period, collector.clone()));
+            }
+            let line = measure(&collector, args, "floor", setup.elapsed()).await;
+            tasks.abort_all();
+            line
+        });
+        runtime.shutdown_background();
+        Ok(line)
+    }
+
+    async fn worker(
+        i: usize,
+        kind: Kind,
+        ports: Ports,
+        first: tokio::time::Instant,
+        period: Duration,
+        collector: Arc<Collector>,
+    ) {
+        let mut ticks = tokio::time::interval_at(first, period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            ticks.tick().await;
+            let start = Instant::now();
+            let ok = matches!(tokio::time::timeout(PROBE_TIMEOUT, probe(kind, ports)).await, Ok(Ok(true)));
+            collector.record(i, start, start.elapsed(), ok);
+        }
+    }
+
+    async fn probe(kind: Kind, ports: Ports) -> Result<bool, Error> {
+        match kind {
+            Kind::Http => http(ports.http).await,
+            Kind::Tcp => {
+                connect(ports.tcp).await?;
+                Ok(true)
+            }
+            Kind::Grpc => grpc(ports.grpc).await,
+            Kind::Exec => {
+                let out = tokio::process::Command::new("true")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .kill_on_drop(true)
+                    .output()
+                    .await?;
+                Ok(out.status.success())
+            }
+        }
+    }
+
+    /// A connection closed with RST, as the engine's dialer does (no TIME_WAIT left behind).
+    async fn connect(port: u16) -> Result<tokio::net::TcpStream, Error> {
+        let socket = TcpSocket::new_v4()?;
+        socket.set_zero_linger()?;
+        Ok(socket.connect((std::net::Ipv4Addr::LOCALHOST, port).into()).await?)
+    }
+
+    /// A new-connection HTTP/1.1 GET with `Connection: close`; the connection is driven in
+    /// this task, the body read up to the cap.
+    async fn http(port: u16) -> Result<bool, Error> {
+        let stream = connect(port).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let request = http::Request::get("/")
+            .header(http::header::HOST, format!("127.0.0.1:{port}"))
+            .header(http::header::USER_AGENT, "kube-probe/1.35")
+            .header(http::header::ACCEPT, "*/*")
+            .header(http::header::CONNECTION, "close")
+            .body(Empty::<Bytes>::new())?;
+        let exchange = async move {
+            let response = sender.send_request(request).await?;
+            let ok = response.status().is_success() || response.status().is_redirection();
+            let mut body = response.into_body();
+            let mut read = 0;
+            while read < BODY_CAP {
+                match body.frame().await {
+                    Some(frame) => read += frame?.data_ref().map_or(0, Bytes::len),
+                    None => break,
+                }
+            }
+            Ok::<_, Error>(ok)
+        };
+        let (ok, _closed) = tokio::join!(exchange, conn);
+        ok
+    }
+
+    /// A health Check on a new channel.
+    async fn grpc(port: u16) -> Result<bool, Error> {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))?.connect().await?;
+        let response =
+            HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await?;
+        Ok(response.into_inner().status == tonic_health::ServingStatus::Serving as i32)
+    }
+}
+
+// === the target ===
+
+mod target {
+    //! The target server, in a child process: HTTP, TCP and gRPC health on 127.0.0.1.
+
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use std::io::Read;
+    use tokio::net::TcpListener;
+
+    /// The target process; killed and reaped when dropped.
+    pub struct Target {
+        child: Child,
+        /// Held open: the target exits when it closes, even if this process is killed.
+        _stdin: Option<ChildStdin>,
+        pub ports: Ports,
+    }
+
+    impl Target {
+        pub fn start() -> Result<Target, Error> {
+            let mut child = Command::new(std::env::current_exe()?)
+                .arg(SERVE_TARGET)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?;
+            let stdin = child.stdin.take();
+            let mut target = Target { child, _stdin: stdin, ports: Ports::default() };
+            let stdout = target.child.stdout.take().ok_or("the target has no stdout")?;
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line)?;
+            target.ports =
+                parse_ports(&line).ok_or_else(|| format!("the target said {line:?}, not its ports"))?;
+            Ok(target)
+        }
+    }
+
+    impl Drop for Target {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// `ports http=<p> tcp=<p> grpc=<p>`
+    pub fn parse_ports(line: &str) -> Option<Ports> {
+        let mut words = line.split_whitespace();
+        if words.next()? != "ports" {
+            return None;
+        }
+        let mut ports = Ports::default();
+        for word in words {
+            let (name, port) = word.split_once('=')?;
+            let port: u16 = port.parse().ok()?;
+            match name {
+                "http" => ports.http = port,
+                "tcp" => ports.tcp = port,
+                "grpc" => ports.grpc = port,
+                _ => return None,
+            }
+        }
+        (ports.http != 0 && ports.tcp != 0 && ports.grpc != 0).then_some(ports)
+    }
+
+    pub fn serve() -> Result<(), Error> {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        runtime.block_on(async {
+            let (http, tcp, grpc) = (listen()?, listen()?, listen()?);
+            println!(
+                "ports http={} tcp={} grpc={}",
+                http.local_addr()?.port(),
+                tcp.local_addr()?.port(),
+                grpc.local_addr()?.port()
+            );
+            tokio::spawn(serve_http(http));
+            tokio::spawn(serve_tcp(tcp));
+            let (_reporter, health) = tonic_health::server::health_reporter();
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(health)
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc)),
+            );
+            // The harness holds our stdin: end of file means it is gone.
+            tokio::task::spawn_blocking(|| {
+                let mut sink = [0u8; 64];
+                let mut stdin = std::io::stdin();
+                while stdin.read(&mut sink).is_ok_and(|n| n > 0) {}
+            })
+            .await?;
+            Ok::<_, Error>(())
+        })?;
+        runtime.shutdown_background();
+        Ok(())
+    }
+
+    /// An ephemeral port of 127.0.0.1 with the longest accept queue the kernel allows, so that
+    /// a burst of probes queues rather than being refused by the target.
+    fn listen() -> Result<TcpListener, Error> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind((std::net::Ipv4Addr::LOCALHOST, 0).into())?;
+        Ok(socket.listen(u32::MAX >> 1)?)
+    }
+
+    async fn serve_http(listener: TcpListener) {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            tokio::spawn(async move {
+                let service = service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from_static(
+                        TARGET_BODY.as_bytes(),
+                    ))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }
+
+    async fn serve_tcp(listener: TcpListener) {
+        loop {
+            // Accepted and closed at once.
+            let _ = listener.accept().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn quantiles_are_exact_below_a_millisecond() {
+        let mut h = Histogram::new();
+        for v in 1..=1000 {
+            h.record(v);
+        }
+        assert_eq!(h.quantile(0.50), 500);
+        assert_eq!(h.quantile(0.99), 990);
+        assert_eq!(h.quantile(1.0), 1000);
+        assert_eq!(h.max, 1000);
+        assert_eq!(Histogram::new().quantile(0.5), 0);
+    }
+
+    #[test]
+    fn quantiles_above_a_millisecond_are_within_a_sixty_fourth() {
+        let mut h = Histogram::new();
+        for v in [1_500u64, 20_000, 1_000_000, 3_000_000_000] {
+            h.record(v);
+            let got = Histogram::lower_bound(Histogram::bucket(v));
+            assert!(got <= v && v - got <= v / 64, "{v} read back as {got}");
+        }
+        // Four samples: the median is the second, the 99th percentile the last (read exact
+        // through the max).
+        assert!((19_688..=20_000).contains(&h.quantile(0.5)), "{}", h.quantile(0.5));
+        assert_eq!(h.quantile(0.99), Histogram::lower_bound(Histogram::bucket(3_000_000_000)));
+        assert_eq!(h.max, 3_000_000_000);
+    }
+
+    #[test]
+    fn buckets_are_contiguous_and_increasing() {
+        let mut last = 0;
+        for b in 1..Histogram::new().counts.len() {
+            let lower = Histogram::lower_bound(b);
+            assert!(lower > last, "bucket {b}");
+            assert_eq!(Histogram::bucket(lower), b);
+            assert_eq!(Histogram::bucket(lower - 1), b - 1);
+            last = lower;
+        }
+        assert_eq!(Histogram::bucket(u64::MAX), Histogram::new().counts.len() - 1);
+    }
+
+    #[test]
+    fn lateness_is_measured_from_the_latest_due_time() {
+        let period = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let mut grid = Grid::new();
+        assert_eq!(grid.lateness(t0, period), None, "the first probe anchors the grid");
+        let ms = Duration::from_millis;
+        assert_eq!(grid.lateness(t0 + ms(1_003), period), Some(ms(3)));
+        // A missed tick is skipped: 2.4 s after the anchor is 400 ms after the due time at 2 s.
+        assert_eq!(grid.lateness(t0 + ms(2_400), period), Some(ms(400)));
+        assert_eq!(grid.lateness(t0 + ms(3_000), period), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_start_just_before_its_due_time_is_on_time_and_moves_the_anchor() {
+        let period = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let us = Duration::from_micros;
+        let mut grid = Grid::new();
+        // The first start was measured 500 µs late: the next one, on time, seems early.
+        grid.lateness(t0 + us(500), period);
+        assert_eq!(grid.lateness(t0 + us(1_000_000), period), Some(Duration::ZERO));
+        assert_eq!(grid.lateness(t0 + us(2_000_300), period), Some(us(300)));
+        // Further before the due time than the tolerance is lateness on the previous one.
+        assert_eq!(grid.lateness(t0 + us(3_950_000), period), Some(us(950_000)));
+        assert_eq!(grid.lateness(t0 + us(4_985_000), period), Some(Duration::ZERO));
+        assert_eq!(grid.lateness(t0 + us(5_000_000), period), Some(us(15_000)), "the anchor moved back");
+    }
+
+    #[test]
+    fn stat_fields_are_counted_from_the_last_parenthesis() {
+        let stat = "4242 (probe (load) x) S 1 4242 4242 0 -1 4194304 1234 0 0 0 \
+                    731 122 9 4 20 0 3 0 123456 98765432 2345 18446744073709551615";
+        let cpu = parse_stat(stat).expect("parses");
+        assert_eq!(cpu, CpuTicks { user: 731, system: 122, children_user: 9, children_system: 4 });
+        assert_eq!(parse_stat("4242 (truncated"), None);
+        assert_eq!(parse_stat("1 (x) S 1 2"), None);
+        assert!(parse_stat(&std::fs::read_to_string("/proc/self/stat").expect("read")).is_some());
+    }
+
+    #[test]
+    fn statm_resident_pages_become_bytes() {
+        assert_eq!(parse_statm("52113 2345 812 1 0 6078 0\n"), Some(2345 * PAGE_SIZE));
+        assert_eq!(parse_statm("52113"), None);
+        assert!(rss_bytes() > 0);
+    }
+
+    #[test]
+    fn the_arguments_parse_and_defaults_follow_the_mode() {
+        let args =
+            Args::parse(&argv("--kind tcp --workers 5000 --warmup 2 --window 7 --floor")).expect("parses");
+        assert_eq!(
+            args,
+            Args {
+                kind: Kind::Tcp,
+                workers: 5000,
+                period: 1,
+                warmup: 2,
+                window: 7,
+                floor: true,
+                idle: false
+            }
+        );
+        assert_eq!(Args::parse(&argv("--idle")).expect("parses").period, 3600);
+        assert!(Args::parse(&argv("--kind udp")).is_err());
+        assert!(Args::parse(&argv("--workers")).is_err());
+        assert!(Args::parse(&argv("--workers ten")).is_err());
+        assert!(Args::parse(&argv("--idle --floor")).is_err());
+        assert!(Args::parse(&argv("--workers 0")).is_err());
+    }
+
+    #[test]
+    fn the_target_line_names_every_port() {
+        assert_eq!(
+            target::parse_ports("ports http=8080 tcp=8081 grpc=8082\n"),
+            Some(Ports { http: 8080, tcp: 8081, grpc: 8082 })
+        );
+        assert_eq!(target::parse_ports("ports http=8080 tcp=8081\n"), None);
+        assert_eq!(target::parse_ports("error: address in use\n"), None);
+        assert_eq!(target::parse_ports("ports http=x tcp=1 grpc=2"), None);
+    }
+
+    #[test]
+    fn worker_numbers_come_from_pod_uids() {
+        assert_eq!(worker_index("uid-417"), Some(417));
+        assert_eq!(worker_index("417"), None);
+        assert_eq!(worker_index("uid-"), None);
+    }
+
+    #[test]
+    fn the_collector_counts_only_inside_the_window() {
+        let period = Duration::from_secs(1);
+        let c = Collector::new(2, period);
+        let t0 = Instant::now();
+        c.record(0, t0, Duration::from_millis(2), true);
+        c.record(1, t0, Duration::from_millis(2), true);
+        assert_eq!(c.probed(), 2);
+        c.set_recording(true);
+        c.record(0, t0 + Duration::from_millis(1_005), Duration::from_micros(700), false);
+        c.record(7, t0, Duration::from_millis(2), true); // not a worker of this run
+        c.set_recording(false);
+        c.record(1, t0 + Duration::from_secs(1), Duration::from_millis(2), true);
+        let s = c.lock();
+        assert_eq!((s.probes, s.failures), (1, 1));
+        assert_eq!(s.lateness.max, 5_000);
+        assert_eq!(s.latency.quantile(0.5), 700);
+    }
+}
