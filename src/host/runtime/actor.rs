@@ -306,13 +306,7 @@ impl ProcessRuntime {
         if state.terminating {
             return;
         }
-        state.terminating = true;
-        for timer in state
-            .held_back
-            .take()
-            .into_iter()
-            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
-        {
+        for timer in state.begin_terminating() {
             ctx.cancel_future(timer);
         }
         let pod = state.pod.clone();
@@ -443,13 +437,7 @@ impl Handler<KillPod> for ProcessRuntime {
 
     fn handle(&mut self, KillPod { pod_uid, grace }: KillPod, ctx: &mut Context<Self>) -> Self::Result {
         let Some(state) = self.pods.get_mut(&pod_uid) else { return Box::pin(actix::fut::ready(())) };
-        state.terminating = true;
-        for timer in state
-            .held_back
-            .take()
-            .into_iter()
-            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
-        {
+        for timer in state.begin_terminating() {
             ctx.cancel_future(timer);
         }
         let pod = state.pod.clone();

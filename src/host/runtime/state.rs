@@ -129,6 +129,17 @@ impl PodRuntime {
             held_back: None,
         }
     }
+
+    /// Marks the pod terminating and hands back every pending start timer (the held-back
+    /// retry and each container's restart), for the actor to cancel: nothing starts after this.
+    pub(super) fn begin_terminating(&mut self) -> Vec<SpawnHandle> {
+        self.terminating = true;
+        self.held_back
+            .take()
+            .into_iter()
+            .chain(self.containers.values_mut().filter_map(|s| s.timer.take()))
+            .collect()
+    }
 }
 
 impl Slot {
