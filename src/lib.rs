@@ -1,12 +1,96 @@
 //! probelet: the kubelet's probing and pod-status machinery as an actix actor system.
 //!
 //! This crate is the facade a host embeds and the agent binary; the engine lives in
-//! [`probelet_actors`] and is re-exported here module by module. [`host`] is the reference
-//! host of the standalone agent, [`demo`] the scriptable probe target its examples use.
+//! [`probelet_actors`] and is re-exported here module by module, so a host needs this one crate.
+//! [`Engine::builder`] starts all of it in one call. [`host`] is the reference host of the
+//! standalone agent, [`demo`] the scriptable probe target its examples use.
+//!
+//! A host in a few lines: register the pod, hand the engine the runtime's view of it, and the
+//! readiness probe makes it Ready. (With [`EngineBuilder::api`] the status is also written to the
+//! API server; `examples/embed_host.rs` is a whole host of that kind.)
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use probelet::Engine;
+//! use probelet::contracts::PodRegistry;
+//! use probelet::k8s_openapi::api::core::v1::{
+//!     Container, ContainerState, ContainerStateRunning, ContainerStatus, ExecAction, Pod, PodSpec,
+//!     PodStatus, Probe,
+//! };
+//! use probelet::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! actix::System::new().block_on(async {
+//!     let pods = PodRegistry::new();
+//!     let engine = Engine::builder(Arc::new(pods.clone())).start();
+//!
+//!     let pod = Arc::new(Pod {
+//!         metadata: ObjectMeta {
+//!             name: Some("web".into()),
+//!             namespace: Some("default".into()),
+//!             uid: Some("uid-web".into()),
+//!             ..Default::default()
+//!         },
+//!         spec: Some(PodSpec {
+//!             containers: vec![Container {
+//!                 name: "app".into(),
+//!                 readiness_probe: Some(Probe {
+//!                     exec: Some(ExecAction { command: Some(vec!["true".into()]) }),
+//!                     period_seconds: Some(1),
+//!                     ..Default::default()
+//!                 }),
+//!                 ..Default::default()
+//!             }],
+//!             ..Default::default()
+//!         }),
+//!         status: None,
+//!     });
+//!     pods.upsert(pod.clone());
+//!
+//!     // What the host's runtime knows: the container runs.
+//!     let running = PodStatus {
+//!         phase: Some("Running".into()),
+//!         container_statuses: Some(vec![ContainerStatus {
+//!             name: "app".into(),
+//!             container_id: Some("local://app-1".into()),
+//!             state: Some(ContainerState {
+//!                 running: Some(ContainerStateRunning::default()),
+//!                 ..Default::default()
+//!             }),
+//!             ..Default::default()
+//!         }]),
+//!         ..Default::default()
+//!     };
+//!     let status = engine.sync_pod(pod.clone(), running).await?;
+//!     let ready = |status: &PodStatus| {
+//!         status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+//!     };
+//!     // Not probed yet: not ready, as the kubelet reports it.
+//!     assert!(!ready(&status));
+//!
+//!     // The first probe runs within one period (the start-up jitter); its success makes the
+//!     // pod Ready.
+//!     tokio::time::timeout(Duration::from_secs(10), async {
+//!         loop {
+//!             if let Some(status) = engine.pipeline().pod_status("uid-web").await? {
+//!                 if ready(&status) {
+//!                     return Ok::<_, probelet::PipelineError>(());
+//!                 }
+//!             }
+//!             tokio::time::sleep(Duration::from_millis(20)).await;
+//!         }
+//!     })
+//!     .await??;
+//!     Ok(())
+//! })
+//! # }
+//! ```
 
 pub use probelet_actors::{
-    Pipeline, PipelineConfig, PipelineError, clock, container, contracts, local_runner, metrics, pipeline,
-    prober, process, results, status,
+    Pipeline, PipelineConfig, PipelineError, clock, container, contracts, k8s_openapi, local_runner, metrics,
+    pipeline, prober, process, results, status, sync, vocabulary,
 };
 
 pub mod agent;
@@ -14,5 +98,8 @@ pub mod auth;
 pub mod cli;
 pub mod cluster;
 pub mod demo;
+pub mod engine;
 pub mod host;
 pub mod serve;
+
+pub use engine::{Engine, EngineBuilder};

@@ -1,0 +1,212 @@
+//! The whole engine for a host in one call: [`Engine::builder`] starts the results cache, the
+//! status manager and the prober manager ([`Pipeline`]) and, when the host hands it a
+//! `kube::Client`, the status syncer that writes pod status to the API server. Without a client
+//! the status manager is a local cache, as the kubelet's is when it has no API client
+//! (docs/status-manager.md).
+//!
+//! [`Engine::sync_pod`] is the status half of the kubelet's `SyncPod`: the host calls it
+//! whenever it has a fresh runtime status for a pod (its containers started, exited, restarted).
+//! The probes' own changes need no call: readiness and startup reach the stored status through
+//! the status manager, and liveness and startup failures reach whoever
+//! [`Pipeline::subscribe_results`] names.
+//!
+//! No upstream counterpart: the kubelet wires these pieces by hand in `NewMainKubelet`.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use probelet_actors::clock::SharedClock;
+use probelet_actors::contracts::{CommandRunner, EventRecorder, LogRecorder, PodLookup, ProbeObserver};
+use probelet_actors::local_runner::LocalCommandRunner;
+use probelet_actors::prober::ProbeHostPolicy;
+use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
+use probelet_actors::sync::api_pod::ApiPod;
+use probelet_actors::sync::syncer::{
+    ApiPodDeleted, ApiPodObserved, Flush, OwnedFields, StatusSyncer, SyncerConfig, start_syncer,
+};
+use probelet_actors::{Pipeline, PipelineConfig, PipelineError};
+
+/// A host's change to the syncer's settings, applied before it starts.
+type SyncSettings = Box<dyn FnOnce(&mut SyncerConfig)>;
+
+/// How [`EngineBuilder::start`] sets up the API sync.
+struct ApiSync {
+    client: kube::Client,
+    owned_fields: OwnedFields,
+}
+
+/// What [`Engine::builder`] collects before [`EngineBuilder::start`]: every part but the pods
+/// has the kubelet's default.
+pub struct EngineBuilder {
+    config: PipelineConfig,
+    api: Option<ApiSync>,
+    sync_settings: Option<SyncSettings>,
+}
+
+impl EngineBuilder {
+    /// Runs exec probes with `runner` (default: [`LocalCommandRunner`], local processes).
+    pub fn runner(mut self, runner: Arc<dyn CommandRunner>) -> Self {
+        self.config.runner = runner;
+        self
+    }
+
+    /// Sends `Unhealthy` and `ProbeWarning` events to `recorder` (default: [`LogRecorder`], the
+    /// log).
+    pub fn recorder(mut self, recorder: Arc<dyn EventRecorder>) -> Self {
+        self.config.recorder = recorder;
+        self
+    }
+
+    /// Reads the wall clock from `clock` (default: one that follows tokio time).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.config.clock = Some(clock);
+        self
+    }
+
+    /// Tells `observer` about every probe run (its result, output and duration).
+    pub fn observer(mut self, observer: Arc<dyn ProbeObserver>) -> Self {
+        self.config.observer = Some(observer);
+        self
+    }
+
+    /// Limits the hosts `httpGet` and `tcpSocket` probes may connect to (default: any, as the
+    /// kubelet).
+    pub fn probe_host_policy(mut self, policy: ProbeHostPolicy) -> Self {
+        self.config.probe_host_policy = policy;
+        self
+    }
+
+    /// Spreads the probe workers over `threads` arbiters (default 0: the caller's arbiter).
+    pub fn worker_threads(mut self, threads: usize) -> Self {
+        self.config.worker_arbiters = threads;
+        self
+    }
+
+    /// Writes pod status to the API server through `client`, owning `owned_fields`:
+    /// [`OwnedFields::Kubelet`] for a host that stands in for the kubelet (a virtual-kubelet
+    /// provider), [`OwnedFields::ReadinessOnly`] beside a runtime that writes the rest.
+    pub fn api(mut self, client: kube::Client, owned_fields: OwnedFields) -> Self {
+        self.api = Some(ApiSync { client, owned_fields });
+        self
+    }
+
+    /// Changes the syncer's settings (rate limits, field manager, owned conditions, back-off)
+    /// before it starts. Without [`EngineBuilder::api`] there is no syncer, and this does
+    /// nothing.
+    pub fn sync_settings(mut self, adjust: impl FnOnce(&mut SyncerConfig) + 'static) -> Self {
+        self.sync_settings = Some(Box::new(adjust));
+        self
+    }
+
+    /// Starts the engine on the current arbiter: call it inside an actix system.
+    pub fn start(self) -> Engine {
+        let pods = self.config.pods.clone();
+        let clock = self.config.clock.clone();
+        let pipeline = Pipeline::start(self.config);
+        let syncer = self.api.map(|api| {
+            let clock = clock.unwrap_or_else(|| Arc::new(probelet_actors::clock::TokioClock::new()));
+            let mut config = SyncerConfig::new(api.client, pods, pipeline.status_manager.clone(), clock);
+            config.owned_fields = api.owned_fields;
+            if let Some(adjust) = self.sync_settings {
+                adjust(&mut config);
+            }
+            start_syncer(config)
+        });
+        Engine { pipeline, syncer }
+    }
+}
+
+/// The running engine: the pipeline a host drives and, with an API client, the syncer that
+/// writes what it computes.
+#[derive(Clone)]
+pub struct Engine {
+    pipeline: Pipeline,
+    syncer: Option<Addr<StatusSyncer>>,
+}
+
+impl Engine {
+    /// A builder for an engine over the host's pods (`pods` answers lookups by UID and for
+    /// mirror pods; [`probelet_actors::contracts::PodRegistry`] is a ready one).
+    pub fn builder(pods: Arc<dyn PodLookup>) -> EngineBuilder {
+        EngineBuilder {
+            config: PipelineConfig::new(Arc::new(LocalCommandRunner::new()), Arc::new(LogRecorder), pods),
+            api: None,
+            sync_settings: None,
+        }
+    }
+
+    /// The pipeline: every message of the prober and status managers, for what
+    /// [`Engine::sync_pod`] does not cover.
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The syncer, when the engine writes to an API server.
+    pub fn syncer(&self) -> Option<&Addr<StatusSyncer>> {
+        self.syncer.as_ref()
+    }
+
+    /// The status half of the kubelet's `SyncPod`: makes sure the pod's probes run (or stops
+    /// them once it is finished), sets `started` and `ready` on the runtime's status from the
+    /// probe results, generates the kubelet's conditions and stores the result, which the
+    /// syncer then writes. `runtime_status` is what the host's runtime knows: phase, IPs and
+    /// container states. Returns the status as stored.
+    pub async fn sync_pod(
+        &self,
+        pod: Arc<Pod>,
+        runtime_status: PodStatus,
+    ) -> Result<PodStatus, PipelineError> {
+        let phase = runtime_status.phase.as_deref().unwrap_or_default();
+        if phase == PHASE_SUCCEEDED || phase == PHASE_FAILED {
+            // A finished pod is probed no more: upstream never runs SyncPod for it again.
+            self.pipeline.remove_pod(pod.clone());
+        } else if pod.metadata.deletion_timestamp.is_none() {
+            // The workers exist before the first UpdatePodStatus, so a container with a readiness
+            // probe is not reported ready before it was probed (docs/prober.md).
+            self.pipeline.add_pod(pod.clone());
+        }
+        let mut status = self.pipeline.update_pod_status(pod.clone(), runtime_status).await?;
+        generate_kubelet_conditions(&pod, &mut status);
+        self.pipeline.set_pod_status(pod.clone(), status.clone());
+        if pod.metadata.deletion_timestamp.is_some() {
+            // Readiness goes on through termination; liveness and startup stop.
+            self.pipeline.stop_liveness_and_startup(pod);
+        }
+        Ok(status)
+    }
+
+    /// The pod is gone from the host: stops its probes (upstream `RemovePod`). Its stored
+    /// status goes at the next [`Pipeline::remove_orphaned_statuses`], as the kubelet's
+    /// housekeeping drops it.
+    pub fn remove_pod(&self, pod: Arc<Pod>) {
+        self.pipeline.remove_pod(pod);
+    }
+
+    /// Hands the syncer the API server's current copy of a pod (from the host's watch or list):
+    /// the merge base of the next write, so the syncer need not GET it. Without an API client
+    /// this does nothing.
+    pub fn api_pod_observed(&self, pod: impl Into<ApiPod>) {
+        if let Some(syncer) = &self.syncer {
+            syncer.do_send(ApiPodObserved(Arc::new(pod.into())));
+        }
+    }
+
+    /// The API server no longer has the pod (the host's watch saw it deleted).
+    pub fn api_pod_deleted(&self, namespace: &str, name: &str) {
+        if let Some(syncer) = &self.syncer {
+            syncer.do_send(ApiPodDeleted { namespace: namespace.to_owned(), name: name.to_owned() });
+        }
+    }
+
+    /// Waits until every stored status is written (or given up on): call it before the host
+    /// exits. Returns at once without an API client.
+    pub async fn flush(&self) -> Result<(), PipelineError> {
+        match &self.syncer {
+            Some(syncer) => {
+                syncer.send(Flush).await.map_err(|source| PipelineError { actor: "status syncer", source })
+            }
+            None => Ok(()),
+        }
+    }
+}
