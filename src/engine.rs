@@ -20,7 +20,8 @@ use probelet_actors::clock::SharedClock;
 use probelet_actors::contracts::{CommandRunner, EventRecorder, LogRecorder, PodLookup, ProbeObserver};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
-use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
+use probelet_actors::status::manager::ResizeCondition;
+use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::syncer::{
     ApiPodDeleted, ApiPodObserved, Flush, OwnedFields, StatusSyncer, SyncerConfig, start_syncer,
@@ -149,7 +150,8 @@ impl Engine {
 
     /// The status half of the kubelet's `SyncPod`: makes sure the pod's probes run (or stops
     /// them once it is finished), sets `started` and `ready` on the runtime's status from the
-    /// probe results, generates the kubelet's conditions and stores the result, which the
+    /// probe results, generates the kubelet's conditions (with the resize conditions set through
+    /// [`Pipeline::set_pod_resize_condition`]; a finished pod's are cleared) and stores the result, which the
     /// syncer then writes. `runtime_status` is what the host's runtime knows: phase, IPs and
     /// container states. Returns the status as stored.
     pub async fn sync_pod(
@@ -158,7 +160,9 @@ impl Engine {
         runtime_status: PodStatus,
     ) -> Result<PodStatus, PipelineError> {
         let phase = runtime_status.phase.as_deref().unwrap_or_default();
-        if phase == PHASE_SUCCEEDED || phase == PHASE_FAILED {
+        let terminal = phase == PHASE_SUCCEEDED || phase == PHASE_FAILED;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if terminal {
             // A finished pod is probed no more: upstream never runs SyncPod for it again.
             self.pipeline.remove_pod(pod.clone());
         } else if pod.metadata.deletion_timestamp.is_none() {
@@ -167,7 +171,16 @@ impl Engine {
             self.pipeline.add_pod(pod.clone());
         }
         let mut status = self.pipeline.update_pod_status(pod.clone(), runtime_status).await?;
-        generate_kubelet_conditions(&pod, &mut status);
+        // Upstream `determinePodResizeStatus`: a terminal pod's resize is over.
+        let resize = if terminal {
+            for condition in [ResizeCondition::Pending, ResizeCondition::InProgress] {
+                self.pipeline.clear_pod_resize_condition(&uid, condition).await?;
+            }
+            Vec::new()
+        } else {
+            self.pipeline.pod_resize_conditions(&uid).await?.list()
+        };
+        generate_kubelet_conditions_with_resize(&pod, &mut status, &resize);
         self.pipeline.set_pod_status(pod.clone(), status.clone());
         if pod.metadata.deletion_timestamp.is_some() {
             // Readiness goes on through termination; liveness and startup stop.

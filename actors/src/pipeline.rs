@@ -19,9 +19,11 @@ use crate::prober::worker::ProbeKey;
 use crate::prober::{ProbeHostPolicy, ProbeRunner, Prober};
 use crate::results::{ProbeResultChanged, ResultsCache, ResultsView, SubscribeResults};
 use crate::status::manager::{
-    GetPodStatus, GetVersionedStatus, ListStatuses, PodStatusUpdated, RemoveOrphanedStatuses, SetPodStatus,
+    ClearPodResizeCondition, GetPodResizeConditions, GetPodStatus, GetVersionedStatus, ListStatuses,
+    PodStatusUpdated, RemoveOrphanedStatuses, ResizeCondition, SetPodResizeCondition, SetPodStatus,
     StatusManager, SubscribeStatus, TerminatePod, VersionedPodStatus,
 };
+use crate::status::resize::PodResizeConditions;
 use crate::status::views::StatusViews;
 
 /// An actor of the pipeline did not answer (it stopped, or the system is shutting down).
@@ -240,5 +242,46 @@ impl Pipeline {
     /// Every stored status update goes to `recipient` (the syncer).
     pub fn subscribe_status(&self, recipient: Recipient<PodStatusUpdated>) {
         self.status_manager.do_send(SubscribeStatus(recipient));
+    }
+
+    /// Sets the pod's `PodResizePending` or `PodResizeInProgress` condition (upstream
+    /// `SetPodResizePendingCondition` / `SetPodResizeInProgressCondition`): the host decides
+    /// resizes, the next status it generates carries the condition.
+    pub fn set_pod_resize_condition(
+        &self,
+        pod_uid: &str,
+        condition: ResizeCondition,
+        reason: &str,
+        message: &str,
+        observed_generation: i64,
+    ) {
+        self.status_manager.do_send(SetPodResizeCondition {
+            pod_uid: pod_uid.to_owned(),
+            condition,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            observed_generation,
+        });
+    }
+
+    /// Clears one of the pod's resize conditions; whether it was set (upstream
+    /// `ClearPodResizePendingCondition` / `ClearPodResizeInProgressCondition`).
+    pub async fn clear_pod_resize_condition(
+        &self,
+        pod_uid: &str,
+        condition: ResizeCondition,
+    ) -> Result<bool, PipelineError> {
+        self.status_manager
+            .send(ClearPodResizeCondition { pod_uid: pod_uid.to_owned(), condition })
+            .await
+            .map_err(|source| PipelineError { actor: "status manager", source })
+    }
+
+    /// The pod's resize conditions (upstream `GetPodResizeConditions`).
+    pub async fn pod_resize_conditions(&self, pod_uid: &str) -> Result<PodResizeConditions, PipelineError> {
+        self.status_manager
+            .send(GetPodResizeConditions(pod_uid.to_owned()))
+            .await
+            .map_err(|source| PipelineError { actor: "status manager", source })
     }
 }

@@ -13,6 +13,14 @@ use super::generate::{
 /// Replaces `status.conditions` with the kubelet's: foreign conditions from `pod.status`
 /// first, in their order, then Initialized, Ready, ContainersReady and PodScheduled (True).
 pub fn generate_kubelet_conditions(pod: &Pod, status: &mut PodStatus) {
+    generate_kubelet_conditions_with_resize(pod, status, &[]);
+}
+
+/// [`generate_kubelet_conditions`] for a pod with resize conditions (the status manager's
+/// [`crate::status::resize::PodResizeConditions::list`]): they go after the foreign ones and
+/// before the generated ones, where upstream's `generateAPIPodStatus` appends them. A terminal
+/// pod has none: its host clears them first.
+pub fn generate_kubelet_conditions_with_resize(pod: &Pod, status: &mut PodStatus, resize: &[PodCondition]) {
     let spec = pod.spec.clone().unwrap_or_default();
     let phase = status.phase.clone().unwrap_or_default();
     let all = super::generate::all_container_statuses(status);
@@ -25,6 +33,7 @@ pub fn generate_kubelet_conditions(pod: &Pod, status: &mut PodStatus) {
         .filter(|c| !is_kubelet_owned_condition(&c.type_))
         .cloned()
         .collect();
+    conditions.extend(resize.iter().cloned());
     conditions.push(generate_pod_initialized_condition(&spec, Some(&all), &phase));
     let ready = generate_pod_ready_condition(&spec, &conditions, Some(&all), &phase);
     conditions.push(ready);

@@ -19,6 +19,7 @@ use super::generate::{
     generate_pod_ready_condition,
 };
 use super::normalize::normalize_status;
+use super::resize::PodResizeConditions;
 use super::terminate::terminate_status;
 use super::transition::{check_container_state_transition, update_last_transition_times, update_start_time};
 use super::views::StatusViews;
@@ -108,6 +109,48 @@ pub struct PodStatusUpdated {
 #[rtype(result = "()")]
 pub struct SubscribeStatus(pub Recipient<PodStatusUpdated>);
 
+/// Which resize condition a [`SetPodResizeCondition`] or [`ClearPodResizeCondition`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeCondition {
+    /// `PodResizePending`.
+    Pending,
+    /// `PodResizeInProgress`.
+    InProgress,
+}
+
+/// Set one of the pod's resize conditions (upstream `SetPodResizePendingCondition` and
+/// `SetPodResizeInProgressCondition`); the host's next generated status carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct SetPodResizeCondition {
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// Which condition.
+    pub condition: ResizeCondition,
+    /// The reason (`Deferred`, `Infeasible`, `Error`, or empty).
+    pub reason: String,
+    /// A message for people.
+    pub message: String,
+    /// The pod generation whose resize the condition describes.
+    pub observed_generation: i64,
+}
+
+/// Clear one of the pod's resize conditions (upstream `ClearPodResizePendingCondition` and
+/// `ClearPodResizeInProgressCondition`); answers whether it was set.
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "bool")]
+pub struct ClearPodResizeCondition {
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// Which condition.
+    pub condition: ResizeCondition,
+}
+
+/// The pod's resize conditions, pending first (upstream `GetPodResizeConditions`).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "PodResizeConditions")]
+pub struct GetPodResizeConditions(pub String);
+
 // === the actor ===
 
 /// A cached status with what the syncer needs (upstream `versionedPodStatus`).
@@ -138,12 +181,22 @@ pub struct StatusManager {
     clock: SharedClock,
     /// Told about every stored update (the syncer).
     subscribers: Vec<Recipient<PodStatusUpdated>>,
+    /// Resize conditions by pod UID. Apart from [`StatusManager::statuses`], as upstream keeps
+    /// them: a resize can be decided before the pod's first status is stored.
+    resize: HashMap<String, PodResizeConditions>,
 }
 
 impl StatusManager {
     /// A status manager with no statuses and no subscriber; `views` receives every stored status.
     pub fn new(views: StatusViews, pods: Arc<dyn PodLookup>, clock: SharedClock) -> Self {
-        StatusManager { statuses: HashMap::new(), views, pods, clock, subscribers: Vec::new() }
+        StatusManager {
+            statuses: HashMap::new(),
+            views,
+            pods,
+            clock,
+            subscribers: Vec::new(),
+            resize: HashMap::new(),
+        }
     }
 
     /// Upstream `updateStatusInternal`; returns whether a new version was stored.
@@ -224,6 +277,7 @@ impl StatusManager {
     }
 
     fn remove(&mut self, uid: &str) {
+        self.resize.remove(uid);
         if self.statuses.remove(uid).is_some() {
             tracing::trace!(pod_uid = uid, "Removing pod from status map.");
             self.views.publish(uid, None);
@@ -331,7 +385,51 @@ impl Handler<RemoveOrphanedStatuses> for StatusManager {
         for uid in orphans {
             self.remove(&uid);
         }
+        // Upstream drops resize conditions only with a status; those of a pod that never had
+        // one would stay for ever.
+        self.resize.retain(|uid, _| msg.0.contains(uid));
         self.views.prune();
+    }
+}
+
+impl Handler<SetPodResizeCondition> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetPodResizeCondition, _ctx: &mut Self::Context) {
+        let now = self.clock.now();
+        let conditions = self.resize.entry(msg.pod_uid).or_default();
+        match msg.condition {
+            ResizeCondition::Pending => {
+                conditions.set_pending(&msg.reason, &msg.message, msg.observed_generation, now)
+            }
+            ResizeCondition::InProgress => {
+                conditions.set_in_progress(&msg.reason, &msg.message, msg.observed_generation, now)
+            }
+        }
+    }
+}
+
+impl Handler<ClearPodResizeCondition> for StatusManager {
+    type Result = bool;
+
+    fn handle(&mut self, msg: ClearPodResizeCondition, _ctx: &mut Self::Context) -> bool {
+        let Some(conditions) = self.resize.get_mut(&msg.pod_uid) else { return false };
+        let cleared = match msg.condition {
+            ResizeCondition::Pending => conditions.pending.take().is_some(),
+            ResizeCondition::InProgress => conditions.clear_in_progress(),
+        };
+        if conditions.is_empty() {
+            self.resize.remove(&msg.pod_uid);
+        }
+        cleared
+    }
+}
+
+impl Handler<GetPodResizeConditions> for StatusManager {
+    type Result = MessageResult<GetPodResizeConditions>;
+
+    fn handle(&mut self, msg: GetPodResizeConditions, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.resize.get(&msg.0).cloned().unwrap_or_default())
     }
 }
 

@@ -9,9 +9,10 @@ pub mod generate;
 pub mod manager;
 pub mod merge;
 pub mod normalize;
+pub mod resize;
 pub mod terminate;
 pub mod transition;
 pub mod views;
 
-pub use api_status::generate_kubelet_conditions;
+pub use api_status::{generate_kubelet_conditions, generate_kubelet_conditions_with_resize};
 pub use generate::*;
