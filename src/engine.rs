@@ -20,6 +20,7 @@ use probelet_actors::clock::SharedClock;
 use probelet_actors::contracts::{CommandRunner, EventRecorder, LogRecorder, PodLookup, ProbeObserver};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
+use probelet_actors::prober::executors::Executors;
 use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
 use probelet_actors::sync::api_pod::ApiPod;
@@ -75,6 +76,13 @@ impl EngineBuilder {
     /// kubelet).
     pub fn probe_host_policy(mut self, policy: ProbeHostPolicy) -> Self {
         self.config.probe_host_policy = policy;
+        self
+    }
+
+    /// Runs network probes with `executors` where they name one (a host with its own network
+    /// path, tests); the real executors for the rest.
+    pub fn executors(mut self, executors: Executors) -> Self {
+        self.config.executors = executors;
         self
     }
 

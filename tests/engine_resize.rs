@@ -57,7 +57,8 @@ fn find<'a>(status: &'a PodStatus, type_: &str) -> Option<&'a PodCondition> {
 
 fn start() -> (Engine, Arc<Pod>) {
     let pods = PodRegistry::new();
-    let engine = Engine::builder(Arc::new(pods.clone())).clock(Arc::new(TokioClock::starting_at(epoch()))).start();
+    let engine =
+        Engine::builder(Arc::new(pods.clone())).clock(Arc::new(TokioClock::starting_at(epoch()))).start();
     let pod = pod();
     pods.upsert(pod.clone());
     (engine, pod)
@@ -103,7 +104,13 @@ async fn resize_conditions_go_into_every_generated_status_until_cleared() {
 
     // The same reason later: the transition time is kept; a new reason moves it.
     advance(Duration::from_secs(5)).await;
-    p.set_pod_resize_condition("uid-resizing", ResizeCondition::Pending, POD_REASON_DEFERRED, "still no room", 3);
+    p.set_pod_resize_condition(
+        "uid-resizing",
+        ResizeCondition::Pending,
+        POD_REASON_DEFERRED,
+        "still no room",
+        3,
+    );
     engine.sync_pod(pod.clone(), runtime("Running")).await.unwrap();
     let pending = find(&*stored(&engine).await, "PodResizePending").cloned().unwrap();
     assert_eq!(pending.last_transition_time, Some(Time(epoch())));

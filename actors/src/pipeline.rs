@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use crate::clock::{SharedClock, TokioClock};
 use crate::contracts::{CommandRunner, EventRecorder, PodLookup, ProbeObserver};
+use crate::prober::executors::Executors;
 use crate::prober::manager::{
     AddPod, CleanupPods, GetWorkers, ManagerConfig, ProberManager, RemovePod, StopLivenessAndStartup,
     UpdatePodStatus,
@@ -59,6 +60,8 @@ pub struct PipelineConfig {
     /// Which hosts the real prober's `httpGet` and `tcpSocket` probes may connect to; the
     /// kubelet's behaviour ([`ProbeHostPolicy::Any`]) by default.
     pub probe_host_policy: ProbeHostPolicy,
+    /// Network executors the real prober uses in place of its own (none by default).
+    pub executors: Executors,
 }
 
 impl PipelineConfig {
@@ -79,6 +82,7 @@ impl PipelineConfig {
             jitter_seed: None,
             observer: None,
             probe_host_policy: ProbeHostPolicy::Any,
+            executors: Executors::default(),
         }
     }
 }
@@ -118,7 +122,8 @@ impl Pipeline {
         let observer = config.observer.clone();
         let prober: Arc<dyn ProbeRunner> = config.prober.unwrap_or_else(|| {
             let prober = Prober::new(config.runner.clone(), config.recorder.clone())
-                .with_host_policy(config.probe_host_policy);
+                .with_host_policy(config.probe_host_policy)
+                .with_executors(config.executors);
             Arc::new(match observer {
                 Some(observer) => prober.with_observer(observer),
                 None => prober,

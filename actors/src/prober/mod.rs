@@ -5,6 +5,7 @@
 
 pub mod do_probe;
 pub mod exec;
+pub mod executors;
 pub mod grpc;
 pub mod http;
 pub mod manager;

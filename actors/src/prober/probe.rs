@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Probe};
 
+use super::executors::Executors;
 use super::{Outcome, ProbeError, ProbeKind, ProbeResult, Probed, exec, grpc, http, port, tcp};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
@@ -76,6 +77,8 @@ pub struct Prober {
     /// Told about every probe run (the agent's recent-results view).
     observer: Option<Arc<dyn ProbeObserver>>,
     host_policy: ProbeHostPolicy,
+    /// Injected network executors, in place of the real ones.
+    executors: Executors,
 }
 
 impl Prober {
@@ -88,7 +91,15 @@ impl Prober {
             http: http::HttpProber::new(),
             observer: None,
             host_policy: ProbeHostPolicy::Any,
+            executors: Executors::default(),
         }
+    }
+
+    /// Run network probes with `executors` where they name one (tests, hosts with their own
+    /// network path); the real executors for the rest.
+    pub fn with_executors(mut self, executors: Executors) -> Self {
+        self.executors = executors;
+        self
     }
 
     /// Restrict which hosts network probes may connect to.
@@ -227,7 +238,10 @@ impl Prober {
                 return Ok(Probed::new(Outcome::Failure, refusal));
             }
             let request = http::HttpProbeRequest::new(action, container, pod_ip)?;
-            return self.http.probe(&request, timeout).await;
+            return match &self.executors.http {
+                Some(injected) => injected.probe(&request, timeout).await,
+                None => self.http.probe(&request, timeout).await,
+            };
         }
         if let Some(action) = &spec.tcp_socket {
             if let Some(refusal) =
@@ -237,7 +251,10 @@ impl Prober {
             }
             let port = port::resolve_container_port(&action.port, container)?;
             let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
-            return Ok(tcp::probe(host, port, timeout).await);
+            return Ok(match &self.executors.tcp {
+                Some(injected) => injected.probe(host, port, timeout).await,
+                None => tcp::probe(host, port, timeout).await,
+            });
         }
         if let Some(action) = &spec.grpc {
             let port = u16::try_from(action.port)
@@ -245,7 +262,10 @@ impl Prober {
                 .filter(|p| *p > 0)
                 .ok_or(ProbeError::InvalidPort(i64::from(action.port)))?;
             let service = action.service.as_deref().unwrap_or_default();
-            return Ok(grpc::probe(pod_ip, port, service, timeout).await);
+            return Ok(match &self.executors.grpc {
+                Some(injected) => injected.probe(pod_ip, port, service, timeout).await,
+                None => grpc::probe(pod_ip, port, service, timeout).await,
+            });
         }
         Err(ProbeError::MissingHandler { pod: pod_name(pod), container: container.name.clone() })
     }
