@@ -23,6 +23,8 @@ mod go_url;
 mod request;
 mod tls;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,11 +88,11 @@ impl Default for HttpProber {
     }
 }
 
-/// One response whose body is still to be read, with the task driving its connection.
+/// One response whose body is still to be read, with its connection, which the reader drives
+/// (dropping the exchange closes the socket).
 struct Exchange {
     response: http::Response<Incoming>,
-    /// Aborts the connection task when the body is no longer needed.
-    _connection: ConnectionTask,
+    connection: Connection,
 }
 
 impl HttpProber {
@@ -102,7 +104,8 @@ impl HttpProber {
     /// Runs the probe (upstream `DoHTTPProbe` with the kubelet's client): connect, redirects,
     /// headers and body all within `timeout`. A transport error or timeout is a failure whose
     /// output is the error text; only a failed body read is an `Err`. Must run inside a Tokio
-    /// runtime (each connection is driven by a spawned task).
+    /// runtime. Each connection is driven by the probe itself, not by a task of its own: a spawn
+    /// and an abort per probe cost more than the probe's own work above the kernel's.
     pub async fn probe(&self, request: &HttpProbeRequest, timeout: Duration) -> Result<Probed, ProbeError> {
         // Zero means no timeout, as for Go's `http.Client` (the API server never lets it be 0).
         let deadline = deadline_after(if timeout.is_zero() { Duration::MAX } else { timeout });
@@ -111,7 +114,8 @@ impl HttpProber {
             Err(output) => return Ok(Probed::new(Outcome::Failure, output)),
         };
         let status = exchange.response.status().as_u16();
-        let body = match timeout_at(deadline, read_body(exchange.response.into_body())).await {
+        let Exchange { response, mut connection } = exchange;
+        let body = match timeout_at(deadline, connection.drive(read_body(response.into_body()))).await {
             Ok(body) => body?,
             Err(_) => return Err(ProbeError::BodyRead(BODY_TIMEOUT.to_owned())),
         };
@@ -247,13 +251,18 @@ where
         .handshake(TokioIo::new(io))
         .await
         .map_err(|e| hyper_text(&e))?;
-    let connection = ConnectionTask(tokio::spawn(async move {
+    let mut connection = Connection::new(async move {
         // Its errors also reach the pending request or the body, which report them.
         let _ = connection.await;
-    }));
-    sender.ready().await.map_err(|e| hyper_text(&e))?;
-    let response = sender.send_request(request).await.map_err(|e| hyper_text(&e))?;
-    Ok(Exchange { response, _connection: connection })
+    });
+    let response = connection
+        .drive(async {
+            sender.ready().await?;
+            sender.send_request(request).await
+        })
+        .await
+        .map_err(|e| hyper_text(&e))?;
+    Ok(Exchange { response, connection })
 }
 
 /// Reads at most [`MAX_RESPONSE_BODY_BYTES`]; reaching the cap is not an error (upstream
@@ -275,12 +284,30 @@ async fn read_body(mut body: Incoming) -> Result<Vec<u8>, ProbeError> {
     Ok(out)
 }
 
-/// The task driving one hyper connection; aborted (closing the socket) when dropped, so a
-/// timed-out probe leaves nothing behind.
-struct ConnectionTask(tokio::task::JoinHandle<()>);
+/// One hyper connection, polled by whoever waits on its request or body ([`Connection::drive`])
+/// instead of by a task of its own. Dropped with the probe, so a timed-out probe leaves nothing
+/// behind.
+struct Connection {
+    /// `None` once the connection has finished (it must not be polled again).
+    io: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
 
-impl Drop for ConnectionTask {
-    fn drop(&mut self) {
-        self.0.abort();
+impl Connection {
+    fn new(io: impl Future<Output = ()> + Send + 'static) -> Self {
+        Connection { io: Some(Box::pin(io)) }
+    }
+
+    /// Runs `work` (sending the request, reading the body) while driving the connection it needs.
+    async fn drive<F: Future>(&mut self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(|cx| {
+            if let Some(io) = self.io.as_mut()
+                && io.as_mut().poll(cx).is_ready()
+            {
+                self.io = None;
+            }
+            work.as_mut().poll(cx)
+        })
+        .await
     }
 }
