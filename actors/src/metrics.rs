@@ -302,6 +302,16 @@ pub struct PrometheusRegistry {
     descriptions: RwLock<HashMap<String, SharedString>>,
 }
 
+/// Counts the [`PrometheusRegistry::forget`] calls that forgot a series, in any registry: a
+/// caller that keeps handles looks them up again when it changed.
+static FORGET_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The number of forgets so far that removed a series: handles looked up before a change may
+/// no longer reach their registry.
+pub fn forget_epoch() -> u64 {
+    FORGET_EPOCH.load(Ordering::Acquire)
+}
+
 /// The process-global registry: `None` if another recorder won the installation.
 static GLOBAL: OnceLock<Option<Arc<PrometheusRegistry>>> = OnceLock::new();
 
@@ -361,6 +371,9 @@ impl PrometheusRegistry {
         self.registry.retain_counters(|key, _| keep(key));
         self.registry.retain_gauges(|key, _| keep(key));
         self.registry.retain_histograms(|key, _| keep(key));
+        if forgotten > 0 {
+            FORGET_EPOCH.fetch_add(1, Ordering::Release);
+        }
         forgotten
     }
 

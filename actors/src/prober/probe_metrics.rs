@@ -1,8 +1,20 @@
 //! A worker's metric series (upstream: the label sets `newWorker` precomputes and deletes on
 //! exit): `prober_probe_total` and `prober_probe_duration_seconds`, observed exactly when
 //! upstream observes them — successes and unknowns get a duration, failures only a count.
+//!
+//! Each series is looked up once per worker, at its first observation, and its handle kept:
+//! looking it up on every probe cloned the label strings and hashed them each time. (The
+//! first observation, not the worker's creation, so that a recorder installed after the
+//! workers exist still gets the series, and a series exists only once observed, as upstream's.)
+//! A kept handle is dropped whenever any series was forgotten since it was looked up
+//! ([`crate::metrics::forget_epoch`]): the duration series has no `pod_uid`, so the exit of a
+//! deleted pod's worker forgets the series its same-named successor records into, and a kept
+//! handle would then count into nothing.
 
+use std::cell::RefCell;
 use std::time::Duration;
+
+use metrics::{Counter, Histogram};
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -17,6 +29,19 @@ pub struct ProbeLabels {
     pod: String,
     namespace: String,
     pod_uid: String,
+    /// The series looked up so far, and the forget epoch they were looked up in.
+    handles: RefCell<Handles>,
+}
+
+/// A worker's series handles.
+#[derive(Debug, Clone, Default)]
+struct Handles {
+    /// [`crate::metrics::forget_epoch`] when these were looked up.
+    epoch: u64,
+    /// `prober_probe_total` by result: successful, failed, unknown.
+    totals: [Option<Counter>; 3],
+    /// `prober_probe_duration_seconds`.
+    duration: Option<Histogram>,
 }
 
 impl ProbeLabels {
@@ -29,35 +54,48 @@ impl ProbeLabels {
             pod: pod.metadata.name.clone().unwrap_or_default(),
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            handles: RefCell::default(),
         }
     }
 
     /// Counts a probe that returned a result and, unless it failed, observes its duration.
     pub fn observe(&self, result: ProbeResult, duration: Duration) {
-        let label = match result {
-            ProbeResult::Success => names::RESULT_SUCCESSFUL,
-            ProbeResult::Failure => names::RESULT_FAILED,
-            ProbeResult::Unknown => names::RESULT_UNKNOWN,
+        let (slot, label) = match result {
+            ProbeResult::Success => (0, names::RESULT_SUCCESSFUL),
+            ProbeResult::Failure => (1, names::RESULT_FAILED),
+            ProbeResult::Unknown => (2, names::RESULT_UNKNOWN),
         };
-        metrics::counter!(
-            names::PROBER_PROBE_TOTAL,
-            "probe_type" => self.probe_type,
-            "result" => label,
-            "container" => self.container.clone(),
-            "pod" => self.pod.clone(),
-            "namespace" => self.namespace.clone(),
-            "pod_uid" => self.pod_uid.clone(),
-        )
-        .increment(1);
+        let mut handles = self.handles.borrow_mut();
+        let epoch = names::forget_epoch();
+        if handles.epoch != epoch {
+            *handles = Handles { epoch, ..Handles::default() };
+        }
+        handles.totals[slot]
+            .get_or_insert_with(|| {
+                metrics::counter!(
+                    names::PROBER_PROBE_TOTAL,
+                    "probe_type" => self.probe_type,
+                    "result" => label,
+                    "container" => self.container.clone(),
+                    "pod" => self.pod.clone(),
+                    "namespace" => self.namespace.clone(),
+                    "pod_uid" => self.pod_uid.clone(),
+                )
+            })
+            .increment(1);
         if result != ProbeResult::Failure {
-            metrics::histogram!(
-                names::PROBER_PROBE_DURATION_SECONDS,
-                "probe_type" => self.probe_type,
-                "container" => self.container.clone(),
-                "pod" => self.pod.clone(),
-                "namespace" => self.namespace.clone(),
-            )
-            .record(duration.as_secs_f64());
+            handles
+                .duration
+                .get_or_insert_with(|| {
+                    metrics::histogram!(
+                        names::PROBER_PROBE_DURATION_SECONDS,
+                        "probe_type" => self.probe_type,
+                        "container" => self.container.clone(),
+                        "pod" => self.pod.clone(),
+                        "namespace" => self.namespace.clone(),
+                    )
+                })
+                .record(duration.as_secs_f64());
         }
     }
 
@@ -89,4 +127,73 @@ impl ProbeLabels {
 /// Counts a probe that errored after its retries and was discarded.
 pub fn probe_errored(kind: ProbeKind) {
     metrics::counter!(names::PROBELET_PROBE_ERRORS_TOTAL, "probe_type" => kind.as_str()).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::PrometheusRegistry;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(uid: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn lines(registry: &PrometheusRegistry, needle: &str) -> Vec<String> {
+        registry.render().lines().filter(|l| l.starts_with(needle)).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn kept_handles_count_into_the_registry() {
+        let registry = PrometheusRegistry::new();
+        let labels = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "app");
+        metrics::with_local_recorder(&registry, || {
+            for _ in 0..3 {
+                labels.observe(ProbeResult::Success, Duration::from_millis(5));
+            }
+            labels.observe(ProbeResult::Failure, Duration::from_millis(5));
+        });
+        assert_eq!(
+            lines(&registry, "prober_probe_total{"),
+            [
+                "prober_probe_total{container=\"app\",namespace=\"default\",pod=\"web\",pod_uid=\"uid-1\",probe_type=\"Readiness\",result=\"failed\"} 1",
+                "prober_probe_total{container=\"app\",namespace=\"default\",pod=\"web\",pod_uid=\"uid-1\",probe_type=\"Readiness\",result=\"successful\"} 3",
+            ]
+        );
+        assert_eq!(lines(&registry, "prober_probe_duration_seconds_count").len(), 1);
+        assert!(lines(&registry, "prober_probe_duration_seconds_count")[0].ends_with(" 3"));
+    }
+
+    /// A pod deleted and created again under its name: the old worker's exit forgets the
+    /// duration series (it has no `pod_uid`) that the new worker records into; the new worker's
+    /// next durations must still be exported.
+    #[test]
+    fn a_series_forgotten_under_a_worker_is_looked_up_again() {
+        let registry = PrometheusRegistry::new();
+        let old = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-old"), "app");
+        let new = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-new"), "app");
+        metrics::with_local_recorder(&registry, || {
+            old.observe(ProbeResult::Success, Duration::from_millis(5));
+            new.observe(ProbeResult::Success, Duration::from_millis(5));
+        });
+        registry.forget(
+            names::PROBER_PROBE_DURATION_SECONDS,
+            &[("probe_type", "Readiness"), ("container", "app"), ("pod", "web"), ("namespace", "default")],
+        );
+        assert!(lines(&registry, "prober_probe_duration_seconds_count").is_empty());
+        metrics::with_local_recorder(&registry, || {
+            new.observe(ProbeResult::Success, Duration::from_millis(5))
+        });
+        let counts = lines(&registry, "prober_probe_duration_seconds_count");
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        assert!(counts[0].ends_with(" 1"), "starts again from zero: {counts:?}");
+    }
 }
