@@ -70,6 +70,8 @@ fn deploy_files_have_the_expected_kinds() {
         .collect();
     let want: BTreeMap<String, Vec<String>> = [
         ("daemonset.yaml", vec!["DaemonSet"]),
+        ("kustomization.yaml", vec!["Kustomization"]),
+        ("prometheus-rule.yaml", vec!["PrometheusRule"]),
         (
             "rbac.yaml",
             vec![
