@@ -7,6 +7,7 @@ pub mod do_probe;
 pub mod exec;
 pub mod grpc;
 pub mod http;
+pub mod lifecycle;
 pub mod manager;
 pub mod port;
 mod probe;
