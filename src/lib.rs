@@ -5,8 +5,8 @@
 //! host of the standalone agent, [`demo`] the scriptable probe target its examples use.
 
 pub use probelet_actors::{
-    Pipeline, PipelineConfig, PipelineError, clock, container, contracts, local_runner, metrics, pipeline,
-    prober, process, results, status,
+    Feature, FeatureGateError, FeatureGates, Pipeline, PipelineConfig, PipelineError, clock, container,
+    contracts, features, local_runner, metrics, pipeline, prober, process, results, status,
 };
 
 pub mod agent;

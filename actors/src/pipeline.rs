@@ -140,8 +140,8 @@ impl Pipeline {
             clock,
             arbiters: arbiters.iter().map(Arbiter::handle).collect(),
             jitter_seed: config.jitter_seed,
-            feature_gates: config.feature_gates,
         })
+        .with_feature_gates(config.feature_gates)
         .start();
         Pipeline {
             prober_manager: manager,

@@ -149,8 +149,6 @@ pub struct ManagerConfig {
     pub arbiters: Vec<ArbiterHandle>,
     /// Seed for the start-up jitter; `None` seeds from the OS.
     pub jitter_seed: Option<u64>,
-    /// The kubelet feature gates in force.
-    pub feature_gates: FeatureGates,
 }
 
 struct WorkerEntry {
@@ -177,6 +175,8 @@ pub struct ProberManager {
     workers: BTreeMap<ProbeKey, WorkerEntry>,
     next_id: u64,
     rng: StdRng,
+    /// The kubelet feature gates in force (see [`ProberManager::with_feature_gates`]).
+    feature_gates: FeatureGates,
 }
 
 impl ProberManager {
@@ -188,7 +188,20 @@ impl ProberManager {
             None => StdRng::from_os_rng(),
         };
         let start = config.clock.now();
-        ProberManager { config, start, workers: BTreeMap::new(), next_id: 0, rng }
+        ProberManager {
+            config,
+            start,
+            workers: BTreeMap::new(),
+            next_id: 0,
+            rng,
+            feature_gates: FeatureGates::default(),
+        }
+    }
+
+    /// The manager under these feature gates instead of the kubelet's defaults.
+    pub fn with_feature_gates(mut self, feature_gates: FeatureGates) -> Self {
+        self.feature_gates = feature_gates;
+        self
     }
 
     /// When the manager started.
@@ -222,7 +235,7 @@ impl ProberManager {
         let mut spec = WorkerSpec::new(key.kind, &pod, &container, &probe, is_sidecar, self.start);
         spec.bound = binding.clone();
         spec.keep_state_across_restart =
-            !self.config.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
+            !self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
         let on_started =
             (key.kind == ProbeKind::Startup && binding.is_some()).then(|| ctx.address().recipient());
         let period = Duration::from_secs(
@@ -320,7 +333,7 @@ impl ProberManager {
     }
 
     fn lifecycle(&self) -> bool {
-        self.config.feature_gates.enabled(Feature::ContainerLifecycleProber)
+        self.feature_gates.enabled(Feature::ContainerLifecycleProber)
     }
 
     /// Upstream: sleep a random part of the period, but only while the manager is younger than
@@ -453,7 +466,7 @@ impl Handler<UpdatePodStatus> for ProberManager {
         let results: HashMap<_, _> =
             keys.into_iter().zip(answer).filter_map(|(key, result)| result.map(|r| (key, r))).collect();
         let change_status_on_restart =
-            self.config.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
+            self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
         let view = ProbeView { workers, results, manager_start: self.start, change_status_on_restart };
         let mut status = msg.status;
         let triggers = update_pod_status(&msg.pod, &mut status, &view);
