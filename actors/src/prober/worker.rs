@@ -204,6 +204,12 @@ impl ProbeWorker {
     }
 
     fn begin(&mut self, ctx: &mut Context<Self>) {
+        if self.spec.bound.is_some() {
+            // Started with its container (ContainerLifecycleProber): the status that shows the
+            // container may not be published yet; probe as soon as it is, not a period later.
+            self.run_triggered(ctx, true);
+            return;
+        }
         self.schedule_from(Instant::now(), ctx);
         self.run_probe(ctx);
     }
