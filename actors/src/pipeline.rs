@@ -214,7 +214,7 @@ impl Pipeline {
                 ContainerChange::Started { container, container_id, started_at } => self
                     .start_container_probes(
                         pod.clone(),
-                        Arc::new(container),
+                        container,
                         container_id,
                         status.pod_ip.clone(),
                         started_at,

@@ -4,6 +4,8 @@
 //! from a status rather than from their own runtime calls derive the calls from each status
 //! they generate: [`container_changes`] does that, a pure function of the pod and the status.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
@@ -16,7 +18,7 @@ pub enum ContainerChange {
     /// The container runs this instance: start (or keep) its probes.
     Started {
         /// The container's spec.
-        container: Container,
+        container: Arc<Container>,
         /// The running instance.
         container_id: ContainerId,
         /// When it started, if the status says.
@@ -55,7 +57,7 @@ fn change_of(container: &Container, cs: &ContainerStatus) -> ContainerChange {
     let id = cs.container_id.as_deref().unwrap_or_default();
     match running {
         Some(running) if !id.is_empty() => ContainerChange::Started {
-            container: container.clone(),
+            container: Arc::new(container.clone()),
             container_id: ContainerId::parse(id),
             started_at: running.started_at.as_ref().map(|t| t.0),
         },
@@ -130,7 +132,7 @@ mod tests {
             container_changes(&pod, &st),
             vec![
                 ContainerChange::Started {
-                    container: container("a", true),
+                    container: Arc::new(container("a", true)),
                     container_id: ContainerId::parse("x://a"),
                     started_at: Some(Timestamp::from_second(100).unwrap()),
                 },

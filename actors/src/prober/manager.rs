@@ -1,7 +1,10 @@
 //! The prober manager actor (upstream `pkg/kubelet/prober/prober_manager.go`), the supervisor
 //! of the probe workers: it creates them for a pod's containers (`AddPod`), stops them
 //! (`RemovePod`, `CleanupPods`, `StopLivenessAndStartup`), sets `started` / `ready` on a status
-//! being generated (`UpdatePodStatus`) and restarts a worker that died abnormally.
+//! being generated (`UpdatePodStatus`) and restarts a worker that died abnormally. Under the
+//! `ContainerLifecycleProber` gate `AddPod` only creates workers, and `StartContainerProbes` /
+//! `StopContainerProbes` start and stop them per container instance (docs/prober.md §3.7);
+//! `ChangeContainerStatusOnKubeletRestart` turns the agent-restart preservation off (§3.8).
 //!
 //! Deliberate differences from upstream: `AddPod` continues past an existing worker (upstream's
 //! newer fix), and a worker that was told to stop does not block a new worker for the same key
@@ -165,6 +168,14 @@ struct WorkerEntry {
     binding: Option<ContainerBinding>,
 }
 
+/// How a worker starts: fresh, resumed or restarted, and for which container instance.
+struct WorkerStart {
+    state: WorkerState,
+    /// Abnormal deaths of its predecessors, for the restart back-off.
+    restarts: u32,
+    binding: Option<ContainerBinding>,
+}
+
 /// The prober manager actor (upstream `prober.Manager`): start it through
 /// [`crate::Pipeline::start`] and send it the messages above.
 pub struct ProberManager {
@@ -226,10 +237,9 @@ impl ProberManager {
         key: ProbeKey,
         pod: Arc<Pod>,
         container: Arc<Container>,
-        state: WorkerState,
-        restarts: u32,
-        binding: Option<ContainerBinding>,
+        how: WorkerStart,
     ) {
+        let WorkerStart { state, restarts, binding } = how;
         let Some(probe) = key.kind.probe_of(&container).cloned() else { return };
         let is_sidecar = is_sidecar(&pod, &container.name);
         let mut spec = WorkerSpec::new(key.kind, &pod, &container, &probe, is_sidecar, self.start);
@@ -316,7 +326,8 @@ impl ProberManager {
             addr.do_send(Stop);
         }
         let (pod, container) = (entry.pod.clone(), entry.container.clone());
-        self.spawn_worker(ctx, key, pod, container, WorkerState::new(), 0, Some(binding.clone()));
+        let how = WorkerStart { state: WorkerState::new(), restarts: 0, binding: Some(binding.clone()) };
+        self.spawn_worker(ctx, key, pod, container, how);
     }
 
     fn start_readiness_and_liveness(
@@ -421,7 +432,8 @@ impl Handler<AddPod> for ProberManager {
                 if self.lifecycle() {
                     self.add_unstarted(key, pod.clone(), container.clone());
                 } else {
-                    self.spawn_worker(ctx, key, pod.clone(), container.clone(), state, 0, None);
+                    let how = WorkerStart { state, restarts: 0, binding: None };
+                    self.spawn_worker(ctx, key, pod.clone(), container.clone(), how);
                 }
             }
         }
@@ -612,7 +624,7 @@ impl Handler<WorkerExited> for ProberManager {
             let (pod, container, binding) =
                 (entry.pod.clone(), entry.container.clone(), entry.binding.clone());
             let state = msg.state.unwrap_or_else(WorkerState::resumed);
-            act.spawn_worker(ctx, msg.key, pod, container, state, restarts, binding);
+            act.spawn_worker(ctx, msg.key, pod, container, WorkerStart { state, restarts, binding });
         });
     }
 }
