@@ -294,6 +294,30 @@ async fn a_started_container_is_probed_and_becomes_ready_without_a_manual_trigge
 }
 
 #[actix::test]
+async fn a_container_already_reported_started_starts_readiness_and_liveness_at_once() {
+    // After an agent restart the status keeps `started: true`: the startup probe never runs
+    // again, so its worker must still hand over to readiness and liveness.
+    let (h, t0) = harness(true).await;
+    let pod = test_pod("kept")
+        .container("app")
+        .with_probe("app", Startup, probe(10, 1, 3))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .build();
+    h.pipeline.add_pod(pod.clone());
+    settle().await;
+    let before_restart = wall(t0) - k8s_openapi::jiff::SignedDuration::from_secs(60);
+    let mut cs = running("app", "docker://kept", before_restart);
+    cs.started = Some(true);
+    h.sync(&pod, vec![cs]).await;
+    start(&h, &pod, "app", "docker://kept");
+    settle().await;
+    assert!(h.prober.calls_of("app", Startup).is_empty(), "a started container is not startup-probed");
+    running_worker(&h, &pod, "app", Readiness).await;
+    running_worker(&h, &pod, "app", Liveness).await;
+}
+
+#[actix::test]
 async fn sync_container_probes_starts_running_containers_and_stops_exited_ones() {
     let (h, t0) = harness(true).await;
     let pod = test_pod("synced")
