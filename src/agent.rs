@@ -18,7 +18,7 @@ use probelet_actors::contracts::{CommandRunner, EventRecorder, PodRegistry};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::metrics::{MetricsError, PrometheusRegistry};
 use probelet_actors::prober::ProbeHostPolicy;
-use probelet_actors::{Pipeline, PipelineConfig};
+use probelet_actors::{FeatureGates, Pipeline, PipelineConfig};
 use tokio::sync::oneshot;
 
 use crate::auth::Reviewer;
@@ -66,6 +66,8 @@ pub struct Common {
     pub ready: Arc<AtomicBool>,
     /// Which hosts network probes may connect to (`--probe-host-policy`).
     pub probe_host_policy: ProbeHostPolicy,
+    /// The kubelet feature gates (`--feature-gates`).
+    pub feature_gates: FeatureGates,
 }
 
 impl Common {
@@ -82,7 +84,18 @@ impl Common {
             pods,
             ready: Arc::new(AtomicBool::new(false)),
             probe_host_policy: ProbeHostPolicy::Any,
+            feature_gates: FeatureGates::default(),
         })
+    }
+
+    /// Takes the options every mode shares from the command line, and logs the warnings the
+    /// kubelet logs for the feature gates set.
+    pub fn configure(&mut self, args: &RunArgs) {
+        self.probe_host_policy = args.probe_host_policy.into();
+        self.feature_gates = args.feature_gates.gates;
+        for warning in &args.feature_gates.warnings {
+            tracing::warn!("{warning}");
+        }
     }
 
     /// The engine, with probe workers spread over one arbiter per core.
@@ -101,6 +114,7 @@ impl Common {
         config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         config.observer = Some(Arc::new(self.history.clone()));
         config.probe_host_policy = self.probe_host_policy;
+        config.feature_gates = self.feature_gates;
         Pipeline::start(config)
     }
 
@@ -185,7 +199,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         Err(error) => tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit"),
     }
     let mut common = Common::new()?;
-    common.probe_host_policy = args.probe_host_policy.into();
+    common.configure(args);
     let runner = LocalCommandRunner::new();
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use probelet_actors::features::{FeatureGateError, FeatureGates, ParsedFeatureGates};
 
 use crate::demo::DemoArgs;
 
@@ -110,12 +111,23 @@ pub struct RunArgs {
     #[arg(long, env = "PROBELET_EXEC_BURST", default_value_t = 100)]
     pub exec_burst: u32,
 
+    /// The kubelet's feature gates, in its syntax: `Name=true,Name2=false`. Known:
+    /// ContainerLifecycleProber (alpha, default false), MutableContainerProbes (alpha, default
+    /// false; not implemented, only false is accepted), ChangeContainerStatusOnKubeletRestart
+    /// (deprecated, default false), InPlacePodVerticalScaling (GA, locked to true).
+    #[arg(long, value_name = "NAME=BOOL,...", env = "PROBELET_FEATURE_GATES", default_value = "", value_parser = parse_feature_gates, hide_default_value = true)]
+    pub feature_gates: ParsedFeatureGates,
+
     /// Standalone mode: where the agent records its containers' process groups, so that after
     /// a crash of the agent the next one kills them before it starts anything (never two
     /// copies of a container). One agent at a time per folder. Default: `.probelet-state` in
     /// the manifests folder.
     #[arg(long, value_name = "DIR", env = "PROBELET_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+}
+
+fn parse_feature_gates(value: &str) -> Result<ParsedFeatureGates, FeatureGateError> {
+    FeatureGates::parse(value)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -223,5 +235,22 @@ mod tests {
         };
         assert_eq!(run.authorization_mode, AuthorizationMode::Webhook);
         assert_eq!(run.probe_host_policy, ProbeHostPolicy::PodIp);
+    }
+
+    #[test]
+    fn feature_gates() {
+        use probelet_actors::features::Feature;
+        let Command::Run(run) = parse(&["run"]).unwrap().command else { panic!() };
+        assert_eq!(run.feature_gates.gates, FeatureGates::default());
+        let Command::Run(run) =
+            parse(&["run", "--feature-gates=ContainerLifecycleProber=true"]).unwrap().command
+        else {
+            panic!()
+        };
+        assert!(run.feature_gates.gates.enabled(Feature::ContainerLifecycleProber));
+        let err = parse(&["run", "--feature-gates", "Foo=true"]).unwrap_err().to_string();
+        assert!(err.contains("unrecognized feature gate: Foo"), "{err}");
+        let err = parse(&["run", "--feature-gates", "MutableContainerProbes=true"]).unwrap_err().to_string();
+        assert!(err.contains("does not implement it yet"), "{err}");
     }
 }

@@ -18,6 +18,7 @@ use actix::Addr;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use probelet_actors::clock::SharedClock;
 use probelet_actors::contracts::{CommandRunner, EventRecorder, LogRecorder, PodLookup, ProbeObserver};
+use probelet_actors::features::FeatureGates;
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::prober::executors::Executors;
@@ -83,6 +84,13 @@ impl EngineBuilder {
     /// path, tests); the real executors for the rest.
     pub fn executors(mut self, executors: Executors) -> Self {
         self.config.executors = executors;
+        self
+    }
+
+    /// Sets the kubelet feature gates in force (default: the kubelet's defaults; see
+    /// [`probelet_actors::features`]).
+    pub fn feature_gates(mut self, gates: FeatureGates) -> Self {
+        self.config.feature_gates = gates;
         self
     }
 
@@ -189,6 +197,11 @@ impl Engine {
             self.pipeline.pod_resize_conditions(&uid).await?.list()
         };
         generate_kubelet_conditions_with_resize(&pod, &mut status, &resize);
+        if !terminal && pod.metadata.deletion_timestamp.is_none() {
+            // ContainerLifecycleProber: the containers this status shows started or stopped
+            // start or stop their probes (nothing with the gate off).
+            self.pipeline.sync_container_probes(&pod, &status);
+        }
         self.pipeline.set_pod_status(pod.clone(), status.clone());
         if pod.metadata.deletion_timestamp.is_some() {
             // Readiness goes on through termination; liveness and startup stop.

@@ -89,8 +89,9 @@
 //! ```
 
 pub use probelet_actors::{
-    Pipeline, PipelineConfig, PipelineError, clock, container, contracts, k8s_openapi, local_runner, metrics,
-    pipeline, prober, process, results, status, sync, vocabulary,
+    Feature, FeatureGateError, FeatureGates, Pipeline, PipelineConfig, PipelineError, clock, container,
+    contracts, features, k8s_openapi, local_runner, metrics, pipeline, prober, process, results, status,
+    sync, vocabulary,
 };
 
 pub mod agent;

@@ -816,3 +816,36 @@ async fn container_restarts_and_pod_deletion_log_no_warnings() {
     let _ = agent.wait().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// With `--feature-gates=ContainerLifecycleProber=true` the probes follow the containers the
+/// runtime reports: the pod goes Ready, and when the runtime reports a new instance of the
+/// container (a restart), that instance is probed and made ready in its turn.
+#[tokio::test]
+async fn container_lifecycle_prober_probes_the_instances_the_runtime_reports() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("cycled", "node-a", port));
+    let (mut agent, kubeconfig) =
+        start_agent(&fake, "lifecycle", &["--feature-gates=ContainerLifecycleProber=true"]);
+    let ready = |p: &Pod| app_status(p).ready && condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "cycled", "ready", ready).await;
+
+    let mut restarted = app_status(&fake.pod("default", "cycled").unwrap());
+    restarted.container_id = Some("containerd://cycled-2".into());
+    restarted.restart_count = 1;
+    restarted.ready = false;
+    restarted.started = Some(false);
+    restarted.state = Some(ContainerState {
+        running: Some(ContainerStateRunning { started_at: Some(Time(Timestamp::now())) }),
+        ..Default::default()
+    });
+    runtime_writes(&fake, "cycled", vec![restarted]).await;
+    wait_for_pod(&fake, "cycled", "the new instance ready", |p| {
+        ready(p) && app_status(p).container_id.as_deref() == Some("containerd://cycled-2")
+    })
+    .await;
+
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}

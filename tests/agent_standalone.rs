@@ -35,6 +35,11 @@ impl Agent {
 
     /// The agent run through `wrapper` (e.g. `prlimit --nofile=256:256 --`), which must exec it.
     async fn start_under(dir: &Path, wrapper: &[&str]) -> Agent {
+        Agent::start_full(dir, wrapper, &[]).await
+    }
+
+    /// [`Agent::start_under`] with `extra` arguments for `probelet run`.
+    async fn start_full(dir: &Path, wrapper: &[&str], extra: &[&str]) -> Agent {
         let agent = env!("CARGO_BIN_EXE_probelet");
         let (program, wrapper_args) = match wrapper.split_first() {
             Some((program, args)) => (*program, [args, &[agent]].concat()),
@@ -45,6 +50,7 @@ impl Agent {
             .args(["run", "--manifests"])
             .arg(dir)
             .args(["--listen", "127.0.0.1:0", "--node-name", "e2e"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -217,6 +223,74 @@ async fn pod_goes_ready_and_failing_liveness_restarts_it() {
     std::fs::remove_file(dir.join("late.yaml")).unwrap();
     agent.wait_for(|l| l.contains("default/late: stopped")).await;
     agent.stop().await;
+}
+
+/// With `--feature-gates=ContainerLifecycleProber=true` the probes follow each container:
+/// readiness still makes a pod Ready, and a container restarted for its failed liveness probe is
+/// probed again (its new instance fails again and is restarted a second time). A startup probe
+/// gates readiness until it succeeds.
+#[actix::test]
+async fn container_lifecycle_prober_probes_started_and_restarted_containers() {
+    let dir = temp_dir("lifecycle");
+    write(&dir, "web.yaml", &web_pod("web", free_port(), "", ""));
+    let slow_port = free_port();
+    write(
+        &dir,
+        "slow.yaml",
+        &web_pod(
+            "slow",
+            slow_port,
+            r#", "--start-after", "2s""#,
+            &format!(
+                "    startupProbe:\n      httpGet: {{path: /healthz, port: {slow_port}}}\n      periodSeconds: 1\n      failureThreshold: 30\n"
+            ),
+        ),
+    );
+    let flaky_port = free_port();
+    write(
+        &dir,
+        "flaky.yaml",
+        &web_pod(
+            "flaky",
+            flaky_port,
+            r#", "--fail-after", "2s""#,
+            &format!(
+                "    livenessProbe:\n      httpGet: {{path: /livez, port: {flaky_port}}}\n      periodSeconds: 1\n      failureThreshold: 1\n      terminationGracePeriodSeconds: 1\n"
+            ),
+        ),
+    );
+    let mut agent = Agent::start_full(&dir, &[], &["--feature-gates=ContainerLifecycleProber=true"]).await;
+    agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    agent.wait_for(|l| l.contains("default/slow: Ready=True")).await;
+    agent.wait_for(|l| l.contains("default/flaky: container app restarted (restart count 1)")).await;
+    agent.wait_for(|l| l.contains("default/flaky: container app restarted (restart count 2)")).await;
+    let probes = agent.get("/pods/default/slow/probes").await;
+    assert!(probes.contains("\"probe_type\":\"Startup\""), "{probes}");
+    agent.stop().await;
+}
+
+#[test]
+fn a_bad_feature_gate_is_refused_with_the_kubelets_words() {
+    let cases = [
+        ("Foo=true", "unrecognized feature gate: Foo"),
+        (
+            "ContainerLifecycleProber=maybe",
+            "invalid value of ContainerLifecycleProber=maybe, err: strconv.ParseBool: parsing \"maybe\": invalid syntax",
+        ),
+        (
+            "MutableContainerProbes=true",
+            "cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet",
+        ),
+    ];
+    for (value, message) in cases {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+            .args(["run", "--manifests", "/nonexistent", "--feature-gates", value])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{value}: a usage error");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(message), "{value}: {stderr}");
+    }
 }
 
 fn sidecar_pod(name: &str, policy: &str, proxy_port: u16, app_args: &str) -> String {

@@ -6,6 +6,7 @@
 //! * [`status`] — the status manager actor and its pure logic (condition generators, …).
 //! * [`pipeline`] — starts the whole engine for a host and offers its API as methods.
 //! * [`sync`] — the status syncer: writes pod status to the API server.
+//! * [`features`] — the kubelet feature gates the engine follows.
 //! * [`contracts`] — the traits a host implements: running commands in containers, recording
 //!   events, looking pods up.
 //! * [`local_runner`] — a [`contracts::CommandRunner`] that runs commands as local processes.
@@ -21,6 +22,7 @@
 pub mod clock;
 pub mod container;
 pub mod contracts;
+pub mod features;
 pub mod gofmt;
 pub mod local_runner;
 pub mod metrics;
@@ -32,5 +34,6 @@ pub mod status;
 pub mod sync;
 pub mod vocabulary;
 
+pub use features::{Feature, FeatureGateError, FeatureGates};
 pub use k8s_openapi;
 pub use pipeline::{Pipeline, PipelineConfig, PipelineError};

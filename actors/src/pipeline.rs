@@ -7,14 +7,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::{SharedClock, TokioClock};
+use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, PodLookup, ProbeObserver};
+use crate::features::{Feature, FeatureGates};
 use crate::prober::executors::Executors;
+use crate::prober::lifecycle::{ContainerChange, container_changes};
 use crate::prober::manager::{
-    AddPod, CleanupPods, GetWorkers, ManagerConfig, ProberManager, RemovePod, StopLivenessAndStartup,
-    UpdatePodStatus,
+    AddPod, CleanupPods, GetWorkers, ListWorkers, ManagerConfig, ProberManager, RemovePod,
+    StartContainerProbes, StopContainerProbes, StopLivenessAndStartup, UpdatePodStatus, WorkerInfo,
 };
 use crate::prober::worker::ProbeKey;
 use crate::prober::{ProbeHostPolicy, ProbeRunner, Prober};
@@ -62,6 +66,8 @@ pub struct PipelineConfig {
     pub probe_host_policy: ProbeHostPolicy,
     /// Network executors the real prober uses in place of its own (none by default).
     pub executors: Executors,
+    /// The kubelet feature gates in force; the kubelet's defaults unless set.
+    pub feature_gates: FeatureGates,
 }
 
 impl PipelineConfig {
@@ -83,6 +89,7 @@ impl PipelineConfig {
             observer: None,
             probe_host_policy: ProbeHostPolicy::Any,
             executors: Executors::default(),
+            feature_gates: FeatureGates::default(),
         }
     }
 }
@@ -102,6 +109,8 @@ pub struct Pipeline {
     pub status_manager: Addr<StatusManager>,
     /// Each pod's latest stored status, as a watch channel per pod (what the probe workers read).
     pub views: StatusViews,
+    /// The feature gates the engine was started with.
+    pub feature_gates: FeatureGates,
     /// Kept so the worker arbiters live as long as the pipeline.
     _arbiters: Arc<Vec<Arbiter>>,
 }
@@ -139,6 +148,7 @@ impl Pipeline {
             arbiters: arbiters.iter().map(Arbiter::handle).collect(),
             jitter_seed: config.jitter_seed,
         })
+        .with_feature_gates(config.feature_gates)
         .start();
         Pipeline {
             prober_manager: manager,
@@ -146,6 +156,7 @@ impl Pipeline {
             results_view,
             status_manager,
             views,
+            feature_gates: config.feature_gates,
             _arbiters: Arc::new(arbiters),
         }
     }
@@ -169,6 +180,57 @@ impl Pipeline {
         self.prober_manager.do_send(StopLivenessAndStartup(pod));
     }
 
+    /// A container instance started (upstream `StartContainerProbes`): under
+    /// `ContainerLifecycleProber`, start its startup worker, or its readiness and liveness
+    /// workers when it has no startup probe; a no-op with the gate off. Idempotent.
+    pub fn start_container_probes(
+        &self,
+        pod: Arc<Pod>,
+        container: Arc<Container>,
+        container_id: ContainerId,
+        pod_ip: Option<String>,
+        started_at: Option<Timestamp>,
+    ) {
+        self.prober_manager.do_send(StartContainerProbes {
+            pod,
+            container,
+            container_id,
+            pod_ip,
+            started_at,
+        });
+    }
+
+    /// A container stopped or exited (upstream `StopContainerProbes`): stop its workers.
+    pub fn stop_container_probes(&self, pod_uid: &str, container: &str) {
+        self.prober_manager
+            .do_send(StopContainerProbes { pod_uid: pod_uid.to_owned(), container: container.to_owned() });
+    }
+
+    /// Under `ContainerLifecycleProber`, tells the prober manager which of the pod's probed
+    /// containers run and which do not, as `status` (just generated) shows them: a start for
+    /// each running instance, a stop for each container that is not running. Hosts that learn
+    /// container states from statuses call it after every status they generate; with the gate
+    /// off it does nothing.
+    pub fn sync_container_probes(&self, pod: &Arc<Pod>, status: &PodStatus) {
+        if !self.feature_gates.enabled(Feature::ContainerLifecycleProber) {
+            return;
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        for change in container_changes(pod, status) {
+            match change {
+                ContainerChange::Started { container, container_id, started_at } => self
+                    .start_container_probes(
+                        pod.clone(),
+                        container,
+                        container_id,
+                        status.pod_ip.clone(),
+                        started_at,
+                    ),
+                ContainerChange::Stopped { container } => self.stop_container_probes(&uid, &container),
+            }
+        }
+    }
+
     /// Stops the workers of every pod whose UID is not in `desired` (upstream `CleanupPods`).
     pub fn cleanup_pods(&self, desired: HashSet<String>) {
         self.prober_manager.do_send(CleanupPods(desired));
@@ -190,6 +252,15 @@ impl Pipeline {
     pub async fn workers(&self) -> Result<Vec<ProbeKey>, PipelineError> {
         self.prober_manager
             .send(GetWorkers)
+            .await
+            .map_err(|source| PipelineError { actor: "prober manager", source })
+    }
+
+    /// Every worker the prober manager holds, started or not, with the container instance each
+    /// was started for.
+    pub async fn list_workers(&self) -> Result<Vec<WorkerInfo>, PipelineError> {
+        self.prober_manager
+            .send(ListWorkers)
             .await
             .map_err(|source| PipelineError { actor: "prober manager", source })
     }

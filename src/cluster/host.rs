@@ -160,6 +160,11 @@ impl ClusterHost {
                 return;
             }
             generate_kubelet_conditions(&pod, &mut status);
+            if !deleting && !is_terminal(&pod) {
+                // ContainerLifecycleProber: the containers the runtime reports started or
+                // stopped start or stop their probes (nothing with the gate off).
+                act.pipeline.sync_container_probes(&pod, &status);
+            }
             act.pipeline.set_pod_status(pod.clone(), status);
             if deleting {
                 // Readiness goes on through termination; liveness and startup stop.

@@ -66,7 +66,7 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
 pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
     let client = client(kubeconfig).await?;
     let mut common = Common::new()?;
-    common.probe_host_policy = args.probe_host_policy.into();
+    common.configure(args);
     let limiter = RateLimiter::new(args.qps, args.burst);
     // Exec probes have their own budget, as events do: a node full of exec probes must not
     // delay the status writes the probes are for.

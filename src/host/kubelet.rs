@@ -26,6 +26,7 @@ use actix::prelude::*;
 use k8s_openapi::api::core::v1::{HostIP, Pod, PodIP, PodStatus};
 use probelet_actors::Pipeline;
 use probelet_actors::contracts::PodRegistry;
+use probelet_actors::features::Feature;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
@@ -231,6 +232,8 @@ impl StandaloneKubelet {
         let pod = entry.pod.clone();
         let terminal = matches!(status.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED));
         let started = started_containers(&status);
+        let lifecycle = self.pipeline.feature_gates.enabled(Feature::ContainerLifecycleProber);
+        let stored = lifecycle.then(|| status.clone());
         self.pipeline.set_pod_status(pod.clone(), status);
         if !entry.terminating {
             if terminal || entry.finished {
@@ -240,6 +243,11 @@ impl StandaloneKubelet {
                 }
             } else {
                 self.pipeline.add_pod(pod.clone());
+                // ContainerLifecycleProber: the containers this status shows started or
+                // stopped start or stop their probes (nothing with the gate off).
+                if let Some(stored) = &stored {
+                    self.pipeline.sync_container_probes(&pod, stored);
+                }
                 self.runtime.do_send(SyncPod { pod, started });
             }
         }

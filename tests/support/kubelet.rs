@@ -54,6 +54,11 @@ impl Harness {
     }
 
     pub fn start_with(prober: ScriptedProber) -> Harness {
+        Self::start_gated(prober, probelet::FeatureGates::default())
+    }
+
+    /// [`Harness::start_with`] with these feature gates.
+    pub fn start_gated(prober: ScriptedProber, feature_gates: probelet::FeatureGates) -> Harness {
         let pods = PodRegistry::new();
         let recorder = MemoryRecorder::new();
         let mut config = PipelineConfig::new(
@@ -64,6 +69,7 @@ impl Harness {
         config.clock = Some(Arc::new(TokioClock::starting_at(epoch())));
         config.prober = Some(Arc::new(prober.clone()));
         config.jitter_seed = Some(7);
+        config.feature_gates = feature_gates;
         Harness { runtime: Default::default(), pipeline: Pipeline::start(config), pods, prober, recorder }
     }
 

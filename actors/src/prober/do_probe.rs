@@ -37,6 +37,24 @@ pub struct WorkerSpec {
     pub failure_threshold: u32,
     /// When the prober manager started (wall clock).
     pub manager_start: Timestamp,
+    /// The container instance a worker started by `StartContainerProbes` probes
+    /// (`ContainerLifecycleProber`); `None` for a worker that follows whatever container the
+    /// status shows.
+    pub bound: Option<ContainerBinding>,
+    /// Keep the state of containers that ran before the agent started instead of writing the
+    /// initial value (KEP-4781); false under `ChangeContainerStatusOnKubeletRestart`.
+    pub keep_state_across_restart: bool,
+}
+
+/// The container instance a lifecycle-started worker probes, as `StartContainerProbes` gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerBinding {
+    /// The container instance.
+    pub container_id: ContainerId,
+    /// The pod's IP when the container started, used when the status has none.
+    pub pod_ip: Option<String>,
+    /// When the container started, used for the initial delay when the status has no time.
+    pub started_at: Option<Timestamp>,
 }
 
 impl WorkerSpec {
@@ -63,6 +81,8 @@ impl WorkerSpec {
             success_threshold: threshold(probe.success_threshold, 1),
             failure_threshold: threshold(probe.failure_threshold, 3),
             manager_start,
+            bound: None,
+            keep_state_across_restart: true,
         }
     }
 
@@ -147,13 +167,19 @@ impl WorkerState {
             return Next::Skip;
         };
         let container_id = ContainerId::parse(container.container_id.as_deref().unwrap_or_default());
+        // A worker bound to a container instance waits for the status to show it (it may still
+        // show the previous instance) and never probes another.
+        if spec.bound.as_ref().is_some_and(|b| b.container_id != container_id) {
+            tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Status does not show the probed container instance yet");
+            return Next::Skip;
+        }
 
         if self.container_id.as_ref() != Some(&container_id) {
             if let Some(old) = self.container_id.take() {
                 ops.push(CacheOp::Remove(old));
             }
             let resumed = std::mem::take(&mut self.resumed);
-            if !started_before_manager(container, spec.manager_start) {
+            if !spec.keep_state_across_restart || !started_before_manager(container, spec.manager_start) {
                 let seed = if resumed { CacheOp::Seed } else { CacheOp::Set };
                 ops.push(seed(container_id.clone(), spec.initial_value()));
             }
@@ -189,8 +215,13 @@ impl WorkerState {
             return Next::Stop;
         }
 
-        if let Some(started_at) = running.started_at.as_ref() {
-            let since = now.duration_since(started_at.0).as_secs();
+        let started_at = running
+            .started_at
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| spec.bound.as_ref().and_then(|b| b.started_at));
+        if let Some(started_at) = started_at {
+            let since = now.duration_since(started_at).as_secs();
             if since < spec.initial_delay_seconds {
                 return Next::Skip;
             }
@@ -289,6 +320,8 @@ mod tests {
             success_threshold: 1,
             failure_threshold: 3,
             manager_start: t(0),
+            bound: None,
+            keep_state_across_restart: true,
         }
     }
 
@@ -491,6 +524,52 @@ mod tests {
             &mut ops,
         );
         assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)]);
+    }
+
+    #[test]
+    fn change_container_status_on_kubelet_restart_always_writes_the_initial_value() {
+        let spec = WorkerSpec { keep_state_across_restart: false, ..spec(ProbeKind::Readiness) };
+        let mut ops = vec![];
+        WorkerState::new().before_probe(&spec, Some(&running("x://1", -60, Some(true))), t(0), &mut ops);
+        assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "old container reset");
+    }
+
+    fn binding(container: &str, started_at: Option<i64>) -> Option<ContainerBinding> {
+        Some(ContainerBinding { container_id: id(container), pod_ip: None, started_at: started_at.map(t) })
+    }
+
+    #[test]
+    fn bound_worker_probes_only_its_container_instance() {
+        let spec = WorkerSpec { bound: binding("x://2", None), ..spec(ProbeKind::Liveness) };
+        let mut state = WorkerState::new();
+        let mut ops = vec![];
+        let next = state.before_probe(&spec, Some(&running("x://1", 5, Some(true))), t(10), &mut ops);
+        assert_eq!(next, Next::Skip, "the status still shows the previous instance");
+        assert!(ops.is_empty(), "nothing written for another instance: {ops:?}");
+        assert_eq!(state.container_id, None);
+        let next = state.before_probe(&spec, Some(&running("x://2", 5, Some(true))), t(10), &mut ops);
+        assert_eq!(next, Next::Probe(id("x://2")));
+        assert_eq!(ops, vec![CacheOp::Set(id("x://2"), ProbeResult::Success)]);
+    }
+
+    #[test]
+    fn bound_start_time_counts_when_the_status_has_none() {
+        let spec = WorkerSpec {
+            initial_delay_seconds: 10,
+            bound: binding("x://1", Some(100)),
+            ..spec(ProbeKind::Readiness)
+        };
+        let mut status = running("x://1", 0, Some(true));
+        if let Some(cs) = status.container_statuses.as_mut().and_then(|v| v.first_mut()) {
+            cs.state = Some(ContainerState {
+                running: Some(ContainerStateRunning { started_at: None }),
+                ..Default::default()
+            });
+        }
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        let mut ops = vec![];
+        assert_eq!(state.before_probe(&spec, Some(&status), t(109), &mut ops), Next::Skip);
+        assert_eq!(state.before_probe(&spec, Some(&status), t(110), &mut ops), Next::Probe(id("x://1")));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The prober manager actor (upstream `pkg/kubelet/prober/prober_manager.go`), the supervisor
 //! of the probe workers: it creates them for a pod's containers (`AddPod`), stops them
 //! (`RemovePod`, `CleanupPods`, `StopLivenessAndStartup`), sets `started` / `ready` on a status
-//! being generated (`UpdatePodStatus`) and restarts a worker that died abnormally.
+//! being generated (`UpdatePodStatus`) and restarts a worker that died abnormally. Under the
+//! `ContainerLifecycleProber` gate `AddPod` only creates workers, and `StartContainerProbes` /
+//! `StopContainerProbes` start and stop them per container instance (docs/prober.md §3.7);
+//! `ChangeContainerStatusOnKubeletRestart` turns the agent-restart preservation off (§3.8).
 //!
 //! Deliberate differences from upstream: `AddPod` continues past an existing worker (upstream's
 //! newer fix), and a worker that was told to stop does not block a new worker for the same key
@@ -24,13 +27,16 @@ use k8s_openapi::jiff::Timestamp;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::do_probe::{WorkerSpec, WorkerState};
+use super::do_probe::{ContainerBinding, WorkerSpec, WorkerState};
 use super::probe_metrics::ProbeLabels;
 use super::update_status::{ProbeView, result_keys, update_pod_status};
-use super::worker::{PredecessorExited, ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited};
+use super::worker::{
+    PredecessorExited, ProbeKey, ProbeWorker, StartupSucceeded, Stop, Trigger, WorkerConfig, WorkerExited,
+};
 use super::{ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
+use crate::features::{Feature, FeatureGates};
 use crate::metrics as names;
 use crate::results::{RemoveResult, ResultsCache, ResultsView};
 use crate::status::is_restartable_init_container;
@@ -76,6 +82,58 @@ pub struct UpdatePodStatus {
 #[rtype(result = "Vec<ProbeKey>")]
 pub struct GetWorkers;
 
+/// Every worker the manager holds, started or not, with what it probes.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Vec<WorkerInfo>")]
+pub struct ListWorkers;
+
+/// One worker as [`ListWorkers`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerInfo {
+    /// Its pod UID, container name and probe kind.
+    pub key: ProbeKey,
+    /// The manager's number for it; a replacement always has a higher one.
+    pub worker_id: u64,
+    /// It probes (or will after its start-up jitter). False for a worker `AddPod` created under
+    /// `ContainerLifecycleProber` that `StartContainerProbes` has not started yet.
+    pub running: bool,
+    /// It was told to stop and has not exited yet.
+    pub stopping: bool,
+    /// The container instance it was started for (`StartContainerProbes`), if any.
+    pub container_id: Option<ContainerId>,
+}
+
+/// A container started (upstream `StartContainerProbes`, `ContainerLifecycleProber` only; a
+/// no-op otherwise): start its startup worker, or its readiness and liveness workers when it
+/// has no startup probe, for this container instance. Idempotent for one instance; a new
+/// container ID replaces the workers of the previous instance (a restart the host did not
+/// report with [`StopContainerProbes`]).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct StartContainerProbes {
+    /// The container's pod.
+    pub pod: Arc<Pod>,
+    /// The container's spec (a regular container or a sidecar).
+    pub container: Arc<Container>,
+    /// The instance that started.
+    pub container_id: ContainerId,
+    /// The pod's IP, probed when the pod status has none yet.
+    pub pod_ip: Option<String>,
+    /// When the instance started; the initial delay counts from it when the status has no time.
+    pub started_at: Option<Timestamp>,
+}
+
+/// A container stopped or exited (upstream `StopContainerProbes`): stop its workers; one not
+/// started yet is dropped at once.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct StopContainerProbes {
+    /// The container's pod UID.
+    pub pod_uid: String,
+    /// The container's name.
+    pub container: String,
+}
+
 // === the actor ===
 
 /// Everything the manager needs to create workers.
@@ -97,7 +155,8 @@ pub struct ManagerConfig {
 }
 
 struct WorkerEntry {
-    addr: Addr<ProbeWorker>,
+    /// `None`: created by `AddPod` under `ContainerLifecycleProber`, not started yet.
+    addr: Option<Addr<ProbeWorker>>,
     id: u64,
     /// Told to stop; no longer blocks a new worker for the key.
     stopping: bool,
@@ -105,6 +164,16 @@ struct WorkerEntry {
     restarts: u32,
     pod: Arc<Pod>,
     container: Arc<Container>,
+    /// The container instance it was started for (`StartContainerProbes`).
+    binding: Option<ContainerBinding>,
+}
+
+/// How a worker starts: fresh, resumed or restarted, and for which container instance.
+struct WorkerStart {
+    state: WorkerState,
+    /// Abnormal deaths of its predecessors, for the restart back-off.
+    restarts: u32,
+    binding: Option<ContainerBinding>,
 }
 
 /// The prober manager actor (upstream `prober.Manager`): start it through
@@ -117,6 +186,8 @@ pub struct ProberManager {
     workers: BTreeMap<ProbeKey, WorkerEntry>,
     next_id: u64,
     rng: StdRng,
+    /// The kubelet feature gates in force (see [`ProberManager::with_feature_gates`]).
+    feature_gates: FeatureGates,
 }
 
 impl ProberManager {
@@ -128,7 +199,20 @@ impl ProberManager {
             None => StdRng::from_os_rng(),
         };
         let start = config.clock.now();
-        ProberManager { config, start, workers: BTreeMap::new(), next_id: 0, rng }
+        ProberManager {
+            config,
+            start,
+            workers: BTreeMap::new(),
+            next_id: 0,
+            rng,
+            feature_gates: FeatureGates::default(),
+        }
+    }
+
+    /// The manager under these feature gates instead of the kubelet's defaults.
+    pub fn with_feature_gates(mut self, feature_gates: FeatureGates) -> Self {
+        self.feature_gates = feature_gates;
+        self
     }
 
     /// When the manager started.
@@ -153,12 +237,17 @@ impl ProberManager {
         key: ProbeKey,
         pod: Arc<Pod>,
         container: Arc<Container>,
-        state: WorkerState,
-        restarts: u32,
+        how: WorkerStart,
     ) {
+        let WorkerStart { state, restarts, binding } = how;
         let Some(probe) = key.kind.probe_of(&container).cloned() else { return };
         let is_sidecar = is_sidecar(&pod, &container.name);
-        let spec = WorkerSpec::new(key.kind, &pod, &container, &probe, is_sidecar, self.start);
+        let mut spec = WorkerSpec::new(key.kind, &pod, &container, &probe, is_sidecar, self.start);
+        spec.bound = binding.clone();
+        spec.keep_state_across_restart =
+            !self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
+        let on_started =
+            (key.kind == ProbeKind::Startup && binding.is_some()).then(|| ctx.address().recipient());
         let period = Duration::from_secs(
             probe.period_seconds.and_then(|p| u64::try_from(p).ok()).filter(|p| *p > 0).unwrap_or(10),
         );
@@ -179,6 +268,7 @@ impl ProberManager {
             results: self.config.results.clone(),
             results_view: self.config.results_view.clone(),
             manager: ctx.address().recipient(),
+            on_started,
             clock: self.config.clock.clone(),
         };
         let addr = match self.arbiter_for(&key.pod_uid) {
@@ -186,12 +276,75 @@ impl ProberManager {
             None => ProbeWorker::new(config).start(),
         };
         tracing::debug!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Probe worker started");
-        let replaced = self
-            .workers
-            .insert(key.clone(), WorkerEntry { addr, id, stopping: false, restarts, pod, container });
-        if replaced.is_none() {
-            workers_gauge(key.kind).increment(1.0);
+        let entry = WorkerEntry { addr: Some(addr), id, stopping: false, restarts, pod, container, binding };
+        self.insert(key, entry);
+    }
+
+    /// A worker `AddPod` creates under `ContainerLifecycleProber`: known (so the container is
+    /// not ready or started before it is probed), not probing until `StartContainerProbes`.
+    fn add_unstarted(&mut self, key: ProbeKey, pod: Arc<Pod>, container: Arc<Container>) {
+        self.next_id += 1;
+        let entry = WorkerEntry {
+            addr: None,
+            id: self.next_id,
+            stopping: false,
+            restarts: 0,
+            pod,
+            container,
+            binding: None,
+        };
+        tracing::trace!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Probe worker created, not started");
+        self.insert(key, entry);
+    }
+
+    fn insert(&mut self, key: ProbeKey, entry: WorkerEntry) {
+        let kind = key.kind;
+        if self.workers.insert(key, entry).is_none() {
+            workers_gauge(kind).increment(1.0);
         }
+    }
+
+    /// Drops the key's entry; a started worker is told to stop, and its exit finds the key
+    /// taken or free (see [`Self::left_by_replaced`]).
+    fn retire(&mut self, key: &ProbeKey) {
+        let Some(entry) = self.workers.remove(key) else { return };
+        workers_gauge(key.kind).decrement(1.0);
+        if let Some(addr) = entry.addr.filter(|_| !entry.stopping) {
+            addr.do_send(Stop);
+        }
+    }
+
+    /// Upstream `startWorkerLocked`: start the key's worker for this container instance unless
+    /// it already probes it. Nothing when the container has no probe of this kind.
+    fn start_bound(&mut self, ctx: &mut Context<Self>, key: ProbeKey, binding: &ContainerBinding) {
+        let Some(entry) = self.workers.get(&key) else { return };
+        let running = entry.addr.is_some() && !entry.stopping;
+        if running && entry.binding.as_ref().is_some_and(|b| b.container_id == binding.container_id) {
+            return;
+        }
+        if running && let Some(addr) = &entry.addr {
+            addr.do_send(Stop);
+        }
+        let (pod, container) = (entry.pod.clone(), entry.container.clone());
+        let how = WorkerStart { state: WorkerState::new(), restarts: 0, binding: Some(binding.clone()) };
+        self.spawn_worker(ctx, key, pod, container, how);
+    }
+
+    fn start_readiness_and_liveness(
+        &mut self,
+        ctx: &mut Context<Self>,
+        uid: &str,
+        name: &str,
+        binding: &ContainerBinding,
+    ) {
+        for kind in [ProbeKind::Readiness, ProbeKind::Liveness] {
+            let key = ProbeKey { pod_uid: uid.to_owned(), container_name: name.to_owned(), kind };
+            self.start_bound(ctx, key, binding);
+        }
+    }
+
+    fn lifecycle(&self) -> bool {
+        self.feature_gates.enabled(Feature::ContainerLifecycleProber)
     }
 
     /// Upstream: sleep a random part of the period, but only while the manager is younger than
@@ -213,12 +366,24 @@ impl ProberManager {
         self.config.arbiters.get(index).cloned()
     }
 
+    /// Stops the matching workers; one not started yet is dropped at once (upstream deletes
+    /// a worker that is not running), a started one stays until it exits.
     fn stop_where(&mut self, mut pred: impl FnMut(&ProbeKey) -> bool) {
+        let mut unstarted = Vec::new();
         for (key, entry) in self.workers.iter_mut() {
-            if !entry.stopping && pred(key) {
-                entry.stopping = true;
-                entry.addr.do_send(Stop);
+            if entry.stopping || !pred(key) {
+                continue;
             }
+            match &entry.addr {
+                Some(addr) => {
+                    entry.stopping = true;
+                    addr.do_send(Stop);
+                }
+                None => unstarted.push(key.clone()),
+            }
+        }
+        for key in unstarted {
+            self.retire(&key);
         }
     }
 }
@@ -227,8 +392,8 @@ impl Actor for ProberManager {
     type Context = Context<Self>;
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        for entry in self.workers.values() {
-            entry.addr.do_send(Stop);
+        for addr in self.workers.values().filter_map(|e| e.addr.as_ref()) {
+            addr.do_send(Stop);
         }
     }
 }
@@ -264,7 +429,12 @@ impl Handler<AddPod> for ProberManager {
                     Some(_) => WorkerState::resumed(),
                     None => WorkerState::new(),
                 };
-                self.spawn_worker(ctx, key, pod.clone(), container.clone(), state, 0);
+                if self.lifecycle() {
+                    self.add_unstarted(key, pod.clone(), container.clone());
+                } else {
+                    let how = WorkerStart { state, restarts: 0, binding: None };
+                    self.spawn_worker(ctx, key, pod.clone(), container.clone(), how);
+                }
             }
         }
     }
@@ -307,12 +477,17 @@ impl Handler<UpdatePodStatus> for ProberManager {
         let answer = self.config.results_view.get_many(&keys);
         let results: HashMap<_, _> =
             keys.into_iter().zip(answer).filter_map(|(key, result)| result.map(|r| (key, r))).collect();
-        let view = ProbeView { workers, results, manager_start: self.start };
+        let change_status_on_restart =
+            self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
+        let view = ProbeView { workers, results, manager_start: self.start, change_status_on_restart };
         let mut status = msg.status;
-        for name in update_pod_status(&msg.pod, &mut status, &view) {
+        let triggers = update_pod_status(&msg.pod, &mut status, &view);
+        // A lifecycle worker starts with its container and probes at once: no manual trigger
+        // (upstream skips it under ContainerLifecycleProber).
+        for name in triggers.into_iter().filter(|_| !self.lifecycle()) {
             let key = ProbeKey { pod_uid: uid.clone(), container_name: name, kind: ProbeKind::Readiness };
-            if let Some(entry) = self.workers.get(&key)
-                && entry.addr.try_send(Trigger).is_err()
+            if let Some(addr) = self.workers.get(&key).and_then(|e| e.addr.as_ref())
+                && addr.try_send(Trigger).is_err()
             {
                 tracing::debug!(pod_uid = %uid, container = %key.container_name, probe_kind = %key.kind, "Failed to trigger a manual run");
             }
@@ -326,6 +501,86 @@ impl Handler<GetWorkers> for ProberManager {
 
     fn handle(&mut self, _msg: GetWorkers, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(self.workers.keys().cloned().collect())
+    }
+}
+
+impl Handler<ListWorkers> for ProberManager {
+    type Result = MessageResult<ListWorkers>;
+
+    fn handle(&mut self, _msg: ListWorkers, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.workers
+                .iter()
+                .map(|(key, e)| WorkerInfo {
+                    key: key.clone(),
+                    worker_id: e.id,
+                    running: e.addr.is_some() && !e.stopping,
+                    stopping: e.stopping,
+                    container_id: e.binding.as_ref().map(|b| b.container_id.clone()),
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Handler<StartContainerProbes> for ProberManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: StartContainerProbes, ctx: &mut Self::Context) {
+        if !self.lifecycle() {
+            return;
+        }
+        let Some(uid) = msg.pod.metadata.uid.clone() else { return };
+        let name = msg.container.name.clone();
+        let key = |kind| ProbeKey { pod_uid: uid.clone(), container_name: name.clone(), kind };
+        // Workers of a previous instance (a restart nobody reported with a stop) go.
+        for kind in ProbeKind::ADD_ORDER {
+            let stale = self.workers.get(&key(kind)).is_some_and(|e| {
+                !e.stopping && e.binding.as_ref().is_some_and(|b| b.container_id != msg.container_id)
+            });
+            if stale {
+                self.retire(&key(kind));
+            }
+        }
+        for kind in ProbeKind::ADD_ORDER {
+            let missing = self.workers.get(&key(kind)).is_none_or(|e| e.stopping);
+            if kind.probe_of(&msg.container).is_some() && missing {
+                self.add_unstarted(key(kind), msg.pod.clone(), msg.container.clone());
+            }
+        }
+        let binding = ContainerBinding {
+            container_id: msg.container_id,
+            pod_ip: msg.pod_ip.filter(|ip| !ip.is_empty()),
+            started_at: msg.started_at,
+        };
+        if msg.container.startup_probe.is_some() {
+            // Readiness and liveness wait for the startup probe (StartupSucceeded).
+            self.start_bound(ctx, key(ProbeKind::Startup), &binding);
+        } else {
+            self.start_readiness_and_liveness(ctx, &uid, &name, &binding);
+        }
+    }
+}
+
+impl Handler<StopContainerProbes> for ProberManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: StopContainerProbes, _ctx: &mut Self::Context) {
+        self.stop_where(|k| k.pod_uid == msg.pod_uid && k.container_name == msg.container);
+    }
+}
+
+impl Handler<StartupSucceeded> for ProberManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: StartupSucceeded, ctx: &mut Self::Context) {
+        let Some(entry) = self.workers.get(&msg.key).filter(|e| e.id == msg.worker_id && !e.stopping) else {
+            return; // replaced or stopped since: its container is not the current one
+        };
+        let Some(binding) = entry.binding.clone().filter(|b| b.container_id == msg.container_id) else {
+            return;
+        };
+        self.start_readiness_and_liveness(ctx, &msg.key.pod_uid, &msg.key.container_name, &binding);
     }
 }
 
@@ -366,9 +621,10 @@ impl Handler<WorkerExited> for ProberManager {
                 act.discard_dead(&msg);
                 return;
             }
-            let (pod, container) = (entry.pod.clone(), entry.container.clone());
+            let (pod, container, binding) =
+                (entry.pod.clone(), entry.container.clone(), entry.binding.clone());
             let state = msg.state.unwrap_or_else(WorkerState::resumed);
-            act.spawn_worker(ctx, msg.key, pod, container, state, restarts);
+            act.spawn_worker(ctx, msg.key, pod, container, WorkerStart { state, restarts, binding });
         });
     }
 }
@@ -389,12 +645,14 @@ impl ProberManager {
     /// key's series and decides about the cache entry; with none left (the replacement has
     /// exited too), nobody owns either.
     fn left_by_replaced(&self, msg: &WorkerExited) {
-        match self.workers.get(&msg.key) {
+        match self.workers.get(&msg.key).and_then(|e| e.addr.as_ref()) {
             Some(newer) => {
                 if let Some(container_id) = msg.container_id.clone() {
-                    newer.addr.do_send(PredecessorExited { container_id });
+                    newer.do_send(PredecessorExited { container_id });
                 }
             }
+            // No newer worker, or one not started yet (it writes its container's entry afresh
+            // when it starts): nobody takes over the entry or the series.
             None => self.release(msg.key.kind, msg.container_id.clone(), &msg.labels),
         }
     }

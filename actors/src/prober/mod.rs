@@ -8,6 +8,7 @@ pub mod exec;
 pub mod executors;
 pub mod grpc;
 pub mod http;
+pub mod lifecycle;
 pub mod manager;
 pub mod port;
 mod probe;

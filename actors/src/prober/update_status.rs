@@ -22,6 +22,9 @@ pub struct ProbeView {
     pub results: HashMap<(ProbeKind, ContainerId), ProbeResult>,
     /// When the prober manager started (wall clock).
     pub manager_start: Timestamp,
+    /// `ChangeContainerStatusOnKubeletRestart`: ignore what an agent restart would preserve
+    /// (the container's `started`, the API's readiness) as kubelets before KEP-4781 did.
+    pub change_status_on_restart: bool,
 }
 
 impl ProbeView {
@@ -107,7 +110,7 @@ fn is_container_started(cs: &ContainerStatus, view: &ProbeView) -> bool {
         return result == ProbeResult::Success;
     }
     // Already started before (kept across an agent restart).
-    if cs.started == Some(true) {
+    if !view.change_status_on_restart && cs.started == Some(true) {
         return true;
     }
     !view.has_worker(&cs.name, ProbeKind::Startup)
@@ -135,7 +138,7 @@ fn readiness(
     } else {
         true
     };
-    if started_before_manager(cs, view.manager_start) {
+    if !view.change_status_on_restart && started_before_manager(cs, view.manager_start) {
         let inheritable = can_inherit_probe_state(cs, api_statuses);
         if !ready && cached.is_none() && inheritable {
             ready = true;
@@ -263,6 +266,7 @@ mod tests {
             workers: workers.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect(),
             results: results.iter().map(|(k, id, r)| ((*k, ContainerId::parse(id)), *r)).collect(),
             manager_start: t(0),
+            change_status_on_restart: false,
         }
     }
 
@@ -600,6 +604,35 @@ mod tests {
             assert_eq!((cs.started, cs.ready), want, "{name}");
             let want_triggers: Vec<String> = if triggered { vec![SIDE.into()] } else { vec![] };
             assert_eq!(triggers, want_triggers, "{name}");
+        }
+    }
+
+    #[test]
+    fn change_container_status_on_kubelet_restart_skips_the_preservation() {
+        // Off (the default): an old container with no result inherits the API's readiness, and
+        // a container reported started stays started. On: neither.
+        let ready_api = Some(api(Some("True"), vec![running(APP, ID, -60)], vec![]));
+        for (on, want_ready, want_started) in [(false, true, true), (true, false, false)] {
+            let pod = pod(vec![container(APP, true)], vec![], ready_api.clone());
+            let mut v = view(&[(APP, Readiness)], &[]);
+            v.change_status_on_restart = on;
+            let mut status =
+                PodStatus { container_statuses: Some(vec![running(APP, ID, -60)]), ..Default::default() };
+            update_pod_status(&pod, &mut status, &v);
+            assert_eq!(status.container_statuses.unwrap()[0].ready, want_ready, "ready, gate on={on}");
+
+            let mut v = view(&[(APP, Startup)], &[]);
+            v.change_status_on_restart = on;
+            let mut status = PodStatus {
+                container_statuses: Some(vec![with(running(APP, ID, -60), Some(true), false)]),
+                ..Default::default()
+            };
+            update_pod_status(&pod, &mut status, &v);
+            assert_eq!(
+                status.container_statuses.unwrap()[0].started,
+                Some(want_started),
+                "started, gate on={on}"
+            );
         }
     }
 

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use tokio::time::Instant;
 
-use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState};
+use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
 use super::{ProbeError, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
@@ -72,6 +72,21 @@ pub struct PredecessorExited {
     pub container_id: ContainerId,
 }
 
+/// Sent to the manager by a startup worker started by `StartContainerProbes`
+/// (`ContainerLifecycleProber`) once its container has started (its probe succeeded, or the
+/// status already reports it started): the manager then starts the container's readiness and
+/// liveness workers. Sent at most once per worker.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct StartupSucceeded {
+    /// The startup worker's pod UID, container name and kind.
+    pub key: ProbeKey,
+    /// The manager's number for that worker: a notice from a replaced worker is ignored.
+    pub worker_id: u64,
+    /// The container instance that started.
+    pub container_id: ContainerId,
+}
+
 // === the actor ===
 
 /// Everything a worker is created with.
@@ -106,6 +121,8 @@ pub struct WorkerConfig {
     pub results_view: ResultsView,
     /// Where the worker's [`WorkerExited`] notice goes (the prober manager).
     pub manager: Recipient<WorkerExited>,
+    /// Where a lifecycle-started startup worker sends [`StartupSucceeded`]; `None` for others.
+    pub on_started: Option<Recipient<StartupSucceeded>>,
     /// The wall clock the initial delay is measured on (against the container's `startedAt`).
     pub clock: SharedClock,
 }
@@ -144,6 +161,8 @@ pub struct ProbeWorker {
     labels: metrics::ProbeLabels,
     /// Tells the manager when the worker is gone, however it goes.
     exit: ExitNotice,
+    /// Where [`StartupSucceeded`] goes; taken when sent.
+    on_started: Option<Recipient<StartupSucceeded>>,
 }
 
 impl ProbeWorker {
@@ -180,10 +199,17 @@ impl ProbeWorker {
             trigger_pending: false,
             status_wait: None,
             labels,
+            on_started: config.on_started,
         }
     }
 
     fn begin(&mut self, ctx: &mut Context<Self>) {
+        if self.spec.bound.is_some() {
+            // Started with its container (ContainerLifecycleProber): the status that shows the
+            // container may not be published yet; probe as soon as it is, not a period later.
+            self.run_triggered(ctx, true);
+            return;
+        }
         self.schedule_from(Instant::now(), ctx);
         self.run_probe(ctx);
     }
@@ -226,6 +252,8 @@ impl ProbeWorker {
         let status = self.status.borrow().clone();
         let mut ops = Vec::new();
         let next = self.state.before_probe(&self.spec, status.as_deref(), self.clock.now(), &mut ops);
+        let reported_started = status.as_deref().is_some_and(|s| self.reports_started(s));
+        self.announce_started(&ops, reported_started);
         self.apply(ops);
         let container_id = match next {
             Next::Stop => {
@@ -236,7 +264,13 @@ impl ProbeWorker {
             Next::Skip => return false,
             Next::Probe(id) => id,
         };
-        let Some(status) = status else { return false };
+        let Some(mut status) = status else { return false };
+        if let Some(pod_ip) = self.spec.bound.as_ref().and_then(|b| b.pod_ip.clone())
+            && status.pod_ip.as_deref().is_none_or(str::is_empty)
+        {
+            // The pod IP the container started with, when the status has none yet.
+            Arc::make_mut(&mut status).pod_ip = Some(pod_ip);
+        }
         if let Some(wait) = self.status_wait.take() {
             ctx.cancel_future(wait);
         }
@@ -305,7 +339,41 @@ impl ProbeWorker {
         self.labels.observe(result, started.elapsed());
         let mut ops = Vec::new();
         self.state.after_probe(&self.spec, result, &mut ops);
+        self.announce_started(&ops, false);
         self.apply(ops);
+    }
+
+    /// Whether the status reports this worker's bound container as started already (an agent
+    /// restart, or a sidecar whose start was recorded before): its startup probe will not run.
+    fn reports_started(&self, status: &PodStatus) -> bool {
+        let Some(bound) = self.spec.bound.as_ref() else { return false };
+        find_container_status(status, &self.key.container_name).is_some_and(|cs| {
+            cs.started == Some(true)
+                && ContainerId::parse(cs.container_id.as_deref().unwrap_or_default()) == bound.container_id
+        })
+    }
+
+    /// Tells the manager, once, that a lifecycle-started startup worker's container started.
+    fn announce_started(&mut self, ops: &[CacheOp], reported_started: bool) {
+        if self.on_started.is_none() {
+            return;
+        }
+        let succeeded = ops.iter().find_map(|op| match op {
+            CacheOp::Set(id, ProbeResult::Success) => Some(id.clone()),
+            _ => None,
+        });
+        let container_id = match (succeeded, &self.spec.bound) {
+            (Some(id), _) => id,
+            (None, Some(bound)) if reported_started => bound.container_id.clone(),
+            _ => return,
+        };
+        if let Some(recipient) = self.on_started.take() {
+            recipient.do_send(StartupSucceeded {
+                key: self.key.clone(),
+                worker_id: self.exit.worker_id,
+                container_id,
+            });
+        }
     }
 
     fn run_pending(&mut self, ctx: &mut Context<Self>) {

@@ -1,0 +1,425 @@
+//! The kubelet's feature gates that change what the engine does: one [`FeatureGates`] value in
+//! the pipeline's config, parsed from the kubelet's `--feature-gates=Name=true,Name2=false`
+//! syntax with the kubelet's error texts (upstream `k8s.io/component-base/featuregate`, `Set`
+//! and `SetFromMap`). The defaults are those of the kubelet probelet follows (v1.35), and a gate
+//! newer than v1.35 has the default it was introduced with. With every gate at its default the
+//! engine behaves as it always did. What each gate changes is in `docs/prober.md`.
+//!
+//! A gate the engine recognises but does not implement yet can only be set to its default: any
+//! other value is refused, so a host never believes a behaviour is on when it is not.
+
+use std::fmt;
+
+use crate::gofmt::go_quote;
+
+/// A feature gate the engine knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Feature {
+    /// Probe workers follow each container's lifecycle (`StartContainerProbes` /
+    /// `StopContainerProbes`) instead of the pod's: alpha, off by default.
+    ContainerLifecycleProber,
+    /// Probe specs of a running pod change in place (KEP-6318): alpha, off by default;
+    /// recognised, not implemented yet.
+    MutableContainerProbes,
+    /// An agent restart resets `ready` / `started` as kubelets before KEP-4781 did: deprecated,
+    /// off by default.
+    ChangeContainerStatusOnKubeletRestart,
+    /// In-place pod resize: GA and locked to on in v1.35.
+    InPlacePodVerticalScaling,
+}
+
+/// How mature a gate is, as the kubelet's `--help` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Off by default, may change or go away.
+    Alpha,
+    /// Usually on by default.
+    Beta,
+    /// Always on; the gate is going away.
+    Ga,
+    /// The gate and the behaviour it switches on are going away.
+    Deprecated,
+}
+
+/// What the engine knows about a gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureSpec {
+    /// The gate.
+    pub feature: Feature,
+    /// Its default in the kubelet probelet follows.
+    pub default: bool,
+    /// Its stage there.
+    pub stage: Stage,
+    /// It cannot be set to anything but its default.
+    pub locked_to_default: bool,
+    /// The engine implements what the gate switches; when false only the default is accepted.
+    pub implemented: bool,
+}
+
+/// Every gate the engine knows, in the order the README lists them.
+pub const KNOWN_FEATURES: [FeatureSpec; 4] = [
+    FeatureSpec {
+        feature: Feature::ContainerLifecycleProber,
+        default: false,
+        stage: Stage::Alpha,
+        locked_to_default: false,
+        implemented: true,
+    },
+    FeatureSpec {
+        feature: Feature::MutableContainerProbes,
+        default: false,
+        stage: Stage::Alpha,
+        locked_to_default: false,
+        implemented: false,
+    },
+    FeatureSpec {
+        feature: Feature::ChangeContainerStatusOnKubeletRestart,
+        default: false,
+        stage: Stage::Deprecated,
+        locked_to_default: false,
+        implemented: true,
+    },
+    FeatureSpec {
+        feature: Feature::InPlacePodVerticalScaling,
+        default: true,
+        stage: Stage::Ga,
+        locked_to_default: true,
+        implemented: true,
+    },
+];
+
+impl Feature {
+    /// The gate's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::ContainerLifecycleProber => "ContainerLifecycleProber",
+            Feature::MutableContainerProbes => "MutableContainerProbes",
+            Feature::ChangeContainerStatusOnKubeletRestart => "ChangeContainerStatusOnKubeletRestart",
+            Feature::InPlacePodVerticalScaling => "InPlacePodVerticalScaling",
+        }
+    }
+
+    /// The gate with this exact name (names are case-sensitive, as the kubelet's are).
+    pub fn from_name(name: &str) -> Option<Feature> {
+        KNOWN_FEATURES.iter().map(|s| s.feature).find(|f| f.name() == name)
+    }
+
+    /// What the engine knows about the gate.
+    pub fn spec(self) -> FeatureSpec {
+        KNOWN_FEATURES.iter().copied().find(|s| s.feature == self).unwrap_or(FeatureSpec {
+            feature: self,
+            default: false,
+            stage: Stage::Alpha,
+            locked_to_default: false,
+            implemented: false,
+        })
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a `--feature-gates` value was refused. The texts are the kubelet's, except
+/// [`FeatureGateError::NotImplemented`], which the kubelet has no need for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FeatureGateError {
+    /// `Name` without `=value`.
+    #[error("missing bool value for {0}")]
+    MissingValue(String),
+    /// A value Go's `strconv.ParseBool` does not take.
+    #[error("invalid value of {name}={value}, err: strconv.ParseBool: parsing {quoted}: invalid syntax", quoted = go_quote(value))]
+    InvalidValue {
+        /// The gate's name as given.
+        name: String,
+        /// The value as given (trimmed).
+        value: String,
+    },
+    /// A name the engine does not know.
+    #[error("unrecognized feature gate: {0}")]
+    Unrecognized(String),
+    /// A gate locked to its default, set to the other value.
+    #[error("cannot set feature gate {feature} to {value}, feature is locked to {default}")]
+    Locked {
+        /// The gate.
+        feature: Feature,
+        /// The value asked for.
+        value: bool,
+        /// The only value it takes.
+        default: bool,
+    },
+    /// A gate the engine recognises but does not implement, set to other than its default.
+    #[error("cannot set feature gate {feature} to {value}: probelet does not implement it yet")]
+    NotImplemented {
+        /// The gate.
+        feature: Feature,
+        /// The value asked for.
+        value: bool,
+    },
+    /// More than one gate was refused (upstream aggregates them in brackets).
+    #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    Several(Vec<FeatureGateError>),
+}
+
+/// The value of every gate the engine knows. `Default` is the kubelet's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureGates {
+    container_lifecycle_prober: bool,
+    mutable_container_probes: bool,
+    change_container_status_on_kubelet_restart: bool,
+    in_place_pod_vertical_scaling: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        let mut gates = FeatureGates {
+            container_lifecycle_prober: false,
+            mutable_container_probes: false,
+            change_container_status_on_kubelet_restart: false,
+            in_place_pod_vertical_scaling: false,
+        };
+        for spec in KNOWN_FEATURES {
+            *gates.slot(spec.feature) = spec.default;
+        }
+        gates
+    }
+}
+
+/// What parsing a `--feature-gates` value gave: the gates, and the warnings the kubelet logs
+/// for setting a deprecated or GA gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedFeatureGates {
+    /// The defaults with the given values applied.
+    pub gates: FeatureGates,
+    /// One line per deprecated or GA gate that was set, in the kubelet's words.
+    pub warnings: Vec<String>,
+}
+
+impl FeatureGates {
+    /// Whether the gate is on.
+    pub fn enabled(&self, feature: Feature) -> bool {
+        match feature {
+            Feature::ContainerLifecycleProber => self.container_lifecycle_prober,
+            Feature::MutableContainerProbes => self.mutable_container_probes,
+            Feature::ChangeContainerStatusOnKubeletRestart => self.change_container_status_on_kubelet_restart,
+            Feature::InPlacePodVerticalScaling => self.in_place_pod_vertical_scaling,
+        }
+    }
+
+    /// The gates with `feature` set to `value`, checked as the command line is: a locked gate
+    /// or an unimplemented one only takes its default.
+    pub fn with(mut self, feature: Feature, value: bool) -> Result<FeatureGates, FeatureGateError> {
+        check(feature, value)?;
+        *self.slot(feature) = value;
+        Ok(self)
+    }
+
+    fn slot(&mut self, feature: Feature) -> &mut bool {
+        match feature {
+            Feature::ContainerLifecycleProber => &mut self.container_lifecycle_prober,
+            Feature::MutableContainerProbes => &mut self.mutable_container_probes,
+            Feature::ChangeContainerStatusOnKubeletRestart => {
+                &mut self.change_container_status_on_kubelet_restart
+            }
+            Feature::InPlacePodVerticalScaling => &mut self.in_place_pod_vertical_scaling,
+        }
+    }
+
+    /// Parses the kubelet's `--feature-gates` syntax: `Name=bool` pairs separated by commas,
+    /// blanks around names and values ignored, empty items skipped, a later value of a gate
+    /// winning. Values are Go's booleans (`1 t T TRUE true True 0 f F FALSE false False`).
+    /// A malformed pair is reported first; then the first unknown name; then every gate that
+    /// cannot take its value.
+    pub fn parse(value: &str) -> Result<ParsedFeatureGates, FeatureGateError> {
+        let mut pairs: Vec<(String, bool)> = Vec::new();
+        for item in value.split(',') {
+            if item.is_empty() {
+                continue;
+            }
+            let (name, raw) = match item.split_once('=') {
+                Some((name, raw)) => (name.trim(), raw.trim()),
+                None => return Err(FeatureGateError::MissingValue(item.trim().to_owned())),
+            };
+            let parsed = parse_go_bool(raw).ok_or_else(|| FeatureGateError::InvalidValue {
+                name: name.to_owned(),
+                value: raw.to_owned(),
+            })?;
+            match pairs.iter_mut().find(|(n, _)| n == name) {
+                Some(pair) => pair.1 = parsed,
+                None => pairs.push((name.to_owned(), parsed)),
+            }
+        }
+        let mut gates = FeatureGates::default();
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        for (name, value) in pairs {
+            let Some(feature) = Feature::from_name(&name) else {
+                return Err(FeatureGateError::Unrecognized(name));
+            };
+            match gates.with(feature, value) {
+                Ok(next) => gates = next,
+                Err(err) => {
+                    errors.push(err);
+                    continue;
+                }
+            }
+            match feature.spec().stage {
+                Stage::Deprecated => warnings.push(format!(
+                    "Setting deprecated feature gate {name}={value}. It will be removed in a future release."
+                )),
+                Stage::Ga => warnings.push(format!(
+                    "Setting GA feature gate {name}={value}. It will be removed in a future release."
+                )),
+                Stage::Alpha | Stage::Beta => {}
+            }
+        }
+        match errors.len() {
+            0 => Ok(ParsedFeatureGates { gates, warnings }),
+            1 => Err(errors.remove(0)),
+            _ => Err(FeatureGateError::Several(errors)),
+        }
+    }
+}
+
+fn check(feature: Feature, value: bool) -> Result<(), FeatureGateError> {
+    let spec = feature.spec();
+    if spec.locked_to_default && value != spec.default {
+        return Err(FeatureGateError::Locked { feature, value, default: spec.default });
+    }
+    if !spec.implemented && value != spec.default {
+        return Err(FeatureGateError::NotImplemented { feature, value });
+    }
+    Ok(())
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_kubelets() {
+        let gates = FeatureGates::default();
+        assert!(!gates.enabled(Feature::ContainerLifecycleProber));
+        assert!(!gates.enabled(Feature::MutableContainerProbes));
+        assert!(!gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart));
+        assert!(gates.enabled(Feature::InPlacePodVerticalScaling));
+    }
+
+    #[test]
+    fn parses_pairs_with_blanks_empty_items_and_go_booleans() {
+        let parsed =
+            FeatureGates::parse(" ContainerLifecycleProber = T ,,ChangeContainerStatusOnKubeletRestart=1,")
+                .unwrap();
+        assert!(parsed.gates.enabled(Feature::ContainerLifecycleProber));
+        assert!(parsed.gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart));
+        assert_eq!(
+            parsed.warnings,
+            [
+                "Setting deprecated feature gate ChangeContainerStatusOnKubeletRestart=true. It will be removed in a future release."
+            ]
+        );
+        for (text, want) in
+            [("true", true), ("True", true), ("TRUE", true), ("0", false), ("f", false), ("False", false)]
+        {
+            let parsed = FeatureGates::parse(&format!("ContainerLifecycleProber={text}")).unwrap();
+            assert_eq!(parsed.gates.enabled(Feature::ContainerLifecycleProber), want, "{text}");
+        }
+        assert_eq!(FeatureGates::parse("").unwrap().gates, FeatureGates::default());
+    }
+
+    #[test]
+    fn a_later_value_wins() {
+        let parsed =
+            FeatureGates::parse("ContainerLifecycleProber=true,ContainerLifecycleProber=false").unwrap();
+        assert!(!parsed.gates.enabled(Feature::ContainerLifecycleProber));
+    }
+
+    #[test]
+    fn error_texts_are_the_kubelets() {
+        let err = |s: &str| FeatureGates::parse(s).unwrap_err().to_string();
+        assert_eq!(err("Foo=true"), "unrecognized feature gate: Foo");
+        assert_eq!(
+            err("containerlifecycleprober=true"),
+            "unrecognized feature gate: containerlifecycleprober"
+        );
+        assert_eq!(err("ContainerLifecycleProber"), "missing bool value for ContainerLifecycleProber");
+        assert_eq!(
+            err("ContainerLifecycleProber=yes"),
+            "invalid value of ContainerLifecycleProber=yes, err: strconv.ParseBool: parsing \"yes\": invalid syntax"
+        );
+        assert_eq!(
+            err("ContainerLifecycleProber="),
+            "invalid value of ContainerLifecycleProber=, err: strconv.ParseBool: parsing \"\": invalid syntax"
+        );
+        assert_eq!(
+            err("InPlacePodVerticalScaling=false"),
+            "cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true"
+        );
+    }
+
+    #[test]
+    fn a_malformed_pair_is_reported_before_an_unknown_name() {
+        assert_eq!(
+            FeatureGates::parse("Foo=true,ContainerLifecycleProber=maybe").unwrap_err(),
+            FeatureGateError::InvalidValue { name: "ContainerLifecycleProber".into(), value: "maybe".into() }
+        );
+    }
+
+    #[test]
+    fn locked_gate_at_its_default_is_accepted_with_the_ga_warning() {
+        let parsed = FeatureGates::parse("InPlacePodVerticalScaling=true").unwrap();
+        assert!(parsed.gates.enabled(Feature::InPlacePodVerticalScaling));
+        assert_eq!(
+            parsed.warnings,
+            [
+                "Setting GA feature gate InPlacePodVerticalScaling=true. It will be removed in a future release."
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unimplemented_gate_takes_only_its_default() {
+        assert!(
+            !FeatureGates::parse("MutableContainerProbes=false")
+                .unwrap()
+                .gates
+                .enabled(Feature::MutableContainerProbes)
+        );
+        let err = FeatureGates::parse("MutableContainerProbes=true").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet"
+        );
+        assert!(FeatureGates::default().with(Feature::MutableContainerProbes, true).is_err());
+    }
+
+    #[test]
+    fn several_refusals_are_aggregated_in_brackets() {
+        assert_eq!(
+            FeatureGates::parse("InPlacePodVerticalScaling=false,MutableContainerProbes=true")
+                .unwrap_err()
+                .to_string(),
+            "[cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true, \
+             cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet]"
+        );
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for spec in KNOWN_FEATURES {
+            assert_eq!(Feature::from_name(spec.feature.name()), Some(spec.feature));
+            assert_eq!(spec.feature.spec(), spec);
+        }
+    }
+}
