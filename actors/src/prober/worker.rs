@@ -92,8 +92,14 @@ pub struct WorkerConfig {
     /// Where to start: [`WorkerState::new`] for a new worker, [`WorkerState::resumed`] when it
     /// replaces one still stopping, a dead predecessor's own state to resume from it.
     pub state: WorkerState,
-    /// The probe's `periodSeconds` (10 s when unset or not positive).
+    /// The probe's `periodSeconds` (10 s when unset or not positive), or the timing
+    /// annotation's `periodMs`.
     pub period: Duration,
+    /// Readiness only: the period until the container's first readiness success (the timing
+    /// annotation's `startIntervalMs`); `None` probes at `period` throughout.
+    pub start_interval: Option<Duration>,
+    /// Each probe's timeout: `timeoutSeconds`, or the timing annotation's `timeoutMs`.
+    pub timeout: Duration,
     /// Sleep this long before the first probe (start-up jitter).
     pub jitter: Duration,
     /// The pod's latest status as the status manager publishes it; read before every probe.
@@ -120,6 +126,10 @@ pub struct ProbeWorker {
     state: WorkerState,
     /// The probe period.
     period: Duration,
+    /// The period until the container's first readiness success, if one is set.
+    start_interval: Option<Duration>,
+    /// Each probe's timeout.
+    timeout: Duration,
     jitter: Duration,
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
@@ -166,6 +176,8 @@ impl ProbeWorker {
             spec: config.spec,
             state: config.state,
             period: config.period,
+            start_interval: config.start_interval,
+            timeout: config.timeout,
             jitter: config.jitter,
             status: config.status,
             prober: config.prober,
@@ -188,10 +200,30 @@ impl ProbeWorker {
         self.run_probe(ctx);
     }
 
-    /// (Re)starts the fixed-rate schedule: ticks at `from + k·period`.
+    /// (Re)starts the fixed-rate schedule: ticks at `from + k·interval`.
     fn schedule_from(&mut self, from: Instant, ctx: &mut Context<Self>) {
-        self.next_tick = Some(from + self.period);
+        self.next_tick = Some(from + self.interval());
         self.arm_timer(ctx);
+    }
+
+    /// The time between ticks now: the start interval until the container's first readiness
+    /// success, the period otherwise (docs/probe-timing.md).
+    fn interval(&self) -> Duration {
+        match self.start_interval {
+            Some(start) if !self.state.readiness_succeeded => start,
+            _ => self.period,
+        }
+    }
+
+    /// The interval changed (the first readiness success, or a new container that starts the
+    /// start interval over): the schedule restarts from the probe that changed it, so the
+    /// next probe comes one new interval after it and a tick kept from the old interval is
+    /// dropped.
+    fn interval_changed(&mut self, before: Duration, from: Instant, ctx: &mut Context<Self>) {
+        if self.interval() != before && self.next_tick.is_some() {
+            self.tick_pending = false;
+            self.schedule_from(from, ctx);
+        }
     }
 
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
@@ -206,10 +238,11 @@ impl ProbeWorker {
     fn on_tick(&mut self, ctx: &mut Context<Self>) {
         self.timer = None;
         let now = Instant::now();
-        let mut next = self.next_tick.unwrap_or(now) + self.period;
+        let interval = self.interval();
+        let mut next = self.next_tick.unwrap_or(now) + interval;
         // Missed ticks collapse into this one, as with Go's ticker.
         while next <= now {
-            next += self.period;
+            next += interval;
         }
         self.next_tick = Some(next);
         self.arm_timer(ctx);
@@ -225,8 +258,10 @@ impl ProbeWorker {
         let started = Instant::now();
         let status = self.status.borrow().clone();
         let mut ops = Vec::new();
+        let interval = self.interval();
         let next = self.state.before_probe(&self.spec, status.as_deref(), self.clock.now(), &mut ops);
         self.apply(ops);
+        self.interval_changed(interval, started, ctx);
         let container_id = match next {
             Next::Stop => {
                 tracing::debug!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Probe worker stopping itself");
@@ -242,12 +277,20 @@ impl ProbeWorker {
         }
         // Not caught: a prober that panics while building its future kills this worker, and
         // the manager restarts it (counted in probelet_worker_restarts_total).
-        let probe =
-            self.prober.probe(self.key.kind, self.pod.clone(), status, self.container.clone(), container_id);
+        let probe = self.prober.probe_with_timeout(
+            self.key.kind,
+            self.pod.clone(),
+            status,
+            self.container.clone(),
+            container_id,
+            self.timeout,
+        );
         let handle = ctx.spawn(AssertUnwindSafe(probe).catch_unwind().into_actor(self).map(
             move |outcome, act, ctx| {
                 act.in_flight = None;
+                let interval = act.interval();
                 act.finish_probe(outcome, started);
+                act.interval_changed(interval, started, ctx);
                 act.run_pending(ctx);
             },
         ));
