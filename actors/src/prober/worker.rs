@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use tokio::time::Instant;
 
-use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState};
+use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
 use super::{ProbeError, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
@@ -309,13 +309,27 @@ impl ProbeWorker {
         let mut view = self.status.clone();
         view.borrow_and_update();
         self.schedule_from(Instant::now(), ctx);
-        if self.run_probe(ctx) || !wait_for_status || !ctx.state().alive() || self.status_wait.is_some() {
+        let probed = self.run_probe(ctx);
+        // A trigger is for a container with no readiness result, usually a new one the cached
+        // status does not show yet, so the probe just run may have gone to the old container.
+        // Past its start interval, the worker would meet the new container only a full period
+        // later: look again at the pod's next status, and probe at once if it shows a new one
+        // (its start interval then begins).
+        let recheck = probed && self.start_interval.is_some() && self.state.readiness_succeeded;
+        if (probed && !recheck) || !wait_for_status || !ctx.state().alive() || self.status_wait.is_some() {
             return;
         }
-        let changed = async move { view.changed().await.is_ok() };
-        self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(|changed, act, ctx| {
+        let changed = async move {
+            if view.changed().await.is_err() {
+                return None;
+            }
+            let status = view.borrow().clone();
+            Some(status)
+        };
+        self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(move |status, act, ctx| {
             act.status_wait = None;
-            if !changed {
+            let Some(status) = status else { return };
+            if recheck && !act.shows_new_container(status.as_deref()) {
                 return;
             }
             if act.in_flight.is_some() {
@@ -396,6 +410,15 @@ impl ProbeWorker {
                 }
             }
         }
+    }
+
+    /// Whether `status` shows this worker's container with another ID than the one it last saw.
+    fn shows_new_container(&self, status: Option<&PodStatus>) -> bool {
+        let Some(container) = status.and_then(|s| find_container_status(s, &self.spec.container_name)) else {
+            return false;
+        };
+        let id = ContainerId::parse(container.container_id.as_deref().unwrap_or_default());
+        self.state.container_id.as_ref() != Some(&id)
     }
 
     /// The container ID this worker last saw, if any.
