@@ -92,16 +92,22 @@ pub struct TimingError {
 
 impl fmt::Display for TimingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // serde_path_to_error says `?` where a syntax error left no path.
-        if matches!(self.path.as_str(), "" | "." | "?") {
-            write!(f, "annotation {PROBE_TIMING_ANNOTATION}: {}", self.reason)
-        } else {
-            write!(f, "annotation {PROBE_TIMING_ANNOTATION}: {}: {}", self.path, self.reason)
-        }
+        // serde_path_to_error says `?` where a syntax error left no path; `detail` drops it.
+        write!(f, "annotation {PROBE_TIMING_ANNOTATION}: {}", self.detail())
     }
 }
 
 impl TimingError {
+    /// The error without the annotation's name: `path: reason`, or only the reason when it is
+    /// about the whole value (for messages that name the annotation themselves).
+    pub fn detail(&self) -> String {
+        if matches!(self.path.as_str(), "" | "." | "?") {
+            self.reason.clone()
+        } else {
+            format!("{}: {}", self.path, self.reason)
+        }
+    }
+
     fn at(path: impl Into<String>, reason: impl Into<String>) -> Self {
         TimingError { path: path.into(), reason: reason.into() }
     }
