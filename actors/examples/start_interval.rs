@@ -14,7 +14,7 @@
 //! `startIntervalMs: --start-interval-ms`. Ready is the instant the results cache reports the
 //! container's readiness turning Success (the status manager sets `ready` and the Ready
 //! condition from that same message). The figures: mean, p50, p99 and max of Ready minus
-//! healthy, and the probes the run took. The engine's clock is moved one minute ahead right
+//! healthy, and the probes and CPU time (engine and target together) the run took. The engine's clock is moved one minute ahead right
 //! after the prober manager starts, so the pods meet an agent that has been up for a while (no
 //! start-up jitter), as pods created on a running node do. Only 127.0.0.1 is contacted; each run stops by itself.
 
@@ -107,8 +107,12 @@ fn run(args: Args) -> Result<(), Error> {
     let healthy_after: Vec<Duration> =
         (0..args.pods).map(|_| Duration::from_millis(rng.random_range(0..=args.healthy_within_ms))).collect();
     println!(
-        "{} pods, healthy at random in 0-{} ms (seed {}), readiness periodSeconds {}",
-        args.pods, args.healthy_within_ms, args.seed, args.period
+        "{} pods, healthy at random in 0-{} ms (seed {}), readiness periodSeconds {}; load average {}",
+        args.pods,
+        args.healthy_within_ms,
+        args.seed,
+        args.period,
+        load_average()
     );
     for start_interval in [None, Some(args.start_interval_ms)] {
         let system = actix::System::new();
@@ -116,6 +120,27 @@ fn run(args: Args) -> Result<(), Error> {
         println!("{report}");
     }
     Ok(())
+}
+
+/// This process's user + system CPU time in seconds (`/proc/self/stat`, in ticks of
+/// `USER_HZ`, which Linux fixes at 100): the engine and the in-process target together.
+fn cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return f64::NAN };
+    // The command name (field 2) is in parentheses and may hold spaces: count from the last `)`.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return f64::NAN };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 11 and 12 after the name.
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    match (field(11), field(12)) {
+        (Some(user), Some(system)) => (user + system) as f64 / 100.0,
+        _ => f64::NAN,
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 // === the target ===
@@ -290,6 +315,7 @@ async fn measure(args: Args, healthy_after: &[Duration], start_interval_ms: Opti
     let log = ReadyLog::default().start();
     pipeline.subscribe_results(log.clone().recipient());
 
+    let cpu_before = cpu_secs();
     let start = Instant::now();
     *target.healthy_at.lock().unwrap_or_else(PoisonError::into_inner) =
         healthy_after.iter().map(|d| start + *d).collect();
@@ -311,6 +337,7 @@ async fn measure(args: Args, healthy_after: &[Duration], start_interval_ms: Opti
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let took = start.elapsed();
+    let cpu = cpu_secs() - cpu_before;
     let probed = probes.load(Ordering::Relaxed);
     server.abort();
     System::current().stop();
@@ -338,7 +365,7 @@ async fn measure(args: Args, healthy_after: &[Duration], start_interval_ms: Opti
     };
     Ok(format!(
         "{mode:>24}: ready {}/{} in {:.1} s; healthy->Ready mean {mean:.0} ms, p50 {:.0} ms, p99 {:.0} ms, \
-         max {:.0} ms; {probed} probes; setup {:.0} ms",
+         max {:.0} ms; {probed} probes, {cpu:.2} s CPU; setup {:.0} ms",
         latencies.len(),
         args.pods,
         took.as_secs_f64(),
