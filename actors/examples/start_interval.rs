@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStatus, HTTPGetAction, Pod, PodSpec, PodStatus,
-    Probe,
+    Container, ContainerState, ContainerStateRunning, ContainerStatus, HTTPGetAction, Pod, PodSpec,
+    PodStatus, Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -63,7 +63,8 @@ struct Args {
 
 impl Args {
     fn parse(argv: &[String]) -> Result<Args, String> {
-        let mut args = Args { pods: 100, period: 10, start_interval_ms: 100, healthy_within_ms: 3000, seed: 1 };
+        let mut args =
+            Args { pods: 100, period: 10, start_interval_ms: 100, healthy_within_ms: 3000, seed: 1 };
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -171,7 +172,12 @@ async fn serve(listener: tokio::net::TcpListener, target: Arc<Target>) {
                 .and_then(|path| path.strip_prefix("/pod/"))
                 .and_then(|i| i.parse::<usize>().ok());
             let healthy = index.is_some_and(|i| {
-                target.healthy_at.lock().unwrap_or_else(PoisonError::into_inner).get(i).is_some_and(|at| Instant::now() >= *at)
+                target
+                    .healthy_at
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(i)
+                    .is_some_and(|at| Instant::now() >= *at)
             });
             let status = if healthy { "200 OK" } else { "503 Service Unavailable" };
             let response = format!("HTTP/1.1 {status}\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n");
@@ -293,7 +299,11 @@ impl Clock for AgedClock {
 
 /// One run: a fresh engine, every pod synced as a host syncs a new pod, until all are Ready
 /// (or the period has passed twice).
-async fn measure(args: Args, healthy_after: &[Duration], start_interval_ms: Option<u32>) -> Result<String, Error> {
+async fn measure(
+    args: Args,
+    healthy_after: &[Duration],
+    start_interval_ms: Option<u32>,
+) -> Result<String, Error> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     let target = Arc::new(Target { healthy_at: Mutex::new(Vec::new()) });
@@ -303,8 +313,11 @@ async fn measure(args: Args, healthy_after: &[Duration], start_interval_ms: Opti
     let probes = Arc::new(AtomicUsize::new(0));
     let aged = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
     let clock: Arc<dyn Clock> = aged.clone();
-    let mut config =
-        PipelineConfig::new(Arc::new(LocalCommandRunner::new()), Arc::new(LogRecorder), Arc::new(registry.clone()));
+    let mut config = PipelineConfig::new(
+        Arc::new(LocalCommandRunner::new()),
+        Arc::new(LogRecorder),
+        Arc::new(registry.clone()),
+    );
     config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     config.observer = Some(Arc::new(Probes(probes.clone())));
     config.clock = Some(clock.clone());
@@ -328,7 +341,9 @@ async fn measure(args: Args, healthy_after: &[Duration], start_interval_ms: Opti
         pipeline.add_pod(pod);
     }
     let setup = start.elapsed();
-    let deadline = start + Duration::from_secs(u64::from(args.period) * 2) + Duration::from_millis(args.healthy_within_ms);
+    let deadline = start
+        + Duration::from_secs(u64::from(args.period) * 2)
+        + Duration::from_millis(args.healthy_within_ms);
     let ready = loop {
         let ready = log.send(GetReady).await?;
         if ready.len() == args.pods || Instant::now() >= deadline {
