@@ -144,35 +144,39 @@ pub fn probe_timings(pod: &Pod) -> Result<ProbeTimings, TimingError> {
             if kind.probe_of(container).is_none() {
                 return Err(TimingError::at(path, format!("container {name:?} has no {field} probe")));
             }
-            validate(&timing, kind, &path)?;
+            timing.validate(kind, &path)?;
             timings.insert((name.clone(), kind), timing);
         }
     }
     Ok(ProbeTimings(timings))
 }
 
-/// The floor and the readiness-only start interval.
-fn validate(timing: &ProbeTiming, kind: ProbeKind, path: &str) -> Result<(), TimingError> {
-    let floors = [
-        ("periodMs", timing.period_ms, MIN_PERIOD_MS),
-        ("startIntervalMs", timing.start_interval_ms, MIN_PERIOD_MS),
-        ("timeoutMs", timing.timeout_ms, MIN_TIMEOUT_MS),
-    ];
-    for (field, value, floor) in floors {
-        if let Some(value) = value.filter(|v| *v < floor) {
+impl ProbeTiming {
+    /// Checks the floor and that a start interval is only on a readiness probe, for a timing
+    /// of a probe of `kind` found at `path` (the JSON path errors start with). For timings that
+    /// come from elsewhere than [`PROBE_TIMING_ANNOTATION`]; [`probe_timings`] calls it.
+    pub fn validate(&self, kind: ProbeKind, path: &str) -> Result<(), TimingError> {
+        let floors = [
+            ("periodMs", self.period_ms, MIN_PERIOD_MS),
+            ("startIntervalMs", self.start_interval_ms, MIN_PERIOD_MS),
+            ("timeoutMs", self.timeout_ms, MIN_TIMEOUT_MS),
+        ];
+        for (field, value, floor) in floors {
+            if let Some(value) = value.filter(|v| *v < floor) {
+                return Err(TimingError::at(
+                    format!("{path}.{field}"),
+                    format!("{value} is below the floor of {floor} ms"),
+                ));
+            }
+        }
+        if self.start_interval_ms.is_some() && kind != ProbeKind::Readiness {
             return Err(TimingError::at(
-                format!("{path}.{field}"),
-                format!("{value} is below the floor of {floor} ms"),
+                format!("{path}.startIntervalMs"),
+                "a start interval is only supported on readiness probes",
             ));
         }
+        Ok(())
     }
-    if timing.start_interval_ms.is_some() && kind != ProbeKind::Readiness {
-        return Err(TimingError::at(
-            format!("{path}.startIntervalMs"),
-            "a start interval is only supported on readiness probes",
-        ));
-    }
-    Ok(())
 }
 
 /// The container of that name the prober manager probes: a regular container or a sidecar.
@@ -358,6 +362,19 @@ mod tests {
         assert!(probe_timings(&pod(Some(value))).is_ok());
         let value = r#"{"app": {"liveness": {"timeoutMs": 10}}}"#;
         assert!(probe_timings(&pod(Some(value))).is_ok());
+    }
+
+    #[test]
+    fn a_timing_from_elsewhere_is_validated_at_its_own_path() {
+        let slow_start = ProbeTiming { start_interval_ms: Some(100), ..Default::default() };
+        assert_eq!(slow_start.validate(ProbeKind::Readiness, "probes[0]"), Ok(()));
+        let err = slow_start.validate(ProbeKind::Startup, "probes[0]").unwrap_err();
+        assert_eq!(err.path, "probes[0].startIntervalMs");
+        let fast = ProbeTiming { period_ms: Some(99), ..Default::default() };
+        assert_eq!(
+            fast.validate(ProbeKind::Liveness, "probes[1]").unwrap_err().detail(),
+            "probes[1].periodMs: 99 is below the floor of 100 ms"
+        );
     }
 
     #[test]
