@@ -7,6 +7,10 @@
 //! start before the worker it replaces has exited). A probe runs as a future of this actor:
 //! stopping the worker cancels it (an exec child is killed when its future is dropped), and a
 //! panic inside it is caught.
+//!
+//! With the pod's probe timing annotation (our addition, docs/probe-timing.md) the period and
+//! timeout can be in milliseconds, and a readiness start interval replaces the period until
+//! the container's first readiness success; without it the worker is upstream's.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
