@@ -849,3 +849,43 @@ async fn container_lifecycle_prober_probes_the_instances_the_runtime_reports() {
     let _ = agent.wait().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+#[tokio::test]
+async fn an_invalid_probe_timing_annotation_gets_a_warning_and_the_pod_is_probed_anyway() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let mut bad = pod("bad-timing", "node-a", port);
+    bad.metadata.annotations = Some(
+        [("probelet.dev/probe-timing".to_owned(), r#"{"app": {"readiness": {"periodMs": 20}}}"#.to_owned())]
+            .into(),
+    );
+    fake.insert_pod(bad);
+    let (mut agent, kubeconfig) = start_agent(&fake, "bad-timing", &[]);
+
+    wait_for_pod(&fake, "bad-timing", "Ready=True", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let warning = loop {
+        let events = fake.events();
+        if let Some(event) = events.iter().find(|e| e["reason"] == "InvalidProbeTiming") {
+            break event.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an InvalidProbeTiming event within 30 s: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(warning["type"], "Warning");
+    assert_eq!(warning["involvedObject"]["name"], "bad-timing");
+    assert_eq!(
+        warning["message"],
+        "annotation probelet.dev/probe-timing: app.readiness.periodMs: 20 is below the floor of 100 ms; \
+         probing with the probes' seconds fields"
+    );
+
+    let _ = agent.kill().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}

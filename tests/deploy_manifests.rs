@@ -280,6 +280,7 @@ fn examples_are_the_pods_the_readme_promises() {
             "flaky-liveness.yaml/flaky-liveness",
             "readiness-gate.yaml/readiness-gate",
             "sidecar.yaml/sidecar",
+            "start-interval.yaml/start-interval",
             "tcp-and-grpc.yaml/tcp-and-grpc",
             "two-pods.yaml/sleeper",
             "two-pods.yaml/redirect",
@@ -490,7 +491,7 @@ fn example_targets_listen_on_distinct_loopback_ports_their_probes_use() {
             }
         }
     }
-    assert_eq!(targets, 8, "demo targets across the examples");
+    assert_eq!(targets, 9, "demo targets across the examples");
 }
 
 /// When a container's probes first pass at the latest, from its start: the slow start, one

@@ -974,3 +974,78 @@ proptest! {
         }
     }
 }
+
+// === the probe timing annotation ===
+
+#[test]
+fn a_valid_probe_timing_annotation_loads() {
+    let contents = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: fast
+  annotations:
+    probelet.dev/probe-timing: '{"app": {"readiness": {"periodMs": 250, "startIntervalMs": 100}}}'
+spec:
+  containers:
+  - name: app
+    command: [sleep, "60"]
+    readinessProbe:
+      exec: {command: ["true"]}
+"#;
+    let (pods, errors) = parse_manifest(Path::new("/m/fast.yaml"), contents, NODE);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(pods.len(), 1);
+}
+
+#[test]
+fn an_invalid_probe_timing_annotation_rejects_the_pod_naming_file_annotation_and_path() {
+    let pod = |timing: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: fast
+  annotations:
+    probelet.dev/probe-timing: '{timing}'
+spec:
+  containers:
+  - name: app
+    command: [sleep, "60"]
+    readinessProbe:
+      exec: {{command: ["true"]}}
+"#
+        )
+    };
+    let prefix = "/m/fast.yaml: Pod \"fast\" is invalid: metadata.annotations[probelet.dev/probe-timing]: Invalid value: ";
+    let cases = [
+        (
+            "below the floor",
+            r#"{"app": {"readiness": {"periodMs": 50}}}"#,
+            "app.readiness.periodMs: 50 is below the floor of 100 ms",
+        ),
+        (
+            "unknown container",
+            r#"{"web": {"readiness": {}}}"#,
+            "web: the pod has no container or sidecar named \"web\"",
+        ),
+        (
+            "undefined probe",
+            r#"{"app": {"liveness": {"periodMs": 500}}}"#,
+            "app.liveness: container \"app\" has no liveness probe",
+        ),
+        (
+            "unknown field",
+            r#"{"app": {"readiness": {"period": 5}}}"#,
+            "app.readiness.period: unknown field `period`",
+        ),
+        ("not JSON", "{app", "key must be a string at line 1 column 2"),
+    ];
+    for (name, timing, want) in cases {
+        let (pods, errors) = parse_manifest(Path::new("/m/fast.yaml"), &pod(timing), NODE);
+        assert!(pods.is_empty(), "{name}: the pod is rejected");
+        assert_eq!(errors.len(), 1, "{name}: {errors:?}");
+        let got = errors[0].to_string();
+        let want = format!("{prefix}{want}");
+        assert!(got.starts_with(&want), "{name}: got {got:?}, want {want:?}");
+    }
+}

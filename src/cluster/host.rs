@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
 use probelet_actors::container::ContainerId;
-use probelet_actors::contracts::PodLookup;
+use probelet_actors::contracts::{EventRecorder, EventType, PodLookup};
 use probelet_actors::metrics as names;
+use probelet_actors::prober::timing::{EVENT_INVALID_PROBE_TIMING, PROBE_TIMING_ANNOTATION, probe_timings};
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
@@ -49,6 +50,8 @@ pub struct ClusterHost {
     pub deleting: HashSet<String>,
     /// Whether the watch reaches the API server (for the lost/back log lines).
     pub api: ApiReachability,
+    /// Where the Warning about an invalid probe timing annotation goes.
+    pub recorder: Arc<dyn EventRecorder>,
 }
 
 impl ClusterHost {
@@ -60,6 +63,15 @@ impl ClusterHost {
         self.pods.upsert(pod.clone());
         self.exec.learn(&pod);
         self.known.insert(uid.clone());
+        if let Some(message) = invalid_timing(previous.as_deref(), &pod) {
+            tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or_default(), pod_uid = %uid, error = %message, "Invalid probe timing annotation");
+            self.recorder.record(
+                &pod_reference(&pod),
+                EventType::Warning,
+                EVENT_INVALID_PROBE_TIMING,
+                &message,
+            );
+        }
         let Some(previous) = previous else {
             self.sync(pod, ctx);
             return;
@@ -305,6 +317,33 @@ fn runtime_resets(
 }
 
 /// Whether the pod's phase is Succeeded or Failed.
+/// The Warning's message when the pod's probe timing annotation is invalid and new (a pod not
+/// seen before, or an annotation that changed): the engine then probes with the seconds
+/// fields (docs/probe-timing.md). A pod is not rejected in cluster mode: the API server has
+/// admitted it and its containers run, so it is probed the kubelet's way rather than not at all.
+fn invalid_timing(previous: Option<&Pod>, pod: &Pod) -> Option<String> {
+    let annotation = |p: &Pod| p.metadata.annotations.as_ref()?.get(PROBE_TIMING_ANNOTATION).cloned();
+    let value = annotation(pod)?;
+    if previous.is_some_and(|p| annotation(p).as_ref() == Some(&value)) {
+        return None;
+    }
+    let err = probe_timings(pod).err()?;
+    Some(format!("{err}; probing with the probes' seconds fields"))
+}
+
+/// The pod itself as an event's object.
+fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
 fn is_terminal(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some(PHASE_SUCCEEDED | PHASE_FAILED))
 }
@@ -458,5 +497,26 @@ mod host_tests {
             assert_eq!(is_terminal(&pod(phase)), want, "{phase}");
         }
         assert!(!is_terminal(&Pod::default()));
+    }
+
+    #[test]
+    fn an_invalid_timing_annotation_is_reported_once_per_value() {
+        let with = |value: &str| {
+            let mut pod = pod("Running");
+            pod.metadata.annotations = Some([(PROBE_TIMING_ANNOTATION.to_owned(), value.to_owned())].into());
+            pod
+        };
+        let bad = with(r#"{"nope": {}}"#);
+        let message = invalid_timing(None, &bad).unwrap();
+        assert_eq!(
+            message,
+            "annotation probelet.dev/probe-timing: nope: the pod has no container or sidecar named \"nope\"; \
+             probing with the probes' seconds fields"
+        );
+        assert_eq!(invalid_timing(Some(&bad), &bad), None, "the same value again: already reported");
+        let other = with(r#"{"other": {}}"#);
+        assert!(invalid_timing(Some(&bad), &other).is_some(), "a changed value is reported");
+        assert_eq!(invalid_timing(None, &pod("Running")), None, "no annotation");
+        assert_eq!(invalid_timing(None, &with("{}")), None, "a valid annotation");
     }
 }

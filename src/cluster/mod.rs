@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use probelet_actors::contracts::EventRecorder;
 use probelet_actors::status::equality::ConditionOwnership;
 use probelet_actors::status::{CONTAINERS_READY, POD_INITIALIZED, POD_READY};
 use probelet_actors::sync::rate::RateLimiter;
@@ -77,7 +78,8 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         args.node_name.clone(),
         common.events.clone(),
     );
-    let pipeline = common.pipeline_with(Arc::new(exec.clone()), Arc::new(recorder));
+    let recorder: Arc<dyn EventRecorder> = Arc::new(recorder);
+    let pipeline = common.pipeline_with(Arc::new(exec.clone()), recorder.clone());
     let mut config = SyncerConfig::new(
         client.clone(),
         Arc::new(common.pods.clone()),
@@ -111,6 +113,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         known: HashSet::new(),
         deleting: HashSet::new(),
         api: Default::default(),
+        recorder,
     };
     let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
     let host = ClusterHost::create(move |ctx| {

@@ -44,6 +44,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, PodStatus, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet_actors::gofmt::go_quote;
+use probelet_actors::prober::timing::{PROBE_TIMING_ANNOTATION, probe_timings};
 use serde_json::Value;
 
 /// The largest manifest file read, in bytes (1 MiB).
@@ -640,6 +641,7 @@ const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of alphanumeric
 /// readiness, none on init containers that are not sidecars); restart policies. Two rules are this
 /// agent's own: every container needs a `command` (there are no images to supply one), and a named
 /// probe port must name one of the container's ports (the kubelet finds out only when probing).
+/// A third is the agent's own annotation: the probe timing annotation must be valid for the pod.
 /// Fields the API server defaults are read with their defaults, so the answer is the same before
 /// and after [`apply_defaults`]. The image is not required: the standalone runtime does not use it.
 pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
@@ -668,6 +670,14 @@ pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
     match spec.restart_policy.as_deref() {
         None | Some("" | "Always" | "OnFailure" | "Never") => {}
         Some(other) => errs.not_supported("spec.restartPolicy", other, &["Always", "OnFailure", "Never"]),
+    }
+    // The agent's own annotation (docs/probe-timing.md): rejected with the JSON path inside it.
+    if let Err(err) = probe_timings(pod) {
+        errs.push(
+            &format!("metadata.annotations[{PROBE_TIMING_ANNOTATION}]"),
+            "Invalid value".into(),
+            &err.detail(),
+        );
     }
     errs.into_result()
 }

@@ -92,6 +92,12 @@ impl PodBuilder {
         self
     }
 
+    /// Sets the pod annotation `key` to `value`.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.pod.metadata.annotations.get_or_insert_with(Default::default).insert(key.into(), value.into());
+        self
+    }
+
     pub fn readiness_gate(mut self, condition_type: &str) -> Self {
         self.spec()
             .readiness_gates

@@ -33,6 +33,8 @@ pub struct Call {
     pub kind: ProbeKind,
     pub container_id: ContainerId,
     pub at: Instant,
+    /// The timeout the worker ran the probe with.
+    pub timeout: Duration,
 }
 
 #[derive(Default)]
@@ -102,9 +104,23 @@ impl ProbeRunner for ScriptedProber {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
+        status: Arc<PodStatus>,
+        container: Arc<Container>,
+        container_id: ContainerId,
+    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+        let timeout =
+            kind.probe_of(&container).map_or(Duration::from_secs(1), probelet::prober::probe_timeout);
+        self.probe_with_timeout(kind, pod, status, container, container_id, timeout)
+    }
+
+    fn probe_with_timeout(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
         _status: Arc<PodStatus>,
         container: Arc<Container>,
         container_id: ContainerId,
+        timeout: Duration,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
         self.calls.lock().unwrap().push(Call {
             pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
@@ -112,6 +128,7 @@ impl ProbeRunner for ScriptedProber {
             kind,
             container_id,
             at: Instant::now(),
+            timeout,
         });
         let step = self.next_step(&container.name, kind);
         if matches!(step, Step::PanicInWorker) {

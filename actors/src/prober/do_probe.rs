@@ -3,6 +3,8 @@
 //! calls [`WorkerState::before_probe`], runs the probe when told to, then
 //! [`WorkerState::after_probe`], and applies the cache operations both return.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Probe};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -31,6 +33,9 @@ pub struct WorkerSpec {
     /// The probe's `initialDelaySeconds` (0 when unset): no probe before the container has run
     /// this long.
     pub initial_delay_seconds: i64,
+    /// The timing annotation's `initialDelayMs`, when set: replaces `initial_delay_seconds`
+    /// and is compared in whole milliseconds rather than whole seconds.
+    pub initial_delay: Option<Duration>,
     /// The probe's `successThreshold` (default 1): successes in a row that make the result Success.
     pub success_threshold: u32,
     /// The probe's `failureThreshold` (default 3): failures in a row that make the result Failure.
@@ -78,6 +83,7 @@ impl WorkerSpec {
             restart_policy_never: pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref())
                 == Some("Never"),
             initial_delay_seconds: i64::from(probe.initial_delay_seconds.unwrap_or(0)),
+            initial_delay: None,
             success_threshold: threshold(probe.success_threshold, 1),
             failure_threshold: threshold(probe.failure_threshold, 3),
             manager_start,
@@ -134,6 +140,9 @@ pub struct WorkerState {
     /// container it sees is seeded only where the cache has no entry, since the predecessor's
     /// entry is still there and still right.
     pub resumed: bool,
+    /// The readiness result became Success for `container_id` (a readiness start interval
+    /// ends there, and a new container ID starts it over).
+    pub readiness_succeeded: bool,
 }
 
 impl WorkerState {
@@ -190,6 +199,7 @@ impl WorkerState {
             }
             self.container_id = Some(container_id.clone());
             self.on_hold = false;
+            self.readiness_succeeded = false;
         }
 
         if self.on_hold {
@@ -221,8 +231,12 @@ impl WorkerState {
             .map(|t| t.0)
             .or_else(|| spec.bound.as_ref().and_then(|b| b.started_at));
         if let Some(started_at) = started_at {
-            let since = now.duration_since(started_at).as_secs();
-            if since < spec.initial_delay_seconds {
+            let since = now.duration_since(started_at);
+            let early = match spec.initial_delay {
+                Some(delay) => since.as_millis() < i128::try_from(delay.as_millis()).unwrap_or(i128::MAX),
+                None => since.as_secs() < spec.initial_delay_seconds,
+            };
+            if early {
                 return Next::Skip;
             }
         }
@@ -254,6 +268,9 @@ impl WorkerState {
         }
         let Some(container_id) = self.container_id.clone() else { return };
         ops.push(CacheOp::Set(container_id, result));
+        if spec.kind == ProbeKind::Readiness && result == ProbeResult::Success {
+            self.readiness_succeeded = true;
+        }
         if (spec.kind == ProbeKind::Liveness && result == ProbeResult::Failure)
             || spec.kind == ProbeKind::Startup
         {
@@ -317,6 +334,7 @@ mod tests {
             pod_deleting: false,
             restart_policy_never: false,
             initial_delay_seconds: 0,
+            initial_delay: None,
             success_threshold: 1,
             failure_threshold: 3,
             manager_start: t(0),
@@ -485,6 +503,42 @@ mod tests {
         assert_eq!(state.before_probe(&spec, Some(&status), t(110), &mut ops), Next::Probe(id("x://1")));
         let negative = WorkerSpec { initial_delay_seconds: -5, ..spec };
         assert_eq!(state.before_probe(&negative, Some(&status), t(100), &mut ops), Next::Probe(id("x://1")));
+    }
+
+    #[test]
+    fn initial_delay_in_milliseconds_replaces_the_seconds() {
+        let spec = WorkerSpec {
+            initial_delay_seconds: 10,
+            initial_delay: Some(Duration::from_millis(1500)),
+            ..spec(ProbeKind::Readiness)
+        };
+        let status = running("x://1", 100, Some(true));
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        let mut ops = vec![];
+        let at = |ms| t(100) + SignedDuration::from_millis(ms);
+        assert_eq!(state.before_probe(&spec, Some(&status), at(1499), &mut ops), Next::Skip);
+        assert_eq!(state.before_probe(&spec, Some(&status), at(1500), &mut ops), Next::Probe(id("x://1")));
+    }
+
+    #[test]
+    fn readiness_success_is_remembered_until_the_container_changes() {
+        let readiness = WorkerSpec { success_threshold: 2, ..spec(ProbeKind::Readiness) };
+        let mut state = WorkerState::new();
+        let mut ops = vec![];
+        state.before_probe(&readiness, Some(&running("x://1", 0, Some(true))), t(10), &mut ops);
+        state.after_probe(&readiness, ProbeResult::Success, &mut ops);
+        assert!(!state.readiness_succeeded, "below the success threshold");
+        state.after_probe(&readiness, ProbeResult::Success, &mut ops);
+        assert!(state.readiness_succeeded);
+        state.after_probe(&readiness, ProbeResult::Failure, &mut ops);
+        assert!(state.readiness_succeeded, "a later failure does not start over");
+        state.before_probe(&readiness, Some(&running("x://2", 0, Some(true))), t(20), &mut ops);
+        assert!(!state.readiness_succeeded, "a new container starts over");
+
+        let liveness = spec(ProbeKind::Liveness);
+        let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+        state.after_probe(&liveness, ProbeResult::Success, &mut ops);
+        assert!(!state.readiness_succeeded, "readiness only");
     }
 
     #[test]

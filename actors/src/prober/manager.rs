@@ -29,6 +29,7 @@ use rand::{Rng, SeedableRng};
 
 use super::do_probe::{ContainerBinding, WorkerSpec, WorkerState};
 use super::probe_metrics::ProbeLabels;
+use super::timing::{EffectiveTiming, probe_timings};
 use super::update_status::{ProbeView, result_keys, update_pod_status};
 use super::worker::{
     PredecessorExited, ProbeKey, ProbeWorker, StartupSucceeded, Stop, Trigger, WorkerConfig, WorkerExited,
@@ -242,16 +243,19 @@ impl ProberManager {
         let WorkerStart { state, restarts, binding } = how;
         let Some(probe) = key.kind.probe_of(&container).cloned() else { return };
         let is_sidecar = is_sidecar(&pod, &container.name);
+        // An invalid timing annotation is the host's to report; the probe then runs with its
+        // seconds fields.
+        let timings = probe_timings(&pod).unwrap_or_default();
+        let timing = EffectiveTiming::new(&probe, timings.get(&key.container_name, key.kind));
         let mut spec = WorkerSpec::new(key.kind, &pod, &container, &probe, is_sidecar, self.start);
+        spec.initial_delay = timing.initial_delay;
         spec.bound = binding.clone();
         spec.keep_state_across_restart =
             !self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
         let on_started =
             (key.kind == ProbeKind::Startup && binding.is_some()).then(|| ctx.address().recipient());
-        let period = Duration::from_secs(
-            probe.period_seconds.and_then(|p| u64::try_from(p).ok()).filter(|p| *p > 0).unwrap_or(10),
-        );
-        let jitter = self.jitter(period);
+        let start_interval = timing.start_interval.filter(|_| key.kind == ProbeKind::Readiness);
+        let jitter = self.jitter(start_interval.unwrap_or(timing.period));
         self.next_id += 1;
         let id = self.next_id;
         let config = WorkerConfig {
@@ -261,7 +265,9 @@ impl ProberManager {
             container: container.clone(),
             spec,
             state,
-            period,
+            period: timing.period,
+            start_interval,
+            timeout: timing.timeout,
             jitter,
             status: self.config.views.subscribe(&key.pod_uid),
             prober: self.config.prober.clone(),

@@ -14,6 +14,7 @@ pub mod port;
 mod probe;
 pub mod probe_metrics;
 pub mod tcp;
+pub mod timing;
 pub mod update_status;
 pub mod worker;
 

@@ -33,6 +33,23 @@ pub trait ProbeRunner: Send + Sync + 'static {
         container: Arc<Container>,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>>;
+
+    /// [`ProbeRunner::probe`] with the timeout the worker runs the probe with: the probe's
+    /// `timeoutSeconds`, or the timing annotation's `timeoutMs` (see
+    /// [`super::timing::EffectiveTiming`]). The default ignores `timeout` and calls
+    /// [`ProbeRunner::probe`]; a runner that enforces timeouts itself overrides it.
+    fn probe_with_timeout(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
+        status: Arc<PodStatus>,
+        container: Arc<Container>,
+        container_id: ContainerId,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+        let _ = timeout;
+        self.probe(kind, pod, status, container, container_id)
+    }
 }
 
 /// Which hosts `httpGet` and `tcpSocket` probes may connect to.
@@ -123,12 +140,27 @@ impl Prober {
         container: &Container,
         container_id: &ContainerId,
     ) -> Result<ProbeResult, ProbeError> {
+        let timeout = kind.probe_of(container).map_or(Duration::from_secs(1), probe_timeout);
+        self.probe_timed(kind, pod, status, container, container_id, timeout).await
+    }
+
+    /// [`Prober::probe`] with each try limited to `timeout` instead of the probe's
+    /// `timeoutSeconds` (the timing annotation's `timeoutMs`).
+    pub async fn probe_timed(
+        &self,
+        kind: ProbeKind,
+        pod: &Pod,
+        status: &PodStatus,
+        container: &Container,
+        container_id: &ContainerId,
+        timeout: Duration,
+    ) -> Result<ProbeResult, ProbeError> {
         let Some(spec) = kind.probe_of(container) else {
             tracing::trace!(probe_kind = %kind, container = %container.name, "Probe is nil");
             return Ok(ProbeResult::Success);
         };
         let started = tokio::time::Instant::now();
-        let attempt = self.run_with_retries(spec, pod, status, container, container_id).await;
+        let attempt = self.run_with_retries(spec, pod, status, container, container_id, timeout).await;
         let output = match &attempt {
             Ok(probed) => probed.output.clone(),
             Err(err) => err.to_string(),
@@ -202,10 +234,11 @@ impl Prober {
         status: &PodStatus,
         container: &Container,
         container_id: &ContainerId,
+        timeout: Duration,
     ) -> Result<Probed, ProbeError> {
         let mut last = Err(ProbeError::Runtime("probe was not run".into()));
         for _ in 0..MAX_PROBE_RETRIES {
-            last = self.run_probe(spec, pod, status, container, container_id).await;
+            last = self.run_probe(spec, pod, status, container, container_id, timeout).await;
             if last.is_ok() {
                 break;
             }
@@ -221,8 +254,8 @@ impl Prober {
         status: &PodStatus,
         container: &Container,
         container_id: &ContainerId,
+        timeout: Duration,
     ) -> Result<Probed, ProbeError> {
-        let timeout = probe_timeout(spec);
         let pod_ip = status.pod_ip.as_deref().unwrap_or_default();
         if let Some(action) = &spec.exec {
             let command = exec::expand_command(
@@ -282,6 +315,21 @@ impl ProbeRunner for Prober {
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
         let prober = self.clone();
         Box::pin(async move { prober.probe(kind, &pod, &status, &container, &container_id).await })
+    }
+
+    fn probe_with_timeout(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
+        status: Arc<PodStatus>,
+        container: Arc<Container>,
+        container_id: ContainerId,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+        let prober = self.clone();
+        Box::pin(
+            async move { prober.probe_timed(kind, &pod, &status, &container, &container_id, timeout).await },
+        )
     }
 }
 

@@ -7,6 +7,10 @@
 //! start before the worker it replaces has exited). A probe runs as a future of this actor:
 //! stopping the worker cancels it (an exec child is killed when its future is dropped), and a
 //! panic inside it is caught.
+//!
+//! With the pod's probe timing annotation (our addition, docs/probe-timing.md) the period and
+//! timeout can be in milliseconds, and a readiness start interval replaces the period until
+//! the container's first readiness success; without it the worker is upstream's.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -107,8 +111,14 @@ pub struct WorkerConfig {
     /// Where to start: [`WorkerState::new`] for a new worker, [`WorkerState::resumed`] when it
     /// replaces one still stopping, a dead predecessor's own state to resume from it.
     pub state: WorkerState,
-    /// The probe's `periodSeconds` (10 s when unset or not positive).
+    /// The probe's `periodSeconds` (10 s when unset or not positive), or the timing
+    /// annotation's `periodMs`.
     pub period: Duration,
+    /// Readiness only: the period until the container's first readiness success (the timing
+    /// annotation's `startIntervalMs`); `None` probes at `period` throughout.
+    pub start_interval: Option<Duration>,
+    /// Each probe's timeout: `timeoutSeconds`, or the timing annotation's `timeoutMs`.
+    pub timeout: Duration,
     /// Sleep this long before the first probe (start-up jitter).
     pub jitter: Duration,
     /// The pod's latest status as the status manager publishes it; read before every probe.
@@ -137,6 +147,10 @@ pub struct ProbeWorker {
     state: WorkerState,
     /// The probe period.
     period: Duration,
+    /// The period until the container's first readiness success, if one is set.
+    start_interval: Option<Duration>,
+    /// Each probe's timeout.
+    timeout: Duration,
     jitter: Duration,
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
@@ -185,6 +199,8 @@ impl ProbeWorker {
             spec: config.spec,
             state: config.state,
             period: config.period,
+            start_interval: config.start_interval,
+            timeout: config.timeout,
             jitter: config.jitter,
             status: config.status,
             prober: config.prober,
@@ -214,10 +230,30 @@ impl ProbeWorker {
         self.run_probe(ctx);
     }
 
-    /// (Re)starts the fixed-rate schedule: ticks at `from + k·period`.
+    /// (Re)starts the fixed-rate schedule: ticks at `from + k·interval`.
     fn schedule_from(&mut self, from: Instant, ctx: &mut Context<Self>) {
-        self.next_tick = Some(from + self.period);
+        self.next_tick = Some(from + self.interval());
         self.arm_timer(ctx);
+    }
+
+    /// The time between ticks now: the start interval until the container's first readiness
+    /// success, the period otherwise (docs/probe-timing.md).
+    fn interval(&self) -> Duration {
+        match self.start_interval {
+            Some(start) if !self.state.readiness_succeeded => start,
+            _ => self.period,
+        }
+    }
+
+    /// The interval changed (the first readiness success, or a new container that starts the
+    /// start interval over): the schedule restarts from the probe that changed it, so the
+    /// next probe comes one new interval after it and a tick kept from the old interval is
+    /// dropped.
+    fn interval_changed(&mut self, before: Duration, from: Instant, ctx: &mut Context<Self>) {
+        if self.interval() != before && self.next_tick.is_some() {
+            self.tick_pending = false;
+            self.schedule_from(from, ctx);
+        }
     }
 
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
@@ -232,10 +268,11 @@ impl ProbeWorker {
     fn on_tick(&mut self, ctx: &mut Context<Self>) {
         self.timer = None;
         let now = Instant::now();
-        let mut next = self.next_tick.unwrap_or(now) + self.period;
+        let interval = self.interval();
+        let mut next = self.next_tick.unwrap_or(now) + interval;
         // Missed ticks collapse into this one, as with Go's ticker.
         while next <= now {
-            next += self.period;
+            next += interval;
         }
         self.next_tick = Some(next);
         self.arm_timer(ctx);
@@ -251,10 +288,12 @@ impl ProbeWorker {
         let started = Instant::now();
         let status = self.status.borrow().clone();
         let mut ops = Vec::new();
+        let interval = self.interval();
         let next = self.state.before_probe(&self.spec, status.as_deref(), self.clock.now(), &mut ops);
         let reported_started = status.as_deref().is_some_and(|s| self.reports_started(s));
         self.announce_started(&ops, reported_started);
         self.apply(ops);
+        self.interval_changed(interval, started, ctx);
         let container_id = match next {
             Next::Stop => {
                 tracing::debug!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Probe worker stopping itself");
@@ -276,12 +315,20 @@ impl ProbeWorker {
         }
         // Not caught: a prober that panics while building its future kills this worker, and
         // the manager restarts it (counted in probelet_worker_restarts_total).
-        let probe =
-            self.prober.probe(self.key.kind, self.pod.clone(), status, self.container.clone(), container_id);
+        let probe = self.prober.probe_with_timeout(
+            self.key.kind,
+            self.pod.clone(),
+            status,
+            self.container.clone(),
+            container_id,
+            self.timeout,
+        );
         let handle = ctx.spawn(AssertUnwindSafe(probe).catch_unwind().into_actor(self).map(
             move |outcome, act, ctx| {
                 act.in_flight = None;
+                let interval = act.interval();
                 act.finish_probe(outcome, started);
+                act.interval_changed(interval, started, ctx);
                 act.run_pending(ctx);
             },
         ));
@@ -300,13 +347,27 @@ impl ProbeWorker {
         let mut view = self.status.clone();
         view.borrow_and_update();
         self.schedule_from(Instant::now(), ctx);
-        if self.run_probe(ctx) || !wait_for_status || !ctx.state().alive() || self.status_wait.is_some() {
+        let probed = self.run_probe(ctx);
+        // A trigger is for a container with no readiness result, usually a new one the cached
+        // status does not show yet, so the probe just run may have gone to the old container.
+        // Past its start interval, the worker would meet the new container only a full period
+        // later: look again at the pod's next status, and probe at once if it shows a new one
+        // (its start interval then begins).
+        let recheck = probed && self.start_interval.is_some() && self.state.readiness_succeeded;
+        if (probed && !recheck) || !wait_for_status || !ctx.state().alive() || self.status_wait.is_some() {
             return;
         }
-        let changed = async move { view.changed().await.is_ok() };
-        self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(|changed, act, ctx| {
+        let changed = async move {
+            if view.changed().await.is_err() {
+                return None;
+            }
+            let status = view.borrow().clone();
+            Some(status)
+        };
+        self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(move |status, act, ctx| {
             act.status_wait = None;
-            if !changed {
+            let Some(status) = status else { return };
+            if recheck && !act.shows_new_container(status.as_deref()) {
                 return;
             }
             if act.in_flight.is_some() {
@@ -421,6 +482,15 @@ impl ProbeWorker {
                 }
             }
         }
+    }
+
+    /// Whether `status` shows this worker's container with another ID than the one it last saw.
+    fn shows_new_container(&self, status: Option<&PodStatus>) -> bool {
+        let Some(container) = status.and_then(|s| find_container_status(s, &self.spec.container_name)) else {
+            return false;
+        };
+        let id = ContainerId::parse(container.container_id.as_deref().unwrap_or_default());
+        self.state.container_id.as_ref() != Some(&id)
     }
 
     /// The container ID this worker last saw, if any.
