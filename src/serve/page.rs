@@ -135,15 +135,17 @@ fn main(h: &mut Html, page: &Page<'_>) {
         plural(warnings),
         crate::host::history::format_time(page.now)
     ));
-    h.raw("</p>");
+    // Pods on the left, events beside them on a wide screen, below them on a narrow one.
+    h.raw("</p><div class=\"columns\"><div class=\"pods\">");
     if page.pods.is_empty() {
         h.raw("<p class=\"empty\">No pods.</p>");
     }
     for pod in page.pods {
         pod_section(h, pod, page.now);
     }
+    h.raw("</div>");
     events_section(h, page.events, page.now);
-    h.raw("</main>");
+    h.raw("</div></main>");
 }
 
 fn plural(n: usize) -> &'static str {
@@ -166,7 +168,7 @@ fn pod_section(h: &mut Html, page: &PodPage, now: Timestamp) {
         .raw(if ready { "ready" } else { "not-ready" })
         .raw("\"")
         .attr("data-pod", &format!("{namespace}/{name}"))
-        .raw("><h2>")
+        .raw("><div class=\"pod-head\"><h2>")
         .raw(if ready {
             "<span class=\"marker ready\">Ready</span>"
         } else {
@@ -205,6 +207,7 @@ fn pod_section(h: &mut Html, page: &PodPage, now: Timestamp) {
         }
         h.raw("</ul>");
     }
+    h.raw("</div>");
 
     h.raw("<table class=\"containers\"><thead><tr><th>container</th><th>state</th><th>ready</th>")
         .raw("<th>started</th><th>restarts</th><th>probes (oldest → newest)</th></tr></thead><tbody>");
@@ -372,12 +375,11 @@ fn events_section(h: &mut Html, events: &[RecentEvent], now: Timestamp) {
             .text(&format!("The newest {EVENTS_SHOWN} of {}; ", events.len()))
             .raw("<a href=\"events\">/events</a> has them all.</p>");
     }
-    h.raw("<table><thead><tr><th>last seen</th><th>type</th><th>reason</th><th>object</th>")
-        .raw("<th>message</th><th>count</th></tr></thead><tbody>");
+    h.raw("<ul class=\"event-list\">");
     for event in events.iter().rev().take(EVENTS_SHOWN) {
-        h.raw("<tr class=\"event ")
+        h.raw("<li class=\"event ")
             .raw(if event.type_ == "Warning" { "warning" } else { "normal" })
-            .raw("\"><td")
+            .raw("\"><div class=\"meta\"><span class=\"when\"")
             .attr("title", &format!("first {} · last {}", event.first_timestamp, event.last_timestamp))
             .raw(">");
         match event.last_timestamp.parse::<Timestamp>() {
@@ -385,23 +387,26 @@ fn events_section(h: &mut Html, events: &[RecentEvent], now: Timestamp) {
             Err(_) => h.text(&event.last_timestamp),
         };
         let object = &event.involved_object;
-        h.raw("</td><td>").text(&event.type_).raw("</td><td>").text(&event.reason).raw("</td><td>").text(
-            &format!(
+        h.raw("</span> <span class=\"type\">")
+            .text(&event.type_)
+            .raw("</span> <span class=\"reason\">")
+            .text(&event.reason)
+            .raw("</span> <span class=\"object\">")
+            .text(&format!(
                 "{}/{}",
                 object.namespace.as_deref().unwrap_or_default(),
                 object.name.as_deref().unwrap_or_default()
-            ),
-        );
+            ));
         if let Some(field) = object.field_path.as_deref().filter(|f| !f.is_empty()) {
             h.raw(" <span class=\"field\">").text(field).raw("</span>");
         }
-        h.raw("</td><td class=\"message\">")
-            .text(&event.message)
-            .raw("</td><td>")
-            .text(&format!("×{}", event.count))
-            .raw("</td></tr>");
+        h.raw("</span>");
+        if event.count > 1 {
+            h.raw(" <span class=\"count\">").text(&format!("×{}", event.count)).raw("</span>");
+        }
+        h.raw("</div><div class=\"message\">").text(&event.message).raw("</div></li>");
     }
-    h.raw("</tbody></table></section>");
+    h.raw("</ul></section>");
 }
 
 /// Fetches the page again every [`REFRESH_MILLIS`] and swaps its `<main>` in, which keeps the
@@ -432,7 +437,7 @@ main{padding:.4em 1.2em 2em}\
 .summary{color:var(--muted);margin:.4em 0 .8em}\
 #stale{display:none;margin:0;padding:.4em 1.2em;background:#fff8c5;color:var(--warn)}\
 body.stale #stale{display:block}\
-section.pod{border:1px solid var(--line);border-left:5px solid var(--bad);border-radius:6px;margin:0 0 1em;padding:.5em .9em}\
+section.pod{border:1px solid var(--line);border-left:5px solid var(--bad);border-radius:6px;margin:0 0 .8em;padding:.4em .8em}\
 section.pod.ready{border-left-color:var(--ok)}\
 h2{font-size:1.05em;margin:.2em 0 .4em}\
 .marker{display:inline-block;padding:0 .5em;border-radius:1em;color:#fff;font-size:.85em}\
@@ -445,10 +450,10 @@ li.condition.true{color:var(--ok)}li.condition.false{color:var(--bad)}li.conditi
 table{border-collapse:collapse;width:100%}\
 th{text-align:left;font-weight:600;color:var(--muted);border-bottom:1px solid var(--line);padding:.2em .5em}\
 td{border-bottom:1px solid var(--bg);padding:.25em .5em;vertical-align:top}\
-td.yes{color:var(--ok)}td.no{color:var(--bad)}\
+td.yes{color:var(--ok)}td.no{color:var(--bad)}td.state,td.yes,td.no{white-space:nowrap}\
 .tag{font-size:.8em;color:var(--muted);border:1px solid var(--line);border-radius:3px;padding:0 .3em}\
 .state-running{color:var(--ok)}.state-waiting{color:var(--warn)}.state-terminated{color:var(--bad)}\
-.state-none{color:var(--muted)}.last{color:var(--muted);font-size:.9em}\
+.state-none{color:var(--muted)}.last{display:block;color:var(--muted);font-size:.85em}\
 .probe{display:flex;align-items:center;gap:.5em;white-space:nowrap}\
 .probe .kind{width:5.5em;color:var(--muted)}\
 .strip{display:inline-flex;gap:2px}\
@@ -458,8 +463,17 @@ td.yes{color:var(--ok)}td.no{color:var(--bad)}\
 .run:hover{outline:2px solid #1f2328}\
 .latest.success{color:var(--ok)}.latest.failure{color:var(--bad)}.latest.error{color:#8250df}\
 .latest.unknown{color:var(--warn)}\
-section.events{margin-top:1.5em}\
-tr.event.warning td:nth-child(2){color:var(--bad);font-weight:600}\
+.columns{display:grid;grid-template-columns:minmax(0,1fr);gap:1.2em}\
+@media (min-width:1100px){.columns{grid-template-columns:minmax(0,1fr) 380px}}\
+.pod-head{display:flex;flex-wrap:wrap;align-items:center;gap:.3em .8em;margin-bottom:.3em}\
+.pod-head h2,.pod-head ul.conditions{margin:0}\
+ul.event-list{list-style:none;padding:0;margin:0}\
+li.event{border-left:3px solid var(--line);padding:.2em .6em;margin-bottom:.4em}\
+li.event.warning{border-left-color:var(--bad)}\
+.event .meta{font-size:.85em;color:var(--muted)}\
+.event.warning .type{color:var(--bad);font-weight:600}\
+.event .reason{color:#1f2328}.event .message{overflow-wrap:anywhere}\
+.count{font-weight:600}\
 .field{color:var(--muted);font-size:.9em}.empty,.note{color:var(--muted)}\
 ";
 
@@ -575,7 +589,9 @@ mod tests {
         assert!(html.contains("1 ready"), "{html}");
 
         let web = section(&html, "default/web");
-        assert!(web.starts_with("data-pod=\"default/web\"><h2><span class=\"marker ready\">Ready</span>"));
+        assert!(web.starts_with(
+            "data-pod=\"default/web\"><div class=\"pod-head\"><h2><span class=\"marker ready\">Ready</span>"
+        ));
         assert!(web.contains("Running for 2m0s"), "{web}");
         assert!(web.contains("<td class=\"yes\">✓ ready</td>"));
         assert!(web.contains("<td class=\"restarts\">2"));
@@ -688,18 +704,16 @@ mod tests {
         let html = render_one(&[], &events);
         assert!(html.contains("No pods."));
         assert!(html.contains("The newest 50 of 60"));
-        assert_eq!(html.matches("<tr class=\"event ").count(), EVENTS_SHOWN);
+        assert_eq!(html.matches("<li class=\"event ").count(), EVENTS_SHOWN);
         let newest = html.find("message 59").unwrap();
         assert!(newest < html.find("message 58").unwrap(), "newest first");
         assert!(!html.contains("message 9<"), "the oldest ten are left out");
         assert!(
             html.contains(
-                "<td title=\"first 2027-01-15T07:59:00Z · last 2027-01-15T08:03:10Z\">10s ago</td>"
+                "<li class=\"event warning\"><div class=\"meta\"><span class=\"when\" title=\"first 2027-01-15T07:59:00Z · last 2027-01-15T08:03:10Z\">10s ago</span> <span class=\"type\">Warning</span> <span class=\"reason\">Unhealthy</span> <span class=\"object\">default/web <span class=\"field\">spec.containers{app}</span></span> <span class=\"count\">×3</span></div><div class=\"message\">message 58</div></li>"
             ),
             "{html}"
         );
-        assert!(html.contains("default/web <span class=\"field\">spec.containers{app}</span>"));
-        assert!(html.contains("×3"));
         assert!(html.contains("30 warning events"));
     }
 
