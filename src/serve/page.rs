@@ -136,7 +136,9 @@ fn main(h: &mut Html, page: &Page<'_>) {
         crate::host::history::format_time(page.now)
     ));
     // Pods on the left, events beside them on a wide screen, below them on a narrow one.
-    h.raw("</p><div class=\"columns\"><div class=\"pods\">");
+    h.raw(" <span class=\"refreshing\">· refreshes itself every ")
+        .text(&format!("{} s", REFRESH_MILLIS / 1000))
+        .raw("</span></p><div class=\"columns\"><div class=\"pods\">");
     if page.pods.is_empty() {
         h.raw("<p class=\"empty\">No pods.</p>");
     }
@@ -409,12 +411,13 @@ fn events_section(h: &mut Html, events: &[RecentEvent], now: Timestamp) {
     h.raw("</ul></section>");
 }
 
-/// Fetches the page again every [`REFRESH_MILLIS`] and swaps its `<main>` in, which keeps the
-/// scroll position; not while the pointer rests on a strip (its tooltip would vanish). A failed
+/// Marks the document as refreshing (the summary then says so), fetches the page again every
+/// [`REFRESH_MILLIS`] and swaps its `<main>` in, which keeps the scroll position; not while the pointer rests on a strip (its tooltip would vanish). A failed
 /// fetch shows the stale banner and keeps the last page.
 fn refresh_script() -> String {
     format!(
-        "setInterval(async () => {{\
+        "document.documentElement.dataset.refresh = '{REFRESH_MILLIS}';\
+setInterval(async () => {{\
 if (document.querySelector('.strip:hover')) return;\
 try {{\
 const r = await fetch(location.href, {{cache: 'no-store'}});\
@@ -435,6 +438,7 @@ header{display:flex;align-items:baseline;gap:1.5em;padding:.6em 1.2em;background
 header h1{font-size:1.2em;margin:0}header a{color:#9ecbff;margin-right:.8em}\
 main{padding:.4em 1.2em 2em}\
 .summary{color:var(--muted);margin:.4em 0 .8em}\
+.refreshing{display:none}html[data-refresh] .refreshing{display:inline}\
 #stale{display:none;margin:0;padding:.4em 1.2em;background:#fff8c5;color:var(--warn)}\
 body.stale #stale{display:block}\
 section.pod{border:1px solid var(--line);border-left:5px solid var(--bad);border-radius:6px;margin:0 0 .8em;padding:.4em .8em}\
@@ -720,7 +724,9 @@ mod tests {
     #[test]
     fn the_page_refreshes_itself_and_runs_only_its_own_script() {
         let html = render_one(&[], &[]);
-        assert!(html.contains("<script nonce=\"abc\">setInterval("));
+        assert!(html.contains(
+            "<script nonce=\"abc\">document.documentElement.dataset.refresh = '2000';setInterval("
+        ));
         assert!(html.contains("<style nonce=\"abc\">"));
         assert!(html.contains("<noscript><meta http-equiv=\"refresh\" content=\"5\"></noscript>"));
         assert!(html.contains("<main id=\"status\">"));
