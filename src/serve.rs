@@ -293,20 +293,7 @@ async fn status_page(State(state): State<ServeState>) -> Response {
         .collect();
     let events = state.events.recent();
     let nonce = page::nonce();
-    let html =
-        page::render(&page::Page { pods: &pods, events: &events, now: state.events.now(), nonce: &nonce });
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8".to_owned()),
-            (header::CONTENT_SECURITY_POLICY, page::content_security_policy(&nonce)),
-            // Pod specs and probe output: never kept by a cache on the way.
-            (header::CACHE_CONTROL, "no-store".to_owned()),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
-            (header::REFERRER_POLICY, "no-referrer".to_owned()),
-        ],
-        html,
-    )
-        .into_response()
+    page::response(&page::Page { pods: &pods, events: &events, now: state.events.now(), nonce: &nonce })
 }
 
 async fn pods(State(state): State<ServeState>) -> Response {

@@ -1,7 +1,9 @@
 //! End to end: the status page at `/` of the real `probelet` binary, rendered by headless
 //! Chromium (Debian's `chromium` package; `.ci/run` installs it). Checks what a person sees: a
 //! Ready pod marked ready, a failing readiness probe's strip showing the failure, a probe's
-//! hostile output shown as text, and the page's own refresh script allowed to run.
+//! hostile output shown as text, and the page's own refresh script allowed to run; then the
+//! refresh itself, against a loopback server whose page changes (Chromium's virtual time lets
+//! the script's timer fire without waiting for it).
 //!
 //! Waits by polling the agent's JSON endpoints (bounded), never on fixed sleeps.
 
@@ -16,6 +18,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::response::IntoResponse as _;
+use probelet::serve::page::{self, Page, PodPage};
+use probelet::serve::{Limits, serve_router};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
@@ -50,10 +58,12 @@ fn chromium() -> PathBuf {
 }
 
 /// Headless Chromium's DOM of `url` (a loopback URL) after its scripts ran, with a fresh
-/// profile and nothing that talks to the network on its own.
-async fn dump_dom(url: &str) -> String {
+/// profile and nothing that talks to the network on its own; `extra` arguments before the URL.
+async fn dump_dom(url: &str, extra: &[&str]) -> String {
     assert!(url.starts_with("http://127.0.0.1:"), "loopback only: {url}");
-    let profile = temp_dir("chromium-profile");
+    // One profile per run: the tests of this file run Chromium at the same time.
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let profile = temp_dir(&format!("chromium-profile-{}", RUNS.fetch_add(1, Ordering::SeqCst)));
     let child = Command::new(chromium())
         .args([
             "--headless",
@@ -66,6 +76,7 @@ async fn dump_dom(url: &str) -> String {
             "--disable-sync",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
         .args(["--dump-dom", url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -220,7 +231,7 @@ async fn chromium_shows_the_ready_pod_and_the_failing_probe() {
     assert!(head.contains("cache-control: no-store"), "{head}");
     assert!(head.contains("content-security-policy: default-src 'none'; style-src 'nonce-"), "{head}");
 
-    let dom = dump_dom(&format!("http://{addr}/")).await;
+    let dom = dump_dom(&format!("http://{addr}/"), &[]).await;
 
     let ready = section(&dom, "default/ready");
     assert!(ready.starts_with("<section class=\"pod ready\""), "{ready}");
@@ -249,4 +260,77 @@ async fn chromium_shows_the_ready_pod_and_the_failing_probe() {
     assert!(dom.contains("<body>"), "not stale: {}", &dom[..dom.len().min(300)]);
 
     agent.stop().await;
+}
+
+/// A pod for a page, from its name and whether it is Ready.
+fn page_pod(name: &str, ready: bool) -> PodPage {
+    let status = if ready { "True" } else { "False" };
+    let pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": name},
+        "spec": {"containers": [{"name": "app"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": status}]},
+    }))
+    .unwrap();
+    PodPage { pod, probes: Vec::new() }
+}
+
+/// A loopback server whose `/` is the status page of `first` for its first request, then
+/// `then(request number)`; returns its address and the number of requests it answered.
+async fn changing_page(
+    first: PodPage,
+    then: impl Fn(usize) -> Option<PodPage> + Clone + Send + Sync + 'static,
+) -> (String, Arc<AtomicUsize>, tokio::sync::oneshot::Sender<()>) {
+    let served = Arc::new(AtomicUsize::new(0));
+    let counter = served.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let (first, then, counter) = (first.clone(), then.clone(), counter.clone());
+            async move {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let pod = if n == 0 { Some(first) } else { then(n) };
+                let Some(pod) = pod else {
+                    return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+                };
+                let nonce = page::nonce();
+                page::response(&Page {
+                    pods: &[pod],
+                    events: &[],
+                    now: k8s_openapi::jiff::Timestamp::now(),
+                    nonce: &nonce,
+                })
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve_router(listener, app, Limits::default(), async move {
+        let _ = stopped.await;
+    }));
+    (addr, served, stop)
+}
+
+#[tokio::test]
+async fn the_page_swaps_in_what_the_agent_serves_next() {
+    let (addr, served, _stop) =
+        changing_page(page_pod("before", false), |_| Some(page_pod("after", true))).await;
+    // 5 s of virtual time: the 2 s timer fires twice.
+    let dom = dump_dom(&format!("http://{addr}/"), &["--virtual-time-budget=5000"]).await;
+    assert!(served.load(Ordering::SeqCst) >= 2, "the page fetched itself again");
+    assert!(!dom.contains("default/before"), "{dom}");
+    let after = section(&dom, "default/after");
+    assert!(after.contains("<span class=\"marker ready\">Ready</span>"), "{after}");
+    assert!(dom.contains("<body>"), "not stale: {dom}");
+    assert_eq!(dom.matches("<main id=\"status\">").count(), 1, "one main, swapped: {dom}");
+}
+
+#[tokio::test]
+async fn a_page_whose_agent_stops_answering_says_so_and_keeps_the_last_data() {
+    let (addr, served, _stop) = changing_page(page_pod("last-known", true), |_| None).await;
+    let dom = dump_dom(&format!("http://{addr}/"), &["--virtual-time-budget=5000"]).await;
+    assert!(served.load(Ordering::SeqCst) >= 2, "the page fetched itself again");
+    assert!(dom.contains("<body class=\"stale\">"), "{dom}");
+    assert!(dom.contains("The agent does not answer"), "{dom}");
+    assert!(section(&dom, "default/last-known").contains("marker ready"), "{dom}");
 }

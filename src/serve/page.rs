@@ -59,6 +59,24 @@ pub fn content_security_policy(nonce: &str) -> String {
     )
 }
 
+/// The page as an HTTP response: HTML, its Content-Security-Policy, and headers that keep the
+/// private data it shows out of caches and referrers.
+pub fn response(page: &Page<'_>) -> axum::response::Response {
+    use axum::http::header;
+    use axum::response::IntoResponse as _;
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8".to_owned()),
+            (header::CONTENT_SECURITY_POLICY, content_security_policy(page.nonce)),
+            (header::CACHE_CONTROL, "no-store".to_owned()),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            (header::REFERRER_POLICY, "no-referrer".to_owned()),
+        ],
+        render(page),
+    )
+        .into_response()
+}
+
 /// HTML text with its content escaped: `<`, `>`, `&`, `"` and `'`, so that the result is safe
 /// both as element text and inside a quoted attribute value.
 pub fn escape(s: &str) -> String {
