@@ -311,7 +311,7 @@ fn container_state(h: &mut Html, state: &ContainerState, now: Timestamp) {
         }
         h.raw("</span>");
         if let Some(message) = waiting.message.as_deref().filter(|m| !m.is_empty()) {
-            h.raw(" <span class=\"message\">").text(message).raw("</span>");
+            h.raw(" <span class=\"message\"").attr("title", message).raw(">").text(message).raw("</span>");
         }
     } else if let Some(terminated) = &state.terminated {
         h.raw("<span class=\"state-terminated\">Terminated: ")
@@ -319,7 +319,7 @@ fn container_state(h: &mut Html, state: &ContainerState, now: Timestamp) {
             .text(&format!(" (exit {})", terminated.exit_code))
             .raw("</span>");
         if let Some(message) = terminated.message.as_deref().filter(|m| !m.is_empty()) {
-            h.raw(" <span class=\"message\">").text(message).raw("</span>");
+            h.raw(" <span class=\"message\"").attr("title", message).raw(">").text(message).raw("</span>");
         }
     } else {
         h.raw("<span class=\"state-none\">no state</span>");
@@ -459,7 +459,7 @@ main{padding:.4em 1.2em 2em}\
 .refreshing{display:none}html[data-refresh] .refreshing{display:inline}\
 #stale{display:none;margin:0;padding:.4em 1.2em;background:#fff8c5;color:var(--warn)}\
 body.stale #stale{display:block}\
-section.pod{border:1px solid var(--line);border-left:5px solid var(--bad);border-radius:6px;margin:0 0 .8em;padding:.4em .8em}\
+section.pod{border:1px solid var(--line);border-left:5px solid var(--bad);border-radius:6px;margin:0 0 .8em;padding:.4em .8em;overflow-x:auto}\
 section.pod.ready{border-left-color:var(--ok)}\
 h2{font-size:1.05em;margin:.2em 0 .4em}\
 .marker{display:inline-block;padding:0 .5em;border-radius:1em;color:#fff;font-size:.85em}\
@@ -472,12 +472,14 @@ li.condition.true{color:var(--ok)}li.condition.false{color:var(--bad)}li.conditi
 table{border-collapse:collapse;width:100%}\
 th{text-align:left;font-weight:600;color:var(--muted);border-bottom:1px solid var(--line);padding:.2em .5em}\
 td{border-bottom:1px solid var(--bg);padding:.25em .5em;vertical-align:top}\
-td.yes{color:var(--ok)}td.no{color:var(--bad)}td.state,td.yes,td.no{white-space:nowrap}\
+td.yes{color:var(--ok)}td.no{color:var(--bad)}\
+td.state>span:first-child{white-space:nowrap}\
+td.state .message{display:block;max-width:14em;font-size:.85em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}\
 .tag{font-size:.8em;color:var(--muted);border:1px solid var(--line);border-radius:3px;padding:0 .3em}\
 .state-running{color:var(--ok)}.state-waiting{color:var(--warn)}.state-terminated{color:var(--bad)}\
 .state-none{color:var(--muted)}.last{display:block;color:var(--muted);font-size:.85em}\
 .probe{display:flex;align-items:center;gap:.5em;white-space:nowrap}\
-.probe .kind{width:5.5em;color:var(--muted)}\
+.probe .kind{min-width:5em;color:var(--muted)}\
 .strip{display:inline-flex;gap:2px}\
 .run{display:inline-block;width:12px;height:16px;border-radius:2px;background:#eaeef2}\
 .run.success{background:var(--ok)}.run.failure{background:var(--bad)}\
@@ -486,7 +488,7 @@ td.yes{color:var(--ok)}td.no{color:var(--bad)}td.state,td.yes,td.no{white-space:
 .latest.success{color:var(--ok)}.latest.failure{color:var(--bad)}.latest.error{color:#8250df}\
 .latest.unknown{color:var(--warn)}\
 .columns{display:grid;grid-template-columns:minmax(0,1fr);gap:1.2em}\
-@media (min-width:1100px){.columns{grid-template-columns:minmax(0,1fr) 380px}}\
+@media (min-width:1100px){.columns{grid-template-columns:minmax(0,1fr) 360px}}\
 .pod-head{display:flex;flex-wrap:wrap;align-items:center;gap:.3em .8em;margin-bottom:.3em}\
 .pod-head h2,.pod-head ul.conditions{margin:0}\
 ul.event-list{list-style:none;padding:0;margin:0}\
@@ -753,6 +755,37 @@ mod tests {
         assert!(csp.contains("script-src 'nonce-abc'") && csp.starts_with("default-src 'none'"));
         assert_ne!(nonce(), nonce());
         assert_eq!(nonce().len(), 32);
+    }
+
+    #[test]
+    fn container_states() {
+        let waiting = ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: Some("back-off 10s restarting failed container=app".into()),
+            }),
+            ..Default::default()
+        };
+        let terminated = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                reason: Some("Error".into()),
+                exit_code: 137,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let pods = [
+            PodPage { pod: pod("waiting", false, waiting), probes: Vec::new() },
+            PodPage { pod: pod("terminated", false, terminated), probes: Vec::new() },
+        ];
+        let html = render_one(&pods, &[]);
+        assert!(section(&html, "default/waiting").contains(
+            "<td class=\"state\"><span class=\"state-waiting\">Waiting: CrashLoopBackOff</span> <span class=\"message\" title=\"back-off 10s restarting failed container=app\">back-off 10s restarting failed container=app</span></td>"
+        ), "{html}");
+        assert!(
+            section(&html, "default/terminated")
+                .contains("<span class=\"state-terminated\">Terminated: Error (exit 137)</span>")
+        );
     }
 
     #[test]
