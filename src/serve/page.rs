@@ -6,7 +6,7 @@
 //! and Consul's admin pages are the models.)
 //!
 //! Everything here is a pure function of the data. Every string that comes from a manifest, a
-//! probed endpoint or an event goes through [`Html::text`] or [`Html::attr`], which escape it;
+//! probed endpoint or an event goes through [`escape`] (in text and in attribute values alike);
 //! markup is only ever a `&'static str`, so a user's string cannot become markup by mistake.
 
 use std::fmt::Write as _;
