@@ -1,15 +1,16 @@
 //! Who may read the agent's private endpoints. `/metrics`, `/healthz` and `/readyz` are open;
-//! `/pods`, `/pods/{namespace}/{name}/probes` and `/events` carry every pod spec on the node
-//! (environment values included) and exec probe output, so with webhook authorization they
-//! need a bearer token the API server vouches for, checked the way the kubelet guards its
-//! authenticated port (upstream `pkg/kubelet/server/auth.go` and `server.go`'s auth filter,
-//! with the webhook token authenticator and authorizer of `k8s.io/apiserver`):
+//! `/pods`, `/pods/{namespace}/{name}/probes`, `/events` and the status page `/` carry every pod
+//! spec on the node (environment values included) and exec probe output, so with webhook
+//! authorization they need a bearer token the API server vouches for, checked the way the
+//! kubelet guards its authenticated port (upstream `pkg/kubelet/server/auth.go` and `server.go`'s
+//! auth filter, with the webhook token authenticator and authorizer of `k8s.io/apiserver`):
 //!
 //! 1. `Authorization: Bearer <token>` is sent to the API server as a `TokenReview`; no token, or
 //!    one the server does not authenticate, is `401 Unauthorized`.
 //! 2. The request is mapped to attributes on the node object: verb from the HTTP method, resource
 //!    `nodes`, name the node's, and subresource `pods` for `/pods/...` (the fine-grained
-//!    authorization of KEP-2862) with `proxy` as the fallback, `proxy` for everything else.
+//!    authorization of KEP-2862) with `proxy` as the fallback, `proxy` for everything else
+//!    (the status page `/` included: it shows `/events` beside the pods).
 //!    Each is asked as a `SubjectAccessReview` in turn; the first allowed wins, none is
 //!    `403 Forbidden`.
 //!
@@ -282,6 +283,7 @@ mod tests {
         assert_eq!(subs(Method::GET, "/pods/default/web/probes"), ["pods", "proxy"]);
         assert_eq!(subs(Method::GET, "/podsx"), ["proxy"], "a subpath, not a prefix");
         assert_eq!(subs(Method::GET, "/events"), ["proxy"]);
+        assert_eq!(subs(Method::GET, "/"), ["proxy"], "the status page shows the events too");
         assert_eq!(subs(Method::GET, "/metrics"), ["metrics"]);
         assert_eq!(subs(Method::GET, "/healthz"), ["healthz", "proxy"]);
         let a = &request_attributes(&Method::POST, "/pods", "node-a")[0];
@@ -298,6 +300,7 @@ mod tests {
     fn public_paths_and_bearer_tokens() {
         assert!(is_public("/metrics") && is_public("/healthz") && is_public("/readyz"));
         assert!(!is_public("/pods") && !is_public("/events") && !is_public("/metricsx"));
+        assert!(!is_public("/"), "the status page shows what /pods and /events show");
         let headers = |v: &str| {
             let mut h = axum::http::HeaderMap::new();
             h.insert(header::AUTHORIZATION, v.parse().unwrap());

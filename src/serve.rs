@@ -1,5 +1,5 @@
-//! The agent's HTTP endpoints: `/metrics` (Prometheus text), `/healthz`, `/readyz` (ready once
-//! the pod source has synced), `/pods` (a `v1.PodList` with current statuses, like the
+//! The agent's HTTP endpoints: `/` (the status page, [`page`]), `/metrics` (Prometheus text),
+//! `/healthz`, `/readyz` (ready once the pod source has synced), `/pods` (a `v1.PodList` with current statuses, like the
 //! kubelet's read-only `/pods`), `/pods/{namespace}/{name}/probes` (each probe's last
 //! results) and `/events` (recent events).
 //!
@@ -37,6 +37,8 @@ use crate::auth::{Reviewer, guard};
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 
+pub mod page;
+
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct ServeState {
@@ -61,6 +63,7 @@ pub fn router_with_reviews(state: ServeState, reviewer: Arc<Reviewer>) -> Router
 
 fn routes(state: ServeState) -> Router {
     Router::new()
+        .route("/", get(status_page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -276,6 +279,21 @@ async fn with_statuses(state: &ServeState) -> Vec<Pod> {
         out.push(pod);
     }
     out
+}
+
+/// The status page: the same data as `/pods`, the probes' runs and `/events`, as HTML.
+async fn status_page(State(state): State<ServeState>) -> Response {
+    let pods: Vec<page::PodPage> = with_statuses(&state)
+        .await
+        .into_iter()
+        .map(|pod| {
+            let probes = state.history.pod(pod.metadata.uid.as_deref().unwrap_or_default());
+            page::PodPage { pod, probes }
+        })
+        .collect();
+    let events = state.events.recent();
+    let nonce = page::nonce();
+    page::response(&page::Page { pods: &pods, events: &events, now: state.events.now(), nonce: &nonce })
 }
 
 async fn pods(State(state): State<ServeState>) -> Response {

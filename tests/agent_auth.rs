@@ -72,6 +72,19 @@ async fn private_endpoints_need_a_reviewed_token() {
             &[DEFAULT_AUDIENCE],
         );
         reviews.allow(reader, "get", "nodes", "pods", "probelet-pods-readers", "probelet-pods-reader");
+        reviews.add_token(
+            "proxy-token",
+            service_account_user("monitoring", "proxy", "uid-p", "jti-p"),
+            &[DEFAULT_AUDIENCE],
+        );
+        reviews.allow(
+            "system:serviceaccount:monitoring:proxy",
+            "get",
+            "nodes",
+            "proxy",
+            "probelet-proxy-readers",
+            "probelet-proxy-reader",
+        );
     }
     let (mut agent, addr, kubeconfig) =
         start_agent(&fake, "webhook", &["--authorization-mode", "webhook"]).await;
@@ -115,6 +128,19 @@ async fn private_endpoints_need_a_reviewed_token() {
     assert!(reviews_sent(&fake).is_empty(), "answered from the caches");
     // /events maps to nodes/proxy, which the reader is not granted.
     assert_eq!(get(&addr, "/events", Some("reader-token")).await.0, 403);
+    // So does the status page, which shows the events beside the pods.
+    assert_eq!(get(&addr, "/", None).await, (401, "Unauthorized".into()));
+    assert_eq!(
+        get(&addr, "/", Some("reader-token")).await,
+        (
+            403,
+            "Forbidden (user=system:serviceaccount:monitoring:reader, verb=get, resource=nodes, subresource(s)=[proxy])\n"
+                .into()
+        )
+    );
+    let (code, page) = get(&addr, "/", Some("proxy-token")).await;
+    assert_eq!(code, 200, "{page}");
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
 
     agent.start_kill().unwrap();
     let _ = agent.wait().await;
@@ -127,6 +153,7 @@ async fn on_loopback_cluster_mode_serves_everything_without_reviews() {
     let (mut agent, addr, kubeconfig) = start_agent(&fake, "auto", &[]).await;
     assert_eq!(get(&addr, "/pods", None).await.0, 200);
     assert_eq!(get(&addr, "/events", None).await.0, 200);
+    assert_eq!(get(&addr, "/", None).await.0, 200);
     assert!(reviews_sent(&fake).is_empty());
     agent.start_kill().unwrap();
     let _ = agent.wait().await;
