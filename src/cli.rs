@@ -63,7 +63,7 @@ pub struct RunArgs {
     pub readiness_gates: bool,
 
     /// Readiness-gate mode: offer exec gate probes, run through `pods/exec` (the RBAC must
-    /// grant it; deploy/readiness-gates/exec/). Without it, exec entries are rejected.
+    /// grant it; deploy/readiness-gates/rbac-exec.yaml). Without it, exec entries are rejected.
     #[arg(long, env = "PROBELET_READINESS_GATE_EXEC", requires = "readiness_gates")]
     pub readiness_gate_exec: bool,
 

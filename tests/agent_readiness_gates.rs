@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -110,12 +110,22 @@ fn http_probe(port: u16) -> String {
 }
 
 fn start_agent(fake: &FakeApiServer, name: &str) -> (tokio::process::Child, std::path::PathBuf) {
+    start_agent_with(fake, name, &[], Stdio::null)
+}
+
+fn start_agent_with(
+    fake: &FakeApiServer,
+    name: &str,
+    extra: &[&str],
+    stdout: fn() -> Stdio,
+) -> (tokio::process::Child, std::path::PathBuf) {
     let kubeconfig = support::agent::kubeconfig_for(&fake.url(), name);
     let agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
         .args(["run", "--readiness-gates", "--kubeconfig"])
         .arg(&kubeconfig)
         .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
+        .args(extra)
+        .stdout(stdout())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -328,4 +338,112 @@ async fn unusable_probes_and_stopped_containers_turn_the_condition_false_with_th
             pod_writes(&fake).into_iter().filter(|r| r.path.contains(&format!("/pods/{name}/"))).count();
         assert_eq!(writes, 1, "{name}");
     }
+}
+
+/// The (group, resource, verb) grants of the ClusterRoles in a deploy file, by role name.
+fn cluster_role_grants(file: &str) -> BTreeMap<String, BTreeSet<(String, String, String)>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut roles = BTreeMap::new();
+    for doc in docs.into_iter().filter(|d| d["kind"] == "ClusterRole") {
+        let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(doc).unwrap();
+        let mut grants = BTreeSet::new();
+        for rule in role.rules.iter().flatten() {
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        grants.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+        roles.insert(role.metadata.name.unwrap(), grants);
+    }
+    roles
+}
+
+/// The authorization checks of the requests the fake saw.
+fn requested(requests: &[RecordedRequest]) -> BTreeSet<(String, String, String)> {
+    requests.iter().flat_map(|r| r.authorization()).map(|a| (a.group, a.resource, a.verb)).collect()
+}
+
+/// Exec gate probes with `--readiness-gate-exec`, through `pods/exec` in the container they
+/// name; and one run through every request path of the mode (watch, condition writes, events
+/// and their repeats, exec, token reviews) compared with deploy/readiness-gates/: the roles
+/// grant exactly what the agent requested, and the exec role exactly what exec probes need.
+#[tokio::test]
+async fn exec_gate_probes_and_rbac_grants_exactly_what_the_mode_requests() {
+    let fake = FakeApiServer::start().await;
+    fake.on_exec(|_, pod, _, _| {
+        support::apiserver::exec::ExecReply::exit(if pod == "failing" { 1 } else { 0 })
+    });
+    let mut two = pod("exec", "node-a", true, None);
+    two.spec.as_mut().unwrap().containers.push(Container { name: "sidecar".into(), ..Default::default() });
+    let statuses = two.status.as_mut().unwrap().container_statuses.as_mut().unwrap();
+    let mut sidecar = statuses[0].clone();
+    sidecar.name = "sidecar".into();
+    sidecar.container_id = Some("containerd://exec-sidecar".into());
+    statuses.push(sidecar);
+    let probes = json!([
+        {"name": "default", "probe": {"exec": {"command": ["check", "app"]}, "periodSeconds": 1}},
+        {"name": "named", "container": "sidecar", "probe": {"exec": {"command": ["check", "sidecar"]}, "periodSeconds": 1}},
+    ]);
+    two.metadata.annotations = Some(BTreeMap::from([(ANNOTATION.to_owned(), probes.to_string())]));
+    fake.insert_pod(two);
+    let failing = json!([{"name": "script", "probe": {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 1}}]);
+    fake.insert_pod(pod("failing", "node-a", true, Some(failing.to_string())));
+    fake.insert_pod(pod("invalid", "node-a", true, Some("[]".into())));
+    {
+        use support::apiserver::reviews::{DEFAULT_AUDIENCE, service_account_user};
+        let mut reviews = fake.reviews();
+        let user = service_account_user("monitoring", "reader", "uid-r", "jti-r");
+        reviews.add_token("reader-token", user, &[DEFAULT_AUDIENCE]);
+        let reader = "system:serviceaccount:monitoring:reader";
+        reviews.allow(reader, "get", "nodes", "pods", "pods-readers", "pods-reader");
+    }
+    let (mut agent, kubeconfig) = start_agent_with(
+        &fake,
+        "gates-exec",
+        &["--readiness-gate-exec", "--authorization-mode", "webhook"],
+        Stdio::piped,
+    );
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(agent.stdout.take().unwrap()));
+    let addr = support::agent::banner_addr(&mut lines).await;
+    let (code, _) = support::agent::get(&addr, "/pods", Some("reader-token")).await;
+    assert_eq!(code, 200, "the reader's token is accepted");
+
+    let ready = wait_for_gate(&fake, "exec", "True", |c| c["status"] == "True").await;
+    assert_eq!(ready["message"], "2 of 2 readiness probes succeeded");
+    let failed = wait_for_gate(&fake, "failing", "False", |c| c["reason"] == "ReadinessProbesFailed").await;
+    assert_eq!(failed["message"], "readiness probes with unready status: [script]");
+    wait_for_gate(&fake, "invalid", "False", |c| c["reason"] == "InvalidReadinessProbes").await;
+    // The failing probe's Unhealthy event repeats: created, then patched.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !fake
+        .events()
+        .iter()
+        .any(|e| e["involvedObject"]["name"] == "failing" && e["count"].as_i64() >= Some(2))
+    {
+        assert!(tokio::time::Instant::now() < deadline, "a repeated Unhealthy event: {:?}", fake.events());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop(agent, kubeconfig).await;
+
+    let sessions = fake.exec_sessions();
+    let ran = |container: &str, arg: &str| {
+        sessions.iter().any(|s| s.pod == "exec" && s.container == container && s.command == ["check", arg])
+    };
+    assert!(ran("app", "app"), "no container named: the pod's first");
+    assert!(ran("sidecar", "sidecar"), "the named container");
+
+    let requests = fake.requests();
+    let forbidden: Vec<_> = requests.iter().filter(|r| r.code == Some(403)).collect();
+    assert!(forbidden.is_empty(), "{forbidden:?}");
+    let mut roles = cluster_role_grants("deploy/readiness-gates/rbac.yaml");
+    roles.extend(cluster_role_grants("deploy/readiness-gates/rbac-exec.yaml"));
+    let granted: BTreeSet<_> = roles.values().flatten().cloned().collect();
+    assert_eq!(granted, requested(&requests), "the ClusterRoles grant exactly what the agent requested");
+    let exec: Vec<_> = requests.iter().filter(|r| r.path.ends_with("/exec")).cloned().collect();
+    assert_eq!(roles["probelet-readiness-gates-exec"], requested(&exec));
 }
