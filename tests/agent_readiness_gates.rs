@@ -288,8 +288,15 @@ async fn unusable_probes_and_stopped_containers_turn_the_condition_false_with_th
         ..Default::default()
     });
     fake.insert_pod(waiting);
+    // `--probe-host-policy pod-ip`: a probe that names another host fails.
+    let elsewhere = json!([{
+        "name": "backend",
+        "probe": {"httpGet": {"host": "localhost", "path": "/healthz", "port": port}, "periodSeconds": 1}
+    }]);
+    fake.insert_pod(pod("other-host", "node-a", true, Some(elsewhere.to_string())));
 
-    let (agent, kubeconfig) = start_agent(&fake, "gates-invalid");
+    let (agent, kubeconfig) =
+        start_agent_with(&fake, "gates-invalid", &["--probe-host-policy", "pod-ip"], Stdio::null);
     let cases = [
         (
             "bad",
@@ -303,6 +310,7 @@ async fn unusable_probes_and_stopped_containers_turn_the_condition_false_with_th
         ),
         ("missing", "InvalidReadinessProbes", "annotation probelet.dev/readiness-probes is missing"),
         ("waiting", "ContainersNotRunning", "containers not running: [app]"),
+        ("other-host", "ReadinessProbesFailed", "readiness probes with unready status: [backend]"),
     ];
     let mut messages = BTreeMap::new();
     for (name, reason, message) in cases {
@@ -446,4 +454,36 @@ async fn exec_gate_probes_and_rbac_grants_exactly_what_the_mode_requests() {
     assert_eq!(granted, requested(&requests), "the ClusterRoles grant exactly what the agent requested");
     let exec: Vec<_> = requests.iter().filter(|r| r.path.ends_with("/exec")).cloned().collect();
     assert_eq!(roles["probelet-readiness-gates-exec"], requested(&exec));
+}
+
+/// After a restart the agent writes nothing while its probes agree with the condition already
+/// there: no False while they have not run yet, no rewrite of the same verdict.
+#[tokio::test]
+async fn a_restarted_agent_does_not_rewrite_an_unchanged_condition() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let mut steady = pod("steady", "node-a", true, Some(http_probe(port)));
+    // Started well before the agent: the probes' state is inherited rather than reset.
+    let app = &mut steady.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0];
+    let started = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
+    app.state.as_mut().unwrap().running.as_mut().unwrap().started_at = Some(Time(started));
+    fake.insert_pod(steady);
+
+    let (agent, kubeconfig) = start_agent(&fake, "gates-restart");
+    let first = wait_for_gate(&fake, "steady", "True", |c| c["status"] == "True").await;
+    stop(agent, kubeconfig).await;
+    let writes = pod_writes(&fake).len();
+    let seen = fake.requests().len();
+
+    let (agent, kubeconfig) = start_agent(&fake, "gates-restart-2");
+    // Until the watch has listed and a few periods have passed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !fake.requests().iter().skip(seen).any(RecordedRequest::is_watch) {
+        assert!(tokio::time::Instant::now() < deadline, "a watch within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop(agent, kubeconfig).await;
+    assert_eq!(pod_writes(&fake).len(), writes, "{:?}", pod_writes(&fake));
+    assert_eq!(gate_condition(&fake.pod_json("default", "steady").unwrap()), Some(first));
 }

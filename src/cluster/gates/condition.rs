@@ -26,8 +26,8 @@ pub const REASON_INVALID_PROBES: &str = "InvalidReadinessProbes";
 pub enum Verdict {
     /// Every gate probe's latest result is Success.
     Ready { probes: usize },
-    /// These probes have not succeeded; `pending` when some of them have no result yet (the
-    /// condition already written is then kept rather than turned False).
+    /// These probes have not succeeded; `pending` when none failed but some have no result
+    /// yet (the condition already written is then kept rather than turned False).
     NotReady { unready: Vec<String>, pending: bool },
     /// These containers of the pod do not run.
     ContainersNotRunning { containers: Vec<String> },

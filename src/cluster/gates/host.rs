@@ -226,7 +226,10 @@ impl GateHost {
                     if unready.is_empty() && results.len() == probes.len() {
                         Verdict::Ready { probes: probes.len() }
                     } else {
-                        let pending = results.iter().any(|(_, r)| r.is_none());
+                        // Pending: nothing has failed, some have not run since the agent
+                        // started.
+                        let pending = results.iter().any(|(_, r)| r.is_none())
+                            && results.iter().all(|(_, r)| matches!(r, None | Some(ProbeResult::Success)));
                         Verdict::NotReady { unready, pending }
                     }
                 }
