@@ -25,7 +25,7 @@ use super::condition::{
     FIELD_MANAGER, GATE_CONDITION, REASON_INVALID_PROBES, Verdict, apply_body, current_condition, desired,
     next_condition, observed_generation,
 };
-use super::derive::{containers_not_running, derived_pod, derived_status, exec_targets};
+use super::derived::{containers_not_running, derived_pod, derived_status, exec_targets};
 use crate::cluster::exec::ExecRunner;
 use crate::cluster::watch::{ApiReachability, Reachability};
 

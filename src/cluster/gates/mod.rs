@@ -8,7 +8,7 @@
 //! is the user's guide and says why the condition is written with server-side apply.
 //!
 //! How the probes run: the engine's own probe workers run them, unchanged. For each gated pod
-//! the host hands the engine a derived pod ([`derive`]) with the real pod's identity and one
+//! the host hands the engine a derived pod ([`derived`]) with the real pod's identity and one
 //! container per gate probe, that probe as its readiness probe; those containers "run" exactly
 //! while every container of the real pod runs, from when the last of them started. Chosen over
 //! a probe loop of our own because everything a readiness probe means — period, jitter,
@@ -18,12 +18,12 @@
 //! mode has none. Each gate probe's latest readiness result, read from the results cache, makes
 //! the verdict ([`condition::Verdict`]) the condition is written from.
 //!
-//! The parts: [`annotation`] (reading and validating the annotation), [`derive`] (the derived
+//! The parts: [`annotation`] (reading and validating the annotation), [`derived`] (the derived
 //! pod), [`condition`] (the condition and its write, pure), [`host`] (the actor).
 
 pub mod annotation;
 pub mod condition;
-pub mod derive;
+pub mod derived;
 pub mod host;
 
 use std::collections::HashMap;

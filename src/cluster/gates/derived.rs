@@ -44,7 +44,7 @@ pub fn derived_pod(pod: &Pod, probes: &[GateProbe]) -> Pod {
             name: pod.metadata.name.clone(),
             namespace: pod.metadata.namespace.clone(),
             uid: pod.metadata.uid.clone(),
-            generation: pod.metadata.generation.clone(),
+            generation: pod.metadata.generation,
             deletion_timestamp: pod.metadata.deletion_timestamp.clone(),
             ..Default::default()
         },
