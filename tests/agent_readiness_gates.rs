@@ -487,3 +487,38 @@ async fn a_restarted_agent_does_not_rewrite_an_unchanged_condition() {
     assert_eq!(pod_writes(&fake).len(), writes, "{:?}", pod_writes(&fake));
     assert_eq!(gate_condition(&fake.pod_json("default", "steady").unwrap()), Some(first));
 }
+
+/// Another writer drops the condition (a JSON merge patch of `conditions` without it, as in
+/// the recorded case 22): the agent sees it in the watch and writes it again.
+#[tokio::test]
+async fn a_condition_another_writer_removed_is_written_again() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("dropped", "node-a", true, Some(http_probe(port))));
+    let (agent, kubeconfig) = start_agent(&fake, "gates-dropped");
+    wait_for_gate(&fake, "dropped", "True", |c| c["status"] == "True").await;
+
+    let others: Vec<Value> = fake.pod_json("default", "dropped").unwrap()["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] != GATE)
+        .cloned()
+        .collect();
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    let patch = json!({"status": {"conditions": others}});
+    let writes = pod_writes(&fake).len();
+    let patched = api
+        .patch_status("dropped", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // (Checked in the answer: the agent may have written it back before a GET.)
+    assert!(gate_condition(&serde_json::to_value(&patched).unwrap()).is_none(), "removed");
+
+    let back = wait_for_gate(&fake, "dropped", "True again", |c| c["status"] == "True").await;
+    assert_eq!(back["reason"], "ReadinessProbesSucceeded");
+    stop(agent, kubeconfig).await;
+    let rewrites: Vec<_> = pod_writes(&fake).into_iter().skip(writes + 1).collect();
+    assert_eq!(rewrites.len(), 1, "one apply puts it back: {rewrites:?}");
+    assert_eq!(rewrites[0].content_type.as_deref(), Some("application/apply-patch+yaml"));
+}
