@@ -522,3 +522,18 @@ async fn a_condition_another_writer_removed_is_written_again() {
     assert_eq!(rewrites.len(), 1, "one apply puts it back: {rewrites:?}");
     assert_eq!(rewrites[0].content_type.as_deref(), Some("application/apply-patch+yaml"));
 }
+
+/// A kubelet that tracks pod generations writes `observedGeneration`: the gate condition
+/// carries the pod's generation too.
+#[tokio::test]
+async fn the_condition_observes_the_generation_where_the_kubelet_does() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let mut tracked = pod("tracked", "node-a", true, Some(http_probe(port)));
+    tracked.status.as_mut().unwrap().observed_generation = Some(1);
+    let generation = fake.insert_pod(tracked).metadata.generation.unwrap();
+    let (agent, kubeconfig) = start_agent(&fake, "gates-generation");
+    let ready = wait_for_gate(&fake, "tracked", "True", |c| c["status"] == "True").await;
+    assert_eq!(ready["observedGeneration"], generation, "{ready}");
+    stop(agent, kubeconfig).await;
+}
