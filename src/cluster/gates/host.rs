@@ -213,17 +213,24 @@ impl GateHost {
                 if !not_running.is_empty() {
                     Verdict::ContainersNotRunning { containers: not_running }
                 } else {
-                    let results: Vec<_> = entry
-                        .gate_ids
+                    // By probe, so a probe without a gate container yet counts as not run.
+                    let results: Vec<_> = probes
                         .iter()
-                        .map(|(name, id)| (name, self.pipeline.results_view.get(ProbeKind::Readiness, id)))
+                        .map(|p| {
+                            let id =
+                                entry.gate_ids.iter().find(|(name, _)| *name == p.name).map(|(_, id)| id);
+                            (
+                                &p.name,
+                                id.and_then(|id| self.pipeline.results_view.get(ProbeKind::Readiness, id)),
+                            )
+                        })
                         .collect();
                     let unready: Vec<String> = results
                         .iter()
                         .filter(|(_, r)| *r != Some(ProbeResult::Success))
                         .map(|(name, _)| (*name).clone())
                         .collect();
-                    if unready.is_empty() && results.len() == probes.len() {
+                    if unready.is_empty() {
                         Verdict::Ready { probes: probes.len() }
                     } else {
                         // Pending: nothing has failed, some have not run since the agent
