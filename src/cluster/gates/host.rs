@@ -194,13 +194,22 @@ impl GateHost {
         self.pods.upsert(derived.clone());
         self.pipeline.add_pod(derived.clone());
         let pipeline = self.pipeline.clone();
-        let fut = async move {
-            if let Ok(status) = pipeline.update_pod_status(derived.clone(), status).await {
-                pipeline.set_pod_status(derived, status);
-            }
+        let fut = {
+            let derived = derived.clone();
+            async move { pipeline.update_pod_status(derived, status).await.ok() }
         };
         let uid = uid.to_owned();
-        ctx.spawn(fut.into_actor(self).map(move |(), act, ctx| act.evaluate(&uid, ctx)));
+        ctx.spawn(fut.into_actor(self).map(move |status, act, ctx| {
+            // Gone while the status was computed: storing it now would keep a status nobody
+            // removes.
+            let Some(entry) = act.gated.get(&uid) else { return };
+            if let Some(status) = status
+                && entry.derived.as_ref().is_some_and(|d| Arc::ptr_eq(d, &derived))
+            {
+                act.pipeline.set_pod_status(derived, status);
+            }
+            act.evaluate(&uid, ctx);
+        }));
     }
 
     /// What the condition should say now, written if it says something else.
