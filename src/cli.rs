@@ -56,6 +56,18 @@ pub struct RunArgs {
     #[arg(long, value_enum, env = "PROBELET_LIVENESS_ACTION", default_value_t = LivenessAction::None)]
     pub liveness_action: LivenessAction,
 
+    /// Cluster mode beside a kubelet that runs the pods' own probes: probe only the extra
+    /// probes of pods that opt in (readiness gate `probelet.dev/ready` and the annotation
+    /// `probelet.dev/readiness-probes`) and write only that condition
+    /// (docs/readiness-gates.md).
+    #[arg(long, env = "PROBELET_READINESS_GATES", conflicts_with = "manifests")]
+    pub readiness_gates: bool,
+
+    /// Readiness-gate mode: offer exec gate probes, run through `pods/exec` (the RBAC must
+    /// grant it; deploy/readiness-gates/rbac-exec.yaml). Without it, exec entries are rejected.
+    #[arg(long, env = "PROBELET_READINESS_GATE_EXEC", requires = "readiness_gates")]
+    pub readiness_gate_exec: bool,
+
     /// Address of the agent's HTTP endpoints: /metrics, /healthz, /readyz, /pods, /events.
     #[arg(long, env = "PROBELET_LISTEN", default_value = "127.0.0.1:9898")]
     pub listen: SocketAddr,
@@ -252,5 +264,22 @@ mod tests {
         assert!(err.contains("unrecognized feature gate: Foo"), "{err}");
         let err = parse(&["run", "--feature-gates", "MutableContainerProbes=true"]).unwrap_err().to_string();
         assert!(err.contains("does not implement it yet"), "{err}");
+    }
+
+    #[test]
+    fn readiness_gate_flags() {
+        let Command::Run(run) = parse(&["run", "--in-cluster", "--readiness-gates"]).unwrap().command else {
+            panic!()
+        };
+        assert!(run.readiness_gates && !run.readiness_gate_exec);
+        assert_eq!(run.mode(), Ok(Mode::Cluster { kubeconfig: None }));
+        assert!(parse(&["run", "--in-cluster", "--readiness-gate-exec"]).is_err(), "exec needs the mode");
+        assert!(parse(&["run", "--manifests", "x", "--readiness-gates"]).is_err(), "cluster mode only");
+        let Command::Run(run) =
+            parse(&["run", "--in-cluster", "--readiness-gates", "--readiness-gate-exec"]).unwrap().command
+        else {
+            panic!()
+        };
+        assert!(run.readiness_gate_exec);
     }
 }

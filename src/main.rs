@@ -16,6 +16,9 @@ fn main() -> anyhow::Result<()> {
             actix::System::new().block_on(async move {
                 match mode {
                     Mode::Standalone(dir) => probelet::agent::run_standalone(&args, dir).await,
+                    Mode::Cluster { kubeconfig } if args.readiness_gates => {
+                        probelet::cluster::gates::run_readiness_gates(&args, kubeconfig).await
+                    }
                     Mode::Cluster { kubeconfig } => probelet::cluster::run_cluster(&args, kubeconfig).await,
                 }
             })?;

@@ -549,3 +549,84 @@ fn examples_are_ready_within_15_seconds_except_the_flaky_one() {
         }
     }
 }
+
+// === deploy/readiness-gates/ ===
+
+#[test]
+fn readiness_gate_deployment_is_its_own_least_privilege_variant() {
+    let folder = "deploy/readiness-gates";
+    let files: BTreeMap<String, Vec<String>> = yaml_files(folder)
+        .iter()
+        .map(|path| (file_name(path), documents(path).iter().map(|doc| kind(doc).to_string()).collect()))
+        .collect();
+    let want: BTreeMap<String, Vec<String>> = [
+        ("daemonset.yaml", vec!["DaemonSet"]),
+        ("example-pod.yaml", vec!["Pod"]),
+        ("rbac.yaml", vec!["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"]),
+        ("rbac-exec.yaml", vec!["ClusterRole", "ClusterRoleBinding"]),
+    ]
+    .into_iter()
+    .map(|(file, kinds)| (file.to_string(), kinds.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(files, want);
+
+    let role = |file: &str| -> ClusterRole {
+        let docs = documents(&repo_path(&format!("{folder}/{file}")));
+        typed(file, docs.iter().find(|d| kind(d) == "ClusterRole").unwrap())
+    };
+    let triple = |g: &str, r: &str, v: &str| (g.to_string(), r.to_string(), v.to_string());
+    // What the roles grant is checked against the requests the agent sends in
+    // tests/agent_readiness_gates.rs; here: no exec and no delete in the base role, nothing
+    // but exec in the exec role.
+    let base = grants(&role("rbac.yaml"));
+    assert!(base.iter().all(|(_, r, v)| r != "pods/exec" && v != "delete" && v != "update"), "{base:?}");
+    assert!(base.contains(&triple("", "pods/status", "patch")));
+    let exec = grants(&role("rbac-exec.yaml"));
+    assert_eq!(exec, [triple("", "pods/exec", "create"), triple("", "pods/exec", "get")].into());
+    for file in ["rbac.yaml", "rbac-exec.yaml"] {
+        let docs = documents(&repo_path(&format!("{folder}/{file}")));
+        let binding: ClusterRoleBinding =
+            typed(file, docs.iter().find(|d| kind(d) == "ClusterRoleBinding").unwrap());
+        let subject = &binding.subjects.as_deref().unwrap()[0];
+        assert_eq!(
+            (subject.name.as_str(), subject.namespace.as_deref()),
+            ("probelet-readiness-gates", Some("probelet-system")),
+            "{file}"
+        );
+    }
+
+    let docs = documents(&repo_path(&format!("{folder}/daemonset.yaml")));
+    let ds: DaemonSet = typed("daemonset", &docs[0]);
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("probelet-readiness-gates"));
+    let args = pod.containers[0].args.as_deref().unwrap();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--in-cluster",
+            "--readiness-gates",
+            "--node-name",
+            "$(NODE_NAME)",
+            "--probe-host-policy",
+            "pod-ip",
+            "--listen",
+            "0.0.0.0:9898"
+        ]
+    );
+    let cli = probelet::cli::Cli::try_parse_from(
+        std::iter::once("probelet").chain(args.iter().map(String::as_str)),
+    );
+    assert!(cli.is_ok(), "the agent accepts the DaemonSet's arguments: {:?}", cli.err());
+
+    // The example pod opts in and its annotation is valid.
+    let docs = documents(&repo_path(&format!("{folder}/example-pod.yaml")));
+    let example: Pod = typed("example pod", &docs[0]);
+    let spec = example.spec.clone().unwrap();
+    assert_eq!(spec.readiness_gates.unwrap()[0].condition_type, probelet::cluster::gates::GATE_CONDITION);
+    let annotation =
+        &example.metadata.annotations.unwrap()[probelet::cluster::gates::READINESS_PROBES_ANNOTATION];
+    let probes =
+        probelet::cluster::gates::parse_gate_probes(annotation, &example.spec.unwrap(), false).unwrap();
+    assert_eq!(probes.len(), 3);
+}

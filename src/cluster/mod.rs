@@ -8,12 +8,14 @@
 //! The parts: [`watch`] (the node's pods from the API server), [`host`] (the actor that feeds
 //! the engine from the watch and acts on probe results), [`exec`] (exec probes through
 //! `pods/exec`), [`correlator`] and [`recorder`] (core/v1 Events, as client-go's
-//! `tools/record` counts and writes them).
+//! `tools/record` counts and writes them). [`gates`] is readiness-gate mode, for nodes whose
+//! kubelet probes: it writes one condition of its own and nothing else.
 
 pub mod backoff;
 pub mod changes;
 pub mod correlator;
 pub mod exec;
+pub mod gates;
 pub mod host;
 pub mod recorder;
 pub mod watch;

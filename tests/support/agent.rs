@@ -38,3 +38,17 @@ pub async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (code, body)
 }
+
+/// Writes a kubeconfig for an API server at `url` (no credentials) to a temporary file named
+/// after `name` and this process, and returns its path.
+pub fn kubeconfig_for(url: &str, name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
+        ),
+    )
+    .unwrap();
+    path
+}

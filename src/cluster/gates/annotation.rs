@@ -1,0 +1,296 @@
+//! The annotation a pod lists its gate probes in, read and validated like a manifest field:
+//! every error names the annotation and the JSON path of the value it is about
+//! (`annotation probelet.dev/readiness-probes: [0].probe.periodSeconds: must be greater than or
+//! equal to 1`). What the value holds and which rules apply: docs/readiness-gates.md.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Deserialize;
+
+/// The annotation that lists a pod's gate probes.
+pub const READINESS_PROBES_ANNOTATION: &str = "probelet.dev/readiness-probes";
+
+/// One probe of the annotation. An entry is an object, not a bare probe, so that keys beside
+/// `probe` (say, per-probe timing) can be added without a new format.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateProbe {
+    /// Names the probe in condition messages and events; unique in the pod, a DNS label.
+    pub name: String,
+    /// The container an exec probe runs in (default: the pod's first container). Network
+    /// probes target the pod IP and need no container.
+    #[serde(default)]
+    pub container: Option<String>,
+    /// A core/v1 Probe: `httpGet`, `tcpSocket`, `grpc` or `exec`, with the usual seconds fields.
+    pub probe: Probe,
+}
+
+/// Why the annotation cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationError {
+    /// The JSON path of the value the error is about (`[0].probe.periodSeconds`); empty for the
+    /// annotation as a whole.
+    pub path: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for AnnotationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() || self.path == "." {
+            write!(f, "annotation {READINESS_PROBES_ANNOTATION}: {}", self.message)
+        } else {
+            write!(f, "annotation {READINESS_PROBES_ANNOTATION}: {}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for AnnotationError {}
+
+fn error(path: impl Into<String>, message: impl Into<String>) -> AnnotationError {
+    AnnotationError { path: path.into(), message: message.into() }
+}
+
+/// Reads the annotation's value against the pod's spec. `exec_allowed`: the agent may run exec
+/// probes (`--readiness-gate-exec`, which needs `pods/exec`).
+pub fn parse_gate_probes(
+    value: &str,
+    spec: &PodSpec,
+    exec_allowed: bool,
+) -> Result<Vec<GateProbe>, AnnotationError> {
+    let probes: Vec<GateProbe> =
+        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(value)).map_err(|e| {
+            let path = e.path().to_string();
+            error(path, e.into_inner().to_string())
+        })?;
+    if probes.is_empty() {
+        return Err(error("", "must list at least one probe"));
+    }
+    let mut names = HashSet::new();
+    for (i, entry) in probes.iter().enumerate() {
+        let at = |field: &str| format!("[{i}].{field}");
+        if let Some(why) = dns_label_error(&entry.name) {
+            return Err(error(at("name"), why));
+        }
+        if !names.insert(entry.name.as_str()) {
+            return Err(error(at("name"), format!("Duplicate value: {:?}", entry.name)));
+        }
+        if let Some(container) = &entry.container
+            && !spec.containers.iter().any(|c| &c.name == container)
+        {
+            return Err(error(at("container"), format!("no container {container:?} in the pod")));
+        }
+        validate_probe(&entry.probe, exec_allowed, &|field| at(&format!("probe.{field}")))?;
+    }
+    Ok(probes)
+}
+
+/// The API server's rules for a readiness probe, in the same words where it has them.
+fn validate_probe(
+    probe: &Probe,
+    exec_allowed: bool,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(), AnnotationError> {
+    let handlers =
+        [probe.exec.is_some(), probe.http_get.is_some(), probe.tcp_socket.is_some(), probe.grpc.is_some()];
+    match handlers.iter().filter(|h| **h).count() {
+        0 => return Err(error(at("").trim_end_matches('.'), "must specify a handler type")),
+        1 => {}
+        _ => return Err(error(at("").trim_end_matches('.'), "may not specify more than 1 handler type")),
+    }
+    if let Some(exec) = &probe.exec {
+        if !exec_allowed {
+            return Err(error(
+                at("exec"),
+                "exec probes are not offered in readiness-gate mode unless the agent runs with \
+                 --readiness-gate-exec (which needs pods/exec)",
+            ));
+        }
+        if exec.command.as_ref().is_none_or(Vec::is_empty) {
+            return Err(error(at("exec.command"), "Required value"));
+        }
+    }
+    if let Some(http) = &probe.http_get {
+        port_error(&http.port).map_or(Ok(()), |why| Err(error(at("httpGet.port"), why)))?;
+    }
+    if let Some(tcp) = &probe.tcp_socket {
+        port_error(&tcp.port).map_or(Ok(()), |why| Err(error(at("tcpSocket.port"), why)))?;
+    }
+    if let Some(grpc) = &probe.grpc
+        && !(1..=65535).contains(&grpc.port)
+    {
+        return Err(error(at("grpc.port"), "must be between 1 and 65535, inclusive"));
+    }
+    if probe.initial_delay_seconds.is_some_and(|v| v < 0) {
+        return Err(error(at("initialDelaySeconds"), "must be greater than or equal to 0"));
+    }
+    for (field, value) in [
+        ("timeoutSeconds", probe.timeout_seconds),
+        ("periodSeconds", probe.period_seconds),
+        ("successThreshold", probe.success_threshold),
+        ("failureThreshold", probe.failure_threshold),
+    ] {
+        if value.is_some_and(|v| v < 1) {
+            return Err(error(at(field), "must be greater than or equal to 1"));
+        }
+    }
+    if probe.termination_grace_period_seconds.is_some() {
+        return Err(error(at("terminationGracePeriodSeconds"), "must not be set for readinessProbes"));
+    }
+    Ok(())
+}
+
+fn port_error(port: &IntOrString) -> Option<String> {
+    match port {
+        IntOrString::Int(p) if !(1..=65535).contains(p) => {
+            Some("must be between 1 and 65535, inclusive".to_owned())
+        }
+        IntOrString::Int(_) => None,
+        IntOrString::String(name) if name.is_empty() || name.len() > 15 => {
+            Some("must be a port number or a named port of 1 to 15 characters".to_owned())
+        }
+        IntOrString::String(_) => None,
+    }
+}
+
+/// Why `name` is not a DNS-1123 label, the rule for container names.
+fn dns_label_error(name: &str) -> Option<String> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    (!valid).then(|| {
+        format!(
+            "Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric \
+             characters or '-', and must start and end with an alphanumeric character"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Container;
+
+    fn spec() -> PodSpec {
+        PodSpec {
+            containers: vec![Container { name: "app".into(), ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_valid_annotation() {
+        let value = r#"[
+            {"name": "backend", "probe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 2}},
+            {"name": "db", "probe": {"tcpSocket": {"port": "db"}}},
+            {"name": "grpc", "probe": {"grpc": {"port": 9090, "service": "x"}, "failureThreshold": 1}},
+            {"name": "script", "container": "app", "probe": {"exec": {"command": ["true"]}}}
+        ]"#;
+        let probes = parse_gate_probes(value, &spec(), true).unwrap();
+        let names: Vec<_> = probes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["backend", "db", "grpc", "script"]);
+        assert_eq!(probes[0].probe.period_seconds, Some(2));
+        assert_eq!(probes[3].container.as_deref(), Some("app"));
+    }
+
+    #[test]
+    fn errors_name_the_annotation_and_the_path() {
+        let cases = [
+            (
+                "not JSON",
+                "[",
+                "annotation probelet.dev/readiness-probes: EOF while parsing a list at line 1 column 1",
+            ),
+            (
+                "not a list",
+                r#"{"name": "x"}"#,
+                "annotation probelet.dev/readiness-probes: invalid type: map, expected a sequence at line 1 column 0",
+            ),
+            ("empty", "[]", "annotation probelet.dev/readiness-probes: must list at least one probe"),
+            (
+                "a wrong type",
+                r#"[{"name": "a", "probe": {"httpGet": {"port": 80}, "periodSeconds": "ten"}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].probe.periodSeconds: invalid type: string \"ten\", expected i32 at line 1 column 72",
+            ),
+            (
+                "an unknown key",
+                r#"[{"name": "a", "probe": {"httpGet": {"port": 80}}, "timeout": 3}]"#,
+                "annotation probelet.dev/readiness-probes: [0].timeout: unknown field `timeout`, expected one of `name`, `container`, `probe` at line 1 column 60",
+            ),
+            (
+                "no name",
+                r#"[{"probe": {"httpGet": {"port": 80}}}]"#,
+                "annotation probelet.dev/readiness-probes: [0]: missing field `name` at line 1 column 37",
+            ),
+            (
+                "a bad name",
+                r#"[{"name": "Back_end", "probe": {"httpGet": {"port": 80}}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].name: Invalid value: \"Back_end\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+            ),
+            (
+                "a duplicate name",
+                r#"[{"name": "a", "probe": {"httpGet": {"port": 80}}}, {"name": "a", "probe": {"tcpSocket": {"port": 80}}}]"#,
+                "annotation probelet.dev/readiness-probes: [1].name: Duplicate value: \"a\"",
+            ),
+            (
+                "no handler",
+                r#"[{"name": "a", "probe": {"periodSeconds": 1}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].probe: must specify a handler type",
+            ),
+            (
+                "two handlers",
+                r#"[{"name": "a", "probe": {"httpGet": {"port": 80}, "tcpSocket": {"port": 80}}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].probe: may not specify more than 1 handler type",
+            ),
+            (
+                "a port out of range",
+                r#"[{"name": "a", "probe": {"tcpSocket": {"port": 70000}}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].probe.tcpSocket.port: must be between 1 and 65535, inclusive",
+            ),
+            (
+                "a zero period",
+                r#"[{"name": "a", "probe": {"httpGet": {"port": 80}, "periodSeconds": 0}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].probe.periodSeconds: must be greater than or equal to 1",
+            ),
+            (
+                "a negative initial delay",
+                r#"[{"name": "a", "probe": {"grpc": {"port": 80}, "initialDelaySeconds": -1}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].probe.initialDelaySeconds: must be greater than or equal to 0",
+            ),
+            (
+                "a grace period",
+                r#"[{"name": "a", "probe": {"grpc": {"port": 80}, "terminationGracePeriodSeconds": 5}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].probe.terminationGracePeriodSeconds: must not be set for readinessProbes",
+            ),
+            (
+                "an unknown container",
+                r#"[{"name": "a", "container": "web", "probe": {"exec": {"command": ["true"]}}}]"#,
+                "annotation probelet.dev/readiness-probes: [0].container: no container \"web\" in the pod",
+            ),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter_map(|(case, value, want)| {
+                let got = parse_gate_probes(value, &spec(), true).map(|_| ()).map_err(|e| e.to_string());
+                (got != Err((*want).to_owned())).then(|| format!("case {case}: got {got:?}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
+    #[test]
+    fn exec_needs_the_exec_flag() {
+        let value = r#"[{"name": "script", "probe": {"exec": {"command": ["true"]}}}]"#;
+        let err = parse_gate_probes(value, &spec(), false).unwrap_err();
+        assert_eq!(err.path, "[0].probe.exec");
+        assert!(err.message.contains("--readiness-gate-exec"), "{err}");
+        assert!(parse_gate_probes(value, &spec(), true).is_ok());
+        let empty = r#"[{"name": "script", "probe": {"exec": {}}}]"#;
+        assert_eq!(parse_gate_probes(empty, &spec(), true).unwrap_err().path, "[0].probe.exec.command");
+    }
+}

@@ -1,0 +1,428 @@
+//! The readiness-gate host: feeds the engine a derived pod per gated pod from the pod watch,
+//! turns the gate probes' results into the gate condition, and writes that condition alone.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use probelet_actors::Pipeline;
+use probelet_actors::clock::SharedClock;
+use probelet_actors::container::ContainerId;
+use probelet_actors::contracts::{EventRecorder, EventType, PodRegistry};
+use probelet_actors::prober::{ProbeKind, ProbeResult};
+use probelet_actors::results::ProbeResultChanged;
+use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
+use probelet_actors::sync::api_pod::ApiPod;
+use probelet_actors::sync::rate::RateLimiter;
+
+use super::annotation::{GateProbe, READINESS_PROBES_ANNOTATION, parse_gate_probes};
+use super::condition::{
+    FIELD_MANAGER, GATE_CONDITION, REASON_INVALID_PROBES, Verdict, apply_body, current_condition, desired,
+    next_condition, observed_generation,
+};
+use super::derived::{containers_not_running, derived_pod, derived_status, exec_targets};
+use crate::cluster::exec::ExecRunner;
+use crate::cluster::watch::{ApiReachability, Reachability};
+
+/// How often every gated pod's condition is compared with what it should say, so a write that
+/// failed is made again (the status manager's reconcile period).
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+
+/// One write's bound (kube's own read timeout is 295 s).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Feeds the engine from the watch and writes the gate condition.
+pub struct GateHost {
+    pub client: kube::Client,
+    pub pipeline: Pipeline,
+    /// The derived pods, which the engine looks pods up in.
+    pub pods: PodRegistry,
+    /// Exec gate probes through `pods/exec`; `None` when they are not offered.
+    pub exec: Option<ExecRunner>,
+    /// Where the warning about an unusable annotation goes.
+    pub recorder: Arc<dyn EventRecorder>,
+    /// The budget of the condition writes (`--qps`/`--burst`).
+    pub limiter: RateLimiter,
+    pub clock: SharedClock,
+    pub ready: Arc<AtomicBool>,
+    pub api: ApiReachability,
+    /// UIDs seen during the current initial list.
+    pub known: HashSet<String>,
+    /// The pods with the gate, by UID.
+    pub gated: HashMap<String, GatedPod>,
+}
+
+/// Everything the host keeps about one gated pod.
+pub struct GatedPod {
+    /// The API server's latest copy.
+    pod: Arc<Pod>,
+    /// The annotation value the probes were read from; `None` until read once.
+    annotation: Option<Option<String>>,
+    /// The probes, or why the annotation cannot be used.
+    probes: Result<Vec<GateProbe>, String>,
+    /// The pod the engine probes, while the probes are valid.
+    derived: Option<Arc<Pod>>,
+    /// Each gate probe's name and container ID in the derived status.
+    gate_ids: Vec<(String, ContainerId)>,
+    /// The last condition written, with the resourceVersion the write produced.
+    written: Option<(PodCondition, Option<u64>)>,
+    /// A write is in flight; `again` when the verdict may have changed since it started.
+    writing: bool,
+    again: bool,
+}
+
+impl GatedPod {
+    fn new(pod: Arc<Pod>) -> Self {
+        GatedPod {
+            pod,
+            annotation: None,
+            probes: Ok(Vec::new()),
+            derived: None,
+            gate_ids: Vec::new(),
+            written: None,
+            writing: false,
+            again: false,
+        }
+    }
+
+    /// The condition as it stands: the one written last, unless the watch has shown a newer
+    /// version of the pod since (someone else may have changed or removed it).
+    fn base(&self) -> Option<&PodCondition> {
+        let seen = resource_version(&self.pod);
+        match &self.written {
+            Some((condition, Some(written))) if seen.is_none_or(|seen| seen <= *written) => Some(condition),
+            _ => current_condition(&self.pod),
+        }
+    }
+}
+
+fn resource_version(pod: &Pod) -> Option<u64> {
+    pod.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// Whether the pod lists the gate condition in `spec.readinessGates`.
+pub fn has_gate(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|gates| gates.iter().any(|g| g.condition_type == GATE_CONDITION))
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some(PHASE_SUCCEEDED | PHASE_FAILED))
+}
+
+fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+impl GateHost {
+    fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
+        let pod = Arc::new(observed.pod);
+        let Some(uid) = pod.metadata.uid.clone() else { return };
+        self.known.insert(uid.clone());
+        if !has_gate(&pod) || is_terminal(&pod) {
+            // Never gated, or finished: nothing to probe, nothing to write.
+            self.forget(&uid);
+            return;
+        }
+        let exec_allowed = self.exec.is_some();
+        let entry = self.gated.entry(uid.clone()).or_insert_with(|| GatedPod::new(pod.clone()));
+        entry.pod = pod.clone();
+        let annotation =
+            pod.metadata.annotations.as_ref().and_then(|a| a.get(READINESS_PROBES_ANNOTATION)).cloned();
+        if entry.annotation.as_ref() != Some(&annotation) {
+            let spec = pod.spec.clone().unwrap_or_default();
+            entry.probes = match &annotation {
+                None => Err(format!("annotation {READINESS_PROBES_ANNOTATION} is missing")),
+                Some(value) => parse_gate_probes(value, &spec, exec_allowed).map_err(|e| e.to_string()),
+            };
+            entry.annotation = Some(annotation);
+            if let Err(why) = &entry.probes {
+                tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or_default(), pod_uid = %uid, "{why}");
+                self.recorder.record(&pod_reference(&pod), EventType::Warning, REASON_INVALID_PROBES, why);
+            }
+        }
+        self.sync(&uid, ctx);
+    }
+
+    /// Hands the engine the derived pod and its status (the kubelet's `SyncPod`, for the gate
+    /// containers), then re-evaluates the condition.
+    fn sync(&mut self, uid: &str, ctx: &mut Context<Self>) {
+        let Some(entry) = self.gated.get_mut(uid) else { return };
+        let probes = match &entry.probes {
+            Ok(probes) => probes.clone(),
+            Err(_) => {
+                if let Some(derived) = entry.derived.take() {
+                    self.pipeline.remove_pod(derived);
+                    self.pods.remove(uid);
+                }
+                entry.gate_ids.clear();
+                self.evaluate(uid, ctx);
+                return;
+            }
+        };
+        let derived = Arc::new(derived_pod(&entry.pod, &probes));
+        if let Some(old) = entry.derived.as_ref().filter(|old| old.spec != derived.spec) {
+            // Other probes: their workers go, the new ones start from scratch.
+            self.pipeline.remove_pod(old.clone());
+        }
+        let status = derived_status(&entry.pod, &probes);
+        entry.gate_ids = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|cs| (cs.name.clone(), ContainerId::parse(cs.container_id.as_deref().unwrap_or_default())))
+            .collect();
+        entry.derived = Some(derived.clone());
+        if let Some(exec) = &self.exec {
+            exec.learn(&exec_targets(&entry.pod, &probes, &status));
+        }
+        self.pods.upsert(derived.clone());
+        self.pipeline.add_pod(derived.clone());
+        let pipeline = self.pipeline.clone();
+        let fut = {
+            let derived = derived.clone();
+            async move { pipeline.update_pod_status(derived, status).await.ok() }
+        };
+        let uid = uid.to_owned();
+        ctx.spawn(fut.into_actor(self).map(move |status, act, ctx| {
+            // Gone while the status was computed: storing it now would keep a status nobody
+            // removes.
+            let Some(entry) = act.gated.get(&uid) else { return };
+            if let Some(status) = status
+                && entry.derived.as_ref().is_some_and(|d| Arc::ptr_eq(d, &derived))
+            {
+                act.pipeline.set_pod_status(derived, status);
+            }
+            act.evaluate(&uid, ctx);
+        }));
+    }
+
+    /// What the condition should say now, written if it says something else.
+    fn evaluate(&mut self, uid: &str, ctx: &mut Context<Self>) {
+        let Some(entry) = self.gated.get_mut(uid) else { return };
+        let verdict = match &entry.probes {
+            Err(why) => Verdict::Invalid(why.clone()),
+            Ok(probes) => {
+                let not_running = containers_not_running(&entry.pod);
+                if !not_running.is_empty() {
+                    Verdict::ContainersNotRunning { containers: not_running }
+                } else {
+                    // By probe, so a probe without a gate container yet counts as not run.
+                    let results: Vec<_> = probes
+                        .iter()
+                        .map(|p| {
+                            let id =
+                                entry.gate_ids.iter().find(|(name, _)| *name == p.name).map(|(_, id)| id);
+                            (
+                                &p.name,
+                                id.and_then(|id| self.pipeline.results_view.get(ProbeKind::Readiness, id)),
+                            )
+                        })
+                        .collect();
+                    let unready: Vec<String> = results
+                        .iter()
+                        .filter(|(_, r)| *r != Some(ProbeResult::Success))
+                        .map(|(name, _)| (*name).clone())
+                        .collect();
+                    if unready.is_empty() {
+                        Verdict::Ready { probes: probes.len() }
+                    } else {
+                        // Pending: nothing has failed, some have not run since the agent
+                        // started.
+                        let pending = results.iter().any(|(_, r)| r.is_none())
+                            && results.iter().all(|(_, r)| matches!(r, None | Some(ProbeResult::Success)));
+                        Verdict::NotReady { unready, pending }
+                    }
+                }
+            }
+        };
+        let base = entry.base();
+        let Some(desired) = desired(&verdict, base) else { return };
+        let Some(condition) =
+            next_condition(base, &desired, observed_generation(&entry.pod), self.clock.now_time())
+        else {
+            return;
+        };
+        if entry.writing {
+            entry.again = true;
+            return;
+        }
+        entry.writing = true;
+        let pod = entry.pod.clone();
+        let (name, namespace) = (
+            pod.metadata.name.clone().unwrap_or_default(),
+            pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        );
+        let body = apply_body(&name, uid, &condition);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let limiter = self.limiter.clone();
+        let fut = async move {
+            limiter.acquire().await;
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            match tokio::time::timeout(WRITE_TIMEOUT, api.patch_status(&name, &params, &Patch::Apply(&body)))
+                .await
+            {
+                Ok(Ok(pod)) => Ok(resource_version(&pod)),
+                Ok(Err(err)) => Err(err.to_string()),
+                Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
+            }
+        };
+        let uid = uid.to_owned();
+        ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
+            let Some(entry) = act.gated.get_mut(&uid) else { return };
+            entry.writing = false;
+            let pod_name = entry.pod.metadata.name.clone().unwrap_or_default();
+            match result {
+                Ok(version) => {
+                    tracing::debug!(pod = %pod_name, pod_uid = %uid, status = %condition.status, reason = ?condition.reason, "Wrote the readiness gate condition");
+                    entry.written = Some((condition, version));
+                }
+                // Retried at the next change or reconcile. A pod that is gone or was recreated
+                // (404; 422 on the UID) leaves through the watch.
+                Err(error) => {
+                    tracing::warn!(pod = %pod_name, pod_uid = %uid, %error, "Failed to write the readiness gate condition")
+                }
+            }
+            if std::mem::take(&mut entry.again) {
+                act.evaluate(&uid, ctx);
+            }
+        }));
+    }
+
+    /// Stops probing a pod that is gone, finished or no longer gated.
+    fn forget(&mut self, uid: &str) {
+        let Some(entry) = self.gated.remove(uid) else { return };
+        if let Some(derived) = entry.derived {
+            self.pipeline.remove_pod(derived);
+        }
+        self.pods.remove(uid);
+        if let Some(exec) = &self.exec {
+            exec.forget(&entry.pod);
+        }
+        self.pipeline.remove_orphaned_statuses(self.gated.keys().cloned().collect());
+    }
+}
+
+impl Actor for GateHost {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(RECONCILE_PERIOD, |act, ctx| {
+            let uids: Vec<String> = act.gated.keys().cloned().collect();
+            for uid in uids {
+                act.evaluate(&uid, ctx);
+            }
+        });
+    }
+}
+
+impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for GateHost {
+    fn handle(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>, ctx: &mut Context<Self>) {
+        match self.api.on_event(&event) {
+            Reachability::Lost => tracing::warn!(
+                error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+                "Lost the API server: the pod watch failed; listing again every second until it answers"
+            ),
+            Reachability::Back => {
+                tracing::info!("The API server is back: the pod watch lists the node's pods again")
+            }
+            Reachability::Unchanged => {}
+        }
+        match event {
+            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => self.apply(pod, ctx),
+            Ok(WatchEvent::Delete(pod)) => {
+                if let Some(uid) = pod.pod.metadata.uid.as_deref() {
+                    self.forget(uid);
+                }
+            }
+            Ok(WatchEvent::Init) => self.known.clear(),
+            Ok(WatchEvent::InitDone) => {
+                let gone: Vec<String> =
+                    self.gated.keys().filter(|u| !self.known.contains(*u)).cloned().collect();
+                for uid in gone {
+                    self.forget(&uid);
+                }
+                self.pipeline.cleanup_pods(self.gated.keys().cloned().collect());
+                self.ready.store(true, Ordering::SeqCst);
+            }
+            Err(err) => tracing::debug!(error = %err, "Pod watch failed; retrying with back-off"),
+        }
+    }
+
+    fn finished(&mut self, _ctx: &mut Context<Self>) {
+        // The watcher never ends on its own; if it does, keep the actor (and probing) alive.
+        tracing::error!("Pod watch ended");
+    }
+}
+
+impl Handler<ProbeResultChanged> for GateHost {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProbeResultChanged, ctx: &mut Context<Self>) {
+        if msg.kind == ProbeKind::Readiness && self.gated.contains_key(&msg.pod_uid) {
+            self.evaluate(&msg.pod_uid, ctx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec, PodStatus};
+
+    #[test]
+    fn the_gate_is_opted_into_by_its_condition_type() {
+        let with = |types: &[&str]| Pod {
+            spec: Some(PodSpec {
+                readiness_gates: Some(
+                    types.iter().map(|t| PodReadinessGate { condition_type: (*t).into() }).collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(has_gate(&with(&["example.com/x", "probelet.dev/ready"])));
+        assert!(!has_gate(&with(&["example.com/x"])));
+        assert!(!has_gate(&Pod::default()));
+    }
+
+    #[test]
+    fn the_written_condition_is_the_base_until_the_watch_shows_a_newer_pod() {
+        let condition = |status: &str| PodCondition {
+            type_: GATE_CONDITION.into(),
+            status: status.into(),
+            ..Default::default()
+        };
+        let pod = |rv: &str, status: &str| {
+            let mut pod = Pod {
+                status: Some(PodStatus { conditions: Some(vec![condition(status)]), ..Default::default() }),
+                ..Default::default()
+            };
+            pod.metadata.resource_version = Some(rv.into());
+            Arc::new(pod)
+        };
+        let mut entry = GatedPod::new(pod("5", "False"));
+        assert_eq!(entry.base().map(|c| c.status.as_str()), Some("False"), "nothing written: the API's");
+        entry.written = Some((condition("True"), Some(7)));
+        assert_eq!(entry.base().map(|c| c.status.as_str()), Some("True"), "an older watch event");
+        entry.pod = pod("7", "True");
+        assert_eq!(entry.base().map(|c| c.status.as_str()), Some("True"));
+        entry.pod = pod("9", "False");
+        assert_eq!(entry.base().map(|c| c.status.as_str()), Some("False"), "changed by someone else since");
+    }
+}
