@@ -211,18 +211,18 @@ impl<'de> serde::Deserialize<'de> for TrackedPod {
 }
 
 /// `path: error`, or only the error when it is about the document itself (path `.`).
-fn with_path(path: &str, error: &dyn std::fmt::Display) -> String {
+pub(crate) fn with_path(path: &str, error: &dyn std::fmt::Display) -> String {
     if path.is_empty() || path == "." { error.to_string() } else { format!("{path}: {error}") }
 }
 
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     // The snippet is a multi-line rendering; the one-line message already has line and column.
     options.with_snippet = false;
     options
 }
 
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -684,7 +684,7 @@ fn validate_containers(containers: &[Container], path: &str, errs: &mut Errors) 
         if !names.insert(container.name.as_str()) {
             errs.duplicate(&format!("{path}.name"), &container.name);
         }
-        validate_probes(container, &path, errs);
+        container_probes(container, true, &path, errs);
         if container.restart_policy.is_some() {
             errs.forbidden(&format!("{path}.restartPolicy"), "may not be set for non-init containers");
         }
@@ -709,13 +709,31 @@ fn validate_init_containers(init_containers: &[Container], containers: &[Contain
         } else if !container.name.is_empty() {
             names.insert(container.name.as_str());
         }
-        if sidecar {
-            validate_probes(container, &path, errs);
-        } else {
-            for (field, probe) in probes(container) {
-                if probe.is_some() {
-                    errs.forbidden(&format!("{path}.{field}"), INIT_PROBE);
-                }
+        container_probes(container, sidecar, &path, errs);
+    }
+}
+
+/// The probe rules of [`validate`] for one container at `path` (`spec.containers[0]`), the
+/// same messages included: for a regular container (`init` false) or a sidecar, every probe
+/// (handler, ports, timing fields, thresholds, grace period); for a plain init container, that
+/// it has no probe. The container's other fields are not looked at, so this also checks pods
+/// whose containers run from images (`probelet lint`).
+pub fn validate_container_probes(container: &Container, init: bool, path: &str) -> Vec<String> {
+    let mut errs = Errors::default();
+    let probed = !init || container.restart_policy.as_deref() == Some("Always");
+    container_probes(container, probed, path, &mut errs);
+    errs.0
+}
+
+/// `probed`: a regular container or a sidecar, whose probes run; else an init container, which
+/// may have none.
+fn container_probes(container: &Container, probed: bool, path: &str, errs: &mut Errors) {
+    if probed {
+        validate_probes(container, path, errs);
+    } else {
+        for (field, probe) in probes(container) {
+            if probe.is_some() {
+                errs.forbidden(&format!("{path}.{field}"), INIT_PROBE);
             }
         }
     }

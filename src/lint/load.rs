@@ -1,0 +1,278 @@
+//! Reading what `probelet lint` checks: files and folders of manifests (YAML, several documents
+//! per file, or JSON), and in them the objects that carry a pod spec — Pods, and the pod
+//! templates of Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs (a `List`
+//! is looked into). Other objects (Services, ConfigMaps, documents without a `kind`) are
+//! skipped. A file that cannot be read or parsed, or an object of a known kind that does not
+//! decode, is an error naming the file and, for a type error, the field.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation};
+use crate::host::manifests::{MANIFEST_EXTENSIONS, one_line, with_path, yaml_options};
+
+/// The largest file read, in bytes (16 MiB: a rendered chart can be large).
+pub const MAX_LINT_FILE_BYTES: u64 = 16 << 20;
+
+/// An object with a pod spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub file: PathBuf,
+    /// `Pod`, `Deployment`, …
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Where the pod spec is in the object (`spec`, `spec.template.spec`, …).
+    pub spec_path: &'static str,
+    /// The pod spec as written.
+    pub spec: PodSpec,
+    /// The start-time annotation, if the object or its pod template has one.
+    pub start_annotation: Option<StartAnnotation>,
+}
+
+/// A file, or an object in it, that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {reason}", file.display())]
+pub struct LoadError {
+    pub file: PathBuf,
+    pub reason: String,
+}
+
+/// What the paths hold.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Loaded {
+    /// The files read, in order.
+    pub files: Vec<PathBuf>,
+    pub workloads: Vec<Workload>,
+    pub errors: Vec<LoadError>,
+    /// Documents that are not objects with a pod spec.
+    pub skipped: usize,
+}
+
+/// Reads every path: a file as it is (whatever its extension), a folder walked for `*.yaml`,
+/// `*.yml` and `*.json` (hidden entries skipped, symlinked folders not followed), in path order.
+pub fn load_paths(paths: &[PathBuf]) -> Loaded {
+    let mut loaded = Loaded::default();
+    for path in paths {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => {
+                let mut files = Vec::new();
+                walk(path, &mut files, &mut loaded.errors);
+                files.sort();
+                for file in files {
+                    load_file(&file, &mut loaded);
+                }
+            }
+            Ok(_) => load_file(path, &mut loaded),
+            Err(e) => {
+                loaded.errors.push(LoadError { file: path.clone(), reason: format!("cannot read: {e}") })
+            }
+        }
+    }
+    loaded
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            errors.push(LoadError { file: dir.to_path_buf(), reason: format!("cannot read folder: {e}") });
+            return;
+        }
+    };
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                errors
+                    .push(LoadError { file: dir.to_path_buf(), reason: format!("cannot read folder: {e}") });
+                continue;
+            }
+        };
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => walk(&path, files, errors),
+            Ok(_) if is_manifest(&path) => files.push(path),
+            Ok(_) => {}
+            Err(e) => errors.push(LoadError { file: path, reason: format!("cannot read: {e}") }),
+        }
+    }
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MANIFEST_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
+}
+
+fn load_file(file: &Path, loaded: &mut Loaded) {
+    loaded.files.push(file.to_path_buf());
+    let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
+    let contents = match read(file) {
+        Ok(contents) => contents,
+        Err(reason) => return loaded.errors.push(error(reason)),
+    };
+    let documents = match documents(file, &contents) {
+        Ok(documents) => documents,
+        Err(reason) => return loaded.errors.push(error(reason)),
+    };
+    let several = documents.len() > 1;
+    for (index, document) in documents.into_iter().enumerate() {
+        let mut found = Vec::new();
+        if let Err(reason) = objects(file, document, &mut found, &mut loaded.skipped) {
+            let reason = if several { format!("document {}: {reason}", index + 1) } else { reason };
+            loaded.errors.push(error(reason));
+        }
+        loaded.workloads.extend(found);
+    }
+}
+
+fn read(file: &Path) -> Result<String, String> {
+    let opened = File::open(file).map_err(|e| format!("cannot read file: {e}"))?;
+    let mut bytes = Vec::new();
+    opened
+        .take(MAX_LINT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read file: {e}"))?;
+    if bytes.len() as u64 > MAX_LINT_FILE_BYTES {
+        return Err("file larger than 16 MiB".into());
+    }
+    String::from_utf8(bytes).map_err(|e| format!("invalid UTF-8: {}", e.utf8_error()))
+}
+
+/// The file's documents (YAML, or JSON by the `.json` extension), empty ones left out.
+pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
+    let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
+    let json = file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if json {
+        if contents.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        return serde_json::from_str(contents).map(|v| vec![v]).map_err(|e| format!("invalid JSON: {e}"));
+    }
+    let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
+        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
+    Ok(values.into_iter().filter(|v| !v.is_null()).collect())
+}
+
+/// The objects with a pod spec in one document, into `found`; other documents count as skipped.
+fn objects(
+    file: &Path,
+    document: Value,
+    found: &mut Vec<Workload>,
+    skipped: &mut usize,
+) -> Result<(), String> {
+    let field = |name: &str| document.get(name).and_then(Value::as_str).map(str::to_owned);
+    let (Some(api_version), Some(kind)) = (field("apiVersion"), field("kind")) else {
+        *skipped += 1;
+        return Ok(());
+    };
+    let name = document.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let what = || if name.is_empty() { kind.clone() } else { format!("{kind} {name}") };
+    let workload =
+        |meta: ObjectMeta, template: Option<(Option<ObjectMeta>, &'static str)>, spec: Option<PodSpec>| {
+            let (template_meta, spec_path) = template.unwrap_or((None, "spec"));
+            let annotation_path = spec_path.strip_suffix(".spec").map(|p| format!("{p}.metadata"));
+            let start_annotation = template_meta
+                .as_ref()
+                .and_then(|m| start_annotation(m, annotation_path.as_deref().unwrap_or("metadata")))
+                .or_else(|| start_annotation(&meta, "metadata"));
+            Workload {
+                file: file.to_path_buf(),
+                kind: kind.clone(),
+                namespace: meta.namespace.clone().filter(|n| !n.is_empty()),
+                name: meta.name.clone().unwrap_or_default(),
+                spec_path,
+                spec: spec.unwrap_or_default(),
+                start_annotation,
+            }
+        };
+    let template = |t: PodTemplateSpec, path: &'static str| (t.spec, Some((t.metadata, path)));
+    match (api_version.as_str(), kind.as_str()) {
+        ("v1", "List") => {
+            let items = match document.get("items") {
+                Some(Value::Array(items)) => items.clone(),
+                _ => Vec::new(),
+            };
+            for (i, item) in items.into_iter().enumerate() {
+                objects(file, item, found, skipped).map_err(|e| format!("items[{i}]: {e}"))?;
+            }
+        }
+        ("v1", "Pod") => {
+            let pod: Pod = decode(document.clone(), &what())?;
+            found.push(workload(pod.metadata, None, pod.spec));
+        }
+        ("apps/v1", "Deployment") => {
+            let object: Deployment = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("apps/v1", "StatefulSet") => {
+            let object: StatefulSet = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("apps/v1", "DaemonSet") => {
+            let object: DaemonSet = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("apps/v1", "ReplicaSet") => {
+            let object: ReplicaSet = decode(document.clone(), &what())?;
+            let (spec, t) = object
+                .spec
+                .and_then(|s| s.template)
+                .map(|t| template(t, "spec.template.spec"))
+                .unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("batch/v1", "Job") => {
+            let object: Job = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("batch/v1", "CronJob") => {
+            let object: CronJob = decode(document.clone(), &what())?;
+            let (spec, t) = object
+                .spec
+                .and_then(|s| s.job_template.spec)
+                .map(|s| template(s.template, "spec.jobTemplate.spec.template.spec"))
+                .unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        _ => *skipped += 1,
+    }
+    Ok(())
+}
+
+/// Decodes a document into its type; a type error names the field (`spec.template.spec.
+/// containers[0].livenessProbe.periodSeconds: invalid type: …`).
+fn decode<T: DeserializeOwned>(document: Value, what: &str) -> Result<T, String> {
+    serde_path_to_error::deserialize::<_, T>(document)
+        .map_err(|e| format!("invalid {what}: {}", with_path(&e.path().to_string(), e.inner())))
+}
+
+fn start_annotation(meta: &ObjectMeta, path: &str) -> Option<StartAnnotation> {
+    let annotations: &BTreeMap<String, String> = meta.annotations.as_ref()?;
+    let value = annotations.get(START_SECONDS_ANNOTATION)?;
+    Some(StartAnnotation {
+        field: format!("{path}.annotations[{START_SECONDS_ANNOTATION}]"),
+        value: value.clone(),
+    })
+}
