@@ -795,3 +795,502 @@ fn exec_short_period(p: &EffectiveProbe) -> String {
         p.period_seconds
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod spec from YAML.
+    fn spec(yaml: &str) -> PodSpec {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    fn lint_yaml(yaml: &str) -> PodLint {
+        lint_pod_spec(&spec(yaml), "spec", None)
+    }
+
+    fn lint_with_start(yaml: &str, start: &str) -> PodLint {
+        let annotation = StartAnnotation {
+            field: format!("metadata.annotations[{START_SECONDS_ANNOTATION}]"),
+            value: start.into(),
+        };
+        lint_pod_spec(&spec(yaml), "spec", Some(&annotation))
+    }
+
+    fn with_rule<'a>(lint: &'a PodLint, rule: &str) -> Vec<&'a Finding> {
+        lint.findings.iter().filter(|f| f.rule == rule).collect()
+    }
+
+    fn timings_of(lint: &PodLint, container: &str) -> Timings {
+        lint.containers.iter().find(|c| c.name == container).and_then(|c| c.timings).unwrap()
+    }
+
+    /// One container `web` with port `http` 8080 and the given probes (YAML at the probe level).
+    fn web(probes: &str) -> String {
+        let probes: String = probes.lines().map(|l| format!("    {l}\n")).collect();
+        format!(
+            "containers:\n  - name: web\n    image: web:1\n    ports:\n      - name: http\n        containerPort: 8080\n{probes}"
+        )
+    }
+
+    const HTTP_LIVENESS: &str = "livenessProbe:\n  httpGet: {path: /healthz, port: http}\n";
+    const HTTP_READINESS: &str = "readinessProbe:\n  httpGet: {path: /healthz, port: http}\n";
+
+    #[test]
+    fn invalid_values_are_errors_with_the_api_servers_wording() {
+        let cases = [
+            (
+                "negative period",
+                "livenessProbe:\n  tcpSocket: {port: 8080}\n  periodSeconds: -1\n",
+                "spec.containers[0].livenessProbe.periodSeconds: Invalid value: -1: must be greater than or equal to 0",
+                Some("livenessProbe"),
+            ),
+            (
+                "success threshold on liveness",
+                "livenessProbe:\n  tcpSocket: {port: 8080}\n  successThreshold: 2\n",
+                "spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1",
+                Some("livenessProbe"),
+            ),
+            (
+                "success threshold on startup",
+                "startupProbe:\n  tcpSocket: {port: 8080}\n  successThreshold: 3\n",
+                "spec.containers[0].startupProbe.successThreshold: Invalid value: 3: must be 1",
+                Some("startupProbe"),
+            ),
+            (
+                "port name that names no port",
+                "readinessProbe:\n  httpGet: {path: /, port: metrics}\n",
+                "spec.containers[0].readinessProbe.httpGet.port: Invalid value: \"metrics\": must be the name of one of the container's ports",
+                Some("readinessProbe"),
+            ),
+            (
+                "grace period on readiness",
+                "readinessProbe:\n  tcpSocket: {port: 8080}\n  terminationGracePeriodSeconds: 5\n",
+                "spec.containers[0].readinessProbe.terminationGracePeriodSeconds: Invalid value: 5: must not be set for readinessProbes",
+                Some("readinessProbe"),
+            ),
+            (
+                "no handler",
+                "livenessProbe:\n  periodSeconds: 5\n",
+                "spec.containers[0].livenessProbe: Required value: must specify a handler type",
+                Some("livenessProbe"),
+            ),
+        ];
+        for (name, probes, message, probe) in cases {
+            let lint = lint_yaml(&web(probes));
+            let errors = with_rule(&lint, rule::INVALID);
+            assert_eq!(errors.len(), 1, "case {name}: {:?}", lint.findings);
+            assert_eq!(errors[0].severity, Severity::Error, "case {name}");
+            assert_eq!(errors[0].message, message, "case {name}");
+            assert_eq!(errors[0].probe, probe, "case {name}");
+            assert_eq!(errors[0].container.as_deref(), Some("web"), "case {name}");
+            assert_eq!(errors[0].field.as_deref(), message.split(": ").next(), "case {name}");
+            assert_eq!(lint.containers[0].timings, None, "case {name}: no timings from invalid values");
+        }
+    }
+
+    #[test]
+    fn valid_probes_and_defaulted_zeroes_are_no_errors() {
+        // A zero period is "unset" to the API server, which fills in 10; no command is needed.
+        let lint = lint_yaml(&web("livenessProbe:\n  tcpSocket: {port: http}\n  periodSeconds: 0\n"));
+        assert!(with_rule(&lint, rule::INVALID).is_empty(), "{:?}", lint.findings);
+        assert_eq!(lint.containers[0].probes[0].period_seconds, 10);
+        assert!(lint.containers[0].probes[0].defaulted.contains(&"periodSeconds: 10".to_owned()));
+    }
+
+    #[test]
+    fn probes_of_plain_init_containers_are_errors_and_sidecars_are_linted() {
+        let lint = lint_yaml(
+            "initContainers:\n  - name: migrate\n    image: m\n    readinessProbe:\n      tcpSocket: {port: 1}\n  \
+             - name: proxy\n    image: p\n    restartPolicy: Always\n    readinessProbe:\n      tcpSocket: {port: 1}\n\
+             containers:\n  - name: app\n    image: a\n",
+        );
+        let errors = with_rule(&lint, rule::INVALID);
+        assert_eq!(errors.len(), 1, "{:?}", lint.findings);
+        assert_eq!(
+            errors[0].message,
+            "spec.initContainers[0].readinessProbe: Forbidden: may not be set for init containers without restartPolicy=Always"
+        );
+        let names: Vec<(&str, bool)> = lint.containers.iter().map(|c| (c.name.as_str(), c.sidecar)).collect();
+        assert_eq!(names, vec![("proxy", true)]);
+    }
+
+    #[test]
+    fn field_paths_start_at_the_objects_top() {
+        let lint = lint_pod_spec(
+            &spec(&web("livenessProbe:\n  tcpSocket: {port: 8080}\n  timeoutSeconds: -2\n")),
+            "spec.template.spec",
+            None,
+        );
+        let errors = with_rule(&lint, rule::INVALID);
+        assert_eq!(
+            errors[0].message,
+            "spec.template.spec.containers[0].livenessProbe.timeoutSeconds: Invalid value: -2: must be greater than or equal to 0"
+        );
+        let lint = lint_pod_spec(&spec(&web(HTTP_READINESS)), "spec.jobTemplate.spec.template.spec", None);
+        let defaults = with_rule(&lint, rule::DEFAULTS);
+        assert_eq!(
+            defaults[0].field.as_deref(),
+            Some("spec.jobTemplate.spec.template.spec.containers[0].readinessProbe")
+        );
+    }
+
+    #[test]
+    fn defaults_say_what_the_api_server_fills_in() {
+        let lint = lint_yaml(&web(HTTP_LIVENESS));
+        let probe = &lint.containers[0].probes[0];
+        assert_eq!(
+            probe.defaulted,
+            vec![
+                "initialDelaySeconds: 0",
+                "timeoutSeconds: 1",
+                "periodSeconds: 10",
+                "successThreshold: 1",
+                "failureThreshold: 3",
+                "httpGet.scheme: HTTP",
+                "terminationGracePeriodSeconds: 30 (the pod's default)",
+            ]
+        );
+        assert_eq!(probe.handler, "httpGet http://<pod IP>:8080/healthz (port \"http\")");
+        let info = with_rule(&lint, rule::DEFAULTS);
+        assert_eq!(info.len(), 1);
+        assert_eq!(info[0].severity, Severity::Info);
+        assert!(
+            info[0].message.contains("filled in by the API server: initialDelaySeconds: 0"),
+            "{}",
+            info[0].message
+        );
+
+        // Everything written: nothing filled in.
+        let lint = lint_pod_spec(
+            &spec(&format!(
+                "terminationGracePeriodSeconds: 20\n{}",
+                web(
+                    "livenessProbe:\n  httpGet: {path: /, port: 8080, scheme: HTTPS}\n  initialDelaySeconds: 1\n  \
+                     timeoutSeconds: 2\n  periodSeconds: 5\n  successThreshold: 1\n  failureThreshold: 4\n  \
+                     terminationGracePeriodSeconds: 7\n"
+                )
+            )),
+            "spec",
+            None,
+        );
+        let probe = &lint.containers[0].probes[0];
+        assert!(probe.defaulted.is_empty(), "{:?}", probe.defaulted);
+        assert_eq!(probe.termination_grace_period_seconds, Some(7));
+        assert!(!with_rule(&lint, rule::DEFAULTS)[0].message.contains("filled in"));
+        // The pod's own grace period, written, is not a default.
+        let lint = lint_yaml(&format!("terminationGracePeriodSeconds: 20\n{}", web(HTTP_LIVENESS)));
+        assert!(
+            lint.containers[0].probes[0]
+                .defaulted
+                .contains(&"terminationGracePeriodSeconds: 20 (the pod's)".into())
+        );
+    }
+
+    fn probe(
+        kind: ProbeKind,
+        delay: i32,
+        period: i32,
+        timeout: i32,
+        success: i32,
+        failure: i32,
+    ) -> EffectiveProbe {
+        EffectiveProbe {
+            probe: probe_field(kind),
+            handler: String::new(),
+            initial_delay_seconds: delay,
+            timeout_seconds: timeout,
+            period_seconds: period,
+            success_threshold: success,
+            failure_threshold: failure,
+            termination_grace_period_seconds: (kind != ProbeKind::Readiness).then_some(30),
+            defaulted: Vec::new(),
+            kind,
+            endpoint: Endpoint::None,
+        }
+    }
+
+    #[test]
+    fn timings_follow_the_worker_loop() {
+        use ProbeKind::{Liveness, Readiness, Startup};
+        // (case, probes, ready after start, after a kubelet restart, start tolerance, liveness detection)
+        let cases: Vec<(&str, Vec<EffectiveProbe>, Option<i64>, Option<i64>, Option<i64>, Option<i64>)> = vec![
+            ("readiness defaults", vec![probe(Readiness, 0, 10, 1, 1, 3)], Some(11), Some(11), None, None),
+            // 5 s delay, a tick just missed (< 10 s), two more successes 10 s apart, the last taking 1 s.
+            ("delay and successes", vec![probe(Readiness, 5, 10, 1, 3, 3)], Some(36), Some(31), None, None),
+            (
+                "startup then readiness",
+                vec![probe(Startup, 0, 1, 1, 1, 15), probe(Readiness, 0, 2, 1, 1, 3)],
+                Some(5),
+                Some(5),
+                Some(14),
+                None,
+            ),
+            (
+                "readiness delay longer than the startup",
+                vec![probe(Startup, 0, 10, 1, 1, 3), probe(Readiness, 30, 5, 1, 1, 3)],
+                Some(36),
+                Some(17),
+                Some(20),
+                None,
+            ),
+            (
+                "slow probes space the runs",
+                vec![probe(Readiness, 0, 2, 5, 2, 3)],
+                Some(12),
+                Some(12),
+                None,
+                None,
+            ),
+            ("startup alone", vec![probe(Startup, 5, 2, 1, 1, 10)], Some(8), Some(3), Some(23), None),
+            ("liveness defaults", vec![probe(Liveness, 0, 10, 1, 1, 3)], None, None, Some(20), Some(31)),
+            (
+                "liveness timeout above period",
+                vec![probe(Liveness, 0, 10, 15, 1, 3)],
+                None,
+                None,
+                Some(20),
+                Some(55),
+            ),
+        ];
+        for (name, probes, ready, again, tolerance, detection) in cases {
+            let t = timings(&probes);
+            assert_eq!(t.ready_after_start_seconds, ready, "case {name}");
+            assert_eq!(t.ready_after_kubelet_restart_seconds, again, "case {name}");
+            assert_eq!(t.start_tolerance_seconds, tolerance, "case {name}");
+            assert_eq!(t.liveness_detection_seconds, detection, "case {name}");
+            assert_eq!(t.liveness_restart_seconds, detection.map(|d| d + 30), "case {name}");
+        }
+    }
+
+    #[test]
+    fn time_to_ready_is_told_for_containers_with_readiness_or_startup() {
+        let lint =
+            lint_yaml(&web("readinessProbe:\n  httpGet: {path: /, port: http}\n  initialDelaySeconds: 5\n"));
+        let found = with_rule(&lint, rule::TIME_TO_READY);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].severity, Severity::Info);
+        assert!(
+            found[0].message.starts_with("Ready at most 16 s after the container starts"),
+            "{}",
+            found[0].message
+        );
+        assert!(found[0].message.contains("within 11 s"), "{}", found[0].message);
+        // Liveness only: Ready when it runs, nothing to tell.
+        let lint = lint_yaml(&web(HTTP_LIVENESS));
+        assert!(with_rule(&lint, rule::TIME_TO_READY).is_empty());
+        assert_eq!(timings_of(&lint, "web").ready_after_start_seconds, None);
+    }
+
+    #[test]
+    fn liveness_restart_adds_the_grace_period_of_the_kill() {
+        let cases = [
+            (
+                "pod default grace",
+                "",
+                HTTP_LIVENESS.to_owned(),
+                61,
+                "the pod's terminationGracePeriodSeconds",
+            ),
+            (
+                "probe-level grace",
+                "",
+                format!("{HTTP_LIVENESS}  terminationGracePeriodSeconds: 5\n"),
+                36,
+                "(livenessProbe.terminationGracePeriodSeconds)",
+            ),
+            (
+                "the 2 s floor",
+                "terminationGracePeriodSeconds: 0\n",
+                HTTP_LIVENESS.to_owned(),
+                33,
+                "the kubelet's 2 s floor",
+            ),
+            (
+                "never restarted",
+                "restartPolicy: Never\n",
+                HTTP_LIVENESS.to_owned(),
+                61,
+                "restartPolicy Never",
+            ),
+        ];
+        for (name, pod, probes, total, says) in cases {
+            let lint = lint_yaml(&format!("{pod}{}", web(&probes)));
+            let found = with_rule(&lint, rule::LIVENESS_RESTART);
+            assert_eq!(found.len(), 1, "case {name}");
+            assert!(
+                found[0].message.contains(&format!("at most {total} s")),
+                "case {name}: {}",
+                found[0].message
+            );
+            assert!(found[0].message.contains(says), "case {name}: {}", found[0].message);
+            assert_eq!(timings_of(&lint, "web").liveness_restart_seconds, Some(total), "case {name}");
+        }
+        let lint = lint_yaml(&web(HTTP_READINESS));
+        assert!(with_rule(&lint, rule::LIVENESS_RESTART).is_empty(), "no liveness probe");
+    }
+
+    #[test]
+    fn liveness_like_readiness() {
+        let same_port_by_number = "readinessProbe:\n  httpGet: {path: /healthz, port: 8080}\n";
+        let cases = [
+            ("same endpoint, same thresholds", format!("{HTTP_LIVENESS}{HTTP_READINESS}"), true),
+            ("a named port is the same port", format!("{HTTP_LIVENESS}{same_port_by_number}"), true),
+            (
+                "liveness gives up sooner",
+                format!("{HTTP_LIVENESS}  failureThreshold: 1\n{HTTP_READINESS}"),
+                true,
+            ),
+            (
+                "other path",
+                format!("{HTTP_LIVENESS}readinessProbe:\n  httpGet: {{path: /ready, port: http}}\n"),
+                false,
+            ),
+            (
+                "liveness more tolerant",
+                format!("{HTTP_LIVENESS}  failureThreshold: 6\n{HTTP_READINESS}"),
+                false,
+            ),
+            ("liveness waits longer", format!("{HTTP_LIVENESS}  timeoutSeconds: 5\n{HTTP_READINESS}"), false),
+            (
+                "tcp on the same port",
+                "livenessProbe:\n  tcpSocket: {port: http}\nreadinessProbe:\n  tcpSocket: {port: 8080}\n"
+                    .to_owned(),
+                true,
+            ),
+        ];
+        for (name, probes, fires) in cases {
+            let lint = lint_yaml(&web(&probes));
+            let found = with_rule(&lint, rule::LIVENESS_LIKE_READINESS);
+            assert_eq!(found.len(), usize::from(fires), "case {name}: {:?}", lint.findings);
+            if fires {
+                assert_eq!(found[0].severity, Severity::Warning, "case {name}");
+                assert_eq!(found[0].probe, Some("livenessProbe"), "case {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn killed_before_start() {
+        let startup = "startupProbe:\n  httpGet: {path: /healthz, port: http}\n  failureThreshold: 30\n";
+        let delayed = format!("{HTTP_LIVENESS}  initialDelaySeconds: 30\n");
+        // (case, probes, annotation, fires on, says)
+        let cases: Vec<(&str, String, Option<&str>, Option<&str>, &str)> = vec![
+            (
+                "no startup probe, no delay",
+                HTTP_LIVENESS.into(),
+                None,
+                Some("livenessProbe"),
+                "killed 20 s after",
+            ),
+            ("a delay and nothing known", delayed.clone(), None, None, ""),
+            ("a startup probe", format!("{startup}{HTTP_LIVENESS}"), None, None, ""),
+            ("known start within the delay", delayed.clone(), Some("45"), None, ""),
+            ("known start beyond it", delayed, Some("web=60"), Some("livenessProbe"), "takes 60 s to start"),
+            ("known start within liveness tolerance", HTTP_LIVENESS.into(), Some("15"), None, ""),
+            (
+                "known start beyond the startup budget",
+                format!("{startup}{HTTP_LIVENESS}"),
+                Some("400"),
+                Some("startupProbe"),
+                "A failureThreshold of 41 allows 400 s",
+            ),
+            (
+                "known start within the startup budget",
+                format!("{startup}{HTTP_LIVENESS}"),
+                Some("250"),
+                None,
+                "",
+            ),
+        ];
+        for (name, probes, start, fires, says) in cases {
+            let lint = match start {
+                Some(start) => lint_with_start(&web(&probes), start),
+                None => lint_yaml(&web(&probes)),
+            };
+            let found = with_rule(&lint, rule::KILLED_BEFORE_START);
+            assert_eq!(found.first().and_then(|f| f.probe), fires, "case {name}: {:?}", lint.findings);
+            if let Some(f) = found.first() {
+                assert_eq!(f.severity, Severity::Warning, "case {name}");
+                assert!(f.message.contains(says), "case {name}: {}", f.message);
+            }
+        }
+    }
+
+    #[test]
+    fn start_annotation() {
+        let cases = [
+            ("all containers", "30", true, Some(30)),
+            ("by name", "web=45", true, Some(45)),
+            ("mixed", "10, web = 45", true, Some(45)),
+            ("not a number", "soon", false, None),
+            ("negative", "-5", false, None),
+            ("unknown container", "db=5", false, None),
+        ];
+        let spec = spec(&web(HTTP_LIVENESS));
+        for (name, value, ok, web) in cases {
+            let parsed = parse_start_seconds(value, &spec);
+            assert_eq!(parsed.is_ok(), ok, "case {name}: {parsed:?}");
+            assert_eq!(parsed.ok().and_then(|s| s.of("web")), web, "case {name}");
+        }
+        let lint = lint_with_start(&web(HTTP_LIVENESS), "db=5");
+        let found = with_rule(&lint, rule::BAD_ANNOTATION);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].severity, Severity::Error);
+        assert_eq!(
+            found[0].message,
+            "metadata.annotations[lint.probelet.dev/start-seconds]: Invalid value: \"db=5\": \"db\" names no container of the pod"
+        );
+        assert!(with_rule(&lint_with_start(&web(HTTP_LIVENESS), "web=5"), rule::BAD_ANNOTATION).is_empty());
+    }
+
+    #[test]
+    fn timeout_not_below_period() {
+        let cases = [
+            ("equal", "  timeoutSeconds: 5\n  periodSeconds: 5\n", true),
+            ("above", "  timeoutSeconds: 10\n  periodSeconds: 5\n", true),
+            ("below", "  timeoutSeconds: 4\n  periodSeconds: 5\n", false),
+            ("defaults", "", false),
+        ];
+        for (name, fields, fires) in cases {
+            let lint = lint_yaml(&web(&format!("{HTTP_READINESS}{fields}")));
+            let found = with_rule(&lint, rule::TIMEOUT_NOT_BELOW_PERIOD);
+            assert_eq!(found.len(), usize::from(fires), "case {name}");
+            if fires {
+                assert_eq!(found[0].severity, Severity::Warning);
+                assert_eq!(
+                    found[0].field.as_deref(),
+                    Some("spec.containers[0].readinessProbe.timeoutSeconds")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn exec_short_period() {
+        let cases = [
+            ("exec every 5 s", "readinessProbe:\n  exec: {command: [cat, /ok]}\n  periodSeconds: 5\n", true),
+            (
+                "exec every 10 s",
+                "readinessProbe:\n  exec: {command: [cat, /ok]}\n  periodSeconds: 10\n",
+                false,
+            ),
+            ("exec by default", "livenessProbe:\n  exec: {command: [cat, /ok]}\n", false),
+            (
+                "http every 2 s",
+                "readinessProbe:\n  httpGet: {path: /, port: http}\n  periodSeconds: 2\n",
+                false,
+            ),
+        ];
+        for (name, probes, fires) in cases {
+            let lint = lint_yaml(&web(probes));
+            let found = with_rule(&lint, rule::EXEC_SHORT_PERIOD);
+            assert_eq!(found.len(), usize::from(fires), "case {name}");
+            if fires {
+                assert_eq!(found[0].severity, Severity::Warning);
+                assert!(found[0].message.contains("12 a minute"), "{}", found[0].message);
+                assert!(found[0].message.contains("#82440"));
+            }
+        }
+    }
+}
