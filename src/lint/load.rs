@@ -276,3 +276,127 @@ fn start_annotation(meta: &ObjectMeta, path: &str) -> Option<StartAnnotation> {
         value: value.clone(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(file: &str, contents: &str) -> (Vec<Workload>, Vec<String>, usize) {
+        let mut loaded = Loaded::default();
+        let file = Path::new(file);
+        match documents(file, contents) {
+            Ok(documents) => {
+                let several = documents.len() > 1;
+                for (i, document) in documents.into_iter().enumerate() {
+                    let mut found = Vec::new();
+                    if let Err(e) = objects(file, document, &mut found, &mut loaded.skipped) {
+                        loaded.errors.push(LoadError {
+                            file: file.into(),
+                            reason: if several { format!("document {}: {e}", i + 1) } else { e },
+                        });
+                    }
+                    loaded.workloads.extend(found);
+                }
+            }
+            Err(e) => loaded.errors.push(LoadError { file: file.into(), reason: e }),
+        }
+        (loaded.workloads, loaded.errors.iter().map(|e| e.reason.clone()).collect(), loaded.skipped)
+    }
+
+    const CONTAINERS: &str = "containers: [{name: app, image: app:1, readinessProbe: {tcpSocket: {port: 80}}}]";
+
+    #[test]
+    fn every_kind_with_a_pod_template() {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: s}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: ds}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {{name: rs}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j}}\nspec:\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: c}}\nspec:\n  schedule: '* * * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {{name: svc}}\n---\n\
+             # only a comment\n---\n\
+             replicas: 3\n"
+        );
+        let (workloads, errors, skipped) = parse("all.yaml", &yaml);
+        assert!(errors.is_empty(), "{errors:?}");
+        let got: Vec<(&str, &str, &str)> =
+            workloads.iter().map(|w| (w.kind.as_str(), w.name.as_str(), w.spec_path)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Pod", "p", "spec"),
+                ("Deployment", "d", "spec.template.spec"),
+                ("StatefulSet", "s", "spec.template.spec"),
+                ("DaemonSet", "ds", "spec.template.spec"),
+                ("ReplicaSet", "rs", "spec.template.spec"),
+                ("Job", "j", "spec.template.spec"),
+                ("CronJob", "c", "spec.jobTemplate.spec.template.spec"),
+            ]
+        );
+        assert!(workloads.iter().all(|w| w.spec.containers[0].name == "app"));
+        assert_eq!(workloads[0].namespace.as_deref(), Some("shop"));
+        assert_eq!(workloads[1].namespace, None);
+        assert_eq!(skipped, 2, "the Service and the document without a kind");
+    }
+
+    #[test]
+    fn json_and_lists() {
+        let json = r#"{"apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"},
+                  "spec": {"containers": [{"name": "app", "image": "x"}]}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}
+            ]}"#;
+        let (workloads, errors, skipped) = parse("list.json", &json);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(workloads.len(), 1);
+        assert_eq!(workloads[0].name, "a");
+        assert_eq!(skipped, 1);
+    }
+
+    #[test]
+    fn errors_name_the_document_and_the_field() {
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: svc}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {}\n  template:\n    spec:\n      \
+                    containers: [{name: app, livenessProbe: {periodSeconds: ten}}]\n";
+        let (workloads, errors, _) = parse("bad.yaml", yaml);
+        assert!(workloads.is_empty());
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "document 2: invalid Deployment web: spec.template.spec.containers[0].livenessProbe.periodSeconds: invalid type"
+            ),
+            "{}",
+            errors[0]
+        );
+        let (_, errors, _) = parse("broken.yaml", "kind: Pod\n  - : [\n");
+        assert!(errors[0].starts_with("invalid YAML: "), "{errors:?}");
+        let (_, errors, _) = parse("broken.json", "{\"kind\": ");
+        assert!(errors[0].starts_with("invalid JSON: "), "{errors:?}");
+    }
+
+    #[test]
+    fn the_templates_annotation_wins_over_the_objects() {
+        let yaml = "apiVersion: apps/v1\nkind: Deployment\n\
+                    metadata: {name: web, annotations: {lint.probelet.dev/start-seconds: '10'}}\n\
+                    spec:\n  selector: {}\n  template:\n    metadata: {annotations: {lint.probelet.dev/start-seconds: '20'}}\n    \
+                    spec: {containers: [{name: app}]}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\n\
+                    metadata: {name: other, annotations: {lint.probelet.dev/start-seconds: '10'}}\n\
+                    spec:\n  selector: {}\n  template:\n    spec: {containers: [{name: app}]}\n";
+        let (workloads, errors, _) = parse("a.yaml", yaml);
+        assert!(errors.is_empty(), "{errors:?}");
+        let got: Vec<(String, String)> = workloads
+            .iter()
+            .map(|w| w.start_annotation.clone().map(|a| (a.field, a.value)).unwrap_or_default())
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("spec.template.metadata.annotations[lint.probelet.dev/start-seconds]".into(), "20".into()),
+                ("metadata.annotations[lint.probelet.dev/start-seconds]".into(), "10".into()),
+            ]
+        );
+    }
+}
