@@ -303,7 +303,8 @@ mod tests {
         (loaded.workloads, loaded.errors.iter().map(|e| e.reason.clone()).collect(), loaded.skipped)
     }
 
-    const CONTAINERS: &str = "containers: [{name: app, image: app:1, readinessProbe: {tcpSocket: {port: 80}}}]";
+    const CONTAINERS: &str =
+        "containers: [{name: app, image: app:1, readinessProbe: {tcpSocket: {port: 80}}}]";
 
     #[test]
     fn every_kind_with_a_pod_template() {
