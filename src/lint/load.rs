@@ -349,7 +349,7 @@ mod tests {
                   "spec": {"containers": [{"name": "app", "image": "x"}]}},
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}
             ]}"#;
-        let (workloads, errors, skipped) = parse("list.json", &json);
+        let (workloads, errors, skipped) = parse("list.json", json);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(workloads.len(), 1);
         assert_eq!(workloads[0].name, "a");

@@ -314,15 +314,12 @@ fn effective_probe(
     if raw_probe.initial_delay_seconds.is_none() {
         defaulted.push("initialDelaySeconds: 0".into());
     }
-    let mut field = |name: &str, raw: Option<i32>, default: i32| {
-        let value = match raw {
-            None | Some(0) => {
-                defaulted.push(format!("{name}: {default}"));
-                default
-            }
-            Some(value) => value,
-        };
-        value
+    let mut field = |name: &str, raw: Option<i32>, default: i32| match raw {
+        None | Some(0) => {
+            defaulted.push(format!("{name}: {default}"));
+            default
+        }
+        Some(value) => value,
     };
     let timeout = field("timeoutSeconds", raw_probe.timeout_seconds, DEFAULT_PROBE_TIMEOUT_SECONDS);
     let period = field("periodSeconds", raw_probe.period_seconds, DEFAULT_PROBE_PERIOD_SECONDS);
@@ -1014,7 +1011,8 @@ mod tests {
     fn timings_follow_the_worker_loop() {
         use ProbeKind::{Liveness, Readiness, Startup};
         // (case, probes, ready after start, after a kubelet restart, start tolerance, liveness detection)
-        let cases: Vec<(&str, Vec<EffectiveProbe>, Option<i64>, Option<i64>, Option<i64>, Option<i64>)> = vec![
+        type Case = (&'static str, Vec<EffectiveProbe>, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        let cases: Vec<Case> = vec![
             ("readiness defaults", vec![probe(Readiness, 0, 10, 1, 1, 3)], Some(11), Some(11), None, None),
             // 5 s delay, a tick just missed (< 10 s), two more successes 10 s apart, the last taking 1 s.
             ("delay and successes", vec![probe(Readiness, 5, 10, 1, 3, 3)], Some(36), Some(31), None, None),
@@ -1175,7 +1173,8 @@ mod tests {
         let startup = "startupProbe:\n  httpGet: {path: /healthz, port: http}\n  failureThreshold: 30\n";
         let delayed = format!("{HTTP_LIVENESS}  initialDelaySeconds: 30\n");
         // (case, probes, annotation, fires on, says)
-        let cases: Vec<(&str, String, Option<&str>, Option<&str>, &str)> = vec![
+        type Case = (&'static str, String, Option<&'static str>, Option<&'static str>, &'static str);
+        let cases: Vec<Case> = vec![
             (
                 "no startup probe, no delay",
                 HTTP_LIVENESS.into(),
