@@ -260,7 +260,7 @@ fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
     let run = lint(&["--format", "json"], &[dir.path()]);
     assert_eq!(run.code, 2, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
     let expected = format!(
-        "error: {}: invalid Pod broken: spec.containers[0].readinessProbe.periodSeconds: invalid type",
+        "error: {}: invalid Pod broken: spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 11, column 24",
         broken.display()
     );
     assert!(run.stderr.starts_with(&expected), "{}", run.stderr);

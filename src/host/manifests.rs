@@ -172,7 +172,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
     // with the first pass document for document (both skip the same empty documents); should it
     // not, each document is converted from its JSON value instead.
     let mut bytes = contents.as_bytes();
-    let typed: Vec<Result<TrackedPod, serde_saphyr::Error>> =
+    let typed: Vec<Result<Tracked<Pod>, serde_saphyr::Error>> =
         serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
     let aligned = typed.len() == values.len();
     let mut typed = typed.into_iter();
@@ -182,7 +182,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
             let direct = if aligned { typed.next() } else { None };
             check_kind(&value)?;
             match direct {
-                Some(Ok(TrackedPod(pod))) => Ok(pod),
+                Some(Ok(Tracked(pod))) => Ok(pod),
                 Some(Err(e)) => Err(format!("invalid Pod: {}", one_line(&e.to_string()))),
                 None => serde_path_to_error::deserialize::<_, Pod>(value)
                     .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner()))),
@@ -191,20 +191,18 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
         .collect())
 }
 
-/// A [`Pod`] whose type errors start with the path of the field they are about. The YAML
-/// deserializer adds the line and column to the error this returns, so the message reads
-/// `spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 14, column 88`.
-struct TrackedPod(Pod);
+/// A [`Pod`] (or any other decoded type) whose type errors start with the path of the field
+/// they are about. The YAML deserializer adds the line and column to the error this returns, so
+/// the message reads `spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 14,
+/// column 88`.
+pub(crate) struct Tracked<T>(pub(crate) T);
 
-impl<'de> serde::Deserialize<'de> for TrackedPod {
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Tracked<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
         let mut track = serde_path_to_error::Track::new();
-        match <Pod as serde::Deserialize>::deserialize(serde_path_to_error::Deserializer::new(
-            deserializer,
-            &mut track,
-        )) {
-            Ok(pod) => Ok(TrackedPod(pod)),
+        match T::deserialize(serde_path_to_error::Deserializer::new(deserializer, &mut track)) {
+            Ok(value) => Ok(Tracked(value)),
             Err(e) => Err(D::Error::custom(with_path(&track.path().to_string(), &e))),
         }
     }

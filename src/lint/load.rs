@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation};
-use crate::host::manifests::{MANIFEST_EXTENSIONS, one_line, with_path, yaml_options};
+use crate::host::manifests::{MANIFEST_EXTENSIONS, Tracked, one_line, with_path, yaml_options};
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
 pub const MAX_LINT_FILE_BYTES: u64 = 16 << 20;
@@ -111,6 +111,10 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
     }
 }
 
+fn is_json(file: &Path) -> bool {
+    file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
 fn is_manifest(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
@@ -120,22 +124,80 @@ fn is_manifest(path: &Path) -> bool {
 fn load_file(file: &Path, loaded: &mut Loaded) {
     loaded.files.push(file.to_path_buf());
     let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
-    let contents = match read(file) {
-        Ok(contents) => contents,
-        Err(reason) => return loaded.errors.push(error(reason)),
-    };
-    let documents = match documents(file, &contents) {
+    match read(file) {
+        Ok(contents) => parse_contents(file, &contents, loaded),
+        Err(reason) => loaded.errors.push(error(reason)),
+    }
+}
+
+/// The objects of one file's contents, into `loaded` (errors included).
+fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
+    let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
+    let documents = match documents(file, contents) {
         Ok(documents) => documents,
         Err(reason) => return loaded.errors.push(error(reason)),
     };
-    let several = documents.len() > 1;
+    let several = documents.iter().filter(|d| !d.is_null()).count() > 1;
+    let total = documents.len();
     for (index, document) in documents.into_iter().enumerate() {
+        if document.is_null() {
+            continue;
+        }
+        let (api_version, kind) = (type_field(&document, "apiVersion"), type_field(&document, "kind"));
         let mut found = Vec::new();
-        if let Err(reason) = objects(file, document, &mut found, &mut loaded.skipped) {
+        if let Err(mut reason) = objects(file, document, &mut found, &mut loaded.skipped) {
+            if !is_json(file)
+                && let Some(located) = locate(contents, index, total, &api_version, &kind)
+            {
+                reason = located;
+            }
             let reason = if several { format!("document {}: {reason}", index + 1) } else { reason };
             loaded.errors.push(error(reason));
         }
         loaded.workloads.extend(found);
+    }
+}
+
+fn type_field(document: &Value, name: &str) -> String {
+    document.get(name).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
+/// The decoding error of YAML document `index` (of `total`) with its line and column, from a
+/// second pass that decodes the file's documents straight into the document's type. `None` when
+/// that pass does not line up with the first or finds no error (it reads YAML scalars more
+/// leniently than a JSON value does, as the agent's manifest loader does).
+fn locate(contents: &str, index: usize, total: usize, api_version: &str, kind: &str) -> Option<String> {
+    fn located<T: DeserializeOwned>(
+        contents: &str,
+        index: usize,
+        total: usize,
+        what: &str,
+    ) -> Option<String> {
+        let mut bytes = contents.as_bytes();
+        let typed: Vec<Result<Tracked<T>, serde_saphyr::Error>> =
+            serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
+        if typed.len() != total {
+            return None;
+        }
+        match typed.into_iter().nth(index)? {
+            Err(e) => Some(format!("invalid {what}: {}", one_line(&e.to_string()))),
+            Ok(_) => None,
+        }
+    }
+    let name = serde_saphyr::from_multiple_with_options::<Value>(contents, yaml_options())
+        .ok()
+        .and_then(|docs| docs.get(index)?.pointer("/metadata/name")?.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let what = if name.is_empty() { kind.to_owned() } else { format!("{kind} {name}") };
+    match (api_version, kind) {
+        ("v1", "Pod") => located::<Pod>(contents, index, total, &what),
+        ("apps/v1", "Deployment") => located::<Deployment>(contents, index, total, &what),
+        ("apps/v1", "StatefulSet") => located::<StatefulSet>(contents, index, total, &what),
+        ("apps/v1", "DaemonSet") => located::<DaemonSet>(contents, index, total, &what),
+        ("apps/v1", "ReplicaSet") => located::<ReplicaSet>(contents, index, total, &what),
+        ("batch/v1", "Job") => located::<Job>(contents, index, total, &what),
+        ("batch/v1", "CronJob") => located::<CronJob>(contents, index, total, &what),
+        _ => None,
     }
 }
 
@@ -152,19 +214,18 @@ fn read(file: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| format!("invalid UTF-8: {}", e.utf8_error()))
 }
 
-/// The file's documents (YAML, or JSON by the `.json` extension), empty ones left out.
+/// The file's documents (YAML, or JSON by the `.json` extension). A document may be null
+/// (`--- ~`); such documents are passed over.
 pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
-    let json = file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    if json {
+    if is_json(file) {
         if contents.trim().is_empty() {
             return Ok(Vec::new());
         }
         return serde_json::from_str(contents).map(|v| vec![v]).map_err(|e| format!("invalid JSON: {e}"));
     }
-    let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
-    Ok(values.into_iter().filter(|v| !v.is_null()).collect())
+    serde_saphyr::from_multiple_with_options(contents, yaml_options())
+        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))
 }
 
 /// The objects with a pod spec in one document, into `found`; other documents count as skipped.
@@ -283,24 +344,8 @@ mod tests {
 
     fn parse(file: &str, contents: &str) -> (Vec<Workload>, Vec<String>, usize) {
         let mut loaded = Loaded::default();
-        let file = Path::new(file);
-        match documents(file, contents) {
-            Ok(documents) => {
-                let several = documents.len() > 1;
-                for (i, document) in documents.into_iter().enumerate() {
-                    let mut found = Vec::new();
-                    if let Err(e) = objects(file, document, &mut found, &mut loaded.skipped) {
-                        loaded.errors.push(LoadError {
-                            file: file.into(),
-                            reason: if several { format!("document {}: {e}", i + 1) } else { e },
-                        });
-                    }
-                    loaded.workloads.extend(found);
-                }
-            }
-            Err(e) => loaded.errors.push(LoadError { file: file.into(), reason: e }),
-        }
-        (loaded.workloads, loaded.errors.iter().map(|e| e.reason.clone()).collect(), loaded.skipped)
+        parse_contents(Path::new(file), contents, &mut loaded);
+        (loaded.workloads, loaded.errors.into_iter().map(|e| e.reason).collect(), loaded.skipped)
     }
 
     const CONTAINERS: &str =
@@ -366,7 +411,7 @@ mod tests {
         assert_eq!(errors.len(), 1);
         assert!(
             errors[0].starts_with(
-                "document 2: invalid Deployment web: spec.template.spec.containers[0].livenessProbe.periodSeconds: invalid type"
+                "document 2: invalid Deployment web: spec.template.spec.containers[0].livenessProbe.periodSeconds: "
             ),
             "{}",
             errors[0]

@@ -107,7 +107,11 @@ fn summary_line(report: &Report) -> String {
         plural(report.count(Severity::Warning), "warning", "warnings")
     );
     if !report.errors.is_empty() {
-        let _ = write!(line, "; {}", plural(report.errors.len(), "file not read", "files not read"));
+        let _ = write!(
+            line,
+            "; {}",
+            plural(report.errors.len(), "file or document not read", "files or documents not read")
+        );
     }
     line
 }
