@@ -289,4 +289,12 @@ fn the_repositorys_examples_lint_without_errors() {
     assert_eq!(json["summary"]["errors"], 0, "{json:#}");
     assert!(json["summary"]["objects"].as_u64().unwrap() >= 7, "{}", json["summary"]);
     assert!(run.stderr.is_empty(), "{}", run.stderr);
+
+    // The agent's own DaemonSet, beside its RBAC and ServiceMonitor documents.
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let run = lint(&["--format", "json"], &[&deploy]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+    assert!(json["objects"].as_array().unwrap().iter().any(|o| o["kind"] == "DaemonSet"), "{json:#}");
 }

@@ -958,6 +958,10 @@ mod tests {
             info[0].message
         );
 
+        // A container without probes: nothing to say.
+        let quiet = lint_yaml("containers:\n  - name: plain\n    image: p\n");
+        assert!(quiet.findings.is_empty() && quiet.containers.is_empty(), "{quiet:?}");
+
         // Everything written: nothing filled in.
         let lint = lint_pod_spec(
             &spec(&format!(
