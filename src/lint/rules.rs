@@ -217,7 +217,8 @@ pub fn lint_pod_spec(spec: &PodSpec, spec_path: &str, start: Option<&StartAnnota
                 probes: &probes,
                 known_start: starts.of(&container.name),
                 start_annotation: start.map(|a| a.field.as_str()),
-                restart_policy: &restart_policy,
+                // A sidecar is started again whatever the pod's policy.
+                restart_policy: if sidecar { "Always" } else { &restart_policy },
             };
             context.rules(&mut lint.findings)
         });
@@ -1130,6 +1131,17 @@ mod tests {
         }
         let lint = lint_yaml(&web(HTTP_READINESS));
         assert!(with_rule(&lint, rule::LIVENESS_RESTART).is_empty(), "no liveness probe");
+        // A sidecar is restarted even in a pod that restarts nothing.
+        let lint = lint_yaml(
+            "restartPolicy: Never\ninitContainers:\n  - name: proxy\n    image: p\n    restartPolicy: Always\n    \
+             livenessProbe:\n      tcpSocket: {port: 1}\ncontainers:\n  - name: app\n    image: a\n",
+        );
+        let found = with_rule(&lint, rule::LIVENESS_RESTART);
+        assert!(
+            found[0].message.starts_with("a failing livenessProbe restarts the container"),
+            "{}",
+            found[0].message
+        );
     }
 
     #[test]
