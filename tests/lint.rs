@@ -186,6 +186,8 @@ fn warnings_only_exit_0_and_the_json_says_what_the_kubelet_does() {
     assert_eq!(same["field"], "spec.template.spec.containers[0].livenessProbe");
     // Startup: 0 + 10 + 1 = 11 s; readiness then 10 + 1 more.
     assert_eq!(same["timings"]["ready_after_start_seconds"], 22, "{same}");
+    assert_eq!(same["timings"]["ready_after_kubelet_restart_seconds"], 11, "started is kept: readiness only");
+    assert_eq!(same["timings"]["ready_after_kubelet_restart_rerunning_startup_seconds"], 22, "{same}");
     assert_eq!(same["timings"]["liveness_restart_seconds"], 61, "{same}");
     assert_eq!(same["timings"]["start_tolerance_seconds"], 290, "{same}");
 

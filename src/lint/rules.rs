@@ -120,8 +120,13 @@ pub struct EffectiveProbe {
 pub struct Timings {
     /// From the container's start to its `ready: true`, when the app answers from the start.
     pub ready_after_start_seconds: Option<i64>,
-    /// From a kubelet restart to the kubelet's own readiness verdict on a running container.
+    /// From a kubelet restart to the kubelet's own readiness verdict on a running container
+    /// that was started (its `started` kept, the kubelet's default).
     pub ready_after_kubelet_restart_seconds: Option<i64>,
+    /// The same when the kubelet drops `started` on a restart (feature
+    /// `ChangeContainerStatusOnKubeletRestart`), so the startup probe runs again first; only
+    /// with a startup probe.
+    pub ready_after_kubelet_restart_rerunning_startup_seconds: Option<i64>,
     /// The earliest time after start at which a probe can have the container killed for not
     /// answering: the startup probe's, or the liveness probe's when there is no startup probe.
     pub start_tolerance_seconds: Option<i64>,
@@ -455,7 +460,8 @@ pub fn timings(probes: &[EffectiveProbe]) -> Timings {
         liveness.map(|l| l.termination_grace_period_seconds.unwrap_or(0).max(MINIMUM_KILL_GRACE_SECONDS));
     Timings {
         ready_after_start_seconds: ready(started, true),
-        ready_after_kubelet_restart_seconds: ready(started_again, false),
+        ready_after_kubelet_restart_seconds: ready(0, false),
+        ready_after_kubelet_restart_rerunning_startup_seconds: startup.and(ready(started_again, false)),
         start_tolerance_seconds: startup.or(liveness).map(earliest_kill),
         liveness_detection_seconds: detection,
         liveness_kill_grace_seconds: grace,
@@ -692,9 +698,14 @@ impl ContainerContext<'_> {
                 message,
                 ", when the app answers from the start. After a kubelet restart, the kubelet has its own \
                  verdict on a running container within {again} s (probes start at a random point of their \
-                 first period{})",
-                if startup.is_some() { "; the startupProbe runs again first" } else { "" }
+                 first period)"
             );
+            if let Some(rerun) = timings.ready_after_kubelet_restart_rerunning_startup_seconds {
+                let _ = write!(
+                    message,
+                    "; {rerun} s with ChangeContainerStatusOnKubeletRestart, which runs the startupProbe again first"
+                );
+            }
             findings.push(self.finding(Severity::Info, rule::TIME_TO_READY, None, None, message));
         }
         let (Some(l), Some(detection), Some(grace), Some(total)) = (
@@ -1025,7 +1036,7 @@ mod tests {
                 "startup then readiness",
                 vec![probe(Startup, 0, 1, 1, 1, 15), probe(Readiness, 0, 2, 1, 1, 3)],
                 Some(5),
-                Some(5),
+                Some(3),
                 Some(14),
                 None,
             ),
@@ -1033,7 +1044,7 @@ mod tests {
                 "readiness delay longer than the startup",
                 vec![probe(Startup, 0, 10, 1, 1, 3), probe(Readiness, 30, 5, 1, 1, 3)],
                 Some(36),
-                Some(17),
+                Some(6),
                 Some(20),
                 None,
             ),
@@ -1045,7 +1056,7 @@ mod tests {
                 None,
                 None,
             ),
-            ("startup alone", vec![probe(Startup, 5, 2, 1, 1, 10)], Some(8), Some(3), Some(23), None),
+            ("startup alone", vec![probe(Startup, 5, 2, 1, 1, 10)], Some(8), Some(0), Some(23), None),
             ("liveness defaults", vec![probe(Liveness, 0, 10, 1, 1, 3)], None, None, Some(20), Some(31)),
             (
                 "liveness timeout above period",
@@ -1064,6 +1075,13 @@ mod tests {
             assert_eq!(t.liveness_detection_seconds, detection, "case {name}");
             assert_eq!(t.liveness_restart_seconds, detection.map(|d| d + 30), "case {name}");
         }
+        // When the startup probe runs again after a restart: its own time first.
+        let t = timings(&[probe(Startup, 0, 10, 1, 1, 3), probe(Readiness, 30, 5, 1, 1, 3)]);
+        assert_eq!(t.ready_after_kubelet_restart_rerunning_startup_seconds, Some(11 + 6));
+        let t = timings(&[probe(Startup, 5, 2, 1, 1, 10)]);
+        assert_eq!(t.ready_after_kubelet_restart_rerunning_startup_seconds, Some(3));
+        let t = timings(&[probe(Readiness, 0, 10, 1, 1, 3)]);
+        assert_eq!(t.ready_after_kubelet_restart_rerunning_startup_seconds, None);
     }
 
     #[test]
