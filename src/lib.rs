@@ -2,7 +2,7 @@
 //!
 //! This crate is the facade a host embeds and the agent binary; the engine lives in
 //! [`probelet_actors`] and is re-exported here module by module. [`host`] is the reference
-//! host of the standalone agent, [`lint`] the `probelet lint` command, [`demo`] the scriptable probe target its examples use.
+//! host of the standalone agent, [`demo`] the scriptable probe target its examples use.
 
 pub use probelet_actors::{
     Pipeline, PipelineConfig, PipelineError, clock, container, contracts, local_runner, metrics, pipeline,
