@@ -1,6 +1,7 @@
-//! The command line: `probelet run` (the node agent, standalone or cluster mode) and
-//! `probelet demo-target` (a scriptable probe target for the examples). Every flag can also
-//! be set through the environment variable named in its help.
+//! The command line: `probelet run` (the node agent, standalone or cluster mode),
+//! `probelet lint` (what the kubelet will do with a manifest's probes) and
+//! `probelet demo-target` (a scriptable probe target for the examples). Every flag of `run` can
+//! also be set through the environment variable named in its help.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +24,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the agent: standalone on a manifests folder, or against a cluster.
     Run(RunArgs),
+    /// Report what the kubelet will do with the probes of Pod manifests and workload pod
+    /// templates (defaults, worst-case timings) and where it will hurt. Exit code 1 when a
+    /// finding is an error, 2 when a file cannot be read or parsed, else 0.
+    Lint(LintArgs),
     /// Serve HTTP, TCP and gRPC health endpoints whose health follows a script (for examples).
     DemoTarget(DemoArgs),
 }
@@ -140,6 +145,24 @@ pub struct RunArgs {
 
 fn parse_feature_gates(value: &str) -> Result<ParsedFeatureGates, FeatureGateError> {
     FeatureGates::parse(value)
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LintArgs {
+    /// Manifest files (YAML with one or more documents, or JSON) and folders, walked for
+    /// `*.yaml`, `*.yml` and `*.json`.
+    #[arg(value_name = "FILE|DIR", required = true)]
+    pub paths: Vec<PathBuf>,
+
+    /// `text` for a person, `json` (one document) for CI.
+    #[arg(long, value_enum, default_value_t = LintFormat::Text)]
+    pub format: LintFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LintFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -281,5 +304,18 @@ mod tests {
             panic!()
         };
         assert!(run.readiness_gate_exec);
+    }
+
+    #[test]
+    fn lint_arguments() {
+        let Command::Lint(lint) = parse(&["lint", "a.yaml", "dir"]).unwrap().command else { panic!() };
+        assert_eq!(lint.paths, vec![PathBuf::from("a.yaml"), PathBuf::from("dir")]);
+        assert_eq!(lint.format, LintFormat::Text);
+        let Command::Lint(lint) = parse(&["lint", "--format", "json", "x"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(lint.format, LintFormat::Json);
+        assert!(parse(&["lint"]).is_err(), "a path is required");
+        assert!(parse(&["lint", "--format", "xml", "x"]).is_err());
     }
 }

@@ -101,6 +101,7 @@ pub mod cluster;
 pub mod demo;
 pub mod engine;
 pub mod host;
+pub mod lint;
 pub mod serve;
 
 pub use engine::{Engine, EngineBuilder};

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use probelet::cli::{Cli, Command, LogFormat, Mode};
+use probelet::cli::{Cli, Command, LintFormat, LogFormat, Mode};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
@@ -23,6 +23,17 @@ fn main() -> anyhow::Result<()> {
                 }
             })?;
             Ok(())
+        }
+        Command::Lint(args) => {
+            let report = probelet::lint::lint_paths(&args.paths);
+            for error in &report.errors {
+                eprintln!("error: {error}");
+            }
+            match args.format {
+                LintFormat::Text => print!("{}", probelet::lint::report::text(&report)),
+                LintFormat::Json => println!("{:#}", probelet::lint::report::json(&report)),
+            }
+            std::process::exit(report.exit_code());
         }
         Command::DemoTarget(args) => {
             init_logging(LogFormat::Text, 0);

@@ -173,7 +173,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
     // with the first pass document for document (both skip the same empty documents); should it
     // not, each document is converted from its JSON value instead.
     let mut bytes = contents.as_bytes();
-    let typed: Vec<Result<TrackedPod, serde_saphyr::Error>> =
+    let typed: Vec<Result<Tracked<Pod>, serde_saphyr::Error>> =
         serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
     let aligned = typed.len() == values.len();
     let mut typed = typed.into_iter();
@@ -183,7 +183,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
             let direct = if aligned { typed.next() } else { None };
             check_kind(&value)?;
             match direct {
-                Some(Ok(TrackedPod(pod))) => Ok(pod),
+                Some(Ok(Tracked(pod))) => Ok(pod),
                 Some(Err(e)) => Err(format!("invalid Pod: {}", one_line(&e.to_string()))),
                 None => serde_path_to_error::deserialize::<_, Pod>(value)
                     .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner()))),
@@ -192,38 +192,36 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
         .collect())
 }
 
-/// A [`Pod`] whose type errors start with the path of the field they are about. The YAML
-/// deserializer adds the line and column to the error this returns, so the message reads
-/// `spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 14, column 88`.
-struct TrackedPod(Pod);
+/// A [`Pod`] (or any other decoded type) whose type errors start with the path of the field
+/// they are about. The YAML deserializer adds the line and column to the error this returns, so
+/// the message reads `spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 14,
+/// column 88`.
+pub(crate) struct Tracked<T>(pub(crate) T);
 
-impl<'de> serde::Deserialize<'de> for TrackedPod {
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Tracked<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
         let mut track = serde_path_to_error::Track::new();
-        match <Pod as serde::Deserialize>::deserialize(serde_path_to_error::Deserializer::new(
-            deserializer,
-            &mut track,
-        )) {
-            Ok(pod) => Ok(TrackedPod(pod)),
+        match T::deserialize(serde_path_to_error::Deserializer::new(deserializer, &mut track)) {
+            Ok(value) => Ok(Tracked(value)),
             Err(e) => Err(D::Error::custom(with_path(&track.path().to_string(), &e))),
         }
     }
 }
 
 /// `path: error`, or only the error when it is about the document itself (path `.`).
-fn with_path(path: &str, error: &dyn std::fmt::Display) -> String {
+pub(crate) fn with_path(path: &str, error: &dyn std::fmt::Display) -> String {
     if path.is_empty() || path == "." { error.to_string() } else { format!("{path}: {error}") }
 }
 
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     // The snippet is a multi-line rendering; the one-line message already has line and column.
     options.with_snippet = false;
     options
 }
 
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -694,7 +692,7 @@ fn validate_containers(containers: &[Container], path: &str, errs: &mut Errors) 
         if !names.insert(container.name.as_str()) {
             errs.duplicate(&format!("{path}.name"), &container.name);
         }
-        validate_probes(container, &path, errs);
+        container_probes(container, true, &path, errs);
         if container.restart_policy.is_some() {
             errs.forbidden(&format!("{path}.restartPolicy"), "may not be set for non-init containers");
         }
@@ -719,13 +717,31 @@ fn validate_init_containers(init_containers: &[Container], containers: &[Contain
         } else if !container.name.is_empty() {
             names.insert(container.name.as_str());
         }
-        if sidecar {
-            validate_probes(container, &path, errs);
-        } else {
-            for (field, probe) in probes(container) {
-                if probe.is_some() {
-                    errs.forbidden(&format!("{path}.{field}"), INIT_PROBE);
-                }
+        container_probes(container, sidecar, &path, errs);
+    }
+}
+
+/// The probe rules of [`validate`] for one container at `path` (`spec.containers[0]`), the
+/// same messages included: for a regular container (`init` false) or a sidecar, every probe
+/// (handler, ports, timing fields, thresholds, grace period); for a plain init container, that
+/// it has no probe. The container's other fields are not looked at, so this also checks pods
+/// whose containers run from images (`probelet lint`).
+pub fn validate_container_probes(container: &Container, init: bool, path: &str) -> Vec<String> {
+    let mut errs = Errors::default();
+    let probed = !init || container.restart_policy.as_deref() == Some("Always");
+    container_probes(container, probed, path, &mut errs);
+    errs.0
+}
+
+/// `probed`: a regular container or a sidecar, whose probes run; else an init container, which
+/// may have none.
+fn container_probes(container: &Container, probed: bool, path: &str, errs: &mut Errors) {
+    if probed {
+        validate_probes(container, path, errs);
+    } else {
+        for (field, probe) in probes(container) {
+            if probe.is_some() {
+                errs.forbidden(&format!("{path}.{field}"), INIT_PROBE);
             }
         }
     }

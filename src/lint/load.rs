@@ -1,0 +1,448 @@
+//! Reading what `probelet lint` checks: files and folders of manifests (YAML, several documents
+//! per file, or JSON), and in them the objects that carry a pod spec — Pods, and the pod
+//! templates of Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs (a `List`
+//! is looked into). Other objects (Services, ConfigMaps, documents without a `kind`) are
+//! skipped. A file that cannot be read or parsed, or an object of a known kind that does not
+//! decode, is an error naming the file and, for a type error, the field.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation};
+use crate::host::manifests::{MANIFEST_EXTENSIONS, Tracked, one_line, with_path, yaml_options};
+
+/// The largest file read, in bytes (16 MiB: a rendered chart can be large).
+pub const MAX_LINT_FILE_BYTES: u64 = 16 << 20;
+
+/// An object with a pod spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub file: PathBuf,
+    /// `Pod`, `Deployment`, …
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Where the pod spec is in the object (`spec`, `spec.template.spec`, …).
+    pub spec_path: &'static str,
+    /// The pod spec as written.
+    pub spec: PodSpec,
+    /// The start-time annotation, if the object or its pod template has one.
+    pub start_annotation: Option<StartAnnotation>,
+}
+
+/// A file, or an object in it, that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {reason}", file.display())]
+pub struct LoadError {
+    pub file: PathBuf,
+    pub reason: String,
+}
+
+/// What the paths hold.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Loaded {
+    /// The files read, in order.
+    pub files: Vec<PathBuf>,
+    pub workloads: Vec<Workload>,
+    pub errors: Vec<LoadError>,
+    /// Documents that are not objects with a pod spec.
+    pub skipped: usize,
+}
+
+/// Reads every path: a file as it is (whatever its extension), a folder walked for `*.yaml`,
+/// `*.yml` and `*.json` (hidden entries skipped, symlinked folders not followed), in path order.
+pub fn load_paths(paths: &[PathBuf]) -> Loaded {
+    let mut loaded = Loaded::default();
+    for path in paths {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => {
+                let mut files = Vec::new();
+                walk(path, &mut files, &mut loaded.errors);
+                files.sort();
+                for file in files {
+                    load_file(&file, &mut loaded);
+                }
+            }
+            Ok(_) => load_file(path, &mut loaded),
+            Err(e) => {
+                loaded.errors.push(LoadError { file: path.clone(), reason: format!("cannot read: {e}") })
+            }
+        }
+    }
+    loaded
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            errors.push(LoadError { file: dir.to_path_buf(), reason: format!("cannot read folder: {e}") });
+            return;
+        }
+    };
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                errors
+                    .push(LoadError { file: dir.to_path_buf(), reason: format!("cannot read folder: {e}") });
+                continue;
+            }
+        };
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => walk(&path, files, errors),
+            Ok(_) if is_manifest(&path) => files.push(path),
+            Ok(_) => {}
+            Err(e) => errors.push(LoadError { file: path, reason: format!("cannot read: {e}") }),
+        }
+    }
+}
+
+fn is_json(file: &Path) -> bool {
+    file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MANIFEST_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
+}
+
+fn load_file(file: &Path, loaded: &mut Loaded) {
+    loaded.files.push(file.to_path_buf());
+    let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
+    match read(file) {
+        Ok(contents) => parse_contents(file, &contents, loaded),
+        Err(reason) => loaded.errors.push(error(reason)),
+    }
+}
+
+/// The objects of one file's contents, into `loaded` (errors included).
+fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
+    let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
+    let documents = match documents(file, contents) {
+        Ok(documents) => documents,
+        Err(reason) => return loaded.errors.push(error(reason)),
+    };
+    let several = documents.iter().filter(|d| !d.is_null()).count() > 1;
+    let total = documents.len();
+    for (index, document) in documents.into_iter().enumerate() {
+        if document.is_null() {
+            continue;
+        }
+        let (api_version, kind) = (type_field(&document, "apiVersion"), type_field(&document, "kind"));
+        let mut found = Vec::new();
+        if let Err(mut reason) = objects(file, document, &mut found, &mut loaded.skipped) {
+            if !is_json(file)
+                && let Some(located) = locate(contents, index, total, &api_version, &kind)
+            {
+                reason = located;
+            }
+            let reason = if several { format!("document {}: {reason}", index + 1) } else { reason };
+            loaded.errors.push(error(reason));
+        }
+        loaded.workloads.extend(found);
+    }
+}
+
+fn type_field(document: &Value, name: &str) -> String {
+    document.get(name).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
+/// The decoding error of YAML document `index` (of `total`) with its line and column, from a
+/// second pass that decodes the file's documents straight into the document's type. `None` when
+/// that pass does not line up with the first or finds no error (it reads YAML scalars more
+/// leniently than a JSON value does, as the agent's manifest loader does).
+fn locate(contents: &str, index: usize, total: usize, api_version: &str, kind: &str) -> Option<String> {
+    fn located<T: DeserializeOwned>(
+        contents: &str,
+        index: usize,
+        total: usize,
+        what: &str,
+    ) -> Option<String> {
+        let mut bytes = contents.as_bytes();
+        let typed: Vec<Result<Tracked<T>, serde_saphyr::Error>> =
+            serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
+        if typed.len() != total {
+            return None;
+        }
+        match typed.into_iter().nth(index)? {
+            Err(e) => Some(format!("invalid {what}: {}", one_line(&e.to_string()))),
+            Ok(_) => None,
+        }
+    }
+    let name = serde_saphyr::from_multiple_with_options::<Value>(contents, yaml_options())
+        .ok()
+        .and_then(|docs| docs.get(index)?.pointer("/metadata/name")?.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let what = if name.is_empty() { kind.to_owned() } else { format!("{kind} {name}") };
+    match (api_version, kind) {
+        ("v1", "Pod") => located::<Pod>(contents, index, total, &what),
+        ("apps/v1", "Deployment") => located::<Deployment>(contents, index, total, &what),
+        ("apps/v1", "StatefulSet") => located::<StatefulSet>(contents, index, total, &what),
+        ("apps/v1", "DaemonSet") => located::<DaemonSet>(contents, index, total, &what),
+        ("apps/v1", "ReplicaSet") => located::<ReplicaSet>(contents, index, total, &what),
+        ("batch/v1", "Job") => located::<Job>(contents, index, total, &what),
+        ("batch/v1", "CronJob") => located::<CronJob>(contents, index, total, &what),
+        _ => None,
+    }
+}
+
+fn read(file: &Path) -> Result<String, String> {
+    let opened = File::open(file).map_err(|e| format!("cannot read file: {e}"))?;
+    let mut bytes = Vec::new();
+    opened
+        .take(MAX_LINT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read file: {e}"))?;
+    if bytes.len() as u64 > MAX_LINT_FILE_BYTES {
+        return Err("file larger than 16 MiB".into());
+    }
+    String::from_utf8(bytes).map_err(|e| format!("invalid UTF-8: {}", e.utf8_error()))
+}
+
+/// The file's documents (YAML, or JSON by the `.json` extension). A document may be null
+/// (`--- ~`); such documents are passed over.
+pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
+    let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
+    if is_json(file) {
+        if contents.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        return serde_json::from_str(contents).map(|v| vec![v]).map_err(|e| format!("invalid JSON: {e}"));
+    }
+    serde_saphyr::from_multiple_with_options(contents, yaml_options())
+        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))
+}
+
+/// The objects with a pod spec in one document, into `found`; other documents count as skipped.
+fn objects(
+    file: &Path,
+    document: Value,
+    found: &mut Vec<Workload>,
+    skipped: &mut usize,
+) -> Result<(), String> {
+    let field = |name: &str| document.get(name).and_then(Value::as_str).map(str::to_owned);
+    let (Some(api_version), Some(kind)) = (field("apiVersion"), field("kind")) else {
+        *skipped += 1;
+        return Ok(());
+    };
+    let name = document.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let what = || if name.is_empty() { kind.clone() } else { format!("{kind} {name}") };
+    let workload =
+        |meta: ObjectMeta, template: Option<(Option<ObjectMeta>, &'static str)>, spec: Option<PodSpec>| {
+            let (template_meta, spec_path) = template.unwrap_or((None, "spec"));
+            let annotation_path = spec_path.strip_suffix(".spec").map(|p| format!("{p}.metadata"));
+            let start_annotation = template_meta
+                .as_ref()
+                .and_then(|m| start_annotation(m, annotation_path.as_deref().unwrap_or("metadata")))
+                .or_else(|| start_annotation(&meta, "metadata"));
+            Workload {
+                file: file.to_path_buf(),
+                kind: kind.clone(),
+                namespace: meta.namespace.clone().filter(|n| !n.is_empty()),
+                name: meta.name.clone().unwrap_or_default(),
+                spec_path,
+                spec: spec.unwrap_or_default(),
+                start_annotation,
+            }
+        };
+    let template = |t: PodTemplateSpec, path: &'static str| (t.spec, Some((t.metadata, path)));
+    match (api_version.as_str(), kind.as_str()) {
+        ("v1", "List") => {
+            let items = match document.get("items") {
+                Some(Value::Array(items)) => items.clone(),
+                _ => Vec::new(),
+            };
+            for (i, item) in items.into_iter().enumerate() {
+                objects(file, item, found, skipped).map_err(|e| format!("items[{i}]: {e}"))?;
+            }
+        }
+        ("v1", "Pod") => {
+            let pod: Pod = decode(document.clone(), &what())?;
+            found.push(workload(pod.metadata, None, pod.spec));
+        }
+        ("apps/v1", "Deployment") => {
+            let object: Deployment = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("apps/v1", "StatefulSet") => {
+            let object: StatefulSet = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("apps/v1", "DaemonSet") => {
+            let object: DaemonSet = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("apps/v1", "ReplicaSet") => {
+            let object: ReplicaSet = decode(document.clone(), &what())?;
+            let (spec, t) = object
+                .spec
+                .and_then(|s| s.template)
+                .map(|t| template(t, "spec.template.spec"))
+                .unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("batch/v1", "Job") => {
+            let object: Job = decode(document.clone(), &what())?;
+            let (spec, t) =
+                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        ("batch/v1", "CronJob") => {
+            let object: CronJob = decode(document.clone(), &what())?;
+            let (spec, t) = object
+                .spec
+                .and_then(|s| s.job_template.spec)
+                .map(|s| template(s.template, "spec.jobTemplate.spec.template.spec"))
+                .unwrap_or_default();
+            found.push(workload(object.metadata, t, spec));
+        }
+        _ => *skipped += 1,
+    }
+    Ok(())
+}
+
+/// Decodes a document into its type; a type error names the field (`spec.template.spec.
+/// containers[0].livenessProbe.periodSeconds: invalid type: …`).
+fn decode<T: DeserializeOwned>(document: Value, what: &str) -> Result<T, String> {
+    serde_path_to_error::deserialize::<_, T>(document)
+        .map_err(|e| format!("invalid {what}: {}", with_path(&e.path().to_string(), e.inner())))
+}
+
+fn start_annotation(meta: &ObjectMeta, path: &str) -> Option<StartAnnotation> {
+    let annotations: &BTreeMap<String, String> = meta.annotations.as_ref()?;
+    let value = annotations.get(START_SECONDS_ANNOTATION)?;
+    Some(StartAnnotation {
+        field: format!("{path}.annotations[{START_SECONDS_ANNOTATION}]"),
+        value: value.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(file: &str, contents: &str) -> (Vec<Workload>, Vec<String>, usize) {
+        let mut loaded = Loaded::default();
+        parse_contents(Path::new(file), contents, &mut loaded);
+        (loaded.workloads, loaded.errors.into_iter().map(|e| e.reason).collect(), loaded.skipped)
+    }
+
+    const CONTAINERS: &str =
+        "containers: [{name: app, image: app:1, readinessProbe: {tcpSocket: {port: 80}}}]";
+
+    #[test]
+    fn every_kind_with_a_pod_template() {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: s}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: ds}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {{name: rs}}\nspec:\n  selector: {{}}\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j}}\nspec:\n  template:\n    spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: c}}\nspec:\n  schedule: '* * * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec: {{{CONTAINERS}}}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {{name: svc}}\n---\n\
+             # only a comment\n---\n\
+             replicas: 3\n"
+        );
+        let (workloads, errors, skipped) = parse("all.yaml", &yaml);
+        assert!(errors.is_empty(), "{errors:?}");
+        let got: Vec<(&str, &str, &str)> =
+            workloads.iter().map(|w| (w.kind.as_str(), w.name.as_str(), w.spec_path)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Pod", "p", "spec"),
+                ("Deployment", "d", "spec.template.spec"),
+                ("StatefulSet", "s", "spec.template.spec"),
+                ("DaemonSet", "ds", "spec.template.spec"),
+                ("ReplicaSet", "rs", "spec.template.spec"),
+                ("Job", "j", "spec.template.spec"),
+                ("CronJob", "c", "spec.jobTemplate.spec.template.spec"),
+            ]
+        );
+        assert!(workloads.iter().all(|w| w.spec.containers[0].name == "app"));
+        assert_eq!(workloads[0].namespace.as_deref(), Some("shop"));
+        assert_eq!(workloads[1].namespace, None);
+        assert_eq!(skipped, 2, "the Service and the document without a kind");
+    }
+
+    #[test]
+    fn json_and_lists() {
+        let json = r#"{"apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"},
+                  "spec": {"containers": [{"name": "app", "image": "x"}]}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}
+            ]}"#;
+        let (workloads, errors, skipped) = parse("list.json", json);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(workloads.len(), 1);
+        assert_eq!(workloads[0].name, "a");
+        assert_eq!(skipped, 1);
+    }
+
+    #[test]
+    fn errors_name_the_document_and_the_field() {
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: svc}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {}\n  template:\n    spec:\n      \
+                    containers: [{name: app, livenessProbe: {periodSeconds: ten}}]\n";
+        let (workloads, errors, _) = parse("bad.yaml", yaml);
+        assert!(workloads.is_empty());
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "document 2: invalid Deployment web: spec.template.spec.containers[0].livenessProbe.periodSeconds: "
+            ),
+            "{}",
+            errors[0]
+        );
+        let (_, errors, _) = parse("broken.yaml", "kind: Pod\n  - : [\n");
+        assert!(errors[0].starts_with("invalid YAML: "), "{errors:?}");
+        let (_, errors, _) = parse("broken.json", "{\"kind\": ");
+        assert!(errors[0].starts_with("invalid JSON: "), "{errors:?}");
+    }
+
+    #[test]
+    fn the_templates_annotation_wins_over_the_objects() {
+        let yaml = "apiVersion: apps/v1\nkind: Deployment\n\
+                    metadata: {name: web, annotations: {lint.probelet.dev/start-seconds: '10'}}\n\
+                    spec:\n  selector: {}\n  template:\n    metadata: {annotations: {lint.probelet.dev/start-seconds: '20'}}\n    \
+                    spec: {containers: [{name: app}]}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\n\
+                    metadata: {name: other, annotations: {lint.probelet.dev/start-seconds: '10'}}\n\
+                    spec:\n  selector: {}\n  template:\n    spec: {containers: [{name: app}]}\n";
+        let (workloads, errors, _) = parse("a.yaml", yaml);
+        assert!(errors.is_empty(), "{errors:?}");
+        let got: Vec<(String, String)> = workloads
+            .iter()
+            .map(|w| w.start_annotation.clone().map(|a| (a.field, a.value)).unwrap_or_default())
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("spec.template.metadata.annotations[lint.probelet.dev/start-seconds]".into(), "20".into()),
+                ("metadata.annotations[lint.probelet.dev/start-seconds]".into(), "10".into()),
+            ]
+        );
+    }
+}

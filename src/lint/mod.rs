@@ -1,0 +1,74 @@
+//! `probelet lint FILE|DIR`: what the kubelet will do with the probes of Pod manifests and of
+//! workloads' pod templates, and where that will hurt — the API server's defaults, worst-case
+//! times to Ready and to a liveness restart, and the probe set-ups that go wrong in production.
+//! The kubelet has no such command; its behaviour that the timings follow is described in
+//! `docs/prober.md`, the rules and formulas in `docs/lint.md`.
+//!
+//! [`load`] reads files and finds the pod specs, [`rules`] is pure (pod spec in, findings and
+//! timings out), [`report`] prints text or JSON. Exit codes: 2 when a file cannot be read or
+//! parsed, else 1 when any finding is an error, else 0.
+
+pub mod load;
+pub mod report;
+pub mod rules;
+
+use std::path::PathBuf;
+
+use load::{LoadError, Workload};
+use rules::{PodLint, Severity};
+
+/// Exit code when every object was read and none has an error.
+pub const EXIT_OK: i32 = 0;
+/// Exit code when a finding is an error.
+pub const EXIT_ERRORS: i32 = 1;
+/// Exit code when a file cannot be read or parsed.
+pub const EXIT_UNREADABLE: i32 = 2;
+
+/// The lint of one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectReport {
+    pub workload: Workload,
+    pub lint: PodLint,
+}
+
+/// The lint of every path.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    pub files: Vec<PathBuf>,
+    pub objects: Vec<ObjectReport>,
+    pub errors: Vec<LoadError>,
+    /// Documents without a pod spec.
+    pub skipped: usize,
+}
+
+impl Report {
+    /// Findings of the given severity, over all objects.
+    pub fn count(&self, severity: Severity) -> usize {
+        self.objects.iter().flat_map(|o| &o.lint.findings).filter(|f| f.severity == severity).count()
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        if !self.errors.is_empty() {
+            EXIT_UNREADABLE
+        } else if self.count(Severity::Error) > 0 {
+            EXIT_ERRORS
+        } else {
+            EXIT_OK
+        }
+    }
+}
+
+/// Reads and lints every path.
+pub fn lint_paths(paths: &[PathBuf]) -> Report {
+    let loaded = load::load_paths(paths);
+    let objects = loaded
+        .workloads
+        .into_iter()
+        .map(|workload| {
+            let lint =
+                rules::lint_pod_spec(&workload.spec, workload.spec_path, workload.start_annotation.as_ref());
+            ObjectReport { workload, lint }
+        })
+        .collect();
+    Report { files: loaded.files, objects, errors: loaded.errors, skipped: loaded.skipped }
+}

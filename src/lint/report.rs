@@ -1,0 +1,193 @@
+//! The lint report as text for a person or as one JSON document for CI.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::rules::{ContainerReport, Finding, Severity, Timings, rule};
+use super::{ObjectReport, Report};
+
+/// The object as the report names it: `Deployment shop/web`, `Pod web` (no namespace written).
+fn object_name(object: &ObjectReport) -> String {
+    let w = &object.workload;
+    match &w.namespace {
+        Some(ns) => format!("{} {ns}/{}", w.kind, w.name),
+        None => format!("{} {}", w.kind, w.name),
+    }
+}
+
+/// The report as text: per object, per container its probes as the kubelet runs them, then the
+/// findings (errors first); a summary line at the end. Files that could not be read are not
+/// here: they go to standard error.
+pub fn text(report: &Report) -> String {
+    let mut out = String::new();
+    for object in &report.objects {
+        let _ = writeln!(out, "{}: {}", object.workload.file.display(), object_name(object));
+        let findings = &object.lint.findings;
+        for finding in sorted(findings.iter().filter(|f| f.container.is_none())) {
+            write_finding(&mut out, "  ", finding);
+        }
+        let mut names: Vec<&str> = object.lint.containers.iter().map(|c| c.name.as_str()).collect();
+        for finding in findings {
+            if let Some(name) = finding.container.as_deref()
+                && !names.contains(&name)
+            {
+                names.push(name);
+            }
+        }
+        for name in names {
+            let container = object.lint.containers.iter().find(|c| c.name == name);
+            let sidecar = if container.is_some_and(|c| c.sidecar) { " (sidecar)" } else { "" };
+            let _ = writeln!(out, "  container {name}{sidecar}");
+            for probe in container.map(|c| c.probes.as_slice()).unwrap_or_default() {
+                let _ = writeln!(out, "    {}: {}", probe.probe, describe(probe));
+            }
+            let own =
+                findings.iter().filter(|f| f.container.as_deref() == Some(name) && f.rule != rule::DEFAULTS);
+            for finding in sorted(own) {
+                write_finding(&mut out, "    ", finding);
+            }
+        }
+    }
+    let _ = writeln!(out, "{}", summary_line(report));
+    out
+}
+
+fn describe(probe: &super::rules::EffectiveProbe) -> String {
+    let mut text = format!(
+        "{}, every {} s, timeout {} s, successThreshold {}, failureThreshold {}, initial delay {} s",
+        probe.handler,
+        probe.period_seconds,
+        probe.timeout_seconds,
+        probe.success_threshold,
+        probe.failure_threshold,
+        probe.initial_delay_seconds
+    );
+    if let Some(grace) = probe.termination_grace_period_seconds {
+        let _ = write!(text, ", kill grace {grace} s");
+    }
+    if !probe.defaulted.is_empty() {
+        let _ = write!(text, "\n      defaults: {}", probe.defaulted.join(", "));
+    }
+    text
+}
+
+fn sorted<'a>(findings: impl Iterator<Item = &'a Finding>) -> Vec<&'a Finding> {
+    let mut findings: Vec<&Finding> = findings.collect();
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    findings
+}
+
+fn write_finding(out: &mut String, indent: &str, finding: &Finding) {
+    let probe = finding.probe.map(|p| format!(" [{p}]")).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{indent}{:<7} {}{probe}: {}",
+        finding.severity.as_str(),
+        finding.rule,
+        finding.message
+    );
+}
+
+fn summary_line(report: &Report) -> String {
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut line = format!(
+        "{}, {}",
+        plural(report.files.len(), "file", "files"),
+        plural(report.objects.len(), "object with a pod spec", "objects with a pod spec")
+    );
+    if report.skipped > 0 {
+        let _ = write!(line, " ({} skipped)", plural(report.skipped, "other document", "other documents"));
+    }
+    let _ = write!(
+        line,
+        ": {}, {}",
+        plural(report.count(Severity::Error), "error", "errors"),
+        plural(report.count(Severity::Warning), "warning", "warnings")
+    );
+    if !report.errors.is_empty() {
+        let _ = write!(
+            line,
+            "; {}",
+            plural(report.errors.len(), "file or document not read", "files or documents not read")
+        );
+    }
+    line
+}
+
+/// One finding in the JSON document: where it is, what it says, and its container's timings.
+#[derive(Serialize)]
+struct JsonFinding<'a> {
+    file: String,
+    kind: &'a str,
+    namespace: Option<&'a str>,
+    name: &'a str,
+    #[serde(flatten)]
+    finding: &'a Finding,
+    timings: Option<&'a Timings>,
+}
+
+#[derive(Serialize)]
+struct JsonObject<'a> {
+    file: String,
+    kind: &'a str,
+    namespace: Option<&'a str>,
+    name: &'a str,
+    containers: &'a [ContainerReport],
+}
+
+/// The report as one JSON document: `findings` (every finding, with file, object, container,
+/// probe, rule, severity, field, message and the container's timings), `objects` (each
+/// container's probes after defaulting and its timings), `errors` (files not read) and
+/// `summary`.
+pub fn json(report: &Report) -> Value {
+    let mut findings = Vec::new();
+    let mut objects = Vec::new();
+    for object in &report.objects {
+        let w = &object.workload;
+        let file = w.file.display().to_string();
+        for finding in &object.lint.findings {
+            let timings = finding
+                .container
+                .as_deref()
+                .and_then(|name| object.lint.containers.iter().find(|c| c.name == name))
+                .and_then(|c| c.timings.as_ref());
+            findings.push(JsonFinding {
+                file: file.clone(),
+                kind: &w.kind,
+                namespace: w.namespace.as_deref(),
+                name: &w.name,
+                finding,
+                timings,
+            });
+        }
+        objects.push(JsonObject {
+            file,
+            kind: &w.kind,
+            namespace: w.namespace.as_deref(),
+            name: &w.name,
+            containers: &object.lint.containers,
+        });
+    }
+    let errors: Vec<Value> = report
+        .errors
+        .iter()
+        .map(|e| json!({ "file": e.file.display().to_string(), "message": e.reason }))
+        .collect();
+    json!({
+        "findings": findings,
+        "objects": objects,
+        "errors": errors,
+        "summary": {
+            "files": report.files.len(),
+            "objects": report.objects.len(),
+            "skipped": report.skipped,
+            "errors": report.count(Severity::Error),
+            "warnings": report.count(Severity::Warning),
+            "infos": report.count(Severity::Info),
+            "unreadable": report.errors.len(),
+            "exit_code": report.exit_code(),
+        },
+    })
+}

@@ -1,0 +1,302 @@
+//! `probelet lint` end to end: the real binary on folders of manifests, its exit codes (0 with
+//! warnings only, 1 on an error finding, 2 on a file it cannot read or parse), its JSON document
+//! and its text, and the repository's own examples (which must lint without errors).
+// Helpers may panic: a panic there fails the test that called it.
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::Value;
+
+/// A folder of its own, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("probelet-lint-{tag}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let file = self.0.join(name);
+        if let Some(parent) = file.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        fs::write(&file, contents).unwrap();
+        file
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+fn lint(args: &[&str], paths: &[&Path]) -> Run {
+    let output = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .arg("lint")
+        .args(args)
+        .args(paths)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    Run {
+        code: output.status.code().unwrap(),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// A Deployment whose liveness probe checks what its readiness probe checks (a warning), with a
+/// Service beside it in the same file.
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: shop
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+        - name: web
+          image: example/web:1
+          ports:
+            - {name: http, containerPort: 8080}
+          startupProbe:
+            httpGet: {path: /healthz, port: http}
+            failureThreshold: 30
+          readinessProbe:
+            httpGet: {path: /healthz, port: http}
+          livenessProbe:
+            httpGet: {path: /healthz, port: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: shop
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: http}]
+"#;
+
+/// A Pod in JSON with a readiness probe only.
+const POD: &str = r#"{
+  "apiVersion": "v1",
+  "kind": "Pod",
+  "metadata": {"name": "api"},
+  "spec": {"containers": [{
+    "name": "api",
+    "image": "example/api:1",
+    "readinessProbe": {"tcpSocket": {"port": 9000}, "initialDelaySeconds": 5, "periodSeconds": 5}
+  }]}
+}"#;
+
+/// A Job whose liveness probe has a negative period: the API server rejects it.
+const INVALID: &str = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: report}
+spec:
+  template:
+    spec:
+      restartPolicy: OnFailure
+      containers:
+        - name: report
+          image: example/report:1
+          livenessProbe:
+            exec: {command: [cat, /tmp/alive]}
+            periodSeconds: -5
+"#;
+
+/// A Pod whose period is not a number: the file does not decode.
+const UNPARSEABLE: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: broken}
+spec:
+  containers:
+    - name: app
+      image: x
+      readinessProbe:
+        tcpSocket: {port: 80}
+        periodSeconds: ten
+"#;
+
+fn findings<'a>(json: &'a Value, rule: &str) -> Vec<&'a Value> {
+    json["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == rule).collect()
+}
+
+#[test]
+fn warnings_only_exit_0_and_the_json_says_what_the_kubelet_does() {
+    let dir = TempDir::new("clean");
+    dir.write("web/deployment.yaml", DEPLOYMENT);
+    dir.write("api.json", POD);
+    dir.write(".hidden.yaml", UNPARSEABLE);
+    dir.write("notes.txt", UNPARSEABLE);
+
+    let run = lint(&["--format", "json"], &[dir.path()]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    assert_eq!(json["summary"]["files"], 2, "hidden files and other extensions are not read");
+    assert_eq!(json["summary"]["objects"], 2);
+    assert_eq!(json["summary"]["skipped"], 1, "the Service");
+    assert_eq!(json["summary"]["errors"], 0);
+    assert_eq!(json["summary"]["exit_code"], 0);
+
+    let same = findings(&json, "liveness-like-readiness");
+    assert_eq!(same.len(), 1, "{json:#}");
+    let same = same[0];
+    assert!(same["file"].as_str().unwrap().ends_with("web/deployment.yaml"), "{same}");
+    assert_eq!(same["kind"], "Deployment");
+    assert_eq!(same["namespace"], "shop");
+    assert_eq!(same["name"], "web");
+    assert_eq!(same["container"], "web");
+    assert_eq!(same["probe"], "livenessProbe");
+    assert_eq!(same["severity"], "warning");
+    assert_eq!(same["field"], "spec.template.spec.containers[0].livenessProbe");
+    // Startup: 0 + 10 + 1 = 11 s; readiness then 10 + 1 more.
+    assert_eq!(same["timings"]["ready_after_start_seconds"], 22, "{same}");
+    assert_eq!(same["timings"]["ready_after_kubelet_restart_seconds"], 11, "started is kept: readiness only");
+    assert_eq!(same["timings"]["ready_after_kubelet_restart_rerunning_startup_seconds"], 22, "{same}");
+    assert_eq!(same["timings"]["liveness_restart_seconds"], 61, "{same}");
+    assert_eq!(same["timings"]["start_tolerance_seconds"], 290, "{same}");
+
+    let ready = findings(&json, "time-to-ready");
+    let api = ready.iter().find(|f| f["name"] == "api").unwrap();
+    assert_eq!(api["kind"], "Pod");
+    assert_eq!(api["namespace"], Value::Null);
+    assert_eq!(api["severity"], "info");
+    assert_eq!(api["timings"]["ready_after_start_seconds"], 11, "5 s delay + 5 s period + 1 s timeout");
+
+    let objects = json["objects"].as_array().unwrap();
+    let probes = &objects.iter().find(|o| o["name"] == "api").unwrap()["containers"][0]["probes"];
+    assert_eq!(probes[0]["probe"], "readinessProbe");
+    assert_eq!(probes[0]["timeout_seconds"], 1);
+    assert_eq!(probes[0]["failure_threshold"], 3);
+    assert!(probes[0]["defaulted"].as_array().unwrap().contains(&Value::from("timeoutSeconds: 1")));
+
+    let text = lint(&[], &[dir.path()]);
+    assert_eq!(text.code, 0);
+    assert!(
+        text.stdout.contains("deployment.yaml: Deployment shop/web\n  container web\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("warning liveness-like-readiness [livenessProbe]: "), "{}", text.stdout);
+    assert!(
+        text.stdout.ends_with(
+            "2 files, 2 objects with a pod spec (1 other document skipped): 0 errors, 1 warning\n"
+        ),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn an_error_finding_exits_1() {
+    let dir = TempDir::new("errors");
+    dir.write("api.json", POD);
+    let job = dir.write("job.yaml", INVALID);
+
+    let run = lint(&["--format", "json"], &[dir.path()]);
+    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    let invalid = findings(&json, "invalid");
+    assert_eq!(invalid.len(), 1, "{json:#}");
+    assert_eq!(invalid[0]["kind"], "Job");
+    assert_eq!(invalid[0]["severity"], "error");
+    assert_eq!(
+        invalid[0]["message"],
+        "spec.template.spec.containers[0].livenessProbe.periodSeconds: Invalid value: -5: must be greater than or equal to 0"
+    );
+    assert_eq!(invalid[0]["timings"], Value::Null, "no timings from invalid values");
+    assert_eq!(json["summary"]["errors"], 1);
+
+    // One file as the argument: the same.
+    let run = lint(&[], &[&job]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stdout.contains("error   invalid [livenessProbe]: spec.template.spec.containers[0]"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
+    let dir = TempDir::new("unparseable");
+    dir.write("a-deployment.yaml", DEPLOYMENT);
+    let broken = dir.write("broken.yaml", UNPARSEABLE);
+    dir.write("job.yaml", INVALID);
+
+    let run = lint(&["--format", "json"], &[dir.path()]);
+    assert_eq!(run.code, 2, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let expected = format!(
+        "error: {}: invalid Pod broken: spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 11, column 24",
+        broken.display()
+    );
+    assert!(run.stderr.starts_with(&expected), "{}", run.stderr);
+    let json = run.json();
+    assert_eq!(json["errors"][0]["file"], broken.display().to_string());
+    assert_eq!(json["summary"]["unreadable"], 1);
+    assert_eq!(json["summary"]["exit_code"], 2);
+    assert_eq!(json["summary"]["objects"], 2, "the other files are still linted");
+    assert_eq!(findings(&json, "invalid").len(), 1);
+
+    let missing = dir.path().join("missing.yaml");
+    let run = lint(&[], &[&missing]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("missing.yaml: cannot read"), "{}", run.stderr);
+    let run = lint(&[], &[&dir.write("yaml.yaml", "a: [\n")]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("yaml.yaml: invalid YAML"), "{}", run.stderr);
+}
+
+#[test]
+fn the_repositorys_examples_lint_without_errors() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pods");
+    let run = lint(&["--format", "json"], &[&examples]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+    assert!(json["summary"]["objects"].as_u64().unwrap() >= 7, "{}", json["summary"]);
+    assert!(run.stderr.is_empty(), "{}", run.stderr);
+
+    // The agent's own DaemonSet, beside its RBAC and ServiceMonitor documents.
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let run = lint(&["--format", "json"], &[&deploy]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+    assert!(json["objects"].as_array().unwrap().iter().any(|o| o["kind"] == "DaemonSet"), "{json:#}");
+}
