@@ -8,13 +8,15 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use probelet_actors::prober::ProbeKind;
+use probelet_actors::prober::timing::ProbeTiming;
 use serde::Deserialize;
 
 /// The annotation that lists a pod's gate probes.
 pub const READINESS_PROBES_ANNOTATION: &str = "probelet.dev/readiness-probes";
 
-/// One probe of the annotation. An entry is an object, not a bare probe, so that keys beside
-/// `probe` (say, per-probe timing) can be added without a new format.
+/// One probe of the annotation: an object, not a bare probe, so that keys beside `probe` (its
+/// timing) have a place.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GateProbe {
@@ -26,6 +28,10 @@ pub struct GateProbe {
     pub container: Option<String>,
     /// A core/v1 Probe: `httpGet`, `tcpSocket`, `grpc` or `exec`, with the usual seconds fields.
     pub probe: Probe,
+    /// Millisecond timing and a start interval, as the `probelet.dev/probe-timing` annotation
+    /// gives them for a pod's own readiness probes (docs/probe-timing.md).
+    #[serde(default)]
+    pub timing: Option<ProbeTiming>,
 }
 
 /// Why the annotation cannot be used.
@@ -84,6 +90,9 @@ pub fn parse_gate_probes(
             return Err(error(at("container"), format!("no container {container:?} in the pod")));
         }
         validate_probe(&entry.probe, exec_allowed, &|field| at(&format!("probe.{field}")))?;
+        if let Some(timing) = &entry.timing {
+            timing.validate(ProbeKind::Readiness, &at("timing")).map_err(|e| error(e.path, e.reason))?;
+        }
     }
     Ok(probes)
 }
@@ -220,7 +229,7 @@ mod tests {
             (
                 "an unknown key",
                 r#"[{"name": "a", "probe": {"httpGet": {"port": 80}}, "timeout": 3}]"#,
-                "annotation probelet.dev/readiness-probes: [0].timeout: unknown field `timeout`, expected one of `name`, `container`, `probe` at line 1 column 60",
+                "annotation probelet.dev/readiness-probes: [0].timeout: unknown field `timeout`, expected one of `name`, `container`, `probe`, `timing` at line 1 column 60",
             ),
             (
                 "no name",
@@ -281,6 +290,25 @@ mod tests {
             })
             .collect();
         assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
+    #[test]
+    fn timing_is_read_and_validated_like_the_probe_timing_annotation() {
+        let value = r#"[{"name": "fast", "probe": {"httpGet": {"port": 8080}},
+            "timing": {"periodMs": 250, "startIntervalMs": 100}}]"#;
+        let probes = parse_gate_probes(value, &spec(), false).unwrap();
+        let timing = probes[0].timing.expect("a timing");
+        assert_eq!((timing.period_ms, timing.start_interval_ms), (Some(250), Some(100)));
+        let too_fast =
+            r#"[{"name": "fast", "probe": {"httpGet": {"port": 8080}}, "timing": {"periodMs": 20}}]"#;
+        assert_eq!(
+            parse_gate_probes(too_fast, &spec(), false).unwrap_err().to_string(),
+            "annotation probelet.dev/readiness-probes: [0].timing.periodMs: 20 is below the floor of 100 ms"
+        );
+        let unknown =
+            r#"[{"name": "fast", "probe": {"httpGet": {"port": 8080}}, "timing": {"periodSeconds": 1}}]"#;
+        let err = parse_gate_probes(unknown, &spec(), false).unwrap_err();
+        assert_eq!(err.path, "[0].timing.periodSeconds", "{err}");
     }
 
     #[test]

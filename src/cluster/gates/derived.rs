@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use probelet_actors::prober::timing::PROBE_TIMING_ANNOTATION;
+
 use super::annotation::GateProbe;
 use super::condition::REASON_CONTAINERS_NOT_RUNNING;
 
@@ -46,6 +48,7 @@ pub fn derived_pod(pod: &Pod, probes: &[GateProbe]) -> Pod {
             uid: pod.metadata.uid.clone(),
             generation: pod.metadata.generation,
             deletion_timestamp: pod.metadata.deletion_timestamp.clone(),
+            annotations: timing_annotation(probes),
             ..Default::default()
         },
         spec: Some(PodSpec {
@@ -65,6 +68,21 @@ pub fn derived_pod(pod: &Pod, probes: &[GateProbe]) -> Pod {
         // No status: the engine then never inherits readiness from it.
         status: None,
     }
+}
+
+/// The gate probes' timings as the engine reads them, the `probelet.dev/probe-timing`
+/// annotation of the derived pod (each gate probe is its container's readiness probe); none when
+/// no gate probe has a timing.
+fn timing_annotation(probes: &[GateProbe]) -> Option<std::collections::BTreeMap<String, String>> {
+    let timings: serde_json::Map<String, serde_json::Value> = probes
+        .iter()
+        .filter_map(|p| Some((p.name.clone(), serde_json::json!({ "readiness": p.timing? }))))
+        .collect();
+    if timings.is_empty() {
+        return None;
+    }
+    let value = serde_json::Value::Object(timings).to_string();
+    Some([(PROBE_TIMING_ANNOTATION.to_owned(), value)].into())
 }
 
 /// The derived pod's status: its containers run (since the last of the real containers
@@ -210,7 +228,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        vec![GateProbe { name: "backend".into(), container: None, probe: http }]
+        vec![GateProbe { name: "backend".into(), container: None, probe: http, timing: None }]
     }
 
     #[test]
@@ -224,6 +242,21 @@ mod tests {
         let ports: Vec<_> = spec.containers[0].ports.iter().flatten().map(|p| p.container_port).collect();
         assert_eq!(ports, [8080, 9901]);
         assert!(derived.status.is_none());
+    }
+
+    #[test]
+    fn gate_probe_timings_reach_the_engine_through_the_derived_pod() {
+        use probelet_actors::prober::ProbeKind;
+        use probelet_actors::prober::timing::{ProbeTiming, probe_timings};
+        let plain = derived_pod(&pod(vec![]), &probes());
+        assert!(plain.metadata.annotations.is_none(), "no timing, no annotation");
+        let mut timed = probes();
+        let timing = ProbeTiming { period_ms: Some(250), start_interval_ms: Some(100), ..Default::default() };
+        timed[0].timing = Some(timing);
+        let derived = derived_pod(&pod(vec![]), &timed);
+        let timings = probe_timings(&derived).expect("the engine accepts it");
+        assert_eq!(timings.get(&timed[0].name, ProbeKind::Readiness), Some(&timing));
+        assert_eq!(timings.get(&timed[0].name, ProbeKind::Liveness), None);
     }
 
     #[test]
@@ -276,8 +309,9 @@ mod tests {
             name: "script".into(),
             container: Some("proxy".into()),
             probe: exec.clone(),
+            timing: None,
         });
-        probes.push(GateProbe { name: "default".into(), container: None, probe: exec });
+        probes.push(GateProbe { name: "default".into(), container: None, probe: exec, timing: None });
         let pod = pod(vec![running("app", "containerd://a1", "2026-01-01T00:00:05Z")]);
         let status = derived_status(&pod, &probes);
         let targets = exec_targets(&pod, &probes, &status);
