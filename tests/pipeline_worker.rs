@@ -587,3 +587,45 @@ async fn probe_metrics_count_results_and_vanish_with_the_worker() {
     h.wait_workers(0).await;
     assert_eq!(metric_lines(&registry, "metrics-pod"), Vec::<String>::new(), "series deleted on exit");
 }
+
+/// The worker-state query: what upstream's `TestResultRunOnLivenessCheckFailure` and
+/// `TestOnHoldOnLivenessOrStartupCheckFailure` read from the worker's fields (`resultRun`,
+/// `lastResult`, `onHold`, `containerID`), through `Pipeline::worker_state`.
+#[actix::test]
+async fn the_worker_state_query_shows_result_run_last_result_and_on_hold() {
+    use probelet::prober::worker::ProbeKey;
+    let (h, t0) = aged_harness().await;
+    let pod = test_pod("state").container("app").with_probe("app", Liveness, probe(10, 1, 3)).build();
+    let key = ProbeKey { pod_uid: "uid-state".into(), container_name: "app".into(), kind: Liveness };
+    assert_eq!(h.pipeline.worker_state(key.clone()).await.unwrap(), None, "no worker yet");
+
+    h.prober.always("app", Liveness, Step::Return(Success));
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    let state = h.pipeline.worker_state(key.clone()).await.unwrap().expect("a running worker");
+    assert_eq!(state.container_id.as_ref().map(ToString::to_string).as_deref(), Some("cri://1"));
+    assert_eq!((state.last_result, state.result_run, state.on_hold), (Success, 1, false));
+
+    // Two failures: a run of two, below the threshold of three.
+    h.prober.always("app", Liveness, Step::Return(Failure));
+    run_for(secs(21)).await;
+    let state = h.pipeline.worker_state(key.clone()).await.unwrap().unwrap();
+    assert_eq!((state.last_result, state.result_run, state.on_hold), (Failure, 2, false));
+    // The third reaches the threshold: Failure is set, the run starts over, and the worker
+    // holds until a new container ID appears.
+    run_for(secs(10)).await;
+    let state = h.pipeline.worker_state(key.clone()).await.unwrap().unwrap();
+    assert_eq!((state.last_result, state.result_run, state.on_hold), (Failure, 0, true));
+
+    // A new container: no longer on hold.
+    h.prober.always("app", Liveness, Step::Return(Success));
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    run_for(secs(10)).await;
+    let state = h.pipeline.worker_state(key.clone()).await.unwrap().unwrap();
+    assert_eq!(state.container_id.as_ref().map(ToString::to_string).as_deref(), Some("cri://2"));
+    assert!(!state.on_hold);
+
+    h.pipeline.remove_pod(pod.clone());
+    h.wait_workers(0).await;
+    assert_eq!(h.pipeline.worker_state(key).await.unwrap(), None, "gone with its pod");
+}

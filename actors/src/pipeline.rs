@@ -14,10 +14,11 @@ use crate::clock::{SharedClock, TokioClock};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, PodLookup, ProbeObserver};
 use crate::features::{Feature, FeatureGates};
+use crate::prober::do_probe::WorkerState;
 use crate::prober::executors::Executors;
 use crate::prober::lifecycle::{ContainerChange, container_changes};
 use crate::prober::manager::{
-    AddPod, CleanupPods, GetWorkers, ListWorkers, ManagerConfig, ProberManager, RemovePod,
+    AddPod, CleanupPods, GetWorkerState, GetWorkers, ListWorkers, ManagerConfig, ProberManager, RemovePod,
     StartContainerProbes, StopContainerProbes, StopLivenessAndStartup, UpdatePodStatus, WorkerInfo,
 };
 use crate::prober::worker::ProbeKey;
@@ -244,6 +245,15 @@ impl Pipeline {
     ) -> Result<PodStatus, PipelineError> {
         self.prober_manager
             .send(UpdatePodStatus { pod, status })
+            .await
+            .map_err(|source| PipelineError { actor: "prober manager", source })
+    }
+
+    /// The state of the running worker for `key` (container ID, on-hold, result run, last
+    /// result), as upstream's tests read it from a worker; `None` without a running worker.
+    pub async fn worker_state(&self, key: ProbeKey) -> Result<Option<WorkerState>, PipelineError> {
+        self.prober_manager
+            .send(GetWorkerState(key))
             .await
             .map_err(|source| PipelineError { actor: "prober manager", source })
     }

@@ -32,7 +32,8 @@ use super::probe_metrics::ProbeLabels;
 use super::timing::{EffectiveTiming, probe_timings};
 use super::update_status::{ProbeView, result_keys, update_pod_status};
 use super::worker::{
-    PredecessorExited, ProbeKey, ProbeWorker, StartupSucceeded, Stop, Trigger, WorkerConfig, WorkerExited,
+    GetState, PredecessorExited, ProbeKey, ProbeWorker, StartupSucceeded, Stop, Trigger, WorkerConfig,
+    WorkerExited,
 };
 use super::{ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
@@ -87,6 +88,13 @@ pub struct GetWorkers;
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Vec<WorkerInfo>")]
 pub struct ListWorkers;
+
+/// The state of the running worker for a key (container ID, on-hold, result run, last result):
+/// what upstream's tests read from a worker. `None` when no worker runs for the key (none, not
+/// started yet under `ContainerLifecycleProber`, or gone before it answered).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Option<WorkerState>")]
+pub struct GetWorkerState(pub ProbeKey);
 
 /// One worker as [`ListWorkers`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -526,6 +534,15 @@ impl Handler<ListWorkers> for ProberManager {
                 })
                 .collect(),
         )
+    }
+}
+
+impl Handler<GetWorkerState> for ProberManager {
+    type Result = ResponseFuture<Option<WorkerState>>;
+
+    fn handle(&mut self, msg: GetWorkerState, _ctx: &mut Self::Context) -> Self::Result {
+        let addr = self.workers.get(&msg.0).and_then(|e| e.addr.clone());
+        Box::pin(async move { addr?.send(GetState).await.ok() })
     }
 }
 

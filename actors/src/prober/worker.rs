@@ -42,6 +42,12 @@ pub struct Stop;
 #[rtype(result = "()")]
 pub struct Trigger;
 
+/// The worker's state as it stands (what upstream's tests read from a worker's fields:
+/// `containerID`, `onHold`, `resultRun`, `lastResult`).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "WorkerState")]
+pub struct GetState;
+
 /// Sent to the manager when a worker is gone. `clean` is false when it died (a panic in a
 /// handler) rather than stopped.
 #[derive(Debug, Clone, Message)]
@@ -562,6 +568,14 @@ impl Handler<PredecessorExited> for ProbeWorker {
                 self.state.resumed = false;
             }
         }
+    }
+}
+
+impl Handler<GetState> for ProbeWorker {
+    type Result = MessageResult<GetState>;
+
+    fn handle(&mut self, _msg: GetState, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.state.clone())
     }
 }
 
