@@ -23,6 +23,7 @@ pub mod clock;
 pub mod container;
 pub mod contracts;
 pub mod features;
+pub mod fnv;
 pub mod gofmt;
 pub mod local_runner;
 pub mod metrics;

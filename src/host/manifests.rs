@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, PodStatus, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use probelet_actors::fnv::Fnv1a128;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::timing::{PROBE_TIMING_ANNOTATION, probe_timings};
 use serde_json::Value;
@@ -530,28 +531,6 @@ pub fn static_pod_uid(node_name: &str, file: &Path, pod: &Pod) -> String {
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
-}
-
-struct Fnv1a128(u128);
-
-impl Fnv1a128 {
-    const OFFSET_BASIS: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
-
-    fn new() -> Self {
-        Self(Self::OFFSET_BASIS)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 ^= u128::from(*byte);
-            self.0 = self.0.wrapping_mul(Self::PRIME);
-        }
-    }
-
-    fn finish(&self) -> u128 {
-        self.0
-    }
 }
 
 // === defaults ===
@@ -1090,17 +1069,6 @@ mod tests {
     fn aggregate_formats_like_go() {
         assert_eq!(aggregate(&["a".into()]), "a");
         assert_eq!(aggregate(&["a".into(), "b".into(), "a".into()]), "[a, b]");
-    }
-
-    #[test]
-    fn fnv1a_128_known_vectors() {
-        // Published FNV-1a 128-bit test vectors.
-        let mut empty = Fnv1a128::new();
-        empty.write(b"");
-        assert_eq!(empty.finish(), 0x6c62272e07bb014262b821756295c58d);
-        let mut a = Fnv1a128::new();
-        a.write(b"a");
-        assert_eq!(a.finish(), 0xd228cb696f1a8caf78912b704e4a8964);
     }
 
     #[test]

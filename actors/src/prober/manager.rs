@@ -373,9 +373,7 @@ impl ProberManager {
         if self.config.arbiters.is_empty() {
             return None;
         }
-        let hash = pod_uid
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let hash = crate::fnv::fnv1a64(pod_uid.as_bytes());
         let index = usize::try_from(hash % self.config.arbiters.len() as u64).unwrap_or(0);
         self.config.arbiters.get(index).cloned()
     }

@@ -176,11 +176,10 @@ pub fn jittered_backoff(initial: Duration, max: Duration, attempt: u32, seed: &s
 /// A fraction in [0, 1) determined by `seed` and `attempt`: FNV-1a over both, then SplitMix64's
 /// finalizer to spread the bits.
 fn unit_fraction(seed: &str, attempt: u32) -> f64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in seed.bytes().chain(attempt.to_le_bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let mut fnv = crate::fnv::Fnv1a64::new();
+    fnv.write(seed.as_bytes());
+    fnv.write(&attempt.to_le_bytes());
+    let mut hash = fnv.finish();
     hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     hash ^= hash >> 31;

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use probelet_actors::fnv::fnv1a64;
 use probelet_actors::prober::timing::PROBE_TIMING_ANNOTATION;
 
 use super::annotation::GateProbe;
@@ -161,11 +162,6 @@ pub fn exec_targets(pod: &Pod, probes: &[GateProbe], status: &PodStatus) -> Pod 
         spec: None,
         status: Some(PodStatus { container_statuses: Some(statuses), ..Default::default() }),
     }
-}
-
-/// 64-bit FNV-1a: a stable digest (the same on every run and every agent).
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 #[cfg(test)]
