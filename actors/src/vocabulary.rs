@@ -134,9 +134,6 @@ pub enum ProbeError {
     /// A named port that no container port of the container declares.
     #[error("port \"{0}\" not found")]
     PortNotFound(String),
-    /// An `IntOrString` port that is neither a number nor a name.
-    #[error("intOrString had no kind: {0}")]
-    PortKind(String),
     /// The probe spec sets none of `exec`, `httpGet`, `tcpSocket`, `grpc`.
     #[error("missing probe handler for {pod}:{container}")]
     MissingHandler {
@@ -145,10 +142,6 @@ pub enum ProbeError {
         /// The container whose probe has no handler.
         container: String,
     },
-    /// The probe spec has no handler upstream knows (Go's "unknown probe type"); reported as a
-    /// failure.
-    #[error("unknown probe type: \"{0}\"")]
-    UnknownProbeType(String),
     /// The probe spec cannot be turned into a request (bad header name, bad host, …).
     #[error("{0}")]
     InvalidRequest(String),
@@ -170,7 +163,7 @@ impl ProbeError {
     /// The executor-level result that accompanies this error upstream.
     pub fn outcome(&self) -> Outcome {
         match self {
-            ProbeError::BodyRead(_) | ProbeError::UnknownProbeType(_) => Outcome::Failure,
+            ProbeError::BodyRead(_) => Outcome::Failure,
             _ => Outcome::Unknown,
         }
     }
