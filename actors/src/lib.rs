@@ -24,6 +24,7 @@ pub mod container;
 pub mod contracts;
 pub mod features;
 pub mod fnv;
+pub mod format;
 pub mod gofmt;
 pub mod local_runner;
 pub mod metrics;

@@ -64,7 +64,7 @@ impl ClusterHost {
         self.exec.learn(&pod);
         self.known.insert(uid.clone());
         if let Some(message) = invalid_timing(previous.as_deref(), &pod) {
-            tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or_default(), pod_uid = %uid, error = %message, "Invalid probe timing annotation");
+            tracing::warn!(pod = %probelet_actors::format::pod_ref(&pod), pod_uid = %uid, error = %message, "Invalid probe timing annotation");
             self.recorder.record(
                 &pod_reference(&pod),
                 EventType::Warning,

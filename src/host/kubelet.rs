@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::{HostIP, Pod, PodIP, PodStatus};
 use probelet_actors::Pipeline;
 use probelet_actors::contracts::PodRegistry;
 use probelet_actors::features::Feature;
+use probelet_actors::format::pod_ref;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
@@ -184,12 +185,12 @@ impl StandaloneKubelet {
             // Replacing the entry now would let the old termination remove the new pod, and the
             // runtime and status manager still hold the old one's stopping containers and final
             // status under this UID.
-            tracing::info!(pod = %pod_key(&entry.pod), "pod added back while stopping, starts once stopped");
+            tracing::info!(pod = %pod_ref(&entry.pod), "pod added back while stopping, starts once stopped");
             entry.restart = Some(Restart { pod, file: file.to_owned() });
             return;
         }
         let pod = Arc::new(pod);
-        console::print(Tone::Plain, &format!("{}: added from {}", pod_key(&pod), file.display()));
+        console::print(Tone::Plain, &format!("{}: added from {}", pod_ref(&pod), file.display()));
         self.pods.upsert(pod.clone());
         self.generation += 1;
         let entry = PodEntry {
@@ -273,7 +274,7 @@ impl StandaloneKubelet {
         if let Some(status) = stored {
             let summary = Summary::of(&status);
             for line in describe_changes(entry.printed.as_ref(), &summary) {
-                console::print(tone_of_transition(&line), &format!("{}: {line}", pod_key(&entry.pod)));
+                console::print(tone_of_transition(&line), &format!("{}: {line}", pod_ref(&entry.pod)));
             }
             entry.printed = Some(summary);
             entry.status = Some(status);
@@ -296,7 +297,7 @@ impl StandaloneKubelet {
         entry.terminating = true;
         let generation = entry.generation;
         let pod = entry.pod.clone();
-        console::print(Tone::Plain, &format!("{}: removed, stopping its containers", pod_key(&pod)));
+        console::print(Tone::Plain, &format!("{}: removed, stopping its containers", pod_ref(&pod)));
         self.pipeline.stop_liveness_and_startup(pod.clone());
         let grace = kill_grace_period(&pod, "", None);
         let kill = self.runtime.send(KillPod { pod_uid: uid.clone(), grace });
@@ -320,7 +321,7 @@ impl StandaloneKubelet {
         // Drops this pod's status too (it is no longer an entry): the status manager's
         // "finished" flag is sticky per UID and must not carry over to a restarted pod.
         self.pipeline.remove_orphaned_statuses(self.entries.keys().cloned().collect());
-        console::print(Tone::Plain, &format!("{}: stopped", pod_key(&entry.pod)));
+        console::print(Tone::Plain, &format!("{}: stopped", pod_ref(&entry.pod)));
         if let Some(Restart { pod, file }) = entry.restart {
             self.add(pod, &file, ctx);
         }
@@ -338,7 +339,7 @@ impl StandaloneKubelet {
         };
         let message = probe_kill_message(&entry.pod, &container.name, change.kind);
         let grace = kill_grace_period(&entry.pod, &container.name, Some(change.kind));
-        console::print(Tone::Bad, &format!("{}: {message}", pod_key(&entry.pod)));
+        console::print(Tone::Bad, &format!("{}: {message}", pod_ref(&entry.pod)));
         self.runtime.do_send(KillContainer {
             pod_uid: change.pod_uid.clone(),
             container: container.name.clone(),
@@ -401,7 +402,7 @@ impl Handler<ListPods> for StandaloneKubelet {
 
     fn handle(&mut self, _msg: ListPods, _ctx: &mut Self::Context) -> Self::Result {
         let mut pods: Vec<Arc<Pod>> = self.entries.values().map(|e| e.pod.clone()).collect();
-        pods.sort_by_key(|p| pod_key(p));
+        pods.sort_by_key(|p| pod_ref(p));
         MessageResult(pods)
     }
 }
@@ -467,15 +468,6 @@ fn started_containers(status: &PodStatus) -> HashSet<String> {
         .filter(|c| c.started == Some(true))
         .filter_map(|c| c.container_id.clone())
         .collect()
-}
-
-/// `namespace/name`.
-pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Starts the standalone kubelet and subscribes it to runtime and probe result changes.

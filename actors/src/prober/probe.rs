@@ -12,6 +12,7 @@ use super::executors::Executors;
 use super::{Outcome, ProbeError, ProbeKind, ProbeResult, Probed, exec, grpc, http, port, tcp};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
+pub use crate::format::pod_name;
 
 /// Upstream `maxProbeRetries`: a handler is tried this many times while it returns an error.
 pub const MAX_PROBE_RETRIES: usize = 3;
@@ -338,16 +339,6 @@ impl ProbeRunner for Prober {
 pub fn probe_timeout(spec: &Probe) -> Duration {
     Duration::from_secs(
         spec.timeout_seconds.and_then(|t| u64::try_from(t).ok()).filter(|t| *t > 0).unwrap_or(1),
-    )
-}
-
-/// The kubelet's pod formatter: `name_namespace(uid)`.
-pub fn pod_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}({})",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.uid.as_deref().unwrap_or_default()
     )
 }
 

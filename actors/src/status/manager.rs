@@ -26,6 +26,7 @@ use super::views::StatusViews;
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::PodLookup;
+pub use crate::format::pod_ref;
 
 // === messages ===
 
@@ -510,13 +511,4 @@ fn replace_or_append(status: &mut PodStatus, type_: &str, condition: PodConditio
             conditions.push(condition);
         }
     }
-}
-
-/// `namespace/name` for logs.
-pub fn pod_ref(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }

@@ -19,6 +19,7 @@ use crate::contracts::{EventRecorder, EventType};
 use crate::local_runner::LocalCommandRunner;
 use crate::prober::{container_reference, pod_name};
 use crate::process::Signal;
+use probelet_actors::format::pod_ref;
 
 use super::super::phase::kill_grace_period;
 use super::budget::FdBudget;
@@ -253,7 +254,7 @@ impl ProcessRuntime {
                     Outcome::ExitedWith(0) => continue,
                     Outcome::Running => return,
                     Outcome::ExitedWith(_) | Outcome::StartFailed if policy == RestartPolicy::Never => {
-                        tracing::info!(pod = %pod_name(&pod), container = %container.name, "init container failed and the pod's restart policy is Never");
+                        tracing::info!(pod = %pod_ref(&pod), container = %container.name, "init container failed and the pod's restart policy is Never");
                         if let Some(state) = self.pods.get_mut(pod_uid) {
                             state.init_failed = true;
                         }
@@ -320,7 +321,7 @@ impl ProcessRuntime {
         if sidecars.is_empty() {
             return;
         }
-        tracing::info!(pod = %pod_name(&pod), "no regular container will run any more, stopping the sidecars");
+        tracing::info!(pod = %pod_ref(&pod), "no regular container will run any more, stopping the sidecars");
         let grace = kill_grace_period(&pod, "", None);
         let stop = self.stop_sidecars(pod_uid.to_owned(), sidecars, grace);
         ctx.spawn(stop);
@@ -360,7 +361,7 @@ impl ProcessRuntime {
         if let Some(container) = find_container(&pod, name) {
             self.record(&pod, container, EventType::Normal, EVENT_KILLING, &message);
         }
-        tracing::debug!(pod = %pod_name(&pod), container = %name, ?grace, "killing container");
+        tracing::debug!(pod = %pod_ref(&pod), container = %name, ?grace, "killing container");
         let (pod_label, name) = (pod_name(&pod), name.to_owned());
         let stop = stop_process(self.signaller.clone(), pgid, grace, exited);
         Some(
@@ -404,7 +405,7 @@ impl Handler<SyncPod> for ProcessRuntime {
     fn handle(&mut self, SyncPod { pod, started }: SyncPod, ctx: &mut Context<Self>) {
         let Some(uid) = pod.metadata.uid.clone() else {
             tracing::warn!(
-                pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                pod = %pod_ref(&pod),
                 "pod without a UID, not started"
             );
             return;

@@ -20,6 +20,7 @@ use crate::container::ContainerId;
 use crate::contracts::EventType;
 use crate::local_runner::LocalContainer;
 use crate::prober::pod_name;
+use probelet_actors::format::pod_ref;
 
 use super::super::groups::GroupOwner;
 use super::super::launch::{Launch, exit_code, forward_output, new_container_id};
@@ -60,7 +61,7 @@ impl ProcessRuntime {
                     container.name,
                     pod_name(&pod)
                 );
-                tracing::debug!(pod = %pod_name(&pod), container = %container.name, ?remaining, "container is backing off");
+                tracing::debug!(pod = %pod_ref(&pod), container = %container.name, ?remaining, "container is backing off");
                 self.schedule_retry(pod_uid, &container.name, remaining, ctx);
                 self.record(&pod, container, EventType::Warning, EVENT_BACK_OFF, &message);
                 self.notify(pod_uid, ctx);
@@ -72,7 +73,7 @@ impl ProcessRuntime {
         if let Err(refusal) = self.budget.try_start(pod_uid) {
             let first = !std::mem::replace(&mut slot.refused, true);
             let retry_pending = state.held_back.is_some();
-            tracing::debug!(pod = %pod_name(&pod), container = %container.name, reason = %refusal.message, "container start held back");
+            tracing::debug!(pod = %pod_ref(&pod), container = %container.name, reason = %refusal.message, "container start held back");
             if first {
                 let message = format!("Container {} not started: {}", container.name, refusal.message);
                 self.record(&pod, container, EventType::Warning, EVENT_OUT_OF_FILE_DESCRIPTORS, &message);
@@ -122,10 +123,10 @@ impl ProcessRuntime {
     ) {
         let launch = Launch::of(container);
         for name in &launch.skipped {
-            tracing::warn!(pod = %pod_name(pod), container = %container.name, env = %name, "env valueFrom is not supported by the local runtime, variable not set");
+            tracing::warn!(pod = %pod_ref(pod), container = %container.name, env = %name, "env valueFrom is not supported by the local runtime, variable not set");
         }
         if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-            tracing::warn!(pod = %pod_name(pod), container = %container.name, "envFrom is not supported by the local runtime, ignored");
+            tracing::warn!(pod = %pod_ref(pod), container = %container.name, "envFrom is not supported by the local runtime, ignored");
         }
         let id = new_container_id();
         self.record(
@@ -139,7 +140,7 @@ impl ProcessRuntime {
             Ok(child) => self.container_started(pod_uid, pod, container, id, launch, child, ctx),
             Err(message) => {
                 self.budget.release(pod_uid);
-                tracing::warn!(pod = %pod_name(pod), container = %container.name, error = %message, "cannot start container");
+                tracing::warn!(pod = %pod_ref(pod), container = %container.name, error = %message, "cannot start container");
                 self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
                 let retry = should_restart(role, RestartPolicy::of(pod), START_ERROR_EXIT_CODE);
                 // What containerd reports for a created container whose task could not start:
