@@ -582,7 +582,7 @@ async fn update_pod_status_reads_stored_results_even_when_the_cache_cannot_answe
 
     let manager = ProberManager::new(ManagerConfig {
         prober: Arc::new(support::scripted::ScriptedProber::new()),
-        results: cache,
+        results: cache.into(),
         results_view: view,
         views: StatusViews::new(),
         clock: Arc::new(TokioClock::new()),

@@ -142,7 +142,7 @@ impl Pipeline {
         let arbiters: Vec<Arbiter> = (0..config.worker_arbiters).map(|_| Arbiter::new()).collect();
         let manager = ProberManager::new(ManagerConfig {
             prober,
-            results: results.clone(),
+            results: results.clone().into(),
             results_view: results_view.clone(),
             views: views.clone(),
             clock,

@@ -84,6 +84,28 @@ pub struct ProbeResultChanged {
     pub pod_uid: String,
 }
 
+/// The results cache as probe workers and the prober manager use it: the messages they send,
+/// not the actor, so that a host or a test can stand in for it.
+#[derive(Clone)]
+pub struct ResultsSink {
+    /// Stores a worker's result.
+    pub set: Recipient<SetResult>,
+    /// Seeds a new container's initial value.
+    pub seed: Recipient<SeedResult>,
+    /// Drops a container's entry.
+    pub remove: Recipient<RemoveResult>,
+}
+
+impl From<Addr<ResultsCache>> for ResultsSink {
+    fn from(cache: Addr<ResultsCache>) -> Self {
+        ResultsSink {
+            set: cache.clone().recipient(),
+            seed: cache.clone().recipient(),
+            remove: cache.recipient(),
+        }
+    }
+}
+
 /// Subscribe a recipient to every change of every kind.
 #[derive(Message)]
 #[rtype(result = "()")]

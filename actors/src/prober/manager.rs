@@ -40,7 +40,7 @@ use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::features::{Feature, FeatureGates};
 use crate::metrics as names;
-use crate::results::{RemoveResult, ResultsCache, ResultsView};
+use crate::results::{RemoveResult, ResultsSink, ResultsView};
 use crate::status::is_restartable_init_container;
 use crate::status::views::StatusViews;
 
@@ -150,7 +150,7 @@ pub struct ManagerConfig {
     /// Runs the probes (normally [`super::Prober`]); every worker shares it.
     pub prober: Arc<dyn ProbeRunner>,
     /// The results cache the workers write to.
-    pub results: Addr<ResultsCache>,
+    pub results: ResultsSink,
     /// What `results` stores, read by `UpdatePodStatus` without a round trip.
     pub results_view: ResultsView,
     /// Where workers get a view of their pod's latest status.
@@ -682,7 +682,7 @@ impl ProberManager {
     /// result and its metric series (upstream's worker removes both on exit).
     fn release(&self, kind: ProbeKind, container_id: Option<ContainerId>, labels: &ProbeLabels) {
         if let Some(container_id) = container_id {
-            self.config.results.do_send(RemoveResult { kind, container_id });
+            self.config.results.remove.do_send(RemoveResult { kind, container_id });
         }
         labels.forget();
     }

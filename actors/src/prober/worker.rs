@@ -26,7 +26,7 @@ use super::probe_metrics as metrics;
 use super::{ProbeError, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
-use crate::results::{RemoveResult, ResultsCache, ResultsView, SeedResult, SetResult};
+use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
 use crate::status::views::StatusView;
 pub use crate::vocabulary::ProbeKey;
 
@@ -132,7 +132,7 @@ pub struct WorkerConfig {
     /// Runs one probe of a kind against a container (normally [`super::Prober`]).
     pub prober: Arc<dyn ProbeRunner>,
     /// The results cache the worker writes its results to.
-    pub results: Addr<ResultsCache>,
+    pub results: ResultsSink,
     /// What `results` stores: a result it already holds is not sent again.
     pub results_view: ResultsView,
     /// Where the worker's [`WorkerExited`] notice goes (the prober manager).
@@ -161,7 +161,7 @@ pub struct ProbeWorker {
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
     prober: Arc<dyn ProbeRunner>,
-    results: Addr<ResultsCache>,
+    results: ResultsSink,
     results_view: ResultsView,
     /// The last result this worker sent to the cache, and for which container.
     last_sent: Option<(ContainerId, ProbeResult)>,
@@ -466,7 +466,7 @@ impl ProbeWorker {
                         continue;
                     }
                     self.last_sent = Some((container_id.clone(), result));
-                    self.results.do_send(SetResult {
+                    self.results.set.do_send(SetResult {
                         kind: self.key.kind,
                         container_id,
                         result,
@@ -475,7 +475,7 @@ impl ProbeWorker {
                 }
                 CacheOp::Seed(container_id, result) => {
                     self.last_sent = None;
-                    self.results.do_send(SeedResult {
+                    self.results.seed.do_send(SeedResult {
                         kind: self.key.kind,
                         container_id,
                         result,
@@ -484,7 +484,7 @@ impl ProbeWorker {
                 }
                 CacheOp::Remove(container_id) => {
                     self.last_sent = None;
-                    self.results.do_send(RemoveResult { kind: self.key.kind, container_id })
+                    self.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id })
                 }
             }
         }
@@ -531,7 +531,7 @@ impl Actor for ProbeWorker {
         // gone (the system is shutting down) nobody else will.
         if !self.exit.manager.connected() {
             if let Some(container_id) = self.exit.container_id.take() {
-                self.results.do_send(RemoveResult { kind: self.key.kind, container_id });
+                self.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id });
             }
             self.labels.forget();
         }
@@ -556,9 +556,10 @@ impl Handler<PredecessorExited> for ProbeWorker {
         match &self.state.container_id {
             Some(own) if *own == msg.container_id => {}
             // Container IDs are not reused: the entry is stale.
-            Some(_) => {
-                self.results.do_send(RemoveResult { kind: self.key.kind, container_id: msg.container_id })
-            }
+            Some(_) => self
+                .results
+                .remove
+                .do_send(RemoveResult { kind: self.key.kind, container_id: msg.container_id }),
             // Not seen a container yet: adopt the entry, so that it is kept if the container is
             // still the one running, and removed like any old container's when another appears.
             // A resumed worker skips reseeding the first container it sees because that entry
