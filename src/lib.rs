@@ -71,18 +71,10 @@
 //!     assert!(!ready(&status));
 //!
 //!     // The first probe runs within one period (the start-up jitter); its success makes the
-//!     // pod Ready.
-//!     tokio::time::timeout(Duration::from_secs(10), async {
-//!         loop {
-//!             if let Some(status) = engine.pipeline().pod_status("uid-web").await? {
-//!                 if ready(&status) {
-//!                     return Ok::<_, probelet::PipelineError>(());
-//!                 }
-//!             }
-//!             tokio::time::sleep(Duration::from_millis(20)).await;
-//!         }
-//!     })
-//!     .await??;
+//!     // pod Ready. The pod's view shows every status the engine stores.
+//!     let mut view = engine.pipeline().views.subscribe("uid-web");
+//!     let is_ready = |s: &Option<Arc<PodStatus>>| s.as_deref().is_some_and(|s| ready(s));
+//!     tokio::time::timeout(Duration::from_secs(10), view.wait_for(is_ready)).await??;
 //!     Ok(())
 //! })
 //! # }
