@@ -130,7 +130,7 @@ pub struct RunArgs {
 
     /// The kubelet's feature gates, in its syntax: `Name=true,Name2=false`. Known:
     /// ContainerLifecycleProber (alpha, default false), MutableContainerProbes (alpha, default
-    /// false; not implemented, only false is accepted), ChangeContainerStatusOnKubeletRestart
+    /// false), ChangeContainerStatusOnKubeletRestart
     /// (deprecated, default false), InPlacePodVerticalScaling (GA, locked to true).
     #[arg(long, value_name = "NAME=BOOL,...", env = "PROBELET_FEATURE_GATES", default_value = "", value_parser = parse_feature_gates, hide_default_value = true)]
     pub feature_gates: ParsedFeatureGates,
@@ -285,8 +285,12 @@ mod tests {
         assert!(run.feature_gates.gates.enabled(Feature::ContainerLifecycleProber));
         let err = parse(&["run", "--feature-gates", "Foo=true"]).unwrap_err().to_string();
         assert!(err.contains("unrecognized feature gate: Foo"), "{err}");
-        let err = parse(&["run", "--feature-gates", "MutableContainerProbes=true"]).unwrap_err().to_string();
-        assert!(err.contains("does not implement it yet"), "{err}");
+        let Command::Run(run) =
+            parse(&["run", "--feature-gates=MutableContainerProbes=true"]).unwrap().command
+        else {
+            panic!()
+        };
+        assert!(run.feature_gates.gates.enabled(Feature::MutableContainerProbes));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use actix::Addr;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use probelet_actors::clock::SharedClock;
 use probelet_actors::contracts::{CommandRunner, EventRecorder, LogRecorder, PodLookup, ProbeObserver};
-use probelet_actors::features::FeatureGates;
+use probelet_actors::features::{Feature, FeatureGates};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::prober::executors::Executors;
@@ -183,8 +183,13 @@ impl Engine {
             self.pipeline.remove_pod(pod.clone());
         } else if pod.metadata.deletion_timestamp.is_none() {
             // The workers exist before the first UpdatePodStatus, so a container with a readiness
-            // probe is not reported ready before it was probed (docs/prober.md).
-            self.pipeline.add_pod(pod.clone());
+            // probe is not reported ready before it was probed (docs/prober.md). Under
+            // MutableContainerProbes the pod's probe changes are applied in place as well.
+            if self.pipeline.feature_gates.enabled(Feature::MutableContainerProbes) {
+                self.pipeline.reconcile_pod(pod.clone());
+            } else {
+                self.pipeline.add_pod(pod.clone());
+            }
         }
         let mut status = self.pipeline.update_pod_status(pod.clone(), runtime_status).await?;
         // Upstream `determinePodResizeStatus`: a terminal pod's resize is over.

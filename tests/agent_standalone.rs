@@ -278,8 +278,8 @@ fn a_bad_feature_gate_is_refused_with_the_kubelets_words() {
             "invalid value of ContainerLifecycleProber=maybe, err: strconv.ParseBool: parsing \"maybe\": invalid syntax",
         ),
         (
-            "MutableContainerProbes=true",
-            "cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet",
+            "InPlacePodVerticalScaling=false",
+            "cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true",
         ),
     ];
     for (value, message) in cases {

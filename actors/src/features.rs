@@ -18,8 +18,8 @@ pub enum Feature {
     /// Probe workers follow each container's lifecycle (`StartContainerProbes` /
     /// `StopContainerProbes`) instead of the pod's: alpha, off by default.
     ContainerLifecycleProber,
-    /// Probe specs of a running pod change in place (KEP-6318): alpha, off by default;
-    /// recognised, not implemented yet.
+    /// Probe specs of a running pod change in place (KEP-6318, `ReconcilePod`): alpha, off by
+    /// default.
     MutableContainerProbes,
     /// An agent restart resets `ready` / `started` as kubelets before KEP-4781 did: deprecated,
     /// off by default.
@@ -70,7 +70,7 @@ pub const KNOWN_FEATURES: [FeatureSpec; 4] = [
         default: false,
         stage: Stage::Alpha,
         locked_to_default: false,
-        implemented: false,
+        implemented: true,
     },
     FeatureSpec {
         feature: Feature::ChangeContainerStatusOnKubeletRestart,
@@ -389,27 +389,37 @@ mod tests {
     }
 
     #[test]
-    fn an_unimplemented_gate_takes_only_its_default() {
-        assert!(
-            !FeatureGates::parse("MutableContainerProbes=false")
-                .unwrap()
-                .gates
-                .enabled(Feature::MutableContainerProbes)
-        );
-        let err = FeatureGates::parse("MutableContainerProbes=true").unwrap_err();
+    fn mutable_container_probes_is_accepted_and_off_by_default() {
+        assert!(!FeatureGates::default().enabled(Feature::MutableContainerProbes));
+        let parsed = FeatureGates::parse("MutableContainerProbes=true").unwrap();
+        assert!(parsed.gates.enabled(Feature::MutableContainerProbes));
+        assert!(parsed.warnings.is_empty(), "an alpha gate gets no warning: {:?}", parsed.warnings);
+    }
+
+    #[test]
+    fn the_not_implemented_refusal_reads_as_before() {
+        // Every known gate is implemented now; a gate added later as recognised-only gets this.
+        let err = FeatureGateError::NotImplemented { feature: Feature::MutableContainerProbes, value: true };
         assert_eq!(
             err.to_string(),
             "cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet"
         );
-        assert!(FeatureGates::default().with(Feature::MutableContainerProbes, true).is_err());
     }
 
     #[test]
     fn several_refusals_are_aggregated_in_brackets() {
+        // Only one gate is locked and every gate is implemented, so the text is checked on a
+        // built value.
+        let err = FeatureGateError::Several(vec![
+            FeatureGateError::Locked {
+                feature: Feature::InPlacePodVerticalScaling,
+                value: false,
+                default: true,
+            },
+            FeatureGateError::NotImplemented { feature: Feature::MutableContainerProbes, value: true },
+        ]);
         assert_eq!(
-            FeatureGates::parse("InPlacePodVerticalScaling=false,MutableContainerProbes=true")
-                .unwrap_err()
-                .to_string(),
+            err.to_string(),
             "[cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true, \
              cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet]"
         );

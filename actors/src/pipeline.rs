@@ -18,8 +18,9 @@ use crate::prober::do_probe::WorkerState;
 use crate::prober::executors::Executors;
 use crate::prober::lifecycle::{ContainerChange, container_changes};
 use crate::prober::manager::{
-    AddPod, CleanupPods, GetWorkerState, GetWorkers, ListWorkers, ManagerConfig, ProberManager, RemovePod,
-    StartContainerProbes, StopContainerProbes, StopLivenessAndStartup, UpdatePodStatus, WorkerInfo,
+    AddPod, CleanupPods, GetWorkerState, GetWorkers, ListWorkers, ManagerConfig, ProberManager, ReconcilePod,
+    RemovePod, StartContainerProbes, StopContainerProbes, StopLivenessAndStartup, UpdatePodStatus,
+    WorkerInfo,
 };
 use crate::prober::worker::ProbeKey;
 use crate::prober::{ProbeHostPolicy, ProbeRunner, Prober};
@@ -150,6 +151,7 @@ impl Pipeline {
             jitter_seed: config.jitter_seed,
         })
         .with_feature_gates(config.feature_gates)
+        .with_recorder(config.recorder.clone())
         .start();
         Pipeline {
             prober_manager: manager,
@@ -168,6 +170,15 @@ impl Pipeline {
     /// call it when the pod is added or updated.
     pub fn add_pod(&self, pod: Arc<Pod>) {
         self.prober_manager.do_send(AddPod(pod));
+    }
+
+    /// The pod's spec as it is now (upstream `ReconcilePod`): under `MutableContainerProbes`,
+    /// probes added, changed or removed since its workers were created are applied in place
+    /// (with a `Normal ContainerProbeChanged` event each); otherwise, and for static and mirror
+    /// pods, it is [`Pipeline::add_pod`]. Call it in place of `add_pod` when the pod is added
+    /// or updated.
+    pub fn reconcile_pod(&self, pod: Arc<Pod>) {
+        self.prober_manager.do_send(ReconcilePod(pod));
     }
 
     /// Stops every probe worker of the pod (upstream `RemovePod`): call it when the pod is deleted.

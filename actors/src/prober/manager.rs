@@ -29,15 +29,20 @@ use rand::{Rng, SeedableRng};
 
 use super::do_probe::{ContainerBinding, WorkerSpec, WorkerState};
 use super::probe_metrics::ProbeLabels;
+use super::reconcile::{
+    EVENT_CONTAINER_PROBE_CHANGED, ProbeChange, UpdateEffect, change_message, is_static_or_mirror,
+    probe_change,
+};
 use super::timing::{EffectiveTiming, probe_timings};
 use super::update_status::{ProbeView, result_keys, update_pod_status};
 use super::worker::{
-    GetState, PredecessorExited, ProbeKey, ProbeWorker, StartupSucceeded, Stop, Trigger, WorkerConfig,
-    WorkerExited,
+    GetState, PredecessorExited, ProbeKey, ProbeWorker, Reconfigure, StartupSucceeded, Stop, Trigger,
+    WorkerConfig, WorkerExited,
 };
-use super::{ProbeKind, ProbeRunner};
+use super::{ProbeKind, ProbeRunner, container_reference};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
+use crate::contracts::{EventRecorder, EventType};
 use crate::features::{Feature, FeatureGates};
 use crate::metrics as names;
 use crate::results::{RemoveResult, ResultsSink, ResultsView};
@@ -53,6 +58,15 @@ pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct AddPod(pub Arc<Pod>);
+
+/// The pod's spec as it is now (upstream `ReconcilePod`, `MutableContainerProbes` only; a
+/// no-op otherwise): probes added, changed or removed since its workers were created are
+/// applied in place, each with a `Normal ContainerProbeChanged` event, and a pod the manager
+/// does not know yet gets its workers as with [`AddPod`]. Static and mirror pods, and pods
+/// being deleted, only get [`AddPod`]'s treatment (docs/prober.md §3.9).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ReconcilePod(pub Arc<Pod>);
 
 /// Stop every worker of the pod.
 #[derive(Debug, Clone, Message)]
@@ -197,6 +211,12 @@ pub struct ProberManager {
     rng: StdRng,
     /// The kubelet feature gates in force (see [`ProberManager::with_feature_gates`]).
     feature_gates: FeatureGates,
+    /// Where `ContainerProbeChanged` events go (see [`ProberManager::with_recorder`]).
+    recorder: Option<Arc<dyn EventRecorder>>,
+    /// The pods `AddPod` or `ReconcilePod` has seen and no `RemovePod` / `CleanupPods` has
+    /// dropped: a probe `ReconcilePod` finds for one of them is an added probe (an event),
+    /// for any other pod it is the pod's first sync.
+    known_pods: HashSet<String>,
 }
 
 impl ProberManager {
@@ -215,7 +235,16 @@ impl ProberManager {
             next_id: 0,
             rng,
             feature_gates: FeatureGates::default(),
+            recorder: None,
+            known_pods: HashSet::new(),
         }
+    }
+
+    /// The manager records `ContainerProbeChanged` events (`MutableContainerProbes`) with
+    /// `recorder`; without one it records none.
+    pub fn with_recorder(mut self, recorder: Arc<dyn EventRecorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// The manager under these feature gates instead of the kubelet's defaults.
@@ -414,7 +443,14 @@ impl Handler<AddPod> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: AddPod, ctx: &mut Self::Context) {
-        let pod = msg.0;
+        self.add_pod(msg.0, ctx, false);
+    }
+}
+
+impl ProberManager {
+    /// `AddPod`: a worker for every probe without one. With `announce`, each is an added
+    /// probe of a reconciled pod: an event says so.
+    fn add_pod(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>, announce: bool) {
         let Some(uid) = pod.metadata.uid.clone() else {
             tracing::warn!(
                 pod = pod.metadata.name.as_deref().unwrap_or_default(),
@@ -422,11 +458,8 @@ impl Handler<AddPod> for ProberManager {
             );
             return;
         };
-        let Some(spec) = pod.spec.as_ref() else { return };
-        let sidecars = spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c));
-        let containers: Vec<Arc<Container>> =
-            spec.containers.iter().chain(sidecars).cloned().map(Arc::new).collect();
-        for container in containers {
+        self.known_pods.insert(uid.clone());
+        for container in probed_containers(&pod) {
             for kind in ProbeKind::ADD_ORDER {
                 if kind.probe_of(&container).is_none() {
                     continue;
@@ -441,6 +474,9 @@ impl Handler<AddPod> for ProberManager {
                     Some(_) => WorkerState::resumed(),
                     None => WorkerState::new(),
                 };
+                if announce {
+                    self.record_change(&pod, &container, kind, &ProbeChange::Added);
+                }
                 if self.lifecycle() {
                     self.add_unstarted(key, pod.clone(), container.clone());
                 } else {
@@ -452,11 +488,105 @@ impl Handler<AddPod> for ProberManager {
     }
 }
 
+impl Handler<ReconcilePod> for ProberManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReconcilePod, ctx: &mut Self::Context) {
+        let pod = msg.0;
+        let Some(uid) = pod.metadata.uid.clone() else {
+            self.add_pod(pod, ctx, false);
+            return;
+        };
+        let in_place = self.feature_gates.enabled(Feature::MutableContainerProbes)
+            && self.known_pods.contains(&uid)
+            && !is_static_or_mirror(&pod)
+            && pod.metadata.deletion_timestamp.is_none();
+        if !in_place {
+            self.add_pod(pod, ctx, false);
+            return;
+        }
+        let containers: HashMap<String, Arc<Container>> =
+            probed_containers(&pod).into_iter().map(|c| (c.name.clone(), c)).collect();
+        // An invalid timing annotation is the host's to report, as in spawn_worker.
+        let timings = probe_timings(&pod).unwrap_or_default();
+        let keys: Vec<ProbeKey> =
+            self.pod_workers(&uid).filter(|(_, e)| !e.stopping).map(|(k, _)| k.clone()).collect();
+        for key in keys {
+            let Some(entry) = self.workers.get(&key) else { continue };
+            let old_probe = key.kind.probe_of(&entry.container);
+            let old_timings = probe_timings(&entry.pod).unwrap_or_default();
+            let old = old_probe
+                .map(|p| (p, EffectiveTiming::new(p, old_timings.get(&key.container_name, key.kind))));
+            let container = containers.get(&key.container_name);
+            let new_probe = container.and_then(|c| key.kind.probe_of(c));
+            let new =
+                new_probe.map(|p| (p, EffectiveTiming::new(p, timings.get(&key.container_name, key.kind))));
+            let Some(change) = probe_change(old, new) else { continue };
+            let event_container = container.cloned().unwrap_or_else(|| entry.container.clone());
+            match (&change, container, new) {
+                (ProbeChange::Updated(fields), Some(container), Some((probe, timing))) => {
+                    let effect = UpdateEffect::of(fields);
+                    self.reconfigure(&key, &pod, container, probe, timing, effect);
+                }
+                _ => {
+                    // Removed: the worker goes now, so a status generated from here on sees
+                    // no worker, and UpdatePodStatus ignores its cached result until the
+                    // manager removes it on the worker's exit.
+                    self.retire(&key);
+                }
+            }
+            self.record_change(&pod, &event_container, key.kind, &change);
+        }
+        self.add_pod(pod, ctx, true);
+    }
+}
+
+impl ProberManager {
+    /// Applies an updated probe to the key's worker and keeps the new spec for restarts.
+    fn reconfigure(
+        &mut self,
+        key: &ProbeKey,
+        pod: &Arc<Pod>,
+        container: &Arc<Container>,
+        probe: &k8s_openapi::api::core::v1::Probe,
+        timing: EffectiveTiming,
+        effect: UpdateEffect,
+    ) {
+        let is_sidecar = is_sidecar(pod, &container.name);
+        let mut spec = WorkerSpec::new(key.kind, pod, container, probe, is_sidecar, self.start);
+        spec.initial_delay = timing.initial_delay;
+        let Some(entry) = self.workers.get_mut(key) else { return };
+        entry.pod = pod.clone();
+        entry.container = container.clone();
+        if let Some(addr) = &entry.addr {
+            addr.do_send(Reconfigure {
+                pod: pod.clone(),
+                container: container.clone(),
+                spec,
+                period: timing.period,
+                start_interval: timing.start_interval.filter(|_| key.kind == ProbeKind::Readiness),
+                timeout: timing.timeout,
+                effect,
+            });
+        }
+    }
+
+    fn record_change(&self, pod: &Pod, container: &Container, kind: ProbeKind, change: &ProbeChange) {
+        let message = change_message(&container.name, kind, change);
+        tracing::info!(pod = %crate::format::pod_ref(pod), container = %container.name, probe_kind = %kind, "{message}");
+        if let Some(recorder) = &self.recorder {
+            let object = container_reference(pod, container);
+            recorder.record(&object, EventType::Normal, EVENT_CONTAINER_PROBE_CHANGED, &message);
+        }
+    }
+}
+
 impl Handler<RemovePod> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: RemovePod, _ctx: &mut Self::Context) {
         let Some(uid) = msg.0.metadata.uid.clone() else { return };
+        self.known_pods.remove(&uid);
         self.stop_where(|k| k.pod_uid == uid);
     }
 }
@@ -474,6 +604,7 @@ impl Handler<CleanupPods> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: CleanupPods, _ctx: &mut Self::Context) {
+        self.known_pods.retain(|uid| msg.0.contains(uid));
         self.stop_where(|k| !msg.0.contains(&k.pod_uid));
     }
 }
@@ -487,8 +618,14 @@ impl Handler<UpdatePodStatus> for ProberManager {
             self.pod_workers(&uid).map(|(k, _)| (k.container_name.clone(), k.kind)).collect();
         let keys = result_keys(&msg.status);
         let answer = self.config.results_view.get_many(&keys);
-        let results: HashMap<_, _> =
+        let mut results: HashMap<_, _> =
             keys.into_iter().zip(answer).filter_map(|(key, result)| result.map(|r| (key, r))).collect();
+        if self.feature_gates.enabled(Feature::MutableContainerProbes) {
+            // A probe removed in place counts as never configured, whatever its worker left
+            // in the cache before it exited.
+            let removed = removed_probe_results(&msg.pod, &msg.status, &workers);
+            results.retain(|key, _| !removed.contains(key));
+        }
         let change_status_on_restart =
             self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
         let view = ProbeView { workers, results, manager_start: self.start, change_status_on_restart };
@@ -694,6 +831,36 @@ impl ProberManager {
 pub fn restart_backoff(restarts: u32) -> Duration {
     let secs = 1u64.checked_shl(restarts.saturating_sub(1)).unwrap_or(u64::MAX);
     Duration::from_secs(secs).min(MAX_RESTART_BACKOFF)
+}
+
+/// The pod's containers that can have probe workers: its regular containers and sidecars.
+fn probed_containers(pod: &Pod) -> Vec<Arc<Container>> {
+    let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
+    let sidecars = spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c));
+    spec.containers.iter().chain(sidecars).cloned().map(Arc::new).collect()
+}
+
+/// The result keys of `status` whose probe the pod's spec no longer has and no worker runs.
+fn removed_probe_results(
+    pod: &Pod,
+    status: &PodStatus,
+    workers: &HashSet<(String, ProbeKind)>,
+) -> HashSet<(ProbeKind, ContainerId)> {
+    let containers: HashMap<String, Arc<Container>> =
+        probed_containers(pod).into_iter().map(|c| (c.name.clone(), c)).collect();
+    let statuses =
+        status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten());
+    let mut removed = HashSet::new();
+    for cs in statuses {
+        let Some(id) = cs.container_id.as_deref().filter(|id| !id.is_empty()) else { continue };
+        for kind in ProbeKind::ADD_ORDER {
+            let configured = containers.get(&cs.name).is_some_and(|c| kind.probe_of(c).is_some());
+            if !configured && !workers.contains(&(cs.name.clone(), kind)) {
+                removed.insert((kind, ContainerId::parse(id)));
+            }
+        }
+    }
+    removed
 }
 
 fn is_sidecar(pod: &Pod, name: &str) -> bool {

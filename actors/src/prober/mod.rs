@@ -13,6 +13,7 @@ pub mod manager;
 pub mod port;
 mod probe;
 pub mod probe_metrics;
+pub mod reconcile;
 pub mod tcp;
 pub mod timing;
 pub mod update_status;

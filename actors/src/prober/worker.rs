@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
+use super::reconcile::UpdateEffect;
 use super::{ProbeError, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
@@ -95,6 +96,29 @@ pub struct StartupSucceeded {
     pub worker_id: u64,
     /// The container instance that started.
     pub container_id: ContainerId,
+}
+
+/// The pod's probe spec changed in place (`MutableContainerProbes`, sent by the prober
+/// manager's `ReconcilePod`): the worker takes the new spec and applies `effect` as
+/// docs/prober.md §3.9 says. Only the fields the effect names change how the worker runs;
+/// the rest of the new spec is kept for later (a restarted worker, a probe-triggered kill).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Reconfigure {
+    /// The pod as it is now.
+    pub pod: Arc<Pod>,
+    /// The container spec holding the new probe.
+    pub container: Arc<Container>,
+    /// What the worker captures from the new probe spec (thresholds, initial delay).
+    pub spec: WorkerSpec,
+    /// The new period.
+    pub period: Duration,
+    /// The new readiness start interval, if any.
+    pub start_interval: Option<Duration>,
+    /// The new timeout.
+    pub timeout: Duration,
+    /// What the change does to the worker.
+    pub effect: UpdateEffect,
 }
 
 // === the actor ===
@@ -183,6 +207,17 @@ pub struct ProbeWorker {
     exit: ExitNotice,
     /// Where [`StartupSucceeded`] goes; taken when sent.
     on_started: Option<Recipient<StartupSucceeded>>,
+    /// The probe configuration's number (upstream's probe ID): a new handler or timeout bumps
+    /// it, and a result of an attempt started under an older one is never applied.
+    generation: u64,
+    /// When the last probe completed (its result applied or not), for a new period.
+    last_completed: Option<Instant>,
+    /// The container the worker last started a probe against: a new initial delay does not
+    /// apply to it.
+    probed: Option<ContainerId>,
+    /// A new initial delay (seconds, and the timing annotation's milliseconds) waiting for the
+    /// next container, because the current one has been probed already.
+    pending_initial_delay: Option<(i64, Option<Duration>)>,
 }
 
 impl ProbeWorker {
@@ -222,6 +257,10 @@ impl ProbeWorker {
             status_wait: None,
             labels,
             on_started: config.on_started,
+            generation: 0,
+            last_completed: None,
+            probed: None,
+            pending_initial_delay: None,
         }
     }
 
@@ -293,6 +332,13 @@ impl ProbeWorker {
     fn run_probe(&mut self, ctx: &mut Context<Self>) -> bool {
         let started = Instant::now();
         let status = self.status.borrow().clone();
+        if self.pending_initial_delay.is_some()
+            && self.shows_new_container(status.as_deref())
+            && let Some((seconds, delay)) = self.pending_initial_delay.take()
+        {
+            self.spec.initial_delay_seconds = seconds;
+            self.spec.initial_delay = delay;
+        }
         let mut ops = Vec::new();
         let interval = self.interval();
         let next = self.state.before_probe(&self.spec, status.as_deref(), self.clock.now(), &mut ops);
@@ -309,6 +355,7 @@ impl ProbeWorker {
             Next::Skip => return false,
             Next::Probe(id) => id,
         };
+        self.probed = Some(container_id.clone());
         let Some(mut status) = status else { return false };
         if let Some(pod_ip) = self.spec.bound.as_ref().and_then(|b| b.pod_ip.clone())
             && status.pod_ip.as_deref().is_none_or(str::is_empty)
@@ -329,9 +376,17 @@ impl ProbeWorker {
             container_id,
             self.timeout,
         );
+        let generation = self.generation;
         let handle = ctx.spawn(AssertUnwindSafe(probe).catch_unwind().into_actor(self).map(
             move |outcome, act, ctx| {
+                if act.generation != generation {
+                    // Started under a handler or timeout that has been replaced since (upstream
+                    // `IsResultCurrent`): the attempt that is in flight now is not this one.
+                    tracing::debug!(pod_uid = %act.key.pod_uid, container = %act.key.container_name, probe_kind = %act.key.kind, "Result of a replaced probe configuration discarded");
+                    return;
+                }
                 act.in_flight = None;
+                act.last_completed = Some(Instant::now());
                 let interval = act.interval();
                 act.finish_probe(outcome, started);
                 act.interval_changed(interval, started, ctx);
@@ -577,6 +632,59 @@ impl Handler<GetState> for ProbeWorker {
 
     fn handle(&mut self, _msg: GetState, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(self.state.clone())
+    }
+}
+
+impl Handler<Reconfigure> for ProbeWorker {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reconfigure, ctx: &mut Self::Context) {
+        let effect = msg.effect;
+        self.pod = msg.pod;
+        self.container = msg.container;
+        self.spec.success_threshold = msg.spec.success_threshold;
+        self.spec.failure_threshold = msg.spec.failure_threshold;
+        if effect.initial_delay {
+            let delay = (msg.spec.initial_delay_seconds, msg.spec.initial_delay);
+            if self.probed.is_some() && self.probed == self.state.container_id {
+                // The current container was probed: its first probe is behind it.
+                self.pending_initial_delay = Some(delay);
+            } else {
+                self.pending_initial_delay = None;
+                (self.spec.initial_delay_seconds, self.spec.initial_delay) = delay;
+            }
+        }
+        if effect.reset_count {
+            // The published result stays; the run of equal results starts over, so that the
+            // new thresholds count only results that come from now on.
+            self.state.result_run = 0;
+        }
+        self.timeout = msg.timeout;
+        let interval = self.interval();
+        self.period = msg.period;
+        self.start_interval = msg.start_interval;
+        if self.next_tick.is_none() {
+            // Still in the start-up jitter: the first probe runs with the new spec anyway.
+            return;
+        }
+        if effect.restart {
+            self.generation += 1;
+            if let Some(handle) = self.in_flight.take() {
+                ctx.cancel_future(handle);
+            }
+            self.tick_pending = false;
+            self.schedule_from(Instant::now(), ctx);
+            self.run_probe(ctx);
+            return;
+        }
+        if self.interval() != interval {
+            // The next probe is due one new interval after the last completion; if that is
+            // past, it runs at once.
+            let now = Instant::now();
+            let from = self.last_completed.unwrap_or(now);
+            self.next_tick = Some((from + self.interval()).max(now));
+            self.arm_timer(ctx);
+        }
     }
 }
 
