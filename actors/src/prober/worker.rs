@@ -681,9 +681,17 @@ impl Handler<Reconfigure> for ProbeWorker {
             // The next probe is due one new interval after the last completion; if that is
             // past, it runs at once.
             let now = Instant::now();
-            let from = self.last_completed.unwrap_or(now);
-            self.next_tick = Some((from + self.interval()).max(now));
-            self.arm_timer(ctx);
+            let due = self.last_completed.unwrap_or(now) + self.interval();
+            if due > now {
+                self.next_tick = Some(due);
+                self.arm_timer(ctx);
+            } else if self.in_flight.is_some() {
+                self.schedule_from(now, ctx);
+                self.tick_pending = true;
+            } else {
+                self.schedule_from(now, ctx);
+                self.run_probe(ctx);
+            }
         }
     }
 }
