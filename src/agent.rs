@@ -99,8 +99,12 @@ impl Common {
     }
 
     /// The engine, with probe workers spread over one arbiter per core.
+    /// The manifests folder is the pods' own source: their probe changes are applied in place
+    /// under `MutableContainerProbes`, though they carry the static pods' annotations.
     pub fn pipeline(&self, runner: Arc<dyn CommandRunner>) -> Pipeline {
-        self.pipeline_with(runner, Arc::new(self.events.clone()))
+        let mut config = self.pipeline_config(runner, Arc::new(self.events.clone()));
+        config.static_pods_in_place = true;
+        Pipeline::start(config)
     }
 
     /// The engine with another event sink.
@@ -109,13 +113,21 @@ impl Common {
         runner: Arc<dyn CommandRunner>,
         recorder: Arc<dyn EventRecorder>,
     ) -> Pipeline {
+        Pipeline::start(self.pipeline_config(runner, recorder))
+    }
+
+    fn pipeline_config(
+        &self,
+        runner: Arc<dyn CommandRunner>,
+        recorder: Arc<dyn EventRecorder>,
+    ) -> PipelineConfig {
         let mut config = PipelineConfig::new(runner, recorder, Arc::new(self.pods.clone()));
         config.clock = Some(self.clock.clone());
         config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         config.observer = Some(Arc::new(self.history.clone()));
         config.probe_host_policy = self.probe_host_policy;
         config.feature_gates = self.feature_gates;
-        Pipeline::start(config)
+        config
     }
 
     /// Binds the HTTP endpoints and serves them until the returned sender fires. `api` is the

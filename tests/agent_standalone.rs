@@ -577,3 +577,57 @@ async fn a_pod_with_too_many_containers_cannot_starve_the_others() {
     assert!(!pods.contains("Too many open files"), "nothing ran out of descriptors");
     agent.stop().await;
 }
+
+fn probed_pod(command: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: mutable
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    command: ["sleep", "1000"]
+    readinessProbe:
+      exec:
+        command: ["{command}"]
+      periodSeconds: 1
+"#
+    )
+}
+
+/// With `--feature-gates=MutableContainerProbes=true` a manifest whose readiness probe alone
+/// changed (a failing exec rewritten to a passing one) updates the running pod in place: it
+/// becomes Ready with the same container (restart count 0, never stopped), and a
+/// `ContainerProbeChanged` event says what changed.
+#[actix::test]
+async fn mutable_container_probes_updates_a_manifests_probe_without_a_restart() {
+    let dir = temp_dir("mutable");
+    write(&dir, "mutable.yaml", &probed_pod("false"));
+    let mut agent = Agent::start_full(&dir, &[], &["--feature-gates=MutableContainerProbes=true"]).await;
+    let running = agent.wait_for_after(0, |l| l.ends_with("default/mutable: container app running")).await;
+    let before = agent.get("/pods").await;
+    assert!(before.contains("\"ready\":false"), "the failing probe keeps it unready: {before}");
+
+    // Written beside it and renamed over it, so a scan never sees half a file.
+    write(&dir, ".mutable.yaml.tmp", &probed_pod("true"));
+    std::fs::rename(dir.join(".mutable.yaml.tmp"), dir.join("mutable.yaml")).unwrap();
+    let updated =
+        agent.wait_for_after(running, |l| l.ends_with("default/mutable: probes updated in place")).await;
+    let ready = agent.wait_for_after(updated, |l| l.ends_with("default/mutable: Ready=True")).await;
+    let output = agent.seen[running..=ready].join("\n");
+    for word in ["stopped", "removed", "added from", "restarted"] {
+        assert!(!output.contains(&format!("default/mutable: {word}")), "not restarted ({word}):\n{output}");
+    }
+    let after = agent.get("/pods").await;
+    assert!(after.contains("\"restartCount\":0"), "{after}");
+    assert!(after.contains("\"ready\":true"), "{after}");
+    let id =
+        |s: &str| s.split("\"containerID\":\"").nth(1).and_then(|r| r.split('"').next()).map(str::to_owned);
+    assert_eq!(id(&before), id(&after), "the same container instance");
+    let events = agent.get("/events").await;
+    assert!(events.contains("\"reason\":\"ContainerProbeChanged\""), "{events}");
+    assert!(events.contains("Readiness probe of container app updated: handler"), "{events}");
+    agent.stop().await;
+}

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, MAX_MANIFEST_BYTES, ManifestError, Snapshot,
-    SourceChange, apply_defaults, diff, load_dir, parse_manifest, scan, static_pod_uid, validate,
+    SourceChange, apply_defaults, diff, load_dir, parse_manifest, scan, scan_with, static_pod_uid, validate,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -886,6 +886,7 @@ fn summary(changes: &[SourceChange]) -> Vec<String> {
         .map(|c| match c {
             SourceChange::Removed { namespace, name, .. } => format!("-{namespace}/{name}"),
             SourceChange::Added(p) => format!("+{}/{}", p.namespace(), p.name()),
+            SourceChange::Updated(p) => format!("~{}/{}", p.namespace(), p.name()),
         })
         .collect()
 }
@@ -1048,4 +1049,58 @@ spec:
         let want = format!("{prefix}{want}");
         assert!(got.starts_with(&want), "{name}: got {got:?}, want {want:?}");
     }
+}
+
+fn probed_pod_yaml(command: &str, period: u32) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: probed
+spec:
+  containers:
+  - name: app
+    command: [sleep, '1000']
+    readinessProbe:
+      exec:
+        command: [{command}]
+      periodSeconds: {period}
+"
+    )
+}
+
+#[test]
+fn with_probes_in_place_a_probe_only_change_keeps_the_uid_and_is_an_update() {
+    let dir = TempDir::new("in-place");
+    dir.write("p.yaml", probed_pod_yaml("'false'", 10));
+    let first = scan_with(dir.path(), NODE, true);
+    dir.write("p.yaml", probed_pod_yaml("'true'", 3));
+    let second = scan_with(dir.path(), NODE, true);
+    let changes = diff(&first, &second);
+    assert_eq!(summary(&changes), vec!["~default/probed"]);
+    let SourceChange::Updated(updated) = &changes[0] else { panic!("{changes:?}") };
+    assert!(first.pods.contains_key(updated.uid()), "same UID");
+    let probe = updated.pod.spec.as_ref().unwrap().containers[0].readiness_probe.clone().unwrap();
+    assert_eq!(probe.period_seconds, Some(3), "the update carries the new probe");
+    assert_eq!(
+        updated.pod.metadata.annotations.as_ref().unwrap().get(CONFIG_HASH_ANNOTATION).map(String::as_str),
+        Some(updated.uid())
+    );
+    assert_eq!(diff(&second, &scan_with(dir.path(), NODE, true)), vec![], "nothing changed");
+
+    // Anything else that changes still replaces the pod.
+    dir.write("p.yaml", probed_pod_yaml("'true'", 3).replace("'1000'", "'5'"));
+    assert_eq!(
+        summary(&diff(&second, &scan_with(dir.path(), NODE, true))),
+        vec!["-default/probed", "+default/probed"]
+    );
+}
+
+#[test]
+fn without_probes_in_place_a_probe_change_replaces_the_pod() {
+    let dir = TempDir::new("not-in-place");
+    dir.write("p.yaml", probed_pod_yaml("'false'", 10));
+    let first = scan(dir.path(), NODE);
+    dir.write("p.yaml", probed_pod_yaml("'true'", 10));
+    assert_eq!(summary(&diff(&first, &scan(dir.path(), NODE))), vec!["-default/probed", "+default/probed"]);
 }

@@ -70,6 +70,10 @@ pub struct PipelineConfig {
     pub executors: Executors,
     /// The kubelet feature gates in force; the kubelet's defaults unless set.
     pub feature_gates: FeatureGates,
+    /// The host is the static pods' own source (the standalone agent's manifests folder): under
+    /// `MutableContainerProbes` their probe changes are applied in place like an API server
+    /// pod's. False (the kubelet's rule): a static pod's probes change only by replacing it.
+    pub static_pods_in_place: bool,
 }
 
 impl PipelineConfig {
@@ -92,6 +96,7 @@ impl PipelineConfig {
             probe_host_policy: ProbeHostPolicy::Any,
             executors: Executors::default(),
             feature_gates: FeatureGates::default(),
+            static_pods_in_place: false,
         }
     }
 }
@@ -152,6 +157,7 @@ impl Pipeline {
         })
         .with_feature_gates(config.feature_gates)
         .with_recorder(config.recorder.clone())
+        .with_static_pods_in_place(config.static_pods_in_place)
         .start();
         Pipeline {
             prober_manager: manager,

@@ -143,7 +143,10 @@ impl StandaloneKubelet {
     }
 
     fn rescan(&mut self, ctx: &mut Context<Self>) {
-        let next = manifests::scan(&self.config.manifests, &self.config.node_name)
+        // MutableContainerProbes: a manifest whose probes alone changed keeps its UID and its
+        // running pod, and the new probes are applied in place (docs/prober.md §3.9).
+        let in_place = self.pipeline.feature_gates.enabled(Feature::MutableContainerProbes);
+        let next = manifests::scan_with(&self.config.manifests, &self.config.node_name, in_place)
             .keeping_unreadable(&self.snapshot);
         let mut current = HashSet::new();
         for error in &next.errors {
@@ -169,6 +172,7 @@ impl StandaloneKubelet {
             match change {
                 SourceChange::Added(loaded) => self.add(loaded.pod, &loaded.file, ctx),
                 SourceChange::Removed { uid, .. } => self.terminate(uid, ctx),
+                SourceChange::Updated(loaded) => self.update(loaded.pod, ctx),
             }
         }
         if !self.synced.swap(true, Ordering::SeqCst) {
@@ -208,6 +212,25 @@ impl StandaloneKubelet {
         self.sync(uid, ctx);
     }
 
+    /// A running pod's manifest changed its probes only (`MutableContainerProbes`): the pod
+    /// keeps running and its next sync reconciles the probes.
+    fn update(&mut self, pod: Pod, ctx: &mut Context<Self>) {
+        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(entry) = self.entries.get_mut(&uid) else { return };
+        if entry.terminating {
+            if let Some(restart) = entry.restart.as_mut() {
+                restart.pod = pod;
+            }
+            return;
+        }
+        let pod = Arc::new(pod);
+        console::print(Tone::Plain, &format!("{}: probes updated in place", pod_ref(&pod)));
+        self.pods.upsert(pod.clone());
+        entry.pod = pod.clone();
+        self.pipeline.reconcile_pod(pod);
+        self.sync(uid, ctx);
+    }
+
     /// One pod sync (the kubelet's `SyncPod`): the status is generated off the actor, then
     /// [`Self::apply`] decides what to do with it.
     fn sync(&mut self, uid: String, ctx: &mut Context<Self>) {
@@ -243,7 +266,7 @@ impl StandaloneKubelet {
                     self.pipeline.remove_pod(pod);
                 }
             } else {
-                self.pipeline.add_pod(pod.clone());
+                self.pipeline.reconcile_pod(pod.clone());
                 // ContainerLifecycleProber: the containers this status shows started or
                 // stopped start or stop their probes (nothing with the gate off).
                 if let Some(stored) = &stored {

@@ -451,7 +451,26 @@ impl Snapshot {
 /// Scans the folder (see [`load_dir`]). Follow it with [`Snapshot::keeping_unreadable`] to keep
 /// the pods of what could not be read.
 pub fn scan(dir: &Path, node_name: &str) -> Snapshot {
-    let loaded = load(dir, node_name);
+    scan_with(dir, node_name, false)
+}
+
+/// [`scan`]; with `probes_in_place` (the `MutableContainerProbes` gate) each pod's UID is
+/// [`static_pod_uid_ignoring_probes`], so a manifest whose probes alone changed keeps its pod
+/// and [`diff`] reports it [`SourceChange::Updated`] instead of removed and added.
+pub fn scan_with(dir: &Path, node_name: &str, probes_in_place: bool) -> Snapshot {
+    let mut loaded = load(dir, node_name);
+    if probes_in_place {
+        for loaded in &mut loaded.pods {
+            let uid = static_pod_uid_ignoring_probes(node_name, &loaded.file, &loaded.pod);
+            loaded
+                .pod
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(CONFIG_HASH_ANNOTATION.into(), uid.clone());
+            loaded.pod.metadata.uid = Some(uid);
+        }
+    }
     Snapshot {
         pods: loaded.pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(),
         errors: loaded.errors,
@@ -470,18 +489,29 @@ pub enum SourceChange {
     Added(LoadedPod),
     /// A pod to stop: its file is gone, no longer loads, or changed (the UID changes with it).
     Removed { uid: String, file: PathBuf, namespace: String, name: String },
+    /// A running pod whose manifest changed and kept its UID: only its probes changed (only
+    /// [`scan_with`]'s in-place UIDs leave them out). Its probes are updated in place.
+    Updated(LoadedPod),
 }
 
 /// What changed from `old` to `new`: removals first (so a changed pod's old UID goes before its
-/// new one arrives under the same name), then additions, each in file, namespace, name order.
+/// new one arrives under the same name), then additions, then pods updated under the same UID,
+/// each in file, namespace, name order.
 pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SourceChange> {
     let order = |p: &LoadedPod| (p.file.clone(), p.namespace().to_owned(), p.name().to_owned());
     let mut removed: Vec<&LoadedPod> =
         old.pods.iter().filter(|(uid, _)| !new.pods.contains_key(*uid)).map(|(_, p)| p).collect();
     let mut added: Vec<&LoadedPod> =
         new.pods.iter().filter(|(uid, _)| !old.pods.contains_key(*uid)).map(|(_, p)| p).collect();
+    let mut updated: Vec<&LoadedPod> = new
+        .pods
+        .iter()
+        .filter(|(uid, p)| old.pods.get(*uid).is_some_and(|o| o.pod != p.pod))
+        .map(|(_, p)| p)
+        .collect();
     removed.sort_by_key(|p| order(p));
     added.sort_by_key(|p| order(p));
+    updated.sort_by_key(|p| order(p));
     removed
         .into_iter()
         .map(|p| SourceChange::Removed {
@@ -491,6 +521,7 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SourceChange> {
             name: p.name().to_owned(),
         })
         .chain(added.into_iter().map(|p| SourceChange::Added(p.clone())))
+        .chain(updated.into_iter().map(|p| SourceChange::Updated(p.clone())))
         .collect()
 }
 
@@ -531,6 +562,20 @@ pub fn static_pod_uid(node_name: &str, file: &Path, pod: &Pod) -> String {
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+/// [`static_pod_uid`] of the pod without its containers' and init containers' probes: the UID
+/// a pod keeps when only its probes change (`MutableContainerProbes`).
+pub fn static_pod_uid_ignoring_probes(node_name: &str, file: &Path, pod: &Pod) -> String {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            container.liveness_probe = None;
+            container.readiness_probe = None;
+            container.startup_probe = None;
+        }
+    }
+    static_pod_uid(node_name, file, &pod)
 }
 
 // === defaults ===

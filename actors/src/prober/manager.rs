@@ -30,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use super::do_probe::{ContainerBinding, WorkerSpec, WorkerState};
 use super::probe_metrics::ProbeLabels;
 use super::reconcile::{
-    EVENT_CONTAINER_PROBE_CHANGED, ProbeChange, UpdateEffect, change_message, is_static_or_mirror,
+    EVENT_CONTAINER_PROBE_CHANGED, ProbeChange, UpdateEffect, change_message, is_mirror, is_static_or_mirror,
     probe_change,
 };
 use super::timing::{EffectiveTiming, probe_timings};
@@ -217,6 +217,8 @@ pub struct ProberManager {
     /// dropped: a probe `ReconcilePod` finds for one of them is an added probe (an event),
     /// for any other pod it is the pod's first sync.
     known_pods: HashSet<String>,
+    /// Static pods get in-place probe changes too (see [`ProberManager::with_static_pods_in_place`]).
+    static_pods_in_place: bool,
 }
 
 impl ProberManager {
@@ -237,7 +239,16 @@ impl ProberManager {
             feature_gates: FeatureGates::default(),
             recorder: None,
             known_pods: HashSet::new(),
+            static_pods_in_place: false,
         }
+    }
+
+    /// With `in_place`, `ReconcilePod` applies a static pod's probe changes in place (a host
+    /// that is the static pods' own source, like the standalone agent); mirror pods stay
+    /// excluded. Off by default, as the kubelet.
+    pub fn with_static_pods_in_place(mut self, in_place: bool) -> Self {
+        self.static_pods_in_place = in_place;
+        self
     }
 
     /// The manager records `ContainerProbeChanged` events (`MutableContainerProbes`) with
@@ -499,7 +510,7 @@ impl Handler<ReconcilePod> for ProberManager {
         };
         let in_place = self.feature_gates.enabled(Feature::MutableContainerProbes)
             && self.known_pods.contains(&uid)
-            && !is_static_or_mirror(&pod)
+            && !self.excluded(&pod)
             && pod.metadata.deletion_timestamp.is_none();
         if !in_place {
             self.add_pod(pod, ctx, false);
@@ -569,6 +580,12 @@ impl ProberManager {
                 effect,
             });
         }
+    }
+
+    /// Static and mirror pods keep their probes until they are replaced (KEP-6318); a host's
+    /// own static pods can be let in.
+    fn excluded(&self, pod: &Pod) -> bool {
+        if self.static_pods_in_place { is_mirror(pod) } else { is_static_or_mirror(pod) }
     }
 
     fn record_change(&self, pod: &Pod, container: &Container, kind: ProbeKind, change: &ProbeChange) {

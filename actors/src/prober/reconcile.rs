@@ -154,6 +154,11 @@ pub fn is_static_or_mirror(pod: &Pod) -> bool {
         || annotations.get(CONFIG_SOURCE_ANNOTATION).is_some_and(|source| source != API_SERVER_SOURCE)
 }
 
+/// Whether the pod is a mirror pod (upstream `kubetypes.IsMirrorPod`).
+pub fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
+}
+
 /// The `ContainerProbeChanged` event message: the container, the probe type and what was
 /// done (added, removed, or updated with the changed fields).
 pub fn change_message(container: &str, kind: ProbeKind, change: &ProbeChange) -> String {
@@ -278,6 +283,8 @@ mod tests {
         assert!(is_static_or_mirror(&pod(&[(CONFIG_SOURCE_ANNOTATION, "file")])));
         assert!(is_static_or_mirror(&pod(&[(CONFIG_SOURCE_ANNOTATION, "http")])));
         assert!(is_static_or_mirror(&pod(&[(CONFIG_MIRROR_ANNOTATION, "abc")])));
+        assert!(is_mirror(&pod(&[(CONFIG_MIRROR_ANNOTATION, "abc")])));
+        assert!(!is_mirror(&pod(&[(CONFIG_SOURCE_ANNOTATION, "file")])));
     }
 
     #[test]
