@@ -889,3 +889,67 @@ async fn an_invalid_probe_timing_annotation_gets_a_warning_and_the_pod_is_probed
     let _ = agent.kill().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// Replaces the pod's readiness probe in the fake's store (watches see MODIFIED): what an API
+/// server with `MutableContainerProbes` on accepts from a user's update. The fake validates
+/// updates as v1.35 does, which forbids it, so the store is written directly.
+fn set_readiness_probe(fake: &FakeApiServer, name: &str, probe: Probe) {
+    let mut pod = fake.pod("default", name).unwrap();
+    pod.spec.as_mut().unwrap().containers[0].readiness_probe = Some(probe);
+    fake.insert_pod(pod);
+}
+
+fn tcp_probe(port: u16) -> Probe {
+    Probe {
+        tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction {
+            port: IntOrString::Int(i32::from(port)),
+            ..Default::default()
+        }),
+        period_seconds: Some(1),
+        timeout_seconds: Some(1),
+        success_threshold: Some(1),
+        failure_threshold: Some(1),
+        ..Default::default()
+    }
+}
+
+/// With `--feature-gates=MutableContainerProbes=true` a pod update from the watch that changes a
+/// readiness probe (an HTTP check the server fails, replaced by a TCP check it passes) is applied
+/// in place: the pod goes Ready, and a `ContainerProbeChanged` event is written.
+#[tokio::test]
+async fn mutable_container_probes_applies_a_probe_update_from_the_watch() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    healthy.store(false, Ordering::SeqCst);
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("mutable", "node-a", port));
+    let (mut agent, kubeconfig) =
+        start_agent(&fake, "mutable", &["--feature-gates=MutableContainerProbes=true"]);
+    wait_for_pod(&fake, "mutable", "Ready=False", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "False")
+    })
+    .await;
+
+    set_readiness_probe(&fake, "mutable", tcp_probe(port));
+    wait_for_pod(&fake, "mutable", "Ready=True", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let event = loop {
+        let events = fake.events();
+        if let Some(event) = events.iter().find(|e| e["reason"] == "ContainerProbeChanged") {
+            break event.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a ContainerProbeChanged event within 30 s: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["message"], "Readiness probe of container app updated: handler");
+    assert_eq!(event["involvedObject"]["fieldPath"], "spec.containers{app}");
+
+    let _ = agent.kill().await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}

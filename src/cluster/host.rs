@@ -13,6 +13,7 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::{EventRecorder, EventType, PodLookup};
+use probelet_actors::features::Feature;
 use probelet_actors::metrics as names;
 use probelet_actors::prober::timing::{EVENT_INVALID_PROBE_TIMING, PROBE_TIMING_ANNOTATION, probe_timings};
 use probelet_actors::prober::{ProbeKind, ProbeResult};
@@ -153,8 +154,13 @@ impl ClusterHost {
             // Unlike the kubelet, which first syncs a pod before its containers run, the agent
             // meets pods whose containers already run: the workers must exist before the first
             // UpdatePodStatus, or a container with a readiness probe would be reported ready
-            // before it was probed.
-            self.pipeline.add_pod(pod.clone());
+            // before it was probed. Under MutableContainerProbes a pod update from the watch
+            // that changed its probes is applied in place (docs/prober.md §3.9).
+            if self.pipeline.feature_gates.enabled(Feature::MutableContainerProbes) {
+                self.pipeline.reconcile_pod(pod.clone());
+            } else {
+                self.pipeline.add_pod(pod.clone());
+            }
         }
         let pipeline = self.pipeline.clone();
         let fut = {
