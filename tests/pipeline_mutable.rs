@@ -389,3 +389,18 @@ async fn gate_off_keeps_a_removed_probe_running() {
     assert_eq!(h.worker_count().await, 1, "the worker keeps the probe it was created with");
     assert!(changed_events(&h).is_empty());
 }
+
+#[actix::test]
+async fn a_worker_that_stopped_by_itself_is_recreated_without_an_added_event() {
+    let (h, _t0) = harness(true).await;
+    let pod = test_pod("exited")
+        .container("app")
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .restart_policy("Never")
+        .build();
+    h.sync(&pod, vec![support::pods::terminated("app", ID, 0)]).await;
+    h.wait_workers(0).await; // a terminated container of a Never pod: the worker stops itself
+    h.pipeline.reconcile_pod(pod.clone());
+    settle().await;
+    assert!(changed_events(&h).is_empty(), "the spec did not change: {:?}", changed_events(&h));
+}

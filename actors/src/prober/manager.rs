@@ -213,10 +213,10 @@ pub struct ProberManager {
     feature_gates: FeatureGates,
     /// Where `ContainerProbeChanged` events go (see [`ProberManager::with_recorder`]).
     recorder: Option<Arc<dyn EventRecorder>>,
-    /// The pods `AddPod` or `ReconcilePod` has seen and no `RemovePod` / `CleanupPods` has
-    /// dropped: a probe `ReconcilePod` finds for one of them is an added probe (an event),
-    /// for any other pod it is the pod's first sync.
-    known_pods: HashSet<String>,
+    /// The last spec `AddPod` or `ReconcilePod` saw of each pod no `RemovePod` / `CleanupPods`
+    /// has dropped: a probe `ReconcilePod` finds that this spec lacks is an added probe (an
+    /// event); a pod not here is at its first sync.
+    known_pods: HashMap<String, Arc<Pod>>,
     /// Static pods get in-place probe changes too (see [`ProberManager::with_static_pods_in_place`]).
     static_pods_in_place: bool,
 }
@@ -238,7 +238,7 @@ impl ProberManager {
             rng,
             feature_gates: FeatureGates::default(),
             recorder: None,
-            known_pods: HashSet::new(),
+            known_pods: HashMap::new(),
             static_pods_in_place: false,
         }
     }
@@ -454,14 +454,15 @@ impl Handler<AddPod> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: AddPod, ctx: &mut Self::Context) {
-        self.add_pod(msg.0, ctx, false);
+        self.add_pod(msg.0, ctx, None);
     }
 }
 
 impl ProberManager {
-    /// `AddPod`: a worker for every probe without one. With `announce`, each is an added
-    /// probe of a reconciled pod: an event says so.
-    fn add_pod(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>, announce: bool) {
+    /// `AddPod`: a worker for every probe without one. With `previous` (the spec a reconciled
+    /// pod had before), each probe that spec lacks is an added probe: an event says so. A
+    /// worker that exited by itself is recreated silently, as `AddPod` always does.
+    fn add_pod(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>, previous: Option<Arc<Pod>>) {
         let Some(uid) = pod.metadata.uid.clone() else {
             tracing::warn!(
                 pod = pod.metadata.name.as_deref().unwrap_or_default(),
@@ -469,7 +470,9 @@ impl ProberManager {
             );
             return;
         };
-        self.known_pods.insert(uid.clone());
+        self.known_pods.insert(uid.clone(), pod.clone());
+        let before: Option<HashMap<String, Arc<Container>>> =
+            previous.map(|p| probed_containers(&p).into_iter().map(|c| (c.name.clone(), c)).collect());
         for container in probed_containers(&pod) {
             for kind in ProbeKind::ADD_ORDER {
                 if kind.probe_of(&container).is_none() {
@@ -485,7 +488,10 @@ impl ProberManager {
                     Some(_) => WorkerState::resumed(),
                     None => WorkerState::new(),
                 };
-                if announce {
+                let added = before
+                    .as_ref()
+                    .is_some_and(|b| !b.get(&container.name).is_some_and(|c| kind.probe_of(c).is_some()));
+                if added {
                     self.record_change(&pod, &container, kind, &ProbeChange::Added);
                 }
                 if self.lifecycle() {
@@ -505,15 +511,16 @@ impl Handler<ReconcilePod> for ProberManager {
     fn handle(&mut self, msg: ReconcilePod, ctx: &mut Self::Context) {
         let pod = msg.0;
         let Some(uid) = pod.metadata.uid.clone() else {
-            self.add_pod(pod, ctx, false);
+            self.add_pod(pod, ctx, None);
             return;
         };
+        let previous = self.known_pods.get(&uid).cloned();
         let in_place = self.feature_gates.enabled(Feature::MutableContainerProbes)
-            && self.known_pods.contains(&uid)
+            && previous.is_some()
             && !self.excluded(&pod)
             && pod.metadata.deletion_timestamp.is_none();
         if !in_place {
-            self.add_pod(pod, ctx, false);
+            self.add_pod(pod, ctx, None);
             return;
         }
         let containers: HashMap<String, Arc<Container>> =
@@ -548,7 +555,7 @@ impl Handler<ReconcilePod> for ProberManager {
             }
             self.record_change(&pod, &event_container, key.kind, &change);
         }
-        self.add_pod(pod, ctx, true);
+        self.add_pod(pod, ctx, previous);
     }
 }
 
@@ -621,7 +628,7 @@ impl Handler<CleanupPods> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: CleanupPods, _ctx: &mut Self::Context) {
-        self.known_pods.retain(|uid| msg.0.contains(uid));
+        self.known_pods.retain(|uid, _| msg.0.contains(uid));
         self.stop_where(|k| !msg.0.contains(&k.pod_uid));
     }
 }
