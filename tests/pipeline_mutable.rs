@@ -404,3 +404,47 @@ async fn a_worker_that_stopped_by_itself_is_recreated_without_an_added_event() {
     settle().await;
     assert!(changed_events(&h).is_empty(), "the spec did not change: {:?}", changed_events(&h));
 }
+
+// === the engine ===
+
+/// `Engine::sync_pod` reconciles under the gate (an event for the added probe) and adds
+/// workers as before without it (no event). The containers wait, so nothing is probed.
+#[actix::test]
+async fn engine_sync_pod_reconciles_the_pods_probes_under_the_gate() {
+    tokio::time::pause();
+    for on in [true, false] {
+        let pods = probelet::contracts::PodRegistry::new();
+        let recorder = probelet::contracts::MemoryRecorder::new();
+        let gates = FeatureGates::default().with(Feature::MutableContainerProbes, on).unwrap();
+        let engine = probelet::Engine::builder(Arc::new(pods.clone()))
+            .clock(Arc::new(probelet::clock::TokioClock::starting_at(support::kubelet::epoch())))
+            .recorder(Arc::new(recorder.clone()))
+            .feature_gates(gates)
+            .start();
+        let runtime = || k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Pending".into()),
+            container_statuses: Some(vec![support::pods::waiting("app")]),
+            ..Default::default()
+        };
+        let pod = pod_with("engine", Readiness, probe(10, 1, 3));
+        pods.upsert(pod.clone());
+        engine.sync_pod(pod, runtime()).await.unwrap();
+        let pod = test_pod("engine")
+            .container("app")
+            .with_probe("app", Readiness, probe(10, 1, 3))
+            .with_probe("app", Liveness, probe(10, 1, 3))
+            .build();
+        pods.upsert(pod.clone());
+        engine.sync_pod(pod, runtime()).await.unwrap();
+        settle().await;
+        assert_eq!(engine.pipeline().workers().await.unwrap().len(), 2, "gate {on}");
+        let events: Vec<String> =
+            recorder.rendered().into_iter().filter(|e| e.contains("ContainerProbeChanged")).collect();
+        let want: Vec<String> = if on {
+            vec!["Normal ContainerProbeChanged Liveness probe of container app added".into()]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(events, want, "gate {on}");
+    }
+}

@@ -5,6 +5,9 @@
 //! `ContainerLifecycleProber` gate `AddPod` only creates workers, and `StartContainerProbes` /
 //! `StopContainerProbes` start and stop them per container instance (docs/prober.md §3.7);
 //! `ChangeContainerStatusOnKubeletRestart` turns the agent-restart preservation off (§3.8).
+//! Under `MutableContainerProbes`, `ReconcilePod` applies a running pod's probe changes to its
+//! workers in place (upstream `ReconcilePod`, KEP-6318; §3.9), with what changed worked out by
+//! [`super::reconcile`].
 //!
 //! Deliberate differences from upstream: `AddPod` continues past an existing worker (upstream's
 //! newer fix), and a worker that was told to stop does not block a new worker for the same key
@@ -490,7 +493,7 @@ impl ProberManager {
                 };
                 let added = before
                     .as_ref()
-                    .is_some_and(|b| !b.get(&container.name).is_some_and(|c| kind.probe_of(c).is_some()));
+                    .is_some_and(|b| b.get(&container.name).is_none_or(|c| kind.probe_of(c).is_none()));
                 if added {
                     self.record_change(&pod, &container, kind, &ProbeChange::Added);
                 }

@@ -8,6 +8,10 @@
 //! stopping the worker cancels it (an exec child is killed when its future is dropped), and a
 //! panic inside it is caught.
 //!
+//! Under `MutableContainerProbes` the manager sends [`Reconfigure`] when the pod's probe spec
+//! changes; the worker numbers its probe configuration and drops the result of an attempt
+//! started under a replaced one (upstream `IsResultCurrent`, docs/prober.md §3.9).
+//!
 //! With the pod's probe timing annotation (our addition, docs/probe-timing.md) the period and
 //! timeout can be in milliseconds, and a readiness start interval replaces the period until
 //! the container's first readiness success; without it the worker is upstream's.
