@@ -448,3 +448,45 @@ async fn engine_sync_pod_reconciles_the_pods_probes_under_the_gate() {
         assert_eq!(events, want, "gate {on}");
     }
 }
+
+// === with ContainerLifecycleProber ===
+
+/// Both gates: a readiness probe added to a container whose startup probe has already
+/// succeeded starts at once (no `StartupSucceeded` will come again to start it).
+#[actix::test]
+async fn with_container_lifecycle_prober_an_added_probe_of_a_started_container_runs() {
+    tokio::time::pause();
+    let t0 = Instant::now();
+    let gates = FeatureGates::default()
+        .with(Feature::MutableContainerProbes, true)
+        .and_then(|g| g.with(Feature::ContainerLifecycleProber, true))
+        .unwrap();
+    let h = Harness::start_gated(ScriptedProber::new(), gates);
+    h.worker_count().await;
+    advance(secs(11)).await;
+    let pod = pod_with("both", Startup, probe(10, 1, 3));
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    let container = Arc::new(pod.spec.as_ref().unwrap().containers[0].clone());
+    h.pipeline.start_container_probes(
+        pod.clone(),
+        container,
+        probelet::container::ContainerId::parse(ID),
+        None,
+        None,
+    );
+    advance(secs(1)).await;
+    assert_eq!(h.result(Startup, ID).await, Some(Success), "started");
+
+    let pod = test_pod("both")
+        .container("app")
+        .with_probe("app", Startup, probe(10, 1, 3))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .build();
+    h.pipeline.reconcile_pod(pod.clone());
+    settle().await;
+    let workers = h.pipeline.list_workers().await.unwrap();
+    let readiness = workers.iter().find(|w| w.key.kind == Readiness).expect("a readiness worker");
+    assert!(readiness.running, "{readiness:?}");
+    assert_eq!(readiness.container_id.as_ref().map(ToString::to_string).as_deref(), Some(ID));
+    assert!(!h.prober.calls_of("app", Readiness).is_empty(), "and probes");
+}

@@ -498,7 +498,10 @@ impl ProberManager {
                     self.record_change(&pod, &container, kind, &ProbeChange::Added);
                 }
                 if self.lifecycle() {
-                    self.add_unstarted(key, pod.clone(), container.clone());
+                    self.add_unstarted(key.clone(), pod.clone(), container.clone());
+                    if added {
+                        self.start_added(ctx, &key, &container);
+                    }
                 } else {
                     let how = WorkerStart { state, restarts: 0, binding: None };
                     self.spawn_worker(ctx, key, pod.clone(), container.clone(), how);
@@ -589,6 +592,31 @@ impl ProberManager {
                 timeout: timing.timeout,
                 effect,
             });
+        }
+    }
+
+    /// Under `ContainerLifecycleProber`, a probe added in place to a running container starts
+    /// at once when its instance is past the point where it would have been started: a startup
+    /// probe always, readiness and liveness when the container has no startup probe or its
+    /// startup probe has succeeded. The next `StartContainerProbes` would start the first two
+    /// cases too, but nothing would start the last one (`StartupSucceeded` has come already).
+    fn start_added(&mut self, ctx: &mut Context<Self>, key: &ProbeKey, container: &Container) {
+        let binding = self
+            .pod_workers(&key.pod_uid)
+            .filter(|(k, e)| k.container_name == key.container_name && e.addr.is_some() && !e.stopping)
+            .find_map(|(_, e)| e.binding.clone());
+        // No running sibling: the container does not run yet, StartContainerProbes starts it.
+        let Some(binding) = binding else { return };
+        let start = match key.kind {
+            ProbeKind::Startup => true,
+            ProbeKind::Readiness | ProbeKind::Liveness => {
+                container.startup_probe.is_none()
+                    || self.config.results_view.get(ProbeKind::Startup, &binding.container_id)
+                        == Some(super::ProbeResult::Success)
+            }
+        };
+        if start {
+            self.start_bound(ctx, key.clone(), &binding);
         }
     }
 
