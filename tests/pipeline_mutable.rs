@@ -490,3 +490,19 @@ async fn with_container_lifecycle_prober_an_added_probe_of_a_started_container_r
     assert_eq!(readiness.container_id.as_ref().map(ToString::to_string).as_deref(), Some(ID));
     assert!(!h.prober.calls_of("app", Readiness).is_empty(), "and probes");
 }
+
+#[actix::test]
+async fn a_removed_probes_in_flight_result_is_never_applied() {
+    let (h, t0) = harness(true).await;
+    h.prober.then("app", Readiness, [Step::Slow(secs(5), Success)]);
+    let log = h.result_log();
+    let pod = pod_with("removed-in-flight", Readiness, probe(10, 1, 1));
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(1)).await; // the first probe is in flight until 5 s
+    update(&h, &test_pod("removed-in-flight").container("app").build(), t0).await;
+    run_for(secs(10)).await;
+    assert!(h.prober.dropped.load(Ordering::SeqCst), "the attempt in flight was cancelled");
+    let changes = log.send(support::kubelet::DrainLog).await.unwrap();
+    assert!(changes.iter().all(|c| c.result != Success), "its success never reached the cache: {changes:?}");
+    assert_eq!(h.result(Readiness, ID).await, None);
+}
