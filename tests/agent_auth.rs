@@ -2,7 +2,7 @@
 //! endpoints behind TokenReview and SubjectAccessReview like the kubelet's authenticated port.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::process::Stdio;
 

@@ -2,7 +2,7 @@
 //! state, a scripted `Health` implementation, a server without the health service, raw TCP servers
 //! that never speak HTTP/2, and closed ports. Every output is asserted byte for byte.
 
-mod support;
+use probelet_test_support as support;
 
 use std::future::Future;
 use std::time::Duration;

@@ -53,7 +53,7 @@ impl Harness {
         h
     }
 
-    pub fn start_with(prober: ScriptedProber) -> Harness {
+    pub(crate) fn start_with(prober: ScriptedProber) -> Harness {
         Self::start_gated(prober, probelet::FeatureGates::default())
     }
 

@@ -181,7 +181,7 @@ impl SyncTest {
     }
 }
 
-pub fn summarize(requests: &[RecordedRequest]) -> Vec<(Method, String, Option<u16>)> {
+pub(crate) fn summarize(requests: &[RecordedRequest]) -> Vec<(Method, String, Option<u16>)> {
     requests.iter().map(|r| (r.method.clone(), r.path.clone(), r.code)).collect()
 }
 

@@ -20,8 +20,8 @@ pub mod patch;
 pub mod reviews;
 pub mod schema;
 pub mod selectors;
-pub mod store;
-pub mod validation;
+mod store;
+mod validation;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -133,7 +133,7 @@ impl RecordedRequest {
 }
 
 /// A predicate on a request's method and path.
-pub type RequestPredicate = Arc<dyn Fn(&Method, &str) -> bool + Send + Sync>;
+pub(crate) type RequestPredicate = Arc<dyn Fn(&Method, &str) -> bool + Send + Sync>;
 
 /// Which requests a fault applies to.
 #[derive(Clone)]
@@ -397,10 +397,6 @@ impl FakeApiServer {
             FaultTimes::Always => (None, 0),
         };
         lock(&self.shared.faults).push(ActiveFault { fault, remaining, rng: SplitMix(seed) });
-    }
-
-    pub fn clear_faults(&self) {
-        lock(&self.shared.faults).clear();
     }
 
     /// Stops accepting, ends open connections and watches.

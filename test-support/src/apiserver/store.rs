@@ -18,7 +18,7 @@ use super::validation::{self as v, ApiError, BadValue, EventApi, FieldError, Res
 
 /// The resourceVersion the store starts at: the cluster has "already" made this many changes, so
 /// a watch from version 1 is too old, as on a real cluster.
-pub const INITIAL_RESOURCE_VERSION: u64 = 100;
+pub(crate) const INITIAL_RESOURCE_VERSION: u64 = 100;
 
 /// The API a request addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +123,10 @@ pub struct Watcher {
 }
 
 /// Watches taken out of a stopping server's store ([`Store::detach_watches`]).
-pub struct DetachedWatches(#[allow(dead_code)] Vec<Watcher>);
+pub struct DetachedWatches {
+    // Held, never read: dropping them ends the watch streams.
+    _held: Vec<Watcher>,
+}
 
 /// A reply with a body.
 #[derive(Clone, Debug)]
@@ -225,7 +228,7 @@ pub enum Sub {
 pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -234,7 +237,7 @@ impl SplitMix {
     }
 
     /// A uniform float in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
+    pub(crate) fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
@@ -327,8 +330,8 @@ impl Store {
     /// Takes the open watches out of the store: they get no more events, and end (a clean EOF)
     /// when the returned value is dropped. A stopping server's watches, which the process
     /// still holds open but no longer feeds.
-    pub fn detach_watches(&mut self) -> DetachedWatches {
-        DetachedWatches(std::mem::take(&mut self.watchers))
+    pub(crate) fn detach_watches(&mut self) -> DetachedWatches {
+        DetachedWatches { _held: std::mem::take(&mut self.watchers) }
     }
 
     /// The server came back: its watch cache starts empty (the server writes its own objects
@@ -341,7 +344,7 @@ impl Store {
 
     /// A BOOKMARK event at the current version: a bare object with only
     /// `metadata.resourceVersion`, as the real server sends it.
-    pub fn bookmark_line(&self, api: Api) -> Bytes {
+    pub(crate) fn bookmark_line(&self, api: Api) -> Bytes {
         let bookmark = json!({
             "kind": api.kind_name(),
             "apiVersion": api.api_version(),
@@ -1041,7 +1044,7 @@ fn obj_key(o: &Value) -> Key {
     (meta_str(o, "namespace").to_string(), meta_str(o, "name").to_string())
 }
 
-pub fn meta_str<'a>(o: &'a Value, key: &str) -> &'a str {
+pub(crate) fn meta_str<'a>(o: &'a Value, key: &str) -> &'a str {
     o.get("metadata").and_then(|m| m.get(key)).and_then(Value::as_str).unwrap_or("")
 }
 
