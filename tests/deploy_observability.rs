@@ -101,12 +101,7 @@ fn parse_labels(mut rest: &str) -> Vec<(String, String)> {
     pairs
 }
 
-/// Fetches `/metrics` from the agent at `addr` (open without a token, as on the kubelet).
-async fn scrape(addr: &str) -> String {
-    let (code, body) = support::agent::get(addr, "/metrics", None).await;
-    assert_eq!(code, 200, "/metrics: {body}");
-    body
-}
+use support::agent::metrics as scrape;
 
 /// Scrapes until every series in `want` is there (at most 60 s); returns the last scrape.
 async fn scrape_until(addr: &str, want: &[&str]) -> String {
@@ -149,10 +144,7 @@ impl Agent {
 
     /// SIGTERM, so that the containers of standalone mode are stopped before it exits.
     async fn stop(mut self) {
-        let id = self.child.id().unwrap();
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.unwrap().unwrap();
-        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+        support::agent::stop(&mut self.child, Duration::from_secs(30)).await;
     }
 }
 
@@ -161,12 +153,7 @@ impl Drop for Agent {
     /// its containers (the SIGKILL of `kill_on_drop` would leave them running). Drop cannot
     /// await, so this polls.
     fn drop(&mut self) {
-        let Some(id) = self.child.id() else { return };
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while std::time::Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        support::agent::stop_on_drop(&mut self.child);
     }
 }
 
@@ -298,16 +285,7 @@ async fn cluster_exports() -> String {
     let (port, _healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
     fake.insert_pod(cluster_pod(port));
-    let kubeconfig =
-        std::env::temp_dir().join(format!("probelet-observability-kubeconfig-{}", std::process::id()));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
+    let kubeconfig = support::agent::kubeconfig_for(&fake.url(), "observability");
     let agent =
         Agent::start(&["run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]).await;
     let ready = |pod: &Pod| {

@@ -185,10 +185,7 @@ impl Agent {
     }
 
     async fn stop(mut self) {
-        let id = self.child.id().unwrap();
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.unwrap().unwrap();
-        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+        support::agent::stop(&mut self.child, Duration::from_secs(30)).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -197,12 +194,7 @@ impl Drop for Agent {
     /// A failed test drops a running agent: SIGTERM lets it stop its containers (the SIGKILL of
     /// `kill_on_drop` would leave them running). Drop cannot await, so this polls, bounded.
     fn drop(&mut self) {
-        let Some(id) = self.child.id() else { return };
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        support::agent::stop_on_drop(&mut self.child);
     }
 }
 

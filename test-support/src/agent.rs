@@ -1,9 +1,17 @@
-//! Talking to a running `probelet` binary: its HTTP address from the start line it prints, and
-//! plain `GET`s on its listener (exact status code and body, an optional bearer token).
+//! Running the `probelet` binary in a test: starting it (in cluster mode on a kubeconfig for the
+//! fake API server), its HTTP address from the start line it prints, plain `GET`s on its
+//! listener (exact status code and body, an optional bearer token), its metrics, waiting for
+//! what it writes, and stopping it (SIGTERM and exit 0, or a kill).
 
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use tokio::io::{AsyncBufRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use crate::apiserver::FakeApiServer;
 
 /// The `host:port` of the start line (`… http://ADDR/pods, /metrics`), read from the agent's
 /// standard output within 60 s.
@@ -51,4 +59,95 @@ pub fn kubeconfig_for(url: &str, name: &str) -> std::path::PathBuf {
     )
     .unwrap();
     path
+}
+
+/// Starts `probelet run` (the binary at `probelet`: a test's `env!("CARGO_BIN_EXE_probelet")`,
+/// which only the root package's tests see) in cluster mode against the API server at `url`,
+/// for node `node-a`, on a free loopback port, with `extra` arguments; returns it with the
+/// kubeconfig written for it ([`kubeconfig_for`]). Killed when dropped.
+pub fn spawn_cluster_agent(
+    probelet: &str,
+    url: &str,
+    name: &str,
+    extra: &[&str],
+    stdout: Stdio,
+    stderr: Stdio,
+) -> (Child, PathBuf) {
+    let kubeconfig = kubeconfig_for(url, name);
+    let agent = Command::new(probelet)
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    (agent, kubeconfig)
+}
+
+/// Sends SIGTERM to a running child.
+pub fn sigterm(child: &Child) {
+    if let Some(id) = child.id() {
+        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+    }
+}
+
+/// SIGTERM, then waits up to `limit` for the child to exit, and asserts it exited 0 (the agent
+/// stops its probes and containers, flushes and exits cleanly on SIGTERM).
+pub async fn stop(child: &mut Child, limit: Duration) {
+    sigterm(child);
+    let status = tokio::time::timeout(limit, child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+}
+
+/// What a `Drop` of a test's agent does: SIGTERM and a bounded while (15 s) for it to stop its
+/// containers, which the SIGKILL of `kill_on_drop` would leave running. Drop cannot await, so
+/// this polls.
+#[allow(clippy::disallowed_methods, reason = "a real process's exit, on the wall clock, outside any runtime")]
+pub fn stop_on_drop(child: &mut Child) {
+    sigterm(child);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Kills a cluster-mode agent (nothing of it is asserted any more) and removes its kubeconfig.
+pub async fn kill(mut child: Child, kubeconfig: &Path) {
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let _ = std::fs::remove_file(kubeconfig);
+}
+
+/// Waits (at most 30 s, polling) until the fake's copy of pod `default/name` satisfies `pred`;
+/// returns it. `what` names the condition in the failure message.
+pub async fn wait_for_pod(fake: &FakeApiServer, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(pod) = fake.pod("default", name).filter(|p| pred(p)) {
+            return pod;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}: {what} within 30 s; pod: {:?}",
+            fake.pod("default", name)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The agent's `/metrics` text (open without a token, as on the kubelet); asserts a 200.
+pub async fn metrics(addr: &str) -> String {
+    let (code, body) = get(addr, "/metrics", None).await;
+    assert_eq!(code, 200, "/metrics: {body}");
+    body
+}
+
+/// The value of one series (`name{labels}` exactly as exported) in the agent's `/metrics`; 0
+/// when absent, as a counter that has not moved yet.
+pub async fn series_value(addr: &str, series: &str) -> f64 {
+    let text = metrics(addr).await;
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
