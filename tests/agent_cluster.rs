@@ -256,15 +256,14 @@ async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
 
 #[tokio::test]
 async fn liveness_action_delete_pod_retries_a_failed_delete() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = Router::new().route("/healthz", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (port, probes) = counting_failing_server().await;
 
     let fake = FakeApiServer::start().await;
     let mut failing = pod("flaky", "node-a", port);
     let container = &mut failing.spec.as_mut().unwrap().containers[0];
-    container.liveness_probe = container.readiness_probe.take();
+    // Readiness (on the same failing target) goes on through termination, liveness stops: its
+    // probes are the sign that the agent runs on while no more DELETEs come.
+    container.liveness_probe = container.readiness_probe.clone();
     fake.insert_pod(failing);
     // kube's client retries 429/503/504 itself: a 500 reaches the agent.
     fake.inject(Fault {
@@ -284,8 +283,15 @@ async fn liveness_action_delete_pod_retries_a_failed_delete() {
     wait_for_pod(&fake, "flaky", "being deleted", |p| p.metadata.deletion_timestamp.is_some()).await;
     assert_eq!(deletes(), [Some(500), Some(500), Some(200)]);
     // Nothing more once the pod is being deleted: not the retry loop, not a second failure
-    // report. Watched for longer than the next back-off step (4 s) would have been.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // report. Watched for longer than the next back-off step (4 s) would have been: six more
+    // probes (the liveness probe's last one at most among them) are five readiness periods.
+    let seen = probes.load(Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while probes.load(Ordering::SeqCst) < seen + 6 {
+        assert_eq!(deletes().len(), 3, "exactly three DELETEs: {:?}", deletes());
+        assert!(tokio::time::Instant::now() < deadline, "six more probes within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(deletes().len(), 3, "exactly three DELETEs: {:?}", deletes());
 
     support::agent::kill(agent, &kubeconfig).await;
@@ -501,7 +507,21 @@ async fn a_runtime_that_resets_readiness_is_counted_and_overruled() {
     // The agent's own writes (Ready=True, and now a failed probe's ready=false) are no fights.
     healthy.store(false, Ordering::SeqCst);
     wait_for_pod(&fake, "fought", "not ready", |p| !app_status(p).ready).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The echo of that write arrives within milliseconds; a later failed probe (one period on)
+    // is the sign that it has, and that nothing was counted for it.
+    let failed = || {
+        support::agent::series_sum(
+            &addr,
+            "prober_probe_total",
+            &["probe_type=\"Readiness\"", "result=\"failed\""],
+        )
+    };
+    let failed_before = failed().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while failed().await <= failed_before {
+        assert!(tokio::time::Instant::now() < deadline, "a later failed probe within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, 3.0);
 
     support::agent::kill(agent, &kubeconfig).await;
@@ -751,8 +771,13 @@ async fn container_restarts_and_pod_deletion_log_no_warnings() {
         assert!(tokio::time::Instant::now() < deadline, "the pod is gone within 10 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Give the agent time to see the deletion and stop the workers.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The agent saw the deletion and stopped the workers: its workers gauge says so.
+    let addr = output.addr().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while scrape(&addr, "probelet_probe_workers{probe_type=\"Readiness\"}").await != 0.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the readiness worker stopped within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let warnings: Vec<_> =
         output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();

@@ -151,3 +151,15 @@ pub async fn series_value(addr: &str, series: &str) -> f64 {
     let text = metrics(addr).await;
     text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
+
+/// The sum of the series of metric `name` in the agent's `/metrics` whose labels include every
+/// one of `labels` (each `key="value"` as exported); 0 when there is none.
+pub async fn series_sum(addr: &str, name: &str, labels: &[&str]) -> f64 {
+    let text = metrics(addr).await;
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|l| l.split_once("} "))
+        .filter(|(set, _)| labels.iter().all(|want| set.split(',').any(|label| label == *want)))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum()
+}
