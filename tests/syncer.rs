@@ -17,7 +17,9 @@ use probelet_test_support as support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use http::Method;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
@@ -65,7 +67,7 @@ fn condition(type_: &str, status: &str) -> PodCondition {
 
 /// A status PATCH from someone other than the syncer (a controller, a user).
 async fn patch_by_someone_else(t: &SyncTest, name: &str, patch: Value) {
-    let api: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+    let api: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
     api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await.unwrap();
 }
 
@@ -470,7 +472,7 @@ async fn a_finished_terminating_pod_is_deleted_with_grace_zero_and_its_uid() {
         t.flush(&syncer).await;
 
         // A user deletes the pod: it stays, terminating, until the kubelet is done with it.
-        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        let client: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
         assert!(terminating.metadata.deletion_timestamp.is_some());
@@ -520,7 +522,7 @@ async fn a_mirror_pod_is_never_deleted() {
         t.flush(&syncer).await;
         assert_eq!(t.count(&Method::PATCH), 1);
 
-        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        let client: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         client.delete("etcd-node-a", &DeleteParams::default()).await.unwrap();
         syncer.send(ApiPodObserved::of(Arc::new(t.api("etcd-node-a")))).await.unwrap();
         t.fake.clear_requests();
@@ -1061,7 +1063,7 @@ async fn a_pod_terminated_during_init_reaches_its_terminal_phase_and_is_deleted(
         t.flush(&syncer).await;
         assert_eq!(api_status(&t.api("job")).phase.as_deref(), Some("Pending"));
 
-        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        let client: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
         syncer.send(ApiPodObserved::of(terminating.clone())).await.unwrap();
@@ -1396,7 +1398,7 @@ async fn a_field_the_agent_does_not_know_survives_every_readiness_write() {
         let pod = published_pod("web");
         t.pods.add(&pod);
         t.fake.insert_pod((*pod).clone());
-        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let runtime: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         let published = json!({"status": {"containerStatuses": [{
             "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
             "image": "registry.k8s.io/pause:3.10", "imageID": "",
@@ -1487,7 +1489,7 @@ async fn the_pod_watch_delivers_the_servers_json() {
         let t = SyncTest::start().await;
         let pod = published_pod("web");
         t.fake.insert_pod((*pod).clone());
-        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let runtime: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         let published = json!({"status": {"containerStatuses": [{
             "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
             "image": "registry.k8s.io/pause:3.10", "imageID": "",
@@ -1495,7 +1497,7 @@ async fn the_pod_watch_delivers_the_servers_json() {
                               "volumeStatus": {"image": {"imageRef": IMAGE_REF}}}],
         }]}});
         runtime.patch_status("web", &PatchParams::default(), &Patch::Merge(&published)).await.unwrap();
-        let watch = probelet::cluster::pod_watch(t.fake.client(), support::syncer::NODE, None);
+        let watch = probelet::cluster::pod_watch(t.fake.in_process_client(), support::syncer::NODE, None);
         let mut watch = std::pin::pin!(watch);
         let seen = loop {
             match watch.next().await.expect("the watch goes on").unwrap() {

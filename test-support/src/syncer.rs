@@ -2,8 +2,9 @@
 //! pods and their mirrors included), a pipeline whose status manager the syncer follows, the
 //! fake, and builders for API pods and statuses.
 //!
-//! Real time throughout (the fake is a real HTTP server): waits are `Flush` round trips or
-//! bounded polls, never fixed sleeps.
+//! Paused time throughout: the syncer's kube client calls the fake in-process
+//! ([`FakeApiServer::in_process_client`]), so a test's clock is the runtime's, and waits are
+//! `Flush` round trips or polls that advance it, never wall-clock sleeps.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -44,6 +45,17 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
     })
     .await;
     assert!(waited.is_ok(), "{what} did not happen within {limit:?}");
+}
+
+/// Pauses the runtime's clock, once per test (a test may start several [`SyncTest`]s): the
+/// syncer's client calls the fake in-process, so nothing waits on a socket and the clock moves
+/// only when every task waits on a timer. Each test runs on a thread of its own with a runtime of
+/// its own, so a thread-local flag says whether this test's clock is paused already.
+fn pause_once() {
+    thread_local!(static PAUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if !PAUSED.replace(true) {
+        tokio::time::pause();
+    }
 }
 
 /// The host's pods, with static pods and their mirror pods (changeable while a test runs).
@@ -100,6 +112,7 @@ pub struct SyncTest {
 impl SyncTest {
     /// Must run inside an actix system.
     pub async fn start() -> SyncTest {
+        pause_once();
         let fake = FakeApiServer::start().await;
         let pods = TestPods::default();
         let pipeline = start_pipeline(Arc::new(pods.clone()));
@@ -109,7 +122,7 @@ impl SyncTest {
     /// Test settings: a kube client that does not retry on its own, no request budget, short
     /// back-off, and a reconcile period long enough that only the test triggers reconciles.
     pub fn config(&self) -> SyncerConfig {
-        let client = self.fake.client_with(|c| c.default_retry = false);
+        let client = self.fake.in_process_client();
         let mut config = SyncerConfig::new(
             client,
             Arc::new(self.pods.clone()),
