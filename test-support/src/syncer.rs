@@ -31,7 +31,8 @@ pub const NS: &str = "default";
 pub const NODE: &str = "node-a";
 pub const POD_IP: &str = "10.1.2.3";
 
-/// Bounds a test's wall time.
+/// Bounds a test's time (on the paused clock: a test that waits for something that never comes
+/// fails at once, when only this timer is left).
 pub async fn bounded<F: Future>(limit: Duration, f: F) -> F::Output {
     tokio::time::timeout(limit, f).await.expect("the test finished in time")
 }
