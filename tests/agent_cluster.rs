@@ -573,8 +573,20 @@ async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
         condition(p, "Ready").is_some_and(|c| c.status == "False") && app_status(p).started == Some(true)
     })
     .await;
-    // The echo of that write has long arrived; the next scheduled probe is seconds away.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The echo of that write has arrived (the watch is in order: a later pod's status written
+    // shows it); the next scheduled probe is seconds away.
+    let (marker_port, _marker_healthy) = support::health::toggled_health_server().await;
+    let echo_arrived = |marker: String| {
+        fake.insert_pod(pod(&marker, "node-a", marker_port));
+        let fake = &fake;
+        async move {
+            wait_for_pod(fake, &marker, "Ready=True after the echo", |p| {
+                condition(p, "Ready").is_some_and(|c| c.status == "True")
+            })
+            .await;
+        }
+    };
+    echo_arrived("marker-0".into()).await;
     let settled = probes.load(Ordering::SeqCst);
 
     for round in 1..=3 {
@@ -588,7 +600,7 @@ async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
         runtime_writes(&fake, "unready", vec![status]).await;
         wait_for_pod(&fake, "unready", "started again", |p| app_status(p).started == Some(true)).await;
         assert_eq!(patches(&fake, "unready"), own_writes + 1, "round {round}: one write of the agent");
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        echo_arrived(format!("marker-{round}")).await;
         assert_eq!(
             probes.load(Ordering::SeqCst),
             settled + round,
