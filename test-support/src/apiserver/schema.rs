@@ -5,7 +5,7 @@
 //! kube-apiserver decodes every write into Go structs and encodes them back, so a stored object
 //! differs from what the client sent: unknown fields vanish (with a warning), `lastProbeTime: null`
 //! appears, `lastState: {}` appears, timestamps are cut to whole seconds. [`decode`] does the same
-//! to a JSON value; [`Ordered`] writes a value with the keys in Go's field order.
+//! to a JSON value; `Ordered` writes a value with the keys in Go's field order.
 
 use std::sync::{Arc, OnceLock};
 
