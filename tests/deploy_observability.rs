@@ -14,7 +14,6 @@ use probelet_test_support as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -28,8 +27,6 @@ use probelet_actors::metrics::{LABEL_PROBE_TYPE, PROBELET_WORKER_RESTARTS_TOTAL}
 use promql_parser::parser::{self, Expr, LabelModifier};
 use serde_json::Value;
 use support::apiserver::FakeApiServer;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -119,42 +116,11 @@ async fn scrape_until(addr: &str, want: &[&str]) -> String {
     }
 }
 
-/// A running agent binary: its HTTP address, stopped on drop (`kill_on_drop`).
-struct Agent {
-    child: Child,
-    addr: String,
-}
+use support::agent::RunningAgent as Agent;
 
-impl Agent {
-    async fn start(args: &[&str]) -> Agent {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = support::agent::banner_addr(&mut lines).await;
-        // Keep reading so the agent never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Agent { child, addr }
-    }
-
-    /// SIGTERM, so that the containers of standalone mode are stopped before it exits.
-    async fn stop(mut self) {
-        support::agent::stop(&mut self.child, Duration::from_secs(30)).await;
-    }
-}
-
-impl Drop for Agent {
-    /// A test that failed drops a running agent: SIGTERM it and give it a bounded while to stop
-    /// its containers (the SIGKILL of `kill_on_drop` would leave them running). Drop cannot
-    /// await, so this polls.
-    fn drop(&mut self) {
-        support::agent::stop_on_drop(&mut self.child);
-    }
+/// Starts the agent binary with `args` on a free loopback port.
+async fn start_agent(args: &[&str]) -> Agent {
+    Agent::start(env!("CARGO_BIN_EXE_probelet"), args).await
 }
 
 fn free_port() -> u16 {
@@ -205,7 +171,7 @@ async fn standalone_exports() -> String {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("observed.yaml"), standalone_pod()).unwrap();
-    let agent = Agent::start(&["run", "--manifests", dir.to_str().unwrap(), "--node-name", "e2e"]).await;
+    let agent = start_agent(&["run", "--manifests", dir.to_str().unwrap(), "--node-name", "e2e"]).await;
     let want = [
         "prober_probe_total",
         "prober_probe_duration_seconds_bucket",
@@ -287,7 +253,7 @@ async fn cluster_exports() -> String {
     fake.insert_pod(cluster_pod(port));
     let kubeconfig = support::agent::kubeconfig_for(&fake.url(), "observability");
     let agent =
-        Agent::start(&["run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]).await;
+        start_agent(&["run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]).await;
     let ready = |pod: &Pod| {
         pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| cs[0].ready)
     };

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::io::{AsyncBufRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use crate::apiserver::FakeApiServer;
@@ -162,4 +162,44 @@ pub async fn series_sum(addr: &str, name: &str, labels: &[&str]) -> f64 {
         .filter(|(set, _)| labels.iter().all(|want| set.split(',').any(|label| label == *want)))
         .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
         .sum()
+}
+
+/// A running agent binary (`probelet ARGS --listen 127.0.0.1:0`) and its HTTP address; its
+/// output is read and dropped so a full pipe never blocks it. Dropped while running (a failed
+/// test), it gets [`stop_on_drop`]'s bounded SIGTERM.
+pub struct RunningAgent {
+    /// The process.
+    pub child: Child,
+    /// The `host:port` of its listener.
+    pub addr: String,
+}
+
+impl RunningAgent {
+    /// Starts the binary at `probelet` (a test's `env!("CARGO_BIN_EXE_probelet")`) with `args`
+    /// and waits for its start line.
+    pub async fn start(probelet: &str, args: &[&str]) -> RunningAgent {
+        let mut child = Command::new(probelet)
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = banner_addr(&mut lines).await;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        RunningAgent { child, addr }
+    }
+
+    /// SIGTERM, and exit 0 within 30 s (standalone mode stops its containers first).
+    pub async fn stop(mut self) {
+        stop(&mut self.child, Duration::from_secs(30)).await;
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        stop_on_drop(&mut self.child);
+    }
 }
