@@ -2,14 +2,14 @@
 //! endpoints behind TokenReview and SubjectAccessReview like the kubelet's authenticated port.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::process::Stdio;
 
 use support::apiserver::FakeApiServer;
 use support::apiserver::reviews::{DEFAULT_AUDIENCE, service_account_user};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const TOKENREVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 const SUBJECTACCESSREVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
@@ -20,26 +20,14 @@ async fn start_agent(
     name: &str,
     extra: &[&str],
 ) -> (Child, String, std::path::PathBuf) {
-    let kubeconfig =
-        std::env::temp_dir().join(format!("probelet-kubeconfig-auth-{name}-{}", std::process::id()));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
-        .args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let (mut agent, kubeconfig) = support::agent::spawn_cluster_agent(
+        env!("CARGO_BIN_EXE_probelet"),
+        &fake.url(),
+        &format!("auth-{name}"),
+        extra,
+        Stdio::piped(),
+        Stdio::null(),
+    );
     let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
     let addr = support::agent::banner_addr(&mut lines).await;
     (agent, addr, kubeconfig)

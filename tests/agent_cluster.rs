@@ -7,7 +7,7 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -25,7 +25,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use support::apiserver::{FakeApiServer, Fault, FaultKind, FaultMatcher, FaultTimes};
-use tokio::process::Command;
 
 fn pod(name: &str, node: &str, port: u16) -> Pod {
     Pod {
@@ -145,15 +144,7 @@ fn start_agent_logged(
     (agent, kubeconfig, output)
 }
 
-/// The value of a counter series in the agent's `/metrics` (0 when absent).
-async fn scrape(addr: &str, series: &str) -> f64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: probelet\r\n\r\n").await.unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).await.unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
-}
+use support::agent::series_value as scrape;
 
 fn start_agent_with(
     fake: &FakeApiServer,
@@ -161,43 +152,17 @@ fn start_agent_with(
     extra: &[&str],
     output: fn() -> Stdio,
 ) -> (tokio::process::Child, std::path::PathBuf) {
-    let kubeconfig = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
-            fake.url()
-        ),
+    support::agent::spawn_cluster_agent(
+        env!("CARGO_BIN_EXE_probelet"),
+        &fake.url(),
+        name,
+        extra,
+        output(),
+        output(),
     )
-    .unwrap();
-    let agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
-        .args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(output())
-        .stderr(output())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    (agent, kubeconfig)
 }
 
-/// Waits (bounded) until the fake's copy of the pod satisfies `pred`.
-async fn wait_for_pod(fake: &FakeApiServer, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if fake.pod("default", name).is_some_and(|p| pred(&p)) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name}: {what} within 30 s; pod: {:?}",
-            fake.pod("default", name)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use support::agent::wait_for_pod;
 
 #[tokio::test]
 async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
@@ -249,10 +214,7 @@ async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let pid = agent.id().unwrap();
-    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    let status = tokio::time::timeout(Duration::from_secs(20), agent.wait()).await.unwrap().unwrap();
-    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    support::agent::stop(&mut agent, Duration::from_secs(20)).await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
 
@@ -273,7 +235,7 @@ async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
     container.liveness_probe.as_mut().unwrap().termination_grace_period_seconds = Some(7);
     let uid = fake.insert_pod(failing).metadata.uid.unwrap();
 
-    let (mut agent, kubeconfig) = start_agent(&fake, "liveness", &["--liveness-action", "delete-pod"]);
+    let (agent, kubeconfig) = start_agent(&fake, "liveness", &["--liveness-action", "delete-pod"]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let delete = loop {
         if let Some(delete) = fake.requests().into_iter().find(|r| r.method == http::Method::DELETE) {
@@ -289,22 +251,19 @@ async fn liveness_action_delete_pod_deletes_a_pod_whose_liveness_fails() {
     let gone = fake.pod("default", "failing").is_none_or(|p| p.metadata.deletion_timestamp.is_some());
     assert!(gone, "the pod is being deleted");
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 #[tokio::test]
 async fn liveness_action_delete_pod_retries_a_failed_delete() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = Router::new().route("/healthz", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (port, probes) = counting_failing_server().await;
 
     let fake = FakeApiServer::start().await;
     let mut failing = pod("flaky", "node-a", port);
     let container = &mut failing.spec.as_mut().unwrap().containers[0];
-    container.liveness_probe = container.readiness_probe.take();
+    // Readiness (on the same failing target) goes on through termination, liveness stops: its
+    // probes are the sign that the agent runs on while no more DELETEs come.
+    container.liveness_probe = container.readiness_probe.clone();
     fake.insert_pod(failing);
     // kube's client retries 429/503/504 itself: a 500 reaches the agent.
     fake.inject(Fault {
@@ -316,7 +275,7 @@ async fn liveness_action_delete_pod_retries_a_failed_delete() {
         times: FaultTimes::Times(2),
     });
 
-    let (mut agent, kubeconfig) = start_agent(&fake, "liveness-retry", &["--liveness-action", "delete-pod"]);
+    let (agent, kubeconfig) = start_agent(&fake, "liveness-retry", &["--liveness-action", "delete-pod"]);
     let deletes = || -> Vec<Option<u16>> {
         fake.requests().into_iter().filter(|r| r.method == http::Method::DELETE).map(|r| r.code).collect()
     };
@@ -324,13 +283,18 @@ async fn liveness_action_delete_pod_retries_a_failed_delete() {
     wait_for_pod(&fake, "flaky", "being deleted", |p| p.metadata.deletion_timestamp.is_some()).await;
     assert_eq!(deletes(), [Some(500), Some(500), Some(200)]);
     // Nothing more once the pod is being deleted: not the retry loop, not a second failure
-    // report. Watched for longer than the next back-off step (4 s) would have been.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // report. Watched for longer than the next back-off step (4 s) would have been: six more
+    // probes (the liveness probe's last one at most among them) are five readiness periods.
+    let seen = probes.load(Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while probes.load(Ordering::SeqCst) < seen + 6 {
+        assert_eq!(deletes().len(), 3, "exactly three DELETEs: {:?}", deletes());
+        assert!(tokio::time::Instant::now() < deadline, "six more probes within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(deletes().len(), 3, "exactly three DELETEs: {:?}", deletes());
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 /// A container status in the given state, for the runtime's published status.
@@ -404,7 +368,7 @@ async fn liveness_action_delete_pod_ignores_containers_that_are_not_running() {
     ));
     fake.insert_pod(pod);
 
-    let (mut agent, kubeconfig) = start_agent(&fake, "not-running", &["--liveness-action", "delete-pod"]);
+    let (agent, kubeconfig) = start_agent(&fake, "not-running", &["--liveness-action", "delete-pod"]);
     // Five readiness periods: the liveness workers of the other containers (same period) have
     // written their Failure results and the host has acted on them long before.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -418,9 +382,7 @@ async fn liveness_action_delete_pod_ignores_containers_that_are_not_running() {
     let mixed = fake.pod("default", "mixed").unwrap();
     assert!(mixed.metadata.deletion_timestamp.is_none(), "the pod is not being deleted");
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 /// A pod of `containers` containers, each with an exec readiness probe every second.
@@ -471,7 +433,7 @@ async fn exec_probes_do_not_hold_status_writes_back() {
     // 20 exec probes a second against a budget of 2 a second: every worker waits for a token.
     fake.insert_pod(exec_pod("execs", 20));
     let budget = ["--qps", "2", "--burst", "2", "--exec-qps", "2", "--exec-burst", "1"];
-    let (mut agent, kubeconfig) = start_agent(&fake, "exec-budget", &budget);
+    let (agent, kubeconfig) = start_agent(&fake, "exec-budget", &budget);
     wait_for_pod(&fake, "web", "Ready=False", |p| condition(p, "Ready").is_some_and(|c| c.status == "False"))
         .await;
     // Long enough for the exec queue to fill: sharing the status budget, a status write would
@@ -494,9 +456,7 @@ async fn exec_probes_do_not_hold_status_writes_back() {
     let allowed = 2.0 * took.as_secs_f64() + 2.0;
     assert!((execs as f64) <= allowed, "{execs} execs in {took:?}: over the exec budget");
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 /// Writes the pod's container statuses as the node's runtime does: the whole list, replaced.
@@ -517,7 +477,7 @@ async fn a_runtime_that_resets_readiness_is_counted_and_overruled() {
     let (port, healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
     fake.insert_pod(pod("fought", "node-a", port));
-    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "fights", &[]);
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "fights", &[]);
     let addr = output.addr().await;
     let ready = |p: &Pod| app_status(p).ready && condition(p, "Ready").is_some_and(|c| c.status == "True");
     wait_for_pod(&fake, "fought", "ready", ready).await;
@@ -547,12 +507,24 @@ async fn a_runtime_that_resets_readiness_is_counted_and_overruled() {
     // The agent's own writes (Ready=True, and now a failed probe's ready=false) are no fights.
     healthy.store(false, Ordering::SeqCst);
     wait_for_pod(&fake, "fought", "not ready", |p| !app_status(p).ready).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The echo of that write arrives within milliseconds; a later failed probe (one period on)
+    // is the sign that it has, and that nothing was counted for it.
+    let failed = || {
+        support::agent::series_sum(
+            &addr,
+            "prober_probe_total",
+            &["probe_type=\"Readiness\"", "result=\"failed\""],
+        )
+    };
+    let failed_before = failed().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while failed().await <= failed_before {
+        assert!(tokio::time::Instant::now() < deadline, "a later failed probe within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(scrape(&addr, "probelet_runtime_resets_total{field=\"ready\"}").await, 3.0);
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 /// A health endpoint that always fails and counts its probes.
@@ -588,7 +560,7 @@ fn patches(fake: &FakeApiServer, name: &str) -> usize {
 async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
     let (port, probes) = counting_failing_server().await;
     let fake = FakeApiServer::start().await;
-    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "echo", &[]);
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "echo", &[]);
     output.addr().await;
     // Past the start-up jitter window (one period), so the worker probes at once and then only
     // on its schedule or when a pod sync asks.
@@ -601,8 +573,20 @@ async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
         condition(p, "Ready").is_some_and(|c| c.status == "False") && app_status(p).started == Some(true)
     })
     .await;
-    // The echo of that write has long arrived; the next scheduled probe is seconds away.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The echo of that write has arrived (the watch is in order: a later pod's status written
+    // shows it); the next scheduled probe is seconds away.
+    let (marker_port, _marker_healthy) = support::health::toggled_health_server().await;
+    let echo_arrived = |marker: String| {
+        fake.insert_pod(pod(&marker, "node-a", marker_port));
+        let fake = &fake;
+        async move {
+            wait_for_pod(fake, &marker, "Ready=True after the echo", |p| {
+                condition(p, "Ready").is_some_and(|c| c.status == "True")
+            })
+            .await;
+        }
+    };
+    echo_arrived("marker-0".into()).await;
     let settled = probes.load(Ordering::SeqCst);
 
     for round in 1..=3 {
@@ -616,7 +600,7 @@ async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
         runtime_writes(&fake, "unready", vec![status]).await;
         wait_for_pod(&fake, "unready", "started again", |p| app_status(p).started == Some(true)).await;
         assert_eq!(patches(&fake, "unready"), own_writes + 1, "round {round}: one write of the agent");
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        echo_arrived(format!("marker-{round}")).await;
         assert_eq!(
             probes.load(Ordering::SeqCst),
             settled + round,
@@ -624,9 +608,7 @@ async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
         );
     }
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 /// `(apiGroup, resource, verb)` granted by the ClusterRoles of `deploy/rbac.yaml`, by role name.
@@ -696,7 +678,7 @@ async fn rbac_grants_exactly_what_the_agent_requests() {
         let reader = "system:serviceaccount:monitoring:reader";
         reviews.allow(reader, "get", "nodes", "pods", "pods-readers", "pods-reader");
     }
-    let (mut agent, kubeconfig, output) = start_agent_logged(
+    let (agent, kubeconfig, output) = start_agent_logged(
         &fake,
         "rbac",
         &["--liveness-action", "delete-pod", "--authorization-mode", "webhook"],
@@ -721,9 +703,7 @@ async fn rbac_grants_exactly_what_the_agent_requests() {
         assert!(tokio::time::Instant::now() < deadline, "a repeated event and the DELETE within 30 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 
     let requests = fake.requests();
     let forbidden: Vec<_> = requests.iter().filter(|r| r.code == Some(403)).collect();
@@ -742,7 +722,7 @@ async fn after_an_api_outage_a_new_pod_is_seen_at_once_and_the_log_says_lost_and
     let (port, _healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
     fake.insert_pod(pod("before", "node-a", port));
-    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "outage", &[]);
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "outage", &[]);
     let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
     wait_for_pod(&fake, "before", "Ready=True", is_ready).await;
 
@@ -770,9 +750,7 @@ async fn after_an_api_outage_a_new_pod_is_seen_at_once_and_the_log_says_lost_and
         output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
     assert_eq!(warnings, lost, "no other warnings or errors");
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 #[tokio::test]
@@ -780,7 +758,7 @@ async fn container_restarts_and_pod_deletion_log_no_warnings() {
     let (port, healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
     fake.insert_pod(pod("routine", "node-a", port));
-    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "routine", &[]);
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "routine", &[]);
     let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
     wait_for_pod(&fake, "routine", "Ready=True", is_ready).await;
 
@@ -805,16 +783,19 @@ async fn container_restarts_and_pod_deletion_log_no_warnings() {
         assert!(tokio::time::Instant::now() < deadline, "the pod is gone within 10 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Give the agent time to see the deletion and stop the workers.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The agent saw the deletion and stopped the workers: its workers gauge says so.
+    let addr = output.addr().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while scrape(&addr, "probelet_probe_workers{probe_type=\"Readiness\"}").await != 0.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the readiness worker stopped within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let warnings: Vec<_> =
         output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
     assert!(warnings.is_empty(), "routine operation, no warnings: {warnings:#?}");
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 /// With `--feature-gates=ContainerLifecycleProber=true` the probes follow the containers the
@@ -825,7 +806,7 @@ async fn container_lifecycle_prober_probes_the_instances_the_runtime_reports() {
     let (port, _healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
     fake.insert_pod(pod("cycled", "node-a", port));
-    let (mut agent, kubeconfig) =
+    let (agent, kubeconfig) =
         start_agent(&fake, "lifecycle", &["--feature-gates=ContainerLifecycleProber=true"]);
     let ready = |p: &Pod| app_status(p).ready && condition(p, "Ready").is_some_and(|c| c.status == "True");
     wait_for_pod(&fake, "cycled", "ready", ready).await;
@@ -845,9 +826,7 @@ async fn container_lifecycle_prober_probes_the_instances_the_runtime_reports() {
     })
     .await;
 
-    let _ = agent.start_kill();
-    let _ = agent.wait().await;
-    let _ = std::fs::remove_file(&kubeconfig);
+    support::agent::kill(agent, &kubeconfig).await;
 }
 
 #[tokio::test]

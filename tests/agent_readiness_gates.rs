@@ -9,7 +9,7 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
@@ -24,7 +24,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use support::apiserver::{FakeApiServer, RecordedRequest};
-use tokio::process::Command;
 
 const GATE: &str = "probelet.dev/ready";
 const ANNOTATION: &str = "probelet.dev/readiness-probes";
@@ -119,18 +118,15 @@ fn start_agent_with(
     extra: &[&str],
     stdout: fn() -> Stdio,
 ) -> (tokio::process::Child, std::path::PathBuf) {
-    let kubeconfig = support::agent::kubeconfig_for(&fake.url(), name);
-    let agent = Command::new(env!("CARGO_BIN_EXE_probelet"))
-        .args(["run", "--readiness-gates", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(stdout())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    (agent, kubeconfig)
+    let extra = [&["--readiness-gates"], extra].concat();
+    support::agent::spawn_cluster_agent(
+        env!("CARGO_BIN_EXE_probelet"),
+        &fake.url(),
+        name,
+        &extra,
+        stdout(),
+        Stdio::null(),
+    )
 }
 
 fn gate_condition(pod: &Value) -> Option<Value> {
@@ -164,9 +160,7 @@ fn pod_writes(fake: &FakeApiServer) -> Vec<RecordedRequest> {
 }
 
 async fn stop(mut agent: tokio::process::Child, kubeconfig: std::path::PathBuf) {
-    let _ = std::process::Command::new("kill").args(["-TERM", &agent.id().unwrap().to_string()]).status();
-    let status = tokio::time::timeout(Duration::from_secs(20), agent.wait()).await.unwrap().unwrap();
-    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    support::agent::stop(&mut agent, Duration::from_secs(20)).await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
 

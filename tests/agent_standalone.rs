@@ -6,6 +6,7 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use probelet_test_support as support;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -118,10 +119,7 @@ impl Agent {
     }
 
     async fn stop(mut self) {
-        let id = self.child.id().unwrap();
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.unwrap().unwrap();
-        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+        support::agent::stop(&mut self.child, Duration::from_secs(30)).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -131,15 +129,7 @@ impl Drop for Agent {
     /// its containers (the SIGKILL of `kill_on_drop` would leave them running). Drop cannot
     /// await, so this polls.
     fn drop(&mut self) {
-        let Some(id) = self.child.id() else { return };
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while std::time::Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        support::agent::stop_on_drop(&mut self.child);
     }
 }
 

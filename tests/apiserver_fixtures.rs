@@ -16,7 +16,7 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -6,7 +6,7 @@
 //! to create a TokenReview (403: the requester is not authorized) is out of the fake's scope.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::net::SocketAddr;
 

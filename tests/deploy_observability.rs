@@ -10,11 +10,10 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -28,8 +27,6 @@ use probelet_actors::metrics::{LABEL_PROBE_TYPE, PROBELET_WORKER_RESTARTS_TOTAL}
 use promql_parser::parser::{self, Expr, LabelModifier};
 use serde_json::Value;
 use support::apiserver::FakeApiServer;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -101,12 +98,7 @@ fn parse_labels(mut rest: &str) -> Vec<(String, String)> {
     pairs
 }
 
-/// Fetches `/metrics` from the agent at `addr` (open without a token, as on the kubelet).
-async fn scrape(addr: &str) -> String {
-    let (code, body) = support::agent::get(addr, "/metrics", None).await;
-    assert_eq!(code, 200, "/metrics: {body}");
-    body
-}
+use support::agent::metrics as scrape;
 
 /// Scrapes until every series in `want` is there (at most 60 s); returns the last scrape.
 async fn scrape_until(addr: &str, want: &[&str]) -> String {
@@ -124,50 +116,11 @@ async fn scrape_until(addr: &str, want: &[&str]) -> String {
     }
 }
 
-/// A running agent binary: its HTTP address, stopped on drop (`kill_on_drop`).
-struct Agent {
-    child: Child,
-    addr: String,
-}
+use support::agent::RunningAgent as Agent;
 
-impl Agent {
-    async fn start(args: &[&str]) -> Agent {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = support::agent::banner_addr(&mut lines).await;
-        // Keep reading so the agent never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Agent { child, addr }
-    }
-
-    /// SIGTERM, so that the containers of standalone mode are stopped before it exits.
-    async fn stop(mut self) {
-        let id = self.child.id().unwrap();
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.unwrap().unwrap();
-        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
-    }
-}
-
-impl Drop for Agent {
-    /// A test that failed drops a running agent: SIGTERM it and give it a bounded while to stop
-    /// its containers (the SIGKILL of `kill_on_drop` would leave them running). Drop cannot
-    /// await, so this polls.
-    fn drop(&mut self) {
-        let Some(id) = self.child.id() else { return };
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while std::time::Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// Starts the agent binary with `args` on a free loopback port.
+async fn start_agent(args: &[&str]) -> Agent {
+    Agent::start(env!("CARGO_BIN_EXE_probelet"), args).await
 }
 
 fn free_port() -> u16 {
@@ -218,7 +171,7 @@ async fn standalone_exports() -> String {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("observed.yaml"), standalone_pod()).unwrap();
-    let agent = Agent::start(&["run", "--manifests", dir.to_str().unwrap(), "--node-name", "e2e"]).await;
+    let agent = start_agent(&["run", "--manifests", dir.to_str().unwrap(), "--node-name", "e2e"]).await;
     let want = [
         "prober_probe_total",
         "prober_probe_duration_seconds_bucket",
@@ -298,18 +251,9 @@ async fn cluster_exports() -> String {
     let (port, _healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
     fake.insert_pod(cluster_pod(port));
-    let kubeconfig =
-        std::env::temp_dir().join(format!("probelet-observability-kubeconfig-{}", std::process::id()));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
+    let kubeconfig = support::agent::kubeconfig_for(&fake.url(), "observability");
     let agent =
-        Agent::start(&["run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]).await;
+        start_agent(&["run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "node-a"]).await;
     let ready = |pod: &Pod| {
         pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|cs| cs[0].ready)
     };

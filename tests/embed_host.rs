@@ -9,7 +9,7 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -70,21 +70,7 @@ fn ready(pod: &Pod) -> Option<bool> {
     Some(condition.status == "True")
 }
 
-/// Waits (bounded) until the fake's copy of the pod satisfies `pred`.
-async fn wait_for(fake: &FakeApiServer, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(pod) = fake.pod("default", name).filter(|p| pred(p)) {
-            return pod;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name}: {what} within 30 s: {:?}",
-            fake.pod("default", name)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use support::agent::wait_for_pod as wait_for;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_engine_writes_the_kubelets_status_and_follows_the_probes() {
@@ -105,15 +91,7 @@ async fn the_embedded_engine_writes_the_kubelets_status_and_follows_the_probes()
     fake.insert_pod(pod("crashing", "virtual-1", tcp_probe(port), Some(tcp_probe(closed_port))));
     fake.insert_pod(pod("elsewhere", "other-node", tcp_probe(port), None));
 
-    let kubeconfig = std::env::temp_dir().join(format!("probelet-embed-kubeconfig-{}", std::process::id()));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
+    let kubeconfig = support::agent::kubeconfig_for(&fake.url(), "embed");
     let mut host = Command::new(example_binary())
         .args(["--node", "virtual-1"])
         .env("KUBECONFIG", &kubeconfig)

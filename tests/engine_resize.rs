@@ -6,7 +6,7 @@
 // The helpers below panic on purpose: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::collections::HashSet;
 use std::sync::Arc;

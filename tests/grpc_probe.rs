@@ -2,7 +2,7 @@
 //! state, a scripted `Health` implementation, a server without the health service, raw TCP servers
 //! that never speak HTTP/2, and closed ports. Every output is asserted byte for byte.
 
-mod support;
+use probelet_test_support as support;
 
 use std::future::Future;
 use std::time::Duration;
@@ -207,10 +207,12 @@ async fn server_starting_late_is_reached_by_the_retry() {
     bounded(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        drop(listener);
         let probing = tokio::spawn(async move { probe("127.0.0.1", port, "", Duration::from_secs(3)).await });
-        // Let the first attempt be refused before the server binds the same port.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The first attempt fails (the connection closes before any HTTP/2), seen here as it
+        // happens; only then does the server take the port.
+        let (first, _) = listener.accept().await.expect("the probe's first attempt");
+        drop(first);
+        drop(listener);
         let server = grpc_server::health_on(port).await;
         let got = probing.await.expect("probe task");
         assert_eq!(got, Probed::new(Outcome::Success, "service healthy"));

@@ -2,7 +2,7 @@
 //! recording the raw request heads they receive. Covers the outcome mapping, the exact headers
 //! sent, the kubelet's redirect policy, the body cap, timeouts and transport errors.
 
-mod support;
+use probelet_test_support as support;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 // The real binary runs on real time: its tests read the real clocks too.
 #![allow(clippy::disallowed_methods)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The whole life of a pod through the pipeline, under paused time with a scripted prober.
 
-mod support;
+use probelet_test_support as support;
 
 use std::time::Duration;
 

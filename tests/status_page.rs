@@ -12,7 +12,7 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -25,8 +25,8 @@ use axum::response::IntoResponse as _;
 use probelet::serve::page::{self, Page, PodPage};
 use probelet::serve::{Limits, serve_router};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
 
 /// What the failing pod's probe prints: markup and a script that must stay text.
 const HOSTILE: &str = r#"<b id=injected>hostile</b><script>document.title='pwned'</script>"#;
@@ -160,49 +160,23 @@ fn section<'a>(dom: &'a str, pod: &str) -> &'a str {
     &dom[start..end]
 }
 
+/// The agent on a folder of manifests, and the folder (removed once it stopped).
 struct Agent {
-    child: Child,
+    agent: support::agent::RunningAgent,
     addr: String,
     dir: PathBuf,
 }
 
 impl Agent {
     async fn start(dir: &Path) -> Agent {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
-            .args(["run", "--manifests"])
-            .arg(dir)
-            .args(["--listen", "127.0.0.1:0", "--node-name", "page"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = support::agent::banner_addr(&mut lines).await;
-        // Keep reading its output so that a full pipe never blocks the agent.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Agent { child, addr, dir: dir.to_owned() }
+        let args = ["run", "--manifests", dir.to_str().unwrap(), "--node-name", "page"];
+        let agent = support::agent::RunningAgent::start(env!("CARGO_BIN_EXE_probelet"), &args).await;
+        Agent { addr: agent.addr.clone(), agent, dir: dir.to_owned() }
     }
 
-    async fn stop(mut self) {
-        let id = self.child.id().unwrap();
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.unwrap().unwrap();
-        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    async fn stop(self) {
+        self.agent.stop().await;
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Drop for Agent {
-    /// A failed test drops a running agent: SIGTERM lets it stop its containers (the SIGKILL of
-    /// `kill_on_drop` would leave them running). Drop cannot await, so this polls, bounded.
-    fn drop(&mut self) {
-        let Some(id) = self.child.id() else { return };
-        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 }
 

@@ -4,20 +4,20 @@
 //! instead of a GET before every PATCH), then back-off, deletion, static pods, reconcile, random
 //! faults and scale.
 //!
-//! Real time throughout (the fake is a real HTTP server on 127.0.0.1, and paused time would
-//! auto-advance through its I/O): tests wait with `Flush` or bounded polls of the fake, and keep
-//! periods and back-offs short. The metrics are checked in `tests/syncer_metrics.rs`, a binary
-//! of its own, so that no other test moves the global counters under it.
-
-// The real binary runs on real time: its tests read the real clocks too.
-#![allow(clippy::disallowed_methods)]
+//! Paused time throughout: the syncer's client calls the fake in-process (no socket), so the
+//! clock moves only when every task waits on a timer; tests wait with `Flush` or polls of the
+//! fake, and back-offs and paces are measured exactly on the paused clock. The metrics are
+//! checked in `tests/syncer_metrics.rs`, a binary of its own, so that no other test moves the
+//! global counters under it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use http::Method;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
@@ -29,7 +29,7 @@ use probelet::status::generate_kubelet_conditions;
 use probelet::status::manager::{DeletePodStatus, SetContainerReadiness};
 use probelet::status::{CONTAINERS_READY, POD_READY};
 use probelet_actors::sync::api_pod::ApiPod;
-use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::sync::rate::{RateLimiter, jittered_backoff};
 use probelet_actors::sync::syncer::{
     ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion, MIRROR_POD_ANNOTATION, OwnedFields, Reconcile,
     StatusSyncer, SyncerConfig, SyncerStats,
@@ -65,7 +65,7 @@ fn condition(type_: &str, status: &str) -> PodCondition {
 
 /// A status PATCH from someone other than the syncer (a controller, a user).
 async fn patch_by_someone_else(t: &SyncTest, name: &str, patch: Value) {
-    let api: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+    let api: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
     api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await.unwrap();
 }
 
@@ -429,17 +429,25 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
         let arrivals = arrivals.lock().unwrap().clone();
         assert_eq!(arrivals.len(), 4);
         let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        // On the paused clock each gap is the back-off itself (50, 100, 200 ms), to the timer's
+        // millisecond.
         for (i, gap) in gaps.iter().enumerate() {
-            assert!(*gap >= initial * 2u32.pow(i as u32), "gap {i} is {gap:?}, at least the back-off");
+            let want = initial * 2u32.pow(i as u32);
+            assert!(on_the_tick(*gap, want), "gap {i} is {gap:?}, the back-off is {want:?}");
         }
-        assert!(gaps.windows(2).all(|w| w[0] < w[1]), "growing gaps: {gaps:?}");
         let cached = t.cached(&uid(&pod)).await.unwrap();
         assert_eq!(owned_conditions(&api_status(&t.api("web"))), owned_conditions(&cached));
     })
     .await;
 }
 
-/// Records the arrival time of each PATCH: a matcher that never fires but sees every request.
+/// Whether a wait measured on the paused clock is `want`: a timer fires on the first millisecond
+/// tick at or after its deadline.
+fn on_the_tick(measured: Duration, want: Duration) -> bool {
+    measured >= want && measured <= want + Duration::from_millis(1)
+}
+
+/// Records the arrival time (on the paused clock) of each PATCH: a matcher that never fires but sees every request.
 fn patch_arrivals(t: &SyncTest) -> Arc<Mutex<Vec<Instant>>> {
     let arrivals = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let seen = arrivals.clone();
@@ -470,7 +478,7 @@ async fn a_finished_terminating_pod_is_deleted_with_grace_zero_and_its_uid() {
         t.flush(&syncer).await;
 
         // A user deletes the pod: it stays, terminating, until the kubelet is done with it.
-        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        let client: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
         assert!(terminating.metadata.deletion_timestamp.is_some());
@@ -520,7 +528,7 @@ async fn a_mirror_pod_is_never_deleted() {
         t.flush(&syncer).await;
         assert_eq!(t.count(&Method::PATCH), 1);
 
-        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        let client: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         client.delete("etcd-node-a", &DeleteParams::default()).await.unwrap();
         syncer.send(ApiPodObserved::of(Arc::new(t.api("etcd-node-a")))).await.unwrap();
         t.fake.clear_requests();
@@ -885,7 +893,14 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
             ],
             "each conflict merged again from a fresh GET"
         );
-        assert!(took < Duration::from_secs(2), "the status landed after {took:?}");
+        // The first conflict retried at once, then the two jittered waits; the 30 s failure
+        // back-off never.
+        let waits = [1, 2]
+            .map(|n| jittered_backoff(Duration::from_millis(50), Duration::from_secs(1), n, &uid(&pod)));
+        assert!(
+            took >= waits[0] + waits[1] && took <= waits[0] + waits[1] + Duration::from_millis(2),
+            "the status landed after {took:?}; the conflict waits are {waits:?}"
+        );
         for request in t.requests_of(&Method::PATCH) {
             let body = request.body.unwrap();
             assert!(
@@ -897,10 +912,11 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
         let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
         assert_eq!(gaps.len(), 3);
         // The first conflict is retried at once, then 50 ms and 100 ms, each up to a quarter
-        // shorter.
-        assert!(gaps[1] >= Duration::from_millis(37), "the second conflict waits: {gaps:?}");
-        assert!(gaps[2] >= Duration::from_millis(75), "the third waits longer: {gaps:?}");
-        assert!(gaps.iter().all(|gap| *gap < Duration::from_secs(1)), "never long: {gaps:?}");
+        // shorter (by the pod's UID: the same in every run).
+        assert_eq!(gaps[0], Duration::ZERO, "the first conflict is retried at once: {gaps:?}");
+        assert!(on_the_tick(gaps[1], waits[0]), "the second conflict waits {:?}: {gaps:?}", waits[0]);
+        assert!(on_the_tick(gaps[2], waits[1]), "the third waits {:?}: {gaps:?}", waits[1]);
+        assert!(waits[0] >= Duration::from_millis(37) && waits[1] >= Duration::from_millis(75), "{waits:?}");
         let api = api_status(&t.api("web"));
         assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
         assert_eq!(
@@ -963,7 +979,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         let start = Instant::now();
         t.pipeline.status_manager.do_send(set_ready(&pod, "a", false));
         t.flush(&syncer).await;
-        assert!(start.elapsed() < Duration::from_secs(2), "written after {:?}", start.elapsed());
+        assert_eq!(start.elapsed(), Duration::ZERO, "written at once, no timer waited for");
         assert_eq!(
             t.summary(),
             [(Method::GET, get.clone(), Some(200)), (Method::PATCH, patch.clone(), Some(200))]
@@ -982,7 +998,7 @@ async fn a_new_version_or_a_newer_copy_ends_a_conflict_back_off() {
         let start = Instant::now();
         syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
         t.flush(&syncer).await;
-        assert!(start.elapsed() < Duration::from_secs(2), "written after {:?}", start.elapsed());
+        assert_eq!(start.elapsed(), Duration::ZERO, "written at once, no timer waited for");
         assert_eq!(t.summary(), [(Method::PATCH, patch, Some(200))]);
         let api = api_status(&t.api("web"));
         assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
@@ -1061,7 +1077,7 @@ async fn a_pod_terminated_during_init_reaches_its_terminal_phase_and_is_deleted(
         t.flush(&syncer).await;
         assert_eq!(api_status(&t.api("job")).phase.as_deref(), Some("Pending"));
 
-        let client: Api<Pod> = Api::namespaced(t.fake.client(), NS);
+        let client: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         client.delete("job", &DeleteParams::default()).await.unwrap();
         let terminating = Arc::new(t.api("job"));
         syncer.send(ApiPodObserved::of(terminating.clone())).await.unwrap();
@@ -1198,7 +1214,7 @@ async fn a_flush_does_not_wait_for_the_back_off_of_a_pod_without_a_status() {
             let start = Instant::now();
             let flushed = tokio::time::timeout(Duration::from_secs(2), syncer.send(Flush)).await;
             assert!(flushed.is_ok(), "case {case}: the flush waited for a dropped pod's back-off");
-            assert!(start.elapsed() < Duration::from_secs(1), "case {case}: {:?}", start.elapsed());
+            assert_eq!(start.elapsed(), Duration::ZERO, "case {case}: the flush waited for a timer");
             assert_eq!(stats(&syncer).await, SyncerStats::default(), "case {case}: nothing left");
             let before = t.fake.requests().len();
             syncer.send(Reconcile).await.unwrap();
@@ -1396,7 +1412,7 @@ async fn a_field_the_agent_does_not_know_survives_every_readiness_write() {
         let pod = published_pod("web");
         t.pods.add(&pod);
         t.fake.insert_pod((*pod).clone());
-        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let runtime: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         let published = json!({"status": {"containerStatuses": [{
             "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
             "image": "registry.k8s.io/pause:3.10", "imageID": "",
@@ -1487,7 +1503,7 @@ async fn the_pod_watch_delivers_the_servers_json() {
         let t = SyncTest::start().await;
         let pod = published_pod("web");
         t.fake.insert_pod((*pod).clone());
-        let runtime: Api<Pod> = Api::namespaced(t.fake.client_with(|c| c.default_retry = false), NS);
+        let runtime: Api<Pod> = Api::namespaced(t.fake.in_process_client(), NS);
         let published = json!({"status": {"containerStatuses": [{
             "name": "a", "containerID": "cri://a", "ready": false, "restartCount": 0,
             "image": "registry.k8s.io/pause:3.10", "imageID": "",
@@ -1495,7 +1511,7 @@ async fn the_pod_watch_delivers_the_servers_json() {
                               "volumeStatus": {"image": {"imageRef": IMAGE_REF}}}],
         }]}});
         runtime.patch_status("web", &PatchParams::default(), &Patch::Merge(&published)).await.unwrap();
-        let watch = probelet::cluster::pod_watch(t.fake.client(), support::syncer::NODE, None);
+        let watch = probelet::cluster::pod_watch(t.fake.in_process_client(), support::syncer::NODE, None);
         let mut watch = std::pin::pin!(watch);
         let seen = loop {
             match watch.next().await.expect("the watch goes on").unwrap() {

@@ -5,11 +5,11 @@
 //! A binary of its own with a single test: the counters are process-global and carry no pod
 //! label, so no other test may record while this one compares before and after.
 
-// The real binary runs on real time: its tests read the real clocks too.
+// A deletion timestamp is a wall-clock date (the test runs on the paused clock otherwise).
 #![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

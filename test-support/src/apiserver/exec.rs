@@ -84,7 +84,7 @@ impl ExecReply {
 }
 
 /// Answers an exec: `(namespace, pod, container, command)`.
-pub type ExecHandler = Arc<dyn Fn(&str, &str, &str, &[String]) -> ExecReply + Send + Sync>;
+pub(crate) type ExecHandler = Arc<dyn Fn(&str, &str, &str, &[String]) -> ExecReply + Send + Sync>;
 
 /// How an exec session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -349,7 +349,7 @@ fn switching_protocols(accept: &str, protocol: &str) -> Response<Body> {
 }
 
 /// The final `Status` the stream carries on channel 3 (metav1.Status as Go marshals it).
-pub fn status_json(reply: &ExecReply) -> Value {
+pub(crate) fn status_json(reply: &ExecReply) -> Value {
     if let Some(err) = &reply.error {
         let message = format!("error executing command in container: {err}");
         return json!({

@@ -98,7 +98,7 @@ pub enum Reply {
 
 /// A `Health` implementation that answers as scripted and records each request's metadata.
 #[derive(Clone)]
-pub struct ScriptedHealth {
+pub(crate) struct ScriptedHealth {
     reply: Reply,
     seen: Arc<Mutex<Vec<MetadataMap>>>,
 }

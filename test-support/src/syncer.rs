@@ -2,8 +2,9 @@
 //! pods and their mirrors included), a pipeline whose status manager the syncer follows, the
 //! fake, and builders for API pods and statuses.
 //!
-//! Real time throughout (the fake is a real HTTP server): waits are `Flush` round trips or
-//! bounded polls, never fixed sleeps.
+//! Paused time throughout: the syncer's kube client calls the fake in-process
+//! ([`FakeApiServer::in_process_client`]), so a test's clock is the runtime's, and waits are
+//! `Flush` round trips or polls that advance it, never wall-clock sleeps.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,7 +31,8 @@ pub const NS: &str = "default";
 pub const NODE: &str = "node-a";
 pub const POD_IP: &str = "10.1.2.3";
 
-/// Bounds a test's wall time.
+/// Bounds a test's time (on the paused clock: a test that waits for something that never comes
+/// fails at once, when only this timer is left).
 pub async fn bounded<F: Future>(limit: Duration, f: F) -> F::Output {
     tokio::time::timeout(limit, f).await.expect("the test finished in time")
 }
@@ -44,6 +46,17 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
     })
     .await;
     assert!(waited.is_ok(), "{what} did not happen within {limit:?}");
+}
+
+/// Pauses the runtime's clock, once per test (a test may start several [`SyncTest`]s): the
+/// syncer's client calls the fake in-process, so nothing waits on a socket and the clock moves
+/// only when every task waits on a timer. Each test runs on a thread of its own with a runtime of
+/// its own, so a thread-local flag says whether this test's clock is paused already.
+fn pause_once() {
+    thread_local!(static PAUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if !PAUSED.replace(true) {
+        tokio::time::pause();
+    }
 }
 
 /// The host's pods, with static pods and their mirror pods (changeable while a test runs).
@@ -100,6 +113,7 @@ pub struct SyncTest {
 impl SyncTest {
     /// Must run inside an actix system.
     pub async fn start() -> SyncTest {
+        pause_once();
         let fake = FakeApiServer::start().await;
         let pods = TestPods::default();
         let pipeline = start_pipeline(Arc::new(pods.clone()));
@@ -109,7 +123,7 @@ impl SyncTest {
     /// Test settings: a kube client that does not retry on its own, no request budget, short
     /// back-off, and a reconcile period long enough that only the test triggers reconciles.
     pub fn config(&self) -> SyncerConfig {
-        let client = self.fake.client_with(|c| c.default_retry = false);
+        let client = self.fake.in_process_client();
         let mut config = SyncerConfig::new(
             client,
             Arc::new(self.pods.clone()),
@@ -181,7 +195,7 @@ impl SyncTest {
     }
 }
 
-pub fn summarize(requests: &[RecordedRequest]) -> Vec<(Method, String, Option<u16>)> {
+pub(crate) fn summarize(requests: &[RecordedRequest]) -> Vec<(Method, String, Option<u16>)> {
     requests.iter().map(|r| (r.method.clone(), r.path.clone(), r.code)).collect()
 }
 

@@ -1,5 +1,6 @@
-//! Test servers and fakes shared by the integration tests. Every server binds 127.0.0.1 only.
-#![allow(dead_code)]
+//! Test servers and fakes shared by the integration tests under `tests/`, compiled once as a
+//! workspace crate instead of into every test binary. A test names it as `support`
+//! (`use probelet_test_support as support;`). Every server binds 127.0.0.1 only.
 // Test support may panic: a panic here fails the test that called it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 pub mod agent;

@@ -20,8 +20,8 @@ pub mod patch;
 pub mod reviews;
 pub mod schema;
 pub mod selectors;
-pub mod store;
-pub mod validation;
+mod store;
+mod validation;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -133,7 +133,7 @@ impl RecordedRequest {
 }
 
 /// A predicate on a request's method and path.
-pub type RequestPredicate = Arc<dyn Fn(&Method, &str) -> bool + Send + Sync>;
+pub(crate) type RequestPredicate = Arc<dyn Fn(&Method, &str) -> bool + Send + Sync>;
 
 /// Which requests a fault applies to.
 #[derive(Clone)]
@@ -326,6 +326,20 @@ impl FakeApiServer {
         self.client_with(|_| {})
     }
 
+    /// A `kube::Client` that calls this server's handlers in-process, as a tower service (no
+    /// socket, no kube retry layer): everything runs on the test's runtime and its timers, so a
+    /// test under paused time controls the whole round trip. The same store, faults and request
+    /// log as the TCP server; a dropped connection is a transport error. `pods/exec` needs the
+    /// TCP server (it upgrades the connection).
+    pub fn in_process_client(&self) -> kube::Client {
+        let shared = self.shared.clone();
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let shared = shared.clone();
+            async move { respond(shared, req, None).await }
+        });
+        kube::Client::new(service, "default")
+    }
+
     /// A `kube::Client` for this server with its config adjusted first (e.g.
     /// `default_retry = false` to see 429/503/504 answers).
     pub fn client_with(&self, adjust: impl FnOnce(&mut kube::Config)) -> kube::Client {
@@ -397,10 +411,6 @@ impl FakeApiServer {
             FaultTimes::Always => (None, 0),
         };
         lock(&self.shared.faults).push(ActiveFault { fault, remaining, rng: SplitMix(seed) });
-    }
-
-    pub fn clear_faults(&self) {
-        lock(&self.shared.faults).clear();
     }
 
     /// Stops accepting, ends open connections and watches.
@@ -521,8 +531,18 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
 
 async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Result<Response<Body>, DropConnection> {
     // `pods/exec` upgrades the connection: claim the upgrade before the body is taken.
-    let upgrade = req.headers().get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let exec_upgrade = exec::claim(&mut req);
+    respond(shared, req, exec_upgrade).await
+}
+
+/// Answers one request, over a connection or in-process ([`FakeApiServer::in_process_client`]):
+/// records it, applies the faults, and routes it to the store.
+async fn respond<B: hyper::body::Body>(
+    shared: Arc<Shared>,
+    req: Request<B>,
+    exec_upgrade: Option<exec::ExecUpgrade>,
+) -> Result<Response<Body>, DropConnection> {
+    let upgrade = req.headers().get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query().unwrap_or(""));

@@ -297,7 +297,7 @@ pub fn fmt_v(v: &Value) -> String {
 
 /// `fmt`'s `%v` of a float64: shortest digits, exponent form when the decimal exponent is below -4
 /// or at least 6 (Go's rule for the shortest `%g`).
-pub fn format_float_g(f: f64) -> String {
+pub(crate) fn format_float_g(f: f64) -> String {
     if f == 0.0 {
         return "0".into();
     }
@@ -339,7 +339,7 @@ impl Instant {
         Instant { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
     }
 
-    pub fn plus_secs(self, secs: i64) -> Instant {
+    pub(crate) fn plus_secs(self, secs: i64) -> Instant {
         Instant { secs: self.secs + secs, nanos: self.nanos }
     }
 

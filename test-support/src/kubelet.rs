@@ -53,11 +53,11 @@ impl Harness {
         h
     }
 
-    pub fn start_with(prober: ScriptedProber) -> Harness {
+    pub(crate) fn start_with(prober: ScriptedProber) -> Harness {
         Self::start_gated(prober, probelet::FeatureGates::default())
     }
 
-    /// [`Harness::start_with`] with these feature gates.
+    /// `Harness::start_with` with these feature gates.
     pub fn start_gated(prober: ScriptedProber, feature_gates: probelet::FeatureGates) -> Harness {
         let pods = PodRegistry::new();
         let recorder = MemoryRecorder::new();

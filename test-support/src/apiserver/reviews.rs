@@ -88,11 +88,6 @@ impl Reviews {
         });
     }
 
-    /// Forgets every token and grant.
-    pub fn clear(&mut self) {
-        *self = Reviews::default();
-    }
-
     fn token_review(&self, body: &Value) -> Outcome {
         let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
         let token = spec.get("token").and_then(Value::as_str).unwrap_or("");

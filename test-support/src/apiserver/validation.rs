@@ -16,8 +16,6 @@ pub enum ErrType {
     Required,
     Forbidden,
     Duplicate,
-    NotSupported,
-    TooLong,
 }
 
 impl ErrType {
@@ -27,8 +25,6 @@ impl ErrType {
             ErrType::Required => "Required value",
             ErrType::Forbidden => "Forbidden",
             ErrType::Duplicate => "Duplicate value",
-            ErrType::NotSupported => "Unsupported value",
-            ErrType::TooLong => "Too long",
         }
     }
 
@@ -38,8 +34,6 @@ impl ErrType {
             ErrType::Required => "FieldValueRequired",
             ErrType::Forbidden => "FieldValueForbidden",
             ErrType::Duplicate => "FieldValueDuplicate",
-            ErrType::NotSupported => "FieldValueNotSupported",
-            ErrType::TooLong => "FieldValueTooLong",
         }
     }
 }
@@ -87,9 +81,7 @@ impl FieldError {
     /// `ErrorBody()`: the message without the field path.
     pub fn body(&self) -> String {
         let mut s = match (&self.kind, &self.value) {
-            (ErrType::Required | ErrType::Forbidden | ErrType::TooLong, _) | (_, None) => {
-                self.kind.text().to_string()
-            }
+            (ErrType::Required | ErrType::Forbidden, _) | (_, None) => self.kind.text().to_string(),
             (_, Some(v)) => {
                 let v = match v {
                     BadValue::Str(s) => quote(s),
@@ -126,7 +118,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn status_json(&self) -> Value {
+    pub(crate) fn status_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("kind".into(), json!("Status"));
         m.insert("apiVersion".into(), json!("v1"));
@@ -158,7 +150,7 @@ impl ApiError {
     }
 
     /// `NewAlreadyExists`.
-    pub fn already_exists(res: &Resource, name: &str) -> Self {
+    pub(crate) fn already_exists(res: &Resource, name: &str) -> Self {
         Self::new(
             409,
             "AlreadyExists",
@@ -178,7 +170,7 @@ impl ApiError {
     }
 
     /// The optimistic-concurrency conflict.
-    pub fn modified(res: &Resource, name: &str) -> Self {
+    pub(crate) fn modified(res: &Resource, name: &str) -> Self {
         Self::conflict(
             res,
             name,
@@ -186,16 +178,16 @@ impl ApiError {
         )
     }
 
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message, None)
     }
 
     /// A plain Go error turned into a Status: 500 without reason or details.
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "", message, None)
     }
 
-    pub fn internal_error(message: impl Into<String>) -> Self {
+    pub(crate) fn internal_error(message: impl Into<String>) -> Self {
         let message = message.into();
         Self::new(
             500,
@@ -209,7 +201,7 @@ impl ApiError {
         Self::new(410, "Expired", message, None)
     }
 
-    pub fn method_not_allowed() -> Self {
+    pub(crate) fn method_not_allowed() -> Self {
         Self::new(
             405,
             "MethodNotAllowed",
@@ -218,11 +210,11 @@ impl ApiError {
         )
     }
 
-    pub fn route_not_found() -> Self {
+    pub(crate) fn route_not_found() -> Self {
         Self::new(404, "NotFound", "the server could not find the requested resource", Some(json!({})))
     }
 
-    pub fn unsupported_media_type() -> Self {
+    pub(crate) fn unsupported_media_type() -> Self {
         Self::new(415, "UnsupportedMediaType", "415: Unsupported Media Type", Some(json!({})))
     }
 
@@ -237,7 +229,7 @@ impl ApiError {
         e
     }
 
-    pub fn service_unavailable() -> Self {
+    pub(crate) fn service_unavailable() -> Self {
         Self::new(
             503,
             "ServiceUnavailable",
@@ -247,7 +239,7 @@ impl ApiError {
     }
 
     /// `NewGenericServerResponse(422, ...)`: what a failed JSON patch gives.
-    pub fn unprocessable_generic() -> Self {
+    pub(crate) fn unprocessable_generic() -> Self {
         Self::new(
             422,
             "Invalid",
@@ -318,7 +310,7 @@ pub struct Resource {
 impl Resource {
     pub const PODS: Resource = Resource { group: "", plural: "pods" };
 
-    pub fn qualified(&self) -> String {
+    pub(crate) fn qualified(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_string()
         } else {
@@ -378,7 +370,7 @@ fn is_dns1123_label_part(s: &str) -> bool {
 }
 
 /// `IsDNS1123Subdomain`.
-pub fn dns1123_subdomain(s: &str) -> Vec<String> {
+pub(crate) fn dns1123_subdomain(s: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if s.len() > 253 {
         errs.push("must be no more than 253 characters".to_string());
@@ -390,7 +382,7 @@ pub fn dns1123_subdomain(s: &str) -> Vec<String> {
 }
 
 /// `IsDNS1123Label`.
-pub fn dns1123_label(s: &str) -> Vec<String> {
+pub(crate) fn dns1123_label(s: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if s.len() > 63 {
         errs.push("must be no more than 63 characters".to_string());
@@ -402,7 +394,7 @@ pub fn dns1123_label(s: &str) -> Vec<String> {
 }
 
 /// `IsQualifiedName`.
-pub fn qualified_name(value: &str) -> Vec<String> {
+pub(crate) fn qualified_name(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {
@@ -437,7 +429,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
 }
 
 /// `ValidateQualifiedName`.
-pub fn validate_qualified_name(value: &str, field: &str) -> Vec<FieldError> {
+pub(crate) fn validate_qualified_name(value: &str, field: &str) -> Vec<FieldError> {
     qualified_name(value)
         .into_iter()
         .map(|m| FieldError::invalid(field, BadValue::Str(value.into()), m))
@@ -483,7 +475,7 @@ fn meta_str<'a>(obj: &'a Value, key: &str) -> &'a str {
 }
 
 /// `ValidateObjectMetaUpdate`: immutable identity fields and label syntax.
-pub fn validate_object_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_object_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for key in ["name", "namespace", "uid"] {
         let (n, o) = (meta_str(new, key), meta_str(old, key));
@@ -509,7 +501,7 @@ pub fn validate_object_meta_update(new: &Value, old: &Value) -> Vec<FieldError> 
 }
 
 /// Metadata checks on create (`ValidateObjectMeta`).
-pub fn validate_object_meta_create(obj: &Value, name_is_label: bool) -> Vec<FieldError> {
+pub(crate) fn validate_object_meta_create(obj: &Value, name_is_label: bool) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let name = meta_str(obj, "name");
     if name.is_empty() {
@@ -626,7 +618,7 @@ fn validate_observed_generations(status: &Value) -> Vec<FieldError> {
 }
 
 /// `ValidatePodStatusUpdate` (the strategy's part; the caller adds the common metadata checks).
-pub fn validate_pod_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_pod_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = validate_object_meta_update(new, old);
     let status = new.get("status").cloned().unwrap_or(Value::Null);
     let old_status = old.get("status").cloned().unwrap_or(Value::Null);
@@ -663,7 +655,7 @@ pub fn validate_pod_status_update(new: &Value, old: &Value) -> Vec<FieldError> {
 
 /// The update rules of `ValidatePodUpdate` for the main resource: only images,
 /// `activeDeadlineSeconds` and added tolerations may change.
-pub fn validate_pod_update(new: &Value, old: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_pod_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = validate_object_meta_update(new, old);
     let (ns, os) =
         (new.get("spec").cloned().unwrap_or(Value::Null), old.get("spec").cloned().unwrap_or(Value::Null));
@@ -729,7 +721,7 @@ pub fn validate_pod_update(new: &Value, old: &Value) -> Vec<FieldError> {
 }
 
 /// The subset of `ValidatePodCreate` the fake checks: metadata and containers.
-pub fn validate_pod_create(pod: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_pod_create(pod: &Value) -> Vec<FieldError> {
     let mut errs = validate_object_meta_create(pod, false);
     for key in ["initContainers", "containers"] {
         let list =
@@ -866,7 +858,7 @@ fn validate_v1_event_series(e: &Value) -> Vec<FieldError> {
 }
 
 /// `ValidateEventCreate` on the stored (core) form.
-pub fn validate_event_create(e: &Value, api: EventApi) -> Vec<FieldError> {
+pub(crate) fn validate_event_create(e: &Value, api: EventApi) -> Vec<FieldError> {
     let mut errs = legacy_validate_event(e, api);
     if api == EventApi::CoreV1 {
         return errs;
@@ -900,7 +892,7 @@ pub fn validate_event_create(e: &Value, api: EventApi) -> Vec<FieldError> {
 }
 
 /// `ValidateEventUpdate` on the stored (core) forms.
-pub fn validate_event_update(new: &Value, old: &Value, api: EventApi) -> Vec<FieldError> {
+pub(crate) fn validate_event_update(new: &Value, old: &Value, api: EventApi) -> Vec<FieldError> {
     let mut errs = legacy_validate_event(new, api);
     if api == EventApi::CoreV1 {
         return errs;

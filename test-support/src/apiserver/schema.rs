@@ -5,12 +5,12 @@
 //! kube-apiserver decodes every write into Go structs and encodes them back, so a stored object
 //! differs from what the client sent: unknown fields vanish (with a warning), `lastProbeTime: null`
 //! appears, `lastState: {}` appears, timestamps are cut to whole seconds. [`decode`] does the same
-//! to a JSON value; [`Ordered`] writes a value with the keys in Go's field order.
+//! to a JSON value; `Ordered` writes a value with the keys in Go's field order.
 
 use std::sync::{Arc, OnceLock};
 
 use serde::ser::{SerializeMap, SerializeSeq};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use super::golang;
 
@@ -21,7 +21,6 @@ pub enum Ty {
     Int32,
     Int64,
     Bool,
-    Float,
     /// `metav1.Time`: RFC 3339, whole seconds, `null` when zero.
     Time,
     /// `metav1.MicroTime`: RFC 3339 with microseconds, `null` when zero.
@@ -76,7 +75,7 @@ pub struct Field {
 
 impl Ty {
     /// The type and patch strategy of the member `key` of a value of this type.
-    pub fn member(&self, key: &str) -> (Ty, Strategy) {
+    pub(crate) fn member(&self, key: &str) -> (Ty, Strategy) {
         match self {
             Ty::Struct(s) => s
                 .fields
@@ -90,7 +89,7 @@ impl Ty {
     }
 
     /// The element type of a list type.
-    pub fn elem(&self) -> Ty {
+    pub(crate) fn elem(&self) -> Ty {
         match self {
             Ty::List(t) => (**t).clone(),
             _ => Ty::Any,
@@ -103,7 +102,6 @@ impl Ty {
             Ty::Int32 => "int32".into(),
             Ty::Int64 => "int64".into(),
             Ty::Bool => "bool".into(),
-            Ty::Float => "float64".into(),
             Ty::Time => "v1.Time".into(),
             Ty::MicroTime => "v1.MicroTime".into(),
             Ty::Quantity => "resource.Quantity".into(),
@@ -121,7 +119,6 @@ impl Ty {
             Ty::Int32 => "int32",
             Ty::Int64 => "int64",
             Ty::Bool => "bool",
-            Ty::Float => "float64",
             Ty::Struct(_) | Ty::Time | Ty::MicroTime | Ty::Quantity | Ty::IntOrString => "struct",
             Ty::List(_) => "slice",
             Ty::Map(_) => "map",
@@ -193,7 +190,6 @@ pub fn zero(ty: &Ty) -> Value {
     match ty {
         Ty::Str => Value::String(String::new()),
         Ty::Int32 | Ty::Int64 | Ty::IntOrString => Value::Number(0.into()),
-        Ty::Float => Value::Number(0.into()),
         Ty::Bool => Value::Bool(false),
         Ty::Quantity => Value::String("0".into()),
         Ty::Struct(_) => decode(&Value::Object(Map::new()), ty).map(|d| d.value).unwrap_or(Value::Null),
@@ -302,10 +298,6 @@ impl Dec {
                 }
                 Ok(Value::Number(i.into()))
             }
-            Ty::Float => match v {
-                Value::Number(_) => Ok(v.clone()),
-                _ => Err(self.err(v, ty, owner)),
-            },
             Ty::Time | Ty::MicroTime => match v {
                 Value::String(s) if s.is_empty() => Ok(Value::Null),
                 Value::String(s) => match golang::parse_rfc3339(s) {
@@ -418,7 +410,7 @@ impl Dec {
 
 /// Serializes a value with object keys in the Go field order of `ty` (keys the type does not
 /// know follow in alphabetical order).
-pub struct Ordered<'a>(pub &'a Value, pub &'a Ty);
+pub(crate) struct Ordered<'a>(pub(crate) &'a Value, pub(crate) &'a Ty);
 
 impl serde::Serialize for Ordered<'_> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
@@ -457,7 +449,7 @@ impl serde::Serialize for Ordered<'_> {
 }
 
 /// `value` as JSON bytes with Go's key order.
-pub fn to_json(value: &Value, ty: &Ty) -> Vec<u8> {
+pub(crate) fn to_json(value: &Value, ty: &Ty) -> Vec<u8> {
     serde_json::to_vec(&Ordered(value, ty)).unwrap_or_default()
 }
 
@@ -935,9 +927,4 @@ pub fn schemas() -> &'static Schemas {
             binding,
         }
     })
-}
-
-/// A JSON number from an i64.
-pub fn num(i: i64) -> Value {
-    Value::Number(Number::from(i))
 }

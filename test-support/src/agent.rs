@@ -1,0 +1,205 @@
+//! Running the `probelet` binary in a test: starting it (in cluster mode on a kubeconfig for the
+//! fake API server), its HTTP address from the start line it prints, plain `GET`s on its
+//! listener (exact status code and body, an optional bearer token), its metrics, waiting for
+//! what it writes, and stopping it (SIGTERM and exit 0, or a kill).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use crate::apiserver::FakeApiServer;
+
+/// The `host:port` of the start line (`… http://ADDR/pods, /metrics`), read from the agent's
+/// standard output within 60 s.
+pub async fn banner_addr(lines: &mut tokio::io::Lines<impl AsyncBufRead + Unpin>) -> String {
+    let banner = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("agent exited before its banner");
+            if line.contains("http://") {
+                return line;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let start = banner.find("http://").unwrap() + "http://".len();
+    banner[start..start + banner[start..].find('/').unwrap()].to_owned()
+}
+
+/// `GET path` on a new connection, with `Authorization: Bearer <token>` when given: the status
+/// code and the body.
+pub async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let code = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+/// Writes a kubeconfig for an API server at `url` (no credentials) to a temporary file named
+/// after `name` and this process, and returns its path.
+pub fn kubeconfig_for(url: &str, name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Starts `probelet run` (the binary at `probelet`: a test's `env!("CARGO_BIN_EXE_probelet")`,
+/// which only the root package's tests see) in cluster mode against the API server at `url`,
+/// for node `node-a`, on a free loopback port, with `extra` arguments; returns it with the
+/// kubeconfig written for it ([`kubeconfig_for`]). Killed when dropped.
+pub fn spawn_cluster_agent(
+    probelet: &str,
+    url: &str,
+    name: &str,
+    extra: &[&str],
+    stdout: Stdio,
+    stderr: Stdio,
+) -> (Child, PathBuf) {
+    let kubeconfig = kubeconfig_for(url, name);
+    let agent = Command::new(probelet)
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    (agent, kubeconfig)
+}
+
+/// Sends SIGTERM to a running child.
+pub fn sigterm(child: &Child) {
+    if let Some(id) = child.id() {
+        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+    }
+}
+
+/// SIGTERM, then waits up to `limit` for the child to exit, and asserts it exited 0 (the agent
+/// stops its probes and containers, flushes and exits cleanly on SIGTERM).
+pub async fn stop(child: &mut Child, limit: Duration) {
+    sigterm(child);
+    let status = tokio::time::timeout(limit, child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+}
+
+/// What a `Drop` of a test's agent does: SIGTERM and a bounded while (15 s) for it to stop its
+/// containers, which the SIGKILL of `kill_on_drop` would leave running. Drop cannot await, so
+/// this polls.
+#[allow(clippy::disallowed_methods, reason = "a real process's exit, on the wall clock, outside any runtime")]
+pub fn stop_on_drop(child: &mut Child) {
+    sigterm(child);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Kills a cluster-mode agent (nothing of it is asserted any more) and removes its kubeconfig.
+pub async fn kill(mut child: Child, kubeconfig: &Path) {
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let _ = std::fs::remove_file(kubeconfig);
+}
+
+/// Waits (at most 30 s, polling) until the fake's copy of pod `default/name` satisfies `pred`;
+/// returns it. `what` names the condition in the failure message.
+pub async fn wait_for_pod(fake: &FakeApiServer, name: &str, what: &str, pred: impl Fn(&Pod) -> bool) -> Pod {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(pod) = fake.pod("default", name).filter(|p| pred(p)) {
+            return pod;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}: {what} within 30 s; pod: {:?}",
+            fake.pod("default", name)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The agent's `/metrics` text (open without a token, as on the kubelet); asserts a 200.
+pub async fn metrics(addr: &str) -> String {
+    let (code, body) = get(addr, "/metrics", None).await;
+    assert_eq!(code, 200, "/metrics: {body}");
+    body
+}
+
+/// The value of one series (`name{labels}` exactly as exported) in the agent's `/metrics`; 0
+/// when absent, as a counter that has not moved yet.
+pub async fn series_value(addr: &str, series: &str) -> f64 {
+    let text = metrics(addr).await;
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// The sum of the series of metric `name` in the agent's `/metrics` whose labels include every
+/// one of `labels` (each `key="value"` as exported); 0 when there is none.
+pub async fn series_sum(addr: &str, name: &str, labels: &[&str]) -> f64 {
+    let text = metrics(addr).await;
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|l| l.split_once("} "))
+        .filter(|(set, _)| labels.iter().all(|want| set.split(',').any(|label| label == *want)))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// A running agent binary (`probelet ARGS --listen 127.0.0.1:0`) and its HTTP address; its
+/// output is read and dropped so a full pipe never blocks it. Dropped while running (a failed
+/// test), it gets [`stop_on_drop`]'s bounded SIGTERM.
+pub struct RunningAgent {
+    /// The process.
+    pub child: Child,
+    /// The `host:port` of its listener.
+    pub addr: String,
+}
+
+impl RunningAgent {
+    /// Starts the binary at `probelet` (a test's `env!("CARGO_BIN_EXE_probelet")`) with `args`
+    /// and waits for its start line.
+    pub async fn start(probelet: &str, args: &[&str]) -> RunningAgent {
+        let mut child = Command::new(probelet)
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = banner_addr(&mut lines).await;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        RunningAgent { child, addr }
+    }
+
+    /// SIGTERM, and exit 0 within 30 s (standalone mode stops its containers first).
+    pub async fn stop(mut self) {
+        stop(&mut self.child, Duration::from_secs(30)).await;
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        stop_on_drop(&mut self.child);
+    }
+}
