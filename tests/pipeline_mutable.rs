@@ -10,7 +10,7 @@
 // Test helpers may panic: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use probelet_test_support as support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
