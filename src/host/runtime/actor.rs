@@ -25,7 +25,8 @@ use super::super::phase::kill_grace_period;
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
 use super::state::{
-    Current, Outcome, PodRuntime, RestartPolicy, Role, Slot, find_container, pod_status, should_restart,
+    Current, InstanceOutcome, PodRuntime, RestartPolicy, Role, Slot, find_container, pod_status,
+    should_restart,
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
 use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING};
@@ -251,9 +252,11 @@ impl ProcessRuntime {
                     return;
                 }
                 match self.outcome(pod_uid, &container.name) {
-                    Outcome::ExitedWith(0) => continue,
-                    Outcome::Running => return,
-                    Outcome::ExitedWith(_) | Outcome::StartFailed if policy == RestartPolicy::Never => {
+                    InstanceOutcome::ExitedWith(0) => continue,
+                    InstanceOutcome::Running => return,
+                    InstanceOutcome::ExitedWith(_) | InstanceOutcome::StartFailed
+                        if policy == RestartPolicy::Never =>
+                    {
                         tracing::info!(pod = %pod_ref(&pod), container = %container.name, "init container failed and the pod's restart policy is Never");
                         if let Some(state) = self.pods.get_mut(pod_uid) {
                             state.init_failed = true;
@@ -262,7 +265,9 @@ impl ProcessRuntime {
                         self.complete(pod_uid, ctx);
                         return;
                     }
-                    Outcome::ExitedWith(_) | Outcome::StartFailed | Outcome::NotStarted => {
+                    InstanceOutcome::ExitedWith(_)
+                    | InstanceOutcome::StartFailed
+                    | InstanceOutcome::NotStarted => {
                         self.try_start(pod_uid, container, role, ctx);
                         return;
                     }
@@ -280,9 +285,9 @@ impl ProcessRuntime {
         }
         for container in &spec.containers {
             let start = match self.outcome(pod_uid, &container.name) {
-                Outcome::NotStarted | Outcome::StartFailed => true,
-                Outcome::Running => false,
-                Outcome::ExitedWith(code) => should_restart(Role::Regular, policy, code),
+                InstanceOutcome::NotStarted | InstanceOutcome::StartFailed => true,
+                InstanceOutcome::Running => false,
+                InstanceOutcome::ExitedWith(code) => should_restart(Role::Regular, policy, code),
             };
             if start {
                 self.try_start(pod_uid, container, Role::Regular, ctx);
@@ -293,7 +298,7 @@ impl ProcessRuntime {
         let completed = !spec.containers.is_empty()
             && spec.containers.iter().all(|c| {
                 matches!(self.outcome(pod_uid, &c.name),
-                    Outcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
+                    InstanceOutcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
             });
         if completed {
             self.complete(pod_uid, ctx);
@@ -327,12 +332,12 @@ impl ProcessRuntime {
         ctx.spawn(stop);
     }
 
-    fn outcome(&self, pod_uid: &str, name: &str) -> Outcome {
+    fn outcome(&self, pod_uid: &str, name: &str) -> InstanceOutcome {
         match self.pods.get(pod_uid).and_then(|p| p.containers.get(name)).map(|s| &s.current) {
-            None | Some(Current::NotStarted) => Outcome::NotStarted,
-            Some(Current::Running(_)) => Outcome::Running,
-            Some(Current::Exited { terminated, .. }) => Outcome::ExitedWith(terminated.exit_code),
-            Some(Current::StartFailed { .. }) => Outcome::StartFailed,
+            None | Some(Current::NotStarted) => InstanceOutcome::NotStarted,
+            Some(Current::Running(_)) => InstanceOutcome::Running,
+            Some(Current::Exited { terminated, .. }) => InstanceOutcome::ExitedWith(terminated.exit_code),
+            Some(Current::StartFailed { .. }) => InstanceOutcome::StartFailed,
         }
     }
 
