@@ -1,5 +1,5 @@
 //! The probe vocabulary every part of the engine speaks: which probe (`ProbeKind`), what an
-//! executor concluded (`Outcome`, upstream `probe.Result`), what the results cache holds
+//! executor concluded (`ProbeOutcome`, upstream `probe.Result`), what the results cache holds
 //! (`ProbeResult`, upstream `results.Result`), why a probe could not run (`ProbeError`) and
 //! which worker it is (`ProbeKey`). A leaf: it imports no other module of the engine, so the
 //! prober, the results cache and the host contracts all use it without importing each other.
@@ -51,7 +51,7 @@ impl fmt::Display for ProbeKind {
 
 /// What an executor concluded (upstream `probe.Result`): the string forms appear in events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub enum ProbeOutcome {
     /// The probe passed.
     Success,
     /// Logically a success, with extra information worth an event (an unfollowed redirect).
@@ -64,20 +64,20 @@ pub enum Outcome {
     Unknown,
 }
 
-impl Outcome {
+impl ProbeOutcome {
     /// The lower-case text upstream prints for a `probe.Result` ("success", "warning", "failure",
     /// "unknown").
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Success => "success",
-            Outcome::Warning => "warning",
-            Outcome::Failure => "failure",
-            Outcome::Unknown => "unknown",
+            ProbeOutcome::Success => "success",
+            ProbeOutcome::Warning => "warning",
+            ProbeOutcome::Failure => "failure",
+            ProbeOutcome::Unknown => "unknown",
         }
     }
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for ProbeOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -161,10 +161,10 @@ pub enum ProbeError {
 
 impl ProbeError {
     /// The executor-level result that accompanies this error upstream.
-    pub fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> ProbeOutcome {
         match self {
-            ProbeError::BodyRead(_) => Outcome::Failure,
-            _ => Outcome::Unknown,
+            ProbeError::BodyRead(_) => ProbeOutcome::Failure,
+            _ => ProbeOutcome::Unknown,
         }
     }
 }
