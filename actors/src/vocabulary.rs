@@ -83,6 +83,10 @@ impl fmt::Display for ProbeOutcome {
     }
 }
 
+/// The former name of [`ProbeOutcome`], kept so hosts that import it still build.
+#[deprecated(note = "renamed to `ProbeOutcome`")]
+pub type Outcome = ProbeOutcome;
+
 /// What the results cache holds for a container (upstream `results.Result`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ProbeResult {
@@ -178,4 +182,17 @@ pub struct ProbeKey {
     pub container_name: String,
     /// Which of the container's probes this worker runs.
     pub kind: ProbeKind,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_former_outcome_name_still_names_the_probe_outcome() {
+        let outcome: Outcome = ProbeOutcome::Warning;
+        assert_eq!(outcome, Outcome::Warning);
+        assert_eq!(outcome.as_str(), "warning");
+    }
 }

@@ -18,6 +18,8 @@ pub mod timing;
 pub mod update_status;
 pub mod worker;
 
+#[allow(deprecated)]
+pub use crate::vocabulary::Outcome;
 pub use crate::vocabulary::{ProbeError, ProbeKind, ProbeOutcome, ProbeResult};
 pub use probe::{
     EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeHostPolicy, ProbeRunner, Prober,
