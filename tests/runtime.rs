@@ -21,7 +21,7 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, MemoryRecorder};
 use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
-    FdBudget, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged,
+    FdBudget, ForgetPod, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RuntimeChanged,
     RuntimePodStatus, Signaller, SubscribeRuntime, SyncPod,
 };
 use probelet::local_runner::LocalCommandRunner;
@@ -544,7 +544,7 @@ async fn kill_pod_stops_regular_containers_then_sidecars_in_reverse_and_restarts
     // A terminating pod is not started again.
     h.sync(&pod).await;
     assert_eq!(h.status(&id).await.unwrap(), status);
-    h.runtime.send(RemovePod(id.clone())).await.unwrap();
+    h.runtime.send(ForgetPod(id.clone())).await.unwrap();
     assert_eq!(h.status(&id).await, None);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -37,7 +37,7 @@ use super::history::ProbeHistory;
 use super::manifests::{self, Snapshot, SourceChange};
 use super::phase::{has_any_regular_container_started, kill_grace_period, pod_phase, probe_kill_message};
 use super::runtime::{
-    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, SyncPod,
+    ForgetPod, GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RuntimeChanged, SyncPod,
 };
 use super::transitions::{Summary, describe_changes};
 
@@ -315,7 +315,7 @@ impl StandaloneKubelet {
         let Some(entry) = self.entries.remove(&uid) else { return };
         self.pipeline.terminate_pod(entry.pod.clone());
         self.pipeline.remove_pod(entry.pod.clone());
-        self.runtime.do_send(RemovePod(uid.clone()));
+        self.runtime.do_send(ForgetPod(uid.clone()));
         self.pods.remove(&uid);
         self.history.remove_pod(&uid);
         // Drops this pod's status too (it is no longer an entry): the status manager's

@@ -77,7 +77,7 @@ pub struct KillPod {
 /// Forget a pod whose containers are all stopped (a container still running is SIGKILLed).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct RemovePod(pub String);
+pub struct ForgetPod(pub String);
 
 /// The runtime's view of a pod's containers, as the kubelet would build container statuses.
 #[derive(Debug, Clone, Message)]
@@ -472,10 +472,10 @@ impl Handler<KillPod> for ProcessRuntime {
     }
 }
 
-impl Handler<RemovePod> for ProcessRuntime {
+impl Handler<ForgetPod> for ProcessRuntime {
     type Result = ();
 
-    fn handle(&mut self, RemovePod(pod_uid): RemovePod, ctx: &mut Context<Self>) {
+    fn handle(&mut self, ForgetPod(pod_uid): ForgetPod, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.remove(&pod_uid) else { return };
         if let Some(timer) = state.held_back {
             ctx.cancel_future(timer);
