@@ -180,7 +180,7 @@ impl ProbeError {
 /// A pod's UID (`metadata.uid`): the key the engine and its hosts file a pod under. A type of
 /// its own so a UID cannot be passed where a name or a container ID belongs; it borrows as a
 /// `str`, so maps keyed by it are looked up with a `&str`, and serializes as the bare string.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct PodUid(String);
 
@@ -193,6 +193,14 @@ impl PodUid {
     /// The UID of a pod, if it has one (a pod the API server has not stored has none).
     pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<PodUid> {
         pod.metadata.uid.as_deref().map(PodUid::from)
+    }
+}
+
+// Debug output as the bare string's (`"0f3c"`): log lines and messages that print a key or a
+// message with `?` read as they did when the UID was a `String`.
+impl fmt::Debug for PodUid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }
 
@@ -232,6 +240,16 @@ impl AsRef<str> for PodUid {
     }
 }
 
+// A UID is read as text everywhere (log fields, label values, API paths): deref to `str`
+// keeps those reads plain while only a `PodUid` can stand where a UID is expected.
+impl std::ops::Deref for PodUid {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl Borrow<str> for PodUid {
     fn borrow(&self) -> &str {
         &self.0
@@ -260,7 +278,7 @@ impl PartialEq<String> for PodUid {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProbeKey {
     /// The UID of the pod the probed container belongs to.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The container's name within the pod spec.
     pub container_name: String,
     /// Which of the container's probes this worker runs.
@@ -283,6 +301,7 @@ mod tests {
         assert_eq!(ordered.into_iter().map(String::from).collect::<Vec<_>>(), ["a", "b"]);
 
         assert_eq!(uid.to_string(), "0f3c");
+        assert_eq!(format!("{uid:?}"), r#""0f3c""#);
         assert_eq!(uid, "0f3c");
         assert_eq!(serde_json::to_string(&uid).unwrap(), r#""0f3c""#);
         assert_eq!(serde_json::from_str::<PodUid>(r#""0f3c""#).unwrap(), uid);

@@ -22,6 +22,7 @@ use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, Reconcile, StatusSyncer};
+use probelet_actors::vocabulary::PodUid;
 
 use super::backoff::Backoff;
 use super::changes::{OwnedField, only_owned_fields_changed, owned_fields_turned_off};
@@ -45,7 +46,7 @@ pub struct ClusterHost {
     pub ready: Arc<std::sync::atomic::AtomicBool>,
     /// UIDs of pods a liveness DELETE is in flight or backing off for (one retry loop per pod),
     /// or has deleted: kept until the watch reports the pod gone.
-    pub deleting: HashSet<String>,
+    pub deleting: HashSet<PodUid>,
     /// The watch's own bookkeeping: the lost/back log lines, the UIDs the current list showed.
     pub watch: PodWatchState,
     /// Where the Warning about an invalid probe timing annotation goes.
@@ -54,7 +55,7 @@ pub struct ClusterHost {
 
 impl ClusterHost {
     fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
-        let Some(uid) = observed.pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&observed.pod) else { return };
         let pod = Arc::new(observed.pod.clone());
         let previous = self.pods.pod_by_uid(&uid);
         self.syncer.do_send(ApiPodObserved(Arc::new(observed)));
@@ -119,7 +120,7 @@ impl ClusterHost {
     }
 
     fn delete(&mut self, pod: Pod) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&pod) else { return };
         let pod = Arc::new(pod);
         self.pipeline.remove_pod(pod.clone());
         // The registry first: the history drops runs of pods the registry no longer knows.
@@ -131,15 +132,14 @@ impl ClusterHost {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
         });
-        self.pipeline.remove_orphaned_statuses(
-            self.pods.pods().iter().filter_map(|p| p.metadata.uid.clone()).collect(),
-        );
+        self.pipeline
+            .remove_orphaned_statuses(self.pods.pods().iter().filter_map(|p| PodUid::of(p)).collect());
     }
 
     /// The status half of the kubelet's `SyncPod`, with the runtime's container states taken
     /// from the API status.
     fn sync(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&pod) else { return };
         let deleting = pod.metadata.deletion_timestamp.is_some();
         if is_terminal(&pod) {
             // The kubelet never runs SyncPod for a finished pod: workers added here would stop
@@ -203,7 +203,10 @@ impl ClusterHost {
         let grace = kill_grace_period(&pod, &container, Some(change.kind));
         let params = DeleteParams {
             grace_period_seconds: Some(u32::try_from(grace.as_secs()).unwrap_or(u32::MAX)),
-            preconditions: Some(kube::api::Preconditions { uid: Some(uid.clone()), resource_version: None }),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
             ..Default::default()
         };
         let api: Api<Pod> =
@@ -364,7 +367,7 @@ impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for ClusterHost {
                     .pods
                     .pods()
                     .into_iter()
-                    .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| !listed.contains(u)))
+                    .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| !listed.contains(u)))
                     .collect();
                 for pod in gone {
                     self.delete((*pod).clone());

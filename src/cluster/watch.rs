@@ -19,6 +19,7 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::sync::api_pod::ApiPod;
+use probelet_actors::vocabulary::PodUid;
 
 use super::backoff::Backoff;
 
@@ -97,7 +98,7 @@ impl ApiReachability {
 pub struct PodWatchState {
     api: ApiReachability,
     /// UIDs seen since the current (re-)list began.
-    listed: HashSet<String>,
+    listed: HashSet<PodUid>,
 }
 
 /// What a watch event asks of the host.
@@ -109,7 +110,7 @@ pub enum PodWatchStep {
     Delete(ApiPod),
     /// A (re-)list is complete: these UIDs are the node's pods, and any other pod the host holds
     /// went while the watch was down.
-    Listed(HashSet<String>),
+    Listed(HashSet<PodUid>),
 }
 
 impl PodWatchState {
@@ -128,13 +129,13 @@ impl PodWatchState {
         }
         match event {
             Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
-                if let Some(uid) = &pod.pod.metadata.uid {
-                    self.listed.insert(uid.clone());
+                if let Some(uid) = PodUid::of(&pod.pod) {
+                    self.listed.insert(uid);
                 }
                 Some(PodWatchStep::Apply(pod))
             }
             Ok(WatchEvent::Delete(pod)) => {
-                if let Some(uid) = &pod.pod.metadata.uid {
+                if let Some(uid) = pod.pod.metadata.uid.as_deref() {
                     self.listed.remove(uid);
                 }
                 Some(PodWatchStep::Delete(pod))
@@ -212,10 +213,10 @@ mod tests {
         ApiPod::from_typed(pod)
     }
 
-    fn listed(step: Option<PodWatchStep>) -> Vec<String> {
+    fn listed(step: Option<PodWatchStep>) -> Vec<PodUid> {
         match step {
             Some(PodWatchStep::Listed(uids)) => {
-                let mut uids: Vec<String> = uids.into_iter().collect();
+                let mut uids: Vec<PodUid> = uids.into_iter().collect();
                 uids.sort();
                 uids
             }

@@ -46,6 +46,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet_actors::fnv::Fnv1a128;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::timing::{PROBE_TIMING_ANNOTATION, probe_timings};
+use probelet_actors::vocabulary::PodUid;
 use serde_json::Value;
 
 /// The largest manifest file read, in bytes (1 MiB).
@@ -469,7 +470,7 @@ pub enum SourceChange {
     /// A pod to start.
     Added(LoadedPod),
     /// A pod to stop: its file is gone, no longer loads, or changed (the UID changes with it).
-    Removed { uid: String, file: PathBuf, namespace: String, name: String },
+    Removed { uid: PodUid, file: PathBuf, namespace: String, name: String },
 }
 
 /// What changed from `old` to `new`: removals first (so a changed pod's old UID goes before its
@@ -485,7 +486,7 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SourceChange> {
     removed
         .into_iter()
         .map(|p| SourceChange::Removed {
-            uid: p.uid().to_owned(),
+            uid: p.uid().into(),
             file: p.file.clone(),
             namespace: p.namespace().to_owned(),
             name: p.name().to_owned(),

@@ -13,6 +13,7 @@ use super::{ProbeError, ProbeKind, ProbeOutcome, ProbeResult, Probed, exec, grpc
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
+use crate::vocabulary::PodUid;
 
 /// Upstream `maxProbeRetries`: a handler is tried this many times while it returns an error.
 pub const MAX_PROBE_RETRIES: usize = 3;
@@ -169,7 +170,7 @@ impl Prober {
         let mapped = self.map_outcome(kind, pod, container, attempt);
         if let Some(observer) = &self.observer {
             observer.observe(ProbeRecord {
-                pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+                pod_uid: PodUid::of(pod).unwrap_or_default(),
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 pod: pod.metadata.name.clone().unwrap_or_default(),
                 container: container.name.clone(),

@@ -19,6 +19,7 @@ use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::vocabulary::PodUid;
 
 use super::annotation::{GateProbe, READINESS_PROBES_ANNOTATION, parse_gate_probes};
 use super::condition::{
@@ -53,7 +54,7 @@ pub struct GateHost {
     /// The watch's own bookkeeping: the lost/back log lines, the UIDs the current list showed.
     pub watch: PodWatchState,
     /// The pods with the gate, by UID.
-    pub gated: HashMap<String, GatedPod>,
+    pub gated: HashMap<PodUid, GatedPod>,
 }
 
 /// Everything the host keeps about one gated pod.
@@ -131,7 +132,7 @@ fn pod_reference(pod: &Pod) -> ObjectReference {
 impl GateHost {
     fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
         let pod = Arc::new(observed.pod);
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&pod) else { return };
         if !has_gate(&pod) || is_terminal(&pod) {
             // Never gated, or finished: nothing to probe, nothing to write.
             self.forget(&uid);
@@ -196,7 +197,7 @@ impl GateHost {
             let derived = derived.clone();
             async move { pipeline.update_pod_status(derived, status).await.ok() }
         };
-        let uid = uid.to_owned();
+        let uid = PodUid::from(uid);
         ctx.spawn(fut.into_actor(self).map(move |status, act, ctx| {
             // Gone while the status was computed: storing it now would keep a status nobody
             // removes.
@@ -280,7 +281,7 @@ impl GateHost {
                 Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
             }
         };
-        let uid = uid.to_owned();
+        let uid = PodUid::from(uid);
         ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
             let Some(entry) = act.gated.get_mut(&uid) else { return };
             entry.writing = false;
@@ -321,7 +322,7 @@ impl Actor for GateHost {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(RECONCILE_PERIOD, |act, ctx| {
-            let uids: Vec<String> = act.gated.keys().cloned().collect();
+            let uids: Vec<PodUid> = act.gated.keys().cloned().collect();
             for uid in uids {
                 act.evaluate(&uid, ctx);
             }
@@ -339,7 +340,7 @@ impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for GateHost {
                 }
             }
             Some(PodWatchStep::Listed(listed)) => {
-                let gone: Vec<String> = self.gated.keys().filter(|u| !listed.contains(*u)).cloned().collect();
+                let gone: Vec<PodUid> = self.gated.keys().filter(|u| !listed.contains(*u)).cloned().collect();
                 for uid in gone {
                     self.forget(&uid);
                 }

@@ -30,6 +30,7 @@ use super::state::{
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
 use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING};
+use probelet_actors::vocabulary::PodUid;
 
 mod start;
 
@@ -59,7 +60,7 @@ impl SyncPod {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct KillContainer {
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     pub container: String,
     pub message: String,
     pub grace: Duration,
@@ -70,19 +71,19 @@ pub struct KillContainer {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct KillPod {
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     pub grace: Duration,
 }
 
 /// Forget a pod whose containers are all stopped (a container still running is SIGKILLed).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct ForgetPod(pub String);
+pub struct ForgetPod(pub PodUid);
 
 /// The runtime's view of a pod's containers, as the kubelet would build container statuses.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Option<RuntimePodStatus>")]
-pub struct GetRuntimeStatus(pub String);
+pub struct GetRuntimeStatus(pub PodUid);
 
 /// Container statuses in spec order. `ready` is false and `started` unset: the engine sets them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -95,7 +96,7 @@ pub struct RuntimePodStatus {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct RuntimeChanged {
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
 }
 
 /// Be told [`RuntimeChanged`] from now on.
@@ -116,10 +117,10 @@ pub struct ProcessRuntime {
     initial_backoff: Duration,
     max_backoff: Duration,
     /// By pod UID.
-    pods: HashMap<String, PodRuntime>,
+    pods: HashMap<PodUid, PodRuntime>,
     subscribers: Vec<Recipient<RuntimeChanged>>,
     /// Pods changed since subscribers were last told.
-    changed: HashSet<String>,
+    changed: HashSet<PodUid>,
     signaller: Signaller,
     /// How many containers may run at once, so that probes and the listener keep descriptors.
     budget: FdBudget,
@@ -180,7 +181,7 @@ impl ProcessRuntime {
             ctx.run_later(Duration::ZERO, |act, _| act.flush_changes());
         }
         if !self.changed.contains(pod_uid) {
-            self.changed.insert(pod_uid.to_owned());
+            self.changed.insert(pod_uid.into());
         }
     }
 
@@ -328,7 +329,7 @@ impl ProcessRuntime {
         }
         tracing::info!(pod = %pod_ref(&pod), "no regular container will run any more, stopping the sidecars");
         let grace = kill_grace_period(&pod, "", None);
-        let stop = self.stop_sidecars(pod_uid.to_owned(), sidecars, grace);
+        let stop = self.stop_sidecars(pod_uid.into(), sidecars, grace);
         ctx.spawn(stop);
     }
 
@@ -382,7 +383,7 @@ impl ProcessRuntime {
     /// Stops the named sidecars one after another, last first.
     fn stop_sidecars(
         &mut self,
-        pod_uid: String,
+        pod_uid: PodUid,
         mut names: Vec<String>,
         grace: Duration,
     ) -> ResponseActFuture<Self, ()> {
@@ -408,7 +409,7 @@ impl Handler<SyncPod> for ProcessRuntime {
     type Result = ();
 
     fn handle(&mut self, SyncPod { pod, started }: SyncPod, ctx: &mut Context<Self>) {
-        let Some(uid) = pod.metadata.uid.clone() else {
+        let Some(uid) = PodUid::of(&pod) else {
             tracing::warn!(
                 pod = %pod_ref(&pod),
                 "pod without a UID, not started"
@@ -485,7 +486,7 @@ impl Handler<ForgetPod> for ProcessRuntime {
                 ctx.cancel_future(timer);
             }
             if let Current::Running(running) = slot.current {
-                tracing::warn!(pod_uid, container = %name, "removing a pod whose container still runs, killing it");
+                tracing::warn!(pod_uid = pod_uid.as_str(), container = %name, "removing a pod whose container still runs, killing it");
                 if let Some(pgid) = running.pgid {
                     self.signaller.send(pgid, Signal::Kill);
                 }
