@@ -29,6 +29,7 @@ use probelet::contracts::PodRegistry;
 use probelet::results::ProbeResultChanged;
 use probelet::sync::api_pod::ApiPod;
 use probelet::sync::syncer::OwnedFields;
+use probelet::vocabulary::PodUid;
 use probelet::vocabulary::{ProbeKind, ProbeResult};
 use probelet::{Engine, k8s_openapi};
 
@@ -187,7 +188,7 @@ impl Handler<Listed> for Provider {
                 self.registry.remove(&uid);
             }
         }
-        self.engine.pipeline().remove_orphaned_statuses(self.pods.keys().cloned().collect());
+        self.engine.pipeline().remove_orphaned_statuses(self.pods.keys().map(PodUid::from).collect());
     }
 }
 
@@ -199,7 +200,7 @@ impl Handler<ProbeResultChanged> for Provider {
         if change.kind != ProbeKind::Liveness || change.result != ProbeResult::Failure {
             return;
         }
-        let Some(pod) = self.pods.get_mut(&change.pod_uid) else { return };
+        let Some(pod) = self.pods.get_mut(change.pod_uid.as_str()) else { return };
         let failed = change.container_id.to_string();
         // A result for a container already restarted matches no current ID.
         let Some((name, container)) = pod.containers.iter_mut().find(|(_, c)| c.id == failed) else { return };

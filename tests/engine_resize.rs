@@ -153,7 +153,7 @@ async fn orphaned_pods_lose_their_resize_conditions() {
     // Set before the pod ever had a status (an admission decision comes first).
     p.set_pod_resize_condition("uid-resizing", ResizeCondition::Pending, POD_REASON_DEFERRED, "", 2);
     p.set_pod_resize_condition("uid-other", ResizeCondition::Pending, POD_REASON_DEFERRED, "", 2);
-    p.remove_orphaned_statuses(HashSet::from(["uid-resizing".to_owned()]));
+    p.remove_orphaned_statuses(HashSet::from(["uid-resizing".into()]));
     assert_eq!(p.pod_resize_conditions("uid-resizing").await.unwrap().list().len(), 1);
     assert!(p.pod_resize_conditions("uid-other").await.unwrap().is_empty());
 }

@@ -14,7 +14,7 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
 use probelet::local_runner::{LocalCommandRunner, LocalContainer};
 use probelet::prober::exec::{expand_command, probe};
-use probelet::prober::{Outcome, ProbeError, Probed};
+use probelet::prober::{ProbeError, ProbeOutcome, Probed};
 use tokio::time::Instant;
 
 /// A timeout the command is meant to hit.
@@ -103,7 +103,7 @@ async fn exit_zero_is_success_with_output() {
     bounded(async {
         let runner = LocalCommandRunner::new();
         let probed = probe(&runner, &container(), &sh("echo hello"), LONG).await;
-        assert_eq!(probed, Ok(Probed::new(Outcome::Success, "hello\n")));
+        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Success, "hello\n")));
     })
     .await;
 }
@@ -118,7 +118,7 @@ async fn non_zero_exit_is_failure_with_output() {
             Ok(ExecOutput { output: b"broken\n".to_vec(), exit_code: 3 })
         );
         let probed = probe(&runner, &container(), &cmd, LONG).await;
-        assert_eq!(probed, Ok(Probed::new(Outcome::Failure, "broken\n")));
+        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Failure, "broken\n")));
     })
     .await;
 }
@@ -133,7 +133,7 @@ async fn killed_by_a_signal_exits_128_plus_the_signal() {
             Ok(ExecOutput { output: b"bye\n".to_vec(), exit_code: 137 })
         );
         let probed = probe(&runner, &container(), &cmd, LONG).await;
-        assert_eq!(probed, Ok(Probed::new(Outcome::Failure, "bye\n")));
+        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Failure, "bye\n")));
     })
     .await;
 }
@@ -145,7 +145,7 @@ async fn stdout_and_stderr_are_combined_in_arrival_order() {
         // The pauses make the order observable: output ready on both pipes at once has none.
         let cmd = sh("echo out; sleep 0.2; echo err >&2; sleep 0.2; echo out2");
         let probed = probe(&runner, &container(), &cmd, LONG).await;
-        assert_eq!(probed, Ok(Probed::new(Outcome::Success, "out\nerr\nout2\n")));
+        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Success, "out\nerr\nout2\n")));
     })
     .await;
 }
@@ -162,7 +162,7 @@ async fn output_flood_is_capped_and_fully_drained() {
         assert!(ran.output.iter().all(|b| *b == b'a'), "the first 10 KiB are stdout's");
 
         let probed = probe(&runner, &container(), &cmd, LONG).await.expect("a failure, not an error");
-        assert_eq!(probed.outcome, Outcome::Failure);
+        assert_eq!(probed.outcome, ProbeOutcome::Failure);
         assert_eq!(probed.output.len(), 10240);
     })
     .await;
@@ -176,7 +176,7 @@ async fn expanded_command_runs() {
         let cmd = expand_command(&sh("echo hello $(WHO) '$(NOBODY)'"), &env);
         assert_eq!(cmd[2], "echo hello world '$(NOBODY)'");
         let probed = probe(&runner, &container(), &cmd, LONG).await;
-        assert_eq!(probed, Ok(Probed::new(Outcome::Success, "hello world $(NOBODY)\n")));
+        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Success, "hello world $(NOBODY)\n")));
     })
     .await;
 }
@@ -190,7 +190,7 @@ async fn timeout_is_a_failure_with_the_runtime_text() {
         let probed = probe(&runner, &container(), &sh("echo started; sleep 30"), SHORT).await;
         assert_eq!(
             probed,
-            Ok(Probed::new(Outcome::Failure, r#"command "sh -c echo started; sleep 30" timed out"#))
+            Ok(Probed::new(ProbeOutcome::Failure, r#"command "sh -c echo started; sleep 30" timed out"#))
         );
     })
     .await;
@@ -377,7 +377,7 @@ async fn missing_executable_is_a_runtime_error() {
         let err = probe(&runner, &container(), &cmd, LONG).await.expect_err("cannot run");
         let ProbeError::Runtime(message) = &err else { panic!("expected a runtime error, got {err:?}") };
         assert!(message.contains("/nonexistent/probelet-no-such-probe"), "message {message}");
-        assert_eq!(err.outcome(), Outcome::Unknown);
+        assert_eq!(err.outcome(), ProbeOutcome::Unknown);
     })
     .await;
 }

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use probelet::prober::grpc::probe;
-use probelet::prober::{Outcome, Probed};
+use probelet::prober::{ProbeOutcome, Probed};
 use support::grpc_server::{self, Reply};
 use tokio::time::Instant;
 use tonic::Code;
@@ -25,7 +25,7 @@ async fn bounded<T>(fut: impl Future<Output = T>) -> T {
 }
 
 fn failure(output: impl Into<String>) -> Probed {
-    Probed::new(Outcome::Failure, output)
+    Probed::new(ProbeOutcome::Failure, output)
 }
 
 #[tokio::test]
@@ -38,8 +38,8 @@ async fn tonic_health_states() {
         ])
         .await;
         let cases: &[(&str, Probed)] = &[
-            ("", Probed::new(Outcome::Success, "service healthy")),
-            ("serving", Probed::new(Outcome::Success, "service healthy")),
+            ("", Probed::new(ProbeOutcome::Success, "service healthy")),
+            ("serving", Probed::new(ProbeOutcome::Success, "service healthy")),
             ("not-serving", failure(r#"service unhealthy (responded with "NOT_SERVING")"#)),
             ("unknown", failure(r#"service unhealthy (responded with "UNKNOWN")"#)),
             // tonic-health (like grpc-go's health server) answers an unregistered name with
@@ -67,7 +67,7 @@ async fn scripted_statuses_and_errors() {
                 failure(r#"service unhealthy (responded with "SERVICE_UNKNOWN")"#),
             ),
             ("unknown enum number", Reply::Status(7), failure(r#"service unhealthy (responded with "7")"#)),
-            ("SERVING", Reply::Status(1), Probed::new(Outcome::Success, "service healthy")),
+            ("SERVING", Reply::Status(1), Probed::new(ProbeOutcome::Success, "service healthy")),
             (
                 "Internal",
                 Reply::Error(Code::Internal, "boom".into()),
@@ -101,7 +101,7 @@ async fn sends_user_agent_service_and_grpc_timeout() {
     bounded(async {
         let (server, seen) = grpc_server::scripted(Reply::Status(1)).await;
         let got = probe("127.0.0.1", server.port(), "svc", LONG).await;
-        assert_eq!(got, Probed::new(Outcome::Success, "service healthy"));
+        assert_eq!(got, Probed::new(ProbeOutcome::Success, "service healthy"));
         let seen = seen.lock().expect("lock").clone();
         assert_eq!(seen.len(), 1);
         let ua = seen[0].get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -215,7 +215,7 @@ async fn server_starting_late_is_reached_by_the_retry() {
         drop(listener);
         let server = grpc_server::health_on(port).await;
         let got = probing.await.expect("probe task");
-        assert_eq!(got, Probed::new(Outcome::Success, "service healthy"));
+        assert_eq!(got, Probed::new(ProbeOutcome::Success, "service healthy"));
         drop(server);
     })
     .await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, HTTPHeader};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet::prober::http::{HttpProbeRequest, HttpProber, MAX_RESPONSE_BODY_BYTES};
-use probelet::prober::{KUBE_PROBE_USER_AGENT, Outcome, ProbeError, Probed};
+use probelet::prober::{KUBE_PROBE_USER_AGENT, ProbeError, ProbeOutcome, Probed};
 use support::http_server::{HttpServer, RecordedRequest, Reply};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -58,15 +58,15 @@ async fn probe(action: &HTTPGetAction) -> Result<Probed, ProbeError> {
 }
 
 fn success(body: &str) -> Result<Probed, ProbeError> {
-    Ok(Probed::new(Outcome::Success, body))
+    Ok(Probed::new(ProbeOutcome::Success, body))
 }
 
 fn failure(output: &str) -> Result<Probed, ProbeError> {
-    Ok(Probed::new(Outcome::Failure, output))
+    Ok(Probed::new(ProbeOutcome::Failure, output))
 }
 
 fn warning(body: &str) -> Result<Probed, ProbeError> {
-    Ok(Probed::new(Outcome::Warning, format!("Probe terminated redirects, Response body: {body}")))
+    Ok(Probed::new(ProbeOutcome::Warning, format!("Probe terminated redirects, Response body: {body}")))
 }
 
 // === outcomes ===
@@ -100,7 +100,7 @@ async fn body_is_capped_at_ten_kib() {
         let server = HttpServer::plain(move |_| Reply::ok(body.clone())).await;
         let got = probe(&get(server.port(), "/")).await.expect("probe");
         assert_eq!(MAX_RESPONSE_BODY_BYTES, 10240);
-        assert_eq!(got, Probed::new(Outcome::Success, want));
+        assert_eq!(got, Probed::new(ProbeOutcome::Success, want));
     })
     .await;
 }
@@ -547,7 +547,7 @@ async fn body_cut_short_is_a_body_read_error() {
         .await;
         let got = probe(&get(server.port(), "/")).await;
         assert_eq!(got, Err(ProbeError::BodyRead("unexpected EOF".into())));
-        assert_eq!(got.map_err(|e| e.outcome()), Err(Outcome::Failure));
+        assert_eq!(got.map_err(|e| e.outcome()), Err(ProbeOutcome::Failure));
     })
     .await;
 }

@@ -919,7 +919,7 @@ fn scan_and_diff_follow_added_changed_and_removed_files() {
     };
     assert_eq!(file, &dir.path().join("b.yaml"));
     assert_ne!(old_uid, new.uid());
-    assert!(first.pods.contains_key(old_uid));
+    assert!(first.pods.contains_key(old_uid.as_str()));
 
     // Remove a.yaml, add c.yaml.
     dir.remove("a.yaml");

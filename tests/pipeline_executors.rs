@@ -21,7 +21,7 @@ use probelet::contracts::{MemoryRecorder, PodRegistry};
 use probelet::prober::Probed;
 use probelet::prober::executors::{Executors, GrpcExecutor, HttpExecutor, TcpExecutor};
 use probelet::prober::http::HttpProbeRequest;
-use probelet::prober::{Outcome, ProbeError};
+use probelet::prober::{ProbeError, ProbeOutcome};
 use support::kubelet::run_for;
 use support::pods::running;
 
@@ -46,7 +46,7 @@ impl HttpExecutor for FailingHttp {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<Probed, ProbeError>> {
         self.0.push(format!("http {} {timeout:?}", request.url()));
-        Box::pin(async { Ok(Probed::new(Outcome::Failure, "HTTP probe failed with statuscode: 503")) })
+        Box::pin(async { Ok(Probed::new(ProbeOutcome::Failure, "HTTP probe failed with statuscode: 503")) })
     }
 }
 
@@ -54,7 +54,7 @@ struct PassingTcp(Calls);
 impl TcpExecutor for PassingTcp {
     fn probe<'a>(&'a self, host: &'a str, port: u16, timeout: Duration) -> BoxFuture<'a, Probed> {
         self.0.push(format!("tcp {host}:{port} {timeout:?}"));
-        Box::pin(async { Probed::new(Outcome::Success, "") })
+        Box::pin(async { Probed::new(ProbeOutcome::Success, "") })
     }
 }
 
@@ -68,7 +68,7 @@ impl GrpcExecutor for PassingGrpc {
         timeout: Duration,
     ) -> BoxFuture<'a, Probed> {
         self.0.push(format!("grpc {host}:{port} service={service} {timeout:?}"));
-        Box::pin(async { Probed::new(Outcome::Success, "") })
+        Box::pin(async { Probed::new(ProbeOutcome::Success, "") })
     }
 }
 

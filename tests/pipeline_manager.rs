@@ -186,8 +186,7 @@ async fn cleanup_pods_stops_only_pods_not_desired() {
         h.pipeline.add_pod(pod.clone());
     }
     h.wait_workers(9).await;
-    let desired: HashSet<String> =
-        ["uid-p1".to_owned(), "uid-p3".to_owned(), "uid-elsewhere".to_owned()].into();
+    let desired: HashSet<_> = ["uid-p1", "uid-p3", "uid-elsewhere"].map(Into::into).into();
     h.pipeline.cleanup_pods(desired.clone());
     h.pipeline.cleanup_pods(desired);
     h.wait_workers(6).await;

@@ -66,7 +66,7 @@ fn probe_times(h: &Harness, kind: ProbeKind, from: Instant) -> Vec<Duration> {
 }
 
 fn key(kind: ProbeKind, pod: &str) -> ProbeKey {
-    ProbeKey { pod_uid: format!("uid-{pod}"), container_name: "app".into(), kind }
+    ProbeKey { pod_uid: format!("uid-{pod}").into(), container_name: "app".into(), kind }
 }
 
 fn pod_with(name: &str, kind: ProbeKind, p: Probe) -> Arc<Pod> {

@@ -146,7 +146,7 @@ async fn subscribe(p: &Pipeline) -> Addr<Updates> {
 async fn received(p: &Pipeline, updates: &Addr<Updates>) -> Vec<(String, u64)> {
     ask(p.statuses()).await.unwrap();
     let drained = ask(updates.send(Drain)).await.unwrap();
-    drained.into_iter().map(|u| (u.pod_uid, u.status.version)).collect()
+    drained.into_iter().map(|u| (u.pod_uid.into(), u.status.version)).collect()
 }
 
 /// A host's pods with static pods and their mirrors.
@@ -205,7 +205,7 @@ async fn versions_start_at_one_and_bump_per_stored_change() {
     assert_eq!(version(&h.pipeline, &u).await, Some(3));
     let all = ask(h.pipeline.statuses()).await.unwrap();
     assert_eq!(all.len(), 1);
-    assert_eq!(all[&u].version, 3);
+    assert_eq!(all[u.as_str()].version, 3);
 }
 
 #[actix::test]
@@ -1050,14 +1050,18 @@ async fn remove_orphaned_statuses_removes_only_pods_not_in_the_set() {
     for pod in &pods {
         h.pipeline.set_pod_status(pod.clone(), status("Running", vec![running("app", "cri://1", at(0))]));
     }
-    h.pipeline.remove_orphaned_statuses(HashSet::from([uid(&pods[0]), uid(&pods[2]), "uid-unknown".into()]));
+    h.pipeline.remove_orphaned_statuses(HashSet::from([
+        uid(&pods[0]).into(),
+        uid(&pods[2]).into(),
+        "uid-unknown".into(),
+    ]));
     let all = ask(h.pipeline.statuses()).await.unwrap();
-    let mut kept: Vec<&str> = all.keys().map(String::as_str).collect();
+    let mut kept: Vec<&str> = all.keys().map(|u| u.as_str()).collect();
     kept.sort_unstable();
     assert_eq!(kept, ["uid-a", "uid-c"]);
     assert_eq!(version(&h.pipeline, "uid-b").await, None);
 
-    h.pipeline.status_manager.do_send(DeletePodStatus(uid(&pods[0])));
+    h.pipeline.status_manager.do_send(DeletePodStatus(uid(&pods[0]).into()));
     assert_eq!(version(&h.pipeline, "uid-a").await, None);
     assert_eq!(version(&h.pipeline, "uid-c").await, Some(1));
 
@@ -1088,11 +1092,11 @@ async fn views_see_every_version_and_the_removal_and_do_not_leak() {
     assert_eq!(views.len(), 2);
 
     // Removal by RemoveOrphanedStatuses and by DeletePodStatus reaches the held views.
-    h.pipeline.remove_orphaned_statuses(HashSet::from([uid(&b)]));
+    h.pipeline.remove_orphaned_statuses(HashSet::from([uid(&b).into()]));
     ask(h.pipeline.statuses()).await.unwrap();
     assert!(view_a.has_changed().unwrap());
     assert!(view_a.borrow().is_none(), "the worker sees the removal");
-    h.pipeline.status_manager.do_send(DeletePodStatus(uid(&b)));
+    h.pipeline.status_manager.do_send(DeletePodStatus(uid(&b).into()));
     ask(h.pipeline.statuses()).await.unwrap();
     assert!(view_b.borrow().is_none());
 
@@ -1100,7 +1104,7 @@ async fn views_see_every_version_and_the_removal_and_do_not_leak() {
     h.pipeline.set_pod_status(a.clone(), status("Running", vec![running("app", "cri://2", at(1))]));
     ask(h.pipeline.statuses()).await.unwrap();
     assert!(view_a.borrow().is_some());
-    h.pipeline.status_manager.do_send(DeletePodStatus(uid(&a)));
+    h.pipeline.status_manager.do_send(DeletePodStatus(uid(&a).into()));
     ask(h.pipeline.statuses()).await.unwrap();
 
     // Once the workers let go, nothing is left behind.

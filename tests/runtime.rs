@@ -21,7 +21,7 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, MemoryRecorder};
 use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
-    FdBudget, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged,
+    FdBudget, ForgetPod, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RuntimeChanged,
     RuntimePodStatus, Signaller, SubscribeRuntime, SyncPod,
 };
 use probelet::local_runner::LocalCommandRunner;
@@ -47,7 +47,7 @@ impl Handler<RuntimeChanged> for Forward {
     type Result = ();
 
     fn handle(&mut self, msg: RuntimeChanged, _: &mut Context<Self>) {
-        let _ = self.0.send(msg.pod_uid);
+        let _ = self.0.send(msg.pod_uid.into());
     }
 }
 
@@ -92,7 +92,7 @@ impl Harness {
     }
 
     async fn status(&self, uid: &str) -> Option<RuntimePodStatus> {
-        self.runtime.send(GetRuntimeStatus(uid.to_owned())).await.unwrap()
+        self.runtime.send(GetRuntimeStatus(uid.into())).await.unwrap()
     }
 
     /// The pod's status once `done` holds, checked now and after every change notification.
@@ -116,7 +116,7 @@ impl Harness {
     }
 
     async fn kill_pod(&self, uid: &str, grace: Duration) {
-        self.runtime.send(KillPod { pod_uid: uid.to_owned(), grace }).await.unwrap();
+        self.runtime.send(KillPod { pod_uid: uid.into(), grace }).await.unwrap();
     }
 
     /// Events about one container, rendered `"<type> <reason> <message>"`.
@@ -389,7 +389,7 @@ async fn kill_container_sends_term_then_kill_after_the_grace_period_and_restarts
     let grace = Duration::from_millis(500);
     let asked = Instant::now();
     h.runtime.do_send(KillContainer {
-        pod_uid: id.clone(),
+        pod_uid: id.clone().into(),
         container: "app".into(),
         message: "Container app failed liveness probe, will be restarted".into(),
         grace,
@@ -419,7 +419,7 @@ async fn kill_container_stops_a_term_respecting_process_within_the_grace_period(
 
     let asked = Instant::now();
     h.runtime.do_send(KillContainer {
-        pod_uid: id.clone(),
+        pod_uid: id.clone().into(),
         container: "app".into(),
         message: "Container app failed startup probe".into(),
         grace: Duration::from_secs(30),
@@ -473,8 +473,8 @@ async fn a_kill_that_cannot_be_delivered_does_not_hang_the_stop() {
     assert_eq!(signals, [Signal::Term, Signal::Kill, Signal::Term, Signal::Kill]);
 
     // A kill asked while another is under way waits for it, never past its deadline.
-    let during = h.runtime.send(KillPod { pod_uid: id.clone(), grace });
-    let overlapping = h.runtime.send(KillPod { pod_uid: id.clone(), grace });
+    let during = h.runtime.send(KillPod { pod_uid: id.clone().into(), grace });
+    let overlapping = h.runtime.send(KillPod { pod_uid: id.clone().into(), grace });
     let started = Instant::now();
     let (first, second) = futures::join!(during, overlapping);
     first.unwrap();
@@ -544,7 +544,7 @@ async fn kill_pod_stops_regular_containers_then_sidecars_in_reverse_and_restarts
     // A terminating pod is not started again.
     h.sync(&pod).await;
     assert_eq!(h.status(&id).await.unwrap(), status);
-    h.runtime.send(RemovePod(id.clone())).await.unwrap();
+    h.runtime.send(ForgetPod(id.clone().into())).await.unwrap();
     assert_eq!(h.status(&id).await, None);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -915,7 +915,7 @@ async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
     assert_eq!(h.events_for("c1"), [held_back]);
 
     h.runtime.do_send(KillContainer {
-        pod_uid: id.clone(),
+        pod_uid: id.clone().into(),
         container: "c0".into(),
         message: "Stopping container c0".into(),
         grace: Duration::from_millis(100),

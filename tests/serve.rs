@@ -48,7 +48,7 @@ async fn endpoints_answer_from_the_pipeline() {
     let events = EventLog::new(clock);
     let ready = Arc::new(AtomicBool::new(false));
     history.observe(ProbeRecord {
-        pod_uid: pod.metadata.uid.clone().unwrap(),
+        pod_uid: pod.metadata.uid.clone().unwrap().into(),
         namespace: "default".into(),
         pod: "served".into(),
         container: "app".into(),

@@ -53,7 +53,7 @@ fn uid(pod: &Pod) -> String {
 /// What the results cache sends when a readiness probe result changes.
 fn set_ready(pod: &Pod, container: &str, ready: bool) -> SetContainerReadiness {
     SetContainerReadiness {
-        pod_uid: uid(pod),
+        pod_uid: uid(pod).into(),
         container_id: ContainerId::parse(&format!("cri://{container}")),
         ready,
     }
@@ -1164,7 +1164,7 @@ async fn the_state_of_pods_without_a_status_is_dropped_by_the_reconcile() {
         assert_eq!(t.fake.requests().iter().filter(|r| r.path == pod_path("ghost")).count(), 1);
 
         for pod in [&ghost, &flaky] {
-            t.pipeline.status_manager.do_send(DeletePodStatus(uid(pod)));
+            t.pipeline.status_manager.do_send(DeletePodStatus(uid(pod).into()));
         }
         syncer.send(Reconcile).await.unwrap();
         // Flush resolves only once no write is queued, in flight or waiting out a back-off.
@@ -1209,7 +1209,7 @@ async fn a_flush_does_not_wait_for_the_back_off_of_a_pod_without_a_status() {
             t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
             stats_until(&syncer, case, |s| s.backing_off == 1 && s.in_flight == 0).await;
 
-            t.pipeline.status_manager.do_send(DeletePodStatus(uid(&pod)));
+            t.pipeline.status_manager.do_send(DeletePodStatus(uid(&pod).into()));
             syncer.send(Reconcile).await.unwrap();
             let start = Instant::now();
             let flushed = tokio::time::timeout(Duration::from_secs(2), syncer.send(Flush)).await;

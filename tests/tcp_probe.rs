@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use probelet::prober::tcp::probe;
-use probelet::prober::{Outcome, Probed};
+use probelet::prober::{ProbeOutcome, Probed};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -25,7 +25,7 @@ async fn listening_port_succeeds_with_empty_output() {
     bounded(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        assert_eq!(probe("127.0.0.1", port, LONG).await, Probed::new(Outcome::Success, ""));
+        assert_eq!(probe("127.0.0.1", port, LONG).await, Probed::new(ProbeOutcome::Success, ""));
     })
     .await;
 }
@@ -38,7 +38,7 @@ async fn closed_port_fails_with_go_dial_error() {
             listener.local_addr().expect("addr").port()
         };
         let want = format!("dial tcp 127.0.0.1:{port}: connect: connection refused");
-        assert_eq!(probe("127.0.0.1", port, LONG).await, Probed::new(Outcome::Failure, want));
+        assert_eq!(probe("127.0.0.1", port, LONG).await, Probed::new(ProbeOutcome::Failure, want));
     })
     .await;
 }
@@ -69,7 +69,7 @@ async fn full_accept_queue_times_out_with_go_text() {
         let started = tokio::time::Instant::now();
         let got = probe("127.0.0.1", addr.port(), SHORT).await;
         let want = format!("dial tcp 127.0.0.1:{}: i/o timeout", addr.port());
-        assert_eq!(got, Probed::new(Outcome::Failure, want));
+        assert_eq!(got, Probed::new(ProbeOutcome::Failure, want));
         assert!(started.elapsed() >= SHORT, "gave up after {:?}", started.elapsed());
         drop(listener);
     })
@@ -83,7 +83,7 @@ async fn probe_closes_with_reset() {
     bounded(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        assert_eq!(probe("127.0.0.1", port, LONG).await.outcome, Outcome::Success);
+        assert_eq!(probe("127.0.0.1", port, LONG).await.outcome, ProbeOutcome::Success);
         let (mut accepted, _) = listener.accept().await.expect("accept");
         let mut buf = [0u8; 1];
         let read = accepted.read(&mut buf).await;
@@ -99,7 +99,7 @@ async fn zero_timeout_means_no_timeout() {
     bounded(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        assert_eq!(probe("127.0.0.1", port, Duration::ZERO).await, Probed::new(Outcome::Success, ""));
+        assert_eq!(probe("127.0.0.1", port, Duration::ZERO).await, Probed::new(ProbeOutcome::Success, ""));
     })
     .await;
 }

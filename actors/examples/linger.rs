@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use probelet_actors::prober::{Outcome, tcp};
+use probelet_actors::prober::{ProbeOutcome, tcp};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Upper bound on connections per mode, so a typo cannot run for ever.
@@ -153,7 +153,7 @@ fn run(mode: Mode, connects: usize) -> Result<Report, Box<dyn std::error::Error>
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         for _ in 0..connects {
             let probed = runtime.block_on(tcp::probe("127.0.0.1", addr.port(), Duration::from_secs(1)));
-            if probed.outcome != Outcome::Success {
+            if probed.outcome != ProbeOutcome::Success {
                 failed += 1;
             }
         }

@@ -42,6 +42,7 @@ use probelet_actors::prober::timing::PROBE_TIMING_ANNOTATION;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate_kubelet_conditions;
+use probelet_actors::vocabulary::PodUid;
 use probelet_actors::{Pipeline, PipelineConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -192,7 +193,7 @@ async fn serve(listener: tokio::net::TcpListener, target: Arc<Target>) {
 /// The instants at which each pod's readiness turned Success.
 #[derive(Default)]
 struct ReadyLog {
-    ready: HashMap<String, Instant>,
+    ready: HashMap<PodUid, Instant>,
 }
 
 impl Actor for ReadyLog {
@@ -210,7 +211,7 @@ impl Handler<ProbeResultChanged> for ReadyLog {
 }
 
 #[derive(Message)]
-#[rtype(result = "HashMap<String, Instant>")]
+#[rtype(result = "HashMap<PodUid, Instant>")]
 struct GetReady;
 
 impl Handler<GetReady> for ReadyLog {
@@ -359,7 +360,7 @@ async fn measure(
 
     let mut latencies: Vec<Duration> = (0..args.pods)
         .filter_map(|i| {
-            let at = ready.get(&format!("uid-{i}"))?;
+            let at = ready.get(format!("uid-{i}").as_str())?;
             Some(at.saturating_duration_since(start + healthy_after[i]))
         })
         .collect();

@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
 use crate::container::ContainerId;
+use crate::vocabulary::PodUid;
 
 /// Combined stdout and stderr of an exec probe is capped at this many bytes (upstream 10 KiB).
 pub const MAX_EXEC_OUTPUT: usize = 10 * 1024;
@@ -156,7 +157,7 @@ impl EventRecorder for LogRecorder {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeRecord {
     /// The UID of the probed pod.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The pod's namespace.
     pub namespace: String,
     /// The pod's name.
@@ -204,7 +205,7 @@ pub trait PodLookup: Send + Sync + 'static {
 /// An in-memory pod registry: the simplest [`PodLookup`], for hosts and tests.
 #[derive(Debug, Default, Clone)]
 pub struct PodRegistry {
-    pods: Arc<std::sync::RwLock<std::collections::HashMap<String, Arc<Pod>>>>,
+    pods: Arc<std::sync::RwLock<std::collections::HashMap<PodUid, Arc<Pod>>>>,
 }
 
 impl PodRegistry {
@@ -215,7 +216,7 @@ impl PodRegistry {
 
     /// Adds or replaces a pod (keyed by its UID; a pod without a UID is ignored).
     pub fn upsert(&self, pod: Arc<Pod>) {
-        if let (Some(uid), Ok(mut pods)) = (pod.metadata.uid.clone(), self.pods.write()) {
+        if let (Some(uid), Ok(mut pods)) = (PodUid::of(&pod), self.pods.write()) {
             pods.insert(uid, pod);
         }
     }

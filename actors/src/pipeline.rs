@@ -32,6 +32,7 @@ use crate::status::manager::{
 };
 use crate::status::resize::PodResizeConditions;
 use crate::status::views::StatusViews;
+use crate::vocabulary::PodUid;
 
 /// An actor of the pipeline did not answer (it stopped, or the system is shutting down).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -221,7 +222,7 @@ impl Pipeline {
     /// A container stopped or exited (upstream `StopContainerProbes`): stop its workers.
     pub fn stop_container_probes(&self, pod_uid: &str, container: &str) {
         self.prober_manager
-            .do_send(StopContainerProbes { pod_uid: pod_uid.to_owned(), container: container.to_owned() });
+            .do_send(StopContainerProbes { pod_uid: pod_uid.into(), container: container.to_owned() });
     }
 
     /// Under `ContainerLifecycleProber`, tells the prober manager which of the pod's probed
@@ -250,7 +251,7 @@ impl Pipeline {
     }
 
     /// Stops the workers of every pod whose UID is not in `desired` (upstream `CleanupPods`).
-    pub fn cleanup_pods(&self, desired: HashSet<String>) {
+    pub fn cleanup_pods(&self, desired: HashSet<PodUid>) {
         self.prober_manager.do_send(CleanupPods(desired));
     }
 
@@ -314,14 +315,14 @@ impl Pipeline {
 
     /// Forgets the status of every pod whose UID is not in `keep` (upstream
     /// `RemoveOrphanedStatuses`).
-    pub fn remove_orphaned_statuses(&self, keep: HashSet<String>) {
+    pub fn remove_orphaned_statuses(&self, keep: HashSet<PodUid>) {
         self.status_manager.do_send(RemoveOrphanedStatuses(keep));
     }
 
     /// The cached status of the pod with this UID or mirror pod UID (upstream `GetPodStatus`).
     pub async fn pod_status(&self, uid: &str) -> Result<Option<Arc<PodStatus>>, PipelineError> {
         self.status_manager
-            .send(GetPodStatus(uid.to_owned()))
+            .send(GetPodStatus(uid.into()))
             .await
             .map_err(|source| PipelineError { actor: "status manager", source })
     }
@@ -329,13 +330,13 @@ impl Pipeline {
     /// The cached entry of the pod with this UID or mirror pod UID, version included.
     pub async fn versioned_status(&self, uid: &str) -> Result<Option<VersionedPodStatus>, PipelineError> {
         self.status_manager
-            .send(GetVersionedStatus(uid.to_owned()))
+            .send(GetVersionedStatus(uid.into()))
             .await
             .map_err(|source| PipelineError { actor: "status manager", source })
     }
 
     /// Every cached entry, by pod UID.
-    pub async fn statuses(&self) -> Result<HashMap<String, VersionedPodStatus>, PipelineError> {
+    pub async fn statuses(&self) -> Result<HashMap<PodUid, VersionedPodStatus>, PipelineError> {
         self.status_manager
             .send(ListStatuses)
             .await
@@ -359,7 +360,7 @@ impl Pipeline {
         observed_generation: i64,
     ) {
         self.status_manager.do_send(SetPodResizeCondition {
-            pod_uid: pod_uid.to_owned(),
+            pod_uid: pod_uid.into(),
             condition,
             reason: reason.to_owned(),
             message: message.to_owned(),
@@ -375,7 +376,7 @@ impl Pipeline {
         condition: ResizeCondition,
     ) -> Result<bool, PipelineError> {
         self.status_manager
-            .send(ClearPodResizeCondition { pod_uid: pod_uid.to_owned(), condition })
+            .send(ClearPodResizeCondition { pod_uid: pod_uid.into(), condition })
             .await
             .map_err(|source| PipelineError { actor: "status manager", source })
     }
@@ -383,7 +384,7 @@ impl Pipeline {
     /// The pod's resize conditions (upstream `GetPodResizeConditions`).
     pub async fn pod_resize_conditions(&self, pod_uid: &str) -> Result<PodResizeConditions, PipelineError> {
         self.status_manager
-            .send(GetPodResizeConditions(pod_uid.to_owned()))
+            .send(GetPodResizeConditions(pod_uid.into()))
             .await
             .map_err(|source| PipelineError { actor: "status manager", source })
     }

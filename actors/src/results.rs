@@ -20,6 +20,7 @@ use actix::prelude::*;
 
 use crate::container::ContainerId;
 use crate::status::manager::{SetContainerReadiness, SetContainerStartup};
+use crate::vocabulary::PodUid;
 use crate::vocabulary::{ProbeKind, ProbeResult};
 
 // === messages ===
@@ -37,7 +38,7 @@ pub struct SetResult {
     pub result: ProbeResult,
     /// The UID of the container's pod, passed on with the change to the status manager and
     /// subscribers.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
 }
 
 /// Store a container's result only if it has none: a resumed worker's initial value, which
@@ -52,7 +53,7 @@ pub struct SeedResult {
     /// The initial value to store when the container has no entry.
     pub result: ProbeResult,
     /// The UID of the container's pod, passed on with the change.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
 }
 
 /// Forget a container's result; emits nothing (upstream `Manager.Remove`).
@@ -81,7 +82,7 @@ pub struct ProbeResultChanged {
     /// The result now stored.
     pub result: ProbeResult,
     /// The UID of the container's pod.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
 }
 
 /// The results cache as probe workers and the prober manager use it: the messages they send,

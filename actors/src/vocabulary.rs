@@ -1,10 +1,14 @@
 //! The probe vocabulary every part of the engine speaks: which probe (`ProbeKind`), what an
-//! executor concluded (`Outcome`, upstream `probe.Result`), what the results cache holds
+//! executor concluded (`ProbeOutcome`, upstream `probe.Result`), what the results cache holds
 //! (`ProbeResult`, upstream `results.Result`), why a probe could not run (`ProbeError`) and
-//! which worker it is (`ProbeKey`). A leaf: it imports no other module of the engine, so the
-//! prober, the results cache and the host contracts all use it without importing each other.
+//! which worker it is (`ProbeKey`, its pod by `PodUid`). A leaf: it imports no other module of
+//! the engine, so the prober, the results cache and the host contracts all use it without
+//! importing each other.
 
+use std::borrow::Borrow;
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 /// Which of a container's three probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,7 +55,7 @@ impl fmt::Display for ProbeKind {
 
 /// What an executor concluded (upstream `probe.Result`): the string forms appear in events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub enum ProbeOutcome {
     /// The probe passed.
     Success,
     /// Logically a success, with extra information worth an event (an unfollowed redirect).
@@ -64,24 +68,28 @@ pub enum Outcome {
     Unknown,
 }
 
-impl Outcome {
+impl ProbeOutcome {
     /// The lower-case text upstream prints for a `probe.Result` ("success", "warning", "failure",
     /// "unknown").
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Success => "success",
-            Outcome::Warning => "warning",
-            Outcome::Failure => "failure",
-            Outcome::Unknown => "unknown",
+            ProbeOutcome::Success => "success",
+            ProbeOutcome::Warning => "warning",
+            ProbeOutcome::Failure => "failure",
+            ProbeOutcome::Unknown => "unknown",
         }
     }
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for ProbeOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
+
+/// The former name of [`ProbeOutcome`], kept so hosts that import it still build.
+#[deprecated(note = "renamed to `ProbeOutcome`")]
+pub type Outcome = ProbeOutcome;
 
 /// What the results cache holds for a container (upstream `results.Result`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -161,11 +169,108 @@ pub enum ProbeError {
 
 impl ProbeError {
     /// The executor-level result that accompanies this error upstream.
-    pub fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> ProbeOutcome {
         match self {
-            ProbeError::BodyRead(_) => Outcome::Failure,
-            _ => Outcome::Unknown,
+            ProbeError::BodyRead(_) => ProbeOutcome::Failure,
+            _ => ProbeOutcome::Unknown,
         }
+    }
+}
+
+/// A pod's UID (`metadata.uid`): the key the engine and its hosts file a pod under. A type of
+/// its own so a UID cannot be passed where a name or a container ID belongs; it borrows as a
+/// `str`, so maps keyed by it are looked up with a `&str`, and serializes as the bare string.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PodUid(String);
+
+impl PodUid {
+    /// The UID as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The UID of a pod, if it has one (a pod the API server has not stored has none).
+    pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<PodUid> {
+        pod.metadata.uid.as_deref().map(PodUid::from)
+    }
+}
+
+// Debug output as the bare string's (`"0f3c"`): log lines and messages that print a key or a
+// message with `?` read as they did when the UID was a `String`.
+impl fmt::Debug for PodUid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for PodUid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for PodUid {
+    fn from(uid: String) -> Self {
+        PodUid(uid)
+    }
+}
+
+impl From<&String> for PodUid {
+    fn from(uid: &String) -> Self {
+        PodUid(uid.clone())
+    }
+}
+
+impl From<&str> for PodUid {
+    fn from(uid: &str) -> Self {
+        PodUid(uid.to_owned())
+    }
+}
+
+impl From<PodUid> for String {
+    fn from(uid: PodUid) -> Self {
+        uid.0
+    }
+}
+
+impl AsRef<str> for PodUid {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+// A UID is read as text everywhere (log fields, label values, API paths): deref to `str`
+// keeps those reads plain while only a `PodUid` can stand where a UID is expected.
+impl std::ops::Deref for PodUid {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for PodUid {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for PodUid {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for PodUid {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for PodUid {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
     }
 }
 
@@ -173,9 +278,45 @@ impl ProbeError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProbeKey {
     /// The UID of the pod the probed container belongs to.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The container's name within the pod spec.
     pub container_name: String,
     /// Which of the container's probes this worker runs.
     pub kind: ProbeKind,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_uid_is_looked_up_by_str_and_serialized_as_the_bare_string() {
+        use std::collections::{BTreeSet, HashMap};
+
+        let uid = PodUid::from("0f3c");
+        let by_uid: HashMap<PodUid, u8> = HashMap::from([(uid.clone(), 1)]);
+        assert_eq!(by_uid.get("0f3c"), Some(&1));
+        let ordered: BTreeSet<PodUid> = ["b", "a"].into_iter().map(PodUid::from).collect();
+        assert!(ordered.contains("a"));
+        assert_eq!(ordered.into_iter().map(String::from).collect::<Vec<_>>(), ["a", "b"]);
+
+        assert_eq!(uid.to_string(), "0f3c");
+        assert_eq!(format!("{uid:?}"), r#""0f3c""#);
+        assert_eq!(uid, "0f3c");
+        assert_eq!(serde_json::to_string(&uid).unwrap(), r#""0f3c""#);
+        assert_eq!(serde_json::from_str::<PodUid>(r#""0f3c""#).unwrap(), uid);
+
+        let mut pod = k8s_openapi::api::core::v1::Pod::default();
+        assert_eq!(PodUid::of(&pod), None);
+        pod.metadata.uid = Some("0f3c".into());
+        assert_eq!(PodUid::of(&pod), Some(uid));
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_former_outcome_name_still_names_the_probe_outcome() {
+        let outcome: Outcome = ProbeOutcome::Warning;
+        assert_eq!(outcome, Outcome::Warning);
+        assert_eq!(outcome.as_str(), "warning");
+    }
 }

@@ -23,11 +23,12 @@ use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, Reconcile, StatusSyncer};
+use probelet_actors::vocabulary::PodUid;
 
 use super::backoff::Backoff;
 use super::changes::{OwnedField, only_owned_fields_changed, owned_fields_turned_off};
 use super::exec::ExecRunner;
-use super::watch::{ApiReachability, Reachability};
+use super::watch::{PodWatchState, PodWatchStep, pod_watch_ended};
 use crate::cli::LivenessAction;
 use crate::host::history::ProbeHistory;
 use crate::host::phase::kill_grace_period;
@@ -44,26 +45,23 @@ pub struct ClusterHost {
     pub limiter: RateLimiter,
     pub liveness_action: LivenessAction,
     pub ready: Arc<std::sync::atomic::AtomicBool>,
-    /// UIDs seen during the current initial list.
-    pub known: HashSet<String>,
     /// UIDs of pods a liveness DELETE is in flight or backing off for (one retry loop per pod),
     /// or has deleted: kept until the watch reports the pod gone.
-    pub deleting: HashSet<String>,
-    /// Whether the watch reaches the API server (for the lost/back log lines).
-    pub api: ApiReachability,
+    pub deleting: HashSet<PodUid>,
+    /// The watch's own bookkeeping: the lost/back log lines, the UIDs the current list showed.
+    pub watch: PodWatchState,
     /// Where the Warning about an invalid probe timing annotation goes.
     pub recorder: Arc<dyn EventRecorder>,
 }
 
 impl ClusterHost {
     fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
-        let Some(uid) = observed.pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&observed.pod) else { return };
         let pod = Arc::new(observed.pod.clone());
         let previous = self.pods.pod_by_uid(&uid);
         self.syncer.do_send(ApiPodObserved(Arc::new(observed)));
         self.pods.upsert(pod.clone());
         self.exec.learn(&pod);
-        self.known.insert(uid.clone());
         if let Some(message) = invalid_timing(previous.as_deref(), &pod) {
             tracing::warn!(pod = %probelet_actors::format::pod_ref(&pod), pod_uid = %uid, error = %message, "Invalid probe timing annotation");
             self.recorder.record(
@@ -123,28 +121,26 @@ impl ClusterHost {
     }
 
     fn delete(&mut self, pod: Pod) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&pod) else { return };
         let pod = Arc::new(pod);
         self.pipeline.remove_pod(pod.clone());
         // The registry first: the history drops runs of pods the registry no longer knows.
         self.pods.remove(&uid);
         self.history.remove_pod(&uid);
         self.exec.forget(&pod);
-        self.known.remove(&uid);
         self.deleting.remove(&uid);
         self.syncer.do_send(ApiPodDeleted {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
         });
-        self.pipeline.remove_orphaned_statuses(
-            self.pods.pods().iter().filter_map(|p| p.metadata.uid.clone()).collect(),
-        );
+        self.pipeline
+            .remove_orphaned_statuses(self.pods.pods().iter().filter_map(|p| PodUid::of(p)).collect());
     }
 
     /// The status half of the kubelet's `SyncPod`, with the runtime's container states taken
     /// from the API status.
     fn sync(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&pod) else { return };
         let deleting = pod.metadata.deletion_timestamp.is_some();
         if is_terminal(&pod) {
             // The kubelet never runs SyncPod for a finished pod: workers added here would stop
@@ -213,7 +209,10 @@ impl ClusterHost {
         let grace = kill_grace_period(&pod, &container, Some(change.kind));
         let params = DeleteParams {
             grace_period_seconds: Some(u32::try_from(grace.as_secs()).unwrap_or(u32::MAX)),
-            preconditions: Some(kube::api::Preconditions { uid: Some(uid.clone()), resource_version: None }),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
             ..Default::default()
         };
         let api: Api<Pod> =
@@ -365,41 +364,29 @@ impl Actor for ClusterHost {
 
 impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for ClusterHost {
     fn handle(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>, ctx: &mut Context<Self>) {
-        match self.api.on_event(&event) {
-            Reachability::Lost => tracing::warn!(
-                error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-                "Lost the API server: the pod watch failed; listing again every second until it answers"
-            ),
-            Reachability::Back => {
-                tracing::info!("The API server is back: the pod watch lists the node's pods again")
-            }
-            Reachability::Unchanged => {}
-        }
-        match event {
-            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => self.apply(pod, ctx),
-            Ok(WatchEvent::Delete(pod)) => self.delete(pod.pod),
-            Ok(WatchEvent::Init) => self.known.clear(),
-            Ok(WatchEvent::InitDone) => {
+        match self.watch.on_event(event) {
+            Some(PodWatchStep::Apply(pod)) => self.apply(pod, ctx),
+            Some(PodWatchStep::Delete(pod)) => self.delete(pod.pod),
+            Some(PodWatchStep::Listed(listed)) => {
                 // Pods gone while the watch was down: stop probing them.
                 let gone: Vec<Arc<Pod>> = self
                     .pods
                     .pods()
                     .into_iter()
-                    .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| !self.known.contains(u)))
+                    .filter(|p| p.metadata.uid.as_deref().is_some_and(|u| !listed.contains(u)))
                     .collect();
                 for pod in gone {
                     self.delete((*pod).clone());
                 }
-                self.pipeline.cleanup_pods(self.known.clone());
+                self.pipeline.cleanup_pods(listed);
                 self.ready.store(true, Ordering::SeqCst);
             }
-            Err(err) => tracing::debug!(error = %err, "Pod watch failed; retrying with back-off"),
+            None => {}
         }
     }
 
     fn finished(&mut self, _ctx: &mut Context<Self>) {
-        // The watcher never ends on its own; if it does, keep the actor (and probing) alive.
-        tracing::error!("Pod watch ended");
+        pod_watch_ended();
     }
 }
 

@@ -112,9 +112,8 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         limiter,
         liveness_action: args.liveness_action,
         ready: common.ready.clone(),
-        known: HashSet::new(),
         deleting: HashSet::new(),
-        api: Default::default(),
+        watch: Default::default(),
         recorder,
     };
     let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());

@@ -1,5 +1,7 @@
-//! The node's pods from the API server: a list, then a watch, re-listed after a failure; and
-//! whether the API server is reachable, as the watch sees it.
+//! The node's pods from the API server: a list, then a watch, re-listed after a failure;
+//! whether the API server is reachable, as the watch sees it; and what each event asks of a host
+//! that consumes the watch as an actor stream ([`PodWatchState`], shared by the cluster host and
+//! the readiness-gate host).
 //!
 //! Upstream counterpart: the kubelet's pod informer (client-go's reflector). Like the
 //! reflector, the watch asks the server to end it after a randomised timeout and accepts
@@ -10,12 +12,14 @@
 //! keeps an open watch silent until its 60 s shutdown timeout; it cannot be back before that,
 //! so the silent watch has ended by the time it returns.)
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::sync::api_pod::ApiPod;
+use probelet_actors::vocabulary::PodUid;
 
 use super::backoff::Backoff;
 
@@ -87,6 +91,74 @@ impl ApiReachability {
     }
 }
 
+/// What a host consuming [`pod_watch`] as an actor stream keeps of the watch itself: whether
+/// the API server answers (the lost/back log lines) and the UIDs the current list has shown.
+/// Both hosts hand each event to [`PodWatchState::on_event`] and act on the step it returns.
+#[derive(Debug, Default)]
+pub struct PodWatchState {
+    api: ApiReachability,
+    /// UIDs seen since the current (re-)list began.
+    listed: HashSet<PodUid>,
+}
+
+/// What a watch event asks of the host.
+#[derive(Debug)]
+pub enum PodWatchStep {
+    /// A pod was added or changed, by a list or by the watch after it.
+    Apply(ApiPod),
+    /// The watch saw a pod deleted.
+    Delete(ApiPod),
+    /// A (re-)list is complete: these UIDs are the node's pods, and any other pod the host holds
+    /// went while the watch was down.
+    Listed(HashSet<PodUid>),
+}
+
+impl PodWatchState {
+    /// Logs what the event says about the API server and returns what the host must do, if
+    /// anything (the start of a list, a failed request: nothing).
+    pub fn on_event(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>) -> Option<PodWatchStep> {
+        match self.api.on_event(&event) {
+            Reachability::Lost => tracing::warn!(
+                error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+                "Lost the API server: the pod watch failed; listing again every second until it answers"
+            ),
+            Reachability::Back => {
+                tracing::info!("The API server is back: the pod watch lists the node's pods again")
+            }
+            Reachability::Unchanged => {}
+        }
+        match event {
+            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
+                if let Some(uid) = PodUid::of(&pod.pod) {
+                    self.listed.insert(uid);
+                }
+                Some(PodWatchStep::Apply(pod))
+            }
+            Ok(WatchEvent::Delete(pod)) => {
+                if let Some(uid) = pod.pod.metadata.uid.as_deref() {
+                    self.listed.remove(uid);
+                }
+                Some(PodWatchStep::Delete(pod))
+            }
+            Ok(WatchEvent::Init) => {
+                self.listed.clear();
+                None
+            }
+            Ok(WatchEvent::InitDone) => Some(PodWatchStep::Listed(self.listed.clone())),
+            Err(err) => {
+                tracing::debug!(error = %err, "Pod watch failed; retrying with back-off");
+                None
+            }
+        }
+    }
+}
+
+/// For a host's `StreamHandler::finished`. The watcher never ends on its own; if it does, the
+/// host keeps running (and probing) on what it last saw, rather than stopping as actix would.
+pub fn pod_watch_ended() {
+    tracing::error!("Pod watch ended");
+}
+
 /// 410 Gone / Expired, as an ERROR event of the watch or as the answer to its request.
 fn is_expired(err: &watcher::Error) -> bool {
     match err {
@@ -133,6 +205,62 @@ mod tests {
         for (i, (event, want)) in outage.into_iter().enumerate() {
             assert_eq!(api.on_event(&event), want, "event {i}");
         }
+    }
+
+    fn pod(uid: Option<&str>) -> ApiPod {
+        let mut pod = Pod::default();
+        pod.metadata.uid = uid.map(String::from);
+        ApiPod::from_typed(pod)
+    }
+
+    fn listed(step: Option<PodWatchStep>) -> Vec<PodUid> {
+        match step {
+            Some(PodWatchStep::Listed(uids)) => {
+                let mut uids: Vec<PodUid> = uids.into_iter().collect();
+                uids.sort();
+                uids
+            }
+            other => panic!("not a completed list: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_completed_list_names_the_pods_seen_since_it_began() {
+        let mut watch = PodWatchState::default();
+        assert!(watch.on_event(Ok(WatchEvent::Init)).is_none());
+        assert!(matches!(
+            watch.on_event(Ok(WatchEvent::InitApply(pod(Some("a"))))),
+            Some(PodWatchStep::Apply(_))
+        ));
+        assert!(matches!(watch.on_event(Ok(WatchEvent::InitApply(pod(None)))), Some(PodWatchStep::Apply(_))));
+        watch.on_event(Ok(WatchEvent::InitApply(pod(Some("b")))));
+        assert_eq!(listed(watch.on_event(Ok(WatchEvent::InitDone))), ["a", "b"]);
+
+        // After the list: a new pod, a deleted one, then a failure and a re-list that no longer
+        // shows "a" nor "c".
+        watch.on_event(Ok(WatchEvent::Apply(pod(Some("c")))));
+        assert!(matches!(
+            watch.on_event(Ok(WatchEvent::Delete(pod(Some("a"))))),
+            Some(PodWatchStep::Delete(_))
+        ));
+        assert!(watch.on_event(refused_api_pod()).is_none());
+        assert!(watch.on_event(Ok(WatchEvent::Init)).is_none());
+        watch.on_event(Ok(WatchEvent::InitApply(pod(Some("b")))));
+        assert_eq!(listed(watch.on_event(Ok(WatchEvent::InitDone))), ["b"]);
+    }
+
+    #[test]
+    fn a_deleted_pod_leaves_the_list() {
+        let mut watch = PodWatchState::default();
+        watch.on_event(Ok(WatchEvent::Init));
+        watch.on_event(Ok(WatchEvent::InitApply(pod(Some("a")))));
+        watch.on_event(Ok(WatchEvent::Delete(pod(Some("a")))));
+        assert!(listed(watch.on_event(Ok(WatchEvent::InitDone))).is_empty());
+    }
+
+    fn refused_api_pod() -> Result<WatchEvent<ApiPod>, watcher::Error> {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        Err(watcher::Error::InitialListFailed(kube::Error::Service(Box::new(io))))
     }
 
     #[test]

@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use probelet_actors::clock::SharedClock;
 use probelet_actors::contracts::{PodLookup, ProbeObserver, ProbeRecord};
 use probelet_actors::prober::ProbeKind;
+use probelet_actors::vocabulary::PodUid;
 use serde::Serialize;
 
 /// Results kept per probe.
@@ -33,7 +34,7 @@ pub struct ProbeRuns {
     pub results: Vec<ProbeRun>,
 }
 
-type Key = (String, String, ProbeKind);
+type Key = (PodUid, String, ProbeKind);
 
 /// Keeps the last [`RESULTS_KEPT`] runs of every probe. The lock guards a map update only.
 #[derive(Clone)]

@@ -31,13 +31,14 @@ use probelet_actors::format::pod_ref;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
+use probelet_actors::vocabulary::PodUid;
 
 use super::console::{self, Tone, tone_of_transition};
 use super::history::ProbeHistory;
 use super::manifests::{self, Snapshot, SourceChange};
 use super::phase::{has_any_regular_container_started, kill_grace_period, pod_phase, probe_kill_message};
 use super::runtime::{
-    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, SyncPod,
+    ForgetPod, GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RuntimeChanged, SyncPod,
 };
 use super::transitions::{Summary, describe_changes};
 
@@ -109,7 +110,7 @@ pub struct StandaloneKubelet {
     snapshot: Snapshot,
     /// Manifest errors already reported (reported once, not on every scan).
     reported: HashSet<String>,
-    entries: HashMap<String, PodEntry>,
+    entries: HashMap<PodUid, PodEntry>,
     /// The last [`PodEntry::generation`] given.
     generation: u64,
     /// Set once the folder has been read: `/readyz`.
@@ -184,7 +185,7 @@ impl StandaloneKubelet {
         if self.shutting_down {
             return;
         }
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&pod) else { return };
         if let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.terminating) {
             // Replacing the entry now would let the old termination remove the new pod, and the
             // runtime and status manager still hold the old one's stopping containers and final
@@ -215,7 +216,7 @@ impl StandaloneKubelet {
     /// A running pod's manifest changed its probes only (`MutableContainerProbes`): the pod
     /// keeps running and its next sync reconciles the probes.
     fn update(&mut self, pod: Pod, ctx: &mut Context<Self>) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&pod) else { return };
         let Some(entry) = self.entries.get_mut(&uid) else { return };
         if entry.terminating {
             if let Some(restart) = entry.restart.as_mut() {
@@ -233,7 +234,7 @@ impl StandaloneKubelet {
 
     /// One pod sync (the kubelet's `SyncPod`): the status is generated off the actor, then
     /// [`Self::apply`] decides what to do with it.
-    fn sync(&mut self, uid: String, ctx: &mut Context<Self>) {
+    fn sync(&mut self, uid: PodUid, ctx: &mut Context<Self>) {
         let Some(entry) = self.entries.get_mut(&uid) else { return };
         if entry.syncing {
             entry.dirty = true;
@@ -250,7 +251,7 @@ impl StandaloneKubelet {
     /// The deciding half of a sync, on the actor: store the status unless the pod is gone (a
     /// status stored now would outlive the pod); unless it is terminating, probe it and have the
     /// runtime converge — or, once its phase is terminal, stop probing it.
-    fn apply(&mut self, uid: String, generation: u64, status: Option<PodStatus>, ctx: &mut Context<Self>) {
+    fn apply(&mut self, uid: PodUid, generation: u64, status: Option<PodStatus>, ctx: &mut Context<Self>) {
         let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
         let Some(status) = status else { return self.synced(uid, generation, None, ctx) };
         let pod = entry.pod.clone();
@@ -287,7 +288,7 @@ impl StandaloneKubelet {
 
     fn synced(
         &mut self,
-        uid: String,
+        uid: PodUid,
         generation: u64,
         stored: Option<Arc<PodStatus>>,
         ctx: &mut Context<Self>,
@@ -310,7 +311,7 @@ impl StandaloneKubelet {
     /// The kubelet's `SyncTerminatingPod` and `SyncTerminatedPod` for a pod whose manifest
     /// went away: stop liveness and startup, stop the containers, write the final status,
     /// stop probing and forget the pod.
-    fn terminate(&mut self, uid: String, ctx: &mut Context<Self>) {
+    fn terminate(&mut self, uid: PodUid, ctx: &mut Context<Self>) {
         let Some(entry) = self.entries.get_mut(&uid) else { return };
         if entry.terminating {
             // Removed again before the old pod stopped: nothing to restart.
@@ -331,14 +332,14 @@ impl StandaloneKubelet {
     /// termination's to remove. Every message below is queued before the restarted pod's first
     /// sync sends any, so the runtime, the prober manager and the status manager see the old
     /// pod gone before the new one arrives.
-    fn finish_termination(&mut self, uid: String, generation: u64, ctx: &mut Context<Self>) {
+    fn finish_termination(&mut self, uid: PodUid, generation: u64, ctx: &mut Context<Self>) {
         if self.entries.get(&uid).is_none_or(|e| e.generation != generation) {
             return;
         }
         let Some(entry) = self.entries.remove(&uid) else { return };
         self.pipeline.terminate_pod(entry.pod.clone());
         self.pipeline.remove_pod(entry.pod.clone());
-        self.runtime.do_send(RemovePod(uid.clone()));
+        self.runtime.do_send(ForgetPod(uid.clone()));
         self.pods.remove(&uid);
         self.history.remove_pod(&uid);
         // Drops this pod's status too (it is no longer an entry): the status manager's
@@ -379,7 +380,7 @@ impl Actor for StandaloneKubelet {
         self.rescan(ctx);
         ctx.run_interval(self.config.rescan_period, |act, ctx| act.rescan(ctx));
         ctx.run_interval(self.config.resync_period, |act, ctx| {
-            let uids: Vec<String> = act.entries.keys().cloned().collect();
+            let uids: Vec<PodUid> = act.entries.keys().cloned().collect();
             act.pipeline.cleanup_pods(uids.iter().cloned().collect());
             for uid in uids {
                 act.sync(uid, ctx);
@@ -455,7 +456,7 @@ async fn generate_status(
     pipeline: Pipeline,
     runtime: Addr<ProcessRuntime>,
 ) -> Option<PodStatus> {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let uid = PodUid::of(&pod).unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let runtime_status = runtime.send(GetRuntimeStatus(uid)).await.ok().flatten();
     let (init, containers) = runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();

@@ -46,6 +46,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet_actors::fnv::Fnv1a128;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::timing::{PROBE_TIMING_ANNOTATION, probe_timings};
+use probelet_actors::vocabulary::PodUid;
 use serde_json::Value;
 
 /// The largest manifest file read, in bytes (1 MiB).
@@ -488,7 +489,7 @@ pub enum SourceChange {
     /// A pod to start.
     Added(LoadedPod),
     /// A pod to stop: its file is gone, no longer loads, or changed (the UID changes with it).
-    Removed { uid: String, file: PathBuf, namespace: String, name: String },
+    Removed { uid: PodUid, file: PathBuf, namespace: String, name: String },
     /// A running pod whose manifest changed and kept its UID: only its probes changed (only
     /// [`scan_with`]'s in-place UIDs leave them out). Its probes are updated in place.
     Updated(LoadedPod),
@@ -515,7 +516,7 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SourceChange> {
     removed
         .into_iter()
         .map(|p| SourceChange::Removed {
-            uid: p.uid().to_owned(),
+            uid: p.uid().into(),
             file: p.file.clone(),
             namespace: p.namespace().to_owned(),
             name: p.name().to_owned(),

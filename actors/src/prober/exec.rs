@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::EnvVar;
 
-use super::{Outcome, ProbeError, Probed};
+use super::{ProbeError, ProbeOutcome, Probed};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
 use crate::gofmt::go_quote;
@@ -121,12 +121,12 @@ fn validate_command(command: &[String]) -> Result<(), ProbeError> {
 fn classify(command: &[String], result: Result<ExecOutput, ExecError>) -> Result<Probed, ProbeError> {
     match result {
         Ok(ExecOutput { output, exit_code }) => {
-            let outcome = if exit_code == 0 { Outcome::Success } else { Outcome::Failure };
+            let outcome = if exit_code == 0 { ProbeOutcome::Success } else { ProbeOutcome::Failure };
             Ok(Probed::new(outcome, output_text(&output)))
         }
         Err(ExecError::Timeout { output }) => {
             tracing::debug!(output = %output_text(&output), "exec probe timed out");
-            Ok(Probed::new(Outcome::Failure, timeout_message(command)))
+            Ok(Probed::new(ProbeOutcome::Failure, timeout_message(command)))
         }
         Err(ExecError::Runtime(message)) => Err(ProbeError::Runtime(message)),
     }
@@ -264,22 +264,22 @@ mod tests {
             (
                 "exit 0",
                 Ok(ExecOutput { output: b"ok\n".to_vec(), exit_code: 0 }),
-                Ok(Probed::new(Outcome::Success, "ok\n")),
+                Ok(Probed::new(ProbeOutcome::Success, "ok\n")),
             ),
             (
                 "exit 3",
                 Ok(ExecOutput { output: b"bad".to_vec(), exit_code: 3 }),
-                Ok(Probed::new(Outcome::Failure, "bad")),
+                Ok(Probed::new(ProbeOutcome::Failure, "bad")),
             ),
             (
                 "killed by a signal",
                 Ok(ExecOutput { output: Vec::new(), exit_code: 137 }),
-                Ok(Probed::new(Outcome::Failure, "")),
+                Ok(Probed::new(ProbeOutcome::Failure, "")),
             ),
             (
                 "timeout drops what was printed",
                 Err(ExecError::Timeout { output: b"partial".to_vec() }),
-                Ok(Probed::new(Outcome::Failure, r#"command "sh -c echo \"hi\"" timed out"#)),
+                Ok(Probed::new(ProbeOutcome::Failure, r#"command "sh -c echo \"hi\"" timed out"#)),
             ),
             (
                 "runtime error",
@@ -289,7 +289,7 @@ mod tests {
             (
                 "invalid utf-8",
                 Ok(ExecOutput { output: vec![b'a', 0xFF, b'b'], exit_code: 0 }),
-                Ok(Probed::new(Outcome::Success, "a\u{FFFD}b")),
+                Ok(Probed::new(ProbeOutcome::Success, "a\u{FFFD}b")),
             ),
         ];
         for (name, answer, want) in cases {
@@ -325,9 +325,9 @@ mod tests {
         for (name, command) in [("no argv", strings(&[])), ("empty argv[0]", strings(&["", "x"]))] {
             let err = probe(&EchoRunner, &id, &command, Duration::from_secs(1)).await.expect_err(name);
             assert!(matches!(err, ProbeError::InvalidCommand(_)), "case {name}: {err:?}");
-            assert_eq!(err.outcome(), Outcome::Unknown, "case {name}");
+            assert_eq!(err.outcome(), ProbeOutcome::Unknown, "case {name}");
         }
         let ok = probe(&EchoRunner, &id, &strings(&["true", "a b"]), Duration::from_secs(1)).await;
-        assert_eq!(ok, Ok(Probed::new(Outcome::Success, "true|a b")));
+        assert_eq!(ok, Ok(Probed::new(ProbeOutcome::Success, "true|a b")));
     }
 }

@@ -28,7 +28,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use super::tcp::{self, LOCAL_SYSTEM_HOST};
-use super::{KUBE_PROBE_USER_AGENT, Outcome, Probed};
+use super::{KUBE_PROBE_USER_AGENT, ProbeOutcome, Probed};
 
 /// grpc-go's default connection backoff (`backoff.DefaultConfig`, without its jitter: one probe
 /// reconnecting to one address has no herd to spread).
@@ -137,14 +137,14 @@ async fn check(channel: Channel, service: &str, deadline: Instant, timeout: Dura
         Ok(Ok(response)) => response.into_inner(),
     };
     if response.status == ServingStatus::Serving as i32 {
-        Probed::new(Outcome::Success, "service healthy")
+        Probed::new(ProbeOutcome::Success, "service healthy")
     } else {
         failure(format!("service unhealthy (responded with {:?})", status_name(response.status)))
     }
 }
 
 fn failure(output: String) -> Probed {
-    Probed::new(Outcome::Failure, output)
+    Probed::new(ProbeOutcome::Failure, output)
 }
 
 /// The proto enum name of a serving status; an unknown number prints as itself, as protobuf-go's

@@ -51,6 +51,7 @@ use crate::metrics as names;
 use crate::results::{RemoveResult, ResultsSink, ResultsView};
 use crate::status::is_restartable_init_container;
 use crate::status::views::StatusViews;
+use crate::vocabulary::PodUid;
 
 /// The longest a dead worker waits before it is restarted; the wait doubles from one second.
 pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
@@ -84,7 +85,7 @@ pub struct StopLivenessAndStartup(pub Arc<Pod>);
 /// Stop every worker whose pod UID is not in the set.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct CleanupPods(pub HashSet<String>);
+pub struct CleanupPods(pub HashSet<PodUid>);
 
 /// Set `started` and `ready` on a status being generated for the pod.
 #[derive(Debug, Clone, Message)]
@@ -155,7 +156,7 @@ pub struct StartContainerProbes {
 #[rtype(result = "()")]
 pub struct StopContainerProbes {
     /// The container's pod UID.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The container's name.
     pub container: String,
 }
@@ -219,7 +220,7 @@ pub struct ProberManager {
     /// The last spec `AddPod` or `ReconcilePod` saw of each pod no `RemovePod` / `CleanupPods`
     /// has dropped: a probe `ReconcilePod` finds that this spec lacks is an added probe (an
     /// event); a pod not here is at its first sync.
-    known_pods: HashMap<String, Arc<Pod>>,
+    known_pods: HashMap<PodUid, Arc<Pod>>,
     /// Static pods get in-place probe changes too (see [`ProberManager::with_static_pods_in_place`]).
     static_pods_in_place: bool,
 }
@@ -273,11 +274,8 @@ impl ProberManager {
     }
 
     fn pod_workers(&self, pod_uid: &str) -> impl Iterator<Item = (&ProbeKey, &WorkerEntry)> {
-        let from = ProbeKey {
-            pod_uid: pod_uid.to_owned(),
-            container_name: String::new(),
-            kind: ProbeKind::Liveness,
-        };
+        let from =
+            ProbeKey { pod_uid: pod_uid.into(), container_name: String::new(), kind: ProbeKind::Liveness };
         self.workers
             .range((Bound::Included(from), Bound::Unbounded))
             .take_while(move |(k, _)| k.pod_uid == pod_uid)
@@ -395,7 +393,7 @@ impl ProberManager {
         binding: &ContainerBinding,
     ) {
         for kind in [ProbeKind::Readiness, ProbeKind::Liveness] {
-            let key = ProbeKey { pod_uid: uid.to_owned(), container_name: name.to_owned(), kind };
+            let key = ProbeKey { pod_uid: uid.into(), container_name: name.to_owned(), kind };
             self.start_bound(ctx, key, binding);
         }
     }
@@ -466,7 +464,7 @@ impl ProberManager {
     /// pod had before), each probe that spec lacks is an added probe: an event says so. A
     /// worker that exited by itself is recreated silently, as `AddPod` always does.
     fn add_pod(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>, previous: Option<Arc<Pod>>) {
-        let Some(uid) = pod.metadata.uid.clone() else {
+        let Some(uid) = PodUid::of(&pod) else {
             tracing::warn!(
                 pod = pod.metadata.name.as_deref().unwrap_or_default(),
                 "Pod without a UID; not probing it"
@@ -516,7 +514,7 @@ impl Handler<ReconcilePod> for ProberManager {
 
     fn handle(&mut self, msg: ReconcilePod, ctx: &mut Self::Context) {
         let pod = msg.0;
-        let Some(uid) = pod.metadata.uid.clone() else {
+        let Some(uid) = PodUid::of(&pod) else {
             self.add_pod(pod, ctx, None);
             return;
         };
@@ -640,7 +638,7 @@ impl Handler<RemovePod> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: RemovePod, _ctx: &mut Self::Context) {
-        let Some(uid) = msg.0.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&msg.0) else { return };
         self.known_pods.remove(&uid);
         self.stop_where(|k| k.pod_uid == uid);
     }
@@ -650,7 +648,7 @@ impl Handler<StopLivenessAndStartup> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: StopLivenessAndStartup, _ctx: &mut Self::Context) {
-        let Some(uid) = msg.0.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&msg.0) else { return };
         self.stop_where(|k| k.pod_uid == uid && matches!(k.kind, ProbeKind::Liveness | ProbeKind::Startup));
     }
 }
@@ -668,7 +666,7 @@ impl Handler<UpdatePodStatus> for ProberManager {
     type Result = MessageResult<UpdatePodStatus>;
 
     fn handle(&mut self, msg: UpdatePodStatus, _ctx: &mut Self::Context) -> Self::Result {
-        let uid = msg.pod.metadata.uid.clone().unwrap_or_default();
+        let uid = PodUid::of(&msg.pod).unwrap_or_default();
         let workers: HashSet<(String, ProbeKind)> =
             self.pod_workers(&uid).map(|(k, _)| (k.container_name.clone(), k.kind)).collect();
         let keys = result_keys(&msg.status);
@@ -743,7 +741,7 @@ impl Handler<StartContainerProbes> for ProberManager {
         if !self.lifecycle() {
             return;
         }
-        let Some(uid) = msg.pod.metadata.uid.clone() else { return };
+        let Some(uid) = PodUid::of(&msg.pod) else { return };
         let name = msg.container.name.clone();
         let key = |kind| ProbeKey { pod_uid: uid.clone(), container_name: name.clone(), kind };
         // Workers of a previous instance (a restart nobody reported with a stop) go.

@@ -19,7 +19,9 @@ pub mod timing;
 pub mod update_status;
 pub mod worker;
 
-pub use crate::vocabulary::{Outcome, ProbeError, ProbeKind, ProbeResult};
+#[allow(deprecated)]
+pub use crate::vocabulary::Outcome;
+pub use crate::vocabulary::{ProbeError, ProbeKind, ProbeOutcome, ProbeResult};
 pub use probe::{
     EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeHostPolicy, ProbeRunner, Prober,
     container_reference, host_refusal, pod_name, probe_timeout,
@@ -35,7 +37,7 @@ pub const KUBE_PROBE_USER_AGENT: &str = "kube-probe/1.35";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probed {
     /// What the executor concluded.
-    pub outcome: Outcome,
+    pub outcome: ProbeOutcome,
     /// The output the kubelet reports in events: the command's output, the body of an HTTP
     /// response, a dial error's text.
     pub output: String,
@@ -43,7 +45,7 @@ pub struct Probed {
 
 impl Probed {
     /// An answer from its outcome and output text.
-    pub fn new(outcome: Outcome, output: impl Into<String>) -> Self {
+    pub fn new(outcome: ProbeOutcome, output: impl Into<String>) -> Self {
         Probed { outcome, output: output.into() }
     }
 }

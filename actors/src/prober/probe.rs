@@ -9,10 +9,11 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Probe};
 
 use super::executors::Executors;
-use super::{Outcome, ProbeError, ProbeKind, ProbeResult, Probed, exec, grpc, http, port, tcp};
+use super::{ProbeError, ProbeKind, ProbeOutcome, ProbeResult, Probed, exec, grpc, http, port, tcp};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
+use crate::vocabulary::PodUid;
 
 /// Upstream `maxProbeRetries`: a handler is tried this many times while it returns an error.
 pub const MAX_PROBE_RETRIES: usize = 3;
@@ -169,7 +170,7 @@ impl Prober {
         let mapped = self.map_outcome(kind, pod, container, attempt);
         if let Some(observer) = &self.observer {
             observer.observe(ProbeRecord {
-                pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+                pod_uid: PodUid::of(pod).unwrap_or_default(),
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 pod: pod.metadata.name.clone().unwrap_or_default(),
                 container: container.name.clone(),
@@ -205,8 +206,8 @@ impl Prober {
                 );
                 Err(err)
             }
-            Ok(Probed { outcome: Outcome::Success, .. }) => Ok(ProbeResult::Success),
-            Ok(Probed { outcome: Outcome::Warning, output }) => {
+            Ok(Probed { outcome: ProbeOutcome::Success, .. }) => Ok(ProbeResult::Success),
+            Ok(Probed { outcome: ProbeOutcome::Warning, output }) => {
                 self.recorder.record(
                     &reference,
                     EventType::Warning,
@@ -215,7 +216,7 @@ impl Prober {
                 );
                 Ok(ProbeResult::Success)
             }
-            Ok(Probed { outcome: Outcome::Failure, output }) => {
+            Ok(Probed { outcome: ProbeOutcome::Failure, output }) => {
                 self.recorder.record(
                     &reference,
                     EventType::Warning,
@@ -224,7 +225,7 @@ impl Prober {
                 );
                 Ok(ProbeResult::Failure)
             }
-            Ok(Probed { outcome: Outcome::Unknown, .. }) => Ok(ProbeResult::Failure),
+            Ok(Probed { outcome: ProbeOutcome::Unknown, .. }) => Ok(ProbeResult::Failure),
         }
     }
 
@@ -269,7 +270,7 @@ impl Prober {
             if let Some(refusal) =
                 host_refusal(self.host_policy, "httpGet.host", action.host.as_deref(), pod_ip)
             {
-                return Ok(Probed::new(Outcome::Failure, refusal));
+                return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
             let request = http::HttpProbeRequest::new(action, container, pod_ip)?;
             return match &self.executors.http {
@@ -281,7 +282,7 @@ impl Prober {
             if let Some(refusal) =
                 host_refusal(self.host_policy, "tcpSocket.host", action.host.as_deref(), pod_ip)
             {
-                return Ok(Probed::new(Outcome::Failure, refusal));
+                return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
             let port = port::resolve_container_port(&action.port, container)?;
             let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
@@ -574,12 +575,16 @@ mod tests {
             ProbeKind::Readiness,
             &pod,
             &container,
-            Ok(Probed::new(Outcome::Warning, "probe output")),
+            Ok(Probed::new(ProbeOutcome::Warning, "probe output")),
         );
         assert_eq!(mapped, Ok(ProbeResult::Success));
         assert_eq!(recorder.rendered(), ["Warning ProbeWarning Readiness probe warning: probe output"]);
-        let unknown =
-            prober.map_outcome(ProbeKind::Readiness, &pod, &container, Ok(Probed::new(Outcome::Unknown, "")));
+        let unknown = prober.map_outcome(
+            ProbeKind::Readiness,
+            &pod,
+            &container,
+            Ok(Probed::new(ProbeOutcome::Unknown, "")),
+        );
         assert_eq!(unknown, Ok(ProbeResult::Failure));
         assert_eq!(recorder.events().len(), 1, "unknown records no event");
     }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{Instant, timeout_at};
 
-use super::{Outcome, Probed};
+use super::{ProbeOutcome, Probed};
 
 /// Where a dial to an empty host goes: Go dials "the local system" for `":80"`.
 pub(crate) const LOCAL_SYSTEM_HOST: &str = "127.0.0.1";
@@ -29,10 +29,10 @@ pub async fn probe(host: &str, port: u16, timeout: Duration) -> Probed {
     let deadline = if timeout.is_zero() { deadline_after(Duration::MAX) } else { deadline_after(timeout) };
     match dial(host, port, deadline).await {
         // Dropping the stream closes it; with linger 0 that cannot fail or block.
-        Ok(_stream) => Probed::new(Outcome::Success, ""),
+        Ok(_stream) => Probed::new(ProbeOutcome::Success, ""),
         Err(e) => {
             tracing::debug!(host, port, error = %e, "TCP probe failed");
-            Probed::new(Outcome::Failure, e.to_string())
+            Probed::new(ProbeOutcome::Failure, e.to_string())
         }
     }
 }

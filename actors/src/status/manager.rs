@@ -27,6 +27,7 @@ use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::PodLookup;
 pub use crate::format::pod_ref;
+use crate::vocabulary::PodUid;
 
 // === messages ===
 
@@ -45,7 +46,7 @@ pub struct SetPodStatus {
 #[rtype(result = "()")]
 pub struct SetContainerReadiness {
     /// The UID of the pod the container belongs to.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The container whose readiness changed.
     pub container_id: ContainerId,
     /// The new readiness; Ready and ContainersReady are regenerated from it.
@@ -57,7 +58,7 @@ pub struct SetContainerReadiness {
 #[rtype(result = "()")]
 pub struct SetContainerStartup {
     /// The UID of the pod the container belongs to.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The container whose startup result changed.
     pub container_id: ContainerId,
     /// Whether the startup probe has succeeded; goes into the container status's `started`.
@@ -73,26 +74,26 @@ pub struct TerminatePod(pub Arc<Pod>);
 /// Forget the status of every pod not in the set (upstream `RemoveOrphanedStatuses`).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct RemoveOrphanedStatuses(pub HashSet<String>);
+pub struct RemoveOrphanedStatuses(pub HashSet<PodUid>);
 
 /// Forget one pod's status (the syncer, after deletion or recreation).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct DeletePodStatus(pub String);
+pub struct DeletePodStatus(pub PodUid);
 
 /// The cached status of a pod, by its UID or its mirror pod's UID (upstream `GetPodStatus`).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Option<Arc<PodStatus>>")]
-pub struct GetPodStatus(pub String);
+pub struct GetPodStatus(pub PodUid);
 
 /// The whole cached entry, version included.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Option<VersionedPodStatus>")]
-pub struct GetVersionedStatus(pub String);
+pub struct GetVersionedStatus(pub PodUid);
 
 /// Every cached entry (the syncer's full reconcile, the agent's `/pods`).
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "HashMap<String, VersionedPodStatus>")]
+#[rtype(result = "HashMap<PodUid, VersionedPodStatus>")]
 pub struct ListStatuses;
 
 /// Published after every stored update.
@@ -100,7 +101,7 @@ pub struct ListStatuses;
 #[rtype(result = "()")]
 pub struct PodStatusUpdated {
     /// The UID of the pod the status belongs to (the static pod's UID for a mirror pod).
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// The stored status and its version.
     pub status: VersionedPodStatus,
 }
@@ -125,7 +126,7 @@ pub enum ResizeCondition {
 #[rtype(result = "()")]
 pub struct SetPodResizeCondition {
     /// The pod's UID.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// Which condition.
     pub condition: ResizeCondition,
     /// The reason (`Deferred`, `Infeasible`, `Error`, or empty).
@@ -142,7 +143,7 @@ pub struct SetPodResizeCondition {
 #[rtype(result = "bool")]
 pub struct ClearPodResizeCondition {
     /// The pod's UID.
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     /// Which condition.
     pub condition: ResizeCondition,
 }
@@ -150,7 +151,7 @@ pub struct ClearPodResizeCondition {
 /// The pod's resize conditions, pending first (upstream `GetPodResizeConditions`).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "PodResizeConditions")]
-pub struct GetPodResizeConditions(pub String);
+pub struct GetPodResizeConditions(pub PodUid);
 
 // === the actor ===
 
@@ -174,7 +175,7 @@ pub struct VersionedPodStatus {
 /// The status cache and its publishers.
 pub struct StatusManager {
     /// Cached statuses by source pod UID.
-    statuses: HashMap<String, VersionedPodStatus>,
+    statuses: HashMap<PodUid, VersionedPodStatus>,
     /// Views read by probe workers.
     views: StatusViews,
     /// The host's pods, for specs and static/mirror translation.
@@ -184,7 +185,7 @@ pub struct StatusManager {
     subscribers: Vec<Recipient<PodStatusUpdated>>,
     /// Resize conditions by pod UID. Apart from [`StatusManager::statuses`], as upstream keeps
     /// them: a resize can be decided before the pod's first status is stored.
-    resize: HashMap<String, PodResizeConditions>,
+    resize: HashMap<PodUid, PodResizeConditions>,
 }
 
 impl StatusManager {
@@ -208,7 +209,7 @@ impl StatusManager {
         force: bool,
         finished: bool,
     ) -> bool {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = PodUid::of(pod).unwrap_or_default();
         let is_static = self.pods.is_static(&uid);
         let cached = self.statuses.get(&uid);
         let mut finished = finished;
@@ -367,7 +368,7 @@ impl Handler<TerminatePod> for StatusManager {
 
     fn handle(&mut self, msg: TerminatePod, _ctx: &mut Self::Context) {
         let pod = msg.0;
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = PodUid::of(&pod).unwrap_or_default();
         let base = match self.statuses.get(&uid) {
             Some(cached) => (*cached.status).clone(),
             None => pod.status.clone().unwrap_or_default(),
@@ -381,7 +382,7 @@ impl Handler<RemoveOrphanedStatuses> for StatusManager {
     type Result = ();
 
     fn handle(&mut self, msg: RemoveOrphanedStatuses, _ctx: &mut Self::Context) {
-        let orphans: Vec<String> =
+        let orphans: Vec<PodUid> =
             self.statuses.keys().filter(|uid| !msg.0.contains(*uid)).cloned().collect();
         for uid in orphans {
             self.remove(&uid);
@@ -446,7 +447,7 @@ impl Handler<GetPodStatus> for StatusManager {
     type Result = Option<Arc<PodStatus>>;
 
     fn handle(&mut self, msg: GetPodStatus, _ctx: &mut Self::Context) -> Self::Result {
-        let uid = self.pods.static_uid_for_mirror(&msg.0).unwrap_or(msg.0);
+        let uid = self.pods.static_uid_for_mirror(&msg.0).map(PodUid::from).unwrap_or(msg.0);
         self.statuses.get(&uid).map(|s| s.status.clone())
     }
 }
@@ -455,7 +456,7 @@ impl Handler<GetVersionedStatus> for StatusManager {
     type Result = Option<VersionedPodStatus>;
 
     fn handle(&mut self, msg: GetVersionedStatus, _ctx: &mut Self::Context) -> Self::Result {
-        let uid = self.pods.static_uid_for_mirror(&msg.0).unwrap_or(msg.0);
+        let uid = self.pods.static_uid_for_mirror(&msg.0).map(PodUid::from).unwrap_or(msg.0);
         self.statuses.get(&uid).cloned()
     }
 }

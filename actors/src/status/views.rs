@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::vocabulary::PodUid;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::watch;
 
@@ -17,7 +18,7 @@ type Receiver = watch::Receiver<Option<Arc<PodStatus>>>;
 
 type Publisher = watch::Sender<Option<Arc<PodStatus>>>;
 
-type Senders = Mutex<HashMap<String, Publisher>>;
+type Senders = Mutex<HashMap<PodUid, Publisher>>;
 
 /// The latest cached status of one pod, `None` while the status manager has none. Reads like
 /// the `watch::Receiver` it wraps (`borrow`, `changed`, …).
@@ -26,7 +27,7 @@ pub struct StatusView {
     receiver: Receiver,
     /// The pod and registry this view came from: the status manager cannot see readers go, so
     /// the last one to leave a removed status drops its publisher.
-    origin: Option<(String, Weak<Senders>)>,
+    origin: Option<(PodUid, Weak<Senders>)>,
 }
 
 impl StatusView {
@@ -81,12 +82,12 @@ impl StatusViews {
     pub fn subscribe(&self, pod_uid: &str) -> StatusView {
         let receiver = match self.senders.lock() {
             Ok(mut senders) => {
-                senders.entry(pod_uid.to_owned()).or_insert_with(|| watch::channel(None).0).subscribe()
+                senders.entry(pod_uid.into()).or_insert_with(|| watch::channel(None).0).subscribe()
             }
             // A poisoned map only means a panic elsewhere; a detached view still works.
             Err(_) => return StatusView::detached(None),
         };
-        StatusView { receiver, origin: Some((pod_uid.to_owned(), Arc::downgrade(&self.senders))) }
+        StatusView { receiver, origin: Some((pod_uid.into(), Arc::downgrade(&self.senders))) }
     }
 
     /// Publishes a pod's new snapshot (or its removal).
@@ -95,7 +96,7 @@ impl StatusViews {
         match status {
             Some(status) => {
                 senders
-                    .entry(pod_uid.to_owned())
+                    .entry(pod_uid.into())
                     .or_insert_with(|| watch::channel(None).0)
                     .send_replace(Some(status));
             }

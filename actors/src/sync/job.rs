@@ -25,10 +25,11 @@ use crate::metrics as names;
 use crate::status::equality::ConditionOwnership;
 use crate::status::manager::VersionedPodStatus;
 use crate::status::merge::{merge_pod_status_for, merge_readiness_only};
+use crate::vocabulary::PodUid;
 
 /// Everything one write needs, taken from the syncer when it starts.
 pub(crate) struct SyncJob {
-    pub uid: String,
+    pub uid: PodUid,
     pub status: VersionedPodStatus,
     pub base: Option<Arc<ApiPod>>,
     pub client: kube::Client,
@@ -74,7 +75,7 @@ impl WriteOutcome {
 
 /// What a write reports back to the syncer.
 pub(crate) struct JobResult {
-    pub uid: String,
+    pub uid: PodUid,
     pub namespace: String,
     pub name: String,
     pub version: u64,
@@ -217,7 +218,7 @@ impl SyncJob {
         }
     }
 
-    fn source_uid(&self, pod: &ApiPod) -> String {
+    fn source_uid(&self, pod: &ApiPod) -> PodUid {
         source_uid(self.pods.as_ref(), &pod.pod)
     }
 

@@ -11,14 +11,15 @@ use super::api_pod::ApiPod;
 use crate::contracts::PodLookup;
 use crate::status::manager::VersionedPodStatus;
 use crate::status::merge::is_terminal_phase;
+use crate::vocabulary::PodUid;
 
 /// The annotation that marks a mirror pod (the API copy of a static pod).
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// The source pod UID an API copy belongs to (a mirror pod's static pod).
-pub fn source_uid(pods: &dyn PodLookup, pod: &Pod) -> String {
-    let api_uid = pod.metadata.uid.clone().unwrap_or_default();
-    pods.static_uid_for_mirror(&api_uid).unwrap_or(api_uid)
+pub fn source_uid(pods: &dyn PodLookup, pod: &Pod) -> PodUid {
+    let api_uid = PodUid::of(pod).unwrap_or_default();
+    pods.static_uid_for_mirror(&api_uid).map(PodUid::from).unwrap_or(api_uid)
 }
 
 /// The statuses to write after a reconcile listed `listed`: per pod the newer version of the
@@ -26,11 +27,11 @@ pub fn source_uid(pods: &dyn PodLookup, pod: &Pod) -> String {
 /// missing from the list is kept only if its update arrived after the list was asked for
 /// (`arrived`), as the list may predate it; otherwise the status manager forgot it.
 pub fn merge_listed(
-    mut current: HashMap<String, VersionedPodStatus>,
-    listed: HashMap<String, VersionedPodStatus>,
-    arrived: &HashSet<String>,
-) -> HashMap<String, VersionedPodStatus> {
-    let mut merged: HashMap<String, VersionedPodStatus> = HashMap::with_capacity(listed.len());
+    mut current: HashMap<PodUid, VersionedPodStatus>,
+    listed: HashMap<PodUid, VersionedPodStatus>,
+    arrived: &HashSet<PodUid>,
+) -> HashMap<PodUid, VersionedPodStatus> {
+    let mut merged: HashMap<PodUid, VersionedPodStatus> = HashMap::with_capacity(listed.len());
     for (uid, status) in listed {
         let keep = match current.remove(&uid) {
             Some(held) if held.version > status.version => held,
@@ -268,17 +269,17 @@ mod tests {
     #[test]
     fn a_reconcile_list_never_rolls_a_pod_back() {
         let current = HashMap::from([
-            ("newer-held".to_owned(), versioned(5)),
-            ("older-held".to_owned(), versioned(2)),
-            ("arrived-after-the-list".to_owned(), versioned(1)),
-            ("forgotten".to_owned(), versioned(3)),
+            (PodUid::from("newer-held"), versioned(5)),
+            (PodUid::from("older-held"), versioned(2)),
+            (PodUid::from("arrived-after-the-list"), versioned(1)),
+            (PodUid::from("forgotten"), versioned(3)),
         ]);
         let listed = HashMap::from([
-            ("newer-held".to_owned(), versioned(4)),
-            ("older-held".to_owned(), versioned(3)),
-            ("only-listed".to_owned(), versioned(1)),
+            (PodUid::from("newer-held"), versioned(4)),
+            (PodUid::from("older-held"), versioned(3)),
+            (PodUid::from("only-listed"), versioned(1)),
         ]);
-        let arrived = HashSet::from(["arrived-after-the-list".to_owned(), "newer-held".to_owned()]);
+        let arrived = HashSet::from([PodUid::from("arrived-after-the-list"), PodUid::from("newer-held")]);
         let merged = merge_listed(current, listed, &arrived);
         let mut got: Vec<(&str, u64)> = merged.iter().map(|(k, v)| (k.as_str(), v.version)).collect();
         got.sort();

@@ -67,6 +67,7 @@ use crate::status::manager::{
 };
 use crate::status::merge::merge_readiness_only;
 use crate::status::normalize::normalize_status;
+use crate::vocabulary::PodUid;
 
 // === messages ===
 
@@ -264,16 +265,16 @@ impl From<Addr<StatusManager>> for StatusSource {
 pub struct StatusSyncer {
     config: SyncerConfig,
     /// Each pod's sync state, by source UID: one entry per pod with a status.
-    pods: HashMap<String, PodSync>,
+    pods: HashMap<PodUid, PodSync>,
     /// Merge bases: the freshest API copy of each pod, by namespace/name. Kept apart from
     /// [`PodSync`]: a watch event often comes before the pod's first status.
     api_pods: HashMap<(String, String), Arc<ApiPod>>,
-    queue: VecDeque<String>,
-    queued: HashSet<String>,
-    in_flight: HashSet<String>,
+    queue: VecDeque<PodUid>,
+    queued: HashSet<PodUid>,
+    in_flight: HashSet<PodUid>,
     /// Pods with a timer running to enqueue them when their back-off ends, and the timer (to
     /// cancel when the back-off ends early or the pod is dropped).
-    backing_off: HashMap<String, SpawnHandle>,
+    backing_off: HashMap<PodUid, SpawnHandle>,
     /// Counts status updates received (each pod's latest is its [`PodSync::update_seq`]).
     seq: u64,
     flushes: Vec<oneshot::Sender<()>>,
@@ -317,8 +318,8 @@ impl StatusSyncer {
             }
             return;
         }
-        if self.queued.insert(uid.to_owned()) {
-            self.queue.push_back(uid.to_owned());
+        if self.queued.insert(uid.into()) {
+            self.queue.push_back(uid.into());
         }
         if !self.pump_scheduled {
             self.pump_scheduled = true;
@@ -371,7 +372,7 @@ impl StatusSyncer {
         }
     }
 
-    fn start(&mut self, uid: String, ctx: &mut Context<Self>) {
+    fn start(&mut self, uid: PodUid, ctx: &mut Context<Self>) {
         let Some(status) = self.pods.get(&uid).map(|pod| pod.status.clone()) else { return };
         if self.config.pods.is_static(&uid) && self.api_uid(&uid).is_none() {
             tracing::trace!(pod_uid = %uid, "Static pod does not have a corresponding mirror pod; skipping");
@@ -491,17 +492,17 @@ impl StatusSyncer {
     /// the list.
     fn reconcile(
         &mut self,
-        statuses: HashMap<String, VersionedPodStatus>,
+        statuses: HashMap<PodUid, VersionedPodStatus>,
         since: u64,
         ctx: &mut Context<Self>,
     ) {
-        let arrived: HashSet<String> = self
+        let arrived: HashSet<PodUid> = self
             .pods
             .iter()
             .filter(|(_, pod)| pod.update_seq.is_some_and(|seq| seq > since))
             .map(|(uid, _)| uid.clone())
             .collect();
-        let held: HashMap<String, VersionedPodStatus> =
+        let held: HashMap<PodUid, VersionedPodStatus> =
             self.pods.iter().map(|(uid, pod)| (uid.clone(), pod.status.clone())).collect();
         let mut merged = merge_listed(held, statuses, &arrived);
         self.pods.retain(|uid, _| merged.contains_key(uid));
@@ -550,12 +551,12 @@ impl StatusSyncer {
     /// Merge bases are kept for the pods the host knows: a watch event often comes before the
     /// pod's first status.
     fn prune(&mut self, ctx: &mut Context<Self>) {
-        let stopped: Vec<String> =
+        let stopped: Vec<PodUid> =
             self.backing_off.keys().filter(|uid| !self.pods.contains_key(*uid)).cloned().collect();
         for uid in stopped {
             self.cancel_timer(&uid, ctx);
         }
-        let api_uids: HashMap<String, Option<String>> =
+        let api_uids: HashMap<PodUid, Option<String>> =
             self.pods.keys().map(|uid| (uid.clone(), self.api_uid(uid))).collect();
         for (uid, pod) in &mut self.pods {
             let current = api_uids.get(uid).cloned().flatten();

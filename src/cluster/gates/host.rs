@@ -1,7 +1,7 @@
 //! The readiness-gate host: feeds the engine a derived pod per gated pod from the pod watch,
 //! turns the gate probes' results into the gate condition, and writes that condition alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::vocabulary::PodUid;
 
 use super::annotation::{GateProbe, READINESS_PROBES_ANNOTATION, parse_gate_probes};
 use super::condition::{
@@ -27,7 +28,7 @@ use super::condition::{
 };
 use super::derived::{containers_not_running, derived_pod, derived_status, exec_targets};
 use crate::cluster::exec::ExecRunner;
-use crate::cluster::watch::{ApiReachability, Reachability};
+use crate::cluster::watch::{PodWatchState, PodWatchStep, pod_watch_ended};
 
 /// How often every gated pod's condition is compared with what it should say, so a write that
 /// failed is made again (the status manager's reconcile period).
@@ -50,11 +51,10 @@ pub struct GateHost {
     pub limiter: RateLimiter,
     pub clock: SharedClock,
     pub ready: Arc<AtomicBool>,
-    pub api: ApiReachability,
-    /// UIDs seen during the current initial list.
-    pub known: HashSet<String>,
+    /// The watch's own bookkeeping: the lost/back log lines, the UIDs the current list showed.
+    pub watch: PodWatchState,
     /// The pods with the gate, by UID.
-    pub gated: HashMap<String, GatedPod>,
+    pub gated: HashMap<PodUid, GatedPod>,
 }
 
 /// Everything the host keeps about one gated pod.
@@ -132,8 +132,7 @@ fn pod_reference(pod: &Pod) -> ObjectReference {
 impl GateHost {
     fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
         let pod = Arc::new(observed.pod);
-        let Some(uid) = pod.metadata.uid.clone() else { return };
-        self.known.insert(uid.clone());
+        let Some(uid) = PodUid::of(&pod) else { return };
         if !has_gate(&pod) || is_terminal(&pod) {
             // Never gated, or finished: nothing to probe, nothing to write.
             self.forget(&uid);
@@ -198,7 +197,7 @@ impl GateHost {
             let derived = derived.clone();
             async move { pipeline.update_pod_status(derived, status).await.ok() }
         };
-        let uid = uid.to_owned();
+        let uid = PodUid::from(uid);
         ctx.spawn(fut.into_actor(self).map(move |status, act, ctx| {
             // Gone while the status was computed: storing it now would keep a status nobody
             // removes.
@@ -282,7 +281,7 @@ impl GateHost {
                 Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
             }
         };
-        let uid = uid.to_owned();
+        let uid = PodUid::from(uid);
         ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
             let Some(entry) = act.gated.get_mut(&uid) else { return };
             entry.writing = false;
@@ -323,7 +322,7 @@ impl Actor for GateHost {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(RECONCILE_PERIOD, |act, ctx| {
-            let uids: Vec<String> = act.gated.keys().cloned().collect();
+            let uids: Vec<PodUid> = act.gated.keys().cloned().collect();
             for uid in uids {
                 act.evaluate(&uid, ctx);
             }
@@ -333,40 +332,27 @@ impl Actor for GateHost {
 
 impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for GateHost {
     fn handle(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>, ctx: &mut Context<Self>) {
-        match self.api.on_event(&event) {
-            Reachability::Lost => tracing::warn!(
-                error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-                "Lost the API server: the pod watch failed; listing again every second until it answers"
-            ),
-            Reachability::Back => {
-                tracing::info!("The API server is back: the pod watch lists the node's pods again")
-            }
-            Reachability::Unchanged => {}
-        }
-        match event {
-            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => self.apply(pod, ctx),
-            Ok(WatchEvent::Delete(pod)) => {
+        match self.watch.on_event(event) {
+            Some(PodWatchStep::Apply(pod)) => self.apply(pod, ctx),
+            Some(PodWatchStep::Delete(pod)) => {
                 if let Some(uid) = pod.pod.metadata.uid.as_deref() {
                     self.forget(uid);
                 }
             }
-            Ok(WatchEvent::Init) => self.known.clear(),
-            Ok(WatchEvent::InitDone) => {
-                let gone: Vec<String> =
-                    self.gated.keys().filter(|u| !self.known.contains(*u)).cloned().collect();
+            Some(PodWatchStep::Listed(listed)) => {
+                let gone: Vec<PodUid> = self.gated.keys().filter(|u| !listed.contains(*u)).cloned().collect();
                 for uid in gone {
                     self.forget(&uid);
                 }
                 self.pipeline.cleanup_pods(self.gated.keys().cloned().collect());
                 self.ready.store(true, Ordering::SeqCst);
             }
-            Err(err) => tracing::debug!(error = %err, "Pod watch failed; retrying with back-off"),
+            None => {}
         }
     }
 
     fn finished(&mut self, _ctx: &mut Context<Self>) {
-        // The watcher never ends on its own; if it does, keep the actor (and probing) alive.
-        tracing::error!("Pod watch ended");
+        pod_watch_ended();
     }
 }
 

@@ -27,7 +27,6 @@ pub mod derived;
 pub mod host;
 
 use std::collections::HashMap;
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -72,8 +71,7 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
         limiter: RateLimiter::new(args.qps, args.burst),
         clock: common.clock.clone(),
         ready: common.ready.clone(),
-        api: Default::default(),
-        known: HashSet::new(),
+        watch: Default::default(),
         gated: HashMap::new(),
     };
     let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());

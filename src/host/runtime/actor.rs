@@ -25,10 +25,12 @@ use super::super::phase::kill_grace_period;
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
 use super::state::{
-    Current, Outcome, PodRuntime, RestartPolicy, Role, Slot, find_container, pod_status, should_restart,
+    Current, InstanceOutcome, PodRuntime, RestartPolicy, Role, Slot, find_container, pod_status,
+    should_restart,
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
 use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING};
+use probelet_actors::vocabulary::PodUid;
 
 mod start;
 
@@ -58,7 +60,7 @@ impl SyncPod {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct KillContainer {
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     pub container: String,
     pub message: String,
     pub grace: Duration,
@@ -69,19 +71,19 @@ pub struct KillContainer {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct KillPod {
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
     pub grace: Duration,
 }
 
 /// Forget a pod whose containers are all stopped (a container still running is SIGKILLed).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct RemovePod(pub String);
+pub struct ForgetPod(pub PodUid);
 
 /// The runtime's view of a pod's containers, as the kubelet would build container statuses.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Option<RuntimePodStatus>")]
-pub struct GetRuntimeStatus(pub String);
+pub struct GetRuntimeStatus(pub PodUid);
 
 /// Container statuses in spec order. `ready` is false and `started` unset: the engine sets them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -94,7 +96,7 @@ pub struct RuntimePodStatus {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct RuntimeChanged {
-    pub pod_uid: String,
+    pub pod_uid: PodUid,
 }
 
 /// Be told [`RuntimeChanged`] from now on.
@@ -115,10 +117,10 @@ pub struct ProcessRuntime {
     initial_backoff: Duration,
     max_backoff: Duration,
     /// By pod UID.
-    pods: HashMap<String, PodRuntime>,
+    pods: HashMap<PodUid, PodRuntime>,
     subscribers: Vec<Recipient<RuntimeChanged>>,
     /// Pods changed since subscribers were last told.
-    changed: HashSet<String>,
+    changed: HashSet<PodUid>,
     signaller: Signaller,
     /// How many containers may run at once, so that probes and the listener keep descriptors.
     budget: FdBudget,
@@ -179,7 +181,7 @@ impl ProcessRuntime {
             ctx.run_later(Duration::ZERO, |act, _| act.flush_changes());
         }
         if !self.changed.contains(pod_uid) {
-            self.changed.insert(pod_uid.to_owned());
+            self.changed.insert(pod_uid.into());
         }
     }
 
@@ -251,9 +253,11 @@ impl ProcessRuntime {
                     return;
                 }
                 match self.outcome(pod_uid, &container.name) {
-                    Outcome::ExitedWith(0) => continue,
-                    Outcome::Running => return,
-                    Outcome::ExitedWith(_) | Outcome::StartFailed if policy == RestartPolicy::Never => {
+                    InstanceOutcome::ExitedWith(0) => continue,
+                    InstanceOutcome::Running => return,
+                    InstanceOutcome::ExitedWith(_) | InstanceOutcome::StartFailed
+                        if policy == RestartPolicy::Never =>
+                    {
                         tracing::info!(pod = %pod_ref(&pod), container = %container.name, "init container failed and the pod's restart policy is Never");
                         if let Some(state) = self.pods.get_mut(pod_uid) {
                             state.init_failed = true;
@@ -262,7 +266,9 @@ impl ProcessRuntime {
                         self.complete(pod_uid, ctx);
                         return;
                     }
-                    Outcome::ExitedWith(_) | Outcome::StartFailed | Outcome::NotStarted => {
+                    InstanceOutcome::ExitedWith(_)
+                    | InstanceOutcome::StartFailed
+                    | InstanceOutcome::NotStarted => {
                         self.try_start(pod_uid, container, role, ctx);
                         return;
                     }
@@ -280,9 +286,9 @@ impl ProcessRuntime {
         }
         for container in &spec.containers {
             let start = match self.outcome(pod_uid, &container.name) {
-                Outcome::NotStarted | Outcome::StartFailed => true,
-                Outcome::Running => false,
-                Outcome::ExitedWith(code) => should_restart(Role::Regular, policy, code),
+                InstanceOutcome::NotStarted | InstanceOutcome::StartFailed => true,
+                InstanceOutcome::Running => false,
+                InstanceOutcome::ExitedWith(code) => should_restart(Role::Regular, policy, code),
             };
             if start {
                 self.try_start(pod_uid, container, Role::Regular, ctx);
@@ -293,7 +299,7 @@ impl ProcessRuntime {
         let completed = !spec.containers.is_empty()
             && spec.containers.iter().all(|c| {
                 matches!(self.outcome(pod_uid, &c.name),
-                    Outcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
+                    InstanceOutcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
             });
         if completed {
             self.complete(pod_uid, ctx);
@@ -323,16 +329,16 @@ impl ProcessRuntime {
         }
         tracing::info!(pod = %pod_ref(&pod), "no regular container will run any more, stopping the sidecars");
         let grace = kill_grace_period(&pod, "", None);
-        let stop = self.stop_sidecars(pod_uid.to_owned(), sidecars, grace);
+        let stop = self.stop_sidecars(pod_uid.into(), sidecars, grace);
         ctx.spawn(stop);
     }
 
-    fn outcome(&self, pod_uid: &str, name: &str) -> Outcome {
+    fn outcome(&self, pod_uid: &str, name: &str) -> InstanceOutcome {
         match self.pods.get(pod_uid).and_then(|p| p.containers.get(name)).map(|s| &s.current) {
-            None | Some(Current::NotStarted) => Outcome::NotStarted,
-            Some(Current::Running(_)) => Outcome::Running,
-            Some(Current::Exited { terminated, .. }) => Outcome::ExitedWith(terminated.exit_code),
-            Some(Current::StartFailed { .. }) => Outcome::StartFailed,
+            None | Some(Current::NotStarted) => InstanceOutcome::NotStarted,
+            Some(Current::Running(_)) => InstanceOutcome::Running,
+            Some(Current::Exited { terminated, .. }) => InstanceOutcome::ExitedWith(terminated.exit_code),
+            Some(Current::StartFailed { .. }) => InstanceOutcome::StartFailed,
         }
     }
 
@@ -377,7 +383,7 @@ impl ProcessRuntime {
     /// Stops the named sidecars one after another, last first.
     fn stop_sidecars(
         &mut self,
-        pod_uid: String,
+        pod_uid: PodUid,
         mut names: Vec<String>,
         grace: Duration,
     ) -> ResponseActFuture<Self, ()> {
@@ -403,7 +409,7 @@ impl Handler<SyncPod> for ProcessRuntime {
     type Result = ();
 
     fn handle(&mut self, SyncPod { pod, started }: SyncPod, ctx: &mut Context<Self>) {
-        let Some(uid) = pod.metadata.uid.clone() else {
+        let Some(uid) = PodUid::of(&pod) else {
             tracing::warn!(
                 pod = %pod_ref(&pod),
                 "pod without a UID, not started"
@@ -467,10 +473,10 @@ impl Handler<KillPod> for ProcessRuntime {
     }
 }
 
-impl Handler<RemovePod> for ProcessRuntime {
+impl Handler<ForgetPod> for ProcessRuntime {
     type Result = ();
 
-    fn handle(&mut self, RemovePod(pod_uid): RemovePod, ctx: &mut Context<Self>) {
+    fn handle(&mut self, ForgetPod(pod_uid): ForgetPod, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.remove(&pod_uid) else { return };
         if let Some(timer) = state.held_back {
             ctx.cancel_future(timer);
@@ -480,7 +486,7 @@ impl Handler<RemovePod> for ProcessRuntime {
                 ctx.cancel_future(timer);
             }
             if let Current::Running(running) = slot.current {
-                tracing::warn!(pod_uid, container = %name, "removing a pod whose container still runs, killing it");
+                tracing::warn!(pod_uid = pod_uid.as_str(), container = %name, "removing a pod whose container still runs, killing it");
                 if let Some(pgid) = running.pgid {
                     self.signaller.send(pgid, Signal::Kill);
                 }

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use probelet_actors::vocabulary::PodUid;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Descriptors the agent holds per running container.
@@ -34,7 +35,7 @@ pub struct FdBudget {
     max_containers: u64,
     max_per_pod: u64,
     running: u64,
-    by_pod: HashMap<String, u64>,
+    by_pod: HashMap<PodUid, u64>,
 }
 
 impl FdBudget {
@@ -93,7 +94,7 @@ impl FdBudget {
             });
         }
         self.running += 1;
-        *self.by_pod.entry(pod_uid.to_owned()).or_default() += 1;
+        *self.by_pod.entry(pod_uid.into()).or_default() += 1;
         Ok(())
     }
 

@@ -40,7 +40,7 @@ pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
 pub use actor::{
-    GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RemovePod, RuntimeChanged, RuntimePodStatus,
+    ForgetPod, GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RuntimeChanged, RuntimePodStatus,
     SubscribeRuntime, SyncPod,
 };
 

@@ -110,7 +110,7 @@ pub(super) enum RestartPolicy {
 
 /// What became of a container's latest instance, as the start decisions need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(super) enum InstanceOutcome {
     NotStarted,
     Running,
     ExitedWith(i32),

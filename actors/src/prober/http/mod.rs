@@ -43,7 +43,7 @@ pub use self::request::HttpProbeRequest;
 use self::request::{build_request, first_value, referer_for, valid_host_header, wire_headers};
 use self::tls::insecure_tls_config;
 use super::tcp::{deadline_after, dial};
-use super::{Outcome, ProbeError, Probed};
+use super::{ProbeError, ProbeOutcome, Probed};
 use crate::gofmt::go_quote;
 
 /// Upstream `maxRespBodyLength`: the most of a response body a probe reads (10 KiB).
@@ -111,7 +111,7 @@ impl HttpProber {
         let deadline = deadline_after(if timeout.is_zero() { Duration::MAX } else { timeout });
         let exchange = match self.follow_redirects(request, deadline).await {
             Ok(exchange) => exchange,
-            Err(output) => return Ok(Probed::new(Outcome::Failure, output)),
+            Err(output) => return Ok(Probed::new(ProbeOutcome::Failure, output)),
         };
         let status = exchange.response.status().as_u16();
         let Exchange { response, mut connection } = exchange;
@@ -121,9 +121,9 @@ impl HttpProber {
         };
         let body = String::from_utf8_lossy(&body);
         Ok(match status {
-            200..=299 => Probed::new(Outcome::Success, body),
-            300..=399 => Probed::new(Outcome::Warning, format!("{REDIRECT_WARNING_PREFIX}{body}")),
-            _ => Probed::new(Outcome::Failure, format!("{FAILED_STATUS_PREFIX}{status}")),
+            200..=299 => Probed::new(ProbeOutcome::Success, body),
+            300..=399 => Probed::new(ProbeOutcome::Warning, format!("{REDIRECT_WARNING_PREFIX}{body}")),
+            _ => Probed::new(ProbeOutcome::Failure, format!("{FAILED_STATUS_PREFIX}{status}")),
         })
     }
 

@@ -31,6 +31,7 @@ use super::super::{
     REASON_COMPLETED, REASON_ERROR, REASON_START_ERROR,
 };
 use super::ProcessRuntime;
+use probelet_actors::vocabulary::PodUid;
 
 /// The exit code containerd reports for a container it could not start (Docker's, kept).
 const START_ERROR_EXIT_CODE: i32 = 128;
@@ -79,7 +80,7 @@ impl ProcessRuntime {
                 self.record(&pod, container, EventType::Warning, EVENT_OUT_OF_FILE_DESCRIPTORS, &message);
             }
             if !retry_pending {
-                let uid = pod_uid.to_owned();
+                let uid = PodUid::from(pod_uid);
                 let handle = ctx.run_later(self.initial_backoff, move |act, ctx| {
                     if let Some(state) = act.pods.get_mut(&uid) {
                         state.held_back = None;
