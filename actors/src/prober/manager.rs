@@ -35,7 +35,7 @@ use super::worker::{
     GetState, PredecessorExited, ProbeKey, ProbeWorker, StartupSucceeded, Stop, Trigger, WorkerConfig,
     WorkerExited,
 };
-use super::{ProbeKind, ProbeRunner};
+use super::{PodContainer, ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::features::{Feature, FeatureGates};
@@ -172,7 +172,8 @@ struct WorkerEntry {
     /// Abnormal deaths so far, for the restart back-off.
     restarts: u32,
     pod: Arc<Pod>,
-    container: Arc<Container>,
+    /// The container, read through the pod (no copy of its spec).
+    container: PodContainer,
     /// The container instance it was started for (`StartContainerProbes`).
     binding: Option<ContainerBinding>,
 }
@@ -189,6 +190,9 @@ struct WorkerStart {
 /// [`crate::Pipeline::start`] and send it the messages above.
 pub struct ProberManager {
     config: ManagerConfig,
+    /// `config.results`, shared by every worker: a clone per worker would box three recipients
+    /// for each.
+    results: Arc<ResultsSink>,
     /// When the manager started (wall clock): jitter and agent-restart rules use it.
     start: Timestamp,
     /// Workers by key; ordered so that a pod's workers are one range.
@@ -209,6 +213,7 @@ impl ProberManager {
         };
         let start = config.clock.now();
         ProberManager {
+            results: Arc::new(config.results.clone()),
             config,
             start,
             workers: BTreeMap::new(),
@@ -245,7 +250,7 @@ impl ProberManager {
         ctx: &mut Context<Self>,
         key: ProbeKey,
         pod: Arc<Pod>,
-        container: Arc<Container>,
+        container: PodContainer,
         how: WorkerStart,
     ) {
         let WorkerStart { state, restarts, binding } = how;
@@ -279,7 +284,7 @@ impl ProberManager {
             jitter,
             status: self.config.views.subscribe(&key.pod_uid),
             prober: self.config.prober.clone(),
-            results: self.config.results.clone(),
+            results: self.results.clone(),
             results_view: self.config.results_view.clone(),
             manager: ctx.address().recipient(),
             on_started,
@@ -296,7 +301,7 @@ impl ProberManager {
 
     /// A worker `AddPod` creates under `ContainerLifecycleProber`: known (so the container is
     /// not ready or started before it is probed), not probing until `StartContainerProbes`.
-    fn add_unstarted(&mut self, key: ProbeKey, pod: Arc<Pod>, container: Arc<Container>) {
+    fn add_unstarted(&mut self, key: ProbeKey, pod: Arc<Pod>, container: PodContainer) {
         self.next_id += 1;
         let entry = WorkerEntry {
             addr: None,
@@ -422,10 +427,12 @@ impl Handler<AddPod> for ProberManager {
             );
             return;
         };
-        let Some(spec) = pod.spec.as_ref() else { return };
-        let sidecars = spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c));
-        let containers: Vec<Arc<Container>> =
-            spec.containers.iter().chain(sidecars).cloned().map(Arc::new).collect();
+        if pod.spec.is_none() {
+            return;
+        }
+        // The workers read their containers through the pod: no copy of a container's spec.
+        let containers: Vec<PodContainer> =
+            PodContainer::all(&pod).filter(|c| !c.is_init() || is_restartable_init_container(c)).collect();
         for container in containers {
             for kind in ProbeKind::ADD_ORDER {
                 if kind.probe_of(&container).is_none() {
@@ -563,10 +570,11 @@ impl Handler<StartContainerProbes> for ProberManager {
                 self.retire(&key(kind));
             }
         }
+        let container = PodContainer::in_pod_or_own(&msg.pod, msg.container.clone());
         for kind in ProbeKind::ADD_ORDER {
             let missing = self.workers.get(&key(kind)).is_none_or(|e| e.stopping);
-            if kind.probe_of(&msg.container).is_some() && missing {
-                self.add_unstarted(key(kind), msg.pod.clone(), msg.container.clone());
+            if kind.probe_of(&container).is_some() && missing {
+                self.add_unstarted(key(kind), msg.pod.clone(), container.clone());
             }
         }
         let binding = ContainerBinding {

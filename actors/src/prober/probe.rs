@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Probe};
 
 use super::executors::Executors;
-use super::{Outcome, ProbeError, ProbeKind, ProbeResult, Probed, exec, grpc, http, port, tcp};
+use super::{Outcome, PodContainer, ProbeError, ProbeKind, ProbeResult, Probed, exec, grpc, http, port, tcp};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
@@ -31,7 +31,7 @@ pub trait ProbeRunner: Send + Sync + 'static {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>>;
 
@@ -44,7 +44,7 @@ pub trait ProbeRunner: Send + Sync + 'static {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
@@ -311,7 +311,7 @@ impl ProbeRunner for Prober {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
         let prober = self.clone();
@@ -323,7 +323,7 @@ impl ProbeRunner for Prober {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
