@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release -p probelet-actors --example probe_load -- \
 //!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
-//!     [--floor] [--idle]
+//!     [--floor] [--idle] [--churn]
 //! ```
 //!
 //! * The target is this same binary run again with a hidden flag: it serves HTTP (200, a small
@@ -20,6 +20,11 @@
 //! * `--floor` runs the same I/O without the engine: one tokio task per worker on a
 //!   fixed-rate `interval` (missed ticks skipped), a new connection per probe.
 //! * `--idle` measures resident memory per worker at a long period (see [`idle`]).
+//! * `--churn` adds and removes pods at `--workers` pods per second for `--window` seconds,
+//!   each pod living one second, as a host adds (register, status, `add_pod`) and removes
+//!   (`remove_pod`, deregister, `remove_orphaned_statuses`) them; it prints the rate achieved,
+//!   the workers, statuses and views left at the end, and RSS before, during and after (see
+//!   [`churn`]).
 //!
 //! CPU is this process's user + system time over the window (from `/proc/self/stat`): the
 //! target's CPU is not in it. Lateness is a probe's start minus the latest due time on its
@@ -89,7 +94,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
---warmup SECS --window SECS [--floor] [--idle]";
+--warmup SECS --window SECS [--floor] [--idle] [--churn]";
 
 fn run(args: Args) -> Result<(), Error> {
     // The target lives in its own process so that its CPU is not counted; it dies with us.
@@ -100,6 +105,8 @@ fn run(args: Args) -> Result<(), Error> {
     let ports = target.as_ref().map(|t| t.ports).unwrap_or_default();
     let line = if args.idle {
         idle(&args, ports)?
+    } else if args.churn {
+        churn(&args, ports)?
     } else if args.floor {
         floor::run(&args, ports)?
     } else {
@@ -140,6 +147,7 @@ struct Args {
     window: u64,
     floor: bool,
     idle: bool,
+    churn: bool,
 }
 
 impl Args {
@@ -152,6 +160,7 @@ impl Args {
             window: 20,
             floor: false,
             idle: false,
+            churn: false,
         };
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -172,6 +181,7 @@ impl Args {
                 "--window" => args.window = number(flag, value()?)?,
                 "--floor" => args.floor = true,
                 "--idle" => args.idle = true,
+                "--churn" => args.churn = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -187,8 +197,13 @@ impl Args {
         if args.window == 0 && !args.idle {
             return Err("--window: must be at least 1".into());
         }
-        if args.idle && args.floor {
-            return Err("--idle measures the engine's workers; it has no --floor variant".into());
+        if (args.idle || args.churn) && args.floor {
+            return Err(
+                "--idle and --churn measure the engine's workers; they have no --floor variant".into()
+            );
+        }
+        if args.idle && args.churn {
+            return Err("--idle and --churn are different runs".into());
         }
         Ok(args)
     }
@@ -723,6 +738,146 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     Ok(out)
 }
 
+/// `--churn`: pods added and removed at `--workers` per second for `--window` seconds, as a
+/// host does it. Every 10 ms the pods due by then are added (registered, synced with their
+/// container running: `update_pod_status`, conditions, `set_pod_status`, `add_pod`) and the
+/// oldest removed until one second's worth (`--workers`) is left (`remove_pod`, deregistered,
+/// then one `remove_orphaned_statuses` with the pods left, as the agent's hosts do on a
+/// deletion): each pod lives about a second, the population stays at `--workers` however late
+/// a tick runs, and each pod probes at `--period` (its first probe at once: the engine's clock
+/// is aged past the start-up jitter as for `--idle`). At the end the
+/// last pods are removed and the run waits for the workers to exit. RSS is read before the
+/// first pod, after the first 5 s (the population and the allocator at their steady state),
+/// at the end of the window, and once everything is removed; the workers, cached statuses and
+/// status views left at the end are counted.
+fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+    const SETTLE: Duration = Duration::from_secs(2);
+    const TICK: Duration = Duration::from_millis(10);
+    const WARM: Duration = Duration::from_secs(5);
+    let rate = args.workers;
+    let window = Duration::from_secs(args.window);
+    let total = rate.saturating_mul(args.window as usize);
+    let system = actix::System::new();
+    let out = system.block_on(async move {
+        let collector = Collector::new(total, Duration::from_secs(args.period));
+        let registry = PodRegistry::new();
+        let clock = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
+        let pipeline = start_pipeline(&registry, &collector, Some(clock.clone()))?;
+        clock.ahead_secs.store(args.period as i64 + 1, Ordering::Relaxed);
+        let probe = readiness_probe(args.kind, ports, args.period);
+        collector.set_recording(true);
+        tokio::time::sleep(SETTLE).await;
+        let before = rss_bytes();
+
+        let mut live: std::collections::VecDeque<Arc<Pod>> = std::collections::VecDeque::new();
+        let (mut added, mut removed, mut max_live) = (0usize, 0usize, 0usize);
+        let (mut warm, mut rss_max) = (None, before);
+        let mut ticks = tokio::time::interval(TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let start = Instant::now();
+        while start.elapsed() < window {
+            ticks.tick().await;
+            let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
+            let mut removed_now = false;
+            while added < due {
+                let pod = Arc::new(pod(added, &probe));
+                registry.upsert(pod.clone());
+                sync(&pipeline, &pod, runtime_status(added, true)).await?;
+                live.push_back(pod);
+                added += 1;
+                max_live = max_live.max(live.len());
+                // One in, one out: the population never passes one second's worth, however
+                // far behind the adds run.
+                while live.len() > rate {
+                    let Some(pod) = live.pop_front() else { break };
+                    remove(&pipeline, &registry, &pod);
+                    removed += 1;
+                    removed_now = true;
+                }
+            }
+            if removed_now {
+                pipeline.remove_orphaned_statuses(live_uids(&live));
+            }
+            if warm.is_none() && start.elapsed() >= WARM {
+                warm = Some(rss_bytes());
+            }
+            rss_max = rss_max.max(rss_bytes());
+        }
+        let elapsed = start.elapsed();
+        let end_of_window = rss_bytes();
+        let workers_at_window_end = pipeline.workers().await?.len();
+        for pod in live.drain(..) {
+            remove(&pipeline, &registry, &pod);
+            removed += 1;
+        }
+        pipeline.remove_orphaned_statuses(std::collections::HashSet::new());
+        let drain = Instant::now();
+        while !pipeline.workers().await?.is_empty() && drain.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let drained = drain.elapsed();
+        tokio::time::sleep(SETTLE).await;
+        let after = rss_bytes();
+        let workers = pipeline.workers().await?.len();
+        let statuses = pipeline.statuses().await?.len();
+        collector.set_recording(false);
+        let s = collector.lock();
+        let kib = |b: u64| b / 1024;
+        let secs = elapsed.as_secs_f64();
+        let line = json!({
+            "mode": "churn",
+            "kind": args.kind.name(),
+            "pods_per_s_asked": rate,
+            "period_s": args.period,
+            "window_s": round(secs, 3),
+            "added": added,
+            "removed": removed,
+            "adds_per_s": round(added as f64 / secs, 1),
+            "max_live_pods": max_live,
+            "workers_at_window_end": workers_at_window_end,
+            "drain_s": round(drained.as_secs_f64(), 3),
+            "left": {
+                "workers": workers,
+                "statuses": statuses,
+                "status_views": pipeline.views.len(),
+                "results": pipeline.results_view.len(),
+                "registered_pods": registry.pods().len(),
+            },
+            "probes": s.probes,
+            "failures": s.failures,
+            "rss_kib": {
+                "before": kib(before),
+                "after_5s": warm.map(kib),
+                "max": kib(rss_max),
+                "end_of_window": kib(end_of_window),
+                "after_removal": kib(after),
+            },
+            "after_removal_vs_before": round(after as f64 / before.max(1) as f64, 3),
+            "end_of_window_vs_after_5s": warm.map(|w| round(end_of_window as f64 / w.max(1) as f64, 3)),
+            "loadavg": load_average(),
+        });
+        drop(s);
+        actix::System::current().stop();
+        Ok::<_, Error>(line)
+    })?;
+    Ok(out)
+}
+
+/// The host's removal of a deleted pod: its workers stopped, then the pod deregistered (its
+/// status goes with the next `remove_orphaned_statuses`).
+fn remove(pipeline: &Pipeline, registry: &PodRegistry, pod: &Arc<Pod>) {
+    pipeline.remove_pod(pod.clone());
+    if let Some(uid) = pod.metadata.uid.as_deref() {
+        registry.remove(uid);
+    }
+}
+
+fn live_uids(
+    live: &std::collections::VecDeque<Arc<Pod>>,
+) -> std::collections::HashSet<probelet_actors::vocabulary::PodUid> {
+    live.iter().filter_map(|pod| probelet_actors::vocabulary::PodUid::of(pod)).collect()
+}
+
 // === the floor ===
 
 mod floor {
@@ -1083,7 +1238,8 @@ mod tests {
                 warmup: 2,
                 window: 7,
                 floor: true,
-                idle: false
+                idle: false,
+                churn: false
             }
         );
         assert_eq!(Args::parse(&argv("--idle")).expect("parses").period, 3600);
@@ -1091,6 +1247,10 @@ mod tests {
         assert!(Args::parse(&argv("--workers")).is_err());
         assert!(Args::parse(&argv("--workers ten")).is_err());
         assert!(Args::parse(&argv("--idle --floor")).is_err());
+        assert!(Args::parse(&argv("--churn --floor")).is_err());
+        assert!(Args::parse(&argv("--churn --idle")).is_err());
+        let churn = Args::parse(&argv("--churn --workers 1000 --window 60")).expect("parses");
+        assert!(churn.churn && churn.period == 1 && churn.window == 60);
         assert!(Args::parse(&argv("--workers 0")).is_err());
     }
 

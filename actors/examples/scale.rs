@@ -22,7 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::{LogRecorder, PodRegistry};
 use probelet_actors::local_runner::LocalCommandRunner;
-use probelet_actors::prober::{ProbeError, ProbeKind, ProbeResult, ProbeRunner};
+use probelet_actors::prober::{PodContainer, ProbeError, ProbeKind, ProbeResult, ProbeRunner};
 use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::{Pipeline, PipelineConfig};
 
@@ -35,7 +35,7 @@ impl ProbeRunner for Instant0 {
         _kind: ProbeKind,
         _pod: Arc<Pod>,
         _status: Arc<PodStatus>,
-        _container: Arc<Container>,
+        _container: PodContainer,
         _id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
         self.0.fetch_add(1, Ordering::Relaxed);

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use probelet::container::ContainerId;
-use probelet::prober::{ProbeError, ProbeKind, ProbeResult, ProbeRunner};
+use probelet::prober::{PodContainer, ProbeError, ProbeKind, ProbeResult, ProbeRunner};
 use tokio::time::Instant;
 
 /// What one probe call does.
@@ -105,7 +105,7 @@ impl ProbeRunner for ScriptedProber {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
         let timeout =
@@ -118,7 +118,7 @@ impl ProbeRunner for ScriptedProber {
         kind: ProbeKind,
         pod: Arc<Pod>,
         _status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {

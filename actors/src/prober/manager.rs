@@ -42,7 +42,7 @@ use super::worker::{
     GetState, PredecessorExited, ProbeKey, ProbeWorker, Reconfigure, StartupSucceeded, Stop, Trigger,
     WorkerConfig, WorkerExited,
 };
-use super::{ProbeKind, ProbeRunner, container_reference};
+use super::{PodContainer, ProbeKind, ProbeRunner, container_reference};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::{EventRecorder, EventType};
@@ -190,7 +190,8 @@ struct WorkerEntry {
     /// Abnormal deaths so far, for the restart back-off.
     restarts: u32,
     pod: Arc<Pod>,
-    container: Arc<Container>,
+    /// The container, read through the pod (no copy of its spec).
+    container: PodContainer,
     /// The container instance it was started for (`StartContainerProbes`).
     binding: Option<ContainerBinding>,
 }
@@ -207,6 +208,9 @@ struct WorkerStart {
 /// [`crate::Pipeline::start`] and send it the messages above.
 pub struct ProberManager {
     config: ManagerConfig,
+    /// `config.results`, shared by every worker: a clone per worker would box three recipients
+    /// for each.
+    results: Arc<ResultsSink>,
     /// When the manager started (wall clock): jitter and agent-restart rules use it.
     start: Timestamp,
     /// Workers by key; ordered so that a pod's workers are one range.
@@ -235,6 +239,7 @@ impl ProberManager {
         };
         let start = config.clock.now();
         ProberManager {
+            results: Arc::new(config.results.clone()),
             config,
             start,
             workers: BTreeMap::new(),
@@ -286,7 +291,7 @@ impl ProberManager {
         ctx: &mut Context<Self>,
         key: ProbeKey,
         pod: Arc<Pod>,
-        container: Arc<Container>,
+        container: PodContainer,
         how: WorkerStart,
     ) {
         let WorkerStart { state, restarts, binding } = how;
@@ -320,7 +325,7 @@ impl ProberManager {
             jitter,
             status: self.config.views.subscribe(&key.pod_uid),
             prober: self.config.prober.clone(),
-            results: self.config.results.clone(),
+            results: self.results.clone(),
             results_view: self.config.results_view.clone(),
             manager: ctx.address().recipient(),
             on_started,
@@ -337,7 +342,7 @@ impl ProberManager {
 
     /// A worker `AddPod` creates under `ContainerLifecycleProber`: known (so the container is
     /// not ready or started before it is probed), not probing until `StartContainerProbes`.
-    fn add_unstarted(&mut self, key: ProbeKey, pod: Arc<Pod>, container: Arc<Container>) {
+    fn add_unstarted(&mut self, key: ProbeKey, pod: Arc<Pod>, container: PodContainer) {
         self.next_id += 1;
         let entry = WorkerEntry {
             addr: None,
@@ -472,7 +477,7 @@ impl ProberManager {
             return;
         };
         self.known_pods.insert(uid.clone(), pod.clone());
-        let before: Option<HashMap<String, Arc<Container>>> =
+        let before: Option<HashMap<String, PodContainer>> =
             previous.map(|p| probed_containers(&p).into_iter().map(|c| (c.name.clone(), c)).collect());
         for container in probed_containers(&pod) {
             for kind in ProbeKind::ADD_ORDER {
@@ -527,7 +532,7 @@ impl Handler<ReconcilePod> for ProberManager {
             self.add_pod(pod, ctx, None);
             return;
         }
-        let containers: HashMap<String, Arc<Container>> =
+        let containers: HashMap<String, PodContainer> =
             probed_containers(&pod).into_iter().map(|c| (c.name.clone(), c)).collect();
         // An invalid timing annotation is the host's to report, as in spawn_worker.
         let timings = probe_timings(&pod).unwrap_or_default();
@@ -569,7 +574,7 @@ impl ProberManager {
         &mut self,
         key: &ProbeKey,
         pod: &Arc<Pod>,
-        container: &Arc<Container>,
+        container: &PodContainer,
         probe: &k8s_openapi::api::core::v1::Probe,
         timing: EffectiveTiming,
         effect: UpdateEffect,
@@ -753,10 +758,11 @@ impl Handler<StartContainerProbes> for ProberManager {
                 self.retire(&key(kind));
             }
         }
+        let container = PodContainer::in_pod_or_own(&msg.pod, msg.container.clone());
         for kind in ProbeKind::ADD_ORDER {
             let missing = self.workers.get(&key(kind)).is_none_or(|e| e.stopping);
-            if kind.probe_of(&msg.container).is_some() && missing {
-                self.add_unstarted(key(kind), msg.pod.clone(), msg.container.clone());
+            if kind.probe_of(&container).is_some() && missing {
+                self.add_unstarted(key(kind), msg.pod.clone(), container.clone());
             }
         }
         let binding = ContainerBinding {
@@ -887,19 +893,19 @@ pub fn restart_backoff(restarts: u32) -> Duration {
 }
 
 /// The pod's containers that can have probe workers: its regular containers and sidecars.
-fn probed_containers(pod: &Pod) -> Vec<Arc<Container>> {
-    let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
-    let sidecars = spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c));
-    spec.containers.iter().chain(sidecars).cloned().map(Arc::new).collect()
+/// The containers a pod's probes can be in (its containers and restartable init containers), read
+/// through the pod itself: no copy of a container's spec.
+fn probed_containers(pod: &Arc<Pod>) -> Vec<PodContainer> {
+    PodContainer::all(pod).filter(|c| !c.is_init() || is_restartable_init_container(c)).collect()
 }
 
 /// The result keys of `status` whose probe the pod's spec no longer has and no worker runs.
 fn removed_probe_results(
-    pod: &Pod,
+    pod: &Arc<Pod>,
     status: &PodStatus,
     workers: &HashSet<(String, ProbeKind)>,
 ) -> HashSet<(ProbeKind, ContainerId)> {
-    let containers: HashMap<String, Arc<Container>> =
+    let containers: HashMap<String, PodContainer> =
         probed_containers(pod).into_iter().map(|c| (c.name.clone(), c)).collect();
     let statuses =
         status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten());

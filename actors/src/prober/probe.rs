@@ -9,7 +9,9 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Probe};
 
 use super::executors::Executors;
-use super::{ProbeError, ProbeKind, ProbeOutcome, ProbeResult, Probed, exec, grpc, http, port, tcp};
+use super::{
+    PodContainer, ProbeError, ProbeKind, ProbeOutcome, ProbeResult, Probed, exec, grpc, http, port, tcp,
+};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
@@ -32,7 +34,7 @@ pub trait ProbeRunner: Send + Sync + 'static {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>>;
 
@@ -45,7 +47,7 @@ pub trait ProbeRunner: Send + Sync + 'static {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
@@ -312,7 +314,7 @@ impl ProbeRunner for Prober {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
         let prober = self.clone();
@@ -324,7 +326,7 @@ impl ProbeRunner for Prober {
         kind: ProbeKind,
         pod: Arc<Pod>,
         status: Arc<PodStatus>,
-        container: Arc<Container>,
+        container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {

@@ -12,6 +12,7 @@
 //! handle would then count into nothing.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Histogram};
@@ -21,14 +22,16 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{ProbeKind, ProbeResult};
 use crate::metrics::{self as names, forget_series};
 
-/// The labels of one worker's series.
+/// The labels of one worker's series. The values are shared strings: a clone (the worker's
+/// exit notice holds one) and every series looked up with them point at the same four
+/// allocations instead of copying them (docs/memory.md).
 #[derive(Debug, Clone)]
 pub struct ProbeLabels {
     probe_type: &'static str,
-    container: String,
-    pod: String,
-    namespace: String,
-    pod_uid: String,
+    container: Arc<str>,
+    pod: Arc<str>,
+    namespace: Arc<str>,
+    pod_uid: Arc<str>,
     /// The series looked up so far, and the forget epoch they were looked up in.
     handles: RefCell<Handles>,
 }
@@ -50,10 +53,10 @@ impl ProbeLabels {
     pub fn new(kind: ProbeKind, pod: &Pod, container: &str) -> Self {
         ProbeLabels {
             probe_type: kind.as_str(),
-            container: container.to_owned(),
-            pod: pod.metadata.name.clone().unwrap_or_default(),
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            container: Arc::from(container),
+            pod: Arc::from(pod.metadata.name.as_deref().unwrap_or_default()),
+            namespace: Arc::from(pod.metadata.namespace.as_deref().unwrap_or_default()),
+            pod_uid: Arc::from(pod.metadata.uid.as_deref().unwrap_or_default()),
             handles: RefCell::default(),
         }
     }
@@ -106,19 +109,19 @@ impl ProbeLabels {
             names::PROBER_PROBE_TOTAL,
             &[
                 ("probe_type", self.probe_type),
-                ("container", &self.container),
-                ("pod", &self.pod),
-                ("namespace", &self.namespace),
-                ("pod_uid", &self.pod_uid),
+                ("container", &*self.container),
+                ("pod", &*self.pod),
+                ("namespace", &*self.namespace),
+                ("pod_uid", &*self.pod_uid),
             ],
         );
         forget_series(
             names::PROBER_PROBE_DURATION_SECONDS,
             &[
                 ("probe_type", self.probe_type),
-                ("container", &self.container),
-                ("pod", &self.pod),
-                ("namespace", &self.namespace),
+                ("container", &*self.container),
+                ("pod", &*self.pod),
+                ("namespace", &*self.namespace),
             ],
         );
     }
@@ -170,6 +173,24 @@ mod tests {
         );
         assert_eq!(lines(&registry, "prober_probe_duration_seconds_count").len(), 1);
         assert!(lines(&registry, "prober_probe_duration_seconds_count")[0].ends_with(" 3"));
+    }
+
+    #[test]
+    fn a_clone_and_the_series_share_the_label_strings() {
+        let registry = PrometheusRegistry::new();
+        let labels = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "app");
+        let copy = labels.clone();
+        for (a, b) in [
+            (&labels.container, &copy.container),
+            (&labels.pod, &copy.pod),
+            (&labels.namespace, &copy.namespace),
+            (&labels.pod_uid, &copy.pod_uid),
+        ] {
+            assert!(Arc::ptr_eq(a, b), "{a}: copied, not shared");
+        }
+        metrics::with_local_recorder(&registry, || labels.observe(ProbeResult::Success, Duration::ZERO));
+        // The counter and the histogram series hold the pod name too, without copying it.
+        assert!(Arc::strong_count(&labels.pod) >= 4, "{}", Arc::strong_count(&labels.pod));
     }
 
     /// A pod deleted and created again under its name: the old worker's exit forgets the

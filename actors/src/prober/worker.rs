@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::time::Instant;
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
 use super::reconcile::UpdateEffect;
-use super::{ProbeError, ProbeResult, ProbeRunner};
+use super::{PodContainer, ProbeError, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
@@ -111,8 +111,8 @@ pub struct StartupSucceeded {
 pub struct Reconfigure {
     /// The pod as it is now.
     pub pod: Arc<Pod>,
-    /// The container spec holding the new probe.
-    pub container: Arc<Container>,
+    /// The container holding the new probe, read through `pod`.
+    pub container: PodContainer,
     /// What the worker captures from the new probe spec (thresholds, initial delay).
     pub spec: WorkerSpec,
     /// The new period.
@@ -138,7 +138,7 @@ pub struct WorkerConfig {
     /// refreshed).
     pub pod: Arc<Pod>,
     /// The container spec holding the probe.
-    pub container: Arc<Container>,
+    pub container: PodContainer,
     /// What the worker captured from the pod and probe spec: thresholds, initial delay, restart
     /// policy.
     pub spec: WorkerSpec,
@@ -159,8 +159,8 @@ pub struct WorkerConfig {
     pub status: StatusView,
     /// Runs one probe of a kind against a container (normally [`super::Prober`]).
     pub prober: Arc<dyn ProbeRunner>,
-    /// The results cache the worker writes its results to.
-    pub results: ResultsSink,
+    /// The results cache the worker writes its results to (one sink shared by every worker).
+    pub results: Arc<ResultsSink>,
     /// What `results` stores: a result it already holds is not sent again.
     pub results_view: ResultsView,
     /// Where the worker's [`WorkerExited`] notice goes (the prober manager).
@@ -176,7 +176,7 @@ pub struct WorkerConfig {
 pub struct ProbeWorker {
     key: ProbeKey,
     pod: Arc<Pod>,
-    container: Arc<Container>,
+    container: PodContainer,
     spec: WorkerSpec,
     state: WorkerState,
     /// The probe period.
@@ -189,7 +189,7 @@ pub struct ProbeWorker {
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
     prober: Arc<dyn ProbeRunner>,
-    results: ResultsSink,
+    results: Arc<ResultsSink>,
     results_view: ResultsView,
     /// The last result this worker sent to the cache, and for which container.
     last_sent: Option<(ContainerId, ProbeResult)>,
@@ -231,12 +231,10 @@ impl ProbeWorker {
         ProbeWorker {
             exit: ExitNotice {
                 manager: config.manager,
-                key: config.key.clone(),
                 worker_id: config.worker_id,
                 clean: false,
                 container_id: None,
                 state: None,
-                labels: labels.clone(),
             },
             key: config.key,
             pod: config.pod,
@@ -718,26 +716,26 @@ impl Handler<Trigger> for ProbeWorker {
 
 // === helpers ===
 
-/// Sends [`WorkerExited`] when dropped: after `stopped` (clean) or when the actor is dropped
-/// by a panic unwinding through its handler (not clean).
+/// What the [`WorkerExited`] notice says beyond the worker's key and labels, which it takes
+/// from the worker itself (a copy of each here cost every idle worker a few hundred bytes).
 struct ExitNotice {
     manager: Recipient<WorkerExited>,
-    key: ProbeKey,
     worker_id: u64,
     clean: bool,
     container_id: Option<ContainerId>,
     state: Option<WorkerState>,
-    labels: metrics::ProbeLabels,
 }
 
-impl Drop for ExitNotice {
+/// Sends [`WorkerExited`] when the worker is dropped: after `stopped` (clean) or when a panic
+/// unwinding through a handler drops the actor (not clean).
+impl Drop for ProbeWorker {
     fn drop(&mut self) {
-        self.manager.do_send(WorkerExited {
+        self.exit.manager.do_send(WorkerExited {
             key: self.key.clone(),
-            worker_id: self.worker_id,
-            clean: self.clean,
-            container_id: self.container_id.take(),
-            state: self.state.take(),
+            worker_id: self.exit.worker_id,
+            clean: self.exit.clean,
+            container_id: self.exit.container_id.take(),
+            state: self.exit.state.take(),
             labels: self.labels.clone(),
         });
     }
