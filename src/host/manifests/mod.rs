@@ -1,0 +1,479 @@
+//! Pod manifests from a folder: the standalone agent's pod source, the counterpart of the kubelet's
+//! static pods (`pkg/kubelet/config/file.go` and `common.go`). It owns reading the folder, decoding
+//! YAML and JSON, the API server's defaulting (`pkg/apis/core/v1/defaults.go`) and validation
+//! (`pkg/apis/core/validation/validation.go`) of the fields the agent relies on, the static pod UID,
+//! and what changed between two scans of the folder. This file reads and decodes; `snapshot.rs`
+//! holds the scans, their diff and the UID; `validate.rs` the defaulting and validation.
+//!
+//! What a loaded pod looks like:
+//! * defaults applied ([`apply_defaults`]) and validated ([`validate`]), as the kubelet does for
+//!   static pods through `ValidatePodCreate`;
+//! * `metadata.uid` is [`static_pod_uid`], a hash of the node name, the file path and the manifest.
+//!   Unlike the kubelet, a `uid` written in the manifest is ignored: the UID must change with the
+//!   content so that a changed manifest replaces the pod;
+//! * annotations `kubernetes.io/config.source: file` and `kubernetes.io/config.hash: <uid>`;
+//! * `spec.nodeName` is the agent's node name;
+//! * `status` is cleared except `status.conditions`: conditions written in the manifest are kept so
+//!   a user can declare the value of a readiness-gate condition (nothing else would set it in
+//!   standalone mode). The kubelet also sets `status.phase: Pending`; here the phase is left to the
+//!   status machinery.
+//!
+//! Unlike the kubelet, a file may hold several YAML documents (`---`), each one pod; a bad document
+//! is reported and the file's other documents still load. A file that does not parse at all loads
+//! nothing, so while it is broken its pods are gone (as with the kubelet). Type errors name the
+//! field path as well as the line and column (`spec.containers[0].readinessProbe.periodSeconds:
+//! invalid i32 at line 14, column 88`), like the validation errors.
+//!
+//! A folder or file that cannot be *read* is not a folder without pods: when listing the folder
+//! fails for any reason but "does not exist" (say `EMFILE` while the node is short of file
+//! descriptors), [`Snapshot::keeping_unreadable`] keeps the last good pod set, as the kubelet's
+//! file source does (it sends no update when the listing fails). A single file that cannot be
+//! read for the same kind of reason keeps the pods it last gave; the kubelet drops those, which
+//! would restart every container of a pod whose file could not be opened for a moment. A folder
+//! that does not exist means no pods, as upstream.
+//!
+//! Manifests should be written atomically (write a temporary file beside them, then rename it
+//! over the manifest): a scan that catches a half-written file sees a parse error and stops that
+//! file's pods until the next scan. Hidden files (`.name.yaml`) are skipped, so a temporary file
+//! whose name starts with a dot is never read.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use probelet_actors::gofmt::go_quote;
+use serde_json::Value;
+
+/// The largest manifest file read, in bytes (1 MiB).
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+/// Upstream `kubetypes.ConfigSourceAnnotationKey`.
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// Upstream `kubetypes.ConfigHashAnnotationKey`.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// Upstream `kubetypes.FileSource`: the value of [`CONFIG_SOURCE_ANNOTATION`].
+pub const FILE_SOURCE: &str = "file";
+/// File extensions read from the folder (compared case-insensitively).
+pub const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+const TOO_LARGE: &str = "file larger than 1 MiB";
+
+/// A pod loaded from a manifest: defaults applied, validated, UID and source annotations set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedPod {
+    /// The manifest file it came from.
+    pub file: PathBuf,
+    /// The pod, ready to hand to the engine.
+    pub pod: Pod,
+}
+
+impl LoadedPod {
+    /// The static pod UID (`metadata.uid`).
+    pub fn uid(&self) -> &str {
+        self.pod.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    /// `metadata.namespace` (always set after defaulting).
+    pub fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// Why a file, or one document in it, gave no pod.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {reason}", file.display())]
+pub struct ManifestError {
+    /// The manifest file (or the folder, when the folder itself cannot be read).
+    pub file: PathBuf,
+    /// What is wrong, for a person to read.
+    pub reason: String,
+}
+
+impl ManifestError {
+    fn new(file: &Path, reason: impl Into<String>) -> Self {
+        Self { file: file.to_path_buf(), reason: reason.into() }
+    }
+}
+
+// === parsing ===
+
+/// Parses one file's contents: YAML or JSON (by the `.json` extension), several YAML documents per
+/// file (`---`), empty documents skipped. Each document must be `kind: Pod`, `apiVersion: v1`;
+/// anything else is an error for that document while the file's other documents still load. When
+/// the file holds more than one document, errors name the document (1-based, empty ones not
+/// counted). Returned pods are ready: defaults, validation, UID, annotations, node name.
+pub fn parse_manifest(file: &Path, contents: &str, node_name: &str) -> (Vec<Pod>, Vec<ManifestError>) {
+    if contents.len() as u64 > MAX_MANIFEST_BYTES {
+        return (Vec::new(), vec![ManifestError::new(file, TOO_LARGE)]);
+    }
+    let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
+    let documents = match decode_documents(file, contents) {
+        Ok(documents) => documents,
+        Err(reason) => return (Vec::new(), vec![ManifestError::new(file, reason)]),
+    };
+    let several = documents.len() > 1;
+    let mut pods = Vec::new();
+    let mut errors = Vec::new();
+    for (index, document) in documents.into_iter().enumerate() {
+        match document.and_then(|pod| prepare(file, pod, node_name)) {
+            Ok(pod) => pods.push(pod),
+            Err(reason) if several => {
+                errors.push(ManifestError::new(file, format!("document {}: {reason}", index + 1)))
+            }
+            Err(reason) => errors.push(ManifestError::new(file, reason)),
+        }
+    }
+    (pods, errors)
+}
+
+fn is_json(file: &Path) -> bool {
+    file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+/// The file's documents, each a pod or why not; `Err` when the file does not parse at all.
+fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, String>>, String> {
+    if is_json(file) {
+        if contents.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let value: Value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
+        // Decoding again straight into a Pod gives type errors with their line and column.
+        let pod = check_kind(&value).and_then(|()| {
+            serde_path_to_error::deserialize::<_, Pod>(&mut serde_json::Deserializer::from_str(contents))
+                .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner())))
+        });
+        return Ok(vec![pod]);
+    }
+    let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
+        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    // A second pass decodes each document straight into a Pod: YAML scalars then fit the field
+    // types (`value: 8080` for a string) and type errors carry their line and column. It lines up
+    // with the first pass document for document (both skip the same empty documents); should it
+    // not, each document is converted from its JSON value instead.
+    let mut bytes = contents.as_bytes();
+    let typed: Vec<Result<Tracked<Pod>, serde_saphyr::Error>> =
+        serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
+    let aligned = typed.len() == values.len();
+    let mut typed = typed.into_iter();
+    Ok(values
+        .into_iter()
+        .map(|value| {
+            let direct = if aligned { typed.next() } else { None };
+            check_kind(&value)?;
+            match direct {
+                Some(Ok(Tracked(pod))) => Ok(pod),
+                Some(Err(e)) => Err(format!("invalid Pod: {}", one_line(&e.to_string()))),
+                None => serde_path_to_error::deserialize::<_, Pod>(value)
+                    .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner()))),
+            }
+        })
+        .collect())
+}
+
+/// A [`Pod`] (or any other decoded type) whose type errors start with the path of the field
+/// they are about. The YAML deserializer adds the line and column to the error this returns, so
+/// the message reads `spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 14,
+/// column 88`.
+pub(crate) struct Tracked<T>(pub(crate) T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Tracked<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut track = serde_path_to_error::Track::new();
+        match T::deserialize(serde_path_to_error::Deserializer::new(deserializer, &mut track)) {
+            Ok(value) => Ok(Tracked(value)),
+            Err(e) => Err(D::Error::custom(with_path(&track.path().to_string(), &e))),
+        }
+    }
+}
+
+/// `path: error`, or only the error when it is about the document itself (path `.`).
+pub(crate) fn with_path(path: &str, error: &dyn std::fmt::Display) -> String {
+    if path.is_empty() || path == "." { error.to_string() } else { format!("{path}: {error}") }
+}
+
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    // The snippet is a multi-line rendering; the one-line message already has line and column.
+    options.with_snippet = false;
+    options
+}
+
+pub(crate) fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Only `kind: Pod` in `apiVersion: v1` is a pod, as for the kubelet's file source.
+fn check_kind(document: &Value) -> Result<(), String> {
+    let Value::Object(fields) = document else {
+        return Err(format!("expected a Pod object, found {}", json_type(document)));
+    };
+    match fields.get("kind") {
+        Some(Value::String(kind)) if kind == "Pod" => {}
+        None | Some(Value::Null) => return Err("kind is missing: expected \"Pod\"".into()),
+        Some(other) => return Err(format!("kind {other} is not supported: expected \"Pod\"")),
+    }
+    match fields.get("apiVersion") {
+        Some(Value::String(version)) if version == "v1" => Ok(()),
+        None | Some(Value::Null) => Err("apiVersion is missing: expected \"v1\"".into()),
+        Some(other) => Err(format!("apiVersion {other} is not supported for kind Pod: expected \"v1\"")),
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a sequence",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// Turns a decoded pod into a loaded one, or says why it is invalid.
+fn prepare(file: &Path, mut pod: Pod, node_name: &str) -> Result<Pod, String> {
+    pod.status = only_conditions(pod.status.take());
+    apply_defaults(&mut pod);
+    if let Err(errors) = validate(&pod) {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        return Err(format!("Pod {} is invalid: {}", go_quote(name), aggregate(&errors)));
+    }
+    let uid = static_pod_uid(node_name, file, &pod);
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), FILE_SOURCE.into());
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid.clone());
+    pod.metadata.uid = Some(uid);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node_name.into());
+    }
+    Ok(pod)
+}
+
+fn only_conditions(status: Option<PodStatus>) -> Option<PodStatus> {
+    let conditions = status?.conditions?;
+    Some(PodStatus { conditions: Some(conditions), ..Default::default() })
+}
+
+/// Upstream `utilerrors.Aggregate` formatting: one message as is, several as `[a, b]`.
+fn aggregate(messages: &[String]) -> String {
+    let mut seen = BTreeSet::new();
+    let unique: Vec<&str> = messages.iter().filter(|m| seen.insert(m.as_str())).map(String::as_str).collect();
+    match unique.as_slice() {
+        [one] => (*one).to_owned(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+// === folder ===
+
+/// Every `*.yaml`, `*.yml`, `*.json` file directly in `dir` (hidden files skipped, symlinks
+/// followed), in file-name order. Unreadable files, bad documents and a second pod with a
+/// namespace/name already seen are reported; everything else is returned.
+pub fn load_dir(dir: &Path, node_name: &str) -> (Vec<LoadedPod>, Vec<ManifestError>) {
+    let loaded = load(dir, node_name);
+    (loaded.pods, loaded.errors)
+}
+
+/// What one read of the folder gave, with what could not be read told apart from what is wrong.
+struct Loaded {
+    pods: Vec<LoadedPod>,
+    errors: Vec<ManifestError>,
+    /// Listing the folder failed (other than "not found"): nothing here says which pods exist.
+    folder_unreadable: Option<io::ErrorKind>,
+    /// Files that exist but could not be read, with why: their pods are unknown, not gone.
+    unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
+}
+
+fn load(dir: &Path, node_name: &str) -> Loaded {
+    let mut loaded = Loaded {
+        pods: Vec::new(),
+        errors: Vec::new(),
+        folder_unreadable: None,
+        unreadable_files: BTreeMap::new(),
+    };
+    let files = match manifest_files(dir, &mut loaded) {
+        Ok(files) => files,
+        Err(e) => {
+            if e.kind() != io::ErrorKind::NotFound {
+                loaded.folder_unreadable = Some(e.kind());
+            }
+            loaded.errors.push(ManifestError::new(dir, format!("cannot read directory: {e}")));
+            return loaded;
+        }
+    };
+    let mut seen: HashMap<(String, String), PathBuf> = HashMap::new();
+    for file in files {
+        let contents = match read_manifest(&file) {
+            Ok(contents) => contents,
+            Err(ReadError::Io(e)) => {
+                if e.kind() != io::ErrorKind::NotFound {
+                    loaded.unreadable_files.insert(file.clone(), e.kind());
+                }
+                loaded.errors.push(ManifestError::new(&file, format!("cannot read file: {e}")));
+                continue;
+            }
+            Err(ReadError::Content(reason)) => {
+                loaded.errors.push(ManifestError::new(&file, reason));
+                continue;
+            }
+        };
+        let (parsed, bad) = parse_manifest(&file, &contents, node_name);
+        loaded.errors.extend(bad);
+        for pod in parsed {
+            let pod = LoadedPod { file: file.clone(), pod };
+            let key = (pod.namespace().to_owned(), pod.name().to_owned());
+            if let Some(first) = seen.get(&key) {
+                let reason = format!("duplicate pod {}/{}, also in {}", key.0, key.1, first.display());
+                loaded.errors.push(ManifestError::new(&file, reason));
+                continue;
+            }
+            seen.insert(key, file.clone());
+            loaded.pods.push(pod);
+        }
+    }
+    loaded
+}
+
+/// The manifest files of `dir`; `Err` when the folder cannot be listed completely (a partial
+/// listing would look like removed files).
+fn manifest_files(dir: &Path, loaded: &mut Loaded) -> io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        // Editors leave hidden swap and backup files beside the manifests; the kubelet skips them.
+        let hidden = entry.file_name().as_encoded_bytes().starts_with(b".");
+        let wanted = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| MANIFEST_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)));
+        if hidden || !wanted {
+            continue;
+        }
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => files.push(path),
+            Ok(_) => {}
+            Err(e) => {
+                if e.kind() != io::ErrorKind::NotFound {
+                    loaded.unreadable_files.insert(path.clone(), e.kind());
+                }
+                loaded.errors.push(ManifestError::new(&path, format!("cannot read file: {e}")));
+            }
+        }
+    }
+    files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    Ok(files)
+}
+
+enum ReadError {
+    /// The file could not be read: its pods are unknown.
+    Io(io::Error),
+    /// The file was read and is not a manifest.
+    Content(String),
+}
+
+fn read_manifest(file: &Path) -> Result<String, ReadError> {
+    let opened = File::open(file).map_err(ReadError::Io)?;
+    let mut bytes = Vec::new();
+    // Reading one byte past the cap tells a file at the cap from a larger one without reading
+    // the rest of a huge file.
+    opened.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(ReadError::Content(TOO_LARGE.into()));
+    }
+    String::from_utf8(bytes).map_err(|e| ReadError::Content(format!("invalid UTF-8: {}", e.utf8_error())))
+}
+
+mod snapshot;
+mod validate;
+
+pub use snapshot::*;
+pub use validate::*;
+
+#[cfg(test)]
+mod tests {
+    use super::validate::{DNS1123_LABEL, DNS1123_SUBDOMAIN, dns1123_label, dns1123_subdomain, port_name};
+    use super::*;
+
+    #[test]
+    fn go_quote_matches_strconv_quote() {
+        let cases = [
+            ("plain", "abc", r#""abc""#),
+            ("quote and backslash", r#"a"b\c"#, r#""a\"b\\c""#),
+            ("escapes", "\n\t\r\u{7}\u{8}\u{c}\u{b}", r#""\n\t\r\a\b\f\v""#),
+            ("control", "\u{1}\u{7f}", r#""\x01\x7f""#),
+            ("c1 control", "\u{85}", r#""\u0085""#),
+            ("unicode kept", "héllo ✓", "\"héllo ✓\""),
+            ("empty", "", r#""""#),
+        ];
+        for (name, input, want) in cases {
+            assert_eq!(go_quote(input), want, "case {name}");
+        }
+    }
+
+    #[test]
+    fn dns_names() {
+        let long_label = "a".repeat(64);
+        let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+            ("label ok", "web-1", vec![]),
+            ("digits first", "1abc", vec![]),
+            ("upper", "Web", vec![DNS1123_LABEL]),
+            ("dots", "a.b", vec!["must not contain dots"]),
+            ("trailing hyphen", "web-", vec![DNS1123_LABEL]),
+            ("too long", &long_label, vec!["must be no more than 63 characters"]),
+        ];
+        for (name, value, want) in cases {
+            assert_eq!(dns1123_label(value), want, "case {name}");
+        }
+        assert!(dns1123_subdomain("a.b-c.d").is_empty());
+        assert_eq!(dns1123_subdomain("a..b"), vec![DNS1123_SUBDOMAIN]);
+        assert_eq!(dns1123_subdomain("_x"), vec![DNS1123_SUBDOMAIN]);
+    }
+
+    #[test]
+    fn port_names() {
+        let cases: Vec<(&str, Vec<&str>)> = vec![
+            ("http", vec![]),
+            ("http-2", vec![]),
+            ("8080", vec!["must contain at least one letter (a-z)"]),
+            ("a--b", vec!["must not contain consecutive hyphens"]),
+            ("-a", vec!["must not begin or end with a hyphen"]),
+            (
+                "HTTP",
+                vec![
+                    "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+                    "must contain at least one letter (a-z)",
+                ],
+            ),
+            ("abcdefghijklmnop", vec!["must be no more than 15 characters"]),
+        ];
+        for (value, want) in cases {
+            assert_eq!(port_name(value), want, "case {value}");
+        }
+    }
+
+    #[test]
+    fn aggregate_formats_like_go() {
+        assert_eq!(aggregate(&["a".into()]), "a");
+        assert_eq!(aggregate(&["a".into(), "b".into(), "a".into()]), "[a, b]");
+    }
+
+    #[test]
+    fn uid_is_uuid_shaped() {
+        let uid = static_pod_uid("node", Path::new("/m/a.yaml"), &Pod::default());
+        let parts: Vec<usize> = uid.split('-').map(str::len).collect();
+        assert_eq!(parts, vec![8, 4, 4, 4, 12], "{uid}");
+        assert_eq!(&uid[14..15], "8", "version nibble in {uid}");
+        assert!(matches!(&uid[19..20], "8" | "9" | "a" | "b"), "variant in {uid}");
+    }
+}

@@ -1,0 +1,493 @@
+//! The API server's defaulting (`pkg/apis/core/v1/defaults.go`) and validation
+//! (`pkg/apis/core/validation/validation.go`) of the pod fields the agent relies on, applied to
+//! every manifest pod as the kubelet does for static pods through `ValidatePodCreate`.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use probelet_actors::gofmt::go_quote;
+use probelet_actors::prober::timing::{PROBE_TIMING_ANNOTATION, probe_timings};
+
+/// Defaults the API server applies (`SetDefaults_*` in `pkg/apis/core/v1/defaults.go`).
+pub const DEFAULT_NAMESPACE: &str = "default";
+pub const DEFAULT_RESTART_POLICY: &str = "Always";
+pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+pub const DEFAULT_PROBE_TIMEOUT_SECONDS: i32 = 1;
+pub const DEFAULT_PROBE_PERIOD_SECONDS: i32 = 10;
+pub const DEFAULT_PROBE_SUCCESS_THRESHOLD: i32 = 1;
+pub const DEFAULT_PROBE_FAILURE_THRESHOLD: i32 = 3;
+pub const DEFAULT_HTTP_GET_PATH: &str = "/";
+pub const DEFAULT_HTTP_GET_SCHEME: &str = "HTTP";
+pub const DEFAULT_PORT_PROTOCOL: &str = "TCP";
+
+// === defaults ===
+
+/// The API server's defaults that the agent relies on: namespace `default`; `restartPolicy:
+/// Always`; `terminationGracePeriodSeconds: 30`; for every probe of containers and init
+/// containers `timeoutSeconds: 1`, `periodSeconds: 10`, `successThreshold: 1`,
+/// `failureThreshold: 3` when unset or 0 (the API server defaults zero values), `httpGet.path: /`
+/// and `httpGet.scheme: HTTP` when unset; container ports' `protocol: TCP`. Negative values are
+/// left for [`validate`] to reject. A missing `spec` becomes an empty one.
+pub fn apply_defaults(pod: &mut Pod) {
+    if pod.metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        pod.metadata.namespace = Some(DEFAULT_NAMESPACE.into());
+    }
+    let spec = pod.spec.get_or_insert_with(PodSpec::default);
+    default_str(&mut spec.restart_policy, DEFAULT_RESTART_POLICY);
+    spec.termination_grace_period_seconds.get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+    for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+        for port in container.ports.iter_mut().flatten() {
+            default_str(&mut port.protocol, DEFAULT_PORT_PROTOCOL);
+        }
+        for probe in
+            [&mut container.liveness_probe, &mut container.readiness_probe, &mut container.startup_probe]
+                .into_iter()
+                .flatten()
+        {
+            default_probe(probe);
+        }
+    }
+}
+
+fn default_probe(probe: &mut Probe) {
+    default_positive(&mut probe.timeout_seconds, DEFAULT_PROBE_TIMEOUT_SECONDS);
+    default_positive(&mut probe.period_seconds, DEFAULT_PROBE_PERIOD_SECONDS);
+    default_positive(&mut probe.success_threshold, DEFAULT_PROBE_SUCCESS_THRESHOLD);
+    default_positive(&mut probe.failure_threshold, DEFAULT_PROBE_FAILURE_THRESHOLD);
+    if let Some(http) = probe.http_get.as_mut() {
+        default_str(&mut http.path, DEFAULT_HTTP_GET_PATH);
+        default_str(&mut http.scheme, DEFAULT_HTTP_GET_SCHEME);
+    }
+}
+
+fn default_str(field: &mut Option<String>, default: &str) {
+    if field.as_deref().is_none_or(str::is_empty) {
+        *field = Some(default.into());
+    }
+}
+
+fn default_positive(field: &mut Option<i32>, default: i32) {
+    if matches!(field, None | Some(0)) {
+        *field = Some(default);
+    }
+}
+
+/// The value a defaulted field has: unset and 0 read as the default.
+fn defaulted(field: Option<i32>, default: i32) -> i32 {
+    match field {
+        None | Some(0) => default,
+        Some(value) => value,
+    }
+}
+
+// === validation ===
+
+const NEGATIVE: &str = "must be greater than or equal to 0";
+const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
+const NO_HANDLER: &str = "must specify a handler type";
+const SECOND_HANDLER: &str = "may not specify more than 1 handler type";
+const INIT_PROBE: &str = "may not be set for init containers without restartPolicy=Always";
+const NEEDS_COMMAND: &str = "the standalone runtime runs each container's command as a local process";
+const UNKNOWN_PORT_NAME: &str = "must be the name of one of the container's ports";
+pub(super) const DNS1123_LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', \
+and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation \
+is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+pub(super) const DNS1123_SUBDOMAIN: &str = r"a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of alphanumeric characters or '-' \
+(e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')";
+
+/// The API server's validation of what the agent relies on, with its messages
+/// (`<field path>: <Required value|Invalid value: v|Forbidden|Duplicate value: v|Unsupported
+/// value: v>[: detail]`): metadata name and namespace; containers present, named (RFC 1123
+/// labels), unique across containers and init containers; container ports; probes (one handler,
+/// exec command, HTTP path, scheme and header names, port numbers and names, non-negative timing
+/// fields, `successThreshold` 1 for liveness and startup, probe-level grace period, none on
+/// readiness, none on init containers that are not sidecars); restart policies. Two rules are this
+/// agent's own: every container needs a `command` (there are no images to supply one), and a named
+/// probe port must name one of the container's ports (the kubelet finds out only when probing).
+/// A third is the agent's own annotation: the probe timing annotation must be valid for the pod.
+/// Fields the API server defaults are read with their defaults, so the answer is the same before
+/// and after [`apply_defaults`]. The image is not required: the standalone runtime does not use it.
+pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
+    let mut errs = Errors::default();
+    match pod.metadata.name.as_deref() {
+        None | Some("") => errs.required("metadata.name", "name or generateName is required"),
+        Some(name) => {
+            for msg in dns1123_subdomain(name) {
+                errs.invalid("metadata.name", go_quote(name), msg);
+            }
+        }
+    }
+    if let Some(namespace) = pod.metadata.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+        for msg in dns1123_label(namespace) {
+            errs.invalid("metadata.namespace", go_quote(namespace), msg);
+        }
+    }
+    let empty = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&empty);
+    validate_containers(&spec.containers, "spec.containers", &mut errs);
+    validate_init_containers(
+        spec.init_containers.as_deref().unwrap_or_default(),
+        &spec.containers,
+        &mut errs,
+    );
+    match spec.restart_policy.as_deref() {
+        None | Some("" | "Always" | "OnFailure" | "Never") => {}
+        Some(other) => errs.not_supported("spec.restartPolicy", other, &["Always", "OnFailure", "Never"]),
+    }
+    // The agent's own annotation (docs/probe-timing.md): rejected with the JSON path inside it.
+    if let Err(err) = probe_timings(pod) {
+        errs.push(
+            &format!("metadata.annotations[{PROBE_TIMING_ANNOTATION}]"),
+            "Invalid value".into(),
+            &err.detail(),
+        );
+    }
+    errs.into_result()
+}
+
+fn validate_containers(containers: &[Container], path: &str, errs: &mut Errors) {
+    if containers.is_empty() {
+        errs.required(path, "");
+        return;
+    }
+    let mut names = BTreeSet::new();
+    for (i, container) in containers.iter().enumerate() {
+        let path = format!("{path}[{i}]");
+        validate_container_common(container, &path, errs);
+        if !names.insert(container.name.as_str()) {
+            errs.duplicate(&format!("{path}.name"), &container.name);
+        }
+        container_probes(container, true, &path, errs);
+        if container.restart_policy.is_some() {
+            errs.forbidden(&format!("{path}.restartPolicy"), "may not be set for non-init containers");
+        }
+    }
+}
+
+fn validate_init_containers(init_containers: &[Container], containers: &[Container], errs: &mut Errors) {
+    let mut names: BTreeSet<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+    for (i, container) in init_containers.iter().enumerate() {
+        let path = format!("spec.initContainers[{i}]");
+        validate_container_common(container, &path, errs);
+        let sidecar = match container.restart_policy.as_deref() {
+            None => false,
+            Some("Always") => true,
+            Some(other) => {
+                errs.not_supported(&format!("{path}.restartPolicy"), other, &["Always"]);
+                false
+            }
+        };
+        if names.contains(container.name.as_str()) {
+            errs.duplicate(&format!("{path}.name"), &container.name);
+        } else if !container.name.is_empty() {
+            names.insert(container.name.as_str());
+        }
+        container_probes(container, sidecar, &path, errs);
+    }
+}
+
+/// The probe rules of [`validate`] for one container at `path` (`spec.containers[0]`), the
+/// same messages included: for a regular container (`init` false) or a sidecar, every probe
+/// (handler, ports, timing fields, thresholds, grace period); for a plain init container, that
+/// it has no probe. The container's other fields are not looked at, so this also checks pods
+/// whose containers run from images (`probelet lint`).
+pub fn validate_container_probes(container: &Container, init: bool, path: &str) -> Vec<String> {
+    let mut errs = Errors::default();
+    let probed = !init || container.restart_policy.as_deref() == Some("Always");
+    container_probes(container, probed, path, &mut errs);
+    errs.0
+}
+
+/// `probed`: a regular container or a sidecar, whose probes run; else an init container, which
+/// may have none.
+fn container_probes(container: &Container, probed: bool, path: &str, errs: &mut Errors) {
+    if probed {
+        validate_probes(container, path, errs);
+    } else {
+        for (field, probe) in probes(container) {
+            if probe.is_some() {
+                errs.forbidden(&format!("{path}.{field}"), INIT_PROBE);
+            }
+        }
+    }
+}
+
+fn probes(container: &Container) -> [(&'static str, Option<&Probe>); 3] {
+    [
+        ("livenessProbe", container.liveness_probe.as_ref()),
+        ("readinessProbe", container.readiness_probe.as_ref()),
+        ("startupProbe", container.startup_probe.as_ref()),
+    ]
+}
+
+fn validate_container_common(container: &Container, path: &str, errs: &mut Errors) {
+    let name_path = format!("{path}.name");
+    if container.name.is_empty() {
+        errs.required(&name_path, "");
+    } else {
+        for msg in dns1123_label(&container.name) {
+            errs.invalid(&name_path, go_quote(&container.name), msg);
+        }
+    }
+    if container.command.as_ref().is_none_or(Vec::is_empty) {
+        errs.required(&format!("{path}.command"), NEEDS_COMMAND);
+    }
+    validate_container_ports(container.ports.as_deref().unwrap_or_default(), &format!("{path}.ports"), errs);
+}
+
+fn validate_container_ports(ports: &[ContainerPort], path: &str, errs: &mut Errors) {
+    let mut names = BTreeSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        let path = format!("{path}[{i}]");
+        if let Some(name) = port.name.as_deref().filter(|n| !n.is_empty()) {
+            let msgs = port_name(name);
+            if !msgs.is_empty() {
+                for msg in msgs {
+                    errs.invalid(&format!("{path}.name"), go_quote(name), msg);
+                }
+            } else if !names.insert(name) {
+                errs.duplicate(&format!("{path}.name"), name);
+            }
+        }
+        if port.container_port == 0 {
+            errs.required(&format!("{path}.containerPort"), "");
+        } else if !(1..=65535).contains(&port.container_port) {
+            errs.invalid(&format!("{path}.containerPort"), port.container_port.to_string(), PORT_RANGE);
+        }
+        if let Some(host_port) = port.host_port.filter(|p| *p != 0 && !(1..=65535).contains(p)) {
+            errs.invalid(&format!("{path}.hostPort"), host_port.to_string(), PORT_RANGE);
+        }
+        match port.protocol.as_deref() {
+            None | Some("" | "TCP" | "UDP" | "SCTP") => {}
+            Some(other) => errs.not_supported(&format!("{path}.protocol"), other, &["SCTP", "TCP", "UDP"]),
+        }
+    }
+}
+
+fn validate_probes(container: &Container, path: &str, errs: &mut Errors) {
+    for (field, probe) in probes(container) {
+        let Some(probe) = probe else { continue };
+        let path = format!("{path}.{field}");
+        validate_probe(probe, container, &path, errs);
+        match field {
+            "readinessProbe" => {
+                if let Some(grace) = probe.termination_grace_period_seconds {
+                    errs.invalid(
+                        &format!("{path}.terminationGracePeriodSeconds"),
+                        grace.to_string(),
+                        "must not be set for readinessProbes",
+                    );
+                }
+            }
+            _ => {
+                let success = defaulted(probe.success_threshold, DEFAULT_PROBE_SUCCESS_THRESHOLD);
+                if success != 1 {
+                    errs.invalid(&format!("{path}.successThreshold"), success.to_string(), "must be 1");
+                }
+            }
+        }
+    }
+}
+
+/// Upstream `validateProbe`: the handler, then the timing fields, then the probe's grace period.
+fn validate_probe(probe: &Probe, container: &Container, path: &str, errs: &mut Errors) {
+    let mut handlers = 0;
+    let mut handler = |name: &str, errs: &mut Errors| {
+        handlers += 1;
+        if handlers > 1 {
+            errs.forbidden(&format!("{path}.{name}"), SECOND_HANDLER);
+            false
+        } else {
+            true
+        }
+    };
+    if let Some(exec) = probe.exec.as_ref()
+        && handler("exec", errs)
+        && exec.command.as_ref().is_none_or(Vec::is_empty)
+    {
+        errs.required(&format!("{path}.exec.command"), "");
+    }
+    if let Some(http) = probe.http_get.as_ref()
+        && handler("httpGet", errs)
+    {
+        let http_path = format!("{path}.httpGet");
+        validate_probe_port(&http.port, container, &format!("{http_path}.port"), errs);
+        match http.scheme.as_deref() {
+            None | Some("" | "HTTP" | "HTTPS") => {}
+            Some(other) => errs.not_supported(&format!("{http_path}.scheme"), other, &["HTTP", "HTTPS"]),
+        }
+        for header in http.http_headers.iter().flatten() {
+            if !is_http_header_name(&header.name) {
+                errs.invalid(&format!("{http_path}.httpHeaders"), go_quote(&header.name), HTTP_HEADER_NAME);
+            }
+        }
+    }
+    if let Some(tcp) = probe.tcp_socket.as_ref()
+        && handler("tcpSocket", errs)
+    {
+        validate_probe_port(&tcp.port, container, &format!("{path}.tcpSocket.port"), errs);
+    }
+    if let Some(grpc) = probe.grpc.as_ref()
+        && handler("grpc", errs)
+        && !(1..=65535).contains(&grpc.port)
+    {
+        errs.invalid(&format!("{path}.grpc.port"), grpc.port.to_string(), PORT_RANGE);
+    }
+    if handlers == 0 {
+        errs.required(path, NO_HANDLER);
+    }
+
+    for (field, value) in [
+        ("initialDelaySeconds", probe.initial_delay_seconds),
+        ("timeoutSeconds", probe.timeout_seconds),
+        ("periodSeconds", probe.period_seconds),
+        ("successThreshold", probe.success_threshold),
+        ("failureThreshold", probe.failure_threshold),
+    ] {
+        if let Some(value) = value.filter(|v| *v < 0) {
+            errs.invalid(&format!("{path}.{field}"), value.to_string(), NEGATIVE);
+        }
+    }
+    if let Some(grace) = probe.termination_grace_period_seconds.filter(|g| *g <= 0) {
+        errs.invalid(
+            &format!("{path}.terminationGracePeriodSeconds"),
+            grace.to_string(),
+            "must be greater than 0",
+        );
+    }
+}
+
+/// Upstream `ValidatePortNumOrName`, plus this agent's check that a name is one of the
+/// container's ports.
+fn validate_probe_port(port: &IntOrString, container: &Container, path: &str, errs: &mut Errors) {
+    match port {
+        IntOrString::Int(number) => {
+            if !(1..=65535).contains(number) {
+                errs.invalid(path, number.to_string(), PORT_RANGE);
+            }
+        }
+        IntOrString::String(name) => {
+            let msgs = port_name(name);
+            if msgs.is_empty() {
+                let known =
+                    container.ports.iter().flatten().any(|p| p.name.as_deref() == Some(name.as_str()));
+                if !known {
+                    errs.invalid(path, go_quote(name), UNKNOWN_PORT_NAME);
+                }
+            }
+            for msg in msgs {
+                errs.invalid(path, go_quote(name), msg);
+            }
+        }
+    }
+}
+
+/// Field errors in upstream `field.Error` format.
+#[derive(Default)]
+struct Errors(Vec<String>);
+
+impl Errors {
+    fn push(&mut self, path: &str, body: String, detail: &str) {
+        if detail.is_empty() {
+            self.0.push(format!("{path}: {body}"));
+        } else {
+            self.0.push(format!("{path}: {body}: {detail}"));
+        }
+    }
+
+    fn required(&mut self, path: &str, detail: &str) {
+        self.push(path, "Required value".into(), detail);
+    }
+
+    fn forbidden(&mut self, path: &str, detail: &str) {
+        self.push(path, "Forbidden".into(), detail);
+    }
+
+    /// `value` as upstream prints it: numbers plain, strings Go-quoted.
+    fn invalid(&mut self, path: &str, value: String, detail: &str) {
+        self.push(path, format!("Invalid value: {value}"), detail);
+    }
+
+    fn duplicate(&mut self, path: &str, value: &str) {
+        self.push(path, format!("Duplicate value: {}", go_quote(value)), "");
+    }
+
+    fn not_supported(&mut self, path: &str, value: &str, supported: &[&str]) {
+        let supported: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+        let detail = format!("supported values: {}", supported.join(", "));
+        self.push(path, format!("Unsupported value: {}", go_quote(value)), &detail);
+    }
+
+    fn into_result(self) -> Result<(), Vec<String>> {
+        if self.0.is_empty() { Ok(()) } else { Err(self.0) }
+    }
+}
+
+/// Upstream `validation.IsDNS1123Label`.
+pub(super) fn dns1123_label(value: &str) -> Vec<&'static str> {
+    let mut msgs = Vec::new();
+    if value.len() > 63 {
+        msgs.push("must be no more than 63 characters");
+    }
+    if !is_label(value) {
+        msgs.push(if is_subdomain(value) { "must not contain dots" } else { DNS1123_LABEL });
+    }
+    msgs
+}
+
+/// Upstream `validation.IsDNS1123Subdomain`.
+pub(super) fn dns1123_subdomain(value: &str) -> Vec<&'static str> {
+    let mut msgs = Vec::new();
+    if value.len() > 253 {
+        msgs.push("must be no more than 253 characters");
+    }
+    if !is_subdomain(value) {
+        msgs.push(DNS1123_SUBDOMAIN);
+    }
+    msgs
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`
+fn is_label(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            alnum(first) && alnum(last) && bytes.iter().all(|b| alnum(b) || *b == b'-')
+        }
+        _ => false,
+    }
+}
+
+/// Labels joined by dots.
+fn is_subdomain(value: &str) -> bool {
+    value.split('.').all(is_label)
+}
+
+/// Upstream `validation.IsValidPortName`.
+pub(super) fn port_name(name: &str) -> Vec<&'static str> {
+    let mut msgs = Vec::new();
+    if name.len() > 15 {
+        msgs.push("must be no more than 15 characters");
+    }
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        msgs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if !name.bytes().any(|b| b.is_ascii_lowercase()) {
+        msgs.push("must contain at least one letter (a-z)");
+    }
+    if name.contains("--") {
+        msgs.push("must not contain consecutive hyphens");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        msgs.push("must not begin or end with a hyphen");
+    }
+    msgs
+}
+
+/// `[-A-Za-z0-9]+`
+fn is_http_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
