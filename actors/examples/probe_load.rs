@@ -1417,6 +1417,36 @@ mod tests {
     }
 
     #[test]
+    fn a_known_due_time_gives_the_lateness_of_every_probe_the_first_included() {
+        let period = Duration::from_secs(1);
+        let c = Collector::new(1, period);
+        c.set_recording(true);
+        let due = Instant::now();
+        let ms = Duration::from_millis;
+        // The first tick fired 0.7 ms late; a grid anchored at it would read the next as on time.
+        c.record_due(0, Some(due), due + Duration::from_micros(700), ms(1), true);
+        c.record_due(0, Some(due + period), due + period + Duration::from_micros(700), ms(1), true);
+        let s = c.lock();
+        assert_eq!((s.probes, s.lateness.total), (2, 2));
+        assert_eq!(s.lateness.quantile(0.5), 700);
+        assert_eq!(s.lateness.max, 700);
+    }
+
+    #[test]
+    fn per_second_samples_are_taken_and_reset_and_merge_into_a_phase() {
+        let c = Collector::new(1, Duration::from_secs(1));
+        let t0 = Instant::now();
+        c.record_due(0, Some(t0), t0 + Duration::from_micros(10), Duration::from_micros(700), false);
+        let first = c.take_second();
+        assert_eq!((first.probes, first.failures, first.latency.max), (1, 1, 700));
+        assert_eq!(c.take_second().probes, 0, "taken means reset");
+        let mut phase = Histogram::new();
+        phase.merge(&first.latency);
+        phase.merge(&first.latency);
+        assert_eq!((phase.total, phase.max, phase.quantile(0.5)), (2, 700, 700));
+    }
+
+    #[test]
     fn the_collector_counts_only_inside_the_window() {
         let period = Duration::from_secs(1);
         let c = Collector::new(2, period);
