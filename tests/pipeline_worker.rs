@@ -16,8 +16,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodStatus;
+use probelet::container::ContainerId;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult};
+use probelet::results::RemoveResult;
 use probelet::status::POD_READY;
 use support::kubelet::{DrainLog, Harness, advance, aged_harness, run_for, settle, started_harness, wall};
 use support::pods::{probe, running, terminated, test_pod, waiting};
@@ -99,6 +101,46 @@ async fn probe_slower_than_period_runs_again_right_after_it_returns() {
     assert_eq!(times.len(), 3, "{times:?}");
     assert_near(times[1], secs(25), "the pending tick runs when the slow probe returns");
     assert_near(times[2], secs(30), "then the grid again");
+}
+
+#[actix::test]
+async fn the_schedule_keeps_its_grid_for_hundreds_of_periods_and_collapses_missed_ticks() {
+    let (h, t0) = aged_harness().await;
+    // Probe 50 runs past two ticks; every other probe is instant.
+    let mut steps: Vec<Step> = (0..50).map(|_| Step::Return(Success)).collect();
+    steps.push(Step::Slow(Duration::from_millis(2_500), Success));
+    h.prober.then("app", Readiness, steps);
+    let pod = test_pod("grid").container("app").with_probe("app", Readiness, probe(1, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(Duration::from_millis(299_500)).await;
+    let times = probe_times(&h, "app", Readiness, start);
+    // 0..=50 on the grid; the ticks at 51 and 52 collapse into one run at 52.5 when probe 50
+    // returns; then 53, 54, ... 299 on the same grid, without drift.
+    assert_eq!(times.len(), 299, "{:?}", &times[45..60.min(times.len())]);
+    for (i, t) in times.iter().enumerate() {
+        let want = match i {
+            0..=50 => Duration::from_secs(i as u64),
+            51 => Duration::from_millis(52_500),
+            _ => Duration::from_secs(i as u64 + 1),
+        };
+        assert_near(*t, want, &format!("probe {i}"));
+    }
+}
+
+#[actix::test]
+async fn a_result_removed_from_the_cache_behind_the_worker_is_stored_again_at_its_next_probe() {
+    let (h, t0) = aged_harness().await;
+    let pod = test_pod("gone").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(25)).await;
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success));
+    // The worker sends only what the cache does not show: it must notice the entry went.
+    let remove = RemoveResult { kind: Readiness, container_id: ContainerId::parse("cri://1") };
+    h.pipeline.results.send(remove).await.unwrap();
+    assert_eq!(h.result(Readiness, "cri://1").await, None);
+    run_for(secs(10)).await;
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success));
 }
 
 #[actix::test]

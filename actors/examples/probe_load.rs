@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release -p probelet-actors --example probe_load -- \
 //!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
-//!     [--floor] [--idle] [--churn]
+//!     [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS]
 //! ```
 //!
 //! * The target is this same binary run again with a hidden flag: it serves HTTP (200, a small
@@ -25,6 +25,9 @@
 //!   (`remove_pod`, deregister, `remove_orphaned_statuses`) them; it prints the rate achieved,
 //!   the workers, statuses and views left at the end, and RSS before, during and after (see
 //!   [`churn`]).
+//! * `--overload-workers N --overload-for SECS` runs N workers for SECS, then drops to
+//!   `--workers` for the window, and prints a line per second and one per phase (see
+//!   [`overload`]).
 //!
 //! CPU is this process's user + system time over the window (from `/proc/self/stat`): the
 //! target's CPU is not in it. Lateness is a probe's start minus the latest due time on its
@@ -94,7 +97,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
---warmup SECS --window SECS [--floor] [--idle] [--churn]";
+--warmup SECS --window SECS [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS]";
 
 fn run(args: Args) -> Result<(), Error> {
     // The target lives in its own process so that its CPU is not counted; it dies with us.
@@ -103,7 +106,9 @@ fn run(args: Args) -> Result<(), Error> {
         _ => Some(target::Target::start()?),
     };
     let ports = target.as_ref().map(|t| t.ports).unwrap_or_default();
-    let line = if args.idle {
+    let line = if args.overload_workers > 0 {
+        overload::run(&args, ports)?
+    } else if args.idle {
         idle(&args, ports)?
     } else if args.churn {
         churn(&args, ports)?
@@ -148,6 +153,10 @@ struct Args {
     floor: bool,
     idle: bool,
     churn: bool,
+    /// Workers of the overload phase; 0 for none.
+    overload_workers: usize,
+    /// How long the overload phase lasts, in seconds.
+    overload_for: u64,
 }
 
 impl Args {
@@ -161,6 +170,8 @@ impl Args {
             floor: false,
             idle: false,
             churn: false,
+            overload_workers: 0,
+            overload_for: 10,
         };
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -182,6 +193,8 @@ impl Args {
                 "--floor" => args.floor = true,
                 "--idle" => args.idle = true,
                 "--churn" => args.churn = true,
+                "--overload-workers" => args.overload_workers = number(flag, value()?)?,
+                "--overload-for" => args.overload_for = number(flag, value()?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -204,6 +217,9 @@ impl Args {
         }
         if args.idle && args.churn {
             return Err("--idle and --churn are different runs".into());
+        }
+        if args.overload_workers > 0 && (args.idle || args.overload_workers < args.workers) {
+            return Err("--overload-workers: at least --workers, and not with --idle".into());
         }
         Ok(args)
     }
@@ -253,6 +269,14 @@ impl Histogram {
         let i = b - LINEAR;
         let exp = LINEAR_BITS as u64 + i / SUBS;
         (1 << exp) + ((i % SUBS) << (exp - SUB_BITS as u64))
+    }
+
+    fn merge(&mut self, other: &Histogram) {
+        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine += theirs;
+        }
+        self.total += other.total;
+        self.max = self.max.max(other.max);
     }
 
     fn record(&mut self, v: u64) {
@@ -355,6 +379,15 @@ fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm").ok().as_deref().and_then(parse_statm).unwrap_or(0)
 }
 
+/// Open sockets of this process (`/proc/self/fd` links to `socket:[…]`): one per probe in
+/// flight, plus the runtime's few of its own.
+fn open_sockets() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return 0 };
+    dir.filter_map(Result::ok)
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
+        .count()
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -387,6 +420,22 @@ struct Samples {
     failures: u64,
     lateness: Histogram,
     latency: Histogram,
+    /// The same since the last [`Collector::take_second`], for the per-second lines.
+    second: Second,
+}
+
+/// What a per-second line reports.
+struct Second {
+    probes: u64,
+    failures: u64,
+    lateness: Histogram,
+    latency: Histogram,
+}
+
+impl Second {
+    fn new() -> Self {
+        Second { probes: 0, failures: 0, lateness: Histogram::new(), latency: Histogram::new() }
+    }
 }
 
 impl Collector {
@@ -401,6 +450,7 @@ impl Collector {
                 failures: 0,
                 lateness: Histogram::new(),
                 latency: Histogram::new(),
+                second: Second::new(),
             }),
         })
     }
@@ -410,13 +460,32 @@ impl Collector {
     }
 
     fn record(&self, worker: usize, start: Instant, duration: Duration, ok: bool) {
+        self.record_due(worker, None, start, duration, ok);
+    }
+
+    /// [`Collector::record`] for a probe whose due time is known (the floor's `Interval`
+    /// says it): its lateness is measured from that, not from the grid its starts imply.
+    fn record_due(&self, worker: usize, due: Option<Instant>, start: Instant, duration: Duration, ok: bool) {
         let mut s = self.lock();
         let Some(grid) = s.grids.get_mut(worker) else { return };
         let first = grid.anchor.is_none();
-        let late = grid.lateness(start, self.period);
+        let late = match due {
+            Some(due) => {
+                grid.anchor.get_or_insert(due);
+                Some(start.saturating_duration_since(due))
+            }
+            None => grid.lateness(start, self.period),
+        };
         if first {
             s.probed += 1;
         }
+        let second = &mut s.second;
+        second.probes += 1;
+        second.failures += u64::from(!ok);
+        if let Some(late) = late {
+            second.lateness.record(late.as_micros() as u64);
+        }
+        second.latency.record(duration.as_micros() as u64);
         if !s.recording {
             return;
         }
@@ -428,6 +497,11 @@ impl Collector {
             s.lateness.record(late.as_micros() as u64);
         }
         s.latency.record(duration.as_micros() as u64);
+    }
+
+    /// The probes since the last call, and resets them.
+    fn take_second(&self) -> Second {
+        std::mem::replace(&mut self.lock().second, Second::new())
     }
 
     fn set_recording(&self, on: bool) {
@@ -878,6 +952,230 @@ fn live_uids(
     live.iter().filter_map(|pod| probelet_actors::vocabulary::PodUid::of(pod)).collect()
 }
 
+// === overload ===
+
+mod overload {
+    //! `--overload-workers N --overload-for SECS`: N workers for SECS (more than the machine
+    //! can probe on time, say), then the pods above `--workers` go and the rest run for the
+    //! window. A JSON line per second (probes finished, failures, RSS, probe sockets open,
+    //! lateness and latency of the probes finished in that second), then one per phase. It
+    //! shows whether an overload spirals (probes pile up, memory grows, everything fails) and
+    //! how soon the probes are back on schedule once the load falls.
+
+    use super::*;
+
+    pub fn run(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+        if args.floor { floor(args, ports) } else { engine(args, ports) }
+    }
+
+    fn engine(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+        let system = actix::System::new();
+        let out = system.block_on(async move {
+            let collector = Collector::new(args.overload_workers, Duration::from_secs(args.period));
+            let registry = PodRegistry::new();
+            let baseline = open_sockets();
+            let pipeline = start_pipeline(&registry, &collector, None)?;
+            let probe = readiness_probe(args.kind, ports, args.period);
+            let mut pods = Vec::with_capacity(args.overload_workers);
+            for i in 0..args.overload_workers {
+                let pod = Arc::new(pod(i, &probe));
+                registry.upsert(pod.clone());
+                sync(&pipeline, &pod, runtime_status(i, true)).await?;
+                pods.push(pod);
+            }
+            // One clean-up of the pods that went, as the kubelet's housekeeping does it: the
+            // prober manager finds a pod's workers by a scan of all of them, so one
+            // `remove_pod` per pod would cost the removal of thousands of pods squared.
+            let drop_load = || {
+                let mut keep = std::collections::HashSet::new();
+                for (i, pod) in pods.iter().enumerate() {
+                    let uid = probelet_actors::vocabulary::PodUid::of(pod).unwrap_or_default();
+                    if i < args.workers {
+                        keep.insert(uid);
+                    } else {
+                        registry.remove(&uid);
+                    }
+                }
+                pipeline.cleanup_pods(keep);
+            };
+            let line = phases(&collector, args, "probelet", baseline, drop_load).await;
+            actix::System::current().stop();
+            Ok::<_, Error>(line)
+        })?;
+        Ok(out)
+    }
+
+    fn floor(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+        let line = runtime.block_on(async move {
+            let collector = Collector::new(args.overload_workers, Duration::from_secs(args.period));
+            let period = Duration::from_secs(args.period);
+            let baseline = open_sockets();
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut handles = Vec::with_capacity(args.overload_workers);
+            for i in 0..args.overload_workers {
+                let first = tokio::time::Instant::now() + period.mul_f64(rand::random::<f64>());
+                handles.push(tasks.spawn(super::floor::worker(
+                    i,
+                    args.kind,
+                    ports,
+                    first,
+                    period,
+                    collector.clone(),
+                )));
+            }
+            let drop_load = || {
+                for handle in handles.drain(args.workers..) {
+                    handle.abort();
+                }
+            };
+            let line = phases(&collector, args, "floor", baseline, drop_load).await;
+            tasks.abort_all();
+            line
+        });
+        runtime.shutdown_background();
+        Ok(line)
+    }
+
+    /// One phase's totals, from its per-second samples.
+    struct Phase {
+        name: &'static str,
+        workers: usize,
+        seconds: u64,
+        probes: u64,
+        failures: u64,
+        lateness: Histogram,
+        latency: Histogram,
+        max_sockets: usize,
+        rss_start: u64,
+        rss_max: u64,
+        rss_end: u64,
+        cpu_ticks: u64,
+        /// Seconds until a second whose lateness p99 was within a tenth of a period.
+        back_on_schedule_s: Option<u64>,
+    }
+
+    async fn phases(
+        collector: &Collector,
+        args: &Args,
+        mode: &str,
+        baseline_sockets: usize,
+        drop_load: impl FnOnce(),
+    ) -> serde_json::Value {
+        let period = Duration::from_secs(args.period);
+        let over = second_by_second(
+            collector,
+            "overload",
+            args.overload_workers,
+            args.overload_for,
+            baseline_sockets,
+            period,
+        )
+        .await;
+        drop_load();
+        let after =
+            second_by_second(collector, "after", args.workers, args.window, baseline_sockets, period).await;
+        let summary = |p: &Phase| {
+            json!({
+                "phase": p.name,
+                "workers": p.workers,
+                "seconds": p.seconds,
+                "probes_per_s": round(p.probes as f64 / p.seconds.max(1) as f64, 1),
+                "expected_per_s": round(p.workers as f64 / args.period as f64, 1),
+                "failures": p.failures,
+                "cpu_us_per_probe": round(ticks_to_secs(p.cpu_ticks) * 1e6 / p.probes.max(1) as f64, 1),
+                "max_probe_sockets": p.max_sockets,
+                "rss_kib": { "start": p.rss_start / 1024, "max": p.rss_max / 1024, "end": p.rss_end / 1024 },
+                "lateness_us": { "p50": p.lateness.quantile(0.5), "p99": p.lateness.quantile(0.99), "max": p.lateness.max },
+                "latency_us": { "p50": p.latency.quantile(0.5), "p99": p.latency.quantile(0.99) },
+                "back_on_schedule_after_s": p.back_on_schedule_s,
+            })
+        };
+        json!({
+            "mode": mode,
+            "kind": args.kind.name(),
+            "period_s": args.period,
+            "phases": [summary(&over), summary(&after)],
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "loadavg": load_average(),
+        })
+    }
+
+    async fn second_by_second(
+        collector: &Collector,
+        name: &'static str,
+        workers: usize,
+        seconds: u64,
+        baseline_sockets: usize,
+        period: Duration,
+    ) -> Phase {
+        let rss = rss_bytes();
+        let mut phase = Phase {
+            name,
+            workers,
+            seconds,
+            probes: 0,
+            failures: 0,
+            lateness: Histogram::new(),
+            latency: Histogram::new(),
+            max_sockets: 0,
+            rss_start: rss,
+            rss_max: rss,
+            rss_end: rss,
+            cpu_ticks: 0,
+            back_on_schedule_s: None,
+        };
+        // The probes of the last second of the previous phase are not this phase's.
+        collector.take_second();
+        let start = tokio::time::Instant::now();
+        let mut cpu = cpu_ticks();
+        for t in 1..=seconds {
+            tokio::time::sleep_until(start + Duration::from_secs(t)).await;
+            let second = collector.take_second();
+            let now_cpu = cpu_ticks();
+            let ticks = (now_cpu.user + now_cpu.system).saturating_sub(cpu.user + cpu.system);
+            cpu = now_cpu;
+            // Off this thread: with the engine, it is the one its results cache, status manager
+            // and prober manager run on, and a scan of thousands of descriptors takes a while.
+            let sockets = tokio::task::spawn_blocking(open_sockets).await.unwrap_or(0);
+            let sockets = sockets.saturating_sub(baseline_sockets);
+            let rss = rss_bytes();
+            let p99 = second.lateness.quantile(0.99);
+            if phase.back_on_schedule_s.is_none()
+                && second.probes > 0
+                && Duration::from_micros(p99) <= period / 10
+            {
+                phase.back_on_schedule_s = Some(t);
+            }
+            println!(
+                "{}",
+                json!({
+                    "phase": name,
+                    "t_s": t,
+                    "probes": second.probes,
+                    "failures": second.failures,
+                    "cpu_s": round(ticks_to_secs(ticks), 2),
+                    "probe_sockets": sockets,
+                    "rss_kib": rss / 1024,
+                    "lateness_us": { "p50": second.lateness.quantile(0.5), "p99": p99 },
+                    "latency_us": { "p50": second.latency.quantile(0.5), "p99": second.latency.quantile(0.99) },
+                })
+            );
+            phase.probes += second.probes;
+            phase.failures += second.failures;
+            phase.lateness.merge(&second.lateness);
+            phase.latency.merge(&second.latency);
+            phase.max_sockets = phase.max_sockets.max(sockets);
+            phase.rss_max = phase.rss_max.max(rss);
+            phase.rss_end = rss;
+            phase.cpu_ticks += ticks;
+        }
+        phase
+    }
+}
+
 // === the floor ===
 
 mod floor {
@@ -915,7 +1213,7 @@ mod floor {
         Ok(line)
     }
 
-    async fn worker(
+    pub(super) async fn worker(
         i: usize,
         kind: Kind,
         ports: Ports,
@@ -926,10 +1224,10 @@ mod floor {
         let mut ticks = tokio::time::interval_at(first, period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
-            ticks.tick().await;
+            let due = ticks.tick().await.into_std();
             let start = Instant::now();
             let ok = matches!(tokio::time::timeout(PROBE_TIMEOUT, probe(kind, ports)).await, Ok(Ok(true)));
-            collector.record(i, start, start.elapsed(), ok);
+            collector.record_due(i, Some(due), start, start.elapsed(), ok);
         }
     }
 
@@ -1240,6 +1538,8 @@ mod tests {
                 floor: true,
                 idle: false,
                 churn: false
+                overload_workers: 0,
+                overload_for: 10,
             }
         );
         assert_eq!(Args::parse(&argv("--idle")).expect("parses").period, 3600);
@@ -1252,6 +1552,10 @@ mod tests {
         let churn = Args::parse(&argv("--churn --workers 1000 --window 60")).expect("parses");
         assert!(churn.churn && churn.period == 1 && churn.window == 60);
         assert!(Args::parse(&argv("--workers 0")).is_err());
+        let over =
+            Args::parse(&argv("--workers 100 --overload-workers 900 --overload-for 7")).expect("parses");
+        assert_eq!((over.overload_workers, over.overload_for), (900, 7));
+        assert!(Args::parse(&argv("--workers 100 --overload-workers 50")).is_err());
     }
 
     #[test]
@@ -1270,6 +1574,36 @@ mod tests {
         assert_eq!(worker_index("uid-417"), Some(417));
         assert_eq!(worker_index("417"), None);
         assert_eq!(worker_index("uid-"), None);
+    }
+
+    #[test]
+    fn a_known_due_time_gives_the_lateness_of_every_probe_the_first_included() {
+        let period = Duration::from_secs(1);
+        let c = Collector::new(1, period);
+        c.set_recording(true);
+        let due = Instant::now();
+        let ms = Duration::from_millis;
+        // The first tick fired 0.7 ms late; a grid anchored at it would read the next as on time.
+        c.record_due(0, Some(due), due + Duration::from_micros(700), ms(1), true);
+        c.record_due(0, Some(due + period), due + period + Duration::from_micros(700), ms(1), true);
+        let s = c.lock();
+        assert_eq!((s.probes, s.lateness.total), (2, 2));
+        assert_eq!(s.lateness.quantile(0.5), 700);
+        assert_eq!(s.lateness.max, 700);
+    }
+
+    #[test]
+    fn per_second_samples_are_taken_and_reset_and_merge_into_a_phase() {
+        let c = Collector::new(1, Duration::from_secs(1));
+        let t0 = Instant::now();
+        c.record_due(0, Some(t0), t0 + Duration::from_micros(10), Duration::from_micros(700), false);
+        let first = c.take_second();
+        assert_eq!((first.probes, first.failures, first.latency.max), (1, 1, 700));
+        assert_eq!(c.take_second().probes, 0, "taken means reset");
+        let mut phase = Histogram::new();
+        phase.merge(&first.latency);
+        phase.merge(&first.latency);
+        assert_eq!((phase.total, phase.max, phase.quantile(0.5)), (2, 700, 700));
     }
 
     #[test]

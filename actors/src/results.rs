@@ -14,6 +14,7 @@
 //! operations only, never an await.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use actix::prelude::*;
@@ -121,6 +122,9 @@ type Table = HashMap<ProbeKind, HashMap<ContainerId, ProbeResult>>;
 #[derive(Debug, Clone, Default)]
 pub struct ResultsView {
     table: Arc<RwLock<Table>>,
+    /// How many times the table has changed; written under its write lock. While it stays
+    /// the same, every stored result does: a worker checks this instead of taking the lock.
+    changes: Arc<AtomicU64>,
 }
 
 impl ResultsView {
@@ -129,6 +133,19 @@ impl ResultsView {
         // A writer that panicked left a map, not a half-written value: reading it is still right.
         let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
         table.get(&kind).and_then(|m| m.get(container_id)).copied()
+    }
+
+    /// [`ResultsView::get`], with the [`ResultsView::changes`] count the table had when read.
+    pub fn get_counted(&self, kind: ProbeKind, container_id: &ContainerId) -> (Option<ProbeResult>, u64) {
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        let result = table.get(&kind).and_then(|m| m.get(container_id)).copied();
+        (result, self.changes.load(Ordering::Acquire))
+    }
+
+    /// How many changes the table has seen so far: a result read at one count is still stored
+    /// while the count is the same.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Several results under one read of the table.
@@ -155,13 +172,16 @@ impl ResultsView {
             return false;
         }
         map.insert(container_id.clone(), result);
+        self.changes.fetch_add(1, Ordering::Release);
         true
     }
 
     fn remove(&self, kind: ProbeKind, container_id: &ContainerId) {
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(map) = table.get_mut(&kind) {
-            map.remove(container_id);
+        if let Some(map) = table.get_mut(&kind)
+            && map.remove(container_id).is_some()
+        {
+            self.changes.fetch_add(1, Ordering::Release);
         }
     }
 }
@@ -320,5 +340,21 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(got, vec![Some(ProbeResult::Success), Some(ProbeResult::Unknown)]);
+    }
+
+    #[test]
+    fn the_change_count_moves_exactly_when_a_stored_result_does() {
+        let view = ResultsView::default();
+        let (kind, a, b) = (ProbeKind::Readiness, ContainerId::parse("x://a"), ContainerId::parse("x://b"));
+        assert_eq!(view.get_counted(kind, &a), (None, 0));
+        assert!(view.set(kind, &a, ProbeResult::Failure));
+        assert_eq!(view.get_counted(kind, &a), (Some(ProbeResult::Failure), 1));
+        assert!(!view.set(kind, &a, ProbeResult::Failure), "the same result again");
+        view.remove(kind, &b);
+        assert_eq!(view.changes(), 1, "neither a repeat nor removing a missing entry is a change");
+        assert!(view.set(kind, &a, ProbeResult::Success));
+        view.remove(kind, &a);
+        assert_eq!(view.get_counted(kind, &a), (None, 3));
+        assert_eq!(view.clone().changes(), 3, "clones share the count");
     }
 }

@@ -90,8 +90,16 @@ pub fn host_refusal(
 }
 
 /// The real prober: the four executors behind the kubelet's dispatch rules.
+///
+/// Its parts sit behind one `Arc`: every probe takes its own handle on the prober, and one
+/// shared count costs less than one per part (the workers on every arbiter share them).
 #[derive(Clone)]
 pub struct Prober {
+    parts: Arc<ProberParts>,
+}
+
+#[derive(Clone)]
+struct ProberParts {
     runner: Arc<dyn CommandRunner>,
     recorder: Arc<dyn EventRecorder>,
     http: http::HttpProber,
@@ -107,31 +115,33 @@ impl Prober {
     /// probe host is allowed, as the kubelet does.
     pub fn new(runner: Arc<dyn CommandRunner>, recorder: Arc<dyn EventRecorder>) -> Self {
         Prober {
-            runner,
-            recorder,
-            http: http::HttpProber::new(),
-            observer: None,
-            host_policy: ProbeHostPolicy::Any,
-            executors: Executors::default(),
+            parts: Arc::new(ProberParts {
+                runner,
+                recorder,
+                http: http::HttpProber::new(),
+                observer: None,
+                host_policy: ProbeHostPolicy::Any,
+                executors: Executors::default(),
+            }),
         }
     }
 
     /// Run network probes with `executors` where they name one (tests, hosts with their own
     /// network path); the real executors for the rest.
     pub fn with_executors(mut self, executors: Executors) -> Self {
-        self.executors = executors;
+        Arc::make_mut(&mut self.parts).executors = executors;
         self
     }
 
     /// Restrict which hosts network probes may connect to.
     pub fn with_host_policy(mut self, policy: ProbeHostPolicy) -> Self {
-        self.host_policy = policy;
+        Arc::make_mut(&mut self.parts).host_policy = policy;
         self
     }
 
     /// Also report every probe run to `observer`.
     pub fn with_observer(mut self, observer: Arc<dyn ProbeObserver>) -> Self {
-        self.observer = Some(observer);
+        Arc::make_mut(&mut self.parts).observer = Some(observer);
         self
     }
 
@@ -165,12 +175,14 @@ impl Prober {
         };
         let started = tokio::time::Instant::now();
         let attempt = self.run_with_retries(spec, pod, status, container, container_id, timeout).await;
-        let output = match &attempt {
-            Ok(probed) => probed.output.clone(),
-            Err(err) => err.to_string(),
+        let observer = self.parts.observer.as_ref();
+        let output = match (&attempt, observer) {
+            (_, None) => String::new(),
+            (Ok(probed), Some(_)) => probed.output.clone(),
+            (Err(err), Some(_)) => err.to_string(),
         };
         let mapped = self.map_outcome(kind, pod, container, attempt);
-        if let Some(observer) = &self.observer {
+        if let Some(observer) = observer {
             observer.observe(ProbeRecord {
                 pod_uid: PodUid::of(pod).unwrap_or_default(),
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -193,15 +205,16 @@ impl Prober {
         container: &Container,
         attempt: Result<Probed, ProbeError>,
     ) -> Result<ProbeResult, ProbeError> {
-        let reference = container_reference(pod, container);
+        // Built only for an event: most probes succeed and record none.
+        let reference = || container_reference(pod, container);
         match attempt {
             Err(err) => {
                 tracing::debug!(
                     probe_kind = %kind, pod = pod_name(pod), container = %container.name, error = %err,
                     "Probe errored"
                 );
-                self.recorder.record(
-                    &reference,
+                self.parts.recorder.record(
+                    &reference(),
                     EventType::Warning,
                     EVENT_UNHEALTHY,
                     &format!("{kind} probe errored and resulted in {} state: {err}", err.outcome()),
@@ -210,8 +223,8 @@ impl Prober {
             }
             Ok(Probed { outcome: ProbeOutcome::Success, .. }) => Ok(ProbeResult::Success),
             Ok(Probed { outcome: ProbeOutcome::Warning, output }) => {
-                self.recorder.record(
-                    &reference,
+                self.parts.recorder.record(
+                    &reference(),
                     EventType::Warning,
                     EVENT_PROBE_WARNING,
                     &format!("{kind} probe warning: {output}"),
@@ -219,8 +232,8 @@ impl Prober {
                 Ok(ProbeResult::Success)
             }
             Ok(Probed { outcome: ProbeOutcome::Failure, output }) => {
-                self.recorder.record(
-                    &reference,
+                self.parts.recorder.record(
+                    &reference(),
                     EventType::Warning,
                     EVENT_UNHEALTHY,
                     &format!("{kind} probe failed: {output}"),
@@ -266,29 +279,32 @@ impl Prober {
                 action.command.as_deref().unwrap_or_default(),
                 container.env.as_deref().unwrap_or_default(),
             );
-            return exec::probe(self.runner.as_ref(), container_id, &command, timeout).await;
+            // The exec, HTTP and gRPC futures are boxed: inline, the largest of them would set
+            // the size of every probe's future, TCP's too (a 4.5 KB allocation per probe,
+            // beyond the allocator's per-thread cache).
+            return Box::pin(exec::probe(self.parts.runner.as_ref(), container_id, &command, timeout)).await;
         }
         if let Some(action) = &spec.http_get {
             if let Some(refusal) =
-                host_refusal(self.host_policy, "httpGet.host", action.host.as_deref(), pod_ip)
+                host_refusal(self.parts.host_policy, "httpGet.host", action.host.as_deref(), pod_ip)
             {
                 return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
             let request = http::HttpProbeRequest::new(action, container, pod_ip)?;
-            return match &self.executors.http {
+            return match &self.parts.executors.http {
                 Some(injected) => injected.probe(&request, timeout).await,
-                None => self.http.probe(&request, timeout).await,
+                None => Box::pin(self.parts.http.probe(&request, timeout)).await,
             };
         }
         if let Some(action) = &spec.tcp_socket {
             if let Some(refusal) =
-                host_refusal(self.host_policy, "tcpSocket.host", action.host.as_deref(), pod_ip)
+                host_refusal(self.parts.host_policy, "tcpSocket.host", action.host.as_deref(), pod_ip)
             {
                 return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
             let port = port::resolve_container_port(&action.port, container)?;
             let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
-            return Ok(match &self.executors.tcp {
+            return Ok(match &self.parts.executors.tcp {
                 Some(injected) => injected.probe(host, port, timeout).await,
                 None => tcp::probe(host, port, timeout).await,
             });
@@ -299,9 +315,9 @@ impl Prober {
                 .filter(|p| *p > 0)
                 .ok_or(ProbeError::InvalidPort(i64::from(action.port)))?;
             let service = action.service.as_deref().unwrap_or_default();
-            return Ok(match &self.executors.grpc {
+            return Ok(match &self.parts.executors.grpc {
                 Some(injected) => injected.probe(pod_ip, port, service, timeout).await,
-                None => grpc::probe(pod_ip, port, service, timeout).await,
+                None => Box::pin(grpc::probe(pod_ip, port, service, timeout)).await,
             });
         }
         Err(ProbeError::MissingHandler { pod: pod_name(pod), container: container.name.clone() })

@@ -11,7 +11,7 @@
 //! `docs/tcp-linger.md`.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::net::{TcpSocket, TcpStream};
@@ -27,7 +27,8 @@ pub(crate) const LOCAL_SYSTEM_HOST: &str = "127.0.0.1";
 /// arise from a pod spec); the kernel's own connect timeout still ends the dial.
 pub async fn probe(host: &str, port: u16, timeout: Duration) -> Probed {
     let deadline = if timeout.is_zero() { deadline_after(Duration::MAX) } else { deadline_after(timeout) };
-    match dial(host, port, deadline).await {
+    // A TCP probe writes nothing, so TCP_NODELAY would only cost a system call.
+    match dial_with(host, port, deadline, false).await {
         // Dropping the stream closes it; with linger 0 that cannot fail or block.
         Ok(_stream) => Probed::new(ProbeOutcome::Success, ""),
         Err(e) => {
@@ -73,7 +74,18 @@ pub enum DialError {
 /// addresses is tried address by address within the one deadline (Go splits the deadline among
 /// them; pod IPs are literals, so this rarely matters).
 pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
+    // Go's dialer sets TCP_NODELAY on every TCP connection. Without it a gRPC probe's small
+    // writes wait for the peer's delayed ACK (about 40 ms each).
+    dial_with(host, port, deadline, true).await
+}
+
+/// [`dial`], setting TCP_NODELAY only when `nodelay`.
+async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> Result<TcpStream, DialError> {
     let lookup_host = if host.is_empty() { LOCAL_SYSTEM_HOST } else { host };
+    // An IP address (a pod IP) needs no resolver: dial it without building an address list.
+    if let Ok(ip) = lookup_host.parse::<IpAddr>() {
+        return attempt(SocketAddr::new(ip, port), host, deadline, nodelay).await;
+    }
     let addrs: Vec<SocketAddr> = match timeout_at(deadline, tokio::net::lookup_host((lookup_host, port)))
         .await
     {
@@ -81,28 +93,42 @@ pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream,
         Ok(Err(e)) => return Err(DialError::Lookup { host: host.to_owned(), reason: lookup_reason(&e) }),
         Ok(Ok(addrs)) => addrs.collect(),
     };
-    // Go shows the address it dialled; for an empty host that is the bare `:port`.
-    let shown = |addr: SocketAddr| if host.is_empty() { format!(":{port}") } else { addr.to_string() };
     let mut last = DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() };
     for addr in addrs {
-        match timeout_at(deadline, connect(addr)).await {
-            Err(_) => return Err(DialError::Timeout { addr: shown(addr) }),
-            Ok(Ok(stream)) => return Ok(stream),
-            Ok(Err((op, e))) => last = DialError::Op { addr: shown(addr), op, reason: errno_text(&e) },
+        match attempt(addr, host, deadline, nodelay).await {
+            Ok(stream) => return Ok(stream),
+            Err(timeout @ DialError::Timeout { .. }) => return Err(timeout),
+            Err(failed) => last = failed,
         }
     }
     Err(last)
 }
 
+/// One connection attempt to `addr` (an address of `host`) before `deadline`.
+async fn attempt(
+    addr: SocketAddr,
+    host: &str,
+    deadline: Instant,
+    nodelay: bool,
+) -> Result<TcpStream, DialError> {
+    // Go shows the address it dialled; for an empty host that is the bare `:port`.
+    let shown = || if host.is_empty() { format!(":{}", addr.port()) } else { addr.to_string() };
+    match timeout_at(deadline, connect(addr, nodelay)).await {
+        Err(_) => Err(DialError::Timeout { addr: shown() }),
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err((op, e))) => Err(DialError::Op { addr: shown(), op, reason: errno_text(&e) }),
+    }
+}
+
 /// One connection attempt; the error names the failing socket call as Go's `SyscallError` does.
-async fn connect(addr: SocketAddr) -> Result<TcpStream, (&'static str, io::Error)> {
+async fn connect(addr: SocketAddr, nodelay: bool) -> Result<TcpStream, (&'static str, io::Error)> {
     let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() };
     let socket = socket.map_err(|e| ("socket", e))?;
     // RST on close: no TIME_WAIT left behind, and unlike linger 1 s the close never blocks.
     socket.set_zero_linger().map_err(|e| ("setsockopt", e))?;
-    // Go's dialer sets TCP_NODELAY on every TCP connection. Without it a gRPC probe's small
-    // writes wait for the peer's delayed ACK (about 40 ms each).
-    socket.set_nodelay(true).map_err(|e| ("setsockopt", e))?;
+    if nodelay {
+        socket.set_nodelay(true).map_err(|e| ("setsockopt", e))?;
+    }
     socket.connect(addr).await.map_err(|e| ("connect", e))
 }
 
@@ -157,6 +183,29 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let stream = dial("127.0.0.1", port, deadline_after(Duration::from_secs(5))).await.unwrap();
         assert!(stream.nodelay().unwrap(), "TCP_NODELAY, as Go's dialer sets it");
+    }
+
+    #[tokio::test]
+    async fn a_literal_address_is_dialled_and_shown_as_go_shows_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let deadline = deadline_after(Duration::from_secs(5));
+        assert!(dial("127.0.0.1", port, deadline).await.is_ok());
+        assert!(dial("", port, deadline).await.is_ok(), "an empty host is the local system");
+        drop(listener);
+        let refused = dial("127.0.0.1", port, deadline).await.unwrap_err();
+        assert_eq!(refused.to_string(), format!("dial tcp 127.0.0.1:{port}: connect: connection refused"));
+        let refused = dial("", port, deadline).await.unwrap_err();
+        assert_eq!(refused.to_string(), format!("dial tcp :{port}: connect: connection refused"));
+    }
+
+    #[tokio::test]
+    async fn a_tcp_probe_connection_skips_nodelay_since_it_writes_nothing() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let deadline = deadline_after(Duration::from_secs(5));
+        let stream = dial_with("127.0.0.1", port, deadline, false).await.unwrap();
+        assert!(!stream.nodelay().unwrap());
     }
 
     #[test]

@@ -17,13 +17,15 @@
 //! the container's first readiness success; without it the worker is upstream's.
 
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use tokio::time::Instant;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
@@ -193,12 +195,15 @@ pub struct ProbeWorker {
     results_view: ResultsView,
     /// The last result this worker sent to the cache, and for which container.
     last_sent: Option<(ContainerId, ProbeResult)>,
+    /// The cache's change count ([`ResultsView::changes`]) when it last showed `last_sent`
+    /// stored; [`NOT_SEEN`] since a send.
+    results_seen: u64,
     clock: SharedClock,
     /// The probe running now, if any.
     in_flight: Option<SpawnHandle>,
-    /// The next scheduled tick and its timer.
-    next_tick: Option<Instant>,
-    timer: Option<SpawnHandle>,
+    /// The generation of the running fixed-rate schedule ([`Ticks`]); 0 until the first probe.
+    /// Each restart bumps it, and a schedule of an older generation ends itself.
+    schedule: u32,
     /// A tick arrived while a probe was running (at most one is kept, like Go's ticker).
     tick_pending: bool,
     /// A manual trigger arrived while a probe was running.
@@ -250,10 +255,10 @@ impl ProbeWorker {
             results: config.results,
             results_view: config.results_view,
             last_sent: None,
+            results_seen: NOT_SEEN,
             clock: config.clock,
             in_flight: None,
-            next_tick: None,
-            timer: None,
+            schedule: 0,
             tick_pending: false,
             trigger_pending: false,
             status_wait: None,
@@ -277,10 +282,11 @@ impl ProbeWorker {
         self.run_probe(ctx);
     }
 
-    /// (Re)starts the fixed-rate schedule: ticks at `from + k·interval`.
+    /// (Re)starts the fixed-rate schedule: ticks at `from + k·interval` (k ≥ 1), on one tokio
+    /// `Interval` that keeps its own deadlines, rather than a timer re-armed at every tick.
     fn schedule_from(&mut self, from: Instant, ctx: &mut Context<Self>) {
-        self.next_tick = Some(from + self.interval());
-        self.arm_timer(ctx);
+        self.schedule = self.schedule.wrapping_add(1).max(1);
+        ctx.spawn(Ticks::new(from, self.interval(), self.schedule));
     }
 
     /// The time between ticks now: the start interval until the container's first readiness
@@ -297,32 +303,15 @@ impl ProbeWorker {
     /// next probe comes one new interval after it and a tick kept from the old interval is
     /// dropped.
     fn interval_changed(&mut self, before: Duration, from: Instant, ctx: &mut Context<Self>) {
-        if self.interval() != before && self.next_tick.is_some() {
+        if self.interval() != before && self.schedule != 0 {
             self.tick_pending = false;
             self.schedule_from(from, ctx);
         }
     }
 
-    fn arm_timer(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.timer.take() {
-            ctx.cancel_future(timer);
-        }
-        let Some(at) = self.next_tick else { return };
-        let delay = at.saturating_duration_since(Instant::now());
-        self.timer = Some(ctx.run_later(delay, |act, ctx| act.on_tick(ctx)));
-    }
-
+    /// A tick of the schedule: probe, or remember it while a probe runs (one at most, as
+    /// Go's ticker keeps one).
     fn on_tick(&mut self, ctx: &mut Context<Self>) {
-        self.timer = None;
-        let now = Instant::now();
-        let interval = self.interval();
-        let mut next = self.next_tick.unwrap_or(now) + interval;
-        // Missed ticks collapse into this one, as with Go's ticker.
-        while next <= now {
-            next += interval;
-        }
-        self.next_tick = Some(next);
-        self.arm_timer(ctx);
         if self.in_flight.is_some() {
             self.tick_pending = true;
         } else {
@@ -517,11 +506,21 @@ impl ProbeWorker {
                     // anyway. Skipping is safe only when the last message this worker queued
                     // carries the same result (so nothing older of ours is still to land) and the
                     // cache shows it (so nobody removed or replaced it since).
+                    // The count of the cache's changes stands in for reading the entry: while
+                    // it is the one at which the entry last showed our result, it still does.
                     let sent =
                         self.last_sent.as_ref().is_some_and(|(id, r)| *id == container_id && *r == result);
-                    if sent && self.results_view.get(self.key.kind, &container_id) == Some(result) {
-                        continue;
+                    if sent {
+                        if self.results_seen != NOT_SEEN && self.results_view.changes() == self.results_seen {
+                            continue;
+                        }
+                        let (stored, changes) = self.results_view.get_counted(self.key.kind, &container_id);
+                        if stored == Some(result) {
+                            self.results_seen = changes;
+                            continue;
+                        }
                     }
+                    self.results_seen = NOT_SEEN;
                     self.last_sent = Some((container_id.clone(), result));
                     self.results.set.do_send(SetResult {
                         kind: self.key.kind,
@@ -532,6 +531,7 @@ impl ProbeWorker {
                 }
                 CacheOp::Seed(container_id, result) => {
                     self.last_sent = None;
+                    self.results_seen = NOT_SEEN;
                     self.results.seed.do_send(SeedResult {
                         kind: self.key.kind,
                         container_id,
@@ -541,6 +541,7 @@ impl ProbeWorker {
                 }
                 CacheOp::Remove(container_id) => {
                     self.last_sent = None;
+                    self.results_seen = NOT_SEEN;
                     self.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id })
                 }
             }
@@ -665,7 +666,7 @@ impl Handler<Reconfigure> for ProbeWorker {
         let interval = self.interval();
         self.period = msg.period;
         self.start_interval = msg.start_interval;
-        if self.next_tick.is_none() {
+        if self.schedule == 0 {
             // Still in the start-up jitter: the first probe runs with the new spec anyway.
             return;
         }
@@ -683,10 +684,10 @@ impl Handler<Reconfigure> for ProbeWorker {
             // The next probe is due one new interval after the last completion; if that is
             // past, it runs at once.
             let now = Instant::now();
-            let due = self.last_completed.unwrap_or(now) + self.interval();
-            if due > now {
-                self.next_tick = Some(due);
-                self.arm_timer(ctx);
+            let last = self.last_completed.unwrap_or(now);
+            if last + self.interval() > now {
+                // A new grid from the last completion: its first tick is the one due.
+                self.schedule_from(last, ctx);
             } else if self.in_flight.is_some() {
                 self.schedule_from(now, ctx);
                 self.tick_pending = true;
@@ -702,7 +703,7 @@ impl Handler<Trigger> for ProbeWorker {
     type Result = ();
 
     fn handle(&mut self, _msg: Trigger, ctx: &mut Self::Context) {
-        if self.next_tick.is_none() {
+        if self.schedule == 0 {
             // Still in the start-up jitter: the first probe is coming anyway.
             return;
         }
@@ -715,6 +716,50 @@ impl Handler<Trigger> for ProbeWorker {
 }
 
 // === helpers ===
+
+/// [`ProbeWorker`]'s `results_seen` before the cache has shown its last result.
+const NOT_SEEN: u64 = u64::MAX;
+
+/// A worker's fixed-rate schedule as a future of the worker: ticks at `from + k·interval`, and
+/// a tick missed because the thread was busy collapses into one late tick, the grid kept (Go's
+/// ticker; tokio's `MissedTickBehavior::Skip`). It ends once the worker has started a newer
+/// schedule.
+struct Ticks {
+    interval: Interval,
+    generation: u32,
+}
+
+impl Ticks {
+    fn new(from: Instant, interval: Duration, generation: u32) -> Self {
+        // Never zero (tokio panics on it): the period and start interval are validated well above.
+        let interval = interval.max(Duration::from_millis(1));
+        let mut ticks = tokio::time::interval_at(from + interval, interval);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        Ticks { interval: ticks, generation }
+    }
+}
+
+impl ActorFuture<ProbeWorker> for Ticks {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut ProbeWorker,
+        ctx: &mut Context<ProbeWorker>,
+        task: &mut TaskContext<'_>,
+    ) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            if act.schedule != this.generation || !ctx.state().alive() {
+                return Poll::Ready(());
+            }
+            if this.interval.poll_tick(task).is_pending() {
+                return Poll::Pending;
+            }
+            act.on_tick(ctx);
+        }
+    }
+}
 
 /// What the [`WorkerExited`] notice says beyond the worker's key and labels, which it takes
 /// from the worker itself (a copy of each here cost every idle worker a few hundred bytes).
