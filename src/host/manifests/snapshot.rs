@@ -53,7 +53,7 @@ impl Snapshot {
     }
 }
 
-/// Scans the folder (see [`load_dir`]). Follow it with [`Snapshot::keeping_unreadable`] to keep
+/// Scans the folder (see [`load_dir`](super::load_dir)). Follow it with [`Snapshot::keeping_unreadable`] to keep
 /// the pods of what could not be read.
 pub fn scan(dir: &Path, node_name: &str) -> Snapshot {
     scan_with(dir, node_name, false)
