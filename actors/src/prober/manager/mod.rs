@@ -9,6 +9,9 @@
 //! workers in place (upstream `ReconcilePod`, KEP-6318; §3.9), with what changed worked out by
 //! [`super::reconcile`].
 //!
+//! This file holds the actor and its core messages; `lifecycle.rs` the lifecycle messages,
+//! `in_place.rs` `ReconcilePod`, `queries.rs` what a host can ask about the workers.
+//!
 //! Deliberate differences from upstream: `AddPod` continues past an existing worker (upstream's
 //! newer fix), and a worker that was told to stop does not block a new worker for the same key
 //! (upstream keeps it registered until it exits, so a quick RemovePod + AddPod could leave the
@@ -25,33 +28,36 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::do_probe::{ContainerBinding, WorkerSpec, WorkerState};
 use super::probe_metrics::ProbeLabels;
-use super::reconcile::{
-    EVENT_CONTAINER_PROBE_CHANGED, ProbeChange, UpdateEffect, change_message, is_mirror, is_static_or_mirror,
-    probe_change,
-};
+use super::reconcile::ProbeChange;
 use super::timing::{EffectiveTiming, probe_timings};
 use super::update_status::{ProbeView, result_keys, update_pod_status};
-use super::worker::{
-    GetState, PredecessorExited, ProbeKey, ProbeWorker, Reconfigure, StartupSucceeded, Stop, Trigger,
-    WorkerConfig, WorkerExited,
-};
-use super::{PodContainer, ProbeKind, ProbeRunner, container_reference};
+use super::worker::{PredecessorExited, ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited};
+use super::{PodContainer, ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
-use crate::contracts::{EventRecorder, EventType};
+use crate::contracts::EventRecorder;
 use crate::features::{Feature, FeatureGates};
 use crate::metrics as names;
 use crate::results::{RemoveResult, ResultsSink, ResultsView};
 use crate::status::is_restartable_init_container;
 use crate::status::views::StatusViews;
 use crate::vocabulary::PodUid;
+
+mod in_place;
+mod lifecycle;
+mod queries;
+
+pub use in_place::ReconcilePod;
+use in_place::removed_probe_results;
+pub use lifecycle::{StartContainerProbes, StopContainerProbes};
+pub use queries::{GetWorkerState, GetWorkers, ListWorkers, WorkerInfo};
 
 /// The longest a dead worker waits before it is restarted; the wait doubles from one second.
 pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
@@ -62,15 +68,6 @@ pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct AddPod(pub Arc<Pod>);
-
-/// The pod's spec as it is now (upstream `ReconcilePod`, `MutableContainerProbes` only; a
-/// no-op otherwise): probes added, changed or removed since its workers were created are
-/// applied in place, each with a `Normal ContainerProbeChanged` event, and a pod the manager
-/// does not know yet gets its workers as with [`AddPod`]. Static and mirror pods, and pods
-/// being deleted, only get [`AddPod`]'s treatment (docs/prober.md §3.9).
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct ReconcilePod(pub Arc<Pod>);
 
 /// Stop every worker of the pod.
 #[derive(Debug, Clone, Message)]
@@ -95,70 +92,6 @@ pub struct UpdatePodStatus {
     pub pod: Arc<Pod>,
     /// The status being generated; returned with `started` and `ready` set from the probe results.
     pub status: PodStatus,
-}
-
-/// The keys of the workers that exist now (stopping ones included).
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "Vec<ProbeKey>")]
-pub struct GetWorkers;
-
-/// Every worker the manager holds, started or not, with what it probes.
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "Vec<WorkerInfo>")]
-pub struct ListWorkers;
-
-/// The state of the running worker for a key (container ID, on-hold, result run, last result):
-/// what upstream's tests read from a worker. `None` when no worker runs for the key (none, not
-/// started yet under `ContainerLifecycleProber`, or gone before it answered).
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "Option<WorkerState>")]
-pub struct GetWorkerState(pub ProbeKey);
-
-/// One worker as [`ListWorkers`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerInfo {
-    /// Its pod UID, container name and probe kind.
-    pub key: ProbeKey,
-    /// The manager's number for it; a replacement always has a higher one.
-    pub worker_id: u64,
-    /// It probes (or will after its start-up jitter). False for a worker `AddPod` created under
-    /// `ContainerLifecycleProber` that `StartContainerProbes` has not started yet.
-    pub running: bool,
-    /// It was told to stop and has not exited yet.
-    pub stopping: bool,
-    /// The container instance it was started for (`StartContainerProbes`), if any.
-    pub container_id: Option<ContainerId>,
-}
-
-/// A container started (upstream `StartContainerProbes`, `ContainerLifecycleProber` only; a
-/// no-op otherwise): start its startup worker, or its readiness and liveness workers when it
-/// has no startup probe, for this container instance. Idempotent for one instance; a new
-/// container ID replaces the workers of the previous instance (a restart the host did not
-/// report with [`StopContainerProbes`]).
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct StartContainerProbes {
-    /// The container's pod.
-    pub pod: Arc<Pod>,
-    /// The container's spec (a regular container or a sidecar).
-    pub container: Arc<Container>,
-    /// The instance that started.
-    pub container_id: ContainerId,
-    /// The pod's IP, probed when the pod status has none yet.
-    pub pod_ip: Option<String>,
-    /// When the instance started; the initial delay counts from it when the status has no time.
-    pub started_at: Option<Timestamp>,
-}
-
-/// A container stopped or exited (upstream `StopContainerProbes`): stop its workers; one not
-/// started yet is dropped at once.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct StopContainerProbes {
-    /// The container's pod UID.
-    pub pod_uid: PodUid,
-    /// The container's name.
-    pub container: String,
 }
 
 // === the actor ===
@@ -531,131 +464,6 @@ impl ProberManager {
     }
 }
 
-impl Handler<ReconcilePod> for ProberManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: ReconcilePod, ctx: &mut Self::Context) {
-        let pod = msg.0;
-        let Some(uid) = PodUid::of(&pod) else {
-            self.add_pod(pod, ctx, None);
-            return;
-        };
-        let previous = self.known_pods.get(&uid).cloned();
-        let in_place = self.feature_gates.enabled(Feature::MutableContainerProbes)
-            && previous.is_some()
-            && !self.excluded(&pod)
-            && pod.metadata.deletion_timestamp.is_none();
-        if !in_place {
-            self.add_pod(pod, ctx, None);
-            return;
-        }
-        let containers: HashMap<String, PodContainer> =
-            probed_containers(&pod).into_iter().map(|c| (c.name.clone(), c)).collect();
-        // An invalid timing annotation is the host's to report, as in spawn_worker.
-        let timings = probe_timings(&pod).unwrap_or_default();
-        let keys: Vec<ProbeKey> =
-            self.pod_workers(&uid).filter(|(_, e)| !e.stopping).map(|(k, _)| k.clone()).collect();
-        for key in keys {
-            let Some(entry) = self.workers.get(&key) else { continue };
-            let old_probe = key.kind.probe_of(&entry.container);
-            let old_timings = probe_timings(&entry.pod).unwrap_or_default();
-            let old = old_probe
-                .map(|p| (p, EffectiveTiming::new(p, old_timings.get(&key.container_name, key.kind))));
-            let container = containers.get(&key.container_name);
-            let new_probe = container.and_then(|c| key.kind.probe_of(c));
-            let new =
-                new_probe.map(|p| (p, EffectiveTiming::new(p, timings.get(&key.container_name, key.kind))));
-            let Some(change) = probe_change(old, new) else { continue };
-            let event_container = container.cloned().unwrap_or_else(|| entry.container.clone());
-            match (&change, container, new) {
-                (ProbeChange::Updated(fields), Some(container), Some((probe, timing))) => {
-                    let effect = UpdateEffect::of(fields);
-                    self.reconfigure(&key, &pod, container, probe, timing, effect);
-                }
-                _ => {
-                    // Removed: the worker goes now, so a status generated from here on sees
-                    // no worker, and UpdatePodStatus ignores its cached result until the
-                    // manager removes it on the worker's exit.
-                    self.retire(&key);
-                }
-            }
-            self.record_change(&pod, &event_container, key.kind, &change);
-        }
-        self.add_pod(pod, ctx, previous);
-    }
-}
-
-impl ProberManager {
-    /// Applies an updated probe to the key's worker and keeps the new spec for restarts.
-    fn reconfigure(
-        &mut self,
-        key: &ProbeKey,
-        pod: &Arc<Pod>,
-        container: &PodContainer,
-        probe: &k8s_openapi::api::core::v1::Probe,
-        timing: EffectiveTiming,
-        effect: UpdateEffect,
-    ) {
-        let is_sidecar = is_sidecar(pod, &container.name);
-        let mut spec = WorkerSpec::new(key.kind, pod, container, probe, is_sidecar, self.start);
-        spec.initial_delay = timing.initial_delay;
-        let Some(entry) = self.workers.get_mut(key) else { return };
-        entry.pod = pod.clone();
-        entry.container = container.clone();
-        if let Some(addr) = &entry.addr {
-            addr.do_send(Reconfigure {
-                pod: pod.clone(),
-                container: container.clone(),
-                spec,
-                period: timing.period,
-                start_interval: timing.start_interval.filter(|_| key.kind == ProbeKind::Readiness),
-                timeout: timing.timeout,
-                effect,
-            });
-        }
-    }
-
-    /// Under `ContainerLifecycleProber`, a probe added in place to a running container starts
-    /// at once when its instance is past the point where it would have been started: a startup
-    /// probe always, readiness and liveness when the container has no startup probe or its
-    /// startup probe has succeeded. The next `StartContainerProbes` would start the first two
-    /// cases too, but nothing would start the last one (`StartupSucceeded` has come already).
-    fn start_added(&mut self, ctx: &mut Context<Self>, key: &ProbeKey, container: &Container) {
-        let binding = self
-            .pod_workers(&key.pod_uid)
-            .filter(|(k, e)| k.container_name == key.container_name && e.addr.is_some() && !e.stopping)
-            .find_map(|(_, e)| e.binding.clone());
-        // No running sibling: the container does not run yet, StartContainerProbes starts it.
-        let Some(binding) = binding else { return };
-        let start = match key.kind {
-            ProbeKind::Startup => true,
-            ProbeKind::Readiness | ProbeKind::Liveness => {
-                container.startup_probe.is_none()
-                    || self.config.results_view.get(ProbeKind::Startup, &binding.container_id)
-                        == Some(super::ProbeResult::Success)
-            }
-        };
-        if start {
-            self.start_bound(ctx, key.clone(), &binding);
-        }
-    }
-
-    /// Static and mirror pods keep their probes until they are replaced (KEP-6318); a host's
-    /// own static pods can be let in.
-    fn excluded(&self, pod: &Pod) -> bool {
-        if self.static_pods_in_place { is_mirror(pod) } else { is_static_or_mirror(pod) }
-    }
-
-    fn record_change(&self, pod: &Pod, container: &Container, kind: ProbeKind, change: &ProbeChange) {
-        let message = change_message(&container.name, kind, change);
-        tracing::info!(pod = %crate::format::pod_ref(pod), container = %container.name, probe_kind = %kind, "{message}");
-        if let Some(recorder) = &self.recorder {
-            let object = container_reference(pod, container);
-            recorder.record(&object, EventType::Normal, EVENT_CONTAINER_PROBE_CHANGED, &message);
-        }
-    }
-}
-
 impl Handler<RemovePod> for ProberManager {
     type Result = ();
 
@@ -717,104 +525,6 @@ impl Handler<UpdatePodStatus> for ProberManager {
             }
         }
         MessageResult(status)
-    }
-}
-
-impl Handler<GetWorkers> for ProberManager {
-    type Result = MessageResult<GetWorkers>;
-
-    fn handle(&mut self, _msg: GetWorkers, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(self.workers.keys().cloned().collect())
-    }
-}
-
-impl Handler<ListWorkers> for ProberManager {
-    type Result = MessageResult<ListWorkers>;
-
-    fn handle(&mut self, _msg: ListWorkers, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(
-            self.workers
-                .iter()
-                .map(|(key, e)| WorkerInfo {
-                    key: key.clone(),
-                    worker_id: e.id,
-                    running: e.addr.is_some() && !e.stopping,
-                    stopping: e.stopping,
-                    container_id: e.binding.as_ref().map(|b| b.container_id.clone()),
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Handler<GetWorkerState> for ProberManager {
-    type Result = ResponseFuture<Option<WorkerState>>;
-
-    fn handle(&mut self, msg: GetWorkerState, _ctx: &mut Self::Context) -> Self::Result {
-        let addr = self.workers.get(&msg.0).and_then(|e| e.addr.clone());
-        Box::pin(async move { addr?.send(GetState).await.ok() })
-    }
-}
-
-impl Handler<StartContainerProbes> for ProberManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: StartContainerProbes, ctx: &mut Self::Context) {
-        if !self.lifecycle() {
-            return;
-        }
-        let Some(uid) = PodUid::of(&msg.pod) else { return };
-        let name = msg.container.name.clone();
-        let key = |kind| ProbeKey { pod_uid: uid.clone(), container_name: name.clone(), kind };
-        // Workers of a previous instance (a restart nobody reported with a stop) go.
-        for kind in ProbeKind::ADD_ORDER {
-            let stale = self.workers.get(&key(kind)).is_some_and(|e| {
-                !e.stopping && e.binding.as_ref().is_some_and(|b| b.container_id != msg.container_id)
-            });
-            if stale {
-                self.retire(&key(kind));
-            }
-        }
-        let container = PodContainer::in_pod_or_own(&msg.pod, msg.container.clone());
-        for kind in ProbeKind::ADD_ORDER {
-            let missing = self.workers.get(&key(kind)).is_none_or(|e| e.stopping);
-            if kind.probe_of(&container).is_some() && missing {
-                self.add_unstarted(key(kind), msg.pod.clone(), container.clone());
-            }
-        }
-        let binding = ContainerBinding {
-            container_id: msg.container_id,
-            pod_ip: msg.pod_ip.filter(|ip| !ip.is_empty()),
-            started_at: msg.started_at,
-        };
-        if msg.container.startup_probe.is_some() {
-            // Readiness and liveness wait for the startup probe (StartupSucceeded).
-            self.start_bound(ctx, key(ProbeKind::Startup), &binding);
-        } else {
-            self.start_readiness_and_liveness(ctx, &uid, &name, &binding);
-        }
-    }
-}
-
-impl Handler<StopContainerProbes> for ProberManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: StopContainerProbes, _ctx: &mut Self::Context) {
-        self.stop_pod_where(&msg.pod_uid, |k| k.container_name == msg.container);
-    }
-}
-
-impl Handler<StartupSucceeded> for ProberManager {
-    type Result = ();
-
-    fn handle(&mut self, msg: StartupSucceeded, ctx: &mut Self::Context) {
-        let Some(entry) = self.workers.get(&msg.key).filter(|e| e.id == msg.worker_id && !e.stopping) else {
-            return; // replaced or stopped since: its container is not the current one
-        };
-        let Some(binding) = entry.binding.clone().filter(|b| b.container_id == msg.container_id) else {
-            return;
-        };
-        self.start_readiness_and_liveness(ctx, &msg.key.pod_uid, &msg.key.container_name, &binding);
     }
 }
 
@@ -914,29 +624,6 @@ pub fn restart_backoff(restarts: u32) -> Duration {
 /// through the pod itself: no copy of a container's spec.
 fn probed_containers(pod: &Arc<Pod>) -> Vec<PodContainer> {
     PodContainer::all(pod).filter(|c| !c.is_init() || is_restartable_init_container(c)).collect()
-}
-
-/// The result keys of `status` whose probe the pod's spec no longer has and no worker runs.
-fn removed_probe_results(
-    pod: &Arc<Pod>,
-    status: &PodStatus,
-    workers: &HashSet<(String, ProbeKind)>,
-) -> HashSet<(ProbeKind, ContainerId)> {
-    let containers: HashMap<String, PodContainer> =
-        probed_containers(pod).into_iter().map(|c| (c.name.clone(), c)).collect();
-    let statuses =
-        status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten());
-    let mut removed = HashSet::new();
-    for cs in statuses {
-        let Some(id) = cs.container_id.as_deref().filter(|id| !id.is_empty()) else { continue };
-        for kind in ProbeKind::ADD_ORDER {
-            let configured = containers.get(&cs.name).is_some_and(|c| kind.probe_of(c).is_some());
-            if !configured && !workers.contains(&(cs.name.clone(), kind)) {
-                removed.insert((kind, ContainerId::parse(id)));
-            }
-        }
-    }
-    removed
 }
 
 fn is_sidecar(pod: &Pod, name: &str) -> bool {
