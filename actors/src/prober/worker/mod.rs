@@ -10,32 +10,36 @@
 //!
 //! Under `MutableContainerProbes` the manager sends [`Reconfigure`] when the pod's probe spec
 //! changes; the worker numbers its probe configuration and drops the result of an attempt
-//! started under a replaced one (upstream `IsResultCurrent`, docs/prober.md §3.9).
+//! started under a replaced one (upstream `IsResultCurrent`, docs/prober.md §3.9); that message
+//! and its handler are in `in_place.rs`, the fixed-rate schedule in `schedule.rs`.
 //!
 //! With the pod's probe timing annotation (our addition, docs/probe-timing.md) the period and
 //! timeout can be in milliseconds, and a readiness start interval replaces the period until
 //! the container's first readiness success; without it the worker is upstream's.
 
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::Instant;
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
-use super::reconcile::UpdateEffect;
 use super::{PodContainer, ProbeError, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
 use crate::status::views::StatusView;
 pub use crate::vocabulary::ProbeKey;
+
+mod in_place;
+mod schedule;
+
+pub use in_place::Reconfigure;
+use schedule::Ticks;
 
 // === messages ===
 
@@ -102,29 +106,6 @@ pub struct StartupSucceeded {
     pub worker_id: u64,
     /// The container instance that started.
     pub container_id: ContainerId,
-}
-
-/// The pod's probe spec changed in place (`MutableContainerProbes`, sent by the prober
-/// manager's `ReconcilePod`): the worker takes the new spec and applies `effect` as
-/// docs/prober.md §3.9 says. Only the fields the effect names change how the worker runs;
-/// the rest of the new spec is kept for later (a restarted worker, a probe-triggered kill).
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct Reconfigure {
-    /// The pod as it is now.
-    pub pod: Arc<Pod>,
-    /// The container holding the new probe, read through `pod`.
-    pub container: PodContainer,
-    /// What the worker captures from the new probe spec (thresholds, initial delay).
-    pub spec: WorkerSpec,
-    /// The new period.
-    pub period: Duration,
-    /// The new readiness start interval, if any.
-    pub start_interval: Option<Duration>,
-    /// The new timeout.
-    pub timeout: Duration,
-    /// What the change does to the worker.
-    pub effect: UpdateEffect,
 }
 
 // === the actor ===
@@ -638,67 +619,6 @@ impl Handler<GetState> for ProbeWorker {
     }
 }
 
-impl Handler<Reconfigure> for ProbeWorker {
-    type Result = ();
-
-    fn handle(&mut self, msg: Reconfigure, ctx: &mut Self::Context) {
-        let effect = msg.effect;
-        self.pod = msg.pod;
-        self.container = msg.container;
-        self.spec.success_threshold = msg.spec.success_threshold;
-        self.spec.failure_threshold = msg.spec.failure_threshold;
-        if effect.initial_delay {
-            let delay = (msg.spec.initial_delay_seconds, msg.spec.initial_delay);
-            if self.probed.is_some() && self.probed == self.state.container_id {
-                // The current container was probed: its first probe is behind it.
-                self.pending_initial_delay = Some(delay);
-            } else {
-                self.pending_initial_delay = None;
-                (self.spec.initial_delay_seconds, self.spec.initial_delay) = delay;
-            }
-        }
-        if effect.reset_count {
-            // The published result stays; the run of equal results starts over, so that the
-            // new thresholds count only results that come from now on.
-            self.state.result_run = 0;
-        }
-        self.timeout = msg.timeout;
-        let interval = self.interval();
-        self.period = msg.period;
-        self.start_interval = msg.start_interval;
-        if self.schedule == 0 {
-            // Still in the start-up jitter: the first probe runs with the new spec anyway.
-            return;
-        }
-        if effect.restart {
-            self.generation += 1;
-            if let Some(handle) = self.in_flight.take() {
-                ctx.cancel_future(handle);
-            }
-            self.tick_pending = false;
-            self.schedule_from(Instant::now(), ctx);
-            self.run_probe(ctx);
-            return;
-        }
-        if self.interval() != interval {
-            // The next probe is due one new interval after the last completion; if that is
-            // past, it runs at once.
-            let now = Instant::now();
-            let last = self.last_completed.unwrap_or(now);
-            if last + self.interval() > now {
-                // A new grid from the last completion: its first tick is the one due.
-                self.schedule_from(last, ctx);
-            } else if self.in_flight.is_some() {
-                self.schedule_from(now, ctx);
-                self.tick_pending = true;
-            } else {
-                self.schedule_from(now, ctx);
-                self.run_probe(ctx);
-            }
-        }
-    }
-}
-
 impl Handler<Trigger> for ProbeWorker {
     type Result = ();
 
@@ -719,47 +639,6 @@ impl Handler<Trigger> for ProbeWorker {
 
 /// [`ProbeWorker`]'s `results_seen` before the cache has shown its last result.
 const NOT_SEEN: u64 = u64::MAX;
-
-/// A worker's fixed-rate schedule as a future of the worker: ticks at `from + k·interval`, and
-/// a tick missed because the thread was busy collapses into one late tick, the grid kept (Go's
-/// ticker; tokio's `MissedTickBehavior::Skip`). It ends once the worker has started a newer
-/// schedule.
-struct Ticks {
-    interval: Interval,
-    generation: u32,
-}
-
-impl Ticks {
-    fn new(from: Instant, interval: Duration, generation: u32) -> Self {
-        // Never zero (tokio panics on it): the period and start interval are validated well above.
-        let interval = interval.max(Duration::from_millis(1));
-        let mut ticks = tokio::time::interval_at(from + interval, interval);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
-        Ticks { interval: ticks, generation }
-    }
-}
-
-impl ActorFuture<ProbeWorker> for Ticks {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut ProbeWorker,
-        ctx: &mut Context<ProbeWorker>,
-        task: &mut TaskContext<'_>,
-    ) -> Poll<()> {
-        let this = self.get_mut();
-        loop {
-            if act.schedule != this.generation || !ctx.state().alive() {
-                return Poll::Ready(());
-            }
-            if this.interval.poll_tick(task).is_pending() {
-                return Poll::Pending;
-            }
-            act.on_tick(ctx);
-        }
-    }
-}
 
 /// What the [`WorkerExited`] notice says beyond the worker's key and labels, which it takes
 /// from the worker itself (a copy of each here cost every idle worker a few hundred bytes).

@@ -1,0 +1,103 @@
+//! A worker's `Reconfigure` (`MutableContainerProbes`): the new probe spec taken in place, as
+//! docs/prober.md §3.9 says, keeping or resetting the worker's counts and schedule.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::time::Instant;
+
+use crate::prober::PodContainer;
+use crate::prober::do_probe::WorkerSpec;
+use crate::prober::reconcile::UpdateEffect;
+
+use super::ProbeWorker;
+
+// === the message ===
+
+/// The pod's probe spec changed in place (`MutableContainerProbes`, sent by the prober
+/// manager's `ReconcilePod`): the worker takes the new spec and applies `effect` as
+/// docs/prober.md §3.9 says. Only the fields the effect names change how the worker runs;
+/// the rest of the new spec is kept for later (a restarted worker, a probe-triggered kill).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Reconfigure {
+    /// The pod as it is now.
+    pub pod: Arc<Pod>,
+    /// The container holding the new probe, read through `pod`.
+    pub container: PodContainer,
+    /// What the worker captures from the new probe spec (thresholds, initial delay).
+    pub spec: WorkerSpec,
+    /// The new period.
+    pub period: Duration,
+    /// The new readiness start interval, if any.
+    pub start_interval: Option<Duration>,
+    /// The new timeout.
+    pub timeout: Duration,
+    /// What the change does to the worker.
+    pub effect: UpdateEffect,
+}
+
+// === the handler ===
+
+impl Handler<Reconfigure> for ProbeWorker {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reconfigure, ctx: &mut Self::Context) {
+        let effect = msg.effect;
+        self.pod = msg.pod;
+        self.container = msg.container;
+        self.spec.success_threshold = msg.spec.success_threshold;
+        self.spec.failure_threshold = msg.spec.failure_threshold;
+        if effect.initial_delay {
+            let delay = (msg.spec.initial_delay_seconds, msg.spec.initial_delay);
+            if self.probed.is_some() && self.probed == self.state.container_id {
+                // The current container was probed: its first probe is behind it.
+                self.pending_initial_delay = Some(delay);
+            } else {
+                self.pending_initial_delay = None;
+                (self.spec.initial_delay_seconds, self.spec.initial_delay) = delay;
+            }
+        }
+        if effect.reset_count {
+            // The published result stays; the run of equal results starts over, so that the
+            // new thresholds count only results that come from now on.
+            self.state.result_run = 0;
+        }
+        self.timeout = msg.timeout;
+        let interval = self.interval();
+        self.period = msg.period;
+        self.start_interval = msg.start_interval;
+        if self.schedule == 0 {
+            // Still in the start-up jitter: the first probe runs with the new spec anyway.
+            return;
+        }
+        if effect.restart {
+            self.generation += 1;
+            if let Some(handle) = self.in_flight.take() {
+                ctx.cancel_future(handle);
+            }
+            self.tick_pending = false;
+            self.schedule_from(Instant::now(), ctx);
+            self.run_probe(ctx);
+            return;
+        }
+        if self.interval() != interval {
+            // The next probe is due one new interval after the last completion; if that is
+            // past, it runs at once.
+            let now = Instant::now();
+            let last = self.last_completed.unwrap_or(now);
+            if last + self.interval() > now {
+                // A new grid from the last completion: its first tick is the one due.
+                self.schedule_from(last, ctx);
+            } else if self.in_flight.is_some() {
+                self.schedule_from(now, ctx);
+                self.tick_pending = true;
+            } else {
+                self.schedule_from(now, ctx);
+                self.run_probe(ctx);
+            }
+        }
+    }
+}
