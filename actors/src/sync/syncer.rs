@@ -47,6 +47,9 @@
 //! It ends early when what it waits for comes: a new status version, or a watch copy newer than
 //! the one that conflicted. The conflicting copy's resourceVersion is kept as a floor until then,
 //! so that a watch event that is older still is not taken as the next merge base.
+//!
+//! [`RateLimiter`]: super::rate::RateLimiter
+//! [`merge_readiness_only`]: crate::status::merge::merge_readiness_only
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
