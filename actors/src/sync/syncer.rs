@@ -20,6 +20,10 @@
 //! timers and the merge bases; the write itself is `SyncJob` (`job`), the pure rules are in
 //! [`rules`](super::rules).
 //!
+//! This file holds the actor, its queue and its timers. Beside it: the settings (`config`), the
+//! API copies it tracks (`api_pods`), the full reconcile (`reconcile`) and what it can be asked
+//! about its state (`stats`).
+//!
 //! Which status fields the syncer writes is a parameter, [`OwnedFields`]:
 //! * [`OwnedFields::Kubelet`] (the default, upstream's behaviour): the status manager's status
 //!   is the truth for everything but foreign conditions and claim statuses (`mergePodStatus`,
@@ -43,56 +47,36 @@
 //! It ends early when what it waits for comes: a new status version, or a watch copy newer than
 //! the one that conflicted. The conflicting copy's resourceVersion is kept as a floor until then,
 //! so that a watch event that is older still is not taken as the next merge base.
+//!
+//! [`RateLimiter`]: super::rate::RateLimiter
+//! [`merge_readiness_only`]: crate::status::merge::merge_readiness_only
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::oneshot;
 
 use super::api_pod::ApiPod;
 use super::job::{JobResult, SyncJob, WriteOutcome};
-use super::pod_sync::{Backoffs, MergeBase, PodSync, merge_base_after};
-use super::rate::RateLimiter;
+use super::pod_sync::{MergeBase, PodSync, merge_base_after};
+use super::rules::resource_version;
 pub use super::rules::{MIRROR_POD_ANNOTATION, can_be_deleted, could_have_running_containers, is_mirror_pod};
-use super::rules::{go_zero_values, is_newer_or_same, merge_listed, resource_version, source_uid};
-use crate::clock::SharedClock;
-use crate::contracts::PodLookup;
 use crate::metrics as names;
-use crate::status::equality::{ConditionOwnership, is_pod_status_equal_for};
-use crate::status::manager::{
-    DeletePodStatus, ListStatuses, PodStatusUpdated, StatusManager, SubscribeStatus, VersionedPodStatus,
-};
-use crate::status::merge::merge_readiness_only;
-use crate::status::normalize::normalize_status;
+use crate::status::manager::{DeletePodStatus, PodStatusUpdated, SubscribeStatus};
 use crate::vocabulary::PodUid;
 
+mod api_pods;
+mod config;
+mod reconcile;
+mod stats;
+
+pub use api_pods::{ApiPodDeleted, ApiPodObserved};
+pub use config::{OwnedFields, StatusSource, SyncerConfig};
+pub use reconcile::Reconcile;
+pub use stats::{GetSyncerStats, GetWrittenVersion, SyncerStats};
+
 // === messages ===
-
-/// The API server's current copy of a pod, from a watch (fresh merge base), as the server's JSON
-/// ([`ApiPod`]): fields the typed structs lack are resent as they are.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct ApiPodObserved(pub Arc<ApiPod>);
-
-impl ApiPodObserved {
-    /// A copy known only typed (its JSON is the typed one: fields the structs lack are not in it).
-    pub fn of(pod: impl Into<ApiPod>) -> ApiPodObserved {
-        ApiPodObserved(Arc::new(pod.into()))
-    }
-}
-
-/// A pod is gone from the API server.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct ApiPodDeleted {
-    /// The deleted pod's namespace.
-    pub namespace: String,
-    /// The deleted pod's name; its merge base is dropped, so the next write GETs.
-    pub name: String,
-}
 
 /// Resolves once nothing is queued, waiting out a back-off or being written (graceful shutdown,
 /// tests).
@@ -100,164 +84,12 @@ pub struct ApiPodDeleted {
 #[rtype(result = "()")]
 pub struct Flush;
 
-/// The version last written for an API pod UID (upstream `apiStatusVersions`).
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "Option<u64>")]
-pub struct GetWrittenVersion(pub String);
-
-/// Sizes of the syncer's per-pod state (tests, debugging): every map is bounded by the pods
-/// that have a status.
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "SyncerStats")]
-pub struct GetSyncerStats;
-
-/// The answer to [`GetSyncerStats`]: the number of pods in each piece of per-pod state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SyncerStats {
-    /// Statuses held (the status manager's, as of the last update or reconcile).
-    pub statuses: usize,
-    /// Versions written, by API pod UID.
-    pub written: usize,
-    /// Merge bases (API copies), by namespace/name.
-    pub merge_bases: usize,
-    /// Pods with an unwritten change (latency histogram starts).
-    pub unsynced: usize,
-    /// Pods in retry back-off after failures.
-    pub retrying: usize,
-    /// Pods in conflict back-off (409s in a row).
-    pub conflicting: usize,
-    /// Pods whose merge base was dropped by a conflict, with its resourceVersion as a floor.
-    pub floors: usize,
-    /// Pods whose latest version the server rejected as invalid.
-    pub rejected: usize,
-    /// Update sequence numbers held.
-    pub update_seqs: usize,
-    /// Pods waiting for a write slot.
-    pub queued: usize,
-    /// Pods being written now.
-    pub in_flight: usize,
-    /// Pods with a back-off timer running.
-    pub backing_off: usize,
-}
-
 /// Start queued writes (scheduled after the mailbox drains).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
 struct Pump;
 
-/// Run a full reconcile now (as the periodic timer does).
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "()")]
-pub struct Reconcile;
-
 // === the actor ===
-
-/// The status fields the syncer writes (docs/sync.md §7.3).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OwnedFields {
-    /// The kubelet's: the whole status but foreign conditions and claim statuses (upstream
-    /// `mergePodStatus`).
-    #[default]
-    Kubelet,
-    /// `ready` and `started` of init and regular containers matched by name and the same
-    /// non-empty container ID, plus the owned conditions ([`SyncerConfig::ownership`]); the rest
-    /// comes from the API copy, patched under a resourceVersion precondition.
-    ReadinessOnly,
-}
-
-/// How the syncer writes.
-pub struct SyncerConfig {
-    /// The API server client the syncer GETs, PATCHes and deletes pods with.
-    pub client: kube::Client,
-    /// The host's pods: static pods are written to their mirror pods, looked up here.
-    pub pods: Arc<dyn PodLookup>,
-    /// The status manager the syncer follows.
-    pub status_manager: StatusSource,
-    /// Shared by every request the agent sends.
-    pub limiter: RateLimiter,
-    /// Pods written at the same time.
-    pub concurrency: usize,
-    /// `PatchParams.field_manager`.
-    pub field_manager: String,
-    /// Full reconcile period (the kubelet's 10 s).
-    pub reconcile_period: Duration,
-    /// Failure back-off: the first wait, doubled per failure up to `backoff_max`.
-    pub backoff_initial: Duration,
-    /// The longest failure back-off.
-    pub backoff_max: Duration,
-    /// Conflict back-off (409 Conflict, ReadinessOnly's precondition): the wait after the second
-    /// conflict in a row (the first is retried at once), doubled per conflict up to
-    /// `conflict_backoff_max`, each made up to a quarter shorter by the pod's UID.
-    pub conflict_backoff_initial: Duration,
-    /// The longest conflict back-off.
-    pub conflict_backoff_max: Duration,
-    /// The condition types this writer owns.
-    pub ownership: ConditionOwnership,
-    /// The other status fields this writer owns.
-    pub owned_fields: OwnedFields,
-    /// The wall clock: times the merge stamps on conditions, and the status-update latency.
-    pub clock: SharedClock,
-}
-
-impl SyncerConfig {
-    /// The kubelet's settings: QPS 50, burst 100, reconcile every 10 s.
-    pub fn new(
-        client: kube::Client,
-        pods: Arc<dyn PodLookup>,
-        status_manager: impl Into<StatusSource>,
-        clock: SharedClock,
-    ) -> Self {
-        SyncerConfig {
-            client,
-            pods,
-            status_manager: status_manager.into(),
-            limiter: RateLimiter::new(50.0, 100),
-            concurrency: 16,
-            field_manager: "probelet".to_owned(),
-            reconcile_period: Duration::from_secs(10),
-            backoff_initial: Duration::from_millis(500),
-            backoff_max: Duration::from_secs(60),
-            conflict_backoff_initial: Duration::from_millis(50),
-            conflict_backoff_max: Duration::from_secs(1),
-            ownership: ConditionOwnership::KUBELET,
-            owned_fields: OwnedFields::Kubelet,
-            clock,
-        }
-    }
-}
-
-impl SyncerConfig {
-    fn backoffs(&self) -> Backoffs {
-        Backoffs {
-            failure_initial: self.backoff_initial,
-            failure_max: self.backoff_max,
-            conflict_initial: self.conflict_backoff_initial,
-            conflict_max: self.conflict_backoff_max,
-        }
-    }
-}
-
-/// The status manager as the syncer uses it: the messages it sends, not the actor, so that a
-/// host or a test can stand in for it.
-#[derive(Clone)]
-pub struct StatusSource {
-    /// Every status, for the reconcile.
-    pub list: Recipient<ListStatuses>,
-    /// Drops a pod's status (the pod was deleted, or recreated under its name).
-    pub delete: Recipient<DeletePodStatus>,
-    /// Subscribes the syncer to status updates.
-    pub subscribe: Recipient<SubscribeStatus>,
-}
-
-impl From<Addr<StatusManager>> for StatusSource {
-    fn from(manager: Addr<StatusManager>) -> Self {
-        StatusSource {
-            list: manager.clone().recipient(),
-            delete: manager.clone().recipient(),
-            subscribe: manager.recipient(),
-        }
-    }
-}
 
 /// The status syncer actor (upstream: the status manager's sync loop). Start it with
 /// [`start_syncer`], which also subscribes it to the status manager; the agent's standalone mode
@@ -477,127 +309,6 @@ impl StatusSyncer {
         self.api_pods.remove(key);
     }
 
-    /// Keeps `pod` as the merge base of its name unless the copy held is newer; returns whether
-    /// it was kept.
-    fn remember(&mut self, key: (String, String), pod: Arc<ApiPod>) -> bool {
-        let newer = self.api_pods.get(&key).is_none_or(|old| is_newer_or_same(&pod.pod, &old.pod));
-        if newer {
-            self.api_pods.insert(key, pod);
-        }
-        newer
-    }
-
-    /// Upstream `needsUpdate` and `needsReconcile`, over the statuses just listed. `since` is
-    /// the update count when the list was asked for: updates received after it are newer than
-    /// the list.
-    fn reconcile(
-        &mut self,
-        statuses: HashMap<PodUid, VersionedPodStatus>,
-        since: u64,
-        ctx: &mut Context<Self>,
-    ) {
-        let arrived: HashSet<PodUid> = self
-            .pods
-            .iter()
-            .filter(|(_, pod)| pod.update_seq.is_some_and(|seq| seq > since))
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        let held: HashMap<PodUid, VersionedPodStatus> =
-            self.pods.iter().map(|(uid, pod)| (uid.clone(), pod.status.clone())).collect();
-        let mut merged = merge_listed(held, statuses, &arrived);
-        self.pods.retain(|uid, _| merged.contains_key(uid));
-        for (uid, pod) in &mut self.pods {
-            if let Some(status) = merged.remove(uid) {
-                pod.status = status;
-            }
-        }
-        for (uid, status) in merged {
-            self.pods.insert(uid, PodSync::listed(status));
-        }
-        self.prune(ctx);
-        let mut queue = Vec::new();
-        for (uid, pod) in &self.pods {
-            let status = &pod.status;
-            let Some(api_uid) = self.api_uid(uid) else { continue };
-            if pod.rejected == Some(status.version) {
-                continue;
-            }
-            let key = (status.pod_namespace.clone(), status.pod_name.clone());
-            let api_pod = self.api_pods.get(&key);
-            let behind = pod.written_to(&api_uid).is_none_or(|v| v < status.version);
-            let deletable = api_pod.is_some_and(|p| can_be_deleted(&p.pod, status.pod_is_finished));
-            if behind || deletable {
-                queue.push(uid.clone());
-            } else if let Some(api_pod) = api_pod
-                && self.drifted(&api_pod.pod, status)
-            {
-                tracing::info!(pod_uid = %uid, pod = %status.pod_name, "Pod status is inconsistent with cached status for pod, a reconciliation should be triggered");
-                queue.push(uid.clone());
-            }
-        }
-        for uid in queue {
-            if let Some(pod) = self.pods.get_mut(&uid) {
-                pod.written = None;
-            }
-            self.enqueue(&uid, ctx);
-        }
-        // Pruning may have ended the last back-off a flush waited for.
-        self.resolve_flushes();
-    }
-
-    /// Stops the back-off timers of pods without a status (the status manager forgot them;
-    /// their [`PodSync`] is gone): nothing will write them again, so nothing may wait for them.
-    /// Drops versions written to an API pod that is no longer the pod's (a new mirror pod).
-    /// Merge bases are kept for the pods the host knows: a watch event often comes before the
-    /// pod's first status.
-    fn prune(&mut self, ctx: &mut Context<Self>) {
-        let stopped: Vec<PodUid> =
-            self.backing_off.keys().filter(|uid| !self.pods.contains_key(*uid)).cloned().collect();
-        for uid in stopped {
-            self.cancel_timer(&uid, ctx);
-        }
-        let api_uids: HashMap<PodUid, Option<String>> =
-            self.pods.keys().map(|uid| (uid.clone(), self.api_uid(uid))).collect();
-        for (uid, pod) in &mut self.pods {
-            let current = api_uids.get(uid).cloned().flatten();
-            if pod.written.as_ref().is_some_and(|w| Some(&w.api_uid) != current.as_ref()) {
-                pod.written = None;
-            }
-        }
-        let names: HashSet<(&str, &str)> = self
-            .pods
-            .values()
-            .map(|p| (p.status.pod_namespace.as_str(), p.status.pod_name.as_str()))
-            .collect();
-        let pods = &self.config.pods;
-        self.api_pods.retain(|(namespace, name), pod| {
-            if names.contains(&(namespace.as_str(), name.as_str())) {
-                return true;
-            }
-            let api_uid = pod.pod.metadata.uid.as_deref().unwrap_or_default();
-            let uid = pods.static_uid_for_mirror(api_uid).unwrap_or_else(|| api_uid.to_owned());
-            pods.pod_by_uid(&uid).is_some()
-        });
-    }
-
-    /// The API copy differs from ours in fields this writer owns.
-    fn drifted(&self, pod: &Pod, status: &VersionedPodStatus) -> bool {
-        let mut api = go_zero_values(pod.status.clone().unwrap_or_default());
-        normalize_status(pod, &mut api);
-        let ours = go_zero_values((*status.status).clone());
-        let target = match self.config.owned_fields {
-            OwnedFields::Kubelet => ours,
-            // The write's own projection: only what the write would change is drift.
-            OwnedFields::ReadinessOnly => go_zero_values(merge_readiness_only(
-                &api,
-                &ours,
-                self.config.clock.now_time(),
-                &self.config.ownership,
-            )),
-        };
-        !is_pod_status_equal_for(&api, &target, &self.config.ownership)
-    }
-
     fn resolve_flushes(&mut self) {
         if self.queue.is_empty()
             && self.in_flight.is_empty()
@@ -643,50 +354,6 @@ impl Handler<PodStatusUpdated> for StatusSyncer {
     }
 }
 
-impl Handler<ApiPodObserved> for StatusSyncer {
-    type Result = ();
-
-    fn handle(&mut self, msg: ApiPodObserved, ctx: &mut Self::Context) {
-        let pod = msg.0;
-        let key = (
-            pod.pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.pod.metadata.name.clone().unwrap_or_default(),
-        );
-        let uid = source_uid(self.config.pods.as_ref(), &pod.pod);
-        if let Some(held) = self.pods.get_mut(&uid)
-            && !held.admits_copy(resource_version(&pod.pod))
-        {
-            tracing::trace!(pod_uid = %uid, pod = %key.1, "Watch event no newer than the copy a write conflicted with; not a merge base");
-            return;
-        }
-        // A fresher copy is what a conflicting write waits for.
-        if self.remember(key, pod) {
-            self.end_conflict_backoff(&uid, ctx);
-        }
-    }
-}
-
-impl Handler<ApiPodDeleted> for StatusSyncer {
-    type Result = ();
-
-    fn handle(&mut self, msg: ApiPodDeleted, _ctx: &mut Self::Context) {
-        self.api_pods.remove(&(msg.namespace, msg.name));
-    }
-}
-
-impl Handler<Reconcile> for StatusSyncer {
-    type Result = ResponseActFuture<Self, ()>;
-
-    fn handle(&mut self, _msg: Reconcile, _ctx: &mut Self::Context) -> Self::Result {
-        let since = self.seq;
-        let list = self.config.status_manager.list.send(ListStatuses);
-        Box::pin(list.into_actor(self).map(move |statuses, act, ctx| match statuses {
-            Ok(statuses) => act.reconcile(statuses, since, ctx),
-            Err(err) => tracing::error!(error = %err, "Status manager did not answer the reconcile"),
-        }))
-    }
-}
-
 impl Handler<Pump> for StatusSyncer {
     type Result = ();
 
@@ -706,36 +373,6 @@ impl Handler<Flush> for StatusSyncer {
         Box::pin(async move {
             let _ = rx.await;
         })
-    }
-}
-
-impl Handler<GetSyncerStats> for StatusSyncer {
-    type Result = MessageResult<GetSyncerStats>;
-
-    fn handle(&mut self, _msg: GetSyncerStats, _ctx: &mut Self::Context) -> Self::Result {
-        let count = |has: fn(&PodSync) -> bool| self.pods.values().filter(|pod| has(pod)).count();
-        MessageResult(SyncerStats {
-            statuses: self.pods.len(),
-            written: count(|pod| pod.written.is_some()),
-            merge_bases: self.api_pods.len(),
-            unsynced: count(|pod| pod.unsynced_since.is_some()),
-            retrying: count(|pod| pod.retry.is_some()),
-            conflicting: count(|pod| pod.conflict.is_some()),
-            floors: count(|pod| pod.floor.is_some()),
-            rejected: count(|pod| pod.rejected.is_some()),
-            update_seqs: count(|pod| pod.update_seq.is_some()),
-            queued: self.queue.len(),
-            in_flight: self.in_flight.len(),
-            backing_off: self.backing_off.len(),
-        })
-    }
-}
-
-impl Handler<GetWrittenVersion> for StatusSyncer {
-    type Result = Option<u64>;
-
-    fn handle(&mut self, msg: GetWrittenVersion, _ctx: &mut Self::Context) -> Self::Result {
-        self.pods.values().find_map(|pod| pod.written_to(&msg.0))
     }
 }
 
