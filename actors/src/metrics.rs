@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics::{
+    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
+};
 use metrics_util::registry::{Registry, Storage};
 
 /// Probe results by probe type and result (counter). Upstream `ProberResults`.
@@ -377,6 +379,24 @@ impl PrometheusRegistry {
         forgotten
     }
 
+    /// Forgets the one series of `name` (any kind) whose labels are exactly `labels`, in the
+    /// order the series was created with: a hash lookup, where [`PrometheusRegistry::forget`]
+    /// scans every series. A worker's exit forgets its own series this way, so a burst of n
+    /// exits costs n lookups instead of n scans of every worker's series (docs/benchmarks.md,
+    /// overload). Returns whether a series was forgotten.
+    pub fn forget_exact(&self, name: &str, labels: &[(&str, &str)]) -> bool {
+        let labels: Vec<Label> =
+            labels.iter().map(|(k, v)| Label::new(k.to_string(), v.to_string())).collect();
+        let key = Key::from_parts(name.to_owned(), labels);
+        let forgotten = self.registry.delete_counter(&key)
+            | self.registry.delete_gauge(&key)
+            | self.registry.delete_histogram(&key);
+        if forgotten {
+            FORGET_EPOCH.fetch_add(1, Ordering::Release);
+        }
+        forgotten
+    }
+
     /// Renders every series in the Prometheus text format 0.0.4: families sorted by name, series
     /// by their labels (themselves sorted by label name, as client_golang does), numbers
     /// formatted like Go's `strconv.FormatFloat(v, 'g', -1, 64)`.
@@ -441,8 +461,13 @@ impl Recorder for PrometheusRegistry {
     }
 }
 
+/// The process-global registry, if [`PrometheusRegistry::global`] installed one.
+pub fn installed() -> Option<&'static Arc<PrometheusRegistry>> {
+    GLOBAL.get().and_then(Option::as_ref)
+}
+
 /// Forgets series through the global registry if one is installed (a no-op otherwise): see
-/// [`PrometheusRegistry::forget`]. Probe workers call this on exit.
+/// [`PrometheusRegistry::forget`].
 pub fn forget_series(name: &str, labels: &[(&str, &str)]) {
     if let Some(Some(registry)) = GLOBAL.get() {
         registry.forget(name, labels);

@@ -20,7 +20,7 @@ use metrics::{Counter, Histogram};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{ProbeKind, ProbeResult};
-use crate::metrics::{self as names, forget_series};
+use crate::metrics::{self as names, PrometheusRegistry, installed};
 
 /// The labels of one worker's series. The values are shared strings: a clone (the worker's
 /// exit notice holds one) and every series looked up with them point at the same four
@@ -103,25 +103,37 @@ impl ProbeLabels {
     }
 
     /// Deletes this worker's series (upstream deletes the three result series and the
-    /// duration series when the worker exits).
+    /// duration series when the worker exits) from the global registry, if one is installed.
     pub fn forget(&self) {
-        forget_series(
-            names::PROBER_PROBE_TOTAL,
-            &[
-                ("probe_type", self.probe_type),
-                ("container", &*self.container),
-                ("pod", &*self.pod),
-                ("namespace", &*self.namespace),
-                ("pod_uid", &*self.pod_uid),
-            ],
-        );
-        forget_series(
+        if let Some(registry) = installed() {
+            self.forget_in(registry);
+        }
+    }
+
+    /// [`ProbeLabels::forget`] in `registry`: each series by its exact key, with the labels in
+    /// the order [`ProbeLabels::observe`] creates them, so that an exit costs a few lookups,
+    /// not a scan of every worker's series.
+    pub fn forget_in(&self, registry: &PrometheusRegistry) {
+        for result in [names::RESULT_SUCCESSFUL, names::RESULT_FAILED, names::RESULT_UNKNOWN] {
+            registry.forget_exact(
+                names::PROBER_PROBE_TOTAL,
+                &[
+                    ("probe_type", self.probe_type),
+                    ("result", result),
+                    ("container", &self.container),
+                    ("pod", &self.pod),
+                    ("namespace", &self.namespace),
+                    ("pod_uid", &self.pod_uid),
+                ],
+            );
+        }
+        registry.forget_exact(
             names::PROBER_PROBE_DURATION_SECONDS,
             &[
                 ("probe_type", self.probe_type),
-                ("container", &*self.container),
-                ("pod", &*self.pod),
-                ("namespace", &*self.namespace),
+                ("container", &self.container),
+                ("pod", &self.pod),
+                ("namespace", &self.namespace),
             ],
         );
     }
@@ -191,6 +203,29 @@ mod tests {
         metrics::with_local_recorder(&registry, || labels.observe(ProbeResult::Success, Duration::ZERO));
         // The counter and the histogram series hold the pod name too, without copying it.
         assert!(Arc::strong_count(&labels.pod) >= 4, "{}", Arc::strong_count(&labels.pod));
+    }
+
+    /// A worker's exit forgets exactly its own series, found by key: every result and its
+    /// duration, and nothing of another worker's.
+    #[test]
+    fn forget_removes_this_workers_series_and_no_others() {
+        let registry = PrometheusRegistry::new();
+        let gone = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "app");
+        let other = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "sidecar");
+        metrics::with_local_recorder(&registry, || {
+            for result in [ProbeResult::Success, ProbeResult::Failure, ProbeResult::Unknown] {
+                gone.observe(result, Duration::from_millis(5));
+                other.observe(result, Duration::from_millis(5));
+            }
+        });
+        assert_eq!(lines(&registry, "prober_probe_total{").len(), 6);
+        gone.forget_in(&registry);
+        let totals = lines(&registry, "prober_probe_total{");
+        assert_eq!(totals.len(), 3, "{totals:?}");
+        assert!(totals.iter().all(|l| l.contains("container=\"sidecar\"")), "{totals:?}");
+        let durations = lines(&registry, "prober_probe_duration_seconds_count");
+        assert_eq!(durations.len(), 1, "{durations:?}");
+        assert!(durations[0].contains("container=\"sidecar\""), "{durations:?}");
     }
 
     /// A pod deleted and created again under its name: the old worker's exit forgets the
