@@ -28,8 +28,8 @@ use super::{ProberManager, is_sidecar, probed_containers};
 /// The pod's spec as it is now (upstream `ReconcilePod`, `MutableContainerProbes` only; a
 /// no-op otherwise): probes added, changed or removed since its workers were created are
 /// applied in place, each with a `Normal ContainerProbeChanged` event, and a pod the manager
-/// does not know yet gets its workers as with [`AddPod`]. Static and mirror pods, and pods
-/// being deleted, only get [`AddPod`]'s treatment (docs/prober.md §3.9).
+/// does not know yet gets its workers as with [`AddPod`](super::AddPod). Static and mirror pods, and pods
+/// being deleted, only get [`AddPod`](super::AddPod)'s treatment (docs/prober.md §3.9).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct ReconcilePod(pub Arc<Pod>);
