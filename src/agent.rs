@@ -17,7 +17,7 @@ use probelet_actors::clock::{SharedClock, TokioClock};
 use probelet_actors::contracts::{CommandRunner, EventRecorder, PodRegistry};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::metrics::{MetricsError, PrometheusRegistry};
-use probelet_actors::prober::ProbeHostPolicy;
+use probelet_actors::prober::{DEFAULT_MAX_PROBES_IN_FLIGHT, ProbeHostPolicy};
 use probelet_actors::{FeatureGates, Pipeline, PipelineConfig};
 use tokio::sync::oneshot;
 
@@ -68,6 +68,8 @@ pub struct Common {
     pub probe_host_policy: ProbeHostPolicy,
     /// The kubelet feature gates (`--feature-gates`).
     pub feature_gates: FeatureGates,
+    /// The bound on probes in flight (`--max-probes-in-flight`); `None` for none.
+    pub max_probes_in_flight: Option<usize>,
 }
 
 impl Common {
@@ -85,6 +87,7 @@ impl Common {
             ready: Arc::new(AtomicBool::new(false)),
             probe_host_policy: ProbeHostPolicy::Any,
             feature_gates: FeatureGates::default(),
+            max_probes_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
         })
     }
 
@@ -93,6 +96,7 @@ impl Common {
     pub fn configure(&mut self, args: &RunArgs) {
         self.probe_host_policy = args.probe_host_policy.into();
         self.feature_gates = args.feature_gates.gates;
+        self.max_probes_in_flight = Some(args.max_probes_in_flight).filter(|n| *n > 0);
         for warning in &args.feature_gates.warnings {
             tracing::warn!("{warning}");
         }
@@ -127,6 +131,7 @@ impl Common {
         config.observer = Some(Arc::new(self.history.clone()));
         config.probe_host_policy = self.probe_host_policy;
         config.feature_gates = self.feature_gates;
+        config.max_probes_in_flight = self.max_probes_in_flight;
         config
     }
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use probelet_actors::features::{FeatureGateError, FeatureGates, ParsedFeatureGates};
+use probelet_actors::prober::DEFAULT_MAX_PROBES_IN_FLIGHT;
 
 use crate::demo::DemoArgs;
 
@@ -100,6 +101,12 @@ pub struct RunArgs {
     /// another host, and HTTP redirects to another host are not followed.
     #[arg(long, value_enum, env = "PROBELET_PROBE_HOST_POLICY", default_value_t = ProbeHostPolicy::Any)]
     pub probe_host_policy: ProbeHostPolicy,
+
+    /// At most this many probes run at once; a probe due while all are running waits for one
+    /// to end (its timeout starts when it runs), so a node that cannot keep up with its probes
+    /// runs them late instead of all at once past their timeouts. 0: no limit, as the kubelet.
+    #[arg(long, value_name = "N", env = "PROBELET_MAX_PROBES_IN_FLIGHT", default_value_t = DEFAULT_MAX_PROBES_IN_FLIGHT)]
+    pub max_probes_in_flight: usize,
 
     /// Log format on standard error.
     #[arg(long, value_enum, env = "PROBELET_LOG_FORMAT", default_value_t = LogFormat::Text)]
@@ -259,6 +266,7 @@ mod tests {
         assert_eq!(run.http_header_timeout, 10);
         assert_eq!(run.authorization_mode, AuthorizationMode::Auto);
         assert_eq!(run.probe_host_policy, ProbeHostPolicy::Any);
+        assert_eq!(run.max_probes_in_flight, 1024);
         assert!(parse(&["run", "--http-max-connections", "0"]).is_err());
         assert!(parse(&["run", "--http-header-timeout", "0"]).is_err());
         let Command::Run(run) =

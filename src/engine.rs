@@ -94,6 +94,15 @@ impl EngineBuilder {
         self
     }
 
+    /// Runs at most `limit` probes at once (`None`: every due probe at once, as the kubelet
+    /// does). The default is [`probelet_actors::prober::DEFAULT_MAX_PROBES_IN_FLIGHT`]; a probe
+    /// due while every slot is taken waits for one, and its timeout starts when it runs
+    /// (docs/prober.md §1.2, "Probe slots").
+    pub fn max_probes_in_flight(mut self, limit: Option<usize>) -> Self {
+        self.config.max_probes_in_flight = limit;
+        self
+    }
+
     /// Spreads the probe workers over `threads` arbiters (default 0: the caller's arbiter).
     pub fn worker_threads(mut self, threads: usize) -> Self {
         self.config.worker_arbiters = threads;

@@ -621,3 +621,64 @@ async fn mutable_container_probes_updates_a_manifests_probe_without_a_restart() 
     assert!(events.contains("Readiness probe of container app updated: handler"), "{events}");
     agent.stop().await;
 }
+
+fn slow_probed_pod(name: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    command: ["sleep", "1000"]
+    readinessProbe:
+      exec:
+        command: ["sleep", "0.9"]
+      periodSeconds: 1
+      timeoutSeconds: 1
+"#
+    )
+}
+
+/// `--max-probes-in-flight 1` with four pods whose readiness probes take 0.9 s of their 1 s
+/// timeout, every second: one slot cannot run 3.6 s of probes a second, so probes wait for it,
+/// and a probe that waited is timed from its slot, so every pod still becomes Ready (none fails
+/// by its timeout), the wait is counted, and `/probes` says how long each waited.
+#[actix::test]
+async fn probes_past_the_in_flight_limit_wait_for_a_slot_and_still_pass() {
+    let dir = temp_dir("slots");
+    for i in 0..4 {
+        write(&dir, &format!("slow{i}.yaml"), &slow_probed_pod(&format!("slow{i}")));
+    }
+    let mut agent = Agent::start_full(&dir, &[], &["--max-probes-in-flight", "1"]).await;
+    for i in 0..4 {
+        agent.wait_for(|l| l.contains(&format!("default/slow{i}: Ready=True"))).await;
+    }
+    let metrics = agent.get("/metrics").await;
+    let delayed = metrics
+        .lines()
+        .find(|l| l.starts_with("probelet_probes_delayed_total "))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(delayed >= 1.0, "probes waited for the one slot: {metrics}");
+    let (mut waited, mut last) = (false, String::new());
+    for i in 0..4 {
+        let probes = agent.get(&format!("/pods/default/slow{i}/probes")).await;
+        assert!(!probes.contains("\"result\":\"Failure\""), "no probe failed by its timeout: {probes}");
+        let body = &probes[probes.find("\r\n\r\n").unwrap() + 4..];
+        let runs: serde_json::Value = serde_json::from_str(body).unwrap();
+        let longest = runs["probes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|probe| probe["results"].as_array().cloned().unwrap_or_default())
+            .filter_map(|run| run["waited_seconds"].as_f64())
+            .fold(0.0, f64::max);
+        waited |= longest > 0.0;
+        last = probes;
+    }
+    assert!(waited, "some probe's record shows its wait: {last}");
+    agent.stop().await;
+}

@@ -56,6 +56,7 @@ async fn endpoints_answer_from_the_pipeline() {
         result: Ok(ProbeResult::Failure),
         output: "HTTP probe failed with statuscode: 503".into(),
         duration: Duration::from_millis(3),
+        waited: Duration::ZERO,
     });
     let container = pod.spec.as_ref().unwrap().containers[0].clone();
     events.record(

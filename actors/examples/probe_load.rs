@@ -7,6 +7,7 @@
 //! cargo run --release -p probelet-actors --example probe_load -- \
 //!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
 //!     [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS]
+//!     [--max-in-flight N]
 //! ```
 //!
 //! * The target is this same binary run again with a hidden flag: it serves HTTP (200, a small
@@ -28,6 +29,8 @@
 //! * `--overload-workers N --overload-for SECS` runs N workers for SECS, then drops to
 //!   `--workers` for the window, and prints a line per second and one per phase (see
 //!   [`overload`]).
+//! * `--max-in-flight N` sets the engine's bound on probes in flight (0: none, as upstream);
+//!   the pipeline's default otherwise.
 //!
 //! CPU is this process's user + system time over the window (from `/proc/self/stat`): the
 //! target's CPU is not in it. Lateness is a probe's start minus the latest due time on its
@@ -54,7 +57,7 @@ use probelet_actors::clock::{Clock, TokioClock};
 use probelet_actors::contracts::{LogRecorder, PodRegistry, ProbeObserver, ProbeRecord};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::metrics::PrometheusRegistry;
-use probelet_actors::prober::ProbeResult;
+use probelet_actors::prober::{DEFAULT_MAX_PROBES_IN_FLIGHT, ProbeResult};
 use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::{Pipeline, PipelineConfig};
 use serde_json::json;
@@ -97,7 +100,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
---warmup SECS --window SECS [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS]";
+--warmup SECS --window SECS [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS] [--max-in-flight N]";
 
 fn run(args: Args) -> Result<(), Error> {
     // The target lives in its own process so that its CPU is not counted; it dies with us.
@@ -157,6 +160,9 @@ struct Args {
     overload_workers: usize,
     /// How long the overload phase lasts, in seconds.
     overload_for: u64,
+    /// The engine's bound on probes in flight (`--max-in-flight`, 0 for none); the
+    /// pipeline's default unless given.
+    max_in_flight: Option<usize>,
 }
 
 impl Args {
@@ -172,6 +178,7 @@ impl Args {
             churn: false,
             overload_workers: 0,
             overload_for: 10,
+            max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
         };
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -195,6 +202,9 @@ impl Args {
                 "--churn" => args.churn = true,
                 "--overload-workers" => args.overload_workers = number(flag, value()?)?,
                 "--overload-for" => args.overload_for = number(flag, value()?)?,
+                "--max-in-flight" => {
+                    args.max_in_flight = Some(number(flag, value()?)?).filter(|n: &usize| *n > 0)
+                }
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -424,6 +434,34 @@ struct Samples {
     second: Second,
 }
 
+impl Samples {
+    /// One probe into the counts and histograms: `first` if it is its worker's first, `late`
+    /// its lateness when known.
+    fn add(&mut self, first: bool, late: Option<Duration>, duration: Duration, ok: bool) {
+        if first {
+            self.probed += 1;
+        }
+        let second = &mut self.second;
+        second.probes += 1;
+        second.failures += u64::from(!ok);
+        if let Some(late) = late {
+            second.lateness.record(late.as_micros() as u64);
+        }
+        second.latency.record(duration.as_micros() as u64);
+        if !self.recording {
+            return;
+        }
+        self.probes += 1;
+        if !ok {
+            self.failures += 1;
+        }
+        if let Some(late) = late {
+            self.lateness.record(late.as_micros() as u64);
+        }
+        self.latency.record(duration.as_micros() as u64);
+    }
+}
+
 /// What a per-second line reports.
 struct Second {
     probes: u64,
@@ -459,8 +497,23 @@ impl Collector {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    #[cfg(test)]
     fn record(&self, worker: usize, start: Instant, duration: Duration, ok: bool) {
         self.record_due(worker, None, start, duration, ok);
+    }
+
+    /// [`Collector::record`] for an engine probe that waited `waited` for a probe slot before
+    /// it started at `start`: the worker asked at `start - waited`, on its schedule, so that
+    /// is what is placed on the grid (a first probe that waited would otherwise anchor the grid
+    /// late, and every on-time probe after it would read as late), and the wait is added.
+    fn record_waited(&self, worker: usize, waited: Duration, start: Instant, duration: Duration, ok: bool) {
+        let asked = start.checked_sub(waited).unwrap_or(start);
+        let mut s = self.lock();
+        let Some(grid) = s.grids.get_mut(worker) else { return };
+        let first = grid.anchor.is_none();
+        let late = grid.lateness(asked, self.period).map(|late| late + waited);
+        let late = if first && !waited.is_zero() { Some(waited) } else { late };
+        s.add(first, late, duration, ok);
     }
 
     /// [`Collector::record`] for a probe whose due time is known (the floor's `Interval`
@@ -476,27 +529,7 @@ impl Collector {
             }
             None => grid.lateness(start, self.period),
         };
-        if first {
-            s.probed += 1;
-        }
-        let second = &mut s.second;
-        second.probes += 1;
-        second.failures += u64::from(!ok);
-        if let Some(late) = late {
-            second.lateness.record(late.as_micros() as u64);
-        }
-        second.latency.record(duration.as_micros() as u64);
-        if !s.recording {
-            return;
-        }
-        s.probes += 1;
-        if !ok {
-            s.failures += 1;
-        }
-        if let Some(late) = late {
-            s.lateness.record(late.as_micros() as u64);
-        }
-        s.latency.record(duration.as_micros() as u64);
+        s.add(first, late, duration, ok);
     }
 
     /// The probes since the last call, and resets them.
@@ -522,7 +555,8 @@ impl ProbeObserver for Observer {
         let now = Instant::now();
         let start = now.checked_sub(record.duration).unwrap_or(now);
         if let Some(worker) = worker_index(&record.pod_uid) {
-            self.0.record(worker, start, record.duration, record.result == Ok(ProbeResult::Success));
+            let ok = record.result == Ok(ProbeResult::Success);
+            self.0.record_waited(worker, record.waited, start, record.duration, ok);
         }
     }
 }
@@ -545,6 +579,7 @@ async fn measure(collector: &Collector, args: &Args, mode: &str, setup: Duration
         "mode": mode,
         "kind": args.kind.name(),
         "workers": args.workers,
+        "max_in_flight": args.max_in_flight,
         "period_s": args.period,
         "warmup_s": args.warmup,
         "window_s": round(secs, 3),
@@ -662,6 +697,7 @@ async fn sync(pipeline: &Pipeline, pod: &Arc<Pod>, runtime: PodStatus) -> Result
 /// The engine as the agent starts it: the global metrics registry, workers spread over one
 /// arbiter per core, the observer hook.
 fn start_pipeline(
+    args: &Args,
     registry: &PodRegistry,
     collector: &Arc<Collector>,
     clock: Option<Arc<AgedClock>>,
@@ -675,6 +711,7 @@ fn start_pipeline(
     config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     config.observer = Some(Arc::new(Observer(collector.clone())));
     config.clock = clock.map(|c| c as Arc<dyn Clock>);
+    config.max_probes_in_flight = args.max_in_flight;
     Ok(Pipeline::start(config))
 }
 
@@ -683,7 +720,7 @@ fn engine_load(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     let out = system.block_on(async move {
         let collector = Collector::new(args.workers, Duration::from_secs(args.period));
         let registry = PodRegistry::new();
-        let pipeline = start_pipeline(&registry, &collector, None)?;
+        let pipeline = start_pipeline(args, &registry, &collector, None)?;
         let probe = readiness_probe(args.kind, ports, args.period);
         let setup = Instant::now();
         for i in 0..args.workers {
@@ -731,7 +768,7 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         let collector = Collector::new(args.workers, Duration::from_secs(args.period));
         let registry = PodRegistry::new();
         let clock = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
-        let pipeline = start_pipeline(&registry, &collector, Some(clock.clone()))?;
+        let pipeline = start_pipeline(args, &registry, &collector, Some(clock.clone()))?;
         clock.ahead_secs.store(args.period as i64 + 1, Ordering::Relaxed);
         let probe = readiness_probe(args.kind, ports, args.period);
         tokio::time::sleep(SETTLE).await;
@@ -836,7 +873,7 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         let collector = Collector::new(total, Duration::from_secs(args.period));
         let registry = PodRegistry::new();
         let clock = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
-        let pipeline = start_pipeline(&registry, &collector, Some(clock.clone()))?;
+        let pipeline = start_pipeline(args, &registry, &collector, Some(clock.clone()))?;
         clock.ahead_secs.store(args.period as i64 + 1, Ordering::Relaxed);
         let probe = readiness_probe(args.kind, ports, args.period);
         collector.set_recording(true);
@@ -974,7 +1011,7 @@ mod overload {
             let collector = Collector::new(args.overload_workers, Duration::from_secs(args.period));
             let registry = PodRegistry::new();
             let baseline = open_sockets();
-            let pipeline = start_pipeline(&registry, &collector, None)?;
+            let pipeline = start_pipeline(args, &registry, &collector, None)?;
             let probe = readiness_probe(args.kind, ports, args.period);
             let mut pods = Vec::with_capacity(args.overload_workers);
             for i in 0..args.overload_workers {
@@ -1537,9 +1574,10 @@ mod tests {
                 window: 7,
                 floor: true,
                 idle: false,
-                churn: false
+                churn: false,
                 overload_workers: 0,
                 overload_for: 10,
+                max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
             }
         );
         assert_eq!(Args::parse(&argv("--idle")).expect("parses").period, 3600);
@@ -1623,5 +1661,22 @@ mod tests {
         assert_eq!((s.probes, s.failures), (1, 1));
         assert_eq!(s.lateness.max, 5_000);
         assert_eq!(s.latency.quantile(0.5), 700);
+    }
+
+    #[test]
+    fn a_wait_for_a_probe_slot_is_late_but_does_not_move_the_grid() {
+        let (period, ms) = (Duration::from_secs(1), Duration::from_millis);
+        let c = Collector::new(1, period);
+        c.set_recording(true);
+        let t0 = Instant::now();
+        // Asked at t0, ran 300 ms later; the next two on the schedule, one of them waiting too.
+        c.record_waited(0, ms(300), t0 + ms(300), ms(2), true);
+        c.record_waited(0, Duration::ZERO, t0 + ms(1_000), ms(2), true);
+        c.record_waited(0, ms(40), t0 + ms(2_040), ms(2), true);
+        let s = c.lock();
+        assert_eq!(s.probes, 3);
+        assert_eq!(s.lateness.max, 300_000, "the first probe's wait");
+        let median = s.lateness.quantile(0.5);
+        assert!((39_000..=40_000).contains(&median), "on the grid from t0, not from t0 + 300 ms: {median}");
     }
 }

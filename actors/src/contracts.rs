@@ -170,8 +170,12 @@ pub struct ProbeRecord {
     pub result: Result<crate::vocabulary::ProbeResult, String>,
     /// What the executor said (its output or the error text), uncut.
     pub output: String,
-    /// How long the run took, all attempts included (an errored probe is tried up to 3 times).
+    /// How long the run took, all attempts included (an errored probe is tried up to 3 times),
+    /// from the moment it had its probe slot.
     pub duration: Duration,
+    /// How long the probe waited for a probe slot before it ran: zero unless the pipeline had
+    /// as many probes in flight as it allows (docs/prober.md §1.2, "Probe slots").
+    pub waited: Duration,
 }
 
 /// Told about every probe run; must not block.

@@ -28,6 +28,9 @@ pub const PROBELET_PROBE_WORKERS: &str = "probelet_probe_workers";
 pub const PROBELET_WORKER_RESTARTS_TOTAL: &str = "probelet_worker_restarts_total";
 /// Probes that errored after their retries and were discarded (counter). probelet's own.
 pub const PROBELET_PROBE_ERRORS_TOTAL: &str = "probelet_probe_errors_total";
+/// Probes that waited for a free probe slot before they ran (counter): the node had as many
+/// probes in flight as the pipeline allows. probelet's own.
+pub const PROBELET_PROBES_DELAYED_TOTAL: &str = "probelet_probes_delayed_total";
 
 /// Status syncs by outcome (`updated`, `unchanged`, `not_found`, `recreated`, `invalid`, `conflict`,
 /// `error`, `deleted`).
@@ -62,6 +65,9 @@ pub const PROBELET_RUNTIME_RESETS_TOTAL_HELP: &str =
 pub const PROBELET_PROBE_WORKERS_HELP: &str = "Number of running probe workers by probe type.";
 /// Help text of [`PROBELET_WORKER_RESTARTS_TOTAL`].
 pub const PROBELET_WORKER_RESTARTS_TOTAL_HELP: &str = "Probe workers restarted after they died abnormally.";
+/// Help text of [`PROBELET_PROBES_DELAYED_TOTAL`].
+pub const PROBELET_PROBES_DELAYED_TOTAL_HELP: &str =
+    "Probes that waited for a free probe slot (the limit on probes in flight) before they ran.";
 /// Help text of [`PROBELET_PROBE_ERRORS_TOTAL`].
 pub const PROBELET_PROBE_ERRORS_TOTAL_HELP: &str =
     "Probes that errored after their retries and were discarded.";
@@ -108,12 +114,13 @@ impl Kind {
 }
 
 /// Every metric the engine emits, with its kind and help text.
-const DESCRIPTIONS: [(&str, Kind, &str); 9] = [
+const DESCRIPTIONS: [(&str, Kind, &str); 10] = [
     (PROBER_PROBE_TOTAL, Kind::Counter, PROBER_PROBE_TOTAL_HELP),
     (PROBER_PROBE_DURATION_SECONDS, Kind::Histogram, PROBER_PROBE_DURATION_SECONDS_HELP),
     (PROBELET_PROBE_WORKERS, Kind::Gauge, PROBELET_PROBE_WORKERS_HELP),
     (PROBELET_WORKER_RESTARTS_TOTAL, Kind::Counter, PROBELET_WORKER_RESTARTS_TOTAL_HELP),
     (PROBELET_PROBE_ERRORS_TOTAL, Kind::Counter, PROBELET_PROBE_ERRORS_TOTAL_HELP),
+    (PROBELET_PROBES_DELAYED_TOTAL, Kind::Counter, PROBELET_PROBES_DELAYED_TOTAL_HELP),
     (PROBELET_STATUS_SYNCS_TOTAL, Kind::Counter, PROBELET_STATUS_SYNCS_TOTAL_HELP),
     (PROBELET_API_REQUESTS_TOTAL, Kind::Counter, PROBELET_API_REQUESTS_TOTAL_HELP),
     (PROBELET_STATUS_SYNC_DURATION_SECONDS, Kind::Histogram, PROBELET_STATUS_SYNC_DURATION_SECONDS_HELP),

@@ -23,7 +23,7 @@ use crate::prober::manager::{
     WorkerInfo,
 };
 use crate::prober::worker::ProbeKey;
-use crate::prober::{ProbeHostPolicy, ProbeRunner, Prober};
+use crate::prober::{DEFAULT_MAX_PROBES_IN_FLIGHT, ProbeHostPolicy, ProbeRunner, ProbeSlots, Prober};
 use crate::results::{ProbeResultChanged, ResultsCache, ResultsView, SubscribeResults};
 use crate::status::manager::{
     ClearPodResizeCondition, GetPodResizeConditions, GetPodStatus, GetVersionedStatus, ListStatuses,
@@ -75,11 +75,17 @@ pub struct PipelineConfig {
     /// `MutableContainerProbes` their probe changes are applied in place like an API server
     /// pod's. False (the kubelet's rule): a static pod's probes change only by replacing it.
     pub static_pods_in_place: bool,
+    /// At most this many probes of the real prober run at once; a probe due while all are
+    /// running waits for one to end, and its timeout starts when it runs (docs/prober.md §1.2,
+    /// "Probe slots"). [`DEFAULT_MAX_PROBES_IN_FLIGHT`] unless set; `None` lets every due probe
+    /// run at once, as the kubelet does. A [`PipelineConfig::prober`] of the host's own is not
+    /// bounded (it can wrap its futures in a [`ProbeSlots`] itself).
+    pub max_probes_in_flight: Option<usize>,
 }
 
 impl PipelineConfig {
-    /// A config with the kubelet's defaults: the real prober, any probe host allowed, a clock on
-    /// tokio time, workers on the caller's arbiter.
+    /// A config with the kubelet's defaults (and probelet's bound on probes in flight): the real
+    /// prober, any probe host allowed, a clock on tokio time, workers on the caller's arbiter.
     pub fn new(
         runner: Arc<dyn CommandRunner>,
         recorder: Arc<dyn EventRecorder>,
@@ -98,6 +104,7 @@ impl PipelineConfig {
             executors: Executors::default(),
             feature_gates: FeatureGates::default(),
             static_pods_in_place: false,
+            max_probes_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
         }
     }
 }
@@ -138,9 +145,12 @@ impl Pipeline {
         let results = results.start();
         let observer = config.observer.clone();
         let prober: Arc<dyn ProbeRunner> = config.prober.unwrap_or_else(|| {
-            let prober = Prober::new(config.runner.clone(), config.recorder.clone())
+            let mut prober = Prober::new(config.runner.clone(), config.recorder.clone())
                 .with_host_policy(config.probe_host_policy)
                 .with_executors(config.executors);
+            if let Some(limit) = config.max_probes_in_flight {
+                prober = prober.with_slots(ProbeSlots::new(limit));
+            }
             Arc::new(match observer {
                 Some(observer) => prober.with_observer(observer),
                 None => prober,

@@ -23,6 +23,9 @@ pub struct ProbeRun {
     /// `Success`, `Failure`, `UNKNOWN`, or `Error` when the probe errored and was discarded.
     pub result: String,
     pub duration_seconds: f64,
+    /// How long the probe waited for a probe slot before it ran (0 unless the node had as many
+    /// probes in flight as the agent allows).
+    pub waited_seconds: f64,
     pub output: String,
 }
 
@@ -91,6 +94,7 @@ impl ProbeObserver for ProbeHistory {
                 Err(_) => "Error".to_owned(),
             },
             duration_seconds: record.duration.as_secs_f64(),
+            waited_seconds: record.waited.as_secs_f64(),
             output: cut(&record.output, OUTPUT_KEPT),
         };
         if let Ok(mut runs) = self.runs.lock() {
@@ -142,6 +146,7 @@ mod tests {
             result: if i.is_multiple_of(2) { Ok(ProbeResult::Success) } else { Err("boom".into()) },
             output,
             duration: Duration::from_millis(5),
+            waited: Duration::ZERO,
         }
     }
 

@@ -361,6 +361,9 @@ pub fn result_class(result: &str) -> &'static str {
 /// What hovering a strip cell tells: `TIME · RESULT · DURATION`, then the output if any.
 pub fn run_title(run: &ProbeRun) -> String {
     let mut title = format!("{} · {} · {}", run.time, run.result, duration(run.duration_seconds));
+    if run.waited_seconds > 0.0 {
+        let _ = write!(title, " after {} waiting for a probe slot", duration(run.waited_seconds));
+    }
     if !run.output.is_empty() {
         title.push('\n');
         title.push_str(run.output.trim_end());
@@ -521,6 +524,7 @@ mod tests {
             time: "2027-01-15T08:00:00Z".into(),
             result: result.into(),
             duration_seconds: 0.0042,
+            waited_seconds: 0.0,
             output: output.into(),
         }
     }
@@ -628,6 +632,17 @@ mod tests {
         assert!(broken.contains(
             "<span class=\"run failure\" title=\"2027-01-15T08:00:00Z · Failure · 4.2 ms\nHTTP probe failed with statuscode: 503\"></span></span> <span class=\"latest failure\">Failure</span>"
         ), "{broken}");
+    }
+
+    #[test]
+    fn a_run_that_waited_for_a_probe_slot_says_so() {
+        let mut waited = run("Success", "");
+        waited.waited_seconds = 0.25;
+        assert_eq!(
+            run_title(&waited),
+            "2027-01-15T08:00:00Z · Success · 4.2 ms after 250.0 ms waiting for a probe slot"
+        );
+        assert_eq!(run_title(&run("Success", "")), "2027-01-15T08:00:00Z · Success · 4.2 ms");
     }
 
     #[test]

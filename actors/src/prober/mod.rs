@@ -15,6 +15,7 @@ pub mod port;
 mod probe;
 pub mod probe_metrics;
 pub mod reconcile;
+pub mod slots;
 pub mod tcp;
 pub mod timing;
 pub mod update_status;
@@ -28,6 +29,7 @@ pub use probe::{
     EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeHostPolicy, ProbeRunner, Prober,
     container_reference, host_refusal, pod_name, probe_timeout,
 };
+pub use slots::{DEFAULT_MAX_PROBES_IN_FLIGHT, ProbeSlots};
 
 /// The version the kubelet reports in `User-Agent: kube-probe/<major>.<minor>`.
 pub const KUBE_PROBE_VERSION: &str = "1.35";

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Pro
 
 use super::executors::Executors;
 use super::{
-    PodContainer, ProbeError, ProbeKind, ProbeOutcome, ProbeResult, Probed, exec, grpc, http, port, tcp,
+    PodContainer, ProbeError, ProbeKind, ProbeOutcome, ProbeResult, ProbeSlots, Probed, exec, grpc, http,
+    port, tcp,
 };
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
@@ -108,6 +109,8 @@ struct ProberParts {
     host_policy: ProbeHostPolicy,
     /// Injected network executors, in place of the real ones.
     executors: Executors,
+    /// The slots a probe takes while it runs; `None` runs every probe at once.
+    slots: Option<ProbeSlots>,
 }
 
 impl Prober {
@@ -122,8 +125,17 @@ impl Prober {
                 observer: None,
                 host_policy: ProbeHostPolicy::Any,
                 executors: Executors::default(),
+                slots: None,
             }),
         }
+    }
+
+    /// Run at most `slots.limit()` probes at once (docs/prober.md §1.2, "Probe slots"): a
+    /// probe due while every slot is taken waits for one, and its timeout starts when it has
+    /// it. Without this every probe runs as soon as it is due, as upstream's do.
+    pub fn with_slots(mut self, slots: ProbeSlots) -> Self {
+        Arc::make_mut(&mut self.parts).slots = Some(slots);
+        self
     }
 
     /// Run network probes with `executors` where they name one (tests, hosts with their own
@@ -173,8 +185,16 @@ impl Prober {
             tracing::trace!(probe_kind = %kind, container = %container.name, "Probe is nil");
             return Ok(ProbeResult::Success);
         };
+        let asked = tokio::time::Instant::now();
+        // Held until the probe's tries are over; each try's timeout starts after it.
+        let slot = match &self.parts.slots {
+            Some(slots) => Some(slots.acquire().await),
+            None => None,
+        };
         let started = tokio::time::Instant::now();
+        let waited = if slot.as_ref().is_some_and(|s| s.waited()) { started - asked } else { Duration::ZERO };
         let attempt = self.run_with_retries(spec, pod, status, container, container_id, timeout).await;
+        drop(slot);
         let observer = self.parts.observer.as_ref();
         let output = match (&attempt, observer) {
             (_, None) => String::new(),
@@ -192,6 +212,7 @@ impl Prober {
                 result: mapped.clone().map_err(|e| e.to_string()),
                 output,
                 duration: started.elapsed(),
+                waited,
             });
         }
         mapped

@@ -1,0 +1,152 @@
+//! The bound on probes in flight (probelet's own; upstream runs every due probe at once, one
+//! goroutine each). The real prober ([`super::Prober::with_slots`]) takes one of a fixed number
+//! of slots before a probe's first try and gives it back after its last, however the probe ends
+//! (a stopped worker drops its probe and the slot with it). A probe that finds none free waits
+//! for one, in the order the probes asked, and its timeout starts only once it has one: when the
+//! node cannot keep up, probes start late instead of all running at once, each past its timeout
+//! on starved threads, and failing (docs/prober.md §1.2, "Probe slots"; docs/benchmarks.md,
+//! "Overload").
+//!
+//! The worker's schedule keeps at most one missed tick, so a worker waiting for a slot does not
+//! pile probes up behind it: it probes once when the slot comes, then on its schedule.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::metrics as names;
+
+/// The default limit: far above what a node's probes keep in flight when it keeps up (110 pods ×
+/// 3 probes is 330 workers; a probe of a millisecond each second keeps under one in flight on
+/// average), and low enough that the buffers of the probes in flight stay small (an HTTP probe
+/// holds about 25 KB while it runs: 25 MB at the limit).
+pub const DEFAULT_MAX_PROBES_IN_FLIGHT: usize = 1024;
+
+/// How often, at most, the wait for a slot is logged.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// The slots shared by a pipeline's workers. Cloning shares them.
+#[derive(Debug, Clone)]
+pub struct ProbeSlots {
+    semaphore: Arc<Semaphore>,
+    limit: usize,
+    /// When a wait was last logged.
+    logged: Arc<Mutex<Option<Instant>>>,
+}
+
+/// A slot held for one probe; given back when dropped.
+#[derive(Debug)]
+pub struct ProbeSlot {
+    _permit: Option<OwnedSemaphorePermit>,
+    waited: bool,
+}
+
+impl ProbeSlot {
+    /// Whether the probe had to wait for this slot (none was free when it asked).
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
+}
+
+impl ProbeSlots {
+    /// `limit` slots (at least one).
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
+        ProbeSlots { semaphore: Arc::new(Semaphore::new(limit)), limit, logged: Arc::new(Mutex::new(None)) }
+    }
+
+    /// How many probes may run at once.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// How many slots are taken now.
+    pub fn in_use(&self) -> usize {
+        self.limit - self.semaphore.available_permits()
+    }
+
+    /// A slot, at once when one is free, else once one is given back (first come, first
+    /// served). A probe that had to wait is counted in `probelet_probes_delayed_total`.
+    pub async fn acquire(&self) -> ProbeSlot {
+        if let Ok(permit) = self.semaphore.clone().try_acquire_owned() {
+            return ProbeSlot { _permit: Some(permit), waited: false };
+        }
+        metrics::counter!(names::PROBELET_PROBES_DELAYED_TOTAL).increment(1);
+        self.log_wait();
+        // The semaphore is never closed; if it were, the probe would run without a slot rather
+        // than not at all.
+        ProbeSlot { _permit: self.semaphore.clone().acquire_owned().await.ok(), waited: true }
+    }
+
+    fn log_wait(&self) {
+        let now = Instant::now();
+        let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+        if logged.is_some_and(|at| now.duration_since(at) < LOG_EVERY) {
+            return;
+        }
+        *logged = Some(now);
+        tracing::warn!(
+            limit = self.limit,
+            "Every probe slot is in use: probes wait for one and start late (the node cannot keep up with its probes)"
+        );
+    }
+}
+
+impl Default for ProbeSlots {
+    fn default() -> Self {
+        ProbeSlots::new(DEFAULT_MAX_PROBES_IN_FLIGHT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_waits_for_a_slot_given_back() {
+        let slots = ProbeSlots::new(2);
+        let a = slots.acquire().await;
+        let _b = slots.acquire().await;
+        assert!(!a.waited());
+        assert_eq!(slots.in_use(), 2);
+        let waiting = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.acquire().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "no slot is free");
+        drop(a);
+        let c = waiting.await.unwrap();
+        assert!(c.waited());
+        assert_eq!(slots.in_use(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slots_are_handed_out_in_the_order_asked() {
+        let slots = ProbeSlots::new(1);
+        let held = slots.acquire().await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let (slots, order) = (slots.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let _slot = slots.acquire().await;
+                order.lock().unwrap().push(i);
+            }));
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        assert_eq!(slots.in_use(), 0);
+    }
+
+    #[test]
+    fn a_limit_of_zero_is_one() {
+        assert_eq!(ProbeSlots::new(0).limit(), 1);
+    }
+}

@@ -1,0 +1,217 @@
+//! Probe slots (docs/prober.md §1.2, "Probe slots"): the real prober runs at most
+//! `max_probes_in_flight` probes at once; a probe due while every slot is taken waits for one,
+//! and its timeout starts when it has it; a stopped worker's waiting or running probe gives its
+//! slot back. Injected TCP executors that take a set time, under paused tokio time.
+// The helpers below panic on purpose: a panic fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use probelet_test_support as support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Probe, TCPSocketAction};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use probelet::contracts::{PodRegistry, ProbeObserver, ProbeRecord};
+use probelet::metrics::PrometheusRegistry;
+use probelet::prober::executors::{Executors, TcpExecutor};
+use probelet::prober::{ProbeKind, ProbeOutcome, ProbeResult, Probed};
+use probelet::{Engine, EngineBuilder};
+use support::kubelet::{run_for, settle};
+use support::pods::{running, test_pod};
+
+/// A TCP executor that takes `takes` (failing if that is past its timeout, as a real dial
+/// would) and counts the probes running in it.
+struct SlowTcp {
+    takes: Duration,
+    running: AtomicUsize,
+    most: AtomicUsize,
+    /// When each call began, by host.
+    calls: Mutex<Vec<(String, tokio::time::Instant)>>,
+}
+
+impl SlowTcp {
+    fn new(takes: Duration) -> Arc<Self> {
+        Arc::new(SlowTcp {
+            takes,
+            running: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            calls: Mutex::default(),
+        })
+    }
+}
+
+impl TcpExecutor for SlowTcp {
+    fn probe<'a>(&'a self, host: &'a str, _port: u16, timeout: Duration) -> BoxFuture<'a, Probed> {
+        Box::pin(async move {
+            self.calls.lock().unwrap().push((host.to_owned(), tokio::time::Instant::now()));
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let answer = match tokio::time::timeout(timeout, tokio::time::sleep(self.takes)).await {
+                Ok(()) => Probed::new(ProbeOutcome::Success, ""),
+                Err(_) => Probed::new(ProbeOutcome::Failure, "dial tcp: i/o timeout"),
+            };
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            answer
+        })
+    }
+}
+
+#[derive(Default, Clone)]
+struct Records(Arc<Mutex<Vec<ProbeRecord>>>);
+
+impl ProbeObserver for Records {
+    fn observe(&self, record: ProbeRecord) {
+        self.0.lock().unwrap().push(record);
+    }
+}
+
+impl Records {
+    fn all(&self) -> Vec<ProbeRecord> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Pod `name` with one container whose readiness probe dials TCP with a 1 s timeout, every
+/// 10 s; its pod IP (the probe's host) is `10.0.0.<i>`.
+fn pod(name: &str) -> Arc<Pod> {
+    let probe = Probe {
+        tcp_socket: Some(TCPSocketAction { port: IntOrString::Int(80), host: None }),
+        period_seconds: Some(10),
+        timeout_seconds: Some(1),
+        ..Default::default()
+    };
+    test_pod(name).container("app").with_probe("app", ProbeKind::Readiness, probe).build()
+}
+
+fn status(i: usize, name: &str) -> PodStatus {
+    PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some(format!("10.0.0.{i}")),
+        container_statuses: Some(vec![running(
+            "app",
+            &format!("containerd://{name}"),
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        )]),
+        ..Default::default()
+    }
+}
+
+struct Setup {
+    engine: Engine,
+    pods: PodRegistry,
+    tcp: Arc<SlowTcp>,
+    records: Records,
+}
+
+/// An engine whose TCP probes take `takes`, with `limit` slots, aged past its start-up
+/// jitter so that new pods probe at once.
+async fn start(limit: Option<usize>, takes: Duration) -> Setup {
+    tokio::time::pause();
+    let pods = PodRegistry::new();
+    let tcp = SlowTcp::new(takes);
+    let records = Records::default();
+    let builder: EngineBuilder = Engine::builder(Arc::new(pods.clone()))
+        .executors(Executors { tcp: Some(tcp.clone()), ..Default::default() })
+        .observer(Arc::new(records.clone()))
+        .max_probes_in_flight(limit);
+    let engine = builder.start();
+    run_for(Duration::from_secs(11)).await;
+    Setup { engine, pods, tcp, records }
+}
+
+impl Setup {
+    async fn add(&self, i: usize, name: &str) -> Arc<Pod> {
+        let pod = pod(name);
+        self.pods.upsert(pod.clone());
+        self.engine.sync_pod(pod.clone(), status(i, name)).await.unwrap();
+        pod
+    }
+
+    async fn ready(&self, pod: &Pod) -> bool {
+        let uid = pod.metadata.uid.as_deref().unwrap();
+        let stored = self.engine.pipeline().pod_status(uid).await.unwrap().unwrap();
+        stored.container_statuses.iter().flatten().all(|c| c.ready)
+    }
+}
+
+fn delayed(registry: &PrometheusRegistry) -> u64 {
+    registry
+        .render()
+        .lines()
+        .find(|l| l.starts_with("probelet_probes_delayed_total "))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[actix::test]
+async fn at_most_the_limit_runs_and_a_probe_that_waited_is_timed_from_its_slot() {
+    // A thread-local recorder: the manager and workers run on this thread.
+    let registry = PrometheusRegistry::new();
+    let _local = metrics::set_default_local_recorder(&registry);
+    let setup = start(Some(2), Duration::from_millis(900)).await;
+    let mut pods = Vec::new();
+    for i in 0..6 {
+        pods.push(setup.add(i, &format!("p{i}")).await);
+    }
+    run_for(Duration::from_secs(3)).await;
+
+    assert_eq!(setup.tcp.most.load(Ordering::SeqCst), 2, "never more than the limit at once");
+    let records = setup.records.all();
+    assert_eq!(records.len(), 6, "each pod probed once");
+    assert!(records.iter().all(|r| r.result == Ok(ProbeResult::Success)), "{records:?}");
+    // To the nearest 100 ms: tokio's timers fire on a millisecond tick, a little after their
+    // deadline.
+    let mut waited: Vec<u128> = records.iter().map(|r| (r.waited.as_millis() + 50) / 100 * 100).collect();
+    waited.sort_unstable();
+    assert_eq!(records.iter().filter(|r| r.waited.is_zero()).count(), 2, "a free slot is no wait");
+    // Two at once, 900 ms each: the last two waited 1.8 s, past their 1 s timeout, and still
+    // passed, because the timeout starts with the slot.
+    assert_eq!(waited, [0, 0, 900, 900, 1800, 1800]);
+    assert!(
+        records.iter().all(|r| r.duration.abs_diff(Duration::from_millis(900)) < Duration::from_millis(5)),
+        "a probe's duration does not include its wait: {records:?}"
+    );
+    for pod in &pods {
+        assert!(setup.ready(pod).await, "every container Ready");
+    }
+    assert_eq!(delayed(&registry), 4, "probelet_probes_delayed_total counts the four that waited");
+}
+
+#[actix::test]
+async fn without_a_limit_every_due_probe_runs_at_once() {
+    let setup = start(None, Duration::from_millis(900)).await;
+    for i in 0..6 {
+        setup.add(i, &format!("p{i}")).await;
+    }
+    run_for(Duration::from_secs(3)).await;
+    assert_eq!(setup.tcp.most.load(Ordering::SeqCst), 6);
+    assert!(setup.records.all().iter().all(|r| r.waited.is_zero()));
+}
+
+#[actix::test]
+async fn a_removed_pods_probe_gives_its_slot_back_at_once() {
+    // One slot; the first pod's probe takes 800 ms, the second pod's waits for the slot.
+    let setup = start(Some(1), Duration::from_millis(800)).await;
+    let first = setup.add(1, "first").await;
+    setup.add(2, "second").await;
+    run_for(Duration::from_millis(100)).await;
+    let hosts = |setup: &Setup| -> Vec<String> {
+        setup.tcp.calls.lock().unwrap().iter().map(|(host, _)| host.clone()).collect()
+    };
+    assert_eq!(hosts(&setup), ["10.0.0.1"], "the second pod waits for the slot");
+    let removed_at = tokio::time::Instant::now();
+    setup.pods.remove(first.metadata.uid.as_deref().unwrap());
+    setup.engine.pipeline().remove_pod(first.clone());
+    settle().await;
+    run_for(Duration::from_millis(1)).await;
+    let calls = setup.tcp.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1].0, "10.0.0.2");
+    assert!(
+        calls[1].1.duration_since(removed_at) < Duration::from_millis(10),
+        "the second pod's probe ran when the first pod's worker stopped, not when its probe would have ended"
+    );
+}
