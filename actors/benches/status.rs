@@ -1,14 +1,18 @@
-//! Micro benchmarks of the per-pod work on the status path: what one status change costs
-//! before any I/O. `cargo bench -p probelet-actors --bench status`.
+//! Micro benchmarks of the per-pod work on the status path (what one status change costs
+//! before any I/O) and of the HTTP probe's request building (what every HTTP probe does before
+//! it connects). `cargo bench -p probelet-actors --bench status`.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+    Container, ContainerPort, ContainerState, ContainerStateRunning, ContainerStatus, HTTPGetAction,
+    HTTPHeader, Pod, PodCondition, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
+use probelet_actors::prober::http::HttpProbeRequest;
 use probelet_actors::status::equality::ConditionOwnership;
 use probelet_actors::status::equality::is_pod_status_by_kubelet_equal;
 use probelet_actors::status::generate_kubelet_conditions;
@@ -61,6 +65,40 @@ fn status(containers: usize, ready: bool) -> PodStatus {
         ),
         ..Default::default()
     }
+}
+
+/// An `httpGet` as manifests write it: a named port, a path with a query, two headers.
+fn http_get() -> (HTTPGetAction, Container) {
+    let action = HTTPGetAction {
+        path: Some("/healthz?verbose=1".into()),
+        port: IntOrString::String("http".into()),
+        http_headers: Some(vec![
+            HTTPHeader { name: "x-probe".into(), value: "readiness".into() },
+            HTTPHeader { name: "Accept".into(), value: "application/json".into() },
+        ]),
+        ..Default::default()
+    };
+    let container = Container {
+        name: "app".into(),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".into()),
+            container_port: 8080,
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    (action, container)
+}
+
+fn bench_http_request(c: &mut Criterion) {
+    let (action, container) = http_get();
+    c.bench_function("HttpProbeRequest::new (named port, query, 2 headers)", |b| {
+        b.iter(|| HttpProbeRequest::new(black_box(&action), black_box(&container), "10.0.0.7"))
+    });
+    let Ok(request) = HttpProbeRequest::new(&action, &container, "10.0.0.7") else { return };
+    c.bench_function("HttpProbeRequest::first_request (wire headers + hyper request)", |b| {
+        b.iter(|| black_box(&request).first_request())
+    });
 }
 
 fn bench(c: &mut Criterion) {
@@ -140,5 +178,5 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, bench_http_request);
 criterion_main!(benches);

@@ -74,6 +74,14 @@ impl HttpProbeRequest {
     pub fn host_header(&self) -> &str {
         self.virtual_host.as_deref().unwrap_or(&self.url.host)
     }
+
+    /// The request the first round trip writes (before any redirect): target, and the wire
+    /// headers in Go's order. The probe builds the same before it connects; this is for
+    /// benchmarks and hosts that want to see it. `Err` carries Go's text for a header it
+    /// cannot write.
+    pub fn first_request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
+        build_request(&self.url, &wire_headers(&self.headers, self.host_header(), None))
+    }
 }
 
 /// Upstream `formatURL` followed by `http.NewRequest(url.String())`: the path is a URL
