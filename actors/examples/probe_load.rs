@@ -314,10 +314,15 @@ impl Histogram {
 
 /// One worker's fixed-rate schedule, as far as its probe starts show it: due times are
 /// `anchor + k·period`, the anchor being the first probe (a worker probes at once and runs its
-/// ticker from that moment). That first start can itself be a little late (the thread was
-/// busy, or the first tick found no status to probe and the second one is the first seen),
-/// so a later start that reads as almost a whole period late is really on time: it counts as
-/// on time and pulls the anchor back.
+/// ticker from that moment). That first start can itself be a little late (the first tick
+/// found no status to probe and the second one, a timer's millisecond late, is the first
+/// seen), so a later start that reads as almost a whole period late is really on time: it
+/// counts as on time and pulls the anchor back, by at most the tolerance given.
+///
+/// The tolerance must stay small: a probe really a whole period late less the tolerance (as
+/// after an overload) pulls the anchor back too, and every on-time probe after it reads that
+/// much late. An engine probe's asked time is its worker's schedule itself (the first one
+/// starts the ticker), so [`ENGINE_EARLY_TOLERANCE`] is a timer's granularity.
 #[derive(Debug, Clone, Copy)]
 struct Grid {
     anchor: Option<Instant>,
@@ -328,6 +333,10 @@ struct Grid {
 /// really that close to a whole period late is rare and late anyway.
 const EARLY_TOLERANCE: Duration = Duration::from_millis(20);
 
+/// The tolerance for engine probes placed by the time they asked ([`Collector::record_waited`]):
+/// tokio's timer wheel fires a millisecond late, and the first probe is the schedule's origin.
+const ENGINE_EARLY_TOLERANCE: Duration = Duration::from_millis(2);
+
 impl Grid {
     const fn new() -> Self {
         Grid { anchor: None }
@@ -336,6 +345,11 @@ impl Grid {
     /// The lateness of a probe that started at `start`; `None` for the first (it defines the
     /// grid).
     fn lateness(&mut self, start: Instant, period: Duration) -> Option<Duration> {
+        self.lateness_within(start, period, EARLY_TOLERANCE)
+    }
+
+    /// [`Grid::lateness`] with the anchor pulled back by at most `tolerance`.
+    fn lateness_within(&mut self, start: Instant, period: Duration, tolerance: Duration) -> Option<Duration> {
         let Some(anchor) = self.anchor else {
             self.anchor = Some(start);
             return None;
@@ -344,7 +358,7 @@ impl Grid {
         let period_ns = period.as_nanos().max(1);
         let late = Duration::from_nanos((since.as_nanos() % period_ns) as u64);
         let early = period.saturating_sub(late);
-        if early <= EARLY_TOLERANCE.min(period / 50) {
+        if early <= tolerance.min(period / 50) {
             self.anchor = Some(anchor.checked_sub(early).unwrap_or(anchor));
             return Some(Duration::ZERO);
         }
@@ -511,7 +525,7 @@ impl Collector {
         let mut s = self.lock();
         let Some(grid) = s.grids.get_mut(worker) else { return };
         let first = grid.anchor.is_none();
-        let late = grid.lateness(asked, self.period).map(|late| late + waited);
+        let late = grid.lateness_within(asked, self.period, ENGINE_EARLY_TOLERANCE).map(|late| late + waited);
         let late = if first && !waited.is_zero() { Some(waited) } else { late };
         s.add(first, late, duration, ok);
     }
@@ -1661,6 +1675,22 @@ mod tests {
         assert_eq!((s.probes, s.failures), (1, 1));
         assert_eq!(s.lateness.max, 5_000);
         assert_eq!(s.latency.quantile(0.5), 700);
+    }
+
+    #[test]
+    fn an_engine_probe_almost_a_period_late_does_not_pull_its_grid_back() {
+        let (period, ms) = (Duration::from_secs(1), Duration::from_millis);
+        let c = Collector::new(1, period);
+        c.set_recording(true);
+        let t0 = Instant::now();
+        c.record_waited(0, Duration::ZERO, t0, ms(2), true);
+        // Late by 985 ms (an overload), then on time again.
+        c.record_waited(0, Duration::ZERO, t0 + ms(1_985), ms(2), true);
+        c.record_waited(0, Duration::ZERO, t0 + ms(3_000), ms(2), true);
+        let s = c.lock();
+        let max = s.lateness.max;
+        assert!((970_000..=985_000).contains(&max), "the late one reads late: {max}");
+        assert_eq!(s.lateness.quantile(0.5), 0, "the on-time one reads on time");
     }
 
     #[test]
