@@ -31,6 +31,9 @@
 //!   [`overload`]).
 //! * `--max-in-flight N` sets the engine's bound on probes in flight (0: none, as upstream);
 //!   the pipeline's default otherwise.
+//! * `--floor-per-core` is `--floor` with its tasks on one single-threaded runtime per core,
+//!   split by worker index as the engine splits its workers over its arbiters, instead of one
+//!   work-stealing runtime: what the engine's threading alone costs.
 //!
 //! CPU is this process's user + system time over the window (from `/proc/self/stat`): the
 //! target's CPU is not in it. Lateness is a probe's start minus the latest due time on its
@@ -100,7 +103,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
---warmup SECS --window SECS [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS] [--max-in-flight N]";
+--warmup SECS --window SECS [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS] [--max-in-flight N] [--floor-per-core]";
 
 fn run(args: Args) -> Result<(), Error> {
     // The target lives in its own process so that its CPU is not counted; it dies with us.
@@ -163,6 +166,9 @@ struct Args {
     /// The engine's bound on probes in flight (`--max-in-flight`, 0 for none); the
     /// pipeline's default unless given.
     max_in_flight: Option<usize>,
+    /// `--floor-per-core`: the floor's tasks on one single-threaded runtime per core, split by
+    /// worker index, as the engine's workers sit on one arbiter per core (no work stealing).
+    floor_per_core: bool,
 }
 
 impl Args {
@@ -179,6 +185,7 @@ impl Args {
             overload_workers: 0,
             overload_for: 10,
             max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
+            floor_per_core: false,
         };
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -198,6 +205,10 @@ impl Args {
                 "--warmup" => args.warmup = number(flag, value()?)?,
                 "--window" => args.window = number(flag, value()?)?,
                 "--floor" => args.floor = true,
+                "--floor-per-core" => {
+                    args.floor = true;
+                    args.floor_per_core = true;
+                }
                 "--idle" => args.idle = true,
                 "--churn" => args.churn = true,
                 "--overload-workers" => args.overload_workers = number(flag, value()?)?,
@@ -1245,23 +1256,53 @@ mod floor {
         let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+        // `--floor-per-core`: one single-threaded runtime per core, each driven by its own
+        // thread until the run ends.
+        let mut cores = Vec::new();
+        let mut stops = Vec::new();
+        if args.floor_per_core {
+            for _ in 0..threads {
+                let core = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let handle = core.handle().clone();
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                stops.push(stop);
+                cores.push((handle, std::thread::spawn(move || core.block_on(stopped))));
+            }
+        }
+        let handles: Vec<tokio::runtime::Handle> = cores.iter().map(|(h, _)| h.clone()).collect();
         let line = runtime.block_on(async move {
             let collector = Collector::new(args.workers, Duration::from_secs(args.period));
             let period = Duration::from_secs(args.period);
             let setup = Instant::now();
-            let mut tasks = tokio::task::JoinSet::new();
+            let mut tasks = Vec::with_capacity(args.workers);
             for i in 0..args.workers {
                 // Spread the first probes over a period, as the prober manager's start-up
                 // jitter spreads those of workers created while it is young.
                 let first = tokio::time::Instant::now() + period.mul_f64(rand::random::<f64>());
-                tasks.spawn(worker(i, args.kind, ports, first, period, collector.clone()));
+                let task = worker(i, args.kind, ports, first, period, collector.clone());
+                tasks.push(match handles.get(i % handles.len().max(1)) {
+                    Some(core) => core.spawn(task),
+                    None => tokio::spawn(task),
+                });
             }
-            let line = measure(&collector, args, "floor", setup.elapsed()).await;
-            tasks.abort_all();
+            let line = measure(&collector, args, mode(args), setup.elapsed()).await;
+            for task in &tasks {
+                task.abort();
+            }
             line
         });
+        for stop in stops {
+            let _ = stop.send(());
+        }
+        for (_, thread) in cores {
+            let _ = thread.join();
+        }
         runtime.shutdown_background();
         Ok(line)
+    }
+
+    fn mode(args: &Args) -> &'static str {
+        if args.floor_per_core { "floor-per-core" } else { "floor" }
     }
 
     pub(super) async fn worker(
@@ -1592,6 +1633,7 @@ mod tests {
                 overload_workers: 0,
                 overload_for: 10,
                 max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
+                floor_per_core: false,
             }
         );
         assert_eq!(Args::parse(&argv("--idle")).expect("parses").period, 3600);
