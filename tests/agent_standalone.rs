@@ -568,12 +568,15 @@ async fn a_pod_with_too_many_containers_cannot_starve_the_others() {
     agent.stop().await;
 }
 
-fn probed_pod(command: &str) -> String {
+/// Pod `name`: one sleeping container whose readiness probe runs `probe` (an exec command, as
+/// its JSON list items) every second, with a 1 s timeout.
+fn probed_pod(name: &str, probe: &[&str]) -> String {
+    let command = probe.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
     format!(
         r#"apiVersion: v1
 kind: Pod
 metadata:
-  name: mutable
+  name: {name}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
@@ -581,8 +584,9 @@ spec:
     command: ["sleep", "1000"]
     readinessProbe:
       exec:
-        command: ["{command}"]
+        command: [{command}]
       periodSeconds: 1
+      timeoutSeconds: 1
 "#
     )
 }
@@ -594,14 +598,14 @@ spec:
 #[actix::test]
 async fn mutable_container_probes_updates_a_manifests_probe_without_a_restart() {
     let dir = temp_dir("mutable");
-    write(&dir, "mutable.yaml", &probed_pod("false"));
+    write(&dir, "mutable.yaml", &probed_pod("mutable", &["false"]));
     let mut agent = Agent::start_full(&dir, &[], &["--feature-gates=MutableContainerProbes=true"]).await;
     let running = agent.wait_for_after(0, |l| l.ends_with("default/mutable: container app running")).await;
     let before = agent.get("/pods").await;
     assert!(before.contains("\"ready\":false"), "the failing probe keeps it unready: {before}");
 
     // Written beside it and renamed over it, so a scan never sees half a file.
-    write(&dir, ".mutable.yaml.tmp", &probed_pod("true"));
+    write(&dir, ".mutable.yaml.tmp", &probed_pod("mutable", &["true"]));
     std::fs::rename(dir.join(".mutable.yaml.tmp"), dir.join("mutable.yaml")).unwrap();
     let updated =
         agent.wait_for_after(running, |l| l.ends_with("default/mutable: probes updated in place")).await;
@@ -622,26 +626,6 @@ async fn mutable_container_probes_updates_a_manifests_probe_without_a_restart() 
     agent.stop().await;
 }
 
-fn slow_probed_pod(name: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: app
-    command: ["sleep", "1000"]
-    readinessProbe:
-      exec:
-        command: ["sleep", "0.9"]
-      periodSeconds: 1
-      timeoutSeconds: 1
-"#
-    )
-}
-
 /// `--max-probes-in-flight 1` with four pods whose readiness probes take 0.9 s of their 1 s
 /// timeout, every second: one slot cannot run 3.6 s of probes a second, so probes wait for it,
 /// and a probe that waited is timed from its slot, so every pod still becomes Ready (none fails
@@ -650,7 +634,7 @@ spec:
 async fn probes_past_the_in_flight_limit_wait_for_a_slot_and_still_pass() {
     let dir = temp_dir("slots");
     for i in 0..4 {
-        write(&dir, &format!("slow{i}.yaml"), &slow_probed_pod(&format!("slow{i}")));
+        write(&dir, &format!("slow{i}.yaml"), &probed_pod(&format!("slow{i}"), &["sleep", "0.9"]));
     }
     let mut agent = Agent::start_full(&dir, &[], &["--max-probes-in-flight", "1"]).await;
     for i in 0..4 {

@@ -75,7 +75,7 @@ impl Records {
 }
 
 /// Pod `name` with one container whose readiness probe dials TCP with a 1 s timeout, every
-/// 10 s; its pod IP (the probe's host) is `10.0.0.<i>`.
+/// 10 s; [`status`] gives pod `i` the IP `10.0.<i / 256>.<i % 256>` (the probe's host).
 fn pod(name: &str) -> Arc<Pod> {
     let probe = Probe {
         tcp_socket: Some(TCPSocketAction { port: IntOrString::Int(80), host: None }),
@@ -89,7 +89,7 @@ fn pod(name: &str) -> Arc<Pod> {
 fn status(i: usize, name: &str) -> PodStatus {
     PodStatus {
         phase: Some("Running".into()),
-        pod_ip: Some(format!("10.0.0.{i}")),
+        pod_ip: Some(format!("10.0.{}.{}", i / 256, i % 256)),
         container_statuses: Some(vec![running(
             "app",
             &format!("containerd://{name}"),
@@ -109,15 +109,19 @@ struct Setup {
 /// An engine whose TCP probes take `takes`, with `limit` slots, aged past its start-up
 /// jitter so that new pods probe at once.
 async fn start(limit: Option<usize>, takes: Duration) -> Setup {
+    start_with(takes, |builder| builder.max_probes_in_flight(limit)).await
+}
+
+/// [`start`] with the builder's slots left as `adjust` leaves them.
+async fn start_with(takes: Duration, adjust: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Setup {
     tokio::time::pause();
     let pods = PodRegistry::new();
     let tcp = SlowTcp::new(takes);
     let records = Records::default();
     let builder: EngineBuilder = Engine::builder(Arc::new(pods.clone()))
         .executors(Executors { tcp: Some(tcp.clone()), ..Default::default() })
-        .observer(Arc::new(records.clone()))
-        .max_probes_in_flight(limit);
-    let engine = builder.start();
+        .observer(Arc::new(records.clone()));
+    let engine = adjust(builder).start();
     run_for(Duration::from_secs(11)).await;
     Setup { engine, pods, tcp, records }
 }
@@ -214,4 +218,16 @@ async fn a_removed_pods_probe_gives_its_slot_back_at_once() {
         calls[1].1.duration_since(removed_at) < Duration::from_millis(10),
         "the second pod's probe ran when the first pod's worker stopped, not when its probe would have ended"
     );
+}
+
+#[actix::test]
+async fn the_default_limit_is_1024() {
+    let setup = start_with(Duration::from_millis(900), |builder| builder).await;
+    for i in 0..1_100 {
+        setup.add(i, &format!("p{i}")).await;
+    }
+    run_for(Duration::from_secs(2)).await;
+    assert_eq!(setup.tcp.most.load(Ordering::SeqCst), probelet::prober::DEFAULT_MAX_PROBES_IN_FLIGHT);
+    assert_eq!(probelet::prober::DEFAULT_MAX_PROBES_IN_FLIGHT, 1024);
+    assert!(setup.records.all().iter().all(|r| r.result == Ok(ProbeResult::Success)));
 }
