@@ -56,6 +56,11 @@ pub const DEFAULT_STATE_DIR: &str = ".probelet-state";
 /// What a shutdown may take beyond the largest grace period before everything is SIGKILLed.
 pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 
+/// `--max-probes-in-flight` as the engine takes it: 0 is no limit.
+pub fn max_probes_in_flight(args: &RunArgs) -> Option<usize> {
+    Some(args.max_probes_in_flight).filter(|n| *n > 0)
+}
+
 /// What both modes share: the metrics registry, the clock, events and probe history.
 pub struct Common {
     pub registry: Arc<PrometheusRegistry>,
@@ -96,7 +101,7 @@ impl Common {
     pub fn configure(&mut self, args: &RunArgs) {
         self.probe_host_policy = args.probe_host_policy.into();
         self.feature_gates = args.feature_gates.gates;
-        self.max_probes_in_flight = Some(args.max_probes_in_flight).filter(|n| *n > 0);
+        self.max_probes_in_flight = max_probes_in_flight(args);
         for warning in &args.feature_gates.warnings {
             tracing::warn!("{warning}");
         }

@@ -102,9 +102,10 @@ pub struct RunArgs {
     #[arg(long, value_enum, env = "PROBELET_PROBE_HOST_POLICY", default_value_t = ProbeHostPolicy::Any)]
     pub probe_host_policy: ProbeHostPolicy,
 
-    /// At most this many probes run at once; a probe due while all are running waits for one
-    /// to end (its timeout starts when it runs), so a node that cannot keep up with its probes
-    /// runs them late instead of all at once past their timeouts. 0: no limit, as the kubelet.
+    /// At most this many probes run at once (exec probes: as many again, in a pool of their
+    /// own); a probe due while all are running waits for one to end (its timeout starts when it
+    /// runs), so a node that cannot keep up with its probes runs them late instead of all at once
+    /// past their timeouts. 0: no limit, as the kubelet.
     #[arg(long, value_name = "N", env = "PROBELET_MAX_PROBES_IN_FLIGHT", default_value_t = DEFAULT_MAX_PROBES_IN_FLIGHT)]
     pub max_probes_in_flight: usize,
 

@@ -569,7 +569,7 @@ async fn a_pod_with_too_many_containers_cannot_starve_the_others() {
 }
 
 /// Pod `name`: one sleeping container whose readiness probe runs `probe` (an exec command, as
-/// its JSON list items) every second, with a 1 s timeout.
+/// its JSON list items) every second, with a 3 s timeout.
 fn probed_pod(name: &str, probe: &[&str]) -> String {
     let command = probe.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
     format!(
@@ -586,7 +586,7 @@ spec:
       exec:
         command: [{command}]
       periodSeconds: 1
-      timeoutSeconds: 1
+      timeoutSeconds: 3
 "#
     )
 }
@@ -626,10 +626,11 @@ async fn mutable_container_probes_updates_a_manifests_probe_without_a_restart() 
     agent.stop().await;
 }
 
-/// `--max-probes-in-flight 1` with four pods whose readiness probes take 0.9 s of their 1 s
-/// timeout, every second: one slot cannot run 3.6 s of probes a second, so probes wait for it,
-/// and a probe that waited is timed from its slot, so every pod still becomes Ready (none fails
-/// by its timeout), the wait is counted, and `/probes` says how long each waited.
+/// `--max-probes-in-flight 1` with four pods whose readiness probes take 0.9 s of their 3 s
+/// timeout, every second: one slot cannot run 3.6 s of probes a second, so probes wait for it
+/// (the last of the first four about 2.7 s, 3.6 s with its run), and a probe that waited is
+/// timed from its slot, so every pod still becomes Ready (none fails by its timeout), the wait
+/// is counted, and `/probes` says how long each waited.
 #[actix::test]
 async fn probes_past_the_in_flight_limit_wait_for_a_slot_and_still_pass() {
     let dir = temp_dir("slots");

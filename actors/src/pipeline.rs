@@ -77,8 +77,9 @@ pub struct PipelineConfig {
     pub static_pods_in_place: bool,
     /// At most this many probes of the real prober run at once; a probe due while all are
     /// running waits for one to end, and its timeout starts when it runs (docs/prober.md §1.2,
-    /// "Probe slots"). [`DEFAULT_MAX_PROBES_IN_FLIGHT`] unless set; `None` lets every due probe
-    /// run at once, as the kubelet does. A [`PipelineConfig::prober`] of the host's own is not
+    /// "Probe slots"); exec probes have a pool of the same size of their own.
+    /// [`DEFAULT_MAX_PROBES_IN_FLIGHT`] unless set; `None` (or 0) lets every due probe run at
+    /// once, as the kubelet does. A [`PipelineConfig::prober`] of the host's own is not
     /// bounded (it can wrap its futures in a [`ProbeSlots`] itself).
     pub max_probes_in_flight: Option<usize>,
 }
@@ -148,7 +149,8 @@ impl Pipeline {
             let mut prober = Prober::new(config.runner.clone(), config.recorder.clone())
                 .with_host_policy(config.probe_host_policy)
                 .with_executors(config.executors);
-            if let Some(limit) = config.max_probes_in_flight {
+            // 0 is no limit, as the agent's flag says (a pool of no slots would run nothing).
+            if let Some(limit) = config.max_probes_in_flight.filter(|n| *n > 0) {
                 prober = prober.with_slots(ProbeSlots::new(limit));
             }
             Arc::new(match observer {

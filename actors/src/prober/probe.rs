@@ -109,8 +109,12 @@ struct ProberParts {
     host_policy: ProbeHostPolicy,
     /// Injected network executors, in place of the real ones.
     executors: Executors,
-    /// The slots a probe takes while it runs; `None` runs every probe at once.
+    /// The slots an `httpGet`, `tcpSocket` or `grpc` probe takes while it runs; `None` runs
+    /// every probe at once.
     slots: Option<ProbeSlots>,
+    /// The slots of exec probes: a pool of their own, so that exec probes waiting on their
+    /// runner (the cluster agent's `pods/exec` budget) never hold the network probes' slots.
+    exec_slots: Option<ProbeSlots>,
 }
 
 impl Prober {
@@ -126,15 +130,19 @@ impl Prober {
                 host_policy: ProbeHostPolicy::Any,
                 executors: Executors::default(),
                 slots: None,
+                exec_slots: None,
             }),
         }
     }
 
-    /// Run at most `slots.limit()` probes at once (docs/prober.md §1.2, "Probe slots"): a
-    /// probe due while every slot is taken waits for one, and its timeout starts when it has
-    /// it. Without this every probe runs as soon as it is due, as upstream's do.
+    /// Run at most `slots.limit()` network probes (`httpGet`, `tcpSocket`, `grpc`) and as many
+    /// exec probes, from a pool of their own, at once (docs/prober.md §1.2, "Probe slots"): a
+    /// probe due while every slot of its pool is taken waits for one, and its timeout starts
+    /// when it has it. Without this every probe runs as soon as it is due, as upstream's do.
     pub fn with_slots(mut self, slots: ProbeSlots) -> Self {
-        Arc::make_mut(&mut self.parts).slots = Some(slots);
+        let parts = Arc::make_mut(&mut self.parts);
+        parts.exec_slots = Some(ProbeSlots::new(slots.limit()));
+        parts.slots = Some(slots);
         self
     }
 
@@ -187,7 +195,8 @@ impl Prober {
         };
         let asked = tokio::time::Instant::now();
         // Held until the probe's tries are over; each try's timeout starts after it.
-        let slot = match &self.parts.slots {
+        let pool = if spec.exec.is_some() { &self.parts.exec_slots } else { &self.parts.slots };
+        let slot = match pool {
             Some(slots) => Some(slots.acquire().await),
             None => None,
         };

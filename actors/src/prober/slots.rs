@@ -1,6 +1,6 @@
 //! The bound on probes in flight (probelet's own; upstream runs every due probe at once, one
-//! goroutine each). The real prober ([`super::Prober::with_slots`]) takes one of a fixed number
-//! of slots before a probe's first try and gives it back after its last, however the probe ends
+//! goroutine each). The real prober ([`super::Prober::with_slots`]; exec probes have a pool of
+//! their own) takes one of a fixed number of slots before a probe's first try and gives it back after its last, however the probe ends
 //! (a stopped worker drops its probe and the slot with it). A probe that finds none free waits
 //! for one, in the order the probes asked, and its timeout starts only once it has one: when the
 //! node cannot keep up, probes start late instead of all running at once, each past its timeout
@@ -10,7 +10,8 @@
 //! The worker's schedule keeps at most one missed tick, so a worker waiting for a slot does not
 //! pile probes up behind it: it probes once when the slot comes, then on its schedule.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -32,9 +33,15 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 pub struct ProbeSlots {
     semaphore: Arc<Semaphore>,
     limit: usize,
-    /// When a wait was last logged.
-    logged: Arc<Mutex<Option<Instant>>>,
+    /// When the slots were made: `logged` counts from it.
+    created: Instant,
+    /// When a wait was last logged, in milliseconds since `created` ([`NEVER`] before the
+    /// first): an atomic, since under overload every probe comes here.
+    logged: Arc<AtomicU64>,
 }
+
+/// `logged` before the first log.
+const NEVER: u64 = u64::MAX;
 
 /// A slot held for one probe; given back when dropped.
 #[derive(Debug)]
@@ -54,7 +61,12 @@ impl ProbeSlots {
     /// `limit` slots (at least one).
     pub fn new(limit: usize) -> Self {
         let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
-        ProbeSlots { semaphore: Arc::new(Semaphore::new(limit)), limit, logged: Arc::new(Mutex::new(None)) }
+        ProbeSlots {
+            semaphore: Arc::new(Semaphore::new(limit)),
+            limit,
+            created: Instant::now(),
+            logged: Arc::new(AtomicU64::new(NEVER)),
+        }
     }
 
     /// How many probes may run at once.
@@ -74,23 +86,27 @@ impl ProbeSlots {
             return ProbeSlot { _permit: Some(permit), waited: false };
         }
         metrics::counter!(names::PROBELET_PROBES_DELAYED_TOTAL).increment(1);
-        self.log_wait();
+        let _logged = self.log_wait();
         // The semaphore is never closed; if it were, the probe would run without a slot rather
         // than not at all.
         ProbeSlot { _permit: self.semaphore.clone().acquire_owned().await.ok(), waited: true }
     }
 
-    fn log_wait(&self) {
-        let now = Instant::now();
-        let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
-        if logged.is_some_and(|at| now.duration_since(at) < LOG_EVERY) {
-            return;
+    /// Logs that probes wait, at most once per [`LOG_EVERY`]; says whether it did.
+    fn log_wait(&self) -> bool {
+        let now = u64::try_from(self.created.elapsed().as_millis()).unwrap_or(NEVER - 1);
+        let last = self.logged.load(Ordering::Relaxed);
+        let every = u64::try_from(LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
+        let due = last == NEVER || now.saturating_sub(last) >= every;
+        // Of the probes that find the log due at once, the one that moves the time writes it.
+        if !due || self.logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return false;
         }
-        *logged = Some(now);
         tracing::warn!(
             limit = self.limit,
             "Every probe slot is in use: probes wait for one and start late (the node cannot keep up with its probes)"
         );
+        true
     }
 }
 
@@ -103,6 +119,7 @@ impl Default for ProbeSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     #[tokio::test(start_paused = true)]
     async fn a_probe_waits_for_a_slot_given_back() {
@@ -143,6 +160,18 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
         assert_eq!(slots.in_use(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_is_logged_at_most_once_a_minute() {
+        let slots = ProbeSlots::new(1);
+        assert!(slots.log_wait(), "the first wait");
+        assert!(!slots.log_wait());
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(!slots.log_wait());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(slots.log_wait(), "a minute later");
+        assert!(!slots.log_wait());
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub use condition::{FIELD_MANAGER, GATE_CONDITION};
 pub use host::GateHost;
 
 use super::{CoreEventRecorder, EVENT_BURST, EVENT_QPS, ExecRunner, client, pod_watch};
-use crate::agent::{AgentError, Common, wait_for_signal};
+use crate::agent::{AgentError, Common, max_probes_in_flight, wait_for_signal};
 use crate::cli::RunArgs;
 
 /// Readiness-gate mode until SIGTERM.
@@ -46,6 +46,7 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
     let client = client(kubeconfig).await?;
     let mut common = Common::new()?;
     common.probe_host_policy = args.probe_host_policy.into();
+    common.max_probes_in_flight = max_probes_in_flight(args);
     // Exec gate probes only when the operator says `pods/exec` is granted; without it, exec
     // entries are rejected when the annotation is read, so this runner is never called.
     let exec = ExecRunner::new(client.clone(), RateLimiter::new(args.exec_qps, args.exec_burst));
