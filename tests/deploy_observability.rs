@@ -684,7 +684,7 @@ fn every_alert_has_for_severity_annotations_and_a_runbook() {
     let endpoint = &monitor["spec"]["endpoints"][0];
     assert_eq!(endpoint["honorLabels"], true, "the probed pod's namespace/pod/container labels are kept");
     assert_eq!(endpoint["relabelings"][0]["sourceLabels"][0], "__meta_kubernetes_pod_node_name");
-    assert_eq!(rules.len(), 7);
+    assert_eq!(rules.len(), 8);
 }
 
 /// `kubectl kustomize deploy/` when kubectl is installed: the whole deployment, with the

@@ -61,6 +61,9 @@ impl ProbeSlots {
     /// `limit` slots (at least one).
     pub fn new(limit: usize) -> Self {
         let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
+        // Exported at 0 from the start, so that a dashboard or an alert sees a node whose
+        // probes never waited, rather than no series.
+        metrics::counter!(names::PROBELET_PROBES_DELAYED_TOTAL).increment(0);
         ProbeSlots {
             semaphore: Arc::new(Semaphore::new(limit)),
             limit,
