@@ -162,7 +162,7 @@ fn start_agent_with(
     )
 }
 
-use support::agent::wait_for_pod;
+use support::agent::{wait_for_event, wait_for_pod};
 
 #[tokio::test]
 async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
@@ -197,22 +197,13 @@ async fn cluster_mode_patches_readiness_of_its_nodes_pods_only() {
     let touched_theirs =
         fake.requests().iter().any(|r| r.method != http::Method::GET && r.path.contains("/pods/theirs"));
     assert!(!touched_theirs, "no writes to the other node's pod");
-    // Events are written in the background: wait (bounded) for the Unhealthy one.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let events = fake.events();
-        let unhealthy = events.iter().any(|e| {
-            e["reason"] == "Unhealthy"
-                && e["message"].as_str().is_some_and(|m| {
-                    m.starts_with("Readiness probe failed: HTTP probe failed with statuscode: 503")
-                })
-        });
-        if unhealthy {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "an Unhealthy event within 30 s: {events:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_event(&fake, "an Unhealthy event", |e| {
+        e["reason"] == "Unhealthy"
+            && e["message"].as_str().is_some_and(|m| {
+                m.starts_with("Readiness probe failed: HTTP probe failed with statuscode: 503")
+            })
+    })
+    .await;
 
     support::agent::stop(&mut agent, Duration::from_secs(20)).await;
     let _ = std::fs::remove_file(&kubeconfig);
@@ -845,18 +836,8 @@ async fn an_invalid_probe_timing_annotation_gets_a_warning_and_the_pod_is_probed
         condition(p, "Ready").is_some_and(|c| c.status == "True")
     })
     .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let warning = loop {
-        let events = fake.events();
-        if let Some(event) = events.iter().find(|e| e["reason"] == "InvalidProbeTiming") {
-            break event.clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "an InvalidProbeTiming event within 30 s: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let warning =
+        wait_for_event(&fake, "an InvalidProbeTiming event", |e| e["reason"] == "InvalidProbeTiming").await;
     assert_eq!(warning["type"], "Warning");
     assert_eq!(warning["involvedObject"]["name"], "bad-timing");
     assert_eq!(
@@ -913,18 +894,9 @@ async fn mutable_container_probes_applies_a_probe_update_from_the_watch() {
         condition(p, "Ready").is_some_and(|c| c.status == "True")
     })
     .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let event = loop {
-        let events = fake.events();
-        if let Some(event) = events.iter().find(|e| e["reason"] == "ContainerProbeChanged") {
-            break event.clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a ContainerProbeChanged event within 30 s: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let event =
+        wait_for_event(&fake, "a ContainerProbeChanged event", |e| e["reason"] == "ContainerProbeChanged")
+            .await;
     assert_eq!(event["type"], "Normal");
     assert_eq!(event["message"], "Readiness probe of container app updated: handler");
     assert_eq!(event["involvedObject"]["fieldPath"], "spec.containers{app}");

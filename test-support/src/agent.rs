@@ -138,6 +138,24 @@ pub async fn wait_for_pod(fake: &FakeApiServer, name: &str, what: &str, pred: im
     }
 }
 
+/// Waits (at most 30 s) until the fake holds an event satisfying `pred` (events are written in
+/// the background); returns it. `what` names it in the failure message.
+pub async fn wait_for_event(
+    fake: &FakeApiServer,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = fake.events();
+        if let Some(event) = events.iter().find(|e| pred(e)) {
+            return event.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what} within 30 s: {events:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The agent's `/metrics` text (open without a token, as on the kubelet); asserts a 200.
 pub async fn metrics(addr: &str) -> String {
     let (code, body) = get(addr, "/metrics", None).await;
