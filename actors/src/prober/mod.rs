@@ -10,6 +10,7 @@ pub mod grpc;
 pub mod http;
 pub mod lifecycle;
 pub mod manager;
+pub mod memo;
 pub mod pod_container;
 pub mod port;
 mod probe;
@@ -24,6 +25,7 @@ pub mod worker;
 #[allow(deprecated)]
 pub use crate::vocabulary::Outcome;
 pub use crate::vocabulary::{ProbeError, ProbeKind, ProbeOutcome, ProbeResult};
+pub use memo::ProbeMemo;
 pub use pod_container::PodContainer;
 pub use probe::{
     EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeHostPolicy, ProbeRunner, Prober,

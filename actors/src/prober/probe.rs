@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Pro
 
 use super::executors::Executors;
 use super::{
-    PodContainer, ProbeError, ProbeKind, ProbeOutcome, ProbeResult, ProbeSlots, Probed, exec, grpc, http,
-    port, tcp,
+    PodContainer, ProbeError, ProbeKind, ProbeMemo, ProbeOutcome, ProbeResult, ProbeSlots, Probed, exec,
+    grpc, http, port, tcp,
 };
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
@@ -54,6 +54,24 @@ pub trait ProbeRunner: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
         let _ = timeout;
         self.probe(kind, pod, status, container, container_id)
+    }
+
+    /// [`ProbeRunner::probe_with_timeout`] for a worker that keeps `memo` between its probes:
+    /// a runner may keep what it built for one probe there for the next (the real prober keeps
+    /// the HTTP request). The default ignores it.
+    #[allow(clippy::too_many_arguments)]
+    fn probe_with_memo(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
+        status: Arc<PodStatus>,
+        container: PodContainer,
+        container_id: ContainerId,
+        timeout: Duration,
+        memo: ProbeMemo,
+    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+        let _ = memo;
+        self.probe_with_timeout(kind, pod, status, container, container_id, timeout)
     }
 }
 
@@ -189,6 +207,21 @@ impl Prober {
         container_id: &ContainerId,
         timeout: Duration,
     ) -> Result<ProbeResult, ProbeError> {
+        self.probe_remembering(kind, pod, status, container, container_id, timeout, None).await
+    }
+
+    /// [`Prober::probe_timed`], keeping what can be kept for the worker's next probe in `memo`.
+    #[allow(clippy::too_many_arguments)]
+    async fn probe_remembering(
+        &self,
+        kind: ProbeKind,
+        pod: &Pod,
+        status: &PodStatus,
+        container: &Container,
+        container_id: &ContainerId,
+        timeout: Duration,
+        memo: Option<&ProbeMemo>,
+    ) -> Result<ProbeResult, ProbeError> {
         let Some(spec) = kind.probe_of(container) else {
             tracing::trace!(probe_kind = %kind, container = %container.name, "Probe is nil");
             return Ok(ProbeResult::Success);
@@ -202,7 +235,7 @@ impl Prober {
         };
         let started = tokio::time::Instant::now();
         let waited = if slot.as_ref().is_some_and(|s| s.waited()) { started - asked } else { Duration::ZERO };
-        let attempt = self.run_with_retries(spec, pod, status, container, container_id, timeout).await;
+        let attempt = self.run_with_retries(spec, pod, status, container, container_id, timeout, memo).await;
         drop(slot);
         let observer = self.parts.observer.as_ref();
         let output = match (&attempt, observer) {
@@ -274,6 +307,7 @@ impl Prober {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_with_retries(
         &self,
         spec: &Probe,
@@ -282,10 +316,11 @@ impl Prober {
         container: &Container,
         container_id: &ContainerId,
         timeout: Duration,
+        memo: Option<&ProbeMemo>,
     ) -> Result<Probed, ProbeError> {
         let mut last = Err(ProbeError::Runtime("probe was not run".into()));
         for _ in 0..MAX_PROBE_RETRIES {
-            last = self.run_probe(spec, pod, status, container, container_id, timeout).await;
+            last = self.run_probe(spec, pod, status, container, container_id, timeout, memo).await;
             if last.is_ok() {
                 break;
             }
@@ -294,6 +329,7 @@ impl Prober {
     }
 
     /// Upstream `runProbe`: the first handler set wins (exec, httpGet, tcpSocket, grpc).
+    #[allow(clippy::too_many_arguments)]
     async fn run_probe(
         &self,
         spec: &Probe,
@@ -302,6 +338,7 @@ impl Prober {
         container: &Container,
         container_id: &ContainerId,
         timeout: Duration,
+        memo: Option<&ProbeMemo>,
     ) -> Result<Probed, ProbeError> {
         let pod_ip = status.pod_ip.as_deref().unwrap_or_default();
         if let Some(action) = &spec.exec {
@@ -320,7 +357,11 @@ impl Prober {
             {
                 return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
-            let request = http::HttpProbeRequest::new(action, container, pod_ip)?;
+            let build = || http::HttpProbeRequest::new(action, container, pod_ip);
+            let request = match memo {
+                Some(memo) => memo.http_request(pod_ip, build)?,
+                None => Arc::new(build()?),
+            };
             return match &self.parts.executors.http {
                 Some(injected) => injected.probe(&request, timeout).await,
                 None => Box::pin(self.parts.http.probe(&request, timeout)).await,
@@ -380,6 +421,24 @@ impl ProbeRunner for Prober {
         Box::pin(
             async move { prober.probe_timed(kind, &pod, &status, &container, &container_id, timeout).await },
         )
+    }
+
+    fn probe_with_memo(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
+        status: Arc<PodStatus>,
+        container: PodContainer,
+        container_id: ContainerId,
+        timeout: Duration,
+        memo: ProbeMemo,
+    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+        let prober = self.clone();
+        Box::pin(async move {
+            prober
+                .probe_remembering(kind, &pod, &status, &container, &container_id, timeout, Some(&memo))
+                .await
+        })
     }
 }
 

@@ -50,8 +50,8 @@ impl GoUrl {
     }
 
     /// Go's `URL.Hostname()`: the host without port and brackets.
-    pub fn hostname(&self) -> String {
-        split_host_port(&self.host).0.to_owned()
+    pub fn hostname(&self) -> &str {
+        split_host_port(&self.host).0
     }
 
     /// Go's `URL.Port()`: the digits after the host, possibly empty.
@@ -473,7 +473,7 @@ mod tests {
         ];
         for (raw, host, port) in cases {
             let url = GoUrl::parse(raw).expect(raw);
-            assert_eq!((url.hostname().as_str(), url.port()), (host, port), "case {raw}");
+            assert_eq!((url.hostname(), url.port()), (host, port), "case {raw}");
         }
     }
 

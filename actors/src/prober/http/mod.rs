@@ -136,14 +136,19 @@ impl HttpProber {
         deadline: Instant,
     ) -> Result<Exchange, String> {
         let original_hostname = request.url.hostname();
-        let mut url = request.url.clone();
-        let mut virtual_host = request.virtual_host.clone();
-        let mut referer: Option<String> = None;
+        // The first round trip sends the request as built; each redirect builds its own.
+        let mut hop: Option<Hop> = None;
         let mut sent = 0;
         loop {
-            let host = virtual_host.as_deref().unwrap_or(&url.host);
-            let wire = wire_headers(&request.headers, host, referer.as_deref());
-            let exchange = match self.round_trip(&url, &wire, deadline).await {
+            let (url, virtual_host, wire) = match &hop {
+                None => (&request.url, request.virtual_host.as_deref(), Wire::First(request)),
+                Some(hop) => {
+                    let host = hop.virtual_host.as_deref().unwrap_or(&hop.url.host);
+                    let wire = wire_headers(&request.headers, host, hop.referer.as_deref());
+                    (&hop.url, hop.virtual_host.as_deref(), Wire::Hop(wire))
+                }
+            };
+            let exchange = match self.round_trip(url, wire, deadline).await {
                 Ok(exchange) => exchange,
                 Err(error) => return Err(transport_error(&url.to_string(), &error)),
             };
@@ -167,8 +172,9 @@ impl HttpProber {
             };
             let next = url.resolve(&target);
             // Go keeps a custom Host only through relative redirects (issue 22233).
-            let next_virtual_host = virtual_host.filter(|h| *h != url.host && target.scheme.is_empty());
-            let next_referer = referer_for(&url, &next, first_value(&request.headers, "Referer"));
+            let next_virtual_host =
+                virtual_host.filter(|h| *h != url.host && target.scheme.is_empty()).map(str::to_owned);
+            let next_referer = referer_for(url, &next, first_value(&request.headers, "Referer"));
             if next.hostname() != original_hostname {
                 return Ok(exchange);
             }
@@ -176,19 +182,12 @@ impl HttpProber {
                 return Err(transport_error(&location, TOO_MANY_REDIRECTS));
             }
             drop(exchange);
-            url = next;
-            virtual_host = next_virtual_host;
-            referer = next_referer;
+            hop = Some(Hop { url: next, virtual_host: next_virtual_host, referer: next_referer });
         }
     }
 
     /// One request on a new connection; errors are Go-like texts without the `Get "<url>"`.
-    async fn round_trip(
-        &self,
-        url: &GoUrl,
-        headers: &[(String, String)],
-        deadline: Instant,
-    ) -> Result<Exchange, String> {
+    async fn round_trip(&self, url: &GoUrl, wire: Wire<'_>, deadline: Instant) -> Result<Exchange, String> {
         let tls = match url.scheme.as_str() {
             "http" => None,
             "https" => Some(self.tls.clone()?),
@@ -197,7 +196,11 @@ impl HttpProber {
         if url.host.is_empty() {
             return Err("http: no Host in request URL".to_owned());
         }
-        if let Some((_, host)) = headers.iter().find(|(n, _)| n == "Host")
+        let host_header = match &wire {
+            Wire::First(request) => Some(request.host_header()),
+            Wire::Hop(headers) => headers.iter().find(|(n, _)| n == "Host").map(|(_, v)| v.as_str()),
+        };
+        if let Some(host) = host_header
             && !valid_host_header(host)
         {
             return Err("http: invalid Host header".to_owned());
@@ -208,8 +211,11 @@ impl HttpProber {
             "" => 80,
             port => port.parse::<u16>().map_err(|_| format!("dial tcp: address {port}: invalid port"))?,
         };
-        let wire = build_request(url, headers)?;
-        let stream = match dial(&hostname, port, deadline).await {
+        let wire = match wire {
+            Wire::First(request) => request.first_request()?,
+            Wire::Hop(headers) => build_request(url, &headers)?,
+        };
+        let stream = match dial(hostname, port, deadline).await {
             Ok(stream) => stream,
             // Go adds the client's note to errors caused by its timeout.
             Err(e) if Instant::now() >= deadline => return Err(format!("{e}{CLIENT_TIMEOUT_NOTE}")),
@@ -221,7 +227,7 @@ impl HttpProber {
                 Some(config) => {
                     // Host names rustls cannot carry as SNI (`my_host`) go without SNI, as an
                     // IP address does; verification is off anyway.
-                    let name = match (ServerName::try_from(hostname.clone()), stream.peer_addr()) {
+                    let name = match (ServerName::try_from(hostname.to_owned()), stream.peer_addr()) {
                         (Ok(name), _) => name,
                         (Err(_), Ok(peer)) => ServerName::from(peer.ip()),
                         (Err(_), Err(e)) => return Err(go_io_text(&e)),
@@ -239,6 +245,19 @@ impl HttpProber {
             Err(_) => Err(HEADERS_TIMEOUT.to_owned()),
         }
     }
+}
+
+/// Where a redirect leads: the next round trip's URL, virtual host and Referer.
+struct Hop {
+    url: GoUrl,
+    virtual_host: Option<String>,
+    referer: Option<String>,
+}
+
+/// The headers of one round trip: the request's own first one, or a redirect's.
+enum Wire<'a> {
+    First(&'a HttpProbeRequest),
+    Hop(Vec<(String, String)>),
 }
 
 /// Sends `request` over `io` with HTTP/1.1 (header names in canonical case, as Go writes them).

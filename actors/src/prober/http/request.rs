@@ -23,14 +23,80 @@ use crate::prober::{KUBE_PROBE_USER_AGENT, ProbeError};
 pub struct HttpProbeRequest {
     /// The target as Go's `http.NewRequest` leaves it after re-parsing `URL.String()`.
     pub(super) url: GoUrl,
-    /// `url` rendered by Go's `URL.String()`, for [`Self::url`] and error texts.
-    url_text: String,
     /// Upstream's `req.Header`: the supplied headers with canonical names in spec order, then the
     /// default User-Agent and Accept when absent. As upstream, `Host` entries and an empty
     /// User-Agent stay in this list; [`wire_headers`] decides what is sent.
     pub(super) headers: Vec<(String, String)>,
     /// Upstream's `req.Host`: the first supplied `Host` value when it is non-empty.
     pub(super) virtual_host: Option<String>,
+    /// The first round trip's target and wire headers, built once: a worker keeps its request
+    /// between probes ([`crate::prober::ProbeMemo`]), and every probe sends this.
+    first: FirstRequest,
+}
+
+/// A request's first round trip, kept as one shared block of bytes (the request target, then
+/// one `Name: value` line per wire header, each line ended by CRLF) and turned into hyper's
+/// types for each probe. The pieces of that request are slices of the block, so a probe's
+/// copy allocates only its header map; kept this way, a worker's request costs about 200
+/// bytes instead of the 600 of a stored `http::Request` head (docs/memory.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FirstRequest {
+    block: Bytes,
+}
+
+impl FirstRequest {
+    fn new(url: &GoUrl, wire: &[(String, String)]) -> Result<Self, String> {
+        // Validated here, once: every later copy parses bytes that parsed before.
+        let built = build_request(url, wire)?;
+        let mut block = Vec::with_capacity(128);
+        block.extend_from_slice(built.uri().to_string().as_bytes());
+        block.extend_from_slice(b"\r\n");
+        for (name, value) in built.headers() {
+            block.extend_from_slice(name.as_str().as_bytes());
+            block.extend_from_slice(b": ");
+            block.extend_from_slice(value.as_bytes());
+            block.extend_from_slice(b"\r\n");
+        }
+        let first = FirstRequest { block: Bytes::from(block) };
+        first.request()?;
+        Ok(first)
+    }
+
+    /// The request, its target and header values sharing this block's bytes. `Err` only if
+    /// the block does not parse, which [`FirstRequest::new`] has ruled out.
+    fn request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
+        let broken = || "the request cannot be written".to_owned();
+        let mut lines = Lines { block: &self.block, at: 0 };
+        let target = lines.next().ok_or_else(broken)?;
+        let mut request = http::Request::new(Empty::new());
+        *request.uri_mut() = http::Uri::from_maybe_shared(target).map_err(|_| broken())?;
+        let map = request.headers_mut();
+        for line in lines {
+            let colon = line.iter().position(|b| *b == b':').ok_or_else(broken)?;
+            let name = HeaderName::from_bytes(&line[..colon]).map_err(|_| broken())?;
+            let value = HeaderValue::from_maybe_shared(line.slice(colon + 2..)).map_err(|_| broken())?;
+            map.append(name, value);
+        }
+        Ok(request)
+    }
+}
+
+/// The CRLF-ended lines of a [`FirstRequest`] block, as slices of it.
+struct Lines<'a> {
+    block: &'a Bytes,
+    at: usize,
+}
+
+impl Iterator for Lines<'_> {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        let rest = self.block.get(self.at..)?;
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let line = self.block.slice(self.at..self.at + end);
+        self.at += end + 2;
+        Some(line)
+    }
 }
 
 impl HttpProbeRequest {
@@ -55,13 +121,15 @@ impl HttpProbeRequest {
             return Err(ProbeError::InvalidRequest("http: invalid Host header".to_owned()));
         }
         request_target(&url).map_err(ProbeError::InvalidRequest)?;
-        let url_text = url.to_string();
-        Ok(HttpProbeRequest { url, url_text, headers, virtual_host })
+        let host = virtual_host.as_deref().unwrap_or(&url.host);
+        let first = FirstRequest::new(&url, &wire_headers(&headers, host, None))
+            .map_err(ProbeError::InvalidRequest)?;
+        Ok(HttpProbeRequest { url, headers, virtual_host, first })
     }
 
     /// The target URL as upstream renders it, e.g. `http://10.0.0.1:8080/healthz?x=1`.
-    pub fn url(&self) -> &str {
-        &self.url_text
+    pub fn url(&self) -> String {
+        self.url.to_string()
     }
 
     /// Upstream's request header list, in order: supplied headers with canonical names (`Host`
@@ -76,11 +144,12 @@ impl HttpProbeRequest {
     }
 
     /// The request the first round trip writes (before any redirect): target, and the wire
-    /// headers in Go's order. The probe builds the same before it connects; this is for
-    /// benchmarks and hosts that want to see it. `Err` carries Go's text for a header it
-    /// cannot write.
+    /// headers in Go's order. Built once with the request and copied for each probe, which is
+    /// what [`super::HttpProber::probe`] sends; public for benchmarks and hosts that want to
+    /// see it. `Err` only if the kept request no longer parses, which its construction rules
+    /// out.
     pub fn first_request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
-        build_request(&self.url, &wire_headers(&self.headers, self.host_header(), None))
+        self.first.request()
     }
 }
 
@@ -658,7 +727,7 @@ mod tests {
             pod_ip in prop_oneof![Just("10.0.0.1".to_owned()), Just("fd00::1".to_owned()), POD_IP_PATTERN]
         ) {
             let Ok(request) = HttpProbeRequest::new(&spec, &container(), &pod_ip) else { return Ok(()) };
-            let reparsed = GoUrl::parse(request.url());
+            let reparsed = GoUrl::parse(&request.url());
             prop_assert!(reparsed.is_ok(), "{} does not parse: {:?}", request.url(), reparsed);
             let reparsed = reparsed.expect("checked");
             prop_assert_eq!(reparsed.to_string(), request.url());

@@ -8,9 +8,9 @@ use actix::prelude::*;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use crate::prober::PodContainer;
 use crate::prober::do_probe::WorkerSpec;
 use crate::prober::reconcile::UpdateEffect;
+use crate::prober::{PodContainer, ProbeMemo};
 
 use super::ProbeWorker;
 
@@ -48,6 +48,8 @@ impl Handler<Reconfigure> for ProbeWorker {
         let effect = msg.effect;
         self.pod = msg.pod;
         self.container = msg.container;
+        // A new memo, not a cleared one: a probe still in flight keeps (and may fill) the old.
+        self.memo = ProbeMemo::default();
         self.spec.success_threshold = msg.spec.success_threshold;
         self.spec.failure_threshold = msg.spec.failure_threshold;
         if effect.initial_delay {

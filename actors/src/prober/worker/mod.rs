@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
-use super::{PodContainer, ProbeError, ProbeResult, ProbeRunner};
+use super::{PodContainer, ProbeError, ProbeMemo, ProbeResult, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
@@ -172,6 +172,9 @@ pub struct ProbeWorker {
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
     prober: Arc<dyn ProbeRunner>,
+    /// What the prober keeps between this worker's probes (the HTTP request); a new pod or
+    /// probe spec gets a new one.
+    memo: ProbeMemo,
     results: Arc<ResultsSink>,
     results_view: ResultsView,
     /// The last result this worker sent to the cache, and for which container.
@@ -233,6 +236,7 @@ impl ProbeWorker {
             jitter: config.jitter,
             status: config.status,
             prober: config.prober,
+            memo: ProbeMemo::default(),
             results: config.results,
             results_view: config.results_view,
             last_sent: None,
@@ -340,13 +344,14 @@ impl ProbeWorker {
         }
         // Not caught: a prober that panics while building its future kills this worker, and
         // the manager restarts it (counted in probelet_worker_restarts_total).
-        let probe = self.prober.probe_with_timeout(
+        let probe = self.prober.probe_with_memo(
             self.key.kind,
             self.pod.clone(),
             status,
             self.container.clone(),
             container_id,
             self.timeout,
+            self.memo.clone(),
         );
         let generation = self.generation;
         let handle = ctx.spawn(AssertUnwindSafe(probe).catch_unwind().into_actor(self).map(
@@ -411,11 +416,7 @@ impl ProbeWorker {
         })));
     }
 
-    fn finish_probe(
-        &mut self,
-        outcome: Result<Result<ProbeResult, ProbeError>, Box<dyn std::any::Any + Send>>,
-        started: Instant,
-    ) {
+    fn finish_probe(&mut self, outcome: Finished, started: Instant) {
         let result = match outcome {
             Err(panic) => {
                 let message = panic_message(panic.as_ref());
@@ -543,6 +544,9 @@ impl ProbeWorker {
         self.state.container_id.as_ref()
     }
 }
+
+/// A finished probe: its result, or the panic it raised.
+type Finished = Result<Result<ProbeResult, ProbeError>, Box<dyn std::any::Any + Send>>;
 
 impl Actor for ProbeWorker {
     type Context = Context<Self>;

@@ -1,0 +1,98 @@
+//! What one worker's probes keep from one run to the next: [`ProbeMemo`] holds the HTTP probe's
+//! built request, so a probe that runs every second does not rebuild the same URL and headers
+//! every second (upstream builds the request anew for each probe; what goes on the wire is the
+//! same either way). A request depends only on the probe spec, the container's ports and the
+//! pod IP: the worker owns the memo and takes a fresh one when its pod or spec changes (a probe
+//! still in flight keeps the old one)
+//! (docs/benchmarks.md, "Allocations per probe", has what the rebuilding cost).
+
+use std::sync::{Arc, Mutex};
+
+use super::ProbeError;
+use super::http::HttpProbeRequest;
+
+/// One worker's memo, shared with the probe it is running (a clone shares it). Empty until the
+/// first HTTP probe; never holds a request that failed to build.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeMemo {
+    http: Arc<Mutex<Option<HttpMemo>>>,
+}
+
+/// A built request and the pod IP it was built for.
+#[derive(Debug)]
+struct HttpMemo {
+    pod_ip: Box<str>,
+    request: Arc<HttpProbeRequest>,
+}
+
+impl ProbeMemo {
+    /// The request built for `pod_ip`, built with `build` when the memo holds none for it (the
+    /// pod IP changed, or this is the first probe). A build error is returned and not kept.
+    pub(crate) fn http_request(
+        &self,
+        pod_ip: &str,
+        build: impl FnOnce() -> Result<HttpProbeRequest, ProbeError>,
+    ) -> Result<Arc<HttpProbeRequest>, ProbeError> {
+        // A worker runs one probe at a time, so the lock is never contended; a poisoned one
+        // (a panic while building) is only a lost memo.
+        let mut memo = self.http.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(kept) = memo.as_ref()
+            && *kept.pod_ip == *pod_ip
+        {
+            return Ok(kept.request.clone());
+        }
+        *memo = None;
+        let request = Arc::new(build()?);
+        *memo = Some(HttpMemo { pod_ip: pod_ip.into(), request: request.clone() });
+        Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Container, HTTPGetAction};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::*;
+
+    fn build(pod_ip: &str, builds: &mut u32) -> Result<HttpProbeRequest, ProbeError> {
+        *builds += 1;
+        let action =
+            HTTPGetAction { port: IntOrString::Int(8080), path: Some("/ready".into()), ..Default::default() };
+        HttpProbeRequest::new(&action, &Container::default(), pod_ip)
+    }
+
+    #[test]
+    fn a_request_is_built_once_per_pod_ip() {
+        let memo = ProbeMemo::default();
+        let mut builds = 0;
+        let first = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        let again = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(builds, 1);
+
+        let moved = memo.http_request("10.0.0.2", || build("10.0.0.2", &mut builds)).unwrap();
+        assert_eq!(builds, 2);
+        assert_eq!(moved.url(), "http://10.0.0.2:8080/ready");
+    }
+
+    #[test]
+    fn a_clone_shares_the_memo() {
+        let memo = ProbeMemo::default();
+        let mut builds = 0;
+        memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        memo.clone().http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        assert_eq!(builds, 1);
+        ProbeMemo::default().http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        assert_eq!(builds, 2);
+    }
+
+    #[test]
+    fn a_failed_build_is_not_kept() {
+        let memo = ProbeMemo::default();
+        let mut builds = 0;
+        assert!(memo.http_request("", || build("", &mut builds)).is_err());
+        assert!(memo.http_request("", || build("", &mut builds)).is_err());
+        assert_eq!(builds, 2);
+    }
+}
