@@ -9,10 +9,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, HTTPHeader};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, HTTPGetAction, HTTPHeader, Pod, PodSpec, PodStatus, Probe,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use probelet::container::ContainerId;
+use probelet::contracts::MemoryRecorder;
+use probelet::local_runner::LocalCommandRunner;
 use probelet::prober::http::{HttpProbeRequest, HttpProber, MAX_RESPONSE_BODY_BYTES};
-use probelet::prober::{KUBE_PROBE_USER_AGENT, ProbeError, ProbeOutcome, Probed};
+use probelet::prober::{
+    KUBE_PROBE_USER_AGENT, PodContainer, ProbeError, ProbeKind, ProbeMemo, ProbeOutcome, ProbeResult,
+    ProbeRunner, Probed, Prober,
+};
 use support::http_server::{HttpServer, RecordedRequest, Reply};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -624,6 +633,97 @@ async fn one_prober_serves_many_probes_concurrently() {
         let results = futures::future::join_all(probes).await;
         for (i, got) in results.into_iter().enumerate() {
             assert_eq!(got, success(&format!("/p{i}")), "probe {i}");
+        }
+    })
+    .await;
+}
+
+// === through the prober, with the request a worker keeps ===
+
+/// A pod at 127.0.0.1 whose one container has `action` as its readiness probe.
+fn pod_probing(action: &HTTPGetAction) -> (Arc<Pod>, Arc<PodStatus>) {
+    let container = Container {
+        name: "app".into(),
+        readiness_probe: Some(Probe { http_get: Some(action.clone()), ..Default::default() }),
+        ..Default::default()
+    };
+    let pod = Pod {
+        metadata: ObjectMeta { name: Some("web".into()), uid: Some("uid-web".into()), ..Default::default() },
+        spec: Some(PodSpec { containers: vec![container], ..Default::default() }),
+        ..Default::default()
+    };
+    let status = PodStatus { pod_ip: Some("127.0.0.1".into()), ..Default::default() };
+    (Arc::new(pod), Arc::new(status))
+}
+
+/// Three probes through one memo, as a worker runs them.
+async fn probe_three_times(action: &HTTPGetAction) -> Vec<Result<ProbeResult, ProbeError>> {
+    let prober = Prober::new(Arc::new(LocalCommandRunner::new()), Arc::new(MemoryRecorder::new()));
+    let (pod, status) = pod_probing(action);
+    let container = PodContainer::find(&pod, "app").expect("the container");
+    let memo = ProbeMemo::default();
+    let mut results = Vec::new();
+    for _ in 0..3 {
+        let id = ContainerId::new("probelet", "abc");
+        let probe = prober.probe_with_memo(
+            ProbeKind::Readiness,
+            pod.clone(),
+            status.clone(),
+            container.clone(),
+            id,
+            LONG,
+            memo.clone(),
+        );
+        results.push(probe.await);
+    }
+    results
+}
+
+#[tokio::test]
+async fn a_kept_request_sends_the_same_bytes_as_a_fresh_one() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::ok("fine")).await;
+        let action =
+            with_headers(get(server.port(), "/ready?x=1"), &[("X-Custom", " a "), ("Accept", "text/plain")]);
+        assert_eq!(probe(&action).await, success("fine"));
+        let fresh = server.requests();
+        assert_eq!(probe_three_times(&action).await, vec![Ok(ProbeResult::Success); 3]);
+        let kept = server.requests();
+        assert_eq!(kept.len(), 4, "{kept:?}");
+        for request in &kept[1..] {
+            assert_eq!(
+                (&request.request_line, &request.headers),
+                (&fresh[0].request_line, &fresh[0].headers)
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_kept_request_still_follows_redirects_with_the_whole_request() {
+    bounded(async {
+        let server = HttpServer::plain(|req| match req.target.as_str() {
+            "/start" => Reply::redirect(302, "/next"),
+            _ => Reply::ok("arrived"),
+        })
+        .await;
+        let action =
+            with_headers(get(server.port(), "/start"), &[("Host", "www.example.com"), ("X-Keep", "1")]);
+        assert_eq!(probe_three_times(&action).await, vec![Ok(ProbeResult::Success); 3]);
+        let seen = server.requests();
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        for pair in seen.chunks(2) {
+            assert_eq!(pair[0].target, "/start");
+            assert_eq!(pair[1].target, "/next");
+            // The custom Host survives the relative redirect, the Referer is the first URL,
+            // the supplied headers are copied: the whole request, built again for the hop.
+            assert_eq!(pair[1].header("Host"), Some("www.example.com"));
+            assert_eq!(
+                pair[1].header("Referer"),
+                Some(format!("http://127.0.0.1:{}/start", server.port()).as_str())
+            );
+            assert_eq!(pair[1].header("X-Keep"), Some("1"));
         }
     })
     .await;

@@ -1,5 +1,6 @@
 //! What one worker's probes keep from one run to the next: [`ProbeMemo`] holds the HTTP probe's
-//! built request, so a probe that runs every second does not rebuild the same URL and headers
+//! built first request (its URL's scheme, host and text, and the request as one block of bytes,
+//! about 300 bytes), so a probe that runs every second does not rebuild the same URL and headers
 //! every second (upstream builds the request anew for each probe; what goes on the wire is the
 //! same either way). A request depends only on the probe spec, the container's ports and the
 //! pod IP: the worker owns the memo and takes a fresh one when its pod or spec changes (a probe
@@ -9,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::ProbeError;
-use super::http::HttpProbeRequest;
+use super::http::{FirstRequest, HttpProbeRequest};
 
 /// One worker's memo, shared with the probe it is running (a clone shares it). Empty until the
 /// first HTTP probe; never holds a request that failed to build.
@@ -18,33 +19,34 @@ pub struct ProbeMemo {
     http: Arc<Mutex<Option<HttpMemo>>>,
 }
 
-/// A built request and the pod IP it was built for.
+/// A built request's first round trip and the pod IP it was built for.
 #[derive(Debug)]
 struct HttpMemo {
     pod_ip: Box<str>,
-    request: Arc<HttpProbeRequest>,
+    first: FirstRequest,
 }
 
 impl ProbeMemo {
-    /// The request built for `pod_ip`, built with `build` when the memo holds none for it (the
-    /// pod IP changed, or this is the first probe). A build error is returned and not kept.
+    /// The first round trip of the request built for `pod_ip`, built with `build` when the
+    /// memo holds none for it (the pod IP changed, or this is the first probe). A build error
+    /// is returned and not kept. The copy shares its bytes with the one kept.
     pub(crate) fn http_request(
         &self,
         pod_ip: &str,
         build: impl FnOnce() -> Result<HttpProbeRequest, ProbeError>,
-    ) -> Result<Arc<HttpProbeRequest>, ProbeError> {
+    ) -> Result<FirstRequest, ProbeError> {
         // A worker runs one probe at a time, so the lock is never contended; a poisoned one
         // (a panic while building) is only a lost memo.
         let mut memo = self.http.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(kept) = memo.as_ref()
             && *kept.pod_ip == *pod_ip
         {
-            return Ok(kept.request.clone());
+            return Ok(kept.first.clone());
         }
         *memo = None;
-        let request = Arc::new(build()?);
-        *memo = Some(HttpMemo { pod_ip: pod_ip.into(), request: request.clone() });
-        Ok(request)
+        let first = build()?.first().clone();
+        *memo = Some(HttpMemo { pod_ip: pod_ip.into(), first: first.clone() });
+        Ok(first)
     }
 }
 
@@ -68,12 +70,13 @@ mod tests {
         let mut builds = 0;
         let first = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
         let again = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
-        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(first, again);
         assert_eq!(builds, 1);
 
         let moved = memo.http_request("10.0.0.2", || build("10.0.0.2", &mut builds)).unwrap();
         assert_eq!(builds, 2);
         assert_eq!(moved.url(), "http://10.0.0.2:8080/ready");
+        assert_eq!((moved.scheme(), moved.host()), ("http", "10.0.0.2:8080"));
     }
 
     #[test]

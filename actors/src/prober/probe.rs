@@ -358,13 +358,16 @@ impl Prober {
                 return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
             let build = || http::HttpProbeRequest::new(action, container, pod_ip);
-            let request = match memo {
-                Some(memo) => memo.http_request(pod_ip, build)?,
-                None => Arc::new(build()?),
-            };
-            return match &self.parts.executors.http {
-                Some(injected) => injected.probe(&request, timeout).await,
-                None => Box::pin(self.parts.http.probe(&request, timeout)).await,
+            return match (&self.parts.executors.http, memo) {
+                (Some(injected), _) => injected.probe(&build()?, timeout).await,
+                (None, Some(memo)) => {
+                    let first = memo.http_request(pod_ip, build)?;
+                    // The whole request again only for a redirect: built from the same spec,
+                    // container and pod IP, it is the one `first` was taken from.
+                    let whole = || build().map(std::borrow::Cow::Owned);
+                    Box::pin(self.parts.http.probe_first(&first, whole, timeout)).await
+                }
+                (None, None) => Box::pin(self.parts.http.probe(&build()?, timeout)).await,
             };
         }
         if let Some(action) = &spec.tcp_socket {

@@ -55,6 +55,7 @@ impl GoUrl {
     }
 
     /// Go's `URL.Port()`: the digits after the host, possibly empty.
+    #[cfg(test)]
     pub fn port(&self) -> &str {
         split_host_port(&self.host).1
     }
@@ -225,7 +226,7 @@ fn valid_optional_port(port: &str) -> bool {
 }
 
 /// Go's `splitHostPort`.
-fn split_host_port(host_port: &str) -> (&str, &str) {
+pub(super) fn split_host_port(host_port: &str) -> (&str, &str) {
     let (mut host, port) = match host_port.rfind(':') {
         Some(i) if valid_optional_port(&host_port[i..]) => (&host_port[..i], &host_port[i + 1..]),
         _ => (host_port, ""),

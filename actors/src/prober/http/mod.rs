@@ -23,6 +23,7 @@ mod go_url;
 mod request;
 mod tls;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,7 +39,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, timeout_at};
 
 use self::errors::{body_error_text, go_io_text, hyper_text, tls_error_text, transport_error};
-use self::go_url::GoUrl;
+use self::go_url::{GoUrl, split_host_port};
+pub(crate) use self::request::FirstRequest;
 pub use self::request::HttpProbeRequest;
 use self::request::{build_request, first_value, referer_for, valid_host_header, wire_headers};
 use self::tls::insecure_tls_config;
@@ -107,9 +109,20 @@ impl HttpProber {
     /// runtime. Each connection is driven by the probe itself, not by a task of its own: a spawn
     /// and an abort per probe cost more than the probe's own work above the kernel's.
     pub async fn probe(&self, request: &HttpProbeRequest, timeout: Duration) -> Result<Probed, ProbeError> {
+        self.probe_first(request.first(), || Ok(Cow::Borrowed(request)), timeout).await
+    }
+
+    /// [`HttpProber::probe`] from what a worker keeps between its probes: the first round
+    /// trip, and how to build the whole request should the answer be a redirect.
+    pub(crate) async fn probe_first<'r>(
+        &self,
+        first: &FirstRequest,
+        whole: impl FnOnce() -> Result<Cow<'r, HttpProbeRequest>, ProbeError>,
+        timeout: Duration,
+    ) -> Result<Probed, ProbeError> {
         // Zero means no timeout, as for Go's `http.Client` (the API server never lets it be 0).
         let deadline = deadline_after(if timeout.is_zero() { Duration::MAX } else { timeout });
-        let exchange = match self.follow_redirects(request, deadline).await {
+        let exchange = match self.follow_redirects(first, whole, deadline).await {
             Ok(exchange) => exchange,
             Err(output) => return Ok(Probed::new(ProbeOutcome::Failure, output)),
         };
@@ -129,40 +142,29 @@ impl HttpProber {
 
     /// Go's `Client.do` loop with the kubelet's redirect checker: follow 301/302/303/307/308
     /// with a Location while the hostname stays the original one, at most 10 requests. Errors
-    /// come back as the full output text (`Get "<url>": <error>`).
-    async fn follow_redirects(
+    /// come back as the full output text (`Get "<url>": <error>`). The first round trip sends
+    /// `first`; only a redirect needs the whole request, which `whole` gives.
+    async fn follow_redirects<'r>(
         &self,
-        request: &HttpProbeRequest,
+        first: &FirstRequest,
+        whole: impl FnOnce() -> Result<Cow<'r, HttpProbeRequest>, ProbeError>,
         deadline: Instant,
     ) -> Result<Exchange, String> {
-        let original_hostname = request.url.hostname();
-        // The first round trip sends the request as built; each redirect builds its own.
-        let mut hop: Option<Hop> = None;
-        let mut sent = 0;
-        loop {
-            let (url, virtual_host, wire) = match &hop {
-                None => (&request.url, request.virtual_host.as_deref(), Wire::First(request)),
-                Some(hop) => {
-                    let host = hop.virtual_host.as_deref().unwrap_or(&hop.url.host);
-                    let wire = wire_headers(&request.headers, host, hop.referer.as_deref());
-                    (&hop.url, hop.virtual_host.as_deref(), Wire::Hop(wire))
-                }
-            };
-            let exchange = match self.round_trip(url, wire, deadline).await {
+        let mut exchange =
+            match self.round_trip(first.scheme(), first.host(), Wire::First(first), deadline).await {
                 Ok(exchange) => exchange,
-                Err(error) => return Err(transport_error(&url.to_string(), &error)),
+                Err(error) => return Err(transport_error(first.url(), &error)),
             };
-            sent += 1;
-            if !matches!(exchange.response.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
-                return Ok(exchange);
-            }
-            let location = match exchange.response.headers().get(http::header::LOCATION) {
-                Some(value) => String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                None => return Ok(exchange),
+        let Some(mut location) = redirect_location(&exchange.response) else { return Ok(exchange) };
+        let request = whole().map_err(|e| transport_error(first.url(), &e.to_string()))?;
+        let original_hostname = request.url.hostname();
+        let mut hop: Option<Hop> = None;
+        let mut sent = 1;
+        loop {
+            let (url, virtual_host) = match &hop {
+                None => (&request.url, request.virtual_host.as_deref()),
+                Some(hop) => (&hop.url, hop.virtual_host.as_deref()),
             };
-            if location.is_empty() {
-                return Ok(exchange);
-            }
             let target = match GoUrl::parse(&location) {
                 Ok(target) => target,
                 Err(e) => {
@@ -182,38 +184,54 @@ impl HttpProber {
                 return Err(transport_error(&location, TOO_MANY_REDIRECTS));
             }
             drop(exchange);
-            hop = Some(Hop { url: next, virtual_host: next_virtual_host, referer: next_referer });
+            let next = Hop { url: next, virtual_host: next_virtual_host, referer: next_referer };
+            let host = next.virtual_host.as_deref().unwrap_or(&next.url.host);
+            let wire = Wire::Hop(&next.url, wire_headers(&request.headers, host, next.referer.as_deref()));
+            exchange = match self.round_trip(&next.url.scheme, &next.url.host, wire, deadline).await {
+                Ok(exchange) => exchange,
+                Err(error) => return Err(transport_error(&next.url.to_string(), &error)),
+            };
+            sent += 1;
+            hop = Some(next);
+            match redirect_location(&exchange.response) {
+                Some(next_location) => location = next_location,
+                None => return Ok(exchange),
+            }
         }
     }
 
     /// One request on a new connection; errors are Go-like texts without the `Get "<url>"`.
-    async fn round_trip(&self, url: &GoUrl, wire: Wire<'_>, deadline: Instant) -> Result<Exchange, String> {
-        let tls = match url.scheme.as_str() {
+    async fn round_trip(
+        &self,
+        scheme: &str,
+        host: &str,
+        wire: Wire<'_>,
+        deadline: Instant,
+    ) -> Result<Exchange, String> {
+        let tls = match scheme {
             "http" => None,
             "https" => Some(self.tls.clone()?),
             other => return Err(format!("unsupported protocol scheme {}", go_quote(other))),
         };
-        if url.host.is_empty() {
+        if host.is_empty() {
             return Err("http: no Host in request URL".to_owned());
         }
-        let host_header = match &wire {
-            Wire::First(request) => Some(request.host_header()),
-            Wire::Hop(headers) => headers.iter().find(|(n, _)| n == "Host").map(|(_, v)| v.as_str()),
-        };
-        if let Some(host) = host_header
-            && !valid_host_header(host)
+        // The first request's Host was checked when it was built.
+        if let Wire::Hop(_, headers) = &wire
+            && let Some((_, value)) = headers.iter().find(|(n, _)| n == "Host")
+            && !valid_host_header(value)
         {
             return Err("http: invalid Host header".to_owned());
         }
-        let hostname = url.hostname();
-        let port = match url.port() {
+        let (hostname, port) = split_host_port(host);
+        let port = match port {
             "" if tls.is_some() => 443,
             "" => 80,
             port => port.parse::<u16>().map_err(|_| format!("dial tcp: address {port}: invalid port"))?,
         };
         let wire = match wire {
-            Wire::First(request) => request.first_request()?,
-            Wire::Hop(headers) => build_request(url, &headers)?,
+            Wire::First(first) => first.request()?,
+            Wire::Hop(url, headers) => build_request(url, &headers)?,
         };
         let stream = match dial(hostname, port, deadline).await {
             Ok(stream) => stream,
@@ -254,10 +272,19 @@ struct Hop {
     referer: Option<String>,
 }
 
-/// The headers of one round trip: the request's own first one, or a redirect's.
+/// What one round trip sends: the request's first one, or a redirect's URL and headers.
 enum Wire<'a> {
-    First(&'a HttpProbeRequest),
-    Hop(Vec<(String, String)>),
+    First(&'a FirstRequest),
+    Hop(&'a GoUrl, Vec<(String, String)>),
+}
+
+/// The Location a 301/302/303/307/308 answer redirects to, when it has a non-empty one.
+fn redirect_location(response: &http::Response<Incoming>) -> Option<String> {
+    if !matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
+        return None;
+    }
+    let location = response.headers().get(http::header::LOCATION)?;
+    Some(String::from_utf8_lossy(location.as_bytes()).into_owned()).filter(|l| !l.is_empty())
 }
 
 /// Sends `request` over `io` with HTTP/1.1 (header names in canonical case, as Go writes them).

@@ -4,6 +4,7 @@
 //! case, `Host`, `Referer`).
 
 use std::net::Ipv6Addr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
@@ -34,13 +35,22 @@ pub struct HttpProbeRequest {
     first: FirstRequest,
 }
 
-/// A request's first round trip, kept as one shared block of bytes (the request target, then
-/// one `Name: value` line per wire header, each line ended by CRLF) and turned into hyper's
-/// types for each probe. The pieces of that request are slices of the block, so a probe's
-/// copy allocates only its header map; kept this way, a worker's request costs about 200
-/// bytes instead of the 600 of a stored `http::Request` head (docs/memory.md).
+/// What a probe needs for a request's first round trip, and nothing more: the URL's scheme,
+/// host and text (to dial, and for error texts), and the request itself as one shared block of
+/// bytes (the request target, then one `Name: value` line per wire header, each line ended by
+/// CRLF), turned into hyper's types for each probe. The request's pieces are slices of the
+/// block, so a probe's copy allocates only its header map. This is what a worker keeps between
+/// its probes ([`crate::prober::ProbeMemo`]): about 300 bytes, where the whole
+/// [`HttpProbeRequest`] is about 900 (docs/memory.md). A redirect needs the rest, and the probe
+/// builds the whole request again for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct FirstRequest {
+pub(crate) struct FirstRequest {
+    /// The URL's scheme, then its host (`host:port`), then its Go text, back to back; shared,
+    /// so a probe's copy of the whole is two reference counts.
+    url: Arc<str>,
+    /// Where the scheme ends and the host ends in `url`.
+    scheme_end: u16,
+    host_end: u16,
     block: Bytes,
 }
 
@@ -57,14 +67,33 @@ impl FirstRequest {
             block.extend_from_slice(value.as_bytes());
             block.extend_from_slice(b"\r\n");
         }
-        let first = FirstRequest { block: Bytes::from(block) };
+        let too_long = || "the URL is too long for a probe".to_owned();
+        let scheme_end = u16::try_from(url.scheme.len()).map_err(|_| too_long())?;
+        let host_end = u16::try_from(url.scheme.len() + url.host.len()).map_err(|_| too_long())?;
+        let text = format!("{}{}{url}", url.scheme, url.host);
+        let first = FirstRequest { url: text.into(), scheme_end, host_end, block: Bytes::from(block) };
         first.request()?;
         Ok(first)
     }
 
+    /// The URL's scheme, lower-cased.
+    pub(crate) fn scheme(&self) -> &str {
+        self.url.get(..usize::from(self.scheme_end)).unwrap_or_default()
+    }
+
+    /// The URL's `host` or `host:port`.
+    pub(crate) fn host(&self) -> &str {
+        self.url.get(usize::from(self.scheme_end)..usize::from(self.host_end)).unwrap_or_default()
+    }
+
+    /// The URL as Go's `URL.String()` writes it.
+    pub(crate) fn url(&self) -> &str {
+        self.url.get(usize::from(self.host_end)..).unwrap_or_default()
+    }
+
     /// The request, its target and header values sharing this block's bytes. `Err` only if
     /// the block does not parse, which [`FirstRequest::new`] has ruled out.
-    fn request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
+    pub(crate) fn request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
         let broken = || "the request cannot be written".to_owned();
         let mut lines = Lines { block: &self.block, at: 0 };
         let target = lines.next().ok_or_else(broken)?;
@@ -92,7 +121,8 @@ impl Iterator for Lines<'_> {
 
     fn next(&mut self) -> Option<Bytes> {
         let rest = self.block.get(self.at..)?;
-        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        // Header values cannot hold a CR (checked when the request was built).
+        let end = rest.iter().position(|b| *b == b'\r')?;
         let line = self.block.slice(self.at..self.at + end);
         self.at += end + 2;
         Some(line)
@@ -150,6 +180,11 @@ impl HttpProbeRequest {
     /// out.
     pub fn first_request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
         self.first.request()
+    }
+
+    /// What a probe needs for the first round trip (what a worker keeps between its probes).
+    pub(crate) fn first(&self) -> &FirstRequest {
+        &self.first
     }
 }
 
