@@ -9,14 +9,18 @@
 
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::core::v1::Probe;
+
 use super::ProbeError;
 use super::http::{FirstRequest, HttpProbeRequest};
 
 /// One worker's memo, shared with the probe it is running (a clone shares it). Empty until the
-/// first HTTP probe; never holds a request that failed to build.
-#[derive(Debug, Clone, Default)]
+/// first HTTP probe; never holds a request that failed to build. [`ProbeMemo::for_probe`] makes
+/// one that keeps nothing (and costs nothing) for a probe that is not an HTTP GET.
+#[derive(Debug, Clone)]
 pub struct ProbeMemo {
-    http: Arc<Mutex<Option<HttpMemo>>>,
+    /// `None`: a memo that keeps nothing.
+    http: Option<Arc<Mutex<Option<HttpMemo>>>>,
 }
 
 /// A built request's first round trip and the pod IP it was built for.
@@ -24,6 +28,22 @@ pub struct ProbeMemo {
 struct HttpMemo {
     pod_ip: Box<str>,
     first: FirstRequest,
+}
+
+impl ProbeMemo {
+    /// A memo for a worker running `probe`: one that keeps the HTTP request for an HTTP GET
+    /// probe, one that keeps nothing for the others.
+    pub fn for_probe(probe: Option<&Probe>) -> Self {
+        let http = probe.is_some_and(|p| p.http_get.is_some() && p.exec.is_none());
+        ProbeMemo { http: http.then(Arc::default) }
+    }
+}
+
+impl Default for ProbeMemo {
+    /// A memo that keeps the HTTP request (a host that does not know the probe's handler).
+    fn default() -> Self {
+        ProbeMemo { http: Some(Arc::default()) }
+    }
 }
 
 impl ProbeMemo {
@@ -35,9 +55,10 @@ impl ProbeMemo {
         pod_ip: &str,
         build: impl FnOnce() -> Result<HttpProbeRequest, ProbeError>,
     ) -> Result<FirstRequest, ProbeError> {
+        let Some(http) = &self.http else { return Ok(build()?.first().clone()) };
         // A worker runs one probe at a time, so the lock is never contended; a poisoned one
         // (a panic while building) is only a lost memo.
-        let mut memo = self.http.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut memo = http.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(kept) = memo.as_ref()
             && *kept.pod_ip == *pod_ip
         {
@@ -88,6 +109,20 @@ mod tests {
         assert_eq!(builds, 1);
         ProbeMemo::default().http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
         assert_eq!(builds, 2);
+    }
+
+    #[test]
+    fn a_memo_for_a_probe_that_is_not_http_keeps_nothing() {
+        let tcp = Probe { tcp_socket: Some(Default::default()), ..Default::default() };
+        let memo = ProbeMemo::for_probe(Some(&tcp));
+        assert!(memo.http.is_none());
+        let mut builds = 0;
+        memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        assert_eq!(builds, 2);
+        let http = Probe { http_get: Some(Default::default()), ..Default::default() };
+        assert!(ProbeMemo::for_probe(Some(&http)).http.is_some());
+        assert!(ProbeMemo::for_probe(None).http.is_none());
     }
 
     #[test]

@@ -217,6 +217,7 @@ impl ProbeWorker {
     /// Builds a worker from its config; it starts probing once started (after its jitter).
     pub fn new(config: WorkerConfig) -> Self {
         let labels = metrics::ProbeLabels::new(config.key.kind, &config.pod, &config.container.name);
+        let memo = ProbeMemo::for_probe(config.key.kind.probe_of(&config.container));
         ProbeWorker {
             exit: ExitNotice {
                 manager: config.manager,
@@ -236,7 +237,7 @@ impl ProbeWorker {
             jitter: config.jitter,
             status: config.status,
             prober: config.prober,
-            memo: ProbeMemo::default(),
+            memo,
             results: config.results,
             results_view: config.results_view,
             last_sent: None,
