@@ -2,20 +2,24 @@
 
 use std::fmt;
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 
-/// A runtime container ID, `type://id` in its string form (`containerd://abc`).
+/// A runtime container ID, `type://id` in its string form (`containerd://abc`). Its parts are
+/// shared: a worker hands its container's ID to every probe and cache write, and a clone is
+/// two reference counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ContainerId {
     /// The runtime type (`containerd`, `cri-o`, `probelet`).
-    pub runtime: String,
+    pub runtime: Arc<str>,
     /// The runtime's own ID.
-    pub id: String,
+    pub id: Arc<str>,
 }
 
 impl ContainerId {
     /// An ID from its two parts: the runtime type and the runtime's own ID.
-    pub fn new(runtime: impl Into<String>, id: impl Into<String>) -> Self {
+    pub fn new(runtime: impl Into<Arc<str>>, id: impl Into<Arc<str>>) -> Self {
         ContainerId { runtime: runtime.into(), id: id.into() }
     }
 
@@ -28,10 +32,26 @@ impl ContainerId {
         }
     }
 
+    /// Whether `s` is this ID's string form: what [`ContainerId::parse`] would make this ID of
+    /// (checked without building one).
+    pub fn is(&self, s: &str) -> bool {
+        // `parse` splits at the first `://`, so a parsed runtime never holds one: `s` is this
+        // ID exactly when it is the runtime, `://`, then the ID. A bare ID has no `://` at all.
+        match s.strip_prefix(&*self.runtime).and_then(|rest| rest.strip_prefix("://")) {
+            Some(id) => !has_separator(&self.runtime) && *self.id == *id,
+            None => self.runtime.is_empty() && *self.id == *s && !has_separator(s),
+        }
+    }
+
     /// Whether both parts are empty (the ID of a container status that has none yet).
     pub fn is_empty(&self) -> bool {
         self.runtime.is_empty() && self.id.is_empty()
     }
+}
+
+/// Whether `s` holds `://` (a byte scan: this runs on every probe, on short strings).
+fn has_separator(s: &str) -> bool {
+    s.as_bytes().windows(3).any(|w| w == b"://")
 }
 
 /// The status of the container with this ID, regular or init, if it is running (what a kill after
@@ -66,6 +86,27 @@ mod tests {
         let id = ContainerId::parse("containerd://abc123");
         assert_eq!(id, ContainerId::new("containerd", "abc123"));
         assert_eq!(id.to_string(), "containerd://abc123");
+    }
+
+    #[test]
+    fn is_says_what_parse_would_make() {
+        for raw in ["containerd://abc", "abc", "", "a://b://c", "://x", "://a://b", "cri-o://"] {
+            let parsed = ContainerId::parse(raw);
+            assert!(parsed.is(raw), "{raw}");
+            for other in [
+                "containerd://abd",
+                "containerd://abc",
+                "abc",
+                "",
+                "cri-o://abc",
+                "x://",
+                "a://b",
+                "://a://b",
+                "a://b://c",
+            ] {
+                assert_eq!(parsed.is(other), ContainerId::parse(other) == parsed, "{raw} against {other}");
+            }
+        }
     }
 
     #[test]

@@ -175,7 +175,12 @@ impl WorkerState {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
             return Next::Skip;
         };
-        let container_id = ContainerId::parse(container.container_id.as_deref().unwrap_or_default());
+        let raw_id = container.container_id.as_deref().unwrap_or_default();
+        // The same container as last time, almost always: its ID is shared, not parsed again.
+        let container_id = match &self.container_id {
+            Some(known) if known.is(raw_id) => known.clone(),
+            _ => ContainerId::parse(raw_id),
+        };
         // A worker bound to a container instance waits for the status to show it (it may still
         // show the previous instance) and never probes another.
         if spec.bound.as_ref().is_some_and(|b| b.container_id != container_id) {

@@ -275,7 +275,7 @@ mod tests {
     fn container_ids_are_fresh_and_typed() {
         let (a, b) = (new_container_id(), new_container_id());
         assert_ne!(a, b);
-        assert_eq!(a.runtime, "probelet");
+        assert_eq!(&*a.runtime, "probelet");
         assert_eq!(a.id.len(), 16);
         assert!(a.id.chars().all(|c| c.is_ascii_hexdigit()));
     }
