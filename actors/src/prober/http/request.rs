@@ -49,8 +49,8 @@ pub(crate) struct FirstRequest {
     /// so a probe's copy of the whole is two reference counts.
     url: Arc<str>,
     /// Where the scheme ends and the host ends in `url`.
-    scheme_end: u16,
-    host_end: u16,
+    scheme_end: u32,
+    host_end: u32,
     block: Bytes,
 }
 
@@ -68,8 +68,8 @@ impl FirstRequest {
             block.extend_from_slice(b"\r\n");
         }
         let too_long = || "the URL is too long for a probe".to_owned();
-        let scheme_end = u16::try_from(url.scheme.len()).map_err(|_| too_long())?;
-        let host_end = u16::try_from(url.scheme.len() + url.host.len()).map_err(|_| too_long())?;
+        let scheme_end = u32::try_from(url.scheme.len()).map_err(|_| too_long())?;
+        let host_end = u32::try_from(url.scheme.len() + url.host.len()).map_err(|_| too_long())?;
         let text = format!("{}{}{url}", url.scheme, url.host);
         let first = FirstRequest { url: text.into(), scheme_end, host_end, block: Bytes::from(block) };
         first.request()?;
@@ -78,17 +78,17 @@ impl FirstRequest {
 
     /// The URL's scheme, lower-cased.
     pub(crate) fn scheme(&self) -> &str {
-        self.url.get(..usize::from(self.scheme_end)).unwrap_or_default()
+        self.url.get(..at(self.scheme_end)).unwrap_or_default()
     }
 
     /// The URL's `host` or `host:port`.
     pub(crate) fn host(&self) -> &str {
-        self.url.get(usize::from(self.scheme_end)..usize::from(self.host_end)).unwrap_or_default()
+        self.url.get(at(self.scheme_end)..at(self.host_end)).unwrap_or_default()
     }
 
     /// The URL as Go's `URL.String()` writes it.
     pub(crate) fn url(&self) -> &str {
-        self.url.get(usize::from(self.host_end)..).unwrap_or_default()
+        self.url.get(at(self.host_end)..).unwrap_or_default()
     }
 
     /// The request, its target and header values sharing this block's bytes. `Err` only if
@@ -108,6 +108,11 @@ impl FirstRequest {
         }
         Ok(request)
     }
+}
+
+/// An offset kept as `u32` (a URL is far shorter), back to an index.
+fn at(offset: u32) -> usize {
+    usize::try_from(offset).unwrap_or(usize::MAX)
 }
 
 /// The CRLF-ended lines of a [`FirstRequest`] block, as slices of it.
