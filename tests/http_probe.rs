@@ -728,3 +728,27 @@ async fn a_kept_request_still_follows_redirects_with_the_whole_request() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_header_name_hyper_cannot_carry_fails_the_probe_as_goes_transport_would() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::ok("never")).await;
+        let name = "X".repeat(70_000);
+        let action = with_headers(get(server.port(), "/"), &[(name.as_str(), "1")]);
+        let got = probe(&action).await.expect("a failure, not an error");
+        assert_eq!(got.outcome, ProbeOutcome::Failure);
+        assert!(
+            got.output.starts_with("Get \"http://127.0.0.1:"),
+            "{}",
+            &got.output[..80.min(got.output.len())]
+        );
+        assert!(
+            got.output.contains("net/http: invalid header field name"),
+            "{}",
+            &got.output[..120.min(got.output.len())]
+        );
+        assert_eq!(probe_three_times(&action).await, vec![Ok(ProbeResult::Failure); 3]);
+        assert!(server.requests().is_empty());
+    })
+    .await;
+}

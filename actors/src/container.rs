@@ -110,6 +110,15 @@ mod tests {
     }
 
     #[test]
+    fn is_matches_parse_for_ids_built_by_hand_too() {
+        for id in [ContainerId::new("a://b", "c"), ContainerId::new("", "x://y"), ContainerId::new("r", "")] {
+            for other in ["a://b://c", "a://b", "c", "x://y", "://x://y", "r://", "r"] {
+                assert_eq!(id.is(other), ContainerId::parse(other) == id, "{id:?} against {other}");
+            }
+        }
+    }
+
+    #[test]
     fn keeps_a_bare_id() {
         let id = ContainerId::parse("abc");
         assert_eq!(id.to_string(), "abc");

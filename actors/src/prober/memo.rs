@@ -3,9 +3,10 @@
 //! about 300 bytes), so a probe that runs every second does not rebuild the same URL and headers
 //! every second (upstream builds the request anew for each probe; what goes on the wire is the
 //! same either way). A request depends only on the probe spec, the container's ports and the
-//! pod IP: the worker owns the memo and takes a fresh one when its pod or spec changes (a probe
-//! still in flight keeps the old one)
-//! (docs/benchmarks.md, "Allocations per probe", has what the rebuilding cost).
+//! pod IP, and the memo is keyed by the pod IP alone: so a memo belongs to one probe of one
+//! container, and the worker takes a fresh one when its probe spec changes (a probe still in
+//! flight keeps the old one). docs/benchmarks.md, "The HTTP request built once per worker", has
+//! what the rebuilding cost.
 
 use std::sync::{Arc, Mutex};
 
@@ -14,8 +15,9 @@ use k8s_openapi::api::core::v1::Probe;
 use super::ProbeError;
 use super::http::{FirstRequest, HttpProbeRequest};
 
-/// One worker's memo, shared with the probe it is running (a clone shares it). Empty until the
-/// first HTTP probe; never holds a request that failed to build. [`ProbeMemo::for_probe`] makes
+/// One worker's memo, shared with the probe it is running (a clone shares it). It belongs to
+/// one probe of one container: it is keyed by the pod IP only, so a memo shared by two probes
+/// would send one's request for the other. Empty until the first HTTP probe; never holds a request that failed to build. [`ProbeMemo::for_probe`] makes
 /// one that keeps nothing (and costs nothing) for a probe that is not an HTTP GET.
 #[derive(Debug, Clone)]
 pub struct ProbeMemo {
@@ -49,25 +51,26 @@ impl Default for ProbeMemo {
 impl ProbeMemo {
     /// The first round trip of the request built for `pod_ip`, built with `build` when the
     /// memo holds none for it (the pod IP changed, or this is the first probe). A build error
-    /// is returned and not kept. The copy shares its bytes with the one kept.
+    /// is returned and not kept, and so is a request hyper cannot write (`None`: the probe
+    /// sends the whole request instead). The copy shares its bytes with the one kept.
     pub(crate) fn http_request(
         &self,
         pod_ip: &str,
         build: impl FnOnce() -> Result<HttpProbeRequest, ProbeError>,
-    ) -> Result<FirstRequest, ProbeError> {
-        let Some(http) = &self.http else { return Ok(build()?.first().clone()) };
+    ) -> Result<Option<FirstRequest>, ProbeError> {
+        let Some(http) = &self.http else { return Ok(build()?.first().cloned()) };
         // A worker runs one probe at a time, so the lock is never contended; a poisoned one
         // (a panic while building) is only a lost memo.
         let mut memo = http.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(kept) = memo.as_ref()
             && *kept.pod_ip == *pod_ip
         {
-            return Ok(kept.first.clone());
+            return Ok(Some(kept.first.clone()));
         }
         *memo = None;
-        let first = build()?.first().clone();
+        let Some(first) = build()?.first().cloned() else { return Ok(None) };
         *memo = Some(HttpMemo { pod_ip: pod_ip.into(), first: first.clone() });
-        Ok(first)
+        Ok(Some(first))
     }
 }
 
@@ -89,12 +92,12 @@ mod tests {
     fn a_request_is_built_once_per_pod_ip() {
         let memo = ProbeMemo::default();
         let mut builds = 0;
-        let first = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
-        let again = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap();
+        let first = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap().expect("kept");
+        let again = memo.http_request("10.0.0.1", || build("10.0.0.1", &mut builds)).unwrap().expect("kept");
         assert_eq!(first, again);
         assert_eq!(builds, 1);
 
-        let moved = memo.http_request("10.0.0.2", || build("10.0.0.2", &mut builds)).unwrap();
+        let moved = memo.http_request("10.0.0.2", || build("10.0.0.2", &mut builds)).unwrap().expect("kept");
         assert_eq!(builds, 2);
         assert_eq!(moved.url(), "http://10.0.0.2:8080/ready");
         assert_eq!((moved.scheme(), moved.host()), ("http", "10.0.0.2:8080"));

@@ -58,7 +58,8 @@ pub trait ProbeRunner: Send + Sync + 'static {
 
     /// [`ProbeRunner::probe_with_timeout`] for a worker that keeps `memo` between its probes:
     /// a runner may keep what it built for one probe there for the next (the real prober keeps
-    /// the HTTP request). The default ignores it.
+    /// the HTTP request). A memo belongs to one probe of one container. The default ignores it,
+    /// so a runner that wraps another must forward this method for the memo to be used.
     #[allow(clippy::too_many_arguments)]
     fn probe_with_memo(
         &self,
@@ -361,7 +362,9 @@ impl Prober {
             return match (&self.parts.executors.http, memo) {
                 (Some(injected), _) => injected.probe(&build()?, timeout).await,
                 (None, Some(memo)) => {
-                    let first = memo.http_request(pod_ip, build)?;
+                    let Some(first) = memo.http_request(pod_ip, build)? else {
+                        return Box::pin(self.parts.http.probe(&build()?, timeout)).await;
+                    };
                     // The whole request again only for a redirect: built from the same spec,
                     // container and pod IP, it is the one `first` was taken from.
                     let whole = || build().map(std::borrow::Cow::Owned);

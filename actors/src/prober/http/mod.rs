@@ -109,7 +109,11 @@ impl HttpProber {
     /// runtime. Each connection is driven by the probe itself, not by a task of its own: a spawn
     /// and an abort per probe cost more than the probe's own work above the kernel's.
     pub async fn probe(&self, request: &HttpProbeRequest, timeout: Duration) -> Result<Probed, ProbeError> {
-        self.probe_first(request.first(), || Ok(Cow::Borrowed(request)), timeout).await
+        let start = match request.first() {
+            Some(first) => Start::Kept(first),
+            None => Start::Whole(request),
+        };
+        self.probe_from(start, || Ok(Cow::Borrowed(request)), timeout).await
     }
 
     /// [`HttpProber::probe`] from what a worker keeps between its probes: the first round
@@ -120,9 +124,18 @@ impl HttpProber {
         whole: impl FnOnce() -> Result<Cow<'r, HttpProbeRequest>, ProbeError>,
         timeout: Duration,
     ) -> Result<Probed, ProbeError> {
+        self.probe_from(Start::Kept(first), whole, timeout).await
+    }
+
+    async fn probe_from<'r>(
+        &self,
+        start: Start<'_>,
+        whole: impl FnOnce() -> Result<Cow<'r, HttpProbeRequest>, ProbeError>,
+        timeout: Duration,
+    ) -> Result<Probed, ProbeError> {
         // Zero means no timeout, as for Go's `http.Client` (the API server never lets it be 0).
         let deadline = deadline_after(if timeout.is_zero() { Duration::MAX } else { timeout });
-        let exchange = match self.follow_redirects(first, whole, deadline).await {
+        let exchange = match self.follow_redirects(start, whole, deadline).await {
             Ok(exchange) => exchange,
             Err(output) => return Ok(Probed::new(ProbeOutcome::Failure, output)),
         };
@@ -146,17 +159,29 @@ impl HttpProber {
     /// `first`; only a redirect needs the whole request, which `whole` gives.
     async fn follow_redirects<'r>(
         &self,
-        first: &FirstRequest,
+        start: Start<'_>,
         whole: impl FnOnce() -> Result<Cow<'r, HttpProbeRequest>, ProbeError>,
         deadline: Instant,
     ) -> Result<Exchange, String> {
-        let mut exchange =
-            match self.round_trip(first.scheme(), first.host(), Wire::First(first), deadline).await {
-                Ok(exchange) => exchange,
-                Err(error) => return Err(transport_error(first.url(), &error)),
-            };
+        let (url_text, sent_first) = match start {
+            Start::Kept(first) => {
+                let sent = self.round_trip(first.scheme(), first.host(), Wire::First(first), deadline).await;
+                (Cow::Borrowed(first.url()), sent)
+            }
+            Start::Whole(request) => {
+                let wire =
+                    Wire::Hop(&request.url, wire_headers(&request.headers, request.host_header(), None));
+                let sent = self.round_trip(&request.url.scheme, &request.url.host, wire, deadline).await;
+                (Cow::Owned(request.url.to_string()), sent)
+            }
+        };
+        let mut exchange = match sent_first {
+            Ok(exchange) => exchange,
+            Err(error) => return Err(transport_error(&url_text, &error)),
+        };
         let Some(mut location) = redirect_location(&exchange.response) else { return Ok(exchange) };
-        let request = whole().map_err(|e| transport_error(first.url(), &e.to_string()))?;
+        // Built from the same spec, container and pod IP as the first request: it cannot fail.
+        let request = whole().map_err(|e| transport_error(&url_text, &e.to_string()))?;
         let original_hostname = request.url.hostname();
         let mut hop: Option<Hop> = None;
         let mut sent = 1;
@@ -270,6 +295,13 @@ struct Hop {
     url: GoUrl,
     virtual_host: Option<String>,
     referer: Option<String>,
+}
+
+/// Where a probe's first round trip comes from: the kept first request, or (for a request hyper
+/// cannot write, which then fails as Go's transport fails) the whole request.
+enum Start<'a> {
+    Kept(&'a FirstRequest),
+    Whole(&'a HttpProbeRequest),
 }
 
 /// What one round trip sends: the request's first one, or a redirect's URL and headers.

@@ -32,14 +32,17 @@ pub struct HttpProbeRequest {
     pub(super) virtual_host: Option<String>,
     /// The first round trip's target and wire headers, built once: a worker keeps its request
     /// between probes ([`crate::prober::ProbeMemo`]), and every probe sends this.
-    first: FirstRequest,
+    /// `None` when hyper cannot carry a header the spec passed (a name over 64 KiB): then each
+    /// probe builds its request and fails at send time with Go's text, as before it was kept.
+    first: Option<FirstRequest>,
 }
 
 /// What a probe needs for a request's first round trip, and nothing more: the URL's scheme,
 /// host and text (to dial, and for error texts), and the request itself as one shared block of
 /// bytes (the request target, then one `Name: value` line per wire header, each line ended by
 /// CRLF), turned into hyper's types for each probe. The request's pieces are slices of the
-/// block, so a probe's copy allocates only its header map. This is what a worker keeps between
+/// block, so a probe's copy allocates only its header map (and the name of a header outside
+/// the standard set, which hyper copies). This is what a worker keeps between
 /// its probes ([`crate::prober::ProbeMemo`]): about 300 bytes, where the whole
 /// [`HttpProbeRequest`] is about 900 (docs/memory.md). A redirect needs the rest, and the probe
 /// builds the whole request again for it.
@@ -157,8 +160,7 @@ impl HttpProbeRequest {
         }
         request_target(&url).map_err(ProbeError::InvalidRequest)?;
         let host = virtual_host.as_deref().unwrap_or(&url.host);
-        let first = FirstRequest::new(&url, &wire_headers(&headers, host, None))
-            .map_err(ProbeError::InvalidRequest)?;
+        let first = FirstRequest::new(&url, &wire_headers(&headers, host, None)).ok();
         Ok(HttpProbeRequest { url, headers, virtual_host, first })
     }
 
@@ -179,17 +181,20 @@ impl HttpProbeRequest {
     }
 
     /// The request the first round trip writes (before any redirect): target, and the wire
-    /// headers in Go's order. Built once with the request and copied for each probe, which is
-    /// what [`super::HttpProber::probe`] sends; public for benchmarks and hosts that want to
-    /// see it. `Err` only if the kept request no longer parses, which its construction rules
-    /// out.
+    /// headers in Go's order: what [`super::HttpProber::probe`] sends first. Built once with
+    /// the request and copied for each probe; public for benchmarks and hosts that want to see
+    /// it. `Err` carries Go's text for a header hyper cannot write.
     pub fn first_request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
-        self.first.request()
+        match &self.first {
+            Some(first) => first.request(),
+            None => build_request(&self.url, &wire_headers(&self.headers, self.host_header(), None)),
+        }
     }
 
     /// What a probe needs for the first round trip (what a worker keeps between its probes).
-    pub(crate) fn first(&self) -> &FirstRequest {
-        &self.first
+    /// `None` for a request hyper cannot write (see the field).
+    pub(crate) fn first(&self) -> Option<&FirstRequest> {
+        self.first.as_ref()
     }
 }
 
@@ -778,7 +783,19 @@ mod tests {
             let absolute = format!("{}://{}{}", reparsed.scheme, reparsed.host, target);
             prop_assert!(http::Uri::try_from(absolute.as_str()).is_ok(), "{absolute}");
             let wire = wire_headers(request.headers(), request.host_header(), None);
-            prop_assert!(build_request(&request.url, &wire).is_ok(), "{:?}", wire);
+            let built = build_request(&request.url, &wire);
+            prop_assert!(built.is_ok(), "{:?}", wire);
+            let built = built.expect("checked");
+            // The kept first request is the one built from the spec, piece by piece.
+            let first = request.first().expect("kept");
+            let kept = first.request().expect("kept request parses");
+            prop_assert_eq!(kept.uri(), built.uri());
+            prop_assert_eq!(kept.headers(), built.headers());
+            let kept_order: Vec<_> = kept.headers().iter().collect();
+            let built_order: Vec<_> = built.headers().iter().collect();
+            prop_assert_eq!(kept_order, built_order);
+            let url = request.url();
+            prop_assert_eq!((first.scheme(), first.host(), first.url()), (reparsed.scheme.as_str(), reparsed.host.as_str(), url.as_str()));
         }
     }
 }
