@@ -368,7 +368,7 @@ impl Prober {
                     // The whole request again only for a redirect: built from the same spec,
                     // container and pod IP, it is the one `first` was taken from.
                     let whole = || build().map(std::borrow::Cow::Owned);
-                    Box::pin(self.parts.http.probe_first(&first, whole, timeout)).await
+                    Box::pin(self.parts.http.probe_from(http::Start::Kept(&first), whole, timeout)).await
                 }
                 (None, None) => Box::pin(self.parts.http.probe(&build()?, timeout)).await,
             };

@@ -116,18 +116,10 @@ impl HttpProber {
         self.probe_from(start, || Ok(Cow::Borrowed(request)), timeout).await
     }
 
-    /// [`HttpProber::probe`] from what a worker keeps between its probes: the first round
-    /// trip, and how to build the whole request should the answer be a redirect.
-    pub(crate) async fn probe_first<'r>(
-        &self,
-        first: &FirstRequest,
-        whole: impl FnOnce() -> Result<Cow<'r, HttpProbeRequest>, ProbeError>,
-        timeout: Duration,
-    ) -> Result<Probed, ProbeError> {
-        self.probe_from(Start::Kept(first), whole, timeout).await
-    }
-
-    async fn probe_from<'r>(
+    /// [`HttpProber::probe`] from where the first round trip comes from (what a worker keeps
+    /// between its probes, or the whole request), and how to build the whole request should the
+    /// answer be a redirect.
+    pub(crate) async fn probe_from<'r>(
         &self,
         start: Start<'_>,
         whole: impl FnOnce() -> Result<Cow<'r, HttpProbeRequest>, ProbeError>,
@@ -299,8 +291,10 @@ struct Hop {
 
 /// Where a probe's first round trip comes from: the kept first request, or (for a request hyper
 /// cannot write, which then fails as Go's transport fails) the whole request.
-enum Start<'a> {
+pub(crate) enum Start<'a> {
+    /// The first request a worker kept.
     Kept(&'a FirstRequest),
+    /// The whole request, built for this probe.
     Whole(&'a HttpProbeRequest),
 }
 
