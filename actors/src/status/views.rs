@@ -1,75 +1,223 @@
-//! Lock-free per-pod views of the status manager's latest snapshot. The status manager
-//! publishes every stored version here; probe workers hold a [`StatusView`] and read the
-//! current `Arc<PodStatus>` on every probe without a message round-trip.
+//! Per-pod views of the status manager's latest snapshot. The status manager publishes every
+//! stored version here; probe workers hold a [`StatusView`] and read the current
+//! `Arc<PodStatus>` on every probe without a message round-trip.
 //!
-//! A pod's publisher lives while its status is cached or someone reads it: removing the status
-//! drops an unread publisher at once, and the last reader of a removed status drops it on its
-//! way out, so the registry never outgrows the pods in use.
+//! A pod's slot lives while its status is cached or someone reads it: removing the status drops
+//! an unread slot at once, and the last reader of a removed status drops it on its way out, so
+//! the registry never outgrows the pods in use.
+//!
+//! Written here rather than on tokio's `watch`: a `watch` channel carries a notifier of eight
+//! `Notify`s for its receivers (about 350 bytes per pod, docs/memory.md), where a pod's view
+//! has one or two readers, which one `Notify` serves. A slot is the latest value under a short
+//! lock, a version counter and one `Notify`: about 110 bytes, the pod's UID included, which is
+//! also the registry's key.
 
-use std::collections::HashMap;
-use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, Weak};
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::vocabulary::PodUid;
 use k8s_openapi::api::core::v1::PodStatus;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
-type Receiver = watch::Receiver<Option<Arc<PodStatus>>>;
+/// One pod's latest status and the readers' wake-up.
+#[derive(Debug)]
+struct Slot {
+    pod_uid: PodUid,
+    status: Mutex<Option<Arc<PodStatus>>>,
+    /// Bumped by every publish, after the status is in place.
+    version: AtomicU64,
+    /// The registry is gone: no publish will come.
+    closed: AtomicBool,
+    changed: Notify,
+}
 
-type Publisher = watch::Sender<Option<Arc<PodStatus>>>;
+impl Slot {
+    fn new(pod_uid: PodUid, status: Option<Arc<PodStatus>>) -> Self {
+        Slot {
+            pod_uid,
+            status: Mutex::new(status),
+            version: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            changed: Notify::new(),
+        }
+    }
 
-type Senders = Mutex<HashMap<PodUid, Publisher>>;
+    fn get(&self) -> Option<Arc<PodStatus>> {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
 
-/// The latest cached status of one pod, `None` while the status manager has none. Reads like
-/// the `watch::Receiver` it wraps (`borrow`, `changed`, …).
+    fn set(&self, status: Option<Arc<PodStatus>>) {
+        *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
+        self.version.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+}
+
+/// The registry's entry for a slot: keyed by the slot's own UID (one copy of it), and closing
+/// the slot for its readers when the registry lets go of it.
+#[derive(Debug)]
+struct Entry(Arc<Slot>);
+
+impl Borrow<str> for Entry {
+    fn borrow(&self) -> &str {
+        self.0.pod_uid.as_str()
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.pod_uid == other.0.pod_uid
+    }
+}
+
+impl Eq for Entry {}
+
+impl Hash for Entry {
+    // As `str` hashes, so that lookups by `&str` (through `Borrow`) find it.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.pod_uid.as_str().hash(state);
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+impl Entry {
+    /// How many views read this slot.
+    fn readers(&self) -> usize {
+        Arc::strong_count(&self.0) - 1
+    }
+
+    fn has_status(&self) -> bool {
+        self.0.status.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+}
+
+type Slots = Mutex<HashSet<Entry>>;
+
+/// The registry is gone, so the view will not change again (as a `watch` receiver's
+/// `RecvError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the status registry is gone")]
+pub struct ViewClosed;
+
+/// The latest cached status of one pod, `None` while the status manager has none. Reads like a
+/// `watch` receiver: [`StatusView::borrow`], [`StatusView::changed`], ….
 #[derive(Debug, Clone)]
 pub struct StatusView {
-    receiver: Receiver,
-    /// The pod and registry this view came from: the status manager cannot see readers go, so
-    /// the last one to leave a removed status drops its publisher.
-    origin: Option<(PodUid, Weak<Senders>)>,
+    /// Always `Some` but in `drop`, which lets go of it under the registry's lock.
+    slot: Option<Arc<Slot>>,
+    /// The slot's version this view has seen.
+    seen: u64,
+    /// The registry this view came from: the status manager cannot see readers go, so the
+    /// last one to leave a removed status drops its slot.
+    registry: Option<Weak<Slots>>,
 }
 
 impl StatusView {
     /// A view attached to no registry; it shows `status` forever.
     pub fn detached(status: Option<Arc<PodStatus>>) -> Self {
-        StatusView { receiver: watch::channel(status).1, origin: None }
+        let slot = Slot::new(PodUid::default(), status);
+        slot.closed.store(true, Ordering::Release);
+        StatusView { slot: Some(Arc::new(slot)), seen: 0, registry: None }
     }
-}
 
-impl Deref for StatusView {
-    type Target = Receiver;
-
-    fn deref(&self) -> &Receiver {
-        &self.receiver
+    fn slot(&self) -> Option<&Slot> {
+        self.slot.as_deref()
     }
-}
 
-impl DerefMut for StatusView {
-    fn deref_mut(&mut self) -> &mut Receiver {
-        &mut self.receiver
+    /// The pod's latest status.
+    pub fn borrow(&self) -> Option<Arc<PodStatus>> {
+        self.slot().and_then(Slot::get)
+    }
+
+    /// The pod's latest status, marked seen: [`StatusView::changed`] waits for a later one.
+    pub fn borrow_and_update(&mut self) -> Option<Arc<PodStatus>> {
+        let slot = self.slot.as_deref()?;
+        // The version first: a publish in between is then seen as a change, never lost.
+        self.seen = slot.version.load(Ordering::Acquire);
+        slot.get()
+    }
+
+    /// Whether a status was published since this view last marked one seen.
+    pub fn has_changed(&self) -> Result<bool, ViewClosed> {
+        // Closed first, as a `watch` receiver answers.
+        match self.slot() {
+            Some(slot) if !slot.closed.load(Ordering::Acquire) => {
+                Ok(slot.version.load(Ordering::Acquire) != self.seen)
+            }
+            _ => Err(ViewClosed),
+        }
+    }
+
+    /// Waits for a status published after the last one this view marked seen, and marks it
+    /// seen; `Err` once the registry is gone.
+    pub async fn changed(&mut self) -> Result<(), ViewClosed> {
+        let Some(slot) = self.slot.clone() else { return Err(ViewClosed) };
+        loop {
+            let mut notified = pin!(slot.changed.notified());
+            // Registered before the version is read, so a publish after the read wakes it.
+            notified.as_mut().enable();
+            let version = slot.version.load(Ordering::Acquire);
+            if version != self.seen {
+                self.seen = version;
+                return Ok(());
+            }
+            if slot.closed.load(Ordering::Acquire) {
+                return Err(ViewClosed);
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until the pod's status satisfies `ready` (checked on the current one first), marks
+    /// it seen and returns it; `Err` once the registry is gone.
+    pub async fn wait_for(
+        &mut self,
+        mut ready: impl FnMut(&Option<Arc<PodStatus>>) -> bool,
+    ) -> Result<Option<Arc<PodStatus>>, ViewClosed> {
+        loop {
+            let status = self.borrow_and_update();
+            if ready(&status) {
+                return Ok(status);
+            }
+            self.changed().await?;
+        }
     }
 }
 
 impl Drop for StatusView {
     fn drop(&mut self) {
-        let Some((pod_uid, senders)) = self.origin.take() else { return };
-        let Some(senders) = senders.upgrade() else { return };
-        let Ok(mut senders) = senders.lock() else { return };
-        let Some(sender) = senders.get(&pod_uid) else { return };
-        // This view's receiver still counts until the end of this function.
-        let last_reader_of_removed = sender.receiver_count() <= 1 && sender.borrow().is_none();
-        if last_reader_of_removed && self.receiver.same_channel(&sender.subscribe()) {
-            senders.remove(&pod_uid);
+        let Some(slot) = self.slot.take() else { return };
+        let Some(slots) = self.registry.take().and_then(|r| r.upgrade()) else { return };
+        let mut slots = slots.lock().unwrap_or_else(PoisonError::into_inner);
+        // Every registered view lets go of its slot here, under the lock, and a new one is
+        // made under it too (or cloned from a live one, which keeps the count above two): so
+        // two counts, the registry's and this view's, mean this is the last reader.
+        let ours = slots.get(slot.pod_uid.as_str()).is_some_and(|e| Arc::ptr_eq(&e.0, &slot));
+        if ours && Arc::strong_count(&slot) == 2 && slot.get().is_none() {
+            slots.remove(slot.pod_uid.as_str());
         }
     }
 }
 
 /// The registry of per-pod views, shared by the status manager (publisher) and the prober
-/// manager (hands receivers to workers). The mutex guards only the map, never an await.
+/// manager (hands views to workers). The mutex guards only the map, never an await.
 #[derive(Debug, Clone, Default)]
 pub struct StatusViews {
-    senders: Arc<Senders>,
+    slots: Arc<Slots>,
 }
 
 impl StatusViews {
@@ -78,34 +226,42 @@ impl StatusViews {
         Self::default()
     }
 
+    fn locked(&self) -> std::sync::MutexGuard<'_, HashSet<Entry>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A view of the pod's status; sees every later publish.
     pub fn subscribe(&self, pod_uid: &str) -> StatusView {
-        let receiver = match self.senders.lock() {
-            Ok(mut senders) => {
-                senders.entry(pod_uid.into()).or_insert_with(|| watch::channel(None).0).subscribe()
+        let mut slots = self.locked();
+        let slot = match slots.get(pod_uid) {
+            Some(entry) => entry.0.clone(),
+            None => {
+                let slot = Arc::new(Slot::new(pod_uid.into(), None));
+                slots.insert(Entry(slot.clone()));
+                slot
             }
-            // A poisoned map only means a panic elsewhere; a detached view still works.
-            Err(_) => return StatusView::detached(None),
         };
-        StatusView { receiver, origin: Some((pod_uid.into(), Arc::downgrade(&self.senders))) }
+        let seen = slot.version.load(Ordering::Acquire);
+        StatusView { slot: Some(slot), seen, registry: Some(Arc::downgrade(&self.slots)) }
     }
 
     /// Publishes a pod's new snapshot (or its removal).
     pub fn publish(&self, pod_uid: &str, status: Option<Arc<PodStatus>>) {
-        let Ok(mut senders) = self.senders.lock() else { return };
+        let mut slots = self.locked();
         match status {
-            Some(status) => {
-                senders
-                    .entry(pod_uid.into())
-                    .or_insert_with(|| watch::channel(None).0)
-                    .send_replace(Some(status));
-            }
+            Some(status) => match slots.get(pod_uid) {
+                Some(entry) => entry.0.set(Some(status)),
+                None => {
+                    let slot = Slot::new(pod_uid.into(), Some(status));
+                    slot.version.store(1, Ordering::Release);
+                    slots.insert(Entry(Arc::new(slot)));
+                }
+            },
             None => {
-                if let Some(sender) = senders.get(pod_uid) {
-                    sender.send_replace(None);
-                    if sender.receiver_count() == 0 {
-                        senders.remove(pod_uid);
-                    }
+                let Some(entry) = slots.get(pod_uid) else { return };
+                entry.0.set(None);
+                if entry.readers() == 0 {
+                    slots.remove(pod_uid);
                 }
             }
         }
@@ -113,14 +269,12 @@ impl StatusViews {
 
     /// Drops views nobody reads any more and whose pod has no status.
     pub fn prune(&self) {
-        if let Ok(mut senders) = self.senders.lock() {
-            senders.retain(|_, s| s.receiver_count() > 0 || s.borrow().is_some());
-        }
+        self.locked().retain(|e| e.readers() > 0 || e.has_status());
     }
 
     /// How many pods have a view (tests check for leaks).
     pub fn len(&self) -> usize {
-        self.senders.lock().map(|s| s.len()).unwrap_or(0)
+        self.locked().len()
     }
 
     /// Whether no pod has a view.
@@ -189,5 +343,84 @@ mod tests {
         drop(views);
         assert!(view.borrow().is_some());
         assert!(StatusView::detached(None).borrow().is_none());
+    }
+
+    #[tokio::test]
+    async fn changed_wakes_on_a_publish_and_marks_it_seen() {
+        let views = StatusViews::new();
+        let mut view = views.subscribe("a");
+        assert!(!view.has_changed().unwrap());
+        let waiting = tokio::spawn(async move {
+            view.changed().await.unwrap();
+            (view.borrow().is_some(), view.has_changed().unwrap())
+        });
+        tokio::task::yield_now().await;
+        views.publish("a", snapshot());
+        assert_eq!(waiting.await.unwrap(), (true, false), "woken, and the status marked seen");
+    }
+
+    #[tokio::test]
+    async fn a_publish_between_a_read_and_the_wait_is_not_lost() {
+        let views = StatusViews::new();
+        let mut view = views.subscribe("a");
+        view.borrow_and_update();
+        views.publish("a", snapshot());
+        assert!(view.has_changed().unwrap());
+        // Returns at once: the publish came after the read.
+        view.changed().await.unwrap();
+        assert!(!view.has_changed().unwrap());
+    }
+
+    #[tokio::test]
+    async fn wait_for_checks_the_current_status_then_every_later_one() {
+        let views = StatusViews::new();
+        views.publish("a", snapshot());
+        let mut view = views.subscribe("a");
+        assert!(view.wait_for(Option::is_some).await.unwrap().is_some(), "already there");
+        let waiting = tokio::spawn(async move { view.wait_for(Option::is_none).await.map(|s| s.is_none()) });
+        tokio::task::yield_now().await;
+        views.publish("a", snapshot());
+        views.publish("a", None);
+        assert_eq!(waiting.await.unwrap(), Ok(true));
+    }
+
+    #[tokio::test]
+    async fn a_view_whose_registry_is_gone_stops_waiting() {
+        let views = StatusViews::new();
+        let mut view = views.subscribe("a");
+        let waiting = tokio::spawn(async move { view.changed().await });
+        tokio::task::yield_now().await;
+        drop(views);
+        assert_eq!(waiting.await.unwrap(), Err(ViewClosed));
+        let mut detached = StatusView::detached(snapshot());
+        assert_eq!(detached.changed().await, Err(ViewClosed), "nothing will be published to it");
+        assert_eq!(detached.has_changed(), Err(ViewClosed));
+        assert!(detached.borrow().is_some());
+    }
+
+    #[test]
+    fn readers_leaving_in_any_order_leave_nothing_behind() {
+        let views = StatusViews::new();
+        let one = views.subscribe("a");
+        let two = views.subscribe("a");
+        let three = two.clone();
+        views.publish("a", snapshot());
+        views.publish("a", None);
+        drop(two);
+        drop(one);
+        assert_eq!(views.len(), 1, "one reader remains");
+        drop(three);
+        assert!(views.is_empty());
+        // A new view of the same pod is a new slot, and goes the same way.
+        let again = views.subscribe("a");
+        assert!(again.borrow().is_none());
+        drop(again);
+        assert!(views.is_empty());
+    }
+
+    #[test]
+    fn a_slot_is_a_fraction_of_a_watch_channel() {
+        // docs/memory.md: the tokio `watch` this replaces allocated about 350 bytes per pod.
+        assert!(std::mem::size_of::<Slot>() <= 128, "{}", std::mem::size_of::<Slot>());
     }
 }

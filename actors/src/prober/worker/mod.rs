@@ -308,7 +308,7 @@ impl ProbeWorker {
     /// One iteration of upstream `doProbe`; returns whether a probe was started.
     fn run_probe(&mut self, ctx: &mut Context<Self>) -> bool {
         let started = Instant::now();
-        let status = self.status.borrow().clone();
+        let status = self.status.borrow();
         if self.pending_initial_delay.is_some()
             && self.shows_new_container(status.as_deref())
             && let Some((seconds, delay)) = self.pending_initial_delay.take()
@@ -400,8 +400,7 @@ impl ProbeWorker {
             if view.changed().await.is_err() {
                 return None;
             }
-            let status = view.borrow().clone();
-            Some(status)
+            Some(view.borrow())
         };
         self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(move |status, act, ctx| {
             act.status_wait = None;
