@@ -9,8 +9,8 @@
 //! Written here rather than on tokio's `watch`: a `watch` channel carries a notifier of eight
 //! `Notify`s for its receivers (about 350 bytes per pod, docs/memory.md), where a pod's view
 //! has one or two readers, which one `Notify` serves. A slot is the latest value under a short
-//! lock, a version counter and one `Notify`: about 110 bytes, the pod's UID included, which is
-//! also the registry's key.
+//! lock, a version counter and one `Notify`: about 100 bytes inline, plus the pod's UID, which
+//! is also the registry's key.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -30,7 +30,8 @@ struct Slot {
     status: Mutex<Option<Arc<PodStatus>>>,
     /// Bumped by every publish, after the status is in place.
     version: AtomicU64,
-    /// The registry is gone: no publish will come.
+    /// No publish will come: the registry let go of this slot (it is gone, or nobody reads
+    /// the slot any more), or the view is detached.
     closed: AtomicBool,
     changed: Notify,
 }
@@ -50,10 +51,24 @@ impl Slot {
         self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    fn set(&self, status: Option<Arc<PodStatus>>) {
-        *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
-        self.version.fetch_add(1, Ordering::AcqRel);
+    /// Replaces the status and returns the one it replaced, for the caller to drop once its
+    /// locks are released (it may be the last reference to a whole `PodStatus`).
+    #[must_use]
+    fn set(&self, status: Option<Arc<PodStatus>>) -> Option<Arc<PodStatus>> {
+        let old = {
+            let mut current = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+            // Bumped under the lock, so a reader that takes both under it sees them together.
+            self.version.fetch_add(1, Ordering::AcqRel);
+            std::mem::replace(&mut *current, status)
+        };
         self.changed.notify_waiters();
+        old
+    }
+
+    /// The status and the version it was published with, read together.
+    fn get_versioned(&self) -> (Option<Arc<PodStatus>>, u64) {
+        let current = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        (current.clone(), self.version.load(Ordering::Acquire))
     }
 
     fn close(&self) {
@@ -145,10 +160,9 @@ impl StatusView {
 
     /// The pod's latest status, marked seen: [`StatusView::changed`] waits for a later one.
     pub fn borrow_and_update(&mut self) -> Option<Arc<PodStatus>> {
-        let slot = self.slot.as_deref()?;
-        // The version first: a publish in between is then seen as a change, never lost.
-        self.seen = slot.version.load(Ordering::Acquire);
-        slot.get()
+        let (status, version) = self.slot.as_deref()?.get_versioned();
+        self.seen = version;
+        status
     }
 
     /// Whether a status was published since this view last marked one seen.
@@ -165,11 +179,11 @@ impl StatusView {
     /// Waits for a status published after the last one this view marked seen, and marks it
     /// seen; `Err` once the registry is gone.
     pub async fn changed(&mut self) -> Result<(), ViewClosed> {
-        let Some(slot) = self.slot.clone() else { return Err(ViewClosed) };
+        let Some(slot) = self.slot.as_deref() else { return Err(ViewClosed) };
         loop {
-            let mut notified = pin!(slot.changed.notified());
-            // Registered before the version is read, so a publish after the read wakes it.
-            notified.as_mut().enable();
+            // Created (and so counted by `notify_waiters`) before the version is read: a
+            // publish after the read wakes it.
+            let notified = pin!(slot.changed.notified());
             let version = slot.version.load(Ordering::Acquire);
             if version != self.seen {
                 self.seen = version;
@@ -201,15 +215,22 @@ impl StatusView {
 impl Drop for StatusView {
     fn drop(&mut self) {
         let Some(slot) = self.slot.take() else { return };
-        let Some(slots) = self.registry.take().and_then(|r| r.upgrade()) else { return };
-        let mut slots = slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(registry) = self.registry.take().and_then(|r| r.upgrade()) else { return };
+        let mut slots = registry.lock().unwrap_or_else(PoisonError::into_inner);
         // Every registered view lets go of its slot here, under the lock, and a new one is
         // made under it too (or cloned from a live one, which keeps the count above two): so
         // two counts, the registry's and this view's, mean this is the last reader.
         let ours = slots.get(slot.pod_uid.as_str()).is_some_and(|e| Arc::ptr_eq(&e.0, &slot));
-        if ours && Arc::strong_count(&slot) == 2 && slot.get().is_none() {
-            slots.remove(slot.pod_uid.as_str());
-        }
+        let removed = if ours && Arc::strong_count(&slot) == 2 && slot.get().is_none() {
+            slots.take(slot.pod_uid.as_str())
+        } else {
+            None
+        };
+        // This view's count goes before the lock does (the order the comment above relies on);
+        // a removed entry closes its slot after it.
+        drop(slot);
+        drop(slots);
+        drop(removed);
     }
 }
 
@@ -230,7 +251,8 @@ impl StatusViews {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A view of the pod's status; sees every later publish.
+    /// A view of the pod's status; sees the latest of every later publish (publishes between
+    /// two reads coalesce, as a `watch` channel's do).
     pub fn subscribe(&self, pod_uid: &str) -> StatusView {
         let mut slots = self.locked();
         let slot = match slots.get(pod_uid) {
@@ -250,7 +272,11 @@ impl StatusViews {
         let mut slots = self.locked();
         match status {
             Some(status) => match slots.get(pod_uid) {
-                Some(entry) => entry.0.set(Some(status)),
+                Some(entry) => {
+                    let old = entry.0.set(Some(status));
+                    drop(slots);
+                    drop(old);
+                }
                 None => {
                     let slot = Slot::new(pod_uid.into(), Some(status));
                     slot.version.store(1, Ordering::Release);
@@ -259,15 +285,15 @@ impl StatusViews {
             },
             None => {
                 let Some(entry) = slots.get(pod_uid) else { return };
-                entry.0.set(None);
-                if entry.readers() == 0 {
-                    slots.remove(pod_uid);
-                }
+                let old = entry.0.set(None);
+                let unread = if entry.readers() == 0 { slots.take(pod_uid) } else { None };
+                drop(slots);
+                drop((old, unread));
             }
         }
     }
 
-    /// Drops views nobody reads any more and whose pod has no status.
+    /// Drops the slots nobody reads any more and whose pod has no status.
     pub fn prune(&self) {
         self.locked().retain(|e| e.readers() > 0 || e.has_status());
     }
@@ -422,5 +448,32 @@ mod tests {
     fn a_slot_is_a_fraction_of_a_watch_channel() {
         // docs/memory.md: the tokio `watch` this replaces allocated about 350 bytes per pod.
         assert!(std::mem::size_of::<Slot>() <= 128, "{}", std::mem::size_of::<Slot>());
+    }
+
+    #[test]
+    fn readers_leaving_at_once_on_two_threads_leave_nothing_behind() {
+        // Each view's count goes under the registry's lock, so whichever of two concurrent
+        // exits comes second sees itself as the last reader. (A stress check: the window it
+        // guards is a few instructions wide, so a regression shows only now and then.)
+        let views = StatusViews::new();
+        for round in 0..2_000 {
+            let uid = format!("pod-{round}");
+            let one = views.subscribe(&uid);
+            let two = views.subscribe(&uid);
+            views.publish(&uid, snapshot());
+            views.publish(&uid, None);
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let other = {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    drop(two);
+                })
+            };
+            barrier.wait();
+            drop(one);
+            other.join().unwrap();
+            assert!(views.is_empty(), "round {round}: a slot outlived its readers");
+        }
     }
 }
