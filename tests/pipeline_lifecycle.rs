@@ -67,7 +67,7 @@ async fn worker(h: &Harness, pod: &Arc<Pod>, container: &str, kind: ProbeKind) -
         .await
         .unwrap()
         .into_iter()
-        .find(|w| w.key.pod_uid == uid && w.key.container_name == container && w.key.kind == kind)
+        .find(|w| w.key.pod_uid == uid && *w.key.container_name == *container && w.key.kind == kind)
 }
 
 async fn running_worker(h: &Harness, pod: &Arc<Pod>, container: &str, kind: ProbeKind) -> WorkerInfo {

@@ -51,7 +51,7 @@ async fn workers_of(h: &Harness, pod: &Arc<Pod>) -> Vec<(String, ProbeKind)> {
         .unwrap()
         .into_iter()
         .filter(|k: &ProbeKey| k.pod_uid == uid)
-        .map(|k| (k.container_name, k.kind))
+        .map(|k| (k.container_name.to_string(), k.kind))
         .collect();
     keys.sort();
     keys

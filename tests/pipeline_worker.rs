@@ -440,7 +440,7 @@ async fn terminated_container_with_restart_policy_never_stops_only_regular_worke
     run_for(secs(11)).await;
     h.wait_workers(1).await;
     let left = h.pipeline.workers().await.unwrap();
-    assert_eq!(left[0].container_name, "side", "the sidecar will be restarted: its worker stays");
+    assert_eq!(&*left[0].container_name, "side", "the sidecar will be restarted: its worker stays");
     assert_eq!(h.result(Readiness, "cri://s").await, Some(Failure));
 }
 

@@ -7,6 +7,7 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -180,9 +181,22 @@ impl ProbeError {
 /// A pod's UID (`metadata.uid`): the key the engine and its hosts file a pod under. A type of
 /// its own so a UID cannot be passed where a name or a container ID belongs; it borrows as a
 /// `str`, so maps keyed by it are looked up with a `&str`, and serializes as the bare string.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct PodUid(String);
+/// The text is shared: a clone (the prober manager's key, the worker's, its metric labels, the
+/// pod's status view all hold one) is a reference count, not a copy (docs/memory.md).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct PodUid(Arc<str>);
+
+impl Serialize for PodUid {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PodUid {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(PodUid::from)
+    }
+}
 
 impl PodUid {
     /// The UID as text.
@@ -193,6 +207,11 @@ impl PodUid {
     /// The UID of a pod, if it has one (a pod the API server has not stored has none).
     pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Option<PodUid> {
         pod.metadata.uid.as_deref().map(PodUid::from)
+    }
+
+    /// The shared text, for a holder that keeps it as an `Arc<str>` (a metric label value).
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
     }
 }
 
@@ -212,25 +231,25 @@ impl fmt::Display for PodUid {
 
 impl From<String> for PodUid {
     fn from(uid: String) -> Self {
-        PodUid(uid)
+        PodUid(uid.into())
     }
 }
 
 impl From<&String> for PodUid {
     fn from(uid: &String) -> Self {
-        PodUid(uid.clone())
+        PodUid(uid.as_str().into())
     }
 }
 
 impl From<&str> for PodUid {
     fn from(uid: &str) -> Self {
-        PodUid(uid.to_owned())
+        PodUid(uid.into())
     }
 }
 
 impl From<PodUid> for String {
     fn from(uid: PodUid) -> Self {
-        uid.0
+        uid.0.as_ref().to_owned()
     }
 }
 
@@ -258,19 +277,19 @@ impl Borrow<str> for PodUid {
 
 impl PartialEq<str> for PodUid {
     fn eq(&self, other: &str) -> bool {
-        self.0 == other
+        &*self.0 == other
     }
 }
 
 impl PartialEq<&str> for PodUid {
     fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
+        &*self.0 == *other
     }
 }
 
 impl PartialEq<String> for PodUid {
     fn eq(&self, other: &String) -> bool {
-        &self.0 == other
+        *self.0 == **other
     }
 }
 
@@ -280,7 +299,7 @@ pub struct ProbeKey {
     /// The UID of the pod the probed container belongs to.
     pub pod_uid: PodUid,
     /// The container's name within the pod spec.
-    pub container_name: String,
+    pub container_name: Arc<str>,
     /// Which of the container's probes this worker runs.
     pub kind: ProbeKind,
 }
@@ -288,6 +307,15 @@ pub struct ProbeKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_uid_clone_shares_its_text() {
+        let uid = PodUid::from("0f3c-uid");
+        let copy = uid.clone();
+        assert_eq!(uid.as_str().as_ptr(), copy.as_str().as_ptr());
+        assert!(Arc::ptr_eq(&uid.shared(), &copy.shared()));
+        assert_eq!(String::from(copy), "0f3c-uid");
+    }
 
     #[test]
     fn a_pod_uid_is_looked_up_by_str_and_serialized_as_the_bare_string() {

@@ -3,14 +3,16 @@
 //! calls [`WorkerState::before_probe`], runs the probe when told to, then
 //! [`WorkerState::after_probe`], and applies the cache operations both return.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Probe};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus, Probe};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{ProbeKind, ProbeResult};
 use crate::container::ContainerId;
 use crate::status::{PHASE_FAILED, PHASE_SUCCEEDED, is_restartable_init_container};
+use crate::vocabulary::ProbeKey;
 
 /// Containers that started this long before the prober manager are treated as running across
 /// an agent restart (upstream: 10 s before the kubelet started).
@@ -23,7 +25,7 @@ pub struct WorkerSpec {
     /// Which of the container's probes the worker runs.
     pub kind: ProbeKind,
     /// The probed container's name, to find its status in the pod status.
-    pub container_name: String,
+    pub container_name: Arc<str>,
     /// The container is a restartable init container (a sidecar).
     pub is_sidecar: bool,
     /// The captured pod already had a deletion timestamp.
@@ -63,21 +65,15 @@ pub struct ContainerBinding {
 }
 
 impl WorkerSpec {
-    /// Captures what a worker of `kind` needs from the pod, container and probe spec.
-    /// Thresholds below one are taken as one, the smallest the API server accepts.
-    pub fn new(
-        kind: ProbeKind,
-        pod: &Pod,
-        container: &Container,
-        probe: &Probe,
-        is_sidecar: bool,
-        manager_start: Timestamp,
-    ) -> Self {
+    /// Captures what the worker `key` needs from the pod and its probe spec (the container's
+    /// name is the key's, shared). Thresholds below one are taken as one, the smallest the API
+    /// server accepts.
+    pub fn new(key: &ProbeKey, pod: &Pod, probe: &Probe, is_sidecar: bool, manager_start: Timestamp) -> Self {
         let threshold =
             |v: Option<i32>, default: u32| v.map_or(default, |v| u32::try_from(v).unwrap_or(0).max(1));
         WorkerSpec {
-            kind,
-            container_name: container.name.clone(),
+            kind: key.kind,
+            container_name: key.container_name.clone(),
             is_sidecar,
             pod_deleting: pod.metadata.deletion_timestamp.is_some(),
             restart_policy_never: pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref())

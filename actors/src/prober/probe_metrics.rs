@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{ProbeKind, ProbeResult};
 use crate::metrics::{self as names, PrometheusRegistry, installed};
+use crate::vocabulary::ProbeKey;
 
 /// The labels of one worker's series. The values are shared strings: a clone (the worker's
 /// exit notice holds one) and every series looked up with them point at the same four
@@ -51,12 +52,23 @@ impl ProbeLabels {
     /// The labels of a `kind` worker for `container` of `pod`: `probe_type`, `container`, `pod`,
     /// `namespace`, `pod_uid`.
     pub fn new(kind: ProbeKind, pod: &Pod, container: &str) -> Self {
+        let pod_uid = Arc::from(pod.metadata.uid.as_deref().unwrap_or_default());
+        Self::with(kind, pod, Arc::from(container), pod_uid)
+    }
+
+    /// The labels of the worker `key` of `pod`: the container name and pod UID are the key's
+    /// own text, shared rather than copied (docs/memory.md).
+    pub fn for_worker(key: &ProbeKey, pod: &Pod) -> Self {
+        Self::with(key.kind, pod, key.container_name.clone(), key.pod_uid.shared())
+    }
+
+    fn with(kind: ProbeKind, pod: &Pod, container: Arc<str>, pod_uid: Arc<str>) -> Self {
         ProbeLabels {
             probe_type: kind.as_str(),
-            container: Arc::from(container),
+            container,
             pod: Arc::from(pod.metadata.name.as_deref().unwrap_or_default()),
             namespace: Arc::from(pod.metadata.namespace.as_deref().unwrap_or_default()),
-            pod_uid: Arc::from(pod.metadata.uid.as_deref().unwrap_or_default()),
+            pod_uid,
             handles: RefCell::default(),
         }
     }
@@ -207,6 +219,16 @@ mod tests {
 
     /// A worker's exit forgets exactly its own series, found by key: every result and its
     /// duration, and nothing of another worker's.
+    #[test]
+    fn a_workers_labels_share_its_keys_text() {
+        let key =
+            ProbeKey { pod_uid: "uid-1".into(), container_name: "app".into(), kind: ProbeKind::Readiness };
+        let labels = ProbeLabels::for_worker(&key, &pod("uid-1"));
+        assert!(Arc::ptr_eq(&labels.container, &key.container_name));
+        assert!(Arc::ptr_eq(&labels.pod_uid, &key.pod_uid.shared()));
+        assert_eq!((&*labels.pod, &*labels.namespace), ("web", "default"));
+    }
+
     #[test]
     fn forget_removes_this_workers_series_and_no_others() {
         let registry = PrometheusRegistry::new();

@@ -3,6 +3,7 @@
 //! workers exist for the pod and what the results caches hold for its containers.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -17,7 +18,7 @@ use crate::status::{POD_READY, is_restartable_init_container};
 #[derive(Debug, Clone, Default)]
 pub struct ProbeView {
     /// (container name, kind) of every worker of the pod, stopping ones included.
-    pub workers: HashSet<(String, ProbeKind)>,
+    pub workers: HashSet<(Arc<str>, ProbeKind)>,
     /// Cached results by (kind, container ID).
     pub results: HashMap<(ProbeKind, ContainerId), ProbeResult>,
     /// When the prober manager started (wall clock).
@@ -33,7 +34,8 @@ impl ProbeView {
     }
 
     fn has_worker(&self, name: &str, kind: ProbeKind) -> bool {
-        self.workers.contains(&(name.to_owned(), kind))
+        // A pod has a few workers: a scan, where a lookup would copy the name into a key.
+        self.workers.iter().any(|(n, k)| **n == *name && *k == kind)
     }
 }
 
@@ -263,7 +265,7 @@ mod tests {
 
     fn view(workers: &[(&str, ProbeKind)], results: &[(ProbeKind, &str, ProbeResult)]) -> ProbeView {
         ProbeView {
-            workers: workers.iter().map(|(n, k)| ((*n).to_owned(), *k)).collect(),
+            workers: workers.iter().map(|(n, k)| (Arc::from(*n), *k)).collect(),
             results: results.iter().map(|(k, id, r)| ((*k, ContainerId::parse(id)), *r)).collect(),
             manager_start: t(0),
             change_status_on_restart: false,

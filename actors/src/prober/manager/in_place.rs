@@ -66,7 +66,7 @@ impl Handler<ReconcilePod> for ProberManager {
             let old_timings = probe_timings(&entry.pod).unwrap_or_default();
             let old = old_probe
                 .map(|p| (p, EffectiveTiming::new(p, old_timings.get(&key.container_name, key.kind))));
-            let container = containers.get(&key.container_name);
+            let container = containers.get(&*key.container_name);
             let new_probe = container.and_then(|c| key.kind.probe_of(c));
             let new =
                 new_probe.map(|p| (p, EffectiveTiming::new(p, timings.get(&key.container_name, key.kind))));
@@ -102,7 +102,7 @@ impl ProberManager {
         effect: UpdateEffect,
     ) {
         let is_sidecar = is_sidecar(pod, &container.name);
-        let mut spec = WorkerSpec::new(key.kind, pod, container, probe, is_sidecar, self.start);
+        let mut spec = WorkerSpec::new(key, pod, probe, is_sidecar, self.start);
         spec.initial_delay = timing.initial_delay;
         let Some(entry) = self.workers.get_mut(key) else { return };
         entry.pod = pod.clone();
@@ -171,7 +171,7 @@ impl ProberManager {
 pub(super) fn removed_probe_results(
     pod: &Arc<Pod>,
     status: &PodStatus,
-    workers: &HashSet<(String, ProbeKind)>,
+    workers: &HashSet<(Arc<str>, ProbeKind)>,
 ) -> HashSet<(ProbeKind, ContainerId)> {
     let containers: HashMap<String, PodContainer> =
         probed_containers(pod).into_iter().map(|c| (c.name.clone(), c)).collect();
@@ -182,7 +182,7 @@ pub(super) fn removed_probe_results(
         let Some(id) = cs.container_id.as_deref().filter(|id| !id.is_empty()) else { continue };
         for kind in ProbeKind::ADD_ORDER {
             let configured = containers.get(&cs.name).is_some_and(|c| kind.probe_of(c).is_some());
-            if !configured && !workers.contains(&(cs.name.clone(), kind)) {
+            if !configured && !workers.iter().any(|(n, k)| **n == *cs.name && *k == kind) {
                 removed.insert((kind, ContainerId::parse(id)));
             }
         }

@@ -59,7 +59,7 @@ impl Handler<StartContainerProbes> for ProberManager {
             return;
         }
         let Some(uid) = PodUid::of(&msg.pod) else { return };
-        let name = msg.container.name.clone();
+        let name: Arc<str> = msg.container.name.as_str().into();
         let key = |kind| ProbeKey { pod_uid: uid.clone(), container_name: name.clone(), kind };
         // Workers of a previous instance (a restart nobody reported with a stop) go.
         for kind in ProbeKind::ADD_ORDER {
@@ -95,7 +95,7 @@ impl Handler<StopContainerProbes> for ProberManager {
     type Result = ();
 
     fn handle(&mut self, msg: StopContainerProbes, _ctx: &mut Self::Context) {
-        self.stop_pod_where(&msg.pod_uid, |k| k.container_name == msg.container);
+        self.stop_pod_where(&msg.pod_uid, |k| *k.container_name == *msg.container);
     }
 }
 

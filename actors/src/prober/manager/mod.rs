@@ -213,7 +213,7 @@ impl ProberManager {
 
     fn pod_workers(&self, pod_uid: &str) -> impl Iterator<Item = (&ProbeKey, &WorkerEntry)> {
         let from =
-            ProbeKey { pod_uid: pod_uid.into(), container_name: String::new(), kind: ProbeKind::Liveness };
+            ProbeKey { pod_uid: pod_uid.into(), container_name: Arc::from(""), kind: ProbeKind::Liveness };
         self.workers
             .range((Bound::Included(from), Bound::Unbounded))
             .take_while(move |(k, _)| k.pod_uid == pod_uid)
@@ -234,7 +234,7 @@ impl ProberManager {
         // seconds fields.
         let timings = probe_timings(&pod).unwrap_or_default();
         let timing = EffectiveTiming::new(&probe, timings.get(&key.container_name, key.kind));
-        let mut spec = WorkerSpec::new(key.kind, &pod, &container, &probe, is_sidecar, self.start);
+        let mut spec = WorkerSpec::new(&key, &pod, &probe, is_sidecar, self.start);
         spec.initial_delay = timing.initial_delay;
         spec.bound = binding.clone();
         spec.keep_state_across_restart =
@@ -331,7 +331,7 @@ impl ProberManager {
         binding: &ContainerBinding,
     ) {
         for kind in [ProbeKind::Readiness, ProbeKind::Liveness] {
-            let key = ProbeKey { pod_uid: uid.into(), container_name: name.to_owned(), kind };
+            let key = ProbeKey { pod_uid: uid.into(), container_name: name.into(), kind };
             self.start_bound(ctx, key, binding);
         }
     }
@@ -434,7 +434,8 @@ impl ProberManager {
                 if kind.probe_of(&container).is_none() {
                     continue;
                 }
-                let key = ProbeKey { pod_uid: uid.clone(), container_name: container.name.clone(), kind };
+                let key =
+                    ProbeKey { pod_uid: uid.clone(), container_name: container.name.as_str().into(), kind };
                 let state = match self.workers.get(&key) {
                     Some(entry) if !entry.stopping => {
                         tracing::trace!(pod_uid = %uid, container = %container.name, probe_kind = %kind, "Probe already exists for container");
@@ -497,7 +498,7 @@ impl Handler<UpdatePodStatus> for ProberManager {
 
     fn handle(&mut self, msg: UpdatePodStatus, _ctx: &mut Self::Context) -> Self::Result {
         let uid = PodUid::of(&msg.pod).unwrap_or_default();
-        let workers: HashSet<(String, ProbeKind)> =
+        let workers: HashSet<(Arc<str>, ProbeKind)> =
             self.pod_workers(&uid).map(|(k, _)| (k.container_name.clone(), k.kind)).collect();
         let keys = result_keys(&msg.status);
         let answer = self.config.results_view.get_many(&keys);
@@ -517,7 +518,8 @@ impl Handler<UpdatePodStatus> for ProberManager {
         // A lifecycle worker starts with its container and probes at once: no manual trigger
         // (upstream skips it under ContainerLifecycleProber).
         for name in triggers.into_iter().filter(|_| !self.lifecycle()) {
-            let key = ProbeKey { pod_uid: uid.clone(), container_name: name, kind: ProbeKind::Readiness };
+            let key =
+                ProbeKey { pod_uid: uid.clone(), container_name: name.into(), kind: ProbeKind::Readiness };
             if let Some(addr) = self.workers.get(&key).and_then(|e| e.addr.as_ref())
                 && addr.try_send(Trigger).is_err()
             {

@@ -216,7 +216,7 @@ pub struct ProbeWorker {
 impl ProbeWorker {
     /// Builds a worker from its config; it starts probing once started (after its jitter).
     pub fn new(config: WorkerConfig) -> Self {
-        let labels = metrics::ProbeLabels::new(config.key.kind, &config.pod, &config.container.name);
+        let labels = metrics::ProbeLabels::for_worker(&config.key, &config.pod);
         let memo = ProbeMemo::for_probe(config.key.kind.probe_of(&config.container));
         ProbeWorker {
             exit: ExitNotice {
