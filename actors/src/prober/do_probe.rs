@@ -46,8 +46,8 @@ pub struct WorkerSpec {
     pub manager_start: Timestamp,
     /// The container instance a worker started by `StartContainerProbes` probes
     /// (`ContainerLifecycleProber`); `None` for a worker that follows whatever container the
-    /// status shows.
-    pub bound: Option<ContainerBinding>,
+    /// status shows. Boxed, as only that gate sets it (docs/memory.md: a worker's bytes).
+    pub bound: Option<Box<ContainerBinding>>,
     /// Keep the state of containers that ran before the agent started instead of writing the
     /// initial value (KEP-4781); false under `ChangeContainerStatusOnKubeletRestart`.
     pub keep_state_across_restart: bool,
@@ -589,8 +589,12 @@ mod tests {
         assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "old container reset");
     }
 
-    fn binding(container: &str, started_at: Option<i64>) -> Option<ContainerBinding> {
-        Some(ContainerBinding { container_id: id(container), pod_ip: None, started_at: started_at.map(t) })
+    fn binding(container: &str, started_at: Option<i64>) -> Option<Box<ContainerBinding>> {
+        Some(Box::new(ContainerBinding {
+            container_id: id(container),
+            pod_ip: None,
+            started_at: started_at.map(t),
+        }))
     }
 
     #[test]

@@ -238,7 +238,7 @@ impl ProberManager {
         let timing = EffectiveTiming::new(&probe, timings.get(&key.container_name, key.kind));
         let mut spec = WorkerSpec::new(&key, &pod, &probe, is_sidecar, self.start);
         spec.initial_delay = timing.initial_delay;
-        spec.bound = binding.clone();
+        spec.bound = binding.clone().map(Box::new);
         spec.keep_state_across_restart =
             !self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
         let on_started =

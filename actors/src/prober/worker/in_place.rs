@@ -56,7 +56,7 @@ impl Handler<Reconfigure> for ProbeWorker {
             let delay = (msg.spec.initial_delay_seconds, msg.spec.initial_delay);
             if self.probed.is_some() && self.probed == self.state.container_id {
                 // The current container was probed: its first probe is behind it.
-                self.pending_initial_delay = Some(delay);
+                self.pending_initial_delay = Some(Box::new(delay));
             } else {
                 self.pending_initial_delay = None;
                 (self.spec.initial_delay_seconds, self.spec.initial_delay) = delay;

@@ -210,7 +210,7 @@ pub struct ProbeWorker {
     probed: Option<ContainerId>,
     /// A new initial delay (seconds, and the timing annotation's milliseconds) waiting for the
     /// next container, because the current one has been probed already.
-    pending_initial_delay: Option<(i64, Option<Duration>)>,
+    pending_initial_delay: Option<Box<(i64, Option<Duration>)>>,
 }
 
 impl ProbeWorker {
@@ -311,7 +311,7 @@ impl ProbeWorker {
         let status = self.status.borrow();
         if self.pending_initial_delay.is_some()
             && self.shows_new_container(status.as_deref())
-            && let Some((seconds, delay)) = self.pending_initial_delay.take()
+            && let Some((seconds, delay)) = self.pending_initial_delay.take().map(|d| *d)
         {
             self.spec.initial_delay_seconds = seconds;
             self.spec.initial_delay = delay;
@@ -566,7 +566,7 @@ impl Actor for ProbeWorker {
         // notice unclean so the manager restarts it, and keep the cached result and metric
         // series for the replacement, which resumes from this state.
         if std::thread::panicking() {
-            self.exit.state = Some(self.state.clone());
+            self.exit.state = Some(Box::new(self.state.clone()));
             return;
         }
         self.exit.clean = true;
@@ -651,7 +651,8 @@ struct ExitNotice {
     worker_id: u64,
     clean: bool,
     container_id: Option<ContainerId>,
-    state: Option<WorkerState>,
+    /// Set only by a worker that died (a panic), for its replacement; boxed until then.
+    state: Option<Box<WorkerState>>,
 }
 
 /// Sends [`WorkerExited`] when the worker is dropped: after `stopped` (clean) or when a panic
@@ -663,7 +664,7 @@ impl Drop for ProbeWorker {
             worker_id: self.exit.worker_id,
             clean: self.exit.clean,
             container_id: self.exit.container_id.take(),
-            state: self.exit.state.take(),
+            state: self.exit.state.take().map(|s| *s),
             labels: self.labels.clone(),
         });
     }
@@ -676,5 +677,17 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "unknown panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// docs/memory.md: every idle worker's actor is inline in its task; what only a gate or a
+    /// rare event uses (a lifecycle binding, an initial delay waiting for the next container,
+    /// a dead worker's state for its replacement) is boxed instead.
+    #[test]
+    fn a_worker_stays_small() {
+        let size = std::mem::size_of::<super::ProbeWorker>();
+        assert!(size <= 800, "ProbeWorker is {size} bytes");
     }
 }
