@@ -674,7 +674,7 @@ async fn probe_three_times(action: &HTTPGetAction) -> Vec<Result<ProbeResult, Pr
             LONG,
             memo.clone(),
         );
-        results.push(probe.await);
+        results.push(probe.await.result);
     }
     results
 }

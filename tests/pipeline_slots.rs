@@ -78,9 +78,14 @@ impl Records {
 /// Pod `name` with one container whose readiness probe dials TCP with a 1 s timeout, every
 /// 10 s; [`status`] gives pod `i` the IP `10.0.<i / 256>.<i % 256>` (the probe's host).
 fn pod(name: &str) -> Arc<Pod> {
+    pod_every(name, 10)
+}
+
+/// [`pod`] probed every `period` seconds.
+fn pod_every(name: &str, period: i32) -> Arc<Pod> {
     let probe = Probe {
         tcp_socket: Some(TCPSocketAction { port: IntOrString::Int(80), host: None }),
-        period_seconds: Some(10),
+        period_seconds: Some(period),
         timeout_seconds: Some(1),
         ..Default::default()
     };
@@ -129,10 +134,21 @@ async fn start_with(takes: Duration, adjust: impl FnOnce(EngineBuilder) -> Engin
 
 impl Setup {
     async fn add(&self, i: usize, name: &str) -> Arc<Pod> {
-        let pod = pod(name);
+        self.add_pod(i, pod(name)).await
+    }
+
+    /// Pod `pod` as pod `i` (its IP).
+    async fn add_pod(&self, i: usize, pod: Arc<Pod>) -> Arc<Pod> {
+        let name = pod.metadata.name.clone().unwrap();
         self.pods.upsert(pod.clone());
-        self.engine.sync_pod(pod.clone(), status(i, name)).await.unwrap();
+        self.engine.sync_pod(pod.clone(), status(i, &name)).await.unwrap();
         pod
+    }
+
+    /// When the probes of host `host` began, since `t0`.
+    fn calls_to(&self, host: &str, t0: tokio::time::Instant) -> Vec<Duration> {
+        let calls = self.tcp.calls.lock().unwrap();
+        calls.iter().filter(|(h, _)| h == host).map(|(_, at)| at.duration_since(t0)).collect()
     }
 
     async fn ready(&self, pod: &Pod) -> bool {
@@ -281,4 +297,40 @@ async fn exec_probes_have_slots_of_their_own() {
     assert!(records[0].waited.is_zero(), "{records:?}");
     run_for(Duration::from_secs(5)).await;
     assert_eq!(setup.records.all().len(), 2, "then the exec probe finished");
+}
+
+#[actix::test]
+async fn a_tick_due_while_the_probe_waited_for_its_slot_is_dropped() {
+    // One slot and probes of 300 ms: four pods probed every 10 s hold it for 1.2 s, so the
+    // first probe of a fifth pod, probed every second, waits past its tick at 1 s.
+    let setup = start(Some(1), Duration::from_millis(300)).await;
+    let t0 = tokio::time::Instant::now();
+    for i in 0..4 {
+        setup.add(i, &format!("p{i}")).await;
+    }
+    setup.add_pod(4, pod_every("fast", 1)).await;
+    run_for(Duration::from_millis(3_100)).await;
+
+    let began: Vec<u128> =
+        setup.calls_to("10.0.0.4", t0).iter().map(|d| (d.as_millis() + 50) / 100 * 100).collect();
+    // Go's ticker would hand the worker the tick of 1 s when its probe returned at 1.5 s, and it
+    // would probe again at once, off its schedule; but the probe that began at 1.2 s was that
+    // tick's probe already. The next one is on the schedule, at 2 s.
+    assert_eq!(began, [1_200, 2_000, 3_000], "the fast pod's probes");
+}
+
+#[actix::test]
+async fn a_tick_due_while_the_probe_ran_still_runs_at_once() {
+    // The control, as upstream: one slot and probes of 900 ms; a pod probed every 10 s holds
+    // the slot until 0.9 s, so the fast pod's first probe begins at 0.9 s, before its tick at
+    // 1 s, and runs past it. That tick came while the probe ran, so it runs when the probe
+    // returns, at 1.8 s; the tick of 2 s comes while that one runs, and so on.
+    let setup = start(Some(1), Duration::from_millis(900)).await;
+    let t0 = tokio::time::Instant::now();
+    setup.add(0, "slow").await;
+    setup.add_pod(1, pod_every("fast", 1)).await;
+    run_for(Duration::from_millis(2_000)).await;
+    let began: Vec<u128> =
+        setup.calls_to("10.0.0.1", t0).iter().map(|d| (d.as_millis() + 50) / 100 * 100).collect();
+    assert_eq!(began, [900, 1_800], "the fast pod's probes");
 }

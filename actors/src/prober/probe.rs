@@ -58,8 +58,11 @@ pub trait ProbeRunner: Send + Sync + 'static {
 
     /// [`ProbeRunner::probe_with_timeout`] for a worker that keeps `memo` between its probes:
     /// a runner may keep what it built for one probe there for the next (the real prober keeps
-    /// the HTTP request). A memo belongs to one probe of one container. The default ignores it,
-    /// so a runner that wraps another must forward this method for the memo to be used.
+    /// the HTTP request). A memo belongs to one probe of one container. The answer also says
+    /// how long the probe waited for a probe slot before its first try (the real prober's
+    /// [`Prober::with_slots`]): the worker times the probe from its slot, and drops a tick that
+    /// came due while it waited. The default ignores the memo and never waits, so a runner
+    /// that wraps another must forward this method for the memo and the wait to be used.
     #[allow(clippy::too_many_arguments)]
     fn probe_with_memo(
         &self,
@@ -70,10 +73,21 @@ pub trait ProbeRunner: Send + Sync + 'static {
         container_id: ContainerId,
         timeout: Duration,
         memo: ProbeMemo,
-    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+    ) -> BoxFuture<'static, ProbeRun> {
         let _ = memo;
-        self.probe_with_timeout(kind, pod, status, container, container_id, timeout)
+        let probe = self.probe_with_timeout(kind, pod, status, container, container_id, timeout);
+        Box::pin(async move { ProbeRun { result: probe.await, waited: Duration::ZERO } })
     }
+}
+
+/// What [`ProbeRunner::probe_with_memo`] answers: the probe's result, and how long it waited
+/// for a probe slot before its first try.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeRun {
+    /// `Err` means the probe errored after its retries: the worker discards it.
+    pub result: Result<ProbeResult, ProbeError>,
+    /// Zero when a slot was free at once, or the runner has none.
+    pub waited: Duration,
 }
 
 /// Which hosts `httpGet` and `tcpSocket` probes may connect to.
@@ -208,7 +222,7 @@ impl Prober {
         container_id: &ContainerId,
         timeout: Duration,
     ) -> Result<ProbeResult, ProbeError> {
-        self.probe_remembering(kind, pod, status, container, container_id, timeout, None).await
+        self.probe_remembering(kind, pod, status, container, container_id, timeout, None).await.result
     }
 
     /// [`Prober::probe_timed`], keeping what can be kept for the worker's next probe in `memo`.
@@ -222,10 +236,10 @@ impl Prober {
         container_id: &ContainerId,
         timeout: Duration,
         memo: Option<&ProbeMemo>,
-    ) -> Result<ProbeResult, ProbeError> {
+    ) -> ProbeRun {
         let Some(spec) = kind.probe_of(container) else {
             tracing::trace!(probe_kind = %kind, container = %container.name, "Probe is nil");
-            return Ok(ProbeResult::Success);
+            return ProbeRun { result: Ok(ProbeResult::Success), waited: Duration::ZERO };
         };
         let asked = tokio::time::Instant::now();
         // Held until the probe's tries are over; each try's timeout starts after it.
@@ -258,7 +272,7 @@ impl Prober {
                 waited,
             });
         }
-        mapped
+        ProbeRun { result: mapped, waited }
     }
 
     /// Maps an executor's answer to a cache result and records the event it calls for.
@@ -438,7 +452,7 @@ impl ProbeRunner for Prober {
         container_id: ContainerId,
         timeout: Duration,
         memo: ProbeMemo,
-    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+    ) -> BoxFuture<'static, ProbeRun> {
         let prober = self.clone();
         Box::pin(async move {
             prober

@@ -8,7 +8,8 @@
 //! "Overload").
 //!
 //! The worker's schedule keeps at most one missed tick, so a worker waiting for a slot does not
-//! pile probes up behind it: it probes once when the slot comes, then on its schedule.
+//! pile probes up behind it: it probes once when the slot comes, then on its schedule (a tick
+//! that came due while it waited is dropped: [`super::ProbeRun::waited`] tells the worker).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -80,7 +80,7 @@ impl Handler<Reconfigure> for ProbeWorker {
             if let Some(handle) = self.in_flight.take() {
                 ctx.cancel_future(handle);
             }
-            self.tick_pending = false;
+            self.tick_pending = None;
             self.schedule_from(Instant::now(), ctx);
             self.run_probe(ctx);
             return;
@@ -95,7 +95,7 @@ impl Handler<Reconfigure> for ProbeWorker {
                 self.schedule_from(last, ctx);
             } else if self.in_flight.is_some() {
                 self.schedule_from(now, ctx);
-                self.tick_pending = true;
+                self.tick_pending = Some(now);
             } else {
                 self.schedule_from(now, ctx);
                 self.run_probe(ctx);

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
 use super::probe_metrics as metrics;
-use super::{PodContainer, ProbeError, ProbeMemo, ProbeResult, ProbeRunner};
+use super::{PodContainer, ProbeMemo, ProbeResult, ProbeRun, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
@@ -188,8 +188,9 @@ pub struct ProbeWorker {
     /// The generation of the running fixed-rate schedule ([`Ticks`]); 0 until the first probe.
     /// Each restart bumps it, and a schedule of an older generation ends itself.
     schedule: u32,
-    /// A tick arrived while a probe was running (at most one is kept, like Go's ticker).
-    tick_pending: bool,
+    /// The due time of a tick that arrived while a probe was running (at most one is kept, like
+    /// Go's ticker); see [`ProbeWorker::run_pending`] for when it is dropped.
+    tick_pending: Option<Instant>,
     /// A manual trigger arrived while a probe was running.
     trigger_pending: bool,
     /// A manual trigger found nothing to probe in the cached status: probe at the pod's next
@@ -245,7 +246,7 @@ impl ProbeWorker {
             clock: config.clock,
             in_flight: None,
             schedule: 0,
-            tick_pending: false,
+            tick_pending: None,
             trigger_pending: false,
             status_wait: None,
             labels,
@@ -290,16 +291,16 @@ impl ProbeWorker {
     /// dropped.
     fn interval_changed(&mut self, before: Duration, from: Instant, ctx: &mut Context<Self>) {
         if self.interval() != before && self.schedule != 0 {
-            self.tick_pending = false;
+            self.tick_pending = None;
             self.schedule_from(from, ctx);
         }
     }
 
-    /// A tick of the schedule: probe, or remember it while a probe runs (one at most, as
-    /// Go's ticker keeps one).
-    fn on_tick(&mut self, ctx: &mut Context<Self>) {
+    /// A tick of the schedule, due at `due`: probe, or remember it while a probe runs (one at
+    /// most, as Go's ticker keeps one).
+    fn on_tick(&mut self, due: Instant, ctx: &mut Context<Self>) {
         if self.in_flight.is_some() {
-            self.tick_pending = true;
+            self.tick_pending = Some(due);
         } else {
             self.run_probe(ctx);
         }
@@ -366,9 +367,11 @@ impl ProbeWorker {
                 act.in_flight = None;
                 act.last_completed = Some(Instant::now());
                 let interval = act.interval();
+                // When the probe began: after its wait for a probe slot, if it had to wait.
+                let began = started + outcome.as_ref().map_or(Duration::ZERO, |run| run.waited);
                 act.finish_probe(outcome, started);
                 act.interval_changed(interval, started, ctx);
-                act.run_pending(ctx);
+                act.run_pending(began, ctx);
             },
         ));
         self.in_flight = Some(handle);
@@ -416,8 +419,10 @@ impl ProbeWorker {
         })));
     }
 
+    /// Applies a finished probe's outcome. Its duration is measured from the iteration's start
+    /// at `started`, as upstream's is, so a wait for a probe slot is in it (docs/prober.md §1.2).
     fn finish_probe(&mut self, outcome: Finished, started: Instant) {
-        let result = match outcome {
+        let result = match outcome.map(|run| run.result) {
             Err(panic) => {
                 let message = panic_message(panic.as_ref());
                 tracing::error!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, panic = %message, "Probe panicked; keeping the previous result");
@@ -471,12 +476,23 @@ impl ProbeWorker {
         }
     }
 
-    fn run_pending(&mut self, ctx: &mut Context<Self>) {
+    /// After a probe that began at `began`: a manual trigger that came meanwhile runs now, and
+    /// so does a kept tick, as Go's ticker delivers the one it kept. A tick that came due
+    /// before the probe began (while it waited for a probe slot) is dropped instead: the probe
+    /// that just ran began after it, so it is that tick's probe, and probing again at once
+    /// would only queue another late probe behind the slots the node is short of. Without a
+    /// wait, every kept tick came during the probe and runs, as upstream's does
+    /// (docs/prober.md §1.2).
+    fn run_pending(&mut self, began: Instant, ctx: &mut Context<Self>) {
         if std::mem::take(&mut self.trigger_pending) {
-            self.tick_pending = false;
+            self.tick_pending = None;
             self.run_triggered(ctx, true);
-        } else if std::mem::take(&mut self.tick_pending) {
-            self.run_probe(ctx);
+        } else if let Some(due) = self.tick_pending.take() {
+            if due > began {
+                self.run_probe(ctx);
+            } else {
+                tracing::trace!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Tick due while the probe waited for a slot dropped");
+            }
         }
     }
 
@@ -546,7 +562,7 @@ impl ProbeWorker {
 }
 
 /// A finished probe: its result, or the panic it raised.
-type Finished = Result<Result<ProbeResult, ProbeError>, Box<dyn std::any::Any + Send>>;
+type Finished = Result<ProbeRun, Box<dyn std::any::Any + Send>>;
 
 impl Actor for ProbeWorker {
     type Context = Context<Self>;

@@ -43,10 +43,8 @@ impl ActorFuture<ProbeWorker> for Ticks {
             if act.schedule != this.generation || !ctx.state().alive() {
                 return Poll::Ready(());
             }
-            if this.interval.poll_tick(task).is_pending() {
-                return Poll::Pending;
-            }
-            act.on_tick(ctx);
+            let Poll::Ready(due) = this.interval.poll_tick(task) else { return Poll::Pending };
+            act.on_tick(due, ctx);
         }
     }
 }
