@@ -56,7 +56,7 @@ pub fn result_keys(status: &PodStatus) -> Vec<(ProbeKind, ContainerId)> {
 /// whose readiness worker should probe now: started, with a readiness worker, and not ready
 /// per the cache (upstream's manual trigger).
 pub fn update_pod_status(pod: &Pod, status: &mut PodStatus, view: &ProbeView) -> Vec<String> {
-    let spec = pod.spec.clone().unwrap_or_default();
+    let spec = crate::status::spec_of(pod);
     let api_ready = pod
         .status
         .as_ref()

@@ -21,7 +21,7 @@ pub fn generate_kubelet_conditions(pod: &Pod, status: &mut PodStatus) {
 /// before the generated ones, where upstream's `generateAPIPodStatus` appends them. A terminal
 /// pod has none: its host clears them first.
 pub fn generate_kubelet_conditions_with_resize(pod: &Pod, status: &mut PodStatus, resize: &[PodCondition]) {
-    let spec = pod.spec.clone().unwrap_or_default();
+    let spec = crate::status::spec_of(pod);
     let phase = status.phase.clone().unwrap_or_default();
     let all = super::generate::all_container_statuses(status);
     let mut conditions: Vec<PodCondition> = pod

@@ -231,7 +231,7 @@ impl StatusManager {
                 .or_else(|| pod.status.clone())
                 .unwrap_or_default(),
         };
-        let spec = pod.spec.clone().unwrap_or_default();
+        let spec = super::spec_of(pod);
         if let Err(err) = check_container_state_transition(&old, &status, &spec) {
             tracing::error!(pod = pod_ref(pod), pod_uid = %uid, error = %err, "Status update on pod aborted");
             return false;
@@ -326,7 +326,7 @@ impl Handler<SetContainerReadiness> for StatusManager {
         }
         container.ready = msg.ready;
 
-        let spec = pod.spec.clone().unwrap_or_default();
+        let spec = super::spec_of(&pod);
         let all = super::generate::all_container_statuses(&status);
         let phase = status.phase.clone().unwrap_or_default();
         let conditions = status.conditions.clone().unwrap_or_default();
