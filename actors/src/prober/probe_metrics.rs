@@ -23,22 +23,24 @@ use super::{ProbeKind, ProbeResult};
 use crate::metrics::{self as names, PrometheusRegistry, installed};
 use crate::vocabulary::ProbeKey;
 
-/// The labels of one worker's series. The values are shared strings: a clone (the worker's
-/// exit notice holds one) and every series looked up with them point at the same four
-/// allocations instead of copying them (docs/memory.md).
-#[derive(Debug, Clone)]
+/// The labels of one worker's series. The values are shared, not copied: the container name
+/// and pod UID are the worker key's own text, and the pod name and namespace are read from the
+/// host's pod, taken as shared text only when the worker's first series is looked up (and then
+/// shared by all its series). So a worker that has not probed yet holds no label text of its
+/// own and no handles (docs/memory.md).
+#[derive(Debug)]
 pub struct ProbeLabels {
-    probe_type: &'static str,
+    kind: ProbeKind,
     container: Arc<str>,
-    pod: Arc<str>,
-    namespace: Arc<str>,
     pod_uid: Arc<str>,
-    /// The series looked up so far, and the forget epoch they were looked up in.
-    handles: RefCell<Handles>,
+    /// The pod, for its name and namespace.
+    pod: Arc<Pod>,
+    /// The series looked up so far; `None` until the first observation.
+    handles: RefCell<Option<Box<Handles>>>,
 }
 
-/// A worker's series handles.
-#[derive(Debug, Clone, Default)]
+/// A worker's series handles, and the label text they share.
+#[derive(Debug)]
 struct Handles {
     /// [`crate::metrics::forget_epoch`] when these were looked up.
     epoch: u64,
@@ -46,31 +48,50 @@ struct Handles {
     totals: [Option<Counter>; 3],
     /// `prober_probe_duration_seconds`.
     duration: Option<Histogram>,
+    /// The pod's name and namespace, as the series' label values.
+    pod: Arc<str>,
+    namespace: Arc<str>,
+}
+
+/// A copy names the same series and looks its handles up again when it observes.
+impl Clone for ProbeLabels {
+    fn clone(&self) -> Self {
+        ProbeLabels {
+            kind: self.kind,
+            container: self.container.clone(),
+            pod_uid: self.pod_uid.clone(),
+            pod: self.pod.clone(),
+            handles: RefCell::new(None),
+        }
+    }
 }
 
 impl ProbeLabels {
     /// The labels of a `kind` worker for `container` of `pod`: `probe_type`, `container`, `pod`,
     /// `namespace`, `pod_uid`.
-    pub fn new(kind: ProbeKind, pod: &Pod, container: &str) -> Self {
+    pub fn new(kind: ProbeKind, pod: Arc<Pod>, container: &str) -> Self {
         let pod_uid = Arc::from(pod.metadata.uid.as_deref().unwrap_or_default());
-        Self::with(kind, pod, Arc::from(container), pod_uid)
+        ProbeLabels { kind, container: Arc::from(container), pod_uid, pod, handles: RefCell::new(None) }
     }
 
     /// The labels of the worker `key` of `pod`: the container name and pod UID are the key's
     /// own text, shared rather than copied (docs/memory.md).
-    pub fn for_worker(key: &ProbeKey, pod: &Pod) -> Self {
-        Self::with(key.kind, pod, key.container_name.clone(), key.pod_uid.shared())
+    pub fn for_worker(key: &ProbeKey, pod: &Arc<Pod>) -> Self {
+        ProbeLabels {
+            kind: key.kind,
+            container: key.container_name.clone(),
+            pod_uid: key.pod_uid.shared(),
+            pod: pod.clone(),
+            handles: RefCell::new(None),
+        }
     }
 
-    fn with(kind: ProbeKind, pod: &Pod, container: Arc<str>, pod_uid: Arc<str>) -> Self {
-        ProbeLabels {
-            probe_type: kind.as_str(),
-            container,
-            pod: Arc::from(pod.metadata.name.as_deref().unwrap_or_default()),
-            namespace: Arc::from(pod.metadata.namespace.as_deref().unwrap_or_default()),
-            pod_uid,
-            handles: RefCell::default(),
-        }
+    fn pod_name(&self) -> &str {
+        self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or_default()
     }
 
     /// Counts a probe that returned a result and, unless it failed, observes its duration.
@@ -80,34 +101,46 @@ impl ProbeLabels {
             ProbeResult::Failure => (1, names::RESULT_FAILED),
             ProbeResult::Unknown => (2, names::RESULT_UNKNOWN),
         };
-        let mut handles = self.handles.borrow_mut();
+        let probe_type = self.kind.as_str();
         let epoch = names::forget_epoch();
+        let mut kept = self.handles.borrow_mut();
+        let handles = kept.get_or_insert_with(|| {
+            Box::new(Handles {
+                epoch,
+                totals: Default::default(),
+                duration: None,
+                pod: Arc::from(self.pod_name()),
+                namespace: Arc::from(self.namespace()),
+            })
+        });
         if handles.epoch != epoch {
-            *handles = Handles { epoch, ..Handles::default() };
+            handles.epoch = epoch;
+            handles.totals = Default::default();
+            handles.duration = None;
         }
-        handles.totals[slot]
+        let Handles { totals, duration: histogram, pod, namespace, .. } = &mut **handles;
+        totals[slot]
             .get_or_insert_with(|| {
                 metrics::counter!(
                     names::PROBER_PROBE_TOTAL,
-                    "probe_type" => self.probe_type,
+                    "probe_type" => probe_type,
                     "result" => label,
                     "container" => self.container.clone(),
-                    "pod" => self.pod.clone(),
-                    "namespace" => self.namespace.clone(),
+                    "pod" => pod.clone(),
+                    "namespace" => namespace.clone(),
                     "pod_uid" => self.pod_uid.clone(),
                 )
             })
             .increment(1);
         if result != ProbeResult::Failure {
-            handles
-                .duration
+            histogram
                 .get_or_insert_with(|| {
                     metrics::histogram!(
                         names::PROBER_PROBE_DURATION_SECONDS,
-                        "probe_type" => self.probe_type,
+                        "probe_type" => probe_type,
                         "container" => self.container.clone(),
-                        "pod" => self.pod.clone(),
-                        "namespace" => self.namespace.clone(),
+                        "pod" => pod.clone(),
+                        "namespace" => namespace.clone(),
                     )
                 })
                 .record(duration.as_secs_f64());
@@ -126,15 +159,16 @@ impl ProbeLabels {
     /// the order [`ProbeLabels::observe`] creates them, so that an exit costs a few lookups,
     /// not a scan of every worker's series.
     pub fn forget_in(&self, registry: &PrometheusRegistry) {
+        let (probe_type, pod, namespace) = (self.kind.as_str(), self.pod_name(), self.namespace());
         for result in [names::RESULT_SUCCESSFUL, names::RESULT_FAILED, names::RESULT_UNKNOWN] {
             registry.forget_exact(
                 names::PROBER_PROBE_TOTAL,
                 &[
-                    ("probe_type", self.probe_type),
+                    ("probe_type", probe_type),
                     ("result", result),
                     ("container", &self.container),
-                    ("pod", &self.pod),
-                    ("namespace", &self.namespace),
+                    ("pod", pod),
+                    ("namespace", namespace),
                     ("pod_uid", &self.pod_uid),
                 ],
             );
@@ -142,10 +176,10 @@ impl ProbeLabels {
         registry.forget_exact(
             names::PROBER_PROBE_DURATION_SECONDS,
             &[
-                ("probe_type", self.probe_type),
+                ("probe_type", probe_type),
                 ("container", &self.container),
-                ("pod", &self.pod),
-                ("namespace", &self.namespace),
+                ("pod", pod),
+                ("namespace", namespace),
             ],
         );
     }
@@ -162,8 +196,8 @@ mod tests {
     use crate::metrics::PrometheusRegistry;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn pod(uid: &str) -> Pod {
-        Pod {
+    fn pod(uid: &str) -> Arc<Pod> {
+        Arc::new(Pod {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("default".into()),
@@ -171,7 +205,7 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
-        }
+        })
     }
 
     fn lines(registry: &PrometheusRegistry, needle: &str) -> Vec<String> {
@@ -181,7 +215,7 @@ mod tests {
     #[test]
     fn kept_handles_count_into_the_registry() {
         let registry = PrometheusRegistry::new();
-        let labels = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "app");
+        let labels = ProbeLabels::new(ProbeKind::Readiness, pod("uid-1"), "app");
         metrics::with_local_recorder(&registry, || {
             for _ in 0..3 {
                 labels.observe(ProbeResult::Success, Duration::from_millis(5));
@@ -202,19 +236,23 @@ mod tests {
     #[test]
     fn a_clone_and_the_series_share_the_label_strings() {
         let registry = PrometheusRegistry::new();
-        let labels = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "app");
+        let pod = pod("uid-1");
+        let labels = ProbeLabels::new(ProbeKind::Readiness, pod.clone(), "app");
         let copy = labels.clone();
-        for (a, b) in [
-            (&labels.container, &copy.container),
-            (&labels.pod, &copy.pod),
-            (&labels.namespace, &copy.namespace),
-            (&labels.pod_uid, &copy.pod_uid),
-        ] {
+        for (a, b) in [(&labels.container, &copy.container), (&labels.pod_uid, &copy.pod_uid)] {
             assert!(Arc::ptr_eq(a, b), "{a}: copied, not shared");
         }
-        metrics::with_local_recorder(&registry, || labels.observe(ProbeResult::Success, Duration::ZERO));
-        // The counter and the histogram series hold the pod name too, without copying it.
-        assert!(Arc::strong_count(&labels.pod) >= 4, "{}", Arc::strong_count(&labels.pod));
+        assert!(Arc::ptr_eq(&labels.pod, &copy.pod));
+        assert!(labels.handles.borrow().is_none(), "no label text or handles before the first probe");
+        metrics::with_local_recorder(&registry, || {
+            labels.observe(ProbeResult::Success, Duration::ZERO);
+            labels.observe(ProbeResult::Failure, Duration::ZERO);
+        });
+        // The two counters and the histogram hold the pod name the handles took, not copies.
+        let handles = labels.handles.borrow();
+        let name = &handles.as_ref().expect("looked up").pod;
+        assert_eq!(&**name, "web");
+        assert!(Arc::strong_count(name) >= 4, "{}", Arc::strong_count(name));
     }
 
     /// A worker's exit forgets exactly its own series, found by key: every result and its
@@ -223,17 +261,26 @@ mod tests {
     fn a_workers_labels_share_its_keys_text() {
         let key =
             ProbeKey { pod_uid: "uid-1".into(), container_name: "app".into(), kind: ProbeKind::Readiness };
-        let labels = ProbeLabels::for_worker(&key, &pod("uid-1"));
+        let pod = pod("uid-1");
+        let labels = ProbeLabels::for_worker(&key, &pod);
         assert!(Arc::ptr_eq(&labels.container, &key.container_name));
         assert!(Arc::ptr_eq(&labels.pod_uid, &key.pod_uid.shared()));
-        assert_eq!((&*labels.pod, &*labels.namespace), ("web", "default"));
+        assert!(Arc::ptr_eq(&labels.pod, &pod), "the host's pod, not a copy");
+        assert_eq!((labels.pod_name(), labels.namespace()), ("web", "default"));
+    }
+
+    #[test]
+    fn a_worker_that_has_not_probed_holds_no_label_text() {
+        // docs/memory.md: the labels of a worker waiting for its container are the key's text
+        // and the host's pod, nothing of their own.
+        assert!(std::mem::size_of::<ProbeLabels>() <= 64, "{}", std::mem::size_of::<ProbeLabels>());
     }
 
     #[test]
     fn forget_removes_this_workers_series_and_no_others() {
         let registry = PrometheusRegistry::new();
-        let gone = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "app");
-        let other = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-1"), "sidecar");
+        let gone = ProbeLabels::new(ProbeKind::Readiness, pod("uid-1"), "app");
+        let other = ProbeLabels::new(ProbeKind::Readiness, pod("uid-1"), "sidecar");
         metrics::with_local_recorder(&registry, || {
             for result in [ProbeResult::Success, ProbeResult::Failure, ProbeResult::Unknown] {
                 gone.observe(result, Duration::from_millis(5));
@@ -256,8 +303,8 @@ mod tests {
     #[test]
     fn a_series_forgotten_under_a_worker_is_looked_up_again() {
         let registry = PrometheusRegistry::new();
-        let old = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-old"), "app");
-        let new = ProbeLabels::new(ProbeKind::Readiness, &pod("uid-new"), "app");
+        let old = ProbeLabels::new(ProbeKind::Readiness, pod("uid-old"), "app");
+        let new = ProbeLabels::new(ProbeKind::Readiness, pod("uid-new"), "app");
         metrics::with_local_recorder(&registry, || {
             old.observe(ProbeResult::Success, Duration::from_millis(5));
             new.observe(ProbeResult::Success, Duration::from_millis(5));

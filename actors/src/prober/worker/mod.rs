@@ -224,7 +224,6 @@ impl ProbeWorker {
                 manager: config.manager,
                 worker_id: config.worker_id,
                 clean: false,
-                container_id: None,
                 state: None,
             },
             key: config.key,
@@ -576,7 +575,6 @@ impl Actor for ProbeWorker {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        self.exit.container_id = self.state.container_id.clone();
         // A panic in a handler drops the actor's context, and actix stops the actor from that
         // drop, so this runs during the unwinding: the worker died, it did not stop. Leave the
         // notice unclean so the manager restarts it, and keep the cached result and metric
@@ -589,7 +587,7 @@ impl Actor for ProbeWorker {
         // The manager removes the cache entry and the series on the notice; with the manager
         // gone (the system is shutting down) nobody else will.
         if !self.exit.manager.connected() {
-            if let Some(container_id) = self.exit.container_id.take() {
+            if let Some(container_id) = self.state.container_id.take() {
                 self.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id });
             }
             self.labels.forget();
@@ -666,7 +664,6 @@ struct ExitNotice {
     manager: Recipient<WorkerExited>,
     worker_id: u64,
     clean: bool,
-    container_id: Option<ContainerId>,
     /// Set only by a worker that died (a panic), for its replacement; boxed until then.
     state: Option<Box<WorkerState>>,
 }
@@ -679,7 +676,8 @@ impl Drop for ProbeWorker {
             key: self.key.clone(),
             worker_id: self.exit.worker_id,
             clean: self.exit.clean,
-            container_id: self.exit.container_id.take(),
+            // The container whose cache entry the worker owns when it goes.
+            container_id: self.state.container_id.take(),
             state: self.exit.state.take().map(|s| *s),
             labels: self.labels.clone(),
         });
@@ -704,6 +702,6 @@ mod size_tests {
     #[test]
     fn a_worker_stays_small() {
         let size = std::mem::size_of::<super::ProbeWorker>();
-        assert!(size <= 800, "ProbeWorker is {size} bytes");
+        assert!(size <= 640, "ProbeWorker is {size} bytes");
     }
 }
