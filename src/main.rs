@@ -5,6 +5,13 @@ use clap::Parser;
 use probelet::cli::{Cli, Command, LintFormat, LogFormat, Mode};
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc, with its background thread: pages freed after a burst (a thousand pods gone, an
+/// overload of probes over) go back to the kernel within about ten seconds, where glibc's
+/// allocator keeps them (docs/memory.md, "The allocator").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {

@@ -35,6 +35,10 @@
 //!   split by worker index as the engine splits its workers over its arbiters, instead of one
 //!   work-stealing runtime: what the engine's threading alone costs.
 //!
+//! * Built with `--features jemalloc` (`cargo run --release -p probelet-actors --features
+//!   jemalloc --example probe_load -- …`), the harness runs on the allocator the agent binary
+//!   ships; otherwise on the system's. Every output line says which (`allocator`).
+//!
 //! CPU is this process's user + system time over the window (from `/proc/self/stat`): the
 //! target's CPU is not in it. Lateness is a probe's start minus the latest due time on its
 //! worker's fixed-rate grid, the grid anchored at the worker's first probe.
@@ -66,6 +70,14 @@ use probelet_actors::{Pipeline, PipelineConfig};
 use serde_json::json;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// With `--features jemalloc`, the allocator the agent binary ships (its background thread on).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The allocator this build runs with, for the output line.
+const ALLOCATOR: &str = if cfg!(feature = "jemalloc") { "jemalloc" } else { "system" };
 
 /// The hidden flag that turns this binary into the target server.
 const SERVE_TARGET: &str = "--serve-target";
@@ -414,6 +426,31 @@ fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm").ok().as_deref().and_then(parse_statm).unwrap_or(0)
 }
 
+/// Resident memory split as the kernel counts it (`/proc/self/status`), in KiB: anonymous
+/// pages (the heap, stacks) and file-backed ones (mostly this binary's code, paged in as it
+/// first runs and the same in every process that runs it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RssSplit {
+    anon_kib: u64,
+    file_kib: u64,
+}
+
+/// Parses `RssAnon:` and `RssFile:` of a `/proc/<pid>/status`.
+fn parse_rss_split(status: &str) -> RssSplit {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    RssSplit { anon_kib: field("RssAnon:"), file_kib: field("RssFile:") }
+}
+
+fn rss_split() -> RssSplit {
+    std::fs::read_to_string("/proc/self/status").map(|s| parse_rss_split(&s)).unwrap_or_default()
+}
+
 /// Open sockets of this process (`/proc/self/fd` links to `socket:[…]`): one per probe in
 /// flight, plus the runtime's few of its own.
 fn open_sockets() -> usize {
@@ -625,6 +662,7 @@ async fn measure(collector: &Collector, args: &Args, mode: &str, setup: Duration
         },
         "latency_us": { "p50": s.latency.quantile(0.50), "p99": s.latency.quantile(0.99) },
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "allocator": ALLOCATOR,
         "loadavg": load_average(),
     })
 }
@@ -865,6 +903,7 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
                 "fresh": per_worker(fresh),
                 "probed": per_worker(probed),
             },
+            "allocator": ALLOCATOR,
             "loadavg": load_average(),
         });
         drop(s);
@@ -884,12 +923,15 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
 /// is aged past the start-up jitter as for `--idle`). At the end the
 /// last pods are removed and the run waits for the workers to exit. RSS is read before the
 /// first pod, after the first 5 s (the population and the allocator at their steady state),
-/// at the end of the window, and once everything is removed; the workers, cached statuses and
-/// status views left at the end are counted.
+/// at the end of the window, 2 s after everything is removed and 15 s after that (an allocator
+/// that returns freed pages does it on a timer), each also split into anonymous and
+/// file-backed pages; the workers, cached statuses and status views left at the end are
+/// counted.
 fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     const SETTLE: Duration = Duration::from_secs(2);
     const TICK: Duration = Duration::from_millis(10);
     const WARM: Duration = Duration::from_secs(5);
+    const RETURN: Duration = Duration::from_secs(15);
     let rate = args.workers;
     let window = Duration::from_secs(args.window);
     let total = rate.saturating_mul(args.window as usize);
@@ -904,6 +946,7 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         collector.set_recording(true);
         tokio::time::sleep(SETTLE).await;
         let before = rss_bytes();
+        let before_split = rss_split();
 
         let mut live: std::collections::VecDeque<Arc<Pod>> = std::collections::VecDeque::new();
         let (mut added, mut removed, mut max_live) = (0usize, 0usize, 0usize);
@@ -954,6 +997,12 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         let drained = drain.elapsed();
         tokio::time::sleep(SETTLE).await;
         let after = rss_bytes();
+        let after_split = rss_split();
+        // An allocator that gives freed pages back does so on a timer (jemalloc's background
+        // thread decays them over 10 s): read again once that is past.
+        tokio::time::sleep(RETURN).await;
+        let returned = rss_bytes();
+        let returned_split = rss_split();
         let workers = pipeline.workers().await?.len();
         let statuses = pipeline.statuses().await?.len();
         collector.set_recording(false);
@@ -987,9 +1036,21 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
                 "max": kib(rss_max),
                 "end_of_window": kib(end_of_window),
                 "after_removal": kib(after),
+                "after_removal_17s": kib(returned),
+            },
+            "rss_anon_file_kib": {
+                "before": [before_split.anon_kib, before_split.file_kib],
+                "after_removal": [after_split.anon_kib, after_split.file_kib],
+                "after_removal_17s": [returned_split.anon_kib, returned_split.file_kib],
             },
             "after_removal_vs_before": round(after as f64 / before.max(1) as f64, 3),
+            "after_removal_17s_vs_before": round(returned as f64 / before.max(1) as f64, 3),
+            "anon_after_removal_17s_vs_before": round(
+                returned_split.anon_kib as f64 / before_split.anon_kib.max(1) as f64,
+                3
+            ),
             "end_of_window_vs_after_5s": warm.map(|w| round(end_of_window as f64 / w.max(1) as f64, 3)),
+            "allocator": ALLOCATOR,
             "loadavg": load_average(),
         });
         drop(s);
@@ -1161,6 +1222,7 @@ mod overload {
             "period_s": args.period,
             "phases": [summary(&over), summary(&after)],
             "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "allocator": ALLOCATOR,
             "loadavg": load_average(),
         })
     }
@@ -1606,6 +1668,13 @@ mod tests {
         assert_eq!(parse_stat("4242 (truncated"), None);
         assert_eq!(parse_stat("1 (x) S 1 2"), None);
         assert!(parse_stat(&std::fs::read_to_string("/proc/self/stat").expect("read")).is_some());
+    }
+
+    #[test]
+    fn the_status_file_gives_anonymous_and_file_backed_resident_memory() {
+        let status = "Name:\tprobe_load\nVmRSS:\t   22772 kB\nRssAnon:\t   15364 kB\nRssFile:\t    7408 kB\nRssShmem:\t       0 kB\n";
+        assert_eq!(parse_rss_split(status), RssSplit { anon_kib: 15_364, file_kib: 7_408 });
+        assert_eq!(parse_rss_split("Name:\tx\n"), RssSplit::default());
     }
 
     #[test]
