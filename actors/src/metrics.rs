@@ -330,6 +330,17 @@ impl Default for PrometheusRegistry {
     }
 }
 
+/// What kind of series [`PrometheusRegistry::forget_exact`] forgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeriesKind {
+    /// A counter.
+    Counter,
+    /// A gauge.
+    Gauge,
+    /// A histogram.
+    Histogram,
+}
+
 impl PrometheusRegistry {
     /// An empty registry, not installed anywhere (use `metrics::with_local_recorder` or
     /// [`PrometheusRegistry::global`]).
@@ -386,18 +397,25 @@ impl PrometheusRegistry {
         forgotten
     }
 
-    /// Forgets the one series of `name` (any kind) whose labels are exactly `labels`, in the
-    /// order the series was created with: a hash lookup, where [`PrometheusRegistry::forget`]
-    /// scans every series. A worker's exit forgets its own series this way, so a burst of n
-    /// exits costs n lookups instead of n scans of every worker's series (docs/benchmarks.md,
-    /// overload). Returns whether a series was forgotten.
-    pub fn forget_exact(&self, name: &str, labels: &[(&str, &str)]) -> bool {
-        let labels: Vec<Label> =
-            labels.iter().map(|(k, v)| Label::new(k.to_string(), v.to_string())).collect();
-        let key = Key::from_parts(name.to_owned(), labels);
-        let forgotten = self.registry.delete_counter(&key)
-            | self.registry.delete_gauge(&key)
-            | self.registry.delete_histogram(&key);
+    /// Forgets the one `kind` series of `name` whose labels are exactly `labels`, in the order
+    /// the series was created with: one hash lookup, where [`PrometheusRegistry::forget`] scans
+    /// every series. A worker's exit forgets its own series this way, so a burst of n exits
+    /// costs n lookups instead of n scans of every worker's series (docs/benchmarks.md,
+    /// overload); the names and label names are static, so only the label values are copied
+    /// into the key. Returns whether a series was forgotten.
+    pub fn forget_exact(
+        &self,
+        kind: SeriesKind,
+        name: &'static str,
+        labels: &[(&'static str, &str)],
+    ) -> bool {
+        let labels: Vec<Label> = labels.iter().map(|&(k, v)| Label::new(k, v.to_owned())).collect();
+        let key = Key::from_parts(name, labels);
+        let forgotten = match kind {
+            SeriesKind::Counter => self.registry.delete_counter(&key),
+            SeriesKind::Gauge => self.registry.delete_gauge(&key),
+            SeriesKind::Histogram => self.registry.delete_histogram(&key),
+        };
         if forgotten {
             FORGET_EPOCH.fetch_add(1, Ordering::Release);
         }
@@ -612,6 +630,25 @@ fn sanitize(s: &str, valid: impl Fn(char) -> bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forget_exact_forgets_the_one_series_of_its_kind() {
+        let registry = PrometheusRegistry::new();
+        metrics::with_local_recorder(&registry, || {
+            metrics::counter!("probelet_test_total", "pod" => "a").increment(1);
+            metrics::counter!("probelet_test_total", "pod" => "b").increment(1);
+            metrics::histogram!("probelet_test_total", "pod" => "a").record(1.0);
+        });
+        let epoch = forget_epoch();
+        assert!(registry.forget_exact(SeriesKind::Counter, "probelet_test_total", &[("pod", "a")]));
+        assert!(forget_epoch() > epoch, "a forgotten series moves the epoch");
+        assert!(!registry.forget_exact(SeriesKind::Counter, "probelet_test_total", &[("pod", "a")]));
+        assert!(!registry.forget_exact(SeriesKind::Gauge, "probelet_test_total", &[("pod", "b")]));
+        let text = registry.render();
+        assert!(!text.contains("probelet_test_total{pod=\"a\"} 1"), "{text}");
+        assert!(text.contains("probelet_test_total{pod=\"b\"} 1"), "another series stays: {text}");
+        assert!(text.contains("probelet_test_total_count{pod=\"a\"} 1"), "the histogram stays: {text}");
+    }
 
     fn float(v: f64) -> String {
         let mut s = String::new();

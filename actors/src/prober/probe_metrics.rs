@@ -20,7 +20,7 @@ use metrics::{Counter, Histogram};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{ProbeKind, ProbeResult};
-use crate::metrics::{self as names, PrometheusRegistry, installed};
+use crate::metrics::{self as names, PrometheusRegistry, SeriesKind, installed};
 use crate::vocabulary::ProbeKey;
 
 /// The labels of one worker's series. The values are shared, not copied: the container name
@@ -162,6 +162,7 @@ impl ProbeLabels {
         let (probe_type, pod, namespace) = (self.kind.as_str(), self.pod_name(), self.namespace());
         for result in [names::RESULT_SUCCESSFUL, names::RESULT_FAILED, names::RESULT_UNKNOWN] {
             registry.forget_exact(
+                SeriesKind::Counter,
                 names::PROBER_PROBE_TOTAL,
                 &[
                     ("probe_type", probe_type),
@@ -174,6 +175,7 @@ impl ProbeLabels {
             );
         }
         registry.forget_exact(
+            SeriesKind::Histogram,
             names::PROBER_PROBE_DURATION_SECONDS,
             &[
                 ("probe_type", probe_type),
