@@ -10,6 +10,7 @@ fmt:
 # Lints as errors, tests and examples included (clippy.toml says why each setting is there).
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p probelet-actors --features jemalloc --examples -- -D warnings
 
 # The API docs build without a warning (a broken link, an undocumented public engine item).
 doc:

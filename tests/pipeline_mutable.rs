@@ -506,3 +506,18 @@ async fn a_removed_probes_in_flight_result_is_never_applied() {
     assert!(changes.iter().all(|c| c.result != Success), "its success never reached the cache: {changes:?}");
     assert_eq!(h.result(Readiness, ID).await, None);
 }
+
+#[actix::test]
+async fn an_in_place_update_leaves_no_reference_to_the_old_pod() {
+    // docs/memory.md: the engine holds the host's pod, never a copy; after an in-place probe
+    // update the worker and its metric labels hold the new one, so the old pod is freed.
+    let (h, t0) = harness(true).await;
+    let pod = pod_with("old", Readiness, probe(10, 1, 3));
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(1)).await;
+    let updated = pod_with("old", Readiness, probe(5, 1, 3));
+    update(&h, &updated, t0).await;
+    run_for(secs(6)).await;
+    assert!(h.prober.calls_of("app", Readiness).len() >= 2, "probed again under the new spec");
+    assert_eq!(Arc::strong_count(&pod), 1, "nothing holds the old pod");
+}

@@ -86,6 +86,13 @@ impl ProbeLabels {
         }
     }
 
+    /// The pod as it is now (an in-place probe update hands the worker a newer copy): the old
+    /// one is not kept alive by the labels. The name and namespace of a pod UID never change,
+    /// so the series already looked up stay this worker's.
+    pub fn set_pod(&mut self, pod: Arc<Pod>) {
+        self.pod = pod;
+    }
+
     fn pod_name(&self) -> &str {
         self.pod.metadata.name.as_deref().unwrap_or_default()
     }

@@ -46,6 +46,7 @@ impl Handler<Reconfigure> for ProbeWorker {
 
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Self::Context) {
         let effect = msg.effect;
+        self.labels.set_pod(msg.pod.clone());
         self.pod = msg.pod;
         self.container = msg.container;
         // A new memo, not a cleared one: a probe still in flight keeps (and may fill) the old.
@@ -87,7 +88,8 @@ impl Handler<Reconfigure> for ProbeWorker {
         }
         if self.interval() != interval {
             // The next probe is due one new interval after the last completion; if that is
-            // past, it runs at once.
+            // past, it runs at once (after the probe in flight, unless that one is still
+            // waiting for its probe slot: then it is the probe due now).
             let now = Instant::now();
             let last = self.last_completed.unwrap_or(now);
             if last + self.interval() > now {

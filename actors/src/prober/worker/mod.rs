@@ -366,11 +366,12 @@ impl ProbeWorker {
                 act.in_flight = None;
                 act.last_completed = Some(Instant::now());
                 let interval = act.interval();
-                // When the probe began: after its wait for a probe slot, if it had to wait.
-                let began = started + outcome.as_ref().map_or(Duration::ZERO, |run| run.waited);
+                // When the probe began, if it first waited for a probe slot.
+                let waited = outcome.as_ref().map_or(Duration::ZERO, |run| run.waited);
+                let began_after_wait = (!waited.is_zero()).then(|| started + waited);
                 act.finish_probe(outcome, started);
-                act.interval_changed(interval, started, ctx);
-                act.run_pending(began, ctx);
+                act.interval_changed(interval, began_after_wait.unwrap_or(started), ctx);
+                act.run_pending(began_after_wait, ctx);
             },
         ));
         self.in_flight = Some(handle);
@@ -475,19 +476,18 @@ impl ProbeWorker {
         }
     }
 
-    /// After a probe that began at `began`: a manual trigger that came meanwhile runs now, and
-    /// so does a kept tick, as Go's ticker delivers the one it kept. A tick that came due
-    /// before the probe began (while it waited for a probe slot) is dropped instead: the probe
-    /// that just ran began after it, so it is that tick's probe, and probing again at once
-    /// would only queue another late probe behind the slots the node is short of. Without a
-    /// wait, every kept tick came during the probe and runs, as upstream's does
-    /// (docs/prober.md §1.2).
-    fn run_pending(&mut self, began: Instant, ctx: &mut Context<Self>) {
+    /// After a probe: a manual trigger that came meanwhile runs now, and so does a kept tick,
+    /// as Go's ticker delivers the one it kept. When the probe first waited for a probe slot
+    /// and began at `began_after_wait`, a tick that came due before that (while it waited) is
+    /// dropped instead: the probe that just ran began after it, so it is that tick's probe, and
+    /// probing again at once would only queue another late probe behind the slots the node is
+    /// short of. Without a wait every kept tick runs, as upstream's does (docs/prober.md §1.2).
+    fn run_pending(&mut self, began_after_wait: Option<Instant>, ctx: &mut Context<Self>) {
         if std::mem::take(&mut self.trigger_pending) {
             self.tick_pending = None;
             self.run_triggered(ctx, true);
         } else if let Some(due) = self.tick_pending.take() {
-            if due > began {
+            if began_after_wait.is_none_or(|began| due > began) {
                 self.run_probe(ctx);
             } else {
                 tracing::trace!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Tick due while the probe waited for a slot dropped");
