@@ -11,7 +11,6 @@
 //! deleted pod's worker forgets the series its same-named successor records into, and a kept
 //! handle would then count into nothing.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,20 +22,71 @@ use super::{ProbeKind, ProbeResult};
 use crate::metrics::{self as names, PrometheusRegistry, SeriesKind, installed};
 use crate::vocabulary::ProbeKey;
 
-/// The labels of one worker's series. The values are shared, not copied: the container name
-/// and pod UID are the worker key's own text, and the pod name and namespace are read from the
-/// host's pod, taken as shared text only when the worker's first series is looked up (and then
-/// shared by all its series). So a worker that has not probed yet holds no label text of its
-/// own and no handles (docs/memory.md).
-#[derive(Debug)]
-pub struct ProbeLabels {
-    kind: ProbeKind,
-    container: Arc<str>,
-    pod_uid: Arc<str>,
-    /// The pod, for its name and namespace.
-    pod: Arc<Pod>,
-    /// The series looked up so far; `None` until the first observation.
-    handles: RefCell<Option<Box<Handles>>>,
+/// The labels of one worker's series: its key (probe type, container name, pod UID) and its
+/// pod's name and namespace. Borrowed, not kept: the worker already holds its key and its pod,
+/// and when it exits the manager builds these from the key and pod the exit notice carries. So
+/// a worker keeps no second copy of its identity for its metrics (docs/memory.md).
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeLabels<'a> {
+    key: &'a ProbeKey,
+    pod: &'a Pod,
+}
+
+impl<'a> ProbeLabels<'a> {
+    /// The labels of the worker `key` of `pod`.
+    pub fn new(key: &'a ProbeKey, pod: &'a Pod) -> Self {
+        ProbeLabels { key, pod }
+    }
+
+    fn pod_name(&self) -> &'a str {
+        self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn namespace(&self) -> &'a str {
+        self.pod.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    /// Deletes this worker's series (upstream deletes the three result series and the
+    /// duration series when the worker exits) from the global registry, if one is installed.
+    pub fn forget(&self) {
+        if let Some(registry) = installed() {
+            self.forget_in(registry);
+        }
+    }
+
+    /// [`ProbeLabels::forget`] in `registry`: each series by its exact key, with the labels in
+    /// the order [`ProbeSeries::observe`] creates them, so that an exit costs a few lookups,
+    /// not a scan of every worker's series.
+    pub fn forget_in(&self, registry: &PrometheusRegistry) {
+        let (probe_type, pod, namespace) = (self.key.kind.as_str(), self.pod_name(), self.namespace());
+        let (container, pod_uid) = (&*self.key.container_name, self.key.pod_uid.as_str());
+        for result in [names::RESULT_SUCCESSFUL, names::RESULT_FAILED, names::RESULT_UNKNOWN] {
+            registry.forget_exact(
+                SeriesKind::Counter,
+                names::PROBER_PROBE_TOTAL,
+                &[
+                    ("probe_type", probe_type),
+                    ("result", result),
+                    ("container", container),
+                    ("pod", pod),
+                    ("namespace", namespace),
+                    ("pod_uid", pod_uid),
+                ],
+            );
+        }
+        registry.forget_exact(
+            SeriesKind::Histogram,
+            names::PROBER_PROBE_DURATION_SECONDS,
+            &[("probe_type", probe_type), ("container", container), ("pod", pod), ("namespace", namespace)],
+        );
+    }
+}
+
+/// The series handles a worker has looked up so far; nothing until its first observation, so
+/// a worker that has not probed holds no label text and no handles (docs/memory.md).
+#[derive(Debug, Default)]
+pub struct ProbeSeries {
+    handles: Option<Box<Handles>>,
 }
 
 /// A worker's series handles, and the label text they share.
@@ -48,76 +98,32 @@ struct Handles {
     totals: [Option<Counter>; 3],
     /// `prober_probe_duration_seconds`.
     duration: Option<Histogram>,
-    /// The pod's name and namespace, as the series' label values.
+    /// The pod's name and namespace, as the series' label values, taken once and shared by
+    /// all the series.
     pod: Arc<str>,
     namespace: Arc<str>,
 }
 
-/// A copy names the same series and looks its handles up again when it observes.
-impl Clone for ProbeLabels {
-    fn clone(&self) -> Self {
-        ProbeLabels {
-            kind: self.kind,
-            container: self.container.clone(),
-            pod_uid: self.pod_uid.clone(),
-            pod: self.pod.clone(),
-            handles: RefCell::new(None),
-        }
-    }
-}
-
-impl ProbeLabels {
-    /// The labels of a `kind` worker for `container` of `pod`: `probe_type`, `container`, `pod`,
-    /// `namespace`, `pod_uid`.
-    pub fn new(kind: ProbeKind, pod: Arc<Pod>, container: &str) -> Self {
-        let pod_uid = Arc::from(pod.metadata.uid.as_deref().unwrap_or_default());
-        ProbeLabels { kind, container: Arc::from(container), pod_uid, pod, handles: RefCell::new(None) }
-    }
-
-    /// The labels of the worker `key` of `pod`: the container name and pod UID are the key's
-    /// own text, shared rather than copied (docs/memory.md).
-    pub fn for_worker(key: &ProbeKey, pod: &Arc<Pod>) -> Self {
-        ProbeLabels {
-            kind: key.kind,
-            container: key.container_name.clone(),
-            pod_uid: key.pod_uid.shared(),
-            pod: pod.clone(),
-            handles: RefCell::new(None),
-        }
-    }
-
-    /// The pod as it is now (an in-place probe update hands the worker a newer copy): the old
-    /// one is not kept alive by the labels. The name and namespace of a pod UID never change,
-    /// so the series already looked up stay this worker's.
-    pub fn set_pod(&mut self, pod: Arc<Pod>) {
-        self.pod = pod;
-    }
-
-    fn pod_name(&self) -> &str {
-        self.pod.metadata.name.as_deref().unwrap_or_default()
-    }
-
-    fn namespace(&self) -> &str {
-        self.pod.metadata.namespace.as_deref().unwrap_or_default()
-    }
-
-    /// Counts a probe that returned a result and, unless it failed, observes its duration.
-    pub fn observe(&self, result: ProbeResult, duration: Duration) {
+impl ProbeSeries {
+    /// Counts a probe of the worker `labels` names that returned a result and, unless it
+    /// failed, observes its duration. The container name and pod UID label values are the
+    /// key's own text, shared rather than copied.
+    pub fn observe(&mut self, labels: ProbeLabels<'_>, result: ProbeResult, duration: Duration) {
         let (slot, label) = match result {
             ProbeResult::Success => (0, names::RESULT_SUCCESSFUL),
             ProbeResult::Failure => (1, names::RESULT_FAILED),
             ProbeResult::Unknown => (2, names::RESULT_UNKNOWN),
         };
-        let probe_type = self.kind.as_str();
+        let key = labels.key;
+        let probe_type = key.kind.as_str();
         let epoch = names::forget_epoch();
-        let mut kept = self.handles.borrow_mut();
-        let handles = kept.get_or_insert_with(|| {
+        let handles = self.handles.get_or_insert_with(|| {
             Box::new(Handles {
                 epoch,
                 totals: Default::default(),
                 duration: None,
-                pod: Arc::from(self.pod_name()),
-                namespace: Arc::from(self.namespace()),
+                pod: Arc::from(labels.pod_name()),
+                namespace: Arc::from(labels.namespace()),
             })
         });
         if handles.epoch != epoch {
@@ -132,10 +138,10 @@ impl ProbeLabels {
                     names::PROBER_PROBE_TOTAL,
                     "probe_type" => probe_type,
                     "result" => label,
-                    "container" => self.container.clone(),
+                    "container" => key.container_name.clone(),
                     "pod" => pod.clone(),
                     "namespace" => namespace.clone(),
-                    "pod_uid" => self.pod_uid.clone(),
+                    "pod_uid" => key.pod_uid.shared(),
                 )
             })
             .increment(1);
@@ -145,52 +151,13 @@ impl ProbeLabels {
                     metrics::histogram!(
                         names::PROBER_PROBE_DURATION_SECONDS,
                         "probe_type" => probe_type,
-                        "container" => self.container.clone(),
+                        "container" => key.container_name.clone(),
                         "pod" => pod.clone(),
                         "namespace" => namespace.clone(),
                     )
                 })
                 .record(duration.as_secs_f64());
         }
-    }
-
-    /// Deletes this worker's series (upstream deletes the three result series and the
-    /// duration series when the worker exits) from the global registry, if one is installed.
-    pub fn forget(&self) {
-        if let Some(registry) = installed() {
-            self.forget_in(registry);
-        }
-    }
-
-    /// [`ProbeLabels::forget`] in `registry`: each series by its exact key, with the labels in
-    /// the order [`ProbeLabels::observe`] creates them, so that an exit costs a few lookups,
-    /// not a scan of every worker's series.
-    pub fn forget_in(&self, registry: &PrometheusRegistry) {
-        let (probe_type, pod, namespace) = (self.kind.as_str(), self.pod_name(), self.namespace());
-        for result in [names::RESULT_SUCCESSFUL, names::RESULT_FAILED, names::RESULT_UNKNOWN] {
-            registry.forget_exact(
-                SeriesKind::Counter,
-                names::PROBER_PROBE_TOTAL,
-                &[
-                    ("probe_type", probe_type),
-                    ("result", result),
-                    ("container", &self.container),
-                    ("pod", pod),
-                    ("namespace", namespace),
-                    ("pod_uid", &self.pod_uid),
-                ],
-            );
-        }
-        registry.forget_exact(
-            SeriesKind::Histogram,
-            names::PROBER_PROBE_DURATION_SECONDS,
-            &[
-                ("probe_type", probe_type),
-                ("container", &self.container),
-                ("pod", pod),
-                ("namespace", namespace),
-            ],
-        );
     }
 }
 
@@ -205,8 +172,8 @@ mod tests {
     use crate::metrics::PrometheusRegistry;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn pod(uid: &str) -> Arc<Pod> {
-        Arc::new(Pod {
+    fn pod(uid: &str) -> Pod {
+        Pod {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("default".into()),
@@ -214,7 +181,11 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
-        })
+        }
+    }
+
+    fn key(uid: &str, container: &str) -> ProbeKey {
+        ProbeKey { pod_uid: uid.into(), container_name: container.into(), kind: ProbeKind::Readiness }
     }
 
     fn lines(registry: &PrometheusRegistry, needle: &str) -> Vec<String> {
@@ -224,12 +195,13 @@ mod tests {
     #[test]
     fn kept_handles_count_into_the_registry() {
         let registry = PrometheusRegistry::new();
-        let labels = ProbeLabels::new(ProbeKind::Readiness, pod("uid-1"), "app");
+        let (key, pod) = (key("uid-1", "app"), pod("uid-1"));
+        let mut series = ProbeSeries::default();
         metrics::with_local_recorder(&registry, || {
             for _ in 0..3 {
-                labels.observe(ProbeResult::Success, Duration::from_millis(5));
+                series.observe(ProbeLabels::new(&key, &pod), ProbeResult::Success, Duration::from_millis(5));
             }
-            labels.observe(ProbeResult::Failure, Duration::from_millis(5));
+            series.observe(ProbeLabels::new(&key, &pod), ProbeResult::Failure, Duration::from_millis(5));
         });
         assert_eq!(
             lines(&registry, "prober_probe_total{"),
@@ -243,61 +215,48 @@ mod tests {
     }
 
     #[test]
-    fn a_clone_and_the_series_share_the_label_strings() {
+    fn the_series_share_the_keys_and_the_pods_text() {
         let registry = PrometheusRegistry::new();
-        let pod = pod("uid-1");
-        let labels = ProbeLabels::new(ProbeKind::Readiness, pod.clone(), "app");
-        let copy = labels.clone();
-        for (a, b) in [(&labels.container, &copy.container), (&labels.pod_uid, &copy.pod_uid)] {
-            assert!(Arc::ptr_eq(a, b), "{a}: copied, not shared");
-        }
-        assert!(Arc::ptr_eq(&labels.pod, &copy.pod));
-        assert!(labels.handles.borrow().is_none(), "no label text or handles before the first probe");
+        let (key, pod) = (key("uid-1", "app"), pod("uid-1"));
+        let mut series = ProbeSeries::default();
+        assert!(series.handles.is_none(), "no label text or handles before the first probe");
+        let (container_refs, uid_refs) =
+            (Arc::strong_count(&key.container_name), Arc::strong_count(&key.pod_uid.shared()));
         metrics::with_local_recorder(&registry, || {
-            labels.observe(ProbeResult::Success, Duration::ZERO);
-            labels.observe(ProbeResult::Failure, Duration::ZERO);
+            series.observe(ProbeLabels::new(&key, &pod), ProbeResult::Success, Duration::ZERO);
+            series.observe(ProbeLabels::new(&key, &pod), ProbeResult::Failure, Duration::ZERO);
         });
-        // The two counters and the histogram hold the pod name the handles took, not copies.
-        let handles = labels.handles.borrow();
-        let name = &handles.as_ref().expect("looked up").pod;
+        // The two counters and the histogram hold the key's container name and pod UID, and
+        // the pod name the handles took once, not copies of them.
+        assert!(Arc::strong_count(&key.container_name) >= container_refs + 3);
+        assert!(Arc::strong_count(&key.pod_uid.shared()) >= uid_refs + 2);
+        let name = &series.handles.as_ref().expect("looked up").pod;
         assert_eq!(&**name, "web");
         assert!(Arc::strong_count(name) >= 4, "{}", Arc::strong_count(name));
+    }
+
+    #[test]
+    fn a_worker_that_has_not_probed_holds_no_label_text() {
+        // docs/memory.md: a worker keeps one pointer for its metrics until its first probe.
+        assert_eq!(std::mem::size_of::<ProbeSeries>(), std::mem::size_of::<usize>());
     }
 
     /// A worker's exit forgets exactly its own series, found by key: every result and its
     /// duration, and nothing of another worker's.
     #[test]
-    fn a_workers_labels_share_its_keys_text() {
-        let key =
-            ProbeKey { pod_uid: "uid-1".into(), container_name: "app".into(), kind: ProbeKind::Readiness };
-        let pod = pod("uid-1");
-        let labels = ProbeLabels::for_worker(&key, &pod);
-        assert!(Arc::ptr_eq(&labels.container, &key.container_name));
-        assert!(Arc::ptr_eq(&labels.pod_uid, &key.pod_uid.shared()));
-        assert!(Arc::ptr_eq(&labels.pod, &pod), "the host's pod, not a copy");
-        assert_eq!((labels.pod_name(), labels.namespace()), ("web", "default"));
-    }
-
-    #[test]
-    fn a_worker_that_has_not_probed_holds_no_label_text() {
-        // docs/memory.md: the labels of a worker waiting for its container are the key's text
-        // and the host's pod, nothing of their own.
-        assert!(std::mem::size_of::<ProbeLabels>() <= 64, "{}", std::mem::size_of::<ProbeLabels>());
-    }
-
-    #[test]
     fn forget_removes_this_workers_series_and_no_others() {
         let registry = PrometheusRegistry::new();
-        let gone = ProbeLabels::new(ProbeKind::Readiness, pod("uid-1"), "app");
-        let other = ProbeLabels::new(ProbeKind::Readiness, pod("uid-1"), "sidecar");
+        let pod = pod("uid-1");
+        let (gone, other) = (key("uid-1", "app"), key("uid-1", "sidecar"));
+        let (mut gone_series, mut other_series) = (ProbeSeries::default(), ProbeSeries::default());
         metrics::with_local_recorder(&registry, || {
             for result in [ProbeResult::Success, ProbeResult::Failure, ProbeResult::Unknown] {
-                gone.observe(result, Duration::from_millis(5));
-                other.observe(result, Duration::from_millis(5));
+                gone_series.observe(ProbeLabels::new(&gone, &pod), result, Duration::from_millis(5));
+                other_series.observe(ProbeLabels::new(&other, &pod), result, Duration::from_millis(5));
             }
         });
         assert_eq!(lines(&registry, "prober_probe_total{").len(), 6);
-        gone.forget_in(&registry);
+        ProbeLabels::new(&gone, &pod).forget_in(&registry);
         let totals = lines(&registry, "prober_probe_total{");
         assert_eq!(totals.len(), 3, "{totals:?}");
         assert!(totals.iter().all(|l| l.contains("container=\"sidecar\"")), "{totals:?}");
@@ -312,11 +271,12 @@ mod tests {
     #[test]
     fn a_series_forgotten_under_a_worker_is_looked_up_again() {
         let registry = PrometheusRegistry::new();
-        let old = ProbeLabels::new(ProbeKind::Readiness, pod("uid-old"), "app");
-        let new = ProbeLabels::new(ProbeKind::Readiness, pod("uid-new"), "app");
+        let (old_key, old_pod) = (key("uid-old", "app"), pod("uid-old"));
+        let (new_key, new_pod) = (key("uid-new", "app"), pod("uid-new"));
+        let (mut old, mut new) = (ProbeSeries::default(), ProbeSeries::default());
         metrics::with_local_recorder(&registry, || {
-            old.observe(ProbeResult::Success, Duration::from_millis(5));
-            new.observe(ProbeResult::Success, Duration::from_millis(5));
+            old.observe(ProbeLabels::new(&old_key, &old_pod), ProbeResult::Success, Duration::from_millis(5));
+            new.observe(ProbeLabels::new(&new_key, &new_pod), ProbeResult::Success, Duration::from_millis(5));
         });
         registry.forget(
             names::PROBER_PROBE_DURATION_SECONDS,
@@ -324,7 +284,7 @@ mod tests {
         );
         assert!(lines(&registry, "prober_probe_duration_seconds_count").is_empty());
         metrics::with_local_recorder(&registry, || {
-            new.observe(ProbeResult::Success, Duration::from_millis(5))
+            new.observe(ProbeLabels::new(&new_key, &new_pod), ProbeResult::Success, Duration::from_millis(5))
         });
         let counts = lines(&registry, "prober_probe_duration_seconds_count");
         assert_eq!(counts.len(), 1, "{counts:?}");

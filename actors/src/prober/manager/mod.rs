@@ -38,7 +38,9 @@ use super::probe_metrics::ProbeLabels;
 use super::reconcile::ProbeChange;
 use super::timing::{EffectiveTiming, probe_timings};
 use super::update_status::{ProbeView, result_keys, update_pod_status};
-use super::worker::{PredecessorExited, ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited};
+use super::worker::{
+    PredecessorExited, ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited, WorkerPeers,
+};
 use super::{PodContainer, ProbeKind, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
@@ -143,9 +145,9 @@ struct WorkerStart {
 /// [`crate::Pipeline::start`] and send it the messages above.
 pub struct ProberManager {
     config: ManagerConfig,
-    /// `config.results`, shared by every worker: a clone per worker would box three recipients
-    /// for each.
-    results: Arc<ResultsSink>,
+    /// What every worker shares (the prober, `config.results`, this manager): one copy, made
+    /// at the first worker, since it needs this manager's address.
+    peers: Option<Arc<WorkerPeers>>,
     /// When the manager started (wall clock): jitter and agent-restart rules use it.
     start: Timestamp,
     /// Workers by key; ordered so that a pod's workers are one range.
@@ -174,7 +176,7 @@ impl ProberManager {
         };
         let start = config.clock.now();
         ProberManager {
-            results: Arc::new(config.results.clone()),
+            peers: None,
             config,
             start,
             workers: BTreeMap::new(),
@@ -259,17 +261,10 @@ impl ProberManager {
             timeout: timing.timeout,
             jitter,
             status: self.config.views.subscribe(&key.pod_uid),
-            prober: self.config.prober.clone(),
-            results: self.results.clone(),
-            results_view: self.config.results_view.clone(),
-            manager: ctx.address().recipient(),
+            peers: self.peers(ctx),
             on_started,
-            clock: self.config.clock.clone(),
         };
-        let addr = match self.arbiter_for(&key.pod_uid) {
-            Some(arbiter) => ProbeWorker::start_in_arbiter(&arbiter, move |_| ProbeWorker::new(config)),
-            None => ProbeWorker::new(config).start(),
-        };
+        let addr = ProbeWorker::spawn(config, self.arbiter_for(&key.pod_uid).as_ref());
         tracing::debug!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Probe worker started");
         let binding = binding.map(Box::new);
         let entry = WorkerEntry { addr: Some(addr), id, stopping: false, restarts, pod, container, binding };
@@ -544,7 +539,7 @@ impl Handler<WorkerExited> for ProberManager {
         if msg.clean {
             self.workers.remove(&msg.key);
             workers_gauge(msg.key.kind).decrement(1.0);
-            self.release(msg.key.kind, msg.container_id, &msg.labels);
+            self.release(&msg.key, msg.container_id, &msg.pod);
             tracing::debug!(pod_uid = %msg.key.pod_uid, container = %msg.key.container_name, probe_kind = %msg.key.kind, "Probe worker exited");
             return;
         }
@@ -579,6 +574,20 @@ impl Handler<WorkerExited> for ProberManager {
 }
 
 impl ProberManager {
+    fn peers(&mut self, ctx: &Context<Self>) -> Arc<WorkerPeers> {
+        let config = &self.config;
+        let peers = self.peers.get_or_insert_with(|| {
+            Arc::new(WorkerPeers {
+                prober: config.prober.clone(),
+                results: config.results.clone(),
+                results_view: config.results_view.clone(),
+                manager: ctx.address().recipient(),
+                clock: config.clock.clone(),
+            })
+        });
+        peers.clone()
+    }
+
     /// A dead worker that will not be restarted: deregister it and clean up after it.
     fn discard_dead(&mut self, msg: &WorkerExited) {
         let key = &msg.key;
@@ -586,7 +595,7 @@ impl ProberManager {
             return;
         }
         workers_gauge(key.kind).decrement(1.0);
-        self.release(key.kind, msg.container_id.clone(), &msg.labels);
+        self.release(key, msg.container_id.clone(), &msg.pod);
         tracing::debug!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Dead probe worker discarded");
     }
 
@@ -602,17 +611,17 @@ impl ProberManager {
             }
             // No newer worker, or one not started yet (it writes its container's entry afresh
             // when it starts): nobody takes over the entry or the series.
-            None => self.release(msg.key.kind, msg.container_id.clone(), &msg.labels),
+            None => self.release(&msg.key, msg.container_id.clone(), &msg.pod),
         }
     }
 
     /// What an exited worker leaves when no newer worker has its key: its container's cached
     /// result and its metric series (upstream's worker removes both on exit).
-    fn release(&self, kind: ProbeKind, container_id: Option<ContainerId>, labels: &ProbeLabels) {
+    fn release(&self, key: &ProbeKey, container_id: Option<ContainerId>, pod: &Pod) {
         if let Some(container_id) = container_id {
-            self.config.results.remove.do_send(RemoveResult { kind, container_id });
+            self.config.results.remove.do_send(RemoveResult { kind: key.kind, container_id });
         }
-        labels.forget();
+        ProbeLabels::new(key, pod).forget();
     }
 }
 

@@ -46,7 +46,6 @@ impl Handler<Reconfigure> for ProbeWorker {
 
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Self::Context) {
         let effect = msg.effect;
-        self.labels.set_pod(msg.pod.clone());
         self.pod = msg.pod;
         self.container = msg.container;
         // A new memo, not a cleared one: a probe still in flight keeps (and may fill) the old.

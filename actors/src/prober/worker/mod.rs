@@ -79,8 +79,9 @@ pub struct WorkerExited {
     /// A dead worker's state, when known: its replacement resumes from it (same container,
     /// same threshold count, same hold), or the manager cleans up after it.
     pub state: Option<WorkerState>,
-    /// The worker's metric series.
-    pub labels: metrics::ProbeLabels,
+    /// The worker's pod as it last had it: its name and namespace label the worker's metric
+    /// series, which the manager forgets.
+    pub pod: Arc<Pod>,
 }
 
 /// Sent by the manager to a worker that replaced one which has now exited, with the container
@@ -109,6 +110,23 @@ pub struct StartupSucceeded {
 }
 
 // === the actor ===
+
+/// What every worker of a prober manager reaches and none owns: the prober, the results cache
+/// and the manager. Held once, behind one pointer each worker keeps (upstream's worker reaches
+/// the same through its pointer to the manager), not five pointers per worker
+/// (docs/memory.md).
+pub struct WorkerPeers {
+    /// Runs one probe of a kind against a container (normally [`super::Prober`]).
+    pub prober: Arc<dyn ProbeRunner>,
+    /// The results cache the workers write their results to.
+    pub results: ResultsSink,
+    /// What `results` stores: a result it already holds is not sent again.
+    pub results_view: ResultsView,
+    /// Where a worker's [`WorkerExited`] notice goes (the prober manager).
+    pub manager: Recipient<WorkerExited>,
+    /// The wall clock the initial delay is measured on (against the container's `startedAt`).
+    pub clock: SharedClock,
+}
 
 /// Everything a worker is created with.
 pub struct WorkerConfig {
@@ -140,18 +158,10 @@ pub struct WorkerConfig {
     pub jitter: Duration,
     /// The pod's latest status as the status manager publishes it; read before every probe.
     pub status: StatusView,
-    /// Runs one probe of a kind against a container (normally [`super::Prober`]).
-    pub prober: Arc<dyn ProbeRunner>,
-    /// The results cache the worker writes its results to (one sink shared by every worker).
-    pub results: Arc<ResultsSink>,
-    /// What `results` stores: a result it already holds is not sent again.
-    pub results_view: ResultsView,
-    /// Where the worker's [`WorkerExited`] notice goes (the prober manager).
-    pub manager: Recipient<WorkerExited>,
+    /// The prober, the results cache and the manager, shared by every worker.
+    pub peers: Arc<WorkerPeers>,
     /// Where a lifecycle-started startup worker sends [`StartupSucceeded`]; `None` for others.
     pub on_started: Option<Recipient<StartupSucceeded>>,
-    /// The wall clock the initial delay is measured on (against the container's `startedAt`).
-    pub clock: SharedClock,
 }
 
 /// The probe worker actor (upstream `worker`): probes one container with one of its probes until
@@ -168,21 +178,18 @@ pub struct ProbeWorker {
     start_interval: Option<Duration>,
     /// Each probe's timeout.
     timeout: Duration,
-    jitter: Duration,
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
-    prober: Arc<dyn ProbeRunner>,
+    /// The prober, the results cache and the manager.
+    peers: Arc<WorkerPeers>,
     /// What the prober keeps between this worker's probes (the HTTP request); a new pod or
     /// probe spec gets a new one.
     memo: ProbeMemo,
-    results: Arc<ResultsSink>,
-    results_view: ResultsView,
     /// The last result this worker sent to the cache, and for which container.
     last_sent: Option<(ContainerId, ProbeResult)>,
     /// The cache's change count ([`ResultsView::changes`]) when it last showed `last_sent`
     /// stored; [`NOT_SEEN`] since a send.
     results_seen: u64,
-    clock: SharedClock,
     /// The probe running now, if any.
     in_flight: Option<SpawnHandle>,
     /// The generation of the running fixed-rate schedule ([`Ticks`]); 0 until the first probe.
@@ -193,10 +200,14 @@ pub struct ProbeWorker {
     tick_pending: Option<Instant>,
     /// A manual trigger arrived while a probe was running.
     trigger_pending: bool,
+    /// Probe as soon as the actor starts: there is no start-up jitter to wait out (a jitter is
+    /// a timer set when the worker is created, see [`ProbeWorker::spawn`]).
+    begin_when_started: bool,
     /// A manual trigger found nothing to probe in the cached status: probe at the pod's next
     /// status instead (see [`ProbeWorker::run_triggered`]).
     status_wait: Option<SpawnHandle>,
-    labels: metrics::ProbeLabels,
+    /// The handles of the worker's metric series, looked up at its first probe.
+    series: metrics::ProbeSeries,
     /// Tells the manager when the worker is gone, however it goes.
     exit: ExitNotice,
     /// Where [`StartupSucceeded`] goes; taken when sent.
@@ -215,17 +226,30 @@ pub struct ProbeWorker {
 }
 
 impl ProbeWorker {
-    /// Builds a worker from its config; it starts probing once started (after its jitter).
-    pub fn new(config: WorkerConfig) -> Self {
-        let labels = metrics::ProbeLabels::for_worker(&config.key, &config.pod);
+    /// Starts a worker from its config, on `arbiter` if one is given, in this thread's arbiter
+    /// otherwise: it probes once its start-up jitter has passed.
+    pub fn spawn(config: WorkerConfig, arbiter: Option<&ArbiterHandle>) -> Addr<Self> {
+        let create = move |ctx: &mut Context<Self>| {
+            let jitter = config.jitter;
+            let mut worker = ProbeWorker::new(config);
+            // The jitter is only needed once: a timer holds it, not the worker.
+            if jitter.is_zero() {
+                worker.begin_when_started = true;
+            } else {
+                ctx.run_later(jitter, |act, ctx| act.begin(ctx));
+            }
+            worker
+        };
+        match arbiter {
+            Some(arbiter) => Self::start_in_arbiter(arbiter, create),
+            None => Self::create(create),
+        }
+    }
+
+    fn new(config: WorkerConfig) -> Self {
         let memo = ProbeMemo::for_probe(config.key.kind.probe_of(&config.container));
         ProbeWorker {
-            exit: ExitNotice {
-                manager: config.manager,
-                worker_id: config.worker_id,
-                clean: false,
-                state: None,
-            },
+            exit: ExitNotice { worker_id: config.worker_id, clean: false, state: None },
             key: config.key,
             pod: config.pod,
             container: config.container,
@@ -234,21 +258,18 @@ impl ProbeWorker {
             period: config.period,
             start_interval: config.start_interval,
             timeout: config.timeout,
-            jitter: config.jitter,
             status: config.status,
-            prober: config.prober,
+            peers: config.peers,
             memo,
-            results: config.results,
-            results_view: config.results_view,
             last_sent: None,
             results_seen: NOT_SEEN,
-            clock: config.clock,
             in_flight: None,
             schedule: 0,
             tick_pending: None,
             trigger_pending: false,
+            begin_when_started: false,
             status_wait: None,
-            labels,
+            series: metrics::ProbeSeries::default(),
             on_started: config.on_started,
             generation: 0,
             last_completed: None,
@@ -318,7 +339,7 @@ impl ProbeWorker {
         }
         let mut ops = Vec::new();
         let interval = self.interval();
-        let next = self.state.before_probe(&self.spec, status.as_deref(), self.clock.now(), &mut ops);
+        let next = self.state.before_probe(&self.spec, status.as_deref(), self.peers.clock.now(), &mut ops);
         let reported_started = status.as_deref().is_some_and(|s| self.reports_started(s));
         self.announce_started(&ops, reported_started);
         self.apply(ops);
@@ -345,7 +366,7 @@ impl ProbeWorker {
         }
         // Not caught: a prober that panics while building its future kills this worker, and
         // the manager restarts it (counted in probelet_worker_restarts_total).
-        let probe = self.prober.probe_with_memo(
+        let probe = self.peers.prober.probe_with_memo(
             self.key.kind,
             self.pod.clone(),
             status,
@@ -436,7 +457,8 @@ impl ProbeWorker {
             }
             Ok(Ok(result)) => result,
         };
-        self.labels.observe(result, started.elapsed());
+        let labels = metrics::ProbeLabels::new(&self.key, &self.pod);
+        self.series.observe(labels, result, started.elapsed());
         let mut ops = Vec::new();
         self.state.after_probe(&self.spec, result, &mut ops);
         self.announce_started(&ops, false);
@@ -508,10 +530,13 @@ impl ProbeWorker {
                     let sent =
                         self.last_sent.as_ref().is_some_and(|(id, r)| *id == container_id && *r == result);
                     if sent {
-                        if self.results_seen != NOT_SEEN && self.results_view.changes() == self.results_seen {
+                        if self.results_seen != NOT_SEEN
+                            && self.peers.results_view.changes() == self.results_seen
+                        {
                             continue;
                         }
-                        let (stored, changes) = self.results_view.get_counted(self.key.kind, &container_id);
+                        let (stored, changes) =
+                            self.peers.results_view.get_counted(self.key.kind, &container_id);
                         if stored == Some(result) {
                             self.results_seen = changes;
                             continue;
@@ -519,7 +544,7 @@ impl ProbeWorker {
                     }
                     self.results_seen = NOT_SEEN;
                     self.last_sent = Some((container_id.clone(), result));
-                    self.results.set.do_send(SetResult {
+                    self.peers.results.set.do_send(SetResult {
                         kind: self.key.kind,
                         container_id,
                         result,
@@ -529,7 +554,7 @@ impl ProbeWorker {
                 CacheOp::Seed(container_id, result) => {
                     self.last_sent = None;
                     self.results_seen = NOT_SEEN;
-                    self.results.seed.do_send(SeedResult {
+                    self.peers.results.seed.do_send(SeedResult {
                         kind: self.key.kind,
                         container_id,
                         result,
@@ -539,7 +564,7 @@ impl ProbeWorker {
                 CacheOp::Remove(container_id) => {
                     self.last_sent = None;
                     self.results_seen = NOT_SEEN;
-                    self.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id })
+                    self.peers.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id })
                 }
             }
         }
@@ -567,10 +592,8 @@ impl Actor for ProbeWorker {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        if self.jitter.is_zero() {
+        if self.begin_when_started {
             self.begin(ctx);
-        } else {
-            ctx.run_later(self.jitter, |act, ctx| act.begin(ctx));
         }
     }
 
@@ -586,11 +609,11 @@ impl Actor for ProbeWorker {
         self.exit.clean = true;
         // The manager removes the cache entry and the series on the notice; with the manager
         // gone (the system is shutting down) nobody else will.
-        if !self.exit.manager.connected() {
+        if !self.peers.manager.connected() {
             if let Some(container_id) = self.state.container_id.take() {
-                self.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id });
+                self.peers.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id });
             }
-            self.labels.forget();
+            metrics::ProbeLabels::new(&self.key, &self.pod).forget();
         }
     }
 }
@@ -614,6 +637,7 @@ impl Handler<PredecessorExited> for ProbeWorker {
             Some(own) if *own == msg.container_id => {}
             // Container IDs are not reused: the entry is stale.
             Some(_) => self
+                .peers
                 .results
                 .remove
                 .do_send(RemoveResult { kind: self.key.kind, container_id: msg.container_id }),
@@ -658,10 +682,9 @@ impl Handler<Trigger> for ProbeWorker {
 /// [`ProbeWorker`]'s `results_seen` before the cache has shown its last result.
 const NOT_SEEN: u64 = u64::MAX;
 
-/// What the [`WorkerExited`] notice says beyond the worker's key and labels, which it takes
+/// What the [`WorkerExited`] notice says beyond the worker's key and pod, which it takes
 /// from the worker itself (a copy of each here cost every idle worker a few hundred bytes).
 struct ExitNotice {
-    manager: Recipient<WorkerExited>,
     worker_id: u64,
     clean: bool,
     /// Set only by a worker that died (a panic), for its replacement; boxed until then.
@@ -672,14 +695,14 @@ struct ExitNotice {
 /// unwinding through a handler drops the actor (not clean).
 impl Drop for ProbeWorker {
     fn drop(&mut self) {
-        self.exit.manager.do_send(WorkerExited {
+        self.peers.manager.do_send(WorkerExited {
             key: self.key.clone(),
             worker_id: self.exit.worker_id,
             clean: self.exit.clean,
             // The container whose cache entry the worker owns when it goes.
             container_id: self.state.container_id.take(),
             state: self.exit.state.take().map(|s| *s),
-            labels: self.labels.clone(),
+            pod: self.pod.clone(),
         });
     }
 }
@@ -696,12 +719,14 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod size_tests {
-    /// docs/memory.md: every idle worker's actor is inline in its task; what only a gate or a
-    /// rare event uses (a lifecycle binding, an initial delay waiting for the next container,
-    /// a dead worker's state for its replacement) is boxed instead.
+    /// docs/memory.md: every idle worker's actor is inline in its task, which tokio sizes in
+    /// multiples of 128 bytes; at 504 bytes or less the task is 1,024 bytes, one of jemalloc's
+    /// size classes (the next is 1,280). What only a gate or a rare event uses (a lifecycle
+    /// binding, an initial delay waiting for the next container, a dead worker's state for its
+    /// replacement) is boxed, and what every worker shares is behind one pointer.
     #[test]
     fn a_worker_stays_small() {
         let size = std::mem::size_of::<super::ProbeWorker>();
-        assert!(size <= 640, "ProbeWorker is {size} bytes");
+        assert!(size <= 504, "ProbeWorker is {size} bytes");
     }
 }
