@@ -49,7 +49,7 @@ impl Handler<Reconfigure> for ProbeWorker {
         self.pod = msg.pod;
         self.container = msg.container;
         // A new memo, not a cleared one: a probe still in flight keeps (and may fill) the old.
-        self.memo = ProbeMemo::for_probe(self.key.kind.probe_of(&self.container));
+        self.memo = ProbeMemo::unset();
         self.spec.success_threshold = msg.spec.success_threshold;
         self.spec.failure_threshold = msg.spec.failure_threshold;
         if effect.initial_delay {

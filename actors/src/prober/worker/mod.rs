@@ -182,8 +182,8 @@ pub struct ProbeWorker {
     status: StatusView,
     /// The prober, the results cache and the manager.
     peers: Arc<WorkerPeers>,
-    /// What the prober keeps between this worker's probes (the HTTP request); a new pod or
-    /// probe spec gets a new one.
+    /// What the prober keeps between this worker's probes (the HTTP request): made at the
+    /// first probe, and again at the first probe after a new pod or probe spec.
     memo: ProbeMemo,
     /// The last result this worker sent to the cache, and for which container.
     last_sent: Option<(ContainerId, ProbeResult)>,
@@ -247,7 +247,6 @@ impl ProbeWorker {
     }
 
     fn new(config: WorkerConfig) -> Self {
-        let memo = ProbeMemo::for_probe(config.key.kind.probe_of(&config.container));
         ProbeWorker {
             exit: ExitNotice { worker_id: config.worker_id, clean: false, state: None },
             key: config.key,
@@ -260,7 +259,7 @@ impl ProbeWorker {
             timeout: config.timeout,
             status: config.status,
             peers: config.peers,
-            memo,
+            memo: ProbeMemo::unset(),
             last_sent: None,
             results_seen: NOT_SEEN,
             in_flight: None,
@@ -373,7 +372,7 @@ impl ProbeWorker {
             self.container.clone(),
             container_id,
             self.timeout,
-            self.memo.clone(),
+            self.memo.ready_for(self.key.kind.probe_of(&self.container)),
         );
         let generation = self.generation;
         let handle = ctx.spawn(AssertUnwindSafe(probe).catch_unwind().into_actor(self).map(
