@@ -601,3 +601,50 @@ async fn update_pod_status_reads_stored_results_even_when_the_cache_cannot_answe
     let app = &status.container_statuses.unwrap()[0];
     assert!(app.ready, "the stored success is read, not lost to a mailbox error");
 }
+
+// === the manager's own lifetime ===
+
+/// What the workers share holds a recipient of the manager: held by the manager itself, it
+/// would keep the manager (and the results cache it sends to) alive after its last worker and
+/// its host are gone.
+#[actix::test]
+async fn a_manager_whose_workers_and_host_are_gone_stops() {
+    use probelet::clock::TokioClock;
+    use probelet::prober::manager::{GetWorkers, ManagerConfig, ProberManager};
+    use probelet::status::views::StatusViews;
+
+    let cache = ResultsCache::new(None, None);
+    let view = cache.view();
+    let manager = ProberManager::new(ManagerConfig {
+        prober: Arc::new(support::scripted::ScriptedProber::new()),
+        results: cache.start().into(),
+        results_view: view,
+        views: StatusViews::new(),
+        clock: Arc::new(TokioClock::new()),
+        arbiters: Vec::new(),
+        jitter_seed: Some(1),
+    })
+    .start();
+    let pod = test_pod("short").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    manager.send(AddPod(pod.clone())).await.unwrap();
+    assert_eq!(manager.send(GetWorkers).await.unwrap().len(), 1);
+    manager.send(RemovePod(pod)).await.unwrap();
+    // The worker's exit notice reaches the manager after the worker stops.
+    for _ in 0..100 {
+        if manager.send(GetWorkers).await.unwrap().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(manager.send(GetWorkers).await.unwrap().is_empty(), "the worker is gone");
+
+    let weak = manager.downgrade();
+    drop(manager);
+    for _ in 0..100 {
+        if weak.upgrade().is_none() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(weak.upgrade().is_none(), "nothing but the manager's own peers kept it alive");
+}

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -145,9 +145,11 @@ struct WorkerStart {
 /// [`crate::Pipeline::start`] and send it the messages above.
 pub struct ProberManager {
     config: ManagerConfig,
-    /// What every worker shares (the prober, `config.results`, this manager): one copy, made
-    /// at the first worker, since it needs this manager's address.
-    peers: Option<Arc<WorkerPeers>>,
+    /// What every worker shares (the prober, `config.results`, this manager's recipient): one
+    /// copy, made when a worker starts and none is alive (it needs this manager's address).
+    /// Held weakly: the workers keep it, and a strong copy here would keep a recipient of this
+    /// manager, and so the manager itself, alive with no worker and no host left.
+    peers: Weak<WorkerPeers>,
     /// When the manager started (wall clock): jitter and agent-restart rules use it.
     start: Timestamp,
     /// Workers by key; ordered so that a pod's workers are one range.
@@ -176,7 +178,7 @@ impl ProberManager {
         };
         let start = config.clock.now();
         ProberManager {
-            peers: None,
+            peers: Weak::new(),
             config,
             start,
             workers: BTreeMap::new(),
@@ -575,17 +577,18 @@ impl Handler<WorkerExited> for ProberManager {
 
 impl ProberManager {
     fn peers(&mut self, ctx: &Context<Self>) -> Arc<WorkerPeers> {
-        let config = &self.config;
-        let peers = self.peers.get_or_insert_with(|| {
-            Arc::new(WorkerPeers {
-                prober: config.prober.clone(),
-                results: config.results.clone(),
-                results_view: config.results_view.clone(),
-                manager: ctx.address().recipient(),
-                clock: config.clock.clone(),
-            })
+        if let Some(peers) = self.peers.upgrade() {
+            return peers;
+        }
+        let peers = Arc::new(WorkerPeers {
+            prober: self.config.prober.clone(),
+            results: self.config.results.clone(),
+            results_view: self.config.results_view.clone(),
+            manager: ctx.address().recipient(),
+            clock: self.config.clock.clone(),
         });
-        peers.clone()
+        self.peers = Arc::downgrade(&peers);
+        peers
     }
 
     /// A dead worker that will not be restarted: deregister it and clean up after it.

@@ -112,9 +112,9 @@ pub struct StartupSucceeded {
 // === the actor ===
 
 /// What every worker of a prober manager reaches and none owns: the prober, the results cache
-/// and the manager. Held once, behind one pointer each worker keeps (upstream's worker reaches
-/// the same through its pointer to the manager), not five pointers per worker
-/// (docs/memory.md).
+/// and its view, the manager (for the exit notice) and the clock. Held once, behind one pointer
+/// each worker keeps (upstream's worker reaches the same through its pointer to the manager),
+/// not five pointers per worker (docs/memory.md).
 pub struct WorkerPeers {
     /// Runs one probe of a kind against a container (normally [`super::Prober`]).
     pub prober: Arc<dyn ProbeRunner>,
