@@ -63,7 +63,7 @@ impl Handler<ReconcilePod> for ProberManager {
         for key in keys {
             let Some(entry) = self.workers.get(&key) else { continue };
             let old_probe = key.kind.probe_of(&entry.container);
-            let old_timings = probe_timings(&entry.pod).unwrap_or_default();
+            let old_timings = probe_timings(entry.container.pod()).unwrap_or_default();
             let old = old_probe
                 .map(|p| (p, EffectiveTiming::new(p, old_timings.get(&key.container_name, key.kind))));
             let container = containers.get(&*key.container_name);
@@ -105,11 +105,9 @@ impl ProberManager {
         let mut spec = WorkerSpec::new(key, pod, probe, is_sidecar, self.start);
         spec.initial_delay = timing.initial_delay;
         let Some(entry) = self.workers.get_mut(key) else { return };
-        entry.pod = pod.clone();
         entry.container = container.clone();
         if let Some(addr) = &entry.addr {
             addr.do_send(Reconfigure {
-                pod: pod.clone(),
                 container: container.clone(),
                 spec,
                 period: timing.period,

@@ -74,7 +74,7 @@ impl Handler<StartContainerProbes> for ProberManager {
         for kind in ProbeKind::ADD_ORDER {
             let missing = self.workers.get(&key(kind)).is_none_or(|e| e.stopping);
             if kind.probe_of(&container).is_some() && missing {
-                self.add_unstarted(key(kind), msg.pod.clone(), container.clone());
+                self.add_unstarted(key(kind), container.clone());
             }
         }
         let binding = ContainerBinding {

@@ -124,8 +124,7 @@ struct WorkerEntry {
     stopping: bool,
     /// Abnormal deaths so far, for the restart back-off.
     restarts: u32,
-    pod: Arc<Pod>,
-    /// The container, read through the pod (no copy of its spec).
+    /// The container, read through its pod (no copy of its spec); the pod is this entry's.
     container: PodContainer,
     /// The container instance it was started for (`StartContainerProbes`). Boxed: only
     /// `ContainerLifecycleProber` sets it, and inline it would make every worker's entry in the
@@ -229,18 +228,18 @@ impl ProberManager {
         &mut self,
         ctx: &mut Context<Self>,
         key: ProbeKey,
-        pod: Arc<Pod>,
         container: PodContainer,
         how: WorkerStart,
     ) {
         let WorkerStart { state, restarts, binding } = how;
+        let pod = container.pod();
         let Some(probe) = key.kind.probe_of(&container).cloned() else { return };
-        let is_sidecar = is_sidecar(&pod, &container.name);
+        let is_sidecar = is_sidecar(pod, &container.name);
         // An invalid timing annotation is the host's to report; the probe then runs with its
         // seconds fields.
-        let timings = probe_timings(&pod).unwrap_or_default();
+        let timings = probe_timings(pod).unwrap_or_default();
         let timing = EffectiveTiming::new(&probe, timings.get(&key.container_name, key.kind));
-        let mut spec = WorkerSpec::new(&key, &pod, &probe, is_sidecar, self.start);
+        let mut spec = WorkerSpec::new(&key, pod, &probe, is_sidecar, self.start);
         spec.initial_delay = timing.initial_delay;
         spec.bound = binding.clone().map(Box::new);
         spec.keep_state_across_restart =
@@ -254,7 +253,6 @@ impl ProberManager {
         let config = WorkerConfig {
             key: key.clone(),
             worker_id: id,
-            pod: pod.clone(),
             container: container.clone(),
             spec,
             state,
@@ -269,20 +267,19 @@ impl ProberManager {
         let addr = ProbeWorker::spawn(config, self.arbiter_for(&key.pod_uid).as_ref());
         tracing::debug!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Probe worker started");
         let binding = binding.map(Box::new);
-        let entry = WorkerEntry { addr: Some(addr), id, stopping: false, restarts, pod, container, binding };
+        let entry = WorkerEntry { addr: Some(addr), id, stopping: false, restarts, container, binding };
         self.insert(key, entry);
     }
 
     /// A worker `AddPod` creates under `ContainerLifecycleProber`: known (so the container is
     /// not ready or started before it is probed), not probing until `StartContainerProbes`.
-    fn add_unstarted(&mut self, key: ProbeKey, pod: Arc<Pod>, container: PodContainer) {
+    fn add_unstarted(&mut self, key: ProbeKey, container: PodContainer) {
         self.next_id += 1;
         let entry = WorkerEntry {
             addr: None,
             id: self.next_id,
             stopping: false,
             restarts: 0,
-            pod,
             container,
             binding: None,
         };
@@ -318,9 +315,9 @@ impl ProberManager {
         if running && let Some(addr) = &entry.addr {
             addr.do_send(Stop);
         }
-        let (pod, container) = (entry.pod.clone(), entry.container.clone());
+        let container = entry.container.clone();
         let how = WorkerStart { state: WorkerState::new(), restarts: 0, binding: Some(binding.clone()) };
-        self.spawn_worker(ctx, key, pod, container, how);
+        self.spawn_worker(ctx, key, container, how);
     }
 
     fn start_readiness_and_liveness(
@@ -452,13 +449,13 @@ impl ProberManager {
                     self.record_change(&pod, &container, kind, &ProbeChange::Added);
                 }
                 if self.lifecycle() {
-                    self.add_unstarted(key.clone(), pod.clone(), container.clone());
+                    self.add_unstarted(key.clone(), container.clone());
                     if added {
                         self.start_added(ctx, &key, &container);
                     }
                 } else {
                     let how = WorkerStart { state, restarts: 0, binding: None };
-                    self.spawn_worker(ctx, key, pod.clone(), container.clone(), how);
+                    self.spawn_worker(ctx, key, container.clone(), how);
                 }
             }
         }
@@ -567,10 +564,9 @@ impl Handler<WorkerExited> for ProberManager {
                 act.discard_dead(&msg);
                 return;
             }
-            let (pod, container, binding) =
-                (entry.pod.clone(), entry.container.clone(), entry.binding.as_deref().cloned());
+            let (container, binding) = (entry.container.clone(), entry.binding.as_deref().cloned());
             let state = msg.state.unwrap_or_else(WorkerState::resumed);
-            act.spawn_worker(ctx, msg.key, pod, container, WorkerStart { state, restarts, binding });
+            act.spawn_worker(ctx, msg.key, container, WorkerStart { state, restarts, binding });
         });
     }
 }
@@ -659,6 +655,6 @@ mod tests {
     #[test]
     fn a_worker_entry_stays_small() {
         let size = std::mem::size_of::<super::WorkerEntry>();
-        assert!(size <= 80, "WorkerEntry is {size} bytes");
+        assert!(size <= 72, "WorkerEntry is {size} bytes");
     }
 }

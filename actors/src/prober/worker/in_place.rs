@@ -1,11 +1,9 @@
 //! A worker's `Reconfigure` (`MutableContainerProbes`): the new probe spec taken in place, as
 //! docs/prober.md §3.9 says, keeping or resetting the worker's counts and schedule.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
 use crate::prober::do_probe::WorkerSpec;
@@ -23,9 +21,7 @@ use super::ProbeWorker;
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct Reconfigure {
-    /// The pod as it is now.
-    pub pod: Arc<Pod>,
-    /// The container holding the new probe, read through `pod`.
+    /// The container holding the new probe, read through the pod as it is now.
     pub container: PodContainer,
     /// What the worker captures from the new probe spec (thresholds, initial delay).
     pub spec: WorkerSpec,
@@ -46,7 +42,6 @@ impl Handler<Reconfigure> for ProbeWorker {
 
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Self::Context) {
         let effect = msg.effect;
-        self.pod = msg.pod;
         self.container = msg.container;
         // A new memo, not a cleared one: a probe still in flight keeps (and may fill) the old.
         self.memo = ProbeMemo::unset();

@@ -135,10 +135,9 @@ pub struct WorkerConfig {
     /// The manager's number for this worker, unique among the workers it started; echoed in
     /// [`WorkerExited`].
     pub worker_id: u64,
-    /// The pod as it was when the worker was created (upstream's worker keeps it too; it is never
-    /// refreshed).
-    pub pod: Arc<Pod>,
-    /// The container spec holding the probe.
+    /// The container spec holding the probe, read through the pod as it was when the worker
+    /// was created (upstream's worker keeps the pod too; only an in-place probe change
+    /// refreshes it).
     pub container: PodContainer,
     /// What the worker captured from the pod and probe spec: thresholds, initial delay, restart
     /// policy.
@@ -168,7 +167,7 @@ pub struct WorkerConfig {
 /// stopped. Started by the prober manager; a host does not start one itself.
 pub struct ProbeWorker {
     key: ProbeKey,
-    pod: Arc<Pod>,
+    /// The probed container, and through it the worker's pod.
     container: PodContainer,
     spec: WorkerSpec,
     state: WorkerState,
@@ -250,7 +249,6 @@ impl ProbeWorker {
         ProbeWorker {
             exit: ExitNotice { worker_id: config.worker_id, clean: false, state: None },
             key: config.key,
-            pod: config.pod,
             container: config.container,
             spec: config.spec,
             state: config.state,
@@ -367,7 +365,7 @@ impl ProbeWorker {
         // the manager restarts it (counted in probelet_worker_restarts_total).
         let probe = self.peers.prober.probe_with_memo(
             self.key.kind,
-            self.pod.clone(),
+            self.container.pod().clone(),
             status,
             self.container.clone(),
             container_id,
@@ -456,7 +454,7 @@ impl ProbeWorker {
             }
             Ok(Ok(result)) => result,
         };
-        let labels = metrics::ProbeLabels::new(&self.key, &self.pod);
+        let labels = metrics::ProbeLabels::new(&self.key, self.container.pod());
         self.series.observe(labels, result, started.elapsed());
         let mut ops = Vec::new();
         self.state.after_probe(&self.spec, result, &mut ops);
@@ -612,7 +610,7 @@ impl Actor for ProbeWorker {
             if let Some(container_id) = self.state.container_id.take() {
                 self.peers.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id });
             }
-            metrics::ProbeLabels::new(&self.key, &self.pod).forget();
+            metrics::ProbeLabels::new(&self.key, self.container.pod()).forget();
         }
     }
 }
@@ -701,7 +699,7 @@ impl Drop for ProbeWorker {
             // The container whose cache entry the worker owns when it goes.
             container_id: self.state.container_id.take(),
             state: self.exit.state.take().map(|s| *s),
-            pod: self.pod.clone(),
+            pod: self.container.pod().clone(),
         });
     }
 }
