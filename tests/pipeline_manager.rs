@@ -563,11 +563,30 @@ async fn results_cache_delivers_every_change_to_a_stalled_subscriber() {
 
 // === UpdatePodStatus reads the results without a round trip ===
 
+/// A prober manager on its own, without a pipeline: a scripted prober, `cache` for results.
+fn bare_manager(
+    cache: probelet::results::ResultsSink,
+    view: probelet::results::ResultsView,
+) -> Addr<probelet::prober::manager::ProberManager> {
+    use probelet::clock::TokioClock;
+    use probelet::prober::manager::{ManagerConfig, ProberManager};
+    use probelet::status::views::StatusViews;
+
+    ProberManager::new(ManagerConfig {
+        prober: Arc::new(support::scripted::ScriptedProber::new()),
+        results: cache,
+        results_view: view,
+        views: StatusViews::new(),
+        clock: Arc::new(TokioClock::new()),
+        arbiters: Vec::new(),
+        jitter_seed: Some(1),
+    })
+    .start()
+}
+
 #[actix::test]
 async fn update_pod_status_reads_stored_results_even_when_the_cache_cannot_answer() {
-    use probelet::clock::TokioClock;
-    use probelet::prober::manager::{GetWorkers, ManagerConfig, ProberManager, UpdatePodStatus};
-    use probelet::status::views::StatusViews;
+    use probelet::prober::manager::{GetWorkers, UpdatePodStatus};
 
     // A cache that stored a readiness success, then stopped answering messages.
     let arbiter = Arbiter::new();
@@ -579,16 +598,7 @@ async fn update_pod_status_reads_stored_results_even_when_the_cache_cannot_answe
     arbiter.join().unwrap();
     assert!(!cache.connected(), "the cache is gone");
 
-    let manager = ProberManager::new(ManagerConfig {
-        prober: Arc::new(support::scripted::ScriptedProber::new()),
-        results: cache.into(),
-        results_view: view,
-        views: StatusViews::new(),
-        clock: Arc::new(TokioClock::new()),
-        arbiters: Vec::new(),
-        jitter_seed: Some(1),
-    })
-    .start();
+    let manager = bare_manager(cache.into(), view);
     let pod = test_pod("stored").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     manager.send(AddPod(pod.clone())).await.unwrap();
     assert_eq!(manager.send(GetWorkers).await.unwrap().len(), 1);
@@ -609,22 +619,11 @@ async fn update_pod_status_reads_stored_results_even_when_the_cache_cannot_answe
 /// its host are gone.
 #[actix::test]
 async fn a_manager_whose_workers_and_host_are_gone_stops() {
-    use probelet::clock::TokioClock;
-    use probelet::prober::manager::{GetWorkers, ManagerConfig, ProberManager};
-    use probelet::status::views::StatusViews;
+    use probelet::prober::manager::GetWorkers;
 
     let cache = ResultsCache::new(None, None);
     let view = cache.view();
-    let manager = ProberManager::new(ManagerConfig {
-        prober: Arc::new(support::scripted::ScriptedProber::new()),
-        results: cache.start().into(),
-        results_view: view,
-        views: StatusViews::new(),
-        clock: Arc::new(TokioClock::new()),
-        arbiters: Vec::new(),
-        jitter_seed: Some(1),
-    })
-    .start();
+    let manager = bare_manager(cache.start().into(), view);
     let pod = test_pod("short").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     manager.send(AddPod(pod.clone())).await.unwrap();
     assert_eq!(manager.send(GetWorkers).await.unwrap().len(), 1);
