@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
+use crate::capacity::ShrinkAfterRemoval;
 use crate::container::ContainerId;
 use crate::vocabulary::PodUid;
 
@@ -227,7 +228,10 @@ impl PodRegistry {
 
     /// Removes the pod with this UID and returns it, if it was there.
     pub fn remove(&self, uid: &str) -> Option<Arc<Pod>> {
-        self.pods.write().ok().and_then(|mut pods| pods.remove(uid))
+        let mut pods = self.pods.write().ok()?;
+        let removed = pods.remove(uid);
+        pods.shrink_after_removal();
+        removed
     }
 
     /// A snapshot of every pod the registry holds, in no particular order.

@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod capacity;
 pub mod clock;
 pub mod container;
 pub mod contracts;

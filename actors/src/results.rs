@@ -19,6 +19,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use actix::prelude::*;
 
+use crate::capacity::ShrinkAfterRemoval;
 use crate::container::ContainerId;
 use crate::status::manager::{SetContainerReadiness, SetContainerStartup};
 use crate::vocabulary::PodUid;
@@ -181,6 +182,7 @@ impl ResultsView {
         if let Some(map) = table.get_mut(&kind)
             && map.remove(container_id).is_some()
         {
+            map.shrink_after_removal();
             self.changes.fetch_add(1, Ordering::Release);
         }
     }
@@ -318,6 +320,22 @@ mod tests {
             result,
             pod_uid: "u".into(),
         }
+    }
+
+    #[test]
+    fn the_table_gives_back_the_room_of_a_burst_of_containers() {
+        let view = ResultsView::default();
+        let ids: Vec<ContainerId> = (0..2_000).map(|i| ContainerId::parse(&format!("x://{i}"))).collect();
+        for id in &ids {
+            view.set(ProbeKind::Readiness, id, ProbeResult::Success);
+        }
+        for id in &ids[1..] {
+            view.remove(ProbeKind::Readiness, id);
+        }
+        let table = view.table.read().unwrap_or_else(PoisonError::into_inner);
+        let capacity = table.get(&ProbeKind::Readiness).map_or(0, HashMap::capacity);
+        assert!(capacity <= 2 * crate::capacity::KEEP, "{capacity} slots kept for one result");
+        assert_eq!(view.get(ProbeKind::Readiness, &ids[0]), Some(ProbeResult::Success));
     }
 
     #[actix::test]

@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::clock::SharedClock;
 use probelet_actors::contracts::{PodLookup, ProbeObserver, ProbeRecord};
 use probelet_actors::prober::ProbeKind;
@@ -81,6 +82,7 @@ impl ProbeHistory {
     pub fn remove_pod(&self, pod_uid: &str) {
         if let Ok(mut runs) = self.runs.lock() {
             runs.retain(|(uid, _, _), _| uid != pod_uid);
+            runs.shrink_after_removal();
         }
     }
 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::{HostIP, Pod, PodIP, PodStatus};
 use probelet_actors::Pipeline;
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::contracts::PodRegistry;
 use probelet_actors::features::Feature;
 use probelet_actors::format::pod_ref;
@@ -341,6 +342,7 @@ impl StandaloneKubelet {
         self.pipeline.remove_pod(entry.pod.clone());
         self.runtime.do_send(ForgetPod(uid.clone()));
         self.pods.remove(&uid);
+        self.entries.shrink_after_removal();
         self.history.remove_pod(&uid);
         // Drops this pod's status too (it is no longer an entry): the status manager's
         // "finished" flag is sticky per UID and must not carry over to a restarted pod.

@@ -23,6 +23,7 @@ use super::resize::PodResizeConditions;
 use super::terminate::terminate_status;
 use super::transition::{check_container_state_transition, update_last_transition_times, update_start_time};
 use super::views::StatusViews;
+use crate::capacity::ShrinkAfterRemoval;
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::PodLookup;
@@ -279,9 +280,12 @@ impl StatusManager {
     }
 
     fn remove(&mut self, uid: &str) {
-        self.resize.remove(uid);
+        if self.resize.remove(uid).is_some() {
+            self.resize.shrink_after_removal();
+        }
         if self.statuses.remove(uid).is_some() {
             tracing::trace!(pod_uid = uid, "Removing pod from status map.");
+            self.statuses.shrink_after_removal();
             self.views.publish(uid, None);
         }
     }
@@ -390,6 +394,7 @@ impl Handler<RemoveOrphanedStatuses> for StatusManager {
         // Upstream drops resize conditions only with a status; those of a pod that never had
         // one would stay for ever.
         self.resize.retain(|uid, _| msg.0.contains(uid));
+        self.resize.shrink_after_removal();
         self.views.prune();
     }
 }
@@ -422,6 +427,7 @@ impl Handler<ClearPodResizeCondition> for StatusManager {
         };
         if conditions.is_empty() {
             self.resize.remove(&msg.pod_uid);
+            self.resize.shrink_after_removal();
         }
         cleared
     }

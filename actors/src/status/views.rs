@@ -19,6 +19,7 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use crate::capacity::ShrinkAfterRemoval;
 use crate::vocabulary::PodUid;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::Notify;
@@ -222,7 +223,9 @@ impl Drop for StatusView {
         // two counts, the registry's and this view's, mean this is the last reader.
         let ours = slots.get(slot.pod_uid.as_str()).is_some_and(|e| Arc::ptr_eq(&e.0, &slot));
         let removed = if ours && Arc::strong_count(&slot) == 2 && slot.get().is_none() {
-            slots.take(slot.pod_uid.as_str())
+            let removed = slots.take(slot.pod_uid.as_str());
+            slots.shrink_after_removal();
+            removed
         } else {
             None
         };
@@ -287,6 +290,7 @@ impl StatusViews {
                 let Some(entry) = slots.get(pod_uid) else { return };
                 let old = entry.0.set(None);
                 let unread = if entry.readers() == 0 { slots.take(pod_uid) } else { None };
+                slots.shrink_after_removal();
                 drop(slots);
                 drop((old, unread));
             }
@@ -295,7 +299,9 @@ impl StatusViews {
 
     /// Drops the slots nobody reads any more and whose pod has no status.
     pub fn prune(&self) {
-        self.locked().retain(|e| e.readers() > 0 || e.has_status());
+        let mut slots = self.locked();
+        slots.retain(|e| e.readers() > 0 || e.has_status());
+        slots.shrink_after_removal();
     }
 
     /// How many pods have a view (tests check for leaks).
@@ -316,6 +322,25 @@ mod tests {
 
     fn snapshot() -> Option<Arc<PodStatus>> {
         Some(Arc::new(PodStatus::default()))
+    }
+
+    #[test]
+    fn the_registry_gives_back_the_room_of_a_burst_of_pods() {
+        let views = StatusViews::new();
+        let uids: Vec<String> = (0..2_000).map(|i| format!("pod-{i}")).collect();
+        for uid in &uids {
+            views.publish(uid, snapshot());
+        }
+        // A read one: its slot goes when its last reader does.
+        let read = views.subscribe("pod-0");
+        for uid in &uids {
+            views.publish(uid, None);
+        }
+        assert_eq!(views.len(), 1);
+        drop(read);
+        assert_eq!(views.len(), 0);
+        let capacity = views.locked().capacity();
+        assert!(capacity <= 2 * crate::capacity::KEEP, "{capacity} slots kept for no pod");
     }
 
     #[test]

@@ -62,6 +62,7 @@ use super::job::{JobResult, SyncJob, WriteOutcome};
 use super::pod_sync::{MergeBase, PodSync, merge_base_after};
 use super::rules::resource_version;
 pub use super::rules::{MIRROR_POD_ANNOTATION, can_be_deleted, could_have_running_containers, is_mirror_pod};
+use crate::capacity::ShrinkAfterRemoval;
 use crate::metrics as names;
 use crate::status::manager::{DeletePodStatus, PodStatusUpdated, SubscribeStatus};
 use crate::vocabulary::PodUid;
@@ -177,6 +178,7 @@ impl StatusSyncer {
             }
             self.start(uid, ctx);
         }
+        self.queued.shrink_after_removal();
         for (uid, wait) in deferred {
             let key = uid.clone();
             let timer = ctx.run_later(wait, move |act, ctx| {
@@ -248,7 +250,9 @@ impl StatusSyncer {
                 }
             }
             MergeBase::Drop => {
-                self.api_pods.remove(&key);
+                if self.api_pods.remove(&key).is_some() {
+                    self.api_pods.shrink_after_removal();
+                }
             }
             MergeBase::Keep => {}
         }
@@ -307,6 +311,9 @@ impl StatusSyncer {
         self.pods.remove(uid);
         self.cancel_timer(uid, ctx);
         self.api_pods.remove(key);
+        self.pods.shrink_after_removal();
+        self.backing_off.shrink_after_removal();
+        self.api_pods.shrink_after_removal();
     }
 
     fn resolve_flushes(&mut self) {

@@ -19,6 +19,7 @@ use crate::contracts::{EventRecorder, EventType};
 use crate::local_runner::LocalCommandRunner;
 use crate::prober::{container_reference, pod_name};
 use crate::process::Signal;
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::format::pod_ref;
 
 use super::super::phase::kill_grace_period;
@@ -478,6 +479,7 @@ impl Handler<ForgetPod> for ProcessRuntime {
 
     fn handle(&mut self, ForgetPod(pod_uid): ForgetPod, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.remove(&pod_uid) else { return };
+        self.pods.shrink_after_removal();
         if let Some(timer) = state.held_back {
             ctx.cancel_future(timer);
         }

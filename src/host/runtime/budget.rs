@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::vocabulary::PodUid;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
@@ -104,6 +105,7 @@ impl FdBudget {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 self.by_pod.remove(pod_uid);
+                self.by_pod.shrink_after_removal();
             }
             self.running = self.running.saturating_sub(1);
         }

@@ -42,6 +42,7 @@ use super::worker::{
     PredecessorExited, ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited, WorkerPeers,
 };
 use super::{PodContainer, ProbeKind, ProbeRunner};
+use crate::capacity::ShrinkAfterRemoval;
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::EventRecorder;
@@ -467,7 +468,9 @@ impl Handler<RemovePod> for ProberManager {
 
     fn handle(&mut self, msg: RemovePod, _ctx: &mut Self::Context) {
         let Some(uid) = PodUid::of(&msg.0) else { return };
-        self.known_pods.remove(&uid);
+        if self.known_pods.remove(&uid).is_some() {
+            self.known_pods.shrink_after_removal();
+        }
         self.stop_pod_where(&uid, |_| true);
     }
 }
@@ -486,6 +489,7 @@ impl Handler<CleanupPods> for ProberManager {
 
     fn handle(&mut self, msg: CleanupPods, _ctx: &mut Self::Context) {
         self.known_pods.retain(|uid, _| msg.0.contains(uid));
+        self.known_pods.shrink_after_removal();
         self.stop_where(|k| !msg.0.contains(&k.pod_uid));
     }
 }

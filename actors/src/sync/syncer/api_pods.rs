@@ -7,6 +7,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use super::StatusSyncer;
+use crate::capacity::ShrinkAfterRemoval;
 use crate::sync::api_pod::ApiPod;
 use crate::sync::rules::{is_newer_or_same, resource_version, source_uid};
 
@@ -72,6 +73,8 @@ impl Handler<ApiPodDeleted> for StatusSyncer {
     type Result = ();
 
     fn handle(&mut self, msg: ApiPodDeleted, _ctx: &mut Self::Context) {
-        self.api_pods.remove(&(msg.namespace, msg.name));
+        if self.api_pods.remove(&(msg.namespace, msg.name)).is_some() {
+            self.api_pods.shrink_after_removal();
+        }
     }
 }

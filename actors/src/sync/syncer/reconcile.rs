@@ -8,6 +8,7 @@ use actix::prelude::*;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{OwnedFields, StatusSyncer};
+use crate::capacity::ShrinkAfterRemoval;
 use crate::status::equality::is_pod_status_equal_for;
 use crate::status::manager::{ListStatuses, VersionedPodStatus};
 use crate::status::merge::merge_readiness_only;
@@ -40,6 +41,7 @@ impl StatusSyncer {
             self.pods.iter().map(|(uid, pod)| (uid.clone(), pod.status.clone())).collect();
         let mut merged = merge_listed(held, statuses, &arrived);
         self.pods.retain(|uid, _| merged.contains_key(uid));
+        self.pods.shrink_after_removal();
         for (uid, pod) in &mut self.pods {
             if let Some(status) = merged.remove(uid) {
                 pod.status = status;
@@ -112,6 +114,7 @@ impl StatusSyncer {
             let uid = pods.static_uid_for_mirror(api_uid).unwrap_or_else(|| api_uid.to_owned());
             pods.pod_by_uid(&uid).is_some()
         });
+        self.api_pods.shrink_after_removal();
     }
 
     /// The API copy differs from ours in fields this writer owns.
