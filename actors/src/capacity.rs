@@ -4,20 +4,29 @@
 //! burst of pods has come and gone, the status manager's, the results cache's, the views' and
 //! the syncer's tables would stay sized for the burst for the agent's whole life
 //! (docs/memory.md, "Churn"). Their owners call [`ShrinkAfterRemoval::shrink_after_removal`]
-//! after removing entries. A table shrinks only when three quarters of it are empty, to twice
-//! what it holds, so a table that grows again soon does not rehash back and forth, and the
-//! rehash a shrink costs is paid for by the removals before it. Small tables are left alone.
+//! after removing entries.
+//!
+//! The table is asked to shrink to room for twice what it holds ([`shrink_target`]), which
+//! `hashbrown` does only when that fits in fewer buckets than the table has: so it shrinks
+//! once it is about a quarter full, by its buckets (what it holds in memory) rather than by
+//! `capacity()`, which the slots left by removals make look smaller. A table just grown has
+//! more than half of its new room in use, which never asks for fewer buckets, so a table that
+//! fills and empties does not rehash back and forth; and each shrink at least halves the table,
+//! so the rehashes are paid for by the removals before them. Tables of up to [`KEEP`] entries'
+//! room are not shrunk further.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
 
-/// A table of at most this many entries is never shrunk: it costs a few KB, and the sets that
-/// empty and fill on every sync round (queued, in flight) stay below it in ordinary use.
+/// The room a table keeps however few entries it holds (a table with room for 64 entries has
+/// 128 buckets): a few KB, and the sets that empty and fill on every sync round (queued, in
+/// flight) stay within it in ordinary use.
 pub const KEEP: usize = 64;
 
-/// The capacity to shrink a table of `len` entries and `capacity` slots to, if it should be.
-pub fn shrunk_capacity(len: usize, capacity: usize) -> Option<usize> {
-    (capacity > KEEP && len.saturating_mul(4) <= capacity).then(|| len.saturating_mul(2).max(KEEP))
+/// The room to ask a table of `len` entries to shrink to: twice what it holds, at least
+/// [`KEEP`]. Asking costs a comparison when the table would not get fewer buckets.
+pub fn shrink_target(len: usize) -> usize {
+    len.saturating_mul(2).saturating_add(1).max(KEEP)
 }
 
 /// A table that can give back the room its removed entries left.
@@ -28,17 +37,13 @@ pub trait ShrinkAfterRemoval {
 
 impl<K: Eq + Hash, V, S: BuildHasher> ShrinkAfterRemoval for HashMap<K, V, S> {
     fn shrink_after_removal(&mut self) {
-        if let Some(capacity) = shrunk_capacity(self.len(), self.capacity()) {
-            self.shrink_to(capacity);
-        }
+        self.shrink_to(shrink_target(self.len()));
     }
 }
 
 impl<T: Eq + Hash, S: BuildHasher> ShrinkAfterRemoval for HashSet<T, S> {
     fn shrink_after_removal(&mut self) {
-        if let Some(capacity) = shrunk_capacity(self.len(), self.capacity()) {
-            self.shrink_to(capacity);
-        }
+        self.shrink_to(shrink_target(self.len()));
     }
 }
 
@@ -47,12 +52,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_table_shrinks_only_when_three_quarters_are_empty() {
-        assert_eq!(shrunk_capacity(0, KEEP), None);
-        assert_eq!(shrunk_capacity(0, 896), Some(KEEP));
-        assert_eq!(shrunk_capacity(224, 896), Some(448));
-        assert_eq!(shrunk_capacity(225, 896), None);
-        assert_eq!(shrunk_capacity(10, 2 * KEEP), Some(KEEP));
+    fn the_target_is_twice_what_is_held_and_never_below_keep() {
+        assert_eq!(shrink_target(0), KEEP);
+        assert_eq!(shrink_target(10), KEEP);
+        assert_eq!(shrink_target(448), 897);
+        assert_eq!(shrink_target(usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn a_drained_table_shrinks_when_a_quarter_full() {
+        let mut map: HashMap<u32, u32> = (0..1_792).map(|i| (i, i)).collect();
+        assert_eq!(map.capacity(), 1_792);
+        let mut first_shrink = None;
+        for i in 0..1_792 {
+            map.remove(&i);
+            // `capacity()` also falls as removals leave deleted slots: a shrink is a change
+            // across the call.
+            let before = map.capacity();
+            map.shrink_after_removal();
+            if first_shrink.is_none() && map.capacity() != before {
+                first_shrink = Some(map.len());
+            }
+        }
+        // 2,048 buckets; room for 2 x 447 + 1 fits in 1,024 of them.
+        assert_eq!(first_shrink, Some(447));
     }
 
     #[test]
@@ -94,6 +117,26 @@ mod tests {
                 shrinks += usize::from(map.capacity() < before);
             }
         }
-        assert!(shrinks <= 3 * 8, "{shrinks} shrinks in three rounds of 4,096 removals");
+        assert!(shrinks <= 3 * 6, "{shrinks} shrinks in three rounds of 4,096 removals");
+    }
+
+    #[test]
+    fn a_steady_churn_never_rehashes_back_and_forth() {
+        // One in, one out at a steady size: the slots removals leave make the table clean up
+        // or grow now and then, and a grown table must not be shrunk straight back. These sizes
+        // are where a rule on `capacity()` (len x 4 <= capacity) did exactly that.
+        for len in [20_u32, 56, 112, 224, 448, 896, 1_000, 3_000] {
+            let mut map: HashMap<u32, u32> = (0..len).map(|i| (i, i)).collect();
+            map.shrink_after_removal();
+            let mut shrinks = 0;
+            for i in len..len + 50_000 {
+                map.insert(i, i);
+                map.remove(&(i - len));
+                let before = map.capacity();
+                map.shrink_after_removal();
+                shrinks += usize::from(map.capacity() != before);
+            }
+            assert_eq!(shrinks, 0, "shrinks at a steady {len} entries");
+        }
     }
 }

@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use crate::capacity::ShrinkAfterRemoval;
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
 use crate::process::{Signal, exited, signal_group_logged};
@@ -63,7 +64,10 @@ impl LocalCommandRunner {
 
     /// Forgets a container's settings, returning them.
     pub fn unregister(&self, container_id: &ContainerId) -> Option<LocalContainer> {
-        self.containers.write().unwrap_or_else(PoisonError::into_inner).remove(container_id)
+        let mut containers = self.containers.write().unwrap_or_else(PoisonError::into_inner);
+        let removed = containers.remove(container_id);
+        containers.shrink_after_removal();
+        removed
     }
 
     fn container(&self, container_id: &ContainerId) -> LocalContainer {

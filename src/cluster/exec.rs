@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams};
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
 use probelet_actors::gofmt::go_quote;
@@ -58,6 +59,7 @@ impl ExecRunner {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         if let Ok(mut map) = self.containers.write() {
             map.retain(|_, (n, p, _)| !(n == &ns && p == &name));
+            map.shrink_after_removal();
         }
     }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::{EventRecorder, EventType, PodLookup};
 use probelet_actors::features::Feature;
@@ -129,6 +130,7 @@ impl ClusterHost {
         self.history.remove_pod(&uid);
         self.exec.forget(&pod);
         self.deleting.remove(&uid);
+        self.deleting.shrink_after_removal();
         self.syncer.do_send(ApiPodDeleted {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),

@@ -18,6 +18,7 @@ use std::time::Duration;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::vocabulary::PodUid;
 
@@ -137,11 +138,13 @@ impl PodWatchState {
             Ok(WatchEvent::Delete(pod)) => {
                 if let Some(uid) = pod.pod.metadata.uid.as_deref() {
                     self.listed.remove(uid);
+                    self.listed.shrink_after_removal();
                 }
                 Some(PodWatchStep::Delete(pod))
             }
             Ok(WatchEvent::Init) => {
                 self.listed.clear();
+                self.listed.shrink_after_removal();
                 None
             }
             Ok(WatchEvent::InitDone) => Some(PodWatchStep::Listed(self.listed.clone())),

@@ -338,9 +338,28 @@ mod tests {
         }
         assert_eq!(views.len(), 1);
         drop(read);
+        assert_no_room_kept(&views);
+    }
+
+    /// No slot is left, and no room for the slots that were.
+    fn assert_no_room_kept(views: &StatusViews) {
         assert_eq!(views.len(), 0);
         let capacity = views.locked().capacity();
         assert!(capacity <= 2 * crate::capacity::KEEP, "{capacity} slots kept for no pod");
+    }
+
+    #[test]
+    fn the_last_readers_of_a_burst_of_removed_pods_give_its_room_back() {
+        let views = StatusViews::new();
+        let read: Vec<StatusView> = (0..2_000).map(|i| views.subscribe(&format!("pod-{i}"))).collect();
+        for i in 0..2_000 {
+            views.publish(&format!("pod-{i}"), snapshot());
+            views.publish(&format!("pod-{i}"), None);
+        }
+        assert_eq!(views.len(), 2_000, "still read");
+        // The slots go as their readers do, and the room with them.
+        drop(read);
+        assert_no_room_kept(&views);
     }
 
     #[test]

@@ -183,6 +183,7 @@ impl StatusSyncer {
             let key = uid.clone();
             let timer = ctx.run_later(wait, move |act, ctx| {
                 act.backing_off.remove(&key);
+                act.backing_off.shrink_after_removal();
                 act.enqueue(&key, ctx);
             });
             self.backing_off.insert(uid, timer);
@@ -194,6 +195,7 @@ impl StatusSyncer {
     fn cancel_timer(&mut self, uid: &str, ctx: &mut Context<Self>) {
         if let Some(timer) = self.backing_off.remove(uid) {
             ctx.cancel_future(timer);
+            self.backing_off.shrink_after_removal();
         }
     }
 
@@ -312,7 +314,6 @@ impl StatusSyncer {
         self.cancel_timer(uid, ctx);
         self.api_pods.remove(key);
         self.pods.shrink_after_removal();
-        self.backing_off.shrink_after_removal();
         self.api_pods.shrink_after_removal();
     }
 

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
+use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::clock::SharedClock;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::{EventRecorder, EventType, PodRegistry};
@@ -306,6 +307,7 @@ impl GateHost {
     /// Stops probing a pod that is gone, finished or no longer gated.
     fn forget(&mut self, uid: &str) {
         let Some(entry) = self.gated.remove(uid) else { return };
+        self.gated.shrink_after_removal();
         if let Some(derived) = entry.derived {
             self.pipeline.remove_pod(derived);
         }

@@ -193,6 +193,7 @@ impl ProcessRuntime {
                 subscriber.do_send(RuntimeChanged { pod_uid: pod_uid.clone() });
             }
         }
+        self.changed.shrink_after_removal();
     }
 
     fn record(&self, pod: &Pod, container: &Container, event_type: EventType, reason: &str, message: &str) {
