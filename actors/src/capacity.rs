@@ -62,7 +62,7 @@ mod tests {
     #[test]
     fn a_drained_table_shrinks_when_a_quarter_full() {
         let mut map: HashMap<u32, u32> = (0..1_792).map(|i| (i, i)).collect();
-        assert_eq!(map.capacity(), 1_792);
+        let full = map.capacity();
         let mut first_shrink = None;
         for i in 0..1_792 {
             map.remove(&i);
@@ -74,8 +74,10 @@ mod tests {
                 first_shrink = Some(map.len());
             }
         }
-        // 2,048 buckets; room for 2 x 447 + 1 fits in 1,024 of them.
-        assert_eq!(first_shrink, Some(447));
+        // With today's hashbrown: 2,048 buckets (room for 1,792), and room for 2 x 447 + 1
+        // fits in 1,024 of them. A rule on `capacity()` waited until about 92 % were gone.
+        let first_shrink = first_shrink.unwrap_or(0);
+        assert!((full / 5..=full / 4).contains(&first_shrink), "first shrink at {first_shrink} of {full}");
     }
 
     #[test]
