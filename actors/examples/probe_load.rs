@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release -p probelet-actors --example probe_load -- \
 //!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
-//!     [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS]
+//!     [--floor] [--idle] [--churn [--rounds N]] [--overload-workers N --overload-for SECS]
 //!     [--max-in-flight N]
 //! ```
 //!
@@ -25,7 +25,7 @@
 //!   each pod living one second, as a host adds (register, status, `add_pod`) and removes
 //!   (`remove_pod`, deregister, `remove_orphaned_statuses`) them; it prints the rate achieved,
 //!   the workers, statuses and views left at the end, and RSS before, during and after (see
-//!   [`churn`]).
+//!   [`churn`]); `--rounds N` repeats it N times on the same engine.
 //! * `--overload-workers N --overload-for SECS` runs N workers for SECS, then drops to
 //!   `--workers` for the window, and prints a line per second and one per phase (see
 //!   [`overload`]).
@@ -115,7 +115,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
---warmup SECS --window SECS [--floor] [--idle] [--churn] [--overload-workers N --overload-for SECS] [--max-in-flight N] [--floor-per-core]";
+--warmup SECS --window SECS [--floor] [--idle] [--churn [--rounds N]] [--overload-workers N --overload-for SECS] [--max-in-flight N] [--floor-per-core]";
 
 fn run(args: Args) -> Result<(), Error> {
     // The target lives in its own process so that its CPU is not counted; it dies with us.
@@ -181,6 +181,8 @@ struct Args {
     /// `--floor-per-core`: the floor's tasks on one single-threaded runtime per core, split by
     /// worker index, as the engine's workers sit on one arbiter per core (no work stealing).
     floor_per_core: bool,
+    /// `--rounds N`: `--churn` runs N rounds on the same engine (1 unless given).
+    rounds: usize,
 }
 
 impl Args {
@@ -198,6 +200,7 @@ impl Args {
             overload_for: 10,
             max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
             floor_per_core: false,
+            rounds: 1,
         };
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -223,6 +226,7 @@ impl Args {
                 }
                 "--idle" => args.idle = true,
                 "--churn" => args.churn = true,
+                "--rounds" => args.rounds = number(flag, value()?)?,
                 "--overload-workers" => args.overload_workers = number(flag, value()?)?,
                 "--overload-for" => args.overload_for = number(flag, value()?)?,
                 "--max-in-flight" => {
@@ -247,6 +251,9 @@ impl Args {
             return Err(
                 "--idle and --churn measure the engine's workers; they have no --floor variant".into()
             );
+        }
+        if args.rounds == 0 || (args.rounds > 1 && !args.churn) {
+            return Err("--rounds: at least 1, and more than 1 only with --churn".into());
         }
         if args.idle && args.churn {
             return Err("--idle and --churn are different runs".into());
@@ -435,6 +442,13 @@ struct RssSplit {
     file_kib: u64,
 }
 
+impl RssSplit {
+    /// Both kinds together (the RSS, less shared memory, which this process has none of).
+    fn kib(self) -> u64 {
+        self.anon_kib + self.file_kib
+    }
+}
+
 /// Parses `RssAnon:` and `RssFile:` of a `/proc/<pid>/status`.
 fn parse_rss_split(status: &str) -> RssSplit {
     let field = |name: &str| {
@@ -485,6 +499,8 @@ struct Collector {
 
 struct Samples {
     grids: Vec<Grid>,
+    /// The number of the worker `grids[0]` is for (0 but in later rounds of `--churn`).
+    first_worker: usize,
     /// Workers that have probed at least once.
     probed: usize,
     recording: bool,
@@ -497,6 +513,12 @@ struct Samples {
 }
 
 impl Samples {
+    /// The grid of worker `worker`, if it is a worker of this run (of this round of `--churn`:
+    /// see [`Collector::new_round`]).
+    fn grid(&mut self, worker: usize) -> Option<&mut Grid> {
+        self.grids.get_mut(worker.checked_sub(self.first_worker)?)
+    }
+
     /// One probe into the counts and histograms: `first` if it is its worker's first, `late`
     /// its lateness when known.
     fn add(&mut self, first: bool, late: Option<Duration>, duration: Duration, ok: bool) {
@@ -544,6 +566,7 @@ impl Collector {
             period,
             inner: Mutex::new(Samples {
                 grids: vec![Grid::new(); workers],
+                first_worker: 0,
                 probed: 0,
                 recording: false,
                 probes: 0,
@@ -559,6 +582,16 @@ impl Collector {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A new round of `--churn`, whose pods are numbered from `first_worker` on: they take
+    /// the grids over from the first, forgotten, so that the grids need not grow (and add to
+    /// the RSS the run measures) with every round; a late probe of an earlier round's pod is
+    /// not counted.
+    fn new_round(&self, first_worker: usize) {
+        let mut s = self.lock();
+        s.grids.fill(Grid::new());
+        s.first_worker = first_worker;
+    }
+
     #[cfg(test)]
     fn record(&self, worker: usize, start: Instant, duration: Duration, ok: bool) {
         self.record_due(worker, None, start, duration, ok);
@@ -571,7 +604,7 @@ impl Collector {
     fn record_waited(&self, worker: usize, waited: Duration, start: Instant, duration: Duration, ok: bool) {
         let asked = start.checked_sub(waited).unwrap_or(start);
         let mut s = self.lock();
-        let Some(grid) = s.grids.get_mut(worker) else { return };
+        let Some(grid) = s.grid(worker) else { return };
         let first = grid.anchor.is_none();
         let late = grid.lateness_within(asked, self.period, ENGINE_EARLY_TOLERANCE).map(|late| late + waited);
         let late = if first && !waited.is_zero() { Some(waited) } else { late };
@@ -582,7 +615,7 @@ impl Collector {
     /// says it): its lateness is measured from that, not from the grid its starts imply.
     fn record_due(&self, worker: usize, due: Option<Instant>, start: Instant, duration: Duration, ok: bool) {
         let mut s = self.lock();
-        let Some(grid) = s.grids.get_mut(worker) else { return };
+        let Some(grid) = s.grid(worker) else { return };
         let first = grid.anchor.is_none();
         let late = match due {
             Some(due) => {
@@ -923,21 +956,20 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
 /// is aged past the start-up jitter as for `--idle`). At the end the
 /// last pods are removed and the run waits for the workers to exit. RSS is read before the
 /// first pod, after the first 5 s (the population and the allocator at their steady state),
-/// at the end of the window, 2 s after everything is removed and 15 s after that (an allocator
+/// at the end of the window, 2 s, 17 s and 47 s after everything is removed (an allocator
 /// that returns freed pages does it on a timer), each also split into anonymous and
 /// file-backed pages; the workers, cached statuses and status views left at the end are
 /// counted.
+///
+/// With `--rounds N` the same engine goes through N such rounds, each with new pods, and the
+/// line has the first round's figures and one entry per round: whether what a round leaves
+/// behind is paid once (the code paged in, the allocator's caches) or again every round.
 fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     const SETTLE: Duration = Duration::from_secs(2);
-    const TICK: Duration = Duration::from_millis(10);
-    const WARM: Duration = Duration::from_secs(5);
-    const RETURN: Duration = Duration::from_secs(15);
-    let rate = args.workers;
-    let window = Duration::from_secs(args.window);
-    let total = rate.saturating_mul(args.window as usize);
+    let per_round = args.workers.saturating_mul(args.window as usize);
     let system = actix::System::new();
     let out = system.block_on(async move {
-        let collector = Collector::new(total, Duration::from_secs(args.period));
+        let collector = Collector::new(per_round, Duration::from_secs(args.period));
         let registry = PodRegistry::new();
         let clock = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
         let pipeline = start_pipeline(args, &registry, &collector, Some(clock.clone()))?;
@@ -947,117 +979,209 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         tokio::time::sleep(SETTLE).await;
         let before = rss_bytes();
         let before_split = rss_split();
-
-        let mut live: std::collections::VecDeque<Arc<Pod>> = std::collections::VecDeque::new();
-        let (mut added, mut removed, mut max_live) = (0usize, 0usize, 0usize);
-        let (mut warm, mut rss_max) = (None, before);
-        let mut ticks = tokio::time::interval(TICK);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let start = Instant::now();
-        while start.elapsed() < window {
-            ticks.tick().await;
-            let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
-            let mut removed_now = false;
-            while added < due {
-                let pod = Arc::new(pod(added, &probe));
-                registry.upsert(pod.clone());
-                sync(&pipeline, &pod, runtime_status(added, true)).await?;
-                live.push_back(pod);
-                added += 1;
-                max_live = max_live.max(live.len());
-                // One in, one out: the population never passes one second's worth, however
-                // far behind the adds run.
-                while live.len() > rate {
-                    let Some(pod) = live.pop_front() else { break };
-                    remove(&pipeline, &registry, &pod);
-                    removed += 1;
-                    removed_now = true;
-                }
-            }
-            if removed_now {
-                pipeline.remove_orphaned_statuses(live_uids(&live));
-            }
-            if warm.is_none() && start.elapsed() >= WARM {
-                warm = Some(rss_bytes());
-            }
-            rss_max = rss_max.max(rss_bytes());
+        let mut rounds = Vec::with_capacity(args.rounds);
+        for round in 0..args.rounds {
+            let first_pod = round * per_round;
+            collector.new_round(first_pod);
+            rounds.push(churn_round(args, &pipeline, &registry, &probe, first_pod, before).await?);
         }
-        let elapsed = start.elapsed();
-        let end_of_window = rss_bytes();
-        let workers_at_window_end = pipeline.workers().await?.len();
-        for pod in live.drain(..) {
-            remove(&pipeline, &registry, &pod);
-            removed += 1;
-        }
-        pipeline.remove_orphaned_statuses(std::collections::HashSet::new());
-        let drain = Instant::now();
-        while !pipeline.workers().await?.is_empty() && drain.elapsed() < Duration::from_secs(60) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let drained = drain.elapsed();
-        tokio::time::sleep(SETTLE).await;
-        let after = rss_bytes();
-        let after_split = rss_split();
-        // An allocator that gives freed pages back does so on a timer (jemalloc's background
-        // thread decays them over 10 s): read again once that is past.
-        tokio::time::sleep(RETURN).await;
-        let returned = rss_bytes();
-        let returned_split = rss_split();
-        let workers = pipeline.workers().await?.len();
-        let statuses = pipeline.statuses().await?.len();
         collector.set_recording(false);
         let s = collector.lock();
+        let Some(first) = rounds.first() else { return Err::<_, Error>("--rounds: at least 1".into()) };
         let kib = |b: u64| b / 1024;
-        let secs = elapsed.as_secs_f64();
-        let line = json!({
+        let secs = first.elapsed.as_secs_f64();
+        let mut line = json!({
             "mode": "churn",
             "kind": args.kind.name(),
-            "pods_per_s_asked": rate,
+            "pods_per_s_asked": args.workers,
             "period_s": args.period,
             "window_s": round(secs, 3),
-            "added": added,
-            "removed": removed,
-            "adds_per_s": round(added as f64 / secs, 1),
-            "max_live_pods": max_live,
-            "workers_at_window_end": workers_at_window_end,
-            "drain_s": round(drained.as_secs_f64(), 3),
-            "left": {
-                "workers": workers,
-                "statuses": statuses,
-                "status_views": pipeline.views.len(),
-                "results": pipeline.results_view.len(),
-                "registered_pods": registry.pods().len(),
-            },
+            "added": first.added,
+            "removed": first.removed,
+            "adds_per_s": round(first.added as f64 / secs, 1),
+            "max_live_pods": first.max_live,
+            "workers_at_window_end": first.workers_at_window_end,
+            "drain_s": round(first.drained.as_secs_f64(), 3),
+            "left": first.left,
             "probes": s.probes,
             "failures": s.failures,
             "rss_kib": {
                 "before": kib(before),
-                "after_5s": warm.map(kib),
-                "max": kib(rss_max),
-                "end_of_window": kib(end_of_window),
-                "after_removal": kib(after),
-                "after_removal_17s": kib(returned),
+                "after_5s": first.warm.map(kib),
+                "max": kib(first.rss_max),
+                "end_of_window": kib(first.end_of_window),
+                "after_removal": kib(first.after),
+                "after_removal_17s": kib(first.returned),
             },
             "rss_anon_file_kib": {
                 "before": [before_split.anon_kib, before_split.file_kib],
-                "after_removal": [after_split.anon_kib, after_split.file_kib],
-                "after_removal_17s": [returned_split.anon_kib, returned_split.file_kib],
+                "after_removal": [first.after_split.anon_kib, first.after_split.file_kib],
+                "after_removal_17s": [first.returned_split.anon_kib, first.returned_split.file_kib],
+                "after_removal_47s": [first.returned_late.anon_kib, first.returned_late.file_kib],
             },
-            "after_removal_vs_before": round(after as f64 / before.max(1) as f64, 3),
-            "after_removal_17s_vs_before": round(returned as f64 / before.max(1) as f64, 3),
+            "after_removal_vs_before": round(first.after as f64 / before.max(1) as f64, 3),
+            "after_removal_17s_vs_before": round(first.returned as f64 / before.max(1) as f64, 3),
+            "after_removal_47s_vs_before": round(first.returned_late.kib() as f64 / before_split.kib().max(1) as f64, 3),
             "anon_after_removal_17s_vs_before": round(
-                returned_split.anon_kib as f64 / before_split.anon_kib.max(1) as f64,
+                first.returned_split.anon_kib as f64 / before_split.anon_kib.max(1) as f64,
                 3
             ),
-            "end_of_window_vs_after_5s": warm.map(|w| round(end_of_window as f64 / w.max(1) as f64, 3)),
+            "end_of_window_vs_after_5s": first.warm.map(|w| round(first.end_of_window as f64 / w.max(1) as f64, 3)),
             "allocator": ALLOCATOR,
             "loadavg": load_average(),
         });
+        if args.rounds > 1 {
+            let each: Vec<serde_json::Value> = rounds
+                .iter()
+                .map(|r| {
+                    json!({
+                        "adds_per_s": round(r.added as f64 / r.elapsed.as_secs_f64(), 1),
+                        "left": r.left,
+                        "rss_kib_after_5s": r.warm.map(kib),
+                        "rss_kib_end_of_window": kib(r.end_of_window),
+                        "rss_kib_after_removal_17s": kib(r.returned),
+                        "rss_anon_file_kib_after_removal_17s": [r.returned_split.anon_kib, r.returned_split.file_kib],
+                        "rss_anon_file_kib_after_removal_47s": [r.returned_late.anon_kib, r.returned_late.file_kib],
+                        "after_removal_17s_vs_before": round(r.returned as f64 / before.max(1) as f64, 3),
+                        "after_removal_47s_vs_before": round(r.returned_late.kib() as f64 / before_split.kib().max(1) as f64, 3),
+                        "after_removal_47s_vs_round_1": round(r.returned_late.kib() as f64 / first.returned_late.kib().max(1) as f64, 3),
+                    })
+                })
+                .collect();
+            line["rounds"] = serde_json::Value::Array(each);
+        }
         drop(s);
         actix::System::current().stop();
         Ok::<_, Error>(line)
     })?;
     Ok(out)
+}
+
+/// What one round of `--churn` measured.
+struct ChurnRound {
+    elapsed: Duration,
+    added: usize,
+    removed: usize,
+    max_live: usize,
+    workers_at_window_end: usize,
+    drained: Duration,
+    /// RSS 5 s into the round, once the population is at its steady state.
+    warm: Option<u64>,
+    rss_max: u64,
+    end_of_window: u64,
+    /// RSS 2 s after the last pod went, and 17 s after it.
+    after: u64,
+    after_split: RssSplit,
+    returned: u64,
+    returned_split: RssSplit,
+    /// RSS 47 s after the last pod went.
+    returned_late: RssSplit,
+    /// What the engine holds once the round's pods are gone (all zero when nothing is left).
+    left: serde_json::Value,
+}
+
+/// One round of `--churn` (see [`churn`]): pods numbered from `first_pod`, so that each round's
+/// pods are new to the engine.
+async fn churn_round(
+    args: &Args,
+    pipeline: &Pipeline,
+    registry: &PodRegistry,
+    probe: &Probe,
+    first_pod: usize,
+    rss_at_start: u64,
+) -> Result<ChurnRound, Error> {
+    const SETTLE: Duration = Duration::from_secs(2);
+    const TICK: Duration = Duration::from_millis(10);
+    const WARM: Duration = Duration::from_secs(5);
+    const RETURN: Duration = Duration::from_secs(15);
+    const RETURN_LATE: Duration = Duration::from_secs(30);
+    let rate = args.workers;
+    let window = Duration::from_secs(args.window);
+    let total = rate.saturating_mul(args.window as usize);
+    let mut live: std::collections::VecDeque<Arc<Pod>> = std::collections::VecDeque::new();
+    let (mut added, mut removed, mut max_live) = (0usize, 0usize, 0usize);
+    let (mut warm, mut rss_max) = (None, rss_at_start);
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let start = Instant::now();
+    while start.elapsed() < window {
+        ticks.tick().await;
+        let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
+        let mut removed_now = false;
+        while added < due {
+            let index = first_pod + added;
+            let pod = Arc::new(pod(index, probe));
+            registry.upsert(pod.clone());
+            sync(pipeline, &pod, runtime_status(index, true)).await?;
+            live.push_back(pod);
+            added += 1;
+            max_live = max_live.max(live.len());
+            // One in, one out: the population never passes one second's worth, however
+            // far behind the adds run.
+            while live.len() > rate {
+                let Some(pod) = live.pop_front() else { break };
+                remove(pipeline, registry, &pod);
+                removed += 1;
+                removed_now = true;
+            }
+        }
+        if removed_now {
+            pipeline.remove_orphaned_statuses(live_uids(&live));
+        }
+        if warm.is_none() && start.elapsed() >= WARM {
+            warm = Some(rss_bytes());
+        }
+        rss_max = rss_max.max(rss_bytes());
+    }
+    let elapsed = start.elapsed();
+    let end_of_window = rss_bytes();
+    let workers_at_window_end = pipeline.workers().await?.len();
+    for pod in live.drain(..) {
+        remove(pipeline, registry, &pod);
+        removed += 1;
+    }
+    pipeline.remove_orphaned_statuses(std::collections::HashSet::new());
+    let drain = Instant::now();
+    while !pipeline.workers().await?.is_empty() && drain.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drained = drain.elapsed();
+    tokio::time::sleep(SETTLE).await;
+    let after = rss_bytes();
+    let after_split = rss_split();
+    // An allocator that gives freed pages back does so on a timer (jemalloc's background
+    // thread decays them over 10 s): read again once that is past.
+    tokio::time::sleep(RETURN).await;
+    let returned = rss_bytes();
+    let returned_split = rss_split();
+    // It may take longer: jemalloc purges along a decay curve, on its background thread's
+    // timer, and a round's reading at 17 s has been seen at twice its reading 5 s later.
+    tokio::time::sleep(RETURN_LATE).await;
+    let returned_late = rss_split();
+    let left = json!({
+        "workers": pipeline.workers().await?.len(),
+        "statuses": pipeline.statuses().await?.len(),
+        "status_views": pipeline.views.len(),
+        "results": pipeline.results_view.len(),
+        "registered_pods": registry.pods().len(),
+    });
+    Ok(ChurnRound {
+        elapsed,
+        added,
+        removed,
+        max_live,
+        workers_at_window_end,
+        drained,
+        warm,
+        rss_max,
+        end_of_window,
+        after,
+        after_split,
+        returned,
+        returned_split,
+        returned_late,
+        left,
+    })
 }
 
 /// The host's removal of a deleted pod: its workers stopped, then the pod deregistered (its
@@ -1703,6 +1827,7 @@ mod tests {
                 overload_for: 10,
                 max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
                 floor_per_core: false,
+                rounds: 1,
             }
         );
         assert_eq!(Args::parse(&argv("--idle")).expect("parses").period, 3600);
@@ -1713,7 +1838,11 @@ mod tests {
         assert!(Args::parse(&argv("--churn --floor")).is_err());
         assert!(Args::parse(&argv("--churn --idle")).is_err());
         let churn = Args::parse(&argv("--churn --workers 1000 --window 60")).expect("parses");
-        assert!(churn.churn && churn.period == 1 && churn.window == 60);
+        assert!(churn.churn && churn.period == 1 && churn.window == 60 && churn.rounds == 1);
+        let rounds = Args::parse(&argv("--churn --window 20 --rounds 3")).expect("parses");
+        assert_eq!((rounds.churn, rounds.rounds), (true, 3));
+        assert!(Args::parse(&argv("--churn --rounds 0")).is_err());
+        assert!(Args::parse(&argv("--idle --rounds 2")).is_err());
         assert!(Args::parse(&argv("--workers 0")).is_err());
         let over =
             Args::parse(&argv("--workers 100 --overload-workers 900 --overload-for 7")).expect("parses");
@@ -1737,6 +1866,29 @@ mod tests {
         assert_eq!(worker_index("uid-417"), Some(417));
         assert_eq!(worker_index("417"), None);
         assert_eq!(worker_index("uid-"), None);
+    }
+
+    #[test]
+    fn later_churn_rounds_reuse_the_grids_and_start_them_over() {
+        let period = Duration::from_secs(1);
+        let c = Collector::new(2, period);
+        c.set_recording(true);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Worker 0 anchors its grid; a probe 300 ms off it reads 300 ms late.
+        c.record_due(0, None, t0, ms(1), true);
+        c.record_due(0, None, t0 + period + ms(300), ms(1), true);
+        assert_eq!(c.lock().lateness.max, 300_000);
+        // A new round: worker 2 (the next round's first pod) takes worker 0's grid, which
+        // holds no anchor from the round before, so its first probe is a first and is not late;
+        // a late probe of worker 1, of the round before, is not counted.
+        c.new_round(2);
+        c.record_due(2, None, t0 + ms(1700), ms(1), true);
+        c.record_due(1, None, t0 + ms(1800), ms(1), true);
+        let s = c.lock();
+        assert_eq!((s.probed, s.probes, s.lateness.total), (2, 3, 1));
+        assert_eq!(s.grids.len(), 2);
+        assert!(s.grids[0].anchor.is_some() && s.grids[1].anchor.is_none());
     }
 
     #[test]
