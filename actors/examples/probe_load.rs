@@ -962,8 +962,9 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
 /// counted.
 ///
 /// With `--rounds N` the same engine goes through N such rounds, each with new pods, and the
-/// line has the first round's figures and one entry per round: whether what a round leaves
-/// behind is paid once (the code paged in, the allocator's caches) or again every round.
+/// line has the first round's figures (its probes and failures: all rounds') and one entry per
+/// round: whether what a round leaves behind is paid once (the code paged in, the allocator's
+/// caches) or again every round.
 fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     const SETTLE: Duration = Duration::from_secs(2);
     let per_round = args.workers.saturating_mul(args.window as usize);
@@ -983,11 +984,18 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         for round in 0..args.rounds {
             let first_pod = round * per_round;
             collector.new_round(first_pod);
-            rounds.push(churn_round(args, &pipeline, &registry, &probe, first_pod, before).await?);
+            let counted = |c: &Collector| {
+                let s = c.lock();
+                (s.probes, s.failures)
+            };
+            let (probes, failures) = counted(&collector);
+            let measured = churn_round(args, &pipeline, &registry, &probe, first_pod, before).await?;
+            let (probes_after, failures_after) = counted(&collector);
+            rounds.push((measured, probes_after - probes, failures_after - failures));
         }
         collector.set_recording(false);
         let s = collector.lock();
-        let Some(first) = rounds.first() else { return Err::<_, Error>("--rounds: at least 1".into()) };
+        let Some((first, _, _)) = rounds.first() else { return Err::<_, Error>("--rounds: at least 1".into()) };
         let kib = |b: u64| b / 1024;
         let secs = first.elapsed.as_secs_f64();
         let mut line = json!({
@@ -1033,9 +1041,11 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         if args.rounds > 1 {
             let each: Vec<serde_json::Value> = rounds
                 .iter()
-                .map(|r| {
+                .map(|(r, probes, failures)| {
                     json!({
                         "adds_per_s": round(r.added as f64 / r.elapsed.as_secs_f64(), 1),
+                        "probes": probes,
+                        "failures": failures,
                         "left": r.left,
                         "rss_kib_after_5s": r.warm.map(kib),
                         "rss_kib_end_of_window": kib(r.end_of_window),
