@@ -582,6 +582,12 @@ impl Collector {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Probes and failures counted so far.
+    fn counts(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.probes, s.failures)
+    }
+
     /// A new round of `--churn`, whose pods are numbered from `first_worker` on: they take
     /// the grids over from the first, forgotten, so that the grids need not grow (and add to
     /// the RSS the run measures) with every round; a late probe of an earlier round's pod is
@@ -832,6 +838,9 @@ fn engine_load(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     Ok(out)
 }
 
+/// How long `--idle` and `--churn` let the engine and the allocator settle before an RSS reading.
+const SETTLE: Duration = Duration::from_secs(2);
+
 /// A wall clock that can be moved ahead: `--idle` ages the prober manager past one period.
 struct AgedClock {
     base: TokioClock,
@@ -857,7 +866,6 @@ impl Clock for AgedClock {
 /// worker waits, "fresh"), then a sync with it running, whose `update_pod_status` triggers
 /// the readiness worker's first probe at once.
 fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
-    const SETTLE: Duration = Duration::from_secs(2);
     let limit = Duration::from_secs(120.max(args.workers as u64 / 100));
     let system = actix::System::new();
     let out = system.block_on(async move {
@@ -966,7 +974,6 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
 /// round: whether what a round leaves behind is paid once (the code paged in, the allocator's
 /// caches) or again every round.
 fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
-    const SETTLE: Duration = Duration::from_secs(2);
     let per_round = args.workers.saturating_mul(args.window as usize);
     let system = actix::System::new();
     let out = system.block_on(async move {
@@ -984,13 +991,9 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         for round in 0..args.rounds {
             let first_pod = round * per_round;
             collector.new_round(first_pod);
-            let counted = |c: &Collector| {
-                let s = c.lock();
-                (s.probes, s.failures)
-            };
-            let (probes, failures) = counted(&collector);
+            let (probes, failures) = collector.counts();
             let measured = churn_round(args, &pipeline, &registry, &probe, first_pod, before).await?;
-            let (probes_after, failures_after) = counted(&collector);
+            let (probes_after, failures_after) = collector.counts();
             rounds.push((measured, probes_after - probes, failures_after - failures));
         }
         collector.set_recording(false);
@@ -1100,7 +1103,6 @@ async fn churn_round(
     first_pod: usize,
     rss_at_start: u64,
 ) -> Result<ChurnRound, Error> {
-    const SETTLE: Duration = Duration::from_secs(2);
     const TICK: Duration = Duration::from_millis(10);
     const WARM: Duration = Duration::from_secs(5);
     const RETURN: Duration = Duration::from_secs(15);
