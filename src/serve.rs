@@ -274,7 +274,7 @@ async fn with_statuses(state: &ServeState) -> Vec<Pod> {
         let mut pod = (*pod).clone();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if let Ok(Some(status)) = state.pipeline.pod_status(&uid).await {
-            pod.status = Some((*status).clone());
+            pod.status = Some(Arc::unwrap_or_clone(status));
         }
         out.push(pod);
     }

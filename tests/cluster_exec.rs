@@ -7,6 +7,7 @@
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use probelet::status::probe_status::PodProbeStatus;
 use probelet_test_support as support;
 
 use std::future::Future;
@@ -388,7 +389,7 @@ fn prober(runner: &ExecRunner) -> (Prober, MemoryRecorder) {
 
 async fn probe_liveness(prober: &Prober, pod: &Pod, id: &ContainerId) -> Result<ProbeResult, ProbeError> {
     let container = pod.spec.as_ref().unwrap().containers[0].clone();
-    let status = pod.status.clone().unwrap();
+    let status = PodProbeStatus::from(pod.status.as_ref().unwrap());
     prober.probe(ProbeKind::Liveness, pod, &status, &container, id).await
 }
 

@@ -2,6 +2,7 @@
 //! recording the raw request heads they receive. Covers the outcome mapping, the exact headers
 //! sent, the kubelet's redirect policy, the body cap, timeouts and transport errors.
 
+use probelet::status::probe_status::PodProbeStatus;
 use probelet_test_support as support;
 
 use std::future::Future;
@@ -641,7 +642,7 @@ async fn one_prober_serves_many_probes_concurrently() {
 // === through the prober, with the request a worker keeps ===
 
 /// A pod at 127.0.0.1 whose one container has `action` as its readiness probe.
-fn pod_probing(action: &HTTPGetAction) -> (Arc<Pod>, Arc<PodStatus>) {
+fn pod_probing(action: &HTTPGetAction) -> (Arc<Pod>, Arc<PodProbeStatus>) {
     let container = Container {
         name: "app".into(),
         readiness_probe: Some(Probe { http_get: Some(action.clone()), ..Default::default() }),
@@ -653,7 +654,7 @@ fn pod_probing(action: &HTTPGetAction) -> (Arc<Pod>, Arc<PodStatus>) {
         ..Default::default()
     };
     let status = PodStatus { pod_ip: Some("127.0.0.1".into()), ..Default::default() };
-    (Arc::new(pod), Arc::new(status))
+    (Arc::new(pod), Arc::new(PodProbeStatus::from(&status)))
 }
 
 /// Three probes through one memo, as a worker runs them.

@@ -20,6 +20,7 @@ use probelet::contracts::{LogRecorder, PodRegistry};
 use probelet::local_runner::LocalCommandRunner;
 use probelet::prober::{PodContainer, ProbeError, ProbeKind, ProbeResult, ProbeRunner};
 use probelet::status::generate_kubelet_conditions;
+use probelet::status::probe_status::PodProbeStatus;
 use probelet::{Pipeline, PipelineConfig};
 use support::kubelet::{advance, epoch, settle};
 use support::pods::{probe, running, test_pod};
@@ -44,7 +45,7 @@ impl ProbeRunner for Addresses {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        _status: Arc<PodStatus>,
+        _status: Arc<PodProbeStatus>,
         container: PodContainer,
         _container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {

@@ -26,6 +26,7 @@ use probelet::status::manager::{
     DeletePodStatus, ListStatuses, PodStatusUpdated, SetContainerReadiness, SetContainerStartup,
     VersionedPodStatus,
 };
+use probelet::status::stored::StoredStatus;
 use probelet::status::{CONTAINERS_READY, POD_READY};
 use support::kubelet::{Harness, advance, epoch, start_pipeline};
 use support::pods::{running, terminated, test_pod, waiting};
@@ -48,6 +49,11 @@ async fn versioned(p: &Pipeline, uid: &str) -> Option<VersionedPodStatus> {
 
 async fn version(p: &Pipeline, uid: &str) -> Option<u64> {
     versioned(p, uid).await.map(|v| v.version)
+}
+
+/// The stored copy of the pod's status (shared, not decoded).
+async fn stored(p: &Pipeline, uid: &str) -> StoredStatus {
+    versioned(p, uid).await.expect("a cached status").status
 }
 
 async fn cached(p: &Pipeline, uid: &str) -> Arc<PodStatus> {
@@ -220,7 +226,7 @@ async fn an_identical_status_timestamps_aside_is_ignored() {
         ..status("Running", vec![with_ready(running("app", "cri://1", started), true)])
     };
     h.pipeline.set_pod_status(pod.clone(), make(at(0), at(0)));
-    let before = cached(&h.pipeline, &u).await;
+    let before = stored(&h.pipeline, &u).await;
     assert_eq!(received(&h.pipeline, &updates).await, [(u.clone(), 1)]);
 
     // Later condition timestamps and a sub-second start are no change to the kubelet.
@@ -229,7 +235,7 @@ async fn an_identical_status_timestamps_aside_is_ignored() {
     h.pipeline.set_pod_status(pod.clone(), make(at(25), epoch() + Duration::from_millis(700)));
     assert_eq!(version(&h.pipeline, &u).await, Some(1), "no new version");
     assert!(received(&h.pipeline, &updates).await.is_empty(), "no update published");
-    assert!(Arc::ptr_eq(&before, &cached(&h.pipeline, &u).await), "the cached snapshot is untouched");
+    assert!(before.same_copy(&stored(&h.pipeline, &u).await), "the cached status is untouched");
 }
 
 /// Upstream `isPodStatusByKubeletEqual` replaces old's conditions by new's before the deep
@@ -822,7 +828,7 @@ async fn an_illegal_transition_rejects_the_whole_update() {
     let u = uid(&pod);
     let done = status("Running", vec![terminated("a", "cri://a", 0), running("b", "cri://b", at(0))]);
     h.pipeline.set_pod_status(pod.clone(), done.clone());
-    let before = cached(&h.pipeline, &u).await;
+    let before = stored(&h.pipeline, &u).await;
     assert_eq!(received(&h.pipeline, &updates).await, [(u.clone(), 1)]);
 
     // `a` runs again, and `b` changed too: nothing of it is stored.
@@ -834,7 +840,7 @@ async fn an_illegal_transition_rejects_the_whole_update() {
         ),
     );
     assert_eq!(version(&h.pipeline, &u).await, Some(1));
-    assert!(Arc::ptr_eq(&before, &cached(&h.pipeline, &u).await), "the previous status stays");
+    assert!(before.same_copy(&stored(&h.pipeline, &u).await), "the previous status stays");
     assert!(received(&h.pipeline, &updates).await.is_empty());
 
     // Waiting again is just as illegal; a non-zero exit changes nothing under Never.
@@ -949,10 +955,14 @@ async fn terminate_pod_terminates_running_containers_and_fails_the_pod() {
     let v = versioned(&h.pipeline, &u).await.unwrap();
     assert_eq!(v.version, 2);
     assert!(v.pod_is_finished);
-    assert_eq!(v.status.phase.as_deref(), Some("Failed"));
-    assert_eq!(container(&v.status, "a").state, Some(unknown_termination()));
-    assert_eq!(container(&v.status, "b").state, b.state, "already terminated: untouched");
-    assert_eq!(container(&v.status, "c").state, Some(unknown_termination()), "waiting counts as missing");
+    assert_eq!(v.status.decode().phase.as_deref(), Some("Failed"));
+    assert_eq!(container(&v.status.decode(), "a").state, Some(unknown_termination()));
+    assert_eq!(container(&v.status.decode(), "b").state, b.state, "already terminated: untouched");
+    assert_eq!(
+        container(&v.status.decode(), "c").state,
+        Some(unknown_termination()),
+        "waiting counts as missing"
+    );
     assert_eq!(received(&h.pipeline, &updates).await, [(u.clone(), 1), (u.clone(), 2)]);
 
     // Forced: terminating again stores again.
@@ -975,8 +985,8 @@ async fn terminate_pod_without_a_cached_status_starts_from_the_pods_status() {
     let v = versioned(&h.pipeline, &uid(&pod)).await.unwrap();
     assert_eq!(v.version, 1);
     assert!(v.pod_is_finished);
-    assert_eq!(v.status.phase.as_deref(), Some("Failed"), "Pending → Failed");
-    assert_eq!(container(&v.status, "a").state, Some(unknown_termination()));
+    assert_eq!(v.status.decode().phase.as_deref(), Some("Failed"), "Pending → Failed");
+    assert_eq!(container(&v.status.decode(), "a").state, Some(unknown_termination()));
 
     // A terminal phase is kept.
     let done = test_pod("done")
@@ -1030,8 +1040,12 @@ async fn terminate_pod_leaves_a_static_pods_phase() {
     let v = versioned(&p, &u).await.unwrap();
     assert_eq!(v.version, 2);
     assert!(v.pod_is_finished);
-    assert_eq!(v.status.phase.as_deref(), Some("Running"), "static pods keep their phase (upstream #116484)");
-    assert_eq!(container(&v.status, "a").state, Some(unknown_termination()));
+    assert_eq!(
+        v.status.decode().phase.as_deref(),
+        Some("Running"),
+        "static pods keep their phase (upstream #116484)"
+    );
+    assert_eq!(container(&v.status.decode(), "a").state, Some(unknown_termination()));
 
     // Upstream applies "finished is sticky" to non-static pods only.
     p.set_pod_status(pod.clone(), status("Running", vec![running("a", "cri://a2", at(1))]));
@@ -1084,9 +1098,10 @@ async fn views_see_every_version_and_the_removal_and_do_not_leak() {
     assert!(view_a.borrow().is_none());
     h.pipeline.set_pod_status(a.clone(), status("Running", vec![running("app", "cri://1", at(0))]));
     h.pipeline.set_pod_status(b.clone(), status("Running", vec![running("app", "cri://1", at(0))]));
-    let current = cached(&h.pipeline, &uid(&a)).await;
+    let current = stored(&h.pipeline, &uid(&a)).await;
     assert!(view_a.has_changed().unwrap());
-    assert!(Arc::ptr_eq(view_a.borrow_and_update().as_ref().unwrap(), &current), "the same snapshot");
+    assert!(view_a.published().unwrap().status.same_copy(&current), "the same copy");
+    assert_eq!(view_a.borrow_and_update().as_deref(), Some(&current.decode()));
     let view_b = views.subscribe(&uid(&b));
     assert!(view_b.borrow().is_some(), "a late view sees the current status");
     assert_eq!(views.len(), 2);
@@ -1142,9 +1157,10 @@ async fn get_pod_status_by_a_mirror_pod_uid_returns_the_static_pods_status() {
     let p = start_pipeline(Arc::new(lookup));
     p.set_pod_status(static_pod.clone(), status("Running", vec![running("a", "cri://a", at(0))]));
 
-    let by_static = cached(&p, &uid(&static_pod)).await;
-    let by_mirror = cached(&p, "uid-mirror").await;
-    assert!(Arc::ptr_eq(&by_static, &by_mirror));
+    let by_static = stored(&p, &uid(&static_pod)).await;
+    let by_mirror = stored(&p, "uid-mirror").await;
+    assert!(by_static.same_copy(&by_mirror));
+    assert_eq!(cached(&p, "uid-mirror").await.as_ref(), &by_static.decode());
     assert_eq!(versioned(&p, "uid-mirror").await.map(|v| v.version), Some(1));
     let all = ask(p.statuses()).await.unwrap();
     assert_eq!(all.keys().collect::<Vec<_>>(), [&uid(&static_pod)], "cached under the static pod's UID");
@@ -1224,31 +1240,39 @@ async fn a_subscriber_receives_every_stored_version_in_order() {
     let last = got.last().unwrap();
     let stored = versioned(&h.pipeline, &u).await.unwrap();
     assert_eq!(last.status, stored);
-    assert!(Arc::ptr_eq(&last.status.status, &stored.status));
+    assert!(last.status.status.same_copy(&stored.status));
     assert!(last.status.pod_is_finished);
 }
 
 #[actix::test]
-async fn readers_get_shared_snapshots_until_the_status_changes() {
+async fn readers_share_the_stored_status_until_it_changes() {
     tokio::time::pause();
     let h = Harness::start();
     let pod = test_pod("web").container("a").build();
     let u = uid(&pod);
     let s = status("Running", vec![running("a", "cri://a", at(0))]);
     h.pipeline.set_pod_status(pod.clone(), s.clone());
-    let first = cached(&h.pipeline, &u).await;
-    let second = cached(&h.pipeline, &u).await;
-    assert!(Arc::ptr_eq(&first, &second), "no copy per read");
-    assert!(Arc::ptr_eq(&first, &versioned(&h.pipeline, &u).await.unwrap().status));
+    let first = versioned(&h.pipeline, &u).await.unwrap().status;
+    let second = versioned(&h.pipeline, &u).await.unwrap().status;
+    assert!(first.same_copy(&second), "no copy per read");
+    assert_eq!(*cached(&h.pipeline, &u).await, first.decode(), "the decoded status is the stored one");
+    let view = h.pipeline.views.subscribe(&u).published().unwrap();
+    assert!(view.status.same_copy(&first), "the view shares it");
 
     h.pipeline.set_pod_status(pod.clone(), s.clone()); // ignored
-    assert!(Arc::ptr_eq(&first, &cached(&h.pipeline, &u).await));
+    assert!(first.same_copy(&versioned(&h.pipeline, &u).await.unwrap().status));
 
     h.pipeline.set_pod_status(
         pod.clone(),
         status("Running", vec![with_ready(running("a", "cri://a", at(0)), true)]),
     );
-    let third = cached(&h.pipeline, &u).await;
-    assert!(!Arc::ptr_eq(&first, &third), "a new version is a new snapshot");
-    assert!(!first.container_statuses.as_ref().unwrap()[0].ready, "old snapshots are never mutated");
+    let third = versioned(&h.pipeline, &u).await.unwrap().status;
+    assert!(!first.same_copy(&third), "a new version is a new copy");
+    let probe = h.pipeline.views.subscribe(&u).probe_status().unwrap();
+    assert!(probe.container("a").unwrap().running_since().is_some(), "what probes read of it");
+    assert!(
+        Arc::ptr_eq(&probe.container("a").unwrap().id.id, &view.probe.container("a").unwrap().id.id),
+        "the container's ID is shared with the version before"
+    );
+    assert!(!first.decode().container_statuses.unwrap()[0].ready, "old copies are never changed");
 }

@@ -7,6 +7,7 @@
 // Test helpers may panic: a panic there is a failed assertion.
 #![allow(clippy::unwrap_used)]
 
+use probelet::status::probe_status::PodProbeStatus;
 use probelet_test_support as support;
 
 use std::sync::Arc;
@@ -225,7 +226,7 @@ async fn the_real_prober_times_out_after_the_millisecond_timeout() {
         ..Default::default()
     };
     let pod = test_pod("real").build();
-    let status = PodStatus { pod_ip: Some("127.0.0.1".into()), ..Default::default() };
+    let status = PodProbeStatus::from(&PodStatus { pod_ip: Some("127.0.0.1".into()), ..Default::default() });
     let prober = Prober::new(Arc::new(LocalCommandRunner::default()), Arc::new(MemoryRecorder::new()));
     let begun = Instant::now();
     let result = prober

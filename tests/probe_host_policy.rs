@@ -13,6 +13,7 @@ use probelet::container::ContainerId;
 use probelet::contracts::MemoryRecorder;
 use probelet::local_runner::LocalCommandRunner;
 use probelet::prober::{ProbeHostPolicy, ProbeKind, ProbeResult, Prober};
+use probelet::status::probe_status::PodProbeStatus;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -103,7 +104,7 @@ async fn run(policy: ProbeHostPolicy, probe: Probe) -> (ProbeResult, Vec<String>
     let prober =
         Prober::new(Arc::new(LocalCommandRunner::new()), Arc::new(recorder.clone())).with_host_policy(policy);
     let (pod, container) = pod_with(probe);
-    let status = PodStatus { pod_ip: Some(POD_IP.into()), ..Default::default() };
+    let status = PodProbeStatus::from(&PodStatus { pod_ip: Some(POD_IP.into()), ..Default::default() });
     let result = tokio::time::timeout(
         Duration::from_secs(10),
         prober.probe(ProbeKind::Readiness, &pod, &status, &container, &ContainerId::parse("local://1")),

@@ -24,6 +24,7 @@ use probelet_actors::contracts::{LogRecorder, PodRegistry};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::{PodContainer, ProbeError, ProbeKind, ProbeResult, ProbeRunner};
 use probelet_actors::status::generate_kubelet_conditions;
+use probelet_actors::status::probe_status::PodProbeStatus;
 use probelet_actors::{Pipeline, PipelineConfig};
 
 /// Answers every probe with Success at once and counts it.
@@ -34,7 +35,7 @@ impl ProbeRunner for Instant0 {
         &self,
         _kind: ProbeKind,
         _pod: Arc<Pod>,
-        _status: Arc<PodStatus>,
+        _status: Arc<PodProbeStatus>,
         _container: PodContainer,
         _id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {

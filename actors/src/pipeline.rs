@@ -331,12 +331,15 @@ impl Pipeline {
         self.status_manager.do_send(RemoveOrphanedStatuses(keep));
     }
 
-    /// The cached status of the pod with this UID or mirror pod UID (upstream `GetPodStatus`).
+    /// The cached status of the pod with this UID or mirror pod UID (upstream `GetPodStatus`),
+    /// decoded from the stored copy (a new one each call).
     pub async fn pod_status(&self, uid: &str) -> Result<Option<Arc<PodStatus>>, PipelineError> {
-        self.status_manager
+        let stored = self
+            .status_manager
             .send(GetPodStatus(uid.into()))
             .await
-            .map_err(|source| PipelineError { actor: "status manager", source })
+            .map_err(|source| PipelineError { actor: "status manager", source })?;
+        Ok(stored.map(|s| Arc::new(s.decode())))
     }
 
     /// The cached entry of the pod with this UID or mirror pod UID, version included.

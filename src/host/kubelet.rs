@@ -31,6 +31,7 @@ use probelet_actors::features::Feature;
 use probelet_actors::format::pod_ref;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
+use probelet_actors::status::stored::StoredStatus;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
 use probelet_actors::vocabulary::PodUid;
 
@@ -83,8 +84,9 @@ struct PodEntry {
     pod: Arc<Pod>,
     /// What was printed last, to print only changes.
     printed: Option<Summary>,
-    /// The status last stored, to find the container a probe result is about.
-    status: Option<Arc<PodStatus>>,
+    /// The status last stored, to find the container a probe result is about (the status
+    /// manager's copy, shared).
+    status: Option<StoredStatus>,
     syncing: bool,
     /// Another sync was asked for while one ran.
     dirty: bool,
@@ -280,7 +282,7 @@ impl StandaloneKubelet {
         let pipeline = self.pipeline.clone();
         let stored = {
             let uid = uid.clone();
-            async move { pipeline.pod_status(&uid).await.ok().flatten() }
+            async move { pipeline.versioned_status(&uid).await.ok().flatten().map(|v| v.status) }
         };
         ctx.spawn(
             stored.into_actor(self).map(move |stored, act, ctx| act.synced(uid, generation, stored, ctx)),
@@ -291,13 +293,13 @@ impl StandaloneKubelet {
         &mut self,
         uid: PodUid,
         generation: u64,
-        stored: Option<Arc<PodStatus>>,
+        stored: Option<StoredStatus>,
         ctx: &mut Context<Self>,
     ) {
         let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
         entry.syncing = false;
         if let Some(status) = stored {
-            let summary = Summary::of(&status);
+            let summary = Summary::of(&status.decode());
             for line in describe_changes(entry.printed.as_ref(), &summary) {
                 console::print(tone_of_transition(&line), &format!("{}: {line}", pod_ref(&entry.pod)));
             }
@@ -359,8 +361,9 @@ impl StandaloneKubelet {
         if entry.terminating {
             return;
         }
-        let Some(status) = &entry.status else { return };
-        let Some(container) = probelet_actors::container::running_status(status, &change.container_id) else {
+        let Some(status) = entry.status.as_ref().map(StoredStatus::decode) else { return };
+        let Some(container) = probelet_actors::container::running_status(&status, &change.container_id)
+        else {
             return;
         };
         let message = probe_kill_message(&entry.pod, &container.name, change.kind);

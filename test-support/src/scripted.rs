@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use probelet::container::ContainerId;
 use probelet::prober::{PodContainer, ProbeError, ProbeKind, ProbeResult, ProbeRunner};
+use probelet_actors::status::probe_status::PodProbeStatus;
 use tokio::time::Instant;
 
 /// What one probe call does.
@@ -104,7 +105,7 @@ impl ProbeRunner for ScriptedProber {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        status: Arc<PodStatus>,
+        status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
@@ -117,7 +118,7 @@ impl ProbeRunner for ScriptedProber {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        _status: Arc<PodStatus>,
+        _status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,

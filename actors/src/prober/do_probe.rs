@@ -6,12 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus, Probe};
+use k8s_openapi::api::core::v1::{Pod, Probe};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{ProbeKind, ProbeResult};
 use crate::container::ContainerId;
-use crate::status::{PHASE_FAILED, PHASE_SUCCEEDED, is_restartable_init_container};
+use crate::status::is_restartable_init_container;
+use crate::status::probe_status::{ContainerRunState, PodProbeStatus};
 use crate::vocabulary::ProbeKey;
 
 /// Containers that started this long before the prober manager are treated as running across
@@ -156,7 +157,7 @@ impl WorkerState {
     pub fn before_probe(
         &mut self,
         spec: &WorkerSpec,
-        status: Option<&PodStatus>,
+        status: Option<&PodProbeStatus>,
         now: Timestamp,
         ops: &mut Vec<CacheOp>,
     ) -> Next {
@@ -164,19 +165,14 @@ impl WorkerState {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
             return Next::Skip;
         };
-        if matches!(status.phase.as_deref(), Some(PHASE_FAILED | PHASE_SUCCEEDED)) {
+        if status.finished {
             return Next::Stop;
         }
-        let Some(container) = find_container_status(status, &spec.container_name) else {
+        let Some(container) = status.container(&spec.container_name) else {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
             return Next::Skip;
         };
-        let raw_id = container.container_id.as_deref().unwrap_or_default();
-        // The same container as last time, almost always: its ID is shared, not parsed again.
-        let container_id = match &self.container_id {
-            Some(known) if known.is(raw_id) => known.clone(),
-            _ => ContainerId::parse(raw_id),
-        };
+        let container_id = container.id.clone();
         // A worker bound to a container instance waits for the status to show it (it may still
         // show the previous instance) and never probes another.
         if spec.bound.as_ref().is_some_and(|b| b.container_id != container_id) {
@@ -189,7 +185,9 @@ impl WorkerState {
                 ops.push(CacheOp::Remove(old));
             }
             let resumed = std::mem::take(&mut self.resumed);
-            if !spec.keep_state_across_restart || !started_before_manager(container, spec.manager_start) {
+            if !spec.keep_state_across_restart
+                || !started_before_manager(container.running_since(), spec.manager_start)
+            {
                 let seed = if resumed { CacheOp::Seed } else { CacheOp::Set };
                 ops.push(seed(container_id.clone(), spec.initial_value()));
             }
@@ -207,10 +205,9 @@ impl WorkerState {
             return Next::Skip;
         }
 
-        let running = container.state.as_ref().and_then(|s| s.running.as_ref());
-        let Some(running) = running else {
+        let ContainerRunState::Running { started_at } = container.state else {
             ops.push(CacheOp::Set(container_id, ProbeResult::Failure));
-            let terminated = container.state.as_ref().is_some_and(|s| s.terminated.is_some());
+            let terminated = container.state == ContainerRunState::Terminated;
             return if terminated && spec.restart_policy_never && !spec.is_sidecar {
                 Next::Stop
             } else {
@@ -226,11 +223,7 @@ impl WorkerState {
             return Next::Stop;
         }
 
-        let started_at = running
-            .started_at
-            .as_ref()
-            .map(|t| t.0)
-            .or_else(|| spec.bound.as_ref().and_then(|b| b.started_at));
+        let started_at = started_at.or_else(|| spec.bound.as_ref().and_then(|b| b.started_at));
         if let Some(started_at) = started_at {
             let since = now.duration_since(started_at);
             let early = match spec.initial_delay {
@@ -281,28 +274,11 @@ impl WorkerState {
     }
 }
 
-/// The container's status by name among regular containers, then (for sidecars, or when the
-/// regular entry has no ID yet) among init containers.
-pub fn find_container_status<'a>(status: &'a PodStatus, name: &str) -> Option<&'a ContainerStatus> {
-    let with_id =
-        |s: &&ContainerStatus| s.name == name && s.container_id.as_deref().is_some_and(|id| !id.is_empty());
-    status
-        .container_statuses
-        .iter()
-        .flatten()
-        .find(with_id)
-        .or_else(|| status.init_container_statuses.iter().flatten().find(with_id))
-}
-
 /// Whether a running container started more than [`RESTART_GRACE`] before the manager: its
 /// state from before an agent restart is kept rather than reset to the initial value.
-pub fn started_before_manager(container: &ContainerStatus, manager_start: Timestamp) -> bool {
-    container
-        .state
-        .as_ref()
-        .and_then(|s| s.running.as_ref())
-        .and_then(|r| r.started_at.as_ref())
-        .is_some_and(|t| t.0 > Timestamp::UNIX_EPOCH && t.0 < manager_start - RESTART_GRACE)
+/// `running_since` is when the container's running state says it started.
+pub fn started_before_manager(running_since: Option<Timestamp>, manager_start: Timestamp) -> bool {
+    running_since.is_some_and(|t| t > Timestamp::UNIX_EPOCH && t < manager_start - RESTART_GRACE)
 }
 
 /// Whether this container of the pod is a sidecar (restartable init container).
@@ -320,6 +296,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        ContainerStatus, PodStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -368,6 +345,21 @@ mod tests {
         status
     }
 
+    impl WorkerState {
+        /// [`WorkerState::before_probe`] on a whole status, read as the status manager
+        /// publishes it to workers.
+        fn before(
+            &mut self,
+            spec: &WorkerSpec,
+            status: Option<&PodStatus>,
+            now: Timestamp,
+            ops: &mut Vec<CacheOp>,
+        ) -> Next {
+            let status = status.map(PodProbeStatus::from);
+            self.before_probe(spec, status.as_ref(), now, ops)
+        }
+    }
+
     fn id(s: &str) -> ContainerId {
         ContainerId::parse(s)
     }
@@ -383,7 +375,7 @@ mod tests {
             let mut state = WorkerState::new();
             let mut ops = vec![];
             let started = if kind == ProbeKind::Startup { None } else { Some(true) };
-            let next = state.before_probe(&spec(kind), Some(&running("x://1", 5, started)), t(10), &mut ops);
+            let next = state.before(&spec(kind), Some(&running("x://1", 5, started)), t(10), &mut ops);
             assert_eq!(ops, vec![CacheOp::Set(id("x://1"), want)], "{kind}");
             assert_eq!(next, Next::Probe(id("x://1")), "{kind}");
         }
@@ -393,12 +385,9 @@ mod tests {
     fn no_status_or_container_skips_without_stopping() {
         let mut state = WorkerState::new();
         let mut ops = vec![];
-        assert_eq!(state.before_probe(&spec(ProbeKind::Readiness), None, t(1), &mut ops), Next::Skip);
+        assert_eq!(state.before(&spec(ProbeKind::Readiness), None, t(1), &mut ops), Next::Skip);
         let empty_id = running("", 0, Some(true));
-        assert_eq!(
-            state.before_probe(&spec(ProbeKind::Readiness), Some(&empty_id), t(1), &mut ops),
-            Next::Skip
-        );
+        assert_eq!(state.before(&spec(ProbeKind::Readiness), Some(&empty_id), t(1), &mut ops), Next::Skip);
         assert!(ops.is_empty());
     }
 
@@ -409,7 +398,7 @@ mod tests {
             status.phase = Some(phase.into());
             let mut ops = vec![];
             assert_eq!(
-                WorkerState::new().before_probe(&spec(ProbeKind::Readiness), Some(&status), t(1), &mut ops),
+                WorkerState::new().before(&spec(ProbeKind::Readiness), Some(&status), t(1), &mut ops),
                 Next::Stop
             );
             assert!(ops.is_empty(), "{phase}: nothing written");
@@ -420,12 +409,8 @@ mod tests {
     fn container_change_removes_old_entry_and_lifts_hold() {
         let mut state = WorkerState { container_id: Some(id("x://1")), on_hold: true, ..Default::default() };
         let mut ops = vec![];
-        let next = state.before_probe(
-            &spec(ProbeKind::Liveness),
-            Some(&running("x://2", 5, Some(true))),
-            t(10),
-            &mut ops,
-        );
+        let next =
+            state.before(&spec(ProbeKind::Liveness), Some(&running("x://2", 5, Some(true))), t(10), &mut ops);
         assert_eq!(ops, vec![CacheOp::Remove(id("x://1")), CacheOp::Set(id("x://2"), ProbeResult::Success)]);
         assert_eq!(next, Next::Probe(id("x://2")));
         assert!(!state.on_hold);
@@ -436,12 +421,7 @@ mod tests {
         let mut state = WorkerState { container_id: Some(id("x://1")), on_hold: true, ..Default::default() };
         let mut ops = vec![];
         assert_eq!(
-            state.before_probe(
-                &spec(ProbeKind::Liveness),
-                Some(&running("x://1", 0, Some(true))),
-                t(10),
-                &mut ops
-            ),
+            state.before(&spec(ProbeKind::Liveness), Some(&running("x://1", 0, Some(true))), t(10), &mut ops),
             Next::Skip
         );
         assert!(ops.is_empty());
@@ -465,7 +445,7 @@ mod tests {
             let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
             let mut ops = vec![];
             let status = with_state(running("x://1", 0, Some(true)), container_state);
-            assert_eq!(state.before_probe(&spec, Some(&status), t(10), &mut ops), want, "{name}");
+            assert_eq!(state.before(&spec, Some(&status), t(10), &mut ops), want, "{name}");
             assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "{name}");
         }
     }
@@ -477,7 +457,7 @@ mod tests {
             let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
             let mut ops = vec![];
             assert_eq!(
-                state.before_probe(&spec, Some(&running("x://1", 0, None)), t(10), &mut ops),
+                state.before(&spec, Some(&running("x://1", 0, None)), t(10), &mut ops),
                 want,
                 "{kind}"
             );
@@ -487,7 +467,7 @@ mod tests {
         let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
         let mut ops = vec![];
         assert_eq!(
-            state.before_probe(&spec, Some(&running("x://1", 0, Some(true))), t(10), &mut ops),
+            state.before(&spec, Some(&running("x://1", 0, Some(true))), t(10), &mut ops),
             Next::Probe(id("x://1"))
         );
     }
@@ -498,12 +478,12 @@ mod tests {
         let status = running("x://1", 100, Some(true));
         let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
         let mut ops = vec![];
-        assert_eq!(state.before_probe(&spec, Some(&status), t(109), &mut ops), Next::Skip);
+        assert_eq!(state.before(&spec, Some(&status), t(109), &mut ops), Next::Skip);
         let just_under = t(109) + SignedDuration::from_millis(999);
-        assert_eq!(state.before_probe(&spec, Some(&status), just_under, &mut ops), Next::Skip);
-        assert_eq!(state.before_probe(&spec, Some(&status), t(110), &mut ops), Next::Probe(id("x://1")));
+        assert_eq!(state.before(&spec, Some(&status), just_under, &mut ops), Next::Skip);
+        assert_eq!(state.before(&spec, Some(&status), t(110), &mut ops), Next::Probe(id("x://1")));
         let negative = WorkerSpec { initial_delay_seconds: -5, ..spec };
-        assert_eq!(state.before_probe(&negative, Some(&status), t(100), &mut ops), Next::Probe(id("x://1")));
+        assert_eq!(state.before(&negative, Some(&status), t(100), &mut ops), Next::Probe(id("x://1")));
     }
 
     #[test]
@@ -517,8 +497,8 @@ mod tests {
         let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
         let mut ops = vec![];
         let at = |ms| t(100) + SignedDuration::from_millis(ms);
-        assert_eq!(state.before_probe(&spec, Some(&status), at(1499), &mut ops), Next::Skip);
-        assert_eq!(state.before_probe(&spec, Some(&status), at(1500), &mut ops), Next::Probe(id("x://1")));
+        assert_eq!(state.before(&spec, Some(&status), at(1499), &mut ops), Next::Skip);
+        assert_eq!(state.before(&spec, Some(&status), at(1500), &mut ops), Next::Probe(id("x://1")));
     }
 
     #[test]
@@ -526,14 +506,14 @@ mod tests {
         let readiness = WorkerSpec { success_threshold: 2, ..spec(ProbeKind::Readiness) };
         let mut state = WorkerState::new();
         let mut ops = vec![];
-        state.before_probe(&readiness, Some(&running("x://1", 0, Some(true))), t(10), &mut ops);
+        state.before(&readiness, Some(&running("x://1", 0, Some(true))), t(10), &mut ops);
         state.after_probe(&readiness, ProbeResult::Success, &mut ops);
         assert!(!state.readiness_succeeded, "below the success threshold");
         state.after_probe(&readiness, ProbeResult::Success, &mut ops);
         assert!(state.readiness_succeeded);
         state.after_probe(&readiness, ProbeResult::Failure, &mut ops);
         assert!(state.readiness_succeeded, "a later failure does not start over");
-        state.before_probe(&readiness, Some(&running("x://2", 0, Some(true))), t(20), &mut ops);
+        state.before(&readiness, Some(&running("x://2", 0, Some(true))), t(20), &mut ops);
         assert!(!state.readiness_succeeded, "a new container starts over");
 
         let liveness = spec(ProbeKind::Liveness);
@@ -556,7 +536,7 @@ mod tests {
         for (kind, started, probes) in cases {
             let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
             let mut ops = vec![];
-            let next = state.before_probe(&spec(kind), Some(&running("x://1", 0, started)), t(10), &mut ops);
+            let next = state.before(&spec(kind), Some(&running("x://1", 0, started)), t(10), &mut ops);
             assert_eq!(next == Next::Probe(id("x://1")), probes, "{kind} started={started:?}");
         }
     }
@@ -565,14 +545,14 @@ mod tests {
     fn agent_restart_keeps_state_of_old_containers() {
         // Started 11 s before the manager: no seed. Started 9 s before: seeded.
         let mut ops = vec![];
-        WorkerState::new().before_probe(
+        WorkerState::new().before(
             &spec(ProbeKind::Readiness),
             Some(&running("x://1", -11, Some(true))),
             t(0),
             &mut ops,
         );
         assert!(ops.is_empty(), "old container not reseeded: {ops:?}");
-        WorkerState::new().before_probe(
+        WorkerState::new().before(
             &spec(ProbeKind::Readiness),
             Some(&running("x://1", -9, Some(true))),
             t(0),
@@ -585,7 +565,7 @@ mod tests {
     fn change_container_status_on_kubelet_restart_always_writes_the_initial_value() {
         let spec = WorkerSpec { keep_state_across_restart: false, ..spec(ProbeKind::Readiness) };
         let mut ops = vec![];
-        WorkerState::new().before_probe(&spec, Some(&running("x://1", -60, Some(true))), t(0), &mut ops);
+        WorkerState::new().before(&spec, Some(&running("x://1", -60, Some(true))), t(0), &mut ops);
         assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "old container reset");
     }
 
@@ -602,11 +582,11 @@ mod tests {
         let spec = WorkerSpec { bound: binding("x://2", None), ..spec(ProbeKind::Liveness) };
         let mut state = WorkerState::new();
         let mut ops = vec![];
-        let next = state.before_probe(&spec, Some(&running("x://1", 5, Some(true))), t(10), &mut ops);
+        let next = state.before(&spec, Some(&running("x://1", 5, Some(true))), t(10), &mut ops);
         assert_eq!(next, Next::Skip, "the status still shows the previous instance");
         assert!(ops.is_empty(), "nothing written for another instance: {ops:?}");
         assert_eq!(state.container_id, None);
-        let next = state.before_probe(&spec, Some(&running("x://2", 5, Some(true))), t(10), &mut ops);
+        let next = state.before(&spec, Some(&running("x://2", 5, Some(true))), t(10), &mut ops);
         assert_eq!(next, Next::Probe(id("x://2")));
         assert_eq!(ops, vec![CacheOp::Set(id("x://2"), ProbeResult::Success)]);
     }
@@ -627,28 +607,18 @@ mod tests {
         }
         let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
         let mut ops = vec![];
-        assert_eq!(state.before_probe(&spec, Some(&status), t(109), &mut ops), Next::Skip);
-        assert_eq!(state.before_probe(&spec, Some(&status), t(110), &mut ops), Next::Probe(id("x://1")));
+        assert_eq!(state.before(&spec, Some(&status), t(109), &mut ops), Next::Skip);
+        assert_eq!(state.before(&spec, Some(&status), t(110), &mut ops), Next::Probe(id("x://1")));
     }
 
     #[test]
     fn resumed_worker_seeds_only_where_nothing_is_cached() {
         let mut state = WorkerState::resumed();
         let mut ops = vec![];
-        state.before_probe(
-            &spec(ProbeKind::Readiness),
-            Some(&running("x://1", 5, Some(true))),
-            t(10),
-            &mut ops,
-        );
+        state.before(&spec(ProbeKind::Readiness), Some(&running("x://1", 5, Some(true))), t(10), &mut ops);
         assert_eq!(ops, vec![CacheOp::Seed(id("x://1"), ProbeResult::Failure)]);
         ops.clear();
-        state.before_probe(
-            &spec(ProbeKind::Readiness),
-            Some(&running("x://2", 5, Some(true))),
-            t(10),
-            &mut ops,
-        );
+        state.before(&spec(ProbeKind::Readiness), Some(&running("x://2", 5, Some(true))), t(10), &mut ops);
         assert_eq!(ops, vec![CacheOp::Remove(id("x://1")), CacheOp::Set(id("x://2"), ProbeResult::Failure)]);
     }
 
@@ -658,7 +628,7 @@ mod tests {
         let mut status = running("x://1", 5, Some(true));
         status.init_container_statuses = status.container_statuses.take();
         let mut ops = vec![];
-        WorkerState::new().before_probe(&spec, Some(&status), t(10), &mut ops);
+        WorkerState::new().before(&spec, Some(&status), t(10), &mut ops);
         assert_eq!(
             ops,
             vec![
@@ -727,7 +697,7 @@ mod tests {
         let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
         run(&mut state, &readiness, &[ProbeResult::Failure]);
         let mut ops = vec![];
-        state.before_probe(&readiness, Some(&running("x://2", 0, Some(true))), t(10), &mut ops);
+        state.before(&readiness, Some(&running("x://2", 0, Some(true))), t(10), &mut ops);
         assert_eq!(state.result_run, 1);
         assert_eq!(
             run(&mut state, &readiness, &[ProbeResult::Failure]),

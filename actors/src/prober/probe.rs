@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, PodStatus, Probe};
+use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, Probe};
 
 use super::executors::Executors;
 use super::{
@@ -16,6 +16,7 @@ use super::{
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
+use crate::status::probe_status::PodProbeStatus;
 use crate::vocabulary::PodUid;
 
 /// Upstream `maxProbeRetries`: a handler is tried this many times while it returns an error.
@@ -34,7 +35,7 @@ pub trait ProbeRunner: Send + Sync + 'static {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        status: Arc<PodStatus>,
+        status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>>;
@@ -47,7 +48,7 @@ pub trait ProbeRunner: Send + Sync + 'static {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        status: Arc<PodStatus>,
+        status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
@@ -68,7 +69,7 @@ pub trait ProbeRunner: Send + Sync + 'static {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        status: Arc<PodStatus>,
+        status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
@@ -203,7 +204,7 @@ impl Prober {
         &self,
         kind: ProbeKind,
         pod: &Pod,
-        status: &PodStatus,
+        status: &PodProbeStatus,
         container: &Container,
         container_id: &ContainerId,
     ) -> Result<ProbeResult, ProbeError> {
@@ -217,7 +218,7 @@ impl Prober {
         &self,
         kind: ProbeKind,
         pod: &Pod,
-        status: &PodStatus,
+        status: &PodProbeStatus,
         container: &Container,
         container_id: &ContainerId,
         timeout: Duration,
@@ -231,7 +232,7 @@ impl Prober {
         &self,
         kind: ProbeKind,
         pod: &Pod,
-        status: &PodStatus,
+        status: &PodProbeStatus,
         container: &Container,
         container_id: &ContainerId,
         timeout: Duration,
@@ -327,7 +328,7 @@ impl Prober {
         &self,
         spec: &Probe,
         pod: &Pod,
-        status: &PodStatus,
+        status: &PodProbeStatus,
         container: &Container,
         container_id: &ContainerId,
         timeout: Duration,
@@ -349,13 +350,13 @@ impl Prober {
         &self,
         spec: &Probe,
         pod: &Pod,
-        status: &PodStatus,
+        status: &PodProbeStatus,
         container: &Container,
         container_id: &ContainerId,
         timeout: Duration,
         memo: Option<&ProbeMemo>,
     ) -> Result<Probed, ProbeError> {
-        let pod_ip = status.pod_ip.as_deref().unwrap_or_default();
+        let pod_ip = status.pod_ip();
         if let Some(action) = &spec.exec {
             let command = exec::expand_command(
                 action.command.as_deref().unwrap_or_default(),
@@ -420,7 +421,7 @@ impl ProbeRunner for Prober {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        status: Arc<PodStatus>,
+        status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
     ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
@@ -432,7 +433,7 @@ impl ProbeRunner for Prober {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        status: Arc<PodStatus>,
+        status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
@@ -447,7 +448,7 @@ impl ProbeRunner for Prober {
         &self,
         kind: ProbeKind,
         pod: Arc<Pod>,
-        status: Arc<PodStatus>,
+        status: Arc<PodProbeStatus>,
         container: PodContainer,
         container_id: ContainerId,
         timeout: Duration,
@@ -561,7 +562,7 @@ mod tests {
 
     async fn run(prober: &Prober, kind: ProbeKind, probe: Probe) -> Result<ProbeResult, ProbeError> {
         let (pod, container) = pod_and_container(probe);
-        prober.probe(kind, &pod, &PodStatus::default(), &container, &ContainerId::parse("x://1")).await
+        prober.probe(kind, &pod, &PodProbeStatus::default(), &container, &ContainerId::parse("x://1")).await
     }
 
     #[test]
@@ -670,7 +671,7 @@ mod tests {
         let (pod, mut container) = pod_and_container(exec_probe(&["check"]));
         container.startup_probe = None;
         let got = prober
-            .probe(ProbeKind::Startup, &pod, &PodStatus::default(), &container, &ContainerId::default())
+            .probe(ProbeKind::Startup, &pod, &PodProbeStatus::default(), &container, &ContainerId::default())
             .await;
         assert_eq!(got, Ok(ProbeResult::Success));
         assert!(runner.commands.lock().unwrap().is_empty());

@@ -140,7 +140,7 @@ fn readiness(
     } else {
         true
     };
-    if !view.change_status_on_restart && started_before_manager(cs, view.manager_start) {
+    if !view.change_status_on_restart && started_before_manager(running_since(cs), view.manager_start) {
         let inheritable = can_inherit_probe_state(cs, api_statuses);
         if !ready && cached.is_none() && inheritable {
             ready = true;
@@ -168,6 +168,11 @@ fn can_inherit_probe_state(cs: &ContainerStatus, api_statuses: &ByName<'_, Conta
 
 fn is_running(cs: &ContainerStatus) -> bool {
     cs.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
+/// When the container's running state says it started.
+fn running_since(cs: &ContainerStatus) -> Option<Timestamp> {
+    cs.state.as_ref().and_then(|s| s.running.as_ref()).and_then(|r| r.started_at.as_ref()).map(|t| t.0)
 }
 
 fn container_id(cs: &ContainerStatus) -> ContainerId {

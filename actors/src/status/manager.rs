@@ -6,6 +6,7 @@
 //! publishes every new version to per-pod views (read by probe workers) and to a subscriber
 //! (the syncer). With no subscriber it is a local cache, as upstream with a nil API client.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -19,10 +20,12 @@ use super::generate::{
     generate_pod_ready_condition,
 };
 use super::normalize::normalize_status;
+use super::probe_status::PodProbeStatus;
 use super::resize::PodResizeConditions;
+use super::stored::StoredStatus;
 use super::terminate::terminate_status;
 use super::transition::{check_container_state_transition, update_last_transition_times, update_start_time};
-use super::views::StatusViews;
+use super::views::{Published, StatusViews};
 use crate::capacity::ShrinkAfterRemoval;
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
@@ -83,8 +86,9 @@ pub struct RemoveOrphanedStatuses(pub HashSet<PodUid>);
 pub struct DeletePodStatus(pub PodUid);
 
 /// The cached status of a pod, by its UID or its mirror pod's UID (upstream `GetPodStatus`).
+/// Answered stored: the asker decodes it, not the status manager.
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "Option<Arc<PodStatus>>")]
+#[rtype(result = "Option<StoredStatus>")]
 pub struct GetPodStatus(pub PodUid);
 
 /// The whole cached entry, version included.
@@ -169,8 +173,9 @@ pub struct VersionedPodStatus {
     pub at: Option<Timestamp>,
     /// TerminatePod ran; sticky.
     pub pod_is_finished: bool,
-    /// The status as stored: probe results applied, conditions regenerated, normalised.
-    pub status: Arc<PodStatus>,
+    /// The status as stored: probe results applied, conditions regenerated, normalised. Kept
+    /// as its JSON ([`StoredStatus::decode`] for the status itself).
+    pub status: StoredStatus,
 }
 
 /// The status cache and its publishers.
@@ -222,15 +227,18 @@ impl StatusManager {
             tracing::info!(pod_uid = %uid, "Got unexpected podIsFinished=false, while podIsFinished=true in status cache, programmer error.");
             finished = true;
         }
-        let old: PodStatus = match cached {
-            Some(c) => (*c.status).clone(),
-            None => self
-                .pods
-                .mirror_uid_for_static(&uid)
-                .and_then(|m| self.pods.pod_by_uid(&m))
-                .and_then(|m| m.status.clone())
-                .or_else(|| pod.status.clone())
-                .unwrap_or_default(),
+        // Decoded once: the base of the checks below and, unchanged, the equality's left side.
+        let cached_status = cached.map(|c| c.status.decode());
+        let old: Cow<'_, PodStatus> = match &cached_status {
+            Some(status) => Cow::Borrowed(status),
+            None => Cow::Owned(
+                self.pods
+                    .mirror_uid_for_static(&uid)
+                    .and_then(|m| self.pods.pod_by_uid(&m))
+                    .and_then(|m| m.status.clone())
+                    .or_else(|| pod.status.clone())
+                    .unwrap_or_default(),
+            ),
         };
         let spec = super::spec_of(pod);
         if let Err(err) = check_container_state_transition(&old, &status, &spec) {
@@ -242,9 +250,9 @@ impl StatusManager {
         update_start_time(Some(&old), &mut status, now.clone());
         normalize_status(pod, &mut status);
 
-        if let Some(cached) = cached
+        if let Some(cached) = &cached_status
             && !force
-            && is_pod_status_by_kubelet_equal(&cached.status, &status)
+            && is_pod_status_by_kubelet_equal(cached, &status)
         {
             tracing::trace!(pod = pod_ref(pod), pod_uid = %uid, "Ignoring same status for pod");
             return false;
@@ -255,9 +263,11 @@ impl StatusManager {
             pod_namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             at: cached.and_then(|c| c.at).or(Some(now.0)),
             pod_is_finished: finished,
-            status: Arc::new(status),
+            status: StoredStatus::new(&status),
         };
-        self.views.publish(&uid, Some(entry.status.clone()));
+        let previous = self.views.probe_status(&uid);
+        let probe = Arc::new(PodProbeStatus::of(&status, previous.as_deref()));
+        self.views.publish(&uid, Some(Published { status: entry.status.clone(), probe }));
         self.subscribers.retain(|s| s.connected());
         for s in &self.subscribers {
             s.do_send(PodStatusUpdated { pod_uid: uid.clone(), status: entry.clone() });
@@ -276,7 +286,7 @@ impl StatusManager {
             tracing::info!(pod = pod_ref(&pod), pod_uid, "Container {what} changed before pod has synced");
             return None;
         };
-        Some((pod, (*cached.status).clone()))
+        Some((pod, cached.status.decode()))
     }
 
     fn remove(&mut self, uid: &str) {
@@ -374,7 +384,7 @@ impl Handler<TerminatePod> for StatusManager {
         let pod = msg.0;
         let uid = PodUid::of(&pod).unwrap_or_default();
         let base = match self.statuses.get(&uid) {
-            Some(cached) => (*cached.status).clone(),
+            Some(cached) => cached.status.decode(),
             None => pod.status.clone().unwrap_or_default(),
         };
         let status = terminate_status(&pod, &base, self.pods.is_static(&uid));
@@ -450,7 +460,7 @@ impl Handler<DeletePodStatus> for StatusManager {
 }
 
 impl Handler<GetPodStatus> for StatusManager {
-    type Result = Option<Arc<PodStatus>>;
+    type Result = Option<StoredStatus>;
 
     fn handle(&mut self, msg: GetPodStatus, _ctx: &mut Self::Context) -> Self::Result {
         let uid = self.pods.static_uid_for_mirror(&msg.0).map(PodUid::from).unwrap_or(msg.0);

@@ -1,6 +1,7 @@
 //! Per-pod views of the status manager's latest snapshot. The status manager publishes every
-//! stored version here; probe workers hold a [`StatusView`] and read the current
-//! `Arc<PodStatus>` on every probe without a message round-trip.
+//! stored version here: the status as stored ([`StoredStatus`]) and what probes read of it
+//! ([`PodProbeStatus`]). Probe workers hold a [`StatusView`] and read the probe status on every
+//! probe without a message round-trip; hosts read the whole status, decoded when they ask.
 //!
 //! A pod's slot lives while its status is cached or someone reads it: removing the status drops
 //! an unread slot at once, and the last reader of a removed status drops it on its way out, so
@@ -20,15 +21,34 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::capacity::ShrinkAfterRemoval;
+use crate::status::probe_status::PodProbeStatus;
+use crate::status::stored::StoredStatus;
 use crate::vocabulary::PodUid;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::Notify;
+
+/// What the status manager publishes for a pod: its stored status and what probes read of it.
+/// Cloning shares both.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    /// The status as stored.
+    pub status: StoredStatus,
+    /// What the pod's probes read of it.
+    pub probe: Arc<PodProbeStatus>,
+}
+
+impl Published {
+    /// `status`, stored, with its probe status.
+    pub fn of(status: &PodStatus) -> Self {
+        Published { status: StoredStatus::new(status), probe: Arc::new(PodProbeStatus::from(status)) }
+    }
+}
 
 /// One pod's latest status and the readers' wake-up.
 #[derive(Debug)]
 struct Slot {
     pod_uid: PodUid,
-    status: Mutex<Option<Arc<PodStatus>>>,
+    status: Mutex<Option<Published>>,
     /// Bumped by every publish, after the status is in place.
     version: AtomicU64,
     /// No publish will come: the registry let go of this slot (it is gone, or nobody reads
@@ -38,7 +58,7 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(pod_uid: PodUid, status: Option<Arc<PodStatus>>) -> Self {
+    fn new(pod_uid: PodUid, status: Option<Published>) -> Self {
         Slot {
             pod_uid,
             status: Mutex::new(status),
@@ -48,14 +68,18 @@ impl Slot {
         }
     }
 
-    fn get(&self) -> Option<Arc<PodStatus>> {
+    fn get(&self) -> Option<Published> {
         self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    fn probe_status(&self) -> Option<Arc<PodProbeStatus>> {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|p| p.probe.clone())
+    }
+
     /// Replaces the status and returns the one it replaced, for the caller to drop once its
-    /// locks are released (it may be the last reference to a whole `PodStatus`).
+    /// locks are released (it may be the last reference to a whole status).
     #[must_use]
-    fn set(&self, status: Option<Arc<PodStatus>>) -> Option<Arc<PodStatus>> {
+    fn set(&self, status: Option<Published>) -> Option<Published> {
         let old = {
             let mut current = self.status.lock().unwrap_or_else(PoisonError::into_inner);
             // Bumped under the lock, so a reader that takes both under it sees them together.
@@ -67,7 +91,7 @@ impl Slot {
     }
 
     /// The status and the version it was published with, read together.
-    fn get_versioned(&self) -> (Option<Arc<PodStatus>>, u64) {
+    fn get_versioned(&self) -> (Option<Published>, u64) {
         let current = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         (current.clone(), self.version.load(Ordering::Acquire))
     }
@@ -144,8 +168,8 @@ pub struct StatusView {
 
 impl StatusView {
     /// A view attached to no registry; it shows `status` forever.
-    pub fn detached(status: Option<Arc<PodStatus>>) -> Self {
-        let slot = Slot::new(PodUid::default(), status);
+    pub fn detached(status: Option<&PodStatus>) -> Self {
+        let slot = Slot::new(PodUid::default(), status.map(Published::of));
         slot.closed.store(true, Ordering::Release);
         StatusView { slot: Some(Arc::new(slot)), seen: 0, registry: None }
     }
@@ -154,16 +178,36 @@ impl StatusView {
         self.slot.as_deref()
     }
 
-    /// The pod's latest status.
+    /// The pod's latest status, decoded.
     pub fn borrow(&self) -> Option<Arc<PodStatus>> {
+        self.published().map(|p| Arc::new(p.status.decode()))
+    }
+
+    /// The pod's latest status as published: stored, with its probe status.
+    pub fn published(&self) -> Option<Published> {
         self.slot().and_then(Slot::get)
     }
 
-    /// The pod's latest status, marked seen: [`StatusView::changed`] waits for a later one.
+    /// What probes read of the pod's latest status (no decoding: what a worker reads before
+    /// every probe).
+    pub fn probe_status(&self) -> Option<Arc<PodProbeStatus>> {
+        self.slot().and_then(Slot::probe_status)
+    }
+
+    /// The pod's latest status, decoded and marked seen: [`StatusView::changed`] waits for a
+    /// later one.
     pub fn borrow_and_update(&mut self) -> Option<Arc<PodStatus>> {
         let (status, version) = self.slot.as_deref()?.get_versioned();
         self.seen = version;
-        status
+        status.map(|p| Arc::new(p.status.decode()))
+    }
+
+    /// Marks the latest status seen without reading it: [`StatusView::changed`] waits for a
+    /// later one.
+    pub fn mark_seen(&mut self) {
+        if let Some(slot) = self.slot.as_deref() {
+            self.seen = slot.version.load(Ordering::Acquire);
+        }
     }
 
     /// Whether a status was published since this view last marked one seen.
@@ -271,7 +315,7 @@ impl StatusViews {
     }
 
     /// Publishes a pod's new snapshot (or its removal).
-    pub fn publish(&self, pod_uid: &str, status: Option<Arc<PodStatus>>) {
+    pub fn publish(&self, pod_uid: &str, status: Option<Published>) {
         let mut slots = self.locked();
         match status {
             Some(status) => match slots.get(pod_uid) {
@@ -297,6 +341,11 @@ impl StatusViews {
         }
     }
 
+    /// What probes read of the pod's latest published status.
+    pub fn probe_status(&self, pod_uid: &str) -> Option<Arc<PodProbeStatus>> {
+        self.locked().get(pod_uid).and_then(|e| e.0.probe_status())
+    }
+
     /// Drops the slots nobody reads any more and whose pod has no status.
     pub fn prune(&self) {
         let mut slots = self.locked();
@@ -320,8 +369,8 @@ impl StatusViews {
 mod tests {
     use super::*;
 
-    fn snapshot() -> Option<Arc<PodStatus>> {
-        Some(Arc::new(PodStatus::default()))
+    fn snapshot() -> Option<Published> {
+        Some(Published::of(&PodStatus::default()))
     }
 
     #[test]
@@ -399,6 +448,20 @@ mod tests {
     }
 
     #[test]
+    fn probes_read_the_published_probe_status_and_hosts_the_decoded_status() {
+        let views = StatusViews::new();
+        let status = PodStatus { pod_ip: Some("10.0.0.1".into()), ..Default::default() };
+        views.publish("a", Some(Published::of(&status)));
+        let view = views.subscribe("a");
+        let (one, two) = (view.probe_status().unwrap(), view.probe_status().unwrap());
+        assert!(Arc::ptr_eq(&one, &two), "no copy per read");
+        assert!(Arc::ptr_eq(&one, &views.probe_status("a").unwrap()));
+        assert_eq!(one.pod_ip(), "10.0.0.1");
+        assert_eq!(view.borrow().as_deref(), Some(&status));
+        assert!(views.probe_status("b").is_none());
+    }
+
+    #[test]
     fn a_view_of_a_pod_that_never_had_a_status_leaves_nothing_behind() {
         let views = StatusViews::new();
         drop(views.subscribe("a"));
@@ -462,7 +525,7 @@ mod tests {
         tokio::task::yield_now().await;
         drop(views);
         assert_eq!(waiting.await.unwrap(), Err(ViewClosed));
-        let mut detached = StatusView::detached(snapshot());
+        let mut detached = StatusView::detached(Some(&PodStatus::default()));
         assert_eq!(detached.changed().await, Err(ViewClosed), "nothing will be published to it");
         assert_eq!(detached.has_changed(), Err(ViewClosed));
         assert!(detached.borrow().is_some());

@@ -193,12 +193,13 @@ impl SyncJob {
     /// The PATCH body from the merge base to the merged status, `None` when nothing differs.
     fn patch(&self, base: &ApiPod, api_uid: &str) -> Result<Option<serde_json::Value>, String> {
         let api_status = go_zero_values(base.pod.status.clone().unwrap_or_default());
+        let ours = self.status.status.decode();
         match self.owned_fields {
             OwnedFields::Kubelet => {
                 let merged = go_zero_values(merge_pod_status_for(
                     &api_status,
-                    &self.status.status,
-                    could_have_running_containers(&self.status.status, self.status.pod_is_finished),
+                    &ours,
+                    could_have_running_containers(&ours, self.status.pod_is_finished),
                     self.now.clone(),
                     &self.ownership,
                 ));
@@ -207,7 +208,7 @@ impl SyncJob {
             OwnedFields::ReadinessOnly => {
                 let merged = go_zero_values(merge_readiness_only(
                     &api_status,
-                    &self.status.status,
+                    &ours,
                     self.now.clone(),
                     &self.ownership,
                 ));

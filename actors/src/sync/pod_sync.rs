@@ -254,9 +254,7 @@ pub fn next_conflict(previous: Option<Retry>, now: Instant, backoffs: &Backoffs,
 #[allow(clippy::unwrap_used)] // a panic is the failure report
 mod tests {
     use super::*;
-    use std::sync::Arc;
-
-    use k8s_openapi::api::core::v1::PodStatus;
+    use crate::status::stored::StoredStatus;
 
     const BACKOFFS: Backoffs = Backoffs {
         failure_initial: Duration::from_millis(500),
@@ -272,7 +270,7 @@ mod tests {
             pod_namespace: "default".into(),
             at: None,
             pod_is_finished: false,
-            status: Arc::new(PodStatus::default()),
+            status: StoredStatus::default(),
         }
     }
 

@@ -221,11 +221,11 @@ fn overlay_readiness_json(raw: &[Value], merged: &[ContainerStatus]) -> Option<V
 #[allow(clippy::unwrap_used)] // a panic is the failure report
 mod tests {
     use super::*;
+    use crate::status::stored::StoredStatus;
     use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
     use std::collections::BTreeMap;
-    use std::sync::Arc;
 
     fn pod(deleting: bool, phase: &str, mirror: bool) -> Pod {
         Pod {
@@ -262,7 +262,7 @@ mod tests {
             pod_namespace: "default".into(),
             at: None,
             pod_is_finished: false,
-            status: Arc::new(PodStatus::default()),
+            status: StoredStatus::default(),
         }
     }
 

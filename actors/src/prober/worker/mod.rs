@@ -23,15 +23,16 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState, find_container_status};
+use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState};
 use super::probe_metrics as metrics;
 use super::{PodContainer, ProbeMemo, ProbeResult, ProbeRun, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
+use crate::status::probe_status::PodProbeStatus;
 use crate::status::views::StatusView;
 pub use crate::vocabulary::ProbeKey;
 
@@ -326,7 +327,7 @@ impl ProbeWorker {
     /// One iteration of upstream `doProbe`; returns whether a probe was started.
     fn run_probe(&mut self, ctx: &mut Context<Self>) -> bool {
         let started = Instant::now();
-        let status = self.status.borrow();
+        let status = self.status.probe_status();
         if self.pending_initial_delay.is_some()
             && self.shows_new_container(status.as_deref())
             && let Some((seconds, delay)) = self.pending_initial_delay.take().map(|d| *d)
@@ -352,11 +353,11 @@ impl ProbeWorker {
         };
         self.probed = Some(container_id.clone());
         let Some(mut status) = status else { return false };
-        if let Some(pod_ip) = self.spec.bound.as_ref().and_then(|b| b.pod_ip.clone())
-            && status.pod_ip.as_deref().is_none_or(str::is_empty)
+        if let Some(pod_ip) = self.spec.bound.as_ref().and_then(|b| b.pod_ip.as_deref())
+            && status.pod_ip.is_none()
         {
             // The pod IP the container started with, when the status has none yet.
-            Arc::make_mut(&mut status).pod_ip = Some(pod_ip);
+            Arc::make_mut(&mut status).pod_ip = Some(pod_ip.into());
         }
         if let Some(wait) = self.status_wait.take() {
             ctx.cancel_future(wait);
@@ -405,7 +406,7 @@ impl ProbeWorker {
     fn run_triggered(&mut self, ctx: &mut Context<Self>, wait_for_status: bool) {
         // Marked seen before reading, so a status published meanwhile is not missed.
         let mut view = self.status.clone();
-        view.borrow_and_update();
+        view.mark_seen();
         self.schedule_from(Instant::now(), ctx);
         let probed = self.run_probe(ctx);
         // A trigger is for a container with no readiness result, usually a new one the cached
@@ -421,7 +422,7 @@ impl ProbeWorker {
             if view.changed().await.is_err() {
                 return None;
             }
-            Some(view.borrow())
+            Some(view.probe_status())
         };
         self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(move |status, act, ctx| {
             act.status_wait = None;
@@ -464,12 +465,11 @@ impl ProbeWorker {
 
     /// Whether the status reports this worker's bound container as started already (an agent
     /// restart, or a sidecar whose start was recorded before): its startup probe will not run.
-    fn reports_started(&self, status: &PodStatus) -> bool {
+    fn reports_started(&self, status: &PodProbeStatus) -> bool {
         let Some(bound) = self.spec.bound.as_ref() else { return false };
-        find_container_status(status, &self.key.container_name).is_some_and(|cs| {
-            cs.started == Some(true)
-                && ContainerId::parse(cs.container_id.as_deref().unwrap_or_default()) == bound.container_id
-        })
+        status
+            .container(&self.key.container_name)
+            .is_some_and(|cs| cs.started == Some(true) && cs.id == bound.container_id)
     }
 
     /// Tells the manager, once, that a lifecycle-started startup worker's container started.
@@ -568,12 +568,11 @@ impl ProbeWorker {
     }
 
     /// Whether `status` shows this worker's container with another ID than the one it last saw.
-    fn shows_new_container(&self, status: Option<&PodStatus>) -> bool {
-        let Some(container) = status.and_then(|s| find_container_status(s, &self.spec.container_name)) else {
+    fn shows_new_container(&self, status: Option<&PodProbeStatus>) -> bool {
+        let Some(container) = status.and_then(|s| s.container(&self.spec.container_name)) else {
             return false;
         };
-        let id = ContainerId::parse(container.container_id.as_deref().unwrap_or_default());
-        self.state.container_id.as_ref() != Some(&id)
+        self.state.container_id.as_ref() != Some(&container.id)
     }
 
     /// The container ID this worker last saw, if any.

@@ -1,0 +1,207 @@
+//! What a pod's probes read of its status, published beside every stored status.
+//!
+//! A probe worker reads the pod's status before every probe (upstream `doProbe` asks the
+//! status manager for it): whether the pod finished, its container's ID, state, start time and
+//! `started` flag, and, for the probe itself, the pod IP. Reading those from the stored
+//! status would mean decoding it every probe ([`super::stored`] keeps it as JSON), so the
+//! status manager extracts them once per stored version: about 300 bytes for a one-container
+//! pod where the whole status in k8s-openapi's types took 2.1 KB (docs/memory.md).
+
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+
+use super::{PHASE_FAILED, PHASE_SUCCEEDED};
+use crate::container::ContainerId;
+
+/// The part of a pod's status its probe workers and probes read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodProbeStatus {
+    /// The pod's phase is Failed or Succeeded: its workers stop.
+    pub finished: bool,
+    /// The pod's IP, empty when the status has none.
+    pub pod_ip: Option<Box<str>>,
+    /// The containers that have an ID, regular containers first, then init containers (which
+    /// is where sidecars are).
+    pub containers: Box<[ProbedContainer]>,
+}
+
+/// One container's status, as its probes read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbedContainer {
+    /// The container's name in the spec.
+    pub name: Box<str>,
+    /// The container instance the status shows.
+    pub id: ContainerId,
+    /// Whether it runs, and since when.
+    pub state: ContainerRunState,
+    /// The status's `started` flag.
+    pub started: Option<bool>,
+}
+
+/// A container's state, as far as a probe cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerRunState {
+    /// Running, since `started_at` if the status says.
+    Running {
+        /// The state's `startedAt`.
+        started_at: Option<Timestamp>,
+    },
+    /// Terminated.
+    Terminated,
+    /// Waiting, or no state at all.
+    Waiting,
+}
+
+impl PodProbeStatus {
+    /// The probe status of `status`. Container IDs equal to those in `previous` are shared
+    /// with it rather than parsed again, so a pod's versions (and its workers, which keep the
+    /// ID) hold one copy of each.
+    pub fn of(status: &PodStatus, previous: Option<&PodProbeStatus>) -> Self {
+        let with_id = |cs: &&ContainerStatus| cs.container_id.as_deref().is_some_and(|id| !id.is_empty());
+        let containers = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .filter(with_id)
+            .chain(status.init_container_statuses.iter().flatten().filter(with_id))
+            .map(|cs| ProbedContainer::of(cs, previous))
+            .collect();
+        PodProbeStatus {
+            finished: matches!(status.phase.as_deref(), Some(PHASE_FAILED | PHASE_SUCCEEDED)),
+            pod_ip: status.pod_ip.as_deref().filter(|ip| !ip.is_empty()).map(Box::from),
+            containers,
+        }
+    }
+
+    /// The container's status by name: the regular container's, else the init container's.
+    pub fn container(&self, name: &str) -> Option<&ProbedContainer> {
+        self.containers.iter().find(|c| &*c.name == name)
+    }
+
+    /// The pod IP, or `""`.
+    pub fn pod_ip(&self) -> &str {
+        self.pod_ip.as_deref().unwrap_or_default()
+    }
+}
+
+impl From<&PodStatus> for PodProbeStatus {
+    fn from(status: &PodStatus) -> Self {
+        PodProbeStatus::of(status, None)
+    }
+}
+
+impl ProbedContainer {
+    fn of(cs: &ContainerStatus, previous: Option<&PodProbeStatus>) -> Self {
+        let raw = cs.container_id.as_deref().unwrap_or_default();
+        let known = previous.and_then(|p| p.containers.iter().find(|c| c.id.is(raw)));
+        let state = cs.state.as_ref();
+        let state =
+            match (state.and_then(|s| s.running.as_ref()), state.is_some_and(|s| s.terminated.is_some())) {
+                (Some(running), _) => {
+                    ContainerRunState::Running { started_at: running.started_at.as_ref().map(|t| t.0) }
+                }
+                (None, true) => ContainerRunState::Terminated,
+                (None, false) => ContainerRunState::Waiting,
+            };
+        ProbedContainer {
+            name: known
+                .filter(|k| *k.name == *cs.name)
+                .map_or_else(|| cs.name.as_str().into(), |k| k.name.clone()),
+            id: known.map_or_else(|| ContainerId::parse(raw), |k| k.id.clone()),
+            state,
+            started: cs.started,
+        }
+    }
+
+    /// When it started running, if it runs and the status says.
+    pub fn running_since(&self) -> Option<Timestamp> {
+        match self.state {
+            ContainerRunState::Running { started_at } => started_at,
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the failure report
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, ContainerStateTerminated};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use std::sync::Arc;
+
+    fn container(name: &str, id: Option<&str>, state: Option<ContainerState>) -> ContainerStatus {
+        ContainerStatus { name: name.into(), container_id: id.map(Into::into), state, ..Default::default() }
+    }
+
+    fn running(at: i64) -> Option<ContainerState> {
+        Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(Time(Timestamp::from_second(at).unwrap())),
+            }),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn containers_with_an_id_regular_first_then_init() {
+        let status = PodStatus {
+            phase: Some("Running".into()),
+            pod_ip: Some("10.1.2.3".into()),
+            container_statuses: Some(vec![
+                container("side", None, None),
+                container("app", Some("containerd://a"), running(100)),
+            ]),
+            init_container_statuses: Some(vec![
+                container("side", Some("containerd://s"), running(50)),
+                container(
+                    "init",
+                    Some("containerd://i"),
+                    Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated::default()),
+                        ..Default::default()
+                    }),
+                ),
+                container("empty", Some(""), running(1)),
+            ]),
+            ..Default::default()
+        };
+        let probe = PodProbeStatus::from(&status);
+        assert!(!probe.finished);
+        assert_eq!(probe.pod_ip(), "10.1.2.3");
+        let names: Vec<&str> = probe.containers.iter().map(|c| &*c.name).collect();
+        assert_eq!(names, ["app", "side", "init"]);
+        // A regular container without an ID yet is looked for among init containers.
+        assert_eq!(probe.container("side").unwrap().id, ContainerId::parse("containerd://s"));
+        assert_eq!(
+            probe.container("app").unwrap().running_since(),
+            Some(Timestamp::from_second(100).unwrap())
+        );
+        assert_eq!(probe.container("init").unwrap().state, ContainerRunState::Terminated);
+        assert!(probe.container("empty").is_none());
+    }
+
+    #[test]
+    fn a_finished_phase_and_a_missing_ip() {
+        for (phase, finished) in [("Failed", true), ("Succeeded", true), ("Pending", false), ("", false)] {
+            let status =
+                PodStatus { phase: Some(phase.into()), pod_ip: Some(String::new()), ..Default::default() };
+            let probe = PodProbeStatus::from(&status);
+            assert_eq!(probe.finished, finished, "{phase}");
+            assert_eq!(probe.pod_ip, None);
+        }
+    }
+
+    #[test]
+    fn a_new_version_shares_the_ids_it_already_had() {
+        let status = |id: &str| PodStatus {
+            container_statuses: Some(vec![container("app", Some(id), running(1))]),
+            ..Default::default()
+        };
+        let first = PodProbeStatus::from(&status("containerd://a"));
+        let same = PodProbeStatus::of(&status("containerd://a"), Some(&first));
+        assert!(Arc::ptr_eq(&first.containers[0].id.id, &same.containers[0].id.id));
+        let next = PodProbeStatus::of(&status("containerd://b"), Some(&first));
+        assert_eq!(next.containers[0].id, ContainerId::parse("containerd://b"));
+    }
+}
