@@ -39,15 +39,8 @@ impl Handler<PodStatusUpdated> for Forward {
 async fn wait_for_ready(updates: &mut mpsc::UnboundedReceiver<PodStatusUpdated>, want: &str) {
     let found = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(update) = updates.recv().await {
-            let ready = update
-                .status
-                .status
-                .decode()
-                .conditions
-                .iter()
-                .flatten()
-                .find(|c| c.type_ == POD_READY)
-                .cloned();
+            let Ok(status) = update.status.status.decode() else { return false };
+            let ready = status.conditions.iter().flatten().find(|c| c.type_ == POD_READY).cloned();
             if ready.is_some_and(|c| c.status == want) {
                 return true;
             }

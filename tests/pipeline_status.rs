@@ -955,11 +955,11 @@ async fn terminate_pod_terminates_running_containers_and_fails_the_pod() {
     let v = versioned(&h.pipeline, &u).await.unwrap();
     assert_eq!(v.version, 2);
     assert!(v.pod_is_finished);
-    assert_eq!(v.status.decode().phase.as_deref(), Some("Failed"));
-    assert_eq!(container(&v.status.decode(), "a").state, Some(unknown_termination()));
-    assert_eq!(container(&v.status.decode(), "b").state, b.state, "already terminated: untouched");
+    assert_eq!(v.status.decode().unwrap().phase.as_deref(), Some("Failed"));
+    assert_eq!(container(&v.status.decode().unwrap(), "a").state, Some(unknown_termination()));
+    assert_eq!(container(&v.status.decode().unwrap(), "b").state, b.state, "already terminated: untouched");
     assert_eq!(
-        container(&v.status.decode(), "c").state,
+        container(&v.status.decode().unwrap(), "c").state,
         Some(unknown_termination()),
         "waiting counts as missing"
     );
@@ -985,8 +985,8 @@ async fn terminate_pod_without_a_cached_status_starts_from_the_pods_status() {
     let v = versioned(&h.pipeline, &uid(&pod)).await.unwrap();
     assert_eq!(v.version, 1);
     assert!(v.pod_is_finished);
-    assert_eq!(v.status.decode().phase.as_deref(), Some("Failed"), "Pending → Failed");
-    assert_eq!(container(&v.status.decode(), "a").state, Some(unknown_termination()));
+    assert_eq!(v.status.decode().unwrap().phase.as_deref(), Some("Failed"), "Pending → Failed");
+    assert_eq!(container(&v.status.decode().unwrap(), "a").state, Some(unknown_termination()));
 
     // A terminal phase is kept.
     let done = test_pod("done")
@@ -1041,11 +1041,11 @@ async fn terminate_pod_leaves_a_static_pods_phase() {
     assert_eq!(v.version, 2);
     assert!(v.pod_is_finished);
     assert_eq!(
-        v.status.decode().phase.as_deref(),
+        v.status.decode().unwrap().phase.as_deref(),
         Some("Running"),
         "static pods keep their phase (upstream #116484)"
     );
-    assert_eq!(container(&v.status.decode(), "a").state, Some(unknown_termination()));
+    assert_eq!(container(&v.status.decode().unwrap(), "a").state, Some(unknown_termination()));
 
     // Upstream applies "finished is sticky" to non-static pods only.
     p.set_pod_status(pod.clone(), status("Running", vec![running("a", "cri://a2", at(1))]));
@@ -1101,7 +1101,7 @@ async fn views_see_every_version_and_the_removal_and_do_not_leak() {
     let current = stored(&h.pipeline, &uid(&a)).await;
     assert!(view_a.has_changed().unwrap());
     assert!(view_a.published().unwrap().status.same_copy(&current), "the same copy");
-    assert_eq!(view_a.borrow_and_update().as_deref(), Some(&current.decode()));
+    assert_eq!(view_a.borrow_and_update().as_deref(), Some(&current.decode().unwrap()));
     let view_b = views.subscribe(&uid(&b));
     assert!(view_b.borrow().is_some(), "a late view sees the current status");
     assert_eq!(views.len(), 2);
@@ -1160,7 +1160,7 @@ async fn get_pod_status_by_a_mirror_pod_uid_returns_the_static_pods_status() {
     let by_static = stored(&p, &uid(&static_pod)).await;
     let by_mirror = stored(&p, "uid-mirror").await;
     assert!(by_static.same_copy(&by_mirror));
-    assert_eq!(cached(&p, "uid-mirror").await.as_ref(), &by_static.decode());
+    assert_eq!(cached(&p, "uid-mirror").await.as_ref(), &by_static.decode().unwrap());
     assert_eq!(versioned(&p, "uid-mirror").await.map(|v| v.version), Some(1));
     let all = ask(p.statuses()).await.unwrap();
     assert_eq!(all.keys().collect::<Vec<_>>(), [&uid(&static_pod)], "cached under the static pod's UID");
@@ -1255,7 +1255,11 @@ async fn readers_share_the_stored_status_until_it_changes() {
     let first = versioned(&h.pipeline, &u).await.unwrap().status;
     let second = versioned(&h.pipeline, &u).await.unwrap().status;
     assert!(first.same_copy(&second), "no copy per read");
-    assert_eq!(*cached(&h.pipeline, &u).await, first.decode(), "the decoded status is the stored one");
+    assert_eq!(
+        *cached(&h.pipeline, &u).await,
+        first.decode().unwrap(),
+        "the decoded status is the stored one"
+    );
     let view = h.pipeline.views.subscribe(&u).published().unwrap();
     assert!(view.status.same_copy(&first), "the view shares it");
 
@@ -1274,5 +1278,35 @@ async fn readers_share_the_stored_status_until_it_changes() {
         Arc::ptr_eq(&probe.container("a").unwrap().id.id, &view.probe.container("a").unwrap().id.id),
         "the container's ID is shared with the version before"
     );
-    assert!(!first.decode().container_statuses.unwrap()[0].ready, "old copies are never changed");
+    assert!(!first.decode().unwrap().container_statuses.unwrap()[0].ready, "old copies are never changed");
+}
+
+/// A status with a time its JSON cannot carry back (a year before 0) is stored but does not
+/// decode: the container-level setters do not build on an empty status in its place, and the
+/// host's next status replaces it.
+#[actix::test]
+async fn a_stored_status_that_does_not_decode_is_replaced_not_built_on() {
+    tokio::time::pause();
+    let h = Harness::start();
+    let pod = test_pod("web").container("a").build();
+    let u = uid(&pod);
+    h.pods.upsert(pod.clone());
+    let ancient = Time(Timestamp::from_second(-62_200_000_000).unwrap());
+    let bad =
+        PodStatus { start_time: Some(ancient), ..status("Running", vec![running("a", "cri://a", at(0))]) };
+    h.pipeline.set_pod_status(pod.clone(), bad);
+    assert_eq!(version(&h.pipeline, &u).await, Some(1));
+    assert!(stored(&h.pipeline, &u).await.decode().is_err());
+    assert!(ask(h.pipeline.pod_status(&u)).await.unwrap().is_none(), "no empty status for a host");
+
+    h.pipeline.status_manager.do_send(readiness(&u, "cri://a", true));
+    assert_eq!(version(&h.pipeline, &u).await, Some(1), "nothing built on an empty status");
+
+    h.pipeline.set_pod_status(pod.clone(), status("Running", vec![running("a", "cri://a", at(0))]));
+    assert_eq!(version(&h.pipeline, &u).await, Some(2));
+    let good = cached(&h.pipeline, &u).await;
+    assert_eq!(good.phase.as_deref(), Some("Running"));
+    assert!(good.start_time.is_some());
+    h.pipeline.status_manager.do_send(readiness(&u, "cri://a", true));
+    assert_eq!(version(&h.pipeline, &u).await, Some(3), "the setters work on it again");
 }

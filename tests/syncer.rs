@@ -157,7 +157,7 @@ async fn an_api_status_equal_to_the_merged_one_sends_no_patch() {
         // The API already holds exactly the status manager's status.
         let stored = t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
         let mut on_api = (*pod).clone();
-        on_api.status = Some(stored.status.decode());
+        on_api.status = Some(stored.status.decode().unwrap());
         t.fake.insert_pod(on_api);
         t.fake.clear_requests();
 
@@ -582,7 +582,7 @@ async fn a_static_pods_status_goes_to_its_mirror_pod_once_one_exists() {
         let written = syncer.send(GetWrittenVersion("mirror-proxy".into())).await.unwrap();
         assert_eq!(written, Some(stored.version), "versions are recorded under the mirror UID");
         let api = api_status(&t.api("kube-proxy-node-a"));
-        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode()));
+        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode().unwrap()));
         assert_eq!(readiness(&api), [("proxy".to_owned(), true)]);
         assert!(t.cached("mirror-proxy").await.is_some(), "readable through the mirror UID");
     })
@@ -697,7 +697,7 @@ async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
         // Our status comes from an older view: its phase, pod IP and start time are not the API's.
         let ours = status_of(&pod, "Running", vec![container("a", true), container("b", false)]);
         let stored = t.set_status(&pod, ours).await;
-        let stored_status = stored.status.decode();
+        let stored_status = stored.status.decode().unwrap();
         assert!(stored_status.start_time.is_some() && stored_status.pod_ip.is_some());
         t.flush(&syncer).await;
         assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))]);
@@ -719,7 +719,7 @@ async fn readiness_only_patches_readiness_and_never_undoes_the_runtime() {
             flags(&api),
             [flag("a", "cri://a", true, Some(true)), flag("b", "cri://b", false, Some(true))]
         );
-        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode()));
+        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode().unwrap()));
 
         // The runtime moves on: the pod runs with an IP, and b exits. The watch has not told the
         // syncer yet, so its merge base (the last PATCH response) is stale.
@@ -1038,7 +1038,7 @@ async fn a_conditions_only_patch_carries_no_resource_version() {
         assert_eq!(patched_status_keys(&body), ["conditions"], "{body}");
         assert_eq!(body["metadata"], json!({"uid": uid(&pod)}), "the UID only: {body}");
         let api = api_status(&t.api("web"));
-        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode()));
+        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode().unwrap()));
         assert_eq!(api.pod_ip.as_deref(), Some("10.9.9.9"), "the runtime's write stays");
     })
     .await;

@@ -18,6 +18,8 @@ use probelet_actors::status::equality::is_pod_status_by_kubelet_equal;
 use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::status::merge::{merge_pod_status, merge_readiness_only};
 use probelet_actors::status::normalize::normalize_status;
+use probelet_actors::status::probe_status::PodProbeStatus;
+use probelet_actors::status::stored::StoredStatus;
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::patch::{pod_status_patch, pod_status_patch_json};
 use probelet_actors::sync::rules::{go_zero_values, readiness_only_sides};
@@ -136,6 +138,26 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("is_pod_status_by_kubelet_equal", |b| {
         b.iter(|| is_pod_status_by_kubelet_equal(black_box(&before), black_box(&after)))
+    });
+    // The status at rest (docs/memory.md): what a status change pays to keep the status as its
+    // JSON and to extract what probes read, against the clone the typed cache paid.
+    let one = self::pod(1);
+    let mut stored_status = status(1, true);
+    generate_kubelet_conditions(&one, &mut stored_status);
+    normalize_status(&one, &mut stored_status);
+    let stored = StoredStatus::new(&stored_status);
+    let probe = PodProbeStatus::from(&stored_status);
+    c.bench_function("StoredStatus::new (1 container, 4 conditions)", |b| {
+        b.iter(|| StoredStatus::new(black_box(&stored_status)))
+    });
+    c.bench_function("StoredStatus::decode (1 container, 4 conditions)", |b| {
+        b.iter(|| black_box(&stored).decode())
+    });
+    c.bench_function("PodProbeStatus::of (1 container, the version before)", |b| {
+        b.iter(|| PodProbeStatus::of(black_box(&stored_status), Some(&probe)))
+    });
+    c.bench_function("PodStatus::clone (1 container, 4 conditions)", |b| {
+        b.iter(|| black_box(&stored_status).clone())
     });
     c.bench_function("merge + pod_status_patch (NotReady -> Ready)", |b| {
         b.iter(|| {

@@ -332,14 +332,15 @@ impl Pipeline {
     }
 
     /// The cached status of the pod with this UID or mirror pod UID (upstream `GetPodStatus`),
-    /// decoded from the stored copy (a new one each call).
+    /// decoded from the stored copy (a new one each call); `None` also for a stored status that
+    /// does not decode (logged as an error; `StoredStatus::decode` says when).
     pub async fn pod_status(&self, uid: &str) -> Result<Option<Arc<PodStatus>>, PipelineError> {
         let stored = self
             .status_manager
             .send(GetPodStatus(uid.into()))
             .await
             .map_err(|source| PipelineError { actor: "status manager", source })?;
-        Ok(stored.map(|s| Arc::new(s.decode())))
+        Ok(stored.and_then(|s| s.decode_logged()).map(Arc::new))
     }
 
     /// The cached entry of the pod with this UID or mirror pod UID, version included.

@@ -299,11 +299,13 @@ impl StandaloneKubelet {
         let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
         entry.syncing = false;
         if let Some(status) = stored {
-            let summary = Summary::of(&status.decode());
-            for line in describe_changes(entry.printed.as_ref(), &summary) {
-                console::print(tone_of_transition(&line), &format!("{}: {line}", pod_ref(&entry.pod)));
+            if let Some(decoded) = status.decode_logged() {
+                let summary = Summary::of(&decoded);
+                for line in describe_changes(entry.printed.as_ref(), &summary) {
+                    console::print(tone_of_transition(&line), &format!("{}: {line}", pod_ref(&entry.pod)));
+                }
+                entry.printed = Some(summary);
             }
-            entry.printed = Some(summary);
             entry.status = Some(status);
         }
         if std::mem::take(&mut entry.dirty) {
@@ -361,7 +363,7 @@ impl StandaloneKubelet {
         if entry.terminating {
             return;
         }
-        let Some(status) = entry.status.as_ref().map(StoredStatus::decode) else { return };
+        let Some(status) = entry.status.as_ref().and_then(StoredStatus::decode_logged) else { return };
         let Some(container) = probelet_actors::container::running_status(&status, &change.container_id)
         else {
             return;

@@ -228,7 +228,8 @@ impl StatusManager {
             finished = true;
         }
         // Decoded once: the base of the checks below and, unchanged, the equality's left side.
-        let cached_status = cached.map(|c| c.status.decode());
+        // One that does not decode is replaced as if there were none (its version counts on).
+        let cached_status = cached.and_then(|c| c.status.decode_logged());
         let old: Cow<'_, PodStatus> = match &cached_status {
             Some(status) => Cow::Borrowed(status),
             None => Cow::Owned(
@@ -286,7 +287,8 @@ impl StatusManager {
             tracing::info!(pod = pod_ref(&pod), pod_uid, "Container {what} changed before pod has synced");
             return None;
         };
-        Some((pod, cached.status.decode()))
+        // Not built on an empty status, which would be stored and written back.
+        Some((pod, cached.status.decode_logged()?))
     }
 
     fn remove(&mut self, uid: &str) {
@@ -383,8 +385,8 @@ impl Handler<TerminatePod> for StatusManager {
     fn handle(&mut self, msg: TerminatePod, _ctx: &mut Self::Context) {
         let pod = msg.0;
         let uid = PodUid::of(&pod).unwrap_or_default();
-        let base = match self.statuses.get(&uid) {
-            Some(cached) => cached.status.decode(),
+        let base = match self.statuses.get(&uid).and_then(|cached| cached.status.decode_logged()) {
+            Some(cached) => cached,
             None => pod.status.clone().unwrap_or_default(),
         };
         let status = terminate_status(&pod, &base, self.pods.is_static(&uid));

@@ -18,7 +18,7 @@ use crate::container::ContainerId;
 pub struct PodProbeStatus {
     /// The pod's phase is Failed or Succeeded: its workers stop.
     pub finished: bool,
-    /// The pod's IP, empty when the status has none.
+    /// The pod's IP; `None` when the status has none, or an empty one.
     pub pod_ip: Option<Box<str>>,
     /// The containers that have an ID, regular containers first, then init containers (which
     /// is where sidecars are).

@@ -17,6 +17,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodStatus;
 
+/// A stored status that does not decode. Only a status with a time its JSON cannot carry back
+/// does that (a year before 0, written with a minus sign, which RFC 3339 and the API server
+/// refuse),
+/// and nothing the kubelet or a runtime reports has one; the readers treat it as no status
+/// rather than an empty one, which they would write back.
+#[derive(Debug, thiserror::Error)]
+#[error("the stored pod status does not decode: {0}")]
+pub struct UndecodableStatus(#[from] serde_json::Error);
+
 /// A pod status, kept as its JSON. Two are equal when their JSON is.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoredStatus(Arc<str>);
@@ -37,12 +46,14 @@ impl StoredStatus {
     }
 
     /// The status, decoded.
-    pub fn decode(&self) -> PodStatus {
-        serde_json::from_str(&self.0).unwrap_or_else(|err| {
-            // Only this module writes the text, from a `PodStatus`: a failure is a bug here.
-            tracing::error!(error = %err, "Stored pod status could not be decoded");
-            PodStatus::default()
-        })
+    pub fn decode(&self) -> Result<PodStatus, UndecodableStatus> {
+        Ok(serde_json::from_str(&self.0)?)
+    }
+
+    /// The status, decoded, or `None` (logged as an error) if it does not decode: for readers
+    /// that would otherwise build on an empty status.
+    pub fn decode_logged(&self) -> Option<PodStatus> {
+        self.decode().map_err(|err| tracing::error!(error = %err, "Stored pod status not readable")).ok()
     }
 
     /// Whether `other` is this copy (a clone of it), not only an equal one.
@@ -149,12 +160,24 @@ mod tests {
     fn a_normalised_status_decodes_to_what_was_stored() {
         let mut status = full();
         normalize_status(&Pod::default(), &mut status);
-        assert_eq!(StoredStatus::new(&status).decode(), status);
+        assert_eq!(StoredStatus::new(&status).decode().unwrap(), status);
         // Empty lists and strings stay what they were, not absent.
         let empty =
             PodStatus { conditions: Some(vec![]), message: Some(String::new()), ..Default::default() };
-        assert_eq!(StoredStatus::new(&empty).decode(), empty);
-        assert_eq!(StoredStatus::default().decode(), PodStatus::default());
+        assert_eq!(StoredStatus::new(&empty).decode().unwrap(), empty);
+        assert_eq!(StoredStatus::default().decode().unwrap(), PodStatus::default());
+    }
+
+    #[test]
+    fn a_time_before_year_zero_does_not_decode_and_says_so() {
+        let status = PodStatus {
+            start_time: Some(Time(Timestamp::from_second(-62_200_000_000).unwrap())),
+            ..Default::default()
+        };
+        let stored = StoredStatus::new(&status);
+        assert!(stored.json().contains("\"startTime\":\"-"), "{}", stored.json());
+        assert!(stored.decode().is_err());
+        assert_eq!(stored.decode_logged(), None);
     }
 
     #[test]

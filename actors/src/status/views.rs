@@ -178,9 +178,10 @@ impl StatusView {
         self.slot.as_deref()
     }
 
-    /// The pod's latest status, decoded.
+    /// The pod's latest status, decoded (`None` as well for one that does not decode, which is
+    /// logged).
     pub fn borrow(&self) -> Option<Arc<PodStatus>> {
-        self.published().map(|p| Arc::new(p.status.decode()))
+        self.published().and_then(|p| p.status.decode_logged()).map(Arc::new)
     }
 
     /// The pod's latest status as published: stored, with its probe status.
@@ -199,7 +200,7 @@ impl StatusView {
     pub fn borrow_and_update(&mut self) -> Option<Arc<PodStatus>> {
         let (status, version) = self.slot.as_deref()?.get_versioned();
         self.seen = version;
-        status.map(|p| Arc::new(p.status.decode()))
+        status.and_then(|p| p.status.decode_logged()).map(Arc::new)
     }
 
     /// Marks the latest status seen without reading it: [`StatusView::changed`] waits for a

@@ -193,7 +193,7 @@ impl SyncJob {
     /// The PATCH body from the merge base to the merged status, `None` when nothing differs.
     fn patch(&self, base: &ApiPod, api_uid: &str) -> Result<Option<serde_json::Value>, String> {
         let api_status = go_zero_values(base.pod.status.clone().unwrap_or_default());
-        let ours = self.status.status.decode();
+        let ours = self.status.status.decode().map_err(|err| err.to_string())?;
         match self.owned_fields {
             OwnedFields::Kubelet => {
                 let merged = go_zero_values(merge_pod_status_for(

@@ -121,7 +121,7 @@ impl StatusSyncer {
     fn drifted(&self, pod: &Pod, status: &VersionedPodStatus) -> bool {
         let mut api = go_zero_values(pod.status.clone().unwrap_or_default());
         normalize_status(pod, &mut api);
-        let ours = go_zero_values(status.status.decode());
+        let Some(ours) = status.status.decode_logged().map(go_zero_values) else { return false };
         let target = match self.config.owned_fields {
             OwnedFields::Kubelet => ours,
             // The write's own projection: only what the write would change is drift.
