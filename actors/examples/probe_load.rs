@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release -p probelet-actors --example probe_load -- \
 //!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
-//!     [--floor] [--idle] [--churn [--rounds N]] [--overload-workers N --overload-for SECS]
+//!     [--floor] [--idle] [--churn [--rounds N] [--floor]] [--overload-workers N --overload-for SECS]
 //!     [--max-in-flight N]
 //! ```
 //!
@@ -25,7 +25,8 @@
 //!   each pod living one second, as a host adds (register, status, `add_pod`) and removes
 //!   (`remove_pod`, deregister, `remove_orphaned_statuses`) them; it prints the rate achieved,
 //!   the workers, statuses and views left at the end, and RSS before, during and after (see
-//!   [`churn`]); `--rounds N` repeats it N times on the same engine.
+//!   [`churn`]); `--rounds N` repeats it N times on the same engine. With `--floor` it churns
+//!   bare tokio tasks instead, for what the process keeps of a churn with no engine.
 //! * `--overload-workers N --overload-for SECS` runs N workers for SECS, then drops to
 //!   `--workers` for the window, and prints a line per second and one per phase (see
 //!   [`overload`]).
@@ -49,7 +50,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -115,7 +116,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
---warmup SECS --window SECS [--floor] [--idle] [--churn [--rounds N]] [--overload-workers N --overload-for SECS] [--max-in-flight N] [--floor-per-core]";
+--warmup SECS --window SECS [--floor] [--idle] [--churn [--rounds N] [--floor]] [--overload-workers N --overload-for SECS] [--max-in-flight N] [--floor-per-core]";
 
 fn run(args: Args) -> Result<(), Error> {
     // The target lives in its own process so that its CPU is not counted; it dies with us.
@@ -128,6 +129,8 @@ fn run(args: Args) -> Result<(), Error> {
         overload::run(&args, ports)?
     } else if args.idle {
         idle(&args, ports)?
+    } else if args.churn && args.floor {
+        floor::churn(&args, ports)?
     } else if args.churn {
         churn(&args, ports)?
     } else if args.floor {
@@ -247,10 +250,8 @@ impl Args {
         if args.window == 0 && !args.idle {
             return Err("--window: must be at least 1".into());
         }
-        if (args.idle || args.churn) && args.floor {
-            return Err(
-                "--idle and --churn measure the engine's workers; they have no --floor variant".into()
-            );
+        if args.idle && args.floor {
+            return Err("--idle measures the engine's workers; it has no --floor variant".into());
         }
         if args.rounds == 0 || (args.rounds > 1 && !args.churn) {
             return Err("--rounds: at least 1, and more than 1 only with --churn".into());
@@ -972,7 +973,12 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
 /// With `--rounds N` the same engine goes through N such rounds, each with new pods, and the
 /// line has the first round's figures (its probes and failures: all rounds') and one entry per
 /// round: whether what a round leaves behind is paid once (the code paged in, the allocator's
-/// caches) or again every round.
+/// caches) or again every round. Each round's entry also has the RSS where that round started
+/// (just before its first pod) and its reading 47 s after the removal against it: for the
+/// rounds after the first, the churn on an engine that has run pods before, as on a node.
+///
+/// `--churn --floor` churns bare tokio tasks the same way ([`floor::churn`]): what the process,
+/// its runtime and its allocator keep of a churn with no engine at all.
 fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     let per_round = args.workers.saturating_mul(args.window as usize);
     let system = actix::System::new();
@@ -997,81 +1003,99 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
             rounds.push((measured, probes_after - probes, failures_after - failures));
         }
         collector.set_recording(false);
-        let s = collector.lock();
-        let Some((first, _, _)) = rounds.first() else { return Err::<_, Error>("--rounds: at least 1".into()) };
-        let kib = |b: u64| b / 1024;
-        let secs = first.elapsed.as_secs_f64();
-        let mut line = json!({
-            "mode": "churn",
-            "kind": args.kind.name(),
-            "pods_per_s_asked": args.workers,
-            "period_s": args.period,
-            "window_s": round(secs, 3),
-            "added": first.added,
-            "removed": first.removed,
-            "adds_per_s": round(first.added as f64 / secs, 1),
-            "max_live_pods": first.max_live,
-            "workers_at_window_end": first.workers_at_window_end,
-            "drain_s": round(first.drained.as_secs_f64(), 3),
-            "left": first.left,
-            "probes": s.probes,
-            "failures": s.failures,
-            "rss_kib": {
-                "before": kib(before),
-                "after_5s": first.warm.map(kib),
-                "max": kib(first.rss_max),
-                "end_of_window": kib(first.end_of_window),
-                "after_removal": kib(first.after),
-                "after_removal_17s": kib(first.returned),
-            },
-            "rss_anon_file_kib": {
-                "before": [before_split.anon_kib, before_split.file_kib],
-                "after_removal": [first.after_split.anon_kib, first.after_split.file_kib],
-                "after_removal_17s": [first.returned_split.anon_kib, first.returned_split.file_kib],
-                "after_removal_47s": [first.returned_late.anon_kib, first.returned_late.file_kib],
-            },
-            "after_removal_vs_before": round(first.after as f64 / before.max(1) as f64, 3),
-            "after_removal_17s_vs_before": round(first.returned as f64 / before.max(1) as f64, 3),
-            "after_removal_47s_vs_before": round(first.returned_late.kib() as f64 / before_split.kib().max(1) as f64, 3),
-            "anon_after_removal_17s_vs_before": round(
-                first.returned_split.anon_kib as f64 / before_split.anon_kib.max(1) as f64,
-                3
-            ),
-            "end_of_window_vs_after_5s": first.warm.map(|w| round(first.end_of_window as f64 / w.max(1) as f64, 3)),
-            "allocator": ALLOCATOR,
-            "loadavg": load_average(),
-        });
-        if args.rounds > 1 {
-            let each: Vec<serde_json::Value> = rounds
-                .iter()
-                .map(|(r, probes, failures)| {
-                    json!({
-                        "adds_per_s": round(r.added as f64 / r.elapsed.as_secs_f64(), 1),
-                        "probes": probes,
-                        "failures": failures,
-                        "left": r.left,
-                        "rss_kib_after_5s": r.warm.map(kib),
-                        "rss_kib_end_of_window": kib(r.end_of_window),
-                        "rss_kib_after_removal_17s": kib(r.returned),
-                        "rss_anon_file_kib_after_removal_17s": [r.returned_split.anon_kib, r.returned_split.file_kib],
-                        "rss_anon_file_kib_after_removal_47s": [r.returned_late.anon_kib, r.returned_late.file_kib],
-                        "after_removal_17s_vs_before": round(r.returned as f64 / before.max(1) as f64, 3),
-                        "after_removal_47s_vs_before": round(r.returned_late.kib() as f64 / before_split.kib().max(1) as f64, 3),
-                        "after_removal_47s_vs_round_1": round(r.returned_late.kib() as f64 / first.returned_late.kib().max(1) as f64, 3),
-                    })
-                })
-                .collect();
-            line["rounds"] = serde_json::Value::Array(each);
-        }
-        drop(s);
+        let line = churn_line(args, "churn", &collector, (before, before_split), &rounds)?;
         actix::System::current().stop();
         Ok::<_, Error>(line)
     })?;
     Ok(out)
 }
 
+/// The `--churn` line (the engine's or the floor's, `mode`): the first round's figures, and
+/// with `--rounds N` one entry per round. `before` is the RSS before the first pod, as
+/// [`rss_bytes`] and as [`rss_split`] read it.
+fn churn_line(
+    args: &Args,
+    mode: &str,
+    collector: &Collector,
+    (before, before_split): (u64, RssSplit),
+    rounds: &[(ChurnRound, u64, u64)],
+) -> Result<serde_json::Value, Error> {
+    let (probes, failures) = collector.counts();
+    let Some((first, _, _)) = rounds.first() else { return Err("--rounds: at least 1".into()) };
+    let kib = |b: u64| b / 1024;
+    let secs = first.elapsed.as_secs_f64();
+    let mut line = json!({
+        "mode": mode,
+        "kind": args.kind.name(),
+        "pods_per_s_asked": args.workers,
+        "period_s": args.period,
+        "window_s": round(secs, 3),
+        "added": first.added,
+        "removed": first.removed,
+        "adds_per_s": round(first.added as f64 / secs, 1),
+        "max_live_pods": first.max_live,
+        "workers_at_window_end": first.workers_at_window_end,
+        "drain_s": round(first.drained.as_secs_f64(), 3),
+        "left": first.left,
+        "probes": probes,
+        "failures": failures,
+        "rss_kib": {
+            "before": kib(before),
+            "after_5s": first.warm.map(kib),
+            "max": kib(first.rss_max),
+            "end_of_window": kib(first.end_of_window),
+            "after_removal": kib(first.after),
+            "after_removal_17s": kib(first.returned),
+        },
+        "rss_anon_file_kib": {
+            "before": [before_split.anon_kib, before_split.file_kib],
+            "after_removal": [first.after_split.anon_kib, first.after_split.file_kib],
+            "after_removal_17s": [first.returned_split.anon_kib, first.returned_split.file_kib],
+            "after_removal_47s": [first.returned_late.anon_kib, first.returned_late.file_kib],
+        },
+        "after_removal_vs_before": round(first.after as f64 / before.max(1) as f64, 3),
+        "after_removal_17s_vs_before": round(first.returned as f64 / before.max(1) as f64, 3),
+        "after_removal_47s_vs_before": round(first.returned_late.kib() as f64 / before_split.kib().max(1) as f64, 3),
+        "anon_after_removal_17s_vs_before": round(
+            first.returned_split.anon_kib as f64 / before_split.anon_kib.max(1) as f64,
+            3
+        ),
+        "end_of_window_vs_after_5s": first.warm.map(|w| round(first.end_of_window as f64 / w.max(1) as f64, 3)),
+        "allocator": ALLOCATOR,
+        "loadavg": load_average(),
+    });
+    if args.rounds > 1 {
+        let each: Vec<serde_json::Value> = rounds
+            .iter()
+            .map(|(r, probes, failures)| {
+                json!({
+                    "adds_per_s": round(r.added as f64 / r.elapsed.as_secs_f64(), 1),
+                    "probes": probes,
+                    "failures": failures,
+                    "left": r.left,
+                    "rss_kib_after_5s": r.warm.map(kib),
+                    "rss_kib_end_of_window": kib(r.end_of_window),
+                    "rss_kib_after_removal_17s": kib(r.returned),
+                    "rss_anon_file_kib_after_removal_17s": [r.returned_split.anon_kib, r.returned_split.file_kib],
+                    "rss_anon_file_kib_after_removal_47s": [r.returned_late.anon_kib, r.returned_late.file_kib],
+                    "after_removal_17s_vs_before": round(r.returned as f64 / before.max(1) as f64, 3),
+                    "after_removal_47s_vs_before": round(r.returned_late.kib() as f64 / before_split.kib().max(1) as f64, 3),
+                    "after_removal_47s_vs_round_1": round(r.returned_late.kib() as f64 / first.returned_late.kib().max(1) as f64, 3),
+                    "rss_anon_file_kib_at_round_start": [r.started.anon_kib, r.started.file_kib],
+                    "after_removal_47s_vs_round_start": round(r.returned_late.kib() as f64 / r.started.kib().max(1) as f64, 3),
+                })
+            })
+            .collect();
+        line["rounds"] = serde_json::Value::Array(each);
+    }
+    Ok(line)
+}
+
 /// What one round of `--churn` measured.
 struct ChurnRound {
+    /// RSS just before the round's first pod: where this round started (the reading before the
+    /// first pod for the first round; what the round before left, for the later ones).
+    started: RssSplit,
     elapsed: Duration,
     added: usize,
     removed: usize,
@@ -1104,9 +1128,7 @@ async fn churn_round(
     rss_at_start: u64,
 ) -> Result<ChurnRound, Error> {
     const TICK: Duration = Duration::from_millis(10);
-    const WARM: Duration = Duration::from_secs(5);
-    const RETURN: Duration = Duration::from_secs(15);
-    const RETURN_LATE: Duration = Duration::from_secs(30);
+    let started = rss_split();
     let rate = args.workers;
     let window = Duration::from_secs(args.window);
     let total = rate.saturating_mul(args.window as usize);
@@ -1158,18 +1180,7 @@ async fn churn_round(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let drained = drain.elapsed();
-    tokio::time::sleep(SETTLE).await;
-    let after = rss_bytes();
-    let after_split = rss_split();
-    // An allocator that gives freed pages back does so on a timer (jemalloc's background
-    // thread decays them over 10 s): read again once that is past.
-    tokio::time::sleep(RETURN).await;
-    let returned = rss_bytes();
-    let returned_split = rss_split();
-    // It may take longer: jemalloc purges along a decay curve, on its background thread's
-    // timer, and a round's reading at 17 s has been seen at twice its reading 5 s later.
-    tokio::time::sleep(RETURN_LATE).await;
-    let returned_late = rss_split();
+    let (after, after_split, returned, returned_split, returned_late) = read_after_removal().await;
     let left = json!({
         "workers": pipeline.workers().await?.len(),
         "statuses": pipeline.statuses().await?.len(),
@@ -1178,6 +1189,7 @@ async fn churn_round(
         "registered_pods": registry.pods().len(),
     });
     Ok(ChurnRound {
+        started,
         elapsed,
         added,
         removed,
@@ -1194,6 +1206,26 @@ async fn churn_round(
         returned_late,
         left,
     })
+}
+
+/// RSS 5 s into a churn round, once the population and the allocator are at their steady state.
+const WARM: Duration = Duration::from_secs(5);
+
+/// RSS after a churn round's last removal: 2 s, 17 s and 47 s after it, the first two also as
+/// [`rss_bytes`] reads them.
+async fn read_after_removal() -> (u64, RssSplit, u64, RssSplit, RssSplit) {
+    tokio::time::sleep(SETTLE).await;
+    let after = rss_bytes();
+    let after_split = rss_split();
+    // An allocator that gives freed pages back does so on a timer (jemalloc's background
+    // thread decays them over 10 s): read again once that is past.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let returned = rss_bytes();
+    let returned_split = rss_split();
+    // It may take longer: jemalloc purges along a decay curve, on its background thread's
+    // timer, and a round's reading at 17 s has been seen at twice its reading 5 s later.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    (after, after_split, returned, returned_split, rss_split())
 }
 
 /// The host's removal of a deleted pod: its workers stopped, then the pod deregistered (its
@@ -1501,6 +1533,135 @@ mod floor {
 
     fn mode(args: &Args) -> &'static str {
         if args.floor_per_core { "floor-per-core" } else { "floor" }
+    }
+
+    /// `--churn --floor`: the churn of [`super::churn`] with bare tokio tasks for pods, on the
+    /// runtime [`run`] uses: each task probes at once and then at the period, and a removal
+    /// aborts it. RSS is read at the same moments, so what the process, the runtime and the
+    /// allocator keep of a churn with no engine at all can be set beside the engine's.
+    pub fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+        let per_round = args.workers.saturating_mul(args.window as usize);
+        let line = runtime.block_on(async move {
+            let collector = Collector::new(per_round, Duration::from_secs(args.period));
+            collector.set_recording(true);
+            tokio::time::sleep(SETTLE).await;
+            let before = (rss_bytes(), rss_split());
+            let mut rounds = Vec::with_capacity(args.rounds);
+            for round in 0..args.rounds {
+                let first_pod = round * per_round;
+                collector.new_round(first_pod);
+                let (probes, failures) = collector.counts();
+                let measured = churn_round(args, ports, &collector, first_pod, before.0).await;
+                let (probes_after, failures_after) = collector.counts();
+                rounds.push((measured, probes_after - probes, failures_after - failures));
+            }
+            collector.set_recording(false);
+            churn_line(args, "churn-floor", &collector, before, &rounds)
+        });
+        runtime.shutdown_background();
+        line
+    }
+
+    /// One round of the floor's churn: tasks numbered from `first_pod`.
+    async fn churn_round(
+        args: &Args,
+        ports: Ports,
+        collector: &Arc<Collector>,
+        first_pod: usize,
+        rss_at_start: u64,
+    ) -> ChurnRound {
+        let started = rss_split();
+        let rate = args.workers;
+        let period = Duration::from_secs(args.period);
+        let window = Duration::from_secs(args.window);
+        let total = rate.saturating_mul(args.window as usize);
+        let running = Arc::new(AtomicUsize::new(0));
+        let mut live: std::collections::VecDeque<tokio::task::JoinHandle<()>> = Default::default();
+        let (mut added, mut removed, mut max_live) = (0usize, 0usize, 0usize);
+        let (mut warm, mut rss_max) = (None, rss_at_start);
+        let mut ticks = tokio::time::interval(Duration::from_millis(10));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let start = Instant::now();
+        while start.elapsed() < window {
+            ticks.tick().await;
+            let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
+            while added < due {
+                let task = worker(
+                    first_pod + added,
+                    args.kind,
+                    ports,
+                    tokio::time::Instant::now(),
+                    period,
+                    collector.clone(),
+                );
+                let running_task = Running::new(&running);
+                live.push_back(tokio::spawn(async move {
+                    let _running = running_task;
+                    task.await;
+                }));
+                added += 1;
+                max_live = max_live.max(live.len());
+                while live.len() > rate {
+                    let Some(task) = live.pop_front() else { break };
+                    task.abort();
+                    removed += 1;
+                }
+            }
+            if warm.is_none() && start.elapsed() >= WARM {
+                warm = Some(rss_bytes());
+            }
+            rss_max = rss_max.max(rss_bytes());
+        }
+        let elapsed = start.elapsed();
+        let end_of_window = rss_bytes();
+        let workers_at_window_end = running.load(Ordering::Relaxed);
+        for task in live.drain(..) {
+            task.abort();
+            removed += 1;
+        }
+        let drain = Instant::now();
+        while running.load(Ordering::Relaxed) > 0 && drain.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let drained = drain.elapsed();
+        let (after, after_split, returned, returned_split, returned_late) = read_after_removal().await;
+        ChurnRound {
+            started,
+            elapsed,
+            added,
+            removed,
+            max_live,
+            workers_at_window_end,
+            drained,
+            warm,
+            rss_max,
+            end_of_window,
+            after,
+            after_split,
+            returned,
+            returned_split,
+            returned_late,
+            left: json!({ "tasks": running.load(Ordering::Relaxed) }),
+        }
+    }
+
+    /// Counts a churn task as running until it ends or is aborted (dropped).
+    struct Running(Arc<AtomicUsize>);
+
+    impl Running {
+        fn new(count: &Arc<AtomicUsize>) -> Self {
+            count.fetch_add(1, Ordering::Relaxed);
+            Running(count.clone())
+        }
+    }
+
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     pub(super) async fn worker(
@@ -1847,7 +2008,8 @@ mod tests {
         assert!(Args::parse(&argv("--workers")).is_err());
         assert!(Args::parse(&argv("--workers ten")).is_err());
         assert!(Args::parse(&argv("--idle --floor")).is_err());
-        assert!(Args::parse(&argv("--churn --floor")).is_err());
+        let floor_churn = Args::parse(&argv("--churn --floor --rounds 2")).expect("parses");
+        assert!(floor_churn.churn && floor_churn.floor && floor_churn.rounds == 2);
         assert!(Args::parse(&argv("--churn --idle")).is_err());
         let churn = Args::parse(&argv("--churn --workers 1000 --window 60")).expect("parses");
         assert!(churn.churn && churn.period == 1 && churn.window == 60 && churn.rounds == 1);
@@ -1901,6 +2063,51 @@ mod tests {
         assert_eq!((s.probed, s.probes, s.lateness.total), (2, 3, 1));
         assert_eq!(s.grids.len(), 2);
         assert!(s.grids[0].anchor.is_some() && s.grids[1].anchor.is_none());
+    }
+
+    #[test]
+    fn each_churn_round_is_read_against_where_it_started_and_against_the_first_pod() {
+        let split = |anon_kib, file_kib| RssSplit { anon_kib, file_kib };
+        let round = |started: RssSplit, late: RssSplit| ChurnRound {
+            started,
+            elapsed: Duration::from_secs(20),
+            added: 20_000,
+            removed: 20_000,
+            max_live: 1_000,
+            workers_at_window_end: 1_000,
+            drained: Duration::from_millis(100),
+            warm: Some(20 << 20),
+            rss_max: 21 << 20,
+            end_of_window: 21 << 20,
+            after: 20 << 20,
+            after_split: split(14_000, 7_000),
+            returned: 14 << 20,
+            returned_split: split(7_000, 7_000),
+            returned_late: late,
+            left: json!({ "workers": 0 }),
+        };
+        // Cold: 1,000 + 7,000 KiB; the first round leaves 6,000 + 8,000; the second starts
+        // there and leaves 6,200 + 8,000.
+        let first = round(split(1_000, 7_000), split(6_000, 8_000));
+        let second = round(split(6_000, 8_000), split(6_200, 8_000));
+        let args = Args::parse(&argv("--churn --rounds 2 --window 20")).expect("parses");
+        let c = Collector::new(2, Duration::from_secs(1));
+        let line = churn_line(
+            &args,
+            "churn",
+            &c,
+            (8_000 << 10, split(1_000, 7_000)),
+            &[(first, 5, 0), (second, 7, 1)],
+        )
+        .expect("a line");
+        assert_eq!(line["mode"], "churn");
+        assert_eq!(line["after_removal_47s_vs_before"], 1.75);
+        let rounds = line["rounds"].as_array().expect("one entry per round");
+        assert_eq!(rounds[0]["after_removal_47s_vs_round_start"], 1.75);
+        assert_eq!(rounds[1]["rss_anon_file_kib_at_round_start"], json!([6_000, 8_000]));
+        assert_eq!(rounds[1]["after_removal_47s_vs_round_start"], 1.014);
+        assert_eq!(rounds[1]["after_removal_47s_vs_before"], 1.775);
+        assert_eq!((rounds[1]["probes"].as_u64(), rounds[1]["failures"].as_u64()), (Some(7), Some(1)));
     }
 
     #[test]
