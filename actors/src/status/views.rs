@@ -10,7 +10,7 @@
 //! Written here rather than on tokio's `watch`: a `watch` channel carries a notifier of eight
 //! `Notify`s for its receivers (about 350 bytes per pod, docs/memory.md), where a pod's view
 //! has one or two readers, which one `Notify` serves. A slot is the latest value under a short
-//! lock, a version counter and one `Notify`: about 100 bytes inline, plus the pod's UID, which
+//! lock, a version counter and one `Notify`: about 120 bytes inline, plus the pod's UID, which
 //! is also the registry's key.
 
 use std::borrow::Borrow;
