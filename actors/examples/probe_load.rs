@@ -354,9 +354,30 @@ impl Histogram {
 /// after an overload) pulls the anchor back too, and every on-time probe after it reads that
 /// much late. An engine probe's asked time is its worker's schedule itself (the first one
 /// starts the ticker), so [`ENGINE_EARLY_TOLERANCE`] is a timer's granularity.
+///
+/// An engine probe that reads as almost a whole period late, by less than [`EARLY_TOLERANCE`]
+/// short of it, is held rather than counted ([`Grid::place_engine`]): if the worker's next probe
+/// reads the same (within the engine's tolerance), the two are on time on a grid anchored that
+/// much earlier (the anchor, the first probe seen, came late: a tick delayed in the start-up
+/// burst, the worker's schedule itself being earlier), and the grid moves; otherwise the held
+/// one counts as late as it read. A worker really a period behind does not stay there at a
+/// fixed offset: its fixed-rate schedule skips missed ticks and keeps its grid.
 #[derive(Debug, Clone, Copy)]
 struct Grid {
     anchor: Option<Instant>,
+    /// How far before its due time the held probe seemed to start.
+    held: Option<Duration>,
+}
+
+/// Where an engine probe falls on its worker's grid ([`Grid::place_engine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Placed {
+    /// The worker's first probe: it defines the grid.
+    first: bool,
+    /// This probe's lateness; `None` for the first and for a probe held.
+    late: Option<Duration>,
+    /// The lateness of the probe held before this one, now that this one settled it.
+    held_late: Option<Duration>,
 }
 
 /// How far before a due time a start may seem to be and still count as on time (at most a
@@ -370,7 +391,40 @@ const ENGINE_EARLY_TOLERANCE: Duration = Duration::from_millis(2);
 
 impl Grid {
     const fn new() -> Self {
-        Grid { anchor: None }
+        Grid { anchor: None, held: None }
+    }
+
+    /// An engine probe asked for at `asked`, on a grid that forgives `tolerance` early.
+    fn place_engine(&mut self, asked: Instant, period: Duration, tolerance: Duration) -> Placed {
+        let Some(anchor) = self.anchor else {
+            self.anchor = Some(asked);
+            return Placed { first: true, late: None, held_late: None };
+        };
+        let since = asked.saturating_duration_since(anchor);
+        let period_ns = period.as_nanos().max(1);
+        let late = Duration::from_nanos((since.as_nanos() % period_ns) as u64);
+        let early = period.saturating_sub(late);
+        let held = self.held.take();
+        let pull_back =
+            |grid: &mut Grid, by: Duration| grid.anchor = Some(anchor.checked_sub(by).unwrap_or(anchor));
+        if early <= tolerance.min(period / 50) {
+            pull_back(self, early);
+            let held_late = held.map(|e| period.saturating_sub(e));
+            return Placed { first: false, late: Some(Duration::ZERO), held_late };
+        }
+        if early <= EARLY_TOLERANCE.min(period / 50) {
+            return match held {
+                Some(e) if e.abs_diff(early) <= tolerance => {
+                    pull_back(self, early);
+                    Placed { first: false, late: Some(Duration::ZERO), held_late: Some(Duration::ZERO) }
+                }
+                held => {
+                    self.held = Some(early);
+                    Placed { first: false, late: None, held_late: held.map(|e| period.saturating_sub(e)) }
+                }
+            };
+        }
+        Placed { first: false, late: Some(late), held_late: held.map(|e| period.saturating_sub(e)) }
     }
 
     /// The lateness of a probe that started at `start`; `None` for the first (it defines the
@@ -520,6 +574,14 @@ impl Samples {
         self.grids.get_mut(worker.checked_sub(self.first_worker)?)
     }
 
+    /// The lateness of a probe counted before, known only now (a held one: [`Grid`]).
+    fn add_lateness(&mut self, late: Duration) {
+        self.second.lateness.record(late.as_micros() as u64);
+        if self.recording {
+            self.lateness.record(late.as_micros() as u64);
+        }
+    }
+
     /// One probe into the counts and histograms: `first` if it is its worker's first, `late`
     /// its lateness when known.
     fn add(&mut self, first: bool, late: Option<Duration>, duration: Duration, ok: bool) {
@@ -612,10 +674,16 @@ impl Collector {
         let asked = start.checked_sub(waited).unwrap_or(start);
         let mut s = self.lock();
         let Some(grid) = s.grid(worker) else { return };
-        let first = grid.anchor.is_none();
-        let late = grid.lateness_within(asked, self.period, ENGINE_EARLY_TOLERANCE).map(|late| late + waited);
-        let late = if first && !waited.is_zero() { Some(waited) } else { late };
-        s.add(first, late, duration, ok);
+        let placed = grid.place_engine(asked, self.period, ENGINE_EARLY_TOLERANCE);
+        let late = match placed.late {
+            Some(late) => Some(late + waited),
+            None if placed.first && !waited.is_zero() => Some(waited),
+            None => None,
+        };
+        if let Some(held_late) = placed.held_late {
+            s.add_lateness(held_late);
+        }
+        s.add(placed.first, late, duration, ok);
     }
 
     /// [`Collector::record`] for a probe whose due time is known (the floor's `Interval`
@@ -2173,6 +2241,44 @@ mod tests {
         let max = s.lateness.max;
         assert!((970_000..=985_000).contains(&max), "the late one reads late: {max}");
         assert_eq!(s.lateness.quantile(0.5), 0, "the on-time one reads on time");
+    }
+
+    #[test]
+    fn an_engine_grid_anchored_late_moves_once_two_probes_agree_on_an_earlier_phase() {
+        let (period, ms) = (Duration::from_secs(1), Duration::from_millis);
+        let c = Collector::new(1, period);
+        c.set_recording(true);
+        let t0 = Instant::now();
+        // The first probe seen came 5 ms after the worker's schedule (a tick delayed in the
+        // start-up burst); every later tick is on that schedule, 5 ms before this grid's.
+        c.record_waited(0, Duration::ZERO, t0 + ms(5), ms(2), true);
+        for k in 1..=4 {
+            c.record_waited(0, Duration::ZERO, t0 + period * k, ms(2), true);
+        }
+        let s = c.lock();
+        assert_eq!((s.probes, s.lateness.total), (5, 4), "the first defines the grid");
+        assert_eq!(s.lateness.max, 0, "none reads a period late");
+    }
+
+    #[test]
+    fn engine_probes_almost_a_period_late_at_different_offsets_read_late() {
+        let (period, ms) = (Duration::from_secs(1), Duration::from_millis);
+        let c = Collector::new(1, period);
+        c.set_recording(true);
+        let t0 = Instant::now();
+        c.record_waited(0, Duration::ZERO, t0, ms(2), true);
+        // 990 ms late, then 985 ms late (an overload), then on time.
+        c.record_waited(0, Duration::ZERO, t0 + ms(1_990), ms(2), true);
+        assert_eq!(c.lock().lateness.total, 0, "held until the next probe says what it was");
+        c.record_waited(0, Duration::ZERO, t0 + ms(2_985), ms(2), true);
+        c.record_waited(0, Duration::ZERO, t0 + ms(4_000), ms(2), true);
+        let s = c.lock();
+        assert_eq!((s.probes, s.lateness.total), (4, 3));
+        let max = s.lateness.max;
+        assert!((975_000..=990_000).contains(&max), "the first late one: {max}");
+        let median = s.lateness.quantile(0.5);
+        assert!((970_000..=985_000).contains(&median), "the second late one: {median}");
+        assert_eq!(s.lateness.quantile(0.3), 0, "the last on time");
     }
 
     #[test]
