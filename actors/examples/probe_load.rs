@@ -1063,12 +1063,14 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         tokio::time::sleep(SETTLE).await;
         let before = rss_bytes();
         let before_split = rss_split();
+        let mut pods =
+            EnginePods { pipeline: &pipeline, registry: &registry, probe: &probe, live: Default::default() };
         let mut rounds = Vec::with_capacity(args.rounds);
         for round in 0..args.rounds {
             let first_pod = round * per_round;
             collector.new_round(first_pod);
             let (probes, failures) = collector.counts();
-            let measured = churn_round(args, &pipeline, &registry, &probe, first_pod, before).await?;
+            let measured = churn_round(args, &mut pods, first_pod, before).await?;
             let (probes_after, failures_after) = collector.counts();
             rounds.push((measured, probes_after - probes, failures_after - failures));
         }
@@ -1187,13 +1189,73 @@ struct ChurnRound {
     left: serde_json::Value,
 }
 
-/// One round of `--churn` (see [`churn`]): pods numbered from `first_pod`, so that each round's
-/// pods are new to the engine.
+/// What a churn round adds and removes: the engine's pods, or the floor's tasks.
+trait Churned {
+    /// Adds item `index` (each round's are numbered on from the last round's, so they are new).
+    async fn add(&mut self, index: usize) -> Result<(), Error>;
+    /// Removes the oldest item, if there is one.
+    fn remove_oldest(&mut self) -> bool;
+    /// Called once after a tick that removed some (the hosts' `remove_orphaned_statuses`).
+    fn after_removals(&mut self) {}
+    /// The items alive.
+    fn live(&self) -> usize;
+    /// The workers (or tasks) running.
+    async fn running(&self) -> Result<usize, Error>;
+    /// What is left once every item is removed and the workers have gone.
+    async fn left(&self) -> Result<serde_json::Value, Error>;
+}
+
+/// The engine's pods, added and removed as a host does it.
+struct EnginePods<'a> {
+    pipeline: &'a Pipeline,
+    registry: &'a PodRegistry,
+    probe: &'a Probe,
+    live: std::collections::VecDeque<Arc<Pod>>,
+}
+
+impl Churned for EnginePods<'_> {
+    async fn add(&mut self, index: usize) -> Result<(), Error> {
+        let pod = Arc::new(pod(index, self.probe));
+        self.registry.upsert(pod.clone());
+        sync(self.pipeline, &pod, runtime_status(index, true)).await?;
+        self.live.push_back(pod);
+        Ok(())
+    }
+
+    fn remove_oldest(&mut self) -> bool {
+        let Some(pod) = self.live.pop_front() else { return false };
+        remove(self.pipeline, self.registry, &pod);
+        true
+    }
+
+    fn after_removals(&mut self) {
+        self.pipeline.remove_orphaned_statuses(live_uids(&self.live));
+    }
+
+    fn live(&self) -> usize {
+        self.live.len()
+    }
+
+    async fn running(&self) -> Result<usize, Error> {
+        Ok(self.pipeline.workers().await?.len())
+    }
+
+    async fn left(&self) -> Result<serde_json::Value, Error> {
+        Ok(json!({
+            "workers": self.pipeline.workers().await?.len(),
+            "statuses": self.pipeline.statuses().await?.len(),
+            "status_views": self.pipeline.views.len(),
+            "results": self.pipeline.results_view.len(),
+            "registered_pods": self.registry.pods().len(),
+        }))
+    }
+}
+
+/// One round of `--churn` (see [`churn`]): items numbered from `first_pod`, so that each round's
+/// are new.
 async fn churn_round(
     args: &Args,
-    pipeline: &Pipeline,
-    registry: &PodRegistry,
-    probe: &Probe,
+    items: &mut impl Churned,
     first_pod: usize,
     rss_at_start: u64,
 ) -> Result<ChurnRound, Error> {
@@ -1202,7 +1264,6 @@ async fn churn_round(
     let rate = args.workers;
     let window = Duration::from_secs(args.window);
     let total = rate.saturating_mul(args.window as usize);
-    let mut live: std::collections::VecDeque<Arc<Pod>> = std::collections::VecDeque::new();
     let (mut added, mut removed, mut max_live) = (0usize, 0usize, 0usize);
     let (mut warm, mut rss_max) = (None, rss_at_start);
     let mut ticks = tokio::time::interval(TICK);
@@ -1213,24 +1274,18 @@ async fn churn_round(
         let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
         let mut removed_now = false;
         while added < due {
-            let index = first_pod + added;
-            let pod = Arc::new(pod(index, probe));
-            registry.upsert(pod.clone());
-            sync(pipeline, &pod, runtime_status(index, true)).await?;
-            live.push_back(pod);
+            items.add(first_pod + added).await?;
             added += 1;
-            max_live = max_live.max(live.len());
+            max_live = max_live.max(items.live());
             // One in, one out: the population never passes one second's worth, however
             // far behind the adds run.
-            while live.len() > rate {
-                let Some(pod) = live.pop_front() else { break };
-                remove(pipeline, registry, &pod);
+            while items.live() > rate && items.remove_oldest() {
                 removed += 1;
                 removed_now = true;
             }
         }
         if removed_now {
-            pipeline.remove_orphaned_statuses(live_uids(&live));
+            items.after_removals();
         }
         if warm.is_none() && start.elapsed() >= WARM {
             warm = Some(rss_bytes());
@@ -1239,25 +1294,17 @@ async fn churn_round(
     }
     let elapsed = start.elapsed();
     let end_of_window = rss_bytes();
-    let workers_at_window_end = pipeline.workers().await?.len();
-    for pod in live.drain(..) {
-        remove(pipeline, registry, &pod);
+    let workers_at_window_end = items.running().await?;
+    while items.remove_oldest() {
         removed += 1;
     }
-    pipeline.remove_orphaned_statuses(std::collections::HashSet::new());
+    items.after_removals();
     let drain = Instant::now();
-    while !pipeline.workers().await?.is_empty() && drain.elapsed() < Duration::from_secs(60) {
+    while items.running().await? > 0 && drain.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let drained = drain.elapsed();
     let (after, after_split, returned, returned_split, returned_late) = read_after_removal().await;
-    let left = json!({
-        "workers": pipeline.workers().await?.len(),
-        "statuses": pipeline.statuses().await?.len(),
-        "status_views": pipeline.views.len(),
-        "results": pipeline.results_view.len(),
-        "registered_pods": registry.pods().len(),
-    });
     Ok(ChurnRound {
         started,
         elapsed,
@@ -1274,7 +1321,7 @@ async fn churn_round(
         returned,
         returned_split,
         returned_late,
-        left,
+        left: items.left().await?,
     })
 }
 
@@ -1619,12 +1666,20 @@ mod floor {
             collector.set_recording(true);
             tokio::time::sleep(SETTLE).await;
             let before = (rss_bytes(), rss_split());
+            let mut tasks = FloorTasks {
+                kind: args.kind,
+                ports,
+                period: Duration::from_secs(args.period),
+                collector: collector.clone(),
+                running: Arc::new(AtomicUsize::new(0)),
+                live: Default::default(),
+            };
             let mut rounds = Vec::with_capacity(args.rounds);
             for round in 0..args.rounds {
                 let first_pod = round * per_round;
                 collector.new_round(first_pod);
                 let (probes, failures) = collector.counts();
-                let measured = churn_round(args, ports, &collector, first_pod, before.0).await;
+                let measured = churn_round(args, &mut tasks, first_pod, before.0).await?;
                 let (probes_after, failures_after) = collector.counts();
                 rounds.push((measured, probes_after - probes, failures_after - failures));
             }
@@ -1635,86 +1690,45 @@ mod floor {
         line
     }
 
-    /// One round of the floor's churn: tasks numbered from `first_pod`.
-    async fn churn_round(
-        args: &Args,
+    /// The floor's churned items: bare tasks that probe at once and then every period, aborted
+    /// on removal.
+    struct FloorTasks {
+        kind: Kind,
         ports: Ports,
-        collector: &Arc<Collector>,
-        first_pod: usize,
-        rss_at_start: u64,
-    ) -> ChurnRound {
-        let started = rss_split();
-        let rate = args.workers;
-        let period = Duration::from_secs(args.period);
-        let window = Duration::from_secs(args.window);
-        let total = rate.saturating_mul(args.window as usize);
-        let running = Arc::new(AtomicUsize::new(0));
-        let mut live: std::collections::VecDeque<tokio::task::JoinHandle<()>> = Default::default();
-        let (mut added, mut removed, mut max_live) = (0usize, 0usize, 0usize);
-        let (mut warm, mut rss_max) = (None, rss_at_start);
-        let mut ticks = tokio::time::interval(Duration::from_millis(10));
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let start = Instant::now();
-        while start.elapsed() < window {
-            ticks.tick().await;
-            let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
-            while added < due {
-                let task = worker(
-                    first_pod + added,
-                    args.kind,
-                    ports,
-                    tokio::time::Instant::now(),
-                    period,
-                    collector.clone(),
-                );
-                let running_task = Running::new(&running);
-                live.push_back(tokio::spawn(async move {
-                    let _running = running_task;
-                    task.await;
-                }));
-                added += 1;
-                max_live = max_live.max(live.len());
-                while live.len() > rate {
-                    let Some(task) = live.pop_front() else { break };
-                    task.abort();
-                    removed += 1;
-                }
-            }
-            if warm.is_none() && start.elapsed() >= WARM {
-                warm = Some(rss_bytes());
-            }
-            rss_max = rss_max.max(rss_bytes());
+        period: Duration,
+        collector: Arc<Collector>,
+        running: Arc<AtomicUsize>,
+        live: std::collections::VecDeque<tokio::task::JoinHandle<()>>,
+    }
+
+    impl Churned for FloorTasks {
+        async fn add(&mut self, index: usize) -> Result<(), Error> {
+            let now = tokio::time::Instant::now();
+            let task = worker(index, self.kind, self.ports, now, self.period, self.collector.clone());
+            let running = Running::new(&self.running);
+            self.live.push_back(tokio::spawn(async move {
+                let _running = running;
+                task.await;
+            }));
+            Ok(())
         }
-        let elapsed = start.elapsed();
-        let end_of_window = rss_bytes();
-        let workers_at_window_end = running.load(Ordering::Relaxed);
-        for task in live.drain(..) {
+
+        fn remove_oldest(&mut self) -> bool {
+            let Some(task) = self.live.pop_front() else { return false };
             task.abort();
-            removed += 1;
+            true
         }
-        let drain = Instant::now();
-        while running.load(Ordering::Relaxed) > 0 && drain.elapsed() < Duration::from_secs(60) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+
+        fn live(&self) -> usize {
+            self.live.len()
         }
-        let drained = drain.elapsed();
-        let (after, after_split, returned, returned_split, returned_late) = read_after_removal().await;
-        ChurnRound {
-            started,
-            elapsed,
-            added,
-            removed,
-            max_live,
-            workers_at_window_end,
-            drained,
-            warm,
-            rss_max,
-            end_of_window,
-            after,
-            after_split,
-            returned,
-            returned_split,
-            returned_late,
-            left: json!({ "tasks": running.load(Ordering::Relaxed) }),
+
+        async fn running(&self) -> Result<usize, Error> {
+            Ok(self.running.load(Ordering::Relaxed))
+        }
+
+        async fn left(&self) -> Result<serde_json::Value, Error> {
+            Ok(json!({ "tasks": self.running.load(Ordering::Relaxed) }))
         }
     }
 
