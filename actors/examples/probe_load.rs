@@ -401,10 +401,7 @@ impl Grid {
             self.anchor = Some(asked);
             return Placed { first: true, late: None, held_late: None };
         };
-        let since = asked.saturating_duration_since(anchor);
-        let period_ns = period.as_nanos().max(1);
-        let late = Duration::from_nanos((since.as_nanos() % period_ns) as u64);
-        let early = period.saturating_sub(late);
+        let (late, early) = offsets(anchor, asked, period);
         let held = self.held.take();
         let suspect = early <= EARLY_TOLERANCE.min(period / 50);
         match held {
@@ -430,27 +427,28 @@ impl Grid {
     }
 
     /// The lateness of a probe that started at `start`; `None` for the first (it defines the
-    /// grid).
+    /// grid). A start at most [`EARLY_TOLERANCE`] before a due time is on time and pulls the
+    /// anchor back.
     fn lateness(&mut self, start: Instant, period: Duration) -> Option<Duration> {
-        self.lateness_within(start, period, EARLY_TOLERANCE)
-    }
-
-    /// [`Grid::lateness`] with the anchor pulled back by at most `tolerance`.
-    fn lateness_within(&mut self, start: Instant, period: Duration, tolerance: Duration) -> Option<Duration> {
         let Some(anchor) = self.anchor else {
             self.anchor = Some(start);
             return None;
         };
-        let since = start.saturating_duration_since(anchor);
-        let period_ns = period.as_nanos().max(1);
-        let late = Duration::from_nanos((since.as_nanos() % period_ns) as u64);
-        let early = period.saturating_sub(late);
-        if early <= tolerance.min(period / 50) {
+        let (late, early) = offsets(anchor, start, period);
+        if early <= EARLY_TOLERANCE.min(period / 50) {
             self.anchor = Some(anchor.checked_sub(early).unwrap_or(anchor));
             return Some(Duration::ZERO);
         }
         Some(late)
     }
+}
+
+/// How far `at` is past the latest due time of the grid `anchor + k·period`, and how far
+/// before the next.
+fn offsets(anchor: Instant, at: Instant, period: Duration) -> (Duration, Duration) {
+    let since = at.saturating_duration_since(anchor);
+    let late = Duration::from_nanos((since.as_nanos() % period.as_nanos().max(1)) as u64);
+    (late, period.saturating_sub(late))
 }
 
 /// User and system CPU time of a process and of its waited-for children, in clock ticks.
