@@ -7,7 +7,7 @@
 //! cargo run --release -p probelet-actors --example probe_load -- \
 //!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
 //!     [--floor] [--idle] [--churn [--rounds N] [--floor]] [--overload-workers N --overload-for SECS]
-//!     [--max-in-flight N]
+//!     [--max-in-flight N] [--contend PERCENT [--contend-preempt]]
 //! ```
 //!
 //! * The target is this same binary run again with a hidden flag: it serves HTTP (200, a small
@@ -35,6 +35,13 @@
 //! * `--floor-per-core` is `--floor` with its tasks on one single-threaded runtime per core,
 //!   split by worker index as the engine splits its workers over its arbiters, instead of one
 //!   work-stealing runtime: what the engine's threading alone costs.
+//! * `--contend PERCENT` runs, for the whole run, a second child process with one busy thread
+//!   pinned to each CPU, busy PERCENT % of every 50 ms, the CPUs' busy slices staggered: other
+//!   pods' containers on the node. With `--contend-preempt` those threads run at real-time
+//!   priority (through `chrt -f`, root only), so each one stops whatever ran on its CPU while
+//!   it is busy, as a hypervisor that gives a vCPU to another guest does (CPU steal). See
+//!   [`contend`]. Every load line reports the CPUs' steal share over the window from
+//!   `/proc/stat` (`steal_pct`), which only a hypervisor causes.
 //!
 //! * Built with `--features jemalloc` (`cargo run --release -p probelet-actors --features
 //!   jemalloc --example probe_load -- …`), the harness runs on the allocator the agent binary
@@ -82,6 +89,8 @@ const ALLOCATOR: &str = if cfg!(feature = "jemalloc") { "jemalloc" } else { "sys
 
 /// The hidden flag that turns this binary into the target server.
 const SERVE_TARGET: &str = "--serve-target";
+/// The hidden flag that turns this binary into the busy threads of `--contend`.
+const SERVE_CONTENTION: &str = "--serve-contention";
 /// Every probe's timeout (`timeoutSeconds: 1`).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// An HTTP probe reads at most this much of the body, as the engine's executor does.
@@ -97,6 +106,8 @@ fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let outcome = if argv.first().map(String::as_str) == Some(SERVE_TARGET) {
         target::serve()
+    } else if argv.first().map(String::as_str) == Some(SERVE_CONTENTION) {
+        contend::serve(&argv[1..])
     } else {
         match Args::parse(&argv) {
             Ok(args) => run(args),
@@ -116,7 +127,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: probe_load --kind http|tcp|grpc|exec --workers N --period SECS \
---warmup SECS --window SECS [--floor] [--idle] [--churn [--rounds N] [--floor]] [--overload-workers N --overload-for SECS] [--max-in-flight N] [--floor-per-core]";
+--warmup SECS --window SECS [--floor] [--idle] [--churn [--rounds N] [--floor]] [--overload-workers N --overload-for SECS] [--max-in-flight N] [--floor-per-core] [--contend PERCENT [--contend-preempt]]";
 
 fn run(args: Args) -> Result<(), Error> {
     // The target lives in its own process so that its CPU is not counted; it dies with us.
@@ -125,6 +136,7 @@ fn run(args: Args) -> Result<(), Error> {
         _ => Some(target::Target::start()?),
     };
     let ports = target.as_ref().map(|t| t.ports).unwrap_or_default();
+    let contention = args.contend.map(contend::Contention::start).transpose()?;
     let line = if args.overload_workers > 0 {
         overload::run(&args, ports)?
     } else if args.idle {
@@ -138,7 +150,15 @@ fn run(args: Args) -> Result<(), Error> {
     } else {
         engine_load(&args, ports)?
     };
+    let line = match (line, args.contend) {
+        (serde_json::Value::Object(mut fields), Some(c)) => {
+            fields.insert("contend".into(), json!({ "percent": c.percent, "preempt": c.preempt }));
+            serde_json::Value::Object(fields)
+        }
+        (line, _) => line,
+    };
     println!("{line}");
+    drop(contention);
     drop(target);
     Ok(())
 }
@@ -186,6 +206,8 @@ struct Args {
     floor_per_core: bool,
     /// `--rounds N`: `--churn` runs N rounds on the same engine (1 unless given).
     rounds: usize,
+    /// `--contend PERCENT [--contend-preempt]`: busy threads beside the run.
+    contend: Option<contend::Contend>,
 }
 
 impl Args {
@@ -204,7 +226,9 @@ impl Args {
             max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
             floor_per_core: false,
             rounds: 1,
+            contend: None,
         };
+        let mut preempt = false;
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
             let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -235,8 +259,21 @@ impl Args {
                 "--max-in-flight" => {
                     args.max_in_flight = Some(number(flag, value()?)?).filter(|n: &usize| *n > 0)
                 }
+                "--contend" => {
+                    let percent: u8 = number(flag, value()?)?;
+                    if !(1..=contend::MAX_PERCENT).contains(&percent) {
+                        return Err(format!("--contend: a percentage from 1 to {}", contend::MAX_PERCENT));
+                    }
+                    args.contend = Some(contend::Contend { percent, preempt: false });
+                }
+                "--contend-preempt" => preempt = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
+        }
+        match (&mut args.contend, preempt) {
+            (Some(contend), true) => contend.preempt = true,
+            (None, true) => return Err("--contend-preempt: only with --contend PERCENT".into()),
+            _ => {}
         }
         if args.period == 0 {
             args.period = if args.idle { 3600 } else { 1 };
@@ -529,6 +566,35 @@ fn open_sockets() -> usize {
         .count()
 }
 
+/// The machine's CPU time over all CPUs (the `cpu` line of `/proc/stat`), in clock ticks: all
+/// of it, and the part the hypervisor gave to other guests while this one had work (steal).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct MachineTicks {
+    total: u64,
+    steal: u64,
+}
+
+impl MachineTicks {
+    /// The steal share of all CPU time from `before` to this reading (0 to 1).
+    fn steal_share_since(self, before: MachineTicks) -> f64 {
+        let total = self.total.saturating_sub(before.total);
+        self.steal.saturating_sub(before.steal) as f64 / total.max(1) as f64
+    }
+}
+
+/// Parses the `cpu ` line of `/proc/stat`: user, nice, system, idle, iowait, irq, softirq,
+/// steal, then guest times that are already counted in user and nice.
+fn parse_machine_stat(stat: &str) -> Option<MachineTicks> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> =
+        line.split_whitespace().skip(1).take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    (fields.len() == 8).then(|| MachineTicks { total: fields.iter().sum(), steal: fields[7] })
+}
+
+fn machine_ticks() -> MachineTicks {
+    std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(parse_machine_stat).unwrap_or_default()
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -735,10 +801,10 @@ impl ProbeObserver for Observer {
 async fn measure(collector: &Collector, args: &Args, mode: &str, setup: Duration) -> serde_json::Value {
     tokio::time::sleep(Duration::from_secs(args.warmup)).await;
     collector.set_recording(true);
-    let (cpu0, rss0, t0) = (cpu_ticks(), rss_bytes(), Instant::now());
+    let (cpu0, rss0, t0, machine0) = (cpu_ticks(), rss_bytes(), Instant::now(), machine_ticks());
     tokio::time::sleep(Duration::from_secs(args.window)).await;
     collector.set_recording(false);
-    let (cpu1, rss1, elapsed) = (cpu_ticks(), rss_bytes(), t0.elapsed());
+    let (cpu1, rss1, elapsed, machine1) = (cpu_ticks(), rss_bytes(), t0.elapsed(), machine_ticks());
     let s = collector.lock();
     let secs = elapsed.as_secs_f64();
     let cpu = ticks_to_secs((cpu1.user + cpu1.system).saturating_sub(cpu0.user + cpu0.system));
@@ -772,6 +838,7 @@ async fn measure(collector: &Collector, args: &Args, mode: &str, setup: Duration
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "allocator": ALLOCATOR,
         "loadavg": load_average(),
+        "steal_pct": round(machine1.steal_share_since(machine0) * 100.0, 1),
     })
 }
 
@@ -1832,6 +1899,133 @@ mod floor {
 
 // === the target ===
 
+mod contend {
+    //! `--contend`: busy threads beside the run, one pinned to each CPU, so that the prober
+    //! shares the CPUs as it does on a node, in a child process whose CPU is not counted.
+    //!
+    //! Each thread is busy for `PERCENT` % of every [`EVERY`], the CPUs' busy slices spread
+    //! evenly over it, so that at most moments some CPU is free: a prober that can move its
+    //! work to a free CPU keeps its schedule, one whose work waits on the busy CPU does not.
+    //! At normal priority the kernel shares each CPU between the busy thread and whatever else
+    //! runs there (other pods' containers); with `preempt` they run at real-time priority
+    //! (`chrt -f`), so whatever ran on a CPU stops for the whole slice, as a thread on a vCPU
+    //! the hypervisor has given to another guest does.
+
+    use super::*;
+    use std::io::Read;
+
+    /// The busy threads' cycle.
+    pub const EVERY: Duration = Duration::from_millis(50);
+    /// The most of each CPU `--contend` takes: the run needs the rest.
+    pub const MAX_PERCENT: u8 = 90;
+    /// The real-time priority of `--contend-preempt` (`chrt -f`); any real-time priority
+    /// preempts every ordinary thread.
+    const PREEMPT_PRIORITY: &str = "10";
+
+    /// What `--contend` asked for.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Contend {
+        /// How much of each CPU the busy threads take.
+        pub percent: u8,
+        /// Run them at real-time priority.
+        pub preempt: bool,
+    }
+
+    /// One CPU's busy slice in each cycle: how long, and where in the cycle it starts.
+    pub fn slice(cpu: usize, cpus: usize, percent: u8) -> (Duration, Duration) {
+        let busy = EVERY * u32::from(percent.min(MAX_PERCENT)) / 100;
+        let phase = EVERY * (cpu % cpus.max(1)) as u32 / cpus.max(1) as u32;
+        (busy, phase)
+    }
+
+    /// The busy process; killed and reaped when dropped.
+    pub struct Contention {
+        child: Child,
+        /// Held open: the busy process exits when it closes, even if this process is killed.
+        _stdin: Option<ChildStdin>,
+    }
+
+    impl Contention {
+        pub fn start(contend: Contend) -> Result<Contention, Error> {
+            let exe = std::env::current_exe()?;
+            let mut command = if contend.preempt {
+                let mut chrt = Command::new("chrt");
+                chrt.args(["-f", PREEMPT_PRIORITY]).arg(exe);
+                chrt
+            } else {
+                Command::new(exe)
+            };
+            let mut child = command
+                .arg(SERVE_CONTENTION)
+                .arg(contend.percent.to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| format!("--contend: could not start the busy threads: {e}"))?;
+            let stdin = child.stdin.take();
+            let mut contention = Contention { child, _stdin: stdin };
+            let stdout = contention.child.stdout.take().ok_or("the busy threads have no stdout")?;
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line)?;
+            if line.trim() != "busy" {
+                let how = if contend.preempt {
+                    " (--contend-preempt runs them with `chrt -f`, as root)"
+                } else {
+                    ""
+                };
+                return Err(format!("--contend: the busy threads did not start{how}").into());
+            }
+            Ok(contention)
+        }
+    }
+
+    impl Drop for Contention {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// The busy process: one thread per CPU until stdin closes.
+    pub fn serve(argv: &[String]) -> Result<(), Error> {
+        let percent: u8 = argv.first().ok_or("the busy threads need a percentage")?.parse()?;
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        for cpu in 0..cpus {
+            let (busy, phase) = slice(cpu, cpus, percent);
+            std::thread::Builder::new().name(format!("busy-{cpu}")).spawn(move || spin(cpu, busy, phase))?;
+        }
+        println!("busy");
+        // The harness holds our stdin: end of file means it is gone.
+        let mut sink = [0u8; 64];
+        let mut stdin = std::io::stdin();
+        while stdin.read(&mut sink).is_ok_and(|n| n > 0) {}
+        Ok(())
+    }
+
+    /// Pinned to `cpu`: busy for `busy` from `phase` into every cycle, asleep the rest.
+    fn spin(cpu: usize, busy: Duration, phase: Duration) {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+            eprintln!("probe_load: busy thread {cpu} not pinned: {e}");
+        }
+        let mut next = Instant::now() + phase;
+        loop {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            let end = next + busy;
+            while Instant::now() < end {
+                std::hint::spin_loop();
+            }
+            next += EVERY;
+            // Behind by a whole cycle (the thread was held off its CPU): keep the phase, skip the rest.
+            while next + EVERY < Instant::now() {
+                next += EVERY;
+            }
+        }
+    }
+}
+
 mod target {
     //! The target server, in a child process: HTTP, TCP and gRPC health on 127.0.0.1.
 
@@ -2083,6 +2277,7 @@ mod tests {
                 max_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
                 floor_per_core: false,
                 rounds: 1,
+                contend: None,
             }
         );
         assert_eq!(Args::parse(&argv("--idle")).expect("parses").period, 3600);
@@ -2104,6 +2299,44 @@ mod tests {
             Args::parse(&argv("--workers 100 --overload-workers 900 --overload-for 7")).expect("parses");
         assert_eq!((over.overload_workers, over.overload_for), (900, 7));
         assert!(Args::parse(&argv("--workers 100 --overload-workers 50")).is_err());
+    }
+
+    #[test]
+    fn contention_takes_a_percentage_and_preempts_only_when_asked() {
+        let shared = Args::parse(&argv("--contend 20")).expect("parses");
+        assert_eq!(shared.contend, Some(contend::Contend { percent: 20, preempt: false }));
+        // The flag may come before the percentage it modifies.
+        let preempting = Args::parse(&argv("--contend-preempt --floor --contend 10")).expect("parses");
+        assert_eq!(preempting.contend, Some(contend::Contend { percent: 10, preempt: true }));
+        assert!(Args::parse(&argv("--contend-preempt")).is_err(), "nothing to preempt with");
+        assert!(Args::parse(&argv("--contend 0")).is_err());
+        assert!(Args::parse(&argv("--contend 91")).is_err(), "the run needs some of each CPU");
+        assert!(Args::parse(&argv("--contend half")).is_err());
+        assert!(Args::parse(&argv("--contend")).is_err());
+    }
+
+    #[test]
+    fn each_cpu_is_busy_for_its_share_of_the_cycle_at_its_own_phase() {
+        let ms = Duration::from_millis;
+        assert_eq!(contend::slice(0, 2, 20), (ms(10), ms(0)));
+        assert_eq!(contend::slice(1, 2, 20), (ms(10), ms(25)), "the second CPU's slice is half a cycle on");
+        assert_eq!(contend::slice(3, 4, 10), (ms(5), ms(37) + Duration::from_micros(500)));
+        assert_eq!(contend::slice(0, 1, 90), (ms(45), ms(0)));
+        assert_eq!(contend::slice(2, 0, 20).1, ms(0), "no CPUs read as one");
+    }
+
+    #[test]
+    fn steal_is_the_eighth_time_of_the_cpu_line() {
+        let before = "cpu  100 5 50 800 10 1 2 30 7 0\ncpu0 50 2 25 400 5 0 1 15 0 0\n";
+        let after = "cpu  160 5 70 900 10 1 2 50 9 0\ncpu0 80 2 35 450 5 0 1 25 0 0\n";
+        let (b, a) =
+            (parse_machine_stat(before).expect("parses"), parse_machine_stat(after).expect("parses"));
+        assert_eq!(b, MachineTicks { total: 998, steal: 30 }, "guest time is already in user time");
+        assert!((a.steal_share_since(b) - 20.0 / 200.0).abs() < 1e-9);
+        assert_eq!(a.steal_share_since(a), 0.0, "no time passed");
+        assert_eq!(parse_machine_stat("cpu0 1 2 3\n"), None);
+        assert_eq!(parse_machine_stat("cpu  1 2 3 4\n"), None, "too old a kernel to say");
+        assert!(parse_machine_stat(&std::fs::read_to_string("/proc/stat").expect("read")).is_some());
     }
 
     #[test]
