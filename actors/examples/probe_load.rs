@@ -7,7 +7,7 @@
 //! cargo run --release -p probelet-actors --example probe_load -- \
 //!     --kind http|tcp|grpc|exec --workers N --period SECS --warmup SECS --window SECS \
 //!     [--floor] [--idle] [--churn [--rounds N] [--floor]] [--overload-workers N --overload-for SECS]
-//!     [--max-in-flight N] [--contend PERCENT [--contend-preempt]]
+//!     [--max-in-flight N] [--floor-per-core] [--contend PERCENT [--contend-preempt]]
 //! ```
 //!
 //! * The target is this same binary run again with a hidden flag: it serves HTTP (200, a small
@@ -36,12 +36,12 @@
 //!   split by worker index as the engine splits its workers over its arbiters, instead of one
 //!   work-stealing runtime: what the engine's threading alone costs.
 //! * `--contend PERCENT` runs, for the whole run, a second child process with one busy thread
-//!   pinned to each CPU, busy PERCENT % of every 50 ms, the CPUs' busy slices staggered: other
+//!   pinned to each CPU, runnable PERCENT % of every 50 ms, the CPUs' busy slices staggered: other
 //!   pods' containers on the node. With `--contend-preempt` those threads run at real-time
 //!   priority (through `chrt -f`, root only), so each one stops whatever ran on its CPU while
 //!   it is busy, as a hypervisor that gives a vCPU to another guest does (CPU steal). See
-//!   [`contend`]. Every load line reports the CPUs' steal share over the window from
-//!   `/proc/stat` (`steal_pct`), which only a hypervisor causes.
+//!   [`contend`]. The steady-load lines (the engine's, `--floor`'s) report the CPUs' steal
+//!   share over the window from `/proc/stat` (`steal_pct`), which only a hypervisor causes.
 //!
 //! * Built with `--features jemalloc` (`cargo run --release -p probelet-actors --features
 //!   jemalloc --example probe_load -- …`), the harness runs on the allocator the agent binary
@@ -136,7 +136,7 @@ fn run(args: Args) -> Result<(), Error> {
         _ => Some(target::Target::start()?),
     };
     let ports = target.as_ref().map(|t| t.ports).unwrap_or_default();
-    let contention = args.contend.map(contend::Contention::start).transpose()?;
+    let mut contention = args.contend.map(contend::Contention::start).transpose()?;
     let line = if args.overload_workers > 0 {
         overload::run(&args, ports)?
     } else if args.idle {
@@ -150,6 +150,9 @@ fn run(args: Args) -> Result<(), Error> {
     } else {
         engine_load(&args, ports)?
     };
+    if let Some(contention) = contention.as_mut() {
+        contention.check_alive()?;
+    }
     let line = match (line, args.contend) {
         (serde_json::Value::Object(mut fields), Some(c)) => {
             fields.insert("contend".into(), json!({ "percent": c.percent, "preempt": c.preempt }));
@@ -260,10 +263,13 @@ impl Args {
                     args.max_in_flight = Some(number(flag, value()?)?).filter(|n: &usize| *n > 0)
                 }
                 "--contend" => {
-                    let percent: u8 = number(flag, value()?)?;
-                    if !(1..=contend::MAX_PERCENT).contains(&percent) {
-                        return Err(format!("--contend: a percentage from 1 to {}", contend::MAX_PERCENT));
-                    }
+                    let percent = number::<u32>(flag, value()?)?;
+                    let percent = u8::try_from(percent)
+                        .ok()
+                        .filter(|p| (1..=contend::MAX_PERCENT).contains(p))
+                        .ok_or_else(|| {
+                            format!("--contend: a percentage from 1 to {}", contend::MAX_PERCENT)
+                        })?;
                     args.contend = Some(contend::Contend { percent, preempt: false });
                 }
                 "--contend-preempt" => preempt = true,
@@ -591,8 +597,9 @@ fn parse_machine_stat(stat: &str) -> Option<MachineTicks> {
     (fields.len() == 8).then(|| MachineTicks { total: fields.iter().sum(), steal: fields[7] })
 }
 
-fn machine_ticks() -> MachineTicks {
-    std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(parse_machine_stat).unwrap_or_default()
+/// `None` where `/proc/stat` cannot be read: the line then says `null`, not "no steal".
+fn machine_ticks() -> Option<MachineTicks> {
+    std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(parse_machine_stat)
 }
 
 fn load_average() -> String {
@@ -838,7 +845,7 @@ async fn measure(collector: &Collector, args: &Args, mode: &str, setup: Duration
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "allocator": ALLOCATOR,
         "loadavg": load_average(),
-        "steal_pct": round(machine1.steal_share_since(machine0) * 100.0, 1),
+        "steal_pct": machine0.zip(machine1).map(|(before, after)| round(after.steal_share_since(before) * 100.0, 1)),
     })
 }
 
@@ -1900,19 +1907,22 @@ mod floor {
 // === the target ===
 
 mod contend {
-    //! `--contend`: busy threads beside the run, one pinned to each CPU, so that the prober
-    //! shares the CPUs as it does on a node, in a child process whose CPU is not counted.
+    //! `--contend`: busy threads beside the run, one pinned to each CPU this process may use,
+    //! so that the prober shares the CPUs as it does on a node; in a child process whose CPU is
+    //! not counted.
     //!
-    //! Each thread is busy for `PERCENT` % of every [`EVERY`], the CPUs' busy slices spread
-    //! evenly over it, so that at most moments some CPU is free: a prober that can move its
-    //! work to a free CPU keeps its schedule, one whose work waits on the busy CPU does not.
-    //! At normal priority the kernel shares each CPU between the busy thread and whatever else
-    //! runs there (other pods' containers); with `preempt` they run at real-time priority
-    //! (`chrt -f`), so whatever ran on a CPU stops for the whole slice, as a thread on a vCPU
-    //! the hypervisor has given to another guest does.
+    //! Each thread is runnable for `PERCENT` % of every [`EVERY`], the CPUs' busy slices spread
+    //! evenly over the cycle, so that at low percentages some CPU is free at most moments (on
+    //! N CPUs, while PERCENT ≤ 100/N): a prober that can move its work to a free CPU keeps its
+    //! schedule, one whose work waits on the busy CPU does not. At normal priority the kernel
+    //! shares each CPU between the busy thread and whatever else runs there (other pods'
+    //! containers), so the busy thread takes at most PERCENT %; with `preempt` they run at
+    //! real-time priority (`chrt -f`), so whatever ran on a CPU stops for the whole slice, as a
+    //! thread on a vCPU the hypervisor has lent to another guest does.
 
     use super::*;
     use std::io::Read;
+    use std::sync::mpsc;
 
     /// The busy threads' cycle.
     pub const EVERY: Duration = Duration::from_millis(50);
@@ -1921,6 +1931,9 @@ mod contend {
     /// The real-time priority of `--contend-preempt` (`chrt -f`); any real-time priority
     /// preempts every ordinary thread.
     const PREEMPT_PRIORITY: &str = "10";
+    /// What `--contend-preempt` needs when the busy threads do not start.
+    const PREEMPT_HINT: &str = " (--contend-preempt runs them with `chrt -f`, which needs util-linux and \
+the right to real-time scheduling: root or CAP_SYS_NICE, and a real-time budget in the cgroup)";
 
     /// What `--contend` asked for.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1931,11 +1944,23 @@ mod contend {
         pub preempt: bool,
     }
 
-    /// One CPU's busy slice in each cycle: how long, and where in the cycle it starts.
-    pub fn slice(cpu: usize, cpus: usize, percent: u8) -> (Duration, Duration) {
+    /// The `n`-th of `cpus` busy threads' slice in each cycle: how long, and where in the cycle
+    /// it starts.
+    pub fn slice(n: usize, cpus: usize, percent: u8) -> (Duration, Duration) {
         let busy = EVERY * u32::from(percent.min(MAX_PERCENT)) / 100;
-        let phase = EVERY * (cpu % cpus.max(1)) as u32 / cpus.max(1) as u32;
+        let phase = EVERY * (n % cpus.max(1)) as u32 / cpus.max(1) as u32;
         (busy, phase)
+    }
+
+    /// The start of the slice after the one that started at `slice`, at `now`: one cycle on,
+    /// or, for a thread held off its CPU for a cycle or more, the first one not yet over, so the
+    /// phase is kept and missed slices are skipped rather than run back to back.
+    pub fn next_slice(slice: Instant, now: Instant) -> Instant {
+        let mut next = slice + EVERY;
+        while next + EVERY <= now {
+            next += EVERY;
+        }
+        next
     }
 
     /// The busy process; killed and reaped when dropped.
@@ -1943,10 +1968,12 @@ mod contend {
         child: Child,
         /// Held open: the busy process exits when it closes, even if this process is killed.
         _stdin: Option<ChildStdin>,
+        preempt: bool,
     }
 
     impl Contention {
         pub fn start(contend: Contend) -> Result<Contention, Error> {
+            let hint = if contend.preempt { PREEMPT_HINT } else { "" };
             let exe = std::env::current_exe()?;
             let mut command = if contend.preempt {
                 let mut chrt = Command::new("chrt");
@@ -1962,21 +1989,28 @@ mod contend {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()
-                .map_err(|e| format!("--contend: could not start the busy threads: {e}"))?;
+                .map_err(|e| format!("--contend: could not start the busy threads: {e}{hint}"))?;
             let stdin = child.stdin.take();
-            let mut contention = Contention { child, _stdin: stdin };
+            let mut contention = Contention { child, _stdin: stdin, preempt: contend.preempt };
             let stdout = contention.child.stdout.take().ok_or("the busy threads have no stdout")?;
             let mut line = String::new();
             BufReader::new(stdout).read_line(&mut line)?;
             if line.trim() != "busy" {
-                let how = if contend.preempt {
-                    " (--contend-preempt runs them with `chrt -f`, as root)"
-                } else {
-                    ""
-                };
-                return Err(format!("--contend: the busy threads did not start{how}").into());
+                return Err(format!("--contend: the busy threads did not start{hint}").into());
             }
             Ok(contention)
+        }
+
+        /// Fails if the busy process has gone: a run it did not last through says nothing about
+        /// contention.
+        pub fn check_alive(&mut self) -> Result<(), Error> {
+            match self.child.try_wait()? {
+                None => Ok(()),
+                Some(status) => {
+                    let hint = if self.preempt { PREEMPT_HINT } else { "" };
+                    Err(format!("--contend: the busy threads ended during the run ({status}){hint}").into())
+                }
+            }
         }
     }
 
@@ -1987,13 +2021,28 @@ mod contend {
         }
     }
 
-    /// The busy process: one thread per CPU until stdin closes.
+    /// The busy process: one thread per CPU this process may run on, until stdin closes. It
+    /// says `busy` only once every thread is pinned, so the harness never reports contention
+    /// that did not happen.
     pub fn serve(argv: &[String]) -> Result<(), Error> {
         let percent: u8 = argv.first().ok_or("the busy threads need a percentage")?.parse()?;
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        for cpu in 0..cpus {
-            let (busy, phase) = slice(cpu, cpus, percent);
-            std::thread::Builder::new().name(format!("busy-{cpu}")).spawn(move || spin(cpu, busy, phase))?;
+        let allowed = rustix::thread::sched_getaffinity(None)?;
+        let cpus: Vec<usize> =
+            (0..rustix::thread::CpuSet::MAX_CPU).filter(|&cpu| allowed.is_set(cpu)).collect();
+        // One origin for every thread's phase, so the slices stay staggered however long each
+        // thread takes to start.
+        let origin = Instant::now() + EVERY;
+        let (pinned, told) = mpsc::channel();
+        for (n, &cpu) in cpus.iter().enumerate() {
+            let (busy, phase) = slice(n, cpus.len(), percent);
+            let pinned = pinned.clone();
+            std::thread::Builder::new()
+                .name(format!("busy-{cpu}"))
+                .spawn(move || spin(cpu, busy, origin + phase, pinned))?;
+        }
+        drop(pinned);
+        for answer in told.iter().take(cpus.len()) {
+            answer?;
         }
         println!("busy");
         // The harness holds our stdin: end of file means it is gone.
@@ -2003,25 +2052,26 @@ mod contend {
         Ok(())
     }
 
-    /// Pinned to `cpu`: busy for `busy` from `phase` into every cycle, asleep the rest.
-    fn spin(cpu: usize, busy: Duration, phase: Duration) {
+    /// Pinned to `cpu` (which it reports on `pinned`): busy for `busy` from `first`, and then
+    /// every cycle, asleep in between.
+    fn spin(cpu: usize, busy: Duration, first: Instant, pinned: mpsc::Sender<Result<(), String>>) {
         let mut set = rustix::thread::CpuSet::new();
         set.set(cpu);
-        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
-            eprintln!("probe_load: busy thread {cpu} not pinned: {e}");
+        let answer = rustix::thread::sched_setaffinity(None, &set)
+            .map_err(|e| format!("busy thread not pinned to CPU {cpu}: {e}"));
+        let failed = answer.is_err();
+        let _ = pinned.send(answer);
+        if failed {
+            return;
         }
-        let mut next = Instant::now() + phase;
+        let mut slice = first;
         loop {
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
-            let end = next + busy;
+            std::thread::sleep(slice.saturating_duration_since(Instant::now()));
+            let end = slice + busy;
             while Instant::now() < end {
                 std::hint::spin_loop();
             }
-            next += EVERY;
-            // Behind by a whole cycle (the thread was held off its CPU): keep the phase, skip the rest.
-            while next + EVERY < Instant::now() {
-                next += EVERY;
-            }
+            slice = next_slice(slice, Instant::now());
         }
     }
 }
@@ -2309,8 +2359,12 @@ mod tests {
         let preempting = Args::parse(&argv("--contend-preempt --floor --contend 10")).expect("parses");
         assert_eq!(preempting.contend, Some(contend::Contend { percent: 10, preempt: true }));
         assert!(Args::parse(&argv("--contend-preempt")).is_err(), "nothing to preempt with");
+        assert_eq!(Args::parse(&argv("--contend 1")).expect("parses").contend.map(|c| c.percent), Some(1));
+        assert_eq!(Args::parse(&argv("--contend 90")).expect("parses").contend.map(|c| c.percent), Some(90));
         assert!(Args::parse(&argv("--contend 0")).is_err());
         assert!(Args::parse(&argv("--contend 91")).is_err(), "the run needs some of each CPU");
+        let too_many = Args::parse(&argv("--contend 300")).expect_err("out of range");
+        assert!(too_many.contains("a percentage from 1 to 90"), "{too_many}");
         assert!(Args::parse(&argv("--contend half")).is_err());
         assert!(Args::parse(&argv("--contend")).is_err());
     }
@@ -2323,6 +2377,17 @@ mod tests {
         assert_eq!(contend::slice(3, 4, 10), (ms(5), ms(37) + Duration::from_micros(500)));
         assert_eq!(contend::slice(0, 1, 90), (ms(45), ms(0)));
         assert_eq!(contend::slice(2, 0, 20).1, ms(0), "no CPUs read as one");
+        assert_eq!(contend::slice(0, 1, 200).0, ms(45), "never more than the most it may take");
+    }
+
+    #[test]
+    fn a_busy_thread_held_off_its_cpu_skips_the_slices_it_missed_and_keeps_its_phase() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        assert_eq!(contend::next_slice(t0, t0 + ms(10)), t0 + ms(50), "on time: one cycle on");
+        assert_eq!(contend::next_slice(t0, t0 + ms(60)), t0 + ms(50), "the next slice has begun: run it");
+        assert_eq!(contend::next_slice(t0, t0 + ms(100)), t0 + ms(100), "a whole slice missed");
+        assert_eq!(contend::next_slice(t0, t0 + ms(237)), t0 + ms(200), "several missed, the phase kept");
     }
 
     #[test]
