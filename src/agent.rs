@@ -132,7 +132,7 @@ impl Common {
     ) -> PipelineConfig {
         let mut config = PipelineConfig::new(runner, recorder, Arc::new(self.pods.clone()));
         config.clock = Some(self.clock.clone());
-        config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        config.worker_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         config.observer = Some(Arc::new(self.history.clone()));
         config.probe_host_policy = self.probe_host_policy;
         config.feature_gates = self.feature_gates;

@@ -103,9 +103,10 @@ impl EngineBuilder {
         self
     }
 
-    /// Spreads the probe workers over `threads` arbiters (default 0: the caller's arbiter).
+    /// Runs the probe workers on `threads` threads of their own, any of which runs any worker
+    /// (default 0: on the caller's runtime).
     pub fn worker_threads(mut self, threads: usize) -> Self {
-        self.config.worker_arbiters = threads;
+        self.config.worker_threads = threads;
         self
     }
 

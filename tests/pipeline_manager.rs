@@ -578,7 +578,7 @@ fn bare_manager(
         results_view: view,
         views: StatusViews::new(),
         clock: Arc::new(TokioClock::new()),
-        arbiters: Vec::new(),
+        runtime: None,
         jitter_seed: Some(1),
     })
     .start()

@@ -953,7 +953,7 @@ fn start_pipeline(
         Arc::new(LogRecorder),
         Arc::new(registry.clone()),
     );
-    config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    config.worker_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     config.observer = Some(Arc::new(Observer(collector.clone())));
     config.clock = clock.map(|c| c as Arc<dyn Clock>);
     config.max_probes_in_flight = args.max_in_flight;

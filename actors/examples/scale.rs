@@ -112,7 +112,7 @@ fn main() {
             Arc::new(registry.clone()),
         );
         config.prober = Some(Arc::new(Instant0(count.clone())));
-        config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        config.worker_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let pipeline = Pipeline::start(config);
 
         let started = Instant::now();

@@ -319,7 +319,7 @@ async fn measure(
         Arc::new(LogRecorder),
         Arc::new(registry.clone()),
     );
-    config.worker_arbiters = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    config.worker_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     config.observer = Some(Arc::new(Probes(probes.clone())));
     config.clock = Some(clock.clone());
     let pipeline = Pipeline::start(config);

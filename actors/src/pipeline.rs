@@ -55,9 +55,10 @@ pub struct PipelineConfig {
     pub pods: Arc<dyn PodLookup>,
     /// Wall clock; defaults to one that follows tokio time.
     pub clock: Option<SharedClock>,
-    /// How many arbiters (threads) the probe workers are spread over; 0 keeps them on the
-    /// caller's arbiter (tests under paused time need that).
-    pub worker_arbiters: usize,
+    /// How many threads the probe workers run on: a work-stealing runtime of its own, so any
+    /// of them runs any worker; 0 keeps them on the caller's runtime (tests under paused time
+    /// need that).
+    pub worker_threads: usize,
     /// Replaces the real prober (tests script results with it).
     pub prober: Option<Arc<dyn ProbeRunner>>,
     /// Seed for the start-up jitter.
@@ -97,7 +98,7 @@ impl PipelineConfig {
             recorder,
             pods,
             clock: None,
-            worker_arbiters: 0,
+            worker_threads: 0,
             prober: None,
             jitter_seed: None,
             observer: None,
@@ -127,8 +128,8 @@ pub struct Pipeline {
     pub views: StatusViews,
     /// The feature gates the engine was started with.
     pub feature_gates: FeatureGates,
-    /// Kept so the worker arbiters live as long as the pipeline.
-    _arbiters: Arc<Vec<Arbiter>>,
+    /// Kept so the workers' runtime lives as long as the pipeline.
+    _workers: Arc<WorkerRuntime>,
 }
 
 impl Pipeline {
@@ -158,14 +159,14 @@ impl Pipeline {
                 None => prober,
             })
         });
-        let arbiters: Vec<Arbiter> = (0..config.worker_arbiters).map(|_| Arbiter::new()).collect();
+        let workers = WorkerRuntime::start(config.worker_threads);
         let manager = ProberManager::new(ManagerConfig {
             prober,
             results: results.clone().into(),
             results_view: results_view.clone(),
             views: views.clone(),
             clock,
-            arbiters: arbiters.iter().map(Arbiter::handle).collect(),
+            runtime: workers.handle(),
             jitter_seed: config.jitter_seed,
         })
         .with_feature_gates(config.feature_gates)
@@ -179,7 +180,7 @@ impl Pipeline {
             status_manager,
             views,
             feature_gates: config.feature_gates,
-            _arbiters: Arc::new(arbiters),
+            _workers: Arc::new(workers),
         }
     }
 
@@ -403,5 +404,46 @@ impl Pipeline {
             .send(GetPodResizeConditions(pod_uid.into()))
             .await
             .map_err(|source| PipelineError { actor: "status manager", source })
+    }
+}
+
+/// The work-stealing runtime the probe workers run on as tasks (docs/architecture.md, "Threads
+/// and time"). None when the pipeline was started with no worker threads, or when the threads
+/// could not be made (the node out of processes): the workers then run on the caller's runtime,
+/// slower but probing.
+struct WorkerRuntime(Option<tokio::runtime::Runtime>);
+
+impl WorkerRuntime {
+    fn start(threads: usize) -> Self {
+        if threads == 0 {
+            return WorkerRuntime(None);
+        }
+        let built = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("probe-worker")
+            .enable_all()
+            .build();
+        match built {
+            Ok(runtime) => WorkerRuntime(Some(runtime)),
+            Err(error) => {
+                tracing::error!(%error, threads, "Could not start the probe workers' threads; running the workers on the caller's thread");
+                WorkerRuntime(None)
+            }
+        }
+    }
+
+    fn handle(&self) -> Option<tokio::runtime::Handle> {
+        self.0.as_ref().map(|runtime| runtime.handle().clone())
+    }
+}
+
+/// The last pipeline is usually dropped inside the host's runtime, where waiting for the
+/// workers' threads is not allowed: they are told to stop and left to end, each worker's task
+/// dropped with them (an exec probe's child is killed on its drop).
+impl Drop for WorkerRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }

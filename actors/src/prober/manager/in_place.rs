@@ -107,7 +107,7 @@ impl ProberManager {
         let Some(entry) = self.workers.get_mut(key) else { return };
         entry.container = container.clone();
         if let Some(addr) = &entry.addr {
-            addr.do_send(Reconfigure {
+            addr.reconfigure(Reconfigure {
                 container: container.clone(),
                 spec,
                 period: timing.period,

@@ -38,9 +38,7 @@ use super::probe_metrics::ProbeLabels;
 use super::reconcile::ProbeChange;
 use super::timing::{EffectiveTiming, probe_timings};
 use super::update_status::{ProbeView, result_keys, update_pod_status};
-use super::worker::{
-    PredecessorExited, ProbeKey, ProbeWorker, Stop, Trigger, WorkerConfig, WorkerExited, WorkerPeers,
-};
+use super::worker::{ProbeKey, ProbeWorker, WorkerConfig, WorkerExited, WorkerHandle, WorkerPeers};
 use super::{PodContainer, ProbeKind, ProbeRunner};
 use crate::capacity::ShrinkAfterRemoval;
 use crate::clock::SharedClock;
@@ -111,15 +109,16 @@ pub struct ManagerConfig {
     pub views: StatusViews,
     /// The wall clock: the manager's start time, and the workers' initial delays.
     pub clock: SharedClock,
-    /// Arbiters to spread workers over (by pod UID); empty runs them on the manager's own.
-    pub arbiters: Vec<ArbiterHandle>,
+    /// The runtime the workers run on as tasks (a work-stealing one, so any of its threads
+    /// runs any worker); `None` runs them on the manager's own (the paused-time tests').
+    pub runtime: Option<tokio::runtime::Handle>,
     /// Seed for the start-up jitter; `None` seeds from the OS.
     pub jitter_seed: Option<u64>,
 }
 
 struct WorkerEntry {
     /// `None`: created by `AddPod` under `ContainerLifecycleProber`, not started yet.
-    addr: Option<Addr<ProbeWorker>>,
+    addr: Option<WorkerHandle>,
     id: u64,
     /// Told to stop; no longer blocks a new worker for the key.
     stopping: bool,
@@ -265,7 +264,7 @@ impl ProberManager {
             peers: self.peers(ctx),
             on_started,
         };
-        let addr = ProbeWorker::spawn(config, self.arbiter_for(&key.pod_uid).as_ref());
+        let addr = ProbeWorker::spawn(config, self.config.runtime.as_ref());
         tracing::debug!(pod_uid = %key.pod_uid, container = %key.container_name, probe_kind = %key.kind, "Probe worker started");
         let binding = binding.map(Box::new);
         let entry = WorkerEntry { addr: Some(addr), id, stopping: false, restarts, container, binding };
@@ -301,7 +300,7 @@ impl ProberManager {
         let Some(entry) = self.workers.remove(key) else { return };
         workers_gauge(key.kind).decrement(1.0);
         if let Some(addr) = entry.addr.filter(|_| !entry.stopping) {
-            addr.do_send(Stop);
+            addr.stop();
         }
     }
 
@@ -314,7 +313,7 @@ impl ProberManager {
             return;
         }
         if running && let Some(addr) = &entry.addr {
-            addr.do_send(Stop);
+            addr.stop();
         }
         let container = entry.container.clone();
         let how = WorkerStart { state: WorkerState::new(), restarts: 0, binding: Some(binding.clone()) };
@@ -346,15 +345,6 @@ impl ProberManager {
         if young { period.mul_f64(self.rng.random::<f64>()) } else { Duration::ZERO }
     }
 
-    fn arbiter_for(&self, pod_uid: &str) -> Option<ArbiterHandle> {
-        if self.config.arbiters.is_empty() {
-            return None;
-        }
-        let hash = crate::fnv::fnv1a64(pod_uid.as_bytes());
-        let index = usize::try_from(hash % self.config.arbiters.len() as u64).unwrap_or(0);
-        self.config.arbiters.get(index).cloned()
-    }
-
     /// Stops the matching workers; one not started yet is dropped at once (upstream deletes
     /// a worker that is not running), a started one stays until it exits. A scan of every
     /// worker: for one pod's, [`ProberManager::stop_pod_where`].
@@ -383,7 +373,7 @@ impl ProberManager {
             match &entry.addr {
                 Some(addr) => {
                     entry.stopping = true;
-                    addr.do_send(Stop);
+                    addr.stop();
                 }
                 None => unstarted.push(key),
             }
@@ -399,7 +389,7 @@ impl Actor for ProberManager {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         for addr in self.workers.values().filter_map(|e| e.addr.as_ref()) {
-            addr.do_send(Stop);
+            addr.stop();
         }
     }
 }
@@ -522,7 +512,7 @@ impl Handler<UpdatePodStatus> for ProberManager {
             let key =
                 ProbeKey { pod_uid: uid.clone(), container_name: name.into(), kind: ProbeKind::Readiness };
             if let Some(addr) = self.workers.get(&key).and_then(|e| e.addr.as_ref())
-                && addr.try_send(Trigger).is_err()
+                && !addr.trigger()
             {
                 tracing::debug!(pod_uid = %uid, container = %key.container_name, probe_kind = %key.kind, "Failed to trigger a manual run");
             }
@@ -609,7 +599,7 @@ impl ProberManager {
         match self.workers.get(&msg.key).and_then(|e| e.addr.as_ref()) {
             Some(newer) => {
                 if let Some(container_id) = msg.container_id.clone() {
-                    newer.do_send(PredecessorExited { container_id });
+                    newer.predecessor_exited(container_id);
                 }
             }
             // No newer worker, or one not started yet (it writes its container's entry afresh

@@ -6,7 +6,7 @@ use actix::prelude::*;
 
 use crate::container::ContainerId;
 use crate::prober::do_probe::WorkerState;
-use crate::prober::worker::{GetState, ProbeKey};
+use crate::prober::worker::ProbeKey;
 
 use super::ProberManager;
 
@@ -79,6 +79,7 @@ impl Handler<GetWorkerState> for ProberManager {
 
     fn handle(&mut self, msg: GetWorkerState, _ctx: &mut Self::Context) -> Self::Result {
         let addr = self.workers.get(&msg.0).and_then(|e| e.addr.clone());
-        Box::pin(async move { addr?.send(GetState).await.ok() })
+        let state = addr.map(|addr| addr.state());
+        Box::pin(async move { state?.await })
     }
 }

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use actix::prelude::*;
 use tokio::time::Instant;
 
 use crate::prober::do_probe::WorkerSpec;
@@ -18,8 +17,7 @@ use super::ProbeWorker;
 /// manager's `ReconcilePod`): the worker takes the new spec and applies `effect` as
 /// docs/prober.md §3.9 says. Only the fields the effect names change how the worker runs;
 /// the rest of the new spec is kept for later (a restarted worker, a probe-triggered kill).
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
+#[derive(Debug, Clone)]
 pub struct Reconfigure {
     /// The container holding the new probe, read through the pod as it is now.
     pub container: PodContainer,
@@ -35,12 +33,10 @@ pub struct Reconfigure {
     pub effect: UpdateEffect,
 }
 
-// === the handler ===
+// === its handling ===
 
-impl Handler<Reconfigure> for ProbeWorker {
-    type Result = ();
-
-    fn handle(&mut self, msg: Reconfigure, ctx: &mut Self::Context) {
+impl ProbeWorker {
+    pub(super) fn reconfigure(&mut self, msg: Reconfigure) {
         let effect = msg.effect;
         self.container = msg.container;
         // A new memo, not a cleared one: a probe still in flight keeps (and may fill) the old.
@@ -66,18 +62,17 @@ impl Handler<Reconfigure> for ProbeWorker {
         let interval = self.interval();
         self.period = msg.period;
         self.start_interval = msg.start_interval;
-        if self.schedule == 0 {
+        if self.ticks.is_none() {
             // Still in the start-up jitter: the first probe runs with the new spec anyway.
             return;
         }
         if effect.restart {
-            self.generation += 1;
-            if let Some(handle) = self.in_flight.take() {
-                ctx.cancel_future(handle);
-            }
+            // The attempt in flight was started under the replaced configuration: dropping it
+            // cancels it, so its result is never applied (upstream `IsResultCurrent`).
+            self.in_flight = None;
             self.tick_pending = None;
-            self.schedule_from(Instant::now(), ctx);
-            self.run_probe(ctx);
+            self.schedule_from(Instant::now());
+            self.run_probe();
             return;
         }
         if self.interval() != interval {
@@ -88,13 +83,13 @@ impl Handler<Reconfigure> for ProbeWorker {
             let last = self.last_completed.unwrap_or(now);
             if last + self.interval() > now {
                 // A new grid from the last completion: its first tick is the one due.
-                self.schedule_from(last, ctx);
+                self.schedule_from(last);
             } else if self.in_flight.is_some() {
-                self.schedule_from(now, ctx);
+                self.schedule_from(now);
                 self.tick_pending = Some(now);
             } else {
-                self.schedule_from(now, ctx);
-                self.run_probe(ctx);
+                self.schedule_from(now);
+                self.run_probe();
             }
         }
     }

@@ -1,30 +1,46 @@
-//! The probe worker actor (upstream `pkg/kubelet/prober/worker.go`): one per pod × container ×
-//! probe kind. It probes on a fixed-rate schedule (first probe at once, start-up jitter only
-//! while the manager is young), runs a manual trigger at once and restarts the schedule from
-//! it, applies [`WorkerState`]'s decisions to the results cache, and reports its exit to the
-//! prober manager, which removes the worker's cache entry and metric series unless a newer
-//! worker has taken its key over (upstream's worker removes them itself; here a replacement can
-//! start before the worker it replaces has exited). A probe runs as a future of this actor:
-//! stopping the worker cancels it (an exec child is killed when its future is dropped), and a
-//! panic inside it is caught.
+//! The probe worker (upstream `pkg/kubelet/prober/worker.go`): one per pod × container × probe
+//! kind. It probes on a fixed-rate schedule (first probe at once, start-up jitter only while the
+//! manager is young), runs a manual trigger at once and restarts the schedule from it, applies
+//! [`WorkerState`]'s decisions to the results cache, and reports its exit to the prober manager,
+//! which removes the worker's cache entry and metric series unless a newer worker has taken its
+//! key over (upstream's worker removes them itself; here a replacement can start before the
+//! worker it replaces has exited).
+//!
+//! A worker is a `Send` task, not an actor: upstream's is a goroutine, which Go's scheduler moves
+//! to whichever thread runs, and a task on a work-stealing tokio runtime is the same. An actor
+//! would be fixed to one arbiter's thread, and while that thread waits for its CPU (steal, a
+//! real-time thread) every worker on it waits too (docs/benchmarks.md, "Sharing the CPUs";
+//! docs/architecture.md, "Threads and time"). The manager reaches the worker through a
+//! [`WorkerHandle`]: a channel of the worker's own carrying what would be its messages (stop,
+//! trigger, reconfigure, a predecessor's exit, a state query), taken in order. A probe runs as a
+//! future the task owns: stopping the worker drops it (an exec child is killed when its future
+//! is dropped), and a panic inside it is caught. A panic in the worker itself ends the task
+//! with an unclean exit notice, and the manager restarts it from its state.
 //!
 //! Under `MutableContainerProbes` the manager sends [`Reconfigure`] when the pod's probe spec
-//! changes; the worker numbers its probe configuration and drops the result of an attempt
-//! started under a replaced one (upstream `IsResultCurrent`, docs/prober.md §3.9); that message
-//! and its handler are in `in_place.rs`, the fixed-rate schedule in `schedule.rs`.
+//! changes; a change that restarts the worker drops the attempt in flight, so no result of an
+//! attempt started under a replaced configuration is ever applied (upstream `IsResultCurrent`,
+//! docs/prober.md §3.9); that message and its handling are in `in_place.rs`, the fixed-rate
+//! schedule in `schedule.rs`.
 //!
 //! With the pod's probe timing annotation (our addition, docs/probe-timing.md) the period and
 //! timeout can be in milliseconds, and a readiness start interval replaces the period until
 //! the container's first readiness success; without it the worker is upstream's.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures::FutureExt;
+use futures::channel::{mpsc, oneshot};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use tokio::time::Instant;
+use tokio::runtime::Handle;
+use tokio::time::{Instant, Sleep};
 
 use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState};
 use super::probe_metrics as metrics;
@@ -44,21 +60,65 @@ use schedule::Ticks;
 
 // === messages ===
 
-/// Stop the worker (upstream `worker.stop`); idempotent.
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "()")]
-pub struct Stop;
+/// The prober manager's hold on a running worker: what it tells the worker, in order. Dropping
+/// every handle stops the worker, as a `Stop` does (its manager is gone).
+#[derive(Debug, Clone)]
+pub struct WorkerHandle {
+    inbox: mpsc::UnboundedSender<Control>,
+}
 
-/// Run a probe now and restart the schedule from it (upstream `manualTriggerCh`).
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "()")]
-pub struct Trigger;
+/// What a [`WorkerHandle`] sends its worker.
+#[derive(Debug)]
+enum Control {
+    /// Stop the worker (upstream `worker.stop`); idempotent.
+    Stop,
+    /// Run a probe now and restart the schedule from it (upstream `manualTriggerCh`).
+    Trigger,
+    /// The pod's probe spec changed in place; boxed, as it is rare and large.
+    Reconfigure(Box<Reconfigure>),
+    /// See [`WorkerHandle::predecessor_exited`].
+    PredecessorExited(ContainerId),
+    /// The worker's state as it stands.
+    GetState(oneshot::Sender<WorkerState>),
+}
 
-/// The worker's state as it stands (what upstream's tests read from a worker's fields:
-/// `containerID`, `onHold`, `resultRun`, `lastResult`).
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "WorkerState")]
-pub struct GetState;
+impl WorkerHandle {
+    /// Stops the worker (upstream `worker.stop`): a probe in flight is cancelled. Idempotent.
+    pub fn stop(&self) {
+        let _ = self.inbox.unbounded_send(Control::Stop);
+    }
+
+    /// Runs a probe now and restarts the schedule from it (upstream `manualTriggerCh`); false
+    /// when the worker is gone.
+    pub fn trigger(&self) -> bool {
+        self.inbox.unbounded_send(Control::Trigger).is_ok()
+    }
+
+    /// Applies a probe spec changed in place (`MutableContainerProbes`).
+    pub fn reconfigure(&self, change: Reconfigure) {
+        let _ = self.inbox.unbounded_send(Control::Reconfigure(Box::new(change)));
+    }
+
+    /// Tells a worker that replaced one which has now exited which container's cache entry the
+    /// exited worker left behind: the entry is the new worker's if that is (or may still become)
+    /// its container, and is removed if the new worker already has another.
+    pub fn predecessor_exited(&self, container_id: ContainerId) {
+        let _ = self.inbox.unbounded_send(Control::PredecessorExited(container_id));
+    }
+
+    /// The worker's state as it stands (what upstream's tests read from a worker's fields:
+    /// `containerID`, `onHold`, `resultRun`, `lastResult`); `None` once the worker is gone.
+    pub fn state(&self) -> impl Future<Output = Option<WorkerState>> + Send + use<> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.inbox.unbounded_send(Control::GetState(reply)).is_ok();
+        async move {
+            if !sent {
+                return None;
+            }
+            answer.await.ok()
+        }
+    }
+}
 
 /// Sent to the manager when a worker is gone. `clean` is false when it died (a panic in a
 /// handler) rather than stopped.
@@ -85,16 +145,6 @@ pub struct WorkerExited {
     pub pod: Arc<Pod>,
 }
 
-/// Sent by the manager to a worker that replaced one which has now exited, with the container
-/// whose cache entry the exited worker left behind: the entry is the new worker's if that is
-/// (or may still become) its container, and is removed if the new worker already has another.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct PredecessorExited {
-    /// The container whose cache entry the exited predecessor left behind.
-    pub container_id: ContainerId,
-}
-
 /// Sent to the manager by a startup worker started by `StartContainerProbes`
 /// (`ContainerLifecycleProber`) once its container has started (its probe succeeded, or the
 /// status already reports it started): the manager then starts the container's readiness and
@@ -110,7 +160,7 @@ pub struct StartupSucceeded {
     pub container_id: ContainerId,
 }
 
-// === the actor ===
+// === the worker ===
 
 /// What every worker of a prober manager reaches and none owns: the prober, the results cache
 /// and its view, the manager (for the exit notice) and the clock. Held once, behind one pointer
@@ -164,10 +214,14 @@ pub struct WorkerConfig {
     pub on_started: Option<Recipient<StartupSucceeded>>,
 }
 
-/// The probe worker actor (upstream `worker`): probes one container with one of its probes until
+/// The probe worker (upstream `worker`): probes one container with one of its probes until
 /// stopped. Started by the prober manager; a host does not start one itself.
 pub struct ProbeWorker {
     key: ProbeKey,
+    /// What the manager tells this worker.
+    inbox: mpsc::UnboundedReceiver<Control>,
+    /// Starting, running, or stopped.
+    phase: Phase,
     /// The probed container, and through it the worker's pod.
     container: PodContainer,
     spec: WorkerSpec,
@@ -190,31 +244,25 @@ pub struct ProbeWorker {
     /// The cache's change count ([`ResultsView::changes`]) when it last showed `last_sent`
     /// stored; [`NOT_SEEN`] since a send.
     results_seen: u64,
-    /// The probe running now, if any.
-    in_flight: Option<SpawnHandle>,
-    /// The generation of the running fixed-rate schedule ([`Ticks`]); 0 until the first probe.
-    /// Each restart bumps it, and a schedule of an older generation ends itself.
-    schedule: u32,
+    /// The probe running now, if any, ending with when its iteration began (before any wait
+    /// for a probe slot). Dropping it cancels the probe.
+    in_flight: Option<InFlight>,
+    /// The running fixed-rate schedule; `None` until the first probe. A restart replaces it.
+    ticks: Option<Ticks>,
     /// The due time of a tick that arrived while a probe was running (at most one is kept, like
     /// Go's ticker); see [`ProbeWorker::run_pending`] for when it is dropped.
     tick_pending: Option<Instant>,
     /// A manual trigger arrived while a probe was running.
     trigger_pending: bool,
-    /// Probe as soon as the actor starts: there is no start-up jitter to wait out (a jitter is
-    /// a timer set when the worker is created, see [`ProbeWorker::spawn`]).
-    begin_when_started: bool,
     /// A manual trigger found nothing to probe in the cached status: probe at the pod's next
-    /// status instead (see [`ProbeWorker::run_triggered`]).
-    status_wait: Option<SpawnHandle>,
+    /// status instead (see [`ProbeWorker::run_triggered`]). Boxed with its flag.
+    status_wait: Option<Box<StatusWait>>,
     /// The handles of the worker's metric series, looked up at its first probe.
     series: metrics::ProbeSeries,
     /// Tells the manager when the worker is gone, however it goes.
     exit: ExitNotice,
     /// Where [`StartupSucceeded`] goes; taken when sent.
     on_started: Option<Recipient<StartupSucceeded>>,
-    /// The probe configuration's number (upstream's probe ID): a new handler or timeout bumps
-    /// it, and a result of an attempt started under an older one is never applied.
-    generation: u64,
     /// When the last probe completed (its result applied or not), for a new period.
     last_completed: Option<Instant>,
     /// The container the worker last started a probe against: a new initial delay does not
@@ -226,30 +274,26 @@ pub struct ProbeWorker {
 }
 
 impl ProbeWorker {
-    /// Starts a worker from its config, on `arbiter` if one is given, in this thread's arbiter
-    /// otherwise: it probes once its start-up jitter has passed.
-    pub fn spawn(config: WorkerConfig, arbiter: Option<&ArbiterHandle>) -> Addr<Self> {
-        let create = move |ctx: &mut Context<Self>| {
-            let jitter = config.jitter;
-            let mut worker = ProbeWorker::new(config);
-            // The jitter is only needed once: a timer holds it, not the worker.
-            if jitter.is_zero() {
-                worker.begin_when_started = true;
-            } else {
-                ctx.run_later(jitter, |act, ctx| act.begin(ctx));
-            }
-            worker
-        };
-        match arbiter {
-            Some(arbiter) => Self::start_in_arbiter(arbiter, create),
-            None => Self::create(create),
+    /// Starts a worker from its config as a task on `runtime` if one is given, on the current
+    /// runtime otherwise (the paused-time tests' single thread): it probes once its start-up
+    /// jitter has passed. Must be called inside a tokio runtime.
+    pub fn spawn(config: WorkerConfig, runtime: Option<&Handle>) -> WorkerHandle {
+        let (inbox, receiver) = mpsc::unbounded();
+        let worker = ProbeWorker::new(config, receiver);
+        // The task is never joined: the worker reports its own end (WorkerExited).
+        match runtime {
+            Some(runtime) => drop(runtime.spawn(worker)),
+            None => drop(tokio::spawn(worker)),
         }
+        WorkerHandle { inbox }
     }
 
-    fn new(config: WorkerConfig) -> Self {
+    fn new(config: WorkerConfig, inbox: mpsc::UnboundedReceiver<Control>) -> Self {
         ProbeWorker {
             exit: ExitNotice { worker_id: config.worker_id, clean: false, state: None },
             key: config.key,
+            inbox,
+            phase: Phase::Starting(config.jitter),
             container: config.container,
             spec: config.spec,
             state: config.state,
@@ -262,36 +306,115 @@ impl ProbeWorker {
             last_sent: None,
             results_seen: NOT_SEEN,
             in_flight: None,
-            schedule: 0,
+            ticks: None,
             tick_pending: None,
             trigger_pending: false,
-            begin_when_started: false,
             status_wait: None,
             series: metrics::ProbeSeries::default(),
             on_started: config.on_started,
-            generation: 0,
             last_completed: None,
             probed: None,
             pending_initial_delay: None,
         }
     }
 
-    fn begin(&mut self, ctx: &mut Context<Self>) {
+    /// One turn of the task: the start, then the manager's messages in order, then whatever
+    /// came due (the jitter, the probe in flight, a status awaited, a tick), until nothing is
+    /// ready. Everything is polled with the task's own waker, so any of them wakes the worker.
+    fn turn(&mut self, task: &mut TaskContext<'_>) -> Poll<()> {
+        loop {
+            if matches!(self.phase, Phase::Done) {
+                return Poll::Ready(());
+            }
+            if let Phase::Starting(jitter) = self.phase {
+                // The timer is made here, on the thread that runs the worker, so it lives in
+                // the runtime the worker runs on.
+                if jitter.is_zero() {
+                    self.phase = Phase::Running;
+                    self.begin();
+                } else {
+                    self.phase = Phase::Waiting(Box::pin(tokio::time::sleep(jitter)));
+                }
+                continue;
+            }
+            match self.inbox.poll_next_unpin(task) {
+                Poll::Ready(Some(message)) => {
+                    self.receive(message);
+                    continue;
+                }
+                // Every handle dropped: the manager is gone, and nobody would hear of a result.
+                Poll::Ready(None) => {
+                    self.stop();
+                    continue;
+                }
+                Poll::Pending => {}
+            }
+            if let Phase::Waiting(jitter) = &mut self.phase
+                && jitter.as_mut().poll(task).is_ready()
+            {
+                self.phase = Phase::Running;
+                self.begin();
+                continue;
+            }
+            if let Some(in_flight) = &mut self.in_flight
+                && let Poll::Ready((outcome, started)) = in_flight.as_mut().poll(task)
+            {
+                self.in_flight = None;
+                self.probe_finished(outcome, started);
+                continue;
+            }
+            if let Some(wait) = &mut self.status_wait
+                && let Poll::Ready(status) = wait.changed.as_mut().poll(task)
+            {
+                let recheck = wait.recheck;
+                self.status_wait = None;
+                self.status_arrived(status, recheck);
+                continue;
+            }
+            if let Some(ticks) = &mut self.ticks
+                && let Poll::Ready(due) = ticks.poll_tick(task)
+            {
+                self.on_tick(due);
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+
+    /// One message from the manager.
+    fn receive(&mut self, message: Control) {
+        match message {
+            Control::Stop => self.stop(),
+            Control::Trigger => self.trigger(),
+            Control::Reconfigure(change) => self.reconfigure(*change),
+            Control::PredecessorExited(container_id) => self.predecessor_exited(container_id),
+            Control::GetState(reply) => {
+                let _ = reply.send(self.state.clone());
+            }
+        }
+    }
+
+    /// Stops the worker; a probe in flight is dropped, which cancels it.
+    fn stop(&mut self) {
+        self.in_flight = None;
+        self.phase = Phase::Done;
+    }
+
+    fn begin(&mut self) {
         if self.spec.bound.is_some() {
             // Started with its container (ContainerLifecycleProber): the status that shows the
             // container may not be published yet; probe as soon as it is, not a period later.
-            self.run_triggered(ctx, true);
+            self.run_triggered(true);
             return;
         }
-        self.schedule_from(Instant::now(), ctx);
-        self.run_probe(ctx);
+        self.schedule_from(Instant::now());
+        self.run_probe();
     }
 
     /// (Re)starts the fixed-rate schedule: ticks at `from + k·interval` (k ≥ 1), on one tokio
     /// `Interval` that keeps its own deadlines, rather than a timer re-armed at every tick.
-    fn schedule_from(&mut self, from: Instant, ctx: &mut Context<Self>) {
-        self.schedule = self.schedule.wrapping_add(1).max(1);
-        ctx.spawn(Ticks::new(from, self.interval(), self.schedule));
+    fn schedule_from(&mut self, from: Instant) {
+        self.ticks = Some(Ticks::new(from, self.interval()));
     }
 
     /// The time between ticks now: the start interval until the container's first readiness
@@ -307,25 +430,25 @@ impl ProbeWorker {
     /// start interval over): the schedule restarts from the probe that changed it, so the
     /// next probe comes one new interval after it and a tick kept from the old interval is
     /// dropped.
-    fn interval_changed(&mut self, before: Duration, from: Instant, ctx: &mut Context<Self>) {
-        if self.interval() != before && self.schedule != 0 {
+    fn interval_changed(&mut self, before: Duration, from: Instant) {
+        if self.interval() != before && self.ticks.is_some() {
             self.tick_pending = None;
-            self.schedule_from(from, ctx);
+            self.schedule_from(from);
         }
     }
 
     /// A tick of the schedule, due at `due`: probe, or remember it while a probe runs (one at
     /// most, as Go's ticker keeps one).
-    fn on_tick(&mut self, due: Instant, ctx: &mut Context<Self>) {
+    fn on_tick(&mut self, due: Instant) {
         if self.in_flight.is_some() {
             self.tick_pending = Some(due);
         } else {
-            self.run_probe(ctx);
+            self.run_probe();
         }
     }
 
     /// One iteration of upstream `doProbe`; returns whether a probe was started.
-    fn run_probe(&mut self, ctx: &mut Context<Self>) -> bool {
+    fn run_probe(&mut self) -> bool {
         let started = Instant::now();
         let status = self.status.probe_status();
         if self.pending_initial_delay.is_some()
@@ -341,11 +464,11 @@ impl ProbeWorker {
         let reported_started = status.as_deref().is_some_and(|s| self.reports_started(s));
         self.announce_started(&ops, reported_started);
         self.apply(ops);
-        self.interval_changed(interval, started, ctx);
+        self.interval_changed(interval, started);
         let container_id = match next {
             Next::Stop => {
                 tracing::debug!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Probe worker stopping itself");
-                ctx.stop();
+                self.stop();
                 return false;
             }
             Next::Skip => return false,
@@ -359,9 +482,7 @@ impl ProbeWorker {
             // The pod IP the container started with, when the status has none yet.
             Arc::make_mut(&mut status).pod_ip = Some(pod_ip.into());
         }
-        if let Some(wait) = self.status_wait.take() {
-            ctx.cancel_future(wait);
-        }
+        self.status_wait = None;
         // Not caught: a prober that panics while building its future kills this worker, and
         // the manager restarts it (counted in probelet_worker_restarts_total).
         let probe = self.peers.prober.probe_with_memo(
@@ -373,28 +494,21 @@ impl ProbeWorker {
             self.timeout,
             self.memo.ready_for(self.key.kind.probe_of(&self.container)),
         );
-        let generation = self.generation;
-        let handle = ctx.spawn(AssertUnwindSafe(probe).catch_unwind().into_actor(self).map(
-            move |outcome, act, ctx| {
-                if act.generation != generation {
-                    // Started under a handler or timeout that has been replaced since (upstream
-                    // `IsResultCurrent`): the attempt that is in flight now is not this one.
-                    tracing::debug!(pod_uid = %act.key.pod_uid, container = %act.key.container_name, probe_kind = %act.key.kind, "Result of a replaced probe configuration discarded");
-                    return;
-                }
-                act.in_flight = None;
-                act.last_completed = Some(Instant::now());
-                let interval = act.interval();
-                // When the probe began, if it first waited for a probe slot.
-                let waited = outcome.as_ref().map_or(Duration::ZERO, |run| run.waited);
-                let began_after_wait = (!waited.is_zero()).then(|| started + waited);
-                act.finish_probe(outcome, started);
-                act.interval_changed(interval, began_after_wait.unwrap_or(started), ctx);
-                act.run_pending(began_after_wait, ctx);
-            },
-        ));
-        self.in_flight = Some(handle);
+        self.in_flight =
+            Some(AssertUnwindSafe(probe).catch_unwind().map(move |outcome| (outcome, started)).boxed());
         true
+    }
+
+    /// A probe started at `started` has finished (or panicked).
+    fn probe_finished(&mut self, outcome: Finished, started: Instant) {
+        self.last_completed = Some(Instant::now());
+        let interval = self.interval();
+        // When the probe began, if it first waited for a probe slot.
+        let waited = outcome.as_ref().map_or(Duration::ZERO, |run| run.waited);
+        let began_after_wait = (!waited.is_zero()).then(|| started + waited);
+        self.finish_probe(outcome, started);
+        self.interval_changed(interval, began_after_wait.unwrap_or(started));
+        self.run_pending(began_after_wait);
     }
 
     /// A manual trigger: probe now and restart the schedule from now (upstream resets the
@@ -403,19 +517,23 @@ impl ProbeWorker {
     /// just started): then the probe runs when the pod's next status is published, and the
     /// schedule restarts from that probe. Without this, a new container's first readiness
     /// probe would always come a full period after it started.
-    fn run_triggered(&mut self, ctx: &mut Context<Self>, wait_for_status: bool) {
+    fn run_triggered(&mut self, wait_for_status: bool) {
         // Marked seen before reading, so a status published meanwhile is not missed.
         let mut view = self.status.clone();
         view.mark_seen();
-        self.schedule_from(Instant::now(), ctx);
-        let probed = self.run_probe(ctx);
+        self.schedule_from(Instant::now());
+        let probed = self.run_probe();
         // A trigger is for a container with no readiness result, usually a new one the cached
         // status does not show yet, so the probe just run may have gone to the old container.
         // Past its start interval, the worker would meet the new container only a full period
         // later: look again at the pod's next status, and probe at once if it shows a new one
         // (its start interval then begins).
         let recheck = probed && self.start_interval.is_some() && self.state.readiness_succeeded;
-        if (probed && !recheck) || !wait_for_status || !ctx.state().alive() || self.status_wait.is_some() {
+        if (probed && !recheck)
+            || !wait_for_status
+            || matches!(self.phase, Phase::Done)
+            || self.status_wait.is_some()
+        {
             return;
         }
         let changed = async move {
@@ -424,18 +542,21 @@ impl ProbeWorker {
             }
             Some(view.probe_status())
         };
-        self.status_wait = Some(ctx.spawn(changed.into_actor(self).map(move |status, act, ctx| {
-            act.status_wait = None;
-            let Some(status) = status else { return };
-            if recheck && !act.shows_new_container(status.as_deref()) {
-                return;
-            }
-            if act.in_flight.is_some() {
-                act.trigger_pending = true;
-            } else {
-                act.run_triggered(ctx, false);
-            }
-        })));
+        self.status_wait = Some(Box::new(StatusWait { changed: changed.boxed(), recheck }));
+    }
+
+    /// The pod's next status came (`None`: its view closed) after a trigger that found nothing
+    /// to probe, or probed what may have been the old container (`recheck`).
+    fn status_arrived(&mut self, status: Option<Option<Arc<PodProbeStatus>>>, recheck: bool) {
+        let Some(status) = status else { return };
+        if recheck && !self.shows_new_container(status.as_deref()) {
+            return;
+        }
+        if self.in_flight.is_some() {
+            self.trigger_pending = true;
+        } else {
+            self.run_triggered(false);
+        }
     }
 
     /// Applies a finished probe's outcome. Its duration is measured from the iteration's start
@@ -501,13 +622,13 @@ impl ProbeWorker {
     /// dropped instead: the probe that just ran began after it, so it is that tick's probe, and
     /// probing again at once would only queue another late probe behind the slots the node is
     /// short of. Without a wait every kept tick runs, as upstream's does (docs/prober.md §1.2).
-    fn run_pending(&mut self, began_after_wait: Option<Instant>, ctx: &mut Context<Self>) {
+    fn run_pending(&mut self, began_after_wait: Option<Instant>) {
         if std::mem::take(&mut self.trigger_pending) {
             self.tick_pending = None;
-            self.run_triggered(ctx, true);
+            self.run_triggered(true);
         } else if let Some(due) = self.tick_pending.take() {
             if began_after_wait.is_none_or(|began| due > began) {
-                self.run_probe(ctx);
+                self.run_probe();
             } else {
                 tracing::trace!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Tick due while the probe waited for a slot dropped");
             }
@@ -584,24 +705,39 @@ impl ProbeWorker {
 /// A finished probe: its result, or the panic it raised.
 type Finished = Result<ProbeRun, Box<dyn std::any::Any + Send>>;
 
-impl Actor for ProbeWorker {
-    type Context = Context<Self>;
+/// The worker's task: [`ProbeWorker::turn`] until the worker stops. A panic in the worker
+/// itself (not in a probe, which is caught with the probe) ends the task here with an unclean
+/// exit notice carrying the worker's state, and the manager restarts the worker from it.
+impl Future for ProbeWorker {
+    type Output = ();
 
-    fn started(&mut self, ctx: &mut Self::Context) {
-        if self.begin_when_started {
-            self.begin(ctx);
+    fn poll(self: Pin<&mut Self>, task: &mut TaskContext<'_>) -> Poll<()> {
+        let worker = self.get_mut();
+        if matches!(worker.phase, Phase::Done) {
+            return Poll::Ready(());
+        }
+        match std::panic::catch_unwind(AssertUnwindSafe(|| worker.turn(task))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(())) => {
+                worker.stopped();
+                Poll::Ready(())
+            }
+            Err(panic) => {
+                tracing::error!(pod_uid = %worker.key.pod_uid, container = %worker.key.container_name, probe_kind = %worker.key.kind, panic = %panic_message(panic.as_ref()), "Probe worker panicked");
+                // The worker died, it did not stop: leave the notice unclean so the manager
+                // restarts it, and keep the cached result and metric series for the
+                // replacement, which resumes from this state.
+                worker.exit.state = Some(Box::new(worker.state.clone()));
+                worker.stop();
+                Poll::Ready(())
+            }
         }
     }
+}
 
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        // A panic in a handler drops the actor's context, and actix stops the actor from that
-        // drop, so this runs during the unwinding: the worker died, it did not stop. Leave the
-        // notice unclean so the manager restarts it, and keep the cached result and metric
-        // series for the replacement, which resumes from this state.
-        if std::thread::panicking() {
-            self.exit.state = Some(Box::new(self.state.clone()));
-            return;
-        }
+impl ProbeWorker {
+    /// The worker stopped (told to, or by itself, or its manager gone).
+    fn stopped(&mut self) {
         self.exit.clean = true;
         // The manager removes the cache entry and the series on the notice; with the manager
         // gone (the system is shutting down) nobody else will.
@@ -612,56 +748,27 @@ impl Actor for ProbeWorker {
             metrics::ProbeLabels::new(&self.key, self.container.pod()).forget();
         }
     }
-}
 
-impl Handler<Stop> for ProbeWorker {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
-        if let Some(handle) = self.in_flight.take() {
-            ctx.cancel_future(handle);
-        }
-        ctx.stop();
-    }
-}
-
-impl Handler<PredecessorExited> for ProbeWorker {
-    type Result = ();
-
-    fn handle(&mut self, msg: PredecessorExited, _ctx: &mut Self::Context) {
+    /// See [`WorkerHandle::predecessor_exited`].
+    fn predecessor_exited(&mut self, container_id: ContainerId) {
         match &self.state.container_id {
-            Some(own) if *own == msg.container_id => {}
+            Some(own) if *own == container_id => {}
             // Container IDs are not reused: the entry is stale.
-            Some(_) => self
-                .peers
-                .results
-                .remove
-                .do_send(RemoveResult { kind: self.key.kind, container_id: msg.container_id }),
+            Some(_) => self.peers.results.remove.do_send(RemoveResult { kind: self.key.kind, container_id }),
             // Not seen a container yet: adopt the entry, so that it is kept if the container is
             // still the one running, and removed like any old container's when another appears.
             // A resumed worker skips reseeding the first container it sees because that entry
             // is still there; the adopted entry is that one, so a later container is seeded.
             None => {
-                self.state.container_id = Some(msg.container_id);
+                self.state.container_id = Some(container_id);
                 self.state.resumed = false;
             }
         }
     }
-}
 
-impl Handler<GetState> for ProbeWorker {
-    type Result = MessageResult<GetState>;
-
-    fn handle(&mut self, _msg: GetState, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(self.state.clone())
-    }
-}
-
-impl Handler<Trigger> for ProbeWorker {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Trigger, ctx: &mut Self::Context) {
-        if self.schedule == 0 {
+    /// A manual trigger from the manager.
+    fn trigger(&mut self) {
+        if self.ticks.is_none() {
             // Still in the start-up jitter: the first probe is coming anyway.
             return;
         }
@@ -669,8 +776,32 @@ impl Handler<Trigger> for ProbeWorker {
             self.trigger_pending = true;
             return;
         }
-        self.run_triggered(ctx, true);
+        self.run_triggered(true);
     }
+}
+
+/// Where a worker is in its life.
+enum Phase {
+    /// Not polled yet: begin after this start-up jitter.
+    Starting(Duration),
+    /// Waiting out the jitter (the timer is made at the first poll, on the worker's runtime).
+    Waiting(Pin<Box<Sleep>>),
+    /// The first probe (or the wait for the container's status) has begun.
+    Running,
+    /// Stopped (told to, by itself, or its manager gone): the task ends at its next turn.
+    Done,
+}
+
+/// The probe a worker is running, its panic caught, and when its iteration began.
+type InFlight = BoxFuture<'static, (Finished, Instant)>;
+
+/// A wait for the pod's next status after a manual trigger (see
+/// [`ProbeWorker::run_triggered`]).
+struct StatusWait {
+    /// The pod's next probe status; `None` when its view closed.
+    changed: BoxFuture<'static, Option<Option<Arc<PodProbeStatus>>>>,
+    /// Probe only if that status shows a new container.
+    recheck: bool,
 }
 
 // === helpers ===
@@ -687,8 +818,9 @@ struct ExitNotice {
     state: Option<Box<WorkerState>>,
 }
 
-/// Sends [`WorkerExited`] when the worker is dropped: after `stopped` (clean) or when a panic
-/// unwinding through a handler drops the actor (not clean).
+/// Sends [`WorkerExited`] when the worker is dropped: after it stopped (clean), after a panic
+/// (not clean), or when its runtime shuts down with it still running (not clean: nobody is left
+/// to restart it).
 impl Drop for ProbeWorker {
     fn drop(&mut self) {
         self.peers.manager.do_send(WorkerExited {
@@ -715,14 +847,15 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod size_tests {
-    /// docs/memory.md: every idle worker's actor is inline in its task, which tokio sizes in
-    /// multiples of 128 bytes; at 504 bytes or less the task is 1,024 bytes, one of jemalloc's
-    /// size classes (the next is 1,280). What only a gate or a rare event uses (a lifecycle
-    /// binding, an initial delay waiting for the next container, a dead worker's state for its
-    /// replacement) is boxed, and what every worker shares is behind one pointer.
+    /// docs/memory.md: every idle worker is its task, which holds the worker inline and which
+    /// tokio sizes in multiples of 128 bytes; at 536 bytes or less the task is 640 bytes, one
+    /// of jemalloc's size classes (the next is 768). What only a gate or a rare event uses (a
+    /// lifecycle binding, an initial delay waiting for the next container, a dead worker's
+    /// state for its replacement, a wait for the pod's next status) is boxed, and what every
+    /// worker shares is behind one pointer.
     #[test]
     fn a_worker_stays_small() {
         let size = std::mem::size_of::<super::ProbeWorker>();
-        assert!(size <= 504, "ProbeWorker is {size} bytes");
+        assert!(size <= 536, "ProbeWorker is {size} bytes");
     }
 }
