@@ -671,3 +671,44 @@ async fn the_worker_state_query_shows_result_run_last_result_and_on_hold() {
     h.wait_workers(0).await;
     assert_eq!(h.pipeline.worker_state(key).await.unwrap(), None, "gone with its pod");
 }
+
+// === threads ===
+
+/// docs/architecture.md, "Threads and time": a worker is a task any of the workers' threads
+/// runs, so a thread held up (a probe that blocks it here; a CPU taken from under it on a
+/// node) holds up no worker but the one it runs. With workers fixed to one thread each, as the
+/// arbiters had them, about half of these pods would never probe again while it is held.
+#[actix::test]
+async fn a_worker_thread_held_up_holds_up_no_other_worker() {
+    let prober = support::scripted::ScriptedProber::new();
+    let hold = support::scripted::ThreadHold::new();
+    prober.then("hold", Readiness, [Step::HoldThread(hold.clone())]);
+    let h = Harness::start_threaded(prober, 2);
+    let now = probelet::clock::Clock::now(&probelet::clock::TokioClock::new());
+
+    let blocker = test_pod("blocker").container("hold").with_probe("hold", Readiness, probe(1, 1, 3)).build();
+    h.sync(&blocker, vec![running("hold", "cri://hold", now)]).await;
+    h.prober.until(|calls| calls.iter().any(|c| c.container == "hold")).await;
+
+    let pods: Vec<_> = (0..8)
+        .map(|i| {
+            test_pod(&format!("free-{i}"))
+                .container("app")
+                .with_probe("app", Readiness, probe(1, 1, 3))
+                .build()
+        })
+        .collect();
+    for (i, pod) in pods.iter().enumerate() {
+        h.sync(pod, vec![running("app", &format!("cri://app-{i}"), now)]).await;
+    }
+    let uids: Vec<String> = pods.iter().map(|p| p.metadata.uid.clone().unwrap()).collect();
+    // Two probes each: the first (after the start-up jitter) and the one a period later.
+    let every_pod_probed_twice = |calls: &[support::scripted::Call]| {
+        uids.iter().all(|uid| calls.iter().filter(|c| c.pod_uid == *uid).count() >= 2)
+    };
+    let probed = tokio::time::timeout(secs(20), h.prober.until(every_pod_probed_twice)).await;
+    let held = h.prober.calls_of("hold", Readiness).len();
+    hold.release();
+    assert!(probed.is_ok(), "some workers stopped probing while one thread was held: {:?}", h.prober.calls());
+    assert_eq!(held, 1, "the held worker's probe was still running");
+}

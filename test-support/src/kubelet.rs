@@ -57,6 +57,22 @@ impl Harness {
         Self::start_gated(prober, probelet::FeatureGates::default())
     }
 
+    /// A pipeline on real time whose workers run on `threads` threads of their own, as the
+    /// agent's do.
+    pub fn start_threaded(prober: ScriptedProber, threads: usize) -> Harness {
+        let pods = PodRegistry::new();
+        let recorder = MemoryRecorder::new();
+        let mut config = PipelineConfig::new(
+            Arc::new(LocalCommandRunner::default()),
+            Arc::new(recorder.clone()),
+            Arc::new(pods.clone()),
+        );
+        config.prober = Some(Arc::new(prober.clone()));
+        config.jitter_seed = Some(7);
+        config.worker_threads = threads;
+        Harness { runtime: Default::default(), pipeline: Pipeline::start(config), pods, prober, recorder }
+    }
+
     /// `Harness::start_with` with these feature gates.
     pub fn start_gated(prober: ScriptedProber, feature_gates: probelet::FeatureGates) -> Harness {
         let pods = PodRegistry::new();

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -24,6 +24,33 @@ pub enum Step {
     PanicInFuture,
     /// Panics while building the future, in the worker's own handler.
     PanicInWorker,
+    /// Holds the thread that polls the probe, as a thread that lost its CPU is held, until the
+    /// hold is released; then returns Success.
+    HoldThread(ThreadHold),
+}
+
+/// What [`Step::HoldThread`] waits on: released once, for every holder.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadHold(Arc<(Mutex<bool>, Condvar)>);
+
+impl ThreadHold {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lets every held thread go, now and later.
+    pub fn release(&self) {
+        let (released, wake) = &*self.0;
+        *released.lock().unwrap() = true;
+        wake.notify_all();
+    }
+
+    /// Blocks this thread until released, or a minute at most, so that a failing test ends.
+    fn hold(&self) {
+        let (released, wake) = &*self.0;
+        let guard = released.lock().unwrap();
+        let _ = wake.wait_timeout_while(guard, Duration::from_secs(60), |released| !*released).unwrap();
+    }
 }
 
 /// One recorded call.
@@ -51,6 +78,8 @@ pub struct ScriptedProber {
     calls: Arc<Mutex<Vec<Call>>>,
     /// Set when an in-flight probe future was dropped before it finished.
     pub dropped: Arc<AtomicBool>,
+    /// Counts the calls, for [`ScriptedProber::until`].
+    counted: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl ScriptedProber {
@@ -66,6 +95,12 @@ impl ScriptedProber {
     /// The next calls of (container, kind) do these steps, in order.
     pub fn then(&self, container: &str, kind: ProbeKind, steps: impl IntoIterator<Item = Step>) {
         self.scripts.lock().unwrap().entry((container.into(), kind)).or_default().queued.extend(steps);
+    }
+
+    /// Waits until the call log satisfies `done` (a test's own timeout bounds the wait).
+    pub async fn until(&self, done: impl Fn(&[Call]) -> bool) {
+        let mut count = self.counted.subscribe();
+        let _ = count.wait_for(|_| done(&self.calls.lock().unwrap())).await;
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -131,6 +166,7 @@ impl ProbeRunner for ScriptedProber {
             at: Instant::now(),
             timeout,
         });
+        self.counted.send_modify(|n| *n += 1);
         let step = self.next_step(&container.name, kind);
         if matches!(step, Step::PanicInWorker) {
             panic!("scripted panic in the worker");
@@ -146,6 +182,10 @@ impl ProbeRunner for ScriptedProber {
                     Ok(r)
                 }
                 Step::PanicInFuture => panic!("scripted panic in the probe"),
+                Step::HoldThread(hold) => {
+                    hold.hold();
+                    Ok(ProbeResult::Success)
+                }
                 Step::PanicInWorker => unreachable!(),
             };
             guard.done = true;
