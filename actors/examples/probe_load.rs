@@ -33,8 +33,8 @@
 //! * `--max-in-flight N` sets the engine's bound on probes in flight (0: none, as upstream);
 //!   the pipeline's default otherwise.
 //! * `--floor-per-core` is `--floor` with its tasks on one single-threaded runtime per core,
-//!   split by worker index as the engine splits its workers over its arbiters, instead of one
-//!   work-stealing runtime: what the engine's threading alone costs.
+//!   split by worker index as the engine split its workers over its arbiters until 2026-12-04,
+//!   instead of one work-stealing runtime: what that threading alone cost.
 //! * `--contend PERCENT` runs, for the whole run, a second child process with one busy thread
 //!   pinned to each CPU, runnable PERCENT % of every 50 ms, the CPUs' busy slices staggered: other
 //!   pods' containers on the node. With `--contend-preempt` those threads run at real-time
@@ -984,6 +984,11 @@ fn engine_load(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
 /// How long `--idle` and `--churn` let the engine and the allocator settle before an RSS reading.
 const SETTLE: Duration = Duration::from_secs(2);
 
+/// When `--idle` reads RSS a second time after every worker has probed (`probed_settled`):
+/// long enough for jemalloc to have handed back the pages of the burst of first probes (its
+/// dirty pages decay over ten seconds; the readings of 2026-12-04 had stopped falling by 18 s).
+const SETTLED_AFTER: Duration = Duration::from_secs(25);
+
 /// A wall clock that can be moved ahead: `--idle` ages the prober manager past one period.
 struct AgedClock {
     base: TokioClock,
@@ -1062,6 +1067,12 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
         tokio::time::sleep(SETTLE).await;
         let probed = rss_bytes();
         collector.set_recording(false);
+        // The reading above is taken while the allocator still holds the pages of the burst of
+        // first probes: jemalloc hands them back along its decay curve (ten seconds by
+        // default), behind its background thread's timer. The idle workers' own cost is the
+        // reading once that has run its course.
+        tokio::time::sleep(SETTLED_AFTER - SETTLE).await;
+        let settled = rss_bytes();
         let s = collector.lock();
         let per_worker = |rss: u64| round(rss.saturating_sub(before) as f64 / 1024.0 / args.workers as f64, 2);
         let line = json!({
@@ -1081,12 +1092,15 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
                 "pods": pod_objects / 1024,
                 "fresh": fresh / 1024,
                 "probed": probed / 1024,
+                "probed_settled": settled / 1024,
             },
             "kib_per_worker": {
                 "pods": per_worker(pod_objects),
                 "fresh": per_worker(fresh),
                 "probed": per_worker(probed),
+                "probed_settled": per_worker(settled),
             },
+            "probed_settled_after_s": SETTLED_AFTER.as_secs(),
             "allocator": ALLOCATOR,
             "loadavg": load_average(),
         });
