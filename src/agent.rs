@@ -107,7 +107,7 @@ impl Common {
         }
     }
 
-    /// The engine, with probe workers spread over one arbiter per core.
+    /// The engine, with probe workers on one thread per core, any of which runs any worker.
     /// The manifests folder is the pods' own source: their probe changes are applied in place
     /// under `MutableContainerProbes`, though they carry the static pods' annotations.
     pub fn pipeline(&self, runner: Arc<dyn CommandRunner>) -> Pipeline {

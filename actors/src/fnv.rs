@@ -1,5 +1,5 @@
 //! FNV-1a, the one non-cryptographic hash the project uses wherever it needs a stable value from
-//! bytes: which arbiter a pod's workers run on, the jitter of a pod's back-off, the ID of a
+//! bytes: the jitter of a pod's back-off, the ID of a
 //! readiness-gate container, the UID of a pod from a manifest file. Stable across runs and
 //! builds (unlike `std`'s `DefaultHasher`, whose output may change between Rust releases), and
 //! written here because it is a few lines (the `fnv` crate has no 128-bit variant).

@@ -87,7 +87,7 @@ pub struct PipelineConfig {
 
 impl PipelineConfig {
     /// A config with the kubelet's defaults (and probelet's bound on probes in flight): the real
-    /// prober, any probe host allowed, a clock on tokio time, workers on the caller's arbiter.
+    /// prober, any probe host allowed, a clock on tokio time, workers on the caller's runtime.
     pub fn new(
         runner: Arc<dyn CommandRunner>,
         recorder: Arc<dyn EventRecorder>,

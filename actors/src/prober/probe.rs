@@ -127,7 +127,7 @@ pub fn host_refusal(
 /// The real prober: the four executors behind the kubelet's dispatch rules.
 ///
 /// Its parts sit behind one `Arc`: every probe takes its own handle on the prober, and one
-/// shared count costs less than one per part (the workers on every arbiter share them).
+/// shared count costs less than one per part (every worker shares them).
 #[derive(Clone)]
 pub struct Prober {
     parts: Arc<ProberParts>,

@@ -705,7 +705,7 @@ impl ProbeWorker {
 /// A finished probe: its result, or the panic it raised.
 type Finished = Result<ProbeRun, Box<dyn std::any::Any + Send>>;
 
-/// The worker's task: [`ProbeWorker::turn`] until the worker stops. A panic in the worker
+/// The worker's task: a turn at each wake-up until the worker stops. A panic in the worker
 /// itself (not in a probe, which is caught with the probe) ends the task here with an unclean
 /// exit notice carrying the worker's state, and the manager restarts the worker from it.
 impl Future for ProbeWorker {
