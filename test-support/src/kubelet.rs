@@ -60,21 +60,19 @@ impl Harness {
     /// A pipeline on real time whose workers run on `threads` threads of their own, as the
     /// agent's do.
     pub fn start_threaded(prober: ScriptedProber, threads: usize) -> Harness {
-        let pods = PodRegistry::new();
-        let recorder = MemoryRecorder::new();
-        let mut config = PipelineConfig::new(
-            Arc::new(LocalCommandRunner::default()),
-            Arc::new(recorder.clone()),
-            Arc::new(pods.clone()),
-        );
-        config.prober = Some(Arc::new(prober.clone()));
-        config.jitter_seed = Some(7);
-        config.worker_threads = threads;
-        Harness { runtime: Default::default(), pipeline: Pipeline::start(config), pods, prober, recorder }
+        Self::start_configured(prober, |config| config.worker_threads = threads)
     }
 
     /// `Harness::start_with` with these feature gates.
     pub fn start_gated(prober: ScriptedProber, feature_gates: probelet::FeatureGates) -> Harness {
+        Self::start_configured(prober, |config| {
+            config.clock = Some(Arc::new(TokioClock::starting_at(epoch())));
+            config.feature_gates = feature_gates;
+        })
+    }
+
+    /// A pipeline on `prober` with a fixed jitter seed, and whatever `configure` sets.
+    fn start_configured(prober: ScriptedProber, configure: impl FnOnce(&mut PipelineConfig)) -> Harness {
         let pods = PodRegistry::new();
         let recorder = MemoryRecorder::new();
         let mut config = PipelineConfig::new(
@@ -82,10 +80,9 @@ impl Harness {
             Arc::new(recorder.clone()),
             Arc::new(pods.clone()),
         );
-        config.clock = Some(Arc::new(TokioClock::starting_at(epoch())));
         config.prober = Some(Arc::new(prober.clone()));
         config.jitter_seed = Some(7);
-        config.feature_gates = feature_gates;
+        configure(&mut config);
         Harness { runtime: Default::default(), pipeline: Pipeline::start(config), pods, prober, recorder }
     }
 
