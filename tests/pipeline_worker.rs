@@ -712,3 +712,31 @@ async fn a_worker_thread_held_up_holds_up_no_other_worker() {
     assert!(probed.is_ok(), "some workers stopped probing while one thread was held: {:?}", h.prober.calls());
     assert_eq!(held, 1, "the held worker's probe was still running");
 }
+
+/// A pipeline dropped while its workers probe shuts their runtime down: the workers are
+/// dropped mid-task, and the manager (which a host may keep) takes that as a stop, not a death
+/// to restart from on a runtime that is gone.
+#[actix::test]
+async fn workers_dropped_with_their_pipeline_are_not_restarted() {
+    let h = Harness::start_threaded(support::scripted::ScriptedProber::new(), 2);
+    let now = probelet::clock::Clock::now(&probelet::clock::TokioClock::new());
+    let pod = test_pod("dropped").container("app").with_probe("app", Readiness, probe(1, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://app", now)]).await;
+    h.prober.until(|calls| !calls.is_empty()).await;
+    let manager = h.pipeline.prober_manager.clone();
+    drop(h);
+
+    let gone = async {
+        loop {
+            let workers = manager.send(probelet::prober::manager::GetWorkers).await.unwrap();
+            if workers.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    assert!(
+        tokio::time::timeout(secs(10), gone).await.is_ok(),
+        "the manager kept restarting the dropped worker"
+    );
+}

@@ -819,14 +819,16 @@ struct ExitNotice {
 }
 
 /// Sends [`WorkerExited`] when the worker is dropped: after it stopped (clean), after a panic
-/// (not clean), or when its runtime shuts down with it still running (not clean: nobody is left
-/// to restart it).
+/// (not clean), or with its task still running because the workers' runtime shut down (its
+/// pipeline dropped). That last is a stop, not a death: a worker restarted on a runtime that
+/// is gone would be dropped at once, and the manager would restart it again and again.
 impl Drop for ProbeWorker {
     fn drop(&mut self) {
+        let dropped_running = !matches!(self.phase, Phase::Done);
         self.peers.manager.do_send(WorkerExited {
             key: self.key.clone(),
             worker_id: self.exit.worker_id,
-            clean: self.exit.clean,
+            clean: self.exit.clean || dropped_running,
             // The container whose cache entry the worker owns when it goes.
             container_id: self.state.container_id.take(),
             state: self.exit.state.take().map(|s| *s),
