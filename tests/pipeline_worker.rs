@@ -726,6 +726,8 @@ async fn workers_dropped_with_their_pipeline_are_not_restarted() {
     let manager = h.pipeline.prober_manager.clone();
     drop(h);
 
+    // The workers are dropped on their runtime's own threads, which nothing here can await:
+    // ask the manager until it has forgotten them (at once with the fix; never without it).
     let gone = async {
         loop {
             let workers = manager.send(probelet::prober::manager::GetWorkers).await.unwrap();
