@@ -1,7 +1,8 @@
-//! probelet's engine: the kubelet's prober manager and status manager as actix actors.
+//! probelet's engine: the kubelet's prober manager and status manager as actix actors, with the
+//! probe workers as tasks beside them.
 //!
 //! * [`prober`] — the probe executors (exec, HTTP GET, TCP, gRPC), the dispatcher, the probe
-//!   worker actor and the prober manager (supervisor).
+//!   worker (a task) and the prober manager (supervisor).
 //! * [`results`] — the results cache actor.
 //! * [`status`] — the status manager actor and its pure logic (condition generators, …).
 //! * [`pipeline`] — starts the whole engine for a host and offers its API as methods.
