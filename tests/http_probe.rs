@@ -753,3 +753,89 @@ async fn a_header_name_hyper_cannot_carry_fails_the_probe_as_goes_transport_woul
     })
     .await;
 }
+
+// === how the probe drives its connection ===
+
+/// Notes the wakes a future gives itself while it is being polled: a task woken during its
+/// own poll is scheduled again as soon as the poll ends, and on a multi-thread runtime that
+/// can wake a parked thread to run it.
+struct SelfWakes {
+    polling: std::sync::atomic::AtomicBool,
+    woken: std::sync::atomic::AtomicBool,
+    task: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl std::task::Wake for SelfWakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.polling.load(Ordering::SeqCst) {
+            self.woken.store(true, Ordering::SeqCst);
+        }
+        if let Some(task) = self.task.lock().expect("not poisoned").as_ref() {
+            task.wake_by_ref();
+        }
+    }
+}
+
+/// The request goes into the new connection before the connection is first polled (hyper
+/// lets one request wait in a new connection), so it is written in the poll that finds the
+/// connection made, and handing it over wakes nothing. Polling the connection first and then
+/// waiting for it to say it was ready made the probe wake itself before its request was even
+/// written: one more trip through the scheduler per probe, and on the workers' runtime often a
+/// parked thread woken for it (docs/benchmarks.md, "Handing the request over").
+#[tokio::test]
+async fn the_probe_does_not_wake_itself_before_its_request_is_sent() {
+    bounded(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let received = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let server = tokio::spawn({
+            let received = received.clone();
+            async move {
+                let (mut stream, _) = listener.accept().await.expect("accept");
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await.expect("read");
+                    assert!(n > 0, "the connection closed before the request's head");
+                    head.extend_from_slice(&buf[..n]);
+                }
+                received.store(true, Ordering::SeqCst);
+                let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                stream.write_all(answer).await.expect("write");
+                stream.shutdown().await.expect("shutdown");
+            }
+        });
+
+        let wakes = Arc::new(SelfWakes {
+            polling: false.into(),
+            woken: false.into(),
+            task: std::sync::Mutex::new(None),
+        });
+        let waker = std::task::Waker::from(wakes.clone());
+        let prober = HttpProber::new();
+        let request = request(&get(port, "/"));
+        let mut probe = std::pin::pin!(prober.probe(&request, LONG));
+        let mut woken_before_sent = 0;
+        let probed = std::future::poll_fn(|cx| {
+            *wakes.task.lock().expect("not poisoned") = Some(cx.waker().clone());
+            let sent = received.load(Ordering::SeqCst);
+            wakes.woken.store(false, Ordering::SeqCst);
+            wakes.polling.store(true, Ordering::SeqCst);
+            let polled = probe.as_mut().poll(&mut std::task::Context::from_waker(&waker));
+            wakes.polling.store(false, Ordering::SeqCst);
+            if polled.is_pending() && !sent && wakes.woken.load(Ordering::SeqCst) {
+                woken_before_sent += 1;
+            }
+            polled
+        })
+        .await;
+        server.await.expect("server");
+        assert_eq!(probed, success("ok"));
+        assert_eq!(woken_before_sent, 0, "polls that woke the probe before its request was sent");
+    })
+    .await;
+}

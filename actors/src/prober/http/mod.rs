@@ -27,6 +27,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -336,13 +337,10 @@ where
         // Its errors also reach the pending request or the body, which report them.
         let _ = connection.await;
     });
-    let response = connection
-        .drive(async {
-            sender.ready().await?;
-            sender.send_request(request).await
-        })
-        .await
-        .map_err(|e| hyper_text(&e))?;
+    // Not `sender.ready()` first: a new connection takes its first request before it is
+    // polled (hyper's dispatcher keeps one), and waiting for it to say it is ready would wake
+    // this task once more per probe (docs/benchmarks.md, "Handing the request over").
+    let response = connection.drive(sender.send_request(request)).await.map_err(|e| hyper_text(&e))?;
     Ok(Exchange { response, connection })
 }
 
@@ -379,15 +377,21 @@ impl Connection {
     }
 
     /// Runs `work` (sending the request, reading the body) while driving the connection it needs.
+    /// `work` is polled first: a request it hands over is then written in the same poll, with
+    /// no wake in between, where the connection polled first would already be waiting for it
+    /// and wake the task to go round again. What the connection hands back wakes the task.
     async fn drive<F: Future>(&mut self, work: F) -> F::Output {
         let mut work = std::pin::pin!(work);
         std::future::poll_fn(|cx| {
+            if let Poll::Ready(out) = work.as_mut().poll(cx) {
+                return Poll::Ready(out);
+            }
             if let Some(io) = self.io.as_mut()
                 && io.as_mut().poll(cx).is_ready()
             {
                 self.io = None;
             }
-            work.as_mut().poll(cx)
+            Poll::Pending
         })
         .await
     }
