@@ -754,6 +754,177 @@ async fn a_header_name_hyper_cannot_carry_fails_the_probe_as_goes_transport_woul
     .await;
 }
 
+// === answers read as Go's client reads them ===
+
+/// A server that answers every request with exactly `bytes` (each piece flushed on its own).
+async fn raw_server(pieces: &[&[u8]]) -> HttpServer {
+    let pieces: Vec<Vec<u8>> = pieces.iter().map(|p| p.to_vec()).collect();
+    HttpServer::plain(move |_| Reply::Raw(pieces.clone())).await
+}
+
+/// What the probe makes of `pieces` as the answer.
+async fn probe_answer(pieces: &[&[u8]]) -> (HttpServer, Result<Probed, ProbeError>) {
+    let server = raw_server(pieces).await;
+    let got = probe(&get(server.port(), "/")).await;
+    (server, got)
+}
+
+/// `Get "<url>": <text>` for the server's root.
+fn failed_get(server: &HttpServer, text: &str) -> Result<Probed, ProbeError> {
+    failure(&format!("Get \"{}\": {text}", server.url("/")))
+}
+
+#[tokio::test]
+async fn a_chunked_body_is_decoded() {
+    bounded(async {
+        let (_, got) = probe_answer(&[
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"5\r\nhello\r\n",
+            b"7;ext=1\r\n, world\r\n",
+            b"0\r\nX-Trailer: t\r\n\r\n",
+        ])
+        .await;
+        assert_eq!(got, success("hello, world"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_is_capped_at_ten_kib() {
+    bounded(async {
+        let chunk = format!("1000\r\n{}\r\n", "y".repeat(0x1000));
+        let mut answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..4 {
+            answer.extend_from_slice(chunk.as_bytes());
+        }
+        // No last chunk: the probe stops at the cap and never reads further.
+        let (_, got) = probe_answer(&[&answer]).await;
+        assert_eq!(got, success(&"y".repeat(MAX_RESPONSE_BODY_BYTES)));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_cut_short_is_a_body_read_error() {
+    bounded(async {
+        let (_, got) =
+            probe_answer(&[b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"a\r\nabc"]).await;
+        assert_eq!(got, Err(ProbeError::BodyRead("unexpected EOF".into())));
+        let (_, got) =
+            probe_answer(&[b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"zz\r\nabc"]).await;
+        assert_eq!(got, Err(ProbeError::BodyRead("malformed chunked encoding".into())));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_body_without_length_runs_until_the_server_closes() {
+    bounded(async {
+        let (_, got) = probe_answer(&[b"HTTP/1.1 200 OK\r\n\r\n", b"all of ", b"this"]).await;
+        assert_eq!(got, success("all of this"));
+        // HTTP/1.0 answers' Transfer-Encoding is ignored, as Go ignores it.
+        let (_, got) =
+            probe_answer(&[b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"5\r\nraw"]).await;
+        assert_eq!(got, success("5\r\nraw"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn informational_answers_are_skipped() {
+    bounded(async {
+        let (_, got) = probe_answer(&[
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+        ])
+        .await;
+        assert_eq!(got, success(""));
+        let many = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(6);
+        let (server, got) = probe_answer(&[&many, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]).await;
+        assert_eq!(got, failed_get(&server, "net/http: too many 1xx informational responses"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_malformed_answer_fails_with_gos_text() {
+    bounded(async {
+        let (server, got) = probe_answer(&[b"SSH-2.0-OpenSSH_9.6\r\n"]).await;
+        assert_eq!(
+            got,
+            failed_get(
+                &server,
+                "net/http: HTTP/1.x transport connection broken: malformed HTTP response \"SSH-2.0-OpenSSH_9.6\""
+            )
+        );
+        let (server, got) = probe_answer(&[b"HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n"]).await;
+        assert_eq!(
+            got,
+            failed_get(&server, "net/http: HTTP/1.x transport connection broken: bad Content-Length \"12x\"")
+        );
+        let (server, got) =
+            probe_answer(&[b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"]).await;
+        assert_eq!(
+            got,
+            failed_get(
+                &server,
+                "net/http: HTTP/1.x transport connection broken: http: message cannot contain multiple \
+                 Content-Length headers; got [\"1\" \"2\"]"
+            )
+        );
+        let (server, got) = probe_answer(&[b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"]).await;
+        assert_eq!(
+            got,
+            failed_get(
+                &server,
+                "net/http: HTTP/1.x transport connection broken: unsupported transfer encoding: \"gzip\""
+            )
+        );
+        let (server, got) = probe_answer(&[b"HTTP/1.1 200 OK\r\nContent-Le"]).await;
+        assert_eq!(got, failed_get(&server, "unexpected EOF"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn many_headers_are_read_and_a_huge_head_is_refused() {
+    bounded(async {
+        // More than hyper's 100: Go sets no limit on the count, only on the head's size.
+        let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..300 {
+            head.extend_from_slice(format!("X-H{i}: {i}\r\n").as_bytes());
+        }
+        head.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
+        let (_, got) = probe_answer(&[&head]).await;
+        assert_eq!(got, success("ok"));
+
+        let mut huge = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for _ in 0..64 {
+            huge.extend_from_slice(format!("X-Big: {}\r\n", "v".repeat(8000)).as_bytes());
+        }
+        huge.extend_from_slice(b"\r\n");
+        let (server, got) = probe_answer(&[&huge]).await;
+        assert_eq!(
+            got,
+            failed_get(&server, "net/http: server response headers exceeded 417792 bytes; aborted")
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_answer_split_anywhere_reads_the_same() {
+    bounded(async {
+        let answer: &[u8] = b"HTTP/1.1 302 Found\r\nLocation: http://elsewhere.example/\r\n\
+                              Transfer-Encoding: chunked\r\n\r\n4\r\nmove\r\n0\r\n\r\n";
+        let bytes: Vec<&[u8]> = answer.chunks(1).collect();
+        let (_, got) = probe_answer(&bytes).await;
+        assert_eq!(got, warning("move"));
+    })
+    .await;
+}
+
 // === how the probe drives its connection ===
 
 /// Notes the wakes a future gives itself while it is being polled: a task woken during its

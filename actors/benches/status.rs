@@ -98,7 +98,7 @@ fn bench_http_request(c: &mut Criterion) {
         b.iter(|| HttpProbeRequest::new(black_box(&action), black_box(&container), "10.0.0.7"))
     });
     let Ok(request) = HttpProbeRequest::new(&action, &container, "10.0.0.7") else { return };
-    c.bench_function("HttpProbeRequest::first_request (the built request, copied)", |b| {
+    c.bench_function("HttpProbeRequest::first_request (the kept request head, shared)", |b| {
         b.iter(|| black_box(&request).first_request())
     });
 }

@@ -62,6 +62,8 @@ pub enum Reply {
     Close,
     /// Announce `declared` body bytes, send `body` (fewer), then hang or close.
     Partial { status: u16, declared: usize, body: Vec<u8>, then_hang: bool },
+    /// Exactly these bytes, each piece written and flushed on its own, then close.
+    Raw(Vec<Vec<u8>>),
 }
 
 impl Reply {
@@ -76,6 +78,11 @@ impl Reply {
     /// A redirect with a Location and a small body.
     pub fn redirect(status: u16, location: &str) -> Reply {
         Reply::status(status, format!("see {location}")).with_header("Location", location)
+    }
+
+    /// Exactly `bytes`, then close.
+    pub fn raw(bytes: impl Into<Vec<u8>>) -> Reply {
+        Reply::Raw(vec![bytes.into()])
     }
 
     pub fn with_header(mut self, name: &str, value: &str) -> Reply {
@@ -193,6 +200,14 @@ async fn serve_connection<S>(
             let _ = stream.shutdown().await;
         }
         Reply::Hang => std::future::pending::<()>().await,
+        Reply::Raw(pieces) => {
+            for piece in pieces {
+                let _ = stream.write_all(&piece).await;
+                let _ = stream.flush().await;
+                tokio::task::yield_now().await;
+            }
+            let _ = stream.shutdown().await;
+        }
         Reply::Close => {
             let _ = stream.shutdown().await;
         }

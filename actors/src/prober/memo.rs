@@ -67,7 +67,7 @@ impl Default for ProbeMemo {
 impl ProbeMemo {
     /// The first round trip of the request built for `pod_ip`, built with `build` when the
     /// memo holds none for it (the pod IP changed, or this is the first probe). A build error
-    /// is returned and not kept, and so is a request hyper cannot write (`None`: the probe
+    /// is returned and not kept, and so is a request that cannot be written (`None`: the probe
     /// sends the whole request instead). The copy shares its bytes with the one kept.
     pub(crate) fn http_request(
         &self,

@@ -11,54 +11,6 @@ pub(super) fn transport_error(url: &str, error: &str) -> String {
     format!("Get {}: {error}", go_quote(url))
 }
 
-/// Go-like text for a hyper error before the response head arrived.
-pub(super) fn hyper_text(error: &hyper::Error) -> String {
-    if error.is_incomplete_message() {
-        return "EOF".to_owned();
-    }
-    match io_source(error) {
-        Some(io) => go_io_text(io),
-        None => error_chain(error),
-    }
-}
-
-/// Go-like text for a failed body read: a body shorter than announced is `unexpected EOF`.
-pub(super) fn body_error_text(error: &hyper::Error) -> String {
-    match io_source(error) {
-        Some(io) if io.kind() == io::ErrorKind::UnexpectedEof => "unexpected EOF".to_owned(),
-        _ if error.is_incomplete_message() => "unexpected EOF".to_owned(),
-        Some(io) => go_io_text(io),
-        None => error_chain(error),
-    }
-}
-
-/// The I/O error underneath a hyper error, if any.
-fn io_source(error: &hyper::Error) -> Option<&io::Error> {
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            return Some(io);
-        }
-        source = e.source();
-    }
-    None
-}
-
-/// An error and its sources, `: `-separated (Go's wrapped-error style).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let part = e.to_string();
-        if !text.ends_with(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = e.source();
-    }
-    text
-}
-
 /// A failed TLS handshake; a server answering in plain HTTP gets Go's message for it.
 pub(super) fn tls_error_text(error: &io::Error) -> String {
     let plain_http = error.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()).is_some_and(|e| {

@@ -16,30 +16,30 @@
 //!
 //! The parts, one job each: `request` builds the request (pure), `go_url` is the port of Go's
 //! `net/url` it needs, `errors` writes transport failures in Go's words, `tls` is the
-//! certificate-blind client configuration; this file sends the request and follows redirects.
+//! certificate-blind client configuration, `wire` is one HTTP/1.1 round trip on a connection;
+//! this file dials, sends the request and follows redirects.
 
 mod errors;
 mod go_url;
 mod request;
 mod tls;
+mod wire;
 
 use std::borrow::Cow;
-use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
-use self::errors::{body_error_text, go_io_text, hyper_text, tls_error_text, transport_error};
+use self::errors::{go_io_text, tls_error_text, transport_error};
 use self::go_url::{GoUrl, split_host_port};
 pub(crate) use self::request::FirstRequest;
 pub use self::request::HttpProbeRequest;
@@ -91,12 +91,9 @@ impl Default for HttpProber {
     }
 }
 
-/// One response whose body is still to be read, with its connection, which the reader drives
-/// (dropping the exchange closes the socket).
-struct Exchange {
-    response: http::Response<Incoming>,
-    connection: Connection,
-}
+/// One response whose body is still to be read, on its connection (dropping it closes the
+/// socket).
+type Exchange = wire::Response<Stream>;
 
 impl HttpProber {
     /// An HTTP prober that, as upstream, does not verify the server's certificate.
@@ -107,8 +104,7 @@ impl HttpProber {
     /// Runs the probe (upstream `DoHTTPProbe` with the kubelet's client): connect, redirects,
     /// headers and body all within `timeout`. A transport error or timeout is a failure whose
     /// output is the error text; only a failed body read is an `Err`. Must run inside a Tokio
-    /// runtime. Each connection is driven by the probe itself, not by a task of its own: a spawn
-    /// and an abort per probe cost more than the probe's own work above the kernel's.
+    /// runtime. The probe's own task reads and writes its connection: nothing is spawned.
     pub async fn probe(&self, request: &HttpProbeRequest, timeout: Duration) -> Result<Probed, ProbeError> {
         let start = match request.first() {
             Some(first) => Start::Kept(first),
@@ -132,10 +128,9 @@ impl HttpProber {
             Ok(exchange) => exchange,
             Err(output) => return Ok(Probed::new(ProbeOutcome::Failure, output)),
         };
-        let status = exchange.response.status().as_u16();
-        let Exchange { response, mut connection } = exchange;
-        let body = match timeout_at(deadline, connection.drive(read_body(response.into_body()))).await {
-            Ok(body) => body?,
+        let status = exchange.status;
+        let body = match timeout_at(deadline, exchange.read_body(MAX_RESPONSE_BODY_BYTES)).await {
+            Ok(body) => body.map_err(ProbeError::BodyRead)?,
             Err(_) => return Err(ProbeError::BodyRead(BODY_TIMEOUT.to_owned())),
         };
         let body = String::from_utf8_lossy(&body);
@@ -172,7 +167,7 @@ impl HttpProber {
             Ok(exchange) => exchange,
             Err(error) => return Err(transport_error(&url_text, &error)),
         };
-        let Some(mut location) = redirect_location(&exchange.response) else { return Ok(exchange) };
+        let Some(mut location) = redirect_location(&mut exchange) else { return Ok(exchange) };
         // Built from the same spec, container and pod IP as the first request: it cannot fail.
         let request = whole().map_err(|e| transport_error(&url_text, &e.to_string()))?;
         let original_hostname = request.url.hostname();
@@ -211,7 +206,7 @@ impl HttpProber {
             };
             sent += 1;
             hop = Some(next);
-            match redirect_location(&exchange.response) {
+            match redirect_location(&mut exchange) {
                 Some(next_location) => location = next_location,
                 None => return Ok(exchange),
             }
@@ -248,7 +243,7 @@ impl HttpProber {
             port => port.parse::<u16>().map_err(|_| format!("dial tcp: address {port}: invalid port"))?,
         };
         let wire = match wire {
-            Wire::First(first) => first.request()?,
+            Wire::First(first) => first.request(),
             Wire::Hop(url, headers) => build_request(url, &headers)?,
         };
         let stream = match dial(hostname, port, deadline).await {
@@ -259,7 +254,7 @@ impl HttpProber {
         };
         let handshake_and_send = async {
             match tls {
-                None => exchange(stream, wire).await,
+                None => wire::round_trip(Stream::Plain(stream), &wire).await,
                 // Boxed: inline, the TLS handshake's state would be part of every plain probe's
                 // future too, and a probe's future is held for as long as it is in flight.
                 Some(config) => Box::pin(tls_exchange(config, hostname, stream, wire)).await,
@@ -279,8 +274,8 @@ struct Hop {
     referer: Option<String>,
 }
 
-/// Where a probe's first round trip comes from: the kept first request, or (for a request hyper
-/// cannot write, which then fails as Go's transport fails) the whole request.
+/// Where a probe's first round trip comes from: the kept first request, or (for a request that
+/// cannot be written, which then fails as Go's transport fails) the whole request.
 pub(crate) enum Start<'a> {
     /// The first request a worker kept.
     Kept(&'a FirstRequest),
@@ -295,20 +290,16 @@ enum Wire<'a> {
 }
 
 /// The Location a 301/302/303/307/308 answer redirects to, when it has a non-empty one.
-fn redirect_location(response: &http::Response<Incoming>) -> Option<String> {
-    if !matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
-        return None;
-    }
-    let location = response.headers().get(http::header::LOCATION)?;
-    Some(String::from_utf8_lossy(location.as_bytes()).into_owned()).filter(|l| !l.is_empty())
+fn redirect_location(exchange: &mut Exchange) -> Option<String> {
+    exchange.location.take().filter(|l| !l.is_empty())
 }
 
-/// [`exchange`] over TLS, verification off as upstream's.
+/// [`wire::round_trip`] over TLS, verification off as upstream's.
 async fn tls_exchange(
     config: Arc<ClientConfig>,
     hostname: &str,
-    stream: tokio::net::TcpStream,
-    request: http::Request<Empty<Bytes>>,
+    stream: TcpStream,
+    request: Bytes,
 ) -> Result<Exchange, String> {
     // Host names rustls cannot carry as SNI (`my_host`) go without SNI, as an IP address does.
     let name = match (ServerName::try_from(hostname.to_owned()), stream.peer_addr()) {
@@ -320,80 +311,45 @@ async fn tls_exchange(
         .connect(name, stream)
         .await
         .map_err(|e| tls_error_text(&e))?;
-    exchange(tls_stream, request).await
+    wire::round_trip(Stream::Tls(Box::new(tls_stream)), &request).await
 }
 
-/// Sends `request` over `io` with HTTP/1.1 (header names in canonical case, as Go writes them).
-async fn exchange<T>(io: T, request: http::Request<Empty<Bytes>>) -> Result<Exchange, String>
-where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
-        .title_case_headers(true)
-        .handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| hyper_text(&e))?;
-    let mut connection = Connection::new(async move {
-        // Its errors also reach the pending request or the body, which report them.
-        let _ = connection.await;
-    });
-    // Not `sender.ready()` first: a new connection takes its first request before it is
-    // polled (hyper's dispatcher keeps one), and waiting for it to say it is ready would wake
-    // this task once more per probe (docs/benchmarks.md, "Handing the request over").
-    let response = connection.drive(sender.send_request(request)).await.map_err(|e| hyper_text(&e))?;
-    Ok(Exchange { response, connection })
+/// A probe's connection, plain or TLS. The TLS session is boxed: it is large, and a plain
+/// probe in flight holds this too.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
-/// Reads at most [`MAX_RESPONSE_BODY_BYTES`]; reaching the cap is not an error (upstream
-/// `ReadAtMost` with `ErrLimitReached` treated as non-fatal).
-async fn read_body(mut body: Incoming) -> Result<Vec<u8>, ProbeError> {
-    let mut out = Vec::new();
-    while out.len() < MAX_RESPONSE_BODY_BYTES {
-        match body.frame().await {
-            None => break,
-            Some(Err(e)) => return Err(ProbeError::BodyRead(body_error_text(&e))),
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    let room = MAX_RESPONSE_BODY_BYTES - out.len();
-                    out.extend_from_slice(&data[..data.len().min(room)]);
-                }
-            }
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
-    Ok(out)
 }
 
-/// One hyper connection, polled by whoever waits on its request or body ([`Connection::drive`])
-/// instead of by a task of its own. Dropped with the probe, so a timed-out probe leaves nothing
-/// behind.
-struct Connection {
-    /// `None` once the connection has finished (it must not be polled again).
-    io: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-}
-
-impl Connection {
-    fn new(io: impl Future<Output = ()> + Send + 'static) -> Self {
-        Connection { io: Some(Box::pin(io)) }
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
     }
 
-    /// Runs `work` (sending the request, reading the body) while driving the connection it needs.
-    /// `work` is polled first: a request it hands over is then written in the same poll, with
-    /// no wake in between, where the connection polled first would already be waiting for it
-    /// and wake the task to go round again. What the connection hands back wakes the task.
-    async fn drive<F: Future>(&mut self, work: F) -> F::Output {
-        let mut work = std::pin::pin!(work);
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(out) = work.as_mut().poll(cx) {
-                return Poll::Ready(out);
-            }
-            if let Some(io) = self.io.as_mut()
-                && io.as_mut().poll(cx).is_ready()
-            {
-                self.io = None;
-            }
-            Poll::Pending
-        })
-        .await
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
@@ -405,8 +361,9 @@ mod tests {
     use super::*;
 
     /// A probe in flight holds its whole future: a plain HTTP probe's must not carry the TLS
-    /// handshake's state too (in a release build 4,968 bytes with it, 3,648 without), since a
-    /// burst keeps a thousand of them in flight (docs/memory.md, "The burst of first probes").
+    /// handshake's state too (in a release build 4,968 bytes with it, 3,648 without, and 2,296
+    /// since the exchange is the probe's own rather than hyper's), since a burst keeps a
+    /// thousand of them in flight (docs/memory.md, "The burst of first probes").
     #[test]
     fn a_plain_http_probe_carries_no_tls_state() {
         let action = HTTPGetAction { port: IntOrString::Int(8080), ..Default::default() };
@@ -414,6 +371,6 @@ mod tests {
         let prober = HttpProber::new();
         let in_flight = prober.probe(&request, Duration::from_secs(1));
         let size = std::mem::size_of_val(&in_flight);
-        assert!(size <= 4096, "an HTTP probe's future is {size} bytes");
+        assert!(size <= 3072, "an HTTP probe's future is {size} bytes");
     }
 }

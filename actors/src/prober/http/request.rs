@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
-use http_body_util::Empty;
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction, HTTPHeader};
 
 use super::go_url::GoUrl;
@@ -32,20 +31,17 @@ pub struct HttpProbeRequest {
     pub(super) virtual_host: Option<String>,
     /// The first round trip's target and wire headers, built once: a worker keeps its request
     /// between probes ([`crate::prober::ProbeMemo`]), and every probe sends this.
-    /// `None` when hyper cannot carry a header the spec passed (a name over 64 KiB): then each
+    /// `None` when a header the spec passed cannot be written (a name over 64 KiB): then each
     /// probe builds its request and fails at send time with Go's text, as before it was kept.
     first: Option<FirstRequest>,
 }
 
 /// What a probe needs for a request's first round trip, and nothing more: the URL's scheme,
-/// host and text (to dial, and for error texts), and the request itself as one shared block of
-/// bytes (the request target, then one `Name: value` line per wire header, each line ended by
-/// CRLF), turned into hyper's types for each probe. The request's pieces are slices of the
-/// block, so a probe's copy allocates only its header map (and the name of a header outside
-/// the standard set, which hyper copies). This is what a worker keeps between
-/// its probes ([`crate::prober::ProbeMemo`]): about 300 bytes, where the whole
-/// [`HttpProbeRequest`] is about 900 (docs/memory.md). A redirect needs the rest, and the probe
-/// builds the whole request again for it.
+/// host and text (to dial, and for error texts), and the request itself as the bytes that go
+/// on the wire, in one shared block that each probe writes as it is (a copy is a reference
+/// count). This is what a worker keeps between its probes ([`crate::prober::ProbeMemo`]): about
+/// 300 bytes, where the whole [`HttpProbeRequest`] is about 900 (docs/memory.md). A redirect
+/// needs the rest, and the probe builds the whole request again for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FirstRequest {
     /// The URL's scheme, then its host (`host:port`), then its Go text, back to back; shared,
@@ -54,29 +50,18 @@ pub(crate) struct FirstRequest {
     /// Where the scheme ends and the host ends in `url`.
     scheme_end: u32,
     host_end: u32,
-    block: Bytes,
+    /// The request head as written: request line, headers, blank line.
+    wire: Bytes,
 }
 
 impl FirstRequest {
     fn new(url: &GoUrl, wire: &[(String, String)]) -> Result<Self, String> {
-        // Validated here, once: every later copy parses bytes that parsed before.
-        let built = build_request(url, wire)?;
-        let mut block = Vec::with_capacity(128);
-        block.extend_from_slice(built.uri().to_string().as_bytes());
-        block.extend_from_slice(b"\r\n");
-        for (name, value) in built.headers() {
-            block.extend_from_slice(name.as_str().as_bytes());
-            block.extend_from_slice(b": ");
-            block.extend_from_slice(value.as_bytes());
-            block.extend_from_slice(b"\r\n");
-        }
+        let wire = build_request(url, wire)?;
         let too_long = || "the URL is too long for a probe".to_owned();
         let scheme_end = u32::try_from(url.scheme.len()).map_err(|_| too_long())?;
         let host_end = u32::try_from(url.scheme.len() + url.host.len()).map_err(|_| too_long())?;
         let text = format!("{}{}{url}", url.scheme, url.host);
-        let first = FirstRequest { url: text.into(), scheme_end, host_end, block: Bytes::from(block) };
-        first.request()?;
-        Ok(first)
+        Ok(FirstRequest { url: text.into(), scheme_end, host_end, wire })
     }
 
     /// The URL's scheme, lower-cased.
@@ -94,47 +79,15 @@ impl FirstRequest {
         self.url.get(at(self.host_end)..).unwrap_or_default()
     }
 
-    /// The request, its target and header values sharing this block's bytes. `Err` only if
-    /// the block does not parse, which [`FirstRequest::new`] has ruled out.
-    pub(crate) fn request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
-        let broken = || "the request cannot be written".to_owned();
-        let mut lines = Lines { block: &self.block, at: 0 };
-        let target = lines.next().ok_or_else(broken)?;
-        let mut request = http::Request::new(Empty::new());
-        *request.uri_mut() = http::Uri::from_maybe_shared(target).map_err(|_| broken())?;
-        let map = request.headers_mut();
-        for line in lines {
-            let colon = line.iter().position(|b| *b == b':').ok_or_else(broken)?;
-            let name = HeaderName::from_bytes(&line[..colon]).map_err(|_| broken())?;
-            let value = HeaderValue::from_maybe_shared(line.slice(colon + 2..)).map_err(|_| broken())?;
-            map.append(name, value);
-        }
-        Ok(request)
+    /// The request head as it goes on the wire, sharing the kept bytes.
+    pub(crate) fn request(&self) -> Bytes {
+        self.wire.clone()
     }
 }
 
 /// An offset kept as `u32` (a URL is far shorter), back to an index.
 fn at(offset: u32) -> usize {
     usize::try_from(offset).unwrap_or(usize::MAX)
-}
-
-/// The CRLF-ended lines of a [`FirstRequest`] block, as slices of it.
-struct Lines<'a> {
-    block: &'a Bytes,
-    at: usize,
-}
-
-impl Iterator for Lines<'_> {
-    type Item = Bytes;
-
-    fn next(&mut self) -> Option<Bytes> {
-        let rest = self.block.get(self.at..)?;
-        // Header values cannot hold a CR (checked when the request was built).
-        let end = rest.iter().position(|b| *b == b'\r')?;
-        let line = self.block.slice(self.at..self.at + end);
-        self.at += end + 2;
-        Some(line)
-    }
 }
 
 impl HttpProbeRequest {
@@ -180,19 +133,19 @@ impl HttpProbeRequest {
         self.virtual_host.as_deref().unwrap_or(&self.url.host)
     }
 
-    /// The request the first round trip writes (before any redirect): target, and the wire
-    /// headers in Go's order: what [`super::HttpProber::probe`] sends first. Built once with
-    /// the request and copied for each probe; public for benchmarks and hosts that want to see
-    /// it. `Err` carries Go's text for a header hyper cannot write.
-    pub fn first_request(&self) -> Result<http::Request<Empty<Bytes>>, String> {
+    /// The request head the first round trip writes (before any redirect): request line, and
+    /// the wire headers in Go's order: what [`super::HttpProber::probe`] sends first, byte for
+    /// byte. Built once with the request and shared by each probe; public for benchmarks and
+    /// hosts that want to see it. `Err` carries Go's text for a header that cannot be written.
+    pub fn first_request(&self) -> Result<Bytes, String> {
         match &self.first {
-            Some(first) => first.request(),
+            Some(first) => Ok(first.request()),
             None => build_request(&self.url, &wire_headers(&self.headers, self.host_header(), None)),
         }
     }
 
     /// What a probe needs for the first round trip (what a worker keeps between its probes).
-    /// `None` for a request hyper cannot write (see the field).
+    /// `None` for a request that cannot be written (see the field).
     pub(crate) fn first(&self) -> Option<&FirstRequest> {
         self.first.as_ref()
     }
@@ -383,22 +336,38 @@ pub(super) fn referer_for(last: &GoUrl, next: &GoUrl, supplied: Option<&str>) ->
     }
 }
 
-/// The hyper request for one round trip: GET, origin-form target, the wire headers in order.
-pub(super) fn build_request(
-    url: &GoUrl,
-    headers: &[(String, String)],
-) -> Result<http::Request<Empty<Bytes>>, String> {
-    let mut request = http::Request::new(Empty::new());
-    *request.uri_mut() = request_target(url)?;
-    let map = request.headers_mut();
+/// The request head for one round trip: `GET`, the origin-form target, the wire headers in
+/// order with names in canonical case (as Go writes them), then the blank line. The `http`
+/// crate's types check each piece first: a target over 65,534 bytes or a header name over
+/// 64 KiB is refused with Go's text for an invalid header, before anything is sent.
+pub(super) fn build_request(url: &GoUrl, headers: &[(String, String)]) -> Result<Bytes, String> {
+    let target = request_target(url)?;
+    let mut wire = Vec::with_capacity(128);
+    wire.extend_from_slice(b"GET ");
+    wire.extend_from_slice(target.to_string().as_bytes());
+    wire.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| format!("net/http: invalid header field name {}", go_quote(name)))?;
         let value = HeaderValue::from_bytes(value.as_bytes())
             .map_err(|_| format!("net/http: invalid header field value for {}", go_quote(name.as_str())))?;
-        map.append(name, value);
+        title_case(&mut wire, name.as_str().as_bytes());
+        wire.extend_from_slice(b": ");
+        wire.extend_from_slice(value.as_bytes());
+        wire.extend_from_slice(b"\r\n");
     }
-    Ok(request)
+    wire.extend_from_slice(b"\r\n");
+    Ok(Bytes::from(wire))
+}
+
+/// A lower-case header name in canonical case: the first letter and each one after a hyphen
+/// upper-cased (`x-custom-id` → `X-Custom-Id`), what Go's canonical keys look like on the wire.
+fn title_case(wire: &mut Vec<u8>, name: &[u8]) {
+    let mut upper = true;
+    for &b in name {
+        wire.push(if upper { b.to_ascii_uppercase() } else { b });
+        upper = b == b'-';
+    }
 }
 
 #[cfg(test)]
@@ -786,14 +755,19 @@ mod tests {
             let built = build_request(&request.url, &wire);
             prop_assert!(built.is_ok(), "{:?}", wire);
             let built = built.expect("checked");
-            // The kept first request is the one built from the spec, piece by piece.
+            // The kept first request is the one built from the spec, byte for byte, and it
+            // reads back as the request line and wire headers it was built from.
             let first = request.first().expect("kept");
-            let kept = first.request().expect("kept request parses");
-            prop_assert_eq!(kept.uri(), built.uri());
-            prop_assert_eq!(kept.headers(), built.headers());
-            let kept_order: Vec<_> = kept.headers().iter().collect();
-            let built_order: Vec<_> = built.headers().iter().collect();
-            prop_assert_eq!(kept_order, built_order);
+            prop_assert_eq!(&first.request(), &built);
+            let mut parsed_headers = vec![httparse::EMPTY_HEADER; wire.len() + 1];
+            let mut parsed = httparse::Request::new(&mut parsed_headers);
+            let complete = parsed.parse(&built);
+            prop_assert_eq!(complete, Ok(httparse::Status::Complete(built.len())));
+            let target = target.to_string();
+            prop_assert_eq!((parsed.method, parsed.path), (Some("GET"), Some(target.as_str())));
+            let sent: Vec<(String, &[u8])> = parsed.headers.iter().map(|h| (h.name.to_ascii_lowercase(), h.value)).collect();
+            let meant: Vec<(String, &[u8])> = wire.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.as_bytes())).collect();
+            prop_assert_eq!(sent, meant);
             let url = request.url();
             prop_assert_eq!((first.scheme(), first.host(), first.url()), (reparsed.scheme.as_str(), reparsed.host.as_str(), url.as_str()));
         }

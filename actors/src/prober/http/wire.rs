@@ -1,0 +1,474 @@
+//! One HTTP/1.1 round trip on a connection of its own: write the request's bytes, read the
+//! answer's head, then at most [`super::MAX_RESPONSE_BODY_BYTES`] of its body; dropping the
+//! [`Response`] closes the connection. This is all a probe asks of HTTP (one GET, `Connection:
+//! close`, no request body, no keep-alive), and the framing rules are Go's `net/http`
+//! (`transfer.go`, `ReadResponse`), which is what the kubelet's probes get.
+//!
+//! Written by hand, with `httparse` for the head, rather than with hyper's client connection:
+//! hyper gives every connection two 8 KiB buffers (one for the request head, one to read
+//! into) and its dispatch channel's first block, about 24 KiB for a request of about 150 bytes
+//! and an answer usually smaller. A burst of first probes keeps up to a thousand connections
+//! in flight at once, and the allocator keeps those pages for seconds after (docs/memory.md,
+//! "The burst of first probes"). Here a connection holds one buffer that starts at
+//! [`FIRST_READ`] bytes and grows only for a larger answer, and nothing is spawned or sent
+//! over a channel: the probe's own task reads and writes.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::errors::go_io_text;
+use crate::gofmt::go_quote;
+
+/// The first read's buffer. A probe's answer (status line, a few headers, a short body)
+/// usually fits; a larger one doubles it.
+const FIRST_READ: usize = 1024;
+
+/// The largest response head read: hyper's default limit, which HTTP probes had before this
+/// module (docs/http-probe.md, "Response head limits"). Go allows 10 MiB, but a thousand probes
+/// in flight at 10 MiB each is more memory than a node should give to hostile answers.
+pub(super) const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
+
+/// Informational (1xx) answers skipped before the final one; Go's transport gives up after 5.
+const MAX_INFORMATIONAL: usize = 5;
+
+/// The longest chunk-size line (with extensions) read before the encoding is called malformed.
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// Go's prefix for a head it cannot parse.
+const BROKEN: &str = "net/http: HTTP/1.x transport connection broken: ";
+
+/// The answer's head as the probe needs it, with the connection positioned at its body.
+pub(super) struct Response<T> {
+    /// The status code.
+    pub(super) status: u16,
+    /// The first `Location` value, kept only for a redirect status (301, 302, 303, 307, 308).
+    pub(super) location: Option<String>,
+    framing: Framing,
+    conn: Conn<T>,
+}
+
+/// How the body is delimited (Go's `transferReader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// 1xx, 204 and 304 answers carry none.
+    Empty,
+    /// `Content-Length`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked` (which wins over a `Content-Length`).
+    Chunked,
+    /// Neither: the body runs until the server closes the connection.
+    UntilClose,
+}
+
+/// The connection and what has been read from it but not yet used (`buf[at..]`).
+struct Conn<T> {
+    io: T,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+/// Writes `request` (a whole request head) on `io` and reads the answer's head. Errors are
+/// Go-like texts, without the `Get "<url>": ` that the caller adds.
+pub(super) async fn round_trip<T>(mut io: T, request: &[u8]) -> Result<Response<T>, String>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    io.write_all(request).await.map_err(|e| go_io_text(&e))?;
+    // A TLS stream holds what it was given until flushed; a TCP stream's flush does nothing.
+    io.flush().await.map_err(|e| go_io_text(&e))?;
+    let mut conn = Conn { io, buf: Vec::new(), at: 0 };
+    let mut informational = 0;
+    loop {
+        let head = conn.read_head().await?;
+        // Go skips informational answers, except 101 (Switching Protocols), which is final.
+        if (100..200).contains(&head.status) && head.status != 101 {
+            informational += 1;
+            if informational > MAX_INFORMATIONAL {
+                return Err("net/http: too many 1xx informational responses".to_owned());
+            }
+            continue;
+        }
+        return Ok(Response { status: head.status, location: head.location, framing: head.framing, conn });
+    }
+}
+
+impl<T: AsyncRead + Unpin> Response<T> {
+    /// Reads the body up to `cap` bytes, and no further: what lies beyond the cap is never
+    /// read (upstream `ReadAtMost`, whose limit is not an error). A body cut short before the
+    /// cap is `unexpected EOF`, as Go reads it.
+    pub(super) async fn read_body(mut self, cap: usize) -> Result<Vec<u8>, String> {
+        match self.framing {
+            Framing::Empty => Ok(Vec::new()),
+            Framing::Length(length) => {
+                let want = usize::try_from(length).unwrap_or(usize::MAX).min(cap);
+                while self.conn.unread().len() < want {
+                    if self.conn.fill().await? == 0 {
+                        return Err("unexpected EOF".to_owned());
+                    }
+                }
+                Ok(self.conn.unread()[..want].to_vec())
+            }
+            Framing::UntilClose => {
+                while self.conn.unread().len() < cap {
+                    if self.conn.fill().await? == 0 {
+                        break;
+                    }
+                }
+                let unread = self.conn.unread();
+                Ok(unread[..unread.len().min(cap)].to_vec())
+            }
+            Framing::Chunked => self.conn.read_chunked(cap).await,
+        }
+    }
+}
+
+/// A parsed response head.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    /// Its length in bytes, the blank line included.
+    len: usize,
+    status: u16,
+    location: Option<String>,
+    framing: Framing,
+}
+
+impl<T: AsyncRead + Unpin> Conn<T> {
+    /// The bytes read and not yet used.
+    fn unread(&self) -> &[u8] {
+        self.buf.get(self.at..).unwrap_or_default()
+    }
+
+    /// Reads more from the connection, after what is unread. `Ok(0)` at the end of the stream.
+    async fn fill(&mut self) -> Result<usize, String> {
+        if self.at > 0 {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
+        if self.buf.len() == self.buf.capacity() {
+            self.buf.reserve(self.buf.capacity().max(FIRST_READ));
+        }
+        self.io.read_buf(&mut self.buf).await.map_err(|e| go_io_text(&e))
+    }
+
+    /// Reads until a whole head has arrived, and consumes it.
+    async fn read_head(&mut self) -> Result<Head, String> {
+        let too_large =
+            || format!("net/http: server response headers exceeded {MAX_HEAD_BYTES} bytes; aborted");
+        // The head is parsed only when its status line has just arrived (to refuse a
+        // malformed one at once, as Go does) and when an empty line arrives (it may be
+        // complete), not after every read: a head sent a byte at a time is not parsed once
+        // per byte. `scanned` counts the unread bytes already looked at.
+        let mut scanned: usize = 0;
+        let mut status_line = false;
+        loop {
+            let unread = self.unread();
+            let fresh = &unread[scanned.saturating_sub(2)..];
+            let ended = fresh.windows(2).any(|w| w == b"\n\n") || fresh.windows(3).any(|w| w == b"\n\r\n");
+            let status_line_arrived = !status_line && unread[scanned..].contains(&b'\n');
+            status_line |= status_line_arrived;
+            scanned = unread.len();
+            if (ended || status_line_arrived)
+                && let Some(head) = parse_head(unread)?
+            {
+                if head.len > MAX_HEAD_BYTES {
+                    return Err(too_large());
+                }
+                self.at += head.len;
+                return Ok(head);
+            }
+            if scanned >= MAX_HEAD_BYTES {
+                return Err(too_large());
+            }
+            let had = self.unread().len();
+            if self.fill().await? == 0 {
+                // Nothing at all is Go's `EOF`; a head cut short is `unexpected EOF`.
+                return Err(if had == 0 { "EOF" } else { "unexpected EOF" }.to_owned());
+            }
+        }
+    }
+
+    /// A chunked body up to `cap` decoded bytes (Go's `chunkedReader`; trailers are not read).
+    async fn read_chunked(&mut self, cap: usize) -> Result<Vec<u8>, String> {
+        let mut body = Vec::new();
+        loop {
+            let size = loop {
+                match httparse::parse_chunk_size(self.unread()) {
+                    Ok(httparse::Status::Complete((line, size))) => {
+                        self.at += line;
+                        break size;
+                    }
+                    Ok(httparse::Status::Partial) if self.unread().len() < MAX_CHUNK_LINE => {
+                        if self.fill().await? == 0 {
+                            return Err("unexpected EOF".to_owned());
+                        }
+                    }
+                    _ => return Err("malformed chunked encoding".to_owned()),
+                }
+            };
+            if size == 0 {
+                return Ok(body);
+            }
+            let mut left = usize::try_from(size).unwrap_or(usize::MAX);
+            while left > 0 {
+                if body.len() >= cap {
+                    return Ok(body);
+                }
+                if self.unread().is_empty() && self.fill().await? == 0 {
+                    return Err("unexpected EOF".to_owned());
+                }
+                let take = self.unread().len().min(left).min(cap - body.len());
+                body.extend_from_slice(&self.unread()[..take]);
+                self.at += take;
+                left -= take;
+            }
+            if body.len() >= cap {
+                return Ok(body);
+            }
+            while self.unread().len() < 2 {
+                if self.fill().await? == 0 {
+                    return Err("unexpected EOF".to_owned());
+                }
+            }
+            if &self.unread()[..2] != b"\r\n" {
+                return Err("malformed chunked encoding".to_owned());
+            }
+            self.at += 2;
+        }
+    }
+}
+
+/// Parses a response head from the start of `bytes`: `Ok(None)` while it is incomplete.
+/// Synchronous, so that the header array lives on the stack and not in the probe's future.
+fn parse_head(bytes: &[u8]) -> Result<Option<Head>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let parsed = match parse_head_with(bytes, &mut headers) {
+        // Go has no limit on the number of headers, only on the head's size: a header line
+        // takes at least three bytes (`a:` and LF).
+        Err(httparse::Error::TooManyHeaders) => {
+            let mut headers = vec![httparse::EMPTY_HEADER; bytes.len() / 3 + 1];
+            parse_head_with(bytes, &mut headers)
+        }
+        parsed => parsed,
+    };
+    match parsed {
+        Ok(Some(head)) => head.map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => Err(malformed(bytes, e)),
+    }
+}
+
+/// [`parse_head`] with room for `headers.len()` headers. The inner `Err` is a head that
+/// parses but whose body framing Go rejects.
+fn parse_head_with<'b>(
+    bytes: &'b [u8],
+    headers: &mut [httparse::Header<'b>],
+) -> Result<Option<Result<Head, String>>, httparse::Error> {
+    let mut response = httparse::Response::new(headers);
+    let httparse::Status::Complete(len) = response.parse(bytes)? else { return Ok(None) };
+    let status = response.code.unwrap_or_default();
+    let http_1_1 = response.version == Some(1);
+    let headers = &*response.headers;
+    let location = match status {
+        301 | 302 | 303 | 307 | 308 => headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("Location"))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned()),
+        _ => None,
+    };
+    Ok(Some(framing(status, http_1_1, headers).map(|framing| Head { len, status, location, framing })))
+}
+
+/// Go's rules for a response body (`transfer.go`): none for 1xx, 204 and 304; chunked when an
+/// HTTP/1.1 answer's one `Transfer-Encoding` says so (any other is an error; HTTP/1.0's is
+/// ignored); else `Content-Length`, whose values must agree; else until the connection closes.
+fn framing(status: u16, http_1_1: bool, headers: &[httparse::Header<'_>]) -> Result<Framing, String> {
+    if (100..200).contains(&status) || status == 204 || status == 304 {
+        return Ok(Framing::Empty);
+    }
+    let values = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value))
+    };
+    let codings: Vec<_> = values("Transfer-Encoding").collect();
+    if http_1_1 && !codings.is_empty() {
+        return match codings.as_slice() {
+            [one] if one.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
+            [one] => Err(format!("{BROKEN}unsupported transfer encoding: {}", go_quote(one))),
+            many => {
+                let quoted: Vec<_> = many.iter().map(|v| go_quote(v)).collect();
+                Err(format!("{BROKEN}too many transfer encodings: [{}]", quoted.join(" ")))
+            }
+        };
+    }
+    let lengths: Vec<_> = values("Content-Length").collect();
+    let Some(first) = lengths.first() else { return Ok(Framing::UntilClose) };
+    let first = first.trim_matches([' ', '\t']);
+    if lengths.iter().any(|l| l.trim_matches([' ', '\t']) != first) {
+        let quoted: Vec<_> = lengths.iter().map(|v| go_quote(v)).collect();
+        return Err(format!(
+            "{BROKEN}http: message cannot contain multiple Content-Length headers; got [{}]",
+            quoted.join(" ")
+        ));
+    }
+    if first.is_empty() {
+        return Ok(Framing::UntilClose);
+    }
+    // Go's `parseContentLength`: decimal digits only, no sign.
+    match first.parse::<u64>() {
+        Ok(length) if first.bytes().all(|b| b.is_ascii_digit()) => Ok(Framing::Length(length)),
+        _ => Err(format!("{BROKEN}bad Content-Length {}", go_quote(first))),
+    }
+}
+
+/// Go-like text for a head httparse rejects.
+fn malformed(bytes: &[u8], error: httparse::Error) -> String {
+    let line_end = bytes.iter().position(|b| *b == b'\n').unwrap_or(bytes.len());
+    let first = String::from_utf8_lossy(&bytes[..line_end]);
+    let first = first.strip_suffix('\r').unwrap_or(&first);
+    match error {
+        httparse::Error::Version | httparse::Error::Status | httparse::Error::Token => {
+            format!("{BROKEN}malformed HTTP response {}", go_quote(first))
+        }
+        other => format!("{BROKEN}malformed MIME header: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::io::ReadBuf;
+
+    use super::*;
+
+    /// A connection whose answer arrives `step` bytes per read, and which keeps what it is sent.
+    struct Scripted {
+        answer: Vec<u8>,
+        at: usize,
+        step: usize,
+        sent: Vec<u8>,
+    }
+
+    impl Scripted {
+        fn new(answer: &[u8], step: usize) -> Self {
+            Scripted { answer: answer.to_vec(), at: 0, step, sent: Vec::new() }
+        }
+    }
+
+    impl AsyncRead for Scripted {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            let n = this.step.min(this.answer.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.answer[this.at..this.at + n]);
+            this.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for Scripted {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.get_mut().sent.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    async fn answer(bytes: &[u8], step: usize) -> Result<(u16, Option<String>, Vec<u8>), String> {
+        let response = round_trip(Scripted::new(bytes, step), b"GET / HTTP/1.1\r\n\r\n").await?;
+        let (status, location) = (response.status, response.location.clone());
+        Ok((status, location, response.read_body(10 * 1024).await?))
+    }
+
+    /// What a probe in flight holds for its connection: one buffer of [`FIRST_READ`] bytes for
+    /// an answer that fits, where hyper's connection held two of 8 KiB and a channel block
+    /// (docs/memory.md, "The burst of first probes").
+    #[tokio::test]
+    async fn a_small_answer_is_read_into_one_small_buffer() {
+        let io = Scripted::new(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", 4096);
+        let response = round_trip(io, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n").await.expect("an answer");
+        assert_eq!(response.conn.io.sent, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!((response.status, response.framing), (200, Framing::Length(2)));
+        assert_eq!(response.conn.buf.capacity(), FIRST_READ);
+        let held = std::mem::size_of_val(&response) - std::mem::size_of::<Scripted>();
+        assert!(held <= 128, "a response holds {held} bytes beside its connection");
+    }
+
+    /// An answer that arrives a byte at a time reads as the same answer arriving at once.
+    #[tokio::test]
+    async fn an_answer_reads_the_same_however_it_is_split() {
+        let answers: [&[u8]; 4] = [
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 301 Moved\r\nlocation: /next\r\nContent-Length: 4\r\n\r\nmove",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            b"HTTP/1.0 200 OK\n\nuntil close",
+            b"HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n",
+        ];
+        let wanted = [
+            (301, Some("/next".to_owned()), b"move".to_vec()),
+            (200, None, b"abcde".to_vec()),
+            (200, None, b"until close".to_vec()),
+            (204, None, Vec::new()),
+        ];
+        for (bytes, want) in answers.iter().zip(wanted) {
+            for step in [1, 2, 3, 7, 4096] {
+                assert_eq!(answer(bytes, step).await, Ok(want.clone()), "{step} bytes per read");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cut_answer_is_eof_or_unexpected_eof() {
+        assert_eq!(answer(b"", 1).await, Err("EOF".to_owned()));
+        assert_eq!(answer(b"HTTP/1.1 200 OK\r\n", 1).await, Err("unexpected EOF".to_owned()));
+        assert_eq!(
+            answer(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", 1).await,
+            Err("unexpected EOF".to_owned())
+        );
+    }
+
+    /// A malformed status line is refused when it arrives, not when the head would end: a
+    /// server speaking another protocol is reported at once, as Go's client reports it.
+    #[tokio::test]
+    async fn a_malformed_status_line_is_refused_before_the_head_ends() {
+        let got = answer(b"SSH-2.0-OpenSSH_9.6\r\nmore of the banner", 1).await;
+        assert_eq!(got, Err(format!("{BROKEN}malformed HTTP response \"SSH-2.0-OpenSSH_9.6\"")),);
+    }
+
+    #[test]
+    fn framing_follows_go() {
+        let head = |text: &str| parse_head(text.as_bytes()).map(|h| h.map(|h| h.framing));
+        assert_eq!(head("HTTP/1.1 200 OK\r\n\r\n"), Ok(Some(Framing::UntilClose)));
+        assert_eq!(head("HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n"), Ok(Some(Framing::UntilClose)));
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n"),
+            Ok(Some(Framing::Length(7)))
+        );
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Ok(Some(Framing::Chunked))
+        );
+        assert_eq!(head("HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\n\r\n"), Ok(Some(Framing::Empty)));
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nContent-Length: +7\r\n\r\n"),
+            Err(format!("{BROKEN}bad Content-Length \"+7\""))
+        );
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Err(format!("{BROKEN}too many transfer encodings: [\"chunked\" \"chunked\"]"))
+        );
+        assert_eq!(head("HTTP/1.1 200 OK\r\nContent-Len"), Ok(None));
+    }
+}
