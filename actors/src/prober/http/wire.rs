@@ -27,11 +27,17 @@ const FIRST_READ: usize = 1024;
 /// in flight at 10 MiB each is more memory than a node should give to hostile answers.
 pub(super) const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
 
-/// Informational (1xx) answers skipped before the final one; Go's transport gives up after 5.
-const MAX_INFORMATIONAL: usize = 5;
+/// The most headers one head may have. Go sets no count, only the size limit; 1,024 keeps the
+/// parser's table for a hostile head of tiny lines at 32 KiB, where the size limit alone would
+/// let it reach 4 MiB (hyper allowed 100).
+const MAX_HEADERS: usize = 1024;
 
-/// The longest chunk-size line (with extensions) read before the encoding is called malformed.
+/// Go's `maxLineLength` for a chunk-size line (with its extension).
 const MAX_CHUNK_LINE: usize = 4096;
+
+/// The most trailer bytes after a chunked body that are looked through for their end (Go
+/// peeks its reader's buffer, 4 KiB, for it).
+const MAX_TRAILER: usize = 4096;
 
 /// Go's prefix for a head it cannot parse.
 const BROKEN: &str = "net/http: HTTP/1.x transport connection broken: ";
@@ -76,15 +82,14 @@ where
     // A TLS stream holds what it was given until flushed; a TCP stream's flush does nothing.
     io.flush().await.map_err(|e| go_io_text(&e))?;
     let mut conn = Conn { io, buf: Vec::new(), at: 0 };
-    let mut informational = 0;
+    // Informational heads count against the head limit together with the final one (Go
+    // since 1.24; before, it gave up after five of them).
+    let mut budget = MAX_HEAD_BYTES;
     loop {
-        let head = conn.read_head().await?;
+        let head = conn.read_head(budget).await?;
         // Go skips informational answers, except 101 (Switching Protocols), which is final.
         if (100..200).contains(&head.status) && head.status != 101 {
-            informational += 1;
-            if informational > MAX_INFORMATIONAL {
-                return Err("net/http: too many 1xx informational responses".to_owned());
-            }
+            budget -= head.len;
             continue;
         }
         return Ok(Response { status: head.status, location: head.location, framing: head.framing, conn });
@@ -149,8 +154,8 @@ impl<T: AsyncRead + Unpin> Conn<T> {
         self.io.read_buf(&mut self.buf).await.map_err(|e| go_io_text(&e))
     }
 
-    /// Reads until a whole head has arrived, and consumes it.
-    async fn read_head(&mut self) -> Result<Head, String> {
+    /// Reads until a whole head of at most `limit` bytes has arrived, and consumes it.
+    async fn read_head(&mut self, limit: usize) -> Result<Head, String> {
         let too_large =
             || format!("net/http: server response headers exceeded {MAX_HEAD_BYTES} bytes; aborted");
         // The head is parsed only when its status line has just arrived (to refuse a
@@ -169,13 +174,13 @@ impl<T: AsyncRead + Unpin> Conn<T> {
             if (ended || status_line_arrived)
                 && let Some(head) = parse_head(unread)?
             {
-                if head.len > MAX_HEAD_BYTES {
+                if head.len > limit {
                     return Err(too_large());
                 }
                 self.at += head.len;
                 return Ok(head);
             }
-            if scanned >= MAX_HEAD_BYTES {
+            if scanned >= limit {
                 return Err(too_large());
             }
             let had = self.unread().len();
@@ -186,25 +191,41 @@ impl<T: AsyncRead + Unpin> Conn<T> {
         }
     }
 
-    /// A chunked body up to `cap` decoded bytes (Go's `chunkedReader`; trailers are not read).
+    /// Waits until a whole line (up to its LF) is unread, and gives its length with the LF.
+    /// `Err(too_long)` once `max` bytes have no LF; `Err(eof)` if the stream ends first.
+    async fn line(&mut self, max: usize, eof: &str, too_long: &str) -> Result<usize, String> {
+        let mut scanned = 0;
+        loop {
+            if let Some(lf) = self.unread()[scanned..].iter().position(|b| *b == b'\n') {
+                return Ok(scanned + lf + 1);
+            }
+            scanned = self.unread().len();
+            if scanned >= max {
+                return Err(too_long.to_owned());
+            }
+            if self.fill().await? == 0 {
+                return Err(eof.to_owned());
+            }
+        }
+    }
+
+    /// A chunked body up to `cap` decoded bytes (Go's `chunkedReader`, then its trailer check
+    /// once the last chunk has come before the cap).
     async fn read_chunked(&mut self, cap: usize) -> Result<Vec<u8>, String> {
         let mut body = Vec::new();
+        // Go's guard against chunk lines and extensions that carry next to no data: 16 bytes
+        // of overhead a chunk are free, and twice the chunk's data.
+        let mut excess: u64 = 0;
         loop {
-            let size = loop {
-                match httparse::parse_chunk_size(self.unread()) {
-                    Ok(httparse::Status::Complete((line, size))) => {
-                        self.at += line;
-                        break size;
-                    }
-                    Ok(httparse::Status::Partial) if self.unread().len() < MAX_CHUNK_LINE => {
-                        if self.fill().await? == 0 {
-                            return Err("unexpected EOF".to_owned());
-                        }
-                    }
-                    _ => return Err("malformed chunked encoding".to_owned()),
-                }
-            };
+            let len = self.line(MAX_CHUNK_LINE + 2, "unexpected EOF", "header line too long").await?;
+            let size = chunk_size(&self.unread()[..len]).map_err(str::to_owned)?;
+            self.at += len;
+            excess = (excess + len as u64).saturating_sub(16 + size.saturating_mul(2));
+            if excess > 16 * 1024 {
+                return Err("chunked encoding contains too much non-data".to_owned());
+            }
             if size == 0 {
+                self.read_trailer().await?;
                 return Ok(body);
             }
             let mut left = usize::try_from(size).unwrap_or(usize::MAX);
@@ -234,17 +255,85 @@ impl<T: AsyncRead + Unpin> Conn<T> {
             self.at += 2;
         }
     }
+
+    /// Go's `body.readTrailer`: after the last chunk, a CRLF, or trailer lines whose blank
+    /// line ends within 4 KiB (the trailers themselves are not used).
+    async fn read_trailer(&mut self) -> Result<(), String> {
+        const TRAILER_EOF: &str = "http: unexpected EOF reading trailer";
+        while self.unread().len() < 2 {
+            if self.fill().await? == 0 {
+                return Err(TRAILER_EOF.to_owned());
+            }
+        }
+        if self.unread().starts_with(b"\r\n") {
+            self.at += 2;
+            return Ok(());
+        }
+        let mut scanned: usize = 0;
+        loop {
+            let unread = self.unread();
+            let upto = unread.len().min(MAX_TRAILER);
+            if unread[scanned.saturating_sub(3)..upto].windows(4).any(|w| w == b"\r\n\r\n") {
+                return Ok(());
+            }
+            scanned = upto;
+            if upto >= MAX_TRAILER || self.fill().await? == 0 {
+                return Err("http: suspiciously long trailer after chunked body".to_owned());
+            }
+        }
+    }
+}
+
+/// Go's `readChunkLine`, `removeChunkExtension` and `parseHexUint`: the line ends with CRLF
+/// and has no other CR, trailing spaces and tabs go, so does an extension (from `;`), and what
+/// is left is 1 to 16 hex digits.
+fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+    let line = match line.iter().position(|b| *b == b'\r') {
+        None => return Err("chunked line ends with bare LF"),
+        Some(cr) if cr + 2 != line.len() => return Err("invalid CR in chunked line"),
+        Some(cr) => &line[..cr],
+    };
+    if line.len() >= MAX_CHUNK_LINE {
+        return Err("header line too long");
+    }
+    let end = line.iter().rposition(|b| !b" \t\r\n".contains(b)).map_or(0, |i| i + 1);
+    let line = &line[..end];
+    let digits = line.iter().position(|b| *b == b';').map_or(line, |semi| &line[..semi]);
+    if digits.is_empty() {
+        return Err("empty hex number for chunk length");
+    }
+    let mut size: u64 = 0;
+    for (i, b) in digits.iter().enumerate() {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return Err("invalid byte in chunk length"),
+        };
+        if i == 16 {
+            return Err("http chunk length too large");
+        }
+        size = size << 4 | u64::from(digit);
+    }
+    Ok(size)
 }
 
 /// Parses a response head from the start of `bytes`: `Ok(None)` while it is incomplete.
 /// Synchronous, so that the header array lives on the stack and not in the probe's future.
 fn parse_head(bytes: &[u8]) -> Result<Option<Head>, String> {
+    // httparse skips empty lines before the status line; Go reads the first line as the
+    // status line, and an empty one is malformed.
+    if bytes.first().is_some_and(|b| matches!(b, b'\r' | b'\n')) {
+        return Err(malformed(bytes, httparse::Error::Status));
+    }
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let parsed = match parse_head_with(bytes, &mut headers) {
-        // Go has no limit on the number of headers, only on the head's size: a header line
-        // takes at least three bytes (`a:` and LF).
+        // More room, as much as the lines there are (up to the head's end), within
+        // [`MAX_HEADERS`].
         Err(httparse::Error::TooManyHeaders) => {
-            let mut headers = vec![httparse::EMPTY_HEADER; bytes.len() / 3 + 1];
+            let head = bytes.windows(3).position(|w| w == b"\n\r\n").map_or(bytes, |end| &bytes[..end + 1]);
+            let lines = head.iter().filter(|b| **b == b'\n').count();
+            let mut headers = vec![httparse::EMPTY_HEADER; lines.min(MAX_HEADERS)];
             parse_head_with(bytes, &mut headers)
         }
         parsed => parsed,
@@ -263,7 +352,12 @@ fn parse_head_with<'b>(
     headers: &mut [httparse::Header<'b>],
 ) -> Result<Option<Result<Head, String>>, httparse::Error> {
     let mut response = httparse::Response::new(headers);
-    let httparse::Status::Complete(len) = response.parse(bytes)? else { return Ok(None) };
+    // Go takes the status after the first space and trims the spaces before it.
+    let mut config = httparse::ParserConfig::default();
+    config.allow_multiple_spaces_in_response_status_delimiters(true);
+    let httparse::Status::Complete(len) = config.parse_response(&mut response, bytes)? else {
+        return Ok(None);
+    };
     let status = response.code.unwrap_or_default();
     let http_1_1 = response.version == Some(1);
     let headers = &*response.headers;
@@ -277,48 +371,64 @@ fn parse_head_with<'b>(
     Ok(Some(framing(status, http_1_1, headers).map(|framing| Head { len, status, location, framing })))
 }
 
-/// Go's rules for a response body (`transfer.go`): none for 1xx, 204 and 304; chunked when an
-/// HTTP/1.1 answer's one `Transfer-Encoding` says so (any other is an error; HTTP/1.0's is
-/// ignored); else `Content-Length`, whose values must agree; else until the connection closes.
+/// Go's rules for a response body (`transfer.go`, in its order): an HTTP/1.1 answer's one
+/// `Transfer-Encoding` must be `chunked` (HTTP/1.0's is ignored); `Content-Length` values
+/// must agree; then 1xx, 204 and 304 have none; then chunked; then `Content-Length`, which
+/// must be a decimal below 2^63 and not empty; else the body runs until the connection closes.
 fn framing(status: u16, http_1_1: bool, headers: &[httparse::Header<'_>]) -> Result<Framing, String> {
-    if (100..200).contains(&status) || status == 204 || status == 304 {
-        return Ok(Framing::Empty);
-    }
+    // No allocation unless the answer is refused: this runs for every probe.
     let values = |name: &'static str| {
         headers
             .iter()
             .filter(move |h| h.name.eq_ignore_ascii_case(name))
             .map(|h| String::from_utf8_lossy(h.value))
     };
-    let codings: Vec<_> = values("Transfer-Encoding").collect();
-    if http_1_1 && !codings.is_empty() {
-        return match codings.as_slice() {
-            [one] if one.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
-            [one] => Err(format!("{BROKEN}unsupported transfer encoding: {}", go_quote(one))),
-            many => {
-                let quoted: Vec<_> = many.iter().map(|v| go_quote(v)).collect();
-                Err(format!("{BROKEN}too many transfer encodings: [{}]", quoted.join(" ")))
-            }
-        };
-    }
-    let lengths: Vec<_> = values("Content-Length").collect();
-    let Some(first) = lengths.first() else { return Ok(Framing::UntilClose) };
-    let first = first.trim_matches([' ', '\t']);
-    if lengths.iter().any(|l| l.trim_matches([' ', '\t']) != first) {
-        let quoted: Vec<_> = lengths.iter().map(|v| go_quote(v)).collect();
+    let all = |name: &'static str| values(name).map(|v| go_quote(&v)).collect::<Vec<_>>().join(" ");
+    let mut codings = values("Transfer-Encoding");
+    let chunked = match (codings.next(), codings.next()) {
+        _ if !http_1_1 => false,
+        (None, _) => false,
+        (Some(one), None) if one.eq_ignore_ascii_case("chunked") => true,
+        (Some(one), None) => {
+            return Err(format!("{BROKEN}unsupported transfer encoding: {}", go_quote(&one)));
+        }
+        (Some(_), Some(_)) => {
+            return Err(format!("{BROKEN}too many transfer encodings: [{}]", all("Transfer-Encoding")));
+        }
+    };
+    let first = values("Content-Length").next();
+    let first = first.as_deref().map(trim_value);
+    if let Some(first) = first
+        && values("Content-Length").skip(1).any(|l| trim_value(&l) != first)
+    {
         return Err(format!(
             "{BROKEN}http: message cannot contain multiple Content-Length headers; got [{}]",
-            quoted.join(" ")
+            all("Content-Length")
         ));
     }
-    if first.is_empty() {
-        return Ok(Framing::UntilClose);
+    if (100..200).contains(&status) || status == 204 || status == 304 {
+        return Ok(Framing::Empty);
     }
-    // Go's `parseContentLength`: decimal digits only, no sign.
+    if chunked {
+        return Ok(Framing::Chunked);
+    }
+    let Some(first) = first else { return Ok(Framing::UntilClose) };
+    if first.is_empty() {
+        return Err(format!("{BROKEN}invalid empty Content-Length \"\""));
+    }
+    // Go's `strconv.ParseUint(cl, 10, 63)`: decimal digits only, no sign, below 2^63.
     match first.parse::<u64>() {
-        Ok(length) if first.bytes().all(|b| b.is_ascii_digit()) => Ok(Framing::Length(length)),
+        Ok(length) if first.bytes().all(|b| b.is_ascii_digit()) && length < 1 << 63 => {
+            Ok(Framing::Length(length))
+        }
         _ => Err(format!("{BROKEN}bad Content-Length {}", go_quote(first))),
     }
+}
+
+/// Go's `textproto.TrimString` as `Content-Length` values are compared and read: spaces and
+/// tabs at either end.
+fn trim_value(value: &str) -> &str {
+    value.trim_matches([' ', '\t'])
 }
 
 /// Go-like text for a head httparse rejects.
@@ -451,7 +561,29 @@ mod tests {
     fn framing_follows_go() {
         let head = |text: &str| parse_head(text.as_bytes()).map(|h| h.map(|h| h.framing));
         assert_eq!(head("HTTP/1.1 200 OK\r\n\r\n"), Ok(Some(Framing::UntilClose)));
-        assert_eq!(head("HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n"), Ok(Some(Framing::UntilClose)));
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n"),
+            Err(format!("{BROKEN}invalid empty Content-Length \"\""))
+        );
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n"),
+            Ok(Some(Framing::Length((1 << 63) - 1)))
+        );
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n"),
+            Err(format!("{BROKEN}bad Content-Length \"9223372036854775808\""))
+        );
+        // Go checks the coding and the lengths before it looks at the status.
+        assert_eq!(
+            head("HTTP/1.1 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            Err(format!("{BROKEN}unsupported transfer encoding: \"gzip\""))
+        );
+        assert_eq!(
+            head("HTTP/1.0 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            Ok(Some(Framing::Empty))
+        );
+        assert!(head("HTTP/1.1 304 Not Modified\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").is_err());
+        assert_eq!(head("HTTP/1.1  200 OK\r\nContent-Length: 1\r\n\r\n"), Ok(Some(Framing::Length(1))));
         assert_eq!(
             head("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n"),
             Ok(Some(Framing::Length(7)))
@@ -470,5 +602,67 @@ mod tests {
             Err(format!("{BROKEN}too many transfer encodings: [\"chunked\" \"chunked\"]"))
         );
         assert_eq!(head("HTTP/1.1 200 OK\r\nContent-Len"), Ok(None));
+    }
+
+    #[test]
+    fn chunk_lines_follow_go() {
+        assert_eq!(chunk_size(b"1a\r\n"), Ok(26));
+        assert_eq!(chunk_size(b"1A;name=value \t\r\n"), Ok(26));
+        assert_eq!(chunk_size(b"5 \t\r\n"), Ok(5));
+        assert_eq!(chunk_size(b"ffffffffffffffff\r\n"), Ok(u64::MAX));
+        assert_eq!(chunk_size(b"1ffffffffffffffff\r\n"), Err("http chunk length too large"));
+        assert_eq!(chunk_size(b"\r\n"), Err("empty hex number for chunk length"));
+        assert_eq!(chunk_size(b";x\r\n"), Err("empty hex number for chunk length"));
+        assert_eq!(chunk_size(b"2 ;x\r\n"), Err("invalid byte in chunk length"));
+        assert_eq!(chunk_size(b"-1\r\n"), Err("invalid byte in chunk length"));
+        assert_eq!(chunk_size(b"5\n"), Err("chunked line ends with bare LF"));
+        assert_eq!(chunk_size(b"5\r;x\r\n"), Err("invalid CR in chunked line"));
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_ends_with_its_trailer() {
+        let chunked =
+            |rest: &str| format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n{rest}");
+        for step in [1, 4096] {
+            let ok = Ok((200, None, b"ok".to_vec()));
+            assert_eq!(answer(chunked("0\r\n\r\n").as_bytes(), step).await, ok);
+            assert_eq!(answer(chunked("0\r\nX-T: 1\r\nX-U: 2\r\n\r\n").as_bytes(), step).await, ok);
+            assert_eq!(
+                answer(chunked("0\r\n\r").as_bytes(), step).await,
+                Err("http: unexpected EOF reading trailer".to_owned())
+            );
+            assert_eq!(
+                answer(chunked("0\r\nX-T: 1\r\n").as_bytes(), step).await,
+                Err("http: suspiciously long trailer after chunked body".to_owned())
+            );
+            let long = format!("0\r\nX-T: {}\r\n\r\n", "t".repeat(5000));
+            assert_eq!(
+                answer(chunked(&long).as_bytes(), step).await,
+                Err("http: suspiciously long trailer after chunked body".to_owned())
+            );
+        }
+    }
+
+    /// Chunks that carry next to no data for their lines (here a 4 KiB extension a byte) are
+    /// refused once the overhead passes 16 KiB, as Go refuses them.
+    #[tokio::test]
+    async fn chunks_of_almost_no_data_are_refused() {
+        let mut bytes = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..8 {
+            bytes.extend_from_slice(format!("1;{}\r\nx\r\n", "e".repeat(4000)).as_bytes());
+        }
+        bytes.extend_from_slice(b"0\r\n\r\n");
+        assert_eq!(answer(&bytes, 4096).await, Err("chunked encoding contains too much non-data".to_owned()));
+    }
+
+    /// A head of many tiny lines gets a header table of at most [`MAX_HEADERS`] entries.
+    #[test]
+    fn the_header_table_is_bounded() {
+        let head = |n: usize| format!("HTTP/1.1 200 OK\r\n{}Content-Length: 0\r\n\r\n", "a:b\r\n".repeat(n));
+        assert_eq!(parse_head(head(MAX_HEADERS - 1).as_bytes()).map(|h| h.map(|h| h.status)), Ok(Some(200)));
+        assert_eq!(
+            parse_head(head(50_000).as_bytes()).map(|h| h.map(|h| h.status)),
+            Err(format!("{BROKEN}malformed MIME header: too many headers"))
+        );
     }
 }
