@@ -559,49 +559,47 @@ mod tests {
 
     #[test]
     fn framing_follows_go() {
-        let head = |text: &str| parse_head(text.as_bytes()).map(|h| h.map(|h| h.framing));
-        assert_eq!(head("HTTP/1.1 200 OK\r\n\r\n"), Ok(Some(Framing::UntilClose)));
-        assert_eq!(
-            head("HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n"),
-            Err(format!("{BROKEN}invalid empty Content-Length \"\""))
-        );
-        assert_eq!(
-            head("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n"),
-            Ok(Some(Framing::Length((1 << 63) - 1)))
-        );
-        assert_eq!(
-            head("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n"),
-            Err(format!("{BROKEN}bad Content-Length \"9223372036854775808\""))
-        );
-        // Go checks the coding and the lengths before it looks at the status.
-        assert_eq!(
-            head("HTTP/1.1 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n"),
-            Err(format!("{BROKEN}unsupported transfer encoding: \"gzip\""))
-        );
-        assert_eq!(
-            head("HTTP/1.0 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n"),
-            Ok(Some(Framing::Empty))
-        );
-        assert!(head("HTTP/1.1 304 Not Modified\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").is_err());
-        assert_eq!(head("HTTP/1.1  200 OK\r\nContent-Length: 1\r\n\r\n"), Ok(Some(Framing::Length(1))));
-        assert_eq!(
-            head("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n"),
-            Ok(Some(Framing::Length(7)))
-        );
-        assert_eq!(
-            head("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            Ok(Some(Framing::Chunked))
-        );
-        assert_eq!(head("HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\n\r\n"), Ok(Some(Framing::Empty)));
-        assert_eq!(
-            head("HTTP/1.1 200 OK\r\nContent-Length: +7\r\n\r\n"),
-            Err(format!("{BROKEN}bad Content-Length \"+7\""))
-        );
-        assert_eq!(
-            head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            Err(format!("{BROKEN}too many transfer encodings: [\"chunked\" \"chunked\"]"))
-        );
-        assert_eq!(head("HTTP/1.1 200 OK\r\nContent-Len"), Ok(None));
+        use Framing::{Chunked, Empty, Length, UntilClose};
+        let refused = |text: &str| Err(format!("{BROKEN}{text}"));
+        let cases: [(&str, Result<Framing, String>); 14] = [
+            ("200 OK\r\n", Ok(UntilClose)),
+            ("200 OK\r\nContent-Length: 7\r\nContent-Length: 7\r\n", Ok(Length(7))),
+            ("200 OK\r\nContent-Length: 9223372036854775807\r\n", Ok(Length((1 << 63) - 1))),
+            ("200 OK\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n", Ok(Chunked)),
+            ("304 Not Modified\r\nContent-Length: 7\r\n", Ok(Empty)),
+            // Go takes the status after the first space, however many follow it.
+            (" 200 OK\r\nContent-Length: 1\r\n", Ok(Length(1))),
+            ("200 OK\r\nContent-Length: \r\n", refused("invalid empty Content-Length \"\"")),
+            ("200 OK\r\nContent-Length: +7\r\n", refused("bad Content-Length \"+7\"")),
+            (
+                "200 OK\r\nContent-Length: 9223372036854775808\r\n",
+                refused("bad Content-Length \"9223372036854775808\""),
+            ),
+            (
+                "200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                refused("too many transfer encodings: [\"chunked\" \"chunked\"]"),
+            ),
+            // Go checks the coding and the lengths before it looks at the status.
+            (
+                "204 No Content\r\nTransfer-Encoding: gzip\r\n",
+                refused("unsupported transfer encoding: \"gzip\""),
+            ),
+            (
+                "304 Not Modified\r\nContent-Length: 1\r\nContent-Length: 2\r\n",
+                refused("http: message cannot contain multiple Content-Length headers; got [\"1\" \"2\"]"),
+            ),
+            ("404 Not Found\r\nTransfer-Encoding: chunked\r\n", Ok(Chunked)),
+            ("101 Switching Protocols\r\n", Ok(Empty)),
+        ];
+        for (head, want) in cases {
+            let text = format!("HTTP/1.1 {head}\r\n");
+            let got = parse_head(text.as_bytes()).map(|h| h.map(|h| h.framing));
+            assert_eq!(got, want.map(Some), "{head:?}");
+        }
+        // HTTP/1.0's Transfer-Encoding is ignored.
+        let got = parse_head(b"HTTP/1.0 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n");
+        assert_eq!(got.map(|h| h.map(|h| h.framing)), Ok(Some(Empty)));
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Len"), Ok(None));
     }
 
     #[test]
