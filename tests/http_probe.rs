@@ -979,12 +979,12 @@ impl std::task::Wake for SelfWakes {
     }
 }
 
-/// The request goes into the new connection before the connection is first polled (hyper
-/// lets one request wait in a new connection), so it is written in the poll that finds the
-/// connection made, and handing it over wakes nothing. Polling the connection first and then
-/// waiting for it to say it was ready made the probe wake itself before its request was even
-/// written: one more trip through the scheduler per probe, and on the workers' runtime often a
-/// parked thread woken for it (docs/benchmarks.md, "Handing the request over").
+/// The request is written in the poll that finds the connection made, so nothing wakes the
+/// probe before its request is sent. With hyper's client connection, polling the connection
+/// first and then waiting for it to say it was ready made the probe wake itself before its
+/// request was even written: one more trip through the scheduler per probe, and on the
+/// workers' runtime often a parked thread woken for it (docs/benchmarks.md, "Handing the
+/// request over"). The probe's own exchange writes at once; this keeps it so.
 #[tokio::test]
 async fn the_probe_does_not_wake_itself_before_its_request_is_sent() {
     bounded(async {

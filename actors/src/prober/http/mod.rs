@@ -26,18 +26,15 @@ mod tls;
 mod wire;
 
 use std::borrow::Cow;
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
+use tokio_util::either::Either;
 
 use self::errors::{go_io_text, tls_error_text, transport_error};
 use self::go_url::{GoUrl, split_host_port};
@@ -254,7 +251,7 @@ impl HttpProber {
         };
         let handshake_and_send = async {
             match tls {
-                None => wire::round_trip(Stream::Plain(stream), &wire).await,
+                None => wire::round_trip(Either::Left(stream), &wire).await,
                 // Boxed: inline, the TLS handshake's state would be part of every plain probe's
                 // future too, and a probe's future is held for as long as it is in flight.
                 Some(config) => Box::pin(tls_exchange(config, hostname, stream, wire)).await,
@@ -311,47 +308,12 @@ async fn tls_exchange(
         .connect(name, stream)
         .await
         .map_err(|e| tls_error_text(&e))?;
-    wire::round_trip(Stream::Tls(Box::new(tls_stream)), &request).await
+    wire::round_trip(Either::Right(Box::new(tls_stream)), &request).await
 }
 
 /// A probe's connection, plain or TLS. The TLS session is boxed: it is large, and a plain
 /// probe in flight holds this too.
-enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+type Stream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 #[cfg(test)]
 mod tests {
