@@ -23,7 +23,7 @@ use crate::gofmt::go_quote;
 const FIRST_READ: usize = 1024;
 
 /// The largest response head read: hyper's default limit, which HTTP probes had before this
-/// module (docs/http-probe.md, "Response head limits"). Go allows 10 MiB, but a thousand probes
+/// module (docs/http-probe.md, "Response head limit"). Go allows 10 MiB, but a thousand probes
 /// in flight at 10 MiB each is more memory than a node should give to hostile answers.
 pub(super) const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
 
