@@ -80,11 +80,6 @@ impl Reply {
         Reply::status(status, format!("see {location}")).with_header("Location", location)
     }
 
-    /// Exactly `bytes`, then close.
-    pub fn raw(bytes: impl Into<Vec<u8>>) -> Reply {
-        Reply::Raw(vec![bytes.into()])
-    }
-
     pub fn with_header(mut self, name: &str, value: &str) -> Reply {
         if let Reply::Respond { headers, .. } = &mut self {
             headers.push((name.to_owned(), value.to_owned()));

@@ -39,6 +39,9 @@ const MAX_CHUNK_LINE: usize = 4096;
 /// peeks its reader's buffer, 4 KiB, for it).
 const MAX_TRAILER: usize = 4096;
 
+/// Go's `io.ErrUnexpectedEOF`: the stream ended inside a head or a body.
+const UNEXPECTED_EOF: &str = "unexpected EOF";
+
 /// Go's prefix for a head it cannot parse.
 const BROKEN: &str = "net/http: HTTP/1.x transport connection broken: ";
 
@@ -105,11 +108,7 @@ impl<T: AsyncRead + Unpin> Response<T> {
             Framing::Empty => Ok(Vec::new()),
             Framing::Length(length) => {
                 let want = usize::try_from(length).unwrap_or(usize::MAX).min(cap);
-                while self.conn.unread().len() < want {
-                    if self.conn.fill().await? == 0 {
-                        return Err("unexpected EOF".to_owned());
-                    }
-                }
+                self.conn.want(want, UNEXPECTED_EOF).await?;
                 Ok(self.conn.unread()[..want].to_vec())
             }
             Framing::UntilClose => {
@@ -186,26 +185,34 @@ impl<T: AsyncRead + Unpin> Conn<T> {
             let had = self.unread().len();
             if self.fill().await? == 0 {
                 // Nothing at all is Go's `EOF`; a head cut short is `unexpected EOF`.
-                return Err(if had == 0 { "EOF" } else { "unexpected EOF" }.to_owned());
+                return Err(if had == 0 { "EOF" } else { UNEXPECTED_EOF }.to_owned());
             }
         }
     }
 
-    /// Waits until a whole line (up to its LF) is unread, and gives its length with the LF.
-    /// `Err(too_long)` once `max` bytes have no LF; `Err(eof)` if the stream ends first.
-    async fn line(&mut self, max: usize, eof: &str, too_long: &str) -> Result<usize, String> {
+    /// Reads until at least `n` bytes are unread; `Err(eof)` if the stream ends first.
+    async fn want(&mut self, n: usize, eof: &str) -> Result<(), String> {
+        while self.unread().len() < n {
+            if self.fill().await? == 0 {
+                return Err(eof.to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until a whole chunk-size line (up to its LF) is unread, and gives its length with
+    /// the LF; Go's `header line too long` once a line has gone past [`MAX_CHUNK_LINE`].
+    async fn chunk_line(&mut self) -> Result<usize, String> {
         let mut scanned = 0;
         loop {
             if let Some(lf) = self.unread()[scanned..].iter().position(|b| *b == b'\n') {
                 return Ok(scanned + lf + 1);
             }
             scanned = self.unread().len();
-            if scanned >= max {
-                return Err(too_long.to_owned());
+            if scanned >= MAX_CHUNK_LINE + 2 {
+                return Err("header line too long".to_owned());
             }
-            if self.fill().await? == 0 {
-                return Err(eof.to_owned());
-            }
+            self.want(scanned + 1, UNEXPECTED_EOF).await?;
         }
     }
 
@@ -217,7 +224,7 @@ impl<T: AsyncRead + Unpin> Conn<T> {
         // of overhead a chunk are free, and twice the chunk's data.
         let mut excess: u64 = 0;
         loop {
-            let len = self.line(MAX_CHUNK_LINE + 2, "unexpected EOF", "header line too long").await?;
+            let len = self.chunk_line().await?;
             let size = chunk_size(&self.unread()[..len]).map_err(str::to_owned)?;
             self.at += len;
             excess = (excess + len as u64).saturating_sub(16 + size.saturating_mul(2));
@@ -233,9 +240,7 @@ impl<T: AsyncRead + Unpin> Conn<T> {
                 if body.len() >= cap {
                     return Ok(body);
                 }
-                if self.unread().is_empty() && self.fill().await? == 0 {
-                    return Err("unexpected EOF".to_owned());
-                }
+                self.want(1, UNEXPECTED_EOF).await?;
                 let take = self.unread().len().min(left).min(cap - body.len());
                 body.extend_from_slice(&self.unread()[..take]);
                 self.at += take;
@@ -244,11 +249,7 @@ impl<T: AsyncRead + Unpin> Conn<T> {
             if body.len() >= cap {
                 return Ok(body);
             }
-            while self.unread().len() < 2 {
-                if self.fill().await? == 0 {
-                    return Err("unexpected EOF".to_owned());
-                }
-            }
+            self.want(2, UNEXPECTED_EOF).await?;
             if &self.unread()[..2] != b"\r\n" {
                 return Err("malformed chunked encoding".to_owned());
             }
@@ -259,12 +260,7 @@ impl<T: AsyncRead + Unpin> Conn<T> {
     /// Go's `body.readTrailer`: after the last chunk, a CRLF, or trailer lines whose blank
     /// line ends within 4 KiB (the trailers themselves are not used).
     async fn read_trailer(&mut self) -> Result<(), String> {
-        const TRAILER_EOF: &str = "http: unexpected EOF reading trailer";
-        while self.unread().len() < 2 {
-            if self.fill().await? == 0 {
-                return Err(TRAILER_EOF.to_owned());
-            }
-        }
+        self.want(2, "http: unexpected EOF reading trailer").await?;
         if self.unread().starts_with(b"\r\n") {
             self.at += 2;
             return Ok(());
