@@ -430,14 +430,53 @@ fn trim_value(value: &str) -> &str {
 /// Go-like text for a head httparse rejects.
 fn malformed(bytes: &[u8], error: httparse::Error) -> String {
     let line_end = bytes.iter().position(|b| *b == b'\n').unwrap_or(bytes.len());
-    let first = String::from_utf8_lossy(&bytes[..line_end]);
-    let first = first.strip_suffix('\r').unwrap_or(&first);
+    let first = &bytes[..line_end];
+    let first = first.strip_suffix(b"\r").unwrap_or(first);
     match error {
         httparse::Error::Version | httparse::Error::Status | httparse::Error::Token => {
-            format!("{BROKEN}malformed HTTP response {}", go_quote(first))
+            status_line_error(first)
         }
         other => format!("{BROKEN}malformed MIME header: {other}"),
     }
+}
+
+/// What Go's `ReadResponse` says of a status line httparse refuses, from its checks in their
+/// order (docs/http-probe.md, "Error texts"): no space at all, then a status code that is not
+/// three characters of a non-negative integer, then a protocol that is not `HTTP/X.Y`.
+fn status_line_error(line: &[u8]) -> String {
+    let quote = |bytes: &[u8]| go_quote(&String::from_utf8_lossy(bytes));
+    let Some(space) = line.iter().position(|b| *b == b' ') else {
+        return format!("{BROKEN}malformed HTTP response {}", quote(line));
+    };
+    let (proto, status) = (&line[..space], &line[space + 1..]);
+    let status = &status[status.iter().take_while(|b| **b == b' ').count()..];
+    let code = status.split(|b| *b == b' ').next().unwrap_or_default();
+    if code.len() != 3 || !go_atoi_non_negative(code) {
+        return format!("{BROKEN}malformed HTTP status code {}", quote(code));
+    }
+    if !go_http_version(proto) {
+        return format!("{BROKEN}malformed HTTP version {}", quote(proto));
+    }
+    // A line Go reads but httparse does not (a reason phrase with control bytes, say).
+    format!("{BROKEN}malformed HTTP response {}", quote(line))
+}
+
+/// Whether Go's `strconv.Atoi` reads `digits` as an integer of at least 0: an optional sign,
+/// then decimal digits.
+fn go_atoi_non_negative(digits: &[u8]) -> bool {
+    let (negative, unsigned) = match digits.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, digits),
+    };
+    !unsigned.is_empty()
+        && unsigned.iter().all(u8::is_ascii_digit)
+        && !(negative && unsigned.iter().any(|b| *b != b'0'))
+}
+
+/// Go's `http.ParseHTTPVersion`: `HTTP/` and one digit, a dot and one digit.
+fn go_http_version(proto: &[u8]) -> bool {
+    matches!(proto, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor] if major.is_ascii_digit() && minor.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -551,6 +590,38 @@ mod tests {
     async fn a_malformed_status_line_is_refused_before_the_head_ends() {
         let got = answer(b"SSH-2.0-OpenSSH_9.6\r\nmore of the banner", 1).await;
         assert_eq!(got, Err(format!("{BROKEN}malformed HTTP response \"SSH-2.0-OpenSSH_9.6\"")),);
+    }
+
+    /// A status line with a space but a bad code or protocol is named as Go's `ReadResponse`
+    /// names it, the code checked before the protocol.
+    #[tokio::test]
+    async fn a_bad_status_code_or_version_reads_as_go_says() {
+        let cases: [(&[u8], &str); 8] = [
+            (b"HTTP/1.1 1000 X\r\n\r\n", "malformed HTTP status code \"1000\""),
+            (b"HTTP/1.1 20 OK\r\n\r\n", "malformed HTTP status code \"20\""),
+            (b"HTTP/1.1 2x0 OK\r\n\r\n", "malformed HTTP status code \"2x0\""),
+            (b"HTTP/1.1 -12 OK\r\n\r\n", "malformed HTTP status code \"-12\""),
+            (b"HTTP/1.1  \r\n\r\n", "malformed HTTP status code \"\""),
+            (b"HTTP/x.1 200 OK\r\n\r\n", "malformed HTTP version \"HTTP/x.1\""),
+            (b"FTP 200 OK\r\n\r\n", "malformed HTTP version \"FTP\""),
+            (b"HTTP/1.1\r\n\r\n", "malformed HTTP response \"HTTP/1.1\""),
+        ];
+        for (answer_bytes, text) in cases {
+            let got = answer(answer_bytes, 1).await;
+            assert_eq!(got, Err(format!("{BROKEN}{text}")), "{}", String::from_utf8_lossy(answer_bytes));
+        }
+    }
+
+    #[test]
+    fn go_reads_signed_status_codes_and_one_digit_versions() {
+        assert!(go_atoi_non_negative(b"+12") && go_atoi_non_negative(b"-00") && go_atoi_non_negative(b"200"));
+        assert!(
+            !go_atoi_non_negative(b"-12") && !go_atoi_non_negative(b"+") && !go_atoi_non_negative(b"1 2")
+        );
+        assert!(go_http_version(b"HTTP/1.1") && go_http_version(b"HTTP/2.0"));
+        assert!(
+            !go_http_version(b"HTTP/1.10") && !go_http_version(b"http/1.1") && !go_http_version(b"HTTP/1,1")
+        );
     }
 
     #[test]
