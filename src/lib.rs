@@ -105,6 +105,7 @@ pub mod engine;
 pub mod host;
 #[allow(missing_docs)]
 pub mod lint;
+pub mod logging;
 #[allow(missing_docs)]
 pub mod serve;
 

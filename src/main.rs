@@ -68,7 +68,7 @@ fn init_logging(format: LogFormat, verbose: u8) {
     let builder =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(probelet::logging::escaped_fields()).init(),
         LogFormat::Json => builder.json().init(),
     }
 }

@@ -1,0 +1,122 @@
+//! How the agent's text log writes an event's message and fields: one event, one line,
+//! whatever a pod put in them.
+//!
+//! Probe output, response bodies and event messages come from the pods, and they reach the log
+//! (`Readiness probe failed: <body>` at `-v`, an exec probe's output at debug). tracing's
+//! default field formatter writes a message and a `%`-field as they are, so a newline in a
+//! probe's output started a new line that a reader or a log shipper took for one of the
+//! agent's own (a forged `WARN` line, say). The kubelet's klog quotes such values; here every
+//! control character is written as its escape (`\n`, `\u{1b}`), the rest as tracing writes it.
+//! The JSON format escapes them already.
+
+use std::fmt;
+
+use tracing::field::Field;
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::{Writer, debug_fn};
+
+/// The text log's field formatter: tracing's layout (the message first, then `name=value`
+/// separated by spaces, names in italics on a terminal), with control characters escaped.
+pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+    debug_fn(write_field).delimited(" ")
+}
+
+fn write_field(writer: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
+    let name = field.name();
+    // Records that came through the `log` crate carry their origin as `log.*` fields, which
+    // tracing's own formatter leaves out (it shows them as the event's target and place).
+    if name.starts_with("log.") {
+        return Ok(());
+    }
+    if name != "message" {
+        let name = name.strip_prefix("r#").unwrap_or(name);
+        if writer.has_ansi_escapes() {
+            write!(writer, "\x1b[3m{name}\x1b[0m\x1b[2m=\x1b[0m")?;
+        } else {
+            write!(writer, "{name}=")?;
+        }
+    }
+    write_escaped(writer, &format!("{value:?}"))
+}
+
+/// Writes `text` with each control character as its Rust escape.
+fn write_escaped(writer: &mut impl fmt::Write, text: &str) -> fmt::Result {
+    let mut rest = text;
+    while let Some(at) = rest.find(char::is_control) {
+        writer.write_str(&rest[..at])?;
+        let c = rest[at..].chars().next().unwrap_or_default();
+        write!(writer, "{}", c.escape_default())?;
+        rest = &rest[at + c.len_utf8()..];
+    }
+    writer.write_str(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A writer the test reads back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.lock().map_err(|_| io::Error::other("poisoned"))?.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(ansi: bool, event: impl FnOnce()) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(ansi)
+            .without_time()
+            .with_target(false)
+            .with_level(false)
+            .fmt_fields(escaped_fields())
+            .finish();
+        tracing::subscriber::with_default(subscriber, event);
+        let bytes = captured.0.lock().expect("not poisoned").clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
+    /// A probe's output that holds a line of its own does not become a line of the log.
+    #[test]
+    fn a_newline_in_a_message_or_field_stays_on_the_line() {
+        let forged = "x\n2099-01-01T00:00:00.000000Z  WARN probelet::agent: FORGED LINE";
+        let line = logged(false, || {
+            tracing::warn!(pod = "default/web", output = %forged, "Readiness probe failed: {forged}");
+        });
+        assert_eq!(line.matches('\n').count(), 1, "{line:?}");
+        assert_eq!(
+            line,
+            "Readiness probe failed: x\\n2099-01-01T00:00:00.000000Z  WARN probelet::agent: FORGED LINE \
+             pod=\"default/web\" output=x\\n2099-01-01T00:00:00.000000Z  WARN probelet::agent: FORGED LINE\n"
+        );
+    }
+
+    /// Terminal escapes in a pod's text are written as text, on a terminal too, while the
+    /// field names keep tracing's italics there.
+    #[test]
+    fn escape_sequences_are_written_as_text() {
+        let line = logged(true, || tracing::info!(reason = %"\x1b[31mred\x1b[0m\r", "tab\there"));
+        assert!(line.contains("tab\\there"), "{line:?}");
+        assert!(line.contains("\x1b[3mreason\x1b[0m\x1b[2m=\x1b[0m\\u{1b}[31mred\\u{1b}[0m\\r"), "{line:?}");
+    }
+
+    #[test]
+    fn escaping_keeps_other_text_as_it_is() {
+        let mut out = String::new();
+        write_escaped(&mut out, "Get \"http://a/é\": EOF\u{7f}\u{85}").expect("written");
+        assert_eq!(out, "Get \"http://a/é\": EOF\\u{7f}\\u{85}");
+    }
+}
