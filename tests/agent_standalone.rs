@@ -535,6 +535,32 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A grace period as long as the API allows (`int64` seconds) stops its pod like any other,
+/// and leaves the other pods alone: it once overflowed the stop's deadline and took the
+/// runtime down with every container.
+#[actix::test]
+async fn the_largest_grace_period_stops_its_pod_and_nothing_else() {
+    let dir = temp_dir("huge-grace");
+    let (huge, other) = (dir.join("huge.pids"), dir.join("other.pids"));
+    let huge_pod = sleeper_pod("huge", &huge)
+        .replace("terminationGracePeriodSeconds: 2", "terminationGracePeriodSeconds: 9223372036854775807");
+    write(&dir, "huge.yaml", &huge_pod);
+    write(&dir, "other.yaml", &sleeper_pod("other", &other));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/huge: container sleeper running")).await;
+    agent.wait_for(|l| l.ends_with("default/other: container sleeper running")).await;
+    let (huge_pid, other_pid) = (wait_for_pids(&huge, 1).await[0], wait_for_pids(&other, 1).await[0]);
+
+    std::fs::remove_file(dir.join("huge.yaml")).unwrap();
+    agent.wait_for(|l| l.ends_with("default/huge: stopped")).await;
+    assert_gone(&[huge_pid]).await;
+    assert!(!process_gone(other_pid), "the other pod's container still runs");
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains("\"name\":\"other\"") && !pods.contains("\"name\":\"huge\""), "{pods}");
+    agent.stop().await;
+    assert_gone(&[other_pid]).await;
+}
+
 /// A pod of `count` containers that only sleep.
 fn crowd_pod(name: &str, count: usize) -> String {
     let mut manifest = format!(

@@ -13,6 +13,12 @@ use probelet_actors::status::{
 /// The kubelet never kills with less than this (`minimumGracePeriodInSeconds`).
 pub const MINIMUM_GRACE_PERIOD: Duration = Duration::from_secs(2);
 
+/// The longest grace period: the largest whole number of seconds Go's `time.Duration` holds
+/// (about 292 years). The API accepts any non-negative `int64`; the kubelet multiplies it by
+/// `time.Second`, which wraps above this. Here a larger value is this long, which is as good as
+/// forever, and every deadline computed from it stays representable.
+pub const MAXIMUM_GRACE_PERIOD: Duration = Duration::from_secs(i64::MAX as u64 / 1_000_000_000);
+
 /// Upstream `getPhase` (v1.34, `ContainerRestartRules` off): the pod phase from its container
 /// statuses. `pod_has_initialized` is upstream's `HasAnyActiveRegularContainerStarted` (see
 /// [`has_any_regular_container_started`]): once a regular container has run, a sidecar that is
@@ -168,7 +174,7 @@ pub fn kill_grace_period(pod: &Pod, container: &str, kind: Option<ProbeKind>) ->
         (None, Some(pod), _) => pod,
         (None, None, _) => 0,
     };
-    Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).max(MINIMUM_GRACE_PERIOD)
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).clamp(MINIMUM_GRACE_PERIOD, MAXIMUM_GRACE_PERIOD)
 }
 
 /// The kill message for a failed liveness or startup probe, with `, will be restarted` when
@@ -545,6 +551,13 @@ mod tests {
                 secs(2),
             ),
             ("floor", pod(Some(0), None, None, "Always"), None, secs(2)),
+            ("ceiling", pod(Some(i64::MAX), None, None, "Always"), None, MAXIMUM_GRACE_PERIOD),
+            (
+                "probe ceiling",
+                pod(Some(1), Some(i64::MAX), None, "Always"),
+                Some(ProbeKind::Liveness),
+                MAXIMUM_GRACE_PERIOD,
+            ),
         ];
         for (name, pod, kind, want) in cases {
             assert_eq!(kill_grace_period(&pod, "app", kind), want, "case {name}");

@@ -22,7 +22,7 @@ use crate::process::Signal;
 use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::format::pod_ref;
 
-use super::super::phase::kill_grace_period;
+use super::super::phase::{MAXIMUM_GRACE_PERIOD, kill_grace_period};
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
 use super::state::{
@@ -363,7 +363,9 @@ impl ProcessRuntime {
         if let Some(deadline) = running.killing.filter(|deadline| *deadline > now) {
             return Some(wait_exited(exited, deadline).map(drop).boxed_local());
         }
-        running.killing = Some(now + stop_deadline(grace));
+        // Saturating: a host may ask for any grace period, and a deadline past the clock's
+        // range is as good as none.
+        running.killing = Some(now.checked_add(stop_deadline(grace)).unwrap_or(now + MAXIMUM_GRACE_PERIOD));
         let pgid = running.pgid;
         let message = message.map_or_else(|| format!("Stopping container {name}"), str::to_owned);
         if let Some(container) = find_container(&pod, name) {
