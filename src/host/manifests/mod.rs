@@ -38,8 +38,9 @@
 //! whose name starts with a dot is never read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -58,6 +59,7 @@ pub const FILE_SOURCE: &str = "file";
 pub const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
 const TOO_LARGE: &str = "file larger than 1 MiB";
+const NOT_A_FILE: &str = "not a regular file";
 
 /// A pod loaded from a manifest: defaults applied, validated, UID and source annotations set.
 #[derive(Debug, Clone, PartialEq)]
@@ -383,7 +385,17 @@ enum ReadError {
 }
 
 fn read_manifest(file: &Path) -> Result<String, ReadError> {
-    let opened = File::open(file).map_err(ReadError::Io)?;
+    // Listed as a regular file, but it may have been replaced since (a rename over it): a
+    // FIFO would block a plain open, and with it the agent's thread, until a writer came.
+    // Opened without blocking, and what was opened is what is checked.
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(file)
+        .map_err(ReadError::Io)?;
+    if !opened.metadata().map_err(ReadError::Io)?.is_file() {
+        return Err(ReadError::Content(NOT_A_FILE.into()));
+    }
     let mut bytes = Vec::new();
     // Reading one byte past the cap tells a file at the cap from a larger one without reading
     // the rest of a huge file.
@@ -404,6 +416,35 @@ pub use validate::*;
 mod tests {
     use super::validate::{DNS1123_LABEL, DNS1123_SUBDOMAIN, dns1123_label, dns1123_subdomain, port_name};
     use super::*;
+
+    /// A manifest swapped for a FIFO after the listing is refused at once: a plain open
+    /// waited for a writer, and held up the agent's thread with it.
+    #[test]
+    fn a_fifo_in_place_of_a_manifest_does_not_block() {
+        let dir = std::env::temp_dir().join(format!("probelet-fifo-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("a temp dir");
+        let fifo = dir.join("pod.yaml");
+        let _ = fs::remove_file(&fifo);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .expect("a FIFO");
+        let (done, read) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(read_manifest(&path).map_err(|e| match e {
+                ReadError::Io(e) => e.to_string(),
+                ReadError::Content(reason) => reason,
+            }));
+        });
+        let got = read.recv_timeout(std::time::Duration::from_secs(10));
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(got, Ok(Err(NOT_A_FILE.to_owned())));
+    }
 
     #[test]
     fn go_quote_matches_strconv_quote() {
