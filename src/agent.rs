@@ -230,6 +230,9 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let mut terminating = watch_shutdown_signals(groups.clone())?;
     let budget = FdBudget::of_this_process();
     tracing::info!(containers = budget.max_containers(), "file descriptor budget");
+    if let Some(warning) = budget.no_room_warning() {
+        tracing::warn!("{warning}");
+    }
     if leftovers > 0 {
         println!(
             "probelet: killed {leftovers} container process group(s) a previous agent left running ({})",

@@ -119,6 +119,20 @@ impl FdBudget {
     pub fn max_containers(&self) -> u64 {
         self.max_containers
     }
+
+    /// What to tell the operator when the limit leaves no room for a single container: every
+    /// start would be refused, and the pods would only say so in their events.
+    pub fn no_room_warning(&self) -> Option<String> {
+        if self.max_containers > 0 || self.limit == u64::MAX {
+            return None;
+        }
+        Some(format!(
+            "RLIMIT_NOFILE is {}: after the descriptors open now and the {} kept for probes and \
+             the API, no container can start (each holds {FDS_PER_CONTAINER}); raise the limit \
+             (ulimit -n, LimitNOFILE=)",
+            self.limit, self.reserve
+        ))
+    }
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit (the default soft limit, often 1024, is far
@@ -155,6 +169,17 @@ mod tests {
         assert_eq!(budget.running(), 40);
         budget.release("nobody");
         assert_eq!(budget.running(), 40, "releasing what was never taken changes nothing");
+    }
+
+    /// A limit too small for any container says so at start, not only in each pod's events.
+    #[test]
+    fn a_limit_with_no_room_for_a_container_is_told() {
+        let budget = FdBudget::new(64, 10);
+        assert_eq!(budget.max_containers(), 0);
+        let warning = budget.no_room_warning().expect("a warning");
+        assert!(warning.starts_with("RLIMIT_NOFILE is 64: "), "{warning}");
+        assert_eq!(FdBudget::new(256, 32).no_room_warning(), None);
+        assert_eq!(FdBudget::unlimited().no_room_warning(), None);
     }
 
     #[test]
