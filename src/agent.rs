@@ -28,7 +28,7 @@ use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{ContainerGroups, FdBudget, ProcessRuntime, StateDirError, raise_nofile_limit};
-use crate::serve::{Limits, ServeState, router, router_with_reviews, serve_router};
+use crate::serve::{Limits, ServeState, router, router_for_loopback, router_with_reviews, serve_router};
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -175,8 +175,10 @@ impl Common {
             None => {
                 if let Some(warning) = exposure_warning(&addr) {
                     tracing::warn!(address = %addr, "{warning}");
+                    router(state)
+                } else {
+                    router_for_loopback(state)
                 }
-                router(state)
             }
         };
         let server = tokio::spawn(serve_router(listener, app, limits, async move {
@@ -196,7 +198,7 @@ pub fn reviewed_by(
     match (mode, api) {
         (AuthorizationMode::Webhook, None) => Err(AgentError::WebhookWithoutCluster),
         (AuthorizationMode::Webhook, Some(api)) => Ok(Some(api)),
-        (AuthorizationMode::Auto, Some(api)) if !listen.ip().is_loopback() => Ok(Some(api)),
+        (AuthorizationMode::Auto, Some(api)) if !listen.ip().to_canonical().is_loopback() => Ok(Some(api)),
         _ => Ok(None),
     }
 }
@@ -204,9 +206,10 @@ pub fn reviewed_by(
 /// The warning for a listener that serves the private endpoints without authentication, if
 /// anyone beyond this host can reach it.
 pub fn exposure_warning(addr: &SocketAddr) -> Option<&'static str> {
-    (!addr.ip().is_loopback()).then_some(
+    (!addr.ip().to_canonical().is_loopback()).then_some(
         "The HTTP listener is not on loopback and serves /pods (pod specs, environment values included), \
-         /pods/{namespace}/{name}/probes (exec probe output) and /events without authentication",
+         /pods/{namespace}/{name}/probes (exec probe output), /events and the status page / without \
+         authentication",
     )
 }
 
@@ -413,6 +416,9 @@ mod tests {
         );
         assert_eq!(exposure_warning(&loopback), None);
         assert_eq!(exposure_warning(&"[::1]:9898".parse().unwrap()), None);
+        let mapped = "[::ffff:127.0.0.1]:9898".parse().unwrap();
+        assert_eq!(exposure_warning(&mapped), None, "an IPv4-mapped loopback address is loopback");
+        assert_eq!(reviewed(AuthorizationMode::Auto, &mapped, Some(client())), Ok(false));
         assert!(
             exposure_warning(&any)
                 .is_some_and(|w| w.contains("/pods") && w.contains("without authentication"))

@@ -61,6 +61,15 @@ pub fn router_with_reviews(state: ServeState, reviewer: Arc<Reviewer>) -> Router
     routes(state).layer(axum::middleware::from_fn_with_state(reviewer, guard))
 }
 
+/// The router for a listener on loopback without authentication: every endpoint is open to
+/// this host's users, but only under a name no one else can point at it. A web page the user
+/// opens can make the browser send requests to 127.0.0.1 under a DNS name of its own that it
+/// re-points there (DNS rebinding) and read the answers as its own origin's; refusing every
+/// `Host` but `localhost` and IP addresses ends that (docs/security.md).
+pub fn router_for_loopback(state: ServeState) -> Router {
+    routes(state).layer(axum::middleware::from_fn(loopback_host_only))
+}
+
 fn routes(state: ServeState) -> Router {
     Router::new()
         .route("/", get(status_page))
@@ -71,6 +80,61 @@ fn routes(state: ServeState) -> Router {
         .route("/pods/{namespace}/{name}/probes", get(probes))
         .route("/events", get(events))
         .with_state(state)
+        .layer(axum::middleware::map_response(private_headers))
+}
+
+/// Every answer is about this node now and holds pod data: not to be cached, and not to be
+/// read as anything but its declared type (a 404's text names what was asked for).
+async fn private_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.entry(header::CACHE_CONTROL).or_insert(header::HeaderValue::from_static("no-store"));
+    headers.entry(header::X_CONTENT_TYPE_OPTIONS).or_insert(header::HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// Refuses a request whose `Host` is a DNS name other than `localhost` (see
+/// [`router_for_loopback`]), or that has more than one.
+async fn loopback_host_only(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let allowed = match (hosts.next(), hosts.next()) {
+        // HTTP/1.0 needs none, and a browser always sends one.
+        (None, _) => true,
+        (Some(host), None) => host.to_str().is_ok_and(host_may_be_served),
+        (Some(_), Some(_)) => false,
+    };
+    if allowed {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::FORBIDDEN,
+            "Invalid Host header: on a loopback listener only localhost and IP addresses are served\n",
+        )
+            .into_response()
+    }
+}
+
+/// Whether a `Host` value (`name[:port]`) names this host in a way DNS cannot re-point: an IP
+/// address, `localhost`, or a name under `.localhost` (which resolvers keep on loopback).
+pub fn host_may_be_served(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((v6, rest)) if rest.is_empty() || port_only(rest) => {
+                return v6.parse::<std::net::Ipv6Addr>().is_ok();
+            }
+            _ => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    name.parse::<std::net::Ipv4Addr>().is_ok() || name == "localhost" || name.ends_with(".localhost")
+}
+
+fn port_only(rest: &str) -> bool {
+    rest.strip_prefix(':').is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Serves with the default [`Limits`] until `shutdown` resolves.
@@ -325,4 +389,38 @@ async fn probes(
 
 async fn events(State(state): State<ServeState>) -> Response {
     axum::Json(json!({ "items": state.events.recent() })).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_dns_cannot_repoint_are_served_on_loopback() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:9898",
+            "10.0.0.5:80",
+            "[::1]",
+            "[::1]:9898",
+            "localhost",
+            "LocalHost:9898",
+            "localhost.",
+            "app.localhost:1",
+        ] {
+            assert!(host_may_be_served(host), "{host}");
+        }
+        for host in [
+            "attacker.example",
+            "attacker.example:9898",
+            "localhost.attacker.example",
+            "[::1]x",
+            "[evil]:1",
+            "127.0.0.1:x",
+            "",
+            "::1",
+        ] {
+            assert!(!host_may_be_served(host), "{host}");
+        }
+    }
 }

@@ -16,22 +16,28 @@ use probelet::host::events::EventLog;
 use probelet::host::history::ProbeHistory;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult, container_reference};
-use probelet::serve::{Limits, ServeState, serve, serve_router};
+use probelet::serve::{Limits, ServeState, router_for_loopback, serve, serve_router};
 use support::kubelet::Harness;
 use support::pods::{probe, running, test_pod, waiting};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let (code, _, body) = get_as(addr, path, &format!("Host: {addr}\r\n")).await;
+    (code, body)
+}
+
+/// A GET with `host_lines` (`Host: …\r\n`, or none); the status, the head and the body.
+async fn get_as(addr: std::net::SocketAddr, path: &str, host_lines: &str) -> (u16, String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.1\r\n{host_lines}Connection: close\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     let code = response[9..12].parse().unwrap();
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (code, body)
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (code, head.to_ascii_lowercase(), body.to_owned())
 }
 
 #[actix::test]
@@ -77,6 +83,7 @@ async fn endpoints_answer_from_the_pipeline() {
         ready: ready.clone(),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let loopback_state = state.clone();
     let server = tokio::spawn(serve(listener, state, async move {
         let _ = stopped.await;
     }));
@@ -111,6 +118,41 @@ async fn endpoints_answer_from_the_pipeline() {
     let (code, body) = get(addr, "/metrics").await;
     assert_eq!(code, 200);
     assert!(body.contains("# TYPE probelet_probe_workers gauge"), "{body}");
+
+    // Pod data is neither cached nor sniffed, a 404 naming what was asked for included.
+    for path in ["/pods", "/events", "/pods/default/served/probes", "/pods/%3Cscript%3E/x/probes"] {
+        let (_, head, _) = get_as(addr, path, &format!("Host: {addr}\r\n")).await;
+        assert!(head.contains("cache-control: no-store"), "{path}: {head}");
+        assert!(head.contains("x-content-type-options: nosniff"), "{path}: {head}");
+    }
+
+    // On loopback without authentication, a DNS name that a web page could re-point at
+    // 127.0.0.1 is refused; this host's own names are served.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = listener.local_addr().unwrap();
+    let (stop_local, stopped_local) = tokio::sync::oneshot::channel::<()>();
+    let loopback = tokio::spawn(serve_router(
+        listener,
+        router_for_loopback(loopback_state),
+        Limits::default(),
+        async move {
+            let _ = stopped_local.await;
+        },
+    ));
+    let port = local.port();
+    for (host, want) in [
+        (format!("Host: attacker.example:{port}\r\n"), 403),
+        (format!("Host: localhost.attacker.example:{port}\r\n"), 403),
+        (format!("Host: 127.0.0.1:{port}\r\nHost: attacker.example\r\n"), 403),
+        (format!("Host: 127.0.0.1:{port}\r\n"), 200),
+        (format!("Host: localhost:{port}\r\n"), 200),
+        (format!("Host: [::1]:{port}\r\n"), 200),
+    ] {
+        let (code, _, body) = get_as(local, "/pods", &host).await;
+        assert_eq!(code, want, "{host:?}: {body}");
+    }
+    let _ = stop_local.send(());
+    loopback.await.unwrap().unwrap();
 
     let _ = stop.send(());
     server.await.unwrap().unwrap();
