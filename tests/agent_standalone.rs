@@ -390,6 +390,34 @@ async fn a_pod_added_back_while_stopping_restarts_once_stopped() {
     agent.stop().await;
 }
 
+/// A manifest edited into a new pod (a new UID under the same name) starts only once the old
+/// pod has stopped, as the kubelet starts a static pod: the two copies never run together.
+#[actix::test]
+async fn a_changed_manifest_starts_its_new_pod_once_the_old_one_stopped() {
+    let dir = temp_dir("changed");
+    let pidfile = dir.join("stubborn.pids");
+    let old = stubborn_pod("changed", 3, &pidfile);
+    write(&dir, "changed.yaml", &old);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/changed: container stubborn running")).await;
+    let first = wait_for_pids(&pidfile, 1).await[0];
+
+    let new = old.replace("  name: changed\n", "  name: changed\n  labels: {version: \"2\"}\n");
+    assert_ne!(new, old);
+    write(&dir, ".changed.tmp", &new);
+    std::fs::rename(dir.join(".changed.tmp"), dir.join("changed.yaml")).unwrap();
+    let stopping =
+        agent.wait_for_after(0, |l| l.ends_with("default/changed: removed, stopping its containers")).await;
+    let stopped = agent.wait_for_after(stopping, |l| l.ends_with("default/changed: stopped")).await;
+    let added = agent.wait_for_after(stopping, |l| l.contains("default/changed: added from")).await;
+    assert!(stopped < added, "the old pod stopped before the new one was added:\n{}", agent.seen.join("\n"));
+    let second = wait_for_pids(&pidfile, 2).await[1];
+    assert!(process_gone(first), "the old copy is gone once the new one runs");
+    assert!(!process_gone(second));
+    agent.stop().await;
+    assert_gone(&[second]).await;
+}
+
 /// Sends `signal` (`-TERM`, `-KILL`) to the agent.
 fn signal_agent(agent: &Agent, signal: &str) {
     let id = agent.child.id().unwrap();

@@ -98,10 +98,21 @@ struct PodEntry {
     restart: Option<Restart>,
 }
 
-/// A pod to add again once its earlier self has stopped.
+/// A pod to add once an earlier pod of its UID or its name has stopped.
 struct Restart {
     pod: Pod,
     file: PathBuf,
+}
+
+impl Restart {
+    fn uid(&self) -> Option<&str> {
+        self.pod.metadata.uid.as_deref()
+    }
+}
+
+/// Whether two pods have the same namespace and name (upstream's "full name").
+fn same_full_name(a: &Pod, b: &Pod) -> bool {
+    a.metadata.name == b.metadata.name && a.metadata.namespace == b.metadata.namespace
 }
 
 pub struct StandaloneKubelet {
@@ -144,6 +155,11 @@ impl StandaloneKubelet {
             synced,
             shutting_down: false,
         }
+    }
+
+    /// The pod of `uid` waiting for an earlier pod to stop, if it waits.
+    fn waiting_mut(&mut self, uid: &str) -> Option<&mut Restart> {
+        self.entries.values_mut().filter_map(|e| e.restart.as_mut()).find(|r| r.uid() == Some(uid))
     }
 
     fn rescan(&mut self, ctx: &mut Context<Self>) {
@@ -197,6 +213,16 @@ impl StandaloneKubelet {
             entry.restart = Some(Restart { pod, file: file.to_owned() });
             return;
         }
+        // The kubelet starts a static pod only once every earlier pod of its full name has
+        // terminated (its pod workers' `allowStaticPodStart`, docs/status-manager.md): a
+        // changed manifest is a new UID under the old name, and starting it at once would run
+        // both copies of each container side by side for the old one's grace period.
+        if let Some(entry) = self.entries.values_mut().find(|e| e.terminating && same_full_name(&e.pod, &pod))
+        {
+            tracing::info!(pod = %pod_ref(&pod), "pod waits for the earlier pod of its name to stop");
+            entry.restart = Some(Restart { pod, file: file.to_owned() });
+            return;
+        }
         let pod = Arc::new(pod);
         console::print(Tone::Plain, &format!("{}: added from {}", pod_ref(&pod), file.display()));
         self.pods.upsert(pod.clone());
@@ -220,13 +246,13 @@ impl StandaloneKubelet {
     /// keeps running and its next sync reconciles the probes.
     fn update(&mut self, pod: Pod, ctx: &mut Context<Self>) {
         let Some(uid) = PodUid::of(&pod) else { return };
-        let Some(entry) = self.entries.get_mut(&uid) else { return };
-        if entry.terminating {
-            if let Some(restart) = entry.restart.as_mut() {
-                restart.pod = pod;
+        let Some(entry) = self.entries.get_mut(&uid).filter(|e| !e.terminating) else {
+            // Not started yet: it waits for an earlier pod (of its UID or its name) to stop.
+            if let Some(waiting) = self.waiting_mut(&uid) {
+                waiting.pod = pod;
             }
             return;
-        }
+        };
         let pod = Arc::new(pod);
         console::print(Tone::Plain, &format!("{}: probes updated in place", pod_ref(&pod)));
         self.pods.upsert(pod.clone());
@@ -317,12 +343,13 @@ impl StandaloneKubelet {
     /// went away: stop liveness and startup, stop the containers, write the final status,
     /// stop probing and forget the pod.
     fn terminate(&mut self, uid: PodUid, ctx: &mut Context<Self>) {
-        let Some(entry) = self.entries.get_mut(&uid) else { return };
-        if entry.terminating {
-            // Removed again before the old pod stopped: nothing to restart.
+        if let Some(entry) =
+            self.entries.values_mut().find(|e| e.restart.as_ref().is_some_and(|r| r.uid() == Some(&*uid)))
+        {
+            // Removed again before the pod it waited for stopped: it never starts.
             entry.restart = None;
-            return;
         }
+        let Some(entry) = self.entries.get_mut(&uid).filter(|e| !e.terminating) else { return };
         entry.terminating = true;
         let generation = entry.generation;
         let pod = entry.pod.clone();
