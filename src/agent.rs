@@ -29,6 +29,7 @@ use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{ContainerGroups, FdBudget, ProcessRuntime, StateDirError, raise_nofile_limit};
 use crate::serve::{Limits, ServeState, router, router_for_loopback, router_with_reviews, serve_router};
+use probelet_actors::sync::rate::RateLimiter;
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +171,9 @@ impl Common {
         };
         let app = match reviewed {
             Some(client) => {
-                router_with_reviews(state, Arc::new(Reviewer::new(client, args.node_name.clone())))
+                // A bucket of its own: reviews that clients ask for never delay status writes.
+                let limiter = RateLimiter::new(args.qps, args.burst);
+                router_with_reviews(state, Arc::new(Reviewer::new(client, args.node_name.clone(), limiter)))
             }
             None => {
                 if let Some(warning) = exposure_warning(&addr) {

@@ -15,7 +15,12 @@
 //!    `403 Forbidden`.
 //!
 //! Answers are cached like the kubelet's defaults: token reviews for 2 minutes, allowed
-//! decisions for 5 minutes, denied ones for 30 seconds. Errors are not cached.
+//! decisions for 5 minutes, denied ones for 30 seconds. Errors are not cached. Tokens the API
+//! server authenticated and tokens it did not are cached apart, so that a flood of made-up
+//! tokens cannot push the real ones out. Every review the agent sends waits for the review
+//! rate limiter (`--qps`/`--burst`, a bucket of its own so that reviews asked for by clients
+//! never delay status writes): the kubelet sends its reviews through its rate-limited client,
+//! and an unauthenticated client must not be able to make the agent flood the API server.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -29,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
+use probelet_actors::sync::rate::RateLimiter;
 use tokio::time::Instant;
 
 /// Paths served to anyone, whatever the authorization mode.
@@ -158,29 +164,49 @@ impl<V: Clone> TtlCache<V> {
 pub struct Reviewer {
     client: kube::Client,
     node: String,
-    tokens: TtlCache<Option<UserInfo>>,
+    /// Paces the reviews sent.
+    limiter: RateLimiter,
+    /// Tokens the API server authenticated, and their users.
+    tokens: TtlCache<UserInfo>,
+    /// Tokens it did not.
+    unknown_tokens: TtlCache<()>,
     decisions: TtlCache<bool>,
 }
 
 impl Reviewer {
-    pub fn new(client: kube::Client, node: impl Into<String>) -> Reviewer {
-        Reviewer { client, node: node.into(), tokens: TtlCache::new(), decisions: TtlCache::new() }
+    /// Sends its reviews through `client`, each once `limiter` lets it.
+    pub fn new(client: kube::Client, node: impl Into<String>, limiter: RateLimiter) -> Reviewer {
+        Reviewer {
+            client,
+            node: node.into(),
+            limiter,
+            tokens: TtlCache::new(),
+            unknown_tokens: TtlCache::new(),
+            decisions: TtlCache::new(),
+        }
     }
 
     /// The user a token belongs to; `None` when the API server does not authenticate it.
     /// Sends `POST /apis/authentication.k8s.io/v1/tokenreviews`.
     pub async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, kube::Error> {
         if let Some(user) = self.tokens.get(token) {
-            return Ok(user);
+            return Ok(Some(user));
+        }
+        if self.unknown_tokens.get(token).is_some() {
+            return Ok(None);
         }
         let review = TokenReview {
             spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
             ..TokenReview::default()
         };
+        self.limiter.acquire().await;
         let answer =
             Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
         let user = answer.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user);
-        self.tokens.insert(token, user.clone(), AUTHENTICATION_CACHE_TTL);
+        match &user {
+            Some(user) => self.tokens.insert(token, user.clone(), AUTHENTICATION_CACHE_TTL),
+            None => self.unknown_tokens.insert(token, (), AUTHENTICATION_CACHE_TTL),
+        }
         Ok(user)
     }
 
@@ -201,6 +227,7 @@ impl Reviewer {
             return Ok(allowed);
         }
         let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
+        self.limiter.acquire().await;
         let answer = Api::<SubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await?;
@@ -325,5 +352,22 @@ mod tests {
             cache.insert(&i.to_string(), false, Duration::from_secs(30));
         }
         assert!(cache.entries.lock().unwrap().len() <= CACHE_CAPACITY, "bounded");
+    }
+
+    /// Made-up tokens fill a cache of their own: the authenticated ones stay cached however
+    /// many arrive, so a flood cannot make the agent review every real client again.
+    #[tokio::test]
+    async fn a_flood_of_unknown_tokens_keeps_the_known_ones_cached() {
+        // Never reached: every answer below must come from the caches.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let reviewer =
+            Reviewer::new(kube::Client::try_from(config).unwrap(), "node-a", RateLimiter::new(0.0, 1));
+        let alice = UserInfo { username: Some("alice".into()), ..Default::default() };
+        reviewer.tokens.insert("real", alice.clone(), AUTHENTICATION_CACHE_TTL);
+        for i in 0..CACHE_CAPACITY + 10 {
+            reviewer.unknown_tokens.insert(&format!("made-up-{i}"), (), AUTHENTICATION_CACHE_TTL);
+        }
+        assert_eq!(reviewer.authenticate("real").await.unwrap(), Some(alice));
+        assert_eq!(reviewer.authenticate(&format!("made-up-{CACHE_CAPACITY}")).await.unwrap(), None);
     }
 }

@@ -118,7 +118,8 @@ pub struct RunArgs {
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// API requests per second the agent may send (the kubelet's --kube-api-qps).
+    /// API requests per second the agent may send for status writes (the kubelet's
+    /// --kube-api-qps); webhook authorization's reviews get a bucket of their own at this rate.
     #[arg(long, env = "PROBELET_QPS", default_value_t = 50.0)]
     pub qps: f64,
 
