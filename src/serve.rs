@@ -7,14 +7,16 @@
 //! [`Limits::header_read_timeout`] (hyper starts that timer again whenever a kept-alive
 //! connection waits for its next request, so it is also the idle timeout), and at most
 //! [`Limits::max_connections`] connections are open at once. When the cap is reached, the
-//! oldest connection that is not serving a request (a slow or idle client) is closed to make
-//! room, so `/healthz` keeps answering while slow clients hold the listener; when every
-//! connection is busy, new ones wait in the kernel's backlog. Who may read which endpoint is
+//! oldest idle connection (serving nothing, and neither read from nor written to for 200 ms: a
+//! slow client, or one kept alive) is closed to make room, so `/healthz` keeps answering while
+//! slow clients hold the listener. A connection whose answer is still being sent, or that has
+//! just connected or just been answered, is not closed for room; while none is idle, new ones
+//! wait in the kernel's backlog. Who may read which endpoint is
 //! [`crate::auth`]'s business.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +33,7 @@ use probelet_actors::contracts::PodRegistry;
 use probelet_actors::metrics::PrometheusRegistry;
 use serde_json::json;
 use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::time::Instant;
 use tower::ServiceExt as _;
 
 use crate::auth::{Reviewer, guard};
@@ -172,7 +175,7 @@ pub async fn serve_router(
 ) -> std::io::Result<()> {
     let max = limits.max_connections.max(1);
     let permits = Arc::new(Semaphore::new(max));
-    let open = Arc::new(OpenConnections::default());
+    let open = Arc::new(OpenConnections::new());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
@@ -202,22 +205,27 @@ pub async fn serve_router(
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                // At the cap: the oldest connection that is not serving a request makes room.
-                // With every connection busy, wait; new clients queue in the backlog meanwhile.
-                open.evict_oldest_idle();
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    permit = permits.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        Err(_) => break,
-                    },
-                }
+        // At the cap: the oldest idle connection (see [`OpenConnections::evict_oldest_idle`])
+        // makes room. While none is idle, new clients queue in the backlog; a connection that
+        // goes idle without closing (kept alive) is seen at the next look.
+        let permit = loop {
+            if let Ok(permit) = permits.clone().try_acquire_owned() {
+                break Some(permit);
+            }
+            // An evicted connection's permit comes back when its task ends.
+            let look_again = match open.evict_oldest_idle(Instant::now()) {
+                Eviction::Evicted => None,
+                Eviction::NotBefore(at) => Some(at),
+                Eviction::NoneIdle => Some(Instant::now() + IDLE),
+            };
+            tokio::select! {
+                _ = &mut shutdown => break None,
+                permit = permits.clone().acquire_owned() => break permit.ok(),
+                _ = tokio::time::sleep_until(look_again.unwrap_or_else(Instant::now)), if look_again.is_some() => {}
             }
         };
-        let (id, busy, evicted) = open.insert();
+        let Some(permit) = permit else { break };
+        let (id, busy, active, evicted) = open.insert();
         let open = open.clone();
         let app = app.clone();
         let builder = builder.clone();
@@ -228,11 +236,13 @@ pub async fn serve_router(
                 let guard = BusyGuard::new(busy.clone());
                 let app = app.clone();
                 async move {
+                    // Busy until the body has been sent (or dropped), not only until the
+                    // handler returns: closing the connection mid-body would cut the answer.
                     let response = app.oneshot(req.map(axum::body::Body::new)).await;
-                    drop(guard);
-                    response
+                    response.map(|r| r.map(|body| axum::body::Body::new(Guarded { body, _guard: guard })))
                 }
             });
+            let stream = Watched { io: stream, active, since: open.since };
             let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
             tokio::pin!(conn);
             tokio::select! {
@@ -257,46 +267,181 @@ pub async fn serve_router(
     Ok(())
 }
 
-/// The connections the listener holds, oldest first, with how many requests each is serving.
-#[derive(Default)]
+/// How long a connection must have served nothing, and read and written nothing, to be closed
+/// for room: a client that just connected has its request on the way, and one whose answer just
+/// went out may still be flushing it; a slow client trickling its head is still closed soon.
+const IDLE: Duration = Duration::from_millis(200);
+
+/// The connections the listener holds, oldest first, with how many requests each is serving
+/// and when each last moved bytes.
 struct OpenConnections {
     inner: Mutex<(u64, BTreeMap<u64, Tracked>)>,
+    /// What [`Tracked::active`] counts from.
+    since: Instant,
 }
 
 struct Tracked {
+    /// Requests being served, counted until their response body is sent.
     busy: Arc<AtomicUsize>,
+    /// Milliseconds from [`OpenConnections::since`] to the connection's last read or write
+    /// that moved bytes (or its accept).
+    active: Arc<AtomicU64>,
     evict: oneshot::Sender<()>,
 }
 
+/// What [`OpenConnections::evict_oldest_idle`] did.
+#[derive(Debug, PartialEq, Eq)]
+enum Eviction {
+    Evicted,
+    /// The oldest connection serving nothing has moved bytes too recently; it is idle then.
+    NotBefore(Instant),
+    /// Every connection is serving a request.
+    NoneIdle,
+}
+
 impl OpenConnections {
+    fn new() -> Self {
+        OpenConnections { inner: Mutex::new((0, BTreeMap::new())), since: Instant::now() }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, BTreeMap<u64, Tracked>)> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn insert(&self) -> (u64, Arc<AtomicUsize>, oneshot::Receiver<()>) {
+    fn insert(&self) -> (u64, Arc<AtomicUsize>, Arc<AtomicU64>, oneshot::Receiver<()>) {
         let (evict, evicted) = oneshot::channel();
         let busy = Arc::new(AtomicUsize::new(0));
+        let active = Arc::new(AtomicU64::new(millis_since(self.since, Instant::now())));
         let mut guard = self.lock();
         let (next, map) = &mut *guard;
         let id = *next;
         *next += 1;
-        map.insert(id, Tracked { busy: busy.clone(), evict });
-        (id, busy, evicted)
+        map.insert(id, Tracked { busy: busy.clone(), active: active.clone(), evict });
+        (id, busy, active, evicted)
     }
 
     fn remove(&self, id: u64) {
         self.lock().1.remove(&id);
     }
 
-    /// Closes the oldest connection that is waiting for a request head.
-    fn evict_oldest_idle(&self) {
+    /// Closes the oldest connection that serves nothing and has moved no bytes for [`IDLE`]
+    /// at `now`: a slow client, or one kept alive.
+    fn evict_oldest_idle(&self, now: Instant) -> Eviction {
         let mut guard = self.lock();
         let map = &mut guard.1;
-        let idle = map.iter().find(|(_, t)| t.busy.load(Ordering::SeqCst) == 0).map(|(id, _)| *id);
-        if let Some(tracked) = idle.and_then(|id| map.remove(&id)) {
+        let Some((&id, oldest)) = map.iter().find(|(_, t)| t.busy.load(Ordering::SeqCst) == 0) else {
+            return Eviction::NoneIdle;
+        };
+        let idle_from = self.since + Duration::from_millis(oldest.active.load(Ordering::SeqCst)) + IDLE;
+        if idle_from > now {
+            return Eviction::NotBefore(idle_from);
+        }
+        if let Some(tracked) = map.remove(&id) {
             tracing::debug!("HTTP listener at its connection cap: closing the oldest idle connection");
             let _ = tracked.evict.send(());
         }
+        Eviction::Evicted
+    }
+}
+
+fn millis_since(since: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A connection's socket, noting in [`Tracked::active`] when it last moved bytes.
+struct Watched {
+    io: tokio::net::TcpStream,
+    active: Arc<AtomicU64>,
+    since: Instant,
+}
+
+impl Watched {
+    fn moved(&self) {
+        self.active.store(millis_since(self.since, Instant::now()), Ordering::SeqCst);
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if polled.is_ready() {
+            self.moved();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        if polled.is_ready() {
+            self.moved();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if polled.is_ready() {
+            self.moved();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A response body that keeps its connection counted as busy until it is sent or dropped.
+struct Guarded {
+    body: axum::body::Body,
+    _guard: BusyGuard,
+}
+
+impl http_body::Body for Guarded {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

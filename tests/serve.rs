@@ -260,3 +260,100 @@ async fn at_the_connection_cap_the_oldest_idle_client_makes_room() {
         .unwrap()
         .unwrap();
 }
+
+/// Sends a whole request and reads the whole answer; the status line and the body.
+async fn exchange(mut stream: tokio::net::TcpStream, path: &str) -> (String, String) {
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (head.lines().next().unwrap_or_default().to_owned(), body.to_owned())
+}
+
+/// At the cap, a connection whose request has arrived but has not been read yet is not taken
+/// for an idle one: it is answered, and the next client waits its turn. (Closing "the oldest
+/// connection not serving a request" closed such connections unanswered.)
+#[tokio::test]
+async fn at_the_connection_cap_a_request_that_arrived_is_answered() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
+        let _ = stopped.await;
+    }));
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        clients.spawn(exchange(stream, "/healthz"));
+    }
+    let mut unanswered = 0;
+    while let Some(answer) = clients.join_next().await {
+        if answer.unwrap() != ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()) {
+            unanswered += 1;
+        }
+    }
+    assert_eq!(unanswered, 0, "every client sent a whole request and got its answer");
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+/// At the cap, a connection whose answer is still being sent is not closed to make room: the
+/// handler has returned, but the body has not all gone out.
+#[tokio::test]
+async fn at_the_connection_cap_an_answer_being_sent_is_not_cut() {
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let released = Arc::new(tokio::sync::Mutex::new(Some(released)));
+    let app = health_router().route(
+        "/slow",
+        axum::routing::get(move || {
+            let released = released.clone();
+            async move {
+                let rest = async move {
+                    if let Some(released) = released.lock().await.take() {
+                        let _ = released.await;
+                    }
+                    Ok::<_, std::io::Error>(bytes::Bytes::from_static(b" second half"))
+                };
+                let first = futures::stream::once(async {
+                    Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"first half"))
+                });
+                let chunks = futures::StreamExt::chain(first, futures::stream::once(rest));
+                axum::body::Body::from_stream(chunks)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_router(listener, app, limits, async move {
+        let _ = stopped.await;
+    }));
+
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("first half") {
+        let mut buf = [0u8; 1024];
+        let n = slow.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the first half: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // The next client arrives while the answer is half sent; it waits for its turn.
+    let next = tokio::spawn(exchange(tokio::net::TcpStream::connect(addr).await.unwrap(), "/healthz"));
+    tokio::task::yield_now().await;
+    let _ = release.send(());
+    let mut rest = Vec::new();
+    let _ = slow.read_to_end(&mut rest).await;
+    seen.extend_from_slice(&rest);
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.contains("first half\r\n") && seen.ends_with(" second half\r\n0\r\n\r\n"), "{seen}");
+    assert_eq!(next.await.unwrap(), ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
