@@ -8,7 +8,7 @@
 //! this holds even while the agent's main thread is saturated.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -46,6 +46,10 @@ pub enum AgentError {
     WebhookWithoutCluster,
     #[error("{0} (choose another with --state-dir)")]
     StateDir(#[from] StateDirError),
+    #[error(
+        "manifests folder {0}: served by another running agent (one agent per folder: two would run every container twice)"
+    )]
+    ManifestsInUse(PathBuf),
     #[error("cannot watch for signals: {0}")]
     SignalWatcher(std::io::Error),
 }
@@ -216,11 +220,37 @@ pub fn exposure_warning(addr: &SocketAddr) -> Option<&'static str> {
     )
 }
 
+/// One agent per manifests folder, whatever its state directory: two would start every
+/// container twice. The claim is an abstract Unix socket named after the folder's canonical
+/// path. The kernel releases it when the agent dies, however it dies, and deleting and
+/// re-creating the folder (its state directory and that directory's lock with it) does not
+/// release it. Abstract sockets belong to a network namespace: agents in two namespaces
+/// sharing one folder are told apart only by the state directory's lock.
+fn claim_folder(manifests: &Path) -> Result<Option<std::os::unix::net::UnixListener>, AgentError> {
+    use std::os::linux::net::SocketAddrExt;
+    let canonical = std::fs::canonicalize(manifests).unwrap_or_else(|_| manifests.to_owned());
+    let mut hash = probelet_actors::fnv::Fnv1a64::new();
+    hash.write(canonical.as_os_str().as_encoded_bytes());
+    let name = format!("probelet-manifests-{:016x}", hash.finish());
+    let claimed = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|addr| std::os::unix::net::UnixListener::bind_addr(&addr));
+    match claimed {
+        Ok(listener) => Ok(Some(listener)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(AgentError::ManifestsInUse(canonical)),
+        Err(error) => {
+            // Out of descriptors, say: the state directory's lock still guards the common case.
+            tracing::warn!(%error, folder = %canonical.display(), "cannot claim the manifests folder");
+            Ok(None)
+        }
+    }
+}
+
 /// Standalone mode: pods from `manifests`, containers as local processes.
 pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), AgentError> {
     if !manifests.is_dir() {
         return Err(AgentError::NoManifests(manifests));
     }
+    let _claim = claim_folder(&manifests)?;
     // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
     match raise_nofile_limit() {
         Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),

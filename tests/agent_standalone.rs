@@ -418,6 +418,60 @@ async fn a_changed_manifest_starts_its_new_pod_once_the_old_one_stopped() {
     assert_gone(&[second]).await;
 }
 
+/// One agent per manifests folder: a second one is refused, even with a state directory of its
+/// own, and even after the folder (and the first agent's state directory in it) was deleted and
+/// made again; two would run every container twice.
+#[actix::test]
+async fn a_second_agent_on_the_same_folder_is_refused() {
+    let dir = temp_dir("claimed");
+    let pidfile = dir.join("one.pids");
+    let manifest = sleeper_pod("one", &pidfile);
+    write(&dir, "one.yaml", &manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    // Exits at once when refused; one that starts instead is killed after 10 s.
+    let second = |state: PathBuf| {
+        let dir = dir.clone();
+        async move {
+            let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+                .args(["run", "--manifests"])
+                .arg(&dir)
+                .args(["--listen", "127.0.0.1:0", "--state-dir"])
+                .arg(&state)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap();
+            tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+                .await
+                .expect("the second agent exits at once")
+                .unwrap()
+        }
+    };
+    let elsewhere = temp_dir("claimed-state");
+    let refused = second(elsewhere.clone()).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("served by another running agent"), "{stderr}");
+
+    // The folder deleted and made again, with its manifest: still the first agent's.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stopped = agent.wait_for_after(0, |l| l.ends_with("default/one: stopped")).await;
+    std::fs::create_dir_all(&dir).unwrap();
+    write(&dir, "one.yaml", &manifest);
+    agent.wait_for_after(stopped, |l| l.contains("default/one: added from")).await;
+    let refused = second(elsewhere.clone()).await;
+    assert!(!refused.status.success(), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).map(|d| d.count()).unwrap_or(0),
+        0,
+        "the refused agent wrote no state"
+    );
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&elsewhere);
+}
+
 /// Sends `signal` (`-TERM`, `-KILL`) to the agent.
 fn signal_agent(agent: &Agent, signal: &str) {
     let id = agent.child.id().unwrap();
