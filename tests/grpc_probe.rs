@@ -235,3 +235,74 @@ async fn invalid_host_is_a_dial_error() {
     })
     .await;
 }
+
+/// An HTTP/2 server that is not gRPC: every request gets `status` with `headers` and an empty
+/// body (what a proxy or a plain web server on the probed port answers).
+async fn h2_answering(status: u16, headers: &'static [(&'static str, &'static str)]) -> u16 {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("bound").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper::service::service_fn(move |_request| async move {
+                let mut response = http::Response::builder().status(status);
+                for (name, value) in headers {
+                    response = response.header(*name, *value);
+                }
+                response.body(String::new())
+            });
+            tokio::spawn(
+                hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .http2_only()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned(),
+            );
+        }
+    });
+    port
+}
+
+/// An HTTP status, the headers that come with it, and the probe's output.
+type HeaderCase = (u16, &'static [(&'static str, &'static str)], &'static str);
+
+/// grpc-go refuses an answer on its headers before it reads a message: an HTTP status other
+/// than 200 (its code from gRPC's table: 404 is Unimplemented), or a content type that is not
+/// gRPC's, whatever `grpc-status` says.
+#[tokio::test]
+async fn answers_grpc_go_refuses_on_their_headers() {
+    bounded(async {
+        let cases: [HeaderCase; 4] = [
+            (
+                404,
+                &[("content-type", "text/plain")],
+                "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): \
+                 unexpected HTTP status code received from server: 404 (Not Found); \
+                 transport: received unexpected content-type \"text/plain\"",
+            ),
+            (
+                500,
+                &[("content-type", "application/grpc"), ("grpc-status", "0")],
+                "error: health rpc probe failed: rpc error: code = Unknown desc = \
+                 unexpected HTTP status code received from server: 500 (Internal Server Error)",
+            ),
+            (
+                503,
+                &[("content-type", "application/grpc+proto"), ("grpc-status", "0")],
+                "error: health rpc probe failed: rpc error: code = Unavailable desc = \
+                 unexpected HTTP status code received from server: 503 (Service Unavailable)",
+            ),
+            (
+                200,
+                &[("grpc-status", "0")],
+                "error: health rpc probe failed: rpc error: code = Unknown desc = \
+                 malformed header: missing HTTP content-type",
+            ),
+        ];
+        for (status, headers, want) in cases {
+            let port = h2_answering(status, headers).await;
+            let got = probe("127.0.0.1", port, "", LONG).await;
+            assert_eq!(got, failure(want), "HTTP {status} {headers:?}");
+        }
+    })
+    .await;
+}

@@ -113,7 +113,7 @@ async fn attempt(
 
 /// Calls `Health/Check` and maps the answer to upstream's outputs.
 async fn check(channel: Channel, service: &str, deadline: Instant, timeout: Duration) -> Probed {
-    let mut client = HealthClient::new(channel);
+    let mut client = HealthClient::new(GoHeaderChecks(channel));
     let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
     // Go sends the context's remaining time as `grpc-timeout`.
     request.set_timeout(deadline.saturating_duration_since(Instant::now()));
@@ -145,6 +145,91 @@ async fn check(channel: Channel, service: &str, deadline: Instant, timeout: Dura
 
 fn failure(output: String) -> Probed {
     Probed::new(ProbeOutcome::Failure, output)
+}
+
+/// The channel, with grpc-go's checks of a response's headers: tonic reads a `grpc-status`
+/// whatever the HTTP status and content type, and words a missing one its own way
+/// ("grpc-status header missing, mapped from HTTP status code 404"), so a server that is not
+/// gRPC (an HTTP/2 proxy's 404, say) read differently from what the kubelet reports.
+#[derive(Debug, Clone)]
+struct GoHeaderChecks(Channel);
+
+type ChannelResponse = Result<http::Response<tonic::body::Body>, tonic::transport::Error>;
+
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for GoHeaderChecks {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = futures::future::Map<
+        <Channel as tonic::codegen::Service<http::Request<tonic::body::Body>>>::Future,
+        fn(ChannelResponse) -> ChannelResponse,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        futures::FutureExt::map(self.0.call(request), with_go_header_checks as fn(_) -> _)
+    }
+}
+
+/// A response that grpc-go would refuse on its headers carries that refusal as its
+/// `grpc-status`, which tonic then reports before it reads any message.
+fn with_go_header_checks(response: ChannelResponse) -> ChannelResponse {
+    let mut response = response?;
+    let refused = go_header_status(response.status(), response.headers().get(http::header::CONTENT_TYPE));
+    if let Some(status) = refused {
+        response.headers_mut().remove("grpc-status");
+        response.headers_mut().remove("grpc-message");
+        if status.add_header(response.headers_mut()).is_err() {
+            tracing::debug!(%status, "cannot carry a gRPC status in headers");
+        }
+    }
+    Ok(response)
+}
+
+/// What grpc-go's client transport (`operateHeaders`) makes of a response's first headers: an
+/// HTTP status other than 200, or a content type that is not `application/grpc` (alone, or
+/// followed by `+` or `;`), ends the call. The code comes from the HTTP status by gRPC's table
+/// (Unknown for a status it does not list, 200 included), the message joins what was wrong
+/// with `; `.
+fn go_header_status(
+    status: http::StatusCode,
+    content_type: Option<&http::HeaderValue>,
+) -> Option<tonic::Status> {
+    let http_status_error = (status != http::StatusCode::OK).then(|| {
+        format!(
+            "unexpected HTTP status code received from server: {} ({})",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or_default()
+        )
+    });
+    let content_type_error = match content_type {
+        None => Some("malformed header: missing HTTP content-type".to_owned()),
+        Some(value) => {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let grpc = text
+                .strip_prefix("application/grpc")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'));
+            (!grpc).then(|| {
+                format!("transport: received unexpected content-type {}", crate::gofmt::go_quote(&text))
+            })
+        }
+    };
+    if content_type_error.is_none() && http_status_error.is_none() {
+        return None;
+    }
+    let code = match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    let message =
+        [http_status_error, content_type_error].into_iter().flatten().collect::<Vec<_>>().join("; ");
+    Some(tonic::Status::new(code, message))
 }
 
 /// The proto enum name of a serving status; an unknown number prints as itself, as protobuf-go's
