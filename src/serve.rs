@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,16 +75,39 @@ pub fn router_for_loopback(state: ServeState) -> Router {
 }
 
 fn routes(state: ServeState) -> Router {
-    Router::new()
+    // The answers that hold every pod: each is built whole in memory and kept until the client
+    // has read it, so only a few at once (docs/security.md, "Slow and idle clients").
+    let whole_node = Router::new()
         .route("/", get(status_page))
+        .route("/pods", get(pods))
+        .route("/events", get(events))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::new(Semaphore::new(WHOLE_NODE_ANSWERS)),
+            one_of_few,
+        ));
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/pods", get(pods))
         .route("/pods/{namespace}/{name}/probes", get(probes))
-        .route("/events", get(events))
+        .merge(whole_node)
         .with_state(state)
         .layer(axum::middleware::map_response(private_headers))
+}
+
+/// Answers holding every pod of the node that are built or sent at once; more wait.
+pub const WHOLE_NODE_ANSWERS: usize = 4;
+
+/// Waits for one of `permits`, and holds it until the answer has been sent (or dropped).
+async fn one_of_few(
+    State(permits): State<Arc<Semaphore>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Ok(permit) = permits.acquire_owned().await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    next.run(request).await.map(|body| axum::body::Body::new(Holding::new(body, permit)))
 }
 
 /// Every answer is about this node now and holds pod data: not to be cached, and not to be
@@ -153,7 +177,8 @@ pub async fn serve(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Time a client has to send a whole request head, counted from the connection's start and
-    /// again from the end of each response (the keep-alive idle timeout).
+    /// again from the end of each response (the keep-alive idle timeout); also the longest a
+    /// client may leave its answer unread before the connection is closed.
     pub header_read_timeout: Duration,
     /// Connections open at once.
     pub max_connections: usize,
@@ -177,6 +202,8 @@ pub async fn serve_router(
     let permits = Arc::new(Semaphore::new(max));
     let open = Arc::new(OpenConnections::new());
     let (stop_tx, stop_rx) = watch::channel(false);
+    // A client has as long to read more of an answer as it has to send a request head.
+    let stall_limit = limits.header_read_timeout;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     let mut conns = tokio::task::JoinSet::new();
@@ -239,10 +266,10 @@ pub async fn serve_router(
                     // Busy until the body has been sent (or dropped), not only until the
                     // handler returns: closing the connection mid-body would cut the answer.
                     let response = app.oneshot(req.map(axum::body::Body::new)).await;
-                    response.map(|r| r.map(|body| axum::body::Body::new(Guarded { body, _guard: guard })))
+                    response.map(|r| r.map(|body| axum::body::Body::new(Holding::new(body, guard))))
                 }
             });
-            let stream = Watched { io: stream, active, since: open.since };
+            let stream = Watched { io: stream, active, since: open.since, stall_limit, stalled: None };
             let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
             tokio::pin!(conn);
             tokio::select! {
@@ -348,16 +375,44 @@ fn millis_since(since: Instant, now: Instant) -> u64 {
     u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A connection's socket, noting in [`Tracked::active`] when it last moved bytes.
+/// A connection's socket, noting in [`Tracked::active`] when it last moved bytes, and ending
+/// a write that has made no progress for `stall_limit`: a client that stops reading its answer
+/// would otherwise hold the answer, its memory and its connection for as long as it likes.
 struct Watched {
     io: tokio::net::TcpStream,
     active: Arc<AtomicU64>,
     since: Instant,
+    stall_limit: Duration,
+    /// Since when a write has been waiting for the client to read.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Watched {
     fn moved(&self) {
         self.active.store(millis_since(self.since, Instant::now()), Ordering::SeqCst);
+    }
+
+    /// A write's outcome, after the stall check: a write still waiting once the limit has
+    /// passed fails, and hyper closes the connection.
+    fn written(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        polled: std::task::Poll<std::io::Result<usize>>,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            self.moved();
+            return polled;
+        }
+        let limit = self.stall_limit;
+        let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if stalled.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client stopped reading its answer",
+            )));
+        }
+        std::task::Poll::Pending
     }
 }
 
@@ -382,10 +437,7 @@ impl tokio::io::AsyncWrite for Watched {
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
-        if polled.is_ready() {
-            self.moved();
-        }
-        polled
+        self.written(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -394,10 +446,7 @@ impl tokio::io::AsyncWrite for Watched {
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if polled.is_ready() {
-            self.moved();
-        }
-        polled
+        self.written(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -419,13 +468,27 @@ impl tokio::io::AsyncWrite for Watched {
     }
 }
 
-/// A response body that keeps its connection counted as busy until it is sent or dropped.
-struct Guarded {
+/// A response body holding `T` (a connection's [`BusyGuard`], a permit) until it has been sent
+/// or dropped. Handed to hyper in pieces of at most [`PIECE`] bytes: hyper takes the next piece
+/// only when it has written most of what it holds, so the body ends (and `T` goes) when the
+/// answer has nearly all gone out, not when a handler's one big buffer has been taken.
+struct Holding<T> {
     body: axum::body::Body,
-    _guard: BusyGuard,
+    /// What is left of the last data frame.
+    rest: bytes::Bytes,
+    _held: T,
 }
 
-impl http_body::Body for Guarded {
+/// The largest piece of a [`Holding`] body handed to hyper at once.
+const PIECE: usize = 64 * 1024;
+
+impl<T> Holding<T> {
+    fn new(body: axum::body::Body, held: T) -> Self {
+        Holding { body, rest: bytes::Bytes::new(), _held: held }
+    }
+}
+
+impl<T: Unpin> http_body::Body for Holding<T> {
     type Data = bytes::Bytes;
     type Error = axum::Error;
 
@@ -433,15 +496,33 @@ impl http_body::Body for Guarded {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        use std::task::Poll;
+        if self.rest.is_empty() {
+            match std::pin::Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => self.rest = data,
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                },
+                other => return other,
+            }
+        }
+        let piece = self.rest.len().min(PIECE);
+        Poll::Ready(Some(Ok(http_body::Frame::data(self.rest.split_to(piece)))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
 }
 
@@ -506,9 +587,24 @@ async fn status_page(State(state): State<ServeState>) -> Response {
 }
 
 async fn pods(State(state): State<ServeState>) -> Response {
+    /// A `v1.PodList`, written straight from the pods: a `json!` value was a second copy of
+    /// every pod per request.
+    #[derive(serde::Serialize)]
+    struct PodList<'a> {
+        #[serde(rename = "apiVersion")]
+        api_version: &'static str,
+        items: &'a [Pod],
+        kind: &'static str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+    }
     let items = with_statuses(&state).await;
-    axum::Json(json!({ "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items }))
-        .into_response()
+    axum::Json(PodList {
+        api_version: "v1",
+        items: &items,
+        kind: "PodList",
+        metadata: serde_json::Map::new(),
+    })
+    .into_response()
 }
 
 async fn probes(

@@ -16,7 +16,7 @@ use probelet::host::events::EventLog;
 use probelet::host::history::ProbeHistory;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult, container_reference};
-use probelet::serve::{Limits, ServeState, router_for_loopback, serve, serve_router};
+use probelet::serve::{Limits, ServeState, WHOLE_NODE_ANSWERS, router_for_loopback, serve, serve_router};
 use support::kubelet::Harness;
 use support::pods::{probe, running, test_pod, waiting};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -354,6 +354,66 @@ async fn at_the_connection_cap_an_answer_being_sent_is_not_cut() {
     let seen = String::from_utf8_lossy(&seen);
     assert!(seen.contains("first half\r\n") && seen.ends_with(" second half\r\n0\r\n\r\n"), "{seen}");
     assert_eq!(next.await.unwrap(), ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+/// Whether `stream` has bytes to read within `wait`.
+async fn has_data(stream: &tokio::net::TcpStream, wait: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(tokio::time::timeout(wait, stream.peek(&mut byte)).await, Ok(Ok(n)) if n > 0)
+}
+
+/// Answers that hold every pod are built a few at a time, and a client that stops reading one
+/// is dropped once it has left it unread for the header timeout: slow readers of a big `/pods`
+/// can neither hold the agent's memory nor its connections, and `/healthz` answers meanwhile.
+#[actix::test]
+async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
+    let registry = PrometheusRegistry::global().unwrap();
+    let h = Harness::start();
+    let mut pod = (*test_pod("big").container("app").build()).clone();
+    pod.metadata.annotations = Some([("big".to_owned(), "x".repeat(8 << 20))].into());
+    h.pods.upsert(Arc::new(pod));
+    let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
+    let state = ServeState {
+        registry,
+        pipeline: h.pipeline.clone(),
+        pods: h.pods.clone(),
+        history: ProbeHistory::new(clock.clone()),
+        events: EventLog::new(clock),
+        ready: Arc::new(AtomicBool::new(true)),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits { header_read_timeout: Duration::from_secs(5), max_connections: 64 };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_router(listener, probelet::serve::router(state), limits, async move {
+        let _ = stopped.await;
+    }));
+
+    let mut readers = Vec::new();
+    for _ in 0..=WHOLE_NODE_ANSWERS {
+        // A small receive window, so that the answer cannot all sit in this side's buffers.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        stream.write_all(format!("GET /pods HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+        readers.push(stream);
+        // In order, so that the last one is the one that waits.
+        if readers.len() <= WHOLE_NODE_ANSWERS {
+            assert!(has_data(readers.last().unwrap(), Duration::from_secs(20)).await, "answered");
+        }
+    }
+    let waiting = readers.last().unwrap();
+    assert!(!has_data(waiting, Duration::from_millis(300)).await, "the fifth waits for one of the four");
+    assert_eq!(get(addr, "/healthz").await, (200, "ok".into()), "/healthz answers meanwhile");
+    // The four stop reading: they are dropped after the header timeout, and the fifth is answered.
+    assert!(has_data(waiting, Duration::from_secs(20)).await, "answered once the first four were dropped");
+    let mut first = Vec::new();
+    let _ = readers[0].read_to_end(&mut first).await;
+    assert!(first.len() < 8 << 20, "the answer left unread was cut: {} bytes", first.len());
+
+    drop(readers);
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
