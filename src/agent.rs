@@ -52,6 +52,8 @@ pub enum AgentError {
     ManifestsInUse(PathBuf),
     #[error("cannot watch for signals: {0}")]
     SignalWatcher(std::io::Error),
+    #[error("{0} stopped unexpectedly (a bug: the panic is in the log)")]
+    Internal(&'static str),
 }
 
 /// The state directory's name in the manifests folder when `--state-dir` is not given (hidden,
@@ -287,6 +289,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         manifests.display(),
         args.node_name
     );
+    let runtime_alive = runtime.clone();
     let kubelet = start_kubelet(StandaloneKubelet::new(
         KubeletConfig {
             manifests,
@@ -301,7 +304,23 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         common.ready.clone(),
     ));
 
-    let _ = terminating.wait_for(|stage| *stage != ShutdownStage::Running).await;
+    let kubelet_alive = kubelet.clone();
+    let runtime_alive = move || runtime_alive.connected();
+    let kubelet_alive = move || kubelet_alive.connected();
+    let parts: [(&'static str, &dyn Fn() -> bool); 2] =
+        [("the container runtime", &runtime_alive), ("the pod source", &kubelet_alive)];
+    tokio::select! {
+        _ = terminating.wait_for(|stage| *stage != ShutdownStage::Running) => {}
+        part = first_gone(&parts) => {
+            // A panic (logged above it) stopped an actor: the agent would go on serving
+            // statuses nothing updates, and containers nothing stops. Better to end it all,
+            // so that whatever restarts the agent starts afresh (docs/reliability.md).
+            tracing::error!(part, "an internal part of the agent stopped; killing every container and exiting");
+            let killed = groups.kill_all();
+            println!("probelet: {part} stopped unexpectedly, {killed} container process group(s) killed");
+            return Err(AgentError::Internal(part));
+        }
+    }
     println!(
         "probelet: shutting down, stopping containers (at most {}s)",
         groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN).as_secs()
@@ -314,6 +333,18 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         std::future::pending::<()>().await;
     }
     Ok(())
+}
+
+/// Waits until one of `parts` is no longer alive (an actor whose handler panicked is gone);
+/// returns its name. Looks once a second.
+async fn first_gone(parts: &[(&'static str, &dyn Fn() -> bool)]) -> &'static str {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticks.tick().await;
+        if let Some((name, _)) = parts.iter().find(|(_, alive)| !alive()) {
+            return name;
+        }
+    }
 }
 
 /// Where the shutdown is, as the signal watcher tells the main thread.
@@ -422,6 +453,41 @@ impl Default for Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An actor whose handler panics.
+    struct Fragile;
+    impl actix::Actor for Fragile {
+        type Context = actix::Context<Self>;
+    }
+    #[derive(actix::Message)]
+    #[rtype(result = "()")]
+    struct Break;
+    impl actix::Handler<Break> for Fragile {
+        type Result = ();
+        #[allow(clippy::panic)]
+        fn handle(&mut self, _: Break, _: &mut Self::Context) {
+            panic!("a bug");
+        }
+    }
+
+    /// An actor stopped by a panic is seen gone, and named: the agent then stops everything
+    /// rather than serve what nothing updates any more.
+    #[actix::test]
+    async fn an_actor_stopped_by_a_panic_is_noticed() {
+        tokio::time::pause();
+        let fragile = actix::Actor::start(Fragile);
+        let healthy = actix::Actor::start(Fragile);
+        let (fragile_alive, healthy_alive) = (fragile.clone(), healthy.clone());
+        let fragile_alive = move || fragile_alive.connected();
+        let healthy_alive = move || healthy_alive.connected();
+        let parts: [(&'static str, &dyn Fn() -> bool); 2] =
+            [("healthy", &healthy_alive), ("fragile", &fragile_alive)];
+        let watch = first_gone(&parts);
+        tokio::pin!(watch);
+        assert!(tokio::time::timeout(Duration::from_secs(3), &mut watch).await.is_err(), "both alive");
+        fragile.do_send(Break);
+        assert_eq!(tokio::time::timeout(Duration::from_secs(10), watch).await, Ok("fragile"));
+    }
 
     fn client() -> kube::Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
