@@ -143,6 +143,16 @@ pub(super) fn exit_code(status: ExitStatus) -> i32 {
 pub(super) async fn forward_output(pipe: impl AsyncRead + Unpin, pod: String, container: String) {
     let mut reader = BufReader::with_capacity(MAX_LOG_LINE, pipe);
     let mut line = Vec::new();
+    let mut budget = LogBudget::new(tokio::time::Instant::now());
+    let mut log = |line: &[u8]| {
+        let now = tokio::time::Instant::now();
+        if budget.admit(line.len(), now) {
+            log_line(&pod, &container, line);
+        }
+        if let Some(dropped) = budget.report(now) {
+            log_dropped(&pod, &container, dropped);
+        }
+    };
     loop {
         let (taken, complete) = match reader.fill_buf().await {
             Ok(buf) if !buf.is_empty() => {
@@ -157,12 +167,81 @@ pub(super) async fn forward_output(pipe: impl AsyncRead + Unpin, pod: String, co
         };
         reader.consume(taken);
         if complete || line.len() >= MAX_LOG_LINE {
-            log_line(&pod, &container, &line);
+            log(&line);
             line.clear();
         }
     }
     if !line.is_empty() {
-        log_line(&pod, &container, &line);
+        log(&line);
+    }
+    if let Some(dropped) = budget.report_all() {
+        log_dropped(&pod, &container, dropped);
+    }
+}
+
+fn log_dropped(pod: &str, container: &str, lines: u64) {
+    tracing::warn!(
+        pod,
+        container,
+        lines,
+        "container output over {} KiB/s: lines not logged",
+        LOG_BYTES_PER_SECOND / 1024
+    );
+}
+
+/// Output logged per second and container stream, in bytes. The kubelet's container logs go to
+/// files of their own (10 MiB, 5 rotated); here they go to the agent's log, so a container
+/// printing as fast as it can (1.3 GB in 12 s) would fill that log and take the agent's CPU.
+/// Beyond this rate lines are read and dropped, and how many is logged once a second.
+pub(super) const LOG_BYTES_PER_SECOND: u64 = 64 * 1024;
+
+/// A stream's [`LOG_BYTES_PER_SECOND`]: a bucket of that many bytes, refilled continuously.
+#[derive(Debug)]
+struct LogBudget {
+    allowance: u64,
+    refilled: tokio::time::Instant,
+    dropped: u64,
+    reported: tokio::time::Instant,
+}
+
+impl LogBudget {
+    fn new(now: tokio::time::Instant) -> Self {
+        LogBudget { allowance: LOG_BYTES_PER_SECOND, refilled: now, dropped: 0, reported: now }
+    }
+
+    /// Whether a line of `len` bytes is logged now; one that is not is counted.
+    fn admit(&mut self, len: usize, now: tokio::time::Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.refilled);
+        let refill = (elapsed.as_micros().min(u128::from(u64::MAX)) as u64)
+            .saturating_mul(LOG_BYTES_PER_SECOND)
+            / 1_000_000;
+        if refill > 0 {
+            self.allowance = self.allowance.saturating_add(refill).min(LOG_BYTES_PER_SECOND);
+            self.refilled = now;
+        }
+        let len = len as u64;
+        if len <= self.allowance {
+            self.allowance -= len;
+            return true;
+        }
+        self.dropped += 1;
+        false
+    }
+
+    /// The lines dropped since the last report, at most once a second.
+    fn report(&mut self, now: tokio::time::Instant) -> Option<u64> {
+        if self.dropped == 0
+            || now.saturating_duration_since(self.reported) < std::time::Duration::from_secs(1)
+        {
+            return None;
+        }
+        self.reported = now;
+        self.report_all()
+    }
+
+    /// The lines dropped since the last report, whenever: at the end of the stream.
+    fn report_all(&mut self) -> Option<u64> {
+        (self.dropped > 0).then(|| std::mem::take(&mut self.dropped))
     }
 }
 
@@ -177,6 +256,29 @@ pub(super) fn log_line(pod: &str, container: &str, line: &[u8]) {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
+
+    /// A container printing flat out gets its rate's worth of lines logged, the rest counted
+    /// and told once a second; a quiet one loses nothing.
+    #[test]
+    fn output_beyond_the_rate_is_counted_not_logged() {
+        let start = tokio::time::Instant::now();
+        let mut budget = LogBudget::new(start);
+        let line = 1024;
+        let logged = (0..1000).filter(|_| budget.admit(line, start)).count() as u64;
+        assert_eq!(logged, LOG_BYTES_PER_SECOND / 1024, "a second's worth at once");
+        assert_eq!(budget.report(start), None, "told at most once a second");
+        let later = start + std::time::Duration::from_millis(1500);
+        assert!(budget.admit(line, later), "refilled meanwhile");
+        assert_eq!(budget.report(later), Some(1000 - logged));
+        assert_eq!(budget.report_all(), None);
+
+        let mut quiet = LogBudget::new(start);
+        for second in 0..100 {
+            let now = start + std::time::Duration::from_secs(second);
+            assert!((0..10).all(|_| quiet.admit(100, now)), "10 short lines a second all logged");
+        }
+        assert_eq!(quiet.report_all(), None);
+    }
 
     #[test]
     fn expands_like_upstream() {
