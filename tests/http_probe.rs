@@ -521,6 +521,39 @@ async fn timeout_covers_the_redirect_chain() {
     .await;
 }
 
+/// Go reads up to 2 KiB of a followed redirect's body before the next request: a small body
+/// that stalls holds the probe until its timeout, and the next request then finds its time
+/// gone. A big one is not read at all.
+#[tokio::test]
+async fn a_redirect_whose_small_body_stalls_times_out() {
+    bounded(async {
+        let stalled = |declared: usize| {
+            Reply::RawThenHang(
+                format!("HTTP/1.1 302 Found\r\nLocation: /ok\r\nContent-Length: {declared}\r\n\r\nsome")
+                    .into_bytes(),
+            )
+        };
+        let server =
+            HttpServer::plain(move |req| if req.path() == "/ok" { Reply::ok("ok") } else { stalled(100) })
+                .await;
+        let started = Instant::now();
+        let got = HttpProber::new().probe(&request(&get(server.port(), "/")), SHORT).await;
+        let want = format!(
+            "Get \"{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+            server.url("/ok")
+        );
+        assert_eq!(got, failure(&want));
+        assert!(started.elapsed() < SHORT + SLACK);
+
+        let big =
+            HttpServer::plain(move |req| if req.path() == "/ok" { Reply::ok("ok") } else { stalled(4096) })
+                .await;
+        let got = HttpProber::new().probe(&request(&get(big.port(), "/")), SHORT).await;
+        assert_eq!(got, success("ok"), "a body over 2 KiB is left unread");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn body_that_stalls_is_a_body_read_error_at_the_timeout() {
     bounded(async {

@@ -64,6 +64,8 @@ pub enum Reply {
     Partial { status: u16, declared: usize, body: Vec<u8>, then_hang: bool },
     /// Exactly these bytes, each piece written and flushed on its own, then close.
     Raw(Vec<Vec<u8>>),
+    /// Exactly these bytes, then nothing more: the connection stays open.
+    RawThenHang(Vec<u8>),
 }
 
 impl Reply {
@@ -195,6 +197,11 @@ async fn serve_connection<S>(
             let _ = stream.shutdown().await;
         }
         Reply::Hang => std::future::pending::<()>().await,
+        Reply::RawThenHang(bytes) => {
+            let _ = stream.write_all(&bytes).await;
+            let _ = stream.flush().await;
+            std::future::pending::<()>().await;
+        }
         Reply::Raw(pieces) => {
             for piece in pieces {
                 let _ = stream.write_all(&piece).await;

@@ -52,6 +52,10 @@ pub const MAX_RESPONSE_BODY_BYTES: usize = 10 * 1024;
 /// Redirects the kubelet follows before giving up (Go's client default).
 pub const MAX_REDIRECTS: usize = 10;
 
+/// How much of a followed redirect's body Go's client reads before the next request, when the
+/// body is no longer than this or of unknown length (net/http's `maxBodySlurpSize`).
+const MAX_BODY_SLURP: usize = 2 << 10;
+
 /// Output prefix of a 3xx answer (a warning); the body follows.
 pub const REDIRECT_WARNING_PREFIX: &str = "Probe terminated redirects, Response body: ";
 
@@ -190,11 +194,22 @@ impl HttpProber {
             if next.hostname() != original_hostname {
                 return Ok(exchange);
             }
+            // Go reads up to 2 KiB of a followed redirect's body first (`maxBodySlurpSize`, so
+            // that a small one does not spoil the connection), within the probe's timeout: a
+            // redirect whose small body stalls holds the probe until then.
+            if exchange.body_is_slurped() {
+                let _ = timeout_at(deadline, exchange.read_body(MAX_BODY_SLURP)).await;
+            } else {
+                drop(exchange);
+            }
             if sent >= MAX_REDIRECTS {
                 return Err(transport_error(&location, TOO_MANY_REDIRECTS));
             }
-            drop(exchange);
             let next = Hop { url: next, virtual_host: next_virtual_host, referer: next_referer };
+            if Instant::now() >= deadline {
+                // Go's next request finds its context expired before it dials.
+                return Err(transport_error(&next.url.to_string(), HEADERS_TIMEOUT));
+            }
             let host = next.virtual_host.as_deref().unwrap_or(&next.url.host);
             let wire = Wire::Hop(&next.url, wire_headers(&request.headers, host, next.referer.as_deref()));
             exchange = match self.round_trip(&next.url.scheme, &next.url.host, wire, deadline).await {

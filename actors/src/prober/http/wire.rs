@@ -99,6 +99,17 @@ where
     }
 }
 
+impl<T> Response<T> {
+    /// Whether Go's client reads some of this body before it follows the redirect it carries:
+    /// when its length is unknown (`ContentLength == -1`) or at most 2 KiB.
+    pub(super) fn body_is_slurped(&self) -> bool {
+        match self.framing {
+            Framing::Length(length) => length <= 2 << 10,
+            Framing::Empty | Framing::UntilClose | Framing::Chunked => true,
+        }
+    }
+}
+
 impl<T: AsyncRead + Unpin> Response<T> {
     /// Reads the body up to `cap` bytes, and no further: what lies beyond the cap is never
     /// read (upstream `ReadAtMost`, whose limit is not an error). A body cut short before the
