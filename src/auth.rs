@@ -188,7 +188,7 @@ impl Reviewer {
 
     /// The user a token belongs to; `None` when the API server does not authenticate it.
     /// Sends `POST /apis/authentication.k8s.io/v1/tokenreviews`.
-    pub async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, kube::Error> {
+    pub async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
         if let Some(user) = self.tokens.get(token) {
             return Ok(Some(user));
         }
@@ -199,7 +199,7 @@ impl Reviewer {
             spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
             ..TokenReview::default()
         };
-        self.limiter.acquire().await;
+        self.turn().await?;
         let answer =
             Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
         let user = answer.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user);
@@ -212,7 +212,7 @@ impl Reviewer {
 
     /// Whether `user` may do `attributes`. Sends
     /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`.
-    pub async fn authorize(&self, user: &UserInfo, attributes: &NodeAttributes) -> Result<bool, kube::Error> {
+    pub async fn authorize(&self, user: &UserInfo, attributes: &NodeAttributes) -> Result<bool, ReviewError> {
         let spec = SubjectAccessReviewSpec {
             user: user.username.clone(),
             uid: user.uid.clone(),
@@ -227,7 +227,7 @@ impl Reviewer {
             return Ok(allowed);
         }
         let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
-        self.limiter.acquire().await;
+        self.turn().await?;
         let answer = Api::<SubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await?;
@@ -241,6 +241,34 @@ impl Reviewer {
     pub fn node(&self) -> &str {
         &self.node
     }
+
+    /// Waits for the rate limiter's turn to send a review, at most [`REVIEW_WAIT`].
+    async fn turn(&self) -> Result<(), ReviewError> {
+        if self.limiter.acquire_within(REVIEW_WAIT).await { Ok(()) } else { Err(ReviewError::Busy) }
+    }
+}
+
+/// The longest a request waits for its turn to be reviewed; past it, the client is told to try
+/// again (429). Clients that hang up while waiting give their turn back.
+pub const REVIEW_WAIT: Duration = Duration::from_secs(5);
+
+/// Why a review could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The review rate limiter has no turn within [`REVIEW_WAIT`].
+    #[error("too many reviews pending")]
+    Busy,
+    /// The API server could not be asked.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+/// More requests need reviews than the rate limiter lets through: try again shortly.
+fn too_many_requests() -> Response {
+    let mut response =
+        plain(StatusCode::TOO_MANY_REQUESTS, "Too many requests, please try again later.\n".into());
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
 }
 
 fn plain(code: StatusCode, body: String) -> Response {
@@ -259,6 +287,7 @@ pub async fn guard(State(reviewer): State<Arc<Reviewer>>, request: Request, next
     let user = match reviewer.authenticate(token).await {
         Ok(Some(user)) => user,
         Ok(None) => return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into()),
+        Err(ReviewError::Busy) => return too_many_requests(),
         Err(err) => {
             tracing::error!(error = %err, "Unable to authenticate the request due to an error");
             return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into());
@@ -270,6 +299,7 @@ pub async fn guard(State(reviewer): State<Arc<Reviewer>>, request: Request, next
         match reviewer.authorize(&user, attrs).await {
             Ok(true) => return next.run(request).await,
             Ok(false) => {}
+            Err(ReviewError::Busy) => return too_many_requests(),
             Err(err) => {
                 tracing::error!(
                     error = %err, user = %name, verb = attrs.verb, resource = "nodes",

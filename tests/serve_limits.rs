@@ -20,7 +20,10 @@ const SLOW_CLIENTS: usize = 600;
 async fn healthz(addr: &str) -> Option<u16> {
     let attempt = async {
         let mut stream = TcpStream::connect(addr).await.ok()?;
-        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await.ok()?;
         response.get(9..12)?.parse().ok()

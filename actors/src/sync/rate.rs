@@ -125,9 +125,42 @@ impl RateLimiter {
         SpareToken { limiter: Some(self.clone()) }
     }
 
+    /// Waits until the caller may send one request, unless that is more than `max_wait` away:
+    /// then it takes nothing and returns `false`. A caller dropped while it waits gives its
+    /// token back, as client-go's `Wait(ctx)` cancels its reservation: for requests made on
+    /// behalf of clients, who may hang up (and who must not be able to push everyone else's
+    /// turn into the future by hanging up).
+    pub async fn acquire_within(&self, max_wait: Duration) -> bool {
+        let wait = match self.bucket.lock() {
+            Ok(mut bucket) => bucket.reserve(Instant::now()),
+            Err(_) => Duration::ZERO,
+        };
+        if wait > max_wait {
+            self.refund();
+            return false;
+        }
+        if !wait.is_zero() {
+            let mut reserved = Reserved(Some(self.clone()));
+            tokio::time::sleep(wait).await;
+            reserved.0 = None;
+        }
+        true
+    }
+
     fn refund(&self) {
         if let Ok(mut bucket) = self.bucket.lock() {
             bucket.refund();
+        }
+    }
+}
+
+/// A token reserved by a caller still waiting for it: given back if the wait is dropped.
+struct Reserved(Option<RateLimiter>);
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if let Some(limiter) = self.0.take() {
+            limiter.refund();
         }
     }
 }
@@ -190,6 +223,26 @@ fn unit_fraction(seed: &str, attempt: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A caller that would wait too long takes nothing, and one that gives up while waiting
+    /// gives its token back: clients that hang up cannot push later callers' turns away.
+    #[tokio::test(start_paused = true)]
+    async fn acquire_within_is_bounded_and_cancel_safe() {
+        let limiter = RateLimiter::new(1.0, 1);
+        assert!(limiter.acquire_within(Duration::from_secs(5)).await, "the burst");
+        let emptied = Instant::now();
+        assert!(!limiter.acquire_within(Duration::from_millis(500)).await, "a token is 1 s away");
+        for _ in 0..50 {
+            let gave_up = tokio::time::timeout(
+                Duration::from_millis(10),
+                limiter.acquire_within(Duration::from_secs(5)),
+            );
+            assert!(gave_up.await.is_err(), "each one waits, then hangs up");
+        }
+        assert!(limiter.acquire_within(Duration::from_secs(5)).await);
+        let waited = emptied.elapsed();
+        assert!(waited <= Duration::from_millis(1001), "the callers that hung up took no turns: {waited:?}");
+    }
 
     #[test]
     fn burst_then_qps() {
