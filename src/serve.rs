@@ -7,11 +7,11 @@
 //! [`Limits::header_read_timeout`] (hyper starts that timer again whenever a kept-alive
 //! connection waits for its next request, so it is also the idle timeout), and at most
 //! [`Limits::max_connections`] connections are open at once. When the cap is reached, the
-//! oldest idle connection (serving nothing, and neither read from nor written to for 200 ms: a
-//! slow client, or one kept alive) is closed to make room, so `/healthz` keeps answering while
-//! slow clients hold the listener. A connection whose answer is still being sent, or that has
-//! just connected or just been answered, is not closed for room; while none is idle, new ones
-//! wait in the kernel's backlog. Who may read which endpoint is
+//! oldest idle connection (serving and writing nothing, and quiet for 200 ms since its accept or
+//! its last answer, whatever bytes it sends: a slow client, or one kept alive) is closed to make
+//! room, so `/healthz` keeps answering while slow clients hold the listener. A connection whose
+//! answer is still going out, or that has just connected or just been answered, is not closed
+//! for room; while none is idle, new ones wait in the kernel's backlog. Who may read which endpoint is
 //! [`crate::auth`]'s business.
 
 use std::collections::BTreeMap;
@@ -252,24 +252,25 @@ pub async fn serve_router(
             }
         };
         let Some(permit) = permit else { break };
-        let (id, busy, active, evicted) = open.insert();
+        let (id, state, evicted) = open.insert();
         let open = open.clone();
         let app = app.clone();
         let builder = builder.clone();
         let mut stop = stop_rx.clone();
-        let serving = busy.clone();
+        let serving = state.clone();
         conns.spawn(async move {
+            let request_state = state.clone();
             let service = tower::service_fn(move |req: axum::extract::Request<hyper::body::Incoming>| {
-                let guard = BusyGuard::new(busy.clone());
+                let guard = BusyGuard::new(request_state.clone());
                 let app = app.clone();
                 async move {
-                    // Busy until the body has been sent (or dropped), not only until the
-                    // handler returns: closing the connection mid-body would cut the answer.
+                    // Busy until the body has been handed over (or dropped), not only until
+                    // the handler returns: closing the connection mid-body would cut the answer.
                     let response = app.oneshot(req.map(axum::body::Body::new)).await;
                     response.map(|r| r.map(|body| axum::body::Body::new(Holding::new(body, guard))))
                 }
             });
-            let stream = Watched { io: stream, active, since: open.since, stall_limit, stalled: None };
+            let stream = Watched { io: stream, state, stall_limit, stalled: None };
             let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
             tokio::pin!(conn);
             tokio::select! {
@@ -278,7 +279,7 @@ pub async fn serve_router(
                 _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => {
                     // A request in progress finishes; a client still sending its head (or idle)
                     // is not waited for.
-                    if serving.load(Ordering::SeqCst) > 0 {
+                    if serving.busy.load(Ordering::SeqCst) > 0 {
                         conn.as_mut().graceful_shutdown();
                         let _ = conn.await;
                     }
@@ -294,25 +295,59 @@ pub async fn serve_router(
     Ok(())
 }
 
-/// How long a connection must have served nothing, and read and written nothing, to be closed
-/// for room: a client that just connected has its request on the way, and one whose answer just
-/// went out may still be flushing it; a slow client trickling its head is still closed soon.
+/// How long a connection must have been quiet to be closed for room: serving nothing, writing
+/// nothing, and no request started, since it was accepted or last wrote. A client that just
+/// connected has its request on the way. Reads do not count: a slow client trickling its head
+/// a byte at a time is closed as soon as one that sends nothing.
 const IDLE: Duration = Duration::from_millis(200);
 
-/// The connections the listener holds, oldest first, with how many requests each is serving
-/// and when each last moved bytes.
+/// What the listener knows of one connection, shared by its task and [`OpenConnections`].
+struct ConnState {
+    /// Requests being served, counted until their response body is handed over.
+    busy: AtomicUsize,
+    /// A write waits for the client to read: the answer is still going out.
+    writing: AtomicBool,
+    /// Milliseconds from `since` to the connection's accept, its last request start or its last
+    /// write that moved bytes.
+    active: AtomicU64,
+    since: Instant,
+}
+
+impl ConnState {
+    fn new(since: Instant) -> Self {
+        let state = ConnState {
+            busy: AtomicUsize::new(0),
+            writing: AtomicBool::new(false),
+            active: AtomicU64::new(0),
+            since,
+        };
+        state.moved();
+        state
+    }
+
+    fn moved(&self) {
+        let millis = u64::try_from(Instant::now().saturating_duration_since(self.since).as_millis());
+        self.active.store(millis.unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+
+    /// When the connection is (or was) idle from; `None` while it serves or writes.
+    fn idle_from(&self) -> Option<Instant> {
+        if self.busy.load(Ordering::SeqCst) > 0 || self.writing.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(self.since + Duration::from_millis(self.active.load(Ordering::SeqCst)) + IDLE)
+    }
+}
+
+/// The connections the listener holds, oldest first.
 struct OpenConnections {
     inner: Mutex<(u64, BTreeMap<u64, Tracked>)>,
-    /// What [`Tracked::active`] counts from.
+    /// What every connection's [`ConnState::active`] counts from.
     since: Instant,
 }
 
 struct Tracked {
-    /// Requests being served, counted until their response body is sent.
-    busy: Arc<AtomicUsize>,
-    /// Milliseconds from [`OpenConnections::since`] to the connection's last read or write
-    /// that moved bytes (or its accept).
-    active: Arc<AtomicU64>,
+    state: Arc<ConnState>,
     evict: oneshot::Sender<()>,
 }
 
@@ -320,9 +355,9 @@ struct Tracked {
 #[derive(Debug, PartialEq, Eq)]
 enum Eviction {
     Evicted,
-    /// The oldest connection serving nothing has moved bytes too recently; it is idle then.
+    /// No connection is idle yet; the first one will be then.
     NotBefore(Instant),
-    /// Every connection is serving a request.
+    /// Every connection is serving a request or writing its answer.
     NoneIdle,
 }
 
@@ -335,63 +370,57 @@ impl OpenConnections {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn insert(&self) -> (u64, Arc<AtomicUsize>, Arc<AtomicU64>, oneshot::Receiver<()>) {
+    fn insert(&self) -> (u64, Arc<ConnState>, oneshot::Receiver<()>) {
         let (evict, evicted) = oneshot::channel();
-        let busy = Arc::new(AtomicUsize::new(0));
-        let active = Arc::new(AtomicU64::new(millis_since(self.since, Instant::now())));
+        let state = Arc::new(ConnState::new(self.since));
         let mut guard = self.lock();
         let (next, map) = &mut *guard;
         let id = *next;
         *next += 1;
-        map.insert(id, Tracked { busy: busy.clone(), active: active.clone(), evict });
-        (id, busy, active, evicted)
+        map.insert(id, Tracked { state: state.clone(), evict });
+        (id, state, evicted)
     }
 
     fn remove(&self, id: u64) {
         self.lock().1.remove(&id);
     }
 
-    /// Closes the oldest connection that serves nothing and has moved no bytes for [`IDLE`]
-    /// at `now`: a slow client, or one kept alive.
+    /// Closes the oldest connection that has been idle (see [`IDLE`]) at `now`.
     fn evict_oldest_idle(&self, now: Instant) -> Eviction {
         let mut guard = self.lock();
         let map = &mut guard.1;
-        let Some((&id, oldest)) = map.iter().find(|(_, t)| t.busy.load(Ordering::SeqCst) == 0) else {
-            return Eviction::NoneIdle;
+        let mut earliest: Option<Instant> = None;
+        let mut chosen = None;
+        for (id, tracked) in map.iter() {
+            let Some(idle_from) = tracked.state.idle_from() else { continue };
+            if idle_from <= now {
+                chosen = Some(*id);
+                break;
+            }
+            earliest = Some(earliest.map_or(idle_from, |e| e.min(idle_from)));
+        }
+        let Some(tracked) = chosen.and_then(|id| map.remove(&id)) else {
+            return earliest.map_or(Eviction::NoneIdle, Eviction::NotBefore);
         };
-        let idle_from = self.since + Duration::from_millis(oldest.active.load(Ordering::SeqCst)) + IDLE;
-        if idle_from > now {
-            return Eviction::NotBefore(idle_from);
-        }
-        if let Some(tracked) = map.remove(&id) {
-            tracing::debug!("HTTP listener at its connection cap: closing the oldest idle connection");
-            let _ = tracked.evict.send(());
-        }
+        tracing::debug!("HTTP listener at its connection cap: closing the oldest idle connection");
+        let _ = tracked.evict.send(());
         Eviction::Evicted
     }
 }
 
-fn millis_since(since: Instant, now: Instant) -> u64 {
-    u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A connection's socket, noting in [`Tracked::active`] when it last moved bytes, and ending
-/// a write that has made no progress for `stall_limit`: a client that stops reading its answer
-/// would otherwise hold the answer, its memory and its connection for as long as it likes.
+/// A connection's socket: notes in its [`ConnState`] when a write moves bytes or waits for the
+/// client, and ends a write that has made no progress for `stall_limit`: a client that stops
+/// reading its answer would otherwise hold the answer, its memory and its connection for as
+/// long as it likes.
 struct Watched {
     io: tokio::net::TcpStream,
-    active: Arc<AtomicU64>,
-    since: Instant,
+    state: Arc<ConnState>,
     stall_limit: Duration,
     /// Since when a write has been waiting for the client to read.
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Watched {
-    fn moved(&self) {
-        self.active.store(millis_since(self.since, Instant::now()), Ordering::SeqCst);
-    }
-
     /// A write's outcome, after the stall check: a write still waiting once the limit has
     /// passed fails, and hyper closes the connection.
     fn written(
@@ -401,9 +430,11 @@ impl Watched {
     ) -> std::task::Poll<std::io::Result<usize>> {
         if polled.is_ready() {
             self.stalled = None;
-            self.moved();
+            self.state.writing.store(false, Ordering::SeqCst);
+            self.state.moved();
             return polled;
         }
+        self.state.writing.store(true, Ordering::SeqCst);
         let limit = self.stall_limit;
         let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
         if stalled.as_mut().poll(cx).is_ready() {
@@ -422,11 +453,7 @@ impl tokio::io::AsyncRead for Watched {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
-        if polled.is_ready() {
-            self.moved();
-        }
-        polled
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
@@ -468,10 +495,12 @@ impl tokio::io::AsyncWrite for Watched {
     }
 }
 
-/// A response body holding `T` (a connection's [`BusyGuard`], a permit) until it has been sent
-/// or dropped. Handed to hyper in pieces of at most [`PIECE`] bytes: hyper takes the next piece
-/// only when it has written most of what it holds, so the body ends (and `T` goes) when the
-/// answer has nearly all gone out, not when a handler's one big buffer has been taken.
+/// A response body holding `T` (a connection's [`BusyGuard`], a permit) until it has been
+/// handed over or dropped. Handed to hyper in copied pieces of at most [`PIECE`] bytes: hyper
+/// takes more only while what it queues stays under its buffer limit (about 400 KiB), so the
+/// body ends (and `T` goes) when all but that much has gone out, not when a handler's one big
+/// buffer has been taken, and that buffer is freed then. The rest is the connection's own
+/// business: a pending write keeps it from being closed for room ([`ConnState::writing`]).
 struct Holding<T> {
     body: axum::body::Body,
     /// What is left of the last data frame.
@@ -506,8 +535,12 @@ impl<T: Unpin> http_body::Body for Holding<T> {
                 other => return other,
             }
         }
+        // A copy, not a slice of the whole: the pieces hyper still holds once the body has
+        // ended must not keep the whole answer's buffer alive.
         let piece = self.rest.len().min(PIECE);
-        Poll::Ready(Some(Ok(http_body::Frame::data(self.rest.split_to(piece)))))
+        let piece = bytes::Bytes::copy_from_slice(&self.rest[..piece]);
+        bytes::Buf::advance(&mut self.rest, piece.len());
+        Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -526,19 +559,23 @@ impl<T: Unpin> http_body::Body for Holding<T> {
     }
 }
 
-/// Counts a request in progress on its connection until dropped.
-struct BusyGuard(Arc<AtomicUsize>);
+/// Counts a request in progress on its connection until dropped; a request starting is
+/// activity.
+struct BusyGuard(Arc<ConnState>);
 
 impl BusyGuard {
-    fn new(busy: Arc<AtomicUsize>) -> BusyGuard {
-        busy.fetch_add(1, Ordering::SeqCst);
-        BusyGuard(busy)
+    fn new(state: Arc<ConnState>) -> BusyGuard {
+        state.busy.fetch_add(1, Ordering::SeqCst);
+        state.moved();
+        BusyGuard(state)
     }
 }
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+        // Answered now: quiet from here on.
+        self.0.moved();
     }
 }
 

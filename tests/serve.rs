@@ -346,7 +346,8 @@ async fn at_the_connection_cap_an_answer_being_sent_is_not_cut() {
     }
     // The next client arrives while the answer is half sent; it waits for its turn.
     let next = tokio::spawn(exchange(tokio::net::TcpStream::connect(addr).await.unwrap(), "/healthz"));
-    tokio::task::yield_now().await;
+    // Longer than a quiet connection is spared for: only being busy keeps this one open.
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let _ = release.send(());
     let mut rest = Vec::new();
     let _ = slow.read_to_end(&mut rest).await;
@@ -356,6 +357,13 @@ async fn at_the_connection_cap_an_answer_being_sent_is_not_cut() {
     assert_eq!(next.await.unwrap(), ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
     let _ = stop.send(());
     server.await.unwrap().unwrap();
+}
+
+/// Twice the largest TCP send buffer this machine allows (at least 8 MiB).
+fn answer_bigger_than_socket_buffers() -> usize {
+    let wmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem").unwrap_or_default();
+    let largest = wmem.split_whitespace().nth(2).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    (2 * largest).max(8 << 20)
 }
 
 /// Whether `stream` has bytes to read within `wait`.
@@ -372,7 +380,9 @@ async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
     let registry = PrometheusRegistry::global().unwrap();
     let h = Harness::start();
     let mut pod = (*test_pod("big").container("app").build()).clone();
-    pod.metadata.annotations = Some([("big".to_owned(), "x".repeat(8 << 20))].into());
+    // Bigger than the server's send buffer can grow to, so that an unread answer stays unsent.
+    let big = answer_bigger_than_socket_buffers();
+    pod.metadata.annotations = Some([("big".to_owned(), "x".repeat(big))].into());
     h.pods.upsert(Arc::new(pod));
     let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
     let state = ServeState {
@@ -411,9 +421,38 @@ async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
     assert!(has_data(waiting, Duration::from_secs(20)).await, "answered once the first four were dropped");
     let mut first = Vec::new();
     let _ = readers[0].read_to_end(&mut first).await;
-    assert!(first.len() < 8 << 20, "the answer left unread was cut: {} bytes", first.len());
+    assert!(first.len() < big, "the answer left unread was cut: {} bytes", first.len());
 
     drop(readers);
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+/// At the cap, a client trickling its request head a byte at a time is as idle as one that
+/// sends nothing: reading its bytes does not spare it, and the next client is served.
+#[tokio::test]
+async fn at_the_connection_cap_a_trickling_client_makes_room() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
+        let _ = stopped.await;
+    }));
+    let mut trickling = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for byte in b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".iter().cycle().take(400) {
+            if trickling.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let next = exchange(tokio::net::TcpStream::connect(addr).await.unwrap(), "/healthz");
+    let answer =
+        tokio::time::timeout(Duration::from_secs(10), next).await.expect("served beside the trickle");
+    assert_eq!(answer, ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
+    trickle.abort();
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
