@@ -188,6 +188,18 @@ fn with_go_header_checks(response: ChannelResponse) -> ChannelResponse {
     Ok(response)
 }
 
+/// Go's `http.StatusText`: the `http` crate's reason phrases, but for the four Go words
+/// differently; empty for a code Go does not know.
+fn go_status_text(status: http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        203 => "Non-Authoritative Information",
+        413 => "Request Entity Too Large",
+        414 => "Request URI Too Long",
+        416 => "Requested Range Not Satisfiable",
+        _ => status.canonical_reason().unwrap_or_default(),
+    }
+}
+
 /// What grpc-go's client transport (`operateHeaders`) makes of a response's first headers: an
 /// HTTP status other than 200, or a content type that is not `application/grpc` (alone, or
 /// followed by `+` or `;`), ends the call. The code comes from the HTTP status by gRPC's table
@@ -201,7 +213,7 @@ fn go_header_status(
         format!(
             "unexpected HTTP status code received from server: {} ({})",
             status.as_u16(),
-            status.canonical_reason().unwrap_or_default()
+            go_status_text(status)
         )
     });
     let content_type_error = match content_type {
@@ -448,6 +460,17 @@ impl AsyncWrite for PrefaceWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_texts_are_gos() {
+        let text = |code: u16| go_status_text(http::StatusCode::from_u16(code).expect("a status"));
+        assert_eq!(text(404), "Not Found");
+        assert_eq!(text(413), "Request Entity Too Large");
+        assert_eq!(text(203), "Non-Authoritative Information");
+        assert_eq!(text(414), "Request URI Too Long");
+        assert_eq!(text(416), "Requested Range Not Satisfiable");
+        assert_eq!(text(599), "");
+    }
 
     #[test]
     fn go_duration_matches_go() {
