@@ -11,39 +11,78 @@
 
 use std::fmt;
 
-use tracing::field::Field;
-use tracing_subscriber::field::MakeExt;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::FormatFields;
-use tracing_subscriber::fmt::format::{Writer, debug_fn};
+use tracing_subscriber::fmt::format::Writer;
 
 /// The text log's field formatter: tracing's layout (the message first, then `name=value`
 /// separated by spaces, names in italics on a terminal), with control characters escaped.
-pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
-    debug_fn(write_field).delimited(" ")
+pub fn escaped_fields() -> EscapedFields {
+    EscapedFields
 }
 
-fn write_field(writer: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
-    let name = field.name();
-    // Records that came through the `log` crate carry their origin as `log.*` fields, which
-    // tracing's own formatter leaves out (it shows them as the event's target and place).
-    if name.starts_with("log.") {
-        return Ok(());
+/// See [`escaped_fields`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EscapedFields;
+
+impl<'w> FormatFields<'w> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut visitor = Visitor { writer, first: true, result: Ok(()) };
+        fields.record(&mut visitor);
+        visitor.result
     }
-    if name != "message" {
-        let name = name.strip_prefix("r#").unwrap_or(name);
-        if writer.has_ansi_escapes() {
-            write!(writer, "\x1b[3m{name}\x1b[0m\x1b[2m=\x1b[0m")?;
-        } else {
-            write!(writer, "{name}=")?;
+}
+
+struct Visitor<'w> {
+    writer: Writer<'w>,
+    /// Nothing written yet: no separator before the next field.
+    first: bool,
+    result: fmt::Result,
+}
+
+impl Visit for Visitor<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if self.result.is_err() {
+            return;
         }
+        self.result = self.write_field(field, value);
     }
-    write_escaped(writer, &format!("{value:?}"))
 }
 
-/// Writes `text` with each control character as its Rust escape.
+impl Visitor<'_> {
+    fn write_field(&mut self, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
+        let name = field.name();
+        // Records that came through the `log` crate carry their origin as `log.*` fields,
+        // which tracing's own formatter leaves out (it shows them as the event's target).
+        if name.starts_with("log.") {
+            return Ok(());
+        }
+        if !std::mem::take(&mut self.first) {
+            self.writer.write_char(' ')?;
+        }
+        if name != "message" {
+            let name = name.strip_prefix("r#").unwrap_or(name);
+            if self.writer.has_ansi_escapes() {
+                write!(self.writer, "\x1b[3m{name}\x1b[0m\x1b[2m=\x1b[0m")?;
+            } else {
+                write!(self.writer, "{name}=")?;
+            }
+        }
+        write_escaped(&mut self.writer, &format!("{value:?}"))
+    }
+}
+
+/// Whether a character could end a line or drive a terminal: the control characters, and the
+/// Unicode line and paragraph separators some viewers break lines at.
+fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// Writes `text` with each character that [`needs_escape`] as its Rust escape.
 fn write_escaped(writer: &mut impl fmt::Write, text: &str) -> fmt::Result {
     let mut rest = text;
-    while let Some(at) = rest.find(char::is_control) {
+    while let Some(at) = rest.find(needs_escape) {
         writer.write_str(&rest[..at])?;
         let c = rest[at..].chars().next().unwrap_or_default();
         write!(writer, "{}", c.escape_default())?;
@@ -113,10 +152,20 @@ mod tests {
         assert!(line.contains("\x1b[3mreason\x1b[0m\x1b[2m=\x1b[0m\\u{1b}[31mred\\u{1b}[0m\\r"), "{line:?}");
     }
 
+    /// Records from the `log` crate have their `log.*` fields left out without a trace: no
+    /// separator is written for them.
+    #[test]
+    fn left_out_fields_leave_no_spaces() {
+        let line = logged(false, || tracing::info!(log.target = "rustls", log.line = 7, pod = "a", "hello"));
+        assert_eq!(line, "hello pod=\"a\"\n");
+        let line = logged(false, || tracing::info!(pod = "a", log.file = "x.rs", "hello"));
+        assert_eq!(line, "hello pod=\"a\"\n");
+    }
+
     #[test]
     fn escaping_keeps_other_text_as_it_is() {
         let mut out = String::new();
-        write_escaped(&mut out, "Get \"http://a/é\": EOF\u{7f}\u{85}").expect("written");
-        assert_eq!(out, "Get \"http://a/é\": EOF\\u{7f}\\u{85}");
+        write_escaped(&mut out, "Get \"http://a/é\": EOF\u{7f}\u{85}\u{2028}").expect("written");
+        assert_eq!(out, "Get \"http://a/é\": EOF\\u{7f}\\u{85}\\u{2028}");
     }
 }
