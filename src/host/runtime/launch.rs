@@ -195,6 +195,10 @@ fn log_dropped(pod: &str, container: &str, lines: u64) {
 /// Beyond this rate lines are read and dropped, and how many is logged once a second.
 pub(super) const LOG_BYTES_PER_SECOND: u64 = 64 * 1024;
 
+/// What a logged line costs beyond its own bytes: the record around it (time, level, target,
+/// pod and container), so that empty lines are not free.
+pub(super) const LOG_LINE_COST: u64 = 128;
+
 /// A stream's [`LOG_BYTES_PER_SECOND`]: a bucket of that many bytes, refilled continuously.
 #[derive(Debug)]
 struct LogBudget {
@@ -209,17 +213,21 @@ impl LogBudget {
         LogBudget { allowance: LOG_BYTES_PER_SECOND, refilled: now, dropped: 0, reported: now }
     }
 
-    /// Whether a line of `len` bytes is logged now; one that is not is counted.
+    /// Whether a line of `len` bytes is logged now; one that is not is counted. A line costs
+    /// its bytes and [`LOG_LINE_COST`] more: each is a whole record in the log.
     fn admit(&mut self, len: usize, now: tokio::time::Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.refilled);
-        let refill = (elapsed.as_micros().min(u128::from(u64::MAX)) as u64)
-            .saturating_mul(LOG_BYTES_PER_SECOND)
-            / 1_000_000;
+        let nanos = now.saturating_duration_since(self.refilled).as_nanos();
+        let rate = u128::from(LOG_BYTES_PER_SECOND);
+        let refill = nanos.saturating_mul(rate) / 1_000_000_000;
         if refill > 0 {
-            self.allowance = self.allowance.saturating_add(refill).min(LOG_BYTES_PER_SECOND);
-            self.refilled = now;
+            let refill_bytes = u64::try_from(refill).unwrap_or(u64::MAX);
+            self.allowance = self.allowance.saturating_add(refill_bytes).min(LOG_BYTES_PER_SECOND);
+            // Forward by the time the whole bytes credited took (rounded up, never past now),
+            // not to now: the fraction of a byte left over is kept for the next refill.
+            let credited = (refill * 1_000_000_000).div_ceil(rate);
+            self.refilled += std::time::Duration::from_nanos(u64::try_from(credited).unwrap_or(u64::MAX));
         }
-        let len = len as u64;
+        let len = (len as u64).saturating_add(LOG_LINE_COST);
         if len <= self.allowance {
             self.allowance -= len;
             return true;
@@ -263,14 +271,35 @@ mod tests {
     fn output_beyond_the_rate_is_counted_not_logged() {
         let start = tokio::time::Instant::now();
         let mut budget = LogBudget::new(start);
-        let line = 1024;
+        let line = 1024 - LOG_LINE_COST as usize;
         let logged = (0..1000).filter(|_| budget.admit(line, start)).count() as u64;
-        assert_eq!(logged, LOG_BYTES_PER_SECOND / 1024, "a second's worth at once");
+        assert_eq!(logged, LOG_BYTES_PER_SECOND / 1024, "a second's worth at once, records included");
         assert_eq!(budget.report(start), None, "told at most once a second");
         let later = start + std::time::Duration::from_millis(1500);
         assert!(budget.admit(line, later), "refilled meanwhile");
         assert_eq!(budget.report(later), Some(1000 - logged));
         assert_eq!(budget.report_all(), None);
+
+        // Empty lines cost their records: no more of them than records fit.
+        let mut empty = LogBudget::new(start);
+        let logged = (0..10_000).filter(|_| empty.admit(1, start)).count() as u64;
+        assert_eq!(logged, LOG_BYTES_PER_SECOND / (1 + LOG_LINE_COST));
+
+        // Lines 20 µs apart get the whole rate over 10 s, fractions of a byte included: the
+        // first second's bucket and ten seconds of refill, less at most one line.
+        let mut steady = LogBudget::new(start);
+        let mut bytes = 0u64;
+        for step in 0..500_000u64 {
+            let now = start + std::time::Duration::from_micros(step * 20);
+            if steady.admit(100, now) {
+                bytes += 100 + LOG_LINE_COST;
+            }
+        }
+        let most = LOG_BYTES_PER_SECOND * 11;
+        assert!(
+            bytes <= most && bytes + 2 * (100 + LOG_LINE_COST) >= most,
+            "{bytes} of {most} bytes in 10 s"
+        );
 
         let mut quiet = LogBudget::new(start);
         for second in 0..100 {
