@@ -224,27 +224,62 @@ pub fn exposure_warning(addr: &SocketAddr) -> Option<&'static str> {
 
 /// One agent per manifests folder, whatever its state directory: two would start every
 /// container twice. The claim is an abstract Unix socket named after the folder's canonical
-/// path. The kernel releases it when the agent dies, however it dies, and deleting and
-/// re-creating the folder (its state directory and that directory's lock with it) does not
-/// release it. Abstract sockets belong to a network namespace: agents in two namespaces
-/// sharing one folder are told apart only by the state directory's lock.
+/// path and the agent's mount namespace (the same path in two containers is two folders). The
+/// kernel releases it when the agent dies, however it dies, and deleting and re-creating the
+/// folder (its state directory and that directory's lock with it) does not release it.
+///
+/// Abstract sockets have no permissions, so anyone can take a name first. A taken name counts
+/// as another agent only when its holder listens and runs as this agent's user; a squatter
+/// (another user, or a socket that does not listen) is warned about and ignored. Abstract
+/// sockets belong to a network namespace: agents in two that share one folder are told apart
+/// only by the state directory's lock.
 fn claim_folder(manifests: &Path) -> Result<Option<std::os::unix::net::UnixListener>, AgentError> {
     use std::os::linux::net::SocketAddrExt;
     let canonical = std::fs::canonicalize(manifests).unwrap_or_else(|_| manifests.to_owned());
-    let mut hash = probelet_actors::fnv::Fnv1a64::new();
-    hash.write(canonical.as_os_str().as_encoded_bytes());
-    let name = format!("probelet-manifests-{:016x}", hash.finish());
-    let claimed = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .and_then(|addr| std::os::unix::net::UnixListener::bind_addr(&addr));
-    match claimed {
+    let mount_namespace = std::fs::read_link("/proc/self/ns/mnt").unwrap_or_default();
+    let name = folder_claim_name(&canonical, &mount_namespace);
+    let addr = match std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()) {
+        Ok(addr) => addr,
+        Err(error) => {
+            tracing::warn!(%error, folder = %canonical.display(), "cannot claim the manifests folder");
+            return Ok(None);
+        }
+    };
+    match std::os::unix::net::UnixListener::bind_addr(&addr) {
         Ok(listener) => Ok(Some(listener)),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(AgentError::ManifestsInUse(canonical)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let holder = std::os::unix::net::UnixStream::connect_addr(&addr).and_then(|stream| {
+                rustix::net::sockopt::socket_peercred(&stream).map_err(std::io::Error::from)
+            });
+            match holder {
+                Ok(holder) if holder.uid == rustix::process::getuid() => {
+                    Err(AgentError::ManifestsInUse(canonical))
+                }
+                Ok(holder) => {
+                    tracing::warn!(folder = %canonical.display(), holder_uid = holder.uid.as_raw(), holder_pid = holder.pid.as_raw_nonzero().get(), "the manifests folder's claim is held by another user's process; going on without it");
+                    Ok(None)
+                }
+                Err(error) => {
+                    tracing::warn!(folder = %canonical.display(), %error, "the manifests folder's claim is held by a socket that does not answer; going on without it");
+                    Ok(None)
+                }
+            }
+        }
         Err(error) => {
             // Out of descriptors, say: the state directory's lock still guards the common case.
             tracing::warn!(%error, folder = %canonical.display(), "cannot claim the manifests folder");
             Ok(None)
         }
     }
+}
+
+/// The abstract socket name that claims `folder` (canonical) in `mount_namespace`.
+pub fn folder_claim_name(folder: &Path, mount_namespace: &Path) -> String {
+    let mut hash = probelet_actors::fnv::Fnv1a64::new();
+    hash.write(mount_namespace.as_os_str().as_encoded_bytes());
+    hash.write(b"\0");
+    hash.write(folder.as_os_str().as_encoded_bytes());
+    format!("probelet-manifests-{:016x}", hash.finish())
 }
 
 /// Standalone mode: pods from `manifests`, containers as local processes.

@@ -472,6 +472,25 @@ async fn a_second_agent_on_the_same_folder_is_refused() {
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
 
+/// Anyone can take an abstract socket's name first: a name held by a socket that does not
+/// answer (no agent listens on it) is warned about and the agent starts anyway.
+#[actix::test]
+async fn a_squatted_folder_claim_does_not_keep_the_agent_from_starting() {
+    let dir = temp_dir("squatted");
+    write(&dir, "one.yaml", &sleeper_pod("one", &dir.join("one.pids")));
+    let canonical = std::fs::canonicalize(&dir).unwrap();
+    let namespace = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let name = probelet::agent::folder_claim_name(&canonical, &namespace);
+    let squatter =
+        rustix::net::socket(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::STREAM, None).unwrap();
+    let addr = rustix::net::SocketAddrUnix::new_abstract_name(name.as_bytes()).unwrap();
+    rustix::net::bind(&squatter, &addr).unwrap();
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    agent.stop().await;
+    drop(squatter);
+}
+
 /// Sends `signal` (`-TERM`, `-KILL`) to the agent.
 fn signal_agent(agent: &Agent, signal: &str) {
     let id = agent.child.id().unwrap();
