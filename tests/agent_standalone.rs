@@ -667,3 +667,151 @@ async fn probes_past_the_in_flight_limit_wait_for_a_slot_and_still_pass() {
     assert!(waited, "some probe's record shows its wait: {last}");
     agent.stop().await;
 }
+
+// === the container shim: what leaves a container's process group ===
+
+/// The running (not zombie) processes whose argv is exactly `argv`.
+fn processes(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|&pid| !process_gone(pid))
+        .collect()
+}
+
+/// Polls (at most 10 s) until exactly `count` processes run `argv`; returns them.
+async fn wait_for_processes(argv: &[&str], count: usize) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = processes(argv);
+        if found.len() == count {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{argv:?}: {found:?}, not {count}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A container whose command starts `sleep <escaping>` in a session of its own (out of its
+/// process group) and then sleeps itself.
+fn escaping_pod(name: &str, escaping: u32, main: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    command: ["sh", "-c", "setsid sleep {escaping} & sleep {main}"]
+"#
+    )
+}
+
+/// A process that left its container's process group (`setsid`) is stopped with the container
+/// when the agent stops cleanly; before the shim it was left running with parent PID 1.
+#[actix::test]
+async fn a_process_that_left_its_containers_group_stops_with_the_agent() {
+    let dir = temp_dir("setsid-stop");
+    write(&dir, "escape.yaml", &escaping_pod("escape", 7314, 7315));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container app running")).await;
+    let escaped = wait_for_processes(&["sleep", "7314"], 1).await;
+    agent.stop().await;
+    assert_gone(&escaped).await;
+    assert!(processes(&["sleep", "7315"]).is_empty(), "the main process is gone too");
+}
+
+/// After a SIGKILL of the agent, the next agent on the same folder kills what the crashed one's
+/// container started outside its group too.
+#[actix::test]
+async fn after_a_crash_the_next_agent_kills_what_left_the_group_too() {
+    let dir = temp_dir("setsid-crash");
+    write(&dir, "escape.yaml", &escaping_pod("escape", 7316, 7317));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container app running")).await;
+    let escaped = wait_for_processes(&["sleep", "7316"], 1).await;
+    let main = wait_for_processes(&["sleep", "7317"], 1).await;
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    assert!(!process_gone(escaped[0]) && !process_gone(main[0]), "the crash left the container running");
+
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 1 container process group(s) a previous agent left running")).await;
+    assert_gone(&escaped).await;
+    assert_gone(&main).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container app running")).await;
+    // Exactly the new copy.
+    let again = wait_for_processes(&["sleep", "7316"], 1).await;
+    assert_ne!(again, escaped);
+    agent.stop().await;
+    assert_gone(&again).await;
+}
+
+/// An exec probe whose command leaves a process in a session of its own: each is killed when
+/// its probe's command exits, and the probe passes at once (not at its timeout).
+#[actix::test]
+async fn what_an_exec_probe_left_outside_its_group_is_killed() {
+    let dir = temp_dir("setsid-probe");
+    let pidfile = dir.join("probe.pids");
+    let probe = format!(
+        "setsid -f sh -c 'echo $$$$ >> {p}; exec sleep 1001' </dev/null >/dev/null 2>&1; echo ok",
+        p = pidfile.display()
+    );
+    write(&dir, "probed.yaml", &probed_pod("probed", &["sh", "-c", &probe]));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("default/probed: Ready=True")).await;
+    let pids = wait_for_pids(&pidfile, 3).await;
+    assert_gone(&pids).await;
+    assert!(processes(&["sleep", "1001"]).len() <= 1, "at most the probe running now");
+    agent.stop().await;
+    assert_gone(&pids_in(&pidfile)).await;
+}
+
+/// A SIGKILL of the agent while it starts twenty containers, then a second agent: each
+/// container runs exactly once, never two copies, and nothing is left after the second agent
+/// stops. Every container is recorded before it runs (the shim's start barrier); without it a
+/// container spawned but not yet recorded outlived the crash unseen.
+#[actix::test]
+async fn a_crash_in_the_middle_of_starts_never_leaves_an_unrecorded_container() {
+    let dir = temp_dir("start-crash");
+    for i in 0..20 {
+        write(&dir, &format!("p{i}.yaml"), &crowd_pod(&format!("p{i}"), 1).replace("\"1000\"", "\"7330\""));
+    }
+    for _ in 0..3 {
+        let mut crashing = Command::new(env!("CARGO_BIN_EXE_probelet"))
+            .args(["run", "--manifests"])
+            .arg(&dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // Killed as soon as the first container runs, with the others being started.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while processes(&["sleep", "7330"]).is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "no container started");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        crashing.start_kill().unwrap();
+        crashing.wait().await.unwrap();
+
+        let mut agent = Agent::start(&dir).await;
+        for i in 0..20 {
+            agent.wait_for(|l| l.ends_with(&format!("default/p{i}: container c0 running"))).await;
+        }
+        let running = wait_for_processes(&["sleep", "7330"], 20).await;
+        let id = agent.child.id().unwrap();
+        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+        let status =
+            tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
+        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+        assert_gone(&running).await;
+        assert!(processes(&["sleep", "7330"]).is_empty(), "nothing left");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
