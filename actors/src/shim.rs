@@ -17,6 +17,9 @@
 //!   working directory.
 //! - It survives SIGTERM (the agent's graceful stop signals the whole group; PROGRAM gets it
 //!   directly). SIGUSR1 ([`crate::process::Signal::KillTree`]) tells it to kill everything now.
+//!   The signal can be sent from inside the container too (`kill -USR1 0` signals the whole
+//!   group): the container is then killed, as every process of the group without a handler
+//!   would die of it anyway.
 //! - When PROGRAM exits, or on SIGUSR1, it SIGKILLs every remaining descendant and reaps them,
 //!   then ends as PROGRAM ended: the same exit code, or killed by the same signal (re-raised
 //!   after an `exec` of itself with `--raise-signal`, which resets the caught signal handlers to
