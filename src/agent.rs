@@ -62,6 +62,8 @@ pub const DEFAULT_STATE_DIR: &str = ".probelet-state";
 
 /// What a shutdown may take beyond the largest grace period before everything is SIGKILLed.
 pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
+/// The agent's own executable, as the processes it spawns resolve it.
+const SELF_EXE: &str = "/proc/self/exe";
 
 /// `--max-probes-in-flight` as the engine takes it: 0 is no limit.
 pub fn max_probes_in_flight(args: &RunArgs) -> Option<usize> {
@@ -295,7 +297,11 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     }
     let mut common = Common::new()?;
     common.configure(args);
-    let runner = LocalCommandRunner::new();
+    // Containers and exec probes run under the agent's own `container-shim`, so that whatever
+    // they start ends with them. `/proc/self/exe` is the running image even if the file was
+    // replaced since (an upgrade, a rebuild), as the shim must speak this agent's protocol.
+    let shim = std::path::PathBuf::from(SELF_EXE);
+    let runner = LocalCommandRunner::new().with_shim(shim.clone());
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
     let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
@@ -315,7 +321,8 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let runtime = actix::Actor::start(
         ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
             .with_groups(groups.clone())
-            .with_fd_budget(budget),
+            .with_fd_budget(budget)
+            .with_shim(shim),
     );
     let (addr, stop_server, server) = common.serve(args, pipeline.clone(), None).await?;
     println!(

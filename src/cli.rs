@@ -1,6 +1,7 @@
 //! The command line: `probelet run` (the node agent, standalone or cluster mode),
-//! `probelet lint` (what the kubelet will do with a manifest's probes) and
-//! `probelet demo-target` (a scriptable probe target for the examples). Every flag of `run` can
+//! `probelet lint` (what the kubelet will do with a manifest's probes),
+//! `probelet demo-target` (a scriptable probe target for the examples) and the hidden
+//! `probelet container-shim` (the parent of each local container). Every flag of `run` can
 //! also be set through the environment variable named in its help.
 
 use std::net::SocketAddr;
@@ -31,6 +32,27 @@ pub enum Command {
     Lint(LintArgs),
     /// Serve HTTP, TCP and gRPC health endpoints whose health follows a script (for examples).
     DemoTarget(DemoArgs),
+    /// The agent's own parent process of each local container and exec probe (see
+    /// `probelet::shim`): not for people to run.
+    #[command(hide = true)]
+    ContainerShim(ShimArgs),
+}
+
+/// `probelet container-shim [--wait-for-go] -- PROGRAM ARGS...`.
+#[derive(Debug, Clone, Args)]
+pub struct ShimArgs {
+    /// Run nothing until one byte arrives on standard input; exit at its end of file.
+    #[arg(long)]
+    pub wait_for_go: bool,
+
+    /// Die of this signal (the shim's re-exec of itself, so that the signal's handler is the
+    /// default again).
+    #[arg(long, value_name = "SIGNAL")]
+    pub raise_signal: Option<i32>,
+
+    /// The program and its arguments.
+    #[arg(last = true, value_name = "PROGRAM ARGS")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -331,5 +353,18 @@ mod tests {
         assert_eq!(lint.format, LintFormat::Json);
         assert!(parse(&["lint"]).is_err(), "a path is required");
         assert!(parse(&["lint", "--format", "xml", "x"]).is_err());
+    }
+
+    #[test]
+    fn shim_arguments_pass_the_command_through_untouched() {
+        let Command::ContainerShim(shim) =
+            parse(&["container-shim", "--wait-for-go", "--", "sh", "-c", "--version"]).unwrap().command
+        else {
+            panic!()
+        };
+        assert!(shim.wait_for_go);
+        assert_eq!(shim.command, ["sh", "-c", "--version"]);
+        let help = Cli::try_parse_from(["probelet", "--help"]).unwrap_err().to_string();
+        assert!(!help.contains("container-shim"), "hidden: {help}");
     }
 }

@@ -86,8 +86,8 @@
 
 pub use probelet_actors::{
     Feature, FeatureGateError, FeatureGates, Pipeline, PipelineConfig, PipelineError, clock, container,
-    contracts, features, k8s_openapi, local_runner, metrics, pipeline, prober, process, results, status,
-    sync, vocabulary,
+    contracts, features, k8s_openapi, local_runner, metrics, pipeline, prober, process, results, shim,
+    status, sync, vocabulary,
 };
 
 #[allow(missing_docs)]

@@ -15,6 +15,11 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        // First: the shim is a small parent of each container, and sets up nothing else.
+        Command::ContainerShim(args) => match args.raise_signal {
+            Some(signal) => std::process::exit(probelet::shim::raise(signal)),
+            None => std::process::exit(probelet::shim::run(args.wait_for_go, &args.command)),
+        },
         Command::Run(args) => {
             init_logging(args.log_format, args.verbose);
             // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).

@@ -21,6 +21,9 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// The agents' standard error, in their manifests folder.
+const STDERR: &str = ".agent.stderr";
+
 struct Agent {
     child: Child,
     lines: mpsc::UnboundedReceiver<String>,
@@ -53,7 +56,8 @@ impl Agent {
             .args(["--listen", "127.0.0.1:0", "--node-name", "e2e"])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // Kept beside the manifests (a dot file, which the scan skips) for a failure's message.
+            .stderr(std::fs::File::options().create(true).append(true).open(dir.join(STDERR)).unwrap())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -99,7 +103,11 @@ impl Agent {
         .await;
         match found {
             Ok(Some(index)) => index,
-            _ => panic!("no matching line within 60 s; output so far:\n{}", self.seen.join("\n")),
+            _ => panic!(
+                "no matching line within 60 s; output so far:\n{}\nstandard error:\n{}",
+                self.seen.join("\n"),
+                std::fs::read_to_string(self.dir.join(STDERR)).unwrap_or_default()
+            ),
         }
     }
 
@@ -793,4 +801,162 @@ async fn probes_past_the_in_flight_limit_wait_for_a_slot_and_still_pass() {
     }
     assert!(waited, "some probe's record shows its wait: {last}");
     agent.stop().await;
+}
+
+// === the container shim: what leaves a container's process group ===
+
+/// The running (not zombie) processes whose argv is exactly `argv`.
+fn processes(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|&pid| !process_gone(pid))
+        .collect()
+}
+
+/// Polls (at most 10 s) until exactly `count` processes run `argv`; returns them.
+async fn wait_for_processes(argv: &[&str], count: usize) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = processes(argv);
+        if found.len() == count {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{argv:?}: {found:?}, not {count}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A container whose command starts `sleep <escaping>` in a session of its own (out of its
+/// process group) and then sleeps itself.
+fn escaping_pod(name: &str, escaping: u32, main: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    command: ["sh", "-c", "setsid sleep {escaping} & sleep {main}"]
+"#
+    )
+}
+
+/// A process that left its container's process group (`setsid`) is stopped with the container
+/// when the agent stops cleanly; before the shim it was left running with parent PID 1.
+#[actix::test]
+async fn a_process_that_left_its_containers_group_stops_with_the_agent() {
+    let dir = temp_dir("setsid-stop");
+    write(&dir, "escape.yaml", &escaping_pod("escape", 7314, 7315));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container app running")).await;
+    let escaped = wait_for_processes(&["sleep", "7314"], 1).await;
+    agent.stop().await;
+    assert_gone(&escaped).await;
+    assert!(processes(&["sleep", "7315"]).is_empty(), "the main process is gone too");
+}
+
+/// After a SIGKILL of the agent, the next agent on the same folder kills what the crashed one's
+/// container started outside its group too.
+#[actix::test]
+async fn after_a_crash_the_next_agent_kills_what_left_the_group_too() {
+    let dir = temp_dir("setsid-crash");
+    write(&dir, "escape.yaml", &escaping_pod("escape", 7316, 7317));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container app running")).await;
+    let escaped = wait_for_processes(&["sleep", "7316"], 1).await;
+    let main = wait_for_processes(&["sleep", "7317"], 1).await;
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    assert!(!process_gone(escaped[0]) && !process_gone(main[0]), "the crash left the container running");
+
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 1 container process group(s) a previous agent left running")).await;
+    assert_gone(&escaped).await;
+    assert_gone(&main).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container app running")).await;
+    // Exactly the new copy.
+    let again = wait_for_processes(&["sleep", "7316"], 1).await;
+    assert_ne!(again, escaped);
+    agent.stop().await;
+    assert_gone(&again).await;
+}
+
+/// An exec probe whose command leaves a process in a session of its own: each is killed when
+/// its probe's command exits. Probes run one after another, so at most the leftover of the probe
+/// running right now is ever seen (without the shim one more piled up every second).
+#[actix::test]
+async fn what_an_exec_probe_left_outside_its_group_is_killed() {
+    let dir = temp_dir("setsid-probe");
+    let probe = "setsid -f sleep 7381 </dev/null >/dev/null 2>&1; echo ok";
+    write(&dir, "probed.yaml", &probed_pod("probed", &["sh", "-c", probe]));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("default/probed: Ready=True")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut most = 0;
+    loop {
+        most = most.max(processes(&["sleep", "7381"]).len());
+        let probes = agent.get("/pods/default/probed/probes").await;
+        let body = &probes[probes.find("\r\n\r\n").unwrap() + 4..];
+        let runs: serde_json::Value = serde_json::from_str(body).unwrap();
+        let results = runs["probes"][0]["results"].as_array().map_or(0, Vec::len);
+        if results >= 5 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "5 probe runs within 30 s: {probes}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(most <= 1, "{most} leftovers at once");
+    agent.stop().await;
+    // A probe cancelled by the stop: its shim kills its leftover, within milliseconds.
+    wait_for_processes(&["sleep", "7381"], 0).await;
+}
+
+/// A SIGKILL of the agent while it starts twenty containers, then a second agent: each
+/// container runs exactly once, never two copies, and nothing is left after the second agent
+/// stops. Every container is recorded before it runs (the shim's start barrier); without it a
+/// container spawned but not yet recorded outlived the crash unseen.
+#[actix::test]
+async fn a_crash_in_the_middle_of_starts_never_leaves_an_unrecorded_container() {
+    let dir = temp_dir("start-crash");
+    for i in 0..20 {
+        write(&dir, &format!("p{i}.yaml"), &crowd_pod(&format!("p{i}"), 1).replace("\"1000\"", "\"7330\""));
+    }
+    for _ in 0..3 {
+        let mut crashing = Command::new(env!("CARGO_BIN_EXE_probelet"))
+            .args(["run", "--manifests"])
+            .arg(&dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // Killed as soon as the first container runs, with the others being started.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while processes(&["sleep", "7330"]).is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "no container started");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        crashing.start_kill().unwrap();
+        crashing.wait().await.unwrap();
+
+        let mut agent = Agent::start(&dir).await;
+        for i in 0..20 {
+            agent.wait_for(|l| l.ends_with(&format!("default/p{i}: container c0 running"))).await;
+        }
+        let running = wait_for_processes(&["sleep", "7330"], 20).await;
+        let id = agent.child.id().unwrap();
+        let _ = std::process::Command::new("kill").args(["-TERM", &id.to_string()]).status();
+        let status =
+            tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
+        assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+        assert_gone(&running).await;
+        assert!(processes(&["sleep", "7330"]).is_empty(), "nothing left");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -440,3 +440,102 @@ async fn missing_working_dir_is_a_runtime_error() {
     })
     .await;
 }
+
+// === under the container shim (the agent's standalone mode) ===
+
+/// A runner whose commands run under the agent binary's `container-shim`.
+fn shimmed() -> LocalCommandRunner {
+    LocalCommandRunner::new().with_shim(env!("CARGO_BIN_EXE_probelet"))
+}
+
+/// A script that starts `sleep <seconds>` in a new session (out of the command's process group,
+/// holding its output pipes unless `quiet`), waits until it wrote its PID to a file, prints
+/// the PID, then runs `rest`.
+fn escaping_script(name: &str, seconds: u32, quiet: bool, rest: &str) -> (Vec<String>, PathBuf) {
+    let path = std::env::temp_dir().join(format!("probelet-exec-shim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let redirect = if quiet { "</dev/null >/dev/null 2>&1" } else { "" };
+    let script = format!(
+        "setsid -f sh -c 'echo $$ > {path}.tmp; mv {path}.tmp {path}; exec sleep {seconds}' {redirect}; \
+         while [ ! -s {path} ]; do sleep 0.01; done; cat {path}; {rest}",
+        path = path.display(),
+    );
+    (sh(&script), path)
+}
+
+/// What a probe's command started in a session of its own is killed when the command exits,
+/// and a leftover holding the output pipes no longer holds the probe until its timeout; the
+/// output and exit code are the command's.
+#[tokio::test]
+async fn under_the_shim_what_left_the_group_is_killed_when_the_probe_exits() {
+    bounded(async {
+        let runner = shimmed();
+        for (quiet, seconds) in [(true, 7341), (false, 7342)] {
+            let (cmd, path) =
+                escaping_script(&format!("exit-{seconds}"), seconds, quiet, "echo done; exit 3");
+            let start = Instant::now();
+            let ran = run(&runner, &cmd, LONG).await.expect("the command exited");
+            let _ = std::fs::remove_file(&path);
+            assert!(start.elapsed() < SLACK, "took {:?}, not its timeout", start.elapsed());
+            assert_eq!(ran.exit_code, 3, "the command's exit code");
+            let text = String::from_utf8_lossy(&ran.output).into_owned();
+            assert!(text.ends_with("done\n"), "the command's output: {text:?}");
+            let pid: u32 = text.lines().next().and_then(|l| l.trim().parse().ok()).expect("a pid first");
+            assert_dead(pid).await;
+        }
+    })
+    .await;
+}
+
+/// On a timeout the shim kills the whole tree, including what left the group.
+#[tokio::test]
+async fn under_the_shim_a_timed_out_probe_kills_what_left_the_group() {
+    bounded(async {
+        let (cmd, path) = escaping_script("timeout", 7343, true, "sleep 30");
+        let ran = run(&shimmed(), &cmd, Duration::from_secs(2)).await;
+        let pids = pids_from_file(&path).await;
+        let _ = std::fs::remove_file(&path);
+        let Err(ExecError::Timeout { output }) = ran else { panic!("expected a timeout, got {ran:?}") };
+        assert_eq!(pids_in(&output), pids, "the output so far is kept");
+        assert_dead(pids[0]).await;
+    })
+    .await;
+}
+
+/// A cancelled (dropped) probe: the shim kills the whole tree.
+#[tokio::test]
+async fn under_the_shim_a_dropped_probe_kills_what_left_the_group() {
+    bounded(async {
+        let (cmd, path) = escaping_script("drop", 7344, true, "sleep 30");
+        let (runner, id) = (shimmed(), container());
+        let mut probing = Box::pin(probe(&runner, &id, &cmd, LONG));
+        let pids = tokio::select! {
+            done = &mut probing => panic!("the probe finished early: {done:?}"),
+            pids = pids_from_file(&path) => pids,
+        };
+        drop(probing);
+        let _ = std::fs::remove_file(&path);
+        assert_dead(pids[0]).await;
+    })
+    .await;
+}
+
+/// Start errors read as without the shim.
+#[tokio::test]
+async fn under_the_shim_a_missing_executable_is_the_same_runtime_error() {
+    bounded(async {
+        let cmd = vec!["/nonexistent/probelet-no-such-probe".to_owned(), "arg".to_owned()];
+        let direct = run(&LocalCommandRunner::new(), &cmd, LONG).await;
+        let shimmed = run(&shimmed(), &cmd, LONG).await;
+        let (Err(ExecError::Runtime(direct)), Err(ExecError::Runtime(shimmed))) = (direct, shimmed) else {
+            panic!("both are runtime errors")
+        };
+        assert_eq!(shimmed, direct);
+        let ran = run(&self::shimmed(), &sh("printf out; printf err >&2; exit 7"), LONG).await.expect("ran");
+        // Both pipes are read; which one is read first when both are ready is not fixed.
+        let text = String::from_utf8_lossy(&ran.output);
+        assert!(text == "outerr" || text == "errout", "combined output: {text:?}");
+        assert_eq!(ran.exit_code, 7);
+    })
+    .await;
+}

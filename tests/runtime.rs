@@ -63,6 +63,11 @@ impl Harness {
         Self::with_backoff(SHORT_BACKOFF, MAX_BACKOFF)
     }
 
+    /// A harness whose runtime runs containers under the agent binary's shim.
+    fn shimmed() -> Self {
+        Self::build(|runtime| runtime.with_shim(env!("CARGO_BIN_EXE_probelet")))
+    }
+
     fn with_backoff(initial: Duration, max: Duration) -> Self {
         Self::build(|runtime| runtime.with_backoff(initial, max))
     }
@@ -375,8 +380,18 @@ async fn a_crashing_container_backs_off() {
 
 #[actix::test]
 async fn kill_container_sends_term_then_kill_after_the_grace_period_and_restarts() {
-    let mut h = Harness::new();
-    let dir = temp_dir("kill");
+    kill_after_the_grace_period(Harness::new(), "kill").await;
+}
+
+/// Under the shim the kill after the grace period is SIGUSR1 to the shim, which SIGKILLs the
+/// command: the status reads exactly as without it.
+#[actix::test]
+async fn under_the_shim_a_kill_after_the_grace_period_reads_the_same() {
+    kill_after_the_grace_period(Harness::shimmed(), "kill-shim").await;
+}
+
+async fn kill_after_the_grace_period(mut h: Harness, name: &str) {
+    let dir = temp_dir(name);
     let ready = dir.join("ready");
     let script = format!("trap '' TERM; touch {}; sleep 30", ready.display());
     let pod = with_containers(pod("kill", "Always"), vec![sh("app", &script)]);
@@ -411,7 +426,15 @@ async fn kill_container_sends_term_then_kill_after_the_grace_period_and_restarts
 
 #[actix::test]
 async fn kill_container_stops_a_term_respecting_process_within_the_grace_period() {
-    let mut h = Harness::new();
+    term_within_the_grace_period(Harness::new()).await;
+}
+
+#[actix::test]
+async fn under_the_shim_a_term_respecting_process_reads_the_same() {
+    term_within_the_grace_period(Harness::shimmed()).await;
+}
+
+async fn term_within_the_grace_period(mut h: Harness) {
     let pod = with_containers(pod("term", "Never"), vec![container("app", &["sleep", "30"])]);
     let id = uid(&pod);
     h.sync(&pod).await;
@@ -883,13 +906,63 @@ async fn an_unknown_executable_fails_with_start_error_and_crash_loops_with_back_
 
 #[actix::test]
 async fn an_unknown_executable_under_never_ends_with_start_error() {
-    let mut h = Harness::new();
+    unknown_executable_under_never(Harness::new()).await;
+}
+
+/// The shim reports the failed start: the same `Failed` event and `StartError`, no `Started`.
+#[actix::test]
+async fn under_the_shim_an_unknown_executable_reads_the_same() {
+    let h = unknown_executable_under_never(Harness::shimmed()).await;
+    let events = h.events_for("app");
+    assert_eq!(
+        events,
+        [
+            "Normal Created Created container: app".to_owned(),
+            format!("Warning Failed Error: {}", start_error(NO_SUCH))
+        ]
+    );
+}
+
+async fn unknown_executable_under_never(mut h: Harness) -> Harness {
     let pod = with_containers(pod("cannot", "Never"), vec![container("app", &[NO_SUCH])]);
     let id = uid(&pod);
     h.sync(&pod).await;
     let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
     assert_start_error(terminated(app(&status)).unwrap(), &start_error(NO_SUCH));
     assert_eq!(app(&status).restart_count, 0);
+    h
+}
+
+// === under the shim ===
+
+/// A container whose main process exits leaving a daemon (double-forked into a session of its
+/// own): the daemon is killed when the container exits, as a PID namespace would be, and the
+/// container's exit code is its main process's.
+#[actix::test]
+async fn under_the_shim_a_daemon_dies_when_its_container_exits() {
+    let mut h = Harness::shimmed();
+    let dir = temp_dir("daemon");
+    let pidfile = dir.join("daemon.pid");
+    let script = format!(
+        "(setsid sh -c 'echo $$$$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 7361' </dev/null >/dev/null 2>&1 &); \
+         while [ ! -s {p} ]; do sleep 0.01; done; exit 3",
+        p = pidfile.display()
+    );
+    let pod = with_containers(pod("daemon", "Never"), vec![sh("app", &script)]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+    let state = terminated(app(&status)).unwrap();
+    assert_eq!((state.exit_code, state.signal, state.reason.as_deref()), (3, None, Some("Error")));
+    let pid: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let deadline = Instant::now() + WAIT;
+    while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+    {
+        assert!(Instant::now() < deadline, "the daemon {pid} outlived its container");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // === the file-descriptor budget ===

@@ -34,6 +34,7 @@ pub mod pipeline;
 pub mod prober;
 pub mod process;
 pub mod results;
+pub mod shim;
 pub mod status;
 pub mod sync;
 pub mod vocabulary;

@@ -4,27 +4,35 @@
 //! up to [`MAX_EXEC_OUTPUT`] bytes, and kill the command when its timeout passes.
 //!
 //! Each command runs in its own process group so that a timeout, a cancelled probe or the
-//! command's own exit kills everything it started, not only the process we spawned (a
-//! container's exec leftovers would die with the container; here they have none); [`crate::process`] sends the signal
-//! (a system call, so a cancelled probe's group is killed right where the probe is dropped).
+//! command's own exit kills what it left in that group, not only the process we spawned (a
+//! container's exec leftovers would die with the container; here they have none);
+//! [`crate::process`] sends the signal (a system call, so a cancelled probe's group is killed
+//! right where the probe is dropped). A process that leaves the group (`setsid`, a daemon) is
+//! out of reach of a group's signal: only with a shim ([`LocalCommandRunner::with_shim`], the
+//! agent binary's `container-shim`, [`crate::shim`]) is it killed too. The shim is the group's
+//! leader and the parent of all the command's orphans; when the command exits it SIGKILLs
+//! everything the command left, and on a timeout or cancel it is sent SIGUSR1 (it kills the
+//! whole tree) before the group's SIGKILL. The output is captured as without it: the shim's
+//! standard output and error are the runner's pipes and the command inherits them.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::capacity::ShrinkAfterRemoval;
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
-use crate::process::{Signal, exited, signal_group_logged};
+use crate::process::{Signal, exited, signal_group_logged, signal_leader};
+use crate::shim::{Report, TREE_KILL_WAIT, shim_args};
 
 /// How long to wait for a killed command to be reaped before leaving it to tokio's background
 /// reaper, so a process stuck in the kernel cannot hold a probe much past its timeout.
@@ -46,6 +54,8 @@ pub struct LocalContainer {
 pub struct LocalCommandRunner {
     /// Per-container settings, shared by every clone of the runner.
     containers: Arc<RwLock<HashMap<ContainerId, LocalContainer>>>,
+    /// The agent binary whose `container-shim` runs each command; `None`: run it directly.
+    shim: Option<Arc<Path>>,
 }
 
 // === impl LocalCommandRunner ===
@@ -55,6 +65,14 @@ impl LocalCommandRunner {
     /// environment.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Runs every command under the container shim of the agent binary at `program` (`probelet
+    /// container-shim -- COMMAND`), so that what a command started dies with it even when it
+    /// left the command's process group. Only for a `program` that is the probelet binary.
+    pub fn with_shim(mut self, program: impl Into<PathBuf>) -> Self {
+        self.shim = Some(Arc::from(program.into()));
+        self
     }
 
     /// Sets (or replaces) the working directory and environment of a container's commands.
@@ -90,7 +108,8 @@ impl CommandRunner for LocalCommandRunner {
         let container = self.container(container_id);
         let container_id = container_id.clone();
         let argv = cmd.to_vec();
-        Box::pin(async move { run(&container_id, &argv, &container, timeout).await })
+        let shim = self.shim.clone();
+        Box::pin(async move { run(&container_id, &argv, &container, shim.as_deref(), timeout).await })
     }
 }
 
@@ -100,6 +119,7 @@ async fn run(
     container_id: &ContainerId,
     argv: &[String],
     container: &LocalContainer,
+    shim: Option<&Path>,
     timeout: Duration,
 ) -> Result<ExecOutput, ExecError> {
     let Some((program, args)) = argv.split_first() else {
@@ -112,25 +132,66 @@ async fn run(
     // represent) means no deadline.
     let deadline = Instant::now().checked_add(timeout);
 
-    let mut command = Command::new(program);
+    let in_dir = container.working_dir.as_ref().map(|dir| format!(" in {dir:?}")).unwrap_or_default();
+    let start_error =
+        |e: &io::Error| ExecError::Runtime(format!("failed to start command {program:?}{in_dir}: {e}"));
+    // Under the shim its standard input is a socket it reports the start on.
+    let (mut command, control) = match shim {
+        Some(shim) => {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| start_error(&e))?;
+            let mut command = Command::new(shim);
+            command
+                .args(shim_args(false, Path::new(program), args))
+                .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+            (command, Some(ours))
+        }
+        None => {
+            let mut command = Command::new(program);
+            command.args(args).stdin(Stdio::null());
+            (command, None)
+        }
+    };
     command
-        .args(args)
         .envs(container.env.iter().map(|(name, value)| (name, value)))
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
+        // The shim is killed by [`ProcessGroup`] itself, never by a bare SIGKILL that would
+        // leave its tree behind.
+        .kill_on_drop(control.is_none())
         .process_group(0);
     if let Some(dir) = &container.working_dir {
         command.current_dir(dir);
     }
-    let mut child = command.spawn().map_err(|e| {
-        let in_dir = container.working_dir.as_ref().map(|dir| format!(" in {dir:?}")).unwrap_or_default();
-        ExecError::Runtime(format!("failed to start command {program:?}{in_dir}: {e}"))
-    })?;
+    let spawned = command.spawn();
+    // It holds the shim's end of the socket: dropped now, so that the report's reader sees the
+    // end of file if the shim dies before reporting.
+    drop(command);
+    let mut child = spawned.map_err(|e| start_error(&e))?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let mut group = ProcessGroup::new(child);
+    let mut group = ProcessGroup::new(child, control.is_some());
+    if let Some(control) = control {
+        match tokio::time::timeout_at(until_or_far(deadline), read_report(control)).await {
+            Ok(Ok(Report::Started)) => {}
+            Ok(Ok(Report::Failed(e))) => {
+                // The shim exits by itself; killed and reaped here all the same, so that the
+                // group is never signalled after its leader was reaped.
+                group.kill_tree().await;
+                return Err(start_error(&e));
+            }
+            Ok(Err(e)) => {
+                group.kill_tree().await;
+                return Err(ExecError::Runtime(format!(
+                    "failed to start command {program:?}{in_dir}: container shim: {e}"
+                )));
+            }
+            Err(_) => {
+                tracing::debug!(%container_id, program, ?timeout, "the shim did not report the start within the timeout");
+                group.kill_tree().await;
+                return Err(ExecError::Timeout { output: Vec::new() });
+            }
+        }
+    }
 
     let mut output = Vec::new();
     let ended = group.pump(stdout, stderr, &mut output, deadline).await;
@@ -148,8 +209,7 @@ async fn run(
         }
         Ended::TimedOut => {
             tracing::debug!(%container_id, program, ?timeout, "command timed out, killing its process group");
-            group.kill();
-            group.reap().await;
+            group.kill_tree().await;
             Err(ExecError::Timeout { output })
         }
         Ended::WaitFailed(e) => {
@@ -229,6 +289,22 @@ async fn leader_exit(child: &mut Child, pgid: &mut Option<u32>) -> io::Result<Ex
     child.wait().await
 }
 
+/// The shim's report on its control socket.
+async fn read_report(control: std::os::unix::net::UnixStream) -> io::Result<Report> {
+    control.set_nonblocking(true)?;
+    let control = tokio::net::UnixStream::from_std(control)?;
+    let mut line = String::new();
+    BufReader::new(control).take(4096).read_line(&mut line).await?;
+    Report::parse(&line).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::UnexpectedEof, "the container shim exited before starting the process")
+    })
+}
+
+/// `deadline`, or one far enough away to never pass.
+fn until_or_far(deadline: Option<Instant>) -> Instant {
+    deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365))
+}
+
 /// One read from a pipe; `None` at end of file or on a read error (nothing more will come).
 async fn read_some(pipe: &mut Option<impl AsyncRead + Unpin>, buf: &mut [u8]) -> Option<usize> {
     match pipe {
@@ -261,20 +337,25 @@ fn exit_code(status: ExitStatus) -> i32 {
 // === impl ProcessGroup ===
 
 /// The spawned process and its group. Dropping it (a cancelled probe) kills the whole group;
-/// the child itself is killed on drop too and reaped by tokio in the background.
+/// the child itself is killed on drop too and reaped by tokio in the background. A shim is
+/// asked first (SIGUSR1) and given [`TREE_KILL_WAIT`] before the group's SIGKILL, in a task of
+/// its own when dropped.
 struct ProcessGroup {
     /// The leader, killed on drop (`kill_on_drop`) after the group: fields drop after `drop`.
-    child: Child,
+    /// `None` once a dropped shim was handed to the task that kills it.
+    child: Option<Child>,
     /// The group still to kill; the child's PID, as it leads its own group. Taken once the
     /// group is killed, which happens while the leader is unreaped (so the ID cannot have been
     /// reused) wherever a pidfd is available.
     pgid: Option<u32>,
+    /// Whether the leader is the container shim.
+    shimmed: bool,
 }
 
 impl ProcessGroup {
-    fn new(child: Child) -> Self {
+    fn new(child: Child, shimmed: bool) -> Self {
         let pgid = child.id();
-        ProcessGroup { child, pgid }
+        ProcessGroup { child: Some(child), pgid, shimmed }
     }
 
     /// [`pump`] on the leader.
@@ -285,7 +366,10 @@ impl ProcessGroup {
         output: &mut Vec<u8>,
         deadline: Option<Instant>,
     ) -> Ended {
-        pump(&mut self.child, &mut self.pgid, stdout, stderr, output, deadline).await
+        let Some(child) = self.child.as_mut() else {
+            return Ended::WaitFailed(io::Error::other("the command was handed over"));
+        };
+        pump(child, &mut self.pgid, stdout, stderr, output, deadline).await
     }
 
     fn kill(&mut self) {
@@ -294,22 +378,57 @@ impl ProcessGroup {
         }
         // Also signal the leader directly in case the group could not be signalled; an error
         // only means it has already been reaped.
-        let _ = self.child.start_kill();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
+
+    /// A shim is asked to kill its tree and given [`TREE_KILL_WAIT`] to exit; then (and at once
+    /// without a shim) the group is SIGKILLed and the leader reaped.
+    async fn kill_tree(&mut self) {
+        if self.shimmed
+            && let Some(pgid) = self.pgid
+        {
+            // Unreaped (its exit not seen yet): the PID is still the shim's.
+            let _ = signal_leader(pgid, Signal::KillTree);
+            let _ = tokio::time::timeout(TREE_KILL_WAIT, exited(pgid)).await;
+        }
+        self.kill();
+        self.reap().await;
     }
 
     async fn reap(&mut self) {
-        if tokio::time::timeout(REAP_GRACE, self.child.wait()).await.is_err() {
-            tracing::warn!(pid = ?self.child.id(), "killed command not reaped yet, leaving it to the background reaper");
+        let Some(child) = self.child.as_mut() else { return };
+        if tokio::time::timeout(REAP_GRACE, child.wait()).await.is_err() {
+            tracing::warn!(pid = ?child.id(), "killed command not reaped yet, leaving it to the background reaper");
         }
     }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
+        let Some(pgid) = self.pgid.take() else { return };
+        if self.shimmed
+            && let Some(mut child) = self.child.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // A cancelled probe under the shim: SIGKILLing the group now would kill the shim
+            // before it killed what left the group, so it is asked first and the group's
+            // SIGKILL waits for it (bounded) in a task that owns the unreaped shim.
+            let _ = signal_leader(pgid, Signal::KillTree);
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(TREE_KILL_WAIT, exited(pgid)).await;
+                signal_group_logged(pgid, Signal::Kill);
+                let _ = child.start_kill();
+                let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+            });
+            return;
+        }
         // The group first, while the leader (killed and reaped in the background by tokio once
         // `child` drops) still holds its ID.
-        if let Some(pgid) = self.pgid.take() {
-            signal_group_logged(pgid, Signal::Kill);
+        signal_group_logged(pgid, Signal::Kill);
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
         }
     }
 }

@@ -8,6 +8,9 @@
 //! no new process, so they still work when the agent has run out of both, which is exactly when
 //! containers must be stopped.
 //!
+//! [`Signal::KillTree`] (SIGUSR1) goes to a group's leader only: the container shim
+//! ([`crate::shim`]), which kills the processes that left the group as well.
+//!
 //! A recycled ID is never signalled: a group's ID stays taken while any process of the group
 //! lives, and a group whose members are all gone is only signalled while its leader is still
 //! unreaped. [`exited`] tells that the leader exited without reaping it (through a pidfd), so
@@ -27,6 +30,10 @@ pub enum Signal {
     Term,
     /// SIGKILL: stops them at once.
     Kill,
+    /// SIGUSR1, sent to a group's leader only ([`signal_leader`]): a container shim
+    /// ([`crate::shim`]) SIGKILLs everything it started, including processes that left the
+    /// group, and exits; a plain process dies of it (its default action).
+    KillTree,
 }
 
 impl Signal {
@@ -35,6 +42,7 @@ impl Signal {
         match self {
             Signal::Term => "TERM",
             Signal::Kill => "KILL",
+            Signal::KillTree => "USR1",
         }
     }
 
@@ -42,6 +50,7 @@ impl Signal {
         match self {
             Signal::Term => rustix::process::Signal::TERM,
             Signal::Kill => rustix::process::Signal::KILL,
+            Signal::KillTree => rustix::process::Signal::USR1,
         }
     }
 }
@@ -64,6 +73,27 @@ pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<Delivery> {
         Ok(()) => Ok(Delivery::Sent),
         Err(Errno::SRCH) => Ok(Delivery::Gone),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Sends `signal` to the leader of group `pgid` only (its PID). The caller must know the leader
+/// is not reaped yet (its child, whose exit it has not seen) or check its start time, so that
+/// the PID cannot name another process.
+pub fn signal_leader(pgid: u32, signal: Signal) -> io::Result<Delivery> {
+    let pid = group_pid(pgid)?;
+    match rustix::process::kill_process(pid, signal.raw()) {
+        Ok(()) => Ok(Delivery::Sent),
+        Err(Errno::SRCH) => Ok(Delivery::Gone),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What a container's group gets: [`Signal::KillTree`] goes to the leader (the shim) alone,
+/// any other signal to the whole group.
+pub fn signal_container(pgid: u32, signal: Signal) -> io::Result<Delivery> {
+    match signal {
+        Signal::KillTree => signal_leader(pgid, signal),
+        Signal::Term | Signal::Kill => signal_group(pgid, signal),
     }
 }
 

@@ -3,6 +3,7 @@
 //! conversion live in the sibling modules.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,6 +128,10 @@ pub struct ProcessRuntime {
     budget: FdBudget,
     /// The groups of the running containers, for a forced shutdown.
     groups: ContainerGroups,
+    /// The agent binary that runs each container under `container-shim`; `None`: containers
+    /// are spawned directly (an embedder without the binary), and what leaves their process
+    /// group is not killed with them.
+    shim: Option<PathBuf>,
 }
 
 impl ProcessRuntime {
@@ -144,7 +149,17 @@ impl ProcessRuntime {
             signaller: Signaller::default(),
             budget: FdBudget::unlimited(),
             groups: ContainerGroups::new(),
+            shim: None,
         }
+    }
+
+    /// Runs every container under the container shim of the agent binary at `program`
+    /// (`probelet container-shim`; the agent passes its own executable): a container's
+    /// processes then end with it even when they left its process group, and a start is
+    /// recorded in the state directory before anything runs.
+    pub fn with_shim(mut self, program: impl Into<PathBuf>) -> Self {
+        self.shim = Some(program.into());
+        self
     }
 
     /// Replaces the crash-loop back-off (tests use milliseconds). A `max` below `initial` is
@@ -366,14 +381,14 @@ impl ProcessRuntime {
         // Saturating: a host may ask for any grace period, and a deadline past the clock's
         // range is as good as none.
         running.killing = Some(now.checked_add(stop_deadline(grace)).unwrap_or(now + MAXIMUM_GRACE_PERIOD));
-        let pgid = running.pgid;
+        let (pgid, shimmed) = (running.pgid, running.shimmed);
         let message = message.map_or_else(|| format!("Stopping container {name}"), str::to_owned);
         if let Some(container) = find_container(&pod, name) {
             self.record(&pod, container, EventType::Normal, EVENT_KILLING, &message);
         }
         tracing::debug!(pod = %pod_ref(&pod), container = %name, ?grace, "killing container");
         let (pod_label, name) = (pod_name(&pod), name.to_owned());
-        let stop = stop_process(self.signaller.clone(), pgid, grace, exited);
+        let stop = stop_process(self.signaller.clone(), pgid, shimmed, grace, exited);
         Some(
             async move {
                 if !stop.await {
@@ -493,7 +508,10 @@ impl Handler<ForgetPod> for ProcessRuntime {
             if let Current::Running(running) = slot.current {
                 tracing::warn!(pod_uid = pod_uid.as_str(), container = %name, "removing a pod whose container still runs, killing it");
                 if let Some(pgid) = running.pgid {
-                    self.signaller.send(pgid, Signal::Kill);
+                    // A shim kills its whole tree, and its exit then the group (`ProcessGuard`);
+                    // a SIGKILL to the group would kill the shim before it could.
+                    let signal = if running.shimmed { Signal::KillTree } else { Signal::Kill };
+                    self.signaller.send(pgid, signal);
                 }
             }
         }

@@ -12,6 +12,12 @@
 //! `/proc/<pid>/stat`, in clock ticks since boot), the pod and the container. A leftover is only
 //! killed if its leader still has that start time, so a recycled PID is never signalled; a
 //! group whose leader is gone is killed while any member lives (its ID cannot be reused then).
+//!
+//! The leader is the container shim ([`crate::shim`]), recorded before it runs anything (the
+//! start barrier), so a container can never run unrecorded. Killing a group means SIGUSR1 to
+//! the leader first (the shim SIGKILLs its whole tree, including processes that left the group;
+//! a record of an older agent, whose leader is the command itself, dies of SIGUSR1's default
+//! action), a short wait, then SIGKILL to the group as a backstop.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, TryLockError};
@@ -21,7 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::process::{Delivery, Signal, signal_group};
+use crate::process::{Delivery, Signal, signal_group, signal_leader};
+
+use crate::shim::TREE_KILL_WAIT;
 
 /// How long the next agent waits for the leftovers it SIGKILLed to disappear.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
@@ -94,18 +102,18 @@ impl ContainerGroups {
         Ok((groups, killed))
     }
 
-    /// A container's group started. A record that cannot be written is logged: that container
-    /// would survive a crash of the agent.
-    pub fn add(&self, pgid: u32, owner: GroupOwner) {
-        if let Some(state) = &self.state {
-            let record = start_time(pgid)
+    /// A container's group started: listed, and recorded in the state directory. The error of
+    /// a record that cannot be written is returned (the group is listed all the same): the
+    /// caller kills a shim that has not run anything yet, or logs it.
+    pub fn add(&self, pgid: u32, owner: GroupOwner) -> io::Result<()> {
+        let record = match &self.state {
+            Some(state) => start_time(pgid)
                 .map(|start| format!("{start} {} {}\n", owner.pod, owner.container))
-                .and_then(|text| write_atomically(&state.containers, pgid, &text));
-            if let Err(error) = record {
-                tracing::error!(pgid, pod = %owner.pod, container = %owner.container, %error, "cannot record the container in the state directory; it would outlive a crash of the agent");
-            }
-        }
+                .and_then(|text| write_atomically(&state.containers, pgid, &text)),
+            None => Ok(()),
+        };
         self.lock().insert(pgid, owner);
+        record
     }
 
     /// A container's group was killed after its leader exited; its ID may be reused from now on.
@@ -132,22 +140,36 @@ impl ContainerGroups {
         Duration::from_millis(self.largest_grace_ms.load(Ordering::Relaxed))
     }
 
-    /// SIGKILLs every group at once; returns how many were still there. Records stay: the
-    /// next agent finds the groups gone.
+    /// Kills every group at once: SIGUSR1 to each leader (a shim kills its whole tree), up to
+    /// [`TREE_KILL_WAIT`] for the leaders to end, then SIGKILL to each group. Returns how many
+    /// were still there. Records stay: the next agent finds the groups gone.
     pub fn kill_all(&self) -> usize {
         let groups = self.lock().clone();
         let mut killed = 0;
-        for (pgid, owner) in groups {
-            match signal_group(pgid, Signal::Kill) {
-                Ok(Delivery::Sent) => {
-                    killed += 1;
-                    tracing::warn!(pgid, pod = %owner.pod, container = %owner.container, "container killed");
-                }
+        let mut asked = Vec::new();
+        for (&pgid, owner) in &groups {
+            // The leaders are the agent's children, unreaped while listed: their PIDs are theirs.
+            match signal_leader(pgid, Signal::KillTree) {
+                Ok(Delivery::Sent) => asked.push(pgid),
                 Ok(Delivery::Gone) => {}
                 Err(error) => {
                     tracing::error!(pgid, pod = %owner.pod, container = %owner.container, %error, "cannot kill container")
                 }
             }
+        }
+        wait_for_leaders(&asked, TREE_KILL_WAIT);
+        for (pgid, owner) in groups {
+            match signal_group(pgid, Signal::Kill) {
+                Ok(Delivery::Sent) => {}
+                Ok(Delivery::Gone) if !asked.contains(&pgid) => continue,
+                Ok(Delivery::Gone) => {}
+                Err(error) => {
+                    tracing::error!(pgid, pod = %owner.pod, container = %owner.container, %error, "cannot kill container");
+                    continue;
+                }
+            }
+            killed += 1;
+            tracing::warn!(pgid, pod = %owner.pod, container = %owner.container, "container killed");
         }
         killed
     }
@@ -168,7 +190,10 @@ enum Leftover {
 
 /// Kills the group of every record in `containers` that still runs, then removes the records.
 fn kill_leftovers(containers: &Path) -> io::Result<usize> {
-    let mut killed = Vec::new();
+    // First every leader that still runs is asked (SIGUSR1: a shim kills its tree), then each
+    // group still ours is SIGKILLed as a backstop, then the records go.
+    let mut ours = Vec::new();
+    let mut records = Vec::new();
     for entry in fs::read_dir(containers)? {
         let path = entry?.path();
         let Some(pgid) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<u32>().ok()) else {
@@ -179,19 +204,45 @@ fn kill_leftovers(containers: &Path) -> io::Result<usize> {
         let text = fs::read_to_string(&path).unwrap_or_default();
         let mut fields = text.split_whitespace();
         let recorded = fields.next().and_then(|s| s.parse::<u64>().ok());
-        let (pod, container) = (fields.next().unwrap_or("?"), fields.next().unwrap_or("?"));
+        let (pod, container) =
+            (fields.next().unwrap_or("?").to_owned(), fields.next().unwrap_or("?").to_owned());
+        let now = start_time(pgid).ok();
+        if classify(recorded, now, group_alive(pgid)) == Leftover::Ours {
+            let mut sent = false;
+            // Only a leader with the recorded start time is signalled by PID.
+            if now.is_some() {
+                match signal_leader(pgid, Signal::KillTree) {
+                    Ok(Delivery::Sent) => sent = true,
+                    Ok(Delivery::Gone) => {}
+                    Err(error) => {
+                        tracing::error!(pgid, pod, container, %error, "cannot kill a container a previous agent left running")
+                    }
+                }
+            }
+            ours.push((pgid, recorded, pod, container, sent));
+        }
+        records.push(path);
+    }
+    let asked: Vec<u32> = ours.iter().filter(|o| o.4).map(|o| o.0).collect();
+    wait_for_leaders(&asked, TREE_KILL_WAIT);
+    let mut killed = Vec::new();
+    for (pgid, recorded, pod, container, mut sent) in ours {
+        // Classified again: a leader that ended may have been reaped and its PID reused.
         if classify(recorded, start_time(pgid).ok(), group_alive(pgid)) == Leftover::Ours {
             match signal_group(pgid, Signal::Kill) {
-                Ok(Delivery::Sent) => {
-                    tracing::warn!(pgid, pod, container, "killed a container a previous agent left running");
-                    killed.push(pgid);
-                }
+                Ok(Delivery::Sent) => sent = true,
                 Ok(Delivery::Gone) => {}
                 Err(error) => {
                     tracing::error!(pgid, pod, container, %error, "cannot kill a container a previous agent left running")
                 }
             }
         }
+        if sent {
+            tracing::warn!(pgid, pod, container, "killed a container a previous agent left running");
+            killed.push(pgid);
+        }
+    }
+    for path in records {
         fs::remove_file(&path)?;
     }
     // They are not our children: their new parent reaps them. Wait until none runs, bounded;
@@ -205,6 +256,19 @@ fn kill_leftovers(containers: &Path) -> io::Result<usize> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(killed.len())
+}
+
+/// Waits (blocking, polling, at most `wait`) until none of `leaders` runs any more (gone, or a
+/// zombie its parent has not reaped yet). Used where no runtime may be (the agent's start, its
+/// forced shutdown on the signal thread).
+fn wait_for_leaders(leaders: &[u32], wait: Duration) {
+    // Real processes on the wall clock, outside any runtime: std's clock.
+    #[allow(clippy::disallowed_methods)]
+    let deadline = Instant::now() + wait;
+    #[allow(clippy::disallowed_methods)]
+    while leaders.iter().any(|&pid| start_time(pid).is_ok() && !is_zombie(pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Pure: whether a recorded group is still ours, from its recorded leader start time, the start
@@ -265,6 +329,39 @@ mod tests {
         assert_eq!(parse_start_time("4242 (x) S 1"), None);
         let own = start_time(std::process::id()).unwrap();
         assert!(own > 0);
+    }
+
+    /// A record an older agent wrote names the command itself as the leader, not a shim: the
+    /// SIGUSR1 meant for a shim kills it (its default action), and the group's SIGKILL the rest.
+    #[test]
+    fn a_record_whose_leader_is_not_a_shim_is_still_killed() {
+        use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+        let dir = std::env::temp_dir().join(format!("probelet-groups-old-record-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 7371 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id();
+        let text = format!("{} default/old app\n", start_time(pgid).unwrap());
+        write_atomically(&dir, pgid, &text).unwrap();
+        assert_eq!(kill_leftovers(&dir).unwrap(), 1);
+        let status = leader.wait().unwrap();
+        assert_eq!(status.signal(), Some(10), "SIGUSR1 first: {status:?}");
+        // What init has not reaped yet (a zombie) no longer runs.
+        let running_in_group = fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| fs::read_to_string(e.ok()?.path().join("stat")).ok())
+            .filter_map(|stat| {
+                let rest = stat.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+                (rest.get(2)?.parse::<u32>().ok()? == pgid && rest.first()? != &"Z").then_some(())
+            })
+            .count();
+        assert_eq!(running_in_group, 0, "the group's SIGKILL ended the rest");
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the record is gone");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

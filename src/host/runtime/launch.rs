@@ -1,9 +1,12 @@
 //! Starting a container's process: its argv and environment as the kubelet builds them, the
-//! spawn in its own process group, start errors in the runtime's words, and its output.
+//! spawn in its own process group (under the container shim when the runtime has one), start
+//! errors in the runtime's words, and its output.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -11,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Container;
 use probelet_actors::gofmt::go_quote;
+use probelet_actors::shim::shim_args;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
@@ -60,7 +64,11 @@ impl Launch {
     }
 
     /// Spawns the process in its own group; the error is the text the status and event show.
-    pub(super) fn spawn(&self) -> Result<Child, String> {
+    /// With `shim`, the process spawned is the shim (`shim container-shim --wait-for-go --
+    /// PROGRAM ARGS`), the group's leader, and its standard input is returned as the control
+    /// socket: nothing runs until the go byte is written on it, and the shim's report on it says
+    /// whether PROGRAM started.
+    pub(super) fn spawn(&self, shim: Option<&Path>) -> Result<Spawned, String> {
         let Some((program, args)) = self.argv.split_first() else {
             return Err("no command specified".to_owned());
         };
@@ -69,11 +77,22 @@ impl Launch {
         } else {
             PathBuf::from(program)
         };
-        let mut command = Command::new(&executable);
+        let (mut command, control) = match shim {
+            Some(shim) => {
+                let (ours, theirs) =
+                    UnixStream::pair().map_err(|e| start_error(&spawn_error_text(program, &e)))?;
+                let mut command = Command::new(shim);
+                command.args(shim_args(true, &executable, args)).stdin(Stdio::from(OwnedFd::from(theirs)));
+                (command, Some(ours))
+            }
+            None => {
+                let mut command = Command::new(&executable);
+                command.args(args).stdin(Stdio::null());
+                (command, None)
+            }
+        };
         command
-            .args(args)
             .envs(self.env.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -83,8 +102,23 @@ impl Launch {
             check_working_dir(dir).map_err(|e| start_error(&e))?;
             command.current_dir(dir);
         }
-        command.spawn().map_err(|e| start_error(&spawn_error_text(program, &e)))
+        // `command` holds the shim's end of the socket and is dropped on return, so that the
+        // agent's end sees the end of file if the shim dies before it reports.
+        let child = command.spawn().map_err(|e| start_error(&spawn_error_text(program, &e)))?;
+        Ok(Spawned { child, control })
     }
+}
+
+/// A spawned container process: the command itself, or the shim with its control socket.
+pub(super) struct Spawned {
+    pub(super) child: Child,
+    /// The agent's end of the shim's standard input; `None` without a shim.
+    pub(super) control: Option<UnixStream>,
+}
+
+/// The start error of a program the shim could not start: the same text a direct spawn gives.
+pub(super) fn shim_start_error(program: &str, e: &io::Error) -> String {
+    start_error(&spawn_error_text(program, e))
 }
 
 /// containerd's wording for a task that could not start, around runc's error (containerd 1.7
@@ -390,10 +424,13 @@ mod tests {
             Err(r#"chdir to cwd ("/no/such/dir") set in config.json failed: no such file or directory"#
                 .to_owned())
         );
-        assert_eq!(Launch::of(&Container::default()).spawn().err().as_deref(), Some("no command specified"));
+        assert_eq!(
+            Launch::of(&Container::default()).spawn(None).err().as_deref(),
+            Some("no command specified")
+        );
         let missing = Container { command: Some(vec!["/x/nope".into()]), ..Default::default() };
         assert_eq!(
-            Launch::of(&missing).spawn().err().as_deref(),
+            Launch::of(&missing).spawn(None).err().as_deref(),
             Some(
                 "failed to create containerd task: failed to create shim task: OCI runtime create failed: \
                  runc create failed: unable to start container process: error during container init: \

@@ -14,8 +14,13 @@
 //!
 //! A container process runs in its own process group, so that killing the container kills
 //! everything it started, as a container's PID namespace would; [`crate::process`] sends the
-//! signals. A container that cannot start is reported as containerd reports it (`StartError`,
-//! exit code 128, restarts counted).
+//! signals. With a shim ([`ProcessRuntime::with_shim`]; the agent always sets it) the group's
+//! leader is the agent binary's `container-shim` ([`crate::shim`]), the parent of everything the
+//! container starts: it kills even what left the group when the container's main process exits
+//! or when it is killed (SIGUSR1 after the grace period, before the group's SIGKILL), and the
+//! container is recorded in the state directory before it runs anything (the start barrier). A
+//! container that cannot start is reported as containerd reports it (`StartError`, exit code
+//! 128, restarts counted), with or without the shim.
 //!
 //! The files: `actor` (the actor and its messages: what starts, restarts, stops), with
 //! `actor/start` (starting a container, recording its exit); `state` (a pod's containers, the

@@ -80,8 +80,10 @@ pub(super) enum Current {
 
 pub(super) struct Running {
     pub(super) id: ContainerId,
-    /// The process group, led by the container's process.
+    /// The process group, led by the container's process (or its shim).
     pub(super) pgid: Option<u32>,
+    /// Whether the leader is the container shim, which kills the whole tree on SIGUSR1.
+    pub(super) shimmed: bool,
     pub(super) started_at: Time,
     /// Set to true once the exit has been recorded; kills wait on it.
     pub(super) exited: watch::Sender<bool>,

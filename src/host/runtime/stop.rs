@@ -1,6 +1,10 @@
 //! Stopping a container's process: SIGTERM, SIGKILL after the grace period, and the guard that
 //! kills the group when the runtime goes away. Every wait here has a deadline: a signal that
 //! cannot be delivered leaves the container running (and reported so), never a stop that hangs.
+//!
+//! A container under the shim ([`crate::shim`]) is killed by asking the shim first (SIGUSR1):
+//! only the shim reaches the processes that left the group. A SIGKILL to the group would kill
+//! the shim before it could, so it comes only as a backstop, after [`TREE_KILL_WAIT`].
 
 use std::fmt;
 use std::io;
@@ -12,15 +16,16 @@ use tokio::process::Child;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::process::{Delivery, Signal, exited as leader_exited, signal_group};
+use crate::process::{Delivery, Signal, exited as leader_exited, signal_container};
+use crate::shim::TREE_KILL_WAIT;
 
 use super::groups::ContainerGroups;
 
 /// How long to wait for a SIGKILLed container to be reaped before giving up on it.
 pub const KILL_WAIT: Duration = Duration::from_secs(10);
 
-/// Sends signals to process groups: [`signal_group`], or a stand-in that tests use to make a
-/// kill fail.
+/// Sends signals to process groups: [`signal_container`] ([`Signal::KillTree`] to the leader,
+/// the others to the group), or a stand-in that tests use to make a kill fail.
 #[derive(Clone)]
 pub struct Signaller(Arc<dyn Fn(u32, Signal) -> io::Result<Delivery> + Send + Sync>);
 
@@ -41,7 +46,7 @@ impl Signaller {
 
 impl Default for Signaller {
     fn default() -> Self {
-        Signaller::new(signal_group)
+        Signaller::new(signal_container)
     }
 }
 
@@ -60,6 +65,8 @@ pub(super) struct ProcessGuard {
     pub(super) signaller: Signaller,
     /// Where the group is listed while it may run.
     pub(super) groups: ContainerGroups,
+    /// Whether the child is the container shim, which kills the container's whole tree.
+    pub(super) shimmed: bool,
 }
 
 impl ProcessGuard {
@@ -88,6 +95,14 @@ impl ProcessGuard {
 
 impl Drop for ProcessGuard {
     fn drop(&mut self) {
+        // A shim is only asked: a SIGKILL to its group would kill it before it killed what left
+        // the group. Its record stays, so if it cannot finish, the next agent kills the rest.
+        if self.shimmed
+            && let Some(pgid) = self.pgid.take()
+        {
+            self.signaller.send(pgid, Signal::KillTree);
+            return;
+        }
         self.kill_group();
     }
 }
@@ -98,12 +113,14 @@ pub fn stop_deadline(grace: Duration) -> Duration {
     grace.saturating_add(KILL_WAIT)
 }
 
-/// SIGTERM to the group, SIGKILL once `grace` has passed without the exit being recorded.
-/// Returns whether the exit was recorded: `false` (a signal that could not be delivered, a
-/// process that would not die) means the container still runs.
+/// SIGTERM to the group, SIGKILL once `grace` has passed without the exit being recorded (for a
+/// shimmed container: SIGUSR1 to the shim first, and the SIGKILL [`TREE_KILL_WAIT`] later if it
+/// has not exited by then). Returns whether the exit was recorded: `false` (a signal that could
+/// not be delivered, a process that would not die) means the container still runs.
 pub(super) async fn stop_process(
     signaller: Signaller,
     pgid: Option<u32>,
+    shimmed: bool,
     grace: Duration,
     exited: watch::Receiver<bool>,
 ) -> bool {
@@ -117,11 +134,20 @@ pub(super) async fn stop_process(
     if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_ok() {
         return true;
     }
+    let deadline = Instant::now() + KILL_WAIT;
     if let Some(pgid) = pgid {
-        tracing::info!(pgid, ?grace, "container did not stop within its grace period, sending SIGKILL");
+        if shimmed {
+            tracing::info!(pgid, ?grace, "container did not stop within its grace period, killing it");
+            signaller.send(pgid, Signal::KillTree);
+            if tokio::time::timeout(TREE_KILL_WAIT, exited.wait_for(|e| *e)).await.is_ok() {
+                return true;
+            }
+        } else {
+            tracing::info!(pgid, ?grace, "container did not stop within its grace period, sending SIGKILL");
+        }
         signaller.send(pgid, Signal::Kill);
     }
-    wait_exited(exited, Instant::now() + KILL_WAIT).await
+    wait_exited(exited, deadline).await
 }
 
 /// Waits for the exit to be recorded until `deadline`; whether it was.

@@ -1,8 +1,11 @@
 //! Starting a container and recording its exit: upstream `doBackOff` and `startContainer`
 //! (`kuberuntime_container.go`), with the descriptor budget in front and containerd's report
-//! of a start that failed.
+//! of a start that failed. Under the shim a start is: spawn the shim, record its group in the
+//! state directory, write the go byte, read whether the program started (the start barrier of
+//! [`crate::shim`]): a container never runs unrecorded.
 
-use std::io;
+use std::io::{self, Write as _};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -20,10 +23,13 @@ use crate::container::ContainerId;
 use crate::contracts::EventType;
 use crate::local_runner::LocalContainer;
 use crate::prober::pod_name;
+use crate::shim::{GO, Report};
 use probelet_actors::format::pod_ref;
 
 use super::super::groups::GroupOwner;
-use super::super::launch::{Launch, exit_code, forward_output, new_container_id};
+use super::super::launch::{
+    Launch, Spawned, exit_code, forward_output, new_container_id, shim_start_error, start_error,
+};
 use super::super::state::{Current, RestartPolicy, Role, Running, Slot, should_restart};
 use super::super::stop::ProcessGuard;
 use super::super::{
@@ -35,6 +41,9 @@ use probelet_actors::vocabulary::PodUid;
 
 /// The exit code containerd reports for a container it could not start (Docker's, kept).
 const START_ERROR_EXIT_CODE: i32 = 128;
+/// How long the runtime waits for the shim's report that the program started. The wait blocks
+/// the runtime's thread, as the spawn itself does; a shim reports within milliseconds.
+const REPORT_WAIT: Duration = Duration::from_secs(5);
 
 impl ProcessRuntime {
     /// Starts the container unless a restart is pending or it is backing off (upstream
@@ -137,42 +146,96 @@ impl ProcessRuntime {
             EVENT_CREATED,
             &format!("Created container: {}", container.name),
         );
-        match launch.spawn() {
-            Ok(child) => self.container_started(pod_uid, pod, container, id, launch, child, ctx),
+        let spawned = launch.spawn(self.shim.as_deref());
+        match spawned.and_then(|spawned| self.record_and_go(pod, container, &launch, spawned)) {
+            Ok((child, shimmed)) => {
+                self.container_started(pod_uid, pod, container, id, launch, child, shimmed, ctx)
+            }
+            Err(message) => self.start_failed(pod_uid, pod, container, role, id, message, ctx),
+        }
+    }
+
+    /// Lists and records the container's group. Under the shim, only then lets the container
+    /// run (the go byte) and reads whether its program started; a record that cannot be
+    /// written fails the start (the shim ran nothing and is killed). Returns the child and
+    /// whether it is the shim.
+    fn record_and_go(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        launch: &Launch,
+        spawned: Spawned,
+    ) -> Result<(Child, bool), String> {
+        let Spawned { mut child, control } = spawned;
+        let pgid = child.id();
+        let owner = GroupOwner { pod: pod_name(pod), container: container.name.clone() };
+        let recorded = pgid.map_or(Ok(()), |pgid| self.groups.add(pgid, owner));
+        let Some(control) = control else {
+            if let Err(error) = recorded {
+                tracing::error!(?pgid, pod = %pod_ref(pod), container = %container.name, %error, "cannot record the container in the state directory; it would outlive a crash of the agent");
+            }
+            return Ok((child, false));
+        };
+        let program = launch.argv.first().map(String::as_str).unwrap_or_default();
+        let started = recorded
+            .map_err(|e| start_error(&format!("cannot record the container in the state directory: {e}")))
+            .and_then(|()| go(&control, program));
+        match started {
+            Ok(()) => Ok((child, true)),
             Err(message) => {
-                self.budget.release(pod_uid);
-                tracing::warn!(pod = %pod_ref(pod), container = %container.name, error = %message, "cannot start container");
-                self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
-                let retry = should_restart(role, RestartPolicy::of(pod), START_ERROR_EXIT_CODE);
-                // What containerd reports for a created container whose task could not start:
-                // exited with `StartError`, exit code 128, never started (a zero start time).
-                let terminated = ContainerStateTerminated {
-                    exit_code: START_ERROR_EXIT_CODE,
-                    reason: Some(REASON_START_ERROR.to_owned()),
-                    message: Some(message),
-                    started_at: Some(Time(Timestamp::UNIX_EPOCH)),
-                    finished_at: Some(self.now_time()),
-                    container_id: Some(id.to_string()),
-                    signal: None,
-                };
-                let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
-                slot.last_event = Some(Instant::now());
-                slot.started += 1;
-                if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
-                    std::mem::replace(&mut slot.current, Current::NotStarted)
-                {
-                    slot.last_terminated = Some(terminated);
+                // Dropped, the child is killed and reaped in the background; it runs nothing.
+                let _ = child.start_kill();
+                if let Some(pgid) = pgid {
+                    self.groups.remove(pgid);
                 }
-                if retry {
-                    slot.current = Current::StartFailed { id, terminated };
-                    // Through the timer, not recursively: the back-off decides when.
-                    self.schedule_retry(pod_uid, &container.name, Duration::ZERO, ctx);
-                } else {
-                    slot.current = Current::Exited { id, terminated };
-                }
-                self.notify(pod_uid, ctx);
+                Err(message)
             }
         }
+    }
+
+    /// A container that could not start: `Failed`, and containerd's `StartError` state.
+    #[allow(clippy::too_many_arguments)]
+    fn start_failed(
+        &mut self,
+        pod_uid: &str,
+        pod: &Arc<Pod>,
+        container: &Container,
+        role: Role,
+        id: ContainerId,
+        message: String,
+        ctx: &mut Context<Self>,
+    ) {
+        self.budget.release(pod_uid);
+        tracing::warn!(pod = %pod_ref(pod), container = %container.name, error = %message, "cannot start container");
+        self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
+        let retry = should_restart(role, RestartPolicy::of(pod), START_ERROR_EXIT_CODE);
+        // What containerd reports for a created container whose task could not start:
+        // exited with `StartError`, exit code 128, never started (a zero start time).
+        let terminated = ContainerStateTerminated {
+            exit_code: START_ERROR_EXIT_CODE,
+            reason: Some(REASON_START_ERROR.to_owned()),
+            message: Some(message),
+            started_at: Some(Time(Timestamp::UNIX_EPOCH)),
+            finished_at: Some(self.now_time()),
+            container_id: Some(id.to_string()),
+            signal: None,
+        };
+        let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
+        slot.last_event = Some(Instant::now());
+        slot.started += 1;
+        if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
+            std::mem::replace(&mut slot.current, Current::NotStarted)
+        {
+            slot.last_terminated = Some(terminated);
+        }
+        if retry {
+            slot.current = Current::StartFailed { id, terminated };
+            // Through the timer, not recursively: the back-off decides when.
+            self.schedule_retry(pod_uid, &container.name, Duration::ZERO, ctx);
+        } else {
+            slot.current = Current::Exited { id, terminated };
+        }
+        self.notify(pod_uid, ctx);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -184,6 +247,7 @@ impl ProcessRuntime {
         id: ContainerId,
         launch: Launch,
         mut child: Child,
+        shimmed: bool,
         ctx: &mut Context<Self>,
     ) {
         let pgid = child.id();
@@ -209,6 +273,7 @@ impl ProcessRuntime {
         slot.current = Current::Running(Running {
             id: id.clone(),
             pgid,
+            shimmed,
             started_at,
             exited: watch::channel(false).0,
             killing: None,
@@ -223,11 +288,13 @@ impl ProcessRuntime {
         );
 
         let (uid, name) = (pod_uid.to_owned(), container.name.clone());
-        if let Some(pgid) = pgid {
-            self.groups.add(pgid, GroupOwner { pod: pod_label.clone(), container: container.name.clone() });
-        }
-        let guard =
-            ProcessGuard { child, pgid, signaller: self.signaller.clone(), groups: self.groups.clone() };
+        let guard = ProcessGuard {
+            child,
+            pgid,
+            signaller: self.signaller.clone(),
+            groups: self.groups.clone(),
+            shimmed,
+        };
         ctx.spawn(
             guard
                 .wait()
@@ -273,5 +340,16 @@ impl ProcessRuntime {
         running.exited.send_replace(true);
         self.notify(pod_uid, ctx);
         self.reconcile(pod_uid, ctx);
+    }
+}
+
+/// The go byte, then the shim's report: `Ok` once the program runs, else the start error.
+fn go(control: &UnixStream, program: &str) -> Result<(), String> {
+    let shim_error = |e: io::Error| start_error(&format!("container shim: {e}"));
+    let mut writer = control;
+    writer.write_all(&[GO]).map_err(shim_error)?;
+    match Report::read_blocking(control, REPORT_WAIT).map_err(shim_error)? {
+        Report::Started => Ok(()),
+        Report::Failed(e) => Err(shim_start_error(program, &e)),
     }
 }

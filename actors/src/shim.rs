@@ -1,0 +1,367 @@
+//! The container shim: a small parent process between the agent and each local command, so that
+//! stopping a container (or the end of an exec probe) stops everything the command started,
+//! including processes that left its process group (`setsid`, a double-forked daemon). It owns
+//! both sides of the protocol: [`run`], the shim's own `main` (the agent binary's hidden
+//! `probelet container-shim [--wait-for-go] -- PROGRAM ARGS...`), and the helpers the agent's
+//! runtime and [`crate::local_runner`] use to start it and read its report.
+//!
+//! Upstream a container runtime kills a container's whole PID namespace (cgroup) when its main
+//! process exits or when it is killed; containerd keeps a shim per container for that and for
+//! the exit status. This shim plays that part for a local process:
+//!
+//! - It is a child subreaper (`PR_SET_CHILD_SUBREAPER`): every orphaned descendant re-parents to
+//!   it, never to init, so every process the command started is a child of the shim or of one of
+//!   its descendants, whatever group or session it moved to.
+//! - It runs PROGRAM in its own process group (the agent spawns the shim as a group leader), with
+//!   standard input from `/dev/null` and the shim's standard output and error, environment and
+//!   working directory.
+//! - It survives SIGTERM (the agent's graceful stop signals the whole group; PROGRAM gets it
+//!   directly). SIGUSR1 ([`crate::process::Signal::KillTree`]) tells it to kill everything now.
+//!   The signal can be sent from inside the container too (`kill -USR1 0` signals the whole
+//!   group): the container is then killed, as every process of the group without a handler
+//!   would die of it anyway.
+//! - When PROGRAM exits, or on SIGUSR1, it SIGKILLs every remaining descendant and reaps them,
+//!   then ends as PROGRAM ended: the same exit code, or killed by the same signal (re-raised
+//!   after an `exec` of itself with `--raise-signal`, which resets the caught signal handlers to
+//!   their defaults), so the agent reports exit code 143 and signal 15 for a SIGTERMed container
+//!   exactly as without the shim.
+//!
+//! **The start barrier** (`--wait-for-go`): the agent records the shim's process group and start
+//! time in its state directory *before* anything runs, then writes one byte on the shim's
+//! standard input. The shim reads until that byte or end of file; end of file without the byte
+//! means the agent died before it recorded the container, and the shim exits at once with
+//! [`NO_GO_EXIT_CODE`] without running anything. So an agent killed at any moment of a start
+//! leaves either nothing running or a recorded group the next agent kills.
+//!
+//! **The report**: when its standard input is a socket, the shim writes one line on it once it
+//! has tried to start PROGRAM: `started`, or `failed <errno> <message>`; the agent turns the
+//! latter into the start error it reported before the shim existed (`executable file not found
+//! in $PATH`, ...). The shim then exits with [`START_FAILED_EXIT_CODE`].
+//!
+//! The shim uses no actix and no logging: only a current-thread tokio runtime for its signals,
+//! `waitpid` through rustix for reaping (never `tokio::process`, whose reaper would race it), and
+//! `/proc` to list its children.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process, waitpid};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// The hidden subcommand of the agent binary that runs the shim.
+pub const SUBCOMMAND: &str = "container-shim";
+/// The flag that makes the shim wait for the go byte on its standard input.
+pub const WAIT_FOR_GO: &str = "--wait-for-go";
+/// The flag of the shim's re-exec of itself that dies of a signal (internal).
+pub const RAISE_SIGNAL: &str = "--raise-signal";
+/// The shim's exit code when its standard input closed before the go byte: nothing ran.
+pub const NO_GO_EXIT_CODE: i32 = 121;
+/// The shim's exit code when PROGRAM could not be started (a shell's "command not found").
+pub const START_FAILED_EXIT_CODE: i32 = 127;
+/// The go byte.
+pub const GO: u8 = b'g';
+/// How long a shim asked to kill its tree (SIGUSR1) is given before its group is SIGKILLed as
+/// a backstop (which would kill the shim itself): it needs milliseconds.
+pub const TREE_KILL_WAIT: Duration = Duration::from_secs(1);
+
+/// At most this many processes are reaped while killing the tree. Every round SIGKILLs all the
+/// shim's live children and then reaps one process, so each round ends a process; a SIGKILLed
+/// process cannot fork again, and a grandchild still running re-parents to the shim when its
+/// parent dies and is killed in a later round. The tree is therefore gone after as many rounds
+/// as it has processes, unless something keeps forking faster than it is killed (a fork bomb
+/// outside the group): the bound stops the shim then, and the agent's SIGKILL to the group
+/// ends the rest of the group.
+const MAX_REAPS: usize = 100_000;
+
+/// The arguments that run `PROGRAM ARGS...` under the shim (after the shim's own path).
+pub fn shim_args(wait_for_go: bool, program: &Path, args: &[String]) -> Vec<OsString> {
+    let mut argv = vec![OsString::from(SUBCOMMAND)];
+    if wait_for_go {
+        argv.push(WAIT_FOR_GO.into());
+    }
+    argv.push("--".into());
+    argv.push(program.as_os_str().to_owned());
+    argv.extend(args.iter().map(OsString::from));
+    argv
+}
+
+/// What the shim reported about starting PROGRAM.
+#[derive(Debug)]
+pub enum Report {
+    /// PROGRAM runs.
+    Started,
+    /// PROGRAM could not be started: the error `spawn` returned.
+    Failed(io::Error),
+}
+
+impl Report {
+    fn line(result: Result<(), &io::Error>) -> String {
+        match result {
+            Ok(()) => "started\n".to_owned(),
+            Err(e) => {
+                let message = e.to_string().replace('\n', " ");
+                format!("failed {} {message}\n", e.raw_os_error().unwrap_or(-1))
+            }
+        }
+    }
+
+    /// Parses a report line; `None` for anything else (the shim died before reporting).
+    pub fn parse(line: &str) -> Option<Report> {
+        let line = line.trim_end_matches('\n');
+        if line == "started" {
+            return Some(Report::Started);
+        }
+        let (errno, message) = line.strip_prefix("failed ")?.split_once(' ')?;
+        let errno: i32 = errno.parse().ok()?;
+        // The same error `spawn` returned in the shim: its kind and text are what the start
+        // error shows.
+        Some(Report::Failed(if errno > 0 {
+            io::Error::from_raw_os_error(errno)
+        } else {
+            io::Error::other(message)
+        }))
+    }
+
+    /// Reads the report from the agent's end of the shim's standard input (blocking, up to
+    /// `wait`).
+    pub fn read_blocking(control: &UnixStream, wait: Duration) -> io::Result<Report> {
+        control.set_read_timeout(Some(wait))?;
+        let mut line = String::new();
+        BufReader::new(control).take(4096).read_line(&mut line)?;
+        Report::parse(&line).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the container shim exited before starting the process",
+            )
+        })
+    }
+}
+
+/// The shim's `main`: runs `command` as described in the module doc and returns the exit code
+/// (or does not return: it dies of PROGRAM's signal).
+pub fn run(wait_for_go: bool, command: &[OsString]) -> i32 {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!("container-shim: no command given");
+        return START_FAILED_EXIT_CODE;
+    };
+    // Any non-zero argument makes this process a subreaper.
+    if let Err(error) = rustix::process::set_child_subreaper(Some(getpid())) {
+        eprintln!("container-shim: cannot become a child subreaper, orphans will escape: {error}");
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("container-shim: cannot start: {error}");
+            return START_FAILED_EXIT_CODE;
+        }
+    };
+    let _entered = runtime.enter();
+    // Handlers first: from here on the group's SIGTERM cannot kill the shim, and no SIGCHLD of
+    // PROGRAM can be missed.
+    let signals =
+        (signal(SignalKind::terminate()), signal(SignalKind::child()), signal(SignalKind::user_defined1()));
+    let (Ok(mut term), Ok(mut child), Ok(mut kill)) = signals else {
+        eprintln!("container-shim: cannot handle signals");
+        return START_FAILED_EXIT_CODE;
+    };
+    let mut control = control_socket();
+    if wait_for_go && !go_received() {
+        return NO_GO_EXIT_CODE;
+    }
+    let spawned = std::process::Command::new(program).args(args).stdin(Stdio::null()).spawn();
+    let report = Report::line(spawned.as_ref().map(drop));
+    let reported = control.as_mut().is_some_and(|c| c.write_all(report.as_bytes()).is_ok());
+    drop(control);
+    let pid = match spawned {
+        // Reaped by `waitpid` below; std's `Child` neither kills nor waits when dropped.
+        Ok(spawned) => spawned.id(),
+        Err(error) => {
+            if !reported {
+                eprintln!("container-shim: cannot start {}: {error}", program.to_string_lossy());
+            }
+            return START_FAILED_EXIT_CODE;
+        }
+    };
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return START_FAILED_EXIT_CODE;
+    };
+    let status = runtime.block_on(async {
+        loop {
+            if let Some(status) = reap_exited(pid) {
+                return Some(status);
+            }
+            tokio::select! {
+                _ = child.recv() => {}
+                // PROGRAM got the group's SIGTERM too; the shim waits for its exit.
+                _ = term.recv() => {}
+                _ = kill.recv() => return None,
+            }
+        }
+    });
+    match kill_tree(pid, status) {
+        Some(status) => end_as(status),
+        None => {
+            eprintln!("container-shim: the command's exit status was lost");
+            128 + Signal::KILL.as_raw()
+        }
+    }
+}
+
+/// The re-exec'd shim's `main`: dies of `signal` (its handler is the default again after
+/// `exec`). Returns only if the signal did not kill it (one whose default is to be ignored).
+pub fn raise(signal: i32) -> i32 {
+    if let Some(sig) = Signal::from_named_raw(signal) {
+        let _ = kill_process(getpid(), sig);
+        // A signal sent to oneself is delivered before `kill` returns to a single thread;
+        // another thread (the allocator's) may take it a moment later.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    128 + signal
+}
+
+/// A writable duplicate of standard input when it is a socket (the agent's control channel).
+fn control_socket() -> Option<UnixStream> {
+    let fd = io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let socket = UnixStream::from(fd);
+    // Not a socket (a terminal, `/dev/null`): no one to report to.
+    socket.peer_addr().ok()?;
+    Some(socket)
+}
+
+/// Reads standard input until the go byte or end of file.
+fn go_received() -> bool {
+    let mut byte = [0u8; 1];
+    loop {
+        match io::stdin().lock().read(&mut byte) {
+            Ok(0) => return false,
+            Ok(_) => return byte[0] == GO,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Reaps every child that has exited (orphans that ended as well as PROGRAM); PROGRAM's status
+/// once it is among them.
+fn reap_exited(program: Pid) -> Option<WaitStatus> {
+    let mut found = None;
+    loop {
+        match waitpid(None, WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) if pid == program => found = Some(status),
+            Ok(Some(_)) => {}
+            Err(Errno::INTR) => {}
+            // None exited yet, or no child left at all.
+            Ok(None) | Err(_) => return found,
+        }
+    }
+}
+
+/// SIGKILLs every descendant and reaps until none is left (see [`MAX_REAPS`]); PROGRAM's
+/// status, `status` if it was reaped already.
+fn kill_tree(program: Pid, mut status: Option<WaitStatus>) -> Option<WaitStatus> {
+    for _ in 0..MAX_REAPS {
+        // Our own children, unreaped: their PIDs cannot have been reused, so killing by PID is
+        // safe. Killing a zombie does nothing.
+        for pid in children() {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+        match waitpid(None, WaitOptions::empty()) {
+            Ok(Some((pid, exited))) if pid == program => status = Some(exited),
+            Ok(_) | Err(Errno::INTR) => {}
+            // ECHILD: every descendant is gone.
+            Err(_) => break,
+        }
+    }
+    status
+}
+
+/// The shim's direct children: `/proc/self/task/*/children`, or a scan of every process's
+/// parent where the kernel lacks that file.
+fn children() -> Vec<Pid> {
+    let listed = fs::read_dir("/proc/self/task").and_then(|tasks| {
+        let mut pids = Vec::new();
+        for task in tasks {
+            let text = fs::read_to_string(task?.path().join("children"))?;
+            pids.extend(
+                text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).filter_map(Pid::from_raw),
+            );
+        }
+        Ok(pids)
+    });
+    listed.unwrap_or_else(|_| children_by_scan())
+}
+
+fn children_by_scan() -> Vec<Pid> {
+    let me = getpid().as_raw_pid();
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            // `pid (comm) state ppid ...`: the parent is the second field after the last `)`.
+            fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(me)
+            })
+        })
+        .filter_map(Pid::from_raw)
+        .collect()
+}
+
+/// Ends the shim as PROGRAM ended: its exit code, or death by its signal.
+fn end_as(status: WaitStatus) -> i32 {
+    if let Some(code) = status.exit_status() {
+        return code;
+    }
+    let Some(signal) = status.terminating_signal() else { return 128 };
+    if signal == Signal::KILL.as_raw() {
+        let _ = kill_process(getpid(), Signal::KILL);
+    } else {
+        // The shim handles SIGTERM (and SIGUSR1), so raising it here would be caught: `exec`
+        // resets caught signals to their defaults, and the fresh image raises it.
+        let error = std::process::Command::new("/proc/self/exe")
+            .arg(SUBCOMMAND)
+            .arg(RAISE_SIGNAL)
+            .arg(signal.to_string())
+            .exec();
+        eprintln!("container-shim: cannot re-exec to die of signal {signal}: {error}");
+    }
+    128 + signal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_round_trip() {
+        assert!(matches!(Report::parse("started\n"), Some(Report::Started)));
+        let line = Report::line(Err(&io::Error::from_raw_os_error(2)));
+        let Some(Report::Failed(e)) = Report::parse(&line) else { panic!("{line}") };
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert_eq!(e.to_string(), io::Error::from_raw_os_error(2).to_string());
+        let line = Report::line(Err(&io::Error::new(io::ErrorKind::InvalidInput, "nul byte\nfound")));
+        let Some(Report::Failed(e)) = Report::parse(&line) else { panic!("{line}") };
+        assert_eq!(e.to_string(), "nul byte found");
+        assert!(Report::parse("").is_none());
+        assert!(Report::parse("garbage").is_none());
+    }
+
+    #[test]
+    fn lists_its_own_children_both_ways() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = Pid::from_raw(child.id() as i32).unwrap();
+        assert!(children().contains(&pid));
+        assert!(children_by_scan().contains(&pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -1,0 +1,152 @@
+//! The agent binary's hidden `container-shim` on its own: the start barrier (nothing runs
+//! without the go byte), the exit status it passes on (code, or death by the same signal), and
+//! the processes it kills (whatever the command left, in its group or not, when the command
+//! exits or on SIGUSR1), while the group's SIGTERM only reaches the command.
+
+// Real processes on real time.
+#![allow(clippy::disallowed_methods)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const PROBELET: &str = env!("CARGO_BIN_EXE_probelet");
+/// The longest any wait here takes.
+const WAIT: Duration = Duration::from_secs(10);
+
+fn shim(args: &[&str]) -> Command {
+    let mut command = Command::new(PROBELET);
+    command.arg("container-shim").args(args).process_group(0);
+    command
+}
+
+fn temp(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("probelet-shim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// Waits for `child` (bounded); its status.
+fn wait(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the shim did not exit within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Polls until `path` holds a PID; returns it.
+fn pid_from(path: &Path) -> u32 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "{} never got a PID", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` still runs (a zombie does not: in this sandbox nobody reaps what init gets).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn assert_gone(pid: u32) {
+    let deadline = Instant::now() + WAIT;
+    while running(pid) {
+        assert!(Instant::now() < deadline, "{pid} still runs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A script that starts `sleep <seconds>` in a session of its own (out of the group), writes
+/// its PID to `pidfile` once it runs, then goes on with `rest`.
+fn escaping(pidfile: &Path, seconds: u32, rest: &str) -> String {
+    format!(
+        "setsid -f sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep {seconds}' </dev/null >/dev/null 2>&1; \
+         while [ ! -s {p} ]; do sleep 0.01; done; {rest}",
+        p = pidfile.display()
+    )
+}
+
+#[test]
+fn without_the_go_byte_nothing_runs() {
+    let marker = temp("no-go");
+    let mut child =
+        shim(&["--wait-for-go", "--", "touch"]).arg(&marker).stdin(Stdio::piped()).spawn().unwrap();
+    // The agent died before recording the container: its end of the pipe closes.
+    drop(child.stdin.take());
+    assert_eq!(wait(&mut child).code(), Some(121));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!marker.exists(), "the command ran without the go byte");
+
+    let mut child =
+        shim(&["--wait-for-go", "--", "touch"]).arg(&marker).stdin(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"g").unwrap();
+    assert_eq!(wait(&mut child).code(), Some(0));
+    assert!(marker.exists(), "the go byte runs the command");
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[test]
+fn the_exit_status_is_the_commands() {
+    let status = shim(&["--", "sh", "-c", "exit 3"]).status().unwrap();
+    assert_eq!(status.code(), Some(3));
+    let status = shim(&["--", "sh", "-c", "kill -KILL $$"]).status().unwrap();
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    let status = shim(&["--", "sh", "-c", "kill -TERM $$"]).status().unwrap();
+    assert_eq!(status.signal(), Some(15), "{status:?}");
+    let status = shim(&["--", "/nonexistent/probelet-no-such"]).stderr(Stdio::null()).status().unwrap();
+    assert_eq!(status.code(), Some(127));
+}
+
+/// The command exits and leaves a process in a session of its own: it is killed with it, as a
+/// PID namespace would be.
+#[test]
+fn what_the_command_left_outside_its_group_dies_with_it() {
+    let pidfile = temp("exit");
+    let mut child = shim(&["--", "sh", "-c", &escaping(&pidfile, 7351, "exit 4")]).spawn().unwrap();
+    assert_eq!(wait(&mut child).code(), Some(4));
+    let pid = pid_from(&pidfile);
+    let _ = std::fs::remove_file(&pidfile);
+    assert_gone(pid);
+}
+
+/// SIGTERM to the group reaches the command, not the shim; SIGUSR1 kills everything.
+#[test]
+fn sigterm_is_the_commands_and_sigusr1_kills_the_whole_tree() {
+    let pidfile = temp("term");
+    let termfile = temp("term-seen");
+    // The trap first: the PID file tells the test the script is past it.
+    let script = format!(
+        "trap 'echo term >> {}' TERM; {}",
+        termfile.display(),
+        escaping(&pidfile, 7352, "while true; do sleep 0.05; done")
+    );
+    let mut child = shim(&["--", "sh", "-c", &script]).spawn().unwrap();
+    let escaped = pid_from(&pidfile);
+    let _ = std::fs::remove_file(&pidfile);
+    let group = format!("-{}", child.id());
+    Command::new("kill").args(["-TERM", "--", &group]).status().unwrap();
+    let deadline = Instant::now() + WAIT;
+    while !termfile.exists() {
+        assert!(Instant::now() < deadline, "the command never saw SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(&termfile);
+    assert!(child.try_wait().unwrap().is_none(), "the shim survives the group's SIGTERM");
+    assert!(running(escaped));
+    Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap();
+    assert_eq!(wait(&mut child).signal(), Some(9), "killed as by SIGKILL");
+    assert_gone(escaped);
+}
