@@ -314,13 +314,34 @@ fn parse_start_time(stat: &str) -> Option<u64> {
 
 fn write_atomically(dir: &Path, pgid: u32, text: &str) -> io::Result<()> {
     let tmp = dir.join(format!(".{pgid}.tmp"));
-    fs::write(&tmp, text)?;
+    match fs::write(&tmp, text) {
+        // The state directory was deleted under the agent (with its manifests folder, say):
+        // made again, so that the containers started from now on are recorded, not refused.
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            tracing::warn!(dir = %dir.display(), "the state directory is gone; making it again");
+            fs::create_dir_all(dir)?;
+            fs::write(&tmp, text)?;
+        }
+        written => written?,
+    }
     fs::rename(&tmp, dir.join(pgid.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state directory deleted under the agent is made again by the next record.
+    #[test]
+    fn a_deleted_state_directory_is_made_again() {
+        let dir = std::env::temp_dir().join(format!("probelet-groups-gone-{}", std::process::id()));
+        let containers = dir.join("containers");
+        fs::create_dir_all(&containers).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        write_atomically(&containers, 4242, "1 pod c\n").unwrap();
+        assert_eq!(fs::read_to_string(containers.join("4242")).unwrap(), "1 pod c\n");
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn reads_the_start_time_past_a_tricky_command_name() {
