@@ -262,6 +262,24 @@ async fn what_a_finished_probe_left_running_is_killed() {
 }
 
 /// Polls for the file a script writes its PIDs to (renamed into place once complete).
+/// Starts a probe of `cmd`, reads the PIDs its script writes to `path` while it runs, then
+/// drops (cancels) the probe; the PIDs.
+async fn pids_then_drop(
+    runner: &LocalCommandRunner,
+    id: &ContainerId,
+    cmd: &[String],
+    path: &Path,
+) -> Vec<u32> {
+    let mut probing = Box::pin(probe(runner, id, cmd, LONG));
+    let pids = tokio::select! {
+        done = &mut probing => panic!("the probe finished early: {done:?}"),
+        pids = pids_from_file(path) => pids,
+    };
+    drop(probing);
+    let _ = std::fs::remove_file(path);
+    pids
+}
+
 async fn pids_from_file(path: &Path) -> Vec<u32> {
     let start = Instant::now();
     loop {
@@ -287,13 +305,7 @@ async fn dropping_the_probe_kills_the_process_group() {
         let runner = LocalCommandRunner::new();
         let id = container();
         let cmd = sh(&script);
-        let mut probing = Box::pin(probe(&runner, &id, &cmd, LONG));
-        let pids = tokio::select! {
-            done = &mut probing => panic!("the probe finished early: {done:?}"),
-            pids = pids_from_file(&path) => pids,
-        };
-        drop(probing);
-        let _ = std::fs::remove_file(&path);
+        let pids = pids_then_drop(&runner, &id, &cmd, &path).await;
         assert_eq!(pids.len(), 2, "pids {pids:?}");
         assert_reaped(pids[0]).await;
         assert_dead(pids[1]).await;
@@ -508,13 +520,7 @@ async fn under_the_shim_a_dropped_probe_kills_what_left_the_group() {
     bounded(async {
         let (cmd, path) = escaping_script("drop", 7344, true, "sleep 30");
         let (runner, id) = (shimmed(), container());
-        let mut probing = Box::pin(probe(&runner, &id, &cmd, LONG));
-        let pids = tokio::select! {
-            done = &mut probing => panic!("the probe finished early: {done:?}"),
-            pids = pids_from_file(&path) => pids,
-        };
-        drop(probing);
-        let _ = std::fs::remove_file(&path);
+        let pids = pids_then_drop(&runner, &id, &cmd, &path).await;
         assert_dead(pids[0]).await;
     })
     .await;

@@ -128,17 +128,8 @@ async fn endpoints_answer_from_the_pipeline() {
 
     // On loopback without authentication, a DNS name that a web page could re-point at
     // 127.0.0.1 is refused; this host's own names are served.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let local = listener.local_addr().unwrap();
-    let (stop_local, stopped_local) = tokio::sync::oneshot::channel::<()>();
-    let loopback = tokio::spawn(serve_router(
-        listener,
-        router_for_loopback(loopback_state),
-        Limits::default(),
-        async move {
-            let _ = stopped_local.await;
-        },
-    ));
+    let loopback = Served::start(router_for_loopback(loopback_state), Limits::default()).await;
+    let local = loopback.addr;
     let port = local.port();
     for (host, want) in [
         (format!("Host: attacker.example:{port}\r\n"), 403),
@@ -151,8 +142,7 @@ async fn endpoints_answer_from_the_pipeline() {
         let (code, _, body) = get_as(local, "/pods", &host).await;
         assert_eq!(code, want, "{host:?}: {body}");
     }
-    let _ = stop_local.send(());
-    loopback.await.unwrap().unwrap();
+    loopback.stop().await;
 
     let _ = stop.send(());
     server.await.unwrap().unwrap();
@@ -182,6 +172,35 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> O
     .map(|()| started.elapsed())
 }
 
+/// A listener on 127.0.0.1 serving `app` with `limits`, until [`Served::stop`].
+struct Served {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    async fn start(app: axum::Router, limits: Limits) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_router(listener, app, limits, async move {
+            let _ = stopped.await;
+        }));
+        Served { addr, stop, server }
+    }
+
+    /// Stops accepting and waits (at most 5 s) for the server to end.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(5), self.server)
+            .await
+            .expect("the server ends")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 fn health_router() -> axum::Router {
     axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }))
 }
@@ -190,13 +209,12 @@ fn health_router() -> axum::Router {
 // which paused tokio time would advance past while the kernel still holds the bytes.
 #[tokio::test]
 async fn slow_clients_are_closed_after_the_header_timeout() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let limits = Limits { header_read_timeout: Duration::from_millis(500), max_connections: 64 };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(
+        health_router(),
+        Limits { header_read_timeout: Duration::from_millis(500), max_connections: 64 },
+    )
+    .await;
+    let addr = served.addr;
 
     let mut slow = Vec::new();
     for _ in 0..20 {
@@ -219,20 +237,18 @@ async fn slow_clients_are_closed_after_the_header_timeout() {
         "idle keep-alive connection kept"
     );
 
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 #[tokio::test]
 async fn at_the_connection_cap_the_oldest_idle_client_makes_room() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     // A header timeout far beyond the test: only the cap can close these.
-    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 8 };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(
+        health_router(),
+        Limits { header_read_timeout: Duration::from_secs(600), max_connections: 8 },
+    )
+    .await;
+    let addr = served.addr;
 
     let mut slow = Vec::new();
     for _ in 0..40 {
@@ -253,12 +269,7 @@ async fn at_the_connection_cap_the_oldest_idle_client_makes_room() {
     assert!(closed_within(&mut slow[0], Duration::from_millis(10)).await.is_some(), "the oldest went first");
 
     // Shutting down does not wait for clients that never finish their request head.
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .expect("shutdown waited for slow clients")
-        .unwrap()
-        .unwrap();
+    served.stop().await;
 }
 
 /// Sends a whole request and reads the whole answer; the status line and the body.
@@ -279,13 +290,12 @@ async fn exchange(mut stream: tokio::net::TcpStream, path: &str) -> (String, Str
 /// connection not serving a request" closed such connections unanswered.)
 #[tokio::test]
 async fn at_the_connection_cap_a_request_that_arrived_is_answered() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(
+        health_router(),
+        Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 },
+    )
+    .await;
+    let addr = served.addr;
     let mut clients = tokio::task::JoinSet::new();
     for _ in 0..200 {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -298,8 +308,7 @@ async fn at_the_connection_cap_a_request_that_arrived_is_answered() {
         }
     }
     assert_eq!(unanswered, 0, "every client sent a whole request and got its answer");
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 /// At the cap, a connection whose answer is still being sent is not closed to make room: the
@@ -327,13 +336,10 @@ async fn at_the_connection_cap_an_answer_being_sent_is_not_cut() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve_router(listener, app, limits, async move {
-        let _ = stopped.await;
-    }));
+    let served =
+        Served::start(app, Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 })
+            .await;
+    let addr = served.addr;
 
     let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
     slow.write_all(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.unwrap();
@@ -355,8 +361,7 @@ async fn at_the_connection_cap_an_answer_being_sent_is_not_cut() {
     let seen = String::from_utf8_lossy(&seen);
     assert!(seen.contains("first half\r\n") && seen.ends_with(" second half\r\n0\r\n\r\n"), "{seen}");
     assert_eq!(next.await.unwrap(), ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 /// Twice the largest TCP send buffer this machine allows (at least 8 MiB).
@@ -393,13 +398,12 @@ async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
         events: EventLog::new(clock),
         ready: Arc::new(AtomicBool::new(true)),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let limits = Limits { header_read_timeout: Duration::from_secs(5), max_connections: 64 };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve_router(listener, probelet::serve::router(state), limits, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(
+        probelet::serve::router(state),
+        Limits { header_read_timeout: Duration::from_secs(5), max_connections: 64 },
+    )
+    .await;
+    let addr = served.addr;
 
     let mut readers = Vec::new();
     for _ in 0..=WHOLE_NODE_ANSWERS {
@@ -424,21 +428,19 @@ async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
     assert!(first.len() < big, "the answer left unread was cut: {} bytes", first.len());
 
     drop(readers);
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 /// At the cap, a client trickling its request head a byte at a time is as idle as one that
 /// sends nothing: reading its bytes does not spare it, and the next client is served.
 #[tokio::test]
 async fn at_the_connection_cap_a_trickling_client_makes_room() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let limits = Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve_router(listener, health_router(), limits, async move {
-        let _ = stopped.await;
-    }));
+    let served = Served::start(
+        health_router(),
+        Limits { header_read_timeout: Duration::from_secs(600), max_connections: 1 },
+    )
+    .await;
+    let addr = served.addr;
     let mut trickling = tokio::net::TcpStream::connect(addr).await.unwrap();
     let trickle = tokio::spawn(async move {
         for byte in b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".iter().cycle().take(400) {
@@ -453,6 +455,5 @@ async fn at_the_connection_cap_a_trickling_client_makes_room() {
         tokio::time::timeout(Duration::from_secs(10), next).await.expect("served beside the trickle");
     assert_eq!(answer, ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
     trickle.abort();
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
