@@ -371,16 +371,26 @@ mod tests {
         assert_eq!(kill_leftovers(&dir).unwrap(), 1);
         let status = leader.wait().unwrap();
         assert_eq!(status.signal(), Some(10), "SIGUSR1 first: {status:?}");
-        // What init has not reaped yet (a zombie) no longer runs.
-        let running_in_group = fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| fs::read_to_string(e.ok()?.path().join("stat")).ok())
-            .filter_map(|stat| {
-                let rest = stat.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
-                (rest.get(2)?.parse::<u32>().ok()? == pgid && rest.first()? != &"Z").then_some(())
-            })
-            .count();
-        assert_eq!(running_in_group, 0, "the group's SIGKILL ended the rest");
+        // What init has not reaped yet (a zombie) no longer runs. A SIGKILL takes effect when
+        // the process is next scheduled: look until it has (at most 5 s).
+        let running_in_group = || {
+            fs::read_dir("/proc")
+                .unwrap()
+                .filter_map(|e| fs::read_to_string(e.ok()?.path().join("stat")).ok())
+                .filter_map(|stat| {
+                    let rest = stat.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+                    (rest.get(2)?.parse::<u32>().ok()? == pgid && !matches!(*rest.first()?, "Z" | "X"))
+                        .then_some(())
+                })
+                .count()
+        };
+        for _ in 0..500 {
+            if running_in_group() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(running_in_group(), 0, "the group's SIGKILL ended the rest");
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the record is gone");
         let _ = fs::remove_dir_all(&dir);
     }
