@@ -21,8 +21,8 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, MemoryRecorder};
 use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
-    FdBudget, ForgetPod, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod, ProcessRuntime, RuntimeChanged,
-    RuntimePodStatus, Signaller, SubscribeRuntime, SyncPod,
+    ContainerGroups, FdBudget, ForgetPod, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod,
+    ProcessRuntime, RuntimeChanged, RuntimePodStatus, STARTS_PER_TURN, Signaller, SubscribeRuntime, SyncPod,
 };
 use probelet::local_runner::LocalCommandRunner;
 use probelet::process::{Signal, signal_group};
@@ -963,6 +963,149 @@ async fn under_the_shim_a_daemon_dies_when_its_container_exits() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A stand-in for the agent's shim whose report is late: it ignores the signals a stop sends
+/// (as the real shim handles them), writes its PID (the shim's) to `trapped` in `dir`, sleeps
+/// `delay`, then becomes the real shim.
+fn slow_shim(dir: &Path, delay: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join("slow-shim");
+    let script = format!(
+        "#!/bin/sh\ntrap '' TERM USR1\necho $$ > {trapped}.tmp\nmv {trapped}.tmp {trapped}\nsleep {delay}\nshift 3\nexec {} container-shim --wait-for-go -- \"$@\"\n",
+        env!("CARGO_BIN_EXE_probelet"),
+        trapped = dir.join("trapped").display(),
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Whether some process's command line is `cmdline` (NUL-separated, as /proc has it).
+fn procs_with_cmdline(cmdline: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|entry| std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| c == cmdline.as_bytes()))
+}
+
+/// Waits (bounded) until the process whose PID `pidfile` holds has exited, if it ever started.
+async fn wait_gone(pidfile: &Path) {
+    let Ok(pid) = std::fs::read_to_string(pidfile) else { return };
+    let stat = format!("/proc/{}/stat", pid.trim());
+    let deadline = Instant::now() + WAIT;
+    while std::fs::read_to_string(&stat)
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+    {
+        assert!(Instant::now() < deadline, "process {} outlived its container", pid.trim());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The shim's report is read off the runtime's thread: while it is late the runtime answers,
+/// and shows the container created, not yet started; then running, with `Started`.
+#[actix::test]
+async fn a_late_shim_report_does_not_hold_the_runtime() {
+    let dir = temp_dir("late-report");
+    let shim = slow_shim(&dir, "1");
+    let mut h = Harness::build(|runtime| runtime.with_shim(&shim));
+    let pod = with_containers(pod("late", "Never"), vec![container("app", &["sleep", "1000"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h.status(&id).await.unwrap();
+    assert_eq!(waiting(app(&status)), Some(("ContainerCreating", None)), "{status:#?}");
+    assert!(app(&status).container_id.is_some(), "a created container has its ID");
+    assert_eq!(h.events_for("app"), ["Normal Created Created container: app"]);
+
+    let status = h.wait_for(&id, "app running", |s| running(app(s))).await;
+    assert_eq!(app(&status).restart_count, 0);
+    assert_eq!(h.events_for("app")[1..], ["Normal Started Started container app"]);
+    h.kill_pod(&id, Duration::from_millis(100)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pod forgotten while its container starts: once the shim reports, the container is killed
+/// with everything it started; nothing is left running.
+#[actix::test]
+async fn a_container_whose_pod_was_forgotten_while_it_started_is_killed() {
+    let dir = temp_dir("forgotten-starting");
+    let shim = slow_shim(&dir, "0.5");
+    let h = Harness::build(|runtime| runtime.with_shim(&shim));
+    let pod = with_containers(pod("forgotten", "Never"), vec![container("app", &["sleep", "7377"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let shim_pid = dir.join("trapped");
+    wait_for_file(&shim_pid).await;
+    h.runtime.send(ForgetPod(id.clone().into())).await.unwrap();
+    // The slow shim ignored the kill and starts the program: the report has it killed, and the
+    // shim, a subreaper, exits only once everything it started is gone.
+    wait_gone(&shim_pid).await;
+    assert!(!procs_with_cmdline("sleep\x007377\x00"), "the container outlived its forgotten pod");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pod killed while its container starts: the kill ends (here with the group's SIGKILL, the
+/// shim ignoring the rest) and the container is not running.
+#[actix::test]
+async fn a_pod_killed_while_its_container_starts_stops() {
+    let dir = temp_dir("killed-starting");
+    let shim = slow_shim(&dir, "30");
+    let h = Harness::build(|runtime| runtime.with_shim(&shim));
+    let pod = with_containers(pod("killed", "Always"), vec![container("app", &["sleep", "7378"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    tokio::time::timeout(WAIT, h.kill_pod(&id, Duration::from_millis(100))).await.expect("the kill ends");
+    let status = h.status(&id).await.unwrap();
+    assert!(!running(app(&status)), "{status:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pod of more containers than a turn may start: the sync's turn starts its share, the rest
+/// start in the next turns (other tasks on the thread run in between), and all run.
+#[actix::test]
+async fn a_crowded_pod_starts_its_containers_over_several_turns() {
+    let mut h = Harness::new();
+    let count = 3 * STARTS_PER_TURN + 1;
+    let containers = (0..count).map(|i| container(&format!("c{i}"), &["sleep", "1000"])).collect();
+    let pod = with_containers(pod("crowd", "Never"), containers);
+    let id = uid(&pod);
+    // Both queued before the actor runs: the status is read right after the sync's turn.
+    let sync = h.runtime.send(SyncPod::new(Arc::new(pod.clone())));
+    let status = h.runtime.send(GetRuntimeStatus(id.clone().into()));
+    sync.await.unwrap();
+    let status = status.await.unwrap().unwrap();
+    let running_now = status.containers.iter().filter(|c| running(c)).count();
+    assert_eq!(running_now, STARTS_PER_TURN, "started in the sync's turn");
+    h.wait_for(&id, "all running", |s| s.containers.iter().all(running)).await;
+    h.kill_pod(&id, Duration::from_millis(100)).await;
+}
+
+/// After a forced shutdown has killed every container, a start still under way (the runtime's
+/// thread was busy) runs nothing: it fails, and the agent can exit leaving nothing behind.
+#[actix::test]
+async fn nothing_starts_after_every_container_was_killed() {
+    for shimmed in [false, true] {
+        let groups = ContainerGroups::new();
+        let with = groups.clone();
+        let mut h = Harness::build(move |runtime| {
+            let runtime = runtime.with_groups(with);
+            if shimmed { runtime.with_shim(env!("CARGO_BIN_EXE_probelet")) } else { runtime }
+        });
+        groups.kill_all();
+        let pod = with_containers(pod("late", "Never"), vec![container("app", &["sleep", "7379"])]);
+        let id = uid(&pod);
+        h.sync(&pod).await;
+        let status = h.wait_for(&id, "app not started", |s| terminated(app(s)).is_some()).await;
+        let state = terminated(app(&status)).unwrap();
+        assert_eq!(state.reason.as_deref(), Some("StartError"), "shimmed {shimmed}: {state:?}");
+        assert!(!h.events_for("app").iter().any(|e| e.contains("Started")), "shimmed {shimmed}");
+        // The child was killed before it could exec (without the shim) or before the go byte.
+        let deadline = Instant::now() + WAIT;
+        while procs_with_cmdline("sleep\x007379\x00") {
+            assert!(Instant::now() < deadline, "shimmed {shimmed}: the container runs");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 // === the file-descriptor budget ===

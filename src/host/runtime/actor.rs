@@ -31,7 +31,7 @@ use super::state::{
     should_restart,
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
-use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING};
+use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING, STARTS_PER_TURN};
 use probelet_actors::vocabulary::PodUid;
 
 mod start;
@@ -132,6 +132,11 @@ pub struct ProcessRuntime {
     /// are spawned directly (an embedder without the binary), and what leaves their process
     /// group is not killed with them.
     shim: Option<PathBuf>,
+    /// Containers started in this turn of the thread (see `STARTS_PER_TURN`); `Some` once the
+    /// first one has, and the next turn is then asked for.
+    starts_this_turn: Option<usize>,
+    /// Pods with starts this turn had no room for, to reconcile in the next turn.
+    deferred: Vec<PodUid>,
 }
 
 impl ProcessRuntime {
@@ -150,7 +155,43 @@ impl ProcessRuntime {
             budget: FdBudget::unlimited(),
             groups: ContainerGroups::new(),
             shim: None,
+            starts_this_turn: None,
+            deferred: Vec::new(),
         }
+    }
+
+    /// Whether this turn of the thread has room for another start; if not, the pod is
+    /// reconciled in the next turn.
+    fn turn_has_room(&mut self, pod_uid: &str) -> bool {
+        if self.starts_this_turn.is_none_or(|starts| starts < STARTS_PER_TURN) {
+            return true;
+        }
+        if !self.deferred.iter().any(|uid| uid.as_str() == pod_uid) {
+            self.deferred.push(pod_uid.into());
+        }
+        false
+    }
+
+    /// Counts a start in this turn of the thread. The first one asks for the next turn, which
+    /// resets the count and reconciles the deferred pods. It is awaited with `yield_now`, which
+    /// lets every other task on the thread (the listener, the probes) run first; a zero timer
+    /// would not, as tokio may fire it in the same poll.
+    fn count_start(&mut self, ctx: &mut Context<Self>) {
+        let starts = match &mut self.starts_this_turn {
+            Some(starts) => starts,
+            None => {
+                ctx.spawn(actix::fut::wrap_future(tokio::task::yield_now()).map(
+                    |(), act: &mut Self, ctx| {
+                        act.starts_this_turn = None;
+                        for uid in std::mem::take(&mut act.deferred) {
+                            act.reconcile(&uid, ctx);
+                        }
+                    },
+                ));
+                self.starts_this_turn.insert(0)
+            }
+        };
+        *starts += 1;
     }
 
     /// Runs every container under the container shim of the agent binary at `program`
@@ -243,7 +284,7 @@ impl ProcessRuntime {
         self.pods
             .get(pod_uid)
             .and_then(|p| p.containers.get(name))
-            .is_some_and(|s| matches!(s.current, Current::Running(_)))
+            .is_some_and(|s| matches!(s.current, Current::Running(_) | Current::Starting(_)))
     }
 
     /// The kubelet's `computePodActions` + `SyncPod`, reduced to starting what should run.
@@ -353,7 +394,8 @@ impl ProcessRuntime {
     fn outcome(&self, pod_uid: &str, name: &str) -> InstanceOutcome {
         match self.pods.get(pod_uid).and_then(|p| p.containers.get(name)).map(|s| &s.current) {
             None | Some(Current::NotStarted) => InstanceOutcome::NotStarted,
-            Some(Current::Running(_)) => InstanceOutcome::Running,
+            // A start under way blocks what comes after it, as a running container does.
+            Some(Current::Running(_) | Current::Starting(_)) => InstanceOutcome::Running,
             Some(Current::Exited { terminated, .. }) => InstanceOutcome::ExitedWith(terminated.exit_code),
             Some(Current::StartFailed { .. }) => InstanceOutcome::StartFailed,
         }
@@ -372,7 +414,11 @@ impl ProcessRuntime {
     ) -> Option<LocalBoxFuture<'static, ()>> {
         let state = self.pods.get_mut(pod_uid)?;
         let pod = state.pod.clone();
-        let Current::Running(running) = &mut state.containers.get_mut(name)?.current else { return None };
+        let (Current::Running(running) | Current::Starting(running)) =
+            &mut state.containers.get_mut(name)?.current
+        else {
+            return None;
+        };
         let exited = running.exited.subscribe();
         let now = Instant::now();
         if let Some(deadline) = running.killing.filter(|deadline| *deadline > now) {
@@ -505,7 +551,7 @@ impl Handler<ForgetPod> for ProcessRuntime {
             if let Some(timer) = slot.timer {
                 ctx.cancel_future(timer);
             }
-            if let Current::Running(running) = slot.current {
+            if let Current::Running(running) | Current::Starting(running) = slot.current {
                 tracing::warn!(pod_uid = pod_uid.as_str(), container = %name, "removing a pod whose container still runs, killing it");
                 if let Some(pgid) = running.pgid {
                     // A shim kills its whole tree, and its exit then the group (`ProcessGuard`);

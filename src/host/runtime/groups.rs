@@ -53,12 +53,20 @@ pub enum StateDirError {
 /// The live container process groups, shared by every clone.
 #[derive(Debug, Clone, Default)]
 pub struct ContainerGroups {
-    groups: Arc<Mutex<BTreeMap<u32, GroupOwner>>>,
+    groups: Arc<Mutex<Groups>>,
     /// Where each group is recorded, with the lock held for the agent's life.
     state: Option<Arc<StateDir>>,
     /// The longest grace period of any pod run so far, in milliseconds: what a shutdown waits
     /// for at most before it kills every group.
     largest_grace_ms: Arc<AtomicU64>,
+}
+
+#[derive(Debug, Default)]
+struct Groups {
+    by_pgid: BTreeMap<u32, GroupOwner>,
+    /// Every group has been killed ([`ContainerGroups::kill_all`]): no more may be added, so
+    /// that no container starts after the agent's last kill.
+    closed: bool,
 }
 
 #[derive(Debug)]
@@ -104,21 +112,29 @@ impl ContainerGroups {
 
     /// A container's group started: listed, and recorded in the state directory. The error of
     /// a record that cannot be written is returned (the group is listed all the same): the
-    /// caller kills a shim that has not run anything yet, or logs it.
+    /// caller kills a shim that has not run anything yet, or logs it. After [`Self::kill_all`]
+    /// the group is neither listed nor recorded, and the error is
+    /// [`io::ErrorKind::Interrupted`]: the caller kills it.
     pub fn add(&self, pgid: u32, owner: GroupOwner) -> io::Result<()> {
+        // Under the lock, so that a group is either added before `kill_all` (which kills it)
+        // or refused after it.
+        let mut groups = self.lock();
+        if groups.closed {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "the agent is killing every container"));
+        }
         let record = match &self.state {
             Some(state) => start_time(pgid)
                 .map(|start| format!("{start} {} {}\n", owner.pod, owner.container))
                 .and_then(|text| write_atomically(&state.containers, pgid, &text)),
             None => Ok(()),
         };
-        self.lock().insert(pgid, owner);
+        groups.by_pgid.insert(pgid, owner);
         record
     }
 
     /// A container's group was killed after its leader exited; its ID may be reused from now on.
     pub fn remove(&self, pgid: u32) {
-        self.lock().remove(&pgid);
+        self.lock().by_pgid.remove(&pgid);
         if let Some(state) = &self.state {
             let path = state.containers.join(pgid.to_string());
             if let Err(error) = fs::remove_file(&path)
@@ -142,9 +158,14 @@ impl ContainerGroups {
 
     /// Kills every group at once: SIGUSR1 to each leader (a shim kills its whole tree), up to
     /// [`TREE_KILL_WAIT`] for the leaders to end, then SIGKILL to each group. Returns how many
-    /// were still there. Records stay: the next agent finds the groups gone.
+    /// were still there. Records stay: the next agent finds the groups gone. No group may be
+    /// added afterwards.
     pub fn kill_all(&self) -> usize {
-        let groups = self.lock().clone();
+        let groups = {
+            let mut groups = self.lock();
+            groups.closed = true;
+            groups.by_pgid.clone()
+        };
         let mut killed = 0;
         let mut asked = Vec::new();
         for (&pgid, owner) in &groups {
@@ -174,7 +195,7 @@ impl ContainerGroups {
         killed
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, GroupOwner>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Groups> {
         self.groups.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -340,6 +361,24 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
         write_atomically(&containers, 4242, "1 pod c\n").unwrap();
         assert_eq!(fs::read_to_string(containers.join("4242")).unwrap(), "1 pod c\n");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Once every group has been killed, a group that starts later is refused, neither listed
+    /// (a second kill would miss nothing) nor recorded.
+    #[test]
+    fn no_group_is_added_after_every_group_was_killed() {
+        let dir = std::env::temp_dir().join(format!("probelet-groups-closed-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (groups, _) = ContainerGroups::open(&dir).unwrap();
+        assert_eq!(groups.kill_all(), 0);
+        let owner = GroupOwner { pod: "p".into(), container: "c".into() };
+        let own = std::process::id();
+        let error = groups.add(own, owner).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::Interrupted);
+        assert!(groups.lock().by_pgid.is_empty());
+        assert!(!dir.join("containers").join(own.to_string()).exists());
+        drop(groups);
         let _ = fs::remove_dir_all(&dir);
     }
 

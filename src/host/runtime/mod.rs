@@ -49,6 +49,11 @@ pub use actor::{
     SubscribeRuntime, SyncPod,
 };
 
+/// At most this many containers start in one turn of the runtime actor; a sync that would
+/// start more starts the rest in the next turns (a spawn holds the actor's thread until the
+/// child has exec'd).
+pub const STARTS_PER_TURN: usize = 32;
+
 /// The runtime type in container IDs: `probelet://<16 hex digits>`.
 pub const RUNTIME_NAME: &str = "probelet";
 /// A container whose `command[0]` is this runs the agent's own executable, so examples can run

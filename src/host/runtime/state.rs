@@ -65,6 +65,10 @@ pub(super) struct Slot {
 
 pub(super) enum Current {
     NotStarted,
+    /// Spawned under the shim and recorded, the go byte sent, its report not read yet (a
+    /// container runtime's "created"): nothing else starts it, a kill signals its group, and
+    /// its status is still `ContainerCreating`.
+    Starting(Running),
     Running(Running),
     Exited {
         id: ContainerId,
@@ -217,6 +221,12 @@ pub(super) fn container_status(
     let last_terminated = || terminated_state(slot.last_terminated.clone());
     match &slot.current {
         Current::NotStarted => {}
+        Current::Starting(starting) => {
+            // Upstream shows a created container as waiting, with its ID.
+            status.container_id = Some(starting.id.to_string());
+            status.state = Some(waiting(REASON_CONTAINER_CREATING, None));
+            status.last_state = Some(last_terminated());
+        }
         Current::Running(running) => {
             status.container_id = Some(running.id.to_string());
             status.state = Some(ContainerState {

@@ -2,10 +2,10 @@
 //! (`kuberuntime_container.go`), with the descriptor budget in front and containerd's report
 //! of a start that failed. Under the shim a start is: spawn the shim, record its group in the
 //! state directory, write the go byte, read whether the program started (the start barrier of
-//! [`crate::shim`]): a container never runs unrecorded.
+//! [`crate::shim`]): a container never runs unrecorded. The container is `Starting` until the
+//! report has been read, off the actor's thread.
 
 use std::io::{self, Write as _};
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -23,6 +23,7 @@ use crate::container::ContainerId;
 use crate::contracts::EventType;
 use crate::local_runner::LocalContainer;
 use crate::prober::pod_name;
+use crate::process::Signal;
 use crate::shim::{GO, Report};
 use probelet_actors::format::pod_ref;
 
@@ -41,8 +42,8 @@ use probelet_actors::vocabulary::PodUid;
 
 /// The exit code containerd reports for a container it could not start (Docker's, kept).
 const START_ERROR_EXIT_CODE: i32 = 128;
-/// How long the runtime waits for the shim's report that the program started. The wait blocks
-/// the runtime's thread, as the spawn itself does; a shim reports within milliseconds.
+/// How long the runtime waits for the shim's report that the program started (on a blocking
+/// thread; a shim reports within milliseconds).
 const REPORT_WAIT: Duration = Duration::from_secs(5);
 
 impl ProcessRuntime {
@@ -60,7 +61,7 @@ impl ProcessRuntime {
         let Some(state) = self.pods.get_mut(pod_uid) else { return };
         let pod = state.pod.clone();
         let slot = state.containers.entry(container.name.clone()).or_insert_with(|| Slot::new(initial, max));
-        if slot.timer.is_some() || matches!(slot.current, Current::Running(_)) {
+        if slot.timer.is_some() || matches!(slot.current, Current::Running(_) | Current::Starting(_)) {
             return;
         }
         if let Some(event) = slot.last_event {
@@ -78,6 +79,15 @@ impl ProcessRuntime {
                 return;
             }
         }
+        // A turn's share of starts: a spawn blocks the thread until the child has exec'd, which
+        // costs more the more descriptors the agent holds (the child closes them all), so a
+        // pod of thousands of containers starts them over many turns, each short enough for
+        // the listener and the probes on this thread to run in between.
+        if !self.turn_has_room(pod_uid) {
+            return;
+        }
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        let Some(slot) = state.containers.get_mut(&container.name) else { return };
         // The descriptor budget: a start it refuses is retried later, without growing the
         // back-off (the container did nothing wrong), by one timer for the whole pod.
         if let Err(refusal) = self.budget.try_start(pod_uid) {
@@ -131,6 +141,7 @@ impl ProcessRuntime {
         role: Role,
         ctx: &mut Context<Self>,
     ) {
+        self.count_start(ctx);
         let launch = Launch::of(container);
         for name in &launch.skipped {
             tracing::warn!(pod = %pod_ref(pod), container = %container.name, env = %name, "env valueFrom is not supported by the local runtime, variable not set");
@@ -146,51 +157,113 @@ impl ProcessRuntime {
             EVENT_CREATED,
             &format!("Created container: {}", container.name),
         );
-        let spawned = launch.spawn(self.shim.as_deref());
-        match spawned.and_then(|spawned| self.record_and_go(pod, container, &launch, spawned)) {
-            Ok((child, shimmed)) => {
-                self.container_started(pod_uid, pod, container, id, launch, child, shimmed, ctx)
-            }
-            Err(message) => self.start_failed(pod_uid, pod, container, role, id, message, ctx),
-        }
-    }
-
-    /// Lists and records the container's group. Under the shim, only then lets the container
-    /// run (the go byte) and reads whether its program started; a record that cannot be
-    /// written fails the start (the shim ran nothing and is killed). Returns the child and
-    /// whether it is the shim.
-    fn record_and_go(
-        &self,
-        pod: &Pod,
-        container: &Container,
-        launch: &Launch,
-        spawned: Spawned,
-    ) -> Result<(Child, bool), String> {
+        let spawned = match launch.spawn(self.shim.as_deref()) {
+            Ok(spawned) => spawned,
+            Err(message) => return self.start_failed(pod_uid, pod, container, role, id, message, ctx),
+        };
         let Spawned { mut child, control } = spawned;
         let pgid = child.id();
         let owner = GroupOwner { pod: pod_name(pod), container: container.name.clone() };
         let recorded = pgid.map_or(Ok(()), |pgid| self.groups.add(pgid, owner));
+        if let Err(error) = &recorded
+            && error.kind() == io::ErrorKind::Interrupted
+        {
+            // The agent has killed every container and is exiting: nothing more may run.
+            let _ = child.start_kill();
+            let message = start_error(&error.to_string());
+            return self.start_failed(pod_uid, pod, container, role, id, message, ctx);
+        }
         let Some(control) = control else {
             if let Err(error) = recorded {
                 tracing::error!(?pgid, pod = %pod_ref(pod), container = %container.name, %error, "cannot record the container in the state directory; it would outlive a crash of the agent");
             }
-            return Ok((child, false));
+            return self.container_started(pod_uid, pod, container, id, launch, child, false, ctx);
         };
-        let program = launch.argv.first().map(String::as_str).unwrap_or_default();
-        let started = recorded
+        // Under the shim: nothing runs before the record is written; then the go byte.
+        let go = recorded
             .map_err(|e| start_error(&format!("cannot record the container in the state directory: {e}")))
-            .and_then(|()| go(&control, program));
-        match started {
-            Ok(()) => Ok((child, true)),
-            Err(message) => {
-                // Dropped, the child is killed and reaped in the background; it runs nothing.
-                let _ = child.start_kill();
-                if let Some(pgid) = pgid {
-                    self.groups.remove(pgid);
-                }
-                Err(message)
+            .and_then(|()| (&control).write_all(&[GO]).map_err(shim_error));
+        if let Err(message) = go {
+            // The shim ran nothing: killed and reaped in the background (`kill_on_drop`).
+            let _ = child.start_kill();
+            if let Some(pgid) = pgid {
+                self.groups.remove(pgid);
             }
+            return self.start_failed(pod_uid, pod, container, role, id, message, ctx);
         }
+        // The report comes within milliseconds, but thousands of starts in one sync would hold
+        // the actor's thread (and with it the listener and the probes) for seconds: it is read
+        // on a blocking thread, and the container is `Starting` meanwhile.
+        let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
+        begin_instance(
+            slot,
+            Current::Starting(Running {
+                id: id.clone(),
+                pgid,
+                shimmed: true,
+                started_at: Time(Timestamp::UNIX_EPOCH),
+                exited: watch::channel(false).0,
+                killing: None,
+            }),
+        );
+        self.notify(pod_uid, ctx);
+        let report = tokio::task::spawn_blocking(move || Report::read_blocking(&control, REPORT_WAIT));
+        let (uid, pod, container) = (PodUid::from(pod_uid), pod.clone(), container.clone());
+        ctx.spawn(
+            async move { report.await.unwrap_or_else(|e| Err(io::Error::other(e))) }.into_actor(self).map(
+                move |report, act, ctx| {
+                    act.start_reported(&uid, &pod, &container, role, id, launch, child, report, ctx)
+                },
+            ),
+        );
+    }
+
+    /// The shim's report on a `Starting` container: it runs, or its start failed. A container
+    /// that is no longer the one starting (its pod was forgotten meanwhile) is killed.
+    #[allow(clippy::too_many_arguments)]
+    fn start_reported(
+        &mut self,
+        pod_uid: &PodUid,
+        pod: &Arc<Pod>,
+        container: &Container,
+        role: Role,
+        id: ContainerId,
+        launch: Launch,
+        mut child: Child,
+        report: io::Result<Report>,
+        ctx: &mut Context<Self>,
+    ) {
+        let pgid = child.id();
+        let current = self.slot_mut(pod_uid, &container.name).map(|slot| &slot.current);
+        if !matches!(current, Some(Current::Starting(starting)) if starting.id == id) {
+            tracing::debug!(pod = %pod_ref(pod), container = %container.name, "container started after its pod was forgotten, killing it");
+            // Its whole tree, by the shim; then the guard kills the group once the shim is gone.
+            let guard = ProcessGuard {
+                child,
+                pgid,
+                signaller: self.signaller.clone(),
+                groups: self.groups.clone(),
+                shimmed: true,
+            };
+            if let Some(pgid) = pgid {
+                self.signaller.send(pgid, Signal::KillTree);
+            }
+            ctx.spawn(guard.wait().into_actor(self).map(|_, _, _| ()));
+            return;
+        }
+        let program = launch.argv.first().map(String::as_str).unwrap_or_default();
+        let message = match report.map_err(shim_error) {
+            Ok(Report::Started) => {
+                return self.container_started(pod_uid, pod, container, id, launch, child, true, ctx);
+            }
+            Ok(Report::Failed(e)) => shim_start_error(program, &e),
+            Err(message) => message,
+        };
+        let _ = child.start_kill();
+        if let Some(pgid) = pgid {
+            self.groups.remove(pgid);
+        }
+        self.start_failed(pod_uid, pod, container, role, id, message, ctx);
     }
 
     /// A container that could not start: `Failed`, and containerd's `StartError` state.
@@ -223,17 +296,13 @@ impl ProcessRuntime {
         let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
         slot.last_event = Some(Instant::now());
         slot.started += 1;
-        if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
-            std::mem::replace(&mut slot.current, Current::NotStarted)
-        {
-            slot.last_terminated = Some(terminated);
-        }
+        // A kill waiting on a `Starting` container sees it gone when its `exited` drops.
         if retry {
-            slot.current = Current::StartFailed { id, terminated };
+            begin_instance(slot, Current::StartFailed { id, terminated });
             // Through the timer, not recursively: the back-off decides when.
             self.schedule_retry(pod_uid, &container.name, Duration::ZERO, ctx);
         } else {
-            slot.current = Current::Exited { id, terminated };
+            begin_instance(slot, Current::Exited { id, terminated });
         }
         self.notify(pod_uid, ctx);
     }
@@ -264,20 +333,25 @@ impl ProcessRuntime {
         );
         let started_at = self.now_time();
         let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
-        if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
-            std::mem::replace(&mut slot.current, Current::NotStarted)
-        {
-            slot.last_terminated = Some(terminated);
-        }
         slot.started += 1;
-        slot.current = Current::Running(Running {
-            id: id.clone(),
-            pgid,
-            shimmed,
-            started_at,
-            exited: watch::channel(false).0,
-            killing: None,
-        });
+        match std::mem::replace(&mut slot.current, Current::NotStarted) {
+            // A kill that began while it was starting goes on waiting for the same exit.
+            Current::Starting(starting) => {
+                slot.current = Current::Running(Running { started_at, ..starting });
+            }
+            previous => {
+                slot.current = previous;
+                let running = Running {
+                    id: id.clone(),
+                    pgid,
+                    shimmed,
+                    started_at,
+                    exited: watch::channel(false).0,
+                    killing: None,
+                };
+                begin_instance(slot, Current::Running(running));
+            }
+        }
         tracing::debug!(pod = %pod_label, container = %container.name, container_id = %id, ?pgid, "container started");
         self.record(
             pod,
@@ -343,13 +417,16 @@ impl ProcessRuntime {
     }
 }
 
-/// The go byte, then the shim's report: `Ok` once the program runs, else the start error.
-fn go(control: &UnixStream, program: &str) -> Result<(), String> {
-    let shim_error = |e: io::Error| start_error(&format!("container shim: {e}"));
-    let mut writer = control;
-    writer.write_all(&[GO]).map_err(shim_error)?;
-    match Report::read_blocking(control, REPORT_WAIT).map_err(shim_error)? {
-        Report::Started => Ok(()),
-        Report::Failed(e) => Err(shim_start_error(program, &e)),
+/// A start error from talking to the shim.
+fn shim_error(e: io::Error) -> String {
+    start_error(&format!("container shim: {e}"))
+}
+
+/// Makes `next` the slot's current instance; an exited or failed one becomes the last state.
+fn begin_instance(slot: &mut Slot, next: Current) {
+    if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
+        std::mem::replace(&mut slot.current, next)
+    {
+        slot.last_terminated = Some(terminated);
     }
 }
