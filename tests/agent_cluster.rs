@@ -904,3 +904,41 @@ async fn mutable_container_probes_applies_a_probe_update_from_the_watch() {
     let _ = agent.kill().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// A pod being deleted whose startup probe never succeeded: liveness and startup stop, and a
+/// sync during the deletion does not write the container started (nor, with no readiness
+/// probe, ready and the pod Ready), as the kubelet never regenerates the status of a pod it
+/// is killing. Probelet's host syncs on every watch event, and found no startup worker.
+#[tokio::test]
+async fn a_deleting_pods_container_that_never_started_is_not_written_started() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    healthy.store(false, Ordering::SeqCst);
+    let fake = FakeApiServer::start().await;
+    let mut slow = pod("slow", "node-a", port);
+    let app = &mut slow.spec.as_mut().unwrap().containers[0];
+    app.startup_probe =
+        app.readiness_probe.take().map(|probe| Probe { failure_threshold: Some(1000), ..probe });
+    fake.insert_pod(slow);
+    let (agent, kubeconfig) = start_agent(&fake, "never-started", &[]);
+    let started = |p: &Pod| app_status(p).started;
+    wait_for_pod(&fake, "slow", "app written not started", |p| started(p) == Some(false)).await;
+
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    api.delete("slow", &kube::api::DeleteParams::default().grace_period(30)).await.unwrap();
+    wait_for_pod(&fake, "slow", "being deleted", |p| p.metadata.deletion_timestamp.is_some()).await;
+    // The runtime publishes something while the container is being stopped: a watch event,
+    // and with it a sync of the pod.
+    let mut status = app_status(&fake.pod("default", "slow").unwrap());
+    status.image_id = "sha256:0123".into();
+    runtime_writes(&fake, "slow", vec![status]).await;
+    wait_for_pod(&fake, "slow", "the runtime's write", |p| app_status(p).image_id == "sha256:0123").await;
+    // Without the fix the agent writes `started: true` within milliseconds of the event.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        let pod = fake.pod("default", "slow").unwrap();
+        assert_ne!(started(&pod), Some(true), "{:#?}", pod.status);
+        assert!(condition(&pod, "Ready").is_none_or(|c| c.status != "True"), "{:#?}", pod.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    support::agent::kill(agent, &kubeconfig).await;
+}

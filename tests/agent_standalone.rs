@@ -960,3 +960,80 @@ async fn a_crash_in_the_middle_of_starts_never_leaves_an_unrecorded_container() 
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A pod whose only container ignores SIGTERM (so it is stopped at the end of `grace`) and
+/// has the probe `probe` (`readinessProbe:` or `startupProbe:`) running `false`, which never
+/// succeeds.
+fn never_ready_pod(name: &str, grace: u32, probe: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: {grace}
+  containers:
+  - name: app
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+    {probe}
+      exec: {{command: ["false"]}}
+      periodSeconds: 1
+      failureThreshold: 1000
+"#
+    )
+}
+
+/// The lines after `from` that would say the container turned started or ready.
+fn turned_ready(agent: &Agent, from: usize, pod: &str) -> Vec<String> {
+    agent.seen[from..]
+        .iter()
+        .filter(|l| {
+            l.contains(&format!("default/{pod}: "))
+                && (l.ends_with("Ready=True") || l.ends_with("app started") || l.ends_with("app ready"))
+        })
+        .cloned()
+        .collect()
+}
+
+/// SIGTERM stops the pods as their removal does: readiness goes on through the grace period,
+/// so a container whose readiness probe fails is never called ready while it is being killed.
+#[actix::test]
+async fn a_failing_readiness_probe_stays_failing_while_the_agent_stops() {
+    let dir = temp_dir("shutdown-readiness");
+    write(&dir, "unready.yaml", &never_ready_pod("unready", 3, "readinessProbe:"));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/unready: container app running")).await;
+    agent
+        .wait_for(|l| {
+            l.contains("default/unready: Ready=False (ContainersNotReady: containers with unready status")
+        })
+        .await;
+    signal_agent(&agent, "-TERM");
+    let stopping = agent.wait_for_after(0, |l| l.contains("shutting down")).await;
+    let status = tokio::time::timeout(Duration::from_secs(20), agent.child.wait())
+        .await
+        .expect("the agent exits")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    while let Ok(line) = agent.lines.try_recv() {
+        agent.seen.push(line);
+    }
+    assert_eq!(turned_ready(&agent, stopping, "unready"), Vec::<String>::new(), "{}", agent.seen.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A removed pod whose startup probe never succeeded: liveness and startup stop at once, and
+/// the container is still not started (so not ready, the pod not Ready) while it is killed.
+#[actix::test]
+async fn a_container_whose_startup_probe_never_succeeded_stays_not_started_while_it_stops() {
+    let dir = temp_dir("terminating-startup");
+    write(&dir, "slow.yaml", &never_ready_pod("slow", 3, "startupProbe:"));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/slow: container app running")).await;
+    std::fs::remove_file(dir.join("slow.yaml")).unwrap();
+    let stopping =
+        agent.wait_for_after(0, |l| l.ends_with("default/slow: removed, stopping its containers")).await;
+    agent.wait_for_after(stopping, |l| l.ends_with("default/slow: stopped")).await;
+    assert_eq!(turned_ready(&agent, stopping, "slow"), Vec::<String>::new(), "{}", agent.seen.join("\n"));
+    agent.stop().await;
+}

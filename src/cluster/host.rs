@@ -17,6 +17,7 @@ use probelet_actors::contracts::{EventRecorder, EventType, PodLookup};
 use probelet_actors::features::Feature;
 use probelet_actors::metrics as names;
 use probelet_actors::prober::timing::{EVENT_INVALID_PROBE_TIMING, PROBE_TIMING_ANNOTATION, probe_timings};
+use probelet_actors::prober::update_status::keep_started_while_terminating;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
@@ -33,6 +34,13 @@ use super::watch::{PodWatchState, PodWatchStep, pod_watch_ended};
 use crate::cli::LivenessAction;
 use crate::host::history::ProbeHistory;
 use crate::host::phase::kill_grace_period;
+
+/// Stop: no more watch events, syncs or liveness actions (the agent's shutdown, before it
+/// stops the pods' probes: a sync after that would find no workers and write every running
+/// container ready).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct StopHost;
 
 /// Feeds the engine from the watch and acts on probe results.
 pub struct ClusterHost {
@@ -162,10 +170,21 @@ impl ClusterHost {
         }
         let pipeline = self.pipeline.clone();
         let fut = {
-            let pod = pod.clone();
+            let (pod, uid) = (pod.clone(), uid.clone());
             async move {
                 let status = pod.status.clone().unwrap_or_default();
-                pipeline.update_pod_status(pod, status).await.ok()
+                let mut status = pipeline.update_pod_status(pod, status).await.ok()?;
+                if deleting {
+                    // Liveness and startup have stopped: `started` stays what it was.
+                    let stored = pipeline
+                        .versioned_status(&uid)
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|v| v.status.decode_logged());
+                    keep_started_while_terminating(&mut status, stored.as_ref());
+                }
+                Some(status)
             }
         };
         ctx.spawn(fut.into_actor(self).map(move |status, act, _ctx| {
@@ -389,6 +408,14 @@ impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for ClusterHost {
 
     fn finished(&mut self, _ctx: &mut Context<Self>) {
         pod_watch_ended();
+    }
+}
+
+impl Handler<StopHost> for ClusterHost {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopHost, ctx: &mut Context<Self>) {
+        ctx.stop();
     }
 }
 

@@ -34,7 +34,7 @@ use probelet_actors::sync::syncer::{Flush, OwnedFields, SyncerConfig, start_sync
 
 pub use correlator::{CorrelatedEvent, EventCorrelator};
 pub use exec::ExecRunner;
-pub use host::ClusterHost;
+pub use host::{ClusterHost, StopHost};
 pub use recorder::{CoreEventRecorder, EVENT_BURST, EVENT_QPS, MAX_PENDING_EVENTS};
 pub use watch::pod_watch;
 
@@ -125,6 +125,8 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
 
     wait_for_signal().await;
     println!("probelet: shutting down, flushing status writes");
+    // The host first: a sync of a pod whose probes have stopped would write it ready.
+    let _ = host.send(StopHost).await;
     for pod in common.pods.pods() {
         pipeline.remove_pod(pod);
     }

@@ -29,6 +29,7 @@ use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::contracts::PodRegistry;
 use probelet_actors::features::Feature;
 use probelet_actors::format::pod_ref;
+use probelet_actors::prober::update_status::keep_started_while_terminating;
 use probelet_actors::prober::{ProbeKind, ProbeResult};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::stored::StoredStatus;
@@ -271,7 +272,12 @@ impl StandaloneKubelet {
         }
         entry.syncing = true;
         let generation = entry.generation;
-        let status = generate_status(entry.pod.clone(), self.pipeline.clone(), self.runtime.clone());
+        let status = generate_status(
+            entry.pod.clone(),
+            self.pipeline.clone(),
+            self.runtime.clone(),
+            entry.terminating,
+        );
         ctx.spawn(
             status.into_actor(self).map(move |status, act, ctx| act.apply(uid, generation, status, ctx)),
         );
@@ -474,7 +480,9 @@ impl Handler<Shutdown> for StandaloneKubelet {
         for (uid, entry) in &mut self.entries {
             entry.terminating = true;
             entry.restart = None;
-            self.pipeline.remove_pod(entry.pod.clone());
+            // As for a removed manifest: readiness goes on through the kill. Removing the pod
+            // here made a failing readiness probe's container read ready until the agent exited.
+            self.pipeline.stop_liveness_and_startup(entry.pod.clone());
             let grace = kill_grace_period(&entry.pod, "", None);
             kills.push(self.runtime.send(KillPod { pod_uid: uid.clone(), grace }));
         }
@@ -489,6 +497,7 @@ async fn generate_status(
     pod: Arc<Pod>,
     pipeline: Pipeline,
     runtime: Addr<ProcessRuntime>,
+    terminating: bool,
 ) -> Option<PodStatus> {
     let uid = PodUid::of(&pod).unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
@@ -510,7 +519,14 @@ async fn generate_status(
         container_statuses: Some(containers),
         ..Default::default()
     };
+    let uid = PodUid::of(&pod).unwrap_or_default();
     let mut status = pipeline.update_pod_status(pod.clone(), status).await.ok()?;
+    if terminating {
+        // Liveness and startup have stopped: `started` stays what it was.
+        let stored =
+            pipeline.versioned_status(&uid).await.ok().flatten().and_then(|v| v.status.decode_logged());
+        keep_started_while_terminating(&mut status, stored.as_ref());
+    }
     generate_kubelet_conditions(&pod, &mut status);
     Some(status)
 }

@@ -179,6 +179,39 @@ fn container_id(cs: &ContainerStatus) -> ContainerId {
     ContainerId::parse(cs.container_id.as_deref().unwrap_or_default())
 }
 
+/// For a status generated while its pod terminates, after `StopLivenessAndStartup`: puts back
+/// each running container's `started` as `stored` (the status manager's current status) has it
+/// for the same container ID, never started when it is not there, and a container not started
+/// is not ready.
+///
+/// Upstream calls `UpdatePodStatus` before `StopLivenessAndStartup` and again only once the
+/// containers are dead (docs/prober.md §3.6). A host that regenerates in between (probelet's do,
+/// on every container exit) would find no startup worker and call every running container
+/// started, and ready when it has no readiness probe: a pod whose startup probe never succeeded
+/// would turn Ready while it is being killed (docs/prober.md §9).
+pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&PodStatus>) {
+    let stored_init =
+        ByName::new(stored.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default());
+    let stored_regular =
+        ByName::new(stored.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default());
+    let lists = [
+        (&mut status.init_container_statuses, &stored_init),
+        (&mut status.container_statuses, &stored_regular),
+    ];
+    for (statuses, stored) in lists {
+        for cs in statuses.iter_mut().flatten().filter(|cs| is_running(cs)) {
+            let started = stored
+                .get(&cs.name)
+                .filter(|old| old.container_id.is_some() && old.container_id == cs.container_id)
+                .is_some_and(|old| old.started == Some(true));
+            cs.started = Some(started);
+            if !started {
+                cs.ready = false;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -682,6 +715,52 @@ mod tests {
                 (Readiness, id("x://a")),
                 (Startup, id("x://s")),
                 (Readiness, id("x://s"))
+            ]
+        );
+    }
+
+    /// While a pod terminates, a regeneration keeps `started` as the stored status has it: a
+    /// container whose startup probe never succeeded stays not started and not ready, however
+    /// its startup worker's absence reads; a started one keeps its computed readiness.
+    #[test]
+    fn a_terminating_pods_containers_keep_their_started() {
+        let mut stored = PodStatus {
+            container_statuses: Some(vec![
+                running("slow", "probelet://1", 0),
+                running("up", "probelet://2", 0),
+            ]),
+            ..Default::default()
+        };
+        stored.container_statuses.as_mut().unwrap()[0].started = Some(false);
+        stored.container_statuses.as_mut().unwrap()[1].started = Some(true);
+        // What UpdatePodStatus computes with no startup worker left: everything started, ready.
+        let mut regenerated = PodStatus {
+            container_statuses: Some(vec![
+                running("slow", "probelet://1", 0),
+                running("up", "probelet://2", 0),
+                running("new-id", "probelet://9", 0),
+                terminated("gone", "probelet://3", 0),
+            ]),
+            ..Default::default()
+        };
+        for cs in regenerated.container_statuses.iter_mut().flatten().take(3) {
+            cs.started = Some(true);
+            cs.ready = true;
+        }
+        keep_started_while_terminating(&mut regenerated, Some(&stored));
+        let flags: Vec<_> = regenerated
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.started, c.ready))
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                ("slow", Some(false), false),
+                ("up", Some(true), true),
+                ("new-id", Some(false), false),
+                ("gone", None, false),
             ]
         );
     }
