@@ -408,6 +408,7 @@ async fn kill_after_the_grace_period(mut h: Harness, name: &str) {
         container: "app".into(),
         message: "Container app failed liveness probe, will be restarted".into(),
         grace,
+        restart: true,
     });
     let status = h.wait_for(&id, "a restart after the kill", |s| app(s).restart_count >= 1).await;
     assert!(asked.elapsed() >= grace, "SIGKILL came only after the grace period");
@@ -446,6 +447,7 @@ async fn term_within_the_grace_period(mut h: Harness) {
         container: "app".into(),
         message: "Container app failed startup probe".into(),
         grace: Duration::from_secs(30),
+        restart: false,
     });
     let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
     assert!(asked.elapsed() < Duration::from_secs(10), "TERM ended it, not KILL after 30 s");
@@ -1108,6 +1110,33 @@ async fn nothing_starts_after_every_container_was_killed() {
     }
 }
 
+/// Under `OnFailure` a container a failed probe killed is restarted even when it exits 0 on
+/// SIGTERM, as upstream's `computePodActions` restarts it: it does not count as completed.
+#[actix::test]
+async fn a_container_a_probe_killed_restarts_under_on_failure_whatever_its_exit_code() {
+    let mut h = Harness::new();
+    let dir = temp_dir("on-failure");
+    let trapped = dir.join("trapped");
+    let script = format!("trap 'exit 0' TERM; touch {}; while true; do sleep 0.05; done", trapped.display());
+    let pod = with_containers(pod("on-failure", "OnFailure"), vec![sh("app", &script)]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "app running", |s| running(app(s))).await;
+    wait_for_file(&trapped).await;
+    h.runtime.do_send(KillContainer {
+        pod_uid: id.clone().into(),
+        container: "app".into(),
+        message: "Container app failed liveness probe, will be restarted".into(),
+        grace: Duration::from_secs(5),
+        restart: true,
+    });
+    let status = h.wait_for(&id, "app restarted", |s| app(s).restart_count == 1 && running(app(s))).await;
+    let last = last_terminated(app(&status)).unwrap();
+    assert_eq!((last.exit_code, last.reason.as_deref()), (0, Some("Completed")));
+    h.kill_pod(&id, Duration::from_millis(100)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // === the file-descriptor budget ===
 
 /// A budget of 72 descriptors (64 kept back) allows 2 containers, 1 per pod: the pod's second
@@ -1135,6 +1164,7 @@ async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
         container: "c0".into(),
         message: "Stopping container c0".into(),
         grace: Duration::from_millis(100),
+        restart: false,
     });
     let status = h.wait_for(&id, "c1 running once c0 is gone", |s| running(named(&s.containers, "c1"))).await;
     assert!(terminated(named(&status.containers, "c0")).is_some());

@@ -350,6 +350,35 @@ async fn a_pod_recreated_between_get_and_patch_is_dropped_without_retry() {
     .await;
 }
 
+/// A PATCH the server never answers (or answers after an hour: kube's own retry sleeps out a
+/// 429's `Retry-After`) fails after the request timeout and is retried with the back-off, so
+/// one silent request cannot hold the pod's status, nor a write slot, for good.
+#[actix::test]
+async fn a_request_without_an_answer_times_out_and_the_write_is_retried() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t
+            .syncer_with(|config| {
+                config.request_timeout = Duration::from_millis(300);
+                config.concurrency = 1;
+            })
+            .await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::Delay(Duration::from_secs(3600)),
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY).as_deref(), Some("True"));
+        assert_eq!(t.count(&Method::PATCH), 2, "the silent PATCH, then the retry: {:?}", t.summary());
+    })
+    .await;
+}
+
 #[actix::test]
 async fn a_patch_the_server_rejects_as_invalid_is_not_retried_in_a_loop() {
     bounded(LIMIT, async {

@@ -409,6 +409,7 @@ impl StandaloneKubelet {
             container: container.name.clone(),
             message,
             grace,
+            restart: true,
         });
     }
 }

@@ -177,20 +177,24 @@ pub fn kill_grace_period(pod: &Pod, container: &str, kind: Option<ProbeKind>) ->
     Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).clamp(MINIMUM_GRACE_PERIOD, MAXIMUM_GRACE_PERIOD)
 }
 
-/// The kill message for a failed liveness or startup probe, with `, will be restarted` when
-/// the pod's restart policy restarts it.
+/// The kill message for a failed liveness or startup probe: upstream `computePodActions` says
+/// `Container c failed liveness probe`, with `, will be restarted` when the pod's restart policy
+/// restarts it; `computeInitContainerActions` says `Init container c failed liveness probe` of
+/// a sidecar (which always restarts), with no suffix.
 pub fn probe_kill_message(pod: &Pod, container: &str, kind: ProbeKind) -> String {
     let what = match kind {
         ProbeKind::Startup => "startup",
         _ => "liveness",
     };
-    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
     let is_sidecar = pod.spec.as_ref().is_some_and(|s| {
         s.init_containers.iter().flatten().any(|c| c.name == container && is_restartable_init_container(c))
     });
-    let restarts = policy != "Never" || is_sidecar;
+    if is_sidecar {
+        return format!("Init container {container} failed {what} probe");
+    }
+    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
     let base = format!("Container {container} failed {what} probe");
-    if restarts { format!("{base}, will be restarted") } else { base }
+    if policy != "Never" { format!("{base}, will be restarted") } else { base }
 }
 
 #[cfg(test)]
@@ -573,6 +577,19 @@ mod tests {
         assert_eq!(
             probe_kill_message(&pod(None, None, None, "Never"), "app", ProbeKind::Startup),
             "Container app failed startup probe"
+        );
+        // A sidecar: computeInitContainerActions' words, whatever the pod's policy.
+        let mut with_sidecar = pod(None, None, None, "Never");
+        let sidecar =
+            Container { name: "proxy".into(), restart_policy: Some("Always".into()), ..Default::default() };
+        with_sidecar.spec.as_mut().unwrap().init_containers = Some(vec![sidecar]);
+        assert_eq!(
+            probe_kill_message(&with_sidecar, "proxy", ProbeKind::Liveness),
+            "Init container proxy failed liveness probe"
+        );
+        assert_eq!(
+            probe_kill_message(&with_sidecar, "proxy", ProbeKind::Startup),
+            "Init container proxy failed startup probe"
         );
     }
 }

@@ -39,6 +39,21 @@ pub(crate) struct SyncJob {
     pub owned_fields: OwnedFields,
     pub pods: Arc<dyn PodLookup>,
     pub now: Time,
+    /// How long one request may go without its answer.
+    pub request_timeout: std::time::Duration,
+}
+
+/// The request, or an error once `timeout` has passed without its answer: a server that never
+/// answers, or kube's own retry sleeping out a 429's `Retry-After` (an hour, if the server says
+/// so), would otherwise hold one of the syncer's write slots for good, and a few of them every
+/// write. The write then fails and is retried with the syncer's back-off.
+async fn bounded<T>(
+    timeout: std::time::Duration,
+    request: impl std::future::Future<Output = kube::Result<T>>,
+) -> kube::Result<T> {
+    tokio::time::timeout(timeout, request).await.unwrap_or_else(|_| {
+        Err(kube::Error::Service(format!("no answer within {}s", timeout.as_secs()).into()))
+    })
 }
 
 /// How a write ended.
@@ -111,7 +126,7 @@ impl SyncJob {
             Some(base) if self.source_uid(&base) == self.uid => base,
             _ => {
                 spare = Some(self.limiter.acquire_with_spare().await);
-                let got = api.get(&result.name).await;
+                let got = bounded(self.request_timeout, api.get(&result.name)).await;
                 record_request("get", &got);
                 match got {
                     Ok(pod) => Arc::new(pod),
@@ -155,7 +170,11 @@ impl SyncJob {
                 self.take_token(spare.take()).await;
                 let params =
                     PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
-                let patched = api.patch_status(&result.name, &params, &Patch::Strategic(body)).await;
+                let patched = bounded(
+                    self.request_timeout,
+                    api.patch_status(&result.name, &params, &Patch::Strategic(body)),
+                )
+                .await;
                 record_request("patch", &patched);
                 match patched {
                     Ok(pod) => {
@@ -178,7 +197,7 @@ impl SyncJob {
                 preconditions: Some(Preconditions { uid: Some(api_uid), resource_version: None }),
                 ..Default::default()
             };
-            let deleted = api.delete(&result.name, &params).await;
+            let deleted = bounded(self.request_timeout, api.delete(&result.name, &params)).await;
             record_request("delete", &deleted);
             result.outcome = match deleted {
                 Ok(_) => WriteOutcome::Deleted,

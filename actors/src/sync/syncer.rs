@@ -226,6 +226,7 @@ impl StatusSyncer {
             owned_fields: self.config.owned_fields,
             pods: self.config.pods.clone(),
             now: self.config.clock.now_time(),
+            request_timeout: self.config.request_timeout,
         };
         self.in_flight.insert(uid);
         ctx.spawn(job.run().into_actor(self).map(|result, act, ctx| act.finish(result, ctx)));

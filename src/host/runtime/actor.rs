@@ -58,7 +58,8 @@ impl SyncPod {
 }
 
 /// Kill one container (SIGTERM to its process group, SIGKILL after `grace`) with a `Killing`
-/// event carrying `message`. Its exit then goes through the restart policy like any other.
+/// event carrying `message`. Its exit then goes through the restart policy like any other,
+/// unless `restart`.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct KillContainer {
@@ -66,6 +67,11 @@ pub struct KillContainer {
     pub container: String,
     pub message: String,
     pub grace: Duration,
+    /// Start it again once it has exited, whatever its exit code, unless the pod's restart
+    /// policy is `Never`: upstream `computePodActions` for a failed liveness or startup probe,
+    /// so that under `OnFailure` a container that exits 0 on SIGTERM is restarted, not
+    /// counted as completed.
+    pub restart: bool,
 }
 
 /// Stop every container of the pod, each with `grace` (regular and init containers first, then
@@ -342,11 +348,21 @@ impl ProcessRuntime {
                 self.try_start(pod_uid, container, Role::Sidecar, ctx);
             }
         }
+        // A container a probe killed restarts whatever its exit code, unless under `Never`.
+        let restarts = |act: &Self, name: &str, code: i32| {
+            should_restart(Role::Regular, policy, code)
+                || (policy != RestartPolicy::Never
+                    && act
+                        .pods
+                        .get(pod_uid)
+                        .and_then(|p| p.containers.get(name))
+                        .is_some_and(|s| s.restart_owed))
+        };
         for container in &spec.containers {
             let start = match self.outcome(pod_uid, &container.name) {
                 InstanceOutcome::NotStarted | InstanceOutcome::StartFailed => true,
                 InstanceOutcome::Running => false,
-                InstanceOutcome::ExitedWith(code) => should_restart(Role::Regular, policy, code),
+                InstanceOutcome::ExitedWith(code) => restarts(self, &container.name, code),
             };
             if start {
                 self.try_start(pod_uid, container, Role::Regular, ctx);
@@ -357,7 +373,7 @@ impl ProcessRuntime {
         let completed = !spec.containers.is_empty()
             && spec.containers.iter().all(|c| {
                 matches!(self.outcome(pod_uid, &c.name),
-                    InstanceOutcome::ExitedWith(code) if !should_restart(Role::Regular, policy, code))
+                    InstanceOutcome::ExitedWith(code) if !restarts(self, &c.name, code))
             });
         if completed {
             self.complete(pod_uid, ctx);
@@ -493,6 +509,12 @@ impl Handler<KillContainer> for ProcessRuntime {
     type Result = ();
 
     fn handle(&mut self, msg: KillContainer, ctx: &mut Context<Self>) {
+        if msg.restart
+            && let Some(slot) = self.slot_mut(&msg.pod_uid, &msg.container)
+            && matches!(slot.current, Current::Running(_) | Current::Starting(_))
+        {
+            slot.restart_owed = true;
+        }
         match self.begin_stop(&msg.pod_uid, &msg.container, Some(&msg.message), msg.grace) {
             Some(stop) => {
                 ctx.spawn(stop.into_actor(self));

@@ -61,6 +61,9 @@ pub(super) struct Slot {
     pub(super) initialized: bool,
     /// The last start was held back by the descriptor budget (its event is sent once).
     pub(super) refused: bool,
+    /// A probe killed the running instance: the next one starts whatever its exit code
+    /// (see `KillContainer::restart`).
+    pub(super) restart_owed: bool,
 }
 
 pub(super) enum Current {
@@ -159,6 +162,7 @@ impl Slot {
             timer: None,
             initialized: false,
             refused: false,
+            restart_owed: false,
         }
     }
 }

@@ -59,6 +59,10 @@ pub struct SyncerConfig {
     pub owned_fields: OwnedFields,
     /// The wall clock: times the merge stamps on conditions, and the status-update latency.
     pub clock: SharedClock,
+    /// How long one request (GET, PATCH, DELETE) may go without its answer before the write
+    /// fails and backs off; 30 s, as long as client-go's HTTP/2 health check takes at most to
+    /// give up on a connection that went silent (30 s idle, then a 15 s ping).
+    pub request_timeout: Duration,
 }
 
 impl SyncerConfig {
@@ -84,6 +88,7 @@ impl SyncerConfig {
             ownership: ConditionOwnership::KUBELET,
             owned_fields: OwnedFields::Kubelet,
             clock,
+            request_timeout: Duration::from_secs(30),
         }
     }
 }

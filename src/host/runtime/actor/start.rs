@@ -142,6 +142,9 @@ impl ProcessRuntime {
         ctx: &mut Context<Self>,
     ) {
         self.count_start(ctx);
+        if let Some(slot) = self.slot_mut(pod_uid, &container.name) {
+            slot.restart_owed = false;
+        }
         let launch = Launch::of(container);
         for name in &launch.skipped {
             tracing::warn!(pod = %pod_ref(pod), container = %container.name, env = %name, "env valueFrom is not supported by the local runtime, variable not set");
