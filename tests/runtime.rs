@@ -1062,8 +1062,9 @@ async fn a_pod_killed_while_its_container_starts_stops() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A pod of more containers than a turn may start: the sync's turn starts its share, the rest
-/// start in the next turns (other tasks on the thread run in between), and all run.
+/// A pod of more containers than a turn may start: the sync's turn starts its share (at most
+/// `STARTS_PER_TURN`, fewer past `START_TURN_TIME`), the rest start in the next turns (other
+/// tasks on the thread run in between), and all run.
 #[actix::test]
 async fn a_crowded_pod_starts_its_containers_over_several_turns() {
     let mut h = Harness::new();
@@ -1077,7 +1078,8 @@ async fn a_crowded_pod_starts_its_containers_over_several_turns() {
     sync.await.unwrap();
     let status = status.await.unwrap().unwrap();
     let running_now = status.containers.iter().filter(|c| running(c)).count();
-    assert_eq!(running_now, STARTS_PER_TURN, "started in the sync's turn");
+    // At most a turn's share (fewer if the turn ran out of time first), never all of them.
+    assert!((1..=STARTS_PER_TURN).contains(&running_now), "{running_now} started in the sync's turn");
     h.wait_for(&id, "all running", |s| s.containers.iter().all(running)).await;
     h.kill_pod(&id, Duration::from_millis(100)).await;
 }

@@ -31,7 +31,7 @@ use super::state::{
     should_restart,
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
-use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING, STARTS_PER_TURN};
+use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING, START_TURN_TIME, STARTS_PER_TURN};
 use probelet_actors::vocabulary::PodUid;
 
 mod start;
@@ -138,9 +138,9 @@ pub struct ProcessRuntime {
     /// are spawned directly (an embedder without the binary), and what leaves their process
     /// group is not killed with them.
     shim: Option<PathBuf>,
-    /// Containers started in this turn of the thread (see `STARTS_PER_TURN`); `Some` once the
-    /// first one has, and the next turn is then asked for.
-    starts_this_turn: Option<usize>,
+    /// Containers started in this turn of the thread and when the first one began (see
+    /// `STARTS_PER_TURN`); `Some` once the first one has, and the next turn is then asked for.
+    starts_this_turn: Option<(usize, Instant)>,
     /// Pods with starts this turn had no room for, to reconcile in the next turn.
     deferred: Vec<PodUid>,
 }
@@ -166,10 +166,14 @@ impl ProcessRuntime {
         }
     }
 
-    /// Whether this turn of the thread has room for another start; if not, the pod is
-    /// reconciled in the next turn.
+    /// Whether this turn of the thread has room for another start: fewer than
+    /// `STARTS_PER_TURN`, begun less than `START_TURN_TIME` ago (a start's cost varies: a
+    /// filesystem slow to create the state record, thousands of descriptors for the child to
+    /// close). If not, the pod is reconciled in the next turn.
     fn turn_has_room(&mut self, pod_uid: &str) -> bool {
-        if self.starts_this_turn.is_none_or(|starts| starts < STARTS_PER_TURN) {
+        if self.starts_this_turn.is_none_or(|(starts, since)| {
+            starts < STARTS_PER_TURN && Instant::now().saturating_duration_since(since) < START_TURN_TIME
+        }) {
             return true;
         }
         if !self.deferred.iter().any(|uid| uid.as_str() == pod_uid) {
@@ -194,10 +198,10 @@ impl ProcessRuntime {
                         }
                     },
                 ));
-                self.starts_this_turn.insert(0)
+                self.starts_this_turn.insert((0, Instant::now()))
             }
         };
-        *starts += 1;
+        starts.0 += 1;
     }
 
     /// Runs every container under the container shim of the agent binary at `program`

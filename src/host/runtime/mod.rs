@@ -54,6 +54,10 @@ pub use actor::{
 /// child has exec'd).
 pub const STARTS_PER_TURN: usize = 32;
 
+/// A turn of the runtime actor starts no more containers once this long has passed since its
+/// first start (measured on tokio's clock: under paused time only [`STARTS_PER_TURN`] counts).
+pub const START_TURN_TIME: Duration = Duration::from_millis(20);
+
 /// The runtime type in container IDs: `probelet://<16 hex digits>`.
 pub const RUNTIME_NAME: &str = "probelet";
 /// A container whose `command[0]` is this runs the agent's own executable, so examples can run
