@@ -1037,3 +1037,45 @@ async fn a_container_whose_startup_probe_never_succeeded_stays_not_started_while
     assert_eq!(turned_ready(&agent, stopping, "slow"), Vec::<String>::new(), "{}", agent.seen.join("\n"));
     agent.stop().await;
 }
+
+/// A readiness probe that never passes runs about as often as its period says: a pod is resynced
+/// (and its not-ready containers' readiness probes triggered, as `UpdatePodStatus` does) every
+/// minute or so, like the kubelet, not every 10 s.
+#[actix::test]
+async fn a_failing_readiness_probe_runs_at_its_period_not_at_every_resync() {
+    let dir = temp_dir("probe-cadence");
+    let runs = dir.join(".runs");
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: cadence
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    command: ["sleep", "1000"]
+    readinessProbe:
+      exec: {{command: ["sh", "-c", "echo run >> {runs}; exit 1"]}}
+      periodSeconds: 30
+"#,
+        runs = runs.display()
+    );
+    write(&dir, "cadence.yaml", &manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/cadence: container app running")).await;
+    let count = || std::fs::read_to_string(&runs).map(|r| r.lines().count()).unwrap_or(0);
+    // The agent has just started: the first probe waits a random part of the period, and
+    // manual triggers wait with it, as upstream's worker sleeps through them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(35);
+    while count() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the first probe within 35 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The first failure syncs the pod (a manual trigger, a second run at once); a resync
+    // every 10 s would add a run at each 10 s mark in the 25 s that follow, the next tick only
+    // comes 30 s later.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(count() <= 3, "{} runs of a 30 s probe in 25 s", count());
+    agent.stop().await;
+}

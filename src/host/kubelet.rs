@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::{HostIP, Pod, PodIP, PodStatus};
 use probelet_actors::Pipeline;
@@ -74,8 +76,24 @@ pub struct KubeletConfig {
     pub node_name: String,
     /// How often the folder is rescanned.
     pub rescan_period: Duration,
-    /// How often every pod is synced regardless of events (the kubelet's resync).
+    /// How long after its last sync a pod is synced again regardless of events, plus up to half
+    /// as much again at random per pod (the kubelet's `--sync-frequency`, 1 m, and its pod
+    /// workers' jitter). Each sync of a pod with a readiness probe not yet passing triggers that
+    /// probe (`UpdatePodStatus`), so a shorter resync runs such probes more often than their
+    /// period.
     pub resync_period: Duration,
+    /// How often pods that are gone have their probes cleaned up and due resyncs are run (the
+    /// kubelet's housekeeping, every 2 s).
+    pub housekeeping_period: Duration,
+}
+
+/// The kubelet's `workerResyncIntervalJitterFactor`.
+const RESYNC_JITTER: f64 = 0.5;
+
+/// When a pod synced now is due for its resync: `period` plus up to half of it, at random.
+fn next_resync(period: Duration) -> Instant {
+    let jitter = period.mul_f64(RESYNC_JITTER * rand::random::<f64>());
+    Instant::now() + period + jitter
 }
 
 struct PodEntry {
@@ -97,6 +115,8 @@ struct PodEntry {
     /// The manifest came back (same UID) while this entry was terminating: added once the
     /// termination has finished.
     restart: Option<Restart>,
+    /// When the pod is synced again if nothing else syncs it first.
+    next_resync: Instant,
 }
 
 /// A pod to add once an earlier pod of its UID or its name has stopped.
@@ -238,6 +258,7 @@ impl StandaloneKubelet {
             terminating: false,
             finished: false,
             restart: None,
+            next_resync: next_resync(self.config.resync_period),
         };
         self.entries.insert(uid.clone(), entry);
         self.sync(uid, ctx);
@@ -330,6 +351,7 @@ impl StandaloneKubelet {
     ) {
         let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
         entry.syncing = false;
+        entry.next_resync = next_resync(self.config.resync_period);
         if let Some(status) = stored {
             if let Some(decoded) = status.decode_logged() {
                 let summary = Summary::of(&decoded);
@@ -420,10 +442,16 @@ impl Actor for StandaloneKubelet {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.rescan(ctx);
         ctx.run_interval(self.config.rescan_period, |act, ctx| act.rescan(ctx));
-        ctx.run_interval(self.config.resync_period, |act, ctx| {
-            let uids: Vec<PodUid> = act.entries.keys().cloned().collect();
-            act.pipeline.cleanup_pods(uids.iter().cloned().collect());
-            for uid in uids {
+        ctx.run_interval(self.config.housekeeping_period, |act, ctx| {
+            act.pipeline.cleanup_pods(act.entries.keys().cloned().collect());
+            let now = Instant::now();
+            let due: Vec<PodUid> = act
+                .entries
+                .iter()
+                .filter(|(_, e)| e.next_resync <= now)
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            for uid in due {
                 act.sync(uid, ctx);
             }
         });
