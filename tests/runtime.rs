@@ -512,6 +512,46 @@ async fn a_kill_that_cannot_be_delivered_does_not_hang_the_stop() {
     assert_eq!(sent.lock().unwrap().len(), 6, "only the first of two overlapping kills signals");
 }
 
+/// A sidecar stopped after the regular containers gets what is left of the pod's grace period
+/// (upstream's `waitForTurn`), at least 2 s, not a whole grace period of its own. Under paused
+/// time with kills that fail, each stop lasts until its deadline: the app's ends at grace + the
+/// kill wait, so the sidecar is left the 2 s floor.
+#[actix::test]
+async fn a_sidecar_stopped_last_gets_what_is_left_of_the_grace_period() {
+    tokio::time::pause();
+    let sent: Arc<std::sync::Mutex<Vec<(u32, Signal)>>> = Arc::default();
+    let times: Arc<std::sync::Mutex<Vec<(Instant, Signal)>>> = Arc::default();
+    let (log, at) = (sent.clone(), times.clone());
+    let signaller = Signaller::new(move |pgid, signal| {
+        log.lock().unwrap().push((pgid, signal));
+        at.lock().unwrap().push((Instant::now(), signal));
+        Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+    });
+    let mut h = Harness::build(|runtime| runtime.with_signaller(signaller));
+    let _cleanup = KillGroups(sent.clone());
+    let pod = with_init(
+        with_containers(pod("sidecar-grace", "Always"), vec![container("app", &["sleep", "1000"])]),
+        vec![sidecar(container("side", &["sleep", "1000"]))],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "everything running", |s| s.init_containers.iter().chain(&s.containers).all(running))
+        .await;
+
+    let grace = Duration::from_secs(30);
+    h.kill_pod(&id, grace).await;
+    let times = times.lock().unwrap().clone();
+    let signals: Vec<Signal> = times.iter().map(|(_, s)| *s).collect();
+    assert_eq!(signals, [Signal::Term, Signal::Kill, Signal::Term, Signal::Kill], "app, then side");
+    // To the timer's millisecond.
+    let about = |elapsed: Duration, want: Duration, what: &str| {
+        assert!(elapsed >= want && elapsed < want + Duration::from_millis(5), "{what}: {elapsed:?}");
+    };
+    about(times[1].0 - times[0].0, grace, "the app gets the whole grace period");
+    about(times[2].0 - times[0].0, grace + KILL_WAIT, "the sidecar's turn comes at the app's deadline");
+    about(times[3].0 - times[2].0, Duration::from_secs(2), "the sidecar gets the 2 s floor");
+}
+
 /// Really kills, when dropped (also when an assertion failed), every group a failing signaller
 /// was asked to signal; dropped before the runtime, while the groups' leaders are unreaped.
 struct KillGroups(Arc<std::sync::Mutex<Vec<(u32, Signal)>>>);

@@ -23,7 +23,7 @@ use crate::process::Signal;
 use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::format::pod_ref;
 
-use super::super::phase::{MAXIMUM_GRACE_PERIOD, kill_grace_period};
+use super::super::phase::{MAXIMUM_GRACE_PERIOD, MINIMUM_GRACE_PERIOD, kill_grace_period};
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
 use super::state::{
@@ -74,8 +74,9 @@ pub struct KillContainer {
     pub restart: bool,
 }
 
-/// Stop every container of the pod, each with `grace` (regular and init containers first, then
-/// sidecars in reverse order), and never start any again. Resolves when all have exited.
+/// Stop every container of the pod (regular and init containers first, with `grace`, then
+/// sidecars in reverse order, each with what is left of `grace`, at least 2 s), and never start
+/// any again. Resolves when all have exited.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct KillPod {
@@ -407,7 +408,7 @@ impl ProcessRuntime {
         }
         tracing::info!(pod = %pod_ref(&pod), "no regular container will run any more, stopping the sidecars");
         let grace = kill_grace_period(&pod, "", None);
-        let stop = self.stop_sidecars(pod_uid.into(), sidecars, grace);
+        let stop = self.stop_sidecars(pod_uid.into(), sidecars, grace, Instant::now());
         ctx.spawn(stop);
     }
 
@@ -465,15 +466,19 @@ impl ProcessRuntime {
         )
     }
 
-    /// Stops the named sidecars one after another, last first.
+    /// Stops the named sidecars one after another, last first. Each gets what is left of
+    /// `grace` since the termination `began` (upstream's `waitForTurn`), never less than
+    /// [`MINIMUM_GRACE_PERIOD`] (nor than `grace` itself, when it is shorter).
     fn stop_sidecars(
         &mut self,
         pod_uid: PodUid,
         mut names: Vec<String>,
         grace: Duration,
+        began: Instant,
     ) -> ResponseActFuture<Self, ()> {
         let Some(name) = names.pop() else { return Box::pin(actix::fut::ready(())) };
-        let stop = self.begin_stop(&pod_uid, &name, None, grace);
+        let left = grace.saturating_sub(began.elapsed()).max(grace.min(MINIMUM_GRACE_PERIOD));
+        let stop = self.begin_stop(&pod_uid, &name, None, left);
         Box::pin(
             async move {
                 if let Some(stop) = stop {
@@ -481,7 +486,7 @@ impl ProcessRuntime {
                 }
             }
             .into_actor(self)
-            .then(move |(), act, _| act.stop_sidecars(pod_uid, names, grace)),
+            .then(move |(), act, _| act.stop_sidecars(pod_uid, names, grace, began)),
         )
     }
 }
@@ -534,6 +539,7 @@ impl Handler<KillPod> for ProcessRuntime {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, KillPod { pod_uid, grace }: KillPod, ctx: &mut Context<Self>) -> Self::Result {
+        let began = Instant::now();
         let Some(state) = self.pods.get_mut(&pod_uid) else { return Box::pin(actix::fut::ready(())) };
         for timer in state.begin_terminating() {
             ctx.cancel_future(timer);
@@ -559,7 +565,7 @@ impl Handler<KillPod> for ProcessRuntime {
         Box::pin(
             join_all(first)
                 .into_actor(self)
-                .then(move |_, act, _| act.stop_sidecars(pod_uid, sidecars, grace)),
+                .then(move |_, act, _| act.stop_sidecars(pod_uid, sidecars, grace, began)),
         )
     }
 }

@@ -3,8 +3,10 @@
 //! kept running — the next container waits until a sidecar's startup probe has succeeded, as the
 //! host reports it — then the regular containers), restarting them per the pod's restart policy
 //! with the kubelet's crash-loop back-off, killing them (SIGTERM, then SIGKILL after the grace
-//! period; the sidecars of a pod whose regular containers are all done for good), and the
-//! container statuses the kubelet would build from the runtime's view.
+//! period; the sidecars of a pod whose regular containers are all done for good, last first,
+//! each with what is left of the grace period but at least 2 s, as upstream's `waitForTurn`),
+//! and the container statuses the kubelet would build from the runtime's view. A container a
+//! failed probe killed starts again whatever its exit code, unless the policy is `Never`.
 //!
 //! Upstream counterpart: the kubelet's `kuberuntime` manager over a CRI runtime —
 //! `computePodActions` / `SyncPod` / `doBackOff` (`kuberuntime_manager.go`), `startContainer` /
