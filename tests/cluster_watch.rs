@@ -209,3 +209,48 @@ async fn case_21b_a_stopped_server_keeps_a_watch_silent_and_after_its_restart_th
         .collect();
     assert_eq!(names, ["r1", "r2"], "the store survived the restart");
 }
+
+/// A server (or a proxy before it) that ends every watch right after its headers: the agent's
+/// pod watch opens the next one after a wait that grows (1 s, 2 s, ...), not at once. Without
+/// the pacing kube's watcher sent thousands of watch requests a second.
+#[tokio::test]
+async fn watches_that_end_at_once_are_spaced_out() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::extract::{RawQuery, State};
+    use futures::StreamExt as _;
+
+    let watches = Arc::new(AtomicUsize::new(0));
+    async fn pods(
+        State(watches): State<Arc<AtomicUsize>>,
+        RawQuery(query): RawQuery,
+    ) -> axum::response::Response {
+        let query = query.unwrap_or_default();
+        if query.split('&').any(|pair| pair == "watch=true") {
+            watches.fetch_add(1, Ordering::SeqCst);
+            // A 200 whose body ends at once: a watch that ended cleanly, with no event.
+            return axum::response::Response::builder()
+                .header("content-type", "application/json")
+                .body(axum::body::Body::empty())
+                .unwrap();
+        }
+        let list =
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": []});
+        axum::Json(list).into_response()
+    }
+    use axum::response::IntoResponse as _;
+    let app = axum::Router::new().route("/api/v1/pods", axum::routing::get(pods)).with_state(watches.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let config = kube::Config::new(url.parse().unwrap());
+    let client = probelet::cluster::client_from_config(config).unwrap();
+    let mut stream = Box::pin(probelet::cluster::pod_watch(client, "n1", None));
+    let _ =
+        tokio::time::timeout(Duration::from_secs(4), async { while stream.next().await.is_some() {} }).await;
+    // Starts at 0, 1 and 3 s (then 7 s): 3 in 4 s.
+    let count = watches.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&count), "{count} watch requests in 4 s");
+}

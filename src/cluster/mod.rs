@@ -62,7 +62,14 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
     if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
         config.headers.push((http::header::USER_AGENT, value));
     }
-    kube::Client::try_from(config).map_err(|e| err(&e))
+    client_from_config(config).map_err(|e| err(&e))
+}
+
+/// The API client for `config`, with the pod watch's requests paced
+/// ([`watch::WatchPacingLayer`]).
+pub fn client_from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(builder.with_layer(&watch::WatchPacingLayer::default()).build())
 }
 
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.

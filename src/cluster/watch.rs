@@ -10,7 +10,10 @@
 //! created when the server returns is seen within about two seconds of the return, whatever the
 //! outage's length. (A real API server that gets SIGTERM refuses new connections at once but
 //! keeps an open watch silent until its 60 s shutdown timeout; it cannot be back before that,
-//! so the silent watch has ended by the time it returns.)
+//! so the silent watch has ended by the time it returns.) A watch that ends early without an
+//! error (a proxy closing the stream) is no error to kube's watcher, which opens the next one at
+//! once; [`WatchPacingLayer`] spaces such watches out as the reflector does (its "very short
+//! watch" back-off), where thousands a second went out before.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -33,6 +36,110 @@ pub const RELIST_BACKOFF_RESET: Duration = Duration::from_secs(10);
 /// The watch's `timeoutSeconds` is drawn from this range. The reflector draws from 5–10 min;
 /// kube's client gives up on a response after 295 s of silence, so the range stays below that.
 pub const WATCH_TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 145..=290;
+
+/// A watch request comes at once if the previous one began at least this long ago; otherwise
+/// the previous one ended early (a proxy that closes the stream, a server that ends it at once)
+/// and this one waits ([`WatchPacing`]).
+pub const SHORT_WATCH: Duration = Duration::from_secs(10);
+/// The first wait between two watch requests that follow each other quickly.
+pub const WATCH_SPACING_INITIAL: Duration = Duration::from_secs(1);
+/// The longest wait between two watch requests that follow each other quickly.
+pub const WATCH_SPACING_MAX: Duration = Duration::from_secs(8);
+
+/// Spaces out watch requests that follow each other quickly. kube's watcher opens the next
+/// watch at once when one ends without an error, and only errors back off: a stream that a
+/// proxy or a sick server ends right after its headers made it send thousands of watch
+/// requests a second (and log a warning for each). client-go's reflector treats a watch that
+/// ended within a second with no event as an error and backs off; this waits 1 s, doubling to
+/// 8 s, before a watch that comes within [`SHORT_WATCH`] of the previous one's start, so a
+/// watch that lasts its normal minutes is never held back. Pure: the caller gives the time.
+#[derive(Debug, Clone)]
+pub struct WatchPacing {
+    last_start: Option<tokio::time::Instant>,
+    spacing: Duration,
+}
+
+impl Default for WatchPacing {
+    fn default() -> Self {
+        WatchPacing { last_start: None, spacing: WATCH_SPACING_INITIAL }
+    }
+}
+
+impl WatchPacing {
+    /// How long a watch request asked for `now` waits; it is then taken as started.
+    pub fn next_delay(&mut self, now: tokio::time::Instant) -> Duration {
+        let delay = match self.last_start {
+            Some(last) if now.saturating_duration_since(last) < SHORT_WATCH => {
+                let wait = (last + self.spacing).saturating_duration_since(now);
+                self.spacing = (self.spacing * 2).min(WATCH_SPACING_MAX);
+                wait
+            }
+            _ => {
+                self.spacing = WATCH_SPACING_INITIAL;
+                Duration::ZERO
+            }
+        };
+        self.last_start = Some(now + delay);
+        delay
+    }
+}
+
+/// A tower layer for the API client that paces its watch requests ([`WatchPacing`]); every other
+/// request passes untouched.
+#[derive(Debug, Clone, Default)]
+pub struct WatchPacingLayer(std::sync::Arc<std::sync::Mutex<WatchPacing>>);
+
+impl<S> tower::Layer<S> for WatchPacingLayer {
+    type Service = PacedWatches<S>;
+
+    fn layer(&self, inner: S) -> PacedWatches<S> {
+        PacedWatches { inner, pacing: self.0.clone() }
+    }
+}
+
+/// The service of [`WatchPacingLayer`].
+#[derive(Debug, Clone)]
+pub struct PacedWatches<S> {
+    inner: S,
+    pacing: std::sync::Arc<std::sync::Mutex<WatchPacing>>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for PacedWatches<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let delay = if is_watch(request.uri()) {
+            let mut pacing = self.pacing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            pacing.next_delay(tokio::time::Instant::now())
+        } else {
+            Duration::ZERO
+        };
+        // The client's future does nothing until polled: the request goes out after the wait.
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tracing::debug!(?delay, "The previous pod watch ended early; waiting before the next");
+                tokio::time::sleep(delay).await;
+            }
+            response.await
+        })
+    }
+}
+
+/// Whether the request is a watch (`?watch=true`, or `1`, as kube and client-go send it).
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|query| query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1"))
+}
 
 /// The node's pods, as watcher events, each pod with the server's JSON kept for the syncer's
 /// merge base (fields newer than the agent's types survive its writes).
@@ -271,5 +378,34 @@ mod tests {
         let mut api = ApiReachability::default();
         assert_eq!(api.on_event(&expired()), Reachability::Unchanged);
         assert_eq!(api.on_event(&Ok(WatchEvent::<Pod>::InitDone)), Reachability::Unchanged);
+    }
+
+    /// Watches that follow each other within [`SHORT_WATCH`] wait 1 s, then 2, 4 and 8 s at
+    /// most; a watch that began long enough ago lets the next one go at once, and starts over.
+    #[test]
+    fn watches_that_end_early_are_spaced_out() {
+        let t0 = tokio::time::Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut pacing = WatchPacing::default();
+        assert_eq!(pacing.next_delay(at(0)), Duration::ZERO);
+        // Each watch ends at once: asked 10 ms after its start.
+        assert_eq!(pacing.next_delay(at(10)), Duration::from_millis(990));
+        assert_eq!(pacing.next_delay(at(1_010)), Duration::from_millis(1_990));
+        assert_eq!(pacing.next_delay(at(3_010)), Duration::from_millis(3_990));
+        assert_eq!(pacing.next_delay(at(7_010)), Duration::from_millis(7_990));
+        assert_eq!(pacing.next_delay(at(15_010)), Duration::from_millis(7_990), "8 s at most");
+        // A watch that lasted its minutes: the next one goes at once, and the spacing restarts.
+        assert_eq!(pacing.next_delay(at(200_000)), Duration::ZERO);
+        assert_eq!(pacing.next_delay(at(200_010)), Duration::from_millis(990));
+    }
+
+    #[test]
+    fn only_watch_requests_are_paced() {
+        let uri = |s: &str| s.parse::<http::Uri>().unwrap();
+        assert!(is_watch(&uri("/api/v1/pods?fieldSelector=spec.nodeName%3Dn&watch=true&timeoutSeconds=200")));
+        assert!(is_watch(&uri("/api/v1/pods?watch=1")));
+        assert!(!is_watch(&uri("/api/v1/pods?fieldSelector=spec.nodeName%3Dn&limit=500")));
+        assert!(!is_watch(&uri("/api/v1/namespaces/d/pods/p/status")));
+        assert!(!is_watch(&uri("/api/v1/pods?watchful=true")));
     }
 }
