@@ -942,3 +942,42 @@ async fn a_deleting_pods_container_that_never_started_is_not_written_started() {
     }
     support::agent::kill(agent, &kubeconfig).await;
 }
+
+/// A kubeconfig whose `tokenFile` ends in a newline (`echo TOKEN > file`): the token is sent
+/// trimmed, as client-go sends it. kube kept the newline, and every request failed on the
+/// client side ("invalid bearer token"), forever.
+#[tokio::test]
+async fn a_token_file_with_a_trailing_newline_is_read_as_client_go_reads_it() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("tokened", "node-a", port));
+    let dir = std::env::temp_dir().join(format!("probelet-token-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "token-one\n").unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{tokenFile: \"{}\"}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
+            fake.url(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_for_pod(&fake, "tokened", "Ready=True", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    support::agent::stop(&mut agent, Duration::from_secs(20)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -18,6 +18,7 @@ pub mod exec;
 pub mod gates;
 pub mod host;
 pub mod recorder;
+pub mod token;
 pub mod watch;
 
 use std::collections::HashSet;
@@ -66,10 +67,23 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
 }
 
 /// The API client for `config`, with the pod watch's requests paced
-/// ([`watch::WatchPacingLayer`]).
-pub fn client_from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(&watch::WatchPacingLayer::default()).build())
+/// ([`watch::WatchPacingLayer`]) and a token file's token trimmed ([`token::TokenFileLayer`]).
+pub fn client_from_config(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    // A token file that cannot be read is an error at start, as kube's own reading of it is.
+    let token = match config.auth_info.token_file.take() {
+        Some(path) if config.auth_info.token.is_none() => {
+            Some(token::TokenFileLayer::new(&path).map_err(|source| {
+                kube::Error::Auth(kube::client::AuthError::ReadTokenFile(source, path.into()))
+            })?)
+        }
+        _ => None,
+    };
+    let builder =
+        kube::client::ClientBuilder::try_from(config)?.with_layer(&watch::WatchPacingLayer::default());
+    Ok(match token {
+        Some(token) => builder.with_layer(&token).build(),
+        None => builder.build(),
+    })
 }
 
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
