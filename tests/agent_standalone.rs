@@ -1079,3 +1079,38 @@ spec:
     assert!(count() <= 3, "{} runs of a 30 s probe in 25 s", count());
     agent.stop().await;
 }
+
+/// Lifecycle hooks are not run by the local runtime: the agent says so, once per start, rather
+/// than ignoring them silently.
+#[actix::test]
+async fn lifecycle_hooks_are_reported_as_not_run() {
+    let dir = temp_dir("hooks");
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hooks
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    command: ["sleep", "1000"]
+    lifecycle:
+      postStart:
+        exec: {command: ["true"]}
+      preStop:
+        exec: {command: ["true"]}
+"#;
+    write(&dir, "hooks.yaml", manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/hooks: container app running")).await;
+    let stderr = std::fs::read_to_string(dir.join(STDERR)).unwrap();
+    for hook in ["postStart", "preStop"] {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains("lifecycle hooks are not run by the local runtime") && l.contains(hook)),
+            "{hook}: {stderr}"
+        );
+    }
+    agent.stop().await;
+}

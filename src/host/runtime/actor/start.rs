@@ -152,6 +152,15 @@ impl ProcessRuntime {
         if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
             tracing::warn!(pod = %pod_ref(pod), container = %container.name, "envFrom is not supported by the local runtime, ignored");
         }
+        if let Some(lifecycle) = &container.lifecycle {
+            for (hook, set) in
+                [("postStart", lifecycle.post_start.is_some()), ("preStop", lifecycle.pre_stop.is_some())]
+            {
+                if set {
+                    tracing::warn!(pod = %pod_ref(pod), container = %container.name, hook, "lifecycle hooks are not run by the local runtime, ignored");
+                }
+            }
+        }
         let id = new_container_id();
         self.record(
             pod,
