@@ -61,6 +61,40 @@ pub struct ClusterHost {
     pub watch: PodWatchState,
     /// Where the Warning about an invalid probe timing annotation goes.
     pub recorder: Arc<dyn EventRecorder>,
+    /// Pods whose status is being generated, and whether another sync was asked for meanwhile.
+    pub syncs: SyncsInFlight,
+}
+
+/// Per pod, at most one status generation at a time: a sync asked for while one runs is done
+/// once, when it ends, with the pod as it is then. A pod of thousands of containers gets a probe
+/// result (and so a sync) from each of them in a burst; one generation each, all at once, was
+/// quadratic in the pod's size, held the agent's thread for a minute and more, and its memory
+/// grew by gigabytes.
+#[derive(Debug, Default)]
+pub struct SyncsInFlight {
+    running: HashSet<PodUid>,
+    again: HashSet<PodUid>,
+}
+
+impl SyncsInFlight {
+    /// Whether a sync of `uid` may begin now; if not, it is owed when the running one ends.
+    fn begin(&mut self, uid: &PodUid) -> bool {
+        if self.running.contains(uid) {
+            self.again.insert(uid.clone());
+            return false;
+        }
+        self.running.insert(uid.clone());
+        true
+    }
+
+    /// The sync of `uid` ended: whether another is owed.
+    fn end(&mut self, uid: &PodUid) -> bool {
+        self.running.remove(uid);
+        self.running.shrink_after_removal();
+        let again = self.again.remove(uid);
+        self.again.shrink_after_removal();
+        again
+    }
 }
 
 impl ClusterHost {
@@ -151,6 +185,9 @@ impl ClusterHost {
     /// from the API status.
     fn sync(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>) {
         let Some(uid) = PodUid::of(&pod) else { return };
+        if !self.syncs.begin(&uid) {
+            return;
+        }
         let deleting = pod.metadata.deletion_timestamp.is_some();
         if is_terminal(&pod) {
             // The kubelet never runs SyncPod for a finished pod: workers added here would stop
@@ -187,7 +224,14 @@ impl ClusterHost {
                 Some(status)
             }
         };
-        ctx.spawn(fut.into_actor(self).map(move |status, act, _ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |status, act, ctx| {
+            if act.syncs.end(&uid)
+                && let Some(latest) = act.pods.pod_by_uid(&uid)
+            {
+                // Asked for while this one ran: once more, after this status is stored (the
+                // message below goes first).
+                ctx.notify(SyncAgain(latest));
+            }
             let Some(mut status) = status else { return };
             // Deleted while the status was computed: a write now would re-create the status the
             // delete just removed, and the syncer would then GET the gone pod every reconcile.
@@ -411,6 +455,19 @@ impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for ClusterHost {
     }
 }
 
+/// A sync owed to a pod whose sync was running when it was asked for.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct SyncAgain(Arc<Pod>);
+
+impl Handler<SyncAgain> for ClusterHost {
+    type Result = ();
+
+    fn handle(&mut self, SyncAgain(pod): SyncAgain, ctx: &mut Context<Self>) {
+        self.sync(pod, ctx);
+    }
+}
+
 impl Handler<StopHost> for ClusterHost {
     type Result = ();
 
@@ -438,6 +495,23 @@ impl Handler<ProbeResultChanged> for ClusterHost {
 #[cfg(test)]
 mod host_tests {
     use super::*;
+
+    /// One sync of a pod at a time: those asked for meanwhile come down to one, owed when it
+    /// ends; other pods are not held back.
+    #[test]
+    fn syncs_asked_for_while_one_runs_come_down_to_one() {
+        let mut syncs = SyncsInFlight::default();
+        let (a, b) = (PodUid::from("a"), PodUid::from("b"));
+        assert!(syncs.begin(&a));
+        assert!(!syncs.begin(&a));
+        assert!(!syncs.begin(&a));
+        assert!(syncs.begin(&b), "another pod is not held back");
+        assert!(syncs.end(&a), "one more sync of a is owed");
+        assert!(syncs.begin(&a));
+        assert!(!syncs.end(&a), "nothing asked for meanwhile");
+        assert!(!syncs.end(&b));
+    }
+
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
         ContainerStatus, PodStatus,

@@ -136,6 +136,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         deleting: HashSet::new(),
         watch: Default::default(),
         recorder,
+        syncs: Default::default(),
     };
     let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
     let host = ClusterHost::create(move |ctx| {
