@@ -63,6 +63,14 @@ pub struct ClusterHost {
     pub recorder: Arc<dyn EventRecorder>,
     /// Pods whose status is being generated, and whether another sync was asked for meanwhile.
     pub syncs: SyncsInFlight,
+    /// The node whose pods this agent probes: a pod bound elsewhere is never probed nor written,
+    /// even if the watch (a server or proxy that ignores the field selector) sends it.
+    pub node_name: String,
+}
+
+/// Whether `pod` is bound to `node`.
+fn bound_to(pod: &Pod, node: &str) -> bool {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
 }
 
 /// Per pod, at most one status generation at a time: a sync asked for while one runs is done
@@ -100,6 +108,13 @@ impl SyncsInFlight {
 impl ClusterHost {
     fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
         let Some(uid) = PodUid::of(&observed.pod) else { return };
+        if !bound_to(&observed.pod, &self.node_name) {
+            tracing::debug!(pod = %probelet_actors::format::pod_ref(&observed.pod), node = %self.node_name, "The watch sent a pod bound to another node; ignoring it");
+            if self.pods.pod_by_uid(&uid).is_some() {
+                self.delete(observed.pod);
+            }
+            return;
+        }
         let pod = Arc::new(observed.pod.clone());
         let previous = self.pods.pod_by_uid(&uid);
         self.syncer.do_send(ApiPodObserved(Arc::new(observed)));
@@ -495,6 +510,21 @@ impl Handler<ProbeResultChanged> for ClusterHost {
 #[cfg(test)]
 mod host_tests {
     use super::*;
+
+    #[test]
+    fn only_pods_bound_to_the_node_are_the_agents() {
+        let on = |node: Option<&str>| Pod {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                node_name: node.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(bound_to(&on(Some("n1")), "n1"));
+        assert!(!bound_to(&on(Some("n2")), "n1"));
+        assert!(!bound_to(&on(None), "n1"), "not scheduled yet");
+        assert!(!bound_to(&Pod::default(), "n1"));
+    }
 
     /// One sync of a pod at a time: those asked for meanwhile come down to one, owed when it
     /// ends; other pods are not held back.

@@ -137,6 +137,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         watch: Default::default(),
         recorder,
         syncs: Default::default(),
+        node_name: args.node_name.clone(),
     };
     let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
     let host = ClusterHost::create(move |ctx| {
