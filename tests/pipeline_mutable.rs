@@ -118,6 +118,54 @@ async fn period_change_past_due_runs_at_once() {
     assert!(h.container(&pod, "app").await.ready, "the status was kept");
 }
 
+// === during the start-up jitter ===
+
+/// A young manager: the first probe of a 300 s probe waits a random part of 300 s (seeded:
+/// more than a few seconds here).
+async fn young_harness() -> (Harness, Instant) {
+    tokio::time::pause();
+    let t0 = Instant::now();
+    let gates = FeatureGates::default().with(Feature::MutableContainerProbes, true).unwrap();
+    let h = Harness::start_gated(ScriptedProber::new(), gates);
+    h.worker_count().await;
+    (h, t0)
+}
+
+/// A new handler while the worker waits out its start-up jitter (drawn from the old period):
+/// it probes at once, as after the jitter, rather than at the end of the old jitter.
+#[actix::test]
+async fn a_handler_change_during_the_start_up_jitter_probes_at_once() {
+    let (h, t0) = young_harness().await;
+    let pod = pod_with("jitter-handler", Readiness, probe(300, 1, 1));
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(3)).await;
+    assert!(probe_times(&h, Readiness, start).is_empty(), "still in the jitter");
+    let other =
+        Probe { exec: Some(ExecAction { command: Some(vec!["/bin/ok".into()]) }), ..probe(300, 1, 1) };
+    update(&h, &pod_with("jitter-handler", Readiness, other), t0).await;
+    let times = probe_times(&h, Readiness, start);
+    assert_eq!(times.len(), 1, "{times:?}");
+    assert_near(times[0], secs(3), "at once");
+}
+
+/// A shorter period while the worker waits out its start-up jitter: the first probe comes
+/// within one new period, not at the end of a jitter drawn from the old one.
+#[actix::test]
+async fn a_shorter_period_during_the_start_up_jitter_probes_within_the_new_period() {
+    let (h, t0) = young_harness().await;
+    let pod = pod_with("jitter-period", Readiness, probe(300, 1, 1));
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(3)).await;
+    assert!(probe_times(&h, Readiness, start).is_empty(), "still in the jitter");
+    update(&h, &pod_with("jitter-period", Readiness, probe(2, 1, 1)), t0).await;
+    run_for(secs(2)).await;
+    let times = probe_times(&h, Readiness, start);
+    assert!(!times.is_empty(), "a probe within the new period");
+    assert!(times[0] <= secs(5) + Duration::from_millis(2), "{times:?}");
+}
+
 // === initial delay ===
 
 #[actix::test]

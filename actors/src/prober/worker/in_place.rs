@@ -9,7 +9,7 @@ use crate::prober::do_probe::WorkerSpec;
 use crate::prober::reconcile::UpdateEffect;
 use crate::prober::{PodContainer, ProbeMemo};
 
-use super::ProbeWorker;
+use super::{Phase, ProbeWorker};
 
 // === the message ===
 
@@ -63,7 +63,10 @@ impl ProbeWorker {
         self.period = msg.period;
         self.start_interval = msg.start_interval;
         if self.ticks.is_none() {
-            // Still in the start-up jitter: the first probe runs with the new spec anyway.
+            // Still in the start-up jitter, drawn from the old period: the first probe runs
+            // with the new spec, at once for a new handler (as after the jitter), and no later
+            // than one new interval from now for a shorter one.
+            self.shorten_jitter(effect.restart, self.interval() != interval);
             return;
         }
         if effect.restart {
@@ -91,6 +94,32 @@ impl ProbeWorker {
                 self.schedule_from(now);
                 self.run_probe();
             }
+        }
+    }
+
+    /// A reconfiguration during the start-up jitter: a `restart` ends it now (the first probe
+    /// runs), a changed interval caps what is left of it at one new interval.
+    fn shorten_jitter(&mut self, restart: bool, interval_changed: bool) {
+        if restart {
+            if matches!(self.phase, Phase::Starting(_) | Phase::Waiting(_)) {
+                self.phase = Phase::Running;
+                self.begin();
+            }
+            return;
+        }
+        if !interval_changed {
+            return;
+        }
+        let cap = self.interval();
+        match &mut self.phase {
+            Phase::Starting(jitter) => *jitter = (*jitter).min(cap),
+            Phase::Waiting(sleep) => {
+                let deadline = Instant::now() + cap;
+                if sleep.deadline() > deadline {
+                    sleep.as_mut().reset(deadline);
+                }
+            }
+            Phase::Running | Phase::Done => {}
         }
     }
 }
