@@ -254,3 +254,44 @@ async fn watches_that_end_at_once_are_spaced_out() {
     let count = watches.load(Ordering::SeqCst);
     assert!((2..=4).contains(&count), "{count} watch requests in 4 s");
 }
+
+/// A server that answers the watch request itself with 410 Gone (a proxy or an aggregated
+/// server; the real one sends an ERROR event instead): the pod watch lists again, so pods
+/// created meanwhile are seen. kube's watcher alone kept the expired version and watched from it
+/// again forever, never listing.
+#[tokio::test]
+async fn a_watch_answered_410_lists_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::extract::{RawQuery, State};
+    use axum::response::IntoResponse as _;
+    use futures::StreamExt as _;
+
+    let lists = Arc::new(AtomicUsize::new(0));
+    async fn pods(
+        State(lists): State<Arc<AtomicUsize>>,
+        RawQuery(query): RawQuery,
+    ) -> axum::response::Response {
+        if query.unwrap_or_default().split('&').any(|pair| pair == "watch=true") {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "too old resource version: 7 (9)", "reason": "Expired", "code": 410});
+            return (axum::http::StatusCode::GONE, axum::Json(status)).into_response();
+        }
+        lists.fetch_add(1, Ordering::SeqCst);
+        let list =
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": []});
+        axum::Json(list).into_response()
+    }
+    let app = axum::Router::new().route("/api/v1/pods", axum::routing::get(pods)).with_state(lists.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let client = probelet::cluster::client_from_config(kube::Config::new(url.parse().unwrap())).unwrap();
+    let mut stream = Box::pin(probelet::cluster::pod_watch(client, "n1", None));
+    let _ =
+        tokio::time::timeout(Duration::from_secs(4), async { while stream.next().await.is_some() {} }).await;
+    let count = lists.load(Ordering::SeqCst);
+    assert!(count >= 2, "{count} lists in 4 s: the expired watch never listed again");
+}

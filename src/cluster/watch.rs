@@ -155,9 +155,47 @@ pub fn pod_watch(
     if let Some(selector) = selector {
         config = config.labels(selector);
     }
-    let backoff =
-        Backoff::new(RELIST_BACKOFF_INITIAL, RELIST_BACKOFF_MAX).jittered().reset_after(RELIST_BACKOFF_RESET);
-    watcher::watcher(Api::<ApiPod>::all(client), config).backoff(backoff)
+    let make = move || {
+        let backoff = Backoff::new(RELIST_BACKOFF_INITIAL, RELIST_BACKOFF_MAX)
+            .jittered()
+            .reset_after(RELIST_BACKOFF_RESET);
+        watcher::watcher(Api::<ApiPod>::all(client.clone()), config.clone()).backoff(backoff)
+    };
+    RelistOnExpiredWatch { inner: Box::pin(make()), make }
+}
+
+/// The watcher, made afresh (so that it lists again) when a watch request itself is answered
+/// 410 Gone. kube's watcher lists again after a 410 that comes as an ERROR event in the stream
+/// (what a real API server sends), but after a 410 answer to the watch request (a proxy, an
+/// aggregated server) it keeps the expired version and watches from it again, forever: pods
+/// created meanwhile were never seen. The next watch is paced ([`WatchPacingLayer`]), so a
+/// server that answers every watch so does not make it list in a loop.
+struct RelistOnExpiredWatch<S, F> {
+    inner: std::pin::Pin<Box<S>>,
+    make: F,
+}
+
+impl<S, F> futures::Stream for RelistOnExpiredWatch<S, F>
+where
+    S: futures::Stream<Item = Result<WatchEvent<ApiPod>, watcher::Error>>,
+    F: Fn() -> S + Unpin,
+{
+    type Item = S::Item;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let item = futures::ready!(this.inner.as_mut().poll_next(cx));
+        if let Some(Err(watcher::Error::WatchStartFailed(kube::Error::Api(status)))) = &item
+            && status.code == 410
+        {
+            tracing::debug!("The pod watch's version expired; listing again");
+            this.inner = Box::pin((this.make)());
+        }
+        std::task::Poll::Ready(item)
+    }
 }
 
 /// Whether the API server answers the watch: one log line when it is lost, one when it is
