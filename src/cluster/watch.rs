@@ -228,6 +228,10 @@ impl ApiReachability {
             // The server answered: the watch's version is too old (a compaction, or a restart
             // emptied the watch cache). The watcher lists again; nothing is lost.
             Err(err) if is_expired(err) => Reachability::Unchanged,
+            // An ERROR event (or an event of a type the client does not know, which kube reads
+            // as one) came on a watch the server is serving: it answers, and the watcher lists
+            // again. Not an outage to log as one.
+            Err(watcher::Error::WatchError(_)) => Reachability::Unchanged,
             Err(_) if !self.lost => {
                 self.lost = true;
                 Reachability::Lost
@@ -333,6 +337,17 @@ mod tests {
         Err(watcher::Error::WatchError(
             Status::failure("too old resource version: 5 (7)", "Expired").with_code(410).boxed(),
         ))
+    }
+
+    /// An ERROR event on a live watch (here the empty one kube makes of an event type it does
+    /// not know) is the server answering, not the server lost.
+    #[test]
+    fn an_error_event_on_a_live_watch_is_no_outage() {
+        let mut api = ApiReachability::default();
+        let unknown: Result<WatchEvent<Pod>, _> =
+            Err(watcher::Error::WatchError(Status::failure("", "").with_code(0).boxed()));
+        assert_eq!(api.on_event(&unknown), Reachability::Unchanged);
+        assert_eq!(api.on_event(&refused()), Reachability::Lost, "a refused connection still is");
     }
 
     #[test]
