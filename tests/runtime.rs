@@ -1086,6 +1086,34 @@ async fn a_container_whose_pod_was_forgotten_while_it_started_is_killed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A shim that never reports (here: it starts the program and hangs): after the report's
+/// wait the start fails, and the whole group is killed, the program too, not only the shim.
+#[actix::test]
+async fn a_shim_that_never_reports_has_its_whole_group_killed() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = temp_dir("silent-shim");
+    let shim = dir.join("silent-shim");
+    std::fs::write(&shim, "#!/bin/sh\nsleep 7390 &\nexec sleep 60\n").unwrap();
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut h = Harness::build(|runtime| runtime.with_shim(&shim));
+    let pod = with_containers(pod("silent", "Never"), vec![container("app", &["true"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let deadline = Instant::now() + WAIT;
+    while !procs_with_cmdline("sleep\x007390\x00") {
+        assert!(Instant::now() < deadline, "the silent shim's program started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = h.wait_for(&id, "the start failed", |s| terminated(app(s)).is_some()).await;
+    assert_eq!(terminated(app(&status)).unwrap().reason.as_deref(), Some("StartError"));
+    let deadline = Instant::now() + WAIT;
+    while procs_with_cmdline("sleep\x007390\x00") {
+        assert!(Instant::now() < deadline, "the program outlived its failed start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A pod killed while its container starts: the kill ends (here with the group's SIGKILL, the
 /// shim ignoring the rest) and the container is not running.
 #[actix::test]

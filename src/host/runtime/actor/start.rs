@@ -271,6 +271,12 @@ impl ProcessRuntime {
             Ok(Report::Failed(e)) => shim_start_error(program, &e),
             Err(message) => message,
         };
+        // No report (late, or the shim died): the program may run all the same. The whole
+        // group is killed, not only its leader, while the leader is unreaped and the group's
+        // ID still ours.
+        if let Some(pgid) = pgid {
+            self.signaller.send(pgid, Signal::Kill);
+        }
         let _ = child.start_kill();
         if let Some(pgid) = pgid {
             self.groups.remove(pgid);
