@@ -210,6 +210,43 @@ async fn case_21b_a_stopped_server_keeps_a_watch_silent_and_after_its_restart_th
     assert_eq!(names, ["r1", "r2"], "the store survived the restart");
 }
 
+/// Serves `/api/v1/pods` on 127.0.0.1 with `answer` (given the request's query, as the agent's
+/// watcher sends it), runs the agent's pod watch against it for `secs` seconds, and returns.
+async fn watch_against(
+    answer: impl Fn(&str) -> axum::response::Response + Clone + Send + Sync + 'static,
+    secs: u64,
+) {
+    use axum::extract::RawQuery;
+    use futures::StreamExt as _;
+
+    let handler = move |RawQuery(query): RawQuery| {
+        let answer = answer.clone();
+        async move { answer(&query.unwrap_or_default()) }
+    };
+    let app = axum::Router::new().route("/api/v1/pods", axum::routing::get(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let client = probelet::cluster::client_from_config(kube::Config::new(url.parse().unwrap())).unwrap();
+    let mut stream = Box::pin(probelet::cluster::pod_watch(client, "n1", None));
+    let _ = tokio::time::timeout(Duration::from_secs(secs), async { while stream.next().await.is_some() {} })
+        .await;
+}
+
+fn is_watch(query: &str) -> bool {
+    query.split('&').any(|pair| pair == "watch=true")
+}
+
+/// An empty pod list at resourceVersion 7.
+fn empty_list() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    axum::Json(
+        json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": []}),
+    )
+    .into_response()
+}
+
 /// A server (or a proxy before it) that ends every watch right after its headers: the agent's
 /// pod watch opens the next one after a wait that grows (1 s, 2 s, ...), not at once. Without
 /// the pacing kube's watcher sent thousands of watch requests a second.
@@ -218,38 +255,20 @@ async fn watches_that_end_at_once_are_spaced_out() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use axum::extract::{RawQuery, State};
-    use futures::StreamExt as _;
-
     let watches = Arc::new(AtomicUsize::new(0));
-    async fn pods(
-        State(watches): State<Arc<AtomicUsize>>,
-        RawQuery(query): RawQuery,
-    ) -> axum::response::Response {
-        let query = query.unwrap_or_default();
-        if query.split('&').any(|pair| pair == "watch=true") {
-            watches.fetch_add(1, Ordering::SeqCst);
-            // A 200 whose body ends at once: a watch that ended cleanly, with no event.
-            return axum::response::Response::builder()
-                .header("content-type", "application/json")
-                .body(axum::body::Body::empty())
-                .unwrap();
+    let counted = watches.clone();
+    let answer = move |query: &str| {
+        if !is_watch(query) {
+            return empty_list();
         }
-        let list =
-            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": []});
-        axum::Json(list).into_response()
-    }
-    use axum::response::IntoResponse as _;
-    let app = axum::Router::new().route("/api/v1/pods", axum::routing::get(pods)).with_state(watches.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-
-    let config = kube::Config::new(url.parse().unwrap());
-    let client = probelet::cluster::client_from_config(config).unwrap();
-    let mut stream = Box::pin(probelet::cluster::pod_watch(client, "n1", None));
-    let _ =
-        tokio::time::timeout(Duration::from_secs(4), async { while stream.next().await.is_some() {} }).await;
+        counted.fetch_add(1, Ordering::SeqCst);
+        // A 200 whose body ends at once: a watch that ended cleanly, with no event.
+        axum::response::Response::builder()
+            .header("content-type", "application/json")
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    watch_against(answer, 4).await;
     // Starts at 0, 1 and 3 s (then 7 s): 3 in 4 s.
     let count = watches.load(Ordering::SeqCst);
     assert!((2..=4).contains(&count), "{count} watch requests in 4 s");
@@ -264,34 +283,20 @@ async fn a_watch_answered_410_lists_again() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use axum::extract::{RawQuery, State};
     use axum::response::IntoResponse as _;
-    use futures::StreamExt as _;
 
     let lists = Arc::new(AtomicUsize::new(0));
-    async fn pods(
-        State(lists): State<Arc<AtomicUsize>>,
-        RawQuery(query): RawQuery,
-    ) -> axum::response::Response {
-        if query.unwrap_or_default().split('&').any(|pair| pair == "watch=true") {
+    let counted = lists.clone();
+    let answer = move |query: &str| {
+        if is_watch(query) {
             let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "too old resource version: 7 (9)", "reason": "Expired", "code": 410});
             return (axum::http::StatusCode::GONE, axum::Json(status)).into_response();
         }
-        lists.fetch_add(1, Ordering::SeqCst);
-        let list =
-            json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": []});
-        axum::Json(list).into_response()
-    }
-    let app = axum::Router::new().route("/api/v1/pods", axum::routing::get(pods)).with_state(lists.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-
-    let client = probelet::cluster::client_from_config(kube::Config::new(url.parse().unwrap())).unwrap();
-    let mut stream = Box::pin(probelet::cluster::pod_watch(client, "n1", None));
-    let _ =
-        tokio::time::timeout(Duration::from_secs(4), async { while stream.next().await.is_some() {} }).await;
+        counted.fetch_add(1, Ordering::SeqCst);
+        empty_list()
+    };
+    watch_against(answer, 4).await;
     let count = lists.load(Ordering::SeqCst);
     assert!(count >= 2, "{count} lists in 4 s: the expired watch never listed again");
 }

@@ -530,7 +530,7 @@ async fn generate_status(
 ) -> Option<PodStatus> {
     let uid = PodUid::of(&pod).unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
-    let runtime_status = runtime.send(GetRuntimeStatus(uid)).await.ok().flatten();
+    let runtime_status = runtime.send(GetRuntimeStatus(uid.clone())).await.ok().flatten();
     let (init, containers) = runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();
     let initialized = has_any_regular_container_started(&spec, &containers);
     let status = PodStatus {
@@ -548,7 +548,6 @@ async fn generate_status(
         container_statuses: Some(containers),
         ..Default::default()
     };
-    let uid = PodUid::of(&pod).unwrap_or_default();
     let mut status = pipeline.update_pod_status(pod.clone(), status).await.ok()?;
     if terminating {
         // Liveness and startup have stopped: `started` stays what it was.
