@@ -468,6 +468,31 @@ async fn http_to_https_redirect_on_the_same_host_is_followed() {
 
 // === transport errors, timeouts, body errors ===
 
+/// Hosts that Go's URL keeps but that are no DNS names fail their lookup, a probe failure as in
+/// the kubelet (not a request that cannot be built, whose result would be thrown away). `127.1`
+/// is 127.0.0.1 to the system resolver, where the server below would have answered.
+#[tokio::test]
+async fn a_host_that_is_no_dns_name_fails_the_probe_without_a_connection() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::ok("reached")).await;
+        let port = server.port();
+        let cases = [
+            ("127.1", format!("http://127.1:{port}/x"), "127.1"),
+            ("a!b", format!("http://a!b:{port}/x"), "a!b"),
+            ("bücher.example", format!("http://b%C3%BCcher.example:{port}/x"), "bücher.example"),
+            // Not a valid Host header either: Go finds that only when writing, after the dial.
+            ("a\"b", format!("http://a\\\"b:{port}/x"), "a\"b"),
+        ];
+        for (host, url, looked_up) in cases {
+            let action = HTTPGetAction { host: Some(host.to_owned()), ..get(port, "/x") };
+            let want = format!("Get \"{url}\": dial tcp: lookup {looked_up}: no such host");
+            assert_eq!(probe(&action).await, failure(&want), "host {host:?}");
+        }
+        assert!(server.requests().is_empty(), "no probe reached the server");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn connection_refused_fails_with_the_dial_error() {
     bounded(async {

@@ -43,6 +43,21 @@ async fn closed_port_fails_with_go_dial_error() {
     .await;
 }
 
+/// Go's resolver fails a name that is not a DNS name at once; the system resolver would read
+/// `127.1` as 127.0.0.1 and connect.
+#[tokio::test]
+async fn a_host_that_is_no_dns_name_is_not_found() {
+    bounded(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        for host in ["127.1", "0x7f.1", "a!b"] {
+            let want = format!("dial tcp: lookup {host}: no such host");
+            assert_eq!(probe(host, port, LONG).await, Probed::new(ProbeOutcome::Failure, want));
+        }
+    })
+    .await;
+}
+
 /// With a backlog of 0 Linux queues one connection; once the queue is full further SYNs are
 /// dropped, so a connect hangs until the probe's timeout.
 #[tokio::test]

@@ -11,7 +11,7 @@
 //! `docs/tcp-linger.md`.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use tokio::net::{TcpSocket, TcpStream};
@@ -86,6 +86,12 @@ async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> R
     if let Ok(ip) = lookup_host.parse::<IpAddr>() {
         return attempt(SocketAddr::new(ip, port), host, deadline, nodelay).await;
     }
+    // Go's resolver answers a name that is not a DNS name without asking anyone. The system
+    // resolver would read `127.1`, `1234` or `0x7f.1` as IPv4 addresses and could query `a!b`;
+    // Go looks up `0x7f.1` as a name, which no DNS has.
+    if (!is_domain_name(lookup_host) && !is_scoped_ipv6(lookup_host)) || is_inet_aton_address(lookup_host) {
+        return Err(DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() });
+    }
     let addrs: Vec<SocketAddr> = match timeout_at(deadline, tokio::net::lookup_host((lookup_host, port)))
         .await
     {
@@ -130,6 +136,76 @@ async fn connect(addr: SocketAddr, nodelay: bool) -> Result<TcpStream, (&'static
         socket.set_nodelay(true).map_err(|e| ("setsockopt", e))?;
     }
     socket.connect(addr).await.map_err(|e| ("connect", e))
+}
+
+/// Go's `isDomainName` (`net/dnsclient.go`): letters, digits, `_` and `-` in labels of 1–63
+/// bytes, at most 253 bytes (254 with a final dot), not all digits, no label starting or ending
+/// with `-`.
+fn is_domain_name(name: &str) -> bool {
+    if name == "." {
+        return true;
+    }
+    let bytes = name.as_bytes();
+    let len = bytes.len();
+    if len == 0 || len > 254 || (len == 254 && bytes[len - 1] != b'.') {
+        return false;
+    }
+    let mut last = b'.';
+    let mut non_numeric = false;
+    let mut label_len = 0;
+    for &c in bytes {
+        match c {
+            b'a'..=b'z' | b'A'..=b'Z' | b'_' => {
+                non_numeric = true;
+                label_len += 1;
+            }
+            b'0'..=b'9' => label_len += 1,
+            b'-' => {
+                if last == b'.' {
+                    return false;
+                }
+                non_numeric = true;
+                label_len += 1;
+            }
+            b'.' => {
+                if last == b'.' || last == b'-' || label_len == 0 || label_len > 63 {
+                    return false;
+                }
+                label_len = 0;
+            }
+            _ => return false,
+        }
+        last = c;
+    }
+    last != b'-' && label_len <= 63 && non_numeric
+}
+
+/// Whether [`dial`] would try to reach `host` (an IP address or a DNS name), rather than fail
+/// its lookup at once.
+#[cfg(test)]
+pub(crate) fn is_dialable(host: &str) -> bool {
+    host.is_empty()
+        || host.parse::<IpAddr>().is_ok()
+        || (is_domain_name(host) && !is_inet_aton_address(host))
+        || is_scoped_ipv6(host)
+}
+
+/// A name C's `inet_aton` reads as an IPv4 address (`0x7f.1`, `0177.0.0.1`): one to four
+/// parts, each decimal, octal or `0x` hex. The system resolver connects to such an address
+/// without a lookup.
+fn is_inet_aton_address(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let parts = name.split('.').count();
+    (1..=4).contains(&parts)
+        && name.split('.').all(|part| match part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            None => !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()),
+        })
+}
+
+/// An IPv6 literal with a zone (`fe80::1%eth0`), which Go dials without a lookup.
+fn is_scoped_ipv6(host: &str) -> bool {
+    host.split_once('%').is_some_and(|(ip, zone)| !zone.is_empty() && ip.parse::<Ipv6Addr>().is_ok())
 }
 
 /// Go's `net.JoinHostPort`: brackets a host that contains a colon (an IPv6 address).
@@ -245,6 +321,53 @@ mod tests {
         let e =
             io::Error::other("failed to lookup address information: Temporary failure in name resolution");
         assert_eq!(lookup_reason(&e), "temporary failure in name resolution");
+    }
+
+    #[test]
+    fn domain_names_are_checked_as_go_checks_them() {
+        for name in ["localhost", "a.b.c", "my-svc.ns.svc.cluster.local.", "_http._tcp.x", "a1", "x.", "."] {
+            assert!(is_domain_name(name), "{name}");
+        }
+        let long_label = "a".repeat(64);
+        let too_long = ["a"; 127].join(".") + "bc";
+        for name in [
+            "",
+            "a!b",
+            "a b",
+            "127.1",
+            "1234",
+            "-a",
+            "a-",
+            "a-.b",
+            "a..b",
+            "a~b",
+            "bücher.de",
+            &long_label,
+            &too_long,
+        ] {
+            assert!(!is_domain_name(name), "{name}");
+        }
+        assert!(is_domain_name(&"a".repeat(63)));
+        assert!(is_scoped_ipv6("fe80::1%eth0"));
+        for name in ["0x7f.1", "0X7F.0.0.1", "0x7f000001", "017700000001", "127.1."] {
+            assert!(is_inet_aton_address(name), "{name}");
+        }
+        for name in ["0x7f.example", "a.1", "0xg.1", "1.2.3.4.5", "x", ""] {
+            assert!(!is_inet_aton_address(name), "{name}");
+        }
+        assert!(!is_scoped_ipv6("fe80::1%") && !is_scoped_ipv6("a%b"));
+    }
+
+    #[tokio::test]
+    async fn a_name_that_is_not_a_dns_name_is_not_found_without_a_lookup() {
+        let deadline = deadline_after(Duration::from_secs(5));
+        // `127.1` is 127.0.0.1 to the system resolver; Go does not read it as an address.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        for host in ["127.1", "a!b", "bücher.example", "2130706433"] {
+            let error = dial(host, port, deadline).await.unwrap_err();
+            assert_eq!(error.to_string(), format!("dial tcp: lookup {host}: no such host"));
+        }
     }
 
     #[test]

@@ -241,13 +241,10 @@ impl HttpProber {
         if host.is_empty() {
             return Err("http: no Host in request URL".to_owned());
         }
-        // The first request's Host was checked when it was built.
-        if let Wire::Hop(_, headers) = &wire
-            && let Some((_, value)) = headers.iter().find(|(n, _)| n == "Host")
-            && !valid_host_header(value)
-        {
-            return Err("http: invalid Host header".to_owned());
-        }
+        // The first request's Host was checked when it was built. Go checks it when writing,
+        // after the dial: a host that is no DNS name (`a"b`) fails its lookup first.
+        let invalid_host = matches!(&wire, Wire::Hop(_, headers)
+            if headers.iter().find(|(n, _)| n == "Host").is_some_and(|(_, value)| !valid_host_header(value)));
         let (hostname, port) = split_host_port(host);
         let port = match port {
             "" if tls.is_some() => 443,
@@ -264,6 +261,9 @@ impl HttpProber {
             Err(e) if Instant::now() >= deadline => return Err(format!("{e}{CLIENT_TIMEOUT_NOTE}")),
             Err(e) => return Err(e.to_string()),
         };
+        if invalid_host {
+            return Err("http: invalid Host header".to_owned());
+        }
         let handshake_and_send = async {
             match tls {
                 None => wire::round_trip(Either::Left(stream), &wire).await,

@@ -113,7 +113,10 @@ impl HttpProbeRequest {
         }
         request_target(&url).map_err(ProbeError::InvalidRequest)?;
         let host = virtual_host.as_deref().unwrap_or(&url.host);
-        let first = FirstRequest::new(&url, &wire_headers(&headers, host, None)).ok();
+        // A URL host that cannot be a Host header (`a"b`) fails on the send path, as in Go.
+        let first = valid_host_header(host)
+            .then(|| FirstRequest::new(&url, &wire_headers(&headers, host, None)).ok())
+            .flatten();
         Ok(HttpProbeRequest { url, headers, virtual_host, first })
     }
 
@@ -184,14 +187,16 @@ fn format_url(scheme: &str, host: &str, port: u16, path: &str) -> Result<GoUrl, 
     Ok(url)
 }
 
-/// IP addresses and host names; anything else would change the URL's meaning or cannot be
-/// dialled (`a/b`, `user@x`, `example.com:80`, spaces, …).
+/// Whether `host` is left to Go's URL rules: everything but a colon outside an IPv6 literal
+/// (`example.com:80`) and brackets, which Go's releases read differently. The rest either
+/// makes a URL Go would make too (a name that is not a DNS name then fails its lookup, as in
+/// Go: `a!b`, `bücher.de`) or fails Go's parse with Go's text (`a b`, `a/b`, `user@x`).
 fn usable_host(host: &str) -> bool {
     if host.contains(':') {
-        return host.parse::<Ipv6Addr>().is_ok();
+        let ip = host.split_once('%').map_or(host, |(ip, _)| ip);
+        return ip.parse::<Ipv6Addr>().is_ok();
     }
-    !host.is_empty()
-        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+    !host.contains(['[', ']'])
 }
 
 /// Upstream `v1HeaderToHTTPHeader` plus the defaults of `newProbeRequest`.
@@ -373,6 +378,7 @@ fn title_case(wire: &mut Vec<u8>, name: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prober::tcp;
     use k8s_openapi::api::core::v1::ContainerPort;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use proptest::prelude::*;
@@ -436,6 +442,12 @@ mod tests {
             ("http", "h", 80, "//evil.example/x", "http://h:80/x"),
             ("http", "h", 80, "//user:pw@evil.example/x", "http://h:80/x"),
             ("ftp", "h", 21, "/f", "ftp://h:21/f"),
+            // Hosts Go's URL keeps: their lookup fails at probe time, as in Go.
+            ("http", "a!b", 80, "/", "http://a!b:80/"),
+            ("http", "a\"b<c>", 80, "/", "http://a\"b<c>:80/"),
+            ("http", "a%b", 80, "/", "http://a%25b:80/"),
+            ("http", "bücher.de", 80, "/", "http://b%C3%BCcher.de:80/"),
+            ("http", "fe80::1%eth0", 80, "/", "http://[fe80::1%25eth0]:80/"),
         ];
         for (scheme, host, port, path, want) in cases {
             let request =
@@ -483,7 +495,7 @@ mod tests {
                 "host with space",
                 action("http", "a b", 80, "/"),
                 "",
-                invalid("invalid host \"a b\": not an IP address or host name"),
+                invalid("parse \"http://a%20b:80/\": invalid URL escape \"%20\""),
             ),
             (
                 "host with port",
@@ -495,7 +507,19 @@ mod tests {
                 "host with path",
                 action("http", "a/b", 80, "/"),
                 "",
-                invalid("invalid host \"a/b\": not an IP address or host name"),
+                invalid("parse \"http://a%2Fb:80/\": invalid URL escape \"%2F\""),
+            ),
+            (
+                "host with userinfo",
+                action("http", "user@x", 80, "/"),
+                "",
+                invalid("parse \"http://user%40x:80/\": invalid URL escape \"%40\""),
+            ),
+            (
+                "host with a bracket",
+                action("http", "a[b", 80, "/"),
+                "",
+                invalid("invalid host \"a[b\": not an IP address or host name"),
             ),
             (
                 "opaque path",
@@ -749,14 +773,21 @@ mod tests {
             let target = request_target(&request.url);
             prop_assert!(target.is_ok(), "{}: {:?}", request.url(), target);
             let target = target.expect("checked");
-            let absolute = format!("{}://{}{}", reparsed.scheme, reparsed.host, target);
-            prop_assert!(http::Uri::try_from(absolute.as_str()).is_ok(), "{absolute}");
+            // A host that is no DNS name (`a!b`) is only ever looked up, never sent.
+            if tcp::is_dialable(reparsed.hostname()) {
+                let absolute = format!("{}://{}{}", reparsed.scheme, reparsed.host, target);
+                prop_assert!(http::Uri::try_from(absolute.as_str()).is_ok(), "{absolute}");
+            }
             let wire = wire_headers(request.headers(), request.host_header(), None);
             let built = build_request(&request.url, &wire);
             prop_assert!(built.is_ok(), "{:?}", wire);
             let built = built.expect("checked");
             // The kept first request is the one built from the spec, byte for byte, and it
             // reads back as the request line and wire headers it was built from.
+            if !valid_host_header(request.host_header()) {
+                prop_assert!(request.first().is_none(), "a Host Go would not write is not kept");
+                return Ok(());
+            }
             let first = request.first().expect("kept");
             prop_assert_eq!(&first.request(), &built);
             let mut parsed_headers = vec![httparse::EMPTY_HEADER; wire.len() + 1];
