@@ -379,8 +379,11 @@ async fn a_request_without_an_answer_times_out_and_the_write_is_retried() {
     .await;
 }
 
+/// A 422 is not retried in a loop, nor for watch events, but it is not given up either, as
+/// the kubelet retries it at each batch: full reconciles send it again after 1, 2, 4, … of
+/// them (docs/sync.md §7.5). A new version goes at once.
 #[actix::test]
-async fn a_patch_the_server_rejects_as_invalid_is_not_retried_in_a_loop() {
+async fn a_patch_the_server_rejects_as_invalid_is_retried_by_reconciles_that_double() {
     bounded(LIMIT, async {
         let t = SyncTest::start().await;
         let syncer = t.syncer().await;
@@ -398,20 +401,57 @@ async fn a_patch_the_server_rejects_as_invalid_is_not_retried_in_a_loop() {
         );
         assert!(t.cached(&uid(&pod)).await.is_some(), "an invalid status is not a deleted pod");
 
-        // Neither the periodic reconcile nor watch events bring the rejected version back.
-        for _ in 0..3 {
+        let mut sent_at = Vec::new();
+        for round in 1..=8 {
+            t.fake.clear_requests();
             syncer.send(ApiPodObserved::of(Arc::new(t.api("web")))).await.unwrap();
+            t.flush(&syncer).await;
+            assert_eq!(t.count(&Method::PATCH), 0, "a watch event sends nothing");
             syncer.send(Reconcile).await.unwrap();
             t.flush(&syncer).await;
+            match t.count(&Method::PATCH) {
+                0 => {}
+                1 => sent_at.push(round),
+                n => panic!("{n} patches in one reconcile: {:?}", t.summary()),
+            }
         }
-        assert_eq!(t.fake.requests().len(), 2, "no more requests: {:?}", t.summary());
+        assert_eq!(sent_at, [1, 3, 7], "sent again by the 1st reconcile, then after 2, then after 4");
 
-        // A new version is written.
+        // A new version is written at once.
         t.fake.clear_requests();
         t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
         t.flush(&syncer).await;
         assert_eq!(t.count(&Method::PATCH), 1);
         assert_eq!(t.requests_of(&Method::PATCH)[0].code, Some(200));
+    })
+    .await;
+}
+
+/// A version rejected once, for a cause that then goes away (say one in the server's copy),
+/// reaches the server at the next full reconcile without any new version: a status is never
+/// lost to one 422.
+#[actix::test]
+async fn a_version_rejected_once_lands_at_the_next_reconcile() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::status(422),
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.requests_of(&Method::PATCH)[0].code, Some(422));
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY), None);
+
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY).as_deref(), Some("True"));
+        assert_eq!(t.count(&Method::PATCH), 2, "{:?}", t.summary());
     })
     .await;
 }

@@ -33,6 +33,26 @@ pub struct Backoffs {
     pub conflict_max: Duration,
 }
 
+/// A version the server rejected as invalid (422) and when it is sent again: at the next full
+/// reconcile after the first rejection, as the kubelet retries at its next batch, then after
+/// twice as many reconciles each time, up to [`MAX_RECONCILES_SKIPPED`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejected {
+    pub version: u64,
+    /// Rejections of this version in a row.
+    pub count: u32,
+    /// Full reconciles still to pass before it is sent again.
+    pub reconciles_left: u32,
+}
+
+/// The most full reconciles a rejected version waits: 5 minutes at the default 10 s period.
+pub const MAX_RECONCILES_SKIPPED: u32 = 29;
+
+/// The reconciles skipped after the `count`-th rejection in a row: 0, 1, 3, 7, 15, then 29.
+pub fn reconciles_to_skip(count: u32) -> u32 {
+    ((1u32 << count.saturating_sub(1).min(5)) - 1).min(MAX_RECONCILES_SKIPPED)
+}
+
 /// The version written to an API pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
@@ -101,8 +121,8 @@ pub struct PodSync {
     /// The resourceVersion of the merge base a write last conflicted with: until a newer copy
     /// is seen, a watch event no newer than this is not a merge base.
     pub floor: Option<u64>,
-    /// The version the server rejected as invalid: not sent again.
-    pub rejected: Option<u64>,
+    /// The version the server rejected as invalid, sent again only by a full reconcile.
+    pub rejected: Option<Rejected>,
     /// The version last written (upstream `apiStatusVersions`).
     pub written: Option<Written>,
 }
@@ -142,6 +162,19 @@ impl PodSync {
         }
         self.floor = None;
         true
+    }
+
+    /// At a full reconcile: whether the latest version may be sent (counts the reconcile for a
+    /// version the server rejected). A version not rejected always may.
+    pub fn rejection_passed(&mut self) -> bool {
+        match &mut self.rejected {
+            Some(rejected) if rejected.version == self.status.version => {
+                let passed = rejected.reconciles_left == 0;
+                rejected.reconciles_left = rejected.reconciles_left.saturating_sub(1);
+                passed
+            }
+            _ => true,
+        }
     }
 
     /// When the pod's back-offs (failures and conflicts) end, if it is in one.
@@ -192,12 +225,11 @@ impl PodSync {
             WriteOutcome::Invalid(_) => {
                 self.retry = None;
                 self.conflict = None;
-                if let Some(written) = write(api_uid) {
-                    self.written = Some(written);
-                }
-                // So that neither a reconcile nor the next watch event (the API copy still
-                // differs from it) sends this version again: only a new one is sent.
-                self.rejected = Some(version);
+                // Not sent again at once, nor for a watch event: a reconcile sends it when its
+                // wait is over (the cause may lie in the API copy, which can change), and a
+                // new version goes at once.
+                let count = self.rejected.filter(|r| r.version == version).map_or(1, |r| r.count + 1);
+                self.rejected = Some(Rejected { version, count, reconciles_left: reconciles_to_skip(count) });
             }
             WriteOutcome::Recreated | WriteOutcome::Deleted => {}
             WriteOutcome::Conflict => {
@@ -353,15 +385,29 @@ mod tests {
     }
 
     #[test]
-    fn a_rejected_version_is_remembered_until_a_write_lands() {
+    fn a_rejected_version_waits_for_reconciles_that_double_until_a_write_lands() {
         let mut pod = PodSync::listed(status(4));
+        let invalid = result(WriteOutcome::Invalid("422".into()), 4, None);
+        let mut reconciles = Vec::new();
+        for _ in 0..8 {
+            pod.on_outcome(&invalid, None, Instant::now(), &BACKOFFS);
+            assert_eq!((pod.written_to("api-u"), pod.dirty, pod.retry), (None, false, None));
+            // The reconcile that sends it again is the n-th one.
+            let n = (1..).find(|_| pod.rejection_passed()).unwrap();
+            reconciles.push(n);
+        }
+        assert_eq!(reconciles, [1, 2, 4, 8, 16, 30, 30, 30], "10 s doubling to 5 min at a 10 s period");
+        assert_eq!(pod.rejected.map(|r| r.count), Some(8));
+
+        pod.on_update(status(5), 1, at(10));
+        assert!(pod.rejection_passed(), "a new version is not held back");
         pod.on_outcome(
-            &result(WriteOutcome::Invalid("422".into()), 4, None),
+            &result(WriteOutcome::Invalid("422".into()), 5, None),
             None,
             Instant::now(),
             &BACKOFFS,
         );
-        assert_eq!((pod.rejected, pod.written_to("api-u"), pod.dirty), (Some(4), Some(4), false));
+        assert_eq!(pod.rejected.map(|r| (r.version, r.count)), Some((5, 1)), "counted afresh");
         pod.on_outcome(&result(WriteOutcome::Updated, 5, None), None, Instant::now(), &BACKOFFS);
         assert_eq!(pod.rejected, None);
     }

@@ -10,8 +10,8 @@
 //! only when it has none, when the copy is of another pod (a watch behind a recreation), or after a
 //! failure. A write that GETs takes the PATCH's token together with the GET's, so that other
 //! senders queueing on the shared limiter cannot widen the window between the two. Failures are
-//! retried with per-pod exponential back-off; a status the server rejects as invalid is not sent
-//! again until it changes. A full reconcile every `reconcile_period` rewrites any drift of the
+//! retried with per-pod exponential back-off; a status the server rejects as invalid (422) is
+//! sent again by a full reconcile, after 1, 2, 4, … up to 30 of them, or at once when it changes. A full reconcile every `reconcile_period` rewrites any drift of the
 //! fields this writer owns. A finished pod with a deletion timestamp and a terminal API phase is
 //! deleted with grace 0 and a UID precondition; a mirror pod never is. Each pod's state
 //! (versions, back-offs, latency starts) is one `PodSync`, dropped with the pod's status by the
@@ -275,7 +275,11 @@ impl StatusSyncer {
                 self.config.status_manager.delete.do_send(DeletePodStatus(uid.clone()));
             }
             WriteOutcome::Invalid(message) => {
-                tracing::error!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, cause = %message, "The API server rejected the status patch as invalid; not retrying this version");
+                // Upstream's line for any failed patch; the wait is in full reconciles.
+                let reconciles =
+                    self.pods.get(&uid).and_then(|pod| pod.rejected).map_or(1, |r| r.reconciles_left + 1);
+                let retry_in = self.config.reconcile_period * reconciles;
+                tracing::info!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, error = %message, retry_in = ?retry_in, "Failed to update status for pod");
             }
             WriteOutcome::Deleted => {
                 tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod fully terminated and removed from etcd");

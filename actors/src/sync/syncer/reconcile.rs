@@ -51,11 +51,16 @@ impl StatusSyncer {
             self.pods.insert(uid, PodSync::listed(status));
         }
         self.prune(ctx);
+        let held_back: HashSet<PodUid> = self
+            .pods
+            .iter_mut()
+            .filter_map(|(uid, pod)| (!pod.rejection_passed()).then(|| uid.clone()))
+            .collect();
         let mut queue = Vec::new();
         for (uid, pod) in &self.pods {
             let status = &pod.status;
             let Some(api_uid) = self.api_uid(uid) else { continue };
-            if pod.rejected == Some(status.version) {
+            if held_back.contains(uid) {
                 continue;
             }
             let key = (status.pod_namespace.clone(), status.pod_name.clone());
