@@ -439,6 +439,40 @@ async fn set_container_readiness_stamps_regenerated_conditions_with_the_generati
     assert_eq!(condition(&s, CONTAINERS_READY).observed_generation, None);
 }
 
+/// A burst of results for a large pod is applied in one pass: one new version, not one per
+/// result (each costs an encode and a comparison of the whole status), with every result in
+/// it, as if applied one after the other. A reader asking right after sees them all.
+#[actix::test]
+async fn a_burst_of_results_for_one_pod_is_one_version_with_all_of_them() {
+    tokio::time::pause();
+    let h = Harness::start();
+    let updates = subscribe(&h.pipeline).await;
+    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+    let pod = names.iter().fold(test_pod("big"), |pod, name| pod.container(name)).build();
+    let u = uid(&pod);
+    h.pods.upsert(pod.clone());
+    let containers = names.iter().map(|name| running(name, &format!("cri://{name}"), at(0))).collect();
+    h.pipeline.set_pod_status(pod.clone(), status("Running", containers));
+    let sm = &h.pipeline.status_manager;
+    for name in &names {
+        sm.do_send(startup(&u, &format!("cri://{name}"), true));
+        sm.do_send(readiness(&u, &format!("cri://{name}"), true));
+    }
+    // One unknown container and one flip back and forth change nothing else.
+    sm.do_send(readiness(&u, "cri://gone", true));
+    sm.do_send(readiness(&u, "cri://c0", false));
+    sm.do_send(readiness(&u, "cri://c0", true));
+
+    let s = cached(&h.pipeline, &u).await;
+    assert_eq!(version(&h.pipeline, &u).await, Some(2), "one version for 603 results");
+    let statuses = s.container_statuses.as_ref().unwrap();
+    assert!(statuses.iter().all(|c| c.ready && c.started == Some(true)));
+    assert_eq!(srm(&condition(&s, POD_READY)), ("True", None, None));
+    assert_eq!(srm(&condition(&s, CONTAINERS_READY)), ("True", None, None));
+    let seen: Vec<u64> = ask(updates.send(Drain)).await.unwrap().iter().map(|u| u.status.version).collect();
+    assert_eq!(seen, [1, 2]);
+}
+
 /// A pod with a sidecar `proxy`, containers `a` and `b`, and a readiness gate.
 fn gated_pod(name: &str) -> Arc<Pod> {
     test_pod(name).sidecar("proxy").container("a").container("b").readiness_gate("example.com/gate").build()
@@ -1233,8 +1267,9 @@ async fn a_subscriber_receives_every_stored_version_in_order() {
     let seen: Vec<(&str, u64)> = got.iter().map(|u| (u.pod_uid.as_str(), u.status.version)).collect();
     assert_eq!(
         seen,
-        [("uid-web", 1), ("uid-other", 1), ("uid-web", 2), ("uid-web", 3), ("uid-web", 4), ("uid-web", 5)],
-        "ignored and unchanged updates publish nothing"
+        [("uid-web", 1), ("uid-other", 1), ("uid-web", 2), ("uid-web", 3), ("uid-web", 4)],
+        "ignored and unchanged updates publish nothing; the results queued together (readiness, \
+         then startup) are one version"
     );
     // Each update carries the stored entry itself.
     let last = got.last().unwrap();

@@ -34,10 +34,19 @@ impl ProbeView {
     }
 
     fn has_worker(&self, name: &str, kind: ProbeKind) -> bool {
-        // A pod has a few workers: a scan, where a lookup would copy the name into a key.
-        self.workers.iter().any(|(n, k)| **n == *name && *k == kind)
+        // A pod has a few workers: a scan, where a lookup would copy the name into a key. A pod
+        // of thousands would make the scan per container quadratic: 1,500 containers cost
+        // 2 million comparisons per status generated.
+        if self.workers.len() <= SCAN_WORKERS_UP_TO {
+            self.workers.iter().any(|(n, k)| **n == *name && *k == kind)
+        } else {
+            self.workers.contains(&(Arc::from(name), kind))
+        }
     }
 }
+
+/// Workers of a pod up to which [`ProbeView::has_worker`] scans rather than looks up.
+const SCAN_WORKERS_UP_TO: usize = 16;
 
 /// The (kind, container ID) pairs whose cached results [`update_pod_status`] reads.
 pub fn result_keys(status: &PodStatus) -> Vec<(ProbeKind, ContainerId)> {
@@ -307,6 +316,18 @@ mod tests {
             results: results.iter().map(|(k, id, r)| ((*k, ContainerId::parse(id)), *r)).collect(),
             manager_start: t(0),
             change_status_on_restart: false,
+        }
+    }
+
+    #[test]
+    fn has_worker_answers_the_same_by_scan_and_by_lookup() {
+        for count in [1, SCAN_WORKERS_UP_TO + 1] {
+            let names: Vec<String> = (0..count).map(|i| format!("c{i}")).collect();
+            let workers: Vec<(&str, ProbeKind)> = names.iter().map(|n| (n.as_str(), Readiness)).collect();
+            let view = view(&workers, &[]);
+            assert!(view.has_worker("c0", Readiness), "{count} workers");
+            assert!(!view.has_worker("c0", Startup), "{count} workers");
+            assert!(!view.has_worker("nope", Readiness), "{count} workers");
         }
     }
 

@@ -11,9 +11,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
+use super::container_changes::{Applied, Change, ContainerChange, apply_changes, group_by_pod};
 use super::equality::{POD_READY_TO_START_CONTAINERS, POD_SCHEDULED, is_pod_status_by_kubelet_equal};
 use super::generate::{
     CONTAINERS_READY, POD_INITIALIZED, POD_READY, generate_containers_ready_condition,
@@ -192,7 +193,20 @@ pub struct StatusManager {
     /// Resize conditions by pod UID. Apart from [`StatusManager::statuses`], as upstream keeps
     /// them: a resize can be decided before the pod's first status is stored.
     resize: HashMap<PodUid, PodResizeConditions>,
+    /// Readiness and startup results not applied yet, in arrival order (`container_changes`).
+    changes: Vec<ContainerChange>,
+    /// An [`ApplyContainerChanges`] is on its way.
+    apply_scheduled: bool,
 }
+
+/// Queued results held back at most this many: past it they are applied at once, so a
+/// mailbox that never runs dry cannot hold them.
+const MAX_QUEUED_CHANGES: usize = 1024;
+
+/// Apply the queued readiness and startup results (sent by the status manager to itself).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ApplyContainerChanges;
 
 impl StatusManager {
     /// A status manager with no statuses and no subscriber; `views` receives every stored status.
@@ -204,6 +218,62 @@ impl StatusManager {
             clock,
             subscribers: Vec::new(),
             resize: HashMap::new(),
+            changes: Vec::new(),
+            apply_scheduled: false,
+        }
+    }
+
+    /// Queues a result; it is applied when the mailbox runs dry, before the next message that
+    /// reads or replaces a status, or at once past [`MAX_QUEUED_CHANGES`].
+    fn queue_change(&mut self, change: ContainerChange, ctx: &mut Context<Self>) {
+        self.changes.push(change);
+        if self.changes.len() >= MAX_QUEUED_CHANGES {
+            self.apply_queued_changes();
+        } else if !self.apply_scheduled {
+            self.apply_scheduled = true;
+            ctx.notify(ApplyContainerChanges);
+        }
+    }
+
+    /// Applies every queued result: per pod, one pass and at most one new version (upstream
+    /// `SetContainerReadiness` / `SetContainerStartup`, one after the other).
+    fn apply_queued_changes(&mut self) {
+        if self.changes.is_empty() {
+            return;
+        }
+        for (uid, changes) in group_by_pod(std::mem::take(&mut self.changes)) {
+            self.apply_pod_changes(&uid, &changes);
+        }
+    }
+
+    fn apply_pod_changes(&mut self, uid: &str, changes: &[ContainerChange]) {
+        let Some(first) = changes.first() else { return };
+        let Some((pod, mut status)) = self.pod_and_status(uid, first.change.what()) else {
+            // Upstream logs each result it drops; without a decode, as there is no status.
+            for change in &changes[1..] {
+                let _ = self.pod_and_status(uid, change.change.what());
+            }
+            return;
+        };
+        let applied = apply_changes(&mut status, changes);
+        let mut readiness_changed = false;
+        for (change, applied) in changes.iter().zip(&applied) {
+            let (what, id) = (change.change.what(), &change.container_id);
+            match applied {
+                Applied::UnknownContainer => {
+                    tracing::info!(pod = pod_ref(&pod), container_id = %id, "Container {what} changed for unknown container");
+                }
+                Applied::Unchanged => {
+                    tracing::trace!(pod = pod_ref(&pod), container_id = %id, "Container {what} unchanged");
+                }
+                Applied::Changed => readiness_changed |= matches!(change.change, Change::Ready(_)),
+            }
+        }
+        if readiness_changed {
+            regenerate_readiness_conditions(&pod, &mut status);
+        }
+        if applied.contains(&Applied::Changed) {
+            self.update_status_internal(&pod, status, false, false);
         }
     }
 
@@ -311,6 +381,7 @@ impl Handler<SetPodStatus> for StatusManager {
     type Result = ();
 
     fn handle(&mut self, msg: SetPodStatus, _ctx: &mut Self::Context) {
+        self.apply_queued_changes();
         let mut status = msg.status;
         // The status reflects this generation of the spec (PodObservedGenerationTracking, on
         // by default since 1.34), and so does every condition generated from it.
@@ -330,52 +401,27 @@ impl Handler<SetPodStatus> for StatusManager {
 impl Handler<SetContainerReadiness> for StatusManager {
     type Result = ();
 
-    fn handle(&mut self, msg: SetContainerReadiness, _ctx: &mut Self::Context) {
-        let Some((pod, mut status)) = self.pod_and_status(&msg.pod_uid, "readiness") else { return };
-        let Some(container) = find_by_id(&mut status, &msg.container_id) else {
-            tracing::info!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container readiness changed for unknown container");
-            return;
-        };
-        if container.ready == msg.ready {
-            tracing::trace!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container readiness unchanged");
-            return;
-        }
-        container.ready = msg.ready;
-
-        let spec = super::spec_of(&pod);
-        let all = super::generate::all_container_statuses(&status);
-        let phase = status.phase.clone().unwrap_or_default();
-        let conditions = status.conditions.clone().unwrap_or_default();
-        let generation = observed_generation(&pod);
-        let ready = PodCondition {
-            observed_generation: generation,
-            ..generate_pod_ready_condition(&spec, &conditions, Some(&all), &phase)
-        };
-        let containers_ready = PodCondition {
-            observed_generation: generation,
-            ..generate_containers_ready_condition(&spec, Some(&all), &phase)
-        };
-        replace_or_append(&mut status, POD_READY, ready);
-        replace_or_append(&mut status, CONTAINERS_READY, containers_ready);
-        self.update_status_internal(&pod, status, false, false);
+    fn handle(&mut self, msg: SetContainerReadiness, ctx: &mut Self::Context) {
+        let SetContainerReadiness { pod_uid, container_id, ready } = msg;
+        self.queue_change(ContainerChange { pod_uid, container_id, change: Change::Ready(ready) }, ctx);
     }
 }
 
 impl Handler<SetContainerStartup> for StatusManager {
     type Result = ();
 
-    fn handle(&mut self, msg: SetContainerStartup, _ctx: &mut Self::Context) {
-        let Some((pod, mut status)) = self.pod_and_status(&msg.pod_uid, "startup") else { return };
-        let Some(container) = find_by_id(&mut status, &msg.container_id) else {
-            tracing::info!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container startup changed for unknown container");
-            return;
-        };
-        if container.started == Some(msg.started) {
-            tracing::trace!(pod = pod_ref(&pod), container_id = %msg.container_id, "Container startup unchanged");
-            return;
-        }
-        container.started = Some(msg.started);
-        self.update_status_internal(&pod, status, false, false);
+    fn handle(&mut self, msg: SetContainerStartup, ctx: &mut Self::Context) {
+        let SetContainerStartup { pod_uid, container_id, started } = msg;
+        self.queue_change(ContainerChange { pod_uid, container_id, change: Change::Started(started) }, ctx);
+    }
+}
+
+impl Handler<ApplyContainerChanges> for StatusManager {
+    type Result = ();
+
+    fn handle(&mut self, _msg: ApplyContainerChanges, _ctx: &mut Self::Context) {
+        self.apply_scheduled = false;
+        self.apply_queued_changes();
     }
 }
 
@@ -383,6 +429,7 @@ impl Handler<TerminatePod> for StatusManager {
     type Result = ();
 
     fn handle(&mut self, msg: TerminatePod, _ctx: &mut Self::Context) {
+        self.apply_queued_changes();
         let pod = msg.0;
         let uid = PodUid::of(&pod).unwrap_or_default();
         let base = match self.statuses.get(&uid).and_then(|cached| cached.status.decode_logged()) {
@@ -398,6 +445,7 @@ impl Handler<RemoveOrphanedStatuses> for StatusManager {
     type Result = ();
 
     fn handle(&mut self, msg: RemoveOrphanedStatuses, _ctx: &mut Self::Context) {
+        self.apply_queued_changes();
         let orphans: Vec<PodUid> =
             self.statuses.keys().filter(|uid| !msg.0.contains(*uid)).cloned().collect();
         for uid in orphans {
@@ -457,6 +505,7 @@ impl Handler<DeletePodStatus> for StatusManager {
     type Result = ();
 
     fn handle(&mut self, msg: DeletePodStatus, _ctx: &mut Self::Context) {
+        self.apply_queued_changes();
         self.remove(&msg.0);
     }
 }
@@ -465,6 +514,7 @@ impl Handler<GetPodStatus> for StatusManager {
     type Result = Option<StoredStatus>;
 
     fn handle(&mut self, msg: GetPodStatus, _ctx: &mut Self::Context) -> Self::Result {
+        self.apply_queued_changes();
         let uid = self.pods.static_uid_for_mirror(&msg.0).map(PodUid::from).unwrap_or(msg.0);
         self.statuses.get(&uid).map(|s| s.status.clone())
     }
@@ -474,6 +524,7 @@ impl Handler<GetVersionedStatus> for StatusManager {
     type Result = Option<VersionedPodStatus>;
 
     fn handle(&mut self, msg: GetVersionedStatus, _ctx: &mut Self::Context) -> Self::Result {
+        self.apply_queued_changes();
         let uid = self.pods.static_uid_for_mirror(&msg.0).map(PodUid::from).unwrap_or(msg.0);
         self.statuses.get(&uid).cloned()
     }
@@ -483,6 +534,7 @@ impl Handler<ListStatuses> for StatusManager {
     type Result = MessageResult<ListStatuses>;
 
     fn handle(&mut self, _msg: ListStatuses, _ctx: &mut Self::Context) -> Self::Result {
+        self.apply_queued_changes();
         MessageResult(self.statuses.clone())
     }
 }
@@ -510,14 +562,24 @@ fn observed_generation(pod: &Pod) -> Option<i64> {
     pod.metadata.generation.filter(|g| *g != 0)
 }
 
-/// The container status with this ID, among regular then init containers.
-fn find_by_id<'a>(status: &'a mut PodStatus, id: &ContainerId) -> Option<&'a mut ContainerStatus> {
-    let id = id.to_string();
-    let matches = |s: &&mut ContainerStatus| s.container_id.as_deref() == Some(id.as_str());
-    if let Some(found) = status.container_statuses.iter_mut().flatten().find(matches) {
-        return Some(found);
-    }
-    status.init_container_statuses.iter_mut().flatten().find(matches)
+/// Upstream `SetContainerReadiness`'s tail: Ready and ContainersReady generated afresh from the
+/// container statuses, with the pod's generation.
+fn regenerate_readiness_conditions(pod: &Pod, status: &mut PodStatus) {
+    let spec = super::spec_of(pod);
+    let all = super::generate::all_container_statuses(status);
+    let phase = status.phase.clone().unwrap_or_default();
+    let conditions = status.conditions.clone().unwrap_or_default();
+    let generation = observed_generation(pod);
+    let ready = PodCondition {
+        observed_generation: generation,
+        ..generate_pod_ready_condition(&spec, &conditions, Some(&all), &phase)
+    };
+    let containers_ready = PodCondition {
+        observed_generation: generation,
+        ..generate_containers_ready_condition(&spec, Some(&all), &phase)
+    };
+    replace_or_append(status, POD_READY, ready);
+    replace_or_append(status, CONTAINERS_READY, containers_ready);
 }
 
 /// Replaces the condition of its type in place, or appends it.

@@ -4,6 +4,7 @@
 
 pub mod api_status;
 pub mod by_name;
+mod container_changes;
 pub mod equality;
 pub mod generate;
 pub mod manager;
