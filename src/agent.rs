@@ -28,7 +28,10 @@ use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{ContainerGroups, FdBudget, ProcessRuntime, StateDirError, raise_nofile_limit};
-use crate::serve::{Limits, ServeState, router, router_for_loopback, router_with_reviews, serve_router};
+use crate::serve::{
+    Heartbeat, Limits, ServeState, router, router_for_loopback, router_with_reviews,
+    serve_router_on_own_thread,
+};
 use probelet_actors::sync::rate::RateLimiter;
 
 /// Why the agent could not run.
@@ -160,8 +163,7 @@ impl Common {
     {
         let listen = args.listen;
         let reviewed = reviewed_by(args.authorization_mode, &listen, api)?;
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
+        let listener = std::net::TcpListener::bind(listen)
             .map_err(|source| AgentError::Listen { addr: listen, source })?;
         let addr = listener.local_addr().map_err(|source| AgentError::Listen { addr: listen, source })?;
         let state = ServeState {
@@ -171,7 +173,10 @@ impl Common {
             history: self.history.clone(),
             events: self.events.clone(),
             ready: self.ready.clone(),
+            heartbeat: Heartbeat::new(),
         };
+        // Beaten by the main thread, which this runs on.
+        state.heartbeat.keep_beating();
         let (stop, stopped) = oneshot::channel::<()>();
         let limits = Limits {
             header_read_timeout: Duration::from_secs(args.http_header_timeout),
@@ -192,9 +197,8 @@ impl Common {
                 }
             }
         };
-        let server = tokio::spawn(serve_router(listener, app, limits, async move {
-            let _ = stopped.await;
-        }));
+        let server = serve_router_on_own_thread(listener, app, limits, stopped)
+            .map_err(|source| AgentError::Listen { addr, source })?;
         Ok((addr, stop, server))
     }
 }

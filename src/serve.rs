@@ -53,6 +53,67 @@ pub struct ServeState {
     pub events: EventLog,
     /// The pod source has delivered its first full set.
     pub ready: Arc<AtomicBool>,
+    /// When the agent's main thread last ran: `/healthz` fails once it has been quiet for
+    /// [`MAIN_THREAD_STALL`].
+    pub heartbeat: Heartbeat,
+}
+
+/// How long the agent's main thread (its actors: the container runtime, the status manager,
+/// the pod source) may go without running before `/healthz` fails. The listener answers from
+/// a thread of its own, so a busy main thread (thousands of containers starting) does not
+/// make the agent look dead; one stuck for a minute does, and a liveness probe restarts it.
+/// The kubelet's own `/healthz` fails when its sync loop has not run for 5 minutes; a minute
+/// is enough for the longest burst measured here (docs/reliability.md, "Thousands of starts
+/// at once").
+pub const MAIN_THREAD_STALL: Duration = Duration::from_secs(60);
+
+/// When the main thread last ran, beaten by a task on it ([`Heartbeat::keep_beating`]) and
+/// read from the listener's thread.
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    origin: std::time::Instant,
+    /// Milliseconds from `origin` to the last beat.
+    last: Arc<AtomicU64>,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Heartbeat::new()
+    }
+}
+
+impl Heartbeat {
+    /// A heartbeat that beat just now.
+    // The real clock on purpose: the beat and its reader run on two threads with runtimes of
+    // their own, and a paused test clock on one of them must not look like a stall.
+    #[allow(clippy::disallowed_methods)]
+    pub fn new() -> Self {
+        Heartbeat { origin: std::time::Instant::now(), last: Arc::new(AtomicU64::new(0)) }
+    }
+
+    pub fn beat(&self) {
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Time since the last beat.
+    pub fn silence(&self) -> Duration {
+        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+        self.origin.elapsed().saturating_sub(last)
+    }
+
+    /// Beats once a second from a task on the current runtime (call it on the main thread),
+    /// for as long as that runtime runs.
+    pub fn keep_beating(&self) -> tokio::task::JoinHandle<()> {
+        let heartbeat = self.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                ticks.tick().await;
+                heartbeat.beat();
+            }
+        })
+    }
 }
 
 /// The router with every endpoint open, for embedding or tests.
@@ -87,7 +148,7 @@ fn routes(state: ServeState) -> Router {
         ));
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/pods/{namespace}/{name}/probes", get(probes))
         .merge(whole_node)
@@ -188,6 +249,35 @@ impl Default for Limits {
     fn default() -> Self {
         Limits { header_read_timeout: Duration::from_secs(10), max_connections: 256 }
     }
+}
+
+/// [`serve_router`] on a thread of its own, with a runtime of its own, so that `/healthz`,
+/// `/readyz` and `/metrics` answer at once while the agent's main thread is busy (the other
+/// endpoints ask its actors, and wait for them). Returns a task on the current runtime that
+/// ends with the server, with its result.
+pub fn serve_router_on_own_thread(
+    listener: std::net::TcpListener,
+    app: Router,
+    limits: Limits,
+    shutdown: oneshot::Receiver<()>,
+) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    listener.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (done, result) = oneshot::channel();
+    std::thread::Builder::new().name("http".to_owned()).spawn(move || {
+        let served = runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            // A dropped sender (the main thread gone) stops the server too.
+            serve_router(listener, app, limits, async move {
+                let _ = shutdown.await;
+            })
+            .await
+        });
+        let _ = done.send(served);
+    })?;
+    Ok(tokio::spawn(async move {
+        result.await.unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread ended without a result")))
+    }))
 }
 
 /// Serves `app` with `limits` until `shutdown` resolves; then stops accepting, lets requests in
@@ -584,6 +674,20 @@ async fn metrics(State(state): State<ServeState>) -> Response {
         .into_response()
 }
 
+async fn healthz(State(state): State<ServeState>) -> Response {
+    health_answer(state.heartbeat.silence())
+}
+
+/// `/healthz`'s answer after the main thread has been quiet for `silence`.
+fn health_answer(silence: Duration) -> Response {
+    if silence < MAIN_THREAD_STALL {
+        "ok".into_response()
+    } else {
+        let text = format!("the agent's main thread has not run for {}s\n", silence.as_secs());
+        (StatusCode::INTERNAL_SERVER_ERROR, text).into_response()
+    }
+}
+
 async fn readyz(State(state): State<ServeState>) -> Response {
     if state.ready.load(Ordering::SeqCst) {
         "ok".into_response()
@@ -672,6 +776,15 @@ async fn events(State(state): State<ServeState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn healthz_fails_once_the_main_thread_has_been_quiet_for_a_minute() {
+        assert_eq!(health_answer(Duration::ZERO).status(), StatusCode::OK);
+        assert_eq!(health_answer(MAIN_THREAD_STALL - Duration::from_millis(1)).status(), StatusCode::OK);
+        assert_eq!(health_answer(MAIN_THREAD_STALL).status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let heartbeat = Heartbeat::new();
+        assert!(heartbeat.silence() < Duration::from_secs(5));
+    }
 
     #[test]
     fn only_names_dns_cannot_repoint_are_served_on_loopback() {

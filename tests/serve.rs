@@ -16,7 +16,10 @@ use probelet::host::events::EventLog;
 use probelet::host::history::ProbeHistory;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult, container_reference};
-use probelet::serve::{Limits, ServeState, WHOLE_NODE_ANSWERS, router_for_loopback, serve, serve_router};
+use probelet::serve::{
+    Heartbeat, Limits, ServeState, WHOLE_NODE_ANSWERS, router_for_loopback, serve, serve_router,
+    serve_router_on_own_thread,
+};
 use support::kubelet::Harness;
 use support::pods::{probe, running, test_pod, waiting};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -81,6 +84,7 @@ async fn endpoints_answer_from_the_pipeline() {
         history,
         events,
         ready: ready.clone(),
+        heartbeat: Heartbeat::default(),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let loopback_state = state.clone();
@@ -372,6 +376,49 @@ fn answer_bigger_than_socket_buffers() -> usize {
 }
 
 /// Whether `stream` has bytes to read within `wait`.
+/// The agent serves from a thread of its own: `/healthz` answers while the main thread (the
+/// actors' thread, here the test's) is busy. (That it fails once the main thread has been
+/// quiet for a minute: `serve::tests::healthz_fails_once_the_main_thread_has_been_quiet_for_a_minute`.)
+#[actix::test]
+async fn healthz_answers_while_the_main_thread_is_busy() {
+    let registry = PrometheusRegistry::global().unwrap();
+    let h = Harness::start();
+    let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
+    let heartbeat = Heartbeat::new();
+    let state = ServeState {
+        registry,
+        pipeline: h.pipeline.clone(),
+        pods: h.pods.clone(),
+        history: ProbeHistory::new(clock.clone()),
+        events: EventLog::new(clock),
+        ready: Arc::new(AtomicBool::new(true)),
+        heartbeat: heartbeat.clone(),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server =
+        serve_router_on_own_thread(listener, probelet::serve::router(state), Limits::default(), stopped)
+            .unwrap();
+    assert_eq!(get(addr, "/healthz").await, (200, "ok".to_owned()));
+
+    // A client on another thread asks while this thread is blocked.
+    let asked = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).map(|_| answer)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let answer = asked.join().unwrap().expect("answered within 1 s while the main thread slept 2 s");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
 async fn has_data(stream: &tokio::net::TcpStream, wait: Duration) -> bool {
     let mut byte = [0u8; 1];
     matches!(tokio::time::timeout(wait, stream.peek(&mut byte)).await, Ok(Ok(n)) if n > 0)
@@ -397,6 +444,7 @@ async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
         history: ProbeHistory::new(clock.clone()),
         events: EventLog::new(clock),
         ready: Arc::new(AtomicBool::new(true)),
+        heartbeat: Heartbeat::default(),
     };
     let served = Served::start(
         probelet::serve::router(state),
