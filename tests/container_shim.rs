@@ -122,6 +122,56 @@ fn what_the_command_left_outside_its_group_dies_with_it() {
     assert_gone(pid);
 }
 
+/// A process that left the group and has a child of its own: both die with the command. (The
+/// shim once waited only for children in its own process group, `wait4(0)`: the session
+/// leader it killed was never waited for, so the shim stopped there, and the leader's child
+/// lived on.)
+#[test]
+fn a_session_that_left_the_group_dies_with_its_children() {
+    let pidfile = temp("session");
+    let script = format!(
+        "setsid -f sh -c 'sleep 7361 & echo $! > {p}.tmp; mv {p}.tmp {p}; exec sleep 7362' </dev/null >/dev/null 2>&1; \
+         while [ ! -s {p} ]; do sleep 0.01; done; exit 4",
+        p = pidfile.display()
+    );
+    let mut child = shim(&["--", "sh", "-c", &script]).spawn().unwrap();
+    assert_eq!(wait(&mut child).code(), Some(4));
+    let grandchild = pid_from(&pidfile);
+    let _ = std::fs::remove_file(&pidfile);
+    assert_gone(grandchild);
+}
+
+/// Children that left the group and exited are reaped while the command runs, not left as
+/// zombies until the shim ends (thousands would use up the node's PIDs).
+#[test]
+fn children_that_left_the_group_are_reaped_as_they_exit() {
+    let mut child =
+        shim(&["--", "sh", "-c", "for i in $(seq 40); do (setsid sh -c 'exit 0' &); done; sleep 30"])
+            .spawn()
+            .unwrap();
+    let zombies = |shim: u32| {
+        let children =
+            std::fs::read_to_string(format!("/proc/{shim}/task/{shim}/children")).unwrap_or_default();
+        children
+            .split_whitespace()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+                })
+            })
+            .count()
+    };
+    // The loop ends in well under a second; then no zombie may stay.
+    std::thread::sleep(Duration::from_millis(1500));
+    let deadline = Instant::now() + WAIT;
+    while zombies(child.id()) > 0 {
+        assert!(Instant::now() < deadline, "{} zombies under the shim", zombies(child.id()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap();
+    wait(&mut child);
+}
+
 /// SIGTERM to the group reaches the command, not the shim; SIGUSR1 kills everything.
 #[test]
 fn sigterm_is_the_commands_and_sigusr1_kills_the_whole_tree() {

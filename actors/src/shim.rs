@@ -39,8 +39,8 @@
 //! in $PATH`, ...). The shim then exits with [`START_FAILED_EXIT_CODE`].
 //!
 //! The shim uses no actix and no logging: only a current-thread tokio runtime for its signals,
-//! `waitpid` through rustix for reaping (never `tokio::process`, whose reaper would race it), and
-//! `/proc` to list its children.
+//! `wait` (any child: `wait4(-1)`) through rustix for reaping (never `tokio::process`, whose reaper
+//! would race it), and `/proc` to list its children.
 
 use std::ffi::OsString;
 use std::fs;
@@ -53,7 +53,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rustix::io::Errno;
-use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process, waitpid};
+use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process, wait};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The hidden subcommand of the agent binary that runs the shim.
@@ -254,7 +254,9 @@ fn go_received() -> bool {
 fn reap_exited(program: Pid) -> Option<WaitStatus> {
     let mut found = None;
     loop {
-        match waitpid(None, WaitOptions::NOHANG) {
+        // `wait` is wait4(-1), any child; `waitpid(None)` would be wait4(0), only the children
+        // still in the shim's process group, and a `setsid` one would be neither reaped nor waited for.
+        match wait(WaitOptions::NOHANG) {
             Ok(Some((pid, status))) if pid == program => found = Some(status),
             Ok(Some(_)) => {}
             Err(Errno::INTR) => {}
@@ -273,7 +275,7 @@ fn kill_tree(program: Pid, mut status: Option<WaitStatus>) -> Option<WaitStatus>
         for pid in children() {
             let _ = kill_process(pid, Signal::KILL);
         }
-        match waitpid(None, WaitOptions::empty()) {
+        match wait(WaitOptions::empty()) {
             Ok(Some((pid, exited))) if pid == program => status = Some(exited),
             Ok(_) | Err(Errno::INTR) => {}
             // ECHILD: every descendant is gone.
