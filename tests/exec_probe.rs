@@ -138,14 +138,19 @@ async fn killed_by_a_signal_exits_128_plus_the_signal() {
     .await;
 }
 
+/// Upstream's `RunInContainer` returns ExecSync's stdout with its stderr after it, and the
+/// prober caps that: the order is not the order of arrival, and a full stdout leaves no room.
 #[tokio::test]
-async fn stdout_and_stderr_are_combined_in_arrival_order() {
+async fn stdout_comes_before_stderr_whatever_came_first() {
     bounded(async {
         let runner = LocalCommandRunner::new();
-        // The pauses make the order observable: output ready on both pipes at once has none.
-        let cmd = sh("echo out; sleep 0.2; echo err >&2; sleep 0.2; echo out2");
+        // The pauses make the arrival order the opposite of the output's.
+        let cmd = sh("echo err >&2; sleep 0.2; echo out; sleep 0.2; echo err2 >&2; echo out2");
         let probed = probe(&runner, &container(), &cmd, LONG).await;
-        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Success, "out\nerr\nout2\n")));
+        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Success, "out\nout2\nerr\nerr2\n")));
+        let cmd = sh("echo fatal >&2; head -c 12288 /dev/zero | tr '\\0' a; exit 1");
+        let probed = probe(&runner, &container(), &cmd, LONG).await.expect("a failure");
+        assert_eq!(probed.output, "a".repeat(10240), "stdout fills the 10 KiB; stderr is cut");
     })
     .await;
 }

@@ -231,15 +231,32 @@ enum Ended {
     WaitFailed(io::Error),
 }
 
-/// Reads both pipes into `output` in arrival order and waits for the process, until it exited
-/// and both pipes are closed or the deadline passes. Pipes keep being drained once `output` is
-/// full so the command never blocks on a full pipe.
+/// Reads both pipes and waits for the process, until it exited and both pipes are closed or
+/// the deadline passes; `output` gets standard output, then standard error (upstream's
+/// `RunInContainer` appends ExecSync's stderr to its stdout before the prober's 10 KiB cap).
+/// Pipes keep being drained once their share is full so the command never blocks on a full
+/// pipe.
 async fn pump(
+    child: &mut Child,
+    pgid: &mut Option<u32>,
+    stdout: Option<impl AsyncRead + Unpin>,
+    stderr: Option<impl AsyncRead + Unpin>,
+    output: &mut Vec<u8>,
+    deadline: Option<Instant>,
+) -> Ended {
+    let mut errors = Vec::new();
+    let ended = pump_into(child, pgid, stdout, stderr, output, &mut errors, deadline).await;
+    append_capped(output, &errors);
+    ended
+}
+
+async fn pump_into(
     child: &mut Child,
     pgid: &mut Option<u32>,
     mut stdout: Option<impl AsyncRead + Unpin>,
     mut stderr: Option<impl AsyncRead + Unpin>,
     output: &mut Vec<u8>,
+    errors: &mut Vec<u8>,
     deadline: Option<Instant>,
 ) -> Ended {
     let mut status = None;
@@ -259,7 +276,7 @@ async fn pump(
                 None => stdout = None,
             },
             read = read_some(&mut stderr, &mut stderr_buf), if stderr.is_some() => match read {
-                Some(n) => append_capped(output, &stderr_buf[..n]),
+                Some(n) => append_capped(errors, &stderr_buf[..n]),
                 None => stderr = None,
             },
             waited = &mut exit, if status.is_none() => match waited {
