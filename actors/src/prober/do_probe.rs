@@ -217,7 +217,7 @@ impl WorkerState {
 
         if spec.pod_deleting && matches!(spec.kind, ProbeKind::Liveness | ProbeKind::Startup) {
             if spec.kind == ProbeKind::Startup {
-                tracing::debug!(container = %spec.container_name, "Pod deletion requested before container has fully started");
+                tracing::info!(container = %spec.container_name, "Pod deletion requested before container has fully started");
             }
             ops.push(CacheOp::Set(container_id, ProbeResult::Success));
             return Next::Stop;

@@ -239,7 +239,7 @@ impl Prober {
         memo: Option<&ProbeMemo>,
     ) -> ProbeRun {
         let Some(spec) = kind.probe_of(container) else {
-            tracing::trace!(probe_kind = %kind, container = %container.name, "Probe is nil");
+            tracing::info!(probe_kind = %kind, container = %container.name, "Probe is nil");
             return ProbeRun { result: Ok(ProbeResult::Success), waited: Duration::ZERO };
         };
         let asked = tokio::time::Instant::now();

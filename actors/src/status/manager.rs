@@ -588,7 +588,7 @@ fn replace_or_append(status: &mut PodStatus, type_: &str, condition: PodConditio
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(existing) => *existing = condition,
         None => {
-            tracing::debug!(condition = type_, "PodStatus missing condition type");
+            tracing::info!(condition = type_, "PodStatus missing condition type");
             conditions.push(condition);
         }
     }
