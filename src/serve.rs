@@ -123,7 +123,10 @@ pub fn router(state: ServeState) -> Router {
 
 /// The router with the private endpoints behind the API server's token and access reviews.
 pub fn router_with_reviews(state: ServeState, reviewer: Arc<Reviewer>) -> Router {
-    routes(state).layer(axum::middleware::from_fn_with_state(reviewer, guard))
+    // The headers once more around the guard: its refusals are answers too.
+    routes(state)
+        .layer(axum::middleware::from_fn_with_state(reviewer, guard))
+        .layer(axum::middleware::map_response(private_headers))
 }
 
 /// The router for a listener on loopback without authentication: every endpoint is open to
@@ -132,7 +135,9 @@ pub fn router_with_reviews(state: ServeState, reviewer: Arc<Reviewer>) -> Router
 /// re-points there (DNS rebinding) and read the answers as its own origin's; refusing every
 /// `Host` but `localhost` and IP addresses ends that (docs/security.md).
 pub fn router_for_loopback(state: ServeState) -> Router {
-    routes(state).layer(axum::middleware::from_fn(loopback_host_only))
+    routes(state)
+        .layer(axum::middleware::from_fn(loopback_host_only))
+        .layer(axum::middleware::map_response(private_headers))
 }
 
 fn routes(state: ServeState) -> Router {

@@ -143,8 +143,11 @@ async fn endpoints_answer_from_the_pipeline() {
         (format!("Host: localhost:{port}\r\n"), 200),
         (format!("Host: [::1]:{port}\r\n"), 200),
     ] {
-        let (code, _, body) = get_as(local, "/pods", &host).await;
+        let (code, head, body) = get_as(local, "/pods", &host).await;
         assert_eq!(code, want, "{host:?}: {body}");
+        // The refusal too: its text names what was asked for.
+        assert!(head.contains("cache-control: no-store"), "{host:?}: {head}");
+        assert!(head.contains("x-content-type-options: nosniff"), "{host:?}: {head}");
     }
     loopback.stop().await;
 
