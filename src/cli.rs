@@ -38,12 +38,17 @@ pub enum Command {
     ContainerShim(ShimArgs),
 }
 
-/// `probelet container-shim [--wait-for-go] -- PROGRAM ARGS...`.
+/// `probelet container-shim [--wait-for-go] [--parent PID] -- PROGRAM ARGS...`.
 #[derive(Debug, Clone, Args)]
 pub struct ShimArgs {
     /// Run nothing until one byte arrives on standard input; exit at its end of file.
     #[arg(long)]
     pub wait_for_go: bool,
+
+    /// Kill the command and everything it started once this process is no longer the shim's
+    /// parent (an exec probe's shim, tied to its agent).
+    #[arg(long, value_name = "PID")]
+    pub parent: Option<u32>,
 
     /// Die of this signal (the shim's re-exec of itself, so that the signal's handler is the
     /// default again).

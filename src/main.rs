@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
         // First: the shim is a small parent of each container, and sets up nothing else.
         Command::ContainerShim(args) => match args.raise_signal {
             Some(signal) => std::process::exit(probelet::shim::raise(signal)),
-            None => std::process::exit(probelet::shim::run(args.wait_for_go, &args.command)),
+            None => std::process::exit(probelet::shim::run(args.wait_for_go, args.parent, &args.command)),
         },
         Command::Run(args) => {
             init_logging(args.log_format, args.verbose);

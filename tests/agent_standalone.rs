@@ -644,6 +644,41 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An exec probe running when the agent is SIGKILLed does not outlive it: its shim is tied to
+/// the agent and ends the probe and what it started. (Containers do outlive a crash: the next
+/// agent kills them from their records; probes have no records.)
+#[actix::test]
+async fn an_exec_probe_in_flight_dies_with_a_killed_agent() {
+    let dir = temp_dir("probe-crash");
+    let (pods, probes) = (dir.join("pods.pids"), dir.join("probes.pids"));
+    let manifest = format!(
+        r#"{pod}    readinessProbe:
+      exec:
+        command: ["sh", "-c", "echo $$$$ >> {probes}; exec sleep 7381"]
+      periodSeconds: 2
+      timeoutSeconds: 50
+"#,
+        pod = sleeper_pod("slowprobe", &pods),
+        probes = probes.display()
+    );
+    write(&dir, "slowprobe.yaml", &manifest);
+    let agent = Agent::start(&dir).await;
+    let probe = wait_for_pids(&probes, 1).await[0];
+    let container = wait_for_pids(&pods, 1).await[0];
+    signal_agent(&agent, "-KILL");
+    let mut agent = agent;
+    agent.child.wait().await.unwrap();
+    assert_gone(&[probe]).await;
+    assert!(!process_gone(container), "the container outlives the crash, as designed");
+
+    // The next agent kills the container from its record; a SIGTERM then leaves nothing.
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 1 container process group(s) a previous agent left running")).await;
+    assert_gone(&[container]).await;
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A grace period as long as the API allows (`int64` seconds) stops its pod like any other,
 /// and leaves the other pods alone: it once overflowed the stop's deadline and took the
 /// runtime down with every container.

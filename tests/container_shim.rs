@@ -172,6 +172,35 @@ fn children_that_left_the_group_are_reaped_as_they_exit() {
     wait(&mut child);
 }
 
+/// An exec probe's shim is tied to the agent (`--parent`): when the agent is killed, the shim
+/// kills the probe and what it started within a second or so, as nothing else would (a
+/// container's shim is not tied: the next agent kills it from its record).
+#[test]
+fn a_shim_tied_to_its_parent_ends_everything_when_the_parent_dies() {
+    let pidfile = temp("parent");
+    let inner = format!("echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 7371", p = pidfile.display());
+    // The stand-in for the agent: a shell that starts the shim in the background and waits.
+    let mut agent = Command::new("sh")
+        .arg("-c")
+        .arg(r#""$0" container-shim --parent $$ -- sh -c "$1" & wait"#)
+        .arg(PROBELET)
+        .arg(&inner)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let probe = pid_from(&pidfile);
+    let _ = std::fs::remove_file(&pidfile);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(running(probe), "the probe runs while its agent does");
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    assert_gone(probe);
+
+    // Started after its parent is gone: it runs nothing.
+    let status = shim(&["--parent", "1", "--", "sh", "-c", "exit 0"]).status().unwrap();
+    assert_eq!(status.code(), Some(121));
+}
+
 /// SIGTERM to the group reaches the command, not the shim; SIGUSR1 kills everything.
 #[test]
 fn sigterm_is_the_commands_and_sigusr1_kills_the_whole_tree() {

@@ -141,7 +141,7 @@ async fn run(
             let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| start_error(&e))?;
             let mut command = Command::new(shim);
             command
-                .args(shim_args(false, Path::new(program), args))
+                .args(shim_args(false, Some(std::process::id()), Path::new(program), args))
                 .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
             (command, Some(ours))
         }

@@ -60,6 +60,11 @@ use tokio::signal::unix::{SignalKind, signal};
 pub const SUBCOMMAND: &str = "container-shim";
 /// The flag that makes the shim wait for the go byte on its standard input.
 pub const WAIT_FOR_GO: &str = "--wait-for-go";
+/// The flag that ties the shim to the process that started it (an exec probe's): once that
+/// process is no longer its parent, the shim kills the command and everything it started.
+pub const PARENT: &str = "--parent";
+/// How often a shim tied to its parent looks whether the parent is still there.
+const PARENT_CHECK: Duration = Duration::from_secs(1);
 /// The flag of the shim's re-exec of itself that dies of a signal (internal).
 pub const RAISE_SIGNAL: &str = "--raise-signal";
 /// The shim's exit code when its standard input closed before the go byte: nothing ran.
@@ -81,11 +86,16 @@ pub const TREE_KILL_WAIT: Duration = Duration::from_secs(1);
 /// ends the rest of the group.
 const MAX_REAPS: usize = 100_000;
 
-/// The arguments that run `PROGRAM ARGS...` under the shim (after the shim's own path).
-pub fn shim_args(wait_for_go: bool, program: &Path, args: &[String]) -> Vec<OsString> {
+/// The arguments that run `PROGRAM ARGS...` under the shim (after the shim's own path); with
+/// `parent`, the shim ends everything once that process is not its parent any more.
+pub fn shim_args(wait_for_go: bool, parent: Option<u32>, program: &Path, args: &[String]) -> Vec<OsString> {
     let mut argv = vec![OsString::from(SUBCOMMAND)];
     if wait_for_go {
         argv.push(WAIT_FOR_GO.into());
+    }
+    if let Some(parent) = parent {
+        argv.push(PARENT.into());
+        argv.push(parent.to_string().into());
     }
     argv.push("--".into());
     argv.push(program.as_os_str().to_owned());
@@ -146,8 +156,11 @@ impl Report {
 }
 
 /// The shim's `main`: runs `command` as described in the module doc and returns the exit code
-/// (or does not return: it dies of PROGRAM's signal).
-pub fn run(wait_for_go: bool, command: &[OsString]) -> i32 {
+/// (or does not return: it dies of PROGRAM's signal). With `parent`, it kills everything and
+/// ends once that process is no longer its parent: an exec probe's processes must not outlive
+/// an agent that was killed (nothing else would end them; a container's are recorded and
+/// killed by the next agent instead).
+pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 {
     let Some((program, args)) = command.split_first() else {
         eprintln!("container-shim: no command given");
         return START_FAILED_EXIT_CODE;
@@ -176,6 +189,14 @@ pub fn run(wait_for_go: bool, command: &[OsString]) -> i32 {
     if wait_for_go && !go_received() {
         return NO_GO_EXIT_CODE;
     }
+    let orphaned = move || {
+        parent
+            .is_some_and(|parent| u32::try_from(Pid::as_raw(rustix::process::getppid())).ok() != Some(parent))
+    };
+    if orphaned() {
+        // The agent is gone already: run nothing.
+        return NO_GO_EXIT_CODE;
+    }
     let spawned = std::process::Command::new(program).args(args).stdin(Stdio::null()).spawn();
     let report = Report::line(spawned.as_ref().map(drop));
     let reported = control.as_mut().is_some_and(|c| c.write_all(report.as_bytes()).is_ok());
@@ -194,6 +215,7 @@ pub fn run(wait_for_go: bool, command: &[OsString]) -> i32 {
         return START_FAILED_EXIT_CODE;
     };
     let status = runtime.block_on(async {
+        let mut parent_check = tokio::time::interval(PARENT_CHECK);
         loop {
             if let Some(status) = reap_exited(pid) {
                 return Some(status);
@@ -203,6 +225,11 @@ pub fn run(wait_for_go: bool, command: &[OsString]) -> i32 {
                 // PROGRAM got the group's SIGTERM too; the shim waits for its exit.
                 _ = term.recv() => {}
                 _ = kill.recv() => return None,
+                _ = parent_check.tick(), if parent.is_some() => {
+                    if orphaned() {
+                        return None;
+                    }
+                }
             }
         }
     });

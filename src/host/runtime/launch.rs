@@ -82,7 +82,9 @@ impl Launch {
                 let (ours, theirs) =
                     UnixStream::pair().map_err(|e| start_error(&spawn_error_text(program, &e)))?;
                 let mut command = Command::new(shim);
-                command.args(shim_args(true, &executable, args)).stdin(Stdio::from(OwnedFd::from(theirs)));
+                command
+                    .args(shim_args(true, None, &executable, args))
+                    .stdin(Stdio::from(OwnedFd::from(theirs)));
                 (command, Some(ours))
             }
             None => {
