@@ -178,10 +178,20 @@ impl Common {
         // Beaten by the main thread, which this runs on.
         state.heartbeat.keep_beating();
         let (stop, stopped) = oneshot::channel::<()>();
-        let limits = Limits {
-            header_read_timeout: Duration::from_secs(args.http_header_timeout),
-            max_connections: args.http_max_connections as usize,
-        };
+        let configured = args.http_max_connections as usize;
+        let nofile =
+            rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+        let max_connections = crate::host::runtime::connection_cap(configured, nofile);
+        if max_connections < configured {
+            tracing::info!(
+                max_connections,
+                configured,
+                nofile,
+                "HTTP connections capped below --http-max-connections by the file descriptor limit"
+            );
+        }
+        let limits =
+            Limits { header_read_timeout: Duration::from_secs(args.http_header_timeout), max_connections };
         let app = match reviewed {
             Some(client) => {
                 // A bucket of its own: reviews that clients ask for never delay status writes.

@@ -170,9 +170,13 @@ async fn one_of_few(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    // While it waits, its connection holds nothing but a place: at the cap it may be closed
+    // for room like an idle one, or clients queued here would keep `/healthz` out.
+    let queued = request.extensions().get::<Connection>().map(|c| Queued::new(c.0.clone()));
     let Ok(permit) = permits.acquire_owned().await else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
+    drop(queued);
     next.run(request).await.map(|body| axum::body::Body::new(Holding::new(body, permit)))
 }
 
@@ -355,8 +359,9 @@ pub async fn serve_router(
         let serving = state.clone();
         conns.spawn(async move {
             let request_state = state.clone();
-            let service = tower::service_fn(move |req: axum::extract::Request<hyper::body::Incoming>| {
+            let service = tower::service_fn(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
                 let guard = BusyGuard::new(request_state.clone());
+                req.extensions_mut().insert(Connection(request_state.clone()));
                 let app = app.clone();
                 async move {
                     // Busy until the body has been handed over (or dropped), not only until
@@ -400,6 +405,9 @@ const IDLE: Duration = Duration::from_millis(200);
 struct ConnState {
     /// Requests being served, counted until their response body is handed over.
     busy: AtomicUsize,
+    /// Of those, the ones still waiting for a turn to build a whole-node answer: they hold
+    /// nothing yet.
+    queued: AtomicUsize,
     /// A write waits for the client to read: the answer is still going out.
     writing: AtomicBool,
     /// Milliseconds from `since` to the connection's accept, its last request start or its last
@@ -412,6 +420,7 @@ impl ConnState {
     fn new(since: Instant) -> Self {
         let state = ConnState {
             busy: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
             writing: AtomicBool::new(false),
             active: AtomicU64::new(0),
             since,
@@ -425,9 +434,12 @@ impl ConnState {
         self.active.store(millis.unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
-    /// When the connection is (or was) idle from; `None` while it serves or writes.
+    /// When the connection is (or was) idle from; `None` while it serves or writes. A request
+    /// that only waits for its turn ([`Queued`]) does not count as served.
     fn idle_from(&self) -> Option<Instant> {
-        if self.busy.load(Ordering::SeqCst) > 0 || self.writing.load(Ordering::SeqCst) {
+        if self.busy.load(Ordering::SeqCst) > self.queued.load(Ordering::SeqCst)
+            || self.writing.load(Ordering::SeqCst)
+        {
             return None;
         }
         Some(self.since + Duration::from_millis(self.active.load(Ordering::SeqCst)) + IDLE)
@@ -656,6 +668,28 @@ impl<T: Unpin> http_body::Body for Holding<T> {
 
 /// Counts a request in progress on its connection until dropped; a request starting is
 /// activity.
+/// The connection a request came on, for the layers that need to tell it what they do.
+#[derive(Clone)]
+struct Connection(Arc<ConnState>);
+
+/// A request waiting for a whole-node answer's turn ([`one_of_few`]), counted while it waits.
+struct Queued(Arc<ConnState>);
+
+impl Queued {
+    fn new(state: Arc<ConnState>) -> Queued {
+        state.queued.fetch_add(1, Ordering::SeqCst);
+        state.moved();
+        Queued(state)
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::SeqCst);
+        self.0.moved();
+    }
+}
+
 struct BusyGuard(Arc<ConnState>);
 
 impl BusyGuard {

@@ -482,6 +482,53 @@ async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
     served.stop().await;
 }
 
+/// At the cap, clients waiting for a turn to read the whole node hold nothing but a place: they
+/// are closed for room like idle ones, and `/healthz` is answered (it once waited for minutes
+/// behind 300 clients that asked for a big `/pods` and never read).
+#[actix::test]
+async fn at_the_cap_clients_waiting_for_a_whole_node_answer_make_room() {
+    let registry = PrometheusRegistry::global().unwrap();
+    let h = Harness::start();
+    let mut pod = (*test_pod("big").container("app").build()).clone();
+    let big = answer_bigger_than_socket_buffers();
+    pod.metadata.annotations = Some([("big".to_owned(), "x".repeat(big))].into());
+    h.pods.upsert(Arc::new(pod));
+    let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
+    let state = ServeState {
+        registry,
+        pipeline: h.pipeline.clone(),
+        pods: h.pods.clone(),
+        history: ProbeHistory::new(clock.clone()),
+        events: EventLog::new(clock),
+        ready: Arc::new(AtomicBool::new(true)),
+        heartbeat: Heartbeat::default(),
+    };
+    let cap = 2 * WHOLE_NODE_ANSWERS;
+    let served = Served::start(
+        probelet::serve::router(state),
+        // Stalled answers are not dropped during the test.
+        Limits { header_read_timeout: Duration::from_secs(60), max_connections: cap },
+    )
+    .await;
+    let addr = served.addr;
+    let mut clients = Vec::new();
+    for i in 0..cap {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        stream.write_all(format!("GET /pods HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+        if i < WHOLE_NODE_ANSWERS {
+            assert!(has_data(&stream, Duration::from_secs(20)).await, "answered");
+        }
+        clients.push(stream);
+    }
+    // Every place is taken: four writing answers nobody reads, four waiting for a turn.
+    let answer = tokio::time::timeout(Duration::from_secs(5), get(addr, "/healthz")).await;
+    assert_eq!(answer.expect("/healthz answered at the cap"), (200, "ok".into()));
+    drop(clients);
+    served.stop().await;
+}
+
 /// At the cap, a client trickling its request head a byte at a time is as idle as one that
 /// sends nothing: reading its bytes does not spare it, and the next client is served.
 #[tokio::test]

@@ -19,6 +19,21 @@ pub const FDS_PER_CONTAINER: u64 = 4;
 /// The smallest reserve kept for everything but containers.
 pub const MIN_RESERVE: u64 = 64;
 
+/// The descriptors kept back from containers out of `limit`: a tenth, at least [`MIN_RESERVE`].
+pub fn reserve_for(limit: u64) -> u64 {
+    (limit / 10).max(MIN_RESERVE)
+}
+
+/// The HTTP listener's connection cap under a descriptor `limit`: `configured`, but no more
+/// than a quarter of the reserve (the rest is for probes, the API client and spawning), and
+/// at least 4. With the default 256 and the soft limit raised to a usual hard limit (a million)
+/// nothing changes; under 128 descriptors it is 16, where 256 idle clients would take every
+/// descriptor from the probes.
+pub fn connection_cap(configured: usize, limit: u64) -> usize {
+    let share = usize::try_from(reserve_for(limit) / 4).unwrap_or(usize::MAX).max(4);
+    configured.min(share)
+}
+
 /// Why a container may not start now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -55,7 +70,7 @@ impl FdBudget {
     /// A budget for `limit` descriptors of which `baseline` are open already: a tenth of the
     /// limit (at least [`MIN_RESERVE`]) is kept back.
     pub fn new(limit: u64, baseline: u64) -> Self {
-        let reserve = (limit / 10).max(MIN_RESERVE);
+        let reserve = reserve_for(limit);
         let max_containers = limit.saturating_sub(baseline).saturating_sub(reserve) / FDS_PER_CONTAINER;
         FdBudget {
             limit,
@@ -148,6 +163,16 @@ pub fn raise_nofile_limit() -> std::io::Result<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_cap_keeps_to_a_quarter_of_the_reserve() {
+        assert_eq!(connection_cap(256, 128), 16);
+        assert_eq!(connection_cap(256, 1024), 25);
+        assert_eq!(connection_cap(256, 1 << 20), 256);
+        assert_eq!(connection_cap(256, u64::MAX), 256);
+        assert_eq!(connection_cap(2, 128), 2, "a lower cap is kept");
+        assert_eq!(connection_cap(256, 1), 16, "the reserve's floor");
+    }
 
     #[test]
     fn keeps_a_reserve_and_half_the_budget_per_pod() {

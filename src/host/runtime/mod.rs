@@ -42,7 +42,7 @@ mod stop;
 
 use std::time::Duration;
 
-pub use budget::{FDS_PER_CONTAINER, FdBudget, MIN_RESERVE, Refusal, raise_nofile_limit};
+pub use budget::{FDS_PER_CONTAINER, FdBudget, MIN_RESERVE, Refusal, connection_cap, raise_nofile_limit};
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
