@@ -31,8 +31,9 @@ use tokio::time::Instant;
 use crate::capacity::ShrinkAfterRemoval;
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, ExecError, ExecOutput, MAX_EXEC_OUTPUT};
+use crate::gofmt::go_quote;
 use crate::process::{Signal, exited, signal_group_logged, signal_leader};
-use crate::shim::{Report, TREE_KILL_WAIT, shim_args};
+use crate::shim::{Report, TREE_KILL_WAIT, runc_start_error, shim_args};
 
 /// How long to wait for a killed command to be reaped before leaving it to tokio's background
 /// reaper, so a process stuck in the kernel cannot hold a probe much past its timeout.
@@ -133,8 +134,12 @@ async fn run(
     let deadline = Instant::now().checked_add(timeout);
 
     let in_dir = container.working_dir.as_ref().map(|dir| format!(" in {dir:?}")).unwrap_or_default();
+    // The shim (or, without it, the program) could not be started at all.
     let start_error =
         |e: &io::Error| ExecError::Runtime(format!("failed to start command {program:?}{in_dir}: {e}"));
+    // The program could not be started: containerd's answer to an ExecSync whose process runc
+    // could not start, as the kubelet shows it.
+    let exec_error = |e: &io::Error| ExecError::Runtime(exec_start_error(&runc_start_error(program, e)));
     // Under the shim its standard input is a socket it reports the start on.
     let (mut command, control) = match shim {
         Some(shim) => {
@@ -166,7 +171,11 @@ async fn run(
     // It holds the shim's end of the socket: dropped now, so that the report's reader sees the
     // end of file if the shim dies before reporting.
     drop(command);
-    let mut child = spawned.map_err(|e| start_error(&e))?;
+    // Without a shim the program itself was spawned: its failure is the exec's, unless the
+    // working directory is what is missing.
+    let workdir_ok = container.working_dir.as_ref().is_none_or(|dir| Path::new(dir).is_dir());
+    let mut child =
+        spawned.map_err(|e| if shim.is_none() && workdir_ok { exec_error(&e) } else { start_error(&e) })?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let mut group = ProcessGroup::new(child, control.is_some());
@@ -177,7 +186,7 @@ async fn run(
                 // The shim exits by itself; killed and reaped here all the same, so that the
                 // group is never signalled after its leader was reaped.
                 group.kill_tree().await;
-                return Err(start_error(&e));
+                return Err(exec_error(&e));
             }
             Ok(Err(e)) => {
                 group.kill_tree().await;
@@ -344,6 +353,30 @@ async fn until(deadline: Option<Instant>) {
 fn append_capped(output: &mut Vec<u8>, data: &[u8]) {
     let room = MAX_EXEC_OUTPUT.saturating_sub(output.len());
     output.extend_from_slice(&data[..data.len().min(room)]);
+}
+
+/// containerd's CRI error for an exec whose process did not start, around runc's `error`, as
+/// the kubelet gets it over gRPC (containerd 1.7 and 2.x, runc 1.1 and later). The exec ID is
+/// a fresh random one, as containerd's.
+fn exec_start_error(error: &str) -> String {
+    format!(
+        "rpc error: code = Unknown desc = failed to exec in container: failed to start exec {}: OCI runtime \
+         exec failed: exec failed: unable to start container process: {error}: unknown",
+        go_quote(&exec_id())
+    )
+}
+
+/// 64 random hex digits.
+fn exec_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let state = std::collections::hash_map::RandomState::new();
+    (0..4u64)
+        .map(|i| {
+            let mut hasher = state.build_hasher();
+            hasher.write_u64(i);
+            format!("{:016x}", hasher.finish())
+        })
+        .collect()
 }
 
 /// The exit code as a shell reports it: 128 + the signal for a killed process.

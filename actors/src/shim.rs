@@ -56,6 +56,8 @@ use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process, wait};
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::gofmt::go_quote;
+
 /// The hidden subcommand of the agent binary that runs the shim.
 pub const SUBCOMMAND: &str = "container-shim";
 /// The flag that makes the shim wait for the go byte on its standard input.
@@ -101,6 +103,21 @@ pub fn shim_args(wait_for_go: bool, parent: Option<u32>, program: &Path, args: &
     argv.push(program.as_os_str().to_owned());
     argv.extend(args.iter().map(OsString::from));
     argv
+}
+
+/// The start error of `program` as runc words it (`exec: "<name>": executable file not found
+/// in $PATH`): the core of what containerd reports for a container or an exec that could not
+/// start.
+pub fn runc_start_error(program: &str, e: &io::Error) -> String {
+    let quoted = go_quote(program);
+    match e.kind() {
+        io::ErrorKind::NotFound if !program.contains('/') => {
+            format!("exec: {quoted}: executable file not found in $PATH")
+        }
+        io::ErrorKind::NotFound => format!("exec: {quoted}: stat {program}: no such file or directory"),
+        io::ErrorKind::PermissionDenied => format!("exec: {quoted}: permission denied"),
+        _ => format!("exec: {quoted}: {e}"),
+    }
 }
 
 /// What the shim reported about starting PROGRAM.

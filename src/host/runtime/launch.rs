@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Container;
 use probelet_actors::gofmt::go_quote;
-use probelet_actors::shim::shim_args;
+use probelet_actors::shim::{runc_start_error as spawn_error_text, shim_args};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
@@ -145,19 +145,6 @@ pub(super) fn check_working_dir(dir: &Path) -> Result<(), String> {
         Err(e) => e.to_string(),
     };
     Err(format!("chdir to cwd ({}) set in config.json failed: {problem}", go_quote(&dir.to_string_lossy())))
-}
-
-/// The start error as a runtime reports it (runc's `exec: "<name>": …` wording).
-pub(super) fn spawn_error_text(program: &str, e: &io::Error) -> String {
-    let quoted = go_quote(program);
-    match e.kind() {
-        io::ErrorKind::NotFound if !program.contains('/') => {
-            format!("exec: {quoted}: executable file not found in $PATH")
-        }
-        io::ErrorKind::NotFound => format!("exec: {quoted}: stat {program}: no such file or directory"),
-        io::ErrorKind::PermissionDenied => format!("exec: {quoted}: permission denied"),
-        _ => format!("exec: {quoted}: {e}"),
-    }
 }
 
 /// A fresh `probelet://<16 hex digits>` container ID.
