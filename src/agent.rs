@@ -125,6 +125,11 @@ impl Common {
     pub fn pipeline(&self, runner: Arc<dyn CommandRunner>) -> Pipeline {
         let mut config = self.pipeline_config(runner, Arc::new(self.events.clone()));
         config.static_pods_in_place = true;
+        // Local exec probes hold the agent's descriptors while they run.
+        let nofile =
+            rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+        config.max_exec_probes_in_flight =
+            Some(crate::host::runtime::exec_probe_cap(config.max_probes_in_flight, nofile));
         Pipeline::start(config)
     }
 

@@ -103,6 +103,12 @@ impl EngineBuilder {
         self
     }
 
+    /// A smaller pool for exec probes ([`PipelineConfig::max_exec_probes_in_flight`]).
+    pub fn max_exec_probes_in_flight(mut self, limit: Option<usize>) -> Self {
+        self.config.max_exec_probes_in_flight = limit;
+        self
+    }
+
     /// Runs the probe workers on `threads` threads of their own, any of which runs any worker
     /// (default 0: on the caller's runtime).
     pub fn worker_threads(mut self, threads: usize) -> Self {

@@ -299,6 +299,38 @@ async fn exec_probes_have_slots_of_their_own() {
     assert_eq!(setup.records.all().len(), 2, "then the exec probe finished");
 }
 
+/// The exec pool can be smaller than the others (the agent sizes it by its descriptor limit):
+/// with one exec slot, a second exec probe waits for the first, while other probes do not.
+#[actix::test]
+async fn the_exec_pool_can_be_smaller() {
+    let setup = start_with(Duration::from_millis(10), |builder| {
+        builder.max_probes_in_flight(Some(10)).max_exec_probes_in_flight(Some(1)).runner(Arc::new(SlowExec))
+    })
+    .await;
+    let exec = Probe {
+        exec: Some(ExecAction { command: Some(vec!["check".into()]) }),
+        period_seconds: Some(10),
+        timeout_seconds: Some(10),
+        ..Default::default()
+    };
+    for (i, name) in ["exec-a", "exec-b"].into_iter().enumerate() {
+        let pod =
+            test_pod(name).container("app").with_probe("app", ProbeKind::Readiness, exec.clone()).build();
+        setup.pods.upsert(pod.clone());
+        setup.engine.sync_pod(pod, status(i + 1, name)).await.unwrap();
+    }
+    let net = setup.add(3, "net").await;
+    run_for(Duration::from_millis(100)).await;
+    assert!(setup.ready(&net).await, "the TCP probe did not wait");
+    run_for(Duration::from_millis(5_000)).await;
+    let exec_records: Vec<_> = setup.records.all().into_iter().filter(|r| r.pod != "net").collect();
+    assert_eq!(exec_records.len(), 1, "one exec probe at a time: {exec_records:?}");
+    run_for(Duration::from_millis(5_000)).await;
+    let exec_records: Vec<_> = setup.records.all().into_iter().filter(|r| r.pod != "net").collect();
+    assert_eq!(exec_records.len(), 2, "then the other: {exec_records:?}");
+    assert!(exec_records.iter().any(|r| !r.waited.is_zero()), "{exec_records:?}");
+}
+
 #[actix::test]
 async fn a_tick_due_while_the_probe_waited_for_its_slot_is_dropped() {
     // One slot and probes of 300 ms: four pods probed every 10 s hold it for 1.2 s, so the

@@ -83,6 +83,10 @@ pub struct PipelineConfig {
     /// once, as the kubelet does. A [`PipelineConfig::prober`] of the host's own is not
     /// bounded (it can wrap its futures in a [`ProbeSlots`] itself).
     pub max_probes_in_flight: Option<usize>,
+    /// The exec probes' own pool, when it should be smaller than `max_probes_in_flight`: a
+    /// local exec probe holds about four of the process's file descriptors while it runs, so
+    /// the agent sizes this pool by its descriptor limit. `None`: the same size.
+    pub max_exec_probes_in_flight: Option<usize>,
 }
 
 impl PipelineConfig {
@@ -107,6 +111,7 @@ impl PipelineConfig {
             feature_gates: FeatureGates::default(),
             static_pods_in_place: false,
             max_probes_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
+            max_exec_probes_in_flight: None,
         }
     }
 }
@@ -153,6 +158,9 @@ impl Pipeline {
             // 0 is no limit, as the agent's flag says (a pool of no slots would run nothing).
             if let Some(limit) = config.max_probes_in_flight.filter(|n| *n > 0) {
                 prober = prober.with_slots(ProbeSlots::new(limit));
+            }
+            if let Some(limit) = config.max_exec_probes_in_flight.filter(|n| *n > 0) {
+                prober = prober.with_exec_slots(ProbeSlots::new(limit));
             }
             Arc::new(match observer {
                 Some(observer) => prober.with_observer(observer),

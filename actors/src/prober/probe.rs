@@ -180,6 +180,13 @@ impl Prober {
         self
     }
 
+    /// Bound exec probes in flight by `slots` of their own (after [`Prober::with_slots`], which
+    /// gives them a pool of its size).
+    pub fn with_exec_slots(mut self, slots: ProbeSlots) -> Self {
+        Arc::make_mut(&mut self.parts).exec_slots = Some(slots);
+        self
+    }
+
     /// Run network probes with `executors` where they name one (tests, hosts with their own
     /// network path); the real executors for the rest.
     pub fn with_executors(mut self, executors: Executors) -> Self {

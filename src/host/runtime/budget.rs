@@ -34,6 +34,19 @@ pub fn connection_cap(configured: usize, limit: u64) -> usize {
     configured.min(share)
 }
 
+/// Descriptors a local exec probe holds while it runs: its stdout and stderr pipes, the shim's
+/// control socket and a pidfd.
+pub const FDS_PER_EXEC_PROBE: u64 = 4;
+
+/// Local exec probes in flight under a descriptor `limit`: half of the reserve, at
+/// [`FDS_PER_EXEC_PROBE`] each, at least 1 (8 under a limit of 128, where 30 exec probes at
+/// once once took every descriptor and failed with `Too many open files`); `configured` (the
+/// pool of every probe) when that is smaller.
+pub fn exec_probe_cap(configured: Option<usize>, limit: u64) -> usize {
+    let share = usize::try_from(reserve_for(limit) / 2 / FDS_PER_EXEC_PROBE).unwrap_or(usize::MAX).max(1);
+    configured.map_or(share, |configured| configured.min(share))
+}
+
 /// Why a container may not start now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -163,6 +176,15 @@ pub fn raise_nofile_limit() -> std::io::Result<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exec_probes_in_flight_keep_to_half_of_the_reserve() {
+        assert_eq!(exec_probe_cap(Some(1024), 128), 8);
+        assert_eq!(exec_probe_cap(None, 128), 8, "bounded even when other probes are not");
+        assert_eq!(exec_probe_cap(Some(1024), 1 << 20), 1024);
+        assert_eq!(exec_probe_cap(Some(2), 128), 2);
+        assert_eq!(exec_probe_cap(None, u64::MAX), usize::try_from(u64::MAX / 80).unwrap_or(usize::MAX));
+    }
 
     #[test]
     fn the_connection_cap_keeps_to_a_quarter_of_the_reserve() {

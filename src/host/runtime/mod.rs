@@ -42,7 +42,10 @@ mod stop;
 
 use std::time::Duration;
 
-pub use budget::{FDS_PER_CONTAINER, FdBudget, MIN_RESERVE, Refusal, connection_cap, raise_nofile_limit};
+pub use budget::{
+    FDS_PER_CONTAINER, FDS_PER_EXEC_PROBE, FdBudget, MIN_RESERVE, Refusal, connection_cap, exec_probe_cap,
+    raise_nofile_limit,
+};
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
