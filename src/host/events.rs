@@ -1,5 +1,7 @@
 //! The standalone agent's event sink: the recent events are kept, aggregated like the kubelet's
 //! event recorder (same object, reason and message → count bumped), for `/events`, and logged.
+//! One object (a pod) keeps at most [`EVENTS_KEPT_PER_OBJECT`] of them: a pod whose probe
+//! fails with a new message every 100 ms replaces its own oldest events, not every other pod's.
 //!
 //! Every event logs at debug, whatever its type, as the kubelet logs its events at `V(3)`: a
 //! Warning event (a probe failure, a back-off) is the pod owner's to act on, not the agent
@@ -19,6 +21,8 @@ use super::history::format_time;
 
 /// Events kept.
 pub const EVENTS_KEPT: usize = 500;
+/// Events kept about one object (the same involved object, whatever the field path).
+pub const EVENTS_KEPT_PER_OBJECT: usize = 100;
 
 /// One event as `/events` shows it (core/v1 Event field names).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,7 +83,16 @@ impl EventRecorder for EventLog {
             existing.last_timestamp = now;
             return;
         }
-        if events.len() == EVENTS_KEPT {
+        let same_object = |e: &RecentEvent| {
+            e.involved_object.namespace == object.namespace
+                && e.involved_object.name == object.name
+                && e.involved_object.uid == object.uid
+        };
+        if events.iter().filter(|e| same_object(e)).count() >= EVENTS_KEPT_PER_OBJECT {
+            if let Some(oldest) = events.iter().position(same_object) {
+                events.remove(oldest);
+            }
+        } else if events.len() == EVENTS_KEPT {
             events.pop_front();
         }
         events.push_back(RecentEvent {
@@ -111,5 +124,35 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].count, 2);
         assert_eq!(events[1].message, "Readiness probe failed: y");
+    }
+
+    /// A pod whose probe fails with a new message every time replaces its own oldest events,
+    /// not the other pods'.
+    #[tokio::test]
+    async fn a_noisy_pod_does_not_push_the_others_out() {
+        let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+        let pod = |name: &str| ObjectReference {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{name}")),
+            field_path: Some("spec.containers{app}".into()),
+            ..Default::default()
+        };
+        log.record(&pod("victim"), EventType::Normal, "Started", "Started container app");
+        for i in 0..EVENTS_KEPT * 2 {
+            log.record(
+                &pod("noisy"),
+                EventType::Warning,
+                "Unhealthy",
+                &format!("Readiness probe failed: {i}"),
+            );
+        }
+        let events = log.recent();
+        assert_eq!(events[0].involved_object.name.as_deref(), Some("victim"), "kept");
+        let noisy: Vec<_> =
+            events.iter().filter(|e| e.involved_object.name.as_deref() == Some("noisy")).collect();
+        assert_eq!(noisy.len(), EVENTS_KEPT_PER_OBJECT);
+        let last = format!("Readiness probe failed: {}", EVENTS_KEPT * 2 - 1);
+        assert_eq!(noisy.last().map(|e| e.message.as_str()), Some(last.as_str()), "the newest are kept");
     }
 }
