@@ -444,6 +444,76 @@ async fn terminated_container_with_restart_policy_never_stops_only_regular_worke
     assert_eq!(h.result(Readiness, "cri://s").await, Some(Failure));
 }
 
+/// `ContainerRestartRules` (on by default, as in v1.35): a container's own `restartPolicy`
+/// decides whether it runs again, so its worker outlives it in a `Never` pod and the restarted
+/// instance is probed, not taken as ready for want of a worker; a container that will not run
+/// again in an `Always` pod loses its workers.
+#[actix::test]
+async fn a_containers_own_restart_policy_decides_whether_its_worker_outlives_it() {
+    let (h, t0) = aged_harness().await;
+    let pod = test_pod("own-policy")
+        .restart_policy("Never")
+        .container("app")
+        .container("job")
+        .container_restart_policy("app", "Always")
+        .container_restart_policy("job", "OnFailure")
+        .with_probe("app", Readiness, probe(10, 1, 1))
+        .with_probe("job", Readiness, probe(10, 1, 1))
+        .build();
+    h.sync(&pod, vec![running("app", "cri://a1", wall(t0)), running("job", "cri://j1", wall(t0))]).await;
+    h.wait_workers(2).await;
+    h.sync(&pod, vec![terminated("app", "cri://a1", 0), terminated("job", "cri://j1", 0)]).await;
+    run_for(secs(11)).await;
+    h.wait_workers(1).await;
+    let left = h.pipeline.workers().await.unwrap();
+    assert_eq!(&*left[0].container_name, "app", "app restarts after any exit; job not after a zero exit");
+
+    h.prober.always("app", Readiness, Step::Return(Failure));
+    let before = h.prober.calls_of("app", Readiness).len();
+    let status =
+        h.sync(&pod, vec![running("app", "cri://a2", wall(t0)), terminated("job", "cri://j1", 0)]).await;
+    assert!(!status.container_statuses.as_ref().unwrap()[0].ready, "a restarted app is not ready unprobed");
+    run_for(secs(11)).await;
+    assert!(h.prober.calls_of("app", Readiness).len() > before, "the restarted instance is probed");
+    assert_eq!(h.result(Readiness, "cri://a2").await, Some(Failure));
+
+    let pod = test_pod("own-never")
+        .container("app")
+        .container_restart_policy("app", "Never")
+        .with_probe("app", Readiness, probe(10, 1, 1))
+        .with_probe("app", Liveness, probe(10, 1, 1))
+        .build();
+    h.sync(&pod, vec![running("app", "cri://n1", wall(t0))]).await;
+    h.wait_workers(3).await;
+    h.sync(&pod, vec![terminated("app", "cri://n1", 1)]).await;
+    run_for(secs(11)).await;
+    h.wait_workers(1).await;
+}
+
+/// With `ContainerRestartRules` off, the worker reads only the pod's policy, as before v1.35:
+/// a container's own `Always` in a `Never` pod does not keep its worker.
+#[actix::test]
+async fn without_container_restart_rules_only_the_pods_policy_counts() {
+    tokio::time::pause();
+    let t0 = Instant::now();
+    let gates =
+        probelet::FeatureGates::default().with(probelet::Feature::ContainerRestartRules, false).unwrap();
+    let h = Harness::start_gated(support::scripted::ScriptedProber::new(), gates);
+    h.worker_count().await;
+    advance(secs(11)).await;
+    let pod = test_pod("own-policy-off")
+        .restart_policy("Never")
+        .container("app")
+        .container_restart_policy("app", "Always")
+        .with_probe("app", Readiness, probe(10, 1, 1))
+        .build();
+    h.sync(&pod, vec![running("app", "cri://a1", wall(t0))]).await;
+    h.wait_workers(1).await;
+    h.sync(&pod, vec![terminated("app", "cri://a1", 0)]).await;
+    run_for(secs(11)).await;
+    h.wait_workers(0).await;
+}
+
 #[actix::test]
 async fn pod_deleted_before_add_quiets_liveness_and_startup_but_not_readiness() {
     let (h, t0) = aged_harness().await;

@@ -26,6 +26,12 @@ pub enum Feature {
     ChangeContainerStatusOnKubeletRestart,
     /// In-place pod resize: GA and locked to on in v1.35.
     InPlacePodVerticalScaling,
+    /// Container-level `restartPolicy` and `restartPolicyRules` on regular containers (KEP-5307):
+    /// beta, on by default in v1.35.
+    ContainerRestartRules,
+    /// A restart rule's `RestartAllContainers` action restarts the whole pod in place
+    /// (KEP-5532): alpha, off by default in v1.35. Recognised, not implemented.
+    RestartAllContainersOnContainerExits,
 }
 
 /// How mature a gate is, as the kubelet's `--help` lists it.
@@ -57,7 +63,7 @@ pub struct FeatureSpec {
 }
 
 /// Every gate the engine knows, in the order the README lists them.
-pub const KNOWN_FEATURES: [FeatureSpec; 4] = [
+pub const KNOWN_FEATURES: [FeatureSpec; 6] = [
     FeatureSpec {
         feature: Feature::ContainerLifecycleProber,
         default: false,
@@ -86,6 +92,20 @@ pub const KNOWN_FEATURES: [FeatureSpec; 4] = [
         locked_to_default: true,
         implemented: true,
     },
+    FeatureSpec {
+        feature: Feature::ContainerRestartRules,
+        default: true,
+        stage: Stage::Beta,
+        locked_to_default: false,
+        implemented: true,
+    },
+    FeatureSpec {
+        feature: Feature::RestartAllContainersOnContainerExits,
+        default: false,
+        stage: Stage::Alpha,
+        locked_to_default: false,
+        implemented: false,
+    },
 ];
 
 impl Feature {
@@ -96,6 +116,8 @@ impl Feature {
             Feature::MutableContainerProbes => "MutableContainerProbes",
             Feature::ChangeContainerStatusOnKubeletRestart => "ChangeContainerStatusOnKubeletRestart",
             Feature::InPlacePodVerticalScaling => "InPlacePodVerticalScaling",
+            Feature::ContainerRestartRules => "ContainerRestartRules",
+            Feature::RestartAllContainersOnContainerExits => "RestartAllContainersOnContainerExits",
         }
     }
 
@@ -170,6 +192,8 @@ pub struct FeatureGates {
     mutable_container_probes: bool,
     change_container_status_on_kubelet_restart: bool,
     in_place_pod_vertical_scaling: bool,
+    container_restart_rules: bool,
+    restart_all_containers_on_container_exits: bool,
 }
 
 impl Default for FeatureGates {
@@ -179,6 +203,8 @@ impl Default for FeatureGates {
             mutable_container_probes: false,
             change_container_status_on_kubelet_restart: false,
             in_place_pod_vertical_scaling: false,
+            container_restart_rules: false,
+            restart_all_containers_on_container_exits: false,
         };
         for spec in KNOWN_FEATURES {
             *gates.slot(spec.feature) = spec.default;
@@ -205,6 +231,8 @@ impl FeatureGates {
             Feature::MutableContainerProbes => self.mutable_container_probes,
             Feature::ChangeContainerStatusOnKubeletRestart => self.change_container_status_on_kubelet_restart,
             Feature::InPlacePodVerticalScaling => self.in_place_pod_vertical_scaling,
+            Feature::ContainerRestartRules => self.container_restart_rules,
+            Feature::RestartAllContainersOnContainerExits => self.restart_all_containers_on_container_exits,
         }
     }
 
@@ -224,6 +252,10 @@ impl FeatureGates {
                 &mut self.change_container_status_on_kubelet_restart
             }
             Feature::InPlacePodVerticalScaling => &mut self.in_place_pod_vertical_scaling,
+            Feature::ContainerRestartRules => &mut self.container_restart_rules,
+            Feature::RestartAllContainersOnContainerExits => {
+                &mut self.restart_all_containers_on_container_exits
+            }
         }
     }
 
@@ -314,6 +346,20 @@ mod tests {
         assert!(!gates.enabled(Feature::MutableContainerProbes));
         assert!(!gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart));
         assert!(gates.enabled(Feature::InPlacePodVerticalScaling));
+        assert!(gates.enabled(Feature::ContainerRestartRules));
+        assert!(!gates.enabled(Feature::RestartAllContainersOnContainerExits));
+    }
+
+    #[test]
+    fn container_restart_rules_can_be_turned_off_and_restart_all_is_refused() {
+        let parsed = FeatureGates::parse("ContainerRestartRules=false").unwrap();
+        assert!(!parsed.gates.enabled(Feature::ContainerRestartRules));
+        assert!(parsed.warnings.is_empty(), "a beta gate gets no warning: {:?}", parsed.warnings);
+        assert_eq!(
+            FeatureGates::parse("RestartAllContainersOnContainerExits=true").unwrap_err().to_string(),
+            "cannot set feature gate RestartAllContainersOnContainerExits to true: probelet does not implement it yet"
+        );
+        assert!(FeatureGates::parse("RestartAllContainersOnContainerExits=false").is_ok());
     }
 
     #[test]
@@ -397,31 +443,14 @@ mod tests {
     }
 
     #[test]
-    fn the_not_implemented_refusal_reads_as_before() {
-        // Every known gate is implemented now; a gate added later as recognised-only gets this.
-        let err = FeatureGateError::NotImplemented { feature: Feature::MutableContainerProbes, value: true };
-        assert_eq!(
-            err.to_string(),
-            "cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet"
-        );
-    }
-
-    #[test]
     fn several_refusals_are_aggregated_in_brackets() {
-        // Only one gate is locked and every gate is implemented, so the text is checked on a
-        // built value.
-        let err = FeatureGateError::Several(vec![
-            FeatureGateError::Locked {
-                feature: Feature::InPlacePodVerticalScaling,
-                value: false,
-                default: true,
-            },
-            FeatureGateError::NotImplemented { feature: Feature::MutableContainerProbes, value: true },
-        ]);
+        let err =
+            FeatureGates::parse("InPlacePodVerticalScaling=false,RestartAllContainersOnContainerExits=true")
+                .unwrap_err();
         assert_eq!(
             err.to_string(),
             "[cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true, \
-             cannot set feature gate MutableContainerProbes to true: probelet does not implement it yet]"
+             cannot set feature gate RestartAllContainersOnContainerExits to true: probelet does not implement it yet]"
         );
     }
 

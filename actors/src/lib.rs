@@ -12,6 +12,7 @@
 //!   events, looking pods up.
 //! * [`local_runner`] — a [`contracts::CommandRunner`] that runs commands as local processes.
 //! * [`process`] — signalling local process groups (the runner and the standalone runtime).
+//! * [`restart`] — whether a container that exited runs again (restart policies and rules).
 //! * [`metrics`] — metric names and the Prometheus registry.
 //! * [`clock`] — the one wall clock.
 //! * [`container`] — container IDs as the runtime reports them.
@@ -33,6 +34,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod prober;
 pub mod process;
+pub mod restart;
 pub mod results;
 pub mod shim;
 pub mod status;

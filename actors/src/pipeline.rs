@@ -143,7 +143,9 @@ impl Pipeline {
     pub fn start(config: PipelineConfig) -> Pipeline {
         let clock = config.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
         let views = StatusViews::new();
-        let status_manager = StatusManager::new(views.clone(), config.pods.clone(), clock.clone()).start();
+        let status_manager = StatusManager::new(views.clone(), config.pods.clone(), clock.clone())
+            .with_feature_gates(config.feature_gates)
+            .start();
         let results = ResultsCache::new(
             Some(status_manager.clone().recipient()),
             Some(status_manager.clone().recipient()),

@@ -75,6 +75,13 @@ impl PodBuilder {
         self
     }
 
+    /// Sets regular container `name`'s own `restartPolicy` (`ContainerRestartRules`).
+    pub fn container_restart_policy(mut self, name: &str, policy: &str) -> Self {
+        let container = self.spec().containers.iter_mut().find(|c| c.name == name).expect("container exists");
+        container.restart_policy = Some(policy.into());
+        self
+    }
+
     /// Gives container `name` (regular or init) a probe of `kind`.
     pub fn with_probe(mut self, name: &str, kind: ProbeKind, probe: Probe) -> Self {
         let spec = self.spec();

@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Probe};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Probe};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::{ProbeKind, ProbeResult};
+use super::{PodContainer, ProbeKind, ProbeResult};
 use crate::container::ContainerId;
+use crate::restart::{Policy, container_should_restart};
 use crate::status::is_restartable_init_container;
 use crate::status::probe_status::{ContainerRunState, PodProbeStatus};
 use crate::vocabulary::ProbeKey;
@@ -31,8 +32,8 @@ pub struct WorkerSpec {
     pub is_sidecar: bool,
     /// The captured pod already had a deletion timestamp.
     pub pod_deleting: bool,
-    /// The pod's `restartPolicy` is `Never`.
-    pub restart_policy_never: bool,
+    /// Whether the worker goes on once its container has terminated.
+    pub after_exit: AfterExit,
     /// The probe's `initialDelaySeconds` (0 when unset): no probe before the container has run
     /// this long.
     pub initial_delay_seconds: i64,
@@ -52,6 +53,44 @@ pub struct WorkerSpec {
     /// Keep the state of containers that ran before the agent started instead of writing the
     /// initial value (KEP-4781); false under `ChangeContainerStatusOnKubeletRestart`.
     pub keep_state_across_restart: bool,
+}
+
+/// Whether a worker goes on once its container has terminated: only if the container will run
+/// again (docs/prober.md §1.3 step 7). One byte: a worker stays small (docs/memory.md), and the
+/// rules, when they decide, are read from the container the worker captured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterExit {
+    /// The container runs again: keep probing.
+    KeepProbing,
+    /// It never runs again: stop.
+    Stop,
+    /// `ContainerRestartRules`: the container's own policy and rules, with the exit code the
+    /// status shows, decide (`restart::container_should_restart`).
+    AskTheContainer,
+}
+
+impl AfterExit {
+    /// The kubelet's rule without `ContainerRestartRules`: stop once the container has
+    /// terminated if the pod's policy is `Never` and it is not a sidecar, whatever the exit
+    /// code (`OnFailure` keeps the worker even after a zero exit).
+    pub fn baseline(pod: &PodSpec, is_sidecar: bool) -> AfterExit {
+        if Policy::of_pod(pod) == Policy::Never && !is_sidecar {
+            AfterExit::Stop
+        } else {
+            AfterExit::KeepProbing
+        }
+    }
+
+    /// Whether the worker goes on after `captured` exited with `exit_code`.
+    fn keeps_probing(self, captured: &PodContainer, exit_code: i32) -> bool {
+        match self {
+            AfterExit::KeepProbing => true,
+            AfterExit::Stop => false,
+            AfterExit::AskTheContainer => {
+                container_should_restart(captured, &crate::status::spec_of(captured.pod()), exit_code)
+            }
+        }
+    }
 }
 
 /// The container instance a lifecycle-started worker probes, as `StartContainerProbes` gave it.
@@ -77,8 +116,7 @@ impl WorkerSpec {
             container_name: key.container_name.clone(),
             is_sidecar,
             pod_deleting: pod.metadata.deletion_timestamp.is_some(),
-            restart_policy_never: pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref())
-                == Some("Never"),
+            after_exit: AfterExit::baseline(&crate::status::spec_of(pod), is_sidecar),
             initial_delay_seconds: i64::from(probe.initial_delay_seconds.unwrap_or(0)),
             initial_delay: None,
             success_threshold: threshold(probe.success_threshold, 1),
@@ -157,6 +195,7 @@ impl WorkerState {
     pub fn before_probe(
         &mut self,
         spec: &WorkerSpec,
+        captured: &PodContainer,
         status: Option<&PodProbeStatus>,
         now: Timestamp,
         ops: &mut Vec<CacheOp>,
@@ -207,11 +246,13 @@ impl WorkerState {
 
         let ContainerRunState::Running { started_at } = container.state else {
             ops.push(CacheOp::Set(container_id, ProbeResult::Failure));
-            let terminated = container.state == ContainerRunState::Terminated;
-            return if terminated && spec.restart_policy_never && !spec.is_sidecar {
-                Next::Stop
-            } else {
-                Next::Skip
+            return match container.state {
+                ContainerRunState::Terminated { exit_code }
+                    if !spec.after_exit.keeps_probing(captured, exit_code) =>
+                {
+                    Next::Stop
+                }
+                _ => Next::Skip,
             };
         };
 
@@ -295,8 +336,9 @@ pub fn is_sidecar_of(pod: &Pod, container_name: &str) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-        ContainerStatus, PodStatus,
+        Container, ContainerRestartRule, ContainerRestartRuleOnExitCodes, ContainerState,
+        ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodSpec,
+        PodStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -310,7 +352,7 @@ mod tests {
             container_name: "c".into(),
             is_sidecar: false,
             pod_deleting: false,
-            restart_policy_never: false,
+            after_exit: AfterExit::KeepProbing,
             initial_delay_seconds: 0,
             initial_delay: None,
             success_threshold: 1,
@@ -338,6 +380,19 @@ mod tests {
         }
     }
 
+    /// The pod and container a test worker captured: container `c`, no policy of its own.
+    fn captured() -> PodContainer {
+        captured_from(Container { name: "c".into(), ..Default::default() }, PodSpec::default())
+    }
+
+    fn captured_from(container: Container, spec: PodSpec) -> PodContainer {
+        let pod = Arc::new(Pod {
+            spec: Some(PodSpec { containers: vec![container], ..spec }),
+            ..Default::default()
+        });
+        PodContainer::find(&pod, "c").unwrap()
+    }
+
     fn with_state(mut status: PodStatus, state: ContainerState) -> PodStatus {
         if let Some(cs) = status.container_statuses.as_mut().and_then(|v| v.first_mut()) {
             cs.state = Some(state);
@@ -356,7 +411,7 @@ mod tests {
             ops: &mut Vec<CacheOp>,
         ) -> Next {
             let status = status.map(PodProbeStatus::from);
-            self.before_probe(spec, status.as_ref(), now, ops)
+            self.before_probe(spec, &captured(), status.as_ref(), now, ops)
         }
     }
 
@@ -433,8 +488,14 @@ mod tests {
             ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() };
         let terminated =
             ContainerState { terminated: Some(ContainerStateTerminated::default()), ..Default::default() };
-        let never = WorkerSpec { restart_policy_never: true, ..spec(ProbeKind::Liveness) };
-        let never_sidecar = WorkerSpec { is_sidecar: true, ..never.clone() };
+        let pod_never = PodSpec { restart_policy: Some("Never".into()), ..Default::default() };
+        let never =
+            WorkerSpec { after_exit: AfterExit::baseline(&pod_never, false), ..spec(ProbeKind::Liveness) };
+        let never_sidecar = WorkerSpec {
+            is_sidecar: true,
+            after_exit: AfterExit::baseline(&pod_never, true),
+            ..spec(ProbeKind::Liveness)
+        };
         let cases = [
             ("waiting, Never", never.clone(), waiting.clone(), Next::Skip),
             ("terminated, Always", spec(ProbeKind::Liveness), terminated.clone(), Next::Skip),
@@ -446,6 +507,57 @@ mod tests {
             let mut ops = vec![];
             let status = with_state(running("x://1", 0, Some(true)), container_state);
             assert_eq!(state.before(&spec, Some(&status), t(10), &mut ops), want, "{name}");
+            assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "{name}");
+        }
+    }
+
+    /// `ContainerRestartRules`: the container's own policy and rules, with the exit code the
+    /// status shows, decide whether the worker outlives its terminated container (upstream
+    /// `doProbe`, "Abort if the container will not be restarted").
+    #[test]
+    fn under_container_restart_rules_the_exit_code_decides_whether_the_worker_stops() {
+        let pod = |policy: &str| PodSpec { restart_policy: Some(policy.into()), ..Default::default() };
+        let container = |policy: Option<&str>, restart_on: &[i32]| Container {
+            name: "c".into(),
+            restart_policy: policy.map(Into::into),
+            restart_policy_rules: (!restart_on.is_empty()).then(|| {
+                vec![ContainerRestartRule {
+                    action: "Restart".into(),
+                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                        operator: "In".into(),
+                        values: Some(restart_on.to_vec()),
+                    }),
+                }]
+            }),
+            ..Default::default()
+        };
+        let cases = [
+            ("container Always in a Never pod", container(Some("Always"), &[]), pod("Never"), 0, Next::Skip),
+            ("container Never in an Always pod", container(Some("Never"), &[]), pod("Always"), 1, Next::Stop),
+            ("container OnFailure, exit 0", container(Some("OnFailure"), &[]), pod("Always"), 0, Next::Stop),
+            ("container OnFailure, exit 3", container(Some("OnFailure"), &[]), pod("Never"), 3, Next::Skip),
+            ("rule matches exit 42", container(Some("Never"), &[42]), pod("Never"), 42, Next::Skip),
+            ("rule misses exit 1", container(Some("Never"), &[42]), pod("Never"), 1, Next::Stop),
+            (
+                "no container policy, pod OnFailure, exit 0",
+                container(None, &[]),
+                pod("OnFailure"),
+                0,
+                Next::Stop,
+            ),
+            ("no container policy, pod Never", container(None, &[]), pod("Never"), 1, Next::Stop),
+        ];
+        for (name, c, pod_spec, exit_code, want) in cases {
+            let spec = WorkerSpec { after_exit: AfterExit::AskTheContainer, ..spec(ProbeKind::Readiness) };
+            let terminated = ContainerState {
+                terminated: Some(ContainerStateTerminated { exit_code, ..Default::default() }),
+                ..Default::default()
+            };
+            let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+            let mut ops = vec![];
+            let status = PodProbeStatus::from(&with_state(running("x://1", 0, Some(true)), terminated));
+            let captured = captured_from(c, pod_spec);
+            assert_eq!(state.before_probe(&spec, &captured, Some(&status), t(10), &mut ops), want, "{name}");
             assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "{name}");
         }
     }

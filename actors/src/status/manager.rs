@@ -31,6 +31,7 @@ use crate::capacity::ShrinkAfterRemoval;
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::PodLookup;
+use crate::features::{Feature, FeatureGates};
 pub use crate::format::pod_ref;
 use crate::vocabulary::PodUid;
 
@@ -197,6 +198,8 @@ pub struct StatusManager {
     changes: Vec<ContainerChange>,
     /// An [`ApplyContainerChanges`] is on its way.
     apply_scheduled: bool,
+    /// The kubelet feature gates in force (`ContainerRestartRules` changes the transition check).
+    feature_gates: FeatureGates,
 }
 
 /// Queued results held back at most this many: past it they are applied at once, so a
@@ -220,7 +223,14 @@ impl StatusManager {
             resize: HashMap::new(),
             changes: Vec::new(),
             apply_scheduled: false,
+            feature_gates: FeatureGates::default(),
         }
+    }
+
+    /// The status manager under these feature gates instead of the kubelet's defaults.
+    pub fn with_feature_gates(mut self, feature_gates: FeatureGates) -> Self {
+        self.feature_gates = feature_gates;
+        self
     }
 
     /// Queues a result; it is applied when the mailbox runs dry, before the next message that
@@ -312,7 +322,8 @@ impl StatusManager {
             ),
         };
         let spec = super::spec_of(pod);
-        if let Err(err) = check_container_state_transition(&old, &status, &spec) {
+        let container_rules = self.feature_gates.enabled(Feature::ContainerRestartRules);
+        if let Err(err) = check_container_state_transition(&old, &status, &spec, container_rules) {
             tracing::error!(pod = pod_ref(pod), pod_uid = %uid, error = %err, "Status update on pod aborted");
             return false;
         }

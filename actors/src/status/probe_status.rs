@@ -48,8 +48,12 @@ pub enum ContainerRunState {
         /// The state's `startedAt`.
         started_at: Option<Timestamp>,
     },
-    /// Terminated.
-    Terminated,
+    /// Terminated, with the exit code the runtime reported (what decides whether the container
+    /// runs again, `restart::RestartDecision`).
+    Terminated {
+        /// The state's `exitCode`.
+        exit_code: i32,
+    },
     /// Waiting, or no state at all.
     Waiting,
 }
@@ -132,14 +136,14 @@ impl ProbedContainer {
     fn of(cs: &ContainerStatus, known: Option<&ProbedContainer>) -> Self {
         let raw = cs.container_id.as_deref().unwrap_or_default();
         let state = cs.state.as_ref();
-        let state =
-            match (state.and_then(|s| s.running.as_ref()), state.is_some_and(|s| s.terminated.is_some())) {
-                (Some(running), _) => {
-                    ContainerRunState::Running { started_at: running.started_at.as_ref().map(|t| t.0) }
-                }
-                (None, true) => ContainerRunState::Terminated,
-                (None, false) => ContainerRunState::Waiting,
-            };
+        let state = match (state.and_then(|s| s.running.as_ref()), state.and_then(|s| s.terminated.as_ref()))
+        {
+            (Some(running), _) => {
+                ContainerRunState::Running { started_at: running.started_at.as_ref().map(|t| t.0) }
+            }
+            (None, Some(terminated)) => ContainerRunState::Terminated { exit_code: terminated.exit_code },
+            (None, None) => ContainerRunState::Waiting,
+        };
         ProbedContainer {
             name: known
                 .filter(|k| *k.name == *cs.name)
@@ -214,7 +218,7 @@ mod tests {
             probe.container("app").unwrap().running_since(),
             Some(Timestamp::from_second(100).unwrap())
         );
-        assert_eq!(probe.container("init").unwrap().state, ContainerRunState::Terminated);
+        assert_eq!(probe.container("init").unwrap().state, ContainerRunState::Terminated { exit_code: 0 });
         assert!(probe.container("empty").is_none());
     }
 

@@ -14,6 +14,7 @@ use super::equality::{
     POD_SCHEDULED,
 };
 use super::generate::is_restartable_init_container;
+use crate::restart::container_should_restart;
 
 /// `v1.RestartPolicyAlways`: also what an unset pod restart policy means (API defaulting).
 pub const RESTART_POLICY_ALWAYS: &str = "Always";
@@ -51,11 +52,15 @@ pub enum TransitionError {
 /// Upstream `checkContainerStateTransition`: no container may leave the terminated state unless
 /// the pod restarts it. Restart policy `Always` (or unset, which the API defaults to `Always`)
 /// allows everything; `OnFailure` lets a container that exited non-zero run again; restartable
-/// init containers are always allowed to restart.
+/// init containers are always allowed to restart. With `container_restart_rules` (the
+/// `ContainerRestartRules` gate) a regular container that its own policy or rules restart for
+/// its exit code may run again too, and so may an init container (`restart::container_should_restart`;
+/// docs/prober.md §3.10).
 pub fn check_container_state_transition(
     old: &PodStatus,
     new: &PodStatus,
     spec: &PodSpec,
+    container_restart_rules: bool,
 ) -> Result<(), TransitionError> {
     let restart_policy = spec.restart_policy.as_deref().unwrap_or(RESTART_POLICY_ALWAYS);
     if restart_policy == RESTART_POLICY_ALWAYS {
@@ -64,8 +69,19 @@ pub fn check_container_state_transition(
     let on_failure = restart_policy == RESTART_POLICY_ON_FAILURE;
 
     let new_regular = new.container_statuses.as_deref().unwrap_or_default();
+    // Under the gate, a container its own policy or rules restart for that exit code.
+    let restarts_on_its_own = |status: &ContainerStatus, specs: &[Container]| {
+        container_restart_rules
+            && terminated_exit_code(status).is_some_and(|code| {
+                specs
+                    .iter()
+                    .find(|c| c.name == status.name)
+                    .is_some_and(|c| container_should_restart(c, spec, code))
+            })
+    };
     for old_status in old.container_statuses.iter().flatten() {
         if must_stay_terminated(old_status, on_failure)
+            && !restarts_on_its_own(old_status, &spec.containers)
             && let Some(restarted) = find_restarted(new_regular, &old_status.name)
         {
             return Err(TransitionError::Container(restarted.name.clone()));
@@ -83,6 +99,7 @@ pub fn check_container_state_transition(
             continue;
         }
         if must_stay_terminated(old_status, on_failure)
+            && !restarts_on_its_own(old_status, init_specs)
             && let Some(restarted) = find_restarted(new_init, &old_status.name)
         {
             return Err(TransitionError::InitContainer(restarted.name.clone()));
@@ -339,9 +356,73 @@ mod tests {
             },
         ];
         for case in cases {
-            let got = check_container_state_transition(&case.old, &case.new, &case.spec);
+            let got = check_container_state_transition(&case.old, &case.new, &case.spec, false);
             assert_eq!(got, case.want, "case: {}", case.name);
         }
+    }
+
+    /// `ContainerRestartRules`: a container its own policy or rules restart for its exit code
+    /// may leave the terminated state in a `Never` or `OnFailure` pod; one they do not restart
+    /// may not, and with the gate off only the pod's policy counts.
+    #[test]
+    fn container_restart_rules_let_a_container_restarted_by_its_own_policy_run_again() {
+        use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
+        let own = |name: &str, policy: &str, restart_on: &[i32]| Container {
+            name: name.into(),
+            restart_policy: Some(policy.into()),
+            restart_policy_rules: (!restart_on.is_empty()).then(|| {
+                vec![ContainerRestartRule {
+                    action: "Restart".into(),
+                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                        operator: "In".into(),
+                        values: Some(restart_on.to_vec()),
+                    }),
+                }]
+            }),
+            ..Default::default()
+        };
+        let pod = |policy: &str, init: Vec<Container>, regular: Vec<Container>| PodSpec {
+            restart_policy: Some(policy.into()),
+            init_containers: Some(init),
+            containers: regular,
+            ..Default::default()
+        };
+        let cases = [
+            ("own Always in Never", pod("Never", vec![], vec![own("c", "Always", &[])]), 0, true),
+            ("own OnFailure, exit 0", pod("Never", vec![], vec![own("c", "OnFailure", &[])]), 0, false),
+            ("own OnFailure, exit 1", pod("Never", vec![], vec![own("c", "OnFailure", &[])]), 1, true),
+            ("own Never, rule matches", pod("OnFailure", vec![], vec![own("c", "Never", &[7])]), 7, true),
+            (
+                "own Never, rule misses, exit 0",
+                pod("OnFailure", vec![], vec![own("c", "Never", &[7])]),
+                0,
+                false,
+            ),
+        ];
+        for (name, spec, code, allowed) in cases {
+            let old = status(vec![], vec![terminated("c", code)]);
+            let new = status(vec![], vec![running("c")]);
+            let want = if allowed { Ok(()) } else { Err(TransitionError::Container("c".into())) };
+            assert_eq!(check_container_state_transition(&old, &new, &spec, true), want, "{name}");
+            assert_eq!(
+                check_container_state_transition(&old, &new, &spec, false),
+                if code != 0 && spec.restart_policy.as_deref() == Some("OnFailure") {
+                    Ok(())
+                } else {
+                    Err(TransitionError::Container("c".into()))
+                },
+                "{name}, gate off"
+            );
+        }
+        let spec = pod("Never", vec![own("i", "OnFailure", &[])], vec![container("c")]);
+        let old = status(vec![terminated("i", 3)], vec![waiting("c")]);
+        let new = status(vec![running("i")], vec![waiting("c")]);
+        assert_eq!(check_container_state_transition(&old, &new, &spec, true), Ok(()), "init, own OnFailure");
+        assert_eq!(
+            check_container_state_transition(&old, &new, &spec, false),
+            Err(TransitionError::InitContainer("i".into())),
+            "init, gate off"
+        );
     }
 
     #[test]

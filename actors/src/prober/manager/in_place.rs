@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use crate::container::ContainerId;
 use crate::contracts::EventType;
 use crate::features::Feature;
-use crate::prober::do_probe::WorkerSpec;
 use crate::prober::reconcile::{
     EVENT_CONTAINER_PROBE_CHANGED, ProbeChange, UpdateEffect, change_message, is_mirror, is_static_or_mirror,
     probe_change,
@@ -21,7 +20,7 @@ use crate::prober::worker::{ProbeKey, Reconfigure};
 use crate::prober::{PodContainer, ProbeKind, container_reference};
 use crate::vocabulary::PodUid;
 
-use super::{ProberManager, is_sidecar, probed_containers};
+use super::{ProberManager, probed_containers};
 
 // === messages ===
 
@@ -75,7 +74,7 @@ impl Handler<ReconcilePod> for ProberManager {
             match (&change, container, new) {
                 (ProbeChange::Updated(fields), Some(container), Some((probe, timing))) => {
                     let effect = UpdateEffect::of(fields);
-                    self.reconfigure(&key, &pod, container, probe, timing, effect);
+                    self.reconfigure(&key, container, probe, timing, effect);
                 }
                 _ => {
                     // Removed: the worker goes now, so a status generated from here on sees
@@ -95,14 +94,12 @@ impl ProberManager {
     fn reconfigure(
         &mut self,
         key: &ProbeKey,
-        pod: &Arc<Pod>,
         container: &PodContainer,
         probe: &k8s_openapi::api::core::v1::Probe,
         timing: EffectiveTiming,
         effect: UpdateEffect,
     ) {
-        let is_sidecar = is_sidecar(pod, &container.name);
-        let mut spec = WorkerSpec::new(key, pod, probe, is_sidecar, self.start);
+        let mut spec = self.worker_spec(key, container, probe);
         spec.initial_delay = timing.initial_delay;
         let Some(entry) = self.workers.get_mut(key) else { return };
         entry.container = container.clone();

@@ -28,12 +28,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Probe};
 use k8s_openapi::jiff::Timestamp;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::do_probe::{ContainerBinding, WorkerSpec, WorkerState};
+use super::do_probe::{AfterExit, ContainerBinding, WorkerSpec, WorkerState};
 use super::probe_metrics::ProbeLabels;
 use super::reconcile::ProbeChange;
 use super::timing::{EffectiveTiming, probe_timings};
@@ -234,16 +234,13 @@ impl ProberManager {
         let WorkerStart { state, restarts, binding } = how;
         let pod = container.pod();
         let Some(probe) = key.kind.probe_of(&container).cloned() else { return };
-        let is_sidecar = is_sidecar(pod, &container.name);
         // An invalid timing annotation is the host's to report; the probe then runs with its
         // seconds fields.
         let timings = probe_timings(pod).unwrap_or_default();
         let timing = EffectiveTiming::new(&probe, timings.get(&key.container_name, key.kind));
-        let mut spec = WorkerSpec::new(&key, pod, &probe, is_sidecar, self.start);
+        let mut spec = self.worker_spec(&key, &container, &probe);
         spec.initial_delay = timing.initial_delay;
         spec.bound = binding.clone().map(Box::new);
-        spec.keep_state_across_restart =
-            !self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
         let on_started =
             (key.kind == ProbeKind::Startup && binding.is_some()).then(|| ctx.address().recipient());
         let start_interval = timing.start_interval.filter(|_| key.kind == ProbeKind::Readiness);
@@ -269,6 +266,21 @@ impl ProberManager {
         let binding = binding.map(Box::new);
         let entry = WorkerEntry { addr: Some(addr), id, stopping: false, restarts, container, binding };
         self.insert(key, entry);
+    }
+
+    /// What a worker for `key` captures of its pod, container and probe, under the gates in
+    /// force: whether it keeps container state across an agent restart, and whether the
+    /// container runs again once it has terminated (`ContainerRestartRules`).
+    pub(super) fn worker_spec(&self, key: &ProbeKey, container: &PodContainer, probe: &Probe) -> WorkerSpec {
+        let pod = container.pod();
+        let is_sidecar = is_sidecar(pod, &container.name);
+        let mut spec = WorkerSpec::new(key, pod, probe, is_sidecar, self.start);
+        spec.keep_state_across_restart =
+            !self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
+        if self.feature_gates.enabled(Feature::ContainerRestartRules) {
+            spec.after_exit = AfterExit::AskTheContainer;
+        }
+        spec
     }
 
     /// A worker `AddPod` creates under `ContainerLifecycleProber`: known (so the container is

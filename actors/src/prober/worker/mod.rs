@@ -460,7 +460,13 @@ impl ProbeWorker {
         }
         let mut ops = Vec::new();
         let interval = self.interval();
-        let next = self.state.before_probe(&self.spec, status.as_deref(), self.peers.clock.now(), &mut ops);
+        let next = self.state.before_probe(
+            &self.spec,
+            &self.container,
+            status.as_deref(),
+            self.peers.clock.now(),
+            &mut ops,
+        );
         let reported_started = status.as_deref().is_some_and(|s| self.reports_started(s));
         self.announce_started(&ops, reported_started);
         self.apply(ops);
