@@ -341,7 +341,8 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
             .with_groups(groups.clone())
             .with_fd_budget(budget)
-            .with_shim(shim),
+            .with_shim(shim)
+            .with_feature_gates(&pipeline.feature_gates),
     );
     let (addr, stop_server, server) = common.serve(args, pipeline.clone(), None).await?;
     println!(

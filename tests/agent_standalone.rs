@@ -343,6 +343,59 @@ async fn a_sidecar_pod_runs_its_app_once_the_sidecar_started_and_completes() {
     agent.stop().await;
 }
 
+/// `ContainerRestartRules` (on by default, as in v1.35), end to end: in a `Never` pod a
+/// container whose own policy is `Always` is restarted after a clean exit, the pod stays
+/// Running (not Succeeded) and its restarted instance is probed and turns ready again, with no
+/// status update refused on the way; in an `Always` pod a container whose own policy is
+/// `OnFailure` completes after a clean exit, and so does its pod.
+#[actix::test]
+async fn a_containers_own_restart_policy_restarts_it_in_a_never_pod() {
+    let dir = temp_dir("own-policy");
+    let port = free_port();
+    write(
+        &dir,
+        "own.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: own
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    restartPolicy: Always
+    command: ["probelet", "demo-target", "--http", "127.0.0.1:{port}", "--exit-after", "2s", "--exit-code", "0"]
+    readinessProbe:
+      httpGet: {{path: /healthz, port: {port}}}
+      periodSeconds: 1
+"#
+        ),
+    );
+    write(
+        &dir,
+        "job.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: job}\nspec:\n  restartPolicy: Always\n  containers:\n  - name: once\n    restartPolicy: OnFailure\n    command: [\"true\"]\n",
+    );
+    let mut agent = Agent::start(&dir).await;
+    let ready = agent.wait_for_after(0, |l| l.contains("default/own: Ready=True")).await;
+    let exited = agent.wait_for_after(ready, |l| l.contains("default/own: Ready=False")).await;
+    let restarted = agent
+        .wait_for_after(exited, |l| l.contains("default/own: container app restarted (restart count 1)"))
+        .await;
+    // The restarted instance is probed and turns ready again.
+    agent.wait_for_after(restarted, |l| l.contains("default/own: Ready=True")).await;
+    agent.wait_for(|l| l.ends_with("default/job: phase Succeeded")).await;
+    let output = agent.seen.join("\n");
+    assert!(!output.contains("default/own: phase Succeeded") && !output.contains("phase Failed"), "{output}");
+    assert!(!output.contains("Status update on pod aborted"), "{output}");
+    assert!(!output.contains("default/job: container once restarted"), "{output}");
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains("\"phase\":\"Running\""), "own is still running: {pods}");
+    agent.stop().await;
+}
+
 /// A pod whose stop takes its whole grace period: `stubborn` ignores SIGTERM (and so do the
 /// `sleep`s it starts) and is SIGKILLed when the grace runs out.
 fn slow_to_stop_pod(name: &str, port: u16) -> String {

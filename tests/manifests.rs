@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, MAX_MANIFEST_BYTES, ManifestError, Snapshot,
     SourceChange, apply_defaults, diff, load_dir, parse_manifest, scan, scan_with, static_pod_uid, validate,
+    validate_with,
 };
+use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -679,16 +681,96 @@ fn validation_rules_and_messages() {
                 let spec = p.spec.as_mut().unwrap();
                 let mut init = spec.containers[0].clone();
                 init.name = "init".into();
-                init.restart_policy = Some("Never".into());
+                init.restart_policy = Some("Sometimes".into());
                 spec.init_containers = Some(vec![init]);
             },
-            vec!["spec.initContainers[0].restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"".into()],
+            vec![
+                "spec.initContainers[0].restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"Never\", \"OnFailure\""
+                    .into(),
+            ],
         ),
         (
-            "restart policy on a container",
-            pod_from(json!({"restartPolicy": "Always"})),
+            "an init container's own Never and rules",
+            pod_from(json!({})),
+            |p| {
+                let spec = p.spec.as_mut().unwrap();
+                let mut init = spec.containers[0].clone();
+                init.name = "init".into();
+                init.restart_policy = Some("Never".into());
+                init.restart_policy_rules = serde_json::from_value(
+                    json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [3]}}]),
+                )
+                .unwrap();
+                spec.init_containers = Some(vec![init]);
+            },
+            vec![],
+        ),
+        (
+            "a sidecar with restart rules",
+            pod_from(json!({})),
+            |p| {
+                let spec = p.spec.as_mut().unwrap();
+                let mut init = spec.containers[0].clone();
+                init.name = "side".into();
+                init.restart_policy = Some("Always".into());
+                init.restart_policy_rules = serde_json::from_value(
+                    json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [3]}}]),
+                )
+                .unwrap();
+                spec.init_containers = Some(vec![init]);
+            },
+            vec![
+                "spec.initContainers[0].restartPolicyRules: Forbidden: restartPolicyRules are not allowed for init containers with restart policy Always"
+                    .into(),
+            ],
+        ),
+        ("a container's own restart policy", pod_from(json!({"restartPolicy": "Never"})), |_| {}, vec![]),
+        (
+            "a container's own restart policy the API does not know",
+            pod_from(json!({"restartPolicy": "Sometimes"})),
             |_| {},
-            vec![format!("{c0}.restartPolicy: Forbidden: may not be set for non-init containers")],
+            vec![format!(
+                "{c0}.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"Never\", \"OnFailure\""
+            )],
+        ),
+        (
+            "restart rules",
+            pod_from(json!({"restartPolicy": "Never", "restartPolicyRules": [
+                {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}},
+                {"action": "Stop", "exitCodes": {"operator": "Is", "values": [1]}},
+                {"action": "Restart"},
+            ]})),
+            |_| {},
+            vec![
+                format!("{c0}.restartPolicyRules[1].action: Unsupported value: \"Stop\": supported values: \"Restart\""),
+                format!(
+                    "{c0}.restartPolicyRules[1].exitCodes.operator: Unsupported value: \"Is\": supported values: \"In\", \"NotIn\""
+                ),
+                format!("{c0}.restartPolicyRules[2].exitCodes: Required value: must be specified"),
+            ],
+        ),
+        (
+            "restart rules without a restart policy",
+            pod_from(json!({"restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}]})),
+            |_| {},
+            vec![format!("{c0}.restartPolicy: Required value: must specify restartPolicy when restart rules are used")],
+        ),
+        (
+            "too many restart rules and exit codes",
+            pod_from(json!({"restartPolicy": "Never"})),
+            |p| {
+                let rule = |n: i32| {
+                    serde_json::from_value(json!({"action": "Restart", "exitCodes": {"operator": "In", "values": (0..n).collect::<Vec<_>>()}}))
+                        .unwrap()
+                };
+                let mut rules: Vec<_> = (0..20).map(|_| rule(1)).collect();
+                rules.push(rule(256));
+                p.spec.as_mut().unwrap().containers[0].restart_policy_rules = Some(rules);
+            },
+            vec![
+                format!("{c0}.restartPolicyRules: Too many: 21: must have at most 20 items"),
+                format!("{c0}.restartPolicyRules[20].exitCodes.values: Too many: 256: must have at most 255 items"),
+            ],
         ),
         (
             "pod restart policy",
@@ -711,7 +793,38 @@ fn validation_rules_and_messages() {
     }
 }
 
+/// With `ContainerRestartRules` off, as before v1.35: a regular container may not set a restart
+/// policy, and an init container only `Always`.
+#[test]
+fn without_container_restart_rules_only_sidecars_set_a_restart_policy() {
+    let gates = FeatureGates::default().with(Feature::ContainerRestartRules, false).unwrap();
+    let pod = pod_from(json!({"restartPolicy": "Always"}));
+    assert_eq!(
+        validate_with(&pod, &gates),
+        Err(vec![
+            "spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers".into()
+        ])
+    );
+    assert_eq!(validate(&pod), Ok(()), "the default gates take it");
+    let mut pod = pod_from(json!({}));
+    let spec = pod.spec.as_mut().unwrap();
+    let mut init = spec.containers[0].clone();
+    init.name = "init".into();
+    init.restart_policy = Some("Never".into());
+    spec.init_containers = Some(vec![init]);
+    assert_eq!(
+        validate_with(&pod, &gates),
+        Err(vec!["spec.initContainers[0].restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"".into()])
+    );
+    assert_eq!(validate(&pod), Ok(()));
+}
+
 // === folder ===
+
+/// The default gates with `MutableContainerProbes` on.
+fn in_place() -> FeatureGates {
+    FeatureGates::default().with(Feature::MutableContainerProbes, true).unwrap()
+}
 
 #[test]
 fn a_bad_file_is_reported_by_name_while_good_files_load() {
@@ -1073,9 +1186,9 @@ spec:
 fn with_probes_in_place_a_probe_only_change_keeps_the_uid_and_is_an_update() {
     let dir = TempDir::new("in-place");
     dir.write("p.yaml", probed_pod_yaml("'false'", 10));
-    let first = scan_with(dir.path(), NODE, true);
+    let first = scan_with(dir.path(), NODE, &in_place());
     dir.write("p.yaml", probed_pod_yaml("'true'", 3));
-    let second = scan_with(dir.path(), NODE, true);
+    let second = scan_with(dir.path(), NODE, &in_place());
     let changes = diff(&first, &second);
     assert_eq!(summary(&changes), vec!["~default/probed"]);
     let SourceChange::Updated(updated) = &changes[0] else { panic!("{changes:?}") };
@@ -1086,12 +1199,12 @@ fn with_probes_in_place_a_probe_only_change_keeps_the_uid_and_is_an_update() {
         updated.pod.metadata.annotations.as_ref().unwrap().get(CONFIG_HASH_ANNOTATION).map(String::as_str),
         Some(updated.uid())
     );
-    assert_eq!(diff(&second, &scan_with(dir.path(), NODE, true)), vec![], "nothing changed");
+    assert_eq!(diff(&second, &scan_with(dir.path(), NODE, &in_place())), vec![], "nothing changed");
 
     // Anything else that changes still replaces the pod.
     dir.write("p.yaml", probed_pod_yaml("'true'", 3).replace("'1000'", "'5'"));
     assert_eq!(
-        summary(&diff(&second, &scan_with(dir.path(), NODE, true))),
+        summary(&diff(&second, &scan_with(dir.path(), NODE, &in_place()))),
         vec!["-default/probed", "+default/probed"]
     );
 }

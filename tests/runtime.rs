@@ -335,6 +335,83 @@ async fn never_keeps_the_terminated_state() {
     assert_eq!(h.status(&id).await.unwrap(), status);
 }
 
+/// `ContainerRestartRules` (on by default, as in v1.35): a container's own restart policy
+/// decides, in either direction, whatever the pod's says.
+#[actix::test]
+async fn a_containers_own_restart_policy_wins_over_the_pods() {
+    let mut h = Harness::new();
+    let own = |mut c: Container, policy: &str| {
+        c.restart_policy = Some(policy.into());
+        c
+    };
+    let first = with_containers(
+        pod("own", "Never"),
+        vec![own(container("again", &["true"]), "Always"), own(container("retry", &["false"]), "OnFailure")],
+    );
+    let id = uid(&first);
+    h.sync(&first).await;
+    h.wait_for(&id, "both restarted in a Never pod", |s| {
+        named(&s.containers, "again").restart_count >= 1 && named(&s.containers, "retry").restart_count >= 1
+    })
+    .await;
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+
+    let second =
+        with_containers(pod("own-never", "Always"), vec![own(container("once", &["false"]), "Never")]);
+    let id = uid(&second);
+    h.sync(&second).await;
+    let status = h.wait_for(&id, "once terminated", |s| terminated(app_named(s, "once")).is_some()).await;
+    h.sync(&second).await;
+    assert_eq!(h.status(&id).await.unwrap(), status, "not started again in an Always pod");
+    assert_eq!(app_named(&status, "once").restart_count, 0);
+}
+
+/// Restart rules on exit codes: exit 3 restarts a `Never` container, exit 4 does not.
+#[actix::test]
+async fn a_restart_rule_restarts_on_the_exit_codes_it_names() {
+    let mut h = Harness::new();
+    let ruled = |name: &str, script: &str| {
+        let mut c = sh(name, script);
+        c.restart_policy = Some("Never".into());
+        c.restart_policy_rules = serde_json::from_value(
+            serde_json::json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [3]}}]),
+        )
+        .unwrap();
+        c
+    };
+    let pod =
+        with_containers(pod("rules", "Always"), vec![ruled("three", "exit 3"), ruled("four", "exit 4")]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h
+        .wait_for(&id, "three restarted, four terminated", |s| {
+            named(&s.containers, "three").restart_count >= 1
+                && terminated(named(&s.containers, "four")).is_some()
+        })
+        .await;
+    assert_eq!(named(&status.containers, "four").restart_count, 0);
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+/// With `ContainerRestartRules` off only the pod's policy counts.
+#[actix::test]
+async fn without_container_restart_rules_the_pods_policy_decides() {
+    let gates =
+        probelet::FeatureGates::default().with(probelet::Feature::ContainerRestartRules, false).unwrap();
+    let mut h = Harness::build(|runtime| runtime.with_feature_gates(&gates));
+    let mut once = container("once", &["true"]);
+    once.restart_policy = Some("Never".into());
+    let pod = with_containers(pod("own-off", "Always"), vec![once]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "restarted as the pod's Always says", |s| app_named(s, "once").restart_count >= 1).await;
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+fn app_named<'a>(status: &'a RuntimePodStatus, name: &str) -> &'a ContainerStatus {
+    named(&status.containers, name)
+}
+
 // === back-off ===
 
 #[actix::test]
@@ -781,7 +858,7 @@ async fn a_completed_pod_stops_its_sidecars_and_succeeds() {
     assert!(h.events_for("side").contains(&"Normal Killing Stopping container side".to_owned()));
     let spec = pod.spec.as_ref().unwrap();
     assert!(has_any_regular_container_started(spec, &status.containers));
-    assert_eq!(pod_phase(spec, &status.init_containers, &status.containers, true), "Succeeded");
+    assert_eq!(pod_phase(spec, &status.init_containers, &status.containers, true, true), "Succeeded");
 
     // Nothing starts again.
     h.sync(&pod).await;
@@ -802,7 +879,7 @@ async fn a_failed_init_container_under_never_stops_the_sidecars() {
     assert_eq!(terminated(named(&status.init_containers, "init")).unwrap().exit_code, 1);
     assert_eq!(waiting(app(&status)), Some(("PodInitializing", None)));
     let spec = pod.spec.as_ref().unwrap();
-    assert_eq!(pod_phase(spec, &status.init_containers, &status.containers, false), "Failed");
+    assert_eq!(pod_phase(spec, &status.init_containers, &status.containers, false, true), "Failed");
 }
 
 // === environment, working directory, exec ===

@@ -186,9 +186,12 @@ impl StandaloneKubelet {
     fn rescan(&mut self, ctx: &mut Context<Self>) {
         // MutableContainerProbes: a manifest whose probes alone changed keeps its UID and its
         // running pod, and the new probes are applied in place (docs/prober.md §3.9).
-        let in_place = self.pipeline.feature_gates.enabled(Feature::MutableContainerProbes);
-        let next = manifests::scan_with(&self.config.manifests, &self.config.node_name, in_place)
-            .keeping_unreadable(&self.snapshot);
+        let next = manifests::scan_with(
+            &self.config.manifests,
+            &self.config.node_name,
+            &self.pipeline.feature_gates,
+        )
+        .keeping_unreadable(&self.snapshot);
         let mut current = HashSet::new();
         for error in &next.errors {
             // What could not be read is told once per kind of error (a node short of file
@@ -534,7 +537,16 @@ async fn generate_status(
     let (init, containers) = runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();
     let initialized = has_any_regular_container_started(&spec, &containers);
     let status = PodStatus {
-        phase: Some(pod_phase(&spec, &init, &containers, initialized).to_owned()),
+        phase: Some(
+            pod_phase(
+                &spec,
+                &init,
+                &containers,
+                initialized,
+                pipeline.feature_gates.enabled(Feature::ContainerRestartRules),
+            )
+            .to_owned(),
+        ),
         pod_ip: Some(POD_IP.to_owned()),
         pod_ips: Some(vec![PodIP { ip: POD_IP.to_owned() }]),
         host_ip: Some(POD_IP.to_owned()),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec};
 use probelet_actors::prober::ProbeKind;
+use probelet_actors::restart::container_should_restart;
 use probelet_actors::status::by_name::ByName;
 use probelet_actors::status::{
     PHASE_FAILED, PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, is_restartable_init_container,
@@ -19,8 +20,11 @@ pub const MINIMUM_GRACE_PERIOD: Duration = Duration::from_secs(2);
 /// forever, and every deadline computed from it stays representable.
 pub const MAXIMUM_GRACE_PERIOD: Duration = Duration::from_secs(i64::MAX as u64 / 1_000_000_000);
 
-/// Upstream `getPhase` (v1.34, `ContainerRestartRules` off): the pod phase from its container
-/// statuses. `pod_has_initialized` is upstream's `HasAnyActiveRegularContainerStarted` (see
+/// Upstream `getPhase` (v1.35): the pod phase from its container statuses. With
+/// `container_rules` (the `ContainerRestartRules` gate, on by default) whether a stopped
+/// container counts as restarting is each container's own decision for its exit code
+/// (`restart::container_should_restart`) instead of the pod's policy: the pod runs while any
+/// stopped container will run again, and fails when an init container failed for good. `pod_has_initialized` is upstream's `HasAnyActiveRegularContainerStarted` (see
 /// [`has_any_regular_container_started`]): once a regular container has run, a sidecar that is
 /// not started (yet, or again) no longer holds the pod in `Pending`.
 ///
@@ -33,6 +37,7 @@ pub fn pod_phase(
     init: &[ContainerStatus],
     containers: &[ContainerStatus],
     pod_has_initialized: bool,
+    container_rules: bool,
 ) -> &'static str {
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     // Indexed once: a scan per container is quadratic in a pod's containers.
@@ -42,18 +47,27 @@ pub fn pod_phase(
     let mut pending_regular_init = 0;
     let mut pending_sidecars = 0;
     let mut failed_initialization = 0;
+    // Under the gate: stopped containers that will not run again.
+    let mut failed_initialization_not_restartable = 0;
+    let will_not_restart =
+        |container, code| container_rules && !container_should_restart(container, spec, code);
     for container in spec.init_containers.iter().flatten().filter(|c| !is_restartable_init_container(c)) {
         match find(&init, &container.name) {
             None | Some(Observed::Running | Observed::Unknown) => pending_regular_init += 1,
-            Some(Observed::Terminated(code)) if code != 0 => failed_initialization += 1,
+            Some(Observed::Terminated(code) | Observed::Waiting { last_exit: Some(code) }) if code != 0 => {
+                failed_initialization += 1;
+                if will_not_restart(container, code) {
+                    failed_initialization_not_restartable += 1;
+                }
+            }
             Some(Observed::Terminated(_)) => {}
-            Some(Observed::Waiting { last_exit: Some(code) }) if code != 0 => failed_initialization += 1,
             Some(Observed::Waiting { last_exit: Some(_) }) => {}
             Some(Observed::Waiting { last_exit: None }) => pending_regular_init += 1,
         }
     }
 
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let mut stopped_not_restartable = 0;
     for container in spec.init_containers.iter().flatten().filter(|c| is_restartable_init_container(c)) {
         let Some(status) = init.get(&container.name) else {
             unknown += 1;
@@ -87,13 +101,24 @@ pub fn pod_phase(
                 if code == 0 {
                     succeeded += 1;
                 }
+                if will_not_restart(container, code) {
+                    stopped_not_restartable += 1;
+                }
             }
-            Some(Observed::Waiting { last_exit: Some(_) }) => stopped += 1,
+            Some(Observed::Waiting { last_exit: Some(code) }) => {
+                stopped += 1;
+                if will_not_restart(container, code) {
+                    stopped_not_restartable += 1;
+                }
+            }
             Some(Observed::Waiting { last_exit: None }) => waiting += 1,
         }
     }
 
-    if failed_initialization > 0 && policy == "Never" {
+    if container_rules && failed_initialization_not_restartable > 0 {
+        return PHASE_FAILED;
+    }
+    if !container_rules && failed_initialization > 0 && policy == "Never" {
         return PHASE_FAILED;
     }
     // Once a regular container has run, sidecars restarting or not started do not put the pod
@@ -103,6 +128,16 @@ pub fn pod_phase(
     }
     if running > 0 && unknown == 0 {
         return PHASE_RUNNING;
+    }
+    if running == 0 && stopped > 0 && unknown == 0 && container_rules {
+        return if stopped != stopped_not_restartable {
+            // Some stopped container runs again.
+            PHASE_RUNNING
+        } else if stopped == succeeded {
+            PHASE_SUCCEEDED
+        } else {
+            PHASE_FAILED
+        };
     }
     if running == 0 && stopped > 0 && unknown == 0 {
         return match policy {
@@ -487,8 +522,79 @@ mod tests {
                 failed,
             ),
         ];
+        // No container here has a policy of its own: the gate changes none of these.
         for (name, spec, init, containers, initialized, want) in cases {
-            assert_eq!(pod_phase(&spec, &init, &containers, initialized), want, "case {name}");
+            for container_rules in [false, true] {
+                assert_eq!(
+                    pod_phase(&spec, &init, &containers, initialized, container_rules),
+                    want,
+                    "case {name}, gate {container_rules}"
+                );
+            }
+        }
+    }
+
+    /// `ContainerRestartRules`: a stopped container its own policy restarts keeps the pod
+    /// Running; one that will not run again lets a pod complete or fail whatever the pod's
+    /// policy; an init container that failed for good fails the pod. Gate off, only the pod's
+    /// policy counts.
+    #[test]
+    fn a_containers_own_policy_decides_the_phase_under_container_restart_rules() {
+        let with_own = |mut spec: PodSpec, name: &str, policy: &str| {
+            for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+                if c.name == name {
+                    c.restart_policy = Some(policy.into());
+                }
+            }
+            spec
+        };
+        let cases = [
+            (
+                "own Always in a Never pod, exited 0",
+                with_own(spec("Never", &[], &["a", "b"]), "a", "Always"),
+                vec![],
+                vec![exited("a", 0), exited("b", 0)],
+                (PHASE_RUNNING, PHASE_SUCCEEDED),
+            ),
+            (
+                "own Never in an Always pod, exited 1",
+                with_own(spec("Always", &[], &["a"]), "a", "Never"),
+                vec![],
+                vec![exited("a", 1)],
+                (PHASE_FAILED, PHASE_RUNNING),
+            ),
+            (
+                "own OnFailure in an Always pod, exited 0",
+                with_own(spec("Always", &[], &["a"]), "a", "OnFailure"),
+                vec![],
+                vec![exited("a", 0)],
+                (PHASE_SUCCEEDED, PHASE_RUNNING),
+            ),
+            (
+                "own OnFailure, crash-looping after exit 2, Never pod",
+                with_own(spec("Never", &[], &["a"]), "a", "OnFailure"),
+                vec![],
+                vec![crash_looping("a", 2)],
+                (PHASE_RUNNING, PHASE_FAILED),
+            ),
+            (
+                "init with own Never failed in an Always pod",
+                with_own(spec("Always", &["i"], &["a"]), "i", "Never"),
+                vec![exited("i", 1)],
+                vec![waiting("a")],
+                (PHASE_FAILED, PHASE_PENDING),
+            ),
+            (
+                "init with own OnFailure failed in a Never pod",
+                with_own(spec("Never", &["i"], &["a"]), "i", "OnFailure"),
+                vec![exited("i", 1)],
+                vec![waiting("a")],
+                (PHASE_PENDING, PHASE_FAILED),
+            ),
+        ];
+        for (name, spec, init, containers, (on, off)) in cases {
+            assert_eq!(pod_phase(&spec, &init, &containers, true, true), on, "{name}, gate on");
+            assert_eq!(pod_phase(&spec, &init, &containers, true, false), off, "{name}, gate off");
         }
     }
 

@@ -44,6 +44,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use probelet_actors::FeatureGates;
 use probelet_actors::gofmt::go_quote;
 use serde_json::Value;
 
@@ -110,7 +111,18 @@ impl ManifestError {
 /// anything else is an error for that document while the file's other documents still load. When
 /// the file holds more than one document, errors name the document (1-based, empty ones not
 /// counted). Returned pods are ready: defaults, validation, UID, annotations, node name.
+/// Validated under the kubelet's default feature gates; [`parse_manifest_with`] takes others.
 pub fn parse_manifest(file: &Path, contents: &str, node_name: &str) -> (Vec<Pod>, Vec<ManifestError>) {
+    parse_manifest_with(file, contents, node_name, &FeatureGates::default())
+}
+
+/// [`parse_manifest`], validated under `gates` ([`validate_with`]).
+pub fn parse_manifest_with(
+    file: &Path,
+    contents: &str,
+    node_name: &str,
+    gates: &FeatureGates,
+) -> (Vec<Pod>, Vec<ManifestError>) {
     if contents.len() as u64 > MAX_MANIFEST_BYTES {
         return (Vec::new(), vec![ManifestError::new(file, TOO_LARGE)]);
     }
@@ -123,7 +135,7 @@ pub fn parse_manifest(file: &Path, contents: &str, node_name: &str) -> (Vec<Pod>
     let mut pods = Vec::new();
     let mut errors = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
-        match document.and_then(|pod| prepare(file, pod, node_name)) {
+        match document.and_then(|pod| prepare(file, pod, node_name, gates)) {
             Ok(pod) => pods.push(pod),
             Err(reason) if several => {
                 errors.push(ManifestError::new(file, format!("document {}: {reason}", index + 1)))
@@ -243,10 +255,10 @@ fn json_type(value: &Value) -> &'static str {
 }
 
 /// Turns a decoded pod into a loaded one, or says why it is invalid.
-fn prepare(file: &Path, mut pod: Pod, node_name: &str) -> Result<Pod, String> {
+fn prepare(file: &Path, mut pod: Pod, node_name: &str, gates: &FeatureGates) -> Result<Pod, String> {
     pod.status = only_conditions(pod.status.take());
     apply_defaults(&mut pod);
-    if let Err(errors) = validate(&pod) {
+    if let Err(errors) = validate_with(&pod, gates) {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         return Err(format!("Pod {} is invalid: {}", go_quote(name), aggregate(&errors)));
     }
@@ -282,7 +294,7 @@ fn aggregate(messages: &[String]) -> String {
 /// followed), in file-name order. Unreadable files, bad documents and a second pod with a
 /// namespace/name already seen are reported; everything else is returned.
 pub fn load_dir(dir: &Path, node_name: &str) -> (Vec<LoadedPod>, Vec<ManifestError>) {
-    let loaded = load(dir, node_name);
+    let loaded = load(dir, node_name, &FeatureGates::default());
     (loaded.pods, loaded.errors)
 }
 
@@ -296,7 +308,7 @@ struct Loaded {
     unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
 }
 
-fn load(dir: &Path, node_name: &str) -> Loaded {
+fn load(dir: &Path, node_name: &str, gates: &FeatureGates) -> Loaded {
     let mut loaded = Loaded {
         pods: Vec::new(),
         errors: Vec::new(),
@@ -329,7 +341,7 @@ fn load(dir: &Path, node_name: &str) -> Loaded {
                 continue;
             }
         };
-        let (parsed, bad) = parse_manifest(&file, &contents, node_name);
+        let (parsed, bad) = parse_manifest_with(&file, &contents, node_name, gates);
         loaded.errors.extend(bad);
         for pod in parsed {
             let pod = LoadedPod { file: file.clone(), pod };

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 use probelet_actors::fnv::Fnv1a128;
 use probelet_actors::vocabulary::PodUid;
+use probelet_actors::{Feature, FeatureGates};
 
 use super::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, ManifestError, load, only_conditions,
@@ -56,15 +57,16 @@ impl Snapshot {
 /// Scans the folder (see [`load_dir`](super::load_dir)). Follow it with [`Snapshot::keeping_unreadable`] to keep
 /// the pods of what could not be read.
 pub fn scan(dir: &Path, node_name: &str) -> Snapshot {
-    scan_with(dir, node_name, false)
+    scan_with(dir, node_name, &FeatureGates::default())
 }
 
-/// [`scan`]; with `probes_in_place` (the `MutableContainerProbes` gate) each pod's UID is
-/// [`static_pod_uid_ignoring_probes`], so a manifest whose probes alone changed keeps its pod
-/// and [`diff`] reports it [`SourceChange::Updated`] instead of removed and added.
-pub fn scan_with(dir: &Path, node_name: &str, probes_in_place: bool) -> Snapshot {
-    let mut loaded = load(dir, node_name);
-    if probes_in_place {
+/// [`scan`] under `gates`: pods are validated under them, and with `MutableContainerProbes`
+/// each pod's UID is [`static_pod_uid_ignoring_probes`], so a manifest whose probes alone
+/// changed keeps its pod and [`diff`] reports it [`SourceChange::Updated`] instead of removed
+/// and added.
+pub fn scan_with(dir: &Path, node_name: &str, gates: &FeatureGates) -> Snapshot {
+    let mut loaded = load(dir, node_name, gates);
+    if gates.enabled(Feature::MutableContainerProbes) {
         for loaded in &mut loaded.pods {
             let uid = static_pod_uid_ignoring_probes(node_name, &loaded.file, &loaded.pod);
             loaded

@@ -4,10 +4,12 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, Probe};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, ContainerRestartRule, Pod, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::timing::{PROBE_TIMING_ANNOTATION, probe_timings};
+use probelet_actors::restart;
+use probelet_actors::{Feature, FeatureGates};
 
 /// Defaults the API server applies (`SetDefaults_*` in `pkg/apis/core/v1/defaults.go`).
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -110,6 +112,15 @@ const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of alphanumeric
 /// Fields the API server defaults are read with their defaults, so the answer is the same before
 /// and after [`apply_defaults`]. The image is not required: the standalone runtime does not use it.
 pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
+    validate_with(pod, &FeatureGates::default())
+}
+
+/// [`validate`] under `gates`: with `ContainerRestartRules` (on by default, as in v1.35) a
+/// regular container may set its own `restartPolicy` and `restartPolicyRules`, and an init
+/// container `OnFailure` or `Never` besides `Always` (docs/prober.md §3.10 says what they
+/// change); without it a regular container's `restartPolicy` is forbidden, as before.
+pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>> {
+    let container_rules = gates.enabled(Feature::ContainerRestartRules);
     let mut errs = Errors::default();
     match pod.metadata.name.as_deref() {
         None | Some("") => errs.required("metadata.name", "name or generateName is required"),
@@ -126,10 +137,11 @@ pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
     }
     let empty = PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty);
-    validate_containers(&spec.containers, "spec.containers", &mut errs);
+    validate_containers(&spec.containers, "spec.containers", container_rules, &mut errs);
     validate_init_containers(
         spec.init_containers.as_deref().unwrap_or_default(),
         &spec.containers,
+        container_rules,
         &mut errs,
     );
     match spec.restart_policy.as_deref() {
@@ -147,7 +159,7 @@ pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
     errs.into_result()
 }
 
-fn validate_containers(containers: &[Container], path: &str, errs: &mut Errors) {
+fn validate_containers(containers: &[Container], path: &str, container_rules: bool, errs: &mut Errors) {
     if containers.is_empty() {
         errs.required(path, "");
         return;
@@ -160,31 +172,108 @@ fn validate_containers(containers: &[Container], path: &str, errs: &mut Errors) 
             errs.duplicate(&format!("{path}.name"), &container.name);
         }
         container_probes(container, true, &path, errs);
-        if container.restart_policy.is_some() {
+        if container_rules {
+            validate_container_restart_policy(container, &path, errs);
+        } else if container.restart_policy.is_some() {
             errs.forbidden(&format!("{path}.restartPolicy"), "may not be set for non-init containers");
         }
     }
 }
 
-fn validate_init_containers(init_containers: &[Container], containers: &[Container], errs: &mut Errors) {
+/// The longest `restartPolicyRules` the API server takes, and the most exit codes in a rule.
+const MAX_RESTART_RULES: usize = 20;
+const MAX_RESTART_RULE_EXIT_CODES: usize = 255;
+
+/// Upstream `validateContainerRestartPolicy` (`ContainerRestartRules` on): a policy the API
+/// knows, required beside rules; at most 20 rules, each `Restart` on `In` or `NotIn` at most
+/// 255 exit codes.
+fn validate_container_restart_policy(container: &Container, path: &str, errs: &mut Errors) {
+    let rules = container.restart_policy_rules.as_deref().unwrap_or_default();
+    match container.restart_policy.as_deref() {
+        None if !rules.is_empty() => errs.required(
+            &format!("{path}.restartPolicy"),
+            "must specify restartPolicy when restart rules are used",
+        ),
+        None | Some(restart::ALWAYS | restart::ON_FAILURE | restart::NEVER) => {}
+        Some(other) => errs.not_supported(
+            &format!("{path}.restartPolicy"),
+            other,
+            &[restart::ALWAYS, restart::NEVER, restart::ON_FAILURE],
+        ),
+    }
+    validate_restart_rules(rules, path, errs);
+}
+
+fn validate_restart_rules(rules: &[ContainerRestartRule], path: &str, errs: &mut Errors) {
+    if rules.len() > MAX_RESTART_RULES {
+        errs.too_many(&format!("{path}.restartPolicyRules"), rules.len(), MAX_RESTART_RULES);
+    }
+    for (i, rule) in rules.iter().enumerate() {
+        let path = format!("{path}.restartPolicyRules[{i}]");
+        if rule.action != restart::ACTION_RESTART {
+            errs.not_supported(&format!("{path}.action"), &rule.action, &[restart::ACTION_RESTART]);
+        }
+        let Some(codes) = &rule.exit_codes else {
+            errs.required(&format!("{path}.exitCodes"), "must be specified");
+            continue;
+        };
+        if !matches!(codes.operator.as_str(), "In" | "NotIn") {
+            errs.not_supported(&format!("{path}.exitCodes.operator"), &codes.operator, &["In", "NotIn"]);
+        }
+        let values = codes.values.as_deref().unwrap_or_default();
+        if values.len() > MAX_RESTART_RULE_EXIT_CODES {
+            errs.too_many(&format!("{path}.exitCodes.values"), values.len(), MAX_RESTART_RULE_EXIT_CODES);
+        }
+    }
+}
+
+fn validate_init_containers(
+    init_containers: &[Container],
+    containers: &[Container],
+    container_rules: bool,
+    errs: &mut Errors,
+) {
     let mut names: BTreeSet<&str> = containers.iter().map(|c| c.name.as_str()).collect();
     for (i, container) in init_containers.iter().enumerate() {
         let path = format!("spec.initContainers[{i}]");
         validate_container_common(container, &path, errs);
-        let sidecar = match container.restart_policy.as_deref() {
-            None => false,
-            Some("Always") => true,
-            Some(other) => {
-                errs.not_supported(&format!("{path}.restartPolicy"), other, &["Always"]);
-                false
-            }
-        };
+        let sidecar = container.restart_policy.as_deref() == Some(restart::ALWAYS);
+        if container_rules {
+            validate_init_container_restart_policy(container, &path, errs);
+        } else if let Some(other) = container.restart_policy.as_deref().filter(|p| *p != restart::ALWAYS) {
+            errs.not_supported(&format!("{path}.restartPolicy"), other, &[restart::ALWAYS]);
+        }
         if names.contains(container.name.as_str()) {
             errs.duplicate(&format!("{path}.name"), &container.name);
         } else if !container.name.is_empty() {
             names.insert(container.name.as_str());
         }
         container_probes(container, sidecar, &path, errs);
+    }
+}
+
+/// Upstream `validateInitContainerRestartPolicy` (`ContainerRestartRules` on): `Always` makes
+/// a sidecar, which may have no rules; `OnFailure` and `Never` are checked as a regular
+/// container's policy is.
+fn validate_init_container_restart_policy(container: &Container, path: &str, errs: &mut Errors) {
+    let rules = container.restart_policy_rules.as_deref().unwrap_or_default();
+    match container.restart_policy.as_deref() {
+        None if !rules.is_empty() => errs.required(
+            &format!("{path}.restartPolicy"),
+            "must specify restartPolicy when restart rules are used",
+        ),
+        None => {}
+        Some(restart::ALWAYS) if !rules.is_empty() => errs.forbidden(
+            &format!("{path}.restartPolicyRules"),
+            "restartPolicyRules are not allowed for init containers with restart policy Always",
+        ),
+        Some(restart::ALWAYS) => {}
+        Some(restart::ON_FAILURE | restart::NEVER) => validate_restart_rules(rules, path, errs),
+        Some(other) => errs.not_supported(
+            &format!("{path}.restartPolicy"),
+            other,
+            &[restart::ALWAYS, restart::NEVER, restart::ON_FAILURE],
+        ),
     }
 }
 
@@ -418,6 +507,11 @@ impl Errors {
         let supported: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
         let detail = format!("supported values: {}", supported.join(", "));
         self.push(path, format!("Unsupported value: {}", go_quote(value)), &detail);
+    }
+
+    /// Go's `field.TooMany`.
+    fn too_many(&mut self, path: &str, actual: usize, max: usize) {
+        self.push(path, format!("Too many: {actual}"), &format!("must have at most {max} items"));
     }
 
     fn into_result(self) -> Result<(), Vec<String>> {

@@ -22,13 +22,13 @@ use crate::prober::{container_reference, pod_name};
 use crate::process::Signal;
 use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::format::pod_ref;
+use probelet_actors::{Feature, FeatureGates};
 
 use super::super::phase::{MAXIMUM_GRACE_PERIOD, MINIMUM_GRACE_PERIOD, kill_grace_period};
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
 use super::state::{
-    Current, InstanceOutcome, PodRuntime, RestartPolicy, Role, Slot, find_container, pod_status,
-    should_restart,
+    Current, InstanceOutcome, PodRuntime, RestartRules, Role, Slot, find_container, pod_status,
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
 use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING, START_TURN_TIME, STARTS_PER_TURN};
@@ -144,6 +144,8 @@ pub struct ProcessRuntime {
     starts_this_turn: Option<(usize, Instant)>,
     /// Pods with starts this turn had no room for, to reconcile in the next turn.
     deferred: Vec<PodUid>,
+    /// `ContainerRestartRules`: containers' own restart policies and rules count.
+    container_restart_rules: bool,
 }
 
 impl ProcessRuntime {
@@ -164,7 +166,15 @@ impl ProcessRuntime {
             shim: None,
             starts_this_turn: None,
             deferred: Vec::new(),
+            container_restart_rules: FeatureGates::default().enabled(Feature::ContainerRestartRules),
         }
+    }
+
+    /// The runtime under these feature gates instead of the kubelet's defaults: under
+    /// `ContainerRestartRules` a container's own restart policy and rules decide its restarts.
+    pub fn with_feature_gates(mut self, gates: &FeatureGates) -> Self {
+        self.container_restart_rules = gates.enabled(Feature::ContainerRestartRules);
+        self
     }
 
     /// Whether this turn of the thread has room for another start: fewer than
@@ -306,7 +316,7 @@ impl ProcessRuntime {
         }
         let pod = state.pod.clone();
         let Some(spec) = pod.spec.as_ref() else { return };
-        let policy = RestartPolicy::of(&pod);
+        let rules = RestartRules { spec, container_rules: self.container_restart_rules };
         let init_containers = spec.init_containers.as_deref().unwrap_or_default();
 
         if !state.initialized {
@@ -321,27 +331,28 @@ impl ProcessRuntime {
                     }
                     return;
                 }
-                match self.outcome(pod_uid, &container.name) {
+                let failed_with = match self.outcome(pod_uid, &container.name) {
                     InstanceOutcome::ExitedWith(0) => continue,
                     InstanceOutcome::Running => return,
-                    InstanceOutcome::ExitedWith(_) | InstanceOutcome::StartFailed
-                        if policy == RestartPolicy::Never =>
-                    {
-                        tracing::info!(pod = %pod_ref(&pod), container = %container.name, "init container failed and the pod's restart policy is Never");
-                        if let Some(state) = self.pods.get_mut(pod_uid) {
-                            state.init_failed = true;
-                        }
-                        // Upstream kills the pod: the sidecars started so far stop too.
-                        self.complete(pod_uid, ctx);
-                        return;
+                    InstanceOutcome::NotStarted => None,
+                    InstanceOutcome::ExitedWith(code) => Some(code),
+                    // A container that could not start reads as exit code 128, as the CRI's
+                    // `StartError` does.
+                    InstanceOutcome::StartFailed => Some(start::START_ERROR_EXIT_CODE),
+                };
+                if let Some(code) = failed_with
+                    && !rules.after_exit(Role::Init, container, code)
+                {
+                    tracing::info!(pod = %pod_ref(&pod), container = %container.name, "init container failed and will not be restarted");
+                    if let Some(state) = self.pods.get_mut(pod_uid) {
+                        state.init_failed = true;
                     }
-                    InstanceOutcome::ExitedWith(_)
-                    | InstanceOutcome::StartFailed
-                    | InstanceOutcome::NotStarted => {
-                        self.try_start(pod_uid, container, role, ctx);
-                        return;
-                    }
+                    // Upstream kills the pod: the sidecars started so far stop too.
+                    self.complete(pod_uid, ctx);
+                    return;
                 }
+                self.try_start(pod_uid, container, role, ctx);
+                return;
             }
             if let Some(state) = self.pods.get_mut(pod_uid) {
                 state.initialized = true;
@@ -353,21 +364,21 @@ impl ProcessRuntime {
                 self.try_start(pod_uid, container, Role::Sidecar, ctx);
             }
         }
-        // A container a probe killed restarts whatever its exit code, unless under `Never`.
-        let restarts = |act: &Self, name: &str, code: i32| {
-            should_restart(Role::Regular, policy, code)
-                || (policy != RestartPolicy::Never
+        // A container a probe killed restarts whatever its exit code, unless its policy says never.
+        let restarts = |act: &Self, container: &Container, code: i32| {
+            rules.after_exit(Role::Regular, container, code)
+                || (rules.after_probe_kill(container)
                     && act
                         .pods
                         .get(pod_uid)
-                        .and_then(|p| p.containers.get(name))
+                        .and_then(|p| p.containers.get(&container.name))
                         .is_some_and(|s| s.restart_owed))
         };
         for container in &spec.containers {
             let start = match self.outcome(pod_uid, &container.name) {
                 InstanceOutcome::NotStarted | InstanceOutcome::StartFailed => true,
                 InstanceOutcome::Running => false,
-                InstanceOutcome::ExitedWith(code) => restarts(self, &container.name, code),
+                InstanceOutcome::ExitedWith(code) => restarts(self, container, code),
             };
             if start {
                 self.try_start(pod_uid, container, Role::Regular, ctx);
@@ -378,7 +389,7 @@ impl ProcessRuntime {
         let completed = !spec.containers.is_empty()
             && spec.containers.iter().all(|c| {
                 matches!(self.outcome(pod_uid, &c.name),
-                    InstanceOutcome::ExitedWith(code) if !restarts(self, &c.name, code))
+                    InstanceOutcome::ExitedWith(code) if !restarts(self, c, code))
             });
         if completed {
             self.complete(pod_uid, ctx);

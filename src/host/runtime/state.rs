@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix::SpawnHandle;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod,
+    ContainerStatus, Pod, PodSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::container::ContainerId;
 use crate::prober::grpc::go_duration;
 use crate::prober::pod_name;
+use probelet_actors::restart::{Policy, container_should_restart};
 
 use super::actor::RuntimePodStatus;
 use super::backoff::Backoff;
@@ -109,14 +110,6 @@ pub(super) enum Role {
     Regular,
 }
 
-/// The pod's `restartPolicy` (`Always` when unset).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum RestartPolicy {
-    Always,
-    OnFailure,
-    Never,
-}
-
 /// What became of a container's latest instance, as the start decisions need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum InstanceOutcome {
@@ -173,28 +166,41 @@ impl Role {
     }
 }
 
-impl RestartPolicy {
-    pub(super) fn of(pod: &Pod) -> Self {
-        match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
-            Some("OnFailure") => RestartPolicy::OnFailure,
-            Some("Never") => RestartPolicy::Never,
-            _ => RestartPolicy::Always,
-        }
-    }
+/// The kubelet's restart rules for one pod: the pod's policy, and under the
+/// `ContainerRestartRules` gate (`container_rules`) each container's own policy and rules.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RestartRules<'a> {
+    pub(super) spec: &'a PodSpec,
+    pub(super) container_rules: bool,
 }
 
-/// Whether a container that ended with `exit_code` starts again (upstream
-/// `ShouldContainerBeRestarted` and the init-container rules): sidecars always; an init
-/// container only after a failure and unless the policy is `Never`; a regular container per
-/// the policy.
-pub(super) fn should_restart(role: Role, policy: RestartPolicy, exit_code: i32) -> bool {
-    match (role, policy) {
-        (Role::Sidecar, _) => true,
-        (Role::Init, RestartPolicy::Never) => false,
-        (Role::Init, _) => exit_code != 0,
-        (Role::Regular, RestartPolicy::Always) => true,
-        (Role::Regular, RestartPolicy::OnFailure) => exit_code != 0,
-        (Role::Regular, RestartPolicy::Never) => false,
+impl RestartRules<'_> {
+    /// Whether a container that ended with `exit_code` starts again (upstream
+    /// `ShouldContainerBeRestarted` and the init-container rules): sidecars always; an init
+    /// container only after a failure; under the gate, what the container's own policy and
+    /// rules say for the exit code (`restart::container_should_restart`); else an init
+    /// container unless the pod's policy is `Never` and a regular container per the pod's
+    /// policy.
+    pub(super) fn after_exit(&self, role: Role, container: &Container, exit_code: i32) -> bool {
+        match role {
+            Role::Sidecar => true,
+            Role::Init if exit_code == 0 => false,
+            _ if self.container_rules => container_should_restart(container, self.spec, exit_code),
+            Role::Init => Policy::of_pod(self.spec) != Policy::Never,
+            Role::Regular => Policy::of_pod(self.spec).restarts(exit_code),
+        }
+    }
+
+    /// Whether a container a failed liveness or startup probe killed starts again, whatever
+    /// its exit code (upstream `computePodActions`): unless the pod's policy is `Never`, or
+    /// under the gate the container's own policy, when it has one, is `Never`. Its exit-code
+    /// rules are not read here (it had not exited when the decision was made); they still
+    /// apply to the exit itself ([`RestartRules::after_exit`]).
+    pub(super) fn after_probe_kill(&self, container: &Container) -> bool {
+        match Policy::of_container(container).filter(|_| self.container_rules) {
+            Some(own) => own != Policy::Never,
+            None => Policy::of_pod(self.spec) != Policy::Never,
+        }
     }
 }
 
@@ -312,23 +318,56 @@ mod tests {
 
     #[test]
     fn restart_rules_follow_the_kubelet() {
-        use RestartPolicy::*;
+        let container = Container { name: "c".into(), ..Default::default() };
         let cases = [
-            (Role::Regular, Always, 0, true),
-            (Role::Regular, Always, 1, true),
-            (Role::Regular, OnFailure, 0, false),
-            (Role::Regular, OnFailure, 1, true),
-            (Role::Regular, Never, 1, false),
-            (Role::Init, Always, 1, true),
-            (Role::Init, OnFailure, 1, true),
-            (Role::Init, Never, 1, false),
-            (Role::Init, Always, 0, false),
-            (Role::Sidecar, Never, 0, true),
-            (Role::Sidecar, Never, 1, true),
+            (Role::Regular, "Always", 0, true),
+            (Role::Regular, "Always", 1, true),
+            (Role::Regular, "OnFailure", 0, false),
+            (Role::Regular, "OnFailure", 1, true),
+            (Role::Regular, "Never", 1, false),
+            (Role::Init, "Always", 1, true),
+            (Role::Init, "OnFailure", 1, true),
+            (Role::Init, "Never", 1, false),
+            (Role::Init, "Always", 0, false),
+            (Role::Sidecar, "Never", 0, true),
+            (Role::Sidecar, "Never", 1, true),
         ];
-        for (role, policy, code, want) in cases {
-            assert_eq!(should_restart(role, policy, code), want, "{role:?} {policy:?} exit {code}");
+        for container_rules in [false, true] {
+            for (role, policy, code, want) in cases {
+                let spec = PodSpec { restart_policy: Some(policy.into()), ..Default::default() };
+                let rules = RestartRules { spec: &spec, container_rules };
+                assert_eq!(
+                    rules.after_exit(role, &container, code),
+                    want,
+                    "{role:?} {policy} exit {code}, gate {container_rules}"
+                );
+            }
         }
+    }
+
+    /// `ContainerRestartRules`: a container's own policy wins over the pod's, after an exit and
+    /// after a probe's kill; with the gate off it is not read.
+    #[test]
+    fn a_containers_own_policy_decides_under_the_gate() {
+        let own = |policy: &str| Container {
+            name: "c".into(),
+            restart_policy: Some(policy.into()),
+            ..Default::default()
+        };
+        let never = PodSpec { restart_policy: Some("Never".into()), ..Default::default() };
+        let always = PodSpec::default();
+        let on = |spec| RestartRules { spec, container_rules: true };
+        let off = |spec| RestartRules { spec, container_rules: false };
+        assert!(on(&never).after_exit(Role::Regular, &own("Always"), 0));
+        assert!(!off(&never).after_exit(Role::Regular, &own("Always"), 0));
+        assert!(!on(&always).after_exit(Role::Regular, &own("Never"), 1));
+        assert!(!on(&always).after_exit(Role::Regular, &own("OnFailure"), 0));
+        assert!(on(&never).after_exit(Role::Init, &own("OnFailure"), 2));
+        assert!(!on(&always).after_exit(Role::Init, &own("Never"), 2));
+        assert!(on(&never).after_probe_kill(&own("OnFailure")));
+        assert!(!on(&always).after_probe_kill(&own("Never")));
+        assert!(off(&always).after_probe_kill(&own("Never")));
+        assert!(!off(&never).after_probe_kill(&own("Always")));
     }
 
     #[test]

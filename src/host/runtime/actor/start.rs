@@ -31,7 +31,7 @@ use super::super::groups::GroupOwner;
 use super::super::launch::{
     Launch, Spawned, exit_code, forward_output, new_container_id, shim_start_error, start_error,
 };
-use super::super::state::{Current, RestartPolicy, Role, Running, Slot, should_restart};
+use super::super::state::{Current, RestartRules, Role, Running, Slot};
 use super::super::stop::ProcessGuard;
 use super::super::{
     EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_OUT_OF_FILE_DESCRIPTORS, EVENT_STARTED,
@@ -41,7 +41,7 @@ use super::ProcessRuntime;
 use probelet_actors::vocabulary::PodUid;
 
 /// The exit code containerd reports for a container it could not start (Docker's, kept).
-const START_ERROR_EXIT_CODE: i32 = 128;
+pub(super) const START_ERROR_EXIT_CODE: i32 = 128;
 /// How long the runtime waits for the shim's report that the program started (on a blocking
 /// thread; a shim reports within milliseconds).
 const REPORT_WAIT: Duration = Duration::from_secs(5);
@@ -299,7 +299,9 @@ impl ProcessRuntime {
         self.budget.release(pod_uid);
         tracing::warn!(pod = %pod_ref(pod), container = %container.name, error = %message, "cannot start container");
         self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
-        let retry = should_restart(role, RestartPolicy::of(pod), START_ERROR_EXIT_CODE);
+        let spec = probelet_actors::status::spec_of(pod);
+        let rules = RestartRules { spec: &spec, container_rules: self.container_restart_rules };
+        let retry = rules.after_exit(role, container, START_ERROR_EXIT_CODE);
         // What containerd reports for a created container whose task could not start:
         // exited with `StartError`, exit code 128, never started (a zero start time).
         let terminated = ContainerStateTerminated {
