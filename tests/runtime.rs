@@ -1284,6 +1284,47 @@ async fn a_container_a_probe_killed_restarts_under_on_failure_whatever_its_exit_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `ContainerRestartRules`: a container whose own policy is `OnFailure`, in a `Never` pod, is
+/// restarted after a probe's kill whatever its exit code; one whose own policy is `Never`, in an
+/// `Always` pod, is not.
+#[actix::test]
+async fn a_probe_kill_restarts_by_the_containers_own_policy() {
+    let mut h = Harness::new();
+    let dir = temp_dir("own-kill");
+    for (name, pod_policy, own, restarted) in
+        [("kill-on-failure", "Never", "OnFailure", true), ("kill-never", "Always", "Never", false)]
+    {
+        let trapped = dir.join(name);
+        let script =
+            format!("trap 'exit 0' TERM; touch {}; while true; do sleep 0.05; done", trapped.display());
+        let mut app_container = sh("app", &script);
+        app_container.restart_policy = Some(own.into());
+        let pod = with_containers(pod(name, pod_policy), vec![app_container]);
+        let id = uid(&pod);
+        h.sync(&pod).await;
+        h.wait_for(&id, "app running", |s| running(app(s))).await;
+        wait_for_file(&trapped).await;
+        h.runtime.do_send(KillContainer {
+            pod_uid: id.clone().into(),
+            container: "app".into(),
+            message: "Container app failed liveness probe".into(),
+            grace: Duration::from_secs(5),
+            restart: true,
+        });
+        let status = if restarted {
+            h.wait_for(&id, "app restarted", |s| app(s).restart_count == 1 && running(app(s))).await
+        } else {
+            let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+            h.sync(&pod).await;
+            assert_eq!(h.status(&id).await.unwrap(), status, "{name}: not started again");
+            status
+        };
+        assert_eq!(app(&status).restart_count, i32::from(restarted), "{name}");
+        h.kill_pod(&id, Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // === the file-descriptor budget ===
 
 /// A budget of 72 descriptors (64 kept back) allows 2 containers, 1 per pod: the pod's second

@@ -62,7 +62,7 @@ pub struct FeatureSpec {
     pub implemented: bool,
 }
 
-/// Every gate the engine knows, in the order the README lists them.
+/// Every gate the engine knows.
 pub const KNOWN_FEATURES: [FeatureSpec; 6] = [
     FeatureSpec {
         feature: Feature::ContainerLifecycleProber,

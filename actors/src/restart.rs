@@ -1,9 +1,9 @@
-//! Whether a container that exited is started again: the pod's `restartPolicy`, and under the
-//! `ContainerRestartRules` gate (KEP-5307, beta and on by default in v1.35) the container's own
-//! `restartPolicy` and `restartPolicyRules` (upstream `podutil.ContainerShouldRestart` and
-//! `IsContainerRestartable`). The probe worker's stop rule, the status manager's transition
-//! check and the standalone runtime all ask here; docs/prober.md §1.3 step 7 and
-//! docs/prober.md §3.10 says where each one does.
+//! Whether a container that exited, or that a probe killed, is started again: the pod's
+//! `restartPolicy`, and under the `ContainerRestartRules` gate (KEP-5307, beta and on by default
+//! in v1.35) the container's own `restartPolicy` and `restartPolicyRules` (upstream
+//! `podutil.ContainerShouldRestart`, and the restart decision of `computePodActions`). The probe
+//! worker's stop rule, the status manager's transition check, the standalone runtime and its
+//! kill messages all ask here (where each one does: docs/prober.md §3.10).
 
 use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, PodSpec};
 
@@ -76,17 +76,16 @@ pub fn container_should_restart(container: &Container, pod: &PodSpec, exit_code:
     Policy::of_pod(pod).restarts(exit_code)
 }
 
-/// Upstream `IsContainerRestartable` (`ContainerRestartRules` on): whether some exit could
-/// restart the container.
-pub fn is_container_restartable(pod: &PodSpec, container: &Container) -> bool {
-    if container.restart_policy.is_some() {
-        let rules = container.restart_policy_rules.as_deref().unwrap_or_default();
-        if rules.iter().any(|rule| rule.action == ACTION_RESTART) {
-            return true;
-        }
-        return container.restart_policy.as_deref() != Some(NEVER);
+/// Whether a running container a failed liveness or startup probe kills is started again
+/// (upstream `computePodActions`): unless the pod's policy is `Never`, or, with
+/// `container_rules` (the gate), the container's own policy when it has one is `Never`. The
+/// exit-code rules are not read: the container has not exited when this is decided (they still
+/// apply to its exit, [`container_should_restart`]).
+pub fn restarts_after_probe_kill(container: &Container, pod: &PodSpec, container_rules: bool) -> bool {
+    match Policy::of_container(container).filter(|_| container_rules) {
+        Some(own) => own != Policy::Never,
+        None => Policy::of_pod(pod) != Policy::Never,
     }
-    Policy::of_pod(pod) != Policy::Never
 }
 
 /// The first rule whose exit codes match (`In` the values, or `NotIn` them); a rule with no
@@ -206,11 +205,12 @@ mod tests {
     }
 
     #[test]
-    fn restartable_if_any_exit_could_restart_it() {
-        assert!(is_container_restartable(&pod(None), &container(None, vec![])));
-        assert!(!is_container_restartable(&pod(Some(NEVER)), &container(None, vec![])));
-        assert!(is_container_restartable(&pod(Some(NEVER)), &container(Some(ON_FAILURE), vec![])));
-        assert!(!is_container_restartable(&pod(Some(ALWAYS)), &container(Some(NEVER), vec![])));
-        assert!(is_container_restartable(&pod(Some(NEVER)), &container(Some(NEVER), vec![rule("In", &[3])])));
+    fn a_probe_kill_restarts_by_the_containers_own_policy_under_the_gate() {
+        let (never, always) = (pod(Some(NEVER)), pod(None));
+        assert!(restarts_after_probe_kill(&container(Some(ON_FAILURE), vec![]), &never, true));
+        assert!(!restarts_after_probe_kill(&container(Some(NEVER), vec![rule("In", &[137])]), &always, true));
+        assert!(restarts_after_probe_kill(&container(Some(NEVER), vec![]), &always, false));
+        assert!(!restarts_after_probe_kill(&container(Some(ALWAYS), vec![]), &never, false));
+        assert!(!restarts_after_probe_kill(&container(None, vec![]), &never, true));
     }
 }

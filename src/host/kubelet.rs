@@ -426,7 +426,8 @@ impl StandaloneKubelet {
         else {
             return;
         };
-        let message = probe_kill_message(&entry.pod, &container.name, change.kind);
+        let container_rules = self.pipeline.feature_gates.enabled(Feature::ContainerRestartRules);
+        let message = probe_kill_message(&entry.pod, &container.name, change.kind, container_rules);
         let grace = kill_grace_period(&entry.pod, &container.name, Some(change.kind));
         console::print(Tone::Bad, &format!("{}: {message}", pod_ref(&entry.pod)));
         self.runtime.do_send(KillContainer {

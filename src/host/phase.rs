@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec};
 use probelet_actors::prober::ProbeKind;
-use probelet_actors::restart::container_should_restart;
+use probelet_actors::restart::{container_should_restart, restarts_after_probe_kill};
 use probelet_actors::status::by_name::ByName;
 use probelet_actors::status::{
     PHASE_FAILED, PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, is_restartable_init_container,
@@ -213,23 +213,27 @@ pub fn kill_grace_period(pod: &Pod, container: &str, kind: Option<ProbeKind>) ->
 }
 
 /// The kill message for a failed liveness or startup probe: upstream `computePodActions` says
-/// `Container c failed liveness probe`, with `, will be restarted` when the pod's restart policy
-/// restarts it; `computeInitContainerActions` says `Init container c failed liveness probe` of
-/// a sidecar (which always restarts), with no suffix.
-pub fn probe_kill_message(pod: &Pod, container: &str, kind: ProbeKind) -> String {
+/// `Container c failed liveness probe`, with `, will be restarted` when it restarts the
+/// container (`restart::restarts_after_probe_kill`: the pod's policy, or under
+/// `ContainerRestartRules` the container's own); `computeInitContainerActions` says
+/// `Init container c failed liveness probe` of a sidecar (which always restarts), with no suffix.
+pub fn probe_kill_message(pod: &Pod, container: &str, kind: ProbeKind, container_rules: bool) -> String {
     let what = match kind {
         ProbeKind::Startup => "startup",
         _ => "liveness",
     };
-    let is_sidecar = pod.spec.as_ref().is_some_and(|s| {
-        s.init_containers.iter().flatten().any(|c| c.name == container && is_restartable_init_container(c))
-    });
-    if is_sidecar {
+    let spec = probelet_actors::status::spec_of(pod);
+    if spec.init_containers.iter().flatten().any(|c| c.name == container && is_restartable_init_container(c))
+    {
         return format!("Init container {container} failed {what} probe");
     }
-    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
     let base = format!("Container {container} failed {what} probe");
-    if policy != "Never" { format!("{base}, will be restarted") } else { base }
+    let restarts = spec
+        .containers
+        .iter()
+        .find(|c| c.name == container)
+        .is_none_or(|c| restarts_after_probe_kill(c, &spec, container_rules));
+    if restarts { format!("{base}, will be restarted") } else { base }
 }
 
 #[cfg(test)]
@@ -676,26 +680,54 @@ mod tests {
 
     #[test]
     fn kill_messages() {
+        for gate in [false, true] {
+            assert_eq!(
+                probe_kill_message(&pod(None, None, None, "Always"), "app", ProbeKind::Liveness, gate),
+                "Container app failed liveness probe, will be restarted"
+            );
+            assert_eq!(
+                probe_kill_message(&pod(None, None, None, "Never"), "app", ProbeKind::Startup, gate),
+                "Container app failed startup probe"
+            );
+            // A sidecar: computeInitContainerActions' words, whatever the pod's policy.
+            let mut with_sidecar = pod(None, None, None, "Never");
+            let sidecar = Container {
+                name: "proxy".into(),
+                restart_policy: Some("Always".into()),
+                ..Default::default()
+            };
+            with_sidecar.spec.as_mut().unwrap().init_containers = Some(vec![sidecar]);
+            assert_eq!(
+                probe_kill_message(&with_sidecar, "proxy", ProbeKind::Liveness, gate),
+                "Init container proxy failed liveness probe"
+            );
+            assert_eq!(
+                probe_kill_message(&with_sidecar, "proxy", ProbeKind::Startup, gate),
+                "Init container proxy failed startup probe"
+            );
+        }
+    }
+
+    /// `ContainerRestartRules`: the suffix follows the container's own policy, as the restart
+    /// does.
+    #[test]
+    fn under_container_restart_rules_the_kill_message_follows_the_containers_own_policy() {
+        let own = |pod_policy: &str, policy: &str| {
+            let mut p = pod(None, None, None, pod_policy);
+            p.spec.as_mut().unwrap().containers[0].restart_policy = Some(policy.into());
+            p
+        };
         assert_eq!(
-            probe_kill_message(&pod(None, None, None, "Always"), "app", ProbeKind::Liveness),
+            probe_kill_message(&own("Always", "Never"), "app", ProbeKind::Liveness, true),
+            "Container app failed liveness probe"
+        );
+        assert_eq!(
+            probe_kill_message(&own("Never", "Always"), "app", ProbeKind::Liveness, true),
             "Container app failed liveness probe, will be restarted"
         );
         assert_eq!(
-            probe_kill_message(&pod(None, None, None, "Never"), "app", ProbeKind::Startup),
-            "Container app failed startup probe"
-        );
-        // A sidecar: computeInitContainerActions' words, whatever the pod's policy.
-        let mut with_sidecar = pod(None, None, None, "Never");
-        let sidecar =
-            Container { name: "proxy".into(), restart_policy: Some("Always".into()), ..Default::default() };
-        with_sidecar.spec.as_mut().unwrap().init_containers = Some(vec![sidecar]);
-        assert_eq!(
-            probe_kill_message(&with_sidecar, "proxy", ProbeKind::Liveness),
-            "Init container proxy failed liveness probe"
-        );
-        assert_eq!(
-            probe_kill_message(&with_sidecar, "proxy", ProbeKind::Startup),
-            "Init container proxy failed startup probe"
+            probe_kill_message(&own("Never", "Always"), "app", ProbeKind::Liveness, false),
+            "Container app failed liveness probe"
         );
     }
 }

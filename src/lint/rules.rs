@@ -229,8 +229,14 @@ pub fn lint_pod_spec(spec: &PodSpec, spec_path: &str, start: Option<&StartAnnota
                 probes: &probes,
                 known_start: starts.of(&container.name),
                 start_annotation: start.map(|a| a.field.as_str()),
-                // A sidecar is started again whatever the pod's policy.
-                restart_policy: if sidecar { "Always" } else { &restart_policy },
+                // A sidecar is started again whatever the pod's policy; a regular container
+                // that sets its own policy follows it (ContainerRestartRules, on since v1.35;
+                // a probe's kill reads no exit-code rules).
+                restart_policy: if sidecar {
+                    "Always"
+                } else {
+                    container.restart_policy.as_deref().unwrap_or(&restart_policy)
+                },
             };
             context.rules(&mut lint.findings)
         });

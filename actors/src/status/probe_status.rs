@@ -48,8 +48,8 @@ pub enum ContainerRunState {
         /// The state's `startedAt`.
         started_at: Option<Timestamp>,
     },
-    /// Terminated, with the exit code the runtime reported (what decides whether the container
-    /// runs again, `restart::RestartDecision`).
+    /// Terminated, with the exit code the runtime reported (what decides, under
+    /// `ContainerRestartRules`, whether the container runs again: `restart::container_should_restart`).
     Terminated {
         /// The state's `exitCode`.
         exit_code: i32,

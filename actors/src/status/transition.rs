@@ -69,7 +69,9 @@ pub fn check_container_state_transition(
     let on_failure = restart_policy == RESTART_POLICY_ON_FAILURE;
 
     let new_regular = new.container_statuses.as_deref().unwrap_or_default();
-    // Under the gate, a container its own policy or rules restart for that exit code.
+    // Under the gate, a container its own policy or rules restart for that exit code. Asked
+    // only of a container seen running again (rare), so the search by name costs nothing
+    // otherwise.
     let restarts_on_its_own = |status: &ContainerStatus, specs: &[Container]| {
         container_restart_rules
             && terminated_exit_code(status).is_some_and(|code| {
@@ -81,8 +83,8 @@ pub fn check_container_state_transition(
     };
     for old_status in old.container_statuses.iter().flatten() {
         if must_stay_terminated(old_status, on_failure)
-            && !restarts_on_its_own(old_status, &spec.containers)
             && let Some(restarted) = find_restarted(new_regular, &old_status.name)
+            && !restarts_on_its_own(old_status, &spec.containers)
         {
             return Err(TransitionError::Container(restarted.name.clone()));
         }
@@ -99,8 +101,8 @@ pub fn check_container_state_transition(
             continue;
         }
         if must_stay_terminated(old_status, on_failure)
-            && !restarts_on_its_own(old_status, init_specs)
             && let Some(restarted) = find_restarted(new_init, &old_status.name)
+            && !restarts_on_its_own(old_status, std::slice::from_ref(init_spec))
         {
             return Err(TransitionError::InitContainer(restarted.name.clone()));
         }

@@ -67,8 +67,9 @@ pub struct KillContainer {
     pub container: String,
     pub message: String,
     pub grace: Duration,
-    /// Start it again once it has exited, whatever its exit code, unless the pod's restart
-    /// policy is `Never`: upstream `computePodActions` for a failed liveness or startup probe,
+    /// Start it again once it has exited, whatever its exit code, unless its restart policy
+    /// (the pod's, or under `ContainerRestartRules` its own) is `Never`: upstream
+    /// `computePodActions` for a failed liveness or startup probe,
     /// so that under `OnFailure` a container that exits 0 on SIGTERM is restarted, not
     /// counted as completed.
     pub restart: bool,

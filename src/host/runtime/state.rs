@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::container::ContainerId;
 use crate::prober::grpc::go_duration;
 use crate::prober::pod_name;
-use probelet_actors::restart::{Policy, container_should_restart};
+use probelet_actors::restart::{Policy, container_should_restart, restarts_after_probe_kill};
 
 use super::actor::RuntimePodStatus;
 use super::backoff::Backoff;
@@ -192,15 +192,10 @@ impl RestartRules<'_> {
     }
 
     /// Whether a container a failed liveness or startup probe killed starts again, whatever
-    /// its exit code (upstream `computePodActions`): unless the pod's policy is `Never`, or
-    /// under the gate the container's own policy, when it has one, is `Never`. Its exit-code
-    /// rules are not read here (it had not exited when the decision was made); they still
-    /// apply to the exit itself ([`RestartRules::after_exit`]).
+    /// its exit code (`restart::restarts_after_probe_kill`); its exit-code rules still apply
+    /// to the exit itself ([`RestartRules::after_exit`]).
     pub(super) fn after_probe_kill(&self, container: &Container) -> bool {
-        match Policy::of_container(container).filter(|_| self.container_rules) {
-            Some(own) => own != Policy::Never,
-            None => Policy::of_pod(self.spec) != Policy::Never,
-        }
+        restarts_after_probe_kill(container, self.spec, self.container_rules)
     }
 }
 

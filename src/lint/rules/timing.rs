@@ -377,6 +377,17 @@ mod tests {
             "{}",
             found[0].message
         );
+        // A container's own policy wins over the pod's, either way.
+        for (pod_policy, own, says) in
+            [("Never", "Always", "restarts the container"), ("Always", "Never", "it is not started again")]
+        {
+            let lint = lint_yaml(&format!(
+                "restartPolicy: {pod_policy}\ncontainers:\n  - name: app\n    image: a\n    restartPolicy: {own}\n    \
+                 livenessProbe:\n      tcpSocket: {{port: 1}}\n"
+            ));
+            let found = with_rule(&lint, rule::LIVENESS_RESTART);
+            assert!(found[0].message.contains(says), "pod {pod_policy}, own {own}: {}", found[0].message);
+        }
     }
 
     #[test]
