@@ -1263,25 +1263,39 @@ async fn nothing_starts_after_every_container_was_killed() {
 async fn a_container_a_probe_killed_restarts_under_on_failure_whatever_its_exit_code() {
     let mut h = Harness::new();
     let dir = temp_dir("on-failure");
-    let trapped = dir.join("trapped");
-    let script = format!("trap 'exit 0' TERM; touch {}; while true; do sleep 0.05; done", trapped.display());
-    let pod = with_containers(pod("on-failure", "OnFailure"), vec![sh("app", &script)]);
+    let (app_container, trapped) = exits_0_on_term(&dir, "trapped");
+    let pod = with_containers(pod("on-failure", "OnFailure"), vec![app_container]);
     let id = uid(&pod);
     h.sync(&pod).await;
     h.wait_for(&id, "app running", |s| running(app(s))).await;
     wait_for_file(&trapped).await;
-    h.runtime.do_send(KillContainer {
-        pod_uid: id.clone().into(),
-        container: "app".into(),
-        message: "Container app failed liveness probe, will be restarted".into(),
-        grace: Duration::from_secs(5),
-        restart: true,
-    });
+    h.kill_for_liveness(&id);
     let status = h.wait_for(&id, "app restarted", |s| app(s).restart_count == 1 && running(app(s))).await;
     let last = last_terminated(app(&status)).unwrap();
     assert_eq!((last.exit_code, last.reason.as_deref()), (0, Some("Completed")));
     h.kill_pod(&id, Duration::from_millis(100)).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Container `app`: exits 0 on SIGTERM, after touching `<dir>/<marker>` once its trap is set.
+fn exits_0_on_term(dir: &Path, marker: &str) -> (Container, PathBuf) {
+    let trapped = dir.join(marker);
+    let script = format!("trap 'exit 0' TERM; touch {}; while true; do sleep 0.05; done", trapped.display());
+    (sh("app", &script), trapped)
+}
+
+impl Harness {
+    /// What the host sends for a failed liveness probe of container `app`: kill it and restart
+    /// it as its policy allows.
+    fn kill_for_liveness(&self, pod_uid: &str) {
+        self.runtime.do_send(KillContainer {
+            pod_uid: pod_uid.into(),
+            container: "app".into(),
+            message: "Container app failed liveness probe".into(),
+            grace: Duration::from_secs(5),
+            restart: true,
+        });
+    }
 }
 
 /// `ContainerRestartRules`: a container whose own policy is `OnFailure`, in a `Never` pod, is
@@ -1294,23 +1308,14 @@ async fn a_probe_kill_restarts_by_the_containers_own_policy() {
     for (name, pod_policy, own, restarted) in
         [("kill-on-failure", "Never", "OnFailure", true), ("kill-never", "Always", "Never", false)]
     {
-        let trapped = dir.join(name);
-        let script =
-            format!("trap 'exit 0' TERM; touch {}; while true; do sleep 0.05; done", trapped.display());
-        let mut app_container = sh("app", &script);
+        let (mut app_container, trapped) = exits_0_on_term(&dir, name);
         app_container.restart_policy = Some(own.into());
         let pod = with_containers(pod(name, pod_policy), vec![app_container]);
         let id = uid(&pod);
         h.sync(&pod).await;
         h.wait_for(&id, "app running", |s| running(app(s))).await;
         wait_for_file(&trapped).await;
-        h.runtime.do_send(KillContainer {
-            pod_uid: id.clone().into(),
-            container: "app".into(),
-            message: "Container app failed liveness probe".into(),
-            grace: Duration::from_secs(5),
-            restart: true,
-        });
+        h.kill_for_liveness(&id);
         let status = if restarted {
             h.wait_for(&id, "app restarted", |s| app(s).restart_count == 1 && running(app(s))).await
         } else {

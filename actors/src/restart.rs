@@ -102,6 +102,31 @@ fn matching_rule(rules: &[ContainerRestartRule], exit_code: i32) -> Option<&Cont
     })
 }
 
+/// Containers with restart policies of their own, for the tests of every module that asks here.
+#[cfg(test)]
+pub(crate) mod test_containers {
+    use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, ContainerRestartRuleOnExitCodes};
+
+    /// Container `name` with its own `policy` (if any) and, when `restart_on` is not empty, one
+    /// rule restarting it on those exit codes.
+    pub(crate) fn with_own_policy(name: &str, policy: Option<&str>, restart_on: &[i32]) -> Container {
+        Container {
+            name: name.into(),
+            restart_policy: policy.map(Into::into),
+            restart_policy_rules: (!restart_on.is_empty()).then(|| {
+                vec![ContainerRestartRule {
+                    action: super::ACTION_RESTART.into(),
+                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                        operator: "In".into(),
+                        values: Some(restart_on.to_vec()),
+                    }),
+                }]
+            }),
+            ..Default::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes;

@@ -335,10 +335,10 @@ pub fn is_sidecar_of(pod: &Pod, container_name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::restart::test_containers::with_own_policy;
     use k8s_openapi::api::core::v1::{
-        Container, ContainerRestartRule, ContainerRestartRuleOnExitCodes, ContainerState,
-        ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodSpec,
-        PodStatus,
+        Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        ContainerStatus, PodSpec, PodStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -517,20 +517,7 @@ mod tests {
     #[test]
     fn under_container_restart_rules_the_exit_code_decides_whether_the_worker_stops() {
         let pod = |policy: &str| PodSpec { restart_policy: Some(policy.into()), ..Default::default() };
-        let container = |policy: Option<&str>, restart_on: &[i32]| Container {
-            name: "c".into(),
-            restart_policy: policy.map(Into::into),
-            restart_policy_rules: (!restart_on.is_empty()).then(|| {
-                vec![ContainerRestartRule {
-                    action: "Restart".into(),
-                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
-                        operator: "In".into(),
-                        values: Some(restart_on.to_vec()),
-                    }),
-                }]
-            }),
-            ..Default::default()
-        };
+        let container = |policy, restart_on: &[i32]| with_own_policy("c", policy, restart_on);
         let cases = [
             ("container Always in a Never pod", container(Some("Always"), &[]), pod("Never"), 0, Next::Skip),
             ("container Never in an Always pod", container(Some("Never"), &[]), pod("Always"), 1, Next::Stop),

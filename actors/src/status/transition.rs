@@ -368,21 +368,9 @@ mod tests {
     /// may not, and with the gate off only the pod's policy counts.
     #[test]
     fn container_restart_rules_let_a_container_restarted_by_its_own_policy_run_again() {
-        use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
-        let own = |name: &str, policy: &str, restart_on: &[i32]| Container {
-            name: name.into(),
-            restart_policy: Some(policy.into()),
-            restart_policy_rules: (!restart_on.is_empty()).then(|| {
-                vec![ContainerRestartRule {
-                    action: "Restart".into(),
-                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
-                        operator: "In".into(),
-                        values: Some(restart_on.to_vec()),
-                    }),
-                }]
-            }),
-            ..Default::default()
-        };
+        use crate::restart::test_containers::with_own_policy;
+        let own =
+            |name: &str, policy: &str, restart_on: &[i32]| with_own_policy(name, Some(policy), restart_on);
         let pod = |policy: &str, init: Vec<Container>, regular: Vec<Container>| PodSpec {
             restart_policy: Some(policy.into()),
             init_containers: Some(init),

@@ -173,7 +173,7 @@ fn validate_containers(containers: &[Container], path: &str, container_rules: bo
         }
         container_probes(container, true, &path, errs);
         if container_rules {
-            validate_container_restart_policy(container, &path, errs);
+            validate_restart_policy(container, false, &path, errs);
         } else if container.restart_policy.is_some() {
             errs.forbidden(&format!("{path}.restartPolicy"), "may not be set for non-init containers");
         }
@@ -184,15 +184,22 @@ fn validate_containers(containers: &[Container], path: &str, container_rules: bo
 const MAX_RESTART_RULES: usize = 20;
 const MAX_RESTART_RULE_EXIT_CODES: usize = 255;
 
-/// Upstream `validateContainerRestartPolicy` (`ContainerRestartRules` on): a policy the API
-/// knows, required beside rules; at most 20 rules, each `Restart` on `In` or `NotIn` at most
-/// 255 exit codes.
-fn validate_container_restart_policy(container: &Container, path: &str, errs: &mut Errors) {
+/// Upstream `validateContainerRestartPolicy` and `validateInitContainerRestartPolicy`
+/// (`ContainerRestartRules` on): a policy the API knows, required beside rules; at most 20
+/// rules, each `Restart` on `In` or `NotIn` at most 255 exit codes. An init container's
+/// `Always` makes a sidecar, which may have no rules; its rules are checked only beside
+/// `OnFailure` or `Never`, a regular container's whatever its policy.
+fn validate_restart_policy(container: &Container, init: bool, path: &str, errs: &mut Errors) {
     let rules = container.restart_policy_rules.as_deref().unwrap_or_default();
-    match container.restart_policy.as_deref() {
+    let policy = container.restart_policy.as_deref();
+    match policy {
         None if !rules.is_empty() => errs.required(
             &format!("{path}.restartPolicy"),
             "must specify restartPolicy when restart rules are used",
+        ),
+        Some(restart::ALWAYS) if init && !rules.is_empty() => errs.forbidden(
+            &format!("{path}.restartPolicyRules"),
+            "restartPolicyRules are not allowed for init containers with restart policy Always",
         ),
         None | Some(restart::ALWAYS | restart::ON_FAILURE | restart::NEVER) => {}
         Some(other) => errs.not_supported(
@@ -201,7 +208,9 @@ fn validate_container_restart_policy(container: &Container, path: &str, errs: &m
             &[restart::ALWAYS, restart::NEVER, restart::ON_FAILURE],
         ),
     }
-    validate_restart_rules(rules, path, errs);
+    if !init || matches!(policy, Some(restart::ON_FAILURE | restart::NEVER)) {
+        validate_restart_rules(rules, path, errs);
+    }
 }
 
 fn validate_restart_rules(rules: &[ContainerRestartRule], path: &str, errs: &mut Errors) {
@@ -239,7 +248,7 @@ fn validate_init_containers(
         validate_container_common(container, &path, errs);
         let sidecar = container.restart_policy.as_deref() == Some(restart::ALWAYS);
         if container_rules {
-            validate_init_container_restart_policy(container, &path, errs);
+            validate_restart_policy(container, true, &path, errs);
         } else if let Some(other) = container.restart_policy.as_deref().filter(|p| *p != restart::ALWAYS) {
             errs.not_supported(&format!("{path}.restartPolicy"), other, &[restart::ALWAYS]);
         }
@@ -249,31 +258,6 @@ fn validate_init_containers(
             names.insert(container.name.as_str());
         }
         container_probes(container, sidecar, &path, errs);
-    }
-}
-
-/// Upstream `validateInitContainerRestartPolicy` (`ContainerRestartRules` on): `Always` makes
-/// a sidecar, which may have no rules; `OnFailure` and `Never` are checked as a regular
-/// container's policy is.
-fn validate_init_container_restart_policy(container: &Container, path: &str, errs: &mut Errors) {
-    let rules = container.restart_policy_rules.as_deref().unwrap_or_default();
-    match container.restart_policy.as_deref() {
-        None if !rules.is_empty() => errs.required(
-            &format!("{path}.restartPolicy"),
-            "must specify restartPolicy when restart rules are used",
-        ),
-        None => {}
-        Some(restart::ALWAYS) if !rules.is_empty() => errs.forbidden(
-            &format!("{path}.restartPolicyRules"),
-            "restartPolicyRules are not allowed for init containers with restart policy Always",
-        ),
-        Some(restart::ALWAYS) => {}
-        Some(restart::ON_FAILURE | restart::NEVER) => validate_restart_rules(rules, path, errs),
-        Some(other) => errs.not_supported(
-            &format!("{path}.restartPolicy"),
-            other,
-            &[restart::ALWAYS, restart::NEVER, restart::ON_FAILURE],
-        ),
     }
 }
 
