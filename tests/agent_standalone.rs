@@ -396,6 +396,43 @@ spec:
     agent.stop().await;
 }
 
+/// A container a liveness probe kills, answering SIGTERM with exit 0 under `OnFailure`: it is
+/// restarted, and the pod is never called Failed on the way (under `ContainerRestartRules` a
+/// phase read from that exit code alone would be, and its probes would stop for good); the new
+/// instance is probed and killed again.
+#[actix::test]
+async fn a_probe_kill_answered_with_exit_zero_under_on_failure_keeps_the_pod_running() {
+    let dir = temp_dir("kill-exit-0");
+    write(
+        &dir,
+        "t.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: t}
+spec:
+  restartPolicy: OnFailure
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: app
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    livenessProbe: {exec: {command: ["false"]}, periodSeconds: 1, failureThreshold: 2}
+    readinessProbe: {exec: {command: ["false"]}, periodSeconds: 1}
+"#,
+    );
+    let mut agent = Agent::start(&dir).await;
+    let restarted =
+        agent.wait_for_after(0, |l| l.contains("default/t: container app restarted (restart count 1)")).await;
+    agent
+        .wait_for_after(restarted, |l| {
+            l.contains("default/t: Container app failed liveness probe, will be restarted")
+        })
+        .await;
+    let output = agent.seen.join("\n");
+    assert!(!output.contains("phase Failed") && !output.contains("phase Succeeded"), "{output}");
+    assert!(!output.contains("Ready=True"), "its readiness probe always fails: {output}");
+    agent.stop().await;
+}
+
 /// A pod whose stop takes its whole grace period: `stubborn` ignores SIGTERM (and so do the
 /// `sleep`s it starts) and is SIGKILLed when the grace runs out.
 fn slow_to_stop_pod(name: &str, port: u16) -> String {

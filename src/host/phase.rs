@@ -105,12 +105,12 @@ pub fn pod_phase(
                     stopped_not_restartable += 1;
                 }
             }
-            Some(Observed::Waiting { last_exit: Some(code) }) => {
-                stopped += 1;
-                if will_not_restart(container, code) {
-                    stopped_not_restartable += 1;
-                }
-            }
+            // Upstream reads the last exit code here too, but this runtime shows a regular
+            // container as waiting only when it will start it again: after a probe's kill, say,
+            // that the container answered with exit 0 under `OnFailure`. Read by its exit code,
+            // such a pod would be called Failed while it restarts, and its probes would stop for
+            // good (docs/prober.md §3.10). No probe kills an init container.
+            Some(Observed::Waiting { last_exit: Some(_) }) => stopped += 1,
             Some(Observed::Waiting { last_exit: None }) => waiting += 1,
         }
     }
@@ -580,6 +580,13 @@ mod tests {
                 vec![],
                 vec![crash_looping("a", 2)],
                 (PHASE_RUNNING, PHASE_FAILED),
+            ),
+            (
+                "a probe's kill answered with exit 0 under OnFailure, waiting to restart",
+                spec("OnFailure", &[], &["a"]),
+                vec![],
+                vec![crash_looping("a", 0)],
+                (PHASE_RUNNING, PHASE_RUNNING),
             ),
             (
                 "init with own Never failed in an Always pod",
