@@ -371,6 +371,33 @@ async fn at_the_connection_cap_an_answer_being_sent_is_not_cut() {
     served.stop().await;
 }
 
+/// The serving state of `h`'s engine with fresh history and events, ready, and `heartbeat`.
+fn fresh_state(h: &Harness, heartbeat: Heartbeat) -> ServeState {
+    let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
+    ServeState {
+        registry: PrometheusRegistry::global().unwrap(),
+        pipeline: h.pipeline.clone(),
+        pods: h.pods.clone(),
+        history: ProbeHistory::new(clock.clone()),
+        events: EventLog::new(clock),
+        ready: Arc::new(AtomicBool::new(true)),
+        heartbeat,
+    }
+}
+
+/// A harness holding one pod whose `/pods` answer is bigger than the socket buffers can hold,
+/// its serving state, and that size.
+fn with_a_big_pod() -> (Harness, ServeState, usize) {
+    let h = Harness::start();
+    let mut pod = (*test_pod("big").container("app").build()).clone();
+    // Bigger than the server's send buffer can grow to, so that an unread answer stays unsent.
+    let big = answer_bigger_than_socket_buffers();
+    pod.metadata.annotations = Some([("big".to_owned(), "x".repeat(big))].into());
+    h.pods.upsert(Arc::new(pod));
+    let state = fresh_state(&h, Heartbeat::default());
+    (h, state, big)
+}
+
 /// Twice the largest TCP send buffer this machine allows (at least 8 MiB).
 fn answer_bigger_than_socket_buffers() -> usize {
     let wmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem").unwrap_or_default();
@@ -384,19 +411,9 @@ fn answer_bigger_than_socket_buffers() -> usize {
 /// quiet for a minute: `serve::tests::healthz_fails_once_the_main_thread_has_been_quiet_for_a_minute`.)
 #[actix::test]
 async fn healthz_answers_while_the_main_thread_is_busy() {
-    let registry = PrometheusRegistry::global().unwrap();
     let h = Harness::start();
-    let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
     let heartbeat = Heartbeat::new();
-    let state = ServeState {
-        registry,
-        pipeline: h.pipeline.clone(),
-        pods: h.pods.clone(),
-        history: ProbeHistory::new(clock.clone()),
-        events: EventLog::new(clock),
-        ready: Arc::new(AtomicBool::new(true)),
-        heartbeat: heartbeat.clone(),
-    };
+    let state = fresh_state(&h, heartbeat.clone());
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -432,23 +449,7 @@ async fn has_data(stream: &tokio::net::TcpStream, wait: Duration) -> bool {
 /// can neither hold the agent's memory nor its connections, and `/healthz` answers meanwhile.
 #[actix::test]
 async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
-    let registry = PrometheusRegistry::global().unwrap();
-    let h = Harness::start();
-    let mut pod = (*test_pod("big").container("app").build()).clone();
-    // Bigger than the server's send buffer can grow to, so that an unread answer stays unsent.
-    let big = answer_bigger_than_socket_buffers();
-    pod.metadata.annotations = Some([("big".to_owned(), "x".repeat(big))].into());
-    h.pods.upsert(Arc::new(pod));
-    let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
-    let state = ServeState {
-        registry,
-        pipeline: h.pipeline.clone(),
-        pods: h.pods.clone(),
-        history: ProbeHistory::new(clock.clone()),
-        events: EventLog::new(clock),
-        ready: Arc::new(AtomicBool::new(true)),
-        heartbeat: Heartbeat::default(),
-    };
+    let (_h, state, big) = with_a_big_pod();
     let served = Served::start(
         probelet::serve::router(state),
         Limits { header_read_timeout: Duration::from_secs(5), max_connections: 64 },
@@ -487,22 +488,7 @@ async fn readers_of_the_whole_node_are_few_at_once_and_must_keep_reading() {
 /// behind 300 clients that asked for a big `/pods` and never read).
 #[actix::test]
 async fn at_the_cap_clients_waiting_for_a_whole_node_answer_make_room() {
-    let registry = PrometheusRegistry::global().unwrap();
-    let h = Harness::start();
-    let mut pod = (*test_pod("big").container("app").build()).clone();
-    let big = answer_bigger_than_socket_buffers();
-    pod.metadata.annotations = Some([("big".to_owned(), "x".repeat(big))].into());
-    h.pods.upsert(Arc::new(pod));
-    let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
-    let state = ServeState {
-        registry,
-        pipeline: h.pipeline.clone(),
-        pods: h.pods.clone(),
-        history: ProbeHistory::new(clock.clone()),
-        events: EventLog::new(clock),
-        ready: Arc::new(AtomicBool::new(true)),
-        heartbeat: Heartbeat::default(),
-    };
+    let (_h, state, _) = with_a_big_pod();
     let cap = 2 * WHOLE_NODE_ANSWERS;
     let served = Served::start(
         probelet::serve::router(state),
