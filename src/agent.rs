@@ -27,7 +27,9 @@ use crate::cli::RunArgs;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
-use crate::host::runtime::{ContainerGroups, FdBudget, ProcessRuntime, StateDirError, raise_nofile_limit};
+use crate::host::runtime::{
+    ContainerGroups, FdBudget, OrphanReaper, ProcessRuntime, StateDirError, raise_nofile_limit,
+};
 use crate::serve::{
     Heartbeat, Limits, ServeState, router, router_for_loopback, router_with_reviews,
     serve_router_on_own_thread,
@@ -324,8 +326,22 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
     let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
+    // A container can kill its own shim: what it left running then re-parents to the agent,
+    // which kills it (docs/reliability.md).
+    let orphans = match OrphanReaper::adopt_orphans(&shim) {
+        Ok(reaper) => Some(Arc::new(reaper)),
+        Err(error) => {
+            tracing::warn!(%error, "cannot become a child subreaper: what a container whose shim was killed started may outlive it");
+            None
+        }
+    };
     // Watched from now on: a SIGTERM during startup stops the agent in order too.
-    let mut terminating = watch_shutdown_signals(groups.clone())?;
+    let mut terminating = watch_shutdown_signals(groups.clone(), orphans.clone())?;
+    if let Some(orphans) = &orphans
+        && let Err(error) = orphans.clone().start()
+    {
+        tracing::warn!(%error, "cannot watch for ended children: orphans are looked for only when the agent stops");
+    }
     let budget = FdBudget::of_this_process();
     tracing::info!(containers = budget.max_containers(), "file descriptor budget");
     if let Some(warning) = budget.no_room_warning() {
@@ -380,6 +396,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
             // so that whatever restarts the agent starts afresh (docs/reliability.md).
             tracing::error!(part, "an internal part of the agent stopped; killing every container and exiting");
             let killed = groups.kill_all();
+            sweep(orphans.as_deref());
             println!("probelet: {part} stopped unexpectedly, {killed} container process group(s) killed");
             return Err(AgentError::Internal(part));
         }
@@ -391,11 +408,20 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let _ = kubelet.send(Shutdown).await;
     let _ = stop_server.send(());
     let _ = server.await;
+    sweep(orphans.as_deref());
     if *terminating.borrow() == ShutdownStage::Forced {
         // The containers stopped because the watcher killed them; it ends the process (exit 1).
         std::future::pending::<()>().await;
     }
     Ok(())
+}
+
+/// A last look for what a container whose shim was killed left running, as the agent stops
+/// (its orphans would re-parent to init once the agent is gone).
+fn sweep(orphans: Option<&OrphanReaper>) {
+    if let Some(orphans) = orphans {
+        orphans.sweep();
+    }
 }
 
 /// Waits until one of `parts` is no longer alive (an actor whose handler panicked is gone);
@@ -427,6 +453,7 @@ enum ShutdownStage {
 /// first, moves it to `Forced`, SIGKILLs every container group and exits 1.
 fn watch_shutdown_signals(
     groups: ContainerGroups,
+    orphans: Option<Arc<OrphanReaper>>,
 ) -> Result<tokio::sync::watch::Receiver<ShutdownStage>, AgentError> {
     let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -454,6 +481,7 @@ fn watch_shutdown_signals(
                 // Told first, so that the main thread, seeing its containers gone, does not exit 0.
                 stage.send_replace(ShutdownStage::Forced);
                 let killed = groups.kill_all();
+                sweep(orphans.as_deref());
                 println!("probelet: shutdown forced, {killed} container process group(s) killed");
                 std::process::exit(1);
             })

@@ -1011,6 +1011,59 @@ async fn after_a_crash_the_next_agent_kills_what_left_the_group_too() {
     assert_gone(&again).await;
 }
 
+/// A container that kills its own shim (it runs as the agent's user) after starting a process
+/// in a session of its own: the agent kills the container's group, and the process that left
+/// the group re-parents to the agent (a child subreaper), which kills and reaps it. Before, it
+/// ran on with parent PID 1, nobody's to stop. A child the agent had before (its parent
+/// started it, then `exec`ed the agent) is left alone.
+#[actix::test]
+async fn what_a_container_that_killed_its_shim_left_running_is_killed() {
+    let dir = temp_dir("shim-killed");
+    let pidfile = dir.join("escaped.pids");
+    let script = format!(
+        "setsid sh -c 'echo $$$$ >> {pidfile}; exec sleep 7404' & sleep 0.5; kill -KILL $$PPID; sleep 7405",
+        pidfile = pidfile.display()
+    );
+    write(
+        &dir,
+        "killer.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: killer
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    command: ["sh", "-c", "{script}"]
+"#
+        ),
+    );
+    let inherited_by = ["sh", "-c", r#"sleep 7406 & exec "$0" "$@""#];
+    let mut agent = Agent::start_under(&dir, &inherited_by).await;
+    let inherited = wait_for_processes(&["sleep", "7406"], 1).await;
+    let escaped = wait_for_pids(&pidfile, 1).await;
+    agent.wait_for(|l| l.contains("default/killer: container app terminated")).await;
+    // Reaped, not only killed: a zombie left under the agent would be a leak of its own.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while escaped.iter().any(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+        assert!(tokio::time::Instant::now() < deadline, "still there: {escaped:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(processes(&["sleep", "7405"]).is_empty(), "the group was killed with its shim");
+    let told = "killed processes a container left running after its container shim was killed";
+    while !std::fs::read_to_string(dir.join(STDERR)).unwrap_or_default().contains(told) {
+        assert!(tokio::time::Instant::now() < deadline, "no warning: {told}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!process_gone(inherited[0]), "the agent's inherited child is not a container's");
+    agent.stop().await;
+    let _ = std::process::Command::new("kill").arg(inherited[0].to_string()).status();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An exec probe whose command leaves a process in a session of its own: each is killed when
 /// its probe's command exits. Probes run one after another, so at most the leftover of the probe
 /// running right now is ever seen (without the shim one more piled up every second).

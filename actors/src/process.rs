@@ -16,10 +16,11 @@
 //! unreaped. [`exited`] tells that the leader exited without reaping it (through a pidfd), so
 //! callers kill what it left behind first and reap it afterwards.
 
+use std::fs;
 use std::io;
 
 use rustix::io::Errno;
-use rustix::process::{Pid, PidfdFlags, kill_process_group, pidfd_open};
+use rustix::process::{Pid, PidfdFlags, getpid, kill_process_group, pidfd_open};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
@@ -126,9 +127,52 @@ fn group_pid(pgid: u32) -> io::Result<Pid> {
     })
 }
 
+/// This process's direct children (any of its threads'): `/proc/self/task/*/children`, or a scan of every process's
+/// parent where the kernel lacks that file.
+pub fn children() -> Vec<Pid> {
+    let listed = fs::read_dir("/proc/self/task").and_then(|tasks| {
+        let mut pids = Vec::new();
+        for task in tasks {
+            let text = fs::read_to_string(task?.path().join("children"))?;
+            pids.extend(
+                text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).filter_map(Pid::from_raw),
+            );
+        }
+        Ok(pids)
+    });
+    listed.unwrap_or_else(|_| children_by_scan())
+}
+
+pub(crate) fn children_by_scan() -> Vec<Pid> {
+    let me = getpid().as_raw_pid();
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            // `pid (comm) state ppid ...`: the parent is the second field after the last `)`.
+            fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(me)
+            })
+        })
+        .filter_map(Pid::from_raw)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_its_own_children_both_ways() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = Pid::from_raw(child.id() as i32).unwrap();
+        assert!(children().contains(&pid));
+        assert!(children_by_scan().contains(&pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     use std::os::unix::process::CommandExt as _;
     use std::process::{Command, Stdio};

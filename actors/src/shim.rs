@@ -43,7 +43,6 @@
 //! would race it), and `/proc` to list its children.
 
 use std::ffi::OsString;
-use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -57,6 +56,7 @@ use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::gofmt::go_quote;
+use crate::process::children;
 
 /// The hidden subcommand of the agent binary that runs the shim.
 pub const SUBCOMMAND: &str = "container-shim";
@@ -329,39 +329,6 @@ fn kill_tree(program: Pid, mut status: Option<WaitStatus>) -> Option<WaitStatus>
     status
 }
 
-/// The shim's direct children: `/proc/self/task/*/children`, or a scan of every process's
-/// parent where the kernel lacks that file.
-fn children() -> Vec<Pid> {
-    let listed = fs::read_dir("/proc/self/task").and_then(|tasks| {
-        let mut pids = Vec::new();
-        for task in tasks {
-            let text = fs::read_to_string(task?.path().join("children"))?;
-            pids.extend(
-                text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).filter_map(Pid::from_raw),
-            );
-        }
-        Ok(pids)
-    });
-    listed.unwrap_or_else(|_| children_by_scan())
-}
-
-fn children_by_scan() -> Vec<Pid> {
-    let me = getpid().as_raw_pid();
-    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            // `pid (comm) state ppid ...`: the parent is the second field after the last `)`.
-            fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
-                    == Some(me)
-            })
-        })
-        .filter_map(Pid::from_raw)
-        .collect()
-}
-
 /// Ends the shim as PROGRAM ended: its exit code, or death by its signal.
 fn end_as(status: WaitStatus) -> i32 {
     if let Some(code) = status.exit_status() {
@@ -399,15 +366,5 @@ mod tests {
         assert_eq!(e.to_string(), "nul byte found");
         assert!(Report::parse("").is_none());
         assert!(Report::parse("garbage").is_none());
-    }
-
-    #[test]
-    fn lists_its_own_children_both_ways() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let pid = Pid::from_raw(child.id() as i32).unwrap();
-        assert!(children().contains(&pid));
-        assert!(children_by_scan().contains(&pid));
-        child.kill().unwrap();
-        child.wait().unwrap();
     }
 }

@@ -328,7 +328,7 @@ fn is_zombie(pid: u32) -> bool {
 
 /// `pid (comm) state ppid …`: comm may hold spaces and parentheses, so fields are counted from
 /// the last `)`; the state is field 3, the start time field 22.
-fn parse_start_time(stat: &str) -> Option<u64> {
+pub(super) fn parse_start_time(stat: &str) -> Option<u64> {
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }

@@ -29,14 +29,15 @@
 //! restart rules, the statuses); `backoff` (the crash-loop back-off); `launch` (argv,
 //! environment, spawning, start errors, output); `stop` (SIGTERM/SIGKILL with deadlines);
 //! `groups` (the running process groups, recorded in the state directory so a restarted agent
-//! kills what a crashed one left); `budget` (how many containers the agent's file descriptors
-//! allow). What happens when things fail is in `docs/reliability.md`.
+//! kills what a crashed one left); `orphans` (what a container whose shim was killed left
+//! running); `budget` (how many containers the agent's file descriptors allow). What happens when things fail is in `docs/reliability.md`.
 
 mod actor;
 mod backoff;
 mod budget;
 mod groups;
 mod launch;
+mod orphans;
 mod state;
 mod stop;
 
@@ -47,6 +48,7 @@ pub use budget::{
     raise_nofile_limit,
 };
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
+pub use orphans::OrphanReaper;
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
 pub use actor::{
