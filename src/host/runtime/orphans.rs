@@ -180,8 +180,8 @@ impl OrphanReaper {
         Ok(Self { exe, shim_comm: comm_of(shim), memory: Mutex::new(memory) })
     }
 
-    /// Sweeps after each SIGCHLD and every [`SWEEP_PERIOD`], on the blocking pool, for the
-    /// agent's whole life. Call from within the agent's runtime.
+    /// Sweeps after each SIGCHLD (at most once a second) and every 5 s, on the blocking pool,
+    /// for the agent's whole life. Call from within the agent's runtime.
     pub fn start(self: Arc<Self>) -> io::Result<()> {
         let mut ended = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
         tokio::spawn(async move {
@@ -212,8 +212,8 @@ impl OrphanReaper {
         comms
     }
 
-    /// Kills every orphan and reaps it, round after round until none is left (or
-    /// [`MAX_ROUNDS`]); returns how many were killed. Blocks for as long as that takes.
+    /// Kills every orphan and reaps it, round after round until none is left (or 1,000 rounds);
+    /// returns how many were killed. Blocks for as long as that takes.
     pub fn sweep(&self) -> usize {
         let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
         let Memory { inherited, shims } = &mut *memory;
