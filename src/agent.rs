@@ -481,7 +481,10 @@ fn watch_shutdown_signals(
                 // Told first, so that the main thread, seeing its containers gone, does not exit 0.
                 stage.send_replace(ShutdownStage::Forced);
                 let killed = groups.kill_all();
-                sweep(orphans.as_deref());
+                // Never waits for a sweep that is running: a second signal always ends the agent.
+                if let Some(orphans) = &orphans {
+                    orphans.sweep_unless_busy();
+                }
                 println!("probelet: shutdown forced, {killed} container process group(s) killed");
                 std::process::exit(1);
             })

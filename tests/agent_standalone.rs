@@ -1011,6 +1011,17 @@ async fn after_a_crash_the_next_agent_kills_what_left_the_group_too() {
     assert_gone(&again).await;
 }
 
+/// SIGKILLs the processes it holds when dropped, so that a failing test leaves none running.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for pid in self.0.iter().filter(|&&pid| !process_gone(pid)) {
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}
+
 /// A container that kills its own shim (it runs as the agent's user) after starting a process
 /// in a session of its own: the agent kills the container's group, and the process that left
 /// the group re-parents to the agent (a child subreaper), which kills and reaps it. Before, it
@@ -1019,10 +1030,14 @@ async fn after_a_crash_the_next_agent_kills_what_left_the_group_too() {
 #[actix::test]
 async fn what_a_container_that_killed_its_shim_left_running_is_killed() {
     let dir = temp_dir("shim-killed");
-    let pidfile = dir.join("escaped.pids");
+    let (escaped_file, main_file, inherited_file) =
+        (dir.join(".escaped.pid"), dir.join(".main.pid"), dir.join(".inherited.pid"));
+    // `$$$$` is the shell's `$$` once the kubelet's `$(VAR)` expansion has unescaped it.
     let script = format!(
-        "setsid sh -c 'echo $$$$ >> {pidfile}; exec sleep 7404' & sleep 0.5; kill -KILL $$PPID; sleep 7405",
-        pidfile = pidfile.display()
+        "echo $$$$ > {main}; setsid sh -c 'echo $$$$ > {escaped}; exec sleep 7404' & \
+         until [ -s {escaped} ]; do sleep 0.05; done; kill -KILL $$PPID; sleep 7405",
+        main = main_file.display(),
+        escaped = escaped_file.display(),
     );
     write(
         &dir,
@@ -1041,26 +1056,27 @@ spec:
 "#
         ),
     );
-    let inherited_by = ["sh", "-c", r#"sleep 7406 & exec "$0" "$@""#];
-    let mut agent = Agent::start_under(&dir, &inherited_by).await;
-    let inherited = wait_for_processes(&["sleep", "7406"], 1).await;
-    let escaped = wait_for_pids(&pidfile, 1).await;
+    let wrapper = format!(r#"sleep 7406 & echo $! > {}; exec "$0" "$@""#, inherited_file.display());
+    let mut agent = Agent::start_under(&dir, &["sh", "-c", &wrapper]).await;
+    let inherited = KillOnDrop(wait_for_pids(&inherited_file, 1).await);
+    let escaped = KillOnDrop(wait_for_pids(&escaped_file, 1).await);
+    let main = KillOnDrop(wait_for_pids(&main_file, 1).await);
     agent.wait_for(|l| l.contains("default/killer: container app terminated")).await;
     // Reaped, not only killed: a zombie left under the agent would be a leak of its own.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while escaped.iter().any(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
-        assert!(tokio::time::Instant::now() < deadline, "still there: {escaped:?}");
+    while escaped.0.iter().any(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+        assert!(tokio::time::Instant::now() < deadline, "still there: {:?}", escaped.0);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(processes(&["sleep", "7405"]).is_empty(), "the group was killed with its shim");
+    assert_gone(&main.0).await;
     let told = "killed processes a container left running after its container shim was killed";
     while !std::fs::read_to_string(dir.join(STDERR)).unwrap_or_default().contains(told) {
         assert!(tokio::time::Instant::now() < deadline, "no warning: {told}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!process_gone(inherited[0]), "the agent's inherited child is not a container's");
+    assert!(!process_gone(inherited.0[0]), "the agent's inherited child is not a container's");
     agent.stop().await;
-    let _ = std::process::Command::new("kill").arg(inherited[0].to_string()).status();
+    drop(inherited);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
