@@ -266,6 +266,16 @@ impl CommandRunner for SlowExec {
     }
 }
 
+/// An exec readiness probe (`check`) every 10 s with a 10 s timeout: [`SlowExec`] holds it 5 s.
+fn exec_probe() -> Probe {
+    Probe {
+        exec: Some(ExecAction { command: Some(vec!["check".into()]) }),
+        period_seconds: Some(10),
+        timeout_seconds: Some(10),
+        ..Default::default()
+    }
+}
+
 #[actix::test]
 async fn exec_probes_have_slots_of_their_own() {
     // One slot each: the exec probe holding its slot for 5 s (as a cluster exec probe waiting
@@ -274,12 +284,7 @@ async fn exec_probes_have_slots_of_their_own() {
         builder.max_probes_in_flight(Some(1)).runner(Arc::new(SlowExec))
     })
     .await;
-    let exec = Probe {
-        exec: Some(ExecAction { command: Some(vec!["check".into()]) }),
-        period_seconds: Some(10),
-        timeout_seconds: Some(10),
-        ..Default::default()
-    };
+    let exec = exec_probe();
     let pod = test_pod("exec").container("app").with_probe("app", ProbeKind::Readiness, exec).build();
     setup.pods.upsert(pod.clone());
     setup.engine.sync_pod(pod, status(1, "exec")).await.unwrap();
@@ -307,12 +312,7 @@ async fn the_exec_pool_can_be_smaller() {
         builder.max_probes_in_flight(Some(10)).max_exec_probes_in_flight(Some(1)).runner(Arc::new(SlowExec))
     })
     .await;
-    let exec = Probe {
-        exec: Some(ExecAction { command: Some(vec!["check".into()]) }),
-        period_seconds: Some(10),
-        timeout_seconds: Some(10),
-        ..Default::default()
-    };
+    let exec = exec_probe();
     for (i, name) in ["exec-a", "exec-b"].into_iter().enumerate() {
         let pod =
             test_pod(name).container("app").with_probe("app", ProbeKind::Readiness, exec.clone()).build();
