@@ -23,8 +23,10 @@
 //! (std's spawn even panics when a child that failed to `exec` was reaped by someone else). A child
 //! has, before `exec`, the name of the agent's thread that forked it, and after it the shim's
 //! (`exe`). An orphan that names itself like one of those and exits on its own stays a zombie,
-//! where nothing runs. An orphan that runs the agent's own executable (a container whose command is
-//! `probelet …`) is taken for a shim and left running. The children the agent already had when it
+//! where nothing runs. An orphan that runs the agent's own executable is taken for a shim and left
+//! running, its zombie never reaped; any container can start one (`/proc/$PPID/exe
+//! container-shim -- …` before it kills its shim), so this is a way out, not only a corner case
+//! (docs/reliability.md says what would close it). The children the agent already had when it
 //! became a subreaper (started by a script that then `exec`ed the agent) are never killed, only
 //! reaped once they end.
 //!
