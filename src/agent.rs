@@ -328,7 +328,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
     // A container can kill its own shim: what it left running then re-parents to the agent,
     // which kills it (docs/reliability.md).
-    let orphans = match OrphanReaper::adopt_orphans(&shim) {
+    let orphans = match OrphanReaper::adopt_orphans() {
         Ok(reaper) => Some(Arc::new(reaper)),
         Err(error) => {
             tracing::warn!(%error, "cannot become a child subreaper: what a container whose shim was killed started may outlive it");
@@ -337,10 +337,8 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     };
     // Watched from now on: a SIGTERM during startup stops the agent in order too.
     let mut terminating = watch_shutdown_signals(groups.clone(), orphans.clone())?;
-    if let Some(orphans) = &orphans
-        && let Err(error) = orphans.clone().start()
-    {
-        tracing::warn!(%error, "cannot watch for ended children: orphans are looked for only when the agent stops");
+    if let Some(orphans) = &orphans {
+        orphans.clone().start();
     }
     let budget = FdBudget::of_this_process();
     tracing::info!(containers = budget.max_containers(), "file descriptor budget");

@@ -1025,19 +1025,30 @@ impl Drop for KillOnDrop {
 /// A container that kills its own shim (it runs as the agent's user) after starting a process
 /// in a session of its own: the agent kills the container's group, and the process that left
 /// the group re-parents to the agent (a child subreaper), which kills and reaps it. Before, it
-/// ran on with parent PID 1, nobody's to stop. A child the agent had before (its parent
-/// started it, then `exec`ed the agent) is left alone.
+/// ran on with parent PID 1, nobody's to stop. So do two copies of the agent's own binary the
+/// container started as shims of its own (an executable proves nothing: only what the agent
+/// spawned is its own), one running on and one that ends by itself, whose zombie is reaped
+/// too. A child the agent had before (its parent started it, then `exec`ed the agent) is left
+/// alone.
 #[actix::test]
 async fn what_a_container_that_killed_its_shim_left_running_is_killed() {
     let dir = temp_dir("shim-killed");
     let (escaped_file, main_file, inherited_file) =
         (dir.join(".escaped.pid"), dir.join(".main.pid"), dir.join(".inherited.pid"));
-    // `$$$$` is the shell's `$$` once the kubelet's `$(VAR)` expansion has unescaped it.
+    let (impostor_file, quitter_file) = (dir.join(".impostor.pid"), dir.join(".quitter.pid"));
+    // `$$$$` is the shell's `$$` once the kubelet's `$(VAR)` expansion has unescaped it; an
+    // impostor's file holds its command's PID and its own (the command's parent), a line each.
+    let impostor = "setsid /proc/$$PPID/exe container-shim -- sh -c";
     let script = format!(
         "echo $$$$ > {main}; setsid sh -c 'echo $$$$ > {escaped}; exec sleep 7404' & \
-         until [ -s {escaped} ]; do sleep 0.05; done; kill -KILL $$PPID; sleep 7405",
+         {impostor} 'echo $$$$ >> {impostors}; echo $$PPID >> {impostors}; exec sleep 7408' </dev/null >/dev/null 2>&1 & \
+         {impostor} 'echo $$PPID > {quitter}; sleep 2' </dev/null >/dev/null 2>&1 & \
+         until [ -s {escaped} ] && [ -s {impostors} ] && [ -s {quitter} ]; do sleep 0.05; done; \
+         kill -KILL $$PPID; sleep 7405",
         main = main_file.display(),
         escaped = escaped_file.display(),
+        impostors = impostor_file.display(),
+        quitter = quitter_file.display(),
     );
     write(
         &dir,
@@ -1060,12 +1071,15 @@ spec:
     let mut agent = Agent::start_under(&dir, &["sh", "-c", &wrapper]).await;
     let inherited = KillOnDrop(wait_for_pids(&inherited_file, 1).await);
     let escaped = KillOnDrop(wait_for_pids(&escaped_file, 1).await);
+    let impostors = KillOnDrop(wait_for_pids(&impostor_file, 2).await);
+    let quitter = KillOnDrop(wait_for_pids(&quitter_file, 1).await);
     let main = KillOnDrop(wait_for_pids(&main_file, 1).await);
     agent.wait_for(|l| l.contains("default/killer: container app terminated")).await;
     // Reaped, not only killed: a zombie left under the agent would be a leak of its own.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while escaped.0.iter().any(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
-        assert!(tokio::time::Instant::now() < deadline, "still there: {:?}", escaped.0);
+    let left = [&escaped, &impostors, &quitter].map(|pids| pids.0.clone()).concat();
+    while left.iter().any(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+        assert!(tokio::time::Instant::now() < deadline, "still there of {left:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_gone(&main.0).await;

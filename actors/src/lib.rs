@@ -37,6 +37,7 @@ pub mod process;
 pub mod restart;
 pub mod results;
 pub mod shim;
+pub mod spawned;
 pub mod status;
 pub mod sync;
 pub mod vocabulary;

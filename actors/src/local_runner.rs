@@ -167,7 +167,8 @@ async fn run(
     if let Some(dir) = &container.working_dir {
         command.current_dir(dir);
     }
-    let spawned = command.spawn();
+    // Recorded, so that a subreaping agent tells it from an orphan (crate::spawned).
+    let spawned = crate::spawned::spawn(&mut command);
     // It holds the shim's end of the socket: dropped now, so that the report's reader sees the
     // end of file if the shim dies before reporting.
     drop(command);

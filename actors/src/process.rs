@@ -143,6 +143,21 @@ pub fn children() -> Vec<Pid> {
     listed.unwrap_or_else(|_| children_by_scan())
 }
 
+/// Field 22 of `/proc/<pid>/stat`: when process `pid` started, in clock ticks since boot. With
+/// the PID, it names one process: a PID is reused, a PID and a start time are not.
+pub fn start_time(pid: u32) -> io::Result<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_start_time(&stat)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc stat format"))
+}
+
+/// `pid (comm) state ppid …`: comm may hold spaces and parentheses, so fields are counted from
+/// the last `)`; the state is field 3, the start time field 22.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
 pub(crate) fn children_by_scan() -> Vec<Pid> {
     let me = getpid().as_raw_pid();
     let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
@@ -177,6 +192,15 @@ mod tests {
     use std::os::unix::process::CommandExt as _;
     use std::process::{Command, Stdio};
     use std::time::Duration;
+
+    #[test]
+    fn reads_the_start_time_past_a_tricky_command_name() {
+        let stat = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194304 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 50";
+        assert_eq!(parse_start_time(stat), Some(987654));
+        assert_eq!(parse_start_time("4242 (x) S 1"), None);
+        let own = start_time(std::process::id()).unwrap();
+        assert!(own > 0);
+    }
 
     #[test]
     fn refuses_ids_that_are_not_a_child_group() {

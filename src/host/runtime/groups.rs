@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::process::{Delivery, Signal, signal_group, signal_leader};
+use crate::process::{Delivery, Signal, signal_group, signal_leader, start_time};
 
 use crate::shim::TREE_KILL_WAIT;
 
@@ -312,25 +312,11 @@ fn group_alive(pgid: u32) -> bool {
     }
 }
 
-/// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
-fn start_time(pid: u32) -> io::Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_start_time(&stat)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc stat format"))
-}
-
 fn is_zombie(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(false)
-}
-
-/// `pid (comm) state ppid …`: comm may hold spaces and parentheses, so fields are counted from
-/// the last `)`; the state is field 3, the start time field 22.
-pub(super) fn parse_start_time(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 fn write_atomically(dir: &Path, pgid: u32, text: &str) -> io::Result<()> {
@@ -380,15 +366,6 @@ mod tests {
         assert!(!dir.join("containers").join(own.to_string()).exists());
         drop(groups);
         let _ = fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn reads_the_start_time_past_a_tricky_command_name() {
-        let stat = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194304 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 50";
-        assert_eq!(parse_start_time(stat), Some(987654));
-        assert_eq!(parse_start_time("4242 (x) S 1"), None);
-        let own = start_time(std::process::id()).unwrap();
-        assert!(own > 0);
     }
 
     /// A record an older agent wrote names the command itself as the leader, not a shim: the

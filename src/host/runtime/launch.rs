@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::core::v1::Container;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::shim::{runc_start_error as spawn_error_text, shim_args};
+use probelet_actors::spawned;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
@@ -106,7 +107,8 @@ impl Launch {
         }
         // `command` holds the shim's end of the socket and is dropped on return, so that the
         // agent's end sees the end of file if the shim dies before it reports.
-        let child = command.spawn().map_err(|e| start_error(&spawn_error_text(program, &e)))?;
+        // Recorded, so that the orphan sweep tells it from a container's orphan (orphans.rs).
+        let child = spawned::spawn(&mut command).map_err(|e| start_error(&spawn_error_text(program, &e)))?;
         Ok(Spawned { child, control })
     }
 }
