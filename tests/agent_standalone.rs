@@ -1027,9 +1027,11 @@ impl Drop for KillOnDrop {
 /// the group re-parents to the agent (a child subreaper), which kills and reaps it. Before, it
 /// ran on with parent PID 1, nobody's to stop. So do two copies of the agent's own binary the
 /// container started as shims of its own (an executable proves nothing: only what the agent
-/// spawned is its own), one running on and one that ends by itself, whose zombie is reaped
-/// too. A child the agent had before (its parent started it, then `exec`ed the agent) is left
-/// alone.
+/// spawned is its own): one running on, and one that had already ended, unreaped, whose zombie
+/// re-parents to the agent and is reaped. A child the agent had before (its parent started it,
+/// then `exec`ed the agent) is left alone, and so are the agent's own shims: a pod beside it
+/// with an exec probe every second, each running for a second, passes every probe and keeps
+/// running through the sweeps that each probe's end sets off and the periodic one.
 #[actix::test]
 async fn what_a_container_that_killed_its_shim_left_running_is_killed() {
     let dir = temp_dir("shim-killed");
@@ -1038,12 +1040,15 @@ async fn what_a_container_that_killed_its_shim_left_running_is_killed() {
     let (impostor_file, quitter_file) = (dir.join(".impostor.pid"), dir.join(".quitter.pid"));
     // `$$$$` is the shell's `$$` once the kubelet's `$(VAR)` expansion has unescaped it; an
     // impostor's file holds its command's PID and its own (the command's parent), a line each.
+    // The quitter's parent is a `sleep` that never waits for it: the container's shim is killed
+    // once the quitter is a zombie.
     let impostor = "setsid /proc/$$PPID/exe container-shim -- sh -c";
     let script = format!(
         "echo $$$$ > {main}; setsid sh -c 'echo $$$$ > {escaped}; exec sleep 7404' & \
          {impostor} 'echo $$$$ >> {impostors}; echo $$PPID >> {impostors}; exec sleep 7408' </dev/null >/dev/null 2>&1 & \
-         {impostor} 'echo $$PPID > {quitter}; sleep 2' </dev/null >/dev/null 2>&1 & \
-         until [ -s {escaped} ] && [ -s {impostors} ] && [ -s {quitter} ]; do sleep 0.05; done; \
+         ({impostor} 'echo $$PPID > {quitter}' </dev/null >/dev/null 2>&1 & exec sleep 7409) & \
+         until [ -s {escaped} ] && [ -s {impostors} ] && [ -s {quitter} ] && \
+         grep -q '^State:[[:space:]]*Z' /proc/$$(cat {quitter})/status; do sleep 0.05; done; \
          kill -KILL $$PPID; sleep 7405",
         main = main_file.display(),
         escaped = escaped_file.display(),
@@ -1067,6 +1072,8 @@ spec:
 "#
         ),
     );
+    // A probe's shim lives a second of each: a sweep finds it running.
+    write(&dir, "probed.yaml", &probed_pod("probed", &["sleep", "1"]));
     let wrapper = format!(r#"sleep 7406 & echo $! > {}; exec "$0" "$@""#, inherited_file.display());
     let mut agent = Agent::start_under(&dir, &["sh", "-c", &wrapper]).await;
     let inherited = KillOnDrop(wait_for_pids(&inherited_file, 1).await);
@@ -1089,6 +1096,26 @@ spec:
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!process_gone(inherited.0[0]), "the agent's inherited child is not a container's");
+    // Six probe runs: more than 5 s, so the periodic sweep ran too, besides one after each run.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let runs = loop {
+        let probes = agent.get("/pods/default/probed/probes").await;
+        let body: serde_json::Value =
+            serde_json::from_str(&probes[probes.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+        let runs: Vec<String> = body["probes"][0]["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|run| run["result"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        if runs.len() >= 6 {
+            break runs;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "6 probe runs within 30 s: {probes}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(runs.iter().all(|r| r == "Success"), "no probe's shim was taken for an orphan: {runs:?}");
+    assert!(!agent.seen.iter().any(|l| l.contains("default/probed: container app terminated")));
     agent.stop().await;
     drop(inherited);
     let _ = std::fs::remove_dir_all(&dir);

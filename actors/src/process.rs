@@ -147,8 +147,7 @@ pub fn children() -> Vec<Pid> {
 /// the PID, it names one process: a PID is reused, a PID and a start time are not.
 pub fn start_time(pid: u32) -> io::Result<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_start_time(&stat)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc stat format"))
+    parse_start_time(&stat).ok_or_else(unexpected_stat)
 }
 
 /// `pid (comm) state ppid …`: comm may hold spaces and parentheses, so fields are counted from
@@ -156,6 +155,38 @@ pub fn start_time(pid: u32) -> io::Result<u64> {
 pub fn parse_start_time(stat: &str) -> Option<u64> {
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// What `/proc/<pid>/stat` says of a process, as far as telling it apart goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessStat {
+    /// Exited, not reaped yet (state `Z`).
+    pub zombie: bool,
+    /// The parent's PID.
+    pub ppid: i32,
+    /// [`start_time`].
+    pub start: u64,
+}
+
+impl ProcessStat {
+    /// Process `pid` as `/proc` shows it now; `NotFound` once it is reaped.
+    pub fn read(pid: Pid) -> io::Result<ProcessStat> {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_pid()))?;
+        Self::parse(&stat).ok_or_else(unexpected_stat)
+    }
+
+    /// Parses a `/proc/<pid>/stat` line (see [`parse_start_time`]).
+    pub fn parse(stat: &str) -> Option<ProcessStat> {
+        let (_, rest) = stat.rsplit_once(')')?;
+        let mut fields = rest.split_whitespace();
+        let zombie = fields.next()? == "Z";
+        let ppid = fields.next()?.parse().ok()?;
+        Some(ProcessStat { zombie, ppid, start: parse_start_time(stat)? })
+    }
+}
+
+fn unexpected_stat() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc stat format")
 }
 
 pub(crate) fn children_by_scan() -> Vec<Pid> {
@@ -200,6 +231,29 @@ mod tests {
         assert_eq!(parse_start_time("4242 (x) S 1"), None);
         let own = start_time(std::process::id()).unwrap();
         assert!(own > 0);
+    }
+
+    #[test]
+    fn stat_lines_with_odd_names_parse() {
+        let tail = "1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 123456 2256896 160";
+        let stat = |zombie| Some(ProcessStat { zombie, ppid: 1, start: 123456 });
+        assert_eq!(ProcessStat::parse(&format!("42 (sleep) S {tail}")), stat(false));
+        assert_eq!(ProcessStat::parse(&format!("42 (a) (b) Z {tail}")), stat(true));
+        assert_eq!(ProcessStat::parse(&format!("42 () R {tail}")), stat(false));
+        assert_eq!(ProcessStat::parse("42 (sleep) S 1"), None);
+        assert_eq!(ProcessStat::parse("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_is_read_as_it_is_and_a_reaped_one_is_not_found() {
+        let me = ProcessStat::read(getpid()).expect("own stat");
+        assert_eq!(me.ppid, rustix::process::getppid().map_or(0, Pid::as_raw_pid));
+        assert!(me.start > 0);
+        assert!(!me.zombie);
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = Pid::from_raw(child.id() as i32).expect("PID");
+        child.wait().expect("reap");
+        assert_eq!(ProcessStat::read(pid).map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
     }
 
     #[test]

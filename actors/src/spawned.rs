@@ -7,22 +7,30 @@
 //! not.
 //!
 //! The record is kept only once [`record_spawned_children`] turned it on, by a host that prunes
-//! it ([`Settled::forget_all_but`]); until then [`spawn`] is a plain spawn.
+//! it ([`Settled::forget_reaped`]); until then [`spawn`] is a plain spawn.
 //!
 //! **A child is never seen before it is recorded.** Between a fork and its record a child exists
 //! that the record does not name. A spawn holds the record's gate shared from before the fork
-//! until the child is recorded; [`settled`] holds it exclusively, so while a [`Settled`] lives
-//! no spawn is under way and every child spawned through [`spawn`] is in the record. Spawns wait
-//! for as long as a [`Settled`] lives: it is held only to decide about one process.
+//! until the child is recorded; a [`Settled`] holds it exclusively, so while one lives no spawn
+//! is under way and every child spawned through [`spawn`] is in the record. It is only ever
+//! tried for ([`settled_within`]), never waited for: a waiting writer would hold every new spawn
+//! off behind one that hangs (an `exec` on a hung mount), and a forced exit must not wait at all.
+//! Spawns wait for as long as a [`Settled`] lives: it is held only to decide about one process.
+//!
+//! **An entry is forgotten only on evidence** that its child is gone: `/proc/<pid>` not there
+//! (reaped), or naming another process (another start time, another parent). A child that
+//! cannot be read for another reason (no file descriptor left) stays recorded: forgetting a live
+//! shim would have the next sweep kill it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard, TryLockError};
+use std::time::{Duration, Instant};
 
-use rustix::process::Pid;
+use rustix::process::{Pid, getpid};
 
-use crate::process::start_time;
+use crate::process::{ProcessStat, start_time};
 
 /// This process's record: a process has one set of children.
 static RECORD: Record =
@@ -48,7 +56,7 @@ impl Record {
 }
 
 /// Records every child spawned through [`spawn`] from now on. Call before spawning anything;
-/// whoever calls it prunes the record ([`Settled::forget_all_but`]), or it grows by one entry
+/// whoever calls it prunes the record ([`Settled::forget_reaped`]), or it grows by one entry
 /// per child for the life of the process.
 pub fn record_spawned_children() {
     RECORD.on.store(true, Ordering::SeqCst);
@@ -82,9 +90,21 @@ pub fn is_spawned(pid: Pid, start: u64) -> bool {
     RECORD.has(pid, start)
 }
 
-/// Waits until no spawn is under way, and holds the next ones off for as long as it lives.
-pub fn settled() -> Settled {
-    Settled { _gate: RECORD.gate.write().unwrap_or_else(PoisonError::into_inner) }
+/// A [`Settled`] record, if every spawn under way ends within `wait` (tried every millisecond;
+/// `Duration::ZERO`: tried once).
+// Real time: called on a blocking thread (or at exit) against real spawns, never under a test's
+// paused clock.
+#[allow(clippy::disallowed_methods)]
+pub fn settled_within(wait: Duration) -> Option<Settled> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match RECORD.gate.try_write() {
+            Ok(gate) => return Some(Settled { _gate: gate }),
+            Err(TryLockError::Poisoned(poisoned)) => return Some(Settled { _gate: poisoned.into_inner() }),
+            Err(TryLockError::WouldBlock) if Instant::now() >= deadline => return None,
+            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
 }
 
 /// While it lives, every child spawned through [`spawn`] is recorded: a child of this process
@@ -99,17 +119,35 @@ impl Settled {
         RECORD.has(pid, start)
     }
 
-    /// Forgets every child but `children` (this process's children, listed while `self`
-    /// lives): the others were reaped, and their PIDs may name anyone from now on.
-    pub fn forget_all_but(&self, children: &[Pid]) {
-        let children: BTreeSet<i32> = children.iter().map(|child| child.as_raw_pid()).collect();
-        RECORD.children().retain(|pid, _| children.contains(pid));
+    /// Forgets the recorded children that are gone, on evidence only (see the module doc).
+    /// `children`, this process's children as listed while `self` lives, need no look: a child
+    /// missing from the list (a list cut short by an error) is looked at on its own. A start
+    /// time that could not be read at the spawn is filled in.
+    pub fn forget_reaped(&self, children: &[Pid]) {
+        let me = getpid().as_raw_pid();
+        let listed: BTreeSet<i32> = children.iter().map(|child| child.as_raw_pid()).collect();
+        RECORD.children().retain(|&pid, recorded| {
+            if listed.contains(&pid) && recorded.is_some() {
+                return true;
+            }
+            let Some(pid) = Pid::from_raw(pid) else { return false };
+            match ProcessStat::read(pid) {
+                Err(error) => error.kind() != io::ErrorKind::NotFound,
+                Ok(now) if now.ppid != me || recorded.is_some_and(|start| start != now.start) => false,
+                Ok(now) => {
+                    *recorded = Some(now.start);
+                    true
+                }
+            }
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::mpsc;
+
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
 
     use super::*;
     use crate::process::children;
@@ -124,8 +162,13 @@ mod tests {
         Pid::from_raw(child.id() as i32).expect("a child's PID")
     }
 
+    /// Other tests of this binary spawn too: a spawn hangs for no one, so this never fails.
+    fn settled() -> Settled {
+        settled_within(Duration::from_secs(10)).expect("no spawn under way for 10 s")
+    }
+
     #[test]
-    fn a_spawned_child_is_known_by_its_pid_and_start_time_until_forgotten() {
+    fn a_spawned_child_is_known_by_its_pid_and_start_time_until_reaped() {
         record_spawned_children();
         let mut child = spawn_with(|| sleeper().spawn(), |c| Some(c.id())).expect("spawn");
         let pid = pid_of(&child);
@@ -137,14 +180,38 @@ mod tests {
         let mut stranger = sleeper().spawn().expect("spawn");
         let stranger_start = start_time(stranger.id()).expect("start time");
         assert!(!settled().is_spawned(pid_of(&stranger), stranger_start));
-        // Still a child: kept. Reaped: forgotten.
-        settled().forget_all_but(&children());
+        // Alive, whether listed or not (a listing cut short when no descriptor is left): kept.
+        settled().forget_reaped(&children());
+        settled().forget_reaped(&[]);
         assert!(is_spawned(pid, start));
-        for c in [&mut child, &mut stranger] {
-            c.kill().expect("kill");
-            c.wait().expect("reap");
-        }
-        settled().forget_all_but(&children());
+        // Exited and not reaped: its zombie is still the spawner's to wait for.
+        child.kill().expect("kill");
+        waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOWAIT).expect("exited");
+        settled().forget_reaped(&[]);
+        assert!(is_spawned(pid, start));
+        // Reaped: forgotten.
+        child.wait().expect("reap");
+        settled().forget_reaped(&children());
+        assert!(!is_spawned(pid, start));
+        stranger.kill().expect("kill");
+        stranger.wait().expect("reap");
+    }
+
+    #[test]
+    fn a_start_time_not_read_at_the_spawn_is_filled_in() {
+        record_spawned_children();
+        let mut child = sleeper().spawn().expect("spawn");
+        let pid = pid_of(&child);
+        let start = start_time(child.id()).expect("start time");
+        // As a spawn records a child whose `/proc` entry it could not read.
+        RECORD.children().insert(pid.as_raw_pid(), None);
+        assert!(is_spawned(pid, start + 1), "the PID alone names it");
+        settled().forget_reaped(&children());
+        assert!(is_spawned(pid, start));
+        assert!(!is_spawned(pid, start + 1), "known by its start time from the first prune on");
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        settled().forget_reaped(&children());
         assert!(!is_spawned(pid, start));
     }
 
@@ -167,7 +234,7 @@ mod tests {
         });
         let pid = paused.recv().expect("spawned").expect("a PID");
         assert!(
-            matches!(RECORD.gate.try_write(), Err(std::sync::TryLockError::WouldBlock)),
+            settled_within(Duration::ZERO).is_none(),
             "a spawn under way lets no one see a settled record"
         );
         resume.send(()).expect("resume");

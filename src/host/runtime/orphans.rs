@@ -16,9 +16,10 @@
 //! executable proves nothing). It is SIGKILLed and reaped. A spawned child, alive or its zombie,
 //! is left alone: the runtime waits for it. The children the agent already had when it became a
 //! subreaper (started by a script that then `exec`ed the agent) are never killed, only reaped
-//! once they end. Every decision is made on a settled record ([`spawned::settled`]) and on what
-//! `/proc` shows of the child right then: still the agent's child, with the same start time. No
-//! one but this module reaps a child the agent did not spawn, so its PID names it until then.
+//! once they end. Every decision is made on a settled record ([`spawned::settled_within`]) and
+//! on what `/proc` shows of the child right then: still the agent's child, with the same start
+//! time. No one but this module reaps a child the agent did not spawn, so its PID names it until
+//! then.
 //!
 //! Whatever else re-parents to the agent is taken for a container's: what those inherited children
 //! leave behind when they daemonize, and, for an agent that runs as its container's PID 1, what an
@@ -30,16 +31,16 @@
 //! stops. A sweep reads one `/proc/<pid>/stat` per child. It goes round until a round finds nothing
 //! to do (a round that killed or reaped is followed by another: killing an orphan re-parents that
 //! orphan's own children to the agent), for at most 1 s; what is left waits for the next sweep.
-//! The forced exit's sweep does not wait for one that is running. Each sweep forgets the reaped
-//! children from the record.
+//! A decision waits for the spawns under way only within that budget, and the forced exit's sweep
+//! waits for nothing: neither for a sweep that is running nor for a spawn. Each sweep forgets the
+//! children that are gone from the record ([`spawned::Settled::forget_reaped`]).
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
-use probelet_actors::process::{children, parse_start_time};
+use probelet_actors::process::{ProcessStat, children};
 use probelet_actors::spawned;
 use rustix::process::{Pid, Signal, WaitOptions, getpid, kill_process, set_child_subreaper, waitpid};
 
@@ -49,6 +50,9 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 pub const SWEEP_PERIOD: Duration = Duration::from_secs(5);
 /// How long one sweep may go on; what it has not finished, the next one does.
 const SWEEP_BUDGET: Duration = Duration::from_secs(1);
+/// How long the prune at the end of a sweep may wait for the spawns under way, even when the
+/// sweep used its budget up.
+const PRUNE_WAIT: Duration = Duration::from_millis(50);
 /// The pause between two rounds of a sweep (a round lists the children once).
 const ROUND_PAUSE: Duration = Duration::from_millis(5);
 
@@ -84,27 +88,6 @@ fn judge(zombie: bool, known: Known) -> Verdict {
         (Known::Unknown | Known::Killed | Known::Inherited, true) => Verdict::Reap,
         (Known::Unknown | Known::Killed, false) => Verdict::Kill,
     }
-}
-
-/// One `/proc/<pid>/stat` line: `pid (comm) state ppid ...`, fields counted from the last `)`
-/// (a name may hold either parenthesis).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    zombie: bool,
-    ppid: i32,
-    start: u64,
-}
-
-fn parse_stat(stat: &str) -> Option<Stat> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace();
-    let zombie = fields.next()? == "Z";
-    let ppid = fields.next()?.parse().ok()?;
-    Some(Stat { zombie, ppid, start: parse_start_time(stat)? })
-}
-
-fn read_stat(pid: Pid) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_pid())).ok()?)
 }
 
 /// Kills and reaps the orphans of dead shims; see the module doc.
@@ -160,15 +143,15 @@ impl OrphanReaper {
     /// (or for 1 s at most; the next sweep goes on); returns how many were killed. Blocks for
     /// as long as that takes, and while another sweep runs.
     pub fn sweep(&self) -> usize {
-        self.sweep_with(self.memory.lock().unwrap_or_else(PoisonError::into_inner))
+        self.sweep_with(self.memory.lock().unwrap_or_else(PoisonError::into_inner), true)
     }
 
-    /// [`Self::sweep`], unless another sweep is running: for a path that must not wait (the
-    /// forced exit).
+    /// [`Self::sweep`], unless another sweep is running, and leaving what it cannot decide
+    /// without waiting for a spawn under way: for a path that must not wait (the forced exit).
     pub fn sweep_unless_busy(&self) -> usize {
         match self.memory.try_lock() {
-            Ok(memory) => self.sweep_with(memory),
-            Err(TryLockError::Poisoned(poisoned)) => self.sweep_with(poisoned.into_inner()),
+            Ok(memory) => self.sweep_with(memory, false),
+            Err(TryLockError::Poisoned(poisoned)) => self.sweep_with(poisoned.into_inner(), false),
             Err(TryLockError::WouldBlock) => 0,
         }
     }
@@ -176,24 +159,29 @@ impl OrphanReaper {
     // Real time: a sweep runs on a blocking thread (or at exit) against real processes, never
     // under a test's paused clock.
     #[allow(clippy::disallowed_methods)]
-    fn sweep_with(&self, mut memory: MutexGuard<'_, Memory>) -> usize {
+    fn sweep_with(&self, mut memory: MutexGuard<'_, Memory>, patient: bool) -> usize {
         let Memory { inherited, killed } = &mut *memory;
         let me = getpid().as_raw_pid();
         let deadline = Instant::now() + SWEEP_BUDGET;
+        // How long a decision may wait for the spawns under way (never, on the forced exit).
+        let wait =
+            || if patient { deadline.saturating_duration_since(Instant::now()) } else { Duration::ZERO };
         let mut count = 0;
         loop {
             let mut acted = false;
             for pid in children() {
-                let Some(stat) = read_stat(pid) else { continue };
+                let Ok(stat) = ProcessStat::read(pid) else { continue };
                 // Without waiting on spawns: almost every child is a shim, known at once.
                 if stat.ppid != me || spawned::is_spawned(pid, stat.start) {
                     continue;
                 }
-                // Decided with no spawn under way, on what the child is now.
-                let settled = spawned::settled();
-                let Some(now) = read_stat(pid).filter(|now| now.ppid == me && now.start == stat.start) else {
+                // Decided with no spawn under way, on what the child is now; or left for the
+                // next sweep.
+                let Some(settled) = spawned::settled_within(wait()) else { continue };
+                let Ok(now) = ProcessStat::read(pid) else { continue };
+                if now.ppid != me || now.start != stat.start {
                     continue;
-                };
+                }
                 let known = if settled.is_spawned(pid, now.start) {
                     Known::Spawned
                 } else if killed.get(&pid) == Some(&now.start) {
@@ -231,9 +219,10 @@ impl OrphanReaper {
             std::thread::sleep(ROUND_PAUSE);
         }
         // Listed while no spawn is under way, so a child spawned a moment ago is kept.
-        let settled = spawned::settled();
-        settled.forget_all_but(&children());
-        drop(settled);
+        let prune_wait = if patient { wait().max(PRUNE_WAIT) } else { Duration::ZERO };
+        if let Some(settled) = spawned::settled_within(prune_wait) {
+            settled.forget_reaped(&children());
+        }
         if count > 0 {
             tracing::warn!(
                 count,
@@ -269,24 +258,5 @@ mod tests {
     fn a_child_the_agent_inherited_is_never_killed_and_reaped_once_it_ends() {
         assert_eq!(judge(false, Known::Inherited), Verdict::Ours);
         assert_eq!(judge(true, Known::Inherited), Verdict::Reap);
-    }
-
-    #[test]
-    fn stat_lines_with_odd_names_parse() {
-        let tail = "1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 123456 2256896 160";
-        let stat = |zombie| Some(Stat { zombie, ppid: 1, start: 123456 });
-        assert_eq!(parse_stat(&format!("42 (sleep) S {tail}")), stat(false));
-        assert_eq!(parse_stat(&format!("42 (a) (b) Z {tail}")), stat(true));
-        assert_eq!(parse_stat(&format!("42 () R {tail}")), stat(false));
-        assert_eq!(parse_stat("42 (sleep) S 1"), None);
-        assert_eq!(parse_stat("garbage"), None);
-    }
-
-    #[test]
-    fn this_process_is_read_as_it_is() {
-        let me = read_stat(getpid()).expect("own stat");
-        assert_eq!(me.ppid, rustix::process::getppid().map_or(0, Pid::as_raw_pid));
-        assert!(me.start > 0);
-        assert!(!me.zombie);
     }
 }
