@@ -3,8 +3,11 @@
 //! `host::runtime::orphans` module, docs/reliability.md): every orphan of a process below it
 //! becomes its child, and the orphans' executables say nothing about them (a container can run
 //! the agent's own binary). A child is the agent's own if and only if it was started through
-//! [`spawn`]: the record names it by PID and start time, since a PID is reused and the pair is
-//! not.
+//! [`spawn`]: the record names it by PID and the latest start time it can have (the boot clock
+//! read once the spawn returned, in the clock ticks `/proc/<pid>/stat` counts). A PID is reused,
+//! but only once its child was reaped, after the spawn returned: any later holder of the PID
+//! started later than that. Reading the clock needs no file descriptor, unlike reading the
+//! child's own start time, so a spawn records its child even when none is left.
 //!
 //! The record is kept only once [`record_spawned_children`] turned it on, by a host that prunes
 //! it ([`Settled::forget_reaped`]); until then [`spawn`] is a plain spawn.
@@ -15,12 +18,13 @@
 //! is under way and every child spawned through [`spawn`] is in the record. It is only ever
 //! tried for ([`settled_within`]), never waited for: a waiting writer would hold every new spawn
 //! off behind one that hangs (an `exec` on a hung mount), and a forced exit must not wait at all.
-//! Spawns wait for as long as a [`Settled`] lives: it is held only to decide about one process.
+//! Spawns wait for as long as a [`Settled`] lives: it is held only to decide about one process,
+//! and to prune.
 //!
 //! **An entry is forgotten only on evidence** that its child is gone: `/proc/<pid>` not there
-//! (reaped), or naming another process (another start time, another parent). A child that
-//! cannot be read for another reason (no file descriptor left) stays recorded: forgetting a live
-//! shim would have the next sweep kill it.
+//! (reaped), or naming another process (started later, another parent). A child that cannot be
+//! read for another reason (no file descriptor left) stays recorded: forgetting a live shim would
+//! have the next sweep kill it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -30,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, getpid};
 
-use crate::process::{ProcessStat, start_time};
+use crate::process::ProcessStat;
 
 /// This process's record: a process has one set of children.
 static RECORD: Record =
@@ -40,18 +44,18 @@ struct Record {
     on: AtomicBool,
     /// Shared by spawns under way, exclusive for [`Settled`].
     gate: RwLock<()>,
-    /// PID → start time. `None`: not readable when the child was spawned (no file descriptor
-    /// left), so the PID alone names it until it is forgotten.
-    children: Mutex<BTreeMap<i32, Option<u64>>>,
+    /// PID → the latest start time its child can have ([`ticks_since_boot`] once the spawn
+    /// returned).
+    children: Mutex<BTreeMap<i32, u64>>,
 }
 
 impl Record {
-    fn children(&self) -> MutexGuard<'_, BTreeMap<i32, Option<u64>>> {
+    fn children(&self) -> MutexGuard<'_, BTreeMap<i32, u64>> {
         self.children.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn has(&self, pid: Pid, start: u64) -> bool {
-        self.children().get(&pid.as_raw_pid()).is_some_and(|recorded| recorded.is_none_or(|s| s == start))
+        self.children().get(&pid.as_raw_pid()).is_some_and(|&latest| start <= latest)
     }
 }
 
@@ -77,11 +81,19 @@ fn spawn_with<C>(
     let _gate = RECORD.gate.read().unwrap_or_else(PoisonError::into_inner);
     let child = spawn()?;
     if let Some(pid) = pid(&child).and_then(|pid| i32::try_from(pid).ok()) {
-        // Not reaped yet (its handle is still here): the PID is the child's, zombie or not.
-        let start = start_time(pid.unsigned_abs()).ok();
-        RECORD.children().insert(pid, start);
+        // One tick more: whatever the two clocks' rounding, the child started no later.
+        RECORD.children().insert(pid, ticks_since_boot() + 1);
     }
     Ok(child)
+}
+
+/// Now on the clock `/proc/<pid>/stat` gives start times by: clock ticks since boot
+/// (`CLOCK_BOOTTIME`, which a time namespace offsets for both alike).
+fn ticks_since_boot() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    let hz = rustix::param::clock_ticks_per_second();
+    let (secs, nanos) = (u64::try_from(now.tv_sec).unwrap_or(0), u64::try_from(now.tv_nsec).unwrap_or(0));
+    secs.saturating_mul(hz).saturating_add(nanos.saturating_mul(hz) / 1_000_000_000)
 }
 
 /// Whether child `pid`, started at `start`, was spawned through [`spawn`]. `true` is final;
@@ -121,23 +133,18 @@ impl Settled {
 
     /// Forgets the recorded children that are gone, on evidence only (see the module doc).
     /// `children`, this process's children as listed while `self` lives, need no look: a child
-    /// missing from the list (a list cut short by an error) is looked at on its own. A start
-    /// time that could not be read at the spawn is filled in.
+    /// missing from the list (a list cut short by an error) is looked at on its own.
     pub fn forget_reaped(&self, children: &[Pid]) {
         let me = getpid().as_raw_pid();
         let listed: BTreeSet<i32> = children.iter().map(|child| child.as_raw_pid()).collect();
-        RECORD.children().retain(|&pid, recorded| {
-            if listed.contains(&pid) && recorded.is_some() {
+        RECORD.children().retain(|&pid, &mut latest| {
+            if listed.contains(&pid) {
                 return true;
             }
             let Some(pid) = Pid::from_raw(pid) else { return false };
             match ProcessStat::read(pid) {
                 Err(error) => error.kind() != io::ErrorKind::NotFound,
-                Ok(now) if now.ppid != me || recorded.is_some_and(|start| start != now.start) => false,
-                Ok(now) => {
-                    *recorded = Some(now.start);
-                    true
-                }
+                Ok(now) => now.ppid == me && now.start <= latest,
             }
         });
     }
@@ -150,7 +157,7 @@ mod tests {
     use rustix::process::{WaitId, WaitIdOptions, waitid};
 
     use super::*;
-    use crate::process::children;
+    use crate::process::{children, start_time};
 
     fn sleeper() -> std::process::Command {
         let mut command = std::process::Command::new("sleep");
@@ -174,8 +181,8 @@ mod tests {
         let pid = pid_of(&child);
         let start = start_time(child.id()).expect("start time");
         assert!(is_spawned(pid, start));
-        // The same PID started at another time is another process.
-        assert!(!is_spawned(pid, start + 1));
+        // The same PID, started after the spawn returned, is another process.
+        assert!(!is_spawned(pid, u64::MAX));
         // A child not spawned through the record.
         let mut stranger = sleeper().spawn().expect("spawn");
         let stranger_start = start_time(stranger.id()).expect("start time");
@@ -198,21 +205,16 @@ mod tests {
     }
 
     #[test]
-    fn a_start_time_not_read_at_the_spawn_is_filled_in() {
+    fn the_latest_start_time_recorded_is_on_the_clock_proc_counts_by() {
         record_spawned_children();
-        let mut child = sleeper().spawn().expect("spawn");
-        let pid = pid_of(&child);
+        let mut child = spawn_with(|| sleeper().spawn(), |c| Some(c.id())).expect("spawn");
         let start = start_time(child.id()).expect("start time");
-        // As a spawn records a child whose `/proc` entry it could not read.
-        RECORD.children().insert(pid.as_raw_pid(), None);
-        assert!(is_spawned(pid, start + 1), "the PID alone names it");
-        settled().forget_reaped(&children());
-        assert!(is_spawned(pid, start));
-        assert!(!is_spawned(pid, start + 1), "known by its start time from the first prune on");
+        let latest = *RECORD.children().get(&pid_of(&child).as_raw_pid()).expect("recorded");
+        // No earlier than the child started, and not a second later (the spawn took less).
+        assert!(start <= latest, "started at {start}, recorded as at most {latest}");
+        assert!(latest - start <= rustix::param::clock_ticks_per_second(), "{start} against {latest}");
         child.kill().expect("kill");
         child.wait().expect("reap");
-        settled().forget_reaped(&children());
-        assert!(!is_spawned(pid, start));
     }
 
     #[test]

@@ -30,9 +30,12 @@
 //! probes end shims all the time), every [`SWEEP_PERIOD`] in any case, and once more when the agent
 //! stops. A sweep reads one `/proc/<pid>/stat` per child. It goes round until a round finds nothing
 //! to do (a round that killed or reaped is followed by another: killing an orphan re-parents that
-//! orphan's own children to the agent), for at most 1 s; what is left waits for the next sweep.
+//! orphan's own children to the agent), for about 1 s at most (the prune may wait 50 ms more);
+//! what is left waits for the next sweep.
 //! A decision waits for the spawns under way only within that budget, and the forced exit's sweep
-//! waits for nothing: neither for a sweep that is running nor for a spawn. Each sweep forgets the
+//! waits for nothing: neither for a sweep that is running nor for a spawn. A spawn that hangs
+//! (an `exec` on a hung mount) holds every decision and the prune off for as long as it hangs;
+//! the sweep says so, once a minute at most. Each sweep forgets the
 //! children that are gone from the record ([`spawned::Settled::forget_reaped`]).
 
 use std::collections::{HashMap, HashSet};
@@ -53,6 +56,8 @@ const SWEEP_BUDGET: Duration = Duration::from_secs(1);
 /// How long the prune at the end of a sweep may wait for the spawns under way, even when the
 /// sweep used its budget up.
 const PRUNE_WAIT: Duration = Duration::from_millis(50);
+/// How often a sweep held off by a spawn that does not end says so, at most.
+const STALL_TOLD_EVERY: Duration = Duration::from_secs(60);
 /// The pause between two rounds of a sweep (a round lists the children once).
 const ROUND_PAUSE: Duration = Duration::from_millis(5);
 
@@ -90,6 +95,14 @@ fn judge(zombie: bool, known: Known) -> Verdict {
     }
 }
 
+/// Whether a sweep says that a spawn held it off: one that waits for spawns (not the forced exit's)
+/// and left a child undecided or the record unpruned, unless it was said less than a minute ago.
+fn stall_to_tell(patient: bool, undecided: usize, pruned: bool, told: Option<Instant>, now: Instant) -> bool {
+    patient
+        && (undecided > 0 || !pruned)
+        && told.is_none_or(|told| now.saturating_duration_since(told) >= STALL_TOLD_EVERY)
+}
+
 /// Kills and reaps the orphans of dead shims; see the module doc.
 #[derive(Debug)]
 pub struct OrphanReaper {
@@ -103,6 +116,8 @@ struct Memory {
     inherited: HashSet<Pid>,
     /// Killed, not reaped yet (by PID and start time).
     killed: HashMap<Pid, u64>,
+    /// When a sweep last said that a spawn kept it from deciding (said at most once a minute).
+    stalled_told: Option<Instant>,
 }
 
 impl OrphanReaper {
@@ -160,15 +175,18 @@ impl OrphanReaper {
     // under a test's paused clock.
     #[allow(clippy::disallowed_methods)]
     fn sweep_with(&self, mut memory: MutexGuard<'_, Memory>, patient: bool) -> usize {
-        let Memory { inherited, killed } = &mut *memory;
+        let Memory { inherited, killed, stalled_told } = &mut *memory;
         let me = getpid().as_raw_pid();
         let deadline = Instant::now() + SWEEP_BUDGET;
         // How long a decision may wait for the spawns under way (never, on the forced exit).
         let wait =
             || if patient { deadline.saturating_duration_since(Instant::now()) } else { Duration::ZERO };
         let mut count = 0;
+        // Of the last round: what an earlier round left may have been decided since.
+        let mut undecided;
         loop {
             let mut acted = false;
+            undecided = 0;
             for pid in children() {
                 let Ok(stat) = ProcessStat::read(pid) else { continue };
                 // Without waiting on spawns: almost every child is a shim, known at once.
@@ -177,7 +195,10 @@ impl OrphanReaper {
                 }
                 // Decided with no spawn under way, on what the child is now; or left for the
                 // next sweep.
-                let Some(settled) = spawned::settled_within(wait()) else { continue };
+                let Some(settled) = spawned::settled_within(wait()) else {
+                    undecided += 1;
+                    continue;
+                };
                 let Ok(now) = ProcessStat::read(pid) else { continue };
                 if now.ppid != me || now.start != stat.start {
                     continue;
@@ -220,8 +241,14 @@ impl OrphanReaper {
         }
         // Listed while no spawn is under way, so a child spawned a moment ago is kept.
         let prune_wait = if patient { wait().max(PRUNE_WAIT) } else { Duration::ZERO };
-        if let Some(settled) = spawned::settled_within(prune_wait) {
-            settled.forget_reaped(&children());
+        let pruned = spawned::settled_within(prune_wait).map(|settled| settled.forget_reaped(&children()));
+        // A spawn that hangs (an `exec` on a hung mount) holds every decision off while it does.
+        if stall_to_tell(patient, undecided, pruned.is_some(), *stalled_told, Instant::now()) {
+            *stalled_told = Some(Instant::now());
+            tracing::warn!(
+                undecided,
+                "a process spawn that does not end keeps the orphan sweep from deciding; retrying"
+            );
         }
         if count > 0 {
             tracing::warn!(
@@ -252,6 +279,20 @@ mod tests {
         // The runtime waits for it: reaping it here would take its exit status.
         assert_eq!(judge(false, Known::Spawned), Verdict::Ours);
         assert_eq!(judge(true, Known::Spawned), Verdict::Ours);
+    }
+
+    #[test]
+    // std's clock: the rule is given instants, no clock is read but to make some.
+    #[allow(clippy::disallowed_methods)]
+    fn a_sweep_held_off_by_a_spawn_says_so_once_a_minute() {
+        let now = Instant::now();
+        let a_minute_ago = now.checked_sub(STALL_TOLD_EVERY);
+        assert!(stall_to_tell(true, 1, true, None, now));
+        assert!(stall_to_tell(true, 0, false, None, now), "the prune was held off");
+        assert!(!stall_to_tell(true, 0, true, None, now), "nothing was held off");
+        assert!(!stall_to_tell(false, 3, false, None, now), "the forced exit never waits anyway");
+        assert!(!stall_to_tell(true, 1, true, Some(now), now), "said just now");
+        assert_eq!(stall_to_tell(true, 1, true, a_minute_ago, now), a_minute_ago.is_some());
     }
 
     #[test]
