@@ -194,15 +194,8 @@ pub(crate) fn children_by_scan() -> Vec<Pid> {
     let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            // `pid (comm) state ppid ...`: the parent is the second field after the last `)`.
-            fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
-                    == Some(me)
-            })
-        })
         .filter_map(Pid::from_raw)
+        .filter(|&pid| ProcessStat::read(pid).is_ok_and(|stat| stat.ppid == me))
         .collect()
 }
 

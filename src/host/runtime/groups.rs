@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::process::{Delivery, Signal, signal_group, signal_leader, start_time};
+use crate::process::{Delivery, ProcessStat, Signal, signal_group, signal_leader, start_time};
 
 use crate::shim::TREE_KILL_WAIT;
 
@@ -272,8 +272,7 @@ fn kill_leftovers(containers: &Path) -> io::Result<usize> {
     #[allow(clippy::disallowed_methods)]
     let deadline = Instant::now() + LEFTOVER_WAIT;
     #[allow(clippy::disallowed_methods)]
-    while killed.iter().any(|&pgid| start_time(pgid).is_ok() && !is_zombie(pgid)) && Instant::now() < deadline
-    {
+    while killed.iter().any(|&pgid| runs(pgid)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(killed.len())
@@ -287,7 +286,7 @@ fn wait_for_leaders(leaders: &[u32], wait: Duration) {
     #[allow(clippy::disallowed_methods)]
     let deadline = Instant::now() + wait;
     #[allow(clippy::disallowed_methods)]
-    while leaders.iter().any(|&pid| start_time(pid).is_ok() && !is_zombie(pid)) && Instant::now() < deadline {
+    while leaders.iter().any(|&pid| runs(pid)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -312,11 +311,12 @@ fn group_alive(pgid: u32) -> bool {
     }
 }
 
-fn is_zombie(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
+/// Whether process `pid` runs: there, and not a zombie its parent has not reaped yet.
+fn runs(pid: u32) -> bool {
+    i32::try_from(pid)
         .ok()
-        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
-        .unwrap_or(false)
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|pid| ProcessStat::read(pid).is_ok_and(|stat| !stat.zombie))
 }
 
 fn write_atomically(dir: &Path, pgid: u32, text: &str) -> io::Result<()> {
