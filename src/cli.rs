@@ -38,6 +38,29 @@ pub enum Command {
     ContainerShim(ShimArgs),
 }
 
+/// The shim's command line on its own, parsed without the rest of the CLI: a shim starts for
+/// every container and every exec probe, and building the whole command line (every flag of
+/// `run`) was a tenth of its start-up (docs/benchmarks.md, "The container shim's start-up").
+#[derive(Debug, Parser)]
+#[command(name = "probelet container-shim")]
+pub struct ShimCli {
+    #[command(flatten)]
+    pub args: ShimArgs,
+}
+
+impl ShimCli {
+    /// The shim's arguments when `args` (the process's own, program name first) run the shim,
+    /// parsed alone; `None` for any other subcommand, left to [`Cli`]. Errors exit as clap's do.
+    pub fn parse_if_shim(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<ShimArgs> {
+        let mut args = args.into_iter().skip(1).peekable();
+        if args.peek().is_none_or(|first| first.as_os_str() != crate::shim::SUBCOMMAND) {
+            return None;
+        }
+        // The subcommand's name stands where the program's name goes.
+        Some(ShimCli::parse_from(args).args)
+    }
+}
+
 /// `probelet container-shim [--wait-for-go] [--parent PID] -- PROGRAM ARGS...`.
 #[derive(Debug, Clone, Args)]
 pub struct ShimArgs {
@@ -371,5 +394,29 @@ mod tests {
         assert_eq!(shim.command, ["sh", "-c", "--version"]);
         let help = Cli::try_parse_from(["probelet", "--help"]).unwrap_err().to_string();
         assert!(!help.contains("container-shim"), "hidden: {help}");
+    }
+
+    #[test]
+    fn the_shim_parsed_alone_reads_its_arguments_as_the_whole_cli_does() {
+        let os = |args: &[&str]| args.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        for args in [
+            &["probelet", "container-shim", "--wait-for-go", "--parent", "42", "--", "sh", "-c", "--version"]
+                [..],
+            &["probelet", "container-shim", "--raise-signal", "15"],
+            &["probelet", "container-shim", "--", "--wait-for-go"],
+        ] {
+            let alone = ShimCli::parse_if_shim(os(args)).expect("the shim");
+            let Command::ContainerShim(whole) = Cli::try_parse_from(args).unwrap().command else { panic!() };
+            assert_eq!(
+                (alone.wait_for_go, alone.parent, alone.raise_signal, &alone.command),
+                (whole.wait_for_go, whole.parent, whole.raise_signal, &whole.command),
+                "{args:?}"
+            );
+        }
+        assert!(ShimCli::parse_if_shim(os(&["probelet", "run", "--manifests", "x"])).is_none());
+        assert!(ShimCli::parse_if_shim(os(&["probelet"])).is_none());
+        // The name only as an argument of another subcommand is not the shim.
+        assert!(ShimCli::parse_if_shim(os(&["probelet", "lint", "container-shim"])).is_none());
+        assert!(ShimCli::try_parse_from(["container-shim", "--parent", "x"]).is_err());
     }
 }

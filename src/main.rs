@@ -2,26 +2,29 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use probelet::cli::{Cli, Command, LintFormat, LogFormat, Mode};
+use probelet::cli::{Cli, Command, LintFormat, LogFormat, Mode, ShimArgs, ShimCli};
 use tracing_subscriber::EnvFilter;
 
-/// jemalloc, with its background thread: pages freed after a burst (a thousand pods gone, an
-/// overload of probes over) go back to the kernel within about ten seconds, where glibc's
-/// allocator keeps them (docs/memory.md, "The allocator").
+/// jemalloc, with its background thread (started by `run`, see [`start_allocator_thread`]):
+/// pages freed after a burst (a thousand pods gone, an overload of probes over) go back to the
+/// kernel within about ten seconds, where glibc's allocator keeps them (docs/memory.md, "The
+/// allocator").
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> anyhow::Result<()> {
+    // First, and without the rest of the command line: the shim is a small parent of each
+    // container and exec probe, and sets up nothing else.
+    if let Some(args) = ShimCli::parse_if_shim(std::env::args_os()) {
+        run_shim(&args);
+    }
     let cli = Cli::parse();
     match cli.command {
-        // First: the shim is a small parent of each container, and sets up nothing else.
-        Command::ContainerShim(args) => match args.raise_signal {
-            Some(signal) => std::process::exit(probelet::shim::raise(signal)),
-            None => std::process::exit(probelet::shim::run(args.wait_for_go, args.parent, &args.command)),
-        },
+        Command::ContainerShim(args) => run_shim(&args),
         Command::Run(args) => {
             init_logging(args.log_format, args.verbose);
+            start_allocator_thread();
             // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mode = args.mode()?;
@@ -75,5 +78,24 @@ fn init_logging(format: LogFormat, verbose: u8) {
     match format {
         LogFormat::Text => builder.fmt_fields(probelet::logging::escaped_fields()).init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the container shim and exits as it ends.
+fn run_shim(args: &ShimArgs) -> ! {
+    match args.raise_signal {
+        Some(signal) => std::process::exit(probelet::shim::raise(signal)),
+        None => std::process::exit(probelet::shim::run(args.wait_for_go, args.parent, &args.command)),
+    }
+}
+
+/// Starts the allocator's background thread, which returns freed pages to the kernel. It is
+/// started here rather than by the build's default options so that the other subcommands, the
+/// container shim above all (started for every exec probe), do not pay for a thread they have
+/// no use for (docs/benchmarks.md, "The container shim's start-up").
+fn start_allocator_thread() {
+    #[cfg(feature = "jemalloc")]
+    if let Err(error) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::warn!(%error, "Cannot start the allocator's background thread; freed memory returns to the kernel only as the agent allocates again");
     }
 }

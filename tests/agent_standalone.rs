@@ -197,6 +197,16 @@ async fn pod_goes_ready_and_failing_liveness_restarts_it() {
 
     agent.wait_for(|l| l.contains("broken.yaml") && l.contains("manifest skipped")).await;
     agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    if cfg!(feature = "jemalloc") {
+        // `run` starts the allocator's background thread; the build's defaults no longer do,
+        // so that the container shim runs without one (container_shim.rs).
+        let pid = agent.child.id().unwrap();
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .collect::<Vec<_>>();
+        assert!(threads.iter().any(|name| name.trim() == "jemalloc_bg_thd"), "{threads:?}");
+    }
     agent
         .wait_for(|l| l.contains("default/flaky: Container app failed liveness probe, will be restarted"))
         .await;

@@ -98,6 +98,16 @@ fn without_the_go_byte_nothing_runs() {
     let _ = std::fs::remove_file(&marker);
 }
 
+/// The shim starts for every exec probe: it runs on its one thread, with no allocator
+/// thread beside it (docs/benchmarks.md, "The container shim's start-up").
+#[test]
+fn the_shim_runs_on_one_thread() {
+    let output = shim(&["--", "sh", "-c", "cat /proc/$PPID/task/*/comm"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let threads = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(threads.lines().count(), 1, "the shim's threads: {threads}");
+}
+
 #[test]
 fn the_exit_status_is_the_commands() {
     let status = shim(&["--", "sh", "-c", "exit 3"]).status().unwrap();

@@ -79,7 +79,8 @@ use serde_json::json;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// With `--features jemalloc`, the allocator the agent binary ships (its background thread on).
+/// With `--features jemalloc`, the allocator the agent binary ships, its background thread
+/// started as the agent starts it (see `main`).
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -109,6 +110,10 @@ fn main() -> ExitCode {
     } else if argv.first().map(String::as_str) == Some(SERVE_CONTENTION) {
         contend::serve(&argv[1..])
     } else {
+        #[cfg(feature = "jemalloc")]
+        if let Err(error) = tikv_jemalloc_ctl::background_thread::write(true) {
+            eprintln!("probe_load: cannot start the allocator's background thread: {error}");
+        }
         match Args::parse(&argv) {
             Ok(args) => run(args),
             Err(usage) => {
