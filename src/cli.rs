@@ -40,9 +40,15 @@ pub enum Command {
 
 /// The shim's command line on its own, parsed without the rest of the CLI: a shim starts for
 /// every container and every exec probe, and building the whole command line (every flag of
-/// `run`) was a tenth of its start-up (docs/benchmarks.md, "The container shim's start-up").
+/// `run`) cost it about 50 of its 490 page faults (docs/benchmarks.md, "The container shim's
+/// start-up"). Its help reads as the subcommand's in the whole CLI.
 #[derive(Debug, Parser)]
-#[command(name = "probelet container-shim")]
+#[command(
+    name = "probelet container-shim",
+    bin_name = "probelet container-shim",
+    about = "The agent's own parent process of each local container and exec probe (see `probelet::shim`): not for people to run.",
+    long_about = None
+)]
 pub struct ShimCli {
     #[command(flatten)]
     pub args: ShimArgs,
@@ -417,6 +423,10 @@ mod tests {
         assert!(ShimCli::parse_if_shim(os(&["probelet"])).is_none());
         // The name only as an argument of another subcommand is not the shim.
         assert!(ShimCli::parse_if_shim(os(&["probelet", "lint", "container-shim"])).is_none());
-        assert!(ShimCli::try_parse_from(["container-shim", "--parent", "x"]).is_err());
+        let refused = ShimCli::try_parse_from(["container-shim", "--parent", "x"]).unwrap_err().to_string();
+        assert!(refused.contains("invalid value 'x' for '--parent <PID>'"), "{refused}");
+        let help = ShimCli::try_parse_from(["container-shim", "--help"]).unwrap_err().to_string();
+        assert!(help.starts_with("The agent's own parent process"), "{help}");
+        assert!(help.contains("Usage: probelet container-shim"), "{help}");
     }
 }

@@ -94,8 +94,11 @@ fn run_shim(args: &ShimArgs) -> ! {
 /// container shim above all (started for every exec probe), do not pay for a thread they have
 /// no use for (docs/benchmarks.md, "The container shim's start-up").
 fn start_allocator_thread() {
+    // An explicit `background_thread:` in jemalloc's run-time options is left as it says.
     #[cfg(feature = "jemalloc")]
-    if let Err(error) = tikv_jemalloc_ctl::background_thread::write(true) {
+    if !std::env::var("_RJEM_MALLOC_CONF").is_ok_and(|conf| conf.contains("background_thread:"))
+        && let Err(error) = tikv_jemalloc_ctl::background_thread::write(true)
+    {
         tracing::warn!(%error, "Cannot start the allocator's background thread; freed memory returns to the kernel only as the agent allocates again");
     }
 }

@@ -171,6 +171,34 @@ spec:
     )
 }
 
+/// The name of jemalloc's background thread.
+const ALLOCATOR_THREAD: &str = "jemalloc_bg_thd";
+
+/// The names of the threads of process `pid`.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
+/// An explicit `background_thread:false` in jemalloc's run-time options runs the agent without
+/// the allocator's thread, which `run` starts otherwise (docs/memory.md, "The allocator").
+#[actix::test]
+async fn an_explicit_allocator_setting_is_left_as_it_says() {
+    if !cfg!(feature = "jemalloc") {
+        return;
+    }
+    let dir = temp_dir("malloc-conf");
+    write(&dir, "web.yaml", &web_pod("web", free_port(), "", ""));
+    let mut agent = Agent::start_under(&dir, &["env", "_RJEM_MALLOC_CONF=background_thread:false"]).await;
+    agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    let threads = thread_names(agent.child.id().unwrap());
+    assert!(!threads.iter().any(|name| name == ALLOCATOR_THREAD), "{threads:?}");
+    agent.stop().await;
+}
+
 #[actix::test]
 async fn pod_goes_ready_and_failing_liveness_restarts_it() {
     let dir = temp_dir("ready");
@@ -200,12 +228,8 @@ async fn pod_goes_ready_and_failing_liveness_restarts_it() {
     if cfg!(feature = "jemalloc") {
         // `run` starts the allocator's background thread; the build's defaults no longer do,
         // so that the container shim runs without one (container_shim.rs).
-        let pid = agent.child.id().unwrap();
-        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .collect::<Vec<_>>();
-        assert!(threads.iter().any(|name| name.trim() == "jemalloc_bg_thd"), "{threads:?}");
+        let threads = thread_names(agent.child.id().unwrap());
+        assert!(threads.iter().any(|name| name == ALLOCATOR_THREAD), "{threads:?}");
     }
     agent
         .wait_for(|l| l.contains("default/flaky: Container app failed liveness probe, will be restarted"))

@@ -79,8 +79,9 @@ pub const GO: u8 = b'g';
 /// a backstop (which would kill the shim itself): it needs milliseconds.
 pub const TREE_KILL_WAIT: Duration = Duration::from_secs(1);
 
-/// At most this many processes are reaped while killing the tree. Every round SIGKILLs all the
-/// shim's live children and then reaps one process, so each round ends a process; a SIGKILLed
+/// At most this many processes are reaped while killing the tree. Every round reaps one process
+/// that has ended, or else SIGKILLs all the shim's live children and then reaps one process, so
+/// each round ends a process; a SIGKILLed
 /// process cannot fork again, and a grandchild still running re-parents to the shim when its
 /// parent dies and is killed in a later round. The tree is therefore gone after as many rounds
 /// as it has processes, unless something keeps forking faster than it is killed (a fork bomb
@@ -264,8 +265,8 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
 pub fn raise(signal: i32) -> i32 {
     if let Some(sig) = Signal::from_named_raw(signal) {
         let _ = kill_process(getpid(), sig);
-        // A signal sent to oneself is delivered before `kill` returns to a single thread;
-        // another thread (the allocator's) may take it a moment later.
+        // A signal sent to oneself is delivered before `kill` returns to a single thread, as the
+        // shim is; were there another, it could take the signal a moment later.
         std::thread::sleep(Duration::from_millis(100));
     }
     128 + signal
