@@ -81,9 +81,8 @@ pub const TREE_KILL_WAIT: Duration = Duration::from_secs(1);
 
 /// At most this many processes are reaped while killing the tree. Every round reaps one process
 /// that has ended, or else SIGKILLs all the shim's live children and then reaps one process, so
-/// each round ends a process; a SIGKILLed
-/// process cannot fork again, and a grandchild still running re-parents to the shim when its
-/// parent dies and is killed in a later round. The tree is therefore gone after as many rounds
+/// each round ends a process; a SIGKILLed process cannot fork again, and a grandchild still
+/// running re-parents to the shim when its parent dies and is killed in a later round. The tree is therefore gone after as many rounds
 /// as it has processes, unless something keeps forking faster than it is killed (a fork bomb
 /// outside the group): the bound stops the shim then, and the agent's SIGKILL to the group
 /// ends the rest of the group.
