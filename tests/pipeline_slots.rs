@@ -61,16 +61,16 @@ impl TcpExecutor for SlowTcp {
 }
 
 #[derive(Default, Clone)]
-struct Records(Arc<Mutex<Vec<ProbeRecord>>>);
+struct Records(Arc<Mutex<Vec<ProbeRecord<'static>>>>);
 
 impl ProbeObserver for Records {
-    fn observe(&self, record: ProbeRecord) {
-        self.0.lock().unwrap().push(record);
+    fn observe(&self, record: ProbeRecord<'_>) {
+        self.0.lock().unwrap().push(record.into_owned());
     }
 }
 
 impl Records {
-    fn all(&self) -> Vec<ProbeRecord> {
+    fn all(&self) -> Vec<ProbeRecord<'static>> {
         self.0.lock().unwrap().clone()
     }
 }

@@ -803,7 +803,7 @@ impl Collector {
 struct Observer(Arc<Collector>);
 
 impl ProbeObserver for Observer {
-    fn observe(&self, record: ProbeRecord) {
+    fn observe(&self, record: ProbeRecord<'_>) {
         let now = Instant::now();
         let start = now.checked_sub(record.duration).unwrap_or(now);
         if let Some(worker) = worker_index(&record.pod_uid) {

@@ -226,7 +226,7 @@ impl Handler<GetReady> for ReadyLog {
 struct Probes(Arc<AtomicUsize>);
 
 impl ProbeObserver for Probes {
-    fn observe(&self, _record: ProbeRecord) {
+    fn observe(&self, _record: ProbeRecord<'_>) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }

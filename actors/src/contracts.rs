@@ -2,6 +2,7 @@
 //! stream (upstream `ContainerCommandRunner` and `record.EventRecorder`), with the simple
 //! implementations the engine ships: a tracing-log recorder and an in-memory one for tests.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -154,23 +155,26 @@ impl EventRecorder for LogRecorder {
     }
 }
 
-/// One probe run, as a host's observer sees it (the agent keeps the last few per probe).
+/// One probe run, as a host's observer sees it (the agent keeps the last few per probe). The
+/// text borrows from the pod and the probe's answer: the engine makes no copy of it for an
+/// observer that does not keep it (a probe at a time, every period, for every worker);
+/// [`ProbeRecord::into_owned`] makes one that does.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProbeRecord {
+pub struct ProbeRecord<'a> {
     /// The UID of the probed pod.
-    pub pod_uid: PodUid,
+    pub pod_uid: Cow<'a, str>,
     /// The pod's namespace.
-    pub namespace: String,
+    pub namespace: Cow<'a, str>,
     /// The pod's name.
-    pub pod: String,
+    pub pod: Cow<'a, str>,
     /// The probed container's name.
-    pub container: String,
+    pub container: Cow<'a, str>,
     /// Which of the container's probes ran.
     pub kind: crate::vocabulary::ProbeKind,
     /// The cache result, or the error that made the probe's result discarded.
     pub result: Result<crate::vocabulary::ProbeResult, String>,
     /// What the executor said (its output or the error text), uncut.
-    pub output: String,
+    pub output: Cow<'a, str>,
     /// How long the run took, all attempts included (an errored probe is tried up to 3 times),
     /// from the moment it had its probe slot.
     pub duration: Duration,
@@ -179,10 +183,28 @@ pub struct ProbeRecord {
     pub waited: Duration,
 }
 
+impl ProbeRecord<'_> {
+    /// The record with its text copied, to keep.
+    pub fn into_owned(self) -> ProbeRecord<'static> {
+        let own = |text: Cow<'_, str>| Cow::Owned(text.into_owned());
+        ProbeRecord {
+            pod_uid: own(self.pod_uid),
+            namespace: own(self.namespace),
+            pod: own(self.pod),
+            container: own(self.container),
+            kind: self.kind,
+            result: self.result,
+            output: own(self.output),
+            duration: self.duration,
+            waited: self.waited,
+        }
+    }
+}
+
 /// Told about every probe run; must not block.
 pub trait ProbeObserver: Send + Sync + 'static {
     /// Called once per probe run, after the result is known.
-    fn observe(&self, record: ProbeRecord);
+    fn observe(&self, record: ProbeRecord<'_>);
 }
 
 /// The host's pod manager, as the engine needs it: pods by UID and static/mirror translation

@@ -88,7 +88,7 @@ impl ProbeHistory {
 }
 
 impl ProbeObserver for ProbeHistory {
-    fn observe(&self, record: ProbeRecord) {
+    fn observe(&self, record: ProbeRecord<'_>) {
         let run = ProbeRun {
             time: format_time(self.clock.now()),
             result: match &record.result {
@@ -105,7 +105,8 @@ impl ProbeObserver for ProbeHistory {
             if self.pods.as_ref().is_some_and(|pods| pods.pod_by_uid(&record.pod_uid).is_none()) {
                 return;
             }
-            let list = runs.entry((record.pod_uid, record.container, record.kind)).or_default();
+            let key = (PodUid::from(&*record.pod_uid), record.container.into_owned(), record.kind);
+            let list = runs.entry(key).or_default();
             if list.len() == RESULTS_KEPT {
                 list.pop_front();
             }
@@ -138,7 +139,7 @@ mod tests {
     use probelet_actors::prober::ProbeResult;
     use std::time::Duration;
 
-    fn record(i: usize, output: String) -> ProbeRecord {
+    fn record(i: usize, output: String) -> ProbeRecord<'static> {
         ProbeRecord {
             pod_uid: "u".into(),
             namespace: "ns".into(),
@@ -146,7 +147,7 @@ mod tests {
             container: "c".into(),
             kind: ProbeKind::Readiness,
             result: if i.is_multiple_of(2) { Ok(ProbeResult::Success) } else { Err("boom".into()) },
-            output,
+            output: output.into(),
             duration: Duration::from_millis(5),
             waited: Duration::ZERO,
         }

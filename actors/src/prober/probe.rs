@@ -2,6 +2,7 @@
 //! spec, runs it with the probe's timeout and up to three tries while it errors, maps the
 //! executor's outcome to a cache result and records the `Unhealthy` / `ProbeWarning` events.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,6 @@ use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
 use crate::status::probe_status::PodProbeStatus;
-use crate::vocabulary::PodUid;
 
 /// Upstream `maxProbeRetries`: a handler is tried this many times while it returns an error.
 pub const MAX_PROBE_RETRIES: usize = 3;
@@ -264,21 +264,22 @@ impl Prober {
         let attempt =
             Box::pin(self.run_with_retries(spec, pod, status, container, container_id, timeout, memo)).await;
         drop(slot);
-        let observer = self.parts.observer.as_ref();
-        let output = match (&attempt, observer) {
-            (_, None) => String::new(),
-            (Ok(probed), Some(_)) => probed.output.clone(),
-            (Err(err), Some(_)) => err.to_string(),
-        };
-        let mapped = self.map_outcome(kind, pod, container, attempt);
-        if let Some(observer) = observer {
+        let mapped = self.map_outcome(kind, pod, container, &attempt);
+        if let Some(observer) = self.parts.observer.as_ref() {
+            let output = match &attempt {
+                Ok(probed) => Cow::Borrowed(probed.output.as_str()),
+                Err(err) => Cow::Owned(err.to_string()),
+            };
+            fn text(value: &Option<String>) -> Cow<'_, str> {
+                Cow::Borrowed(value.as_deref().unwrap_or_default())
+            }
             observer.observe(ProbeRecord {
-                pod_uid: PodUid::of(pod).unwrap_or_default(),
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                pod: pod.metadata.name.clone().unwrap_or_default(),
-                container: container.name.clone(),
+                pod_uid: text(&pod.metadata.uid),
+                namespace: text(&pod.metadata.namespace),
+                pod: text(&pod.metadata.name),
+                container: Cow::Borrowed(&container.name),
                 kind,
-                result: mapped.clone().map_err(|e| e.to_string()),
+                result: mapped.as_ref().map(|r| *r).map_err(ToString::to_string),
                 output,
                 duration: started.elapsed(),
                 waited,
@@ -293,7 +294,7 @@ impl Prober {
         kind: ProbeKind,
         pod: &Pod,
         container: &Container,
-        attempt: Result<Probed, ProbeError>,
+        attempt: &Result<Probed, ProbeError>,
     ) -> Result<ProbeResult, ProbeError> {
         // Built only for an event: most probes succeed and record none.
         let reference = || container_reference(pod, container);
@@ -309,7 +310,8 @@ impl Prober {
                     EVENT_UNHEALTHY,
                     &format!("{kind} probe errored and resulted in {} state: {err}", err.outcome()),
                 );
-                Err(err)
+                // Cloned, as the observer reads the attempt after this: errors are rare.
+                Err(err.clone())
             }
             Ok(Probed { outcome: ProbeOutcome::Success, .. }) => Ok(ProbeResult::Success),
             Ok(Probed { outcome: ProbeOutcome::Warning, output }) => {
@@ -617,6 +619,42 @@ mod tests {
         }
     }
 
+    /// Keeps what it is shown.
+    #[derive(Default, Clone)]
+    struct Seen(Arc<Mutex<Vec<ProbeRecord<'static>>>>);
+
+    impl ProbeObserver for Seen {
+        fn observe(&self, record: ProbeRecord<'_>) {
+            self.0.lock().unwrap().push(record.into_owned());
+        }
+    }
+
+    #[tokio::test]
+    async fn the_observer_reads_the_pod_the_container_and_what_the_probe_said() {
+        let error = Err(ExecError::Runtime("no such container".into()));
+        let (prober, _, _) = setup(vec![exit(1, "not yet"), error.clone(), error.clone(), error]);
+        let seen = Seen::default();
+        let prober = prober.with_observer(Arc::new(seen.clone()));
+        assert_eq!(
+            run(&prober, ProbeKind::Readiness, exec_probe(&["check"])).await,
+            Ok(ProbeResult::Failure)
+        );
+        assert!(run(&prober, ProbeKind::Liveness, exec_probe(&["check"])).await.is_err());
+        let records = seen.0.lock().unwrap().clone();
+        let text = |r: &ProbeRecord<'_>| {
+            [&r.pod_uid, &r.namespace, &r.pod, &r.container, &r.output].map(|t| t.to_string())
+        };
+        assert_eq!(records.len(), 2, "one record per probe run, retries included: {records:?}");
+        assert_eq!(text(&records[0]), ["u1", "ns", "web", "app", "not yet"]);
+        assert_eq!(
+            (records[0].kind, records[0].result.clone()),
+            (ProbeKind::Readiness, Ok(ProbeResult::Failure))
+        );
+        assert_eq!(text(&records[1]), ["u1", "ns", "web", "app", "no such container"]);
+        assert_eq!(records[1].kind, ProbeKind::Liveness);
+        assert_eq!(records[1].result, Err("no such container".to_owned()));
+    }
+
     #[tokio::test]
     async fn retries_three_times_only_while_erroring() {
         let error = Err(ExecError::Runtime("flaky".into()));
@@ -714,7 +752,7 @@ mod tests {
             ProbeKind::Readiness,
             &pod,
             &container,
-            Ok(Probed::new(ProbeOutcome::Warning, "probe output")),
+            &Ok(Probed::new(ProbeOutcome::Warning, "probe output")),
         );
         assert_eq!(mapped, Ok(ProbeResult::Success));
         assert_eq!(recorder.rendered(), ["Warning ProbeWarning Readiness probe warning: probe output"]);
@@ -722,7 +760,7 @@ mod tests {
             ProbeKind::Readiness,
             &pod,
             &container,
-            Ok(Probed::new(ProbeOutcome::Unknown, "")),
+            &Ok(Probed::new(ProbeOutcome::Unknown, "")),
         );
         assert_eq!(unknown, Ok(ProbeResult::Failure));
         assert_eq!(recorder.events().len(), 1, "unknown records no event");
