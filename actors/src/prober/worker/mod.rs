@@ -35,9 +35,9 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures::channel::{mpsc, oneshot};
+use futures::FutureExt;
+use futures::channel::oneshot;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
@@ -49,13 +49,15 @@ use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
 use crate::status::probe_status::PodProbeStatus;
-use crate::status::views::StatusView;
+use crate::status::views::{KeptProbeStatus, StatusView};
 pub use crate::vocabulary::ProbeKey;
 
 mod in_place;
+mod inbox;
 mod schedule;
 
 pub use in_place::Reconfigure;
+use inbox::Received;
 use schedule::Ticks;
 
 // === messages ===
@@ -64,7 +66,7 @@ use schedule::Ticks;
 /// every handle stops the worker, as a `Stop` does (its manager is gone).
 #[derive(Debug, Clone)]
 pub struct WorkerHandle {
-    inbox: mpsc::UnboundedSender<Control>,
+    inbox: inbox::Sender<Control>,
 }
 
 /// What a [`WorkerHandle`] sends its worker.
@@ -85,32 +87,32 @@ enum Control {
 impl WorkerHandle {
     /// Stops the worker (upstream `worker.stop`): a probe in flight is cancelled. Idempotent.
     pub fn stop(&self) {
-        let _ = self.inbox.unbounded_send(Control::Stop);
+        let _ = self.inbox.send(Control::Stop);
     }
 
     /// Runs a probe now and restarts the schedule from it (upstream `manualTriggerCh`); false
     /// when the worker is gone.
     pub fn trigger(&self) -> bool {
-        self.inbox.unbounded_send(Control::Trigger).is_ok()
+        self.inbox.send(Control::Trigger).is_ok()
     }
 
     /// Applies a probe spec changed in place (`MutableContainerProbes`).
     pub fn reconfigure(&self, change: Reconfigure) {
-        let _ = self.inbox.unbounded_send(Control::Reconfigure(Box::new(change)));
+        let _ = self.inbox.send(Control::Reconfigure(Box::new(change)));
     }
 
     /// Tells a worker that replaced one which has now exited which container's cache entry the
     /// exited worker left behind: the entry is the new worker's if that is (or may still become)
     /// its container, and is removed if the new worker already has another.
     pub fn predecessor_exited(&self, container_id: ContainerId) {
-        let _ = self.inbox.unbounded_send(Control::PredecessorExited(container_id));
+        let _ = self.inbox.send(Control::PredecessorExited(container_id));
     }
 
     /// The worker's state as it stands (what upstream's tests read from a worker's fields:
     /// `containerID`, `onHold`, `resultRun`, `lastResult`); `None` once the worker is gone.
     pub fn state(&self) -> impl Future<Output = Option<WorkerState>> + Send + use<> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.inbox.unbounded_send(Control::GetState(reply)).is_ok();
+        let sent = self.inbox.send(Control::GetState(reply)).is_ok();
         async move {
             if !sent {
                 return None;
@@ -219,7 +221,7 @@ pub struct WorkerConfig {
 pub struct ProbeWorker {
     key: ProbeKey,
     /// What the manager tells this worker.
-    inbox: mpsc::UnboundedReceiver<Control>,
+    inbox: inbox::Receiver<Control>,
     /// Starting, running, or stopped.
     phase: Phase,
     /// The probed container, and through it the worker's pod.
@@ -234,6 +236,8 @@ pub struct ProbeWorker {
     timeout: Duration,
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
+    /// The probe status last read from `status`, kept until a newer one is published.
+    kept_status: KeptProbeStatus,
     /// The prober, the results cache and the manager.
     peers: Arc<WorkerPeers>,
     /// What the prober keeps between this worker's probes (the HTTP request): made at the
@@ -261,8 +265,8 @@ pub struct ProbeWorker {
     series: metrics::ProbeSeries,
     /// Tells the manager when the worker is gone, however it goes.
     exit: ExitNotice,
-    /// Where [`StartupSucceeded`] goes; taken when sent.
-    on_started: Option<Recipient<StartupSucceeded>>,
+    /// Where [`StartupSucceeded`] goes; taken when sent. Boxed: few workers have one.
+    on_started: Option<Box<Recipient<StartupSucceeded>>>,
     /// When the last probe completed (its result applied or not), for a new period.
     last_completed: Option<Instant>,
     /// The container the worker last started a probe against: a new initial delay does not
@@ -278,7 +282,7 @@ impl ProbeWorker {
     /// runtime otherwise (the paused-time tests' single thread): it probes once its start-up
     /// jitter has passed. Must be called inside a tokio runtime.
     pub fn spawn(config: WorkerConfig, runtime: Option<&Handle>) -> WorkerHandle {
-        let (inbox, receiver) = mpsc::unbounded();
+        let (inbox, receiver) = inbox::inbox();
         let worker = ProbeWorker::new(config, receiver);
         // The task is never joined: the worker reports its own end (WorkerExited).
         match runtime {
@@ -288,9 +292,9 @@ impl ProbeWorker {
         WorkerHandle { inbox }
     }
 
-    fn new(config: WorkerConfig, inbox: mpsc::UnboundedReceiver<Control>) -> Self {
+    fn new(config: WorkerConfig, inbox: inbox::Receiver<Control>) -> Self {
         ProbeWorker {
-            exit: ExitNotice { worker_id: config.worker_id, clean: false, state: None },
+            exit: ExitNotice { worker_id: config.worker_id, died: None },
             key: config.key,
             inbox,
             phase: Phase::Starting(config.jitter),
@@ -301,6 +305,7 @@ impl ProbeWorker {
             start_interval: config.start_interval,
             timeout: config.timeout,
             status: config.status,
+            kept_status: KeptProbeStatus::default(),
             peers: config.peers,
             memo: ProbeMemo::unset(),
             last_sent: None,
@@ -311,7 +316,7 @@ impl ProbeWorker {
             trigger_pending: false,
             status_wait: None,
             series: metrics::ProbeSeries::default(),
-            on_started: config.on_started,
+            on_started: config.on_started.map(Box::new),
             last_completed: None,
             probed: None,
             pending_initial_delay: None,
@@ -337,17 +342,17 @@ impl ProbeWorker {
                 }
                 continue;
             }
-            match self.inbox.poll_next_unpin(task) {
-                Poll::Ready(Some(message)) => {
+            match self.inbox.poll_recv(task) {
+                Received::Message(message) => {
                     self.receive(message);
                     continue;
                 }
                 // Every handle dropped: the manager is gone, and nobody would hear of a result.
-                Poll::Ready(None) => {
+                Received::Closed => {
                     self.stop();
                     continue;
                 }
-                Poll::Pending => {}
+                Received::Empty => {}
             }
             if let Phase::Waiting(jitter) = &mut self.phase
                 && jitter.as_mut().poll(task).is_ready()
@@ -357,8 +362,9 @@ impl ProbeWorker {
                 continue;
             }
             if let Some(in_flight) = &mut self.in_flight
-                && let Poll::Ready((outcome, started)) = in_flight.as_mut().poll(task)
+                && let Poll::Ready(outcome) = in_flight.poll(task)
             {
+                let started = in_flight.started;
                 self.in_flight = None;
                 self.probe_finished(outcome, started);
                 continue;
@@ -450,7 +456,7 @@ impl ProbeWorker {
     /// One iteration of upstream `doProbe`; returns whether a probe was started.
     fn run_probe(&mut self) -> bool {
         let started = Instant::now();
-        let status = self.status.probe_status();
+        let status = self.status.probe_status_kept(&mut self.kept_status).cloned();
         if self.pending_initial_delay.is_some()
             && self.shows_new_container(status.as_deref())
             && let Some((seconds, delay)) = self.pending_initial_delay.take().map(|d| *d)
@@ -480,7 +486,11 @@ impl ProbeWorker {
             Next::Skip => return false,
             Next::Probe(id) => id,
         };
-        self.probed = Some(container_id.clone());
+        // Kept as it is when it is the same container (most probes): a clone and the drop of
+        // the old one would touch both parts' reference counts at every probe.
+        if self.probed.as_ref() != Some(&container_id) {
+            self.probed = Some(container_id.clone());
+        }
         let Some(mut status) = status else { return false };
         if let Some(pod_ip) = self.spec.bound.as_ref().and_then(|b| b.pod_ip.as_deref())
             && status.pod_ip.is_none()
@@ -500,8 +510,7 @@ impl ProbeWorker {
             self.timeout,
             self.memo.ready_for(self.key.kind.probe_of(&self.container)),
         );
-        self.in_flight =
-            Some(AssertUnwindSafe(probe).catch_unwind().map(move |outcome| (outcome, started)).boxed());
+        self.in_flight = Some(InFlight { probe, started });
         true
     }
 
@@ -733,7 +742,7 @@ impl Future for ProbeWorker {
                 // The worker died, it did not stop: leave the notice unclean so the manager
                 // restarts it, and keep the cached result and metric series for the
                 // replacement, which resumes from this state.
-                worker.exit.state = Some(Box::new(worker.state.clone()));
+                worker.exit.died = Some(Box::new(worker.state.clone()));
                 worker.stop();
                 Poll::Ready(())
             }
@@ -744,7 +753,6 @@ impl Future for ProbeWorker {
 impl ProbeWorker {
     /// The worker stopped (told to, or by itself, or its manager gone).
     fn stopped(&mut self) {
-        self.exit.clean = true;
         // The manager removes the cache entry and the series on the notice; with the manager
         // gone (the system is shutting down) nobody else will.
         if !self.peers.manager.connected() {
@@ -798,8 +806,23 @@ enum Phase {
     Done,
 }
 
-/// The probe a worker is running, its panic caught, and when its iteration began.
-type InFlight = BoxFuture<'static, (Finished, Instant)>;
+/// The probe a worker is running and when its iteration began. Polled as the runner boxed it,
+/// its panic caught at each poll: wrapping it in a catching future would box it a second time
+/// and copy it into that box, at every probe.
+struct InFlight {
+    probe: BoxFuture<'static, ProbeRun>,
+    started: Instant,
+}
+
+impl InFlight {
+    fn poll(&mut self, task: &mut TaskContext<'_>) -> Poll<Finished> {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.probe.as_mut().poll(task))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(run)) => Poll::Ready(Ok(run)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
 
 /// A wait for the pod's next status after a manual trigger (see
 /// [`ProbeWorker::run_triggered`]).
@@ -819,9 +842,9 @@ const NOT_SEEN: u64 = u64::MAX;
 /// from the worker itself (a copy of each here cost every idle worker a few hundred bytes).
 struct ExitNotice {
     worker_id: u64,
-    clean: bool,
-    /// Set only by a worker that died (a panic), for its replacement; boxed until then.
-    state: Option<Box<WorkerState>>,
+    /// Set only when the worker died (a panic): its state, for its replacement. A worker that
+    /// stopped, or whose task was dropped running, exits clean.
+    died: Option<Box<WorkerState>>,
 }
 
 /// Sends [`WorkerExited`] when the worker is dropped: after it stopped (clean), after a panic
@@ -830,14 +853,13 @@ struct ExitNotice {
 /// is gone would be dropped at once, and the manager would restart it again and again.
 impl Drop for ProbeWorker {
     fn drop(&mut self) {
-        let dropped_running = !matches!(self.phase, Phase::Done);
         self.peers.manager.do_send(WorkerExited {
             key: self.key.clone(),
             worker_id: self.exit.worker_id,
-            clean: self.exit.clean || dropped_running,
+            clean: self.exit.died.is_none(),
             // The container whose cache entry the worker owns when it goes.
             container_id: self.state.container_id.take(),
-            state: self.exit.state.take().map(|s| *s),
+            state: self.exit.died.take().map(|s| *s),
             pod: self.container.pod().clone(),
         });
     }
