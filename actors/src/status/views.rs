@@ -17,7 +17,7 @@ use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::capacity::ShrinkAfterRemoval;
@@ -51,11 +51,6 @@ struct Slot {
     status: Mutex<Option<Published>>,
     /// Bumped by every publish, after the status is in place.
     version: AtomicU64,
-    /// The address of the probe status in `status` (0 for none), set with it under the lock:
-    /// a reader that holds a probe status learns whether it is still the latest without the
-    /// lock. The reader's reference keeps its status alive, so a newer one cannot be at the
-    /// same address.
-    probe_address: AtomicUsize,
     /// No publish will come: the registry let go of this slot (it is gone, or nobody reads
     /// the slot any more), or the view is detached.
     closed: AtomicBool,
@@ -66,7 +61,6 @@ impl Slot {
     fn new(pod_uid: PodUid, status: Option<Published>) -> Self {
         Slot {
             pod_uid,
-            probe_address: AtomicUsize::new(probe_address(status.as_ref())),
             status: Mutex::new(status),
             version: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -90,7 +84,6 @@ impl Slot {
             let mut current = self.status.lock().unwrap_or_else(PoisonError::into_inner);
             // Bumped under the lock, so a reader that takes both under it sees them together.
             self.version.fetch_add(1, Ordering::AcqRel);
-            self.probe_address.store(probe_address(status.as_ref()), Ordering::Release);
             std::mem::replace(&mut *current, status)
         };
         self.changed.notify_waiters();
@@ -154,33 +147,6 @@ impl Entry {
 
 type Slots = Mutex<HashSet<Entry>>;
 
-/// A probe status read through [`StatusView::probe_status_kept`]; empty (read at the next
-/// call) by default.
-#[derive(Debug, Default)]
-pub struct KeptProbeStatus(Option<Arc<PodProbeStatus>>);
-
-/// Where a probe status lives, as [`Slot::probe_address`] records it; 0 for none.
-fn probe_address<P: ProbeStatusOf>(status: Option<&P>) -> usize {
-    status.map_or(0, |s| Arc::as_ptr(s.probe_status()).addr())
-}
-
-/// What holds a probe status: a published status, or the probe status itself.
-trait ProbeStatusOf {
-    fn probe_status(&self) -> &Arc<PodProbeStatus>;
-}
-
-impl ProbeStatusOf for Published {
-    fn probe_status(&self) -> &Arc<PodProbeStatus> {
-        &self.probe
-    }
-}
-
-impl ProbeStatusOf for Arc<PodProbeStatus> {
-    fn probe_status(&self) -> &Arc<PodProbeStatus> {
-        self
-    }
-}
-
 /// The registry is gone, so the view will not change again (as a `watch` receiver's
 /// `RecvError`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -227,25 +193,6 @@ impl StatusView {
     /// every probe).
     pub fn probe_status(&self) -> Option<Arc<PodProbeStatus>> {
         self.slot().and_then(Slot::probe_status)
-    }
-
-    /// The pod's latest probe status, as [`StatusView::probe_status`] reads it, kept in
-    /// `kept`: read again (under the slot's lock) only when a status was published since
-    /// `kept` was filled. A probe worker reads its pod's status before every probe, and the
-    /// status rarely changes between two probes: this way most reads are one atomic load, and
-    /// the lock's two atomic writes (on memory gone cold since the worker's last probe) are
-    /// saved. `kept` holds on to the status it read until the next read after a publish.
-    pub fn probe_status_kept<'a>(&self, kept: &'a mut KeptProbeStatus) -> Option<&'a Arc<PodProbeStatus>> {
-        let Some(slot) = self.slot() else {
-            *kept = KeptProbeStatus::default();
-            return None;
-        };
-        // A publish sets the address with the status, so one that differs from the kept
-        // status's (none: 0) means a newer status, read under the lock.
-        if slot.probe_address.load(Ordering::Acquire) != probe_address(kept.0.as_ref()) {
-            kept.0 = slot.probe_status();
-        }
-        kept.0.as_ref()
     }
 
     /// The pod's latest status, decoded and marked seen: [`StatusView::changed`] waits for a
@@ -513,28 +460,6 @@ mod tests {
         assert_eq!(one.pod_ip(), "10.0.0.1");
         assert_eq!(view.borrow().as_deref(), Some(&status));
         assert!(views.probe_status("b").is_none());
-    }
-
-    #[test]
-    fn a_kept_probe_status_is_the_latest_one_published() {
-        let views = StatusViews::new();
-        let view = views.subscribe("a");
-        let mut kept = KeptProbeStatus::default();
-        assert!(view.probe_status_kept(&mut kept).is_none(), "nothing published yet");
-        let status = |ip: &str| Published::of(&PodStatus { pod_ip: Some(ip.into()), ..Default::default() });
-        views.publish("a", Some(status("10.0.0.1")));
-        let first = view.probe_status_kept(&mut kept).cloned().unwrap();
-        assert_eq!(first.pod_ip(), "10.0.0.1", "a publish after an empty read is seen");
-        assert!(Arc::ptr_eq(&first, &view.probe_status().unwrap()));
-        assert!(Arc::ptr_eq(&first, view.probe_status_kept(&mut kept).unwrap()), "kept while unchanged");
-        views.publish("a", Some(status("10.0.0.2")));
-        assert_eq!(view.probe_status_kept(&mut kept).unwrap().pod_ip(), "10.0.0.2");
-        views.publish("a", None);
-        assert!(view.probe_status_kept(&mut kept).is_none(), "a removed status is not kept");
-        // Two views of two pods do not share what one kept: a fresh `kept` reads its own.
-        views.publish("b", Some(status("10.0.0.3")));
-        let other = views.subscribe("b");
-        assert_eq!(other.probe_status_kept(&mut KeptProbeStatus::default()).unwrap().pod_ip(), "10.0.0.3");
     }
 
     #[test]

@@ -35,9 +35,9 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures::FutureExt;
-use futures::channel::oneshot;
+use futures::channel::{mpsc, oneshot};
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
@@ -49,15 +49,13 @@ use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
 use crate::status::probe_status::PodProbeStatus;
-use crate::status::views::{KeptProbeStatus, StatusView};
+use crate::status::views::StatusView;
 pub use crate::vocabulary::ProbeKey;
 
 mod in_place;
-mod inbox;
 mod schedule;
 
 pub use in_place::Reconfigure;
-use inbox::Received;
 use schedule::Ticks;
 
 // === messages ===
@@ -66,7 +64,7 @@ use schedule::Ticks;
 /// every handle stops the worker, as a `Stop` does (its manager is gone).
 #[derive(Debug, Clone)]
 pub struct WorkerHandle {
-    inbox: inbox::Sender<Control>,
+    inbox: mpsc::UnboundedSender<Control>,
 }
 
 /// What a [`WorkerHandle`] sends its worker.
@@ -87,32 +85,32 @@ enum Control {
 impl WorkerHandle {
     /// Stops the worker (upstream `worker.stop`): a probe in flight is cancelled. Idempotent.
     pub fn stop(&self) {
-        let _ = self.inbox.send(Control::Stop);
+        let _ = self.inbox.unbounded_send(Control::Stop);
     }
 
     /// Runs a probe now and restarts the schedule from it (upstream `manualTriggerCh`); false
     /// when the worker is gone.
     pub fn trigger(&self) -> bool {
-        self.inbox.send(Control::Trigger).is_ok()
+        self.inbox.unbounded_send(Control::Trigger).is_ok()
     }
 
     /// Applies a probe spec changed in place (`MutableContainerProbes`).
     pub fn reconfigure(&self, change: Reconfigure) {
-        let _ = self.inbox.send(Control::Reconfigure(Box::new(change)));
+        let _ = self.inbox.unbounded_send(Control::Reconfigure(Box::new(change)));
     }
 
     /// Tells a worker that replaced one which has now exited which container's cache entry the
     /// exited worker left behind: the entry is the new worker's if that is (or may still become)
     /// its container, and is removed if the new worker already has another.
     pub fn predecessor_exited(&self, container_id: ContainerId) {
-        let _ = self.inbox.send(Control::PredecessorExited(container_id));
+        let _ = self.inbox.unbounded_send(Control::PredecessorExited(container_id));
     }
 
     /// The worker's state as it stands (what upstream's tests read from a worker's fields:
     /// `containerID`, `onHold`, `resultRun`, `lastResult`); `None` once the worker is gone.
     pub fn state(&self) -> impl Future<Output = Option<WorkerState>> + Send + use<> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.inbox.send(Control::GetState(reply)).is_ok();
+        let sent = self.inbox.unbounded_send(Control::GetState(reply)).is_ok();
         async move {
             if !sent {
                 return None;
@@ -221,7 +219,7 @@ pub struct WorkerConfig {
 pub struct ProbeWorker {
     key: ProbeKey,
     /// What the manager tells this worker.
-    inbox: inbox::Receiver<Control>,
+    inbox: mpsc::UnboundedReceiver<Control>,
     /// Starting, running, or stopped.
     phase: Phase,
     /// The probed container, and through it the worker's pod.
@@ -236,8 +234,6 @@ pub struct ProbeWorker {
     timeout: Duration,
     /// The pod's latest cached status, published by the status manager.
     status: StatusView,
-    /// The probe status last read from `status`, kept until a newer one is published.
-    kept_status: KeptProbeStatus,
     /// The prober, the results cache and the manager.
     peers: Arc<WorkerPeers>,
     /// What the prober keeps between this worker's probes (the HTTP request): made at the
@@ -282,7 +278,7 @@ impl ProbeWorker {
     /// runtime otherwise (the paused-time tests' single thread): it probes once its start-up
     /// jitter has passed. Must be called inside a tokio runtime.
     pub fn spawn(config: WorkerConfig, runtime: Option<&Handle>) -> WorkerHandle {
-        let (inbox, receiver) = inbox::inbox();
+        let (inbox, receiver) = mpsc::unbounded();
         let worker = ProbeWorker::new(config, receiver);
         // The task is never joined: the worker reports its own end (WorkerExited).
         match runtime {
@@ -292,7 +288,7 @@ impl ProbeWorker {
         WorkerHandle { inbox }
     }
 
-    fn new(config: WorkerConfig, inbox: inbox::Receiver<Control>) -> Self {
+    fn new(config: WorkerConfig, inbox: mpsc::UnboundedReceiver<Control>) -> Self {
         ProbeWorker {
             exit: ExitNotice { worker_id: config.worker_id, died: None },
             key: config.key,
@@ -305,7 +301,6 @@ impl ProbeWorker {
             start_interval: config.start_interval,
             timeout: config.timeout,
             status: config.status,
-            kept_status: KeptProbeStatus::default(),
             peers: config.peers,
             memo: ProbeMemo::unset(),
             last_sent: None,
@@ -342,17 +337,17 @@ impl ProbeWorker {
                 }
                 continue;
             }
-            match self.inbox.poll_recv(task) {
-                Received::Message(message) => {
+            match self.inbox.poll_next_unpin(task) {
+                Poll::Ready(Some(message)) => {
                     self.receive(message);
                     continue;
                 }
                 // Every handle dropped: the manager is gone, and nobody would hear of a result.
-                Received::Closed => {
+                Poll::Ready(None) => {
                     self.stop();
                     continue;
                 }
-                Received::Empty => {}
+                Poll::Pending => {}
             }
             if let Phase::Waiting(jitter) = &mut self.phase
                 && jitter.as_mut().poll(task).is_ready()
@@ -456,7 +451,7 @@ impl ProbeWorker {
     /// One iteration of upstream `doProbe`; returns whether a probe was started.
     fn run_probe(&mut self) -> bool {
         let started = Instant::now();
-        let status = self.status.probe_status_kept(&mut self.kept_status).cloned();
+        let status = self.status.probe_status();
         if self.pending_initial_delay.is_some()
             && self.shows_new_container(status.as_deref())
             && let Some((seconds, delay)) = self.pending_initial_delay.take().map(|d| *d)
