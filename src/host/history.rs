@@ -38,12 +38,16 @@ pub struct ProbeRuns {
     pub results: Vec<ProbeRun>,
 }
 
-type Key = (PodUid, String, ProbeKind);
+/// One pod's probes, each with its runs: a pod has few (its containers times three kinds), so a
+/// list, searched by container name and kind without building a key.
+type PodProbes = Vec<(Box<str>, ProbeKind, VecDeque<ProbeRun>)>;
 
-/// Keeps the last [`RESULTS_KEPT`] runs of every probe. The lock guards a map update only.
+/// Keeps the last [`RESULTS_KEPT`] runs of every probe, by pod: a run, a pod's page and a pod's
+/// removal each reach one pod's entry, whatever the number of pods. The lock guards a map
+/// update only.
 #[derive(Clone)]
 pub struct ProbeHistory {
-    runs: Arc<Mutex<HashMap<Key, VecDeque<ProbeRun>>>>,
+    runs: Arc<Mutex<HashMap<PodUid, PodProbes>>>,
     clock: SharedClock,
     /// When set, runs of pods it does not know are dropped.
     pods: Option<Arc<dyn PodLookup>>,
@@ -65,11 +69,11 @@ impl ProbeHistory {
     /// The runs of every probe of a pod, ordered by container and probe type.
     pub fn pod(&self, pod_uid: &str) -> Vec<ProbeRuns> {
         let Ok(runs) = self.runs.lock() else { return Vec::new() };
-        let mut out: Vec<ProbeRuns> = runs
+        let Some(probes) = runs.get(pod_uid) else { return Vec::new() };
+        let mut out: Vec<ProbeRuns> = probes
             .iter()
-            .filter(|((uid, _, _), _)| uid == pod_uid)
-            .map(|((_, container, kind), results)| ProbeRuns {
-                container: container.clone(),
+            .map(|(container, kind, results)| ProbeRuns {
+                container: container.to_string(),
                 probe_type: kind.as_str().to_owned(),
                 results: results.iter().cloned().collect(),
             })
@@ -80,8 +84,9 @@ impl ProbeHistory {
 
     /// Forgets a pod's runs.
     pub fn remove_pod(&self, pod_uid: &str) {
-        if let Ok(mut runs) = self.runs.lock() {
-            runs.retain(|(uid, _, _), _| uid != pod_uid);
+        if let Ok(mut runs) = self.runs.lock()
+            && runs.remove(pod_uid).is_some()
+        {
             runs.shrink_after_removal();
         }
     }
@@ -105,8 +110,20 @@ impl ProbeObserver for ProbeHistory {
             if self.pods.as_ref().is_some_and(|pods| pods.pod_by_uid(&record.pod_uid).is_none()) {
                 return;
             }
-            let key = (PodUid::from(&*record.pod_uid), record.container.into_owned(), record.kind);
-            let list = runs.entry(key).or_default();
+            // Looked up by the record's borrowed text: an entry is made (and the text copied)
+            // only at a probe's first run.
+            let probes = match runs.get_mut(&*record.pod_uid) {
+                Some(probes) => probes,
+                None => runs.entry(PodUid::from(&*record.pod_uid)).or_default(),
+            };
+            let found = probes
+                .iter()
+                .position(|(container, kind, _)| **container == *record.container && *kind == record.kind);
+            let at = found.unwrap_or_else(|| {
+                probes.push((record.container.into(), record.kind, VecDeque::new()));
+                probes.len() - 1
+            });
+            let list = &mut probes[at].2;
             if list.len() == RESULTS_KEPT {
                 list.pop_front();
             }
@@ -197,6 +214,58 @@ mod tests {
         history.remove_pod("u");
         history.observe(record(0, "a probe that finished late".into()));
         assert!(history.pod("u").is_empty(), "a late run does not bring the deleted pod back");
+    }
+
+    #[tokio::test]
+    async fn keeps_each_probe_of_each_pod_apart_and_forgets_one_pod_alone() {
+        let history = ProbeHistory::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+        let run = |uid: &'static str, container: &'static str, kind, output: &str| {
+            history.observe(ProbeRecord {
+                pod_uid: uid.into(),
+                container: container.into(),
+                kind,
+                ..record(0, output.to_owned())
+            });
+        };
+        run("u", "web", ProbeKind::Readiness, "1");
+        run("u", "web", ProbeKind::Liveness, "2");
+        run("u", "app", ProbeKind::Readiness, "3");
+        run("v", "web", ProbeKind::Readiness, "4");
+        run("u", "web", ProbeKind::Readiness, "5");
+        let shown = |uid| {
+            history
+                .pod(uid)
+                .into_iter()
+                .map(|p| {
+                    let outputs: Vec<String> = p.results.into_iter().map(|r| r.output).collect();
+                    (p.container, p.probe_type, outputs.join(","))
+                })
+                .collect::<Vec<_>>()
+        };
+        let owned = |c: &str, t: &str, o: &str| (c.to_owned(), t.to_owned(), o.to_owned());
+        assert_eq!(
+            shown("u"),
+            [owned("app", "Readiness", "3"), owned("web", "Liveness", "2"), owned("web", "Readiness", "1,5")]
+        );
+        assert_eq!(shown("v"), [owned("web", "Readiness", "4")]);
+        history.remove_pod("u");
+        assert!(shown("u").is_empty());
+        assert_eq!(shown("v"), [owned("web", "Readiness", "4")], "another pod's runs stay");
+    }
+
+    #[test]
+    fn a_burst_of_removed_pods_gives_its_room_back() {
+        let history = ProbeHistory::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+        let uids: Vec<String> = (0..2_000).map(|i| format!("pod-{i}")).collect();
+        for uid in &uids {
+            history.observe(ProbeRecord { pod_uid: uid.as_str().into(), ..record(0, String::new()) });
+        }
+        for uid in &uids {
+            history.remove_pod(uid);
+        }
+        let runs = history.runs.lock().unwrap();
+        assert!(runs.is_empty());
+        assert!(runs.capacity() <= 2 * probelet_actors::capacity::KEEP, "{} kept", runs.capacity());
     }
 
     #[test]
