@@ -156,9 +156,9 @@ impl EventRecorder for LogRecorder {
 }
 
 /// One probe run, as a host's observer sees it (the agent keeps the last few per probe). The
-/// text borrows from the pod and the probe's answer: the engine makes no copy of it for an
-/// observer that does not keep it (a probe at a time, every period, for every worker);
-/// [`ProbeRecord::into_owned`] makes one that does.
+/// text borrows from the pod and the probe's answer (an error's text is formatted): the engine
+/// makes no copy of it for an observer that does not keep it (a probe at a time, every period,
+/// for every worker); [`ProbeRecord::into_owned`] makes one that does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeRecord<'a> {
     /// The UID of the probed pod.

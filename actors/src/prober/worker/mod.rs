@@ -120,8 +120,9 @@ impl WorkerHandle {
     }
 }
 
-/// Sent to the manager when a worker is gone. `clean` is false when it died (a panic in a
-/// handler) rather than stopped.
+/// Sent to the manager when a worker is gone. `clean` is false when it died (a panic in the
+/// worker) rather than stopped; a worker whose task was dropped running (its runtime shut
+/// down) exits clean.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct WorkerExited {
@@ -244,8 +245,8 @@ pub struct ProbeWorker {
     /// The cache's change count ([`ResultsView::changes`]) when it last showed `last_sent`
     /// stored; [`NOT_SEEN`] since a send.
     results_seen: u64,
-    /// The probe running now, if any, ending with when its iteration began (before any wait
-    /// for a probe slot). Dropping it cancels the probe.
+    /// The probe running now, if any, with when its iteration began (before any wait for a
+    /// probe slot). Dropping it cancels the probe.
     in_flight: Option<InFlight>,
     /// The running fixed-rate schedule; `None` until the first probe. A restart replaces it.
     ticks: Option<Ticks>,
