@@ -191,16 +191,29 @@ fn validate_buckets(name: &str, buckets: &[f64]) -> Result<Arc<[f64]>, MetricsEr
 // === impl FixedHistogram ===
 
 /// A histogram with fixed upper bounds, recorded lock-free from any thread.
+///
+/// The first buckets are kept inline, after the sum: a probe worker's observation then
+/// writes one piece of memory rather than two (its handle's and a separate bucket array's),
+/// which counts at a thousand workers each probing once a second (docs/benchmarks.md).
+/// `repr(C)` keeps that order.
 #[derive(Debug)]
+#[repr(C)]
 struct FixedHistogram {
     /// Upper bounds (`le`), strictly increasing, without the implicit +Inf.
     bounds: Arc<[f64]>,
-    /// Non-cumulative observation counts per bucket; the last slot is the +Inf overflow. The
-    /// total count is their sum, so `_count` always equals the `+Inf` bucket in a render.
-    buckets: Box<[AtomicU64]>,
     /// Sum of all observations, as `f64` bits.
     sum: AtomicU64,
+    /// The number of buckets: one per bound, and the +Inf overflow.
+    len: usize,
+    /// Non-cumulative observation counts per bucket, the first [`INLINE_BUCKETS`] here and any
+    /// further ones in `more`; the last bucket is the +Inf overflow. The total count is their
+    /// sum, so `_count` always equals the `+Inf` bucket in a render.
+    inline: [AtomicU64; INLINE_BUCKETS],
+    more: Box<[AtomicU64]>,
 }
+
+/// Buckets kept inline: the default bounds and the +Inf overflow.
+const INLINE_BUCKETS: usize = DEFAULT_BUCKETS.len() + 1;
 
 /// A consistent-enough copy of a histogram for rendering.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,8 +228,31 @@ struct HistogramSnapshot {
 
 impl FixedHistogram {
     fn new(bounds: Arc<[f64]>) -> Self {
-        let buckets = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
-        FixedHistogram { bounds, buckets, sum: AtomicU64::new(0f64.to_bits()) }
+        let len = bounds.len() + 1;
+        let more = (INLINE_BUCKETS..len).map(|_| AtomicU64::new(0)).collect();
+        FixedHistogram {
+            bounds,
+            sum: AtomicU64::new(0f64.to_bits()),
+            len,
+            inline: std::array::from_fn(|_| AtomicU64::new(0)),
+            more,
+        }
+    }
+
+    /// Bucket `index`, if there is one.
+    fn bucket(&self, index: usize) -> Option<&AtomicU64> {
+        if index >= self.len {
+            return None;
+        }
+        match index.checked_sub(INLINE_BUCKETS) {
+            None => self.inline.get(index),
+            Some(further) => self.more.get(further),
+        }
+    }
+
+    /// Every bucket, in order.
+    fn buckets(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.inline.iter().chain(self.more.iter()).take(self.len)
     }
 
     /// The bucket an observation falls in: the first bound `>= value` (`le` semantics); NaN goes
@@ -230,7 +266,7 @@ impl FixedHistogram {
             return;
         }
         // Bounds checked: `buckets` has `bounds.len() + 1` slots and the index is at most that len.
-        if let Some(bucket) = self.buckets.get(self.bucket_index(value)) {
+        if let Some(bucket) = self.bucket(self.bucket_index(value)) {
             bucket.fetch_add(count, Ordering::Relaxed);
         }
         let add = value * count as f64;
@@ -242,8 +278,7 @@ impl FixedHistogram {
     fn snapshot(&self) -> HistogramSnapshot {
         let mut total = 0u64;
         let cumulative = self
-            .buckets
-            .iter()
+            .buckets()
             .map(|b| {
                 total = total.saturating_add(b.load(Ordering::Acquire));
                 total
@@ -713,6 +748,26 @@ mod tests {
         // <=1: 0.5, 1.0, -1 ×2; <=2: +1.5, 2.0; +Inf: +3.0, NaN.
         assert_eq!(snap.cumulative, vec![4, 6, 8]);
         assert!(snap.sum.is_nan(), "NaN observations poison the sum as in client_golang");
+    }
+
+    #[test]
+    fn a_histogram_with_more_buckets_than_kept_inline_counts_each_in_its_own() {
+        // 20 bounds 1..=20: buckets 0..=11 inline, 12..=20 (the last is +Inf) in `more`.
+        let bounds: Vec<f64> = (1..=20).map(f64::from).collect();
+        let h = FixedHistogram::new(Arc::from(bounds.as_slice()));
+        for v in 1..=21 {
+            h.record_many(f64::from(v), usize::try_from(v).unwrap());
+        }
+        let snap = h.snapshot();
+        let want: Vec<u64> =
+            (1..=21u64).scan(0, |total, v| Some(*total + v).inspect(|t| *total = *t)).collect();
+        assert_eq!(snap.cumulative, want, "each value in its own bucket, none lost or doubled");
+        assert_eq!(h.buckets().count(), 21);
+        assert!(h.bucket(21).is_none());
+        // Fewer bounds than the inline room: the spare slots are not buckets.
+        let small = FixedHistogram::new(Arc::from([1.0].as_slice()));
+        small.record(7.0);
+        assert_eq!(small.snapshot().cumulative, vec![0, 1]);
     }
 
     #[test]
