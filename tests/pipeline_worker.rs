@@ -15,7 +15,7 @@ use probelet_test_support as support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 use probelet::container::ContainerId;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult};
@@ -362,6 +362,45 @@ async fn success_run_carries_over_a_container_restart() {
         Some(Success),
         "the run of successes counts the old container's success"
     );
+}
+
+/// A worker remembers where its container was in the pod's probe status and takes it from
+/// there while the status is the same version (docs/benchmarks.md); a new status, where
+/// another container comes before it or it is gone, is searched again.
+#[actix::test]
+async fn a_worker_finds_its_container_in_every_new_status_whatever_its_place() {
+    let (h, t0) = aged_harness().await;
+    let pod = test_pod("order")
+        .container("db")
+        .container("web")
+        .with_probe("web", Readiness, probe(10, 1, 3))
+        .build();
+    // `db` has no container ID yet, so `web` is the only container its probes see.
+    h.sync(&pod, vec![waiting("db"), running("web", "cri://w1", wall(t0))]).await;
+    run_for(secs(15)).await;
+    let calls = h.prober.calls_of("web", Readiness);
+    assert_eq!(calls.len(), 2, "the first probe and one tick");
+    assert!(calls.iter().all(|c| c.container_id.to_string() == "cri://w1"), "{calls:?}");
+
+    // `db` starts and now comes first; `web` restarted meanwhile.
+    let started = |name, id| ContainerStatus { started: Some(true), ..running(name, id, wall(t0)) };
+    let mut status = (*h.status(&pod).await).clone();
+    status.container_statuses = Some(vec![started("db", "cri://d1"), started("web", "cri://w2")]);
+    h.pipeline.set_pod_status(pod.clone(), status.clone());
+    run_for(secs(10)).await;
+    let calls = h.prober.calls_of("web", Readiness);
+    assert_eq!(calls.len(), 3);
+    assert_eq!(
+        calls[2].container_id.to_string(),
+        "cri://w2",
+        "web's container, not what is now in its place"
+    );
+
+    // A status that no longer shows `web`: nothing is probed.
+    status.container_statuses = Some(vec![started("db", "cri://d1")]);
+    h.pipeline.set_pod_status(pod.clone(), status);
+    run_for(secs(30)).await;
+    assert_eq!(h.prober.calls_of("web", Readiness).len(), 3, "no container to probe");
 }
 
 // === non-running containers and stop rules ===

@@ -13,7 +13,7 @@ use super::{PodContainer, ProbeKind, ProbeResult};
 use crate::container::ContainerId;
 use crate::restart::{Policy, container_should_restart};
 use crate::status::is_restartable_init_container;
-use crate::status::probe_status::{ContainerRunState, PodProbeStatus};
+use crate::status::probe_status::{ContainerRunState, PodProbeStatus, ProbedContainer};
 use crate::vocabulary::ProbeKey;
 
 /// Containers that started this long before the prober manager are treated as running across
@@ -200,6 +200,21 @@ impl WorkerState {
         now: Timestamp,
         ops: &mut Vec<CacheOp>,
     ) -> Next {
+        let container = status.and_then(|s| s.container(&spec.container_name));
+        self.before_probe_found(spec, captured, status, container, now, ops)
+    }
+
+    /// [`WorkerState::before_probe`] with the container's status already found in `status`
+    /// (`None`: it is not there).
+    pub fn before_probe_found(
+        &mut self,
+        spec: &WorkerSpec,
+        captured: &PodContainer,
+        status: Option<&PodProbeStatus>,
+        container: Option<&ProbedContainer>,
+        now: Timestamp,
+        ops: &mut Vec<CacheOp>,
+    ) -> Next {
         let Some(status) = status else {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
             return Next::Skip;
@@ -207,7 +222,7 @@ impl WorkerState {
         if status.finished {
             return Next::Stop;
         }
-        let Some(container) = status.container(&spec.container_name) else {
+        let Some(container) = container else {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
             return Next::Skip;
         };

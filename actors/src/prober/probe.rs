@@ -408,10 +408,12 @@ impl Prober {
                 return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
             let port = port::resolve_container_port(&action.port, container)?;
-            let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
-            return Ok(match &self.parts.executors.tcp {
-                Some(injected) => injected.probe(host, port, timeout).await,
-                None => tcp::probe(host, port, timeout).await,
+            let host = action.host.as_deref().filter(|h| !h.is_empty());
+            return Ok(match (&self.parts.executors.tcp, host, status.pod_ip_addr()) {
+                (Some(injected), ..) => injected.probe(host.unwrap_or(pod_ip), port, timeout).await,
+                // The pod IP, parsed once per status version.
+                (None, None, Some(ip)) => tcp::probe_addr(std::net::SocketAddr::new(ip, port), timeout).await,
+                (None, ..) => tcp::probe(host.unwrap_or(pod_ip), port, timeout).await,
             });
         }
         if let Some(action) = &spec.grpc {

@@ -38,6 +38,18 @@ pub async fn probe(host: &str, port: u16, timeout: Duration) -> Probed {
     }
 }
 
+/// [`probe`] of an address already parsed (a pod IP): the same dial, without parsing.
+pub async fn probe_addr(addr: SocketAddr, timeout: Duration) -> Probed {
+    let deadline = if timeout.is_zero() { deadline_after(Duration::MAX) } else { deadline_after(timeout) };
+    match attempt(addr, false, deadline, false).await {
+        Ok(_stream) => Probed::new(ProbeOutcome::Success, ""),
+        Err(e) => {
+            tracing::debug!(%addr, error = %e, "TCP probe failed");
+            Probed::new(ProbeOutcome::Failure, e.to_string())
+        }
+    }
+}
+
 /// A failed dial, displayed as Go's `net.OpError` for a `tcp` dial.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DialError {
@@ -84,7 +96,7 @@ async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> R
     let lookup_host = if host.is_empty() { LOCAL_SYSTEM_HOST } else { host };
     // An IP address (a pod IP) needs no resolver: dial it without building an address list.
     if let Ok(ip) = lookup_host.parse::<IpAddr>() {
-        return attempt(SocketAddr::new(ip, port), host, deadline, nodelay).await;
+        return attempt(SocketAddr::new(ip, port), host.is_empty(), deadline, nodelay).await;
     }
     // Go's resolver answers a name that is not a DNS name without asking anyone. The system
     // resolver would read `127.1`, `1234` or `0x7f.1` as IPv4 addresses and could query `a!b`;
@@ -101,7 +113,7 @@ async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> R
     };
     let mut last = DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() };
     for addr in addrs {
-        match attempt(addr, host, deadline, nodelay).await {
+        match attempt(addr, host.is_empty(), deadline, nodelay).await {
             Ok(stream) => return Ok(stream),
             Err(timeout @ DialError::Timeout { .. }) => return Err(timeout),
             Err(failed) => last = failed,
@@ -110,15 +122,16 @@ async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> R
     Err(last)
 }
 
-/// One connection attempt to `addr` (an address of `host`) before `deadline`.
+/// One connection attempt to `addr` before `deadline`; `empty_host` when the probe named no
+/// host (the local system).
 async fn attempt(
     addr: SocketAddr,
-    host: &str,
+    empty_host: bool,
     deadline: Instant,
     nodelay: bool,
 ) -> Result<TcpStream, DialError> {
     // Go shows the address it dialled; for an empty host that is the bare `:port`.
-    let shown = || if host.is_empty() { format!(":{}", addr.port()) } else { addr.to_string() };
+    let shown = || if empty_host { format!(":{}", addr.port()) } else { addr.to_string() };
     match timeout_at(deadline, connect(addr, nodelay)).await {
         Err(_) => Err(DialError::Timeout { addr: shown() }),
         Ok(Ok(stream)) => Ok(stream),
@@ -273,6 +286,25 @@ mod tests {
         assert_eq!(refused.to_string(), format!("dial tcp 127.0.0.1:{port}: connect: connection refused"));
         let refused = dial("", port, deadline).await.unwrap_err();
         assert_eq!(refused.to_string(), format!("dial tcp :{port}: connect: connection refused"));
+    }
+
+    #[tokio::test]
+    async fn a_parsed_address_is_probed_and_shown_as_the_text_would_be() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let timeout = Duration::from_secs(5);
+        assert_eq!(probe_addr(addr, timeout).await, probe("127.0.0.1", addr.port(), timeout).await);
+        assert_eq!(probe_addr(addr, timeout).await.outcome, ProbeOutcome::Success);
+        drop(listener);
+        let refused = probe_addr(addr, timeout).await;
+        assert_eq!(refused, probe("127.0.0.1", addr.port(), timeout).await);
+        assert_eq!(
+            refused.output,
+            format!("dial tcp 127.0.0.1:{}: connect: connection refused", addr.port())
+        );
+        let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port());
+        let shown = probe_addr(v6, timeout).await.output;
+        assert!(shown.starts_with(&format!("dial tcp [::1]:{}: ", addr.port())), "{shown}");
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 //! pod where the whole status in k8s-openapi's types took 2.1 KB (docs/memory.md).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -20,8 +21,12 @@ use crate::container::ContainerId;
 pub struct PodProbeStatus {
     /// The pod's phase is Failed or Succeeded: its workers stop.
     pub finished: bool,
-    /// The pod's IP; `None` when the status has none, or an empty one.
-    pub pod_ip: Option<Box<str>>,
+    /// The pod's IP; `None` when the status has none, or an empty one. Private, with its
+    /// parsed form, so that the two always agree ([`PodProbeStatus::set_pod_ip`]).
+    pod_ip: Option<Box<str>>,
+    /// `pod_ip` parsed, when it is an IP address: a TCP probe dials it without reading and
+    /// parsing the text again at every probe (docs/benchmarks.md).
+    pod_ip_addr: Option<IpAddr>,
     /// The containers that have an ID, regular containers first, then init containers (which
     /// is where sidecars are).
     pub containers: Box<[ProbedContainer]>,
@@ -73,11 +78,35 @@ impl PodProbeStatus {
             .chain(status.init_container_statuses.iter().flatten().filter(with_id))
             .map(|cs| ProbedContainer::of(cs, known.find(cs.container_id.as_deref().unwrap_or_default())))
             .collect();
-        PodProbeStatus {
+        let mut probe = PodProbeStatus {
             finished: matches!(status.phase.as_deref(), Some(PHASE_FAILED | PHASE_SUCCEEDED)),
-            pod_ip: status.pod_ip.as_deref().filter(|ip| !ip.is_empty()).map(Box::from),
             containers,
-        }
+            ..Default::default()
+        };
+        probe.set_pod_ip(status.pod_ip.as_deref());
+        probe
+    }
+
+    /// Sets the pod IP (`None` or empty: none), and its parsed form.
+    pub fn set_pod_ip(&mut self, ip: Option<&str>) {
+        let ip = ip.filter(|ip| !ip.is_empty());
+        self.pod_ip = ip.map(Box::from);
+        self.pod_ip_addr = ip.and_then(|ip| ip.parse().ok());
+    }
+
+    /// The pod IP as an address, when it is one (a name or a scoped IPv6 address is not).
+    pub fn pod_ip_addr(&self) -> Option<IpAddr> {
+        self.pod_ip_addr
+    }
+
+    /// Whether the status has a pod IP.
+    pub fn has_pod_ip(&self) -> bool {
+        self.pod_ip.is_some()
+    }
+
+    /// Where the container named `name` is in [`PodProbeStatus::containers`].
+    pub fn container_index(&self, name: &str) -> Option<usize> {
+        self.containers.iter().position(|c| &*c.name == name)
     }
 
     /// The container's status by name: the regular container's, else the init container's.
@@ -229,8 +258,28 @@ mod tests {
                 PodStatus { phase: Some(phase.into()), pod_ip: Some(String::new()), ..Default::default() };
             let probe = PodProbeStatus::from(&status);
             assert_eq!(probe.finished, finished, "{phase}");
-            assert_eq!(probe.pod_ip, None);
+            assert!(!probe.has_pod_ip());
+            assert_eq!((probe.pod_ip(), probe.pod_ip_addr()), ("", None));
         }
+    }
+
+    #[test]
+    fn the_pod_ip_is_parsed_once_when_it_is_an_address() {
+        let of =
+            |ip: &str| PodProbeStatus::from(&PodStatus { pod_ip: Some(ip.into()), ..Default::default() });
+        let v4 = of("10.1.2.3");
+        assert_eq!((v4.pod_ip(), v4.pod_ip_addr()), ("10.1.2.3", Some(IpAddr::from([10, 1, 2, 3]))));
+        assert_eq!(of("fd00::7").pod_ip_addr(), Some("fd00::7".parse().unwrap()));
+        for not_an_address in ["pod.example", "fe80::1%eth0", "10.1.2"] {
+            let status = of(not_an_address);
+            assert_eq!(status.pod_ip(), not_an_address, "kept as text");
+            assert_eq!(status.pod_ip_addr(), None, "{not_an_address}: dialled by name");
+        }
+        let mut moved = v4;
+        moved.set_pod_ip(Some("10.9.9.9"));
+        assert_eq!((moved.pod_ip(), moved.pod_ip_addr()), ("10.9.9.9", Some(IpAddr::from([10, 9, 9, 9]))));
+        moved.set_pod_ip(Some(""));
+        assert_eq!((moved.has_pod_ip(), moved.pod_ip_addr()), (false, None));
     }
 
     #[test]

@@ -76,6 +76,11 @@ impl Slot {
         self.status.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|p| p.probe.clone())
     }
 
+    fn probe_status_versioned(&self) -> (Option<Arc<PodProbeStatus>>, u64) {
+        let current = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        (current.as_ref().map(|p| p.probe.clone()), self.version.load(Ordering::Acquire))
+    }
+
     /// Replaces the status and returns the one it replaced, for the caller to drop once its
     /// locks are released (it may be the last reference to a whole status).
     #[must_use]
@@ -193,6 +198,12 @@ impl StatusView {
     /// every probe).
     pub fn probe_status(&self) -> Option<Arc<PodProbeStatus>> {
         self.slot().and_then(Slot::probe_status)
+    }
+
+    /// [`StatusView::probe_status`], with the publish count it was read at: a reader that
+    /// found something in one version need not look for it again while the count is the same.
+    pub fn probe_status_versioned(&self) -> (Option<Arc<PodProbeStatus>>, u64) {
+        self.slot().map_or((None, 0), Slot::probe_status_versioned)
     }
 
     /// The pod's latest status, decoded and marked seen: [`StatusView::changed`] waits for a

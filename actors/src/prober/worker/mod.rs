@@ -272,6 +272,8 @@ pub struct ProbeWorker {
     /// A new initial delay (seconds, and the timing annotation's milliseconds) waiting for the
     /// next container, because the current one has been probed already.
     pending_initial_delay: Option<Box<(i64, Option<Duration>)>>,
+    /// Where the container was in the pod's probe status, and at which publish.
+    found: Found,
 }
 
 impl ProbeWorker {
@@ -316,6 +318,7 @@ impl ProbeWorker {
             last_completed: None,
             probed: None,
             pending_initial_delay: None,
+            found: Found::NONE,
         }
     }
 
@@ -452,7 +455,13 @@ impl ProbeWorker {
     /// One iteration of upstream `doProbe`; returns whether a probe was started.
     fn run_probe(&mut self) -> bool {
         let started = Instant::now();
-        let status = self.status.probe_status();
+        let (status, version) = self.status.probe_status_versioned();
+        let index = match self.found.at(version) {
+            Some(index) => Some(index),
+            None => status.as_deref().and_then(|s| s.container_index(&self.spec.container_name)),
+        };
+        self.found = Found::new(version, index);
+        let container = status.as_deref().zip(index).and_then(|(s, i)| s.containers.get(i));
         if self.pending_initial_delay.is_some()
             && self.shows_new_container(status.as_deref())
             && let Some((seconds, delay)) = self.pending_initial_delay.take().map(|d| *d)
@@ -462,10 +471,11 @@ impl ProbeWorker {
         }
         let mut ops = Vec::new();
         let interval = self.interval();
-        let next = self.state.before_probe(
+        let next = self.state.before_probe_found(
             &self.spec,
             &self.container,
             status.as_deref(),
+            container,
             self.peers.clock.now(),
             &mut ops,
         );
@@ -489,10 +499,10 @@ impl ProbeWorker {
         }
         let Some(mut status) = status else { return false };
         if let Some(pod_ip) = self.spec.bound.as_ref().and_then(|b| b.pod_ip.as_deref())
-            && status.pod_ip.is_none()
+            && !status.has_pod_ip()
         {
             // The pod IP the container started with, when the status has none yet.
-            Arc::make_mut(&mut status).pod_ip = Some(pod_ip.into());
+            Arc::make_mut(&mut status).set_pod_ip(Some(pod_ip));
         }
         self.status_wait = None;
         // Not caught: a prober that panics while building its future kills this worker, and
@@ -713,6 +723,34 @@ impl ProbeWorker {
     }
 }
 
+/// Where a worker's container was in its pod's probe status, and in which version of it (the
+/// status view's publish count): while the count is the same the worker takes its container
+/// from there without comparing names, which would read two more pieces of memory per probe
+/// (docs/benchmarks.md). One word, the publish count above the index's 16 bits, to keep the
+/// worker in its size class; a container past 65,535 in its pod is looked up every time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Found(u64);
+
+impl Found {
+    const NONE: Found = Found(0);
+    const INDEX_BITS: u32 = 16;
+
+    fn new(version: u64, index: Option<usize>) -> Found {
+        let (Some(index), Some(tag)) = (index, version.checked_add(1)) else { return Found::NONE };
+        if index >> Self::INDEX_BITS != 0 || tag >> (64 - Self::INDEX_BITS) != 0 {
+            return Found::NONE;
+        }
+        Found(tag << Self::INDEX_BITS | index as u64)
+    }
+
+    /// The index found at `version`, if this is it.
+    fn at(self, version: u64) -> Option<usize> {
+        let tag = version.checked_add(1)?;
+        let index = usize::try_from(self.0 & ((1 << Self::INDEX_BITS) - 1)).ok()?;
+        (self != Found::NONE && self.0 >> Self::INDEX_BITS == tag).then_some(index)
+    }
+}
+
 /// A finished probe: its result, or the panic it raised.
 type Finished = Result<ProbeRun, Box<dyn std::any::Any + Send>>;
 
@@ -868,6 +906,24 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "unknown panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod found_tests {
+    use super::Found;
+
+    #[test]
+    fn an_index_is_kept_for_its_version_only() {
+        let found = Found::new(0, Some(0));
+        assert_eq!((found.at(0), found.at(1)), (Some(0), None));
+        let found = Found::new(41, Some(65_535));
+        assert_eq!((found.at(41), found.at(40), found.at(42)), (Some(65_535), None, None));
+        assert_eq!(Found::new(7, None).at(7), None, "not found is not kept");
+        assert_eq!(Found::new(7, Some(65_536)), Found::NONE, "an index past 16 bits is looked up each time");
+        assert_eq!(Found::new(1 << 48, Some(1)), Found::NONE, "a version past 48 bits too");
+        assert_eq!(Found::new(u64::MAX, Some(1)), Found::NONE);
+        assert_eq!(Found::NONE.at(u64::MAX), None);
     }
 }
 
