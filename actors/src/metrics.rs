@@ -265,7 +265,7 @@ impl FixedHistogram {
         if count == 0 {
             return;
         }
-        // Bounds checked: `buckets` has `bounds.len() + 1` slots and the index is at most that len.
+        // Bounds checked: there are `bounds.len() + 1` buckets and the index is at most that len.
         if let Some(bucket) = self.bucket(self.bucket_index(value)) {
             bucket.fetch_add(count, Ordering::Relaxed);
         }

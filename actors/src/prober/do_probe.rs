@@ -1,6 +1,7 @@
 //! One probe iteration's decisions (upstream `worker.doProbe`), as plain state and functions
-//! that tests drive without an actor or a timer. The [`super::worker::ProbeWorker`] actor
-//! calls [`WorkerState::before_probe`], runs the probe when told to, then
+//! that tests drive without an actor or a timer. The [`super::worker::ProbeWorker`] task
+//! calls [`WorkerState::before_probe`] (as `before_probe_found`, with its container already
+//! found in the pod's probe status), runs the probe when told to, then
 //! [`WorkerState::after_probe`], and applies the cache operations both return.
 
 use std::sync::Arc;
@@ -205,8 +206,8 @@ impl WorkerState {
     }
 
     /// [`WorkerState::before_probe`] with the container's status already found in `status`
-    /// (`None`: it is not there).
-    pub fn before_probe_found(
+    /// (`None`: it is not there): the worker remembers where it was (docs/benchmarks.md).
+    pub(crate) fn before_probe_found(
         &mut self,
         spec: &WorkerSpec,
         captured: &PodContainer,
@@ -215,6 +216,10 @@ impl WorkerState {
         now: Timestamp,
         ops: &mut Vec<CacheOp>,
     ) -> Next {
+        debug_assert!(
+            container.is_none_or(|c| status.is_some_and(|s| s.containers.iter().any(|x| std::ptr::eq(x, c)))),
+            "the container must be one of the status's"
+        );
         let Some(status) = status else {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
             return Next::Skip;

@@ -48,7 +48,7 @@ use super::{PodContainer, ProbeMemo, ProbeResult, ProbeRun, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
-use crate::status::probe_status::PodProbeStatus;
+use crate::status::probe_status::{PodProbeStatus, ProbedContainer};
 use crate::status::views::StatusView;
 pub use crate::vocabulary::ProbeKey;
 
@@ -479,7 +479,7 @@ impl ProbeWorker {
             self.peers.clock.now(),
             &mut ops,
         );
-        let reported_started = status.as_deref().is_some_and(|s| self.reports_started(s));
+        let reported_started = self.reports_started(container);
         self.announce_started(&ops, reported_started);
         self.apply(ops);
         self.interval_changed(interval, started);
@@ -607,11 +607,10 @@ impl ProbeWorker {
 
     /// Whether the status reports this worker's bound container as started already (an agent
     /// restart, or a sidecar whose start was recorded before): its startup probe will not run.
-    fn reports_started(&self, status: &PodProbeStatus) -> bool {
+    /// `container` is the worker's container as the status shows it, if it does.
+    fn reports_started(&self, container: Option<&ProbedContainer>) -> bool {
         let Some(bound) = self.spec.bound.as_ref() else { return false };
-        status
-            .container(&self.key.container_name)
-            .is_some_and(|cs| cs.started == Some(true) && cs.id == bound.container_id)
+        container.is_some_and(|cs| cs.started == Some(true) && cs.id == bound.container_id)
     }
 
     /// Tells the manager, once, that a lifecycle-started startup worker's container started.
