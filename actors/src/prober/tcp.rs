@@ -26,25 +26,27 @@ pub(crate) const LOCAL_SYSTEM_HOST: &str = "127.0.0.1";
 /// none, as for Go's `net.Dialer` (the API server defaults `timeoutSeconds` to 1, so it does not
 /// arise from a pod spec); the kernel's own connect timeout still ends the dial.
 pub async fn probe(host: &str, port: u16, timeout: Duration) -> Probed {
-    let deadline = if timeout.is_zero() { deadline_after(Duration::MAX) } else { deadline_after(timeout) };
     // A TCP probe writes nothing, so TCP_NODELAY would only cost a system call.
-    match dial_with(host, port, deadline, false).await {
-        // Dropping the stream closes it; with linger 0 that cannot fail or block.
-        Ok(_stream) => Probed::new(ProbeOutcome::Success, ""),
-        Err(e) => {
-            tracing::debug!(host, port, error = %e, "TCP probe failed");
-            Probed::new(ProbeOutcome::Failure, e.to_string())
-        }
-    }
+    probed(dial_with(host, port, probe_deadline(timeout), false).await)
 }
 
 /// [`probe`] of an address already parsed (a pod IP): the same dial, without parsing.
 pub async fn probe_addr(addr: SocketAddr, timeout: Duration) -> Probed {
-    let deadline = if timeout.is_zero() { deadline_after(Duration::MAX) } else { deadline_after(timeout) };
-    match attempt(addr, false, deadline, false).await {
+    probed(attempt(addr, false, probe_deadline(timeout), false).await)
+}
+
+/// A probe's deadline: `timeout` from now, or none for a zero timeout.
+fn probe_deadline(timeout: Duration) -> Instant {
+    deadline_after(if timeout.is_zero() { Duration::MAX } else { timeout })
+}
+
+/// What a probe's dial says.
+fn probed(dialled: Result<TcpStream, DialError>) -> Probed {
+    match dialled {
+        // Dropping the stream closes it; with linger 0 that cannot fail or block.
         Ok(_stream) => Probed::new(ProbeOutcome::Success, ""),
         Err(e) => {
-            tracing::debug!(%addr, error = %e, "TCP probe failed");
+            tracing::debug!(error = %e, "TCP probe failed");
             Probed::new(ProbeOutcome::Failure, e.to_string())
         }
     }

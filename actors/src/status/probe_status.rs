@@ -111,7 +111,7 @@ impl PodProbeStatus {
 
     /// The container's status by name: the regular container's, else the init container's.
     pub fn container(&self, name: &str) -> Option<&ProbedContainer> {
-        self.containers.iter().find(|c| &*c.name == name)
+        self.containers.get(self.container_index(name)?)
     }
 
     /// The pod IP, or `""`.
