@@ -483,6 +483,7 @@ async fn kill_after_the_grace_period(mut h: Harness, name: &str) {
     h.runtime.do_send(KillContainer {
         pod_uid: id.clone().into(),
         container: "app".into(),
+        container_id: None,
         message: "Container app failed liveness probe, will be restarted".into(),
         grace,
         restart: true,
@@ -500,6 +501,42 @@ async fn kill_after_the_grace_period(mut h: Harness, name: &str) {
     );
     h.kill_pod(&id, Duration::from_millis(100)).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A kill for one instance (a failed liveness probe's container ID) stops that instance and
+/// never the next one of the same name: a failure reported after its container was replaced is
+/// not the new instance's.
+#[actix::test]
+async fn a_kill_for_an_instance_stops_only_that_instance() {
+    let mut h = Harness::new();
+    let pod = with_containers(pod("instance", "Always"), vec![container("app", &["sleep", "30"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let first = h.wait_for(&id, "app running", |s| running(app(s))).await;
+    let first_id = ContainerId::parse(app(&first).container_id.as_deref().unwrap());
+    let kill = |container_id: &ContainerId| KillContainer {
+        pod_uid: id.clone().into(),
+        container: "app".into(),
+        container_id: Some(container_id.clone()),
+        message: "Container app failed liveness probe, will be restarted".into(),
+        grace: Duration::from_millis(100),
+        restart: true,
+    };
+    h.runtime.do_send(kill(&first_id));
+    let second = h.wait_for(&id, "a new instance", |s| app(s).restart_count == 1 && running(app(s))).await;
+    let second_id = ContainerId::parse(app(&second).container_id.as_deref().unwrap());
+    assert_ne!(second_id, first_id);
+
+    // The first instance's kill again (a late report): the second instance runs on.
+    h.runtime.send(kill(&first_id)).await.unwrap();
+    let status = h.status(&id).await.unwrap();
+    assert!(running(app(&status)), "still running");
+    assert_eq!(
+        (app(&status).restart_count, app(&status).container_id.as_deref()),
+        (1, Some(&*second_id.to_string()))
+    );
+    assert_eq!(h.events_for("app").iter().filter(|e| e.contains("Killing")).count(), 1, "one kill only");
+    h.kill_pod(&id, Duration::from_millis(100)).await;
 }
 
 #[actix::test]
@@ -522,6 +559,7 @@ async fn term_within_the_grace_period(mut h: Harness) {
     h.runtime.do_send(KillContainer {
         pod_uid: id.clone().into(),
         container: "app".into(),
+        container_id: None,
         message: "Container app failed startup probe".into(),
         grace: Duration::from_secs(30),
         restart: false,
@@ -1291,6 +1329,7 @@ impl Harness {
         self.runtime.do_send(KillContainer {
             pod_uid: pod_uid.into(),
             container: "app".into(),
+            container_id: None,
             message: "Container app failed liveness probe".into(),
             grace: Duration::from_secs(5),
             restart: true,
@@ -1355,6 +1394,7 @@ async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
     h.runtime.do_send(KillContainer {
         pod_uid: id.clone().into(),
         container: "c0".into(),
+        container_id: None,
         message: "Stopping container c0".into(),
         grace: Duration::from_millis(100),
         restart: false,

@@ -103,9 +103,6 @@ struct PodEntry {
     pod: Arc<Pod>,
     /// What was printed last, to print only changes.
     printed: Option<Summary>,
-    /// The status last stored, to find the container a probe result is about (the status
-    /// manager's copy, shared).
-    status: Option<StoredStatus>,
     syncing: bool,
     /// Another sync was asked for while one ran.
     dirty: bool,
@@ -255,7 +252,6 @@ impl StandaloneKubelet {
             generation: self.generation,
             pod,
             printed: None,
-            status: None,
             syncing: false,
             dirty: false,
             terminating: false,
@@ -355,15 +351,12 @@ impl StandaloneKubelet {
         let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
         entry.syncing = false;
         entry.next_resync = next_resync(self.config.resync_period);
-        if let Some(status) = stored {
-            if let Some(decoded) = status.decode_logged() {
-                let summary = Summary::of(&decoded);
-                for line in describe_changes(entry.printed.as_ref(), &summary) {
-                    console::print(tone_of_transition(&line), &format!("{}: {line}", pod_ref(&entry.pod)));
-                }
-                entry.printed = Some(summary);
+        if let Some(decoded) = stored.as_ref().and_then(StoredStatus::decode_logged) {
+            let summary = Summary::of(&decoded);
+            for line in describe_changes(entry.printed.as_ref(), &summary) {
+                console::print(tone_of_transition(&line), &format!("{}: {line}", pod_ref(&entry.pod)));
             }
-            entry.status = Some(status);
+            entry.printed = Some(summary);
         }
         if std::mem::take(&mut entry.dirty) {
             self.sync(uid, ctx);
@@ -416,23 +409,27 @@ impl StandaloneKubelet {
     }
 
     /// Liveness or startup failed: kill the container if it still runs that container ID.
+    ///
+    /// Read from the status the workers read (the one the failed probe was run against, or a
+    /// newer one), not from this actor's own last read of the stored status, which can be older:
+    /// a failure reported before that read caught up was dropped, and the worker, holding after
+    /// a failure, never probed again. The runtime kills only that instance, not a newer one of
+    /// the same name.
     fn kill_for_probe(&mut self, change: &ProbeResultChanged) {
         let Some(entry) = self.entries.get(&change.pod_uid) else { return };
         if entry.terminating {
             return;
         }
-        let Some(status) = entry.status.as_ref().and_then(StoredStatus::decode_logged) else { return };
-        let Some(container) = probelet_actors::container::running_status(&status, &change.container_id)
-        else {
-            return;
-        };
+        let Some(status) = self.pipeline.views.probe_status(&change.pod_uid) else { return };
+        let Some(container) = status.running(&change.container_id) else { return };
         let container_rules = self.pipeline.feature_gates.enabled(Feature::ContainerRestartRules);
         let message = probe_kill_message(&entry.pod, &container.name, change.kind, container_rules);
         let grace = kill_grace_period(&entry.pod, &container.name, Some(change.kind));
         console::print(Tone::Bad, &format!("{}: {message}", pod_ref(&entry.pod)));
         self.runtime.do_send(KillContainer {
             pod_uid: change.pod_uid.clone(),
-            container: container.name.clone(),
+            container: container.name.to_string(),
+            container_id: Some(change.container_id.clone()),
             message,
             grace,
             restart: true,

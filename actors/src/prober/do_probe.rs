@@ -265,7 +265,14 @@ impl WorkerState {
         }
 
         let ContainerRunState::Running { started_at } = container.state else {
-            ops.push(CacheOp::Set(container_id, ProbeResult::Failure));
+            // Upstream writes Failure here for every kind. Only readiness is written: a liveness
+            // or startup Failure for an instance that does not run yet (created, not started)
+            // would stay in the cache once it runs, so its first real failure would be no
+            // change, no host would hear of it, and the worker would hold with its container
+            // never restarted (docs/prober.md §9, §8.21).
+            if spec.kind == ProbeKind::Readiness {
+                ops.push(CacheOp::Set(container_id, ProbeResult::Failure));
+            }
             return match container.state {
                 ContainerRunState::Terminated { exit_code }
                     if !spec.after_exit.keeps_probing(captured, exit_code) =>
@@ -525,9 +532,53 @@ mod tests {
         for (name, spec, container_state, want) in cases {
             let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
             let mut ops = vec![];
-            let status = with_state(running("x://1", 0, Some(true)), container_state);
+            let status = with_state(running("x://1", 0, Some(true)), container_state.clone());
             assert_eq!(state.before(&spec, Some(&status), t(10), &mut ops), want, "{name}");
-            assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "{name}");
+            assert_eq!(ops, vec![], "{name}: a liveness worker writes nothing (docs/prober.md §9)");
+            let readiness = WorkerSpec { kind: ProbeKind::Readiness, ..spec };
+            let mut state = WorkerState { container_id: Some(id("x://1")), ..Default::default() };
+            assert_eq!(state.before(&readiness, Some(&status), t(10), &mut ops), want, "{name}, readiness");
+            assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "{name}, readiness");
+        }
+    }
+
+    /// A liveness or startup worker that sees its container created but not yet running writes
+    /// nothing, so that the container's first real failure, once it runs, is a change the host
+    /// hears of (and kills for). With upstream's Failure for the waiting instance, the failure
+    /// was Failure after Failure: no change, no kill, and the worker held for ever.
+    #[test]
+    fn a_failure_after_the_container_starts_is_a_change_for_liveness_and_startup() {
+        let waiting =
+            ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() };
+        for kind in [ProbeKind::Liveness, ProbeKind::Startup] {
+            let spec = WorkerSpec { failure_threshold: 1, ..spec(kind) };
+            let mut state = WorkerState::new();
+            let mut ops = vec![];
+            let started = if kind == ProbeKind::Startup { None } else { Some(true) };
+            let created = with_state(running("x://1", 0, started), waiting.clone());
+            assert_eq!(state.before(&spec, Some(&created), t(1), &mut ops), Next::Skip, "{kind}");
+            assert_eq!(ops, vec![CacheOp::Set(id("x://1"), spec.initial_value())], "{kind}: the seed only");
+            let mut stored = spec.initial_value();
+            let mut changes = vec![];
+            let mut apply = |ops: &mut Vec<CacheOp>| {
+                for op in ops.drain(..) {
+                    if let CacheOp::Set(_, result) = op
+                        && result != stored
+                    {
+                        stored = result;
+                        changes.push(result);
+                    }
+                }
+            };
+            apply(&mut ops);
+            assert_eq!(
+                state.before(&spec, Some(&running("x://1", 0, started)), t(12), &mut ops),
+                Next::Probe(id("x://1"))
+            );
+            state.after_probe(&spec, ProbeResult::Failure, &mut ops);
+            apply(&mut ops);
+            assert_eq!(changes, vec![ProbeResult::Failure], "{kind}: the real failure is a change");
+            assert!(state.on_hold, "{kind}: and the worker holds until the container is replaced");
         }
     }
 

@@ -114,6 +114,12 @@ impl PodProbeStatus {
         self.containers.get(self.container_index(name)?)
     }
 
+    /// The container whose running instance is `id`, if the status shows it running: what a
+    /// kill for a failed liveness or startup probe must find.
+    pub fn running(&self, id: &ContainerId) -> Option<&ProbedContainer> {
+        self.containers.iter().find(|c| c.id == *id && matches!(c.state, ContainerRunState::Running { .. }))
+    }
+
     /// The pod IP, or `""`.
     pub fn pod_ip(&self) -> &str {
         self.pod_ip.as_deref().unwrap_or_default()
@@ -211,6 +217,27 @@ mod tests {
             }),
             ..Default::default()
         })
+    }
+
+    /// What a kill for a failed probe looks up: the container by its instance's ID, only while
+    /// that instance runs (a sidecar, an init container, is found too).
+    #[test]
+    fn a_running_instance_is_found_by_its_id() {
+        let waiting = Some(ContainerState { waiting: Some(Default::default()), ..Default::default() });
+        let status = PodStatus {
+            container_statuses: Some(vec![
+                container("app", Some("containerd://a"), running(100)),
+                container("created", Some("containerd://c"), waiting),
+            ]),
+            init_container_statuses: Some(vec![container("side", Some("containerd://s"), running(90))]),
+            ..Default::default()
+        };
+        let status = PodProbeStatus::from(&status);
+        let name = |id: &str| status.running(&ContainerId::parse(id)).map(|c| &*c.name);
+        assert_eq!(name("containerd://a"), Some("app"));
+        assert_eq!(name("containerd://s"), Some("side"));
+        assert_eq!(name("containerd://c"), None, "created, not running");
+        assert_eq!(name("containerd://gone"), None);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::local_runner::LocalCommandRunner;
 use crate::prober::{container_reference, pod_name};
 use crate::process::Signal;
 use probelet_actors::capacity::ShrinkAfterRemoval;
+use probelet_actors::container::ContainerId;
 use probelet_actors::format::pod_ref;
 use probelet_actors::{Feature, FeatureGates};
 
@@ -65,6 +66,9 @@ impl SyncPod {
 pub struct KillContainer {
     pub pod_uid: PodUid,
     pub container: String,
+    /// Only this instance: a kill asked for one instance must not stop the next (a probe's
+    /// failure reported after its container was already replaced). `None`: whichever runs.
+    pub container_id: Option<ContainerId>,
     pub message: String,
     pub grace: Duration,
     /// Start it again once it has exited, whatever its exit code, unless its restart policy
@@ -530,10 +534,16 @@ impl Handler<KillContainer> for ProcessRuntime {
     type Result = ();
 
     fn handle(&mut self, msg: KillContainer, ctx: &mut Context<Self>) {
-        if msg.restart
-            && let Some(slot) = self.slot_mut(&msg.pod_uid, &msg.container)
-            && matches!(slot.current, Current::Running(_) | Current::Starting(_))
-        {
+        let Some(slot) = self.slot_mut(&msg.pod_uid, &msg.container) else { return };
+        let (Current::Running(running) | Current::Starting(running)) = &slot.current else {
+            tracing::debug!(pod_uid = %msg.pod_uid, container = %msg.container, "kill asked for a container that is not running");
+            return;
+        };
+        if msg.container_id.as_ref().is_some_and(|id| *id != running.id) {
+            tracing::debug!(pod_uid = %msg.pod_uid, container = %msg.container, "kill asked for an instance that is no longer running");
+            return;
+        }
+        if msg.restart {
             slot.restart_owed = true;
         }
         match self.begin_stop(&msg.pod_uid, &msg.container, Some(&msg.message), msg.grace) {
