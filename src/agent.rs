@@ -1,10 +1,10 @@
 //! Running the agent: wiring the engine, the host and the HTTP endpoints for standalone mode
-//! (and, through [`crate::cluster`], cluster mode), then waiting for SIGTERM or SIGINT and
-//! shutting down in order: stop probing, stop containers with their grace periods, flush.
+//! (and, through [`crate::cluster`], cluster mode), then waiting for SIGTERM, SIGINT or SIGHUP
+//! and shutting down in order: stop probing, stop containers with their grace periods, flush.
 //!
 //! Shutdown always ends: a standalone agent gives its containers the largest grace period of
 //! its pods plus [`SHUTDOWN_MARGIN`], then SIGKILLs whatever still runs and exits; a second
-//! SIGTERM or SIGINT does the same at once. Signals are watched on a thread of their own, so
+//! signal does the same at once. Signals are watched on a thread of their own, so
 //! this holds even while the agent's main thread is saturated.
 
 use std::net::SocketAddr;
@@ -444,7 +444,7 @@ enum ShutdownStage {
     Forced,
 }
 
-/// Watches SIGTERM and SIGINT on a thread of its own, with its own tokio runtime, so that
+/// Watches SIGTERM, SIGINT and SIGHUP on a thread of its own, with its own tokio runtime, so that
 /// neither a saturated main thread nor a stuck actor can keep the agent from stopping. The
 /// first signal moves the returned stage to `Stopping` (the main thread then shuts down in
 /// order); the second one, or the largest grace period plus [`SHUTDOWN_MARGIN`] after the
@@ -491,16 +491,19 @@ fn watch_shutdown_signals(
     Ok(terminating)
 }
 
-/// Resolves on SIGTERM or SIGINT.
+/// Resolves on SIGTERM, SIGINT or SIGHUP.
 pub async fn wait_for_signal() {
     Signals::new().recv().await;
 }
 
-/// SIGTERM and SIGINT, listened for once for the agent's whole life, so that a second signal
-/// during shutdown is seen.
+/// SIGTERM, SIGINT and SIGHUP, listened for once for the agent's whole life, so that a second
+/// signal during shutdown is seen. SIGHUP (the terminal or SSH session that started the agent
+/// closed) stops it as SIGTERM does: its default action would end the agent at once and leave
+/// every container running until the next agent on the folder killed them.
 pub struct Signals {
     terminate: Option<tokio::signal::unix::Signal>,
     interrupt: Option<tokio::signal::unix::Signal>,
+    hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
@@ -516,10 +519,11 @@ impl Signals {
         Signals {
             terminate: listen(tokio::signal::unix::SignalKind::terminate(), "SIGTERM"),
             interrupt: listen(tokio::signal::unix::SignalKind::interrupt(), "SIGINT"),
+            hangup: listen(tokio::signal::unix::SignalKind::hangup(), "SIGHUP"),
         }
     }
 
-    /// Resolves on the next SIGTERM or SIGINT.
+    /// Resolves on the next SIGTERM, SIGINT or SIGHUP.
     pub async fn recv(&mut self) {
         async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
             match signal {
@@ -532,6 +536,7 @@ impl Signals {
         tokio::select! {
             () = next(&mut self.terminate) => {}
             () = next(&mut self.interrupt) => {}
+            () = next(&mut self.hangup) => {}
         }
     }
 }

@@ -768,6 +768,27 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SIGHUP (the terminal that ran the agent closed) stops it as SIGTERM does: its containers
+/// stopped, exit 0, no record left. Its default action ended the agent at once and left every
+/// container running.
+#[actix::test]
+async fn a_hangup_stops_the_agent_and_its_containers() {
+    let dir = temp_dir("hangup");
+    let pids = dir.join("hup.pids");
+    write(&dir, "hup.yaml", &sleeper_pod("hup", &pids));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/hup: container sleeper running")).await;
+    let container = wait_for_pids(&pids, 1).await[0];
+
+    signal_agent(&agent, "-HUP");
+    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGHUP: {status:?}");
+    assert_gone(&[container]).await;
+    let records = std::fs::read_dir(dir.join(".probelet-state/containers")).unwrap().count();
+    assert_eq!(records, 0, "a clean stop leaves no records");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An exec probe running when the agent is SIGKILLed does not outlive it: its shim is tied to
 /// the agent and ends the probe and what it started. (Containers do outlive a crash: the next
 /// agent kills them from their records; probes have no records.)
