@@ -361,7 +361,8 @@ async fn liveness_action_delete_pod_ignores_containers_that_are_not_running() {
 
     let (agent, kubeconfig) = start_agent(&fake, "not-running", &["--liveness-action", "delete-pod"]);
     // Five readiness periods: the liveness workers of the other containers (same period) have
-    // written their Failure results and the host has acted on them long before.
+    // long had their chance to report them (they write no Failure for a container that is not
+    // running, docs/prober.md §9; the host would not act on one either).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while probes.load(Ordering::SeqCst) < 5 {
         assert!(tokio::time::Instant::now() < deadline, "five readiness probes within 30 s");

@@ -269,8 +269,9 @@ impl ClusterHost {
 
     /// A liveness or startup probe failed: with `--liveness-action delete-pod`, delete the pod
     /// as the kubelet would kill the container (`computePodActions`) — only when that container
-    /// runs. Every worker writes Failure for a container that is not running, so a container
-    /// that merely exited or has not started yet must not cost the pod.
+    /// runs. The result may be about an instance that has exited or been replaced since, and
+    /// such a container must not cost the pod. (Workers no longer write a liveness or startup
+    /// Failure for a container that is not running: docs/prober.md §9.)
     fn liveness_failed(&mut self, change: &ProbeResultChanged, ctx: &mut Context<Self>) {
         let Some(pod) = self.pods.pod_by_uid(&change.pod_uid) else { return };
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
