@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 use crate::auth::Reviewer;
 use crate::cli::AuthorizationMode;
 use crate::cli::RunArgs;
+use crate::host::console::say;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
@@ -346,10 +347,10 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
         tracing::warn!("{warning}");
     }
     if leftovers > 0 {
-        println!(
+        say(format_args!(
             "probelet: killed {leftovers} container process group(s) a previous agent left running ({})",
             state_dir.display()
-        );
+        ));
     }
     let runtime = actix::Actor::start(
         ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
@@ -359,12 +360,12 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
             .with_feature_gates(&pipeline.feature_gates),
     );
     let (addr, stop_server, server) = common.serve(args, pipeline.clone(), None).await?;
-    println!(
+    say(format_args!(
         "probelet {}: standalone on {}, node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
         manifests.display(),
         args.node_name
-    );
+    ));
     let runtime_alive = runtime.clone();
     let kubelet = start_kubelet(StandaloneKubelet::new(
         KubeletConfig {
@@ -395,14 +396,14 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
             tracing::error!(part, "an internal part of the agent stopped; killing every container and exiting");
             let killed = groups.kill_all();
             sweep(orphans.as_deref());
-            println!("probelet: {part} stopped unexpectedly, {killed} container process group(s) killed");
+            say(format_args!("probelet: {part} stopped unexpectedly, {killed} container process group(s) killed"));
             return Err(AgentError::Internal(part));
         }
     }
-    println!(
+    say(format_args!(
         "probelet: shutting down, stopping containers (at most {}s)",
         groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN).as_secs()
-    );
+    ));
     let _ = kubelet.send(Shutdown).await;
     let _ = stop_server.send(());
     let _ = server.await;
@@ -483,7 +484,7 @@ fn watch_shutdown_signals(
                 if let Some(orphans) = &orphans {
                     orphans.sweep_unless_busy();
                 }
-                println!("probelet: shutdown forced, {killed} container process group(s) killed");
+                say(format_args!("probelet: shutdown forced, {killed} container process group(s) killed"));
                 std::process::exit(1);
             })
         })

@@ -768,25 +768,61 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// SIGHUP (the terminal that ran the agent closed) stops it as SIGTERM does: its containers
-/// stopped, exit 0, no record left. Its default action ended the agent at once and left every
-/// container running.
+/// The terminal that ran the agent closes: the agent runs in a pseudo-terminal (`script`), which
+/// is then closed. The kernel sends the agent SIGHUP, and every later write to the terminal fails
+/// (`EIO`). It stops as on SIGTERM: its container stopped, no record left. Before, SIGHUP's
+/// default action ended it at once; and once SIGHUP was handled, the first line it printed on
+/// the closed terminal panicked, which ended it just the same, its containers left running.
 #[actix::test]
-async fn a_hangup_stops_the_agent_and_its_containers() {
+async fn a_closed_terminal_stops_the_agent_and_its_containers() {
     let dir = temp_dir("hangup");
     let pids = dir.join("hup.pids");
     write(&dir, "hup.yaml", &sleeper_pod("hup", &pids));
-    let mut agent = Agent::start(&dir).await;
-    agent.wait_for(|l| l.ends_with("default/hup: container sleeper running")).await;
+    let command = format!(
+        "exec {} run --manifests {} --listen 127.0.0.1:0 --node-name e2e 2>>{}",
+        env!("CARGO_BIN_EXE_probelet"),
+        dir.display(),
+        dir.join(STDERR).display()
+    );
+    // Its input stays open (a closed one could end `script` first) and is never written.
+    let mut terminal = Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("script (util-linux) runs");
     let container = wait_for_pids(&pids, 1).await[0];
+    let agent = agent_pid_serving(&dir).expect("the agent runs");
 
-    signal_agent(&agent, "-HUP");
-    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
-    assert!(status.success(), "exit 0 on SIGHUP: {status:?}");
+    let _ = terminal.start_kill();
+    let _ = terminal.wait().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !process_gone(agent) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent still runs 30 s after its terminal closed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_gone(&[container]).await;
     let records = std::fs::read_dir(dir.join(".probelet-state/containers")).unwrap().count();
-    assert_eq!(records, 0, "a clean stop leaves no records");
+    let stderr = std::fs::read_to_string(dir.join(STDERR)).unwrap_or_default();
+    assert_eq!(records, 0, "a clean stop leaves no records; the agent said:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The PID of the agent serving `dir`, found by its command line.
+fn agent_pid_serving(dir: &Path) -> Option<u32> {
+    let wanted = dir.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let exe = std::fs::read_link(entry.path().join("exe")).ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let serves = cmdline.split(|b| *b == 0).any(|arg| arg == wanted);
+        (serves && exe.file_name()? == "probelet").then_some(pid)
+    })
 }
 
 /// An exec probe running when the agent is SIGKILLed does not outlive it: its shim is tied to

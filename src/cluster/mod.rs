@@ -41,6 +41,7 @@ pub use watch::pod_watch;
 
 use crate::agent::{AgentError, Common, wait_for_signal};
 use crate::cli::RunArgs;
+use crate::host::console::say;
 
 /// The User-Agent of every request (kube sends none by default).
 pub fn user_agent() -> String {
@@ -117,11 +118,11 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
     let syncer = start_syncer(config);
     let (addr, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
-    println!(
+    say(format_args!(
         "probelet {}: cluster mode, node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
         args.node_name
-    );
+    ));
 
     let host = ClusterHost {
         client: client.clone(),
@@ -147,7 +148,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     pipeline.subscribe_results(host.clone().recipient());
 
     wait_for_signal().await;
-    println!("probelet: shutting down, flushing status writes");
+    say(format_args!("probelet: shutting down, flushing status writes"));
     // The host first: a sync of a pod whose probes have stopped would write it ready.
     let _ = host.send(StopHost).await;
     for pod in common.pods.pods() {

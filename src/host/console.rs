@@ -69,7 +69,16 @@ pub fn print(tone: Tone, text: &str) {
     // What a person reads beside the line is the real time, not a test's clock.
     #[allow(clippy::disallowed_methods)]
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
-    println!("{now} {}", paint(tone, text, stdout_colour()));
+    say(format_args!("{now} {}", paint(tone, text, stdout_colour())));
+}
+
+/// Writes one line to standard output, or nothing if it cannot be written. The terminal that
+/// ran the agent may be gone (after a hang-up every write fails with `EIO`) or its reader may
+/// have left (`EPIPE`): `println!` would panic there and end the agent in the middle of its
+/// shutdown, leaving its containers running.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ pub use host::GateHost;
 use super::{CoreEventRecorder, EVENT_BURST, EVENT_QPS, ExecRunner, client, pod_watch};
 use crate::agent::{AgentError, Common, max_probes_in_flight, wait_for_signal};
 use crate::cli::RunArgs;
+use crate::host::console::say;
 
 /// Readiness-gate mode until SIGTERM.
 pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
@@ -58,11 +59,11 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
     ));
     let pipeline = common.pipeline_with(Arc::new(exec.clone()), recorder.clone());
     let (addr, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
-    println!(
+    say(format_args!(
         "probelet {}: readiness-gate mode ({GATE_CONDITION}), node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
         args.node_name
-    );
+    ));
     let host = GateHost {
         client: client.clone(),
         pipeline: pipeline.clone(),
@@ -83,7 +84,7 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
     pipeline.subscribe_results(host.recipient());
 
     wait_for_signal().await;
-    println!("probelet: shutting down");
+    say(format_args!("probelet: shutting down"));
     // The condition stays as last written: the kubelet keeps the pod's readiness from it until
     // an agent runs again (or the pod goes).
     for pod in common.pods.pods() {

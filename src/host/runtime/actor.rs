@@ -546,13 +546,9 @@ impl Handler<KillContainer> for ProcessRuntime {
         if msg.restart {
             slot.restart_owed = true;
         }
-        match self.begin_stop(&msg.pod_uid, &msg.container, Some(&msg.message), msg.grace) {
-            Some(stop) => {
-                ctx.spawn(stop.into_actor(self));
-            }
-            None => {
-                tracing::debug!(pod_uid = %msg.pod_uid, container = %msg.container, "kill asked for a container that is not running")
-            }
+        // Running, as just checked: it has a stop.
+        if let Some(stop) = self.begin_stop(&msg.pod_uid, &msg.container, Some(&msg.message), msg.grace) {
+            ctx.spawn(stop.into_actor(self));
         }
     }
 }
