@@ -247,21 +247,40 @@ pub fn exposure_warning(addr: &SocketAddr) -> Option<&'static str> {
 }
 
 /// One agent per manifests folder, whatever its state directory: two would start every
-/// container twice. The claim is an abstract Unix socket named after the folder's canonical
-/// path and the agent's mount namespace (the same path in two containers is two folders). The
-/// kernel releases it when the agent dies, however it dies, and deleting and re-creating the
-/// folder (its state directory and that directory's lock with it) does not release it.
+/// container twice. The claim is two abstract Unix sockets: one named after the folder's
+/// canonical path and the agent's mount namespace (the same path in two containers is two
+/// folders), one after the folder's device and inode (the same folder under another path, a bind
+/// mount). The kernel releases them when the agent dies, however it dies, and deleting and
+/// re-creating the folder (its state directory and that directory's lock with it) does not
+/// release the first.
 ///
 /// Abstract sockets have no permissions, so anyone can take a name first. A taken name counts
 /// as another agent only when its holder listens and runs as this agent's user; a squatter
 /// (another user, or a socket that does not listen) is warned about and ignored. Abstract
 /// sockets belong to a network namespace: agents in two that share one folder are told apart
 /// only by the state directory's lock.
-fn claim_folder(manifests: &Path) -> Result<Option<std::os::unix::net::UnixListener>, AgentError> {
-    use std::os::linux::net::SocketAddrExt;
+fn claim_folder(manifests: &Path) -> Result<Vec<std::os::unix::net::UnixListener>, AgentError> {
+    use std::os::unix::fs::MetadataExt;
     let canonical = std::fs::canonicalize(manifests).unwrap_or_else(|_| manifests.to_owned());
     let mount_namespace = std::fs::read_link("/proc/self/ns/mnt").unwrap_or_default();
-    let name = folder_claim_name(&canonical, &mount_namespace);
+    let mut names = vec![folder_claim_name(&canonical, &mount_namespace)];
+    if let Ok(folder) = std::fs::metadata(&canonical) {
+        // With its birth time where the file system keeps one: an inode number is reused once
+        // its folder is deleted, and a new folder must not read as an old agent's.
+        let born = folder.created().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+        names.push(folder_inode_claim_name(folder.dev(), folder.ino(), born));
+    }
+    let mut claims = Vec::with_capacity(names.len());
+    for name in &names {
+        claims.extend(claim_name(name, &canonical)?);
+    }
+    Ok(claims)
+}
+
+/// Takes the abstract socket `name` for `canonical`; `Err` if another agent of this user holds
+/// it, `None` if it cannot be taken for another reason (see [`claim_folder`]).
+fn claim_name(name: &str, canonical: &Path) -> Result<Option<std::os::unix::net::UnixListener>, AgentError> {
+    use std::os::linux::net::SocketAddrExt;
     let addr = match std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()) {
         Ok(addr) => addr,
         Err(error) => {
@@ -277,7 +296,7 @@ fn claim_folder(manifests: &Path) -> Result<Option<std::os::unix::net::UnixListe
             });
             match holder {
                 Ok(holder) if holder.uid == rustix::process::getuid() => {
-                    Err(AgentError::ManifestsInUse(canonical))
+                    Err(AgentError::ManifestsInUse(canonical.to_owned()))
                 }
                 Ok(holder) => {
                     tracing::warn!(folder = %canonical.display(), holder_uid = holder.uid.as_raw(), holder_pid = holder.pid.as_raw_nonzero().get(), "the manifests folder's claim is held by another user's process; going on without it");
@@ -295,6 +314,13 @@ fn claim_folder(manifests: &Path) -> Result<Option<std::os::unix::net::UnixListe
             Ok(None)
         }
     }
+}
+
+/// The abstract socket name that claims the folder with this device and inode number (and
+/// birth time, where known), whatever path reaches it.
+pub fn folder_inode_claim_name(device: u64, inode: u64, born: Option<Duration>) -> String {
+    let born = born.map_or(0, |t| t.as_nanos());
+    format!("probelet-manifests-inode-{device:x}-{inode:x}-{born:x}")
 }
 
 /// The abstract socket name that claims `folder` (canonical) in `mount_namespace`.

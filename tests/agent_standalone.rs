@@ -604,6 +604,65 @@ async fn a_second_agent_on_the_same_folder_is_refused() {
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
 
+/// The same folder under another path (a bind mount) is the same folder: a second agent on the
+/// other path is refused, as on the same path. Mounting needs `CAP_SYS_ADMIN`; where the test
+/// cannot mount it says so and checks nothing.
+#[actix::test]
+async fn a_second_agent_on_the_same_folder_through_a_bind_mount_is_refused() {
+    let dir = temp_dir("bound");
+    write(&dir, "one.yaml", &sleeper_pod("one", &dir.join("one.pids")));
+    let other = temp_dir("bound-other");
+    let Some(_mount) = BindMount::new(&dir, &other) else {
+        eprintln!("cannot bind-mount here (needs CAP_SYS_ADMIN): not checked");
+        return;
+    };
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    let state = temp_dir("bound-state");
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--manifests"])
+        .arg(&other)
+        .args(["--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let refused = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("the second agent exits at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("served by another running agent"), "{stderr}");
+    assert_eq!(pids_in(&dir.join("one.pids")).len(), 1, "one copy of the container");
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// A bind mount of one folder on another, unmounted when dropped.
+struct BindMount(PathBuf);
+
+impl BindMount {
+    fn new(source: &Path, target: &Path) -> Option<Self> {
+        let mounted = std::process::Command::new("mount")
+            .arg("--bind")
+            .args([source, target])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then(|| BindMount(target.to_owned()))
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// Anyone can take an abstract socket's name first: a name held by a socket that does not
 /// answer (no agent listens on it) is warned about and the agent starts anyway.
 #[actix::test]
