@@ -561,28 +561,8 @@ async fn a_second_agent_on_the_same_folder_is_refused() {
     write(&dir, "one.yaml", &manifest);
     let mut agent = Agent::start(&dir).await;
     agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
-    // Exits at once when refused; one that starts instead is killed after 10 s.
-    let second = |state: PathBuf| {
-        let dir = dir.clone();
-        async move {
-            let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
-                .args(["run", "--manifests"])
-                .arg(&dir)
-                .args(["--listen", "127.0.0.1:0", "--state-dir"])
-                .arg(&state)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap();
-            tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-                .await
-                .expect("the second agent exits at once")
-                .unwrap()
-        }
-    };
     let elsewhere = temp_dir("claimed-state");
-    let refused = second(elsewhere.clone()).await;
+    let refused = second_agent(&dir, &elsewhere).await;
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{stderr}");
     assert!(stderr.contains("served by another running agent"), "{stderr}");
@@ -593,7 +573,7 @@ async fn a_second_agent_on_the_same_folder_is_refused() {
     std::fs::create_dir_all(&dir).unwrap();
     write(&dir, "one.yaml", &manifest);
     agent.wait_for_after(stopped, |l| l.contains("default/one: added from")).await;
-    let refused = second(elsewhere.clone()).await;
+    let refused = second_agent(&dir, &elsewhere).await;
     assert!(!refused.status.success(), "{}", String::from_utf8_lossy(&refused.stderr));
     assert_eq!(
         std::fs::read_dir(&elsewhere).map(|d| d.count()).unwrap_or(0),
@@ -619,26 +599,32 @@ async fn a_second_agent_on_the_same_folder_through_a_bind_mount_is_refused() {
     let mut agent = Agent::start(&dir).await;
     agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
     let state = temp_dir("bound-state");
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
-        .args(["run", "--manifests"])
-        .arg(&other)
-        .args(["--listen", "127.0.0.1:0", "--state-dir"])
-        .arg(&state)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let refused = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-        .await
-        .expect("the second agent exits at once")
-        .unwrap();
+    let refused = second_agent(&other, &state).await;
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{stderr}");
     assert!(stderr.contains("served by another running agent"), "{stderr}");
     assert_eq!(pids_in(&dir.join("one.pids")).len(), 1, "one copy of the container");
     agent.stop().await;
     let _ = std::fs::remove_dir_all(&state);
+}
+
+/// Another agent on `manifests` with its own state directory `state`, once it has exited: at
+/// once when refused; one that starts instead is killed after 10 s and fails the test.
+async fn second_agent(manifests: &Path, state: &Path) -> std::process::Output {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--manifests"])
+        .arg(manifests)
+        .args(["--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("the second agent exits at once")
+        .unwrap()
 }
 
 /// A bind mount of one folder on another, unmounted when dropped.
