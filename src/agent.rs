@@ -249,10 +249,10 @@ pub fn exposure_warning(addr: &SocketAddr) -> Option<&'static str> {
 /// One agent per manifests folder, whatever its state directory: two would start every
 /// container twice. The claim is two abstract Unix sockets: one named after the folder's
 /// canonical path and the agent's mount namespace (the same path in two containers is two
-/// folders), one after the folder's device and inode (the same folder under another path, a bind
-/// mount). The kernel releases them when the agent dies, however it dies, and deleting and
-/// re-creating the folder (its state directory and that directory's lock with it) does not
-/// release the first.
+/// folders), one after the folder's device, inode and birth time (the same folder under another
+/// path, a bind mount). The kernel releases them when the agent dies, however it dies, and
+/// deleting and re-creating the folder (its state directory and that directory's lock with it)
+/// does not release the first.
 ///
 /// Abstract sockets have no permissions, so anyone can take a name first. A taken name counts
 /// as another agent only when its holder listens and runs as this agent's user; a squatter
