@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use probelet::FeatureGates;
 use probelet::container::ContainerId;
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult};
@@ -23,7 +24,7 @@ use probelet::results::RemoveResult;
 use probelet::status::POD_READY;
 use support::kubelet::{DrainLog, Harness, advance, aged_harness, run_for, settle, started_harness, wall};
 use support::pods::{probe, running, terminated, test_pod, waiting};
-use support::scripted::Step;
+use support::scripted::{ScriptedProber, Step};
 use tokio::time::Instant;
 
 use ProbeKind::{Liveness, Readiness, Startup};
@@ -401,6 +402,57 @@ async fn a_worker_finds_its_container_in_every_new_status_whatever_its_place() {
     h.pipeline.set_pod_status(pod.clone(), status);
     run_for(secs(30)).await;
     assert_eq!(h.prober.calls_of("web", Readiness).len(), 3, "no container to probe");
+}
+
+/// A worker prepares its probe once per published status and runs what it prepared at every
+/// probe of that status (the real prober's `prepare`, docs/benchmarks.md "A probe prepared
+/// once per status"); a new status is prepared again, so a restarted container is probed by
+/// its new ID at once.
+#[actix::test]
+async fn a_probe_is_prepared_once_per_published_status() {
+    let (h, t0) = aged_harness().await;
+    let pod = test_pod("prep").container("app").with_probe("app", Liveness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(55)).await;
+    let calls = h.prober.calls_of("app", Liveness);
+    assert_eq!(calls.len(), 6, "the first probe and five ticks");
+    assert_eq!(h.prober.prepares(), 1, "one status, one preparation");
+
+    let mut status = (*h.status(&pod).await).clone();
+    let restarted = ContainerStatus { started: Some(true), ..running("app", "cri://2", wall(t0)) };
+    status.container_statuses = Some(vec![restarted]);
+    h.pipeline.set_pod_status(pod.clone(), status);
+    run_for(secs(30)).await;
+    let calls = h.prober.calls_of("app", Liveness);
+    assert_eq!(calls.len(), 9);
+    assert_eq!(h.prober.prepares(), 2, "prepared again for the new status");
+    let ids: Vec<_> = calls.iter().map(|c| c.container_id.to_string()).collect();
+    assert_eq!(
+        ids[5..],
+        ["cri://1", "cri://2", "cri://2", "cri://2"],
+        "the new container from its first probe"
+    );
+}
+
+/// A runner that prepares nothing (the trait's default) is called afresh at every probe.
+#[actix::test]
+async fn a_runner_that_prepares_nothing_is_called_at_every_probe() {
+    tokio::time::pause();
+    let t0 = Instant::now();
+    let h = Harness::start_gated(ScriptedProber::unprepared(), FeatureGates::default());
+    h.worker_count().await;
+    advance(secs(11)).await;
+    let pod = test_pod("unprep").container("app").with_probe("app", Liveness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    run_for(secs(25)).await;
+    let mut status = (*h.status(&pod).await).clone();
+    let restarted = ContainerStatus { started: Some(true), ..running("app", "cri://2", wall(t0)) };
+    status.container_statuses = Some(vec![restarted]);
+    h.pipeline.set_pod_status(pod.clone(), status);
+    run_for(secs(20)).await;
+    let ids: Vec<_> = h.prober.calls_of("app", Liveness).iter().map(|c| c.container_id.to_string()).collect();
+    assert_eq!(ids, ["cri://1", "cri://1", "cri://1", "cri://2", "cri://2"]);
+    assert_eq!(h.prober.prepares(), 0);
 }
 
 // === non-running containers and stop rules ===

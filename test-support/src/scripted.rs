@@ -2,14 +2,16 @@
 //! back when each probe ran (tokio time) — no executor, no network.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use probelet::container::ContainerId;
-use probelet::prober::{PodContainer, ProbeError, ProbeKind, ProbeResult, ProbeRunner};
+use probelet::prober::{
+    PodContainer, PreparedProbe, ProbeError, ProbeKind, ProbeResult, ProbeRun, ProbeRunner,
+};
 use probelet_actors::status::probe_status::PodProbeStatus;
 use tokio::time::Instant;
 
@@ -80,11 +82,27 @@ pub struct ScriptedProber {
     pub dropped: Arc<AtomicBool>,
     /// Counts the calls, for [`ScriptedProber::until`].
     counted: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How many probes the workers had prepared ([`ProbeRunner::prepare`]).
+    prepares: Arc<AtomicUsize>,
+    /// Prepares no probe, so the workers call `probe_with_memo` at every probe.
+    unprepared: bool,
 }
 
 impl ScriptedProber {
+    /// A prober that prepares its probes, as the real one does: each worker calls it once per
+    /// published status and runs what it prepared at every probe of that status.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A prober that prepares nothing: the workers call it afresh at every probe.
+    pub fn unprepared() -> Self {
+        ScriptedProber { unprepared: true, ..Self::default() }
+    }
+
+    /// How many times a worker prepared a probe.
+    pub fn prepares(&self) -> usize {
+        self.prepares.load(Ordering::SeqCst)
     }
 
     /// Every later call of (container, kind) does `step`, after any queued steps.
@@ -191,5 +209,46 @@ impl ProbeRunner for ScriptedProber {
             guard.done = true;
             result
         })
+    }
+
+    fn prepare(
+        &self,
+        kind: ProbeKind,
+        container: &PodContainer,
+        _status: &PodProbeStatus,
+        container_id: &ContainerId,
+        timeout: Duration,
+    ) -> Option<Arc<dyn PreparedProbe>> {
+        if self.unprepared {
+            return None;
+        }
+        self.prepares.fetch_add(1, Ordering::SeqCst);
+        Some(Arc::new(Prepared {
+            prober: self.clone(),
+            kind,
+            container: container.clone(),
+            container_id: container_id.clone(),
+            timeout,
+        }))
+    }
+}
+
+/// A scripted probe as a worker prepared it: each run is a call with what it was prepared
+/// from, so a worker that ran a probe prepared from an older status or spec records the older
+/// container ID or timeout.
+struct Prepared {
+    prober: ScriptedProber,
+    kind: ProbeKind,
+    container: PodContainer,
+    container_id: ContainerId,
+    timeout: Duration,
+}
+
+impl PreparedProbe for Prepared {
+    fn run(self: Arc<Self>, status: Arc<PodProbeStatus>) -> BoxFuture<'static, ProbeRun> {
+        let pod = self.container.pod().clone();
+        let (container, id) = (self.container.clone(), self.container_id.clone());
+        let probe = self.prober.probe_with_timeout(self.kind, pod, status, container, id, self.timeout);
+        Box::pin(async move { ProbeRun { result: probe.await, waited: Duration::ZERO } })
     }
 }

@@ -161,6 +161,14 @@ pub enum Next {
     Probe(ContainerId),
 }
 
+/// [`Next`] inside the crate: [`Step::Probe`] probes the container the checks were given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Stop,
+    Skip,
+    Probe,
+}
+
 /// The mutable state of a worker (upstream `worker` fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerState {
@@ -216,30 +224,53 @@ impl WorkerState {
         now: Timestamp,
         ops: &mut Vec<CacheOp>,
     ) -> Next {
+        match self.checks(spec, captured, status, container, now, ops) {
+            Step::Stop => Next::Stop,
+            Step::Skip => Next::Skip,
+            Step::Probe => match container {
+                Some(container) => Next::Probe(container.id.clone()),
+                None => Next::Skip,
+            },
+        }
+    }
+
+    /// [`WorkerState::before_probe_found`] answering [`Step::Probe`] for "probe `container`":
+    /// the worker probes the ID the status holds, and takes a copy of it only when it must (a
+    /// copy writes both of the ID's reference counts, at every probe; docs/benchmarks.md,
+    /// "A TCP probe prepared once per status").
+    pub(crate) fn checks(
+        &mut self,
+        spec: &WorkerSpec,
+        captured: &PodContainer,
+        status: Option<&PodProbeStatus>,
+        container: Option<&ProbedContainer>,
+        now: Timestamp,
+        ops: &mut Vec<CacheOp>,
+    ) -> Step {
         debug_assert!(
             container.is_none_or(|c| status.is_some_and(|s| s.containers.iter().any(|x| std::ptr::eq(x, c)))),
             "the container must be one of the status's"
         );
         let Some(status) = status else {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
-            return Next::Skip;
+            return Step::Skip;
         };
         if status.finished {
-            return Next::Stop;
+            return Step::Stop;
         }
         let Some(container) = container else {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
-            return Next::Skip;
+            return Step::Skip;
         };
-        let container_id = container.id.clone();
+        let container_id = &container.id;
         // A worker bound to a container instance waits for the status to show it (it may still
         // show the previous instance) and never probes another.
-        if spec.bound.as_ref().is_some_and(|b| b.container_id != container_id) {
+        if spec.bound.as_ref().is_some_and(|b| b.container_id != *container_id) {
             tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Status does not show the probed container instance yet");
-            return Next::Skip;
+            return Step::Skip;
         }
 
-        if self.container_id.as_ref() != Some(&container_id) {
+        if self.container_id.as_ref() != Some(container_id) {
             if let Some(old) = self.container_id.take() {
                 ops.push(CacheOp::Remove(old));
             }
@@ -261,7 +292,7 @@ impl WorkerState {
         }
 
         if self.on_hold {
-            return Next::Skip;
+            return Step::Skip;
         }
 
         let ContainerRunState::Running { started_at } = container.state else {
@@ -271,15 +302,15 @@ impl WorkerState {
             // change, no host would hear of it, and the worker would hold with its container
             // never restarted (docs/prober.md §9, §8.21).
             if spec.kind == ProbeKind::Readiness {
-                ops.push(CacheOp::Set(container_id, ProbeResult::Failure));
+                ops.push(CacheOp::Set(container_id.clone(), ProbeResult::Failure));
             }
             return match container.state {
                 ContainerRunState::Terminated { exit_code }
                     if !spec.after_exit.keeps_probing(captured, exit_code) =>
                 {
-                    Next::Stop
+                    Step::Stop
                 }
-                _ => Next::Skip,
+                _ => Step::Skip,
             };
         };
 
@@ -287,8 +318,8 @@ impl WorkerState {
             if spec.kind == ProbeKind::Startup {
                 tracing::info!(container = %spec.container_name, "Pod deletion requested before container has fully started");
             }
-            ops.push(CacheOp::Set(container_id, ProbeResult::Success));
-            return Next::Stop;
+            ops.push(CacheOp::Set(container_id.clone(), ProbeResult::Success));
+            return Step::Stop;
         }
 
         let started_at = started_at.or_else(|| spec.bound.as_ref().and_then(|b| b.started_at));
@@ -299,15 +330,15 @@ impl WorkerState {
                 None => since.as_secs() < spec.initial_delay_seconds,
             };
             if early {
-                return Next::Skip;
+                return Step::Skip;
             }
         }
 
         let started = container.started == Some(true);
         match (spec.kind, started) {
-            (ProbeKind::Startup, true) => Next::Skip,
-            (ProbeKind::Liveness | ProbeKind::Readiness, false) => Next::Skip,
-            _ => Next::Probe(container_id),
+            (ProbeKind::Startup, true) => Step::Skip,
+            (ProbeKind::Liveness | ProbeKind::Readiness, false) => Step::Skip,
+            _ => Step::Probe,
         }
     }
 

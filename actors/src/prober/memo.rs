@@ -4,8 +4,9 @@
 //! every second (upstream builds the request anew for each probe; what goes on the wire is the
 //! same either way). A request depends only on the probe spec, the container's ports and the
 //! pod IP, and the memo is keyed by the pod IP alone: so a memo belongs to one probe of one
-//! container, and the worker takes a fresh one when its probe spec changes (a probe still in
-//! flight keeps the old one). docs/benchmarks.md, "The HTTP request built once per worker", has
+//! container. The worker's prepared probe keeps it ([`super::prepared`]), so a worker starts a
+//! fresh one with each new publish of its pod's status and each new probe spec (a probe still
+//! in flight keeps the old one). docs/benchmarks.md, "The HTTP request built once per worker", has
 //! what the rebuilding cost.
 
 use std::sync::{Arc, Mutex};
@@ -40,20 +41,10 @@ impl ProbeMemo {
         ProbeMemo { http: http.then(Arc::default) }
     }
 
-    /// A memo a worker holds until its first probe, and again after each new probe spec: it
-    /// keeps nothing and costs nothing, so a worker that has not probed yet holds no memo
-    /// (docs/memory.md). [`ProbeMemo::ready_for`] turns it into the probe's own.
+    /// A memo that keeps nothing and costs nothing: what a worker passes to a runner that
+    /// prepares no probe ([`crate::prober::ProbeRunner::prepare`]).
     pub const fn unset() -> Self {
         ProbeMemo { http: None }
-    }
-
-    /// The memo to run `probe` with: this one, made at the first HTTP probe after
-    /// [`ProbeMemo::unset`] and kept from then on.
-    pub fn ready_for(&mut self, probe: Option<&Probe>) -> ProbeMemo {
-        if self.http.is_none() {
-            *self = Self::for_probe(probe);
-        }
-        self.clone()
     }
 }
 
@@ -142,22 +133,6 @@ mod tests {
         let http = Probe { http_get: Some(Default::default()), ..Default::default() };
         assert!(ProbeMemo::for_probe(Some(&http)).http.is_some());
         assert!(ProbeMemo::for_probe(None).http.is_none());
-    }
-
-    #[test]
-    fn an_unset_memo_is_made_at_the_first_http_probe_and_kept() {
-        let http = Probe { http_get: Some(Default::default()), ..Default::default() };
-        let tcp = Probe { tcp_socket: Some(Default::default()), ..Default::default() };
-        let mut memo = ProbeMemo::unset();
-        assert!(memo.http.is_none(), "nothing before the first probe");
-        assert!(memo.ready_for(Some(&tcp)).http.is_none());
-        assert!(memo.http.is_none(), "a probe that is not HTTP never makes one");
-        let first = memo.ready_for(Some(&http));
-        let second = memo.ready_for(Some(&http));
-        let (Some(a), Some(b), Some(kept)) = (&first.http, &second.http, &memo.http) else {
-            panic!("an HTTP probe gets a memo")
-        };
-        assert!(Arc::ptr_eq(a, b) && Arc::ptr_eq(a, kept), "the same memo for every probe");
     }
 
     #[test]

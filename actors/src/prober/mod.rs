@@ -13,6 +13,7 @@ pub mod manager;
 pub mod memo;
 pub mod pod_container;
 pub mod port;
+pub mod prepared;
 mod probe;
 pub mod probe_metrics;
 pub mod reconcile;
@@ -27,6 +28,7 @@ pub use crate::vocabulary::Outcome;
 pub use crate::vocabulary::{ProbeError, ProbeKind, ProbeOutcome, ProbeResult};
 pub use memo::ProbeMemo;
 pub use pod_container::PodContainer;
+pub use prepared::PreparedProbe;
 pub use probe::{
     EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeHostPolicy, ProbeRun, ProbeRunner, Prober,
     container_reference, host_refusal, pod_name, probe_timeout,

@@ -3,6 +3,7 @@
 //! executor's outcome to a cache result and records the `Unhealthy` / `ProbeWarning` events.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, Probe};
 
 use super::executors::Executors;
+use super::prepared::{Prepared, PreparedProbe};
 use super::{
     PodContainer, ProbeError, ProbeKind, ProbeMemo, ProbeOutcome, ProbeResult, ProbeSlots, Probed, exec,
     grpc, http, port, tcp,
@@ -18,6 +20,28 @@ use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
 use crate::status::probe_status::PodProbeStatus;
+
+/// The names an observer's record carries, borrowed from the pod or from a prepared probe.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordNames<'a> {
+    pub(crate) pod_uid: &'a str,
+    pub(crate) namespace: &'a str,
+    pub(crate) pod: &'a str,
+    pub(crate) container: &'a str,
+}
+
+impl<'a> RecordNames<'a> {
+    /// The names as the pod and its container spec hold them (an unset one is empty).
+    pub(crate) fn of(pod: &'a Pod, container: &'a Container) -> Self {
+        let text = |value: &'a Option<String>| value.as_deref().unwrap_or_default();
+        RecordNames {
+            pod_uid: text(&pod.metadata.uid),
+            namespace: text(&pod.metadata.namespace),
+            pod: text(&pod.metadata.name),
+            container: &container.name,
+        }
+    }
+}
 
 /// Upstream `maxProbeRetries`: a handler is tried this many times while it returns an error.
 pub const MAX_PROBE_RETRIES: usize = 3;
@@ -78,6 +102,28 @@ pub trait ProbeRunner: Send + Sync + 'static {
         let _ = memo;
         let probe = self.probe_with_timeout(kind, pod, status, container, container_id, timeout);
         Box::pin(async move { ProbeRun { result: probe.await, waited: Duration::ZERO } })
+    }
+
+    /// The probe of `kind` made ready to run again and again against `container_id` while the
+    /// pod's probe status stays at the publish `status` came from: the worker runs it
+    /// ([`PreparedProbe::run`]) for every probe of that publish instead of calling
+    /// [`ProbeRunner::probe_with_memo`], and prepares another after a new publish or a new
+    /// probe spec. A prepared probe runs exactly what `probe_with_memo` would run with the same
+    /// arguments and `timeout`, and keeps its memo; what it reads once per publish rather than
+    /// at every probe is the runner's choice (the real prober's: docs/benchmarks.md, "A probe
+    /// prepared once per status"). `None`, the default: the worker calls `probe_with_memo`
+    /// for every probe, with a memo that keeps nothing. A runner that wraps another must
+    /// forward this method for the prepared probes (and the memo) to be used.
+    fn prepare(
+        &self,
+        kind: ProbeKind,
+        container: &PodContainer,
+        status: &PodProbeStatus,
+        container_id: &ContainerId,
+        timeout: Duration,
+    ) -> Option<Arc<dyn PreparedProbe>> {
+        let _ = (kind, container, status, container_id, timeout);
+        None
     }
 }
 
@@ -230,12 +276,14 @@ impl Prober {
         container_id: &ContainerId,
         timeout: Duration,
     ) -> Result<ProbeResult, ProbeError> {
-        self.probe_remembering(kind, pod, status, container, container_id, timeout, None).await.result
+        let names = || RecordNames::of(pod, container);
+        self.probe_remembering(kind, pod, status, container, container_id, timeout, None, names).await.result
     }
 
     /// [`Prober::probe_timed`], keeping what can be kept for the worker's next probe in `memo`.
+    /// `names` gives the observer's record its names (read only when there is an observer).
     #[allow(clippy::too_many_arguments)]
-    async fn probe_remembering(
+    pub(super) async fn probe_remembering<'n>(
         &self,
         kind: ProbeKind,
         pod: &Pod,
@@ -244,25 +292,44 @@ impl Prober {
         container_id: &ContainerId,
         timeout: Duration,
         memo: Option<&ProbeMemo>,
+        names: impl FnOnce() -> RecordNames<'n>,
     ) -> ProbeRun {
         let Some(spec) = kind.probe_of(container) else {
             tracing::info!(probe_kind = %kind, container = %container.name, "Probe is nil");
             return ProbeRun { result: Ok(ProbeResult::Success), waited: Duration::ZERO };
         };
+        // Boxed once the slot is held: inline, the tries' state would be part of the future
+        // from the start, and a burst of new workers (a node's pods all starting) would hold
+        // it while they queue for the slots, ten thousand times over (docs/memory.md).
+        let attempt =
+            || Box::pin(self.run_with_retries(spec, pod, status, container, container_id, timeout, memo));
+        self.run_observed(kind, spec.exec.is_some(), pod, container, names, attempt).await
+    }
+
+    /// Runs `attempt` (the probe's tries) once it has a slot of its pool (the exec probes' when
+    /// `exec`), maps its answer to a cache result with its event, and tells the observer.
+    pub(super) async fn run_observed<'n, F>(
+        &self,
+        kind: ProbeKind,
+        exec: bool,
+        pod: &Pod,
+        container: &Container,
+        names: impl FnOnce() -> RecordNames<'n>,
+        attempt: impl FnOnce() -> F,
+    ) -> ProbeRun
+    where
+        F: Future<Output = Result<Probed, ProbeError>>,
+    {
         let asked = tokio::time::Instant::now();
         // Held until the probe's tries are over; each try's timeout starts after it.
-        let pool = if spec.exec.is_some() { &self.parts.exec_slots } else { &self.parts.slots };
+        let pool = if exec { &self.parts.exec_slots } else { &self.parts.slots };
         let slot = match pool {
             Some(slots) => Some(slots.acquire().await),
             None => None,
         };
         let started = tokio::time::Instant::now();
         let waited = if slot.as_ref().is_some_and(|s| s.waited()) { started - asked } else { Duration::ZERO };
-        // Boxed once the slot is held: inline, the tries' state would be part of the future
-        // from the start, and a burst of new workers (a node's pods all starting) would hold
-        // it while they queue for the slots, ten thousand times over (docs/memory.md).
-        let attempt =
-            Box::pin(self.run_with_retries(spec, pod, status, container, container_id, timeout, memo)).await;
+        let attempt = attempt().await;
         drop(slot);
         let mapped = self.map_outcome(kind, pod, container, &attempt);
         if let Some(observer) = self.parts.observer.as_ref() {
@@ -270,14 +337,12 @@ impl Prober {
                 Ok(probed) => Cow::Borrowed(probed.output.as_str()),
                 Err(err) => Cow::Owned(err.to_string()),
             };
-            fn text(value: &Option<String>) -> Cow<'_, str> {
-                Cow::Borrowed(value.as_deref().unwrap_or_default())
-            }
+            let names = names();
             observer.observe(ProbeRecord {
-                pod_uid: text(&pod.metadata.uid),
-                namespace: text(&pod.metadata.namespace),
-                pod: text(&pod.metadata.name),
-                container: Cow::Borrowed(&container.name),
+                pod_uid: Cow::Borrowed(names.pod_uid),
+                namespace: Cow::Borrowed(names.namespace),
+                pod: Cow::Borrowed(names.pod),
+                container: Cow::Borrowed(names.container),
                 kind,
                 result: mapped.as_ref().map(|r| *r).map_err(ToString::to_string),
                 output,
@@ -286,6 +351,16 @@ impl Prober {
             });
         }
         ProbeRun { result: mapped, waited }
+    }
+
+    /// Whether probes are reported to an observer.
+    pub(super) fn has_observer(&self) -> bool {
+        self.parts.observer.is_some()
+    }
+
+    /// Whether `tcpSocket` probes run on an injected executor.
+    pub(super) fn has_tcp_executor(&self) -> bool {
+        self.parts.executors.tcp.is_some()
     }
 
     /// Maps an executor's answer to a cache result and records the event it calls for.
@@ -471,10 +546,31 @@ impl ProbeRunner for Prober {
     ) -> BoxFuture<'static, ProbeRun> {
         let prober = self.clone();
         Box::pin(async move {
+            let names = || RecordNames::of(&pod, &container);
             prober
-                .probe_remembering(kind, &pod, &status, &container, &container_id, timeout, Some(&memo))
+                .probe_remembering(
+                    kind,
+                    &pod,
+                    &status,
+                    &container,
+                    &container_id,
+                    timeout,
+                    Some(&memo),
+                    names,
+                )
                 .await
         })
+    }
+
+    fn prepare(
+        &self,
+        kind: ProbeKind,
+        container: &PodContainer,
+        status: &PodProbeStatus,
+        container_id: &ContainerId,
+        timeout: Duration,
+    ) -> Option<Arc<dyn PreparedProbe>> {
+        Some(Arc::new(Prepared::new(self, kind, container, status, container_id, timeout)))
     }
 }
 
@@ -787,6 +883,7 @@ mod tests {
             &id,
             Duration::from_secs(1),
             Some(&memo),
+            || RecordNames::of(&pod, &container),
         );
         let size = std::mem::size_of_val(&waiting);
         assert!(size <= 512, "a probe's future is {size} bytes before its slot");

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::prober::PodContainer;
 use crate::prober::do_probe::WorkerSpec;
 use crate::prober::reconcile::UpdateEffect;
-use crate::prober::{PodContainer, ProbeMemo};
 
 use super::{Phase, ProbeWorker};
 
@@ -39,13 +39,15 @@ impl ProbeWorker {
     pub(super) fn reconfigure(&mut self, msg: Reconfigure) {
         let effect = msg.effect;
         self.container = msg.container;
-        // A new memo, not a cleared one: a probe still in flight keeps (and may fill) the old.
-        self.memo = ProbeMemo::unset();
+        // Prepared again at the next probe, with a new memo: a probe still in flight keeps (and
+        // may fill) the old one.
+        self.prepared = None;
         self.spec.success_threshold = msg.spec.success_threshold;
         self.spec.failure_threshold = msg.spec.failure_threshold;
         if effect.initial_delay {
             let delay = (msg.spec.initial_delay_seconds, msg.spec.initial_delay);
-            if self.probed.is_some() && self.probed == self.state.container_id {
+            let current = self.state.container_id.as_ref().map(|id| &*id.id);
+            if current.is_some() && self.probed.as_deref() == current {
                 // The current container was probed: its first probe is behind it.
                 self.pending_initial_delay = Some(Box::new(delay));
             } else {

@@ -42,9 +42,9 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
 
-use super::do_probe::{CacheOp, Next, WorkerSpec, WorkerState};
+use super::do_probe::{CacheOp, Step, WorkerSpec, WorkerState};
 use super::probe_metrics as metrics;
-use super::{PodContainer, ProbeMemo, ProbeResult, ProbeRun, ProbeRunner};
+use super::{PodContainer, PreparedProbe, ProbeMemo, ProbeResult, ProbeRun, ProbeRunner};
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::results::{RemoveResult, ResultsSink, ResultsView, SeedResult, SetResult};
@@ -237,9 +237,11 @@ pub struct ProbeWorker {
     status: StatusView,
     /// The prober, the results cache and the manager.
     peers: Arc<WorkerPeers>,
-    /// What the prober keeps between this worker's probes (the HTTP request): made at the
-    /// first probe, and again at the first probe after a new pod or probe spec.
-    memo: ProbeMemo,
+    /// The probe as the prober prepared it for the pod's status at the publish `found` was
+    /// made at ([`ProbeRunner::prepare`]): made at the first probe after a new publish or a new
+    /// probe spec, and run at every probe until then. It keeps the prober's memo (the HTTP
+    /// request) between probes.
+    prepared: Option<Arc<dyn PreparedProbe>>,
     /// The last result this worker sent to the cache, and for which container.
     last_sent: Option<(ContainerId, ProbeResult)>,
     /// The cache's change count ([`ResultsView::changes`]) when it last showed `last_sent`
@@ -266,9 +268,10 @@ pub struct ProbeWorker {
     on_started: Option<Box<Recipient<StartupSucceeded>>>,
     /// When the last probe completed (its result applied or not), for a new period.
     last_completed: Option<Instant>,
-    /// The container the worker last started a probe against: a new initial delay does not
-    /// apply to it.
-    probed: Option<ContainerId>,
+    /// The runtime's ID of the container the worker last started a probe against: a new
+    /// initial delay does not apply to it. The ID alone, not the whole [`ContainerId`], keeps
+    /// the worker in its size class (`size_tests`).
+    probed: Option<Arc<str>>,
     /// A new initial delay (seconds, and the timing annotation's milliseconds) waiting for the
     /// next container, because the current one has been probed already.
     pending_initial_delay: Option<Box<(i64, Option<Duration>)>>,
@@ -305,7 +308,7 @@ impl ProbeWorker {
             timeout: config.timeout,
             status: config.status,
             peers: config.peers,
-            memo: ProbeMemo::unset(),
+            prepared: None,
             last_sent: None,
             results_seen: NOT_SEEN,
             in_flight: None,
@@ -458,7 +461,11 @@ impl ProbeWorker {
         let (status, version) = self.status.probe_status_versioned();
         let index = match self.found.at(version) {
             Some(index) => Some(index),
-            None => status.as_deref().and_then(|s| s.container_index(&self.spec.container_name)),
+            None => {
+                // A new publish: what was prepared from the last one may no longer hold.
+                self.prepared = None;
+                status.as_deref().and_then(|s| s.container_index(&self.spec.container_name))
+            }
         };
         self.found = Found::new(version, index);
         let container = status.as_deref().zip(index).and_then(|(s, i)| s.containers.get(i));
@@ -471,7 +478,7 @@ impl ProbeWorker {
         }
         let mut ops = Vec::new();
         let interval = self.interval();
-        let next = self.state.before_probe_found(
+        let step = self.state.checks(
             &self.spec,
             &self.container,
             status.as_deref(),
@@ -483,39 +490,56 @@ impl ProbeWorker {
         self.announce_started(&ops, reported_started);
         self.apply(ops);
         self.interval_changed(interval, started);
-        let container_id = match next {
-            Next::Stop => {
+        match step {
+            Step::Stop => {
                 tracing::debug!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, "Probe worker stopping itself");
                 self.stop();
                 return false;
             }
-            Next::Skip => return false,
-            Next::Probe(id) => id,
-        };
-        // Kept as it is when it is the same container (most probes): a clone and the drop of
-        // the old one would touch both parts' reference counts at every probe.
-        if self.probed.as_ref() != Some(&container_id) {
-            self.probed = Some(container_id.clone());
+            Step::Skip => return false,
+            Step::Probe => {}
         }
-        let Some(mut status) = status else { return false };
+        // `Probe` is for the container found at `index` in `status`.
+        let (Some(mut status), Some(index)) = (status, index) else { return false };
         if let Some(pod_ip) = self.spec.bound.as_ref().and_then(|b| b.pod_ip.as_deref())
             && !status.has_pod_ip()
         {
             // The pod IP the container started with, when the status has none yet.
             Arc::make_mut(&mut status).set_pod_ip(Some(pod_ip));
         }
+        let Some(container_id) = status.containers.get(index).map(|c| &c.id) else { return false };
+        // Kept as it is when it is the same text (most probes): a clone and the drop of the old
+        // one would touch its reference count at every probe.
+        if self.probed.as_ref().is_none_or(|probed| !Arc::ptr_eq(probed, &container_id.id)) {
+            self.probed = Some(container_id.id.clone());
+        }
         self.status_wait = None;
+        if self.prepared.is_none() {
+            self.prepared = self.peers.prober.prepare(
+                self.key.kind,
+                &self.container,
+                &status,
+                container_id,
+                self.timeout,
+            );
+        }
         // Not caught: a prober that panics while building its future kills this worker, and
         // the manager restarts it (counted in probelet_worker_restarts_total).
-        let probe = self.peers.prober.probe_with_memo(
-            self.key.kind,
-            self.container.pod().clone(),
-            status,
-            self.container.clone(),
-            container_id,
-            self.timeout,
-            self.memo.ready_for(self.key.kind.probe_of(&self.container)),
-        );
+        let probe = match &self.prepared {
+            Some(prepared) => prepared.clone().run(status),
+            None => {
+                let container_id = container_id.clone();
+                self.peers.prober.probe_with_memo(
+                    self.key.kind,
+                    self.container.pod().clone(),
+                    status,
+                    self.container.clone(),
+                    container_id,
+                    self.timeout,
+                    ProbeMemo::unset(),
+                )
+            }
+        };
         self.in_flight = Some(InFlight { probe, started });
         true
     }
