@@ -1297,3 +1297,16 @@ fn without_probes_in_place_a_probe_change_replaces_the_pod() {
     dir.write("p.yaml", probed_pod_yaml("'true'", 10));
     assert_eq!(summary(&diff(&first, &scan(dir.path(), NODE))), vec!["-default/probed", "+default/probed"]);
 }
+
+/// An edit of `activeDeadlineSeconds` replaces the pod (a new UID, so a new start time for the
+/// deadline to count from), even where a probe-only edit is applied in place: the manifest is
+/// not an API object updated in place (docs/reliability.md, "A pod's active deadline").
+#[test]
+fn an_active_deadline_edit_replaces_the_pod() {
+    let dir = TempDir::new("deadline-edit");
+    dir.write("p.yaml", pod_yaml("job") + "  activeDeadlineSeconds: 30\n");
+    let first = scan_with(dir.path(), NODE, &in_place());
+    dir.write("p.yaml", pod_yaml("job") + "  activeDeadlineSeconds: 60\n");
+    let changes = diff(&first, &scan_with(dir.path(), NODE, &in_place()));
+    assert_eq!(summary(&changes), vec!["-default/job", "+default/job"]);
+}
