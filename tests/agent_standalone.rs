@@ -1485,3 +1485,58 @@ spec:
     }
     agent.stop().await;
 }
+
+// === a pod's active deadline ===
+
+/// `activeDeadlineSeconds: 2` on a pod whose container would sleep for an hour under
+/// `restartPolicy: Always`: about 2 s after it started the pod is `Failed` with reason
+/// `DeadlineExceeded`, its process is gone and stays gone (no restart), and `/pods` and
+/// `/events` say why.
+#[actix::test]
+async fn a_pod_past_its_active_deadline_fails_and_its_container_is_gone_for_good() {
+    let dir = temp_dir("deadline");
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: deadline
+spec:
+  activeDeadlineSeconds: 2
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    command: ["sleep", "7340"]
+"#;
+    write(&dir, "deadline.yaml", manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/deadline: phase Running")).await;
+    let running = std::time::Instant::now();
+    let sleeping = wait_for_processes(&["sleep", "7340"], 1).await;
+    agent.wait_for(|l| l.ends_with("default/deadline: phase Failed")).await;
+    // The deadline counts from the start time, at the API's one-second precision: it fires
+    // at most 2 s after the pod ran, never a resync (a minute) later.
+    let failed_after = running.elapsed();
+    assert!(failed_after < Duration::from_secs(10), "failed {failed_after:?} after running");
+    assert_gone(&sleeping).await;
+    agent.wait_for(|l| l.contains("default/deadline: container app terminated")).await;
+
+    // A restart under `Always` would come at once (the first one has no back-off): three
+    // seconds of nothing is none.
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < Duration::from_secs(3) {
+        assert!(processes(&["sleep", "7340"]).is_empty(), "the container was started again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains(r#""phase":"Failed""#), "{pods}");
+    assert!(pods.contains(r#""reason":"DeadlineExceeded""#), "{pods}");
+    assert!(
+        pods.contains(r#""message":"Pod was active on the node longer than the specified deadline""#),
+        "{pods}"
+    );
+    assert!(pods.contains(r#""restartCount":0"#), "{pods}");
+    let events = agent.get("/events").await;
+    assert!(events.contains(r#""reason":"DeadlineExceeded""#), "{events}");
+    let output = agent.seen.join("\n");
+    assert!(!output.contains("default/deadline: container app restarted"), "{output}");
+    agent.stop().await;
+}

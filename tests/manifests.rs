@@ -237,6 +237,43 @@ fn invalid_pods_are_reported_in_the_api_servers_words() {
     );
 }
 
+/// A manifest the API server would refuse for its active deadline or for the size of its
+/// annotations is refused by file and field, in the API server's words, while the folder's
+/// other pods load.
+#[test]
+fn a_bad_active_deadline_or_too_many_annotation_bytes_refuse_the_manifest() {
+    let dir = TempDir::new("deadline-annotations");
+    dir.write("good.yaml", pod_yaml("good") + "  activeDeadlineSeconds: 30\n");
+    dir.write("zero.yaml", pod_yaml("zero") + "  activeDeadlineSeconds: 0\n");
+    dir.write("negative.yaml", pod_yaml("negative") + "  activeDeadlineSeconds: -1\n");
+    let big = pod_yaml("big").replace(
+        "  name: big\n",
+        &format!("  name: big\n  annotations:\n    example.com/big: {}\n", "x".repeat(256 * 1024)),
+    );
+    dir.write("big.yaml", big);
+    let (pods, errors) = load_dir(dir.path(), NODE);
+    assert_eq!(names(&pods), vec!["default/good"]);
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let range = "must be between 1 and 2147483647, inclusive";
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![
+            format!(
+                "{}: Pod \"big\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes",
+                file("big.yaml")
+            ),
+            format!(
+                "{}: Pod \"negative\" is invalid: spec.activeDeadlineSeconds: Invalid value: -1: {range}",
+                file("negative.yaml")
+            ),
+            format!(
+                "{}: Pod \"zero\" is invalid: spec.activeDeadlineSeconds: Invalid value: 0: {range}",
+                file("zero.yaml")
+            ),
+        ]
+    );
+}
+
 // === what a loaded pod looks like ===
 
 #[test]
@@ -372,6 +409,22 @@ fn pod_from(container: Value) -> Pod {
         "spec": {"containers": [app]}
     }))
     .unwrap()
+}
+
+const ACTIVE_DEADLINE_RANGE: &str = "must be between 1 and 2147483647, inclusive";
+
+fn set_active_deadline(pod: &mut Pod, seconds: i64) {
+    pod.spec.as_mut().unwrap().active_deadline_seconds = Some(seconds);
+}
+
+/// Annotations of `bytes` bytes in all, keys and values counted as the API server counts them:
+/// two annotations, so that the sum is what is measured, not one value.
+fn annotate(pod: &mut Pod, bytes: usize) {
+    let (first, second) = ("example.com/first", "example.com/second");
+    let values = bytes - first.len() - second.len();
+    let annotations = pod.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(first.into(), "a".repeat(values / 2));
+    annotations.insert(second.into(), "b".repeat(values - values / 2));
 }
 
 const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and \
@@ -780,6 +833,33 @@ fn validation_rules_and_messages() {
                 "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
                     .into(),
             ],
+        ),
+        ("active deadline of 1 s", pod_from(json!({})), |p| set_active_deadline(p, 1), vec![]),
+        ("largest active deadline", pod_from(json!({})), |p| set_active_deadline(p, 2_147_483_647), vec![]),
+        (
+            "active deadline of 0",
+            pod_from(json!({})),
+            |p| set_active_deadline(p, 0),
+            vec![format!("spec.activeDeadlineSeconds: Invalid value: 0: {ACTIVE_DEADLINE_RANGE}")],
+        ),
+        (
+            "negative active deadline",
+            pod_from(json!({})),
+            |p| set_active_deadline(p, -5),
+            vec![format!("spec.activeDeadlineSeconds: Invalid value: -5: {ACTIVE_DEADLINE_RANGE}")],
+        ),
+        (
+            "active deadline past int32",
+            pod_from(json!({})),
+            |p| set_active_deadline(p, 2_147_483_648),
+            vec![format!("spec.activeDeadlineSeconds: Invalid value: 2147483648: {ACTIVE_DEADLINE_RANGE}")],
+        ),
+        ("annotations of exactly 256 KiB", pod_from(json!({})), |p| annotate(p, 256 * 1024), vec![]),
+        (
+            "annotations one byte over 256 KiB",
+            pod_from(json!({})),
+            |p| annotate(p, 256 * 1024 + 1),
+            vec!["metadata.annotations: Too long: must have at most 262144 bytes".into()],
         ),
     ];
     for (name, mut pod, mutate, want) in cases {
@@ -1216,4 +1296,17 @@ fn without_probes_in_place_a_probe_change_replaces_the_pod() {
     let first = scan(dir.path(), NODE);
     dir.write("p.yaml", probed_pod_yaml("'true'", 10));
     assert_eq!(summary(&diff(&first, &scan(dir.path(), NODE))), vec!["-default/probed", "+default/probed"]);
+}
+
+/// An edit of `activeDeadlineSeconds` replaces the pod (a new UID, so a new start time for the
+/// deadline to count from), even where a probe-only edit is applied in place: the manifest is
+/// not an API object updated in place (docs/reliability.md, "A pod's active deadline").
+#[test]
+fn an_active_deadline_edit_replaces_the_pod() {
+    let dir = TempDir::new("deadline-edit");
+    dir.write("p.yaml", pod_yaml("job") + "  activeDeadlineSeconds: 30\n");
+    let first = scan_with(dir.path(), NODE, &in_place());
+    dir.write("p.yaml", pod_yaml("job") + "  activeDeadlineSeconds: 60\n");
+    let changes = diff(&first, &scan_with(dir.path(), NODE, &in_place()));
+    assert_eq!(summary(&changes), vec!["-default/job", "+default/job"]);
 }

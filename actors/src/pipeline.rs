@@ -133,6 +133,12 @@ pub struct Pipeline {
     pub views: StatusViews,
     /// The feature gates the engine was started with.
     pub feature_gates: FeatureGates,
+    /// The wall clock the engine stamps statuses with (`startTime`, transition times): a host
+    /// that measures from those stamps (the standalone host's active deadline) reads this one.
+    pub clock: SharedClock,
+    /// Where the engine records its events; a host records its own pod events here too, so
+    /// that they are kept and served with the engine's.
+    pub recorder: Arc<dyn EventRecorder>,
     /// Kept so the workers' runtime lives as long as the pipeline.
     _workers: Arc<WorkerRuntime>,
 }
@@ -175,7 +181,7 @@ impl Pipeline {
             results: results.clone().into(),
             results_view: results_view.clone(),
             views: views.clone(),
-            clock,
+            clock: clock.clone(),
             runtime: workers.handle(),
             jitter_seed: config.jitter_seed,
         })
@@ -190,6 +196,8 @@ impl Pipeline {
             status_manager,
             views,
             feature_gates: config.feature_gates,
+            clock,
+            recorder: config.recorder,
             _workers: Arc::new(workers),
         }
     }

@@ -8,6 +8,10 @@
 //! liveness or startup probe kills the container with the kubelet's message and grace period.
 //! Every status transition is printed as one readable line.
 //!
+//! A pod with `spec.activeDeadlineSeconds` is checked against it on every sync, and a timer
+//! syncs it when the deadline passes: it then fails (`DeadlineExceeded`) and its containers
+//! are killed for good (docs/reliability.md, "A pod's active deadline").
+//!
 //! A sync gathers asynchronously and decides on the actor: the pod may have started
 //! terminating, or be gone, by the time its status is ready, and only the actor's state says so.
 //!
@@ -26,19 +30,23 @@ use tokio::time::Instant;
 
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::{HostIP, Pod, PodIP, PodStatus};
+use k8s_openapi::jiff::Timestamp;
 use probelet_actors::Pipeline;
 use probelet_actors::capacity::ShrinkAfterRemoval;
-use probelet_actors::contracts::PodRegistry;
+use probelet_actors::contracts::{EventType, PodRegistry};
 use probelet_actors::features::Feature;
 use probelet_actors::format::pod_ref;
 use probelet_actors::prober::update_status::keep_started_while_terminating;
-use probelet_actors::prober::{ProbeKind, ProbeResult};
+use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::stored::StoredStatus;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
 use probelet_actors::vocabulary::PodUid;
 
 use super::console::{self, Tone, tone_of_transition};
+use super::deadline::{
+    MESSAGE_DEADLINE_EXCEEDED, REASON_DEADLINE_EXCEEDED, active_deadline, past_active_deadline, until,
+};
 use super::history::ProbeHistory;
 use super::manifests::{self, Snapshot, SourceChange};
 use super::phase::{has_any_regular_container_started, kill_grace_period, pod_phase, probe_kill_message};
@@ -114,6 +122,15 @@ struct PodEntry {
     restart: Option<Restart>,
     /// When the pod is synced again if nothing else syncs it first.
     next_resync: Instant,
+    /// `status.startTime` as the status manager stored it: what the active deadline counts
+    /// from. Learned from the first stored status; it never changes for a pod.
+    start_time: Option<Timestamp>,
+    /// Syncs the pod when its active deadline passes, so that it fails then and not at its
+    /// next resync (upstream's sync loop picks out pods past their deadline every second).
+    deadline_timer: Option<SpawnHandle>,
+    /// The active deadline failed the pod: every later status of it says so, as upstream's
+    /// deadline handler keeps saying so for as long as the pod is synced.
+    deadline_exceeded: bool,
 }
 
 /// A pod to add once an earlier pod of its UID or its name has stopped.
@@ -258,6 +275,9 @@ impl StandaloneKubelet {
             finished: false,
             restart: None,
             next_resync: next_resync(self.config.resync_period),
+            start_time: None,
+            deadline_timer: None,
+            deadline_exceeded: false,
         };
         self.entries.insert(uid.clone(), entry);
         self.sync(uid, ctx);
@@ -292,21 +312,40 @@ impl StandaloneKubelet {
         }
         entry.syncing = true;
         let generation = entry.generation;
+        // Upstream's deadline handler, asked on every status generation. A pod that reached a
+        // terminal phase by itself, or is stopping because its manifest went away, is past
+        // caring: only one the deadline already failed stays failed by it.
+        let evict = entry.deadline_exceeded
+            || (!entry.terminating
+                && !entry.finished
+                && past_active_deadline(&entry.pod, entry.start_time, self.pipeline.clock.now()));
         let status = generate_status(
             entry.pod.clone(),
             self.pipeline.clone(),
             self.runtime.clone(),
             entry.terminating,
+            evict,
         );
         ctx.spawn(
-            status.into_actor(self).map(move |status, act, ctx| act.apply(uid, generation, status, ctx)),
+            status
+                .into_actor(self)
+                .map(move |status, act, ctx| act.apply(uid, generation, evict, status, ctx)),
         );
     }
 
     /// The deciding half of a sync, on the actor: store the status unless the pod is gone (a
     /// status stored now would outlive the pod); unless it is terminating, probe it and have the
-    /// runtime converge — or, once its phase is terminal, stop probing it.
-    fn apply(&mut self, uid: PodUid, generation: u64, status: Option<PodStatus>, ctx: &mut Context<Self>) {
+    /// runtime converge — or, once its phase is terminal, stop probing it. A sync that found
+    /// the pod past its active deadline (`evict`) fails it: the first such sync records the
+    /// event and kills every container, none to be started again.
+    fn apply(
+        &mut self,
+        uid: PodUid,
+        generation: u64,
+        evict: bool,
+        status: Option<PodStatus>,
+        ctx: &mut Context<Self>,
+    ) {
         let Some(entry) = self.entries.get_mut(&uid).filter(|e| e.generation == generation) else { return };
         let Some(status) = status else { return self.synced(uid, generation, None, ctx) };
         let pod = entry.pod.clone();
@@ -316,9 +355,26 @@ impl StandaloneKubelet {
         let stored = lifecycle.then(|| status.clone());
         self.pipeline.set_pod_status(pod.clone(), status);
         if !entry.terminating {
+            if evict && !std::mem::replace(&mut entry.deadline_exceeded, true) {
+                // Upstream: the terminal phase ends the pod's sync, and its termination kills
+                // every container with the pod's grace period. The runtime's pod kill also
+                // stops all restarts, whatever the restart policy.
+                console::print(Tone::Bad, &format!("{}: {MESSAGE_DEADLINE_EXCEEDED}", pod_ref(&pod)));
+                self.pipeline.recorder.record(
+                    &pod_reference(&pod),
+                    EventType::Normal,
+                    REASON_DEADLINE_EXCEEDED,
+                    MESSAGE_DEADLINE_EXCEEDED,
+                );
+                let grace = kill_grace_period(&pod, "", None);
+                self.runtime.do_send(KillPod { pod_uid: uid.clone(), grace });
+            }
             if terminal || entry.finished {
                 // The kubelet never syncs a terminal pod again: no workers, no SyncPod.
                 if !std::mem::replace(&mut entry.finished, true) {
+                    if let Some(timer) = entry.deadline_timer.take() {
+                        ctx.cancel_future(timer);
+                    }
                     self.pipeline.remove_pod(pod);
                 }
             } else {
@@ -352,15 +408,41 @@ impl StandaloneKubelet {
         entry.syncing = false;
         entry.next_resync = next_resync(self.config.resync_period);
         if let Some(decoded) = stored.as_ref().and_then(StoredStatus::decode_logged) {
+            if entry.start_time.is_none() {
+                entry.start_time = decoded.start_time.as_ref().map(|t| t.0);
+            }
             let summary = Summary::of(&decoded);
             for line in describe_changes(entry.printed.as_ref(), &summary) {
                 console::print(tone_of_transition(&line), &format!("{}: {line}", pod_ref(&entry.pod)));
             }
             entry.printed = Some(summary);
         }
-        if std::mem::take(&mut entry.dirty) {
+        let dirty = std::mem::take(&mut entry.dirty);
+        self.arm_deadline(&uid, ctx);
+        if dirty {
             self.sync(uid, ctx);
         }
+    }
+
+    /// Syncs the pod when its active deadline passes, once its start time is known: the sync
+    /// then fails it. A timer that fires early (tokio's sleeps last about two years at most, a
+    /// deadline up to 68) finds the pod not yet past it, and its sync arms the next one.
+    fn arm_deadline(&mut self, uid: &PodUid, ctx: &mut Context<Self>) {
+        let now = self.pipeline.clock.now();
+        let Some(entry) = self.entries.get_mut(uid) else { return };
+        if entry.deadline_timer.is_some() || entry.terminating || entry.finished || entry.deadline_exceeded {
+            return;
+        }
+        let Some(deadline) = active_deadline(&entry.pod, entry.start_time) else { return };
+        let (uid, generation) = (uid.clone(), entry.generation);
+        let timer = ctx.run_later(until(deadline, now), move |act, ctx| {
+            let Some(entry) = act.entries.get_mut(&uid).filter(|e| e.generation == generation) else {
+                return;
+            };
+            entry.deadline_timer = None;
+            act.sync(uid, ctx);
+        });
+        entry.deadline_timer = Some(timer);
     }
 
     /// The kubelet's `SyncTerminatingPod` and `SyncTerminatedPod` for a pod whose manifest
@@ -375,6 +457,9 @@ impl StandaloneKubelet {
         }
         let Some(entry) = self.entries.get_mut(&uid).filter(|e| !e.terminating) else { return };
         entry.terminating = true;
+        if let Some(timer) = entry.deadline_timer.take() {
+            ctx.cancel_future(timer);
+        }
         let generation = entry.generation;
         let pod = entry.pod.clone();
         console::print(Tone::Plain, &format!("{}: removed, stopping its containers", pod_ref(&pod)));
@@ -504,12 +589,15 @@ impl Handler<ListPods> for StandaloneKubelet {
 impl Handler<Shutdown> for StandaloneKubelet {
     type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, _msg: Shutdown, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _msg: Shutdown, ctx: &mut Self::Context) -> Self::Result {
         self.shutting_down = true;
         let mut kills = Vec::new();
         for (uid, entry) in &mut self.entries {
             entry.terminating = true;
             entry.restart = None;
+            if let Some(timer) = entry.deadline_timer.take() {
+                ctx.cancel_future(timer);
+            }
             // As for a removed manifest: readiness goes on through the kill. Removing the pod
             // here made a failing readiness probe's container read ready until the agent exited.
             self.pipeline.stop_liveness_and_startup(entry.pod.clone());
@@ -521,30 +609,37 @@ impl Handler<Shutdown> for StandaloneKubelet {
 }
 
 /// The gathering half of a sync (upstream `generateAPIPodStatus`): the runtime's container
-/// states, the phase, `started` / `ready` from the prober, the kubelet's conditions. `None`
-/// when the engine did not answer.
+/// states, the phase, `started` / `ready` from the prober, the kubelet's conditions. `evict`:
+/// the pod is past its active deadline, so its phase is `Failed` with upstream's reason and
+/// message whatever its containers say (before the prober and the conditions read it, as
+/// upstream's deadline handler overrides it). `None` when the engine did not answer.
 async fn generate_status(
     pod: Arc<Pod>,
     pipeline: Pipeline,
     runtime: Addr<ProcessRuntime>,
     terminating: bool,
+    evict: bool,
 ) -> Option<PodStatus> {
     let uid = PodUid::of(&pod).unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let runtime_status = runtime.send(GetRuntimeStatus(uid.clone())).await.ok().flatten();
     let (init, containers) = runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();
     let initialized = has_any_regular_container_started(&spec, &containers);
+    let phase = if evict {
+        PHASE_FAILED
+    } else {
+        pod_phase(
+            &spec,
+            &init,
+            &containers,
+            initialized,
+            pipeline.feature_gates.enabled(Feature::ContainerRestartRules),
+        )
+    };
     let status = PodStatus {
-        phase: Some(
-            pod_phase(
-                &spec,
-                &init,
-                &containers,
-                initialized,
-                pipeline.feature_gates.enabled(Feature::ContainerRestartRules),
-            )
-            .to_owned(),
-        ),
+        phase: Some(phase.to_owned()),
+        reason: evict.then(|| REASON_DEADLINE_EXCEEDED.to_owned()),
+        message: evict.then(|| MESSAGE_DEADLINE_EXCEEDED.to_owned()),
         pod_ip: Some(POD_IP.to_owned()),
         pod_ips: Some(vec![PodIP { ip: POD_IP.to_owned() }]),
         host_ip: Some(POD_IP.to_owned()),
@@ -591,3 +686,6 @@ pub fn start_kubelet(kubelet: StandaloneKubelet) -> Addr<StandaloneKubelet> {
     pipeline.subscribe_results(addr.clone().recipient());
     addr
 }
+
+#[cfg(test)]
+mod tests;

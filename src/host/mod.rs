@@ -2,6 +2,7 @@
 //! runtime, and the kubelet-like sync loop that drives the engine.
 
 pub mod console;
+pub mod deadline;
 pub mod events;
 pub mod history;
 pub mod kubelet;

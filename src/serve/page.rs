@@ -200,7 +200,15 @@ fn pod_section(h: &mut Html, page: &PodPage, now: Timestamp) {
         .text(name)
         .raw("</span> <span class=\"phase\">")
         .text(status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending"))
-        .raw("</span></h2>");
+        .raw("</span>");
+    // Why the pod is in its phase, when the status says (a pod its active deadline failed).
+    if let Some(reason) = status.and_then(|s| s.reason.as_deref()).filter(|r| !r.is_empty()) {
+        h.raw(" <span class=\"reason\">").text(reason).raw("</span>");
+    }
+    if let Some(message) = status.and_then(|s| s.message.as_deref()).filter(|m| !m.is_empty()) {
+        h.raw(" <span class=\"message\">").text(message).raw("</span>");
+    }
+    h.raw("</h2>");
 
     let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
     if !conditions.is_empty() {
@@ -634,6 +642,34 @@ mod tests {
         ), "{broken}");
     }
 
+    /// A pod's own reason and message (its active deadline failed it) follow its phase.
+    #[test]
+    fn a_failed_pod_shows_why_beside_its_phase() {
+        let mut failed = pod("job", false, running(0));
+        let status = failed.status.as_mut().unwrap();
+        status.phase = Some("Failed".into());
+        status.reason = Some("DeadlineExceeded".into());
+        status.message = Some("Pod was active on the node longer than the specified deadline".into());
+        let html = render_one(
+            &[
+                PodPage { pod: failed, probes: vec![] },
+                PodPage { pod: pod("web", true, running(0)), probes: vec![] },
+            ],
+            &[],
+        );
+        assert!(
+            section(&html, "default/job").contains(
+                "<span class=\"phase\">Failed</span> <span class=\"reason\">DeadlineExceeded</span> \
+                 <span class=\"message\">Pod was active on the node longer than the specified deadline</span></h2>"
+            ),
+            "{html}"
+        );
+        assert!(
+            section(&html, "default/web").contains("<span class=\"phase\">Running</span></h2>"),
+            "no reason, nothing more"
+        );
+    }
+
     #[test]
     fn a_run_that_waited_for_a_probe_slot_says_so() {
         let mut waited = run("Success", "");
@@ -674,6 +710,8 @@ mod tests {
         p.metadata.namespace = Some(HOSTILE.into());
         let status = p.status.as_mut().unwrap();
         status.phase = Some(HOSTILE.into());
+        status.reason = Some(HOSTILE.into());
+        status.message = Some(HOSTILE.into());
         let condition = &mut status.conditions.as_mut().unwrap()[0];
         condition.type_ = HOSTILE.into();
         condition.reason = Some(HOSTILE.into());

@@ -31,7 +31,7 @@ pub use pod_container::PodContainer;
 pub use prepared::PreparedProbe;
 pub use probe::{
     EVENT_PROBE_WARNING, EVENT_UNHEALTHY, MAX_PROBE_RETRIES, ProbeHostPolicy, ProbeRun, ProbeRunner, Prober,
-    container_reference, host_refusal, pod_name, probe_timeout,
+    container_reference, host_refusal, pod_name, pod_reference, probe_timeout,
 };
 pub use slots::{DEFAULT_MAX_PROBES_IN_FLIGHT, ProbeSlots};
 

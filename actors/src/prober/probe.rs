@@ -582,6 +582,19 @@ pub fn probe_timeout(spec: &Probe) -> Duration {
     )
 }
 
+/// The object an event about the pod itself is recorded against: the pod, with no field path.
+pub fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
 /// The object an event about a container is recorded against: the pod, with the container's
 /// field path (`spec.containers{name}` or `spec.initContainers{name}`).
 pub fn container_reference(pod: &Pod, container: &Container) -> ObjectReference {

@@ -92,6 +92,11 @@ const SECOND_HANDLER: &str = "may not specify more than 1 handler type";
 const INIT_PROBE: &str = "may not be set for init containers without restartPolicy=Always";
 const NEEDS_COMMAND: &str = "the standalone runtime runs each container's command as a local process";
 const UNKNOWN_PORT_NAME: &str = "must be the name of one of the container's ports";
+/// Upstream `TotalAnnotationSizeLimitB`: the most bytes a pod's annotations may take, keys and
+/// values together (256 KiB).
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+/// The largest `spec.activeDeadlineSeconds` the API server takes (`math.MaxInt32`).
+pub const MAX_ACTIVE_DEADLINE_SECONDS: i64 = i32::MAX as i64;
 pub(super) const DNS1123_LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', \
 and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation \
 is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -101,11 +106,14 @@ const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of alphanumeric
 
 /// The API server's validation of what the agent relies on, with its messages
 /// (`<field path>: <Required value|Invalid value: v|Forbidden|Duplicate value: v|Unsupported
-/// value: v>[: detail]`): metadata name and namespace; containers present, named (RFC 1123
+/// value: v|Too long>[: detail]`): metadata name and namespace; the annotations' total size (at
+/// most 256 KiB of keys and values); containers present, named (RFC 1123
 /// labels), unique across containers and init containers; container ports; probes (one handler,
 /// exec command, HTTP path, scheme and header names, port numbers and names, non-negative timing
 /// fields, `successThreshold` 1 for liveness and startup, probe-level grace period, none on
-/// readiness, none on init containers that are not sidecars); restart policies. Two rules are this
+/// readiness, none on init containers that are not sidecars); restart policies;
+/// `activeDeadlineSeconds` between 1 and 2147483647 (docs/reliability.md, "A pod's active
+/// deadline", says what the agent does with it). Two rules are this
 /// agent's own: every container needs a `command` (there are no images to supply one), and a named
 /// probe port must name one of the container's ports (the kubelet finds out only when probing).
 /// A third is the agent's own annotation: the probe timing annotation must be valid for the pod.
@@ -135,6 +143,16 @@ pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>>
             errs.invalid("metadata.namespace", go_quote(namespace), msg);
         }
     }
+    // Upstream `ValidateAnnotationsSize`: bytes of every key and value, as Go's `len` counts.
+    let annotations_bytes = pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .fold(0usize, |total, (key, value)| total.saturating_add(key.len()).saturating_add(value.len()));
+    if annotations_bytes > MAX_ANNOTATIONS_BYTES {
+        errs.too_long("metadata.annotations", MAX_ANNOTATIONS_BYTES);
+    }
     let empty = PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty);
     validate_containers(&spec.containers, "spec.containers", container_rules, &mut errs);
@@ -147,6 +165,15 @@ pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>>
     match spec.restart_policy.as_deref() {
         None | Some("" | "Always" | "OnFailure" | "Never") => {}
         Some(other) => errs.not_supported("spec.restartPolicy", other, &["Always", "OnFailure", "Never"]),
+    }
+    if let Some(deadline) =
+        spec.active_deadline_seconds.filter(|d| !(1..=MAX_ACTIVE_DEADLINE_SECONDS).contains(d))
+    {
+        errs.invalid(
+            "spec.activeDeadlineSeconds",
+            deadline.to_string(),
+            &format!("must be between 1 and {MAX_ACTIVE_DEADLINE_SECONDS}, inclusive"),
+        );
     }
     // The agent's own annotation (docs/probe-timing.md): rejected with the JSON path inside it.
     if let Err(err) = probe_timings(pod) {
@@ -491,6 +518,11 @@ impl Errors {
         let supported: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
         let detail = format!("supported values: {}", supported.join(", "));
         self.push(path, format!("Unsupported value: {}", go_quote(value)), &detail);
+    }
+
+    /// Go's `field.TooLong`, which never prints the value.
+    fn too_long(&mut self, path: &str, max_bytes: usize) {
+        self.push(path, "Too long".into(), &format!("must have at most {max_bytes} bytes"));
     }
 
     /// Go's `field.TooMany`.
