@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
@@ -18,7 +18,7 @@ use probelet_actors::features::Feature;
 use probelet_actors::metrics as names;
 use probelet_actors::prober::timing::{EVENT_INVALID_PROBE_TIMING, PROBE_TIMING_ANNOTATION, probe_timings};
 use probelet_actors::prober::update_status::keep_started_while_terminating;
-use probelet_actors::prober::{ProbeKind, ProbeResult};
+use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::status::generate_kubelet_conditions;
@@ -415,19 +415,6 @@ fn invalid_timing(previous: Option<&Pod>, pod: &Pod) -> Option<String> {
     }
     let err = probe_timings(pod).err()?;
     Some(format!("{err}; probing with the probes' seconds fields"))
-}
-
-/// The pod itself as an event's object.
-fn pod_reference(pod: &Pod) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        name: pod.metadata.name.clone(),
-        namespace: pod.metadata.namespace.clone(),
-        uid: pod.metadata.uid.clone(),
-        resource_version: pod.metadata.resource_version.clone(),
-        ..Default::default()
-    }
 }
 
 fn is_terminal(pod: &Pod) -> bool {

@@ -99,7 +99,9 @@ impl Prepared {
             }
             None => {
                 let (id, memo) = (&this.container_id, Some(&this.memo));
-                this.prober.probe_remembering(kind, pod, &status, container, id, this.timeout, memo, names).await
+                this.prober
+                    .probe_remembering(kind, pod, &status, container, id, this.timeout, memo, names)
+                    .await
             }
         }
     }
@@ -189,8 +191,14 @@ mod tests {
         let prober = Prober::new(Arc::new(LocalCommandRunner::default()), Arc::new(MemoryRecorder::new()));
         let status = PodProbeStatus::default();
         let id = ContainerId::parse("x://1");
-        let prepared =
-            Arc::new(Prepared::new(&prober, ProbeKind::Readiness, &container, &status, &id, Duration::from_secs(1)));
+        let prepared = Arc::new(Prepared::new(
+            &prober,
+            ProbeKind::Readiness,
+            &container,
+            &status,
+            &id,
+            Duration::from_secs(1),
+        ));
         let dispatched = prober.probe_remembering(
             ProbeKind::Readiness,
             &pod,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use probelet_actors::Pipeline;
@@ -15,7 +15,7 @@ use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::clock::SharedClock;
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::{EventRecorder, EventType, PodRegistry};
-use probelet_actors::prober::{ProbeKind, ProbeResult};
+use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::sync::api_pod::ApiPod;
@@ -116,18 +116,6 @@ pub fn has_gate(pod: &Pod) -> bool {
 
 fn is_terminal(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some(PHASE_SUCCEEDED | PHASE_FAILED))
-}
-
-fn pod_reference(pod: &Pod) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        name: pod.metadata.name.clone(),
-        namespace: pod.metadata.namespace.clone(),
-        uid: pod.metadata.uid.clone(),
-        resource_version: pod.metadata.resource_version.clone(),
-        field_path: None,
-    }
 }
 
 impl GateHost {
