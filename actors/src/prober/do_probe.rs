@@ -237,7 +237,7 @@ impl WorkerState {
     /// [`WorkerState::before_probe_found`] answering [`Step::Probe`] for "probe `container`":
     /// the worker probes the ID the status holds, and takes a copy of it only when it must (a
     /// copy writes both of the ID's reference counts, at every probe; docs/benchmarks.md,
-    /// "A TCP probe prepared once per status").
+    /// "A probe prepared once per status").
     pub(crate) fn checks(
         &mut self,
         spec: &WorkerSpec,
