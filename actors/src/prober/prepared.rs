@@ -1,6 +1,6 @@
 //! A probe made ready once per published status and run at every probe of it: what
 //! [`ProbeRunner::prepare`](super::ProbeRunner::prepare) answers. The real prober's
-//! [`Prepared`] keeps the probe's memo (the HTTP request), the container ID it probes, the
+//! `Prepared` keeps the probe's memo (the HTTP request), the container ID it probes, the
 //! address a TCP probe of the pod IP dials, and the pod's names for the observer in one block
 //! of text, so that a probe that runs every second reads only its own few lines of memory, not
 //! the pod, its container's probe spec and the container ID's reference counts afresh
