@@ -15,7 +15,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet::container::ContainerId;
 use probelet::contracts::{MemoryRecorder, ProbeObserver, ProbeRecord};
 use probelet::local_runner::LocalCommandRunner;
-use probelet::prober::{PodContainer, ProbeKind, ProbeMemo, ProbeRun, ProbeRunner, Prober};
+use probelet::prober::{
+    PodContainer, ProbeHostPolicy, ProbeKind, ProbeMemo, ProbeResult, ProbeRun, ProbeRunner, Prober,
+};
 use probelet::status::probe_status::PodProbeStatus;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -48,10 +50,11 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(observed: bool) -> Self {
+    fn new(observed: bool, policy: ProbeHostPolicy) -> Self {
         let recorder = MemoryRecorder::new();
         let records = Arc::new(Records::default());
-        let mut prober = Prober::new(Arc::new(LocalCommandRunner::default()), Arc::new(recorder.clone()));
+        let mut prober = Prober::new(Arc::new(LocalCommandRunner::default()), Arc::new(recorder.clone()))
+            .with_host_policy(policy);
         if observed {
             prober = prober.with_observer(records.clone());
         }
@@ -71,14 +74,12 @@ impl Setup {
     }
 }
 
-fn pod(probe: Probe, pod_ip: &str) -> (PodContainer, PodProbeStatus) {
+/// A pod whose container `app` has `probe` as its liveness probe and a port named `web`.
+fn pod(probe: Probe, pod_ip: &str, web: u16) -> (PodContainer, PodProbeStatus) {
+    let port = ContainerPort { name: Some("web".into()), container_port: web.into(), ..Default::default() };
     let container = Container {
         name: "app".into(),
-        ports: Some(vec![ContainerPort {
-            name: Some("web".into()),
-            container_port: 0,
-            ..Default::default()
-        }]),
+        ports: Some(vec![port]),
         liveness_probe: Some(probe),
         ..Default::default()
     };
@@ -141,36 +142,49 @@ async fn a_prepared_tcp_probe_runs_as_the_dispatcher_does() {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             listener.local_addr().expect("addr").port()
         };
-        for observed in [true, false] {
-            let setup = Setup::new(observed);
-            // The pod IP dialled directly (the prepared address); a host of its own; no pod IP
-            // (the local host, as upstream); a pod IP that is no address (dialled by name: one
-            // the resolver refuses at once, so no lookup leaves the machine); a port name the
-            // container does not have.
+        let policies =
+            [(true, ProbeHostPolicy::Any), (false, ProbeHostPolicy::Any), (true, ProbeHostPolicy::PodIp)];
+        for (observed, policy) in policies {
+            let setup = Setup::new(observed, policy);
+            let refused = "connection refused";
+            // The pod IP dialled directly (the prepared address), by number and by a port name;
+            // a host of its own (refused by the `PodIp` policy unless it is the pod IP); an
+            // empty host; no pod IP (the local host, as upstream); a pod IP that is no address
+            // (dialled by name: one the resolver refuses at once, so no lookup leaves the
+            // machine); a port name the container does not have.
             let cases = [
                 (tcp(IntOrString::Int(open.into()), None), "127.0.0.1", None),
-                (tcp(IntOrString::Int(closed.into()), None), "127.0.0.1", Some("connection refused")),
+                (tcp(IntOrString::String("web".into()), None), "127.0.0.1", None),
+                (tcp(IntOrString::Int(closed.into()), None), "127.0.0.1", Some(refused)),
                 (tcp(IntOrString::Int(open.into()), Some("127.0.0.1")), "", None),
-                (tcp(IntOrString::Int(closed.into()), Some("")), "127.0.0.1", Some("connection refused")),
+                (tcp(IntOrString::Int(open.into()), Some("127.0.0.1")), "127.0.0.1", None),
+                (tcp(IntOrString::Int(closed.into()), Some("")), "127.0.0.1", Some(refused)),
                 (tcp(IntOrString::Int(open.into()), None), "", None),
                 (tcp(IntOrString::Int(open.into()), None), "a!b", Some("lookup a!b: no such host")),
                 (tcp(IntOrString::String("nope".into()), None), "127.0.0.1", Some("nope")),
             ];
             for (probe, pod_ip, failure) in cases {
-                let (container, status) = pod(probe.clone(), pod_ip);
+                let (container, status) = pod(probe.clone(), pod_ip, open);
                 let left = same_either_way(&setup, &container, status).await;
-                let what = format!("{probe:?} at {pod_ip:?}");
+                let what = format!("{probe:?} at {pod_ip:?} under {policy:?}");
+                let host = probe.tcp_socket.as_ref().and_then(|t| t.host.as_deref()).unwrap_or_default();
+                let failure = match policy {
+                    ProbeHostPolicy::PodIp if !host.is_empty() && host != pod_ip => Some("is not allowed"),
+                    _ => failure,
+                };
                 match failure {
-                    None => assert_eq!(left.run.result, Ok(probelet::prober::ProbeResult::Success), "{what}"),
+                    None => assert_eq!(left.run.result, Ok(ProbeResult::Success), "{what}"),
                     Some(text) => {
-                        assert_ne!(left.run.result, Ok(probelet::prober::ProbeResult::Success), "{what}");
+                        assert_ne!(left.run.result, Ok(ProbeResult::Success), "{what}");
                         assert!(left.events.iter().any(|e| e.contains(text)), "{what}: {:?}", left.events);
                     }
                 }
-                let record = left.record.filter(|_| observed);
-                if let Some(record) = record {
+                if observed {
+                    let record = left.record.expect("the observer's record");
                     let names = (&*record.pod_uid, &*record.namespace, &*record.pod, &*record.container);
                     assert_eq!(names, ("4f1c-uid", "shop", "web-0", "app"), "{what}");
+                } else {
+                    assert_eq!(left.record, None, "{what}");
                 }
             }
         }
@@ -205,10 +219,10 @@ async fn a_prepared_http_probe_sends_the_same_request_every_time() {
             }),
             ..Default::default()
         };
-        let setup = Setup::new(true);
-        let (container, status) = pod(probe, "127.0.0.1");
+        let setup = Setup::new(true, ProbeHostPolicy::Any);
+        let (container, status) = pod(probe, "127.0.0.1", port);
         let left = same_either_way(&setup, &container, status).await;
-        assert_eq!(left.run.result, Ok(probelet::prober::ProbeResult::Success));
+        assert_eq!(left.run.result, Ok(ProbeResult::Success));
         let requests = requests.lock().expect("not poisoned").clone();
         assert_eq!(requests.len(), 3);
         assert!(requests[0].starts_with("GET /healthz HTTP/1.1\r\n"), "{requests:?}");

@@ -270,7 +270,8 @@ pub struct ProbeWorker {
     last_completed: Option<Instant>,
     /// The runtime's ID of the container the worker last started a probe against: a new
     /// initial delay does not apply to it. The ID alone, not the whole [`ContainerId`], keeps
-    /// the worker in its size class (`size_tests`).
+    /// the worker in its size class (`size_tests`); two containers of one pod whose IDs differ
+    /// only in their runtime type do not occur (one runtime runs a pod).
     probed: Option<Arc<str>>,
     /// A new initial delay (seconds, and the timing annotation's milliseconds) waiting for the
     /// next container, because the current one has been probed already.
