@@ -1,7 +1,7 @@
 //! One probe iteration's decisions (upstream `worker.doProbe`), as plain state and functions
 //! that tests drive without an actor or a timer. The [`super::worker::ProbeWorker`] task
-//! calls [`WorkerState::before_probe`] (as `before_probe_found`, with its container already
-//! found in the pod's probe status), runs the probe when told to, then
+//! calls [`WorkerState::before_probe`] (as `checks`, with its container already found in the
+//! pod's probe status), runs the probe when told to, then
 //! [`WorkerState::after_probe`], and applies the cache operations both return.
 
 use std::sync::Arc;
@@ -210,20 +210,6 @@ impl WorkerState {
         ops: &mut Vec<CacheOp>,
     ) -> Next {
         let container = status.and_then(|s| s.container(&spec.container_name));
-        self.before_probe_found(spec, captured, status, container, now, ops)
-    }
-
-    /// [`WorkerState::before_probe`] with the container's status already found in `status`
-    /// (`None`: it is not there): the worker remembers where it was (docs/benchmarks.md).
-    pub(crate) fn before_probe_found(
-        &mut self,
-        spec: &WorkerSpec,
-        captured: &PodContainer,
-        status: Option<&PodProbeStatus>,
-        container: Option<&ProbedContainer>,
-        now: Timestamp,
-        ops: &mut Vec<CacheOp>,
-    ) -> Next {
         match self.checks(spec, captured, status, container, now, ops) {
             Step::Stop => Next::Stop,
             Step::Skip => Next::Skip,
@@ -234,10 +220,12 @@ impl WorkerState {
         }
     }
 
-    /// [`WorkerState::before_probe_found`] answering [`Step::Probe`] for "probe `container`":
-    /// the worker probes the ID the status holds, and takes a copy of it only when it must (a
-    /// copy writes both of the ID's reference counts, at every probe; docs/benchmarks.md,
-    /// "A probe prepared once per status").
+    /// [`WorkerState::before_probe`] with the container's status already found in `status`
+    /// (`None`: it is not there; the worker remembers where it was, docs/benchmarks.md),
+    /// answering [`Step::Probe`] for "probe `container`": the worker probes the ID the status
+    /// holds, and takes a copy of it only when it must (a copy writes both of the ID's
+    /// reference counts, at every probe; docs/benchmarks.md, "A probe prepared once per
+    /// status").
     pub(crate) fn checks(
         &mut self,
         spec: &WorkerSpec,
