@@ -327,8 +327,13 @@ impl Prober {
             Some(slots) => Some(slots.acquire().await),
             None => None,
         };
-        let started = tokio::time::Instant::now();
-        let waited = if slot.as_ref().is_some_and(|s| s.waited()) { started - asked } else { Duration::ZERO };
+        // A slot taken at once began the probe when it was asked for: one clock read fewer.
+        let (started, waited) = if slot.as_ref().is_some_and(|s| s.waited()) {
+            let started = tokio::time::Instant::now();
+            (started, started - asked)
+        } else {
+            (asked, Duration::ZERO)
+        };
         let attempt = attempt().await;
         drop(slot);
         let mapped = self.map_outcome(kind, pod, container, &attempt);

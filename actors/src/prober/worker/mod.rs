@@ -330,6 +330,12 @@ impl ProbeWorker {
     /// came due (the jitter, the probe in flight, a status awaited, a tick), until nothing is
     /// ready. Everything is polled with the task's own waker, so any of them wakes the worker.
     fn turn(&mut self, task: &mut TaskContext<'_>) -> Poll<()> {
+        // The inbox is polled until it is empty once a turn: once it has answered `Pending`, it
+        // holds the task's waker, and a message that arrives later in the turn wakes the task
+        // for another. Polling it again after each event of the turn (a tick, then the probe it
+        // started, …) cost a few hundred instructions a probe (docs/benchmarks.md, "The
+        // worker's inbox polled once a turn").
+        let mut inbox_drained = false;
         loop {
             if matches!(self.phase, Phase::Done) {
                 return Poll::Ready(());
@@ -345,17 +351,20 @@ impl ProbeWorker {
                 }
                 continue;
             }
-            match self.inbox.poll_next_unpin(task) {
-                Poll::Ready(Some(message)) => {
-                    self.receive(message);
-                    continue;
+            if !inbox_drained {
+                match self.inbox.poll_next_unpin(task) {
+                    Poll::Ready(Some(message)) => {
+                        self.receive(message);
+                        continue;
+                    }
+                    // Every handle dropped: the manager is gone, and nobody would hear of a
+                    // result.
+                    Poll::Ready(None) => {
+                        self.stop();
+                        continue;
+                    }
+                    Poll::Pending => inbox_drained = true,
                 }
-                // Every handle dropped: the manager is gone, and nobody would hear of a result.
-                Poll::Ready(None) => {
-                    self.stop();
-                    continue;
-                }
-                Poll::Pending => {}
             }
             if let Phase::Waiting(jitter) = &mut self.phase
                 && jitter.as_mut().poll(task).is_ready()
@@ -479,14 +488,10 @@ impl ProbeWorker {
         }
         let mut ops = Vec::new();
         let interval = self.interval();
-        let step = self.state.checks(
-            &self.spec,
-            &self.container,
-            status.as_deref(),
-            container,
-            self.peers.clock.now(),
-            &mut ops,
-        );
+        let clock = &self.peers.clock;
+        let now = clock.at(started).unwrap_or_else(|| clock.now());
+        let step =
+            self.state.checks(&self.spec, &self.container, status.as_deref(), container, now, &mut ops);
         let reported_started = self.reports_started(container);
         self.announce_started(&ops, reported_started);
         self.apply(ops);
@@ -547,12 +552,13 @@ impl ProbeWorker {
 
     /// A probe started at `started` has finished (or panicked).
     fn probe_finished(&mut self, outcome: Finished, started: Instant) {
-        self.last_completed = Some(Instant::now());
+        let now = Instant::now();
+        self.last_completed = Some(now);
         let interval = self.interval();
         // When the probe began, if it first waited for a probe slot.
         let waited = outcome.as_ref().map_or(Duration::ZERO, |run| run.waited);
         let began_after_wait = (!waited.is_zero()).then(|| started + waited);
-        self.finish_probe(outcome, started);
+        self.finish_probe(outcome, now.saturating_duration_since(started));
         self.interval_changed(interval, began_after_wait.unwrap_or(started));
         self.run_pending(began_after_wait);
     }
@@ -605,9 +611,10 @@ impl ProbeWorker {
         }
     }
 
-    /// Applies a finished probe's outcome. Its duration is measured from the iteration's start
-    /// at `started`, as upstream's is, so a wait for a probe slot is in it (docs/prober.md §1.2).
-    fn finish_probe(&mut self, outcome: Finished, started: Instant) {
+    /// Applies a finished probe's outcome. Its duration `took` is measured from the
+    /// iteration's start, as upstream's is, so a wait for a probe slot is in it (docs/prober.md
+    /// §1.2).
+    fn finish_probe(&mut self, outcome: Finished, took: Duration) {
         let result = match outcome.map(|run| run.result) {
             Err(panic) => {
                 let message = panic_message(panic.as_ref());
@@ -623,7 +630,7 @@ impl ProbeWorker {
             Ok(Ok(result)) => result,
         };
         let labels = metrics::ProbeLabels::new(&self.key, self.container.pod());
-        self.series.observe(labels, result, started.elapsed());
+        self.series.observe(labels, result, took);
         let mut ops = Vec::new();
         self.state.after_probe(&self.spec, result, &mut ops);
         self.announce_started(&ops, false);
