@@ -333,8 +333,8 @@ impl ProbeWorker {
         // The inbox is polled until it is empty once a turn: once it has answered `Pending`, it
         // holds the task's waker, and a message that arrives later in the turn wakes the task
         // for another. Polling it again after each event of the turn (a tick, then the probe it
-        // started, …) cost a few hundred instructions a probe (docs/benchmarks.md, "The
-        // worker's inbox polled once a turn").
+        // started, …) cost a few hundred instructions a probe (docs/benchmarks.md, "Fewer
+        // clock reads and inbox polls a probe").
         let mut inbox_drained = false;
         loop {
             if matches!(self.phase, Phase::Done) {
