@@ -520,9 +520,11 @@ impl Errors {
         self.push(path, format!("Unsupported value: {}", go_quote(value)), &detail);
     }
 
-    /// Go's `field.TooLong`, which never prints the value.
+    /// Go's `field.TooLong`, which never prints the value, in its wording since v1.32
+    /// (kubernetes#128553; "must have at most N bytes" before). Upstream says "byte" for a limit
+    /// of 1, which no limit here is.
     fn too_long(&mut self, path: &str, max_bytes: usize) {
-        self.push(path, "Too long".into(), &format!("must have at most {max_bytes} bytes"));
+        self.push(path, "Too long".into(), &format!("may not be more than {max_bytes} bytes"));
     }
 
     /// Go's `field.TooMany`.
