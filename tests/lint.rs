@@ -252,6 +252,75 @@ fn an_error_finding_exits_1() {
     );
 }
 
+/// A pod the API server refuses for its active deadline or for the size of its annotations, a
+/// Pod or a workload's template: errors about the pod (no container, no probe), in the API
+/// server's words, each naming the field where the manifest has it.
+#[test]
+fn a_bad_active_deadline_or_too_many_annotation_bytes_are_errors_about_the_pod() {
+    let dir = TempDir::new("pod-limits");
+    // With the key `a`: a byte more than the API server's 262144.
+    let big = "x".repeat(256 * 1024);
+    dir.write(
+        "pod.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: big\n  annotations:\n    a: {big}\n\
+             spec:\n  activeDeadlineSeconds: 60\n  containers:\n    - {{name: app, image: app:1}}\n"
+        ),
+    );
+    dir.write(
+        "job.yaml",
+        &format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: late}}\nspec:\n  template:\n    \
+             metadata:\n      annotations:\n        a: {big}\n    spec:\n      restartPolicy: Never\n      \
+             activeDeadlineSeconds: 0\n      containers:\n        - {{name: app, image: app:1}}\n"
+        ),
+    );
+
+    let run = lint(&["--format", "json"], &[dir.path()]);
+    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    let invalid = findings(&json, "invalid");
+    let got: Vec<(&str, &str, &str)> = invalid
+        .iter()
+        .map(|f| {
+            let text = |key: &str| f[key].as_str().expect("a string field");
+            (text("name"), text("field"), text("message"))
+        })
+        .collect();
+    let too_long = "Too long: may not be more than 262144 bytes";
+    assert_eq!(
+        got,
+        [
+            (
+                "late",
+                "spec.template.metadata.annotations",
+                &*format!("spec.template.annotations: {too_long}")
+            ),
+            (
+                "late",
+                "spec.template.spec.activeDeadlineSeconds",
+                "spec.template.spec.activeDeadlineSeconds: Invalid value: 0: must be between 1 and 2147483647, inclusive"
+            ),
+            ("big", "metadata.annotations", &*format!("metadata.annotations: {too_long}")),
+        ]
+    );
+    for finding in &invalid {
+        assert_eq!(finding["severity"], "error", "{finding}");
+        assert_eq!((&finding["container"], &finding["probe"]), (&Value::Null, &Value::Null), "{finding}");
+    }
+    assert_eq!(json["summary"]["errors"], 3);
+
+    let text = lint(&[], &[dir.path()]);
+    assert_eq!(text.code, 1);
+    assert!(
+        text.stdout.contains(&format!(
+            "job.yaml: Job late\n  error   invalid: spec.template.annotations: {too_long}\n  error   invalid: spec.template.spec.activeDeadlineSeconds: "
+        )),
+        "{}",
+        text.stdout
+    );
+}
+
 #[test]
 fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
     let dir = TempDir::new("unparseable");

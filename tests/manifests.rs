@@ -259,7 +259,7 @@ fn a_bad_active_deadline_or_too_many_annotation_bytes_refuse_the_manifest() {
         errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
         vec![
             format!(
-                "{}: Pod \"big\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes",
+                "{}: Pod \"big\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes",
                 file("big.yaml")
             ),
             format!(
@@ -859,7 +859,7 @@ fn validation_rules_and_messages() {
             "annotations one byte over 256 KiB",
             pod_from(json!({})),
             |p| annotate(p, 256 * 1024 + 1),
-            vec!["metadata.annotations: Too long: must have at most 262144 bytes".into()],
+            vec!["metadata.annotations: Too long: may not be more than 262144 bytes".into()],
         ),
     ];
     for (name, mut pod, mutate, want) in cases {

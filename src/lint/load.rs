@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation};
+use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, metadata_path};
 use crate::host::manifests::{MANIFEST_EXTENSIONS, Tracked, one_line, with_path, yaml_options};
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
@@ -35,6 +35,8 @@ pub struct Workload {
     pub spec_path: &'static str,
     /// The pod spec as written.
     pub spec: PodSpec,
+    /// The pod's annotations: the Pod's own, or its template's (not the workload's).
+    pub annotations: Option<BTreeMap<String, String>>,
     /// The start-time annotation, if the object or its pod template has one.
     pub start_annotation: Option<StartAnnotation>,
 }
@@ -242,24 +244,28 @@ fn objects(
     };
     let name = document.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
     let what = || if name.is_empty() { kind.clone() } else { format!("{kind} {name}") };
-    let workload =
-        |meta: ObjectMeta, template: Option<(Option<ObjectMeta>, &'static str)>, spec: Option<PodSpec>| {
-            let (template_meta, spec_path) = template.unwrap_or((None, "spec"));
-            let annotation_path = spec_path.strip_suffix(".spec").map(|p| format!("{p}.metadata"));
-            let start_annotation = template_meta
-                .as_ref()
-                .and_then(|m| start_annotation(m, annotation_path.as_deref().unwrap_or("metadata")))
-                .or_else(|| start_annotation(&meta, "metadata"));
-            Workload {
-                file: file.to_path_buf(),
-                kind: kind.clone(),
-                namespace: meta.namespace.clone().filter(|n| !n.is_empty()),
-                name: meta.name.clone().unwrap_or_default(),
-                spec_path,
-                spec: spec.unwrap_or_default(),
-                start_annotation,
-            }
-        };
+    let workload = |meta: ObjectMeta,
+                    template: Option<(Option<ObjectMeta>, &'static str)>,
+                    spec: Option<PodSpec>| {
+        let (template_meta, spec_path) = template.unwrap_or((None, "spec"));
+        let start_annotation = template_meta
+            .as_ref()
+            .and_then(|m| start_annotation(m, &metadata_path(spec_path)))
+            .or_else(|| start_annotation(&meta, "metadata"));
+        // A workload's pod is its template: the workload's own annotations are not the pod's.
+        let annotations =
+            if kind == "Pod" { meta.annotations.clone() } else { template_meta.and_then(|m| m.annotations) };
+        Workload {
+            file: file.to_path_buf(),
+            kind: kind.clone(),
+            namespace: meta.namespace.clone().filter(|n| !n.is_empty()),
+            name: meta.name.clone().unwrap_or_default(),
+            spec_path,
+            spec: spec.unwrap_or_default(),
+            annotations,
+            start_annotation,
+        }
+    };
     let template = |t: PodTemplateSpec, path: &'static str| (t.spec, Some((t.metadata, path)));
     match (api_version.as_str(), kind.as_str()) {
         ("v1", "List") => {
@@ -420,6 +426,26 @@ mod tests {
         assert!(errors[0].starts_with("invalid YAML: "), "{errors:?}");
         let (_, errors, _) = parse("broken.json", "{\"kind\": ");
         assert!(errors[0].starts_with("invalid JSON: "), "{errors:?}");
+    }
+
+    /// A Pod's annotations are its own; a workload's pod's are its template's, never the
+    /// workload's own (not even when it has no template).
+    #[test]
+    fn the_pods_annotations_are_the_pods_or_its_templates() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {a: pod}}\nspec: {containers: [{name: app}]}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, annotations: {a: deployment}}\n\
+                    spec:\n  selector: {}\n  template:\n    metadata: {annotations: {a: template}}\n    \
+                    spec: {containers: [{name: app}]}\n---\n\
+                    apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, annotations: {a: job}}\n\
+                    spec:\n  template:\n    spec: {containers: [{name: app}]}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: bare, annotations: {a: bare}}\n";
+        let (workloads, errors, _) = parse("a.yaml", yaml);
+        assert!(errors.is_empty(), "{errors:?}");
+        let got: Vec<Option<&str>> = workloads
+            .iter()
+            .map(|w| w.annotations.as_ref().and_then(|a| a.get("a")).map(String::as_str))
+            .collect();
+        assert_eq!(got, [Some("pod"), Some("template"), None, None]);
     }
 
     #[test]

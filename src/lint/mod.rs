@@ -65,8 +65,12 @@ pub fn lint_paths(paths: &[PathBuf]) -> Report {
         .workloads
         .into_iter()
         .map(|workload| {
-            let lint =
-                rules::lint_pod_spec(&workload.spec, workload.spec_path, workload.start_annotation.as_ref());
+            let lint = rules::lint_pod_spec(
+                &workload.spec,
+                workload.spec_path,
+                workload.annotations.as_ref(),
+                workload.start_annotation.as_ref(),
+            );
             ObjectReport { workload, lint }
         })
         .collect();

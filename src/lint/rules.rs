@@ -4,11 +4,13 @@
 //! `docs/prober.md` §1.2–§1.3 and §3.4.
 //!
 //! Defaulting and validation are the agent's own ([`apply_defaults`],
-//! [`validate_container_probes`]), so a value the standalone agent rejects is an error here with
-//! the same message, and a default it fills in is the default reported here.
+//! [`validate_container_probes`], [`validate_annotations_size`],
+//! [`validate_active_deadline_seconds`]), so a value the standalone agent rejects is an error
+//! here with the same message, and a default it fills in is the default reported here.
 //!
 //! This file holds the report types, the walk over a pod's containers ([`lint_pod_spec`]), the
-//! API server's validation errors and the start-time annotation. Beside it: the effective probes
+//! API server's validation errors (the containers' and the pod's own) and the start-time
+//! annotation. Beside it: the effective probes
 //! (`probe`), the per-container set-up rules (`container`) and the timing rules (`timing`).
 
 use std::collections::BTreeMap;
@@ -19,7 +21,8 @@ use probelet_actors::prober::ProbeKind;
 use serde::Serialize;
 
 use crate::host::manifests::{
-    DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, apply_defaults, validate_container_probes,
+    DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, apply_defaults, validate_active_deadline_seconds,
+    validate_annotations_size, validate_container_probes,
 };
 use probe::{Endpoint, effective_probe};
 
@@ -173,10 +176,17 @@ pub struct StartAnnotation {
 }
 
 /// Lints a pod spec found at `spec_path` (`spec` for a Pod, `spec.template.spec` for a
-/// Deployment, …). `spec` is the spec as written: defaults are applied here, so that the
-/// findings can say which values came from them.
-pub fn lint_pod_spec(spec: &PodSpec, spec_path: &str, start: Option<&StartAnnotation>) -> PodLint {
+/// Deployment, …), with the pod's `annotations` (the Pod's own, or its template's). `spec` is
+/// the spec as written: defaults are applied here, so that the findings can say which values
+/// came from them.
+pub fn lint_pod_spec(
+    spec: &PodSpec,
+    spec_path: &str,
+    annotations: Option<&BTreeMap<String, String>>,
+    start: Option<&StartAnnotation>,
+) -> PodLint {
     let mut lint = PodLint::default();
+    lint.findings.extend(pod_errors(spec, spec_path, annotations));
     let defaulted = defaulted_spec(spec);
     let starts = match start.map(|a| parse_start_seconds(&a.value, spec).map_err(|e| (a, e))) {
         None => KnownStarts::default(),
@@ -243,6 +253,48 @@ pub fn lint_pod_spec(spec: &PodSpec, spec_path: &str, start: Option<&StartAnnota
         lint.containers.push(ContainerReport { name: container.name.clone(), sidecar, probes, timings });
     }
     lint
+}
+
+/// Where the pod's metadata is in an object whose pod spec is at `spec_path`: `metadata` for a
+/// Pod, the template's (`spec.template.metadata`) for a workload.
+pub fn metadata_path(spec_path: &str) -> String {
+    match spec_path.strip_suffix(".spec") {
+        Some(template) => format!("{template}.metadata"),
+        None => "metadata".to_owned(),
+    }
+}
+
+/// The API server's checks of the pod as a whole that the standalone agent makes too: the
+/// annotations' size and `activeDeadlineSeconds`, as `invalid` errors about no container. They
+/// leave the containers' findings and timings alone: the probes are what they are.
+fn pod_errors(
+    spec: &PodSpec,
+    spec_path: &str,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Vec<Finding> {
+    // The API server validates a template's metadata under the template's own path, so its
+    // message says `spec.template.annotations`; the finding's field is where they are written.
+    let upstream_annotations = match spec_path.strip_suffix(".spec") {
+        Some(template) => format!("{template}.annotations"),
+        None => "metadata.annotations".to_owned(),
+    };
+    let annotations = validate_annotations_size(annotations, &upstream_annotations)
+        .map(|message| (format!("{}.annotations", metadata_path(spec_path)), message));
+    let deadline_path = format!("{spec_path}.activeDeadlineSeconds");
+    let deadline = validate_active_deadline_seconds(spec.active_deadline_seconds, &deadline_path)
+        .map(|message| (deadline_path, message));
+    annotations
+        .into_iter()
+        .chain(deadline)
+        .map(|(field, message)| Finding {
+            severity: Severity::Error,
+            rule: rule::INVALID,
+            container: None,
+            probe: None,
+            field: Some(field),
+            message,
+        })
+        .collect()
 }
 
 fn defaulted_spec(spec: &PodSpec) -> PodSpec {
@@ -340,7 +392,7 @@ mod tests {
     }
 
     pub(super) fn lint_yaml(yaml: &str) -> PodLint {
-        lint_pod_spec(&spec(yaml), "spec", None)
+        lint_pod_spec(&spec(yaml), "spec", None, None)
     }
 
     pub(super) fn lint_with_start(yaml: &str, start: &str) -> PodLint {
@@ -348,7 +400,7 @@ mod tests {
             field: format!("metadata.annotations[{START_SECONDS_ANNOTATION}]"),
             value: start.into(),
         };
-        lint_pod_spec(&spec(yaml), "spec", Some(&annotation))
+        lint_pod_spec(&spec(yaml), "spec", None, Some(&annotation))
     }
 
     pub(super) fn with_rule<'a>(lint: &'a PodLint, rule: &str) -> Vec<&'a Finding> {
@@ -455,17 +507,140 @@ mod tests {
             &spec(&web("livenessProbe:\n  tcpSocket: {port: 8080}\n  timeoutSeconds: -2\n")),
             "spec.template.spec",
             None,
+            None,
         );
         let errors = with_rule(&lint, rule::INVALID);
         assert_eq!(
             errors[0].message,
             "spec.template.spec.containers[0].livenessProbe.timeoutSeconds: Invalid value: -2: must be greater than or equal to 0"
         );
-        let lint = lint_pod_spec(&spec(&web(HTTP_READINESS)), "spec.jobTemplate.spec.template.spec", None);
+        let lint =
+            lint_pod_spec(&spec(&web(HTTP_READINESS)), "spec.jobTemplate.spec.template.spec", None, None);
         let defaults = with_rule(&lint, rule::DEFAULTS);
         assert_eq!(
             defaults[0].field.as_deref(),
             Some("spec.jobTemplate.spec.template.spec.containers[0].readinessProbe")
+        );
+    }
+
+    /// The pod's `activeDeadlineSeconds` and the size of its annotations, checked by the agent's
+    /// own validation: errors about no container, with the API server's message, for a Pod and
+    /// for a template (whose annotations the API server names by the template's path).
+    #[test]
+    fn active_deadline_and_annotation_bytes_are_errors_about_the_pod() {
+        let range = "must be between 1 and 2147483647, inclusive";
+        let too_long = "Too long: may not be more than 262144 bytes";
+        let annotations = |bytes: usize| BTreeMap::from([("a".to_owned(), "x".repeat(bytes - 1))]);
+        let cases = [
+            (
+                "deadline 0",
+                "spec",
+                Some(0),
+                0,
+                Some((
+                    "spec.activeDeadlineSeconds",
+                    format!("spec.activeDeadlineSeconds: Invalid value: 0: {range}"),
+                )),
+            ),
+            (
+                "negative deadline",
+                "spec",
+                Some(-1),
+                0,
+                Some((
+                    "spec.activeDeadlineSeconds",
+                    format!("spec.activeDeadlineSeconds: Invalid value: -1: {range}"),
+                )),
+            ),
+            (
+                "deadline past int32",
+                "spec",
+                Some(2_147_483_648),
+                0,
+                Some((
+                    "spec.activeDeadlineSeconds",
+                    format!("spec.activeDeadlineSeconds: Invalid value: 2147483648: {range}"),
+                )),
+            ),
+            ("deadline 1", "spec", Some(1), 0, None),
+            ("largest deadline", "spec", Some(2_147_483_647), 0, None),
+            (
+                "template deadline 0",
+                "spec.template.spec",
+                Some(0),
+                0,
+                Some((
+                    "spec.template.spec.activeDeadlineSeconds",
+                    format!("spec.template.spec.activeDeadlineSeconds: Invalid value: 0: {range}"),
+                )),
+            ),
+            ("annotations of 256 KiB", "spec", None, 262_144, None),
+            (
+                "annotations a byte over",
+                "spec",
+                None,
+                262_145,
+                Some(("metadata.annotations", format!("metadata.annotations: {too_long}"))),
+            ),
+            (
+                "template annotations a byte over",
+                "spec.template.spec",
+                None,
+                262_145,
+                Some((
+                    "spec.template.metadata.annotations",
+                    format!("spec.template.annotations: {too_long}"),
+                )),
+            ),
+            (
+                "cron job template annotations a byte over",
+                "spec.jobTemplate.spec.template.spec",
+                None,
+                262_145,
+                Some((
+                    "spec.jobTemplate.spec.template.metadata.annotations",
+                    format!("spec.jobTemplate.spec.template.annotations: {too_long}"),
+                )),
+            ),
+        ];
+        for (name, spec_path, deadline, bytes, want) in cases {
+            let mut pod = spec(&web(HTTP_LIVENESS));
+            pod.active_deadline_seconds = deadline;
+            let annotations = (bytes > 0).then(|| annotations(bytes));
+            let lint = lint_pod_spec(&pod, spec_path, annotations.as_ref(), None);
+            let errors = with_rule(&lint, rule::INVALID);
+            let got: Vec<(&str, &str)> =
+                errors.iter().map(|f| (f.field.as_deref().unwrap_or_default(), f.message.as_str())).collect();
+            let want: Vec<(&str, &str)> =
+                want.iter().map(|(field, message)| (*field, message.as_str())).collect();
+            assert_eq!(got, want, "case {name}");
+            for error in errors {
+                assert_eq!(error.severity, Severity::Error, "case {name}");
+                assert_eq!((error.container.as_deref(), error.probe), (None, None), "case {name}");
+            }
+            assert!(lint.containers[0].timings.is_some(), "case {name}: the probes' timings stay");
+        }
+        let both = {
+            let mut pod = spec(&web(HTTP_LIVENESS));
+            pod.active_deadline_seconds = Some(0);
+            lint_pod_spec(&pod, "spec", Some(&annotations(262_145)), None)
+        };
+        let fields: Vec<Option<&str>> =
+            with_rule(&both, rule::INVALID).iter().map(|f| f.field.as_deref()).collect();
+        assert_eq!(
+            fields,
+            [Some("metadata.annotations"), Some("spec.activeDeadlineSeconds")],
+            "both, in the API server's order"
+        );
+    }
+
+    #[test]
+    fn metadata_paths() {
+        assert_eq!(metadata_path("spec"), "metadata");
+        assert_eq!(metadata_path("spec.template.spec"), "spec.template.metadata");
+        assert_eq!(
+            metadata_path("spec.jobTemplate.spec.template.spec"),
+            "spec.jobTemplate.spec.template.metadata"
         );
     }
 

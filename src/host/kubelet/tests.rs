@@ -1,16 +1,19 @@
 //! The standalone kubelet with the local process runtime, under paused tokio time: a pod's
-//! active deadline. Containers are real processes; their signals go to a recording signaller
-//! that delivers none (a process that died meanwhile would race the paused clock), and the
-//! groups are killed for real when the test ends.
+//! active deadline, and the kill a failed liveness or startup result asks for (docs/reliability.md,
+//! "A failed liveness probe always restarts its container, even on a loaded node"). Containers are
+//! real processes; their signals go to a recording signaller that delivers none (a process
+//! that died meanwhile would race the paused clock) unless a test needs a killed container to
+//! exit, and the groups are killed for real when the test ends.
 
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::ContainerStatus;
 use probelet_actors::PipelineConfig;
 use probelet_actors::clock::{SharedClock, TokioClock};
+use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::MemoryRecorder;
 use probelet_actors::local_runner::LocalCommandRunner;
-use probelet_actors::process::{Signal, signal_group};
+use probelet_actors::process::{Signal, signal_container, signal_group};
 use probelet_actors::status::views::StatusView;
 
 use super::*;
@@ -21,8 +24,21 @@ use crate::host::runtime::Signaller;
 const RARELY: Duration = Duration::from_secs(3600);
 /// The longest any test waits for one status (paused time: only a hang reaches it).
 const WAIT: Duration = Duration::from_secs(600);
+/// The longest a test waits for what follows a real process's exit (real time: a delivered
+/// SIGTERM ends `sleep` at once, so only a hang, or a kill that never came, reaches it).
+const REAL_WAIT: Duration = Duration::from_secs(60);
 
 type Sent = Arc<Mutex<Vec<(u32, Signal, Instant)>>>;
+
+/// What the runtime's signals do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signals {
+    /// Recorded, never delivered: a container the runtime kills goes on running.
+    Recorded,
+    /// Recorded and delivered: a killed container exits, and its restart policy decides what
+    /// follows. The exit is a real process's, which a test waits for in real time.
+    Delivered,
+}
 
 struct Harness {
     kubelet: Addr<StandaloneKubelet>,
@@ -37,6 +53,11 @@ struct Harness {
 impl Harness {
     /// The kubelet on a folder holding `manifest`, with a wall clock on tokio time.
     fn start(name: &str, manifest: &str) -> Harness {
+        Harness::start_with(name, manifest, Signals::Recorded)
+    }
+
+    /// [`Harness::start`], with the runtime's signals doing what `signals` says.
+    fn start_with(name: &str, manifest: &str, signals: Signals) -> Harness {
         let dir = std::env::temp_dir().join(format!("probelet-kubelet-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temp dir");
@@ -54,7 +75,10 @@ impl Harness {
         let log = sent.clone();
         let signaller = Signaller::new(move |pgid, signal| {
             log.lock().expect("the signal log").push((pgid, signal, Instant::now()));
-            Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+            match signals {
+                Signals::Recorded => Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied)),
+                Signals::Delivered => signal_container(pgid, signal),
+            }
         });
         let runtime = ProcessRuntime::new(runner, Arc::new(recorder.clone()), clock.clone())
             .with_signaller(signaller)
@@ -97,6 +121,34 @@ impl Harness {
         let status = self.runtime.send(GetRuntimeStatus(uid.clone())).await.expect("the runtime answers");
         status.expect("the pod's containers").containers.remove(0)
     }
+
+    /// The container named `name` as the runtime has it.
+    async fn container(&self, uid: &PodUid, name: &str) -> ContainerStatus {
+        let status = self.runtime.send(GetRuntimeStatus(uid.clone())).await.expect("the runtime answers");
+        let containers = status.expect("the pod's containers").containers;
+        containers.into_iter().find(|c| c.name == name).expect("the container")
+    }
+
+    /// How many container stops the runtime began (each sends SIGTERM to the container's group
+    /// first; a container's own exit only SIGKILLs what it left there).
+    fn terms(&self) -> usize {
+        self.signals().iter().filter(|(signal, _)| *signal == Signal::Term).count()
+    }
+
+    /// The `Killing` events, each with the container it is about.
+    fn killings(&self) -> Vec<String> {
+        let events = self.recorder.events();
+        let killings = events.iter().filter(|e| e.reason == "Killing");
+        killings
+            .map(|e| format!("{}: {}", e.object.field_path.as_deref().unwrap_or_default(), e.render()))
+            .collect()
+    }
+
+    /// What the results cache tells the kubelet when a probe's result changes.
+    fn probe_result(&self, uid: &PodUid, kind: ProbeKind, container_id: &str, result: ProbeResult) {
+        let container_id = ContainerId::parse(container_id);
+        self.kubelet.do_send(ProbeResultChanged { kind, container_id, result, pod_uid: uid.clone() });
+    }
 }
 
 impl Drop for Harness {
@@ -109,7 +161,29 @@ impl Drop for Harness {
 }
 
 async fn wait_for(view: &mut StatusView, what: &str, done: impl Fn(&PodStatus) -> bool) -> Arc<PodStatus> {
-    let found = tokio::time::timeout(WAIT, view.wait_for(|s| s.as_deref().is_some_and(&done))).await;
+    wait_within(WAIT, view, what, done).await
+}
+
+/// [`wait_for`] for what follows a real process's exit, in real time: paused, the clock would
+/// jump to the wait's timeout before the exit is seen. The clock is paused again after.
+async fn wait_for_real(
+    view: &mut StatusView,
+    what: &str,
+    done: impl Fn(&PodStatus) -> bool,
+) -> Arc<PodStatus> {
+    tokio::time::resume();
+    let status = wait_within(REAL_WAIT, view, what, done).await;
+    tokio::time::pause();
+    status
+}
+
+async fn wait_within(
+    limit: Duration,
+    view: &mut StatusView,
+    what: &str,
+    done: impl Fn(&PodStatus) -> bool,
+) -> Arc<PodStatus> {
+    let found = tokio::time::timeout(limit, view.wait_for(|s| s.as_deref().is_some_and(&done))).await;
     match found {
         Ok(Ok(Some(status))) => status,
         _ => panic!("no status with {what}; last: {:#?}", view.borrow()),
@@ -118,6 +192,18 @@ async fn wait_for(view: &mut StatusView, what: &str, done: impl Fn(&PodStatus) -
 
 fn phase(status: &PodStatus) -> &str {
     status.phase.as_deref().unwrap_or_default()
+}
+
+/// The status of the container named `name`.
+fn container_status<'a>(status: &'a PodStatus, name: &str) -> Option<&'a ContainerStatus> {
+    status.container_statuses.iter().flatten().find(|c| c.name == name)
+}
+
+/// The ID of the container named `name`, if the status shows it running.
+fn running_id<'a>(status: &'a PodStatus, name: &str) -> Option<&'a str> {
+    container_status(status, name)
+        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .and_then(|c| c.container_id.as_deref())
 }
 
 /// Lets every task run until all wait: under paused time a sleep ends only once nothing else
@@ -225,4 +311,204 @@ spec:
     assert!(h.pod_events().is_empty(), "{:?}", h.pod_events());
     // A container's exit SIGKILLs what it left in its group; nothing is stopped (TERM).
     assert!(h.signals().iter().all(|(signal, _)| *signal != Signal::Term), "{:?}", h.signals());
+}
+
+/// Three containers; the probe results are about `app`, the middle one both in the spec and
+/// by name (the order of the status's container statuses), so that a lookup that took the
+/// pod's first or last container would kill another. A grace period far longer than any paused
+/// stretch of the tests: TERM is the only stop signal sent (a delivered one ends `sleep` at once).
+const THREE_CONTAINERS: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: probed}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: api
+    command: [sleep, "600"]
+  - name: app
+    command: [sleep, "600"]
+  - name: worker
+    command: [sleep, "600"]
+"#;
+
+/// The containers other than `app`.
+const OTHERS: [&str; 2] = ["api", "worker"];
+
+/// `kind` failing for the running `app`: that instance is killed with the kubelet's `message`
+/// (one `Killing` event, SIGTERM to its group only), and `restartPolicy: Always` starts it
+/// again; the others are left alone.
+async fn a_failure_kills_the_running_container_and_it_restarts(name: &str, kind: ProbeKind, message: &str) {
+    tokio::time::pause();
+    let h = Harness::start_with(name, THREE_CONTAINERS, Signals::Delivered);
+    let (uid, mut view) = h.pod().await;
+    let running = wait_for(&mut view, "every container running", |s| {
+        ["app"].iter().chain(&OTHERS).all(|name| running_id(s, name).is_some())
+    })
+    .await;
+    let app_id = running_id(&running, "app").expect("app runs").to_owned();
+    let others: Vec<Option<String>> =
+        OTHERS.iter().map(|name| running_id(&running, name).map(str::to_owned)).collect();
+
+    h.probe_result(&uid, kind, &app_id, ProbeResult::Failure);
+    settle().await;
+    assert_eq!(h.killings(), [format!("spec.containers{{app}}: Normal Killing {message}")]);
+    assert_eq!(h.terms(), 1, "one container stopped: {:?}", h.signals());
+
+    let restarted =
+        wait_for_real(&mut view, "app restarted", |s| running_id(s, "app").is_some_and(|id| id != app_id))
+            .await;
+    let app = container_status(&restarted, "app").expect("app's status");
+    assert_eq!(app.restart_count, 1, "{app:#?}");
+    for (name, id) in OTHERS.iter().zip(others) {
+        let other = h.container(&uid, name).await;
+        assert_eq!((other.container_id, other.restart_count), (id, 0), "{name} untouched");
+    }
+    assert_eq!(h.terms(), 1, "nothing else stopped: {:?}", h.signals());
+}
+
+#[actix::test]
+async fn a_liveness_failure_kills_the_running_container_and_it_restarts() {
+    a_failure_kills_the_running_container_and_it_restarts(
+        "liveness-kill",
+        ProbeKind::Liveness,
+        "Container app failed liveness probe, will be restarted",
+    )
+    .await;
+}
+
+#[actix::test]
+async fn a_startup_failure_kills_the_running_container_and_it_restarts() {
+    a_failure_kills_the_running_container_and_it_restarts(
+        "startup-kill",
+        ProbeKind::Startup,
+        "Container app failed startup probe, will be restarted",
+    )
+    .await;
+}
+
+/// Under `restartPolicy: Never` the kill says nothing of a restart, and the killed container
+/// stays stopped through resyncs while the others run on.
+#[actix::test]
+async fn a_liveness_failure_under_restart_policy_never_stops_the_container_for_good() {
+    tokio::time::pause();
+    let manifest = THREE_CONTAINERS.replace("spec:\n", "spec:\n  restartPolicy: Never\n");
+    let h = Harness::start_with("never", &manifest, Signals::Delivered);
+    let (uid, mut view) = h.pod().await;
+    let running = wait_for(&mut view, "app running", |s| running_id(s, "app").is_some()).await;
+    let app_id = running_id(&running, "app").expect("app runs").to_owned();
+
+    h.probe_result(&uid, ProbeKind::Liveness, &app_id, ProbeResult::Failure);
+    settle().await;
+    assert_eq!(h.killings(), ["spec.containers{app}: Normal Killing Container app failed liveness probe"]);
+
+    let terminated = |s: &PodStatus| {
+        container_status(s, "app").is_some_and(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+    };
+    wait_for_real(&mut view, "app terminated", terminated).await;
+    tokio::time::sleep(RARELY * 2).await;
+    let app = h.container(&uid, "app").await;
+    assert!(app.state.as_ref().is_some_and(|s| s.terminated.is_some()), "{app:#?}");
+    assert_eq!((app.container_id.as_deref(), app.restart_count), (Some(app_id.as_str()), 0));
+    let last = view.borrow().expect("a status");
+    assert!(OTHERS.iter().all(|name| running_id(&last, name).is_some()), "the others run on: {last:#?}");
+    assert_eq!(h.terms(), 1, "{:?}", h.signals());
+}
+
+/// A failed result about an instance that no longer runs (the container was restarted since)
+/// kills nothing: not once the status shows the new instance, nor while the status the
+/// workers read still shows the old one running — it lags the runtime by a sync, and the kill
+/// names the instance, so the runtime does not stop its successor.
+#[actix::test]
+async fn a_failure_about_an_instance_that_no_longer_runs_kills_nothing() {
+    tokio::time::pause();
+    let h = Harness::start_with("stale", THREE_CONTAINERS, Signals::Delivered);
+    let (uid, mut view) = h.pod().await;
+    let first = wait_for(&mut view, "app running", |s| running_id(s, "app").is_some()).await;
+    let old_id = running_id(&first, "app").expect("app runs").to_owned();
+    h.probe_result(&uid, ProbeKind::Liveness, &old_id, ProbeResult::Failure);
+    settle().await;
+    assert_eq!((h.terms(), h.killings().len()), (1, 1), "the first instance killed");
+    let restarted =
+        wait_for_real(&mut view, "app restarted", |s| running_id(s, "app").is_some_and(|id| id != old_id))
+            .await;
+    let new_id = running_id(&restarted, "app").expect("app runs").to_owned();
+
+    // The status shows the new instance.
+    for kind in [ProbeKind::Liveness, ProbeKind::Startup] {
+        h.probe_result(&uid, kind, &old_id, ProbeResult::Failure);
+    }
+    settle().await;
+    assert_eq!((h.terms(), h.killings().len()), (1, 1), "{:?}", h.killings());
+
+    // The status still shows the old instance running: stored here by hand, as the sync that
+    // follows a restart is asynchronous and nothing else syncs the pod until the next result.
+    let pods = h.kubelet.send(ListPods).await.expect("the kubelet answers");
+    h.pipeline.set_pod_status(pods[0].clone(), (*first).clone());
+    wait_for(&mut view, "the old instance shown", |s| running_id(s, "app") == Some(old_id.as_str())).await;
+    h.probe_result(&uid, ProbeKind::Liveness, &old_id, ProbeResult::Failure);
+    settle().await;
+    assert_eq!((h.terms(), h.killings().len()), (1, 1), "{:?}", h.killings());
+    let app = h.container(&uid, "app").await;
+    assert_eq!((app.container_id.as_deref(), app.restart_count), (Some(new_id.as_str()), 1));
+    assert!(app.state.as_ref().is_some_and(|s| s.running.is_some()), "{app:#?}");
+}
+
+/// A failed result about a pod the kubelet does not run (even with the ID of a container the
+/// kubelet does run), or about a container ID none of the pod's containers has, kills nothing, and
+/// the kubelet goes on: it still answers, and still acts on a result it knows.
+#[actix::test]
+async fn a_failure_about_an_unknown_pod_or_container_kills_nothing() {
+    tokio::time::pause();
+    let h = Harness::start("unknown", THREE_CONTAINERS);
+    let (uid, mut view) = h.pod().await;
+    let running = wait_for(&mut view, "app running", |s| running_id(s, "app").is_some()).await;
+    let app_id = running_id(&running, "app").expect("app runs").to_owned();
+    let stranger = PodUid::from("00000000-0000-0000-0000-000000000000");
+    for kind in [ProbeKind::Liveness, ProbeKind::Startup] {
+        h.probe_result(&stranger, kind, &app_id, ProbeResult::Failure);
+        h.probe_result(&uid, kind, "probelet://ffffffffffffffff", ProbeResult::Failure);
+        h.probe_result(&uid, kind, "", ProbeResult::Failure);
+    }
+    settle().await;
+    assert!(h.signals().is_empty(), "nothing stopped: {:?}", h.signals());
+    assert!(h.killings().is_empty(), "{:?}", h.killings());
+    let pods = h.kubelet.send(ListPods).await.expect("the kubelet still answers");
+    assert_eq!(pods.len(), 1);
+
+    h.probe_result(&uid, ProbeKind::Liveness, &app_id, ProbeResult::Failure);
+    settle().await;
+    assert_eq!(h.terms(), 1, "the known result kills");
+}
+
+/// Only a failed liveness or startup result kills: a success, an unknown result, or a failed
+/// readiness result about the running container leaves it running.
+#[actix::test]
+async fn a_success_or_a_readiness_failure_kills_nothing() {
+    tokio::time::pause();
+    let h = Harness::start("no-kill", THREE_CONTAINERS);
+    let (uid, mut view) = h.pod().await;
+    let running = wait_for(&mut view, "app running", |s| running_id(s, "app").is_some()).await;
+    let app_id = running_id(&running, "app").expect("app runs").to_owned();
+    for (kind, result) in [
+        (ProbeKind::Liveness, ProbeResult::Success),
+        (ProbeKind::Liveness, ProbeResult::Unknown),
+        (ProbeKind::Startup, ProbeResult::Success),
+        (ProbeKind::Startup, ProbeResult::Unknown),
+        (ProbeKind::Readiness, ProbeResult::Failure),
+        (ProbeKind::Readiness, ProbeResult::Success),
+        (ProbeKind::Readiness, ProbeResult::Unknown),
+    ] {
+        h.probe_result(&uid, kind, &app_id, result);
+    }
+    settle().await;
+    assert!(h.signals().is_empty(), "nothing stopped: {:?}", h.signals());
+    assert!(h.killings().is_empty(), "{:?}", h.killings());
+    let app = h.container(&uid, "app").await;
+    assert_eq!((app.container_id.as_deref(), app.restart_count), (Some(app_id.as_str()), 0));
+
+    // The same container failing its liveness probe is killed: the results above reached a
+    // kubelet that would have.
+    h.probe_result(&uid, ProbeKind::Liveness, &app_id, ProbeResult::Failure);
+    settle().await;
+    assert_eq!(h.terms(), 1);
 }

@@ -2,7 +2,7 @@
 //! (`pkg/apis/core/validation/validation.go`) of the pod fields the agent relies on, applied to
 //! every manifest pod as the kubelet does for static pods through `ValidatePodCreate`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, ContainerRestartRule, Pod, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -143,16 +143,7 @@ pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>>
             errs.invalid("metadata.namespace", go_quote(namespace), msg);
         }
     }
-    // Upstream `ValidateAnnotationsSize`: bytes of every key and value, as Go's `len` counts.
-    let annotations_bytes = pod
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .fold(0usize, |total, (key, value)| total.saturating_add(key.len()).saturating_add(value.len()));
-    if annotations_bytes > MAX_ANNOTATIONS_BYTES {
-        errs.too_long("metadata.annotations", MAX_ANNOTATIONS_BYTES);
-    }
+    errs.0.extend(validate_annotations_size(pod.metadata.annotations.as_ref(), "metadata.annotations"));
     let empty = PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty);
     validate_containers(&spec.containers, "spec.containers", container_rules, &mut errs);
@@ -166,15 +157,8 @@ pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>>
         None | Some("" | "Always" | "OnFailure" | "Never") => {}
         Some(other) => errs.not_supported("spec.restartPolicy", other, &["Always", "OnFailure", "Never"]),
     }
-    if let Some(deadline) =
-        spec.active_deadline_seconds.filter(|d| !(1..=MAX_ACTIVE_DEADLINE_SECONDS).contains(d))
-    {
-        errs.invalid(
-            "spec.activeDeadlineSeconds",
-            deadline.to_string(),
-            &format!("must be between 1 and {MAX_ACTIVE_DEADLINE_SECONDS}, inclusive"),
-        );
-    }
+    errs.0
+        .extend(validate_active_deadline_seconds(spec.active_deadline_seconds, "spec.activeDeadlineSeconds"));
     // The agent's own annotation (docs/probe-timing.md): rejected with the JSON path inside it.
     if let Err(err) = probe_timings(pod) {
         errs.push(
@@ -286,6 +270,40 @@ fn validate_init_containers(
         }
         container_probes(container, sidecar, &path, errs);
     }
+}
+
+/// Upstream `ValidateAnnotationsSize`, with the error `ValidateAnnotations` makes of it: the
+/// annotations' keys and values together, in bytes as Go's `len` counts them, at most
+/// [`MAX_ANNOTATIONS_BYTES`]. `path` is the field the error names: `metadata.annotations` for a
+/// pod ([`validate`]); `probelet lint` passes a pod template's too.
+pub fn validate_annotations_size(
+    annotations: Option<&BTreeMap<String, String>>,
+    path: &str,
+) -> Option<String> {
+    let bytes = annotations
+        .into_iter()
+        .flatten()
+        .fold(0usize, |total, (key, value)| total.saturating_add(key.len()).saturating_add(value.len()));
+    let mut errs = Errors::default();
+    if bytes > MAX_ANNOTATIONS_BYTES {
+        errs.too_long(path, MAX_ANNOTATIONS_BYTES);
+    }
+    errs.0.pop()
+}
+
+/// Upstream `ValidatePodSpec`'s check of `activeDeadlineSeconds`: unset, or between 1 and
+/// [`MAX_ACTIVE_DEADLINE_SECONDS`]. `path` is the field the error names:
+/// `spec.activeDeadlineSeconds` for a pod ([`validate`]); `probelet lint` passes a pod
+/// template's too.
+pub fn validate_active_deadline_seconds(deadline: Option<i64>, path: &str) -> Option<String> {
+    let deadline = deadline.filter(|d| !(1..=MAX_ACTIVE_DEADLINE_SECONDS).contains(d))?;
+    let mut errs = Errors::default();
+    errs.invalid(
+        path,
+        deadline.to_string(),
+        &format!("must be between 1 and {MAX_ACTIVE_DEADLINE_SECONDS}, inclusive"),
+    );
+    errs.0.pop()
 }
 
 /// The probe rules of [`validate`] for one container at `path` (`spec.containers[0]`), the
@@ -520,9 +538,11 @@ impl Errors {
         self.push(path, format!("Unsupported value: {}", go_quote(value)), &detail);
     }
 
-    /// Go's `field.TooLong`, which never prints the value.
+    /// Go's `field.TooLong`, which never prints the value, in its wording since v1.32
+    /// (kubernetes#128553; "must have at most N bytes" before). Upstream says "byte" for a limit
+    /// of 1, which no limit here is.
     fn too_long(&mut self, path: &str, max_bytes: usize) {
-        self.push(path, "Too long".into(), &format!("must have at most {max_bytes} bytes"));
+        self.push(path, "Too long".into(), &format!("may not be more than {max_bytes} bytes"));
     }
 
     /// Go's `field.TooMany`.

@@ -225,6 +225,7 @@ mod tests {
             )),
             "spec",
             None,
+            None,
         );
         let probe = &lint.containers[0].probes[0];
         assert!(probe.defaulted.is_empty(), "{:?}", probe.defaulted);
