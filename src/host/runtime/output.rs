@@ -46,8 +46,14 @@ pub(super) async fn forward_output(pipe: impl AsyncRead + Unpin, pod: String, co
     }
 }
 
+/// The target of the records below: the module they came from before they moved here, so that
+/// the log's lines read as before and its filters (`RUST_LOG=probelet::host::runtime::launch=warn`)
+/// still apply.
+const LOG_TARGET: &str = "probelet::host::runtime::launch";
+
 fn log_dropped(pod: &str, container: &str, lines: u64) {
     tracing::warn!(
+        target: LOG_TARGET,
         pod,
         container,
         lines,
@@ -124,7 +130,7 @@ pub(super) fn log_line(pod: &str, container: &str, line: &[u8]) {
     let text = String::from_utf8_lossy(line);
     let text = text.strip_suffix('\n').unwrap_or(&text);
     let text = text.strip_suffix('\r').unwrap_or(text);
-    tracing::info!(pod, container, "{text}");
+    tracing::info!(target: LOG_TARGET, pod, container, "{text}");
 }
 
 #[cfg(test)]
@@ -173,5 +179,40 @@ mod tests {
             assert!((0..10).all(|_| quiet.admit(100, now)), "10 short lines a second all logged");
         }
         assert_eq!(quiet.report_all(), None);
+    }
+
+    /// The records read as they did before the forwarding moved to this module: the same
+    /// target, level, text and fields.
+    #[test]
+    fn records_keep_their_target_level_and_text() {
+        #[derive(Clone, Default)]
+        struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("not poisoned").extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            log_line("web_default(1)", "app", b"hello\r\n");
+            log_dropped("web_default(1)", "app", 7);
+        });
+        let text = String::from_utf8(captured.0.lock().expect("not poisoned").clone()).expect("utf-8");
+        assert_eq!(
+            text,
+            " INFO probelet::host::runtime::launch: hello pod=\"web_default(1)\" container=\"app\"\n \
+             WARN probelet::host::runtime::launch: container output over 64 KiB/s: lines not logged \
+             pod=\"web_default(1)\" container=\"app\" lines=7\n"
+        );
     }
 }
