@@ -30,7 +30,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::core::v1::Pod;
 use probelet_actors::Pipeline;
-use probelet_actors::contracts::PodRegistry;
+use probelet_actors::contracts::{PodLookup as _, PodRegistry};
 use probelet_actors::metrics::PrometheusRegistry;
 use serde_json::json;
 use tokio::sync::{Semaphore, oneshot, watch};
@@ -735,15 +735,22 @@ async fn readyz(State(state): State<ServeState>) -> Response {
     }
 }
 
-/// The pods with the status manager's current status in place of their own.
-async fn with_statuses(state: &ServeState) -> Vec<Pod> {
+/// The pods with the status manager's latest published status in place of their own, read
+/// from the pods' views without a message to the status manager. The actors' thread can be busy
+/// for seconds (thousands of containers starting), and one round trip per pod through it held
+/// `/pods` for 14 s in such a burst (docs/reliability.md, "`/pods` while thousands of containers
+/// start"). A probe result the status manager has queued but not applied yet
+/// (docs/status-manager.md §9) shows from the next answer on.
+fn with_statuses(state: &ServeState) -> Vec<Pod> {
     let mut pods = state.pods.pods();
     pods.sort_by_key(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()));
     let mut out = Vec::with_capacity(pods.len());
     for pod in pods {
         let mut pod = (*pod).clone();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if let Ok(Some(status)) = state.pipeline.pod_status(&uid).await {
+        // As the status manager reads a mirror pod: by its static pod's UID.
+        let uid = state.pods.static_uid_for_mirror(&uid).unwrap_or(uid);
+        if let Some(status) = state.pipeline.published_status(&uid) {
             pod.status = Some(Arc::unwrap_or_clone(status));
         }
         out.push(pod);
@@ -754,7 +761,6 @@ async fn with_statuses(state: &ServeState) -> Vec<Pod> {
 /// The status page: the same data as `/pods`, the probes' runs and `/events`, as HTML.
 async fn status_page(State(state): State<ServeState>) -> Response {
     let pods: Vec<page::PodPage> = with_statuses(&state)
-        .await
         .into_iter()
         .map(|pod| {
             let probes = state.history.pod(pod.metadata.uid.as_deref().unwrap_or_default());
@@ -777,7 +783,7 @@ async fn pods(State(state): State<ServeState>) -> Response {
         kind: &'static str,
         metadata: serde_json::Map<String, serde_json::Value>,
     }
-    let items = with_statuses(&state).await;
+    let items = with_statuses(&state);
     axum::Json(PodList {
         api_version: "v1",
         items: &items,

@@ -964,6 +964,63 @@ async fn a_pod_with_too_many_containers_cannot_starve_the_others() {
     agent.stop().await;
 }
 
+/// What the flooding container writes before it says it is done: read flat out, a debug build
+/// of the agent took that much `yes` in about 2.5 s (a release build in 0.8 s; a 2-core
+/// machine); at the bounded read rate (1 MiB/s, docs/reliability.md) it takes more than 45 s.
+const FLOOD_BYTES: u64 = 50_000_000;
+
+/// A container that writes `yes` without pause (through `head`, so that it can say when it is
+/// done) does not stop the agent: another pod becomes Ready, its probe's failure 6 s after its
+/// start is seen, `/healthz`, `/pods` and the probe history answer, and the flood's lines beyond
+/// the log budget are counted in the log. Its output is read at the bounded rate: the flood is
+/// not over by the end of the test (read flat out, it is over in seconds).
+#[actix::test]
+async fn a_container_writing_without_pause_does_not_stop_the_agent_from_serving_and_probing() {
+    let dir = temp_dir("flood");
+    write(
+        &dir,
+        "flood.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: flood}}\nspec:\n  terminationGracePeriodSeconds: 1\n  \
+             containers:\n  - name: yes\n    command: [\"sh\", \"-c\", \"yes | head -c {FLOOD_BYTES}; \
+             echo the-flood-is-over >&2; exec sleep 1000\"]\n"
+        ),
+    );
+    write(&dir, "web.yaml", &web_pod("web", free_port(), r#", "--fail-after", "6s""#, ""));
+    let mut agent = Agent::start(&dir).await;
+    let ready = agent.wait_for_after(0, |l| l.contains("default/web: Ready=True")).await;
+
+    let log = || std::fs::read_to_string(dir.join(STDERR)).unwrap_or_default();
+    let counted = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("lines not logged") && l.contains("flood_default") && l.contains("lines="))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !counted(&log()) {
+        assert!(tokio::time::Instant::now() < deadline, "no count of lines not logged:\n{}", log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    agent.wait_for_after(ready, |l| l.contains("default/web: Ready=False")).await;
+    let health = agent.get("/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains("\"name\":\"flood\"") && pods.contains("\"name\":\"web\""), "{pods}");
+    let probes = agent.get("/pods/default/web/probes").await;
+    assert!(probes.contains("\"result\":\"Failure\""), "{probes}");
+
+    let log = log();
+    assert!(log.contains(": y pod=\"flood_default("), "the flood's lines within the budget are logged");
+    assert!(
+        !log.contains(": the-flood-is-over pod="),
+        "{FLOOD_BYTES} bytes read within the test: the container's output was not read at a bounded rate"
+    );
+    let head = ["head", "-c", &FLOOD_BYTES.to_string()].map(String::from);
+    let head: Vec<&str> = head.iter().map(String::as_str).collect();
+    assert_eq!(processes(&head).len(), 1, "the flood still runs");
+    agent.stop().await;
+    assert!(processes(&head).is_empty(), "the flood stopped with the agent");
+}
+
 /// Pod `name`: one sleeping container whose readiness probe runs `probe` (an exec command, as
 /// its JSON list items) every second, with a 3 s timeout.
 fn probed_pod(name: &str, probe: &[&str]) -> String {

@@ -439,6 +439,49 @@ async fn healthz_answers_while_the_main_thread_is_busy() {
     server.await.unwrap().unwrap();
 }
 
+/// `/pods` and the status page are answered from the statuses the status manager published,
+/// without a message to it: they answer, with the pod's stored status, while the actors' thread
+/// (here the test's) is blocked, as it is while thousands of containers start
+/// (docs/reliability.md, "`/pods` while thousands of containers start").
+#[actix::test]
+async fn pods_and_the_status_page_answer_while_the_actors_thread_is_busy() {
+    let h = Harness::start();
+    let pod =
+        test_pod("served").container("app").with_probe("app", ProbeKind::Readiness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![waiting("app")]).await;
+    h.sync(&pod, vec![running("app", "x://1", support::kubelet::epoch())]).await;
+    let state = fresh_state(&h, Heartbeat::new());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server =
+        serve_router_on_own_thread(listener, probelet::serve::router(state), Limits::default(), stopped)
+            .unwrap();
+
+    for (path, want) in [("/pods", "\"containerID\":\"x://1\""), ("/", "class=\"state-running\"")] {
+        let (answered, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).unwrap();
+            let mut text = String::new();
+            let _ = answered.send(stream.read_to_string(&mut text).map(|_| text));
+        });
+        // This thread runs the actors: blocked until the answer has come, it cannot serve a
+        // message to the status manager meanwhile. (Without an answer it gives up after 30 s.)
+        let text = answer
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{path}: no answer while the actors' thread was blocked"))
+            .unwrap();
+        assert!(text.starts_with("HTTP/1.1 200"), "{path}: {text}");
+        assert!(text.contains(want), "{path}: the stored status is served: {text}");
+    }
+
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
 async fn has_data(stream: &tokio::net::TcpStream, wait: Duration) -> bool {
     let mut byte = [0u8; 1];
     matches!(tokio::time::timeout(wait, stream.peek(&mut byte)).await, Ok(Ok(n)) if n > 0)

@@ -362,6 +362,17 @@ impl Pipeline {
         Ok(stored.and_then(|s| s.decode_logged()).map(Arc::new))
     }
 
+    /// The status the status manager last published for the pod with this UID (not a mirror
+    /// pod's: map it with [`PodLookup::static_uid_for_mirror`] first), decoded, read at once
+    /// from the pod's view ([`StatusViews::published`]) without a message to the status
+    /// manager: for readers that must not wait for a busy actor thread, such as the agent's
+    /// `/pods`. Unlike [`Pipeline::pod_status`] it does not apply the probe results the status
+    /// manager has queued for its next pass (docs/status-manager.md §9): those show once the
+    /// pass has run.
+    pub fn published_status(&self, uid: &str) -> Option<Arc<PodStatus>> {
+        self.views.published(uid).and_then(|p| p.status.decode_logged()).map(Arc::new)
+    }
+
     /// The cached entry of the pod with this UID or mirror pod UID, version included.
     pub async fn versioned_status(&self, uid: &str) -> Result<Option<VersionedPodStatus>, PipelineError> {
         self.status_manager

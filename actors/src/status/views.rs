@@ -353,6 +353,12 @@ impl StatusViews {
         }
     }
 
+    /// The pod's latest published status, read without subscribing: no slot is made for a
+    /// pod that has none.
+    pub fn published(&self, pod_uid: &str) -> Option<Published> {
+        self.locked().get(pod_uid).and_then(|e| e.0.get())
+    }
+
     /// What probes read of the pod's latest published status.
     pub fn probe_status(&self, pod_uid: &str) -> Option<Arc<PodProbeStatus>> {
         self.locked().get(pod_uid).and_then(|e| e.0.probe_status())
@@ -471,6 +477,21 @@ mod tests {
         assert_eq!(one.pod_ip(), "10.0.0.1");
         assert_eq!(view.borrow().as_deref(), Some(&status));
         assert!(views.probe_status("b").is_none());
+    }
+
+    #[test]
+    fn the_published_status_is_read_without_a_slot_for_a_pod_without_one() {
+        let views = StatusViews::new();
+        assert_eq!(views.published("a"), None);
+        assert!(views.is_empty(), "no slot made by a read");
+        let status = PodStatus { pod_ip: Some("10.0.0.1".into()), ..Default::default() };
+        views.publish("a", Some(Published::of(&status)));
+        let published = views.published("a").unwrap();
+        assert_eq!(published.status.decode().unwrap(), status);
+        assert!(Arc::ptr_eq(&published.probe, &views.probe_status("a").unwrap()), "the same copy");
+        views.publish("a", None);
+        assert_eq!(views.published("a"), None);
+        assert!(views.is_empty());
     }
 
     #[test]

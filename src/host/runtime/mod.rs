@@ -27,7 +27,8 @@
 //! The files: `actor` (the actor and its messages: what starts, restarts, stops), with
 //! `actor/start` (starting a container, recording its exit); `state` (a pod's containers, the
 //! restart rules, the statuses); `backoff` (the crash-loop back-off); `launch` (argv,
-//! environment, spawning, start errors, output); `stop` (SIGTERM/SIGKILL with deadlines);
+//! environment, spawning, start errors); `output` (a container's output into the agent's log);
+//! `stop` (SIGTERM/SIGKILL with deadlines);
 //! `groups` (the running process groups, recorded in the state directory so a restarted agent
 //! kills what a crashed one left); `orphans` (what a container whose shim was killed left
 //! running); `budget` (how many containers the agent's file descriptors allow). What happens when things fail is in `docs/reliability.md`.
@@ -38,6 +39,7 @@ mod budget;
 mod groups;
 mod launch;
 mod orphans;
+mod output;
 mod state;
 mod stop;
 

@@ -28,9 +28,8 @@ use crate::shim::{GO, Report};
 use probelet_actors::format::pod_ref;
 
 use super::super::groups::GroupOwner;
-use super::super::launch::{
-    Launch, Spawned, exit_code, forward_output, new_container_id, shim_start_error, start_error,
-};
+use super::super::launch::{Launch, Spawned, exit_code, new_container_id, shim_start_error, start_error};
+use super::super::output::forward_output;
 use super::super::state::{Current, RestartRules, Role, Running, Slot};
 use super::super::stop::ProcessGuard;
 use super::super::{
