@@ -322,6 +322,50 @@ fn a_bad_active_deadline_or_too_many_annotation_bytes_are_errors_about_the_pod()
 }
 
 #[test]
+fn a_workload_that_keeps_its_pods_running_may_not_set_an_active_deadline() {
+    let dir = TempDir::new("workload-deadline");
+    let template = "  selector: {matchLabels: {app: a}}\n  template:\n    metadata: {labels: {app: a}}\n    \
+                    spec:\n      activeDeadlineSeconds: 30\n      containers:\n        - {name: app, image: app:1}\n";
+    dir.write(
+        "deployment.yaml",
+        &format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n{template}"),
+    );
+    dir.write(
+        "daemonset.yaml",
+        &format!("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: agent}}\nspec:\n{template}"),
+    );
+    dir.write(
+        "job.yaml",
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: batch}\nspec:\n  template:\n    spec:\n      \
+         restartPolicy: Never\n      activeDeadlineSeconds: 30\n      containers:\n        - {name: app, image: app:1}\n",
+    );
+
+    let run = lint(&["--format", "json"], &[dir.path()]);
+    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    let mut got: Vec<(String, String)> = findings(&json, "invalid")
+        .iter()
+        .map(|f| {
+            let text = |key: &str| f[key].as_str().expect("a string field").to_owned();
+            (text("name"), text("message"))
+        })
+        .collect();
+    got.sort();
+    let field = "spec.template.spec.activeDeadlineSeconds";
+    assert_eq!(
+        got,
+        [
+            ("agent".to_owned(), format!("{field}: Invalid value: 30: must not be specified")),
+            (
+                "web".to_owned(),
+                format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")
+            ),
+        ],
+        "the Job may run to a deadline"
+    );
+}
+
+#[test]
 fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
     let dir = TempDir::new("unparseable");
     dir.write("a-deployment.yaml", DEPLOYMENT);

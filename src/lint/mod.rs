@@ -65,12 +65,14 @@ pub fn lint_paths(paths: &[PathBuf]) -> Report {
         .workloads
         .into_iter()
         .map(|workload| {
-            let lint = rules::lint_pod_spec(
+            let mut lint = rules::lint_pod_spec(
                 &workload.spec,
                 workload.spec_path,
                 workload.annotations.as_ref(),
                 workload.start_annotation.as_ref(),
             );
+            // After the pod spec's own errors, as the API server checks the template first.
+            lint.findings.extend(rules::workload_errors(&workload.kind, &workload.spec, workload.spec_path));
             ObjectReport { workload, lint }
         })
         .collect();

@@ -297,6 +297,30 @@ fn pod_errors(
         .collect()
 }
 
+/// What the API server refuses in the pod template of a workload of `kind` and not in a Pod:
+/// any `activeDeadlineSeconds` in the template of a workload that keeps its pods running (the
+/// apps group's validation; each kind in its own words). A Pod, a Job and a CronJob may set one.
+pub fn workload_errors(kind: &str, spec: &PodSpec, spec_path: &str) -> Vec<Finding> {
+    let Some(deadline) = spec.active_deadline_seconds else { return Vec::new() };
+    let field = format!("{spec_path}.activeDeadlineSeconds");
+    let message = match kind {
+        "Deployment" | "ReplicaSet" => {
+            format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")
+        }
+        "StatefulSet" => format!("{field}: Forbidden: activeDeadlineSeconds in StatefulSet is not Supported"),
+        "DaemonSet" => format!("{field}: Invalid value: {deadline}: must not be specified"),
+        _ => return Vec::new(),
+    };
+    vec![Finding {
+        severity: Severity::Error,
+        rule: rule::INVALID,
+        container: None,
+        probe: None,
+        field: Some(field),
+        message,
+    }]
+}
+
 fn defaulted_spec(spec: &PodSpec) -> PodSpec {
     let mut pod = Pod { spec: Some(spec.clone()), ..Default::default() };
     apply_defaults(&mut pod);
@@ -632,6 +656,45 @@ mod tests {
             [Some("metadata.annotations"), Some("spec.activeDeadlineSeconds")],
             "both, in the API server's order"
         );
+    }
+
+    #[test]
+    fn a_workload_that_keeps_its_pods_running_may_not_set_a_deadline() {
+        let field = "spec.template.spec.activeDeadlineSeconds";
+        let cases = [
+            (
+                "Deployment",
+                Some(30),
+                Some(format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")),
+            ),
+            (
+                "ReplicaSet",
+                Some(30),
+                Some(format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")),
+            ),
+            (
+                "StatefulSet",
+                Some(30),
+                Some(format!("{field}: Forbidden: activeDeadlineSeconds in StatefulSet is not Supported")),
+            ),
+            ("DaemonSet", Some(30), Some(format!("{field}: Invalid value: 30: must not be specified"))),
+            ("Job", Some(30), None),
+            ("Deployment", None, None),
+        ];
+        for (kind, deadline, want) in cases {
+            let mut pod = spec(&web(HTTP_LIVENESS));
+            pod.active_deadline_seconds = deadline;
+            let errors = workload_errors(kind, &pod, "spec.template.spec");
+            let got: Vec<(Option<&str>, &str)> =
+                errors.iter().map(|f| (f.field.as_deref(), f.message.as_str())).collect();
+            let want: Vec<(Option<&str>, &str)> = want.iter().map(|m| (Some(field), m.as_str())).collect();
+            assert_eq!(got, want, "{kind} with {deadline:?}");
+            assert!(errors.iter().all(|f| f.severity == Severity::Error && f.rule == rule::INVALID));
+        }
+        let mut pod = spec(&web(HTTP_LIVENESS));
+        pod.active_deadline_seconds = Some(30);
+        let cron = workload_errors("CronJob", &pod, "spec.jobTemplate.spec.template.spec");
+        assert!(cron.is_empty(), "a CronJob's job may run to a deadline");
     }
 
     #[test]
