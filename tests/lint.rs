@@ -355,7 +355,10 @@ fn a_workload_that_keeps_its_pods_running_may_not_set_an_active_deadline() {
     assert_eq!(
         got,
         [
-            ("agent".to_owned(), format!("{field}: Invalid value: 30: must not be specified")),
+            (
+                "agent".to_owned(),
+                format!("{field}: Forbidden: activeDeadlineSeconds in DaemonSet is not Supported")
+            ),
             (
                 "web".to_owned(),
                 format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")

@@ -299,18 +299,19 @@ fn pod_errors(
 
 /// What the API server refuses in the pod template of a workload of `kind` and not in a Pod:
 /// any `activeDeadlineSeconds` in the template of a workload that keeps its pods running (the
-/// apps group's validation; each kind in its own words). A Pod, a Job and a CronJob may set one.
+/// apps group's validation, which names the kind). A Pod, a Job and a CronJob may set one.
 pub fn workload_errors(kind: &str, spec: &PodSpec, spec_path: &str) -> Vec<Finding> {
-    let Some(deadline) = spec.active_deadline_seconds else { return Vec::new() };
-    let field = format!("{spec_path}.activeDeadlineSeconds");
-    let message = match kind {
-        "Deployment" | "ReplicaSet" => {
-            format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")
-        }
-        "StatefulSet" => format!("{field}: Forbidden: activeDeadlineSeconds in StatefulSet is not Supported"),
-        "DaemonSet" => format!("{field}: Invalid value: {deadline}: must not be specified"),
+    if spec.active_deadline_seconds.is_none() {
+        return Vec::new();
+    }
+    // A Deployment's template is validated as its ReplicaSets' is, and says so.
+    let named = match kind {
+        "Deployment" | "ReplicaSet" => "ReplicaSet",
+        "StatefulSet" | "DaemonSet" => kind,
         _ => return Vec::new(),
     };
+    let field = format!("{spec_path}.activeDeadlineSeconds");
+    let message = format!("{field}: Forbidden: activeDeadlineSeconds in {named} is not Supported");
     vec![Finding {
         severity: Severity::Error,
         rule: rule::INVALID,
@@ -677,7 +678,11 @@ mod tests {
                 Some(30),
                 Some(format!("{field}: Forbidden: activeDeadlineSeconds in StatefulSet is not Supported")),
             ),
-            ("DaemonSet", Some(30), Some(format!("{field}: Invalid value: 30: must not be specified"))),
+            (
+                "DaemonSet",
+                Some(30),
+                Some(format!("{field}: Forbidden: activeDeadlineSeconds in DaemonSet is not Supported")),
+            ),
             ("Job", Some(30), None),
             ("Deployment", None, None),
         ];
