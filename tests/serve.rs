@@ -387,6 +387,20 @@ fn fresh_state(h: &Harness, heartbeat: Heartbeat) -> ServeState {
 
 /// A harness holding one pod whose `/pods` answer is bigger than the socket buffers can hold,
 /// its serving state, and that size.
+/// Serves `state`'s router on a thread of its own, as the agent does, on a free loopback port:
+/// its address, the switch that stops it, and the server's end.
+fn serve_on_own_thread(
+    state: ServeState,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server =
+        serve_router_on_own_thread(listener, probelet::serve::router(state), Limits::default(), stopped)
+            .unwrap();
+    (addr, stop, server)
+}
+
 fn with_a_big_pod() -> (Harness, ServeState, usize) {
     let h = Harness::start();
     let mut pod = (*test_pod("big").container("app").build()).clone();
@@ -414,12 +428,7 @@ async fn healthz_answers_while_the_main_thread_is_busy() {
     let h = Harness::start();
     let heartbeat = Heartbeat::new();
     let state = fresh_state(&h, heartbeat.clone());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server =
-        serve_router_on_own_thread(listener, probelet::serve::router(state), Limits::default(), stopped)
-            .unwrap();
+    let (addr, stop, server) = serve_on_own_thread(state);
     assert_eq!(get(addr, "/healthz").await, (200, "ok".to_owned()));
 
     // A client on another thread asks while this thread is blocked.
@@ -451,12 +460,7 @@ async fn pods_and_the_status_page_answer_while_the_actors_thread_is_busy() {
     h.sync(&pod, vec![waiting("app")]).await;
     h.sync(&pod, vec![running("app", "x://1", support::kubelet::epoch())]).await;
     let state = fresh_state(&h, Heartbeat::new());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server =
-        serve_router_on_own_thread(listener, probelet::serve::router(state), Limits::default(), stopped)
-            .unwrap();
+    let (addr, stop, server) = serve_on_own_thread(state);
 
     for (path, want) in [("/pods", "\"containerID\":\"x://1\""), ("/", "class=\"state-running\"")] {
         let (answered, answer) = std::sync::mpsc::channel();

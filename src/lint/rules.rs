@@ -662,27 +662,14 @@ mod tests {
     #[test]
     fn a_workload_that_keeps_its_pods_running_may_not_set_a_deadline() {
         let field = "spec.template.spec.activeDeadlineSeconds";
+        let forbidden = |named: &str| {
+            Some(format!("{field}: Forbidden: activeDeadlineSeconds in {named} is not Supported"))
+        };
         let cases = [
-            (
-                "Deployment",
-                Some(30),
-                Some(format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")),
-            ),
-            (
-                "ReplicaSet",
-                Some(30),
-                Some(format!("{field}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")),
-            ),
-            (
-                "StatefulSet",
-                Some(30),
-                Some(format!("{field}: Forbidden: activeDeadlineSeconds in StatefulSet is not Supported")),
-            ),
-            (
-                "DaemonSet",
-                Some(30),
-                Some(format!("{field}: Forbidden: activeDeadlineSeconds in DaemonSet is not Supported")),
-            ),
+            ("Deployment", Some(30), forbidden("ReplicaSet")),
+            ("ReplicaSet", Some(30), forbidden("ReplicaSet")),
+            ("StatefulSet", Some(30), forbidden("StatefulSet")),
+            ("DaemonSet", Some(30), forbidden("DaemonSet")),
             ("Job", Some(30), None),
             ("Deployment", None, None),
         ];
