@@ -86,7 +86,7 @@ impl PreparedProbe for Prepared {
 impl Prepared {
     async fn run_owned(self: Arc<Self>, status: Arc<PodProbeStatus>) -> ProbeRun {
         let this = &*self;
-        let (kind, pod, container) = (this.kind, this.container.pod(), &*this.container);
+        let (kind, pod) = (this.kind, this.container.pod());
         let names = || this.record_names();
         match this.tcp_addr {
             // What the dispatcher would do for this probe (`Prober::run_probe`): one try, as a
@@ -95,12 +95,12 @@ impl Prepared {
             Some(addr) => {
                 drop(status);
                 let attempt = || Box::pin(async move { Ok(tcp::probe_addr(addr, this.timeout).await) });
-                this.prober.run_observed(kind, false, pod, container, names, attempt).await
+                this.prober.run_observed(kind, false, pod, || &*this.container, names, attempt).await
             }
             None => {
                 let (id, memo) = (&this.container_id, Some(&this.memo));
                 this.prober
-                    .probe_remembering(kind, pod, &status, container, id, this.timeout, memo, names)
+                    .probe_remembering(kind, pod, &status, &this.container, id, this.timeout, memo, names)
                     .await
             }
         }

@@ -303,17 +303,20 @@ impl Prober {
         // it while they queue for the slots, ten thousand times over (docs/memory.md).
         let attempt =
             || Box::pin(self.run_with_retries(spec, pod, status, container, container_id, timeout, memo));
-        self.run_observed(kind, spec.exec.is_some(), pod, container, names, attempt).await
+        self.run_observed(kind, spec.exec.is_some(), pod, || container, names, attempt).await
     }
 
     /// Runs `attempt` (the probe's tries) once it has a slot of its pool (the exec probes' when
     /// `exec`), maps its answer to a cache result with its event, and tells the observer.
-    pub(super) async fn run_observed<'n, F>(
+    /// `container` is asked for only when an event is recorded: a prepared probe's container is
+    /// read through its pod, memory a probe that succeeds need not touch (docs/benchmarks.md,
+    /// "Fewer lines of memory a probe").
+    pub(super) async fn run_observed<'n, 'c, F>(
         &self,
         kind: ProbeKind,
         exec: bool,
         pod: &Pod,
-        container: &Container,
+        container: impl Fn() -> &'c Container,
         names: impl FnOnce() -> RecordNames<'n>,
         attempt: impl FnOnce() -> F,
     ) -> ProbeRun
@@ -369,19 +372,19 @@ impl Prober {
     }
 
     /// Maps an executor's answer to a cache result and records the event it calls for.
-    fn map_outcome(
+    fn map_outcome<'c>(
         &self,
         kind: ProbeKind,
         pod: &Pod,
-        container: &Container,
+        container: impl Fn() -> &'c Container,
         attempt: &Result<Probed, ProbeError>,
     ) -> Result<ProbeResult, ProbeError> {
         // Built only for an event: most probes succeed and record none.
-        let reference = || container_reference(pod, container);
+        let reference = || container_reference(pod, container());
         match attempt {
             Err(err) => {
                 tracing::debug!(
-                    probe_kind = %kind, pod = pod_name(pod), container = %container.name, error = %err,
+                    probe_kind = %kind, pod = pod_name(pod), container = %container().name, error = %err,
                     "Probe errored"
                 );
                 self.parts.recorder.record(
@@ -867,7 +870,7 @@ mod tests {
         let mapped = prober.map_outcome(
             ProbeKind::Readiness,
             &pod,
-            &container,
+            || &container,
             &Ok(Probed::new(ProbeOutcome::Warning, "probe output")),
         );
         assert_eq!(mapped, Ok(ProbeResult::Success));
@@ -875,7 +878,7 @@ mod tests {
         let unknown = prober.map_outcome(
             ProbeKind::Readiness,
             &pod,
-            &container,
+            || &container,
             &Ok(Probed::new(ProbeOutcome::Unknown, "")),
         );
         assert_eq!(unknown, Ok(ProbeResult::Failure));
