@@ -11,15 +11,25 @@
 //! The node's budget is shared fairly by taking turns rather than racing for tokens: a stream
 //! reads first and then pays for what it read, by placing its bytes at the end of the node's
 //! queue (a virtual clock that runs ahead of the real one by what has been read beyond the
-//! rate); it reads next when the queue has been paid off up to its bytes. A stream thus waits
-//! at most for one chunk of each other stream reading at the time: with `N` streams reading,
-//! its turn comes within `N × READ_CHUNK / NODE_READ_BYTES_PER_SECOND` (2 ms per stream at
-//! 16 KiB and 8 MiB/s), however long the floods last. Tokens raced for would go to whichever
-//! task the timer woke first, with no bound on how often one stream loses. And since a stream
-//! pays after its read, a quiet one blocked on its pipe reads its next line as soon as it is
-//! written, unless it is still within its own short turn; it is charged its few bytes, not a
-//! chunk, so it costs the floods next to nothing. Over any time `T` the node reads at most
+//! rate); it reads next when the queue has been paid off up to its bytes. Each stream thus has
+//! at most one chunk in the queue, and waits at most for one chunk of each stream reading at
+//! the time: with `N` streams reading, its turn comes within
+//! `N × READ_CHUNK / NODE_READ_BYTES_PER_SECOND` (2 ms per stream at 16 KiB and 8 MiB/s),
+//! however long the floods last; and over any time `T` the node reads at most
 //! `T × NODE_READ_BYTES_PER_SECOND`, plus the first second's burst, plus one chunk per stream.
+//! Tokens raced for would go to whichever task the timer woke first, with no bound on how often
+//! one stream loses (tried in the tests below: some floods got thirteen times what others did,
+//! and a quiet container waited so long that its lines came in a burst beyond its log budget
+//! and were dropped).
+//!
+//! A quiet stream pays after its read too: blocked on its pipe, it reads a line as soon as it
+//! is written, unless it is still waiting for the turn its previous read took, which is the
+//! longest a line waits (about half a turn on average when lines come faster than turns). It is
+//! charged its few bytes, not a chunk, so it costs the floods next to nothing. Letting it wait
+//! only a share of the turn, in proportion to what it read, would let its lines through at
+//! once, but a stream could then read again before what it read was paid for, and the bound
+//! above would no longer hold by construction.
+//!
 //! The queue is an [`Instant`] behind a std mutex, held for a few arithmetic operations and
 //! never across an await.
 
@@ -54,13 +64,12 @@ pub(super) const LOG_LINE_COST: u64 = 128;
 pub(super) const READ_BYTES_PER_SECOND: u64 = 1024 * 1024;
 
 /// Output read per second by all the streams of a runtime together, at most (after a first
-/// second's worth at once, and a chunk per stream): eight streams flooding at once each get
-/// their own rate, more share this one. Reading costs the agent about 0.3 % of a core per MiB a
-/// second (1 MiB/s for each of 100 `yes` containers took 28.5 % of a core with their lines not
-/// logged), so this keeps the reading of any number of floods near 2–3 % of a core. A normal
-/// container writes a few KiB a second; at this rate 128 streams could each write as much as
-/// is logged ([`LOG_BYTES_PER_SECOND`]) without being slowed (docs/reliability.md, "A container
-/// that writes without pause").
+/// second's worth at once, and a chunk per stream): up to eight streams flooding at once each
+/// get their own rate, more share this one. Reading at this rate cost the agent 4–5 % of a
+/// core whether 20, 100 or 200 containers ran `yes` (their lines not logged), where each had
+/// cost 0.3–0.4 % at its own rate. A normal container writes a few KiB a second; at this rate
+/// 128 streams could each write as much as is logged ([`LOG_BYTES_PER_SECOND`]) without being
+/// slowed (docs/reliability.md, "A container that writes without pause").
 pub(super) const NODE_READ_BYTES_PER_SECOND: u64 = 8 * 1024 * 1024;
 
 /// The most one read takes; reading paused by the rate resumes once this much is allowed, so a
@@ -833,6 +842,39 @@ mod tests {
             );
             let lines = logged(&stream.seen).len() as u64 + dropped(&stream.seen);
             assert_eq!(lines, stream.written / 2, "stream {i}: each line logged or counted");
+        }
+    }
+
+    /// A hundred containers each writing a 200-byte line every millisecond (20 MB a second
+    /// together, each far below its own rate) are held to the node's rate too, though each read
+    /// is paid for only after it: the rate over the time, its burst and a chunk per stream.
+    #[tokio::test(start_paused = true)]
+    async fn many_streams_writing_short_lines_fast_are_held_to_the_node_rate() {
+        const STREAMS: usize = 100;
+        const WRITING: Duration = Duration::from_secs(3);
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        let streams = shared(&node, STREAMS, |_, mut pipe| async move {
+            let line = [b"x".repeat(199), b"\n".to_vec()].concat();
+            let mut written = 0;
+            while Instant::now() < start + WRITING {
+                pipe.write_all(&line).await.expect("read to the end");
+                written += line.len() as u64;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            written
+        })
+        .await;
+        let total: u64 = streams.iter().map(|s| s.read_before(start + WRITING)).sum();
+        let most = node_bound(WRITING, STREAMS);
+        assert!(total <= most, "{total} bytes read in {WRITING:?} from {STREAMS} streams, at most {most}");
+        assert!(
+            total >= NODE_READ_BYTES_PER_SECOND * WRITING.as_secs(),
+            "{total} bytes: the node's rate left unused"
+        );
+        for (i, stream) in streams.iter().enumerate() {
+            let lines = logged(&stream.seen).len() as u64 + dropped(&stream.seen);
+            assert_eq!(lines, stream.written / 200, "stream {i}: each line logged or counted");
         }
     }
 
