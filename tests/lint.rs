@@ -321,6 +321,74 @@ fn a_bad_active_deadline_or_too_many_annotation_bytes_are_errors_about_the_pod()
     );
 }
 
+/// A workload whose own annotations are over the limit is refused as a Pod is: an error at
+/// `metadata.annotations`, in the same words, before its template's; at the limit, none.
+#[test]
+fn a_workloads_own_annotations_over_the_limit_are_an_error() {
+    let dir = TempDir::new("object-annotations");
+    // With the key `a`: a byte more than the API server's 262144, and exactly that.
+    let over = "x".repeat(256 * 1024);
+    let limit = "x".repeat(256 * 1024 - 1);
+    let template = "  selector: {matchLabels: {app: a}}\n  template:\n    metadata: {labels: {app: a}}\n    \
+                    spec:\n      containers:\n        - {name: app, image: app:1}\n";
+    dir.write(
+        "deployment.yaml",
+        &format!("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  annotations:\n    a: {over}\nspec:\n{template}"),
+    );
+    dir.write(
+        "statefulset.yaml",
+        &format!("apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\n  annotations:\n    a: {limit}\nspec:\n{template}"),
+    );
+    dir.write(
+        "cronjob.yaml",
+        &format!(
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: nightly\n  annotations:\n    a: {over}\n\
+             spec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      template:\n        metadata:\n          \
+             annotations:\n            a: {over}\n        spec:\n          restartPolicy: Never\n          \
+             containers:\n            - {{name: app, image: app:1}}\n"
+        ),
+    );
+
+    let run = lint(&["--format", "json"], &[dir.path()]);
+    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let json = run.json();
+    let invalid = findings(&json, "invalid");
+    let got: Vec<(&str, &str, &str)> = invalid
+        .iter()
+        .map(|f| {
+            let text = |key: &str| f[key].as_str().expect("a string field");
+            (text("name"), text("field"), text("message"))
+        })
+        .collect();
+    let too_long = "Too long: may not be more than 262144 bytes";
+    let own = format!("metadata.annotations: {too_long}");
+    assert_eq!(
+        got,
+        [
+            ("nightly", "metadata.annotations", &*own),
+            (
+                "nightly",
+                "spec.jobTemplate.spec.template.metadata.annotations",
+                &*format!("spec.jobTemplate.spec.template.annotations: {too_long}")
+            ),
+            ("web", "metadata.annotations", &*own),
+        ]
+    );
+    for finding in &invalid {
+        assert_eq!(finding["severity"], "error", "{finding}");
+        assert_eq!((&finding["container"], &finding["probe"]), (&Value::Null, &Value::Null), "{finding}");
+    }
+    assert_eq!(json["summary"]["errors"], 3);
+
+    let text = lint(&[], &[dir.path()]);
+    assert_eq!(text.code, 1);
+    assert!(
+        text.stdout.contains(&format!("deployment.yaml: Deployment web\n  error   invalid: {own}\n")),
+        "{}",
+        text.stdout
+    );
+}
+
 #[test]
 fn a_workload_that_keeps_its_pods_running_may_not_set_an_active_deadline() {
     let dir = TempDir::new("workload-deadline");

@@ -37,6 +37,9 @@ pub struct Workload {
     pub spec: PodSpec,
     /// The pod's annotations: the Pod's own, or its template's (not the workload's).
     pub annotations: Option<BTreeMap<String, String>>,
+    /// A workload's own annotations (its `metadata.annotations`), which the API server checks
+    /// as it does a Pod's; `None` for a Pod, whose own are its pod's ([`Workload::annotations`]).
+    pub object_annotations: Option<BTreeMap<String, String>>,
     /// The start-time annotation, if the object or its pod template has one.
     pub start_annotation: Option<StartAnnotation>,
 }
@@ -255,6 +258,7 @@ fn objects(
         // A workload's pod is its template: the workload's own annotations are not the pod's.
         let annotations =
             if kind == "Pod" { meta.annotations.clone() } else { template_meta.and_then(|m| m.annotations) };
+        let object_annotations = if kind == "Pod" { None } else { meta.annotations.clone() };
         Workload {
             file: file.to_path_buf(),
             kind: kind.clone(),
@@ -263,6 +267,7 @@ fn objects(
             spec_path,
             spec: spec.unwrap_or_default(),
             annotations,
+            object_annotations,
             start_annotation,
         }
     };
@@ -429,7 +434,7 @@ mod tests {
     }
 
     /// A Pod's annotations are its own; a workload's pod's are its template's, never the
-    /// workload's own (not even when it has no template).
+    /// workload's own (not even when it has no template), which are kept apart.
     #[test]
     fn the_pods_annotations_are_the_pods_or_its_templates() {
         let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {a: pod}}\nspec: {containers: [{name: app}]}\n---\n\
@@ -446,6 +451,11 @@ mod tests {
             .map(|w| w.annotations.as_ref().and_then(|a| a.get("a")).map(String::as_str))
             .collect();
         assert_eq!(got, [Some("pod"), Some("template"), None, None]);
+        let own: Vec<Option<&str>> = workloads
+            .iter()
+            .map(|w| w.object_annotations.as_ref().and_then(|a| a.get("a")).map(String::as_str))
+            .collect();
+        assert_eq!(own, [None, Some("deployment"), Some("job"), Some("bare")], "a Pod's are its pod's");
     }
 
     #[test]

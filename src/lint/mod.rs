@@ -71,6 +71,8 @@ pub fn lint_paths(paths: &[PathBuf]) -> Report {
                 workload.annotations.as_ref(),
                 workload.start_annotation.as_ref(),
             );
+            // The API server checks an object's metadata before its spec.
+            lint.findings.splice(0..0, rules::object_errors(workload.object_annotations.as_ref()));
             // After the pod spec's own errors, as the API server checks the template first.
             lint.findings.extend(rules::workload_errors(&workload.kind, &workload.spec, workload.spec_path));
             ObjectReport { workload, lint }

@@ -297,6 +297,24 @@ fn pod_errors(
         .collect()
 }
 
+/// What the API server refuses in a workload's own metadata: its `annotations` over the size a
+/// Pod's may take, in the same words (`ValidateObjectMeta` checks every kind's under
+/// `metadata`). A Pod's own annotations are its pod's, checked with its spec ([`lint_pod_spec`]).
+pub fn object_errors(annotations: Option<&BTreeMap<String, String>>) -> Vec<Finding> {
+    let field = "metadata.annotations";
+    validate_annotations_size(annotations, field)
+        .map(|message| Finding {
+            severity: Severity::Error,
+            rule: rule::INVALID,
+            container: None,
+            probe: None,
+            field: Some(field.to_owned()),
+            message,
+        })
+        .into_iter()
+        .collect()
+}
+
 /// What the API server refuses in the pod template of a workload of `kind` and not in a Pod:
 /// any `activeDeadlineSeconds` in the template of a workload that keeps its pods running (the
 /// apps group's validation, which names the kind). A Pod, a Job and a CronJob may set one.
@@ -657,6 +675,31 @@ mod tests {
             [Some("metadata.annotations"), Some("spec.activeDeadlineSeconds")],
             "both, in the API server's order"
         );
+    }
+
+    /// A workload's own annotations over the limit are refused as a Pod's are: an error about no
+    /// container at `metadata.annotations`, in the same words; up to the limit, nothing.
+    #[test]
+    fn a_workloads_own_annotations_are_checked_as_a_pods_are() {
+        let annotations = |bytes: usize| BTreeMap::from([("a".to_owned(), "x".repeat(bytes - 1))]);
+        assert_eq!(object_errors(None), []);
+        assert_eq!(object_errors(Some(&BTreeMap::new())), []);
+        assert_eq!(object_errors(Some(&annotations(262_144))), []);
+        // Bytes, not characters: 131072 two-byte characters and the key are a byte over.
+        let wide = BTreeMap::from([("a".to_owned(), "é".repeat(131_072))]);
+        for over in [annotations(262_145), wide] {
+            assert_eq!(
+                object_errors(Some(&over)),
+                [Finding {
+                    severity: Severity::Error,
+                    rule: rule::INVALID,
+                    container: None,
+                    probe: None,
+                    field: Some("metadata.annotations".to_owned()),
+                    message: "metadata.annotations: Too long: may not be more than 262144 bytes".to_owned(),
+                }]
+            );
+        }
     }
 
     #[test]

@@ -275,7 +275,7 @@ fn validate_init_containers(
 /// Upstream `ValidateAnnotationsSize`, with the error `ValidateAnnotations` makes of it: the
 /// annotations' keys and values together, in bytes as Go's `len` counts them, at most
 /// [`MAX_ANNOTATIONS_BYTES`]. `path` is the field the error names: `metadata.annotations` for a
-/// pod ([`validate`]); `probelet lint` passes a pod template's too.
+/// pod ([`validate`]); `probelet lint` passes a pod template's too, and a workload's own.
 pub fn validate_annotations_size(
     annotations: Option<&BTreeMap<String, String>>,
     path: &str,

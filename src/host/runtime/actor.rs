@@ -28,6 +28,7 @@ use probelet_actors::{Feature, FeatureGates};
 use super::super::phase::{MAXIMUM_GRACE_PERIOD, MINIMUM_GRACE_PERIOD, kill_grace_period};
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
+use super::output::NodeReadBudget;
 use super::state::{
     Current, InstanceOutcome, PodRuntime, RestartRules, Role, Slot, find_container, pod_status,
 };
@@ -151,6 +152,9 @@ pub struct ProcessRuntime {
     deferred: Vec<PodUid>,
     /// `ContainerRestartRules`: containers' own restart policies and rules count.
     container_restart_rules: bool,
+    /// The read rate all the containers' output streams share, so that many flooding
+    /// containers cost the agent no more than a few would.
+    output_budget: NodeReadBudget,
 }
 
 impl ProcessRuntime {
@@ -172,6 +176,7 @@ impl ProcessRuntime {
             starts_this_turn: None,
             deferred: Vec::new(),
             container_restart_rules: FeatureGates::default().enabled(Feature::ContainerRestartRules),
+            output_budget: NodeReadBudget::new(),
         }
     }
 

@@ -2,7 +2,38 @@
 //! read no faster than a bounded rate: a container that writes without pause costs the agent a
 //! bounded share of a core, not a whole one (docs/reliability.md, "A container that writes
 //! without pause").
+//!
+//! Two rates bound the reading: each stream's own ([`READ_BYTES_PER_SECOND`]), and the node's,
+//! shared by every stream of every container of a runtime ([`NODE_READ_BYTES_PER_SECOND`], a
+//! [`NodeReadBudget`]), so that many flooding containers together cost what one rate allows,
+//! not a multiple of it. A stream reads a chunk only once both allow it.
+//!
+//! The node's budget is shared fairly by taking turns rather than racing for tokens: a stream
+//! reads first and then pays for what it read, by placing its bytes at the end of the node's
+//! queue (a virtual clock that runs ahead of the real one by what has been read beyond the
+//! rate); it reads next when the queue has been paid off up to its bytes. Each stream thus has
+//! at most one chunk in the queue, and waits at most for one chunk of each stream reading at
+//! the time: with `N` streams reading, its turn comes within
+//! `N × READ_CHUNK / NODE_READ_BYTES_PER_SECOND` (2 ms per stream at 16 KiB and 8 MiB/s),
+//! however long the floods last; and over any time `T` the node reads at most
+//! `T × NODE_READ_BYTES_PER_SECOND`, plus the first second's burst, plus one chunk per stream.
+//! Tokens raced for would go to whichever task the timer woke first, with no bound on how often
+//! one stream loses (tried in the tests below: some floods got thirteen times what others did,
+//! and a quiet container waited so long that its lines came in a burst beyond its log budget
+//! and were dropped).
+//!
+//! A quiet stream pays after its read too: blocked on its pipe, it reads a line as soon as it
+//! is written, unless it is still waiting for the turn its previous read took, which is the
+//! longest a line waits (about half a turn on average when lines come faster than turns). It is
+//! charged its few bytes, not a chunk, so it costs the floods next to nothing. Letting it wait
+//! only a share of the turn, in proportion to what it read, would let its lines through at
+//! once, but a stream could then read again before what it read was paid for, and the bound
+//! above would no longer hold by construction.
+//!
+//! The queue is an [`Instant`] behind a std mutex, held for a few arithmetic operations and
+//! never across an await.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -32,14 +63,71 @@ pub(super) const LOG_LINE_COST: u64 = 128;
 /// slowed down: its lines beyond [`LOG_BYTES_PER_SECOND`] are dropped and counted, as before.
 pub(super) const READ_BYTES_PER_SECOND: u64 = 1024 * 1024;
 
+/// Output read per second by all the streams of a runtime together, at most (after a first
+/// second's worth at once, and a chunk per stream): up to eight streams flooding at once each
+/// get their own rate, more share this one. Reading at this rate cost the agent 4–5 % of a
+/// core whether 20, 100 or 200 containers ran `yes` (their lines not logged), where each had
+/// cost 0.3–0.4 % at its own rate. A normal container writes a few KiB a second; at this rate
+/// 128 streams could each write as much as is logged ([`LOG_BYTES_PER_SECOND`]) without being
+/// slowed (docs/reliability.md, "A container that writes without pause").
+pub(super) const NODE_READ_BYTES_PER_SECOND: u64 = 8 * 1024 * 1024;
+
 /// The most one read takes; reading paused by the rate resumes once this much is allowed, so a
 /// container writing flat out wakes the agent about 64 times a second per stream.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// The read rate shared by every output stream of a runtime (the module's doc says how it is
+/// shared): one per [`super::ProcessRuntime`], a clone handed to each stream's forwarder.
+#[derive(Debug, Clone)]
+pub(super) struct NodeReadBudget(Arc<Mutex<ReadQueue>>);
+
+/// The node's queue of bytes read: when what has been read so far is paid for at the rate.
+#[derive(Debug)]
+struct ReadQueue {
+    rate: u64,
+    /// How far the queue may run ahead of the real clock before a stream has to wait: the
+    /// burst, one second's worth.
+    burst: Duration,
+    /// When every byte charged so far has been paid for at `rate` (a virtual clock; in the
+    /// past when the node reads below its rate).
+    paid_until: Instant,
+}
+
+impl NodeReadBudget {
+    /// [`NODE_READ_BYTES_PER_SECOND`], the first second's worth at once.
+    pub(super) fn new() -> Self {
+        NodeReadBudget::with_rate(NODE_READ_BYTES_PER_SECOND, Instant::now())
+    }
+
+    /// `rate` bytes a second from `now` on, the first second's worth at once.
+    fn with_rate(rate: u64, now: Instant) -> Self {
+        let queue = ReadQueue { rate, burst: Duration::from_secs(1), paid_until: now };
+        NodeReadBudget(Arc::new(Mutex::new(queue)))
+    }
+
+    /// Charges `bytes` a stream read at `now`, at the end of the queue; returns when that stream
+    /// may read again: once the queue is paid off up to its bytes, less the burst.
+    fn charge(&self, bytes: u64, now: Instant) -> Instant {
+        // The queue is one instant, valid whatever a panicking holder left.
+        let mut queue = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Rounded up: the node never reads more than its rate, even by a fraction of a byte.
+        let nanos = (u128::from(bytes) * 1_000_000_000).div_ceil(u128::from(queue.rate));
+        let cost = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        // Time the node spent below its rate is not saved up beyond the burst.
+        queue.paid_until = queue.paid_until.max(now) + cost;
+        now + queue.paid_until.saturating_duration_since(now).saturating_sub(queue.burst)
+    }
+}
+
 /// Logs a process's output line by line as it comes: a container writing at any rate up to
-/// [`READ_BYTES_PER_SECOND`] never finds its pipe full.
-pub(super) async fn forward_output(pipe: impl AsyncRead + Unpin, pod: String, container: String) {
-    forward(pipe, |output| match output {
+/// [`READ_BYTES_PER_SECOND`] never finds its pipe full while the `node`'s budget has room.
+pub(super) async fn forward_output(
+    pipe: impl AsyncRead + Unpin,
+    node: NodeReadBudget,
+    pod: String,
+    container: String,
+) {
+    forward(pipe, &node, |output| match output {
         Output::Line(line) => log_line(&pod, &container, line),
         Output::Dropped(lines) => log_dropped(&pod, &container, lines),
     })
@@ -55,25 +143,35 @@ enum Output<'a> {
     Dropped(u64),
 }
 
-/// Reads `pipe` to its end at most at [`READ_BYTES_PER_SECOND`], cut into lines for `out`.
-async fn forward(mut pipe: impl AsyncRead + Unpin, mut out: impl FnMut(Output<'_>)) {
+/// Reads `pipe` to its end at most at [`READ_BYTES_PER_SECOND`] and within the `node`'s
+/// budget, cut into lines for `out`.
+async fn forward(mut pipe: impl AsyncRead + Unpin, node: &NodeReadBudget, mut out: impl FnMut(Output<'_>)) {
     let start = Instant::now();
     let mut lines = Lines::new(MAX_LOG_LINE, start);
     let mut pace = Bucket::full(READ_BYTES_PER_SECOND, READ_BYTES_PER_SECOND, start);
+    // When the node's budget lets this stream read again.
+    let mut turn = start;
     // Filled by reads without being zeroed first: a quiet container touches only what it writes.
     let mut chunk = Vec::with_capacity(READ_CHUNK);
     loop {
         let chunk_size = READ_CHUNK as u64;
-        if pace.available(Instant::now()) < chunk_size {
+        let now = Instant::now();
+        if pace.available(now) < chunk_size {
             tokio::time::sleep_until(pace.when_available(chunk_size)).await;
+            continue;
+        }
+        if turn > now {
+            tokio::time::sleep_until(turn).await;
             continue;
         }
         chunk.clear();
         match (&mut pipe).take(chunk_size).read_buf(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(read) => {
+                let now = Instant::now();
                 pace.spend(read as u64);
-                lines.take(&chunk, Instant::now(), &mut out);
+                turn = node.charge(read as u64, now);
+                lines.take(&chunk, now, &mut out);
             }
         }
     }
@@ -377,7 +475,7 @@ mod tests {
         let (writer, reader) = tokio::io::duplex(64 * 1024);
         let writing = tokio::spawn(write(writer));
         let mut seen = Vec::new();
-        forward(reader, |output| seen.push((Instant::now(), Seen::of(output)))).await;
+        forward(reader, &NodeReadBudget::new(), |output| seen.push((Instant::now(), Seen::of(output)))).await;
         writing.await.expect("the writer finishes");
         (seen, Instant::now())
     }
@@ -594,5 +692,321 @@ mod tests {
         assert_eq!(bucket.available(due - Duration::from_nanos(1)), 9);
         assert_eq!(bucket.available(due), 10);
         assert_eq!(bucket.when_available(5000) - start, Duration::from_secs(1), "never more than it holds");
+    }
+
+    /// The reading end of a pipe, noting each read: when, and how many bytes.
+    struct Counted<R> {
+        inner: R,
+        reads: Vec<(Instant, usize)>,
+    }
+
+    impl<R: AsyncRead + Unpin> AsyncRead for Counted<R> {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let this = self.get_mut();
+            let before = buf.filled().len();
+            let polled = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+            if polled.is_ready() && buf.filled().len() > before {
+                this.reads.push((Instant::now(), buf.filled().len() - before));
+            }
+            polled
+        }
+    }
+
+    /// One stream of [`shared`]: its reads, what [`forward`] gave and when, and how many bytes
+    /// its writer wrote.
+    struct Stream {
+        reads: Vec<(Instant, usize)>,
+        seen: Vec<(Instant, Seen)>,
+        written: u64,
+    }
+
+    impl Stream {
+        /// Bytes read before `until`.
+        fn read_before(&self, until: Instant) -> u64 {
+            self.reads.iter().filter(|(at, _)| *at < until).map(|(_, n)| *n as u64).sum()
+        }
+
+        /// Bytes read in `[from, until)`.
+        fn read_between(&self, from: Instant, until: Instant) -> u64 {
+            self.read_before(until) - self.read_before(from)
+        }
+    }
+
+    /// [`forward`] on `count` pipes of 64 KiB at once, each in a task of its own as a container's
+    /// streams are, all sharing `node`; `write(i, pipe)` writes stream `i` and says how many
+    /// bytes it wrote. Every stream is read to its end.
+    async fn shared<F>(
+        node: &NodeReadBudget,
+        count: usize,
+        write: impl Fn(usize, DuplexStream) -> F,
+    ) -> Vec<Stream>
+    where
+        F: std::future::Future<Output = u64> + Send + 'static,
+    {
+        let mut tasks = Vec::new();
+        for i in 0..count {
+            let (writer, reader) = tokio::io::duplex(64 * 1024);
+            let writing = tokio::spawn(write(i, writer));
+            let node = node.clone();
+            let reading = tokio::spawn(async move {
+                let mut pipe = Counted { inner: reader, reads: Vec::new() };
+                let mut seen = Vec::new();
+                forward(&mut pipe, &node, |output| seen.push((Instant::now(), Seen::of(output)))).await;
+                (pipe.reads, seen)
+            });
+            tasks.push((writing, reading));
+        }
+        let mut streams = Vec::new();
+        for (writing, reading) in tasks {
+            let (reads, seen) = reading.await.expect("the reader finishes");
+            let written = writing.await.expect("the writer finishes");
+            streams.push(Stream { reads, seen, written });
+        }
+        streams
+    }
+
+    use tokio::io::DuplexStream;
+
+    /// `yes` into `pipe` until `until`; how many bytes it wrote.
+    async fn yes_until(mut pipe: DuplexStream, until: Instant) -> u64 {
+        let block = b"y\n".repeat(4 * 1024);
+        let mut written = 0;
+        while Instant::now() < until {
+            pipe.write_all(&block).await.expect("read to the end");
+            written += block.len() as u64;
+        }
+        written
+    }
+
+    /// A quiet container: a numbered line every `every` until `until`, each written at once (its
+    /// pipe never full); how many bytes it wrote.
+    async fn lines_until(mut pipe: DuplexStream, every: Duration, until: Instant) -> u64 {
+        let mut written = 0;
+        for i in 0.. {
+            if Instant::now() >= until {
+                break;
+            }
+            let line = format!("quiet {i:06}\n");
+            let before = Instant::now();
+            pipe.write_all(line.as_bytes()).await.expect("read to the end");
+            assert_eq!(Instant::now(), before, "quiet line {i} waited for room");
+            written += line.len() as u64;
+            tokio::time::sleep(every).await;
+        }
+        written
+    }
+
+    /// The most the node reads in `time` from `streams` streams: the rate over that time, its
+    /// first second's burst, and a chunk per stream (read before being paid for).
+    fn node_bound(time: Duration, streams: usize) -> u64 {
+        let over_time = u128::from(NODE_READ_BYTES_PER_SECOND) * time.as_nanos() / 1_000_000_000;
+        u64::try_from(over_time).expect("small") + NODE_READ_BYTES_PER_SECOND + (streams * READ_CHUNK) as u64
+    }
+
+    /// How long a stream may wait for its turn while `streams` streams read: one chunk of each
+    /// at the node's rate, and the timer's millisecond.
+    fn turn_bound(streams: usize) -> Duration {
+        let nanos = (streams as u64 * READ_CHUNK as u64 * 1_000_000_000).div_ceil(NODE_READ_BYTES_PER_SECOND);
+        Duration::from_nanos(nanos) + Duration::from_millis(1)
+    }
+
+    /// Twenty containers writing `yes` flat out for 5 s are read at the node's rate together, not
+    /// at twenty times a stream's: the rate over the time, its burst and a chunk each, no more,
+    /// and not much less (the budget is not left unused). Each stream stays within its own rate,
+    /// gets a fair share of the node's, and has every line logged or counted.
+    #[tokio::test(start_paused = true)]
+    async fn many_flooding_streams_are_read_at_the_node_rate_together() {
+        const STREAMS: usize = 20;
+        const FLOOD: Duration = Duration::from_secs(5);
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        let streams = shared(&node, STREAMS, |_, pipe| yes_until(pipe, start + FLOOD)).await;
+
+        let end = start + FLOOD;
+        let total: u64 = streams.iter().map(|s| s.read_before(end)).sum();
+        let most = node_bound(FLOOD, STREAMS);
+        let least = NODE_READ_BYTES_PER_SECOND * FLOOD.as_secs();
+        assert!(total <= most, "{total} bytes read in {FLOOD:?} from {STREAMS} floods, at most {most}");
+        assert!(total >= least, "{total} bytes read in {FLOOD:?}: the node's rate left unused ({least})");
+        let own = READ_BYTES_PER_SECOND * (FLOOD.as_secs() + 1);
+        for (i, stream) in streams.iter().enumerate() {
+            let read = stream.read_before(end);
+            assert!(read <= own, "stream {i} read {read} bytes, beyond its own rate ({own})");
+            assert!(
+                read * STREAMS as u64 * 10 >= total * 8,
+                "stream {i} read {read} of {total} bytes: unfair"
+            );
+            let lines = logged(&stream.seen).len() as u64 + dropped(&stream.seen);
+            assert_eq!(lines, stream.written / 2, "stream {i}: each line logged or counted");
+        }
+    }
+
+    /// A hundred containers each writing a 200-byte line every millisecond (20 MB a second
+    /// together, each far below its own rate) are held to the node's rate too, though each read
+    /// is paid for only after it: the rate over the time, its burst and a chunk per stream.
+    #[tokio::test(start_paused = true)]
+    async fn many_streams_writing_short_lines_fast_are_held_to_the_node_rate() {
+        const STREAMS: usize = 100;
+        const WRITING: Duration = Duration::from_secs(3);
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        let streams = shared(&node, STREAMS, |_, mut pipe| async move {
+            let line = [b"x".repeat(199), b"\n".to_vec()].concat();
+            let mut written = 0;
+            while Instant::now() < start + WRITING {
+                pipe.write_all(&line).await.expect("read to the end");
+                written += line.len() as u64;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            written
+        })
+        .await;
+        let total: u64 = streams.iter().map(|s| s.read_before(start + WRITING)).sum();
+        let most = node_bound(WRITING, STREAMS);
+        assert!(total <= most, "{total} bytes read in {WRITING:?} from {STREAMS} streams, at most {most}");
+        assert!(
+            total >= NODE_READ_BYTES_PER_SECOND * WRITING.as_secs(),
+            "{total} bytes: the node's rate left unused"
+        );
+        for (i, stream) in streams.iter().enumerate() {
+            let lines = logged(&stream.seen).len() as u64 + dropped(&stream.seen);
+            assert_eq!(lines, stream.written / 200, "stream {i}: each line logged or counted");
+        }
+    }
+
+    /// Four floods together are below the node's rate: each is read at its own rate, neither
+    /// faster nor slowed by the others.
+    #[tokio::test(start_paused = true)]
+    async fn a_few_flooding_streams_each_keep_their_own_rate() {
+        const STREAMS: usize = 4;
+        const FLOOD: Duration = Duration::from_secs(5);
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        let streams = shared(&node, STREAMS, |_, pipe| yes_until(pipe, start + FLOOD)).await;
+        for (i, stream) in streams.iter().enumerate() {
+            // After its first second's worth at once.
+            let read = stream.read_between(start + Duration::from_secs(1), start + FLOOD);
+            let at_rate = READ_BYTES_PER_SECOND * (FLOOD.as_secs() - 1);
+            assert!(
+                read <= at_rate + READ_CHUNK as u64 && read + 2 * READ_CHUNK as u64 >= at_rate,
+                "stream {i} read {read} bytes in {:?}, its own rate {at_rate}",
+                FLOOD - Duration::from_secs(1)
+            );
+        }
+    }
+
+    /// While twenty containers flood, a quiet one writing a line every 10 ms has each logged
+    /// within one turn of the node's budget (a chunk of each stream, 41 ms), in order, none
+    /// dropped, and never finds its pipe full; the floods are held to the node's rate meanwhile.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_gets_its_lines_through_while_many_flood() {
+        const FLOODS: usize = 20;
+        const FLOOD: Duration = Duration::from_secs(5);
+        const EVERY: Duration = Duration::from_millis(10);
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        let streams = shared(&node, FLOODS + 1, |i, pipe| async move {
+            match i {
+                0 => lines_until(pipe, EVERY, start + FLOOD).await,
+                _ => yes_until(pipe, start + FLOOD).await,
+            }
+        })
+        .await;
+
+        let total: u64 = streams.iter().map(|s| s.read_before(start + FLOOD)).sum();
+        let most = node_bound(FLOOD, FLOODS + 1);
+        assert!(total <= most, "{total} bytes read in {FLOOD:?}, at most {most}");
+        let quiet = &streams[0];
+        assert_eq!(dropped(&quiet.seen), 0);
+        let lines: Vec<(Instant, &[u8])> = quiet
+            .seen
+            .iter()
+            .filter_map(|(at, s)| if let Seen::Line(l) = s { Some((*at, l.as_slice())) } else { None })
+            .collect();
+        let expected = FLOOD.as_millis() / EVERY.as_millis();
+        assert_eq!(lines.len() as u128, expected, "every quiet line logged");
+        let bound = turn_bound(FLOODS + 1);
+        let mut slowest = Duration::ZERO;
+        for (i, (at, line)) in lines.iter().enumerate() {
+            assert_eq!(*line, format!("quiet {i:06}\n").as_bytes(), "in order");
+            let written = start + EVERY * i as u32;
+            slowest = slowest.max(*at - written);
+        }
+        assert!(slowest <= bound, "a quiet line waited {slowest:?}, more than a turn ({bound:?})");
+    }
+
+    /// Once the floods stop, the node's budget is whole again at once: the one flood left is
+    /// read at its own rate, and a quiet line is logged the moment it is written.
+    #[tokio::test(start_paused = true)]
+    async fn reading_goes_back_to_each_streams_own_rate_once_the_floods_stop() {
+        const FLOODS: usize = 20;
+        const FLOOD: Duration = Duration::from_secs(3);
+        const LONGER: Duration = Duration::from_secs(8);
+        const EVERY: Duration = Duration::from_millis(100);
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        let streams = shared(&node, FLOODS + 1, |i, pipe| async move {
+            match i {
+                0 => lines_until(pipe, EVERY, start + LONGER).await,
+                1 => yes_until(pipe, start + LONGER).await,
+                _ => yes_until(pipe, start + FLOOD).await,
+            }
+        })
+        .await;
+
+        let during: u64 = streams.iter().map(|s| s.read_before(start + FLOOD)).sum();
+        let most = node_bound(FLOOD, FLOODS + 1);
+        assert!(during <= most, "{during} bytes read in {FLOOD:?}, at most {most}");
+        // The one left: its share of the node's rate during the flood, its own rate after (from
+        // a second on, once its pipe's backlog is gone).
+        let left = &streams[1];
+        let shared_share = left.read_between(start + Duration::from_secs(1), start + FLOOD);
+        assert!(shared_share < READ_BYTES_PER_SECOND, "{shared_share} bytes read in 2 s of the flood");
+        let after = left.read_between(start + FLOOD + Duration::from_secs(1), start + LONGER);
+        let at_rate = READ_BYTES_PER_SECOND * (LONGER - FLOOD).as_secs().saturating_sub(1);
+        assert!(
+            after <= at_rate + READ_CHUNK as u64 && after + 2 * READ_CHUNK as u64 >= at_rate,
+            "{after} bytes read after the flood, its rate {at_rate}"
+        );
+        // The quiet lines written once the floods are over: logged when written.
+        let over = start + FLOOD + EVERY;
+        for (at, seen) in &streams[0].seen {
+            let Seen::Line(line) = seen else { continue };
+            let text = std::str::from_utf8(line).expect("text");
+            let i: u32 = text.trim_start_matches("quiet ").trim_end().parse().expect("numbered");
+            let written = start + EVERY * i;
+            if written >= over {
+                assert_eq!(*at, written, "line {i} logged {:?} after it was written", *at - written);
+            }
+        }
+        assert_eq!(
+            logged(&streams[0].seen).len() as u128,
+            LONGER.as_millis() / EVERY.as_millis(),
+            "every quiet line logged"
+        );
+    }
+
+    /// The node's queue: a stream reads again once the bytes charged before its own, and its
+    /// own, are paid for at the rate, less the burst; time below the rate is not saved up.
+    #[test]
+    fn the_node_budget_is_a_queue_paid_off_at_its_rate() {
+        let start = Instant::now();
+        let node = NodeReadBudget::with_rate(1000, start);
+        // The first second's worth at once: no wait.
+        assert_eq!(node.charge(600, start), start);
+        assert_eq!(node.charge(400, start), start);
+        // Beyond it, each waits for what was read before it and its own.
+        assert_eq!(node.charge(10, start), start + Duration::from_millis(10));
+        assert_eq!(node.charge(20, start), start + Duration::from_millis(30));
+        // A fraction of a nanosecond is charged whole.
+        assert_eq!(node.charge(1, start) - start, Duration::from_nanos(31_000_000));
+        // Ten idle seconds give back the burst, not ten seconds' worth.
+        let later = start + Duration::from_secs(11);
+        assert_eq!(node.charge(1000, later), later);
+        assert_eq!(node.charge(100, later), later + Duration::from_millis(100));
     }
 }

@@ -341,10 +341,20 @@ impl ProcessRuntime {
         let pgid = child.id();
         let pod_label = pod_name(pod);
         if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(forward_output(stdout, pod_label.clone(), container.name.clone()));
+            tokio::spawn(forward_output(
+                stdout,
+                self.output_budget.clone(),
+                pod_label.clone(),
+                container.name.clone(),
+            ));
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_output(stderr, pod_label.clone(), container.name.clone()));
+            tokio::spawn(forward_output(
+                stderr,
+                self.output_budget.clone(),
+                pod_label.clone(),
+                container.name.clone(),
+            ));
         }
         self.runner.register(
             id.clone(),
