@@ -93,12 +93,23 @@ fn run_shim(args: &ShimArgs) -> ! {
 /// started here rather than by the build's default options so that the other subcommands, the
 /// container shim above all (started for every exec probe), do not pay for a thread they have
 /// no use for (docs/benchmarks.md, "The container shim's start-up").
+///
+/// One thread, for every arena: jemalloc's default is one per CPU, the first of which starts
+/// the others as their arenas come into use and, when the system cannot make a thread (a pids
+/// cgroup or RLIMIT_NPROC full), retries at once, without end, printing `<jemalloc>: background
+/// thread creation failed (11)` each time: a core and megabytes of log a second (docs/reliability.md,
+/// "No process to spare"). The one thread is made here or not at all, and the agent's pages
+/// are few enough for it.
 fn start_allocator_thread() {
     // An explicit `background_thread:` in jemalloc's run-time options is left as it says.
     #[cfg(feature = "jemalloc")]
-    if !std::env::var("_RJEM_MALLOC_CONF").is_ok_and(|conf| conf.contains("background_thread:"))
-        && let Err(error) = tikv_jemalloc_ctl::background_thread::write(true)
-    {
-        tracing::warn!(%error, "Cannot start the allocator's background thread; freed memory returns to the kernel only as the agent allocates again");
+    if !std::env::var("_RJEM_MALLOC_CONF").is_ok_and(|conf| conf.contains("background_thread:")) {
+        if let Err(error) = tikv_jemalloc_ctl::max_background_threads::write(1) {
+            tracing::warn!(%error, "Cannot limit the allocator to one background thread; not starting it");
+            return;
+        }
+        if let Err(error) = tikv_jemalloc_ctl::background_thread::write(true) {
+            tracing::warn!(%error, "Cannot start the allocator's background thread; freed memory returns to the kernel only as the agent allocates again");
+        }
     }
 }

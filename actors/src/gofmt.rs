@@ -1,6 +1,18 @@
 //! Go's formatting, where users see text the kubelet prints with Go verbs: `%q` of a string.
 
 use std::fmt::Write as _;
+use std::io;
+
+/// An OS error as Go's `syscall.Errno` prints it: `resource temporarily unavailable`, where
+/// Rust prints `Resource temporarily unavailable (os error 11)`. Go's table is the C library's
+/// text with a lower-case first letter. An error without an OS code is printed as it is.
+pub fn go_errno_text(error: &io::Error) -> String {
+    let Some(code) = error.raw_os_error() else { return error.to_string() };
+    let text = error.to_string();
+    let text = text.strip_suffix(&format!(" (os error {code})")).unwrap_or(&text);
+    let mut chars = text.chars();
+    chars.next().map(|first| first.to_lowercase().chain(chars).collect()).unwrap_or_default()
+}
 
 /// Go's `strconv.Quote` (`%q` of a string): a double-quoted literal with Go escapes.
 ///

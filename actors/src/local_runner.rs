@@ -135,11 +135,10 @@ async fn run(
 
     let in_dir = container.working_dir.as_ref().map(|dir| format!(" in {dir:?}")).unwrap_or_default();
     // The shim (or, without it, the program) could not be started at all.
-    let start_error =
-        |e: &io::Error| ExecError::Runtime(format!("failed to start command {program:?}{in_dir}: {e}"));
+    let start_error = |e: &io::Error| spawn_failure(program, &in_dir, false, e);
     // The program could not be started: containerd's answer to an ExecSync whose process runc
     // could not start, as the kubelet shows it.
-    let exec_error = |e: &io::Error| ExecError::Runtime(exec_start_error(&runc_start_error(program, e)));
+    let exec_error = |e: &io::Error| spawn_failure(program, &in_dir, true, e);
     // Under the shim its standard input is a socket it reports the start on.
     let (mut command, control) = match shim {
         Some(shim) => {
@@ -175,8 +174,11 @@ async fn run(
     // Without a shim the program itself was spawned: its failure is the exec's, unless the
     // working directory is what is missing.
     let workdir_ok = container.working_dir.as_ref().is_none_or(|dir| Path::new(dir).is_dir());
-    let mut child =
-        spawned.map_err(|e| if shim.is_none() && workdir_ok { exec_error(&e) } else { start_error(&e) })?;
+    // A shim that could not be forked for want of a process slot or memory: the program would
+    // have failed the same way, and reads as when the shim reports it.
+    let mut child = spawned.map_err(|e| {
+        if workdir_ok && (shim.is_none() || out_of_processes(&e)) { exec_error(&e) } else { start_error(&e) }
+    })?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let mut group = ProcessGroup::new(child, control.is_some());
@@ -356,6 +358,26 @@ fn append_capped(output: &mut Vec<u8>, data: &[u8]) {
     output.extend_from_slice(&data[..data.len().min(room)]);
 }
 
+/// The error of an exec whose process could not be spawned: with `program_failed`,
+/// containerd's error for a program runc could not start; otherwise the runner's own, for a
+/// shim that could not be started for a reason of its own (its executable gone, a missing
+/// working directory).
+fn spawn_failure(program: &str, in_dir: &str, program_failed: bool, e: &io::Error) -> ExecError {
+    ExecError::Runtime(if program_failed {
+        exec_start_error(&runc_start_error(program, e))
+    } else {
+        format!("failed to start command {program:?}{in_dir}: {e}")
+    })
+}
+
+/// Whether a spawn failed for want of what any process needs, a process slot (`EAGAIN`: a
+/// pids cgroup or RLIMIT_NPROC full) or memory (`ENOMEM`).
+fn out_of_processes(e: &io::Error) -> bool {
+    [rustix::io::Errno::AGAIN, rustix::io::Errno::NOMEM]
+        .iter()
+        .any(|errno| e.raw_os_error() == Some(errno.raw_os_error()))
+}
+
 /// containerd's CRI error for an exec whose process did not start, around runc's `error`, as
 /// the kubelet gets it over gRPC (containerd 1.7 and 2.x, runc 1.1 and later). The exec ID is
 /// a fresh random one, as containerd's.
@@ -487,6 +509,27 @@ impl Drop for ProcessGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shim_that_cannot_be_forked_for_want_of_processes_reads_as_the_programs_start_error() {
+        let again = io::Error::from_raw_os_error(rustix::io::Errno::AGAIN.raw_os_error());
+        assert!(out_of_processes(&again));
+        assert!(out_of_processes(&io::Error::from_raw_os_error(rustix::io::Errno::NOMEM.raw_os_error())));
+        assert!(!out_of_processes(&io::Error::from(io::ErrorKind::NotFound)));
+        let ExecError::Runtime(text) = spawn_failure("sh", "", true, &again) else {
+            panic!("a runtime error")
+        };
+        assert!(text.starts_with(
+            "rpc error: code = Unknown desc = failed to exec in container: failed to start exec "
+        ));
+        assert!(
+            text.ends_with(
+                ": OCI runtime exec failed: exec failed: unable to start container process: exec: \"sh\": \
+                 resource temporarily unavailable: unknown"
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn caps_appended_output() {

@@ -55,7 +55,7 @@ use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process, wait};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::gofmt::go_quote;
+use crate::gofmt::{go_errno_text, go_quote};
 use crate::process::children;
 
 /// The hidden subcommand of the agent binary that runs the shim.
@@ -116,7 +116,9 @@ pub fn runc_start_error(program: &str, e: &io::Error) -> String {
         }
         io::ErrorKind::NotFound => format!("exec: {quoted}: stat {program}: no such file or directory"),
         io::ErrorKind::PermissionDenied => format!("exec: {quoted}: permission denied"),
-        _ => format!("exec: {quoted}: {e}"),
+        // In Go's words, as runc prints it: `resource temporarily unavailable` when no process
+        // could be forked, not Rust's `Resource temporarily unavailable (os error 11)`.
+        _ => format!("exec: {quoted}: {}", go_errno_text(e)),
     }
 }
 

@@ -238,6 +238,13 @@ mod tests {
             spawn_error_text("/x/nope", &not_found),
             r#"exec: "/x/nope": stat /x/nope: no such file or directory"#
         );
+        // No process left to fork (a pids cgroup or RLIMIT_NPROC full): Go's errno text, as
+        // runc prints it, not Rust's `Resource temporarily unavailable (os error 11)`.
+        let again = io::Error::from_raw_os_error(rustix::io::Errno::AGAIN.raw_os_error());
+        assert_eq!(
+            spawn_error_text("probelet", &again),
+            r#"exec: "probelet": resource temporarily unavailable"#
+        );
         let denied = io::Error::from(io::ErrorKind::PermissionDenied);
         assert_eq!(spawn_error_text("/etc/passwd", &denied), r#"exec: "/etc/passwd": permission denied"#);
         assert_eq!(

@@ -103,6 +103,22 @@ fn stall_to_tell(patient: bool, undecided: usize, pruned: bool, told: Option<Ins
         && told.is_none_or(|told| now.saturating_duration_since(told) >= STALL_TOLD_EVERY)
 }
 
+/// Runs `f` on a thread of its own and resolves when it ends (`None` if it panicked). Unlike
+/// tokio's `spawn_blocking`, which panics when it needs a new thread and the system cannot make
+/// one (a pids cgroup or RLIMIT_NPROC full) while none of its pool is alive, that is an error
+/// here. The panic ended every sweep for the agent's life when it hit the sweeps' task, and
+/// would stop the container runtime's actor in a container start.
+pub(crate) fn on_own_thread<R: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> io::Result<impl Future<Output = Option<R>>> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+        let _ = done.send(f());
+    })?;
+    Ok(async move { result.await.ok() })
+}
+
 /// Kills and reaps the orphans of dead shims; see the module doc.
 #[derive(Debug)]
 pub struct OrphanReaper {
@@ -130,7 +146,7 @@ impl OrphanReaper {
         Ok(Self { memory: Mutex::new(memory) })
     }
 
-    /// Sweeps after each SIGCHLD (at most once a second) and every 5 s, on the blocking pool,
+    /// Sweeps after each SIGCHLD (at most once a second) and every 5 s, each on a thread of its own,
     /// for the agent's whole life; only every 5 s when SIGCHLD cannot be listened to (no file
     /// descriptor left). Call from within the agent's runtime.
     pub fn start(self: Arc<Self>) {
@@ -141,14 +157,28 @@ impl OrphanReaper {
             .ok();
         tokio::spawn(async move {
             let mut period = tokio::time::interval(SWEEP_PERIOD);
+            // Said once per run of sweeps that could not start, not every second.
+            let mut cannot_sweep_told = false;
             loop {
                 tokio::select! {
                     Some(()) = async { ended.as_mut()?.recv().await } => {}
                     _ = period.tick() => {}
                 }
                 let reaper = self.clone();
-                // A panic is the blocking task's; the next sweep tries again.
-                let _ = tokio::task::spawn_blocking(move || reaper.sweep()).await;
+                // A panic is the sweep thread's; the next sweep tries again. So is a thread that
+                // cannot be made: the next sweep tries again too.
+                match on_own_thread("orphan-sweep", move || reaper.sweep()) {
+                    Ok(swept) => {
+                        swept.await;
+                        cannot_sweep_told = false;
+                    }
+                    Err(error) => {
+                        if !cannot_sweep_told {
+                            tracing::warn!(%error, "cannot start a thread to look for orphans; retrying");
+                        }
+                        cannot_sweep_told = true;
+                    }
+                }
                 tokio::time::sleep(SETTLE).await;
             }
         });

@@ -26,9 +26,11 @@ use crate::prober::pod_name;
 use crate::process::Signal;
 use crate::shim::{GO, Report};
 use probelet_actors::format::pod_ref;
+use probelet_actors::gofmt::go_errno_text;
 
 use super::super::groups::GroupOwner;
 use super::super::launch::{Launch, Spawned, exit_code, new_container_id, shim_start_error, start_error};
+use super::super::orphans::on_own_thread;
 use super::super::output::forward_output;
 use super::super::state::{Current, RestartRules, Role, Running, Slot};
 use super::super::stop::ProcessGuard;
@@ -218,14 +220,24 @@ impl ProcessRuntime {
             }),
         );
         self.notify(pod_uid, ctx);
-        let report = tokio::task::spawn_blocking(move || Report::read_blocking(&control, REPORT_WAIT));
+        // On a thread of its own, not tokio's blocking pool, whose `spawn_blocking` panics (and
+        // with it this actor) when the system cannot make a thread and none of the pool is
+        // alive; here that fails the start like any report that does not come.
+        let report = on_own_thread("shim-report", move || Report::read_blocking(&control, REPORT_WAIT));
         let (uid, pod, container) = (PodUid::from(pod_uid), pod.clone(), container.clone());
         ctx.spawn(
-            async move { report.await.unwrap_or_else(|e| Err(io::Error::other(e))) }.into_actor(self).map(
-                move |report, act, ctx| {
-                    act.start_reported(&uid, &pod, &container, role, id, launch, child, report, ctx)
-                },
-            ),
+            async move {
+                match report {
+                    Ok(report) => report
+                        .await
+                        .unwrap_or_else(|| Err(io::Error::other("the thread reading the report panicked"))),
+                    Err(error) => Err(error),
+                }
+            }
+            .into_actor(self)
+            .map(move |report, act, ctx| {
+                act.start_reported(&uid, &pod, &container, role, id, launch, child, report, ctx)
+            }),
         );
     }
 
@@ -448,7 +460,7 @@ impl ProcessRuntime {
 
 /// A start error from talking to the shim.
 fn shim_error(e: io::Error) -> String {
-    start_error(&format!("container shim: {e}"))
+    start_error(&format!("container shim: {}", go_errno_text(&e)))
 }
 
 /// Makes `next` the slot's current instance; an exited or failed one becomes the last state.

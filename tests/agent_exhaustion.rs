@@ -1,0 +1,136 @@
+//! End to end: the real agent binary when the node has no process to spare (docs/reliability.md,
+//! "No process to spare"). The allocator runs one background thread, so that no thread of its
+//! own retries without end when none can be made; and with its pids cgroup full from the start,
+//! the agent neither floods its log nor panics, and still serves.
+
+// Helpers here may panic: a panic fails the test that called them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use probelet_test_support as support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncBufReadExt;
+use tokio::process::Command;
+
+/// The threads of `pid` named `name`.
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the agent's threads")
+        .filter_map(Result::ok)
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim_end() == name)
+        })
+        .count()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("probelet-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+#[tokio::test]
+async fn the_allocator_runs_one_background_thread() {
+    if !cfg!(feature = "jemalloc") {
+        eprintln!("skipped: built without jemalloc");
+        return;
+    }
+    let dir = temp_dir("allocator-threads");
+    let manifests = dir.to_str().expect("a UTF-8 path");
+    let agent = support::agent::RunningAgent::start(
+        env!("CARGO_BIN_EXE_probelet"),
+        &["run", "--manifests", manifests],
+    )
+    .await;
+    let pid = agent.child.id().expect("the agent's PID");
+    // jemalloc's first background thread started the others as their arenas came into use.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let threads = threads_named(pid, "jemalloc_bg_thd");
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(threads, 1, "the allocator's background threads");
+}
+
+/// A pids cgroup of its own, removed on drop; `None` when there is none to make (not root, no
+/// pids controller mounted where cgroup v1 mounts it or enabled for children in cgroup v2).
+struct PidsCgroup(PathBuf);
+
+impl PidsCgroup {
+    fn make(max: u32) -> Option<PidsCgroup> {
+        let v1 = Path::new("/sys/fs/cgroup/pids");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let parent = if v1.join("cgroup.procs").exists() {
+            v1
+        } else if std::fs::read_to_string(v2.join("cgroup.subtree_control")).is_ok_and(|c| c.contains("pids"))
+        {
+            v2
+        } else {
+            return None;
+        };
+        let dir = parent.join(format!("probelet-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let cgroup = PidsCgroup(dir);
+        std::fs::write(cgroup.0.join("pids.max"), max.to_string()).ok()?;
+        Some(cgroup)
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // Empty by now: the agent and its containers are gone.
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn with_no_process_to_spare_the_agent_neither_floods_its_log_nor_panics() {
+    // Eight tasks: the agent's own threads take them all, so its allocator's thread, its
+    // orphan sweeps and the container's shim find none.
+    let Some(cgroup) = PidsCgroup::make(8) else {
+        eprintln!("skipped: no pids cgroup can be made here (needs root and the pids controller)");
+        return;
+    };
+    let dir = temp_dir("no-pids");
+    std::fs::write(
+        dir.join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: sleeper, namespace: default}\n\
+         spec:\n  containers:\n    - name: c\n      command: [\"sleep\", \"3707\"]\n",
+    )
+    .expect("a manifest");
+    let log = dir.join("agent.log");
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} run --manifests {} --listen 127.0.0.1:0 2>{}",
+        cgroup.0.display(),
+        env!("CARGO_BIN_EXE_probelet"),
+        dir.display(),
+        log.display()
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the agent");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("its stdout")).lines();
+    let addr = support::agent::banner_addr(&mut lines).await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    // The first sweeps (at once and 5 s later) and the container's first starts.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let (status, _) = support::agent::get(&addr, "/healthz", None).await;
+    // Room again, so that the agent can stop its container (if one ever started).
+    std::fs::write(cgroup.0.join("pids.max"), "max").expect("raise the limit");
+    support::agent::stop(&mut child, Duration::from_secs(30)).await;
+    let text = std::fs::read_to_string(&log).expect("the agent's log");
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(cgroup);
+    assert_eq!(status, 200, "/healthz");
+    assert!(!text.contains("panicked"), "the agent panicked:\n{}", &text[..text.len().min(4000)]);
+    let allocator = text.matches("<jemalloc>").count();
+    assert!(allocator <= 1, "{allocator} lines from the allocator, {} bytes of log", text.len());
+    assert!(text.len() < 1_000_000, "{} bytes of log in 7 s", text.len());
+}
