@@ -43,7 +43,7 @@
 //! would race it), and `/proc` to list its children when the command left any.
 
 use std::ffi::OsString;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
@@ -122,6 +122,9 @@ pub fn runc_start_error(program: &str, e: &io::Error) -> String {
     }
 }
 
+/// The longest report line read: a report is a word and an error's text.
+const REPORT_MAX: u64 = 4096;
+
 /// What the shim reported about starting PROGRAM.
 #[derive(Debug)]
 pub enum Report {
@@ -159,13 +162,27 @@ impl Report {
         }))
     }
 
-    /// Reads the report from the agent's end of the shim's standard input (blocking, up to
-    /// `wait`).
-    pub fn read_blocking(control: &UnixStream, wait: Duration) -> io::Result<Report> {
-        control.set_read_timeout(Some(wait))?;
+    /// Reads the report from the agent's end of the shim's standard input, up to `wait`, on
+    /// the runtime's reactor with no thread of its own: a burst of thousands of container
+    /// starts waits for their reports without a thread each (or a queue behind a pool of
+    /// them), and a system that can make no thread (its pids cgroup full) cannot fail a start
+    /// that way. After `wait`, the error a read's timeout gives (`EAGAIN`). Call from within a
+    /// tokio runtime.
+    pub async fn read(control: UnixStream, wait: Duration) -> io::Result<Report> {
+        use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
+        control.set_nonblocking(true)?;
+        let control = tokio::net::UnixStream::from_std(control)?;
         let mut line = String::new();
-        BufReader::new(control).take(4096).read_line(&mut line)?;
-        Report::parse(&line).ok_or_else(|| {
+        let mut reader = tokio::io::BufReader::new(control).take(REPORT_MAX);
+        match tokio::time::timeout(wait, reader.read_line(&mut line)).await {
+            Ok(read) => read?,
+            Err(_) => return Err(io::Error::from_raw_os_error(Errno::AGAIN.raw_os_error())),
+        };
+        Report::from_line(&line)
+    }
+
+    fn from_line(line: &str) -> io::Result<Report> {
+        Report::parse(line).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the container shim exited before starting the process",
@@ -384,5 +401,28 @@ mod tests {
         assert_eq!(e.to_string(), "nul byte found");
         assert!(Report::parse("").is_none());
         assert!(Report::parse("garbage").is_none());
+    }
+
+    /// The report is read as the reactor reports the socket readable, not by a blocking read
+    /// (docs/reliability.md, "No process to spare"); a shim that closes its end without a
+    /// report, and one that never writes, fail the read, the latter once `wait` has passed.
+    #[tokio::test(start_paused = true)]
+    async fn a_report_is_read_on_the_reactor_and_a_late_one_times_out() {
+        let wait = Duration::from_secs(5);
+        let (agent, mut shim) = UnixStream::pair().expect("a socket pair");
+        shim.write_all(b"started\n").expect("the report written");
+        let read = Report::read(agent, wait).await;
+        assert!(matches!(read, Ok(Report::Started)), "{read:?}");
+
+        let (agent, shim) = UnixStream::pair().expect("a socket pair");
+        drop(shim);
+        let read = Report::read(agent, wait).await;
+        assert_eq!(read.expect_err("no report").kind(), io::ErrorKind::UnexpectedEof);
+
+        let (agent, _silent) = UnixStream::pair().expect("a socket pair");
+        let start = tokio::time::Instant::now();
+        let read = Report::read(agent, wait).await;
+        assert_eq!(read.expect_err("no report").raw_os_error(), Some(Errno::AGAIN.raw_os_error()));
+        assert_eq!(start.elapsed(), wait, "failed when the wait was over, not before");
     }
 }

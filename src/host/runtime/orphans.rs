@@ -106,9 +106,8 @@ fn stall_to_tell(patient: bool, undecided: usize, pruned: bool, told: Option<Ins
 /// Runs `f` on a thread of its own and resolves when it ends (`None` if it panicked). Unlike
 /// tokio's `spawn_blocking`, which panics when it needs a new thread and the system cannot make
 /// one (a pids cgroup or RLIMIT_NPROC full) while none of its pool is alive, that is an error
-/// here. The panic ended every sweep for the agent's life when it hit the sweeps' task, and
-/// would stop the container runtime's actor in a container start.
-pub(crate) fn on_own_thread<R: Send + 'static>(
+/// here. The panic ended every sweep for the agent's life when it hit the sweeps' task.
+fn on_own_thread<R: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> R + Send + 'static,
 ) -> io::Result<impl Future<Output = Option<R>>> {

@@ -30,7 +30,6 @@ use probelet_actors::gofmt::go_errno_text;
 
 use super::super::groups::GroupOwner;
 use super::super::launch::{Launch, Spawned, exit_code, new_container_id, shim_start_error, start_error};
-use super::super::orphans::on_own_thread;
 use super::super::output::forward_output;
 use super::super::state::{Current, RestartRules, Role, Running, Slot};
 use super::super::stop::ProcessGuard;
@@ -220,25 +219,15 @@ impl ProcessRuntime {
             }),
         );
         self.notify(pod_uid, ctx);
-        // On a thread of its own, not tokio's blocking pool, whose `spawn_blocking` panics (and
-        // with it this actor) when the system cannot make a thread and none of the pool is
-        // alive; here that fails the start like any report that does not come.
-        let report = on_own_thread("shim-report", move || Report::read_blocking(&control, REPORT_WAIT));
+        // Read on the reactor, not on a thread: tokio's blocking pool panics (and with it this
+        // actor) when the system can make no thread and none of the pool is alive, and a
+        // thread per start would hold thousands of threads during a burst of starts
+        // (docs/reliability.md, "No process to spare").
+        let report = Report::read(control, REPORT_WAIT);
         let (uid, pod, container) = (PodUid::from(pod_uid), pod.clone(), container.clone());
-        ctx.spawn(
-            async move {
-                match report {
-                    Ok(report) => report
-                        .await
-                        .unwrap_or_else(|| Err(io::Error::other("the thread reading the report panicked"))),
-                    Err(error) => Err(error),
-                }
-            }
-            .into_actor(self)
-            .map(move |report, act, ctx| {
-                act.start_reported(&uid, &pod, &container, role, id, launch, child, report, ctx)
-            }),
-        );
+        ctx.spawn(report.into_actor(self).map(move |report, act, ctx| {
+            act.start_reported(&uid, &pod, &container, role, id, launch, child, report, ctx)
+        }));
     }
 
     /// The shim's report on a `Starting` container: it runs, or its start failed. A container
