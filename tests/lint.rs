@@ -156,6 +156,25 @@ fn findings<'a>(json: &'a Value, rule: &str) -> Vec<&'a Value> {
     json["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == rule).collect()
 }
 
+/// Each finding as its object's name, its field and its message.
+fn named<'a>(findings: &[&'a Value]) -> Vec<(&'a str, &'a str, &'a str)> {
+    findings
+        .iter()
+        .map(|f| {
+            let text = |key: &str| f[key].as_str().expect("a string field");
+            (text("name"), text("field"), text("message"))
+        })
+        .collect()
+}
+
+/// Findings about a whole object: errors, of no container and no probe.
+fn assert_object_errors(findings: &[&Value]) {
+    for finding in findings {
+        assert_eq!(finding["severity"], "error", "{finding}");
+        assert_eq!((&finding["container"], &finding["probe"]), (&Value::Null, &Value::Null), "{finding}");
+    }
+}
+
 #[test]
 fn warnings_only_exit_0_and_the_json_says_what_the_kubelet_does() {
     let dir = TempDir::new("clean");
@@ -280,13 +299,7 @@ fn a_bad_active_deadline_or_too_many_annotation_bytes_are_errors_about_the_pod()
     assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
     let json = run.json();
     let invalid = findings(&json, "invalid");
-    let got: Vec<(&str, &str, &str)> = invalid
-        .iter()
-        .map(|f| {
-            let text = |key: &str| f[key].as_str().expect("a string field");
-            (text("name"), text("field"), text("message"))
-        })
-        .collect();
+    let got = named(&invalid);
     let too_long = "Too long: may not be more than 262144 bytes";
     assert_eq!(
         got,
@@ -304,10 +317,7 @@ fn a_bad_active_deadline_or_too_many_annotation_bytes_are_errors_about_the_pod()
             ("big", "metadata.annotations", &*format!("metadata.annotations: {too_long}")),
         ]
     );
-    for finding in &invalid {
-        assert_eq!(finding["severity"], "error", "{finding}");
-        assert_eq!((&finding["container"], &finding["probe"]), (&Value::Null, &Value::Null), "{finding}");
-    }
+    assert_object_errors(&invalid);
     assert_eq!(json["summary"]["errors"], 3);
 
     let text = lint(&[], &[dir.path()]);
@@ -353,13 +363,7 @@ fn a_workloads_own_annotations_over_the_limit_are_an_error() {
     assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
     let json = run.json();
     let invalid = findings(&json, "invalid");
-    let got: Vec<(&str, &str, &str)> = invalid
-        .iter()
-        .map(|f| {
-            let text = |key: &str| f[key].as_str().expect("a string field");
-            (text("name"), text("field"), text("message"))
-        })
-        .collect();
+    let got = named(&invalid);
     let too_long = "Too long: may not be more than 262144 bytes";
     let own = format!("metadata.annotations: {too_long}");
     assert_eq!(
@@ -374,10 +378,7 @@ fn a_workloads_own_annotations_over_the_limit_are_an_error() {
             ("web", "metadata.annotations", &*own),
         ]
     );
-    for finding in &invalid {
-        assert_eq!(finding["severity"], "error", "{finding}");
-        assert_eq!((&finding["container"], &finding["probe"]), (&Value::Null, &Value::Null), "{finding}");
-    }
+    assert_object_errors(&invalid);
     assert_eq!(json["summary"]["errors"], 3);
 
     let text = lint(&[], &[dir.path()]);
