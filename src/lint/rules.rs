@@ -283,18 +283,7 @@ fn pod_errors(
     let deadline_path = format!("{spec_path}.activeDeadlineSeconds");
     let deadline = validate_active_deadline_seconds(spec.active_deadline_seconds, &deadline_path)
         .map(|message| (deadline_path, message));
-    annotations
-        .into_iter()
-        .chain(deadline)
-        .map(|(field, message)| Finding {
-            severity: Severity::Error,
-            rule: rule::INVALID,
-            container: None,
-            probe: None,
-            field: Some(field),
-            message,
-        })
-        .collect()
+    annotations.into_iter().chain(deadline).map(|(field, message)| invalid_object(field, message)).collect()
 }
 
 /// What the API server refuses in a workload's own metadata: its `annotations` over the size a
@@ -303,14 +292,7 @@ fn pod_errors(
 pub fn object_errors(annotations: Option<&BTreeMap<String, String>>) -> Vec<Finding> {
     let field = "metadata.annotations";
     validate_annotations_size(annotations, field)
-        .map(|message| Finding {
-            severity: Severity::Error,
-            rule: rule::INVALID,
-            container: None,
-            probe: None,
-            field: Some(field.to_owned()),
-            message,
-        })
+        .map(|message| invalid_object(field.to_owned(), message))
         .into_iter()
         .collect()
 }
@@ -330,14 +312,20 @@ pub fn workload_errors(kind: &str, spec: &PodSpec, spec_path: &str) -> Vec<Findi
     };
     let field = format!("{spec_path}.activeDeadlineSeconds");
     let message = format!("{field}: Forbidden: activeDeadlineSeconds in {named} is not Supported");
-    vec![Finding {
+    vec![invalid_object(field, message)]
+}
+
+/// An error the API server gives about `field` of the object as a whole: of no container and
+/// no probe.
+fn invalid_object(field: String, message: String) -> Finding {
+    Finding {
         severity: Severity::Error,
         rule: rule::INVALID,
         container: None,
         probe: None,
         field: Some(field),
         message,
-    }]
+    }
 }
 
 fn defaulted_spec(spec: &PodSpec) -> PodSpec {
