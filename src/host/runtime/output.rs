@@ -8,15 +8,26 @@
 //! [`NodeReadBudget`]), so that many flooding containers together cost what one rate allows,
 //! not a multiple of it. A stream reads a chunk only once both allow it.
 //!
+//! The node's budget pays for what is logged as well as for what is read: each record a stream
+//! logs is charged as its line's bytes and [`LOG_LINE_COST`] more, as the stream's own log
+//! budget counts it. With many floods the records had come to cost more than the reading (200
+//! containers running `yes`: 11 % of a core for the records, 4.6 % for the reading), and each
+//! flood added its own log budget's worth; charged to the node, a flood that logged waits that
+//! much longer for its next turn, so the node's total stays bounded however many flood. The
+//! node's budget only delays; lines are dropped (and counted) only by a stream's own log budget.
+//!
 //! The node's budget is shared fairly by taking turns rather than racing for tokens: a stream
 //! reads first and then pays for what it read, by placing its bytes at the end of the node's
 //! queue (a virtual clock that runs ahead of the real one by what has been read beyond the
 //! rate); it reads next when the queue has been paid off up to its bytes. Each stream thus has
-//! at most one chunk in the queue, and waits at most for one chunk of each stream reading at
-//! the time: with `N` streams reading, its turn comes within
-//! `N × READ_CHUNK / NODE_READ_BYTES_PER_SECOND` (2 ms per stream at 16 KiB and 8 MiB/s),
-//! however long the floods last; and over any time `T` the node reads at most
-//! `T × NODE_READ_BYTES_PER_SECOND`, plus the first second's burst, plus one chunk per stream.
+//! at most one charge in the queue, and waits at most for one charge of each stream reading at
+//! the time: a chunk and the records logged of it, which the stream's log budget holds to what
+//! it gained since its last turn. With `N` streams flooding, below 128 of them, a turn comes
+//! within `C = N × READ_CHUNK / (NODE_READ_BYTES_PER_SECOND − N × LOG_BYTES_PER_SECOND)` (2.3 ms
+//! a stream at 20 floods, 16 KiB, 8 MiB/s and 64 KiB/s), and within
+//! `N × (READ_CHUNK + LOG_BYTES_PER_SECOND) / NODE_READ_BYTES_PER_SECOND` (10 ms a stream) however
+//! many flood, however long; over any time `T` the node reads and logs at most
+//! `T × NODE_READ_BYTES_PER_SECOND`, plus the first second's burst, plus one charge per stream.
 //! Tokens raced for would go to whichever task the timer woke first, with no bound on how often
 //! one stream loses (tried in the tests below: some floods got thirteen times what others did,
 //! and a quiet container waited so long that its lines came in a burst beyond its log budget
@@ -63,13 +74,15 @@ pub(super) const LOG_LINE_COST: u64 = 128;
 /// slowed down: its lines beyond [`LOG_BYTES_PER_SECOND`] are dropped and counted, as before.
 pub(super) const READ_BYTES_PER_SECOND: u64 = 1024 * 1024;
 
-/// Output read per second by all the streams of a runtime together, at most (after a first
-/// second's worth at once, and a chunk per stream): up to eight streams flooding at once each
-/// get their own rate, more share this one. Reading at this rate cost the agent 4–5 % of a
+/// Output read and logged per second by all the streams of a runtime together, at most (after a
+/// first second's worth at once, and a chunk and its records per stream; a logged line counts
+/// as its bytes and [`LOG_LINE_COST`]): up to seven streams flooding at once each get their own
+/// rate, more share this one. Reading at this rate cost the agent 4–5 % of a
 /// core whether 20, 100 or 200 containers ran `yes` (their lines not logged), where each had
 /// cost 0.3–0.4 % at its own rate. A normal container writes a few KiB a second; at this rate
-/// 128 streams could each write as much as is logged ([`LOG_BYTES_PER_SECOND`]) without being
-/// slowed (docs/reliability.md, "A container that writes without pause").
+/// 64 streams could each write as much as is logged ([`LOG_BYTES_PER_SECOND`], read and logged
+/// both charged) without being slowed (docs/reliability.md, "A container that writes without
+/// pause").
 pub(super) const NODE_READ_BYTES_PER_SECOND: u64 = 8 * 1024 * 1024;
 
 /// The most one read takes; reading paused by the rate resumes once this much is allowed, so a
@@ -170,8 +183,11 @@ async fn forward(mut pipe: impl AsyncRead + Unpin, node: &NodeReadBudget, mut ou
             Ok(read) => {
                 let now = Instant::now();
                 pace.spend(read as u64);
-                turn = node.charge(read as u64, now);
                 lines.take(&chunk, now, &mut out);
+                // The node pays for the records logged as for the bytes read: with many floods
+                // the records cost the agent more than the reading (docs/reliability.md).
+                let logged = lines.budget.take_logged();
+                turn = node.charge((read as u64).saturating_add(logged), now);
             }
         }
     }
@@ -329,13 +345,14 @@ impl Bucket {
     }
 }
 
-/// A stream's [`LOG_BYTES_PER_SECOND`]: a bucket of that many bytes, refilled continuously, and
-/// the lines it did not admit.
+/// A stream's [`LOG_BYTES_PER_SECOND`]: a bucket of that many bytes, refilled continuously, the
+/// lines it did not admit, and what the lines it admitted cost since the node was last charged.
 #[derive(Debug)]
 struct LogBudget {
     bucket: Bucket,
     dropped: u64,
     reported: Instant,
+    logged: u64,
 }
 
 impl LogBudget {
@@ -344,6 +361,7 @@ impl LogBudget {
             bucket: Bucket::full(LOG_BYTES_PER_SECOND, LOG_BYTES_PER_SECOND, now),
             dropped: 0,
             reported: now,
+            logged: 0,
         }
     }
 
@@ -352,6 +370,7 @@ impl LogBudget {
     fn admit(&mut self, len: usize, now: Instant) -> bool {
         let cost = (len as u64).saturating_add(LOG_LINE_COST);
         if self.bucket.take(cost, now) {
+            self.logged = self.logged.saturating_add(cost);
             return true;
         }
         self.dropped += 1;
@@ -361,6 +380,11 @@ impl LogBudget {
     /// Whether not even the shortest line (one byte) would be admitted at `now`.
     fn exhausted(&mut self, now: Instant) -> bool {
         self.bucket.available(now) < 1 + LOG_LINE_COST
+    }
+
+    /// What the lines admitted since the last call cost, records included.
+    fn take_logged(&mut self) -> u64 {
+        std::mem::take(&mut self.logged)
     }
 
     /// Counts `lines` not admitted.
@@ -458,6 +482,10 @@ mod tests {
 
     fn dropped(seen: &[(Instant, Seen)]) -> u64 {
         seen.iter().map(|(_, s)| if let Seen::Dropped(n) = s { *n } else { 0 }).sum()
+    }
+
+    fn logged_lines(seen: &[(Instant, Seen)]) -> u64 {
+        logged(seen).len() as u64
     }
 
     fn logged(seen: &[(Instant, Seen)]) -> Vec<&[u8]> {
@@ -734,6 +762,17 @@ mod tests {
         fn read_between(&self, from: Instant, until: Instant) -> u64 {
             self.read_before(until) - self.read_before(from)
         }
+
+        /// What the lines logged before `until` cost, records included.
+        fn logged_before(&self, until: Instant) -> u64 {
+            let lines = self.seen.iter().filter(|(at, _)| *at < until);
+            lines.map(|(_, s)| if let Seen::Line(l) = s { l.len() as u64 + LOG_LINE_COST } else { 0 }).sum()
+        }
+
+        /// What the node was charged for this stream before `until`: what it read and logged.
+        fn charged_before(&self, until: Instant) -> u64 {
+            self.read_before(until) + self.logged_before(until)
+        }
     }
 
     /// [`forward`] on `count` pipes of 64 KiB at once, each in a task of its own as a container's
@@ -800,24 +839,30 @@ mod tests {
         written
     }
 
-    /// The most the node reads in `time` from `streams` streams: the rate over that time, its
-    /// first second's burst, and a chunk per stream (read before being paid for).
+    /// The most the node reads and logs in `time` from `streams` streams: the rate over that
+    /// time, its first second's burst, and a charge per stream (read and logged before being
+    /// paid for: a chunk, and at most a log budget's worth of records).
     fn node_bound(time: Duration, streams: usize) -> u64 {
         let over_time = u128::from(NODE_READ_BYTES_PER_SECOND) * time.as_nanos() / 1_000_000_000;
-        u64::try_from(over_time).expect("small") + NODE_READ_BYTES_PER_SECOND + (streams * READ_CHUNK) as u64
+        let charge = READ_CHUNK as u64 + LOG_BYTES_PER_SECOND;
+        u64::try_from(over_time).expect("small") + NODE_READ_BYTES_PER_SECOND + streams as u64 * charge
     }
 
-    /// How long a stream may wait for its turn while `streams` streams read: one chunk of each
-    /// at the node's rate, and the timer's millisecond.
+    /// How long a stream may wait for its turn while `streams` streams (fewer than 128) flood:
+    /// a charge of each at the node's rate, where a charge is a chunk and what the stream's log
+    /// budget gained during the last turn (`C = N × (chunk + log rate × C) / node rate`), and
+    /// the timer's millisecond.
     fn turn_bound(streams: usize) -> Duration {
-        let nanos = (streams as u64 * READ_CHUNK as u64 * 1_000_000_000).div_ceil(NODE_READ_BYTES_PER_SECOND);
+        let streams = streams as u64;
+        let nanos = (streams * READ_CHUNK as u64 * 1_000_000_000)
+            .div_ceil(NODE_READ_BYTES_PER_SECOND - streams * LOG_BYTES_PER_SECOND);
         Duration::from_nanos(nanos) + Duration::from_millis(1)
     }
 
-    /// Twenty containers writing `yes` flat out for 5 s are read at the node's rate together, not
-    /// at twenty times a stream's: the rate over the time, its burst and a chunk each, no more,
-    /// and not much less (the budget is not left unused). Each stream stays within its own rate,
-    /// gets a fair share of the node's, and has every line logged or counted.
+    /// Twenty containers writing `yes` flat out for 5 s are read and logged at the node's rate
+    /// together, not at twenty times a stream's: the rate over the time, its burst and a charge
+    /// each, no more, and not much less (the budget is not left unused). Each stream stays within
+    /// its own rate, gets a fair share of the node's, and has every line logged or counted.
     #[tokio::test(start_paused = true)]
     async fn many_flooding_streams_are_read_at_the_node_rate_together() {
         const STREAMS: usize = 20;
@@ -827,18 +872,25 @@ mod tests {
         let streams = shared(&node, STREAMS, |_, pipe| yes_until(pipe, start + FLOOD)).await;
 
         let end = start + FLOOD;
-        let total: u64 = streams.iter().map(|s| s.read_before(end)).sum();
+        let total: u64 = streams.iter().map(|s| s.charged_before(end)).sum();
         let most = node_bound(FLOOD, STREAMS);
         let least = NODE_READ_BYTES_PER_SECOND * FLOOD.as_secs();
-        assert!(total <= most, "{total} bytes read in {FLOOD:?} from {STREAMS} floods, at most {most}");
-        assert!(total >= least, "{total} bytes read in {FLOOD:?}: the node's rate left unused ({least})");
+        assert!(
+            total <= most,
+            "{total} bytes read and logged in {FLOOD:?} from {STREAMS} floods, at most {most}"
+        );
+        assert!(
+            total >= least,
+            "{total} bytes read and logged in {FLOOD:?}: the node's rate left unused ({least})"
+        );
         let own = READ_BYTES_PER_SECOND * (FLOOD.as_secs() + 1);
         for (i, stream) in streams.iter().enumerate() {
             let read = stream.read_before(end);
             assert!(read <= own, "stream {i} read {read} bytes, beyond its own rate ({own})");
+            let charged = stream.charged_before(end);
             assert!(
-                read * STREAMS as u64 * 10 >= total * 8,
-                "stream {i} read {read} of {total} bytes: unfair"
+                charged * STREAMS as u64 * 10 >= total * 8,
+                "stream {i} was charged {charged} of {total} bytes: unfair"
             );
             let lines = logged(&stream.seen).len() as u64 + dropped(&stream.seen);
             assert_eq!(lines, stream.written / 2, "stream {i}: each line logged or counted");
@@ -865,9 +917,12 @@ mod tests {
             written
         })
         .await;
-        let total: u64 = streams.iter().map(|s| s.read_before(start + WRITING)).sum();
+        let total: u64 = streams.iter().map(|s| s.charged_before(start + WRITING)).sum();
         let most = node_bound(WRITING, STREAMS);
-        assert!(total <= most, "{total} bytes read in {WRITING:?} from {STREAMS} streams, at most {most}");
+        assert!(
+            total <= most,
+            "{total} bytes read and logged in {WRITING:?} from {STREAMS} streams, at most {most}"
+        );
         assert!(
             total >= NODE_READ_BYTES_PER_SECOND * WRITING.as_secs(),
             "{total} bytes: the node's rate left unused"
@@ -875,6 +930,35 @@ mod tests {
         for (i, stream) in streams.iter().enumerate() {
             let lines = logged(&stream.seen).len() as u64 + dropped(&stream.seen);
             assert_eq!(lines, stream.written / 200, "stream {i}: each line logged or counted");
+        }
+    }
+
+    /// A hundred containers writing `yes` flat out: what they log is held to the node's rate
+    /// with what they read, not a log budget's worth for each (which alone would be 6.25 MiB a
+    /// second, where the node's rate is 8 for both); each gets a fair share of the records, and
+    /// every line is logged or counted.
+    #[tokio::test(start_paused = true)]
+    async fn the_records_of_many_floods_are_held_to_the_node_rate() {
+        const STREAMS: usize = 100;
+        const FLOOD: Duration = Duration::from_secs(4);
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        let streams = shared(&node, STREAMS, |_, pipe| yes_until(pipe, start + FLOOD)).await;
+
+        let end = start + FLOOD;
+        let logged: u64 = streams.iter().map(|s| s.logged_before(end)).sum();
+        let total: u64 = streams.iter().map(|s| s.charged_before(end)).sum();
+        let most = node_bound(FLOOD, STREAMS);
+        assert!(
+            total <= most,
+            "{total} bytes read and logged in {FLOOD:?} from {STREAMS} floods, at most {most}"
+        );
+        assert!(logged > 0, "the floods' lines are logged, within the budget");
+        for (i, stream) in streams.iter().enumerate() {
+            let own = stream.logged_before(end);
+            assert!(own * STREAMS as u64 * 2 >= logged, "stream {i} logged {own} of {logged} bytes: unfair");
+            let lines = logged_lines(&stream.seen) + dropped(&stream.seen);
+            assert_eq!(lines, stream.written / 2, "stream {i}: each line logged or counted");
         }
     }
 
@@ -900,7 +984,7 @@ mod tests {
     }
 
     /// While twenty containers flood, a quiet one writing a line every 10 ms has each logged
-    /// within one turn of the node's budget (a chunk of each stream, 41 ms), in order, none
+    /// within one turn of the node's budget (a charge of each stream, 50 ms), in order, none
     /// dropped, and never finds its pipe full; the floods are held to the node's rate meanwhile.
     #[tokio::test(start_paused = true)]
     async fn a_quiet_stream_gets_its_lines_through_while_many_flood() {
@@ -917,9 +1001,9 @@ mod tests {
         })
         .await;
 
-        let total: u64 = streams.iter().map(|s| s.read_before(start + FLOOD)).sum();
+        let total: u64 = streams.iter().map(|s| s.charged_before(start + FLOOD)).sum();
         let most = node_bound(FLOOD, FLOODS + 1);
-        assert!(total <= most, "{total} bytes read in {FLOOD:?}, at most {most}");
+        assert!(total <= most, "{total} bytes read and logged in {FLOOD:?}, at most {most}");
         let quiet = &streams[0];
         assert_eq!(dropped(&quiet.seen), 0);
         let lines: Vec<(Instant, &[u8])> = quiet
@@ -958,9 +1042,9 @@ mod tests {
         })
         .await;
 
-        let during: u64 = streams.iter().map(|s| s.read_before(start + FLOOD)).sum();
+        let during: u64 = streams.iter().map(|s| s.charged_before(start + FLOOD)).sum();
         let most = node_bound(FLOOD, FLOODS + 1);
-        assert!(during <= most, "{during} bytes read in {FLOOD:?}, at most {most}");
+        assert!(during <= most, "{during} bytes read and logged in {FLOOD:?}, at most {most}");
         // The one left: its share of the node's rate during the flood, its own rate after (from
         // a second on, once its pipe's backlog is gone).
         let left = &streams[1];
