@@ -22,9 +22,10 @@
 //! rate); it reads next when the queue has been paid off up to its bytes. Each stream thus has
 //! at most one charge in the queue, and waits at most for one charge of each stream reading at
 //! the time: a chunk and the records logged of it, which the stream's log budget holds to what
-//! it gained since its last turn. With `N` streams flooding, below 128 of them, a turn comes
-//! within `C = N × READ_CHUNK / (NODE_READ_BYTES_PER_SECOND − N × LOG_BYTES_PER_SECOND)` (2.3 ms
-//! a stream at 20 floods, 16 KiB, 8 MiB/s and 64 KiB/s), and within
+//! it gained since its last turn, a second's worth at most. With `N` streams flooding, a turn
+//! comes within `C = N × READ_CHUNK / (NODE_READ_BYTES_PER_SECOND − N × LOG_BYTES_PER_SECOND)`
+//! while that is under a second (2.3 ms a stream at 20 floods, with 16 KiB, 8 MiB/s and
+//! 64 KiB/s; a second at about 100), and within
 //! `N × (READ_CHUNK + LOG_BYTES_PER_SECOND) / NODE_READ_BYTES_PER_SECOND` (10 ms a stream) however
 //! many flood, however long; over any time `T` the node reads and logs at most
 //! `T × NODE_READ_BYTES_PER_SECOND`, plus the first second's burst, plus one charge per stream.
@@ -191,7 +192,14 @@ async fn forward(mut pipe: impl AsyncRead + Unpin, node: &NodeReadBudget, mut ou
             }
         }
     }
-    lines.finish(Instant::now(), &mut out);
+    let now = Instant::now();
+    lines.finish(now, &mut out);
+    // The last records are paid for too, though this stream will not read again: the others
+    // wait for them.
+    let logged = lines.budget.take_logged();
+    if logged > 0 {
+        node.charge(logged, now);
+    }
 }
 
 /// A stream cut into lines of at most `max` bytes (a longer one in pieces), each logged if the
@@ -401,9 +409,12 @@ impl LogBudget {
         self.report_all()
     }
 
-    /// The lines dropped since the last report, whenever: at the end of the stream.
+    /// The lines dropped since the last report, whenever: at the end of the stream. The
+    /// report is a record too, and costs as one.
     fn report_all(&mut self) -> Option<u64> {
-        (self.dropped > 0).then(|| std::mem::take(&mut self.dropped))
+        let dropped = (self.dropped > 0).then(|| std::mem::take(&mut self.dropped))?;
+        self.logged = self.logged.saturating_add(LOG_LINE_COST);
+        Some(dropped)
     }
 }
 
@@ -462,6 +473,34 @@ mod tests {
             assert!((0..10).all(|_| quiet.admit(100, now)), "10 short lines a second all logged");
         }
         assert_eq!(quiet.report_all(), None);
+    }
+
+    /// What a stream's budget tells the node it logged: each line admitted with its record, each
+    /// count of lines not logged as a record, nothing for a line dropped, and each only once.
+    #[test]
+    fn the_node_is_charged_for_every_record_logged() {
+        let start = Instant::now();
+        let mut budget = LogBudget::new(start);
+        assert!(budget.admit(100, start) && budget.admit(20, start));
+        assert_eq!(budget.take_logged(), 120 + 2 * LOG_LINE_COST);
+        assert_eq!(budget.take_logged(), 0, "charged once");
+        while budget.admit(1000, start) {}
+        budget.take_logged();
+        assert!(!budget.admit(1000, start), "dropped");
+        assert_eq!(budget.take_logged(), 0, "a dropped line costs nothing");
+        assert_eq!(budget.report(start + Duration::from_secs(1)), Some(2));
+        assert_eq!(budget.take_logged(), LOG_LINE_COST, "the count is a record");
+    }
+
+    /// A stream's unfinished last line, logged at its end, is paid for like any other.
+    #[tokio::test(start_paused = true)]
+    async fn the_last_line_of_a_stream_is_charged_to_the_node() {
+        let start = Instant::now();
+        let node = NodeReadBudget::with_rate(1000, start);
+        forward(&b"abc"[..], &node, |_| {}).await;
+        // Its 3 bytes read and its record (3 + 128) are in the queue before a second's worth.
+        let after = node.charge(1000, start);
+        assert_eq!(after - start, Duration::from_millis(3 + 3 + LOG_LINE_COST));
     }
 
     /// What [`forward`] gave, owned.
@@ -763,10 +802,16 @@ mod tests {
             self.read_before(until) - self.read_before(from)
         }
 
-        /// What the lines logged before `until` cost, records included.
+        /// What the records logged before `until` cost: each line's bytes and its record, and
+        /// each count of lines not logged.
         fn logged_before(&self, until: Instant) -> u64 {
-            let lines = self.seen.iter().filter(|(at, _)| *at < until);
-            lines.map(|(_, s)| if let Seen::Line(l) = s { l.len() as u64 + LOG_LINE_COST } else { 0 }).sum()
+            let records = self.seen.iter().filter(|(at, _)| *at < until);
+            records
+                .map(|(_, s)| match s {
+                    Seen::Line(l) => l.len() as u64 + LOG_LINE_COST,
+                    Seen::Dropped(_) => LOG_LINE_COST,
+                })
+                .sum()
         }
 
         /// What the node was charged for this stream before `until`: what it read and logged.
@@ -854,9 +899,16 @@ mod tests {
     /// the timer's millisecond.
     fn turn_bound(streams: usize) -> Duration {
         let streams = streams as u64;
+        assert!(
+            streams * LOG_BYTES_PER_SECOND < NODE_READ_BYTES_PER_SECOND,
+            "the formula holds below 128 streams"
+        );
         let nanos = (streams * READ_CHUNK as u64 * 1_000_000_000)
             .div_ceil(NODE_READ_BYTES_PER_SECOND - streams * LOG_BYTES_PER_SECOND);
-        Duration::from_nanos(nanos) + Duration::from_millis(1)
+        // A log budget holds a second's worth at most: no charge is more than a chunk and that.
+        let most = (streams * (READ_CHUNK as u64 + LOG_BYTES_PER_SECOND) * 1_000_000_000)
+            .div_ceil(NODE_READ_BYTES_PER_SECOND);
+        Duration::from_nanos(nanos.min(most)) + Duration::from_millis(1)
     }
 
     /// Twenty containers writing `yes` flat out for 5 s are read and logged at the node's rate
