@@ -110,11 +110,12 @@ fn main() -> ExitCode {
     } else if argv.first().map(String::as_str) == Some(SERVE_CONTENTION) {
         contend::serve(&argv[1..])
     } else {
-        // As the agent does (src/main.rs): an explicit `background_thread:` in
-        // `_RJEM_MALLOC_CONF` is left as it says.
+        // As the agent does (src/main.rs): one background thread for all arenas, and an
+        // explicit `background_thread:` in `_RJEM_MALLOC_CONF` left as it says.
         #[cfg(feature = "jemalloc")]
         if !std::env::var("_RJEM_MALLOC_CONF").is_ok_and(|conf| conf.contains("background_thread:"))
-            && let Err(error) = tikv_jemalloc_ctl::background_thread::write(true)
+            && let Err(error) = tikv_jemalloc_ctl::max_background_threads::write(1)
+                .and_then(|()| tikv_jemalloc_ctl::background_thread::write(true))
         {
             eprintln!("probe_load: cannot start the allocator's background thread: {error}");
         }
