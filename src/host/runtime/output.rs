@@ -866,6 +866,14 @@ mod tests {
         written
     }
 
+    /// `count` containers writing `yes` flat out for `time`, sharing one node budget: their
+    /// streams, and when they started.
+    async fn floods(count: usize, time: Duration) -> (Vec<Stream>, Instant) {
+        let node = NodeReadBudget::new();
+        let start = Instant::now();
+        (shared(&node, count, |_, pipe| yes_until(pipe, start + time)).await, start)
+    }
+
     /// A quiet container: a numbered line every `every` until `until`, each written at once (its
     /// pipe never full); how many bytes it wrote.
     async fn lines_until(mut pipe: DuplexStream, every: Duration, until: Instant) -> u64 {
@@ -919,9 +927,7 @@ mod tests {
     async fn many_flooding_streams_are_read_at_the_node_rate_together() {
         const STREAMS: usize = 20;
         const FLOOD: Duration = Duration::from_secs(5);
-        let node = NodeReadBudget::new();
-        let start = Instant::now();
-        let streams = shared(&node, STREAMS, |_, pipe| yes_until(pipe, start + FLOOD)).await;
+        let (streams, start) = floods(STREAMS, FLOOD).await;
 
         let end = start + FLOOD;
         let total: u64 = streams.iter().map(|s| s.charged_before(end)).sum();
@@ -993,9 +999,7 @@ mod tests {
     async fn the_records_of_many_floods_are_held_to_the_node_rate() {
         const STREAMS: usize = 100;
         const FLOOD: Duration = Duration::from_secs(4);
-        let node = NodeReadBudget::new();
-        let start = Instant::now();
-        let streams = shared(&node, STREAMS, |_, pipe| yes_until(pipe, start + FLOOD)).await;
+        let (streams, start) = floods(STREAMS, FLOOD).await;
 
         let end = start + FLOOD;
         let logged: u64 = streams.iter().map(|s| s.logged_before(end)).sum();
@@ -1020,9 +1024,7 @@ mod tests {
     async fn a_few_flooding_streams_each_keep_their_own_rate() {
         const STREAMS: usize = 4;
         const FLOOD: Duration = Duration::from_secs(5);
-        let node = NodeReadBudget::new();
-        let start = Instant::now();
-        let streams = shared(&node, STREAMS, |_, pipe| yes_until(pipe, start + FLOOD)).await;
+        let (streams, start) = floods(STREAMS, FLOOD).await;
         for (i, stream) in streams.iter().enumerate() {
             // After its first second's worth at once.
             let read = stream.read_between(start + Duration::from_secs(1), start + FLOOD);
