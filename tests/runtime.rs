@@ -503,6 +503,72 @@ async fn kill_after_the_grace_period(mut h: Harness, name: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A container that dies of a SIGKILL the runtime did not send, while the kernel's OOM kill
+/// count went up, reads `OOMKilled` (exit code 137), as upstream's does; with the count
+/// unchanged the same death reads `Error`, and so does the runtime's own SIGKILL after a grace
+/// period, count or not. Under the shim, as the agent runs containers, and without it. The
+/// count is read from a file in `/proc/vmstat`'s format the test writes.
+#[actix::test]
+async fn a_container_killed_as_the_oom_kill_count_rose_reads_oom_killed() {
+    for (name, shimmed, count_rises, by_runtime, reason) in [
+        ("oom", false, true, false, "OOMKilled"),
+        ("oom-shim", true, true, false, "OOMKilled"),
+        ("kill-9", true, false, false, "Error"),
+        ("runtime-kill", true, true, true, "Error"),
+    ] {
+        let dir = temp_dir(name);
+        let vmstat = dir.join("vmstat");
+        std::fs::write(&vmstat, "pgfault 100\noom_kill 4\n").unwrap();
+        let count = vmstat.clone();
+        let mut h = Harness::build(|runtime| {
+            let runtime = runtime.with_oom_kill_count(count);
+            if shimmed { runtime.with_shim(env!("CARGO_BIN_EXE_probelet")) } else { runtime }
+        });
+        let pidfile = dir.join("pid");
+        // `$$` is a container command's escape for a `$`.
+        let script = format!("trap '' TERM; echo $$$$ > {}; exec sleep 30", pidfile.display());
+        let pod = with_containers(pod(name, "Never"), vec![sh("app", &script)]);
+        let id = uid(&pod);
+        h.sync(&pod).await;
+        h.wait_for(&id, "app running", |s| running(app(s))).await;
+        wait_for_file(&pidfile).await;
+        let deadline = Instant::now() + WAIT;
+        let pid = loop {
+            let text = std::fs::read_to_string(&pidfile).unwrap();
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "no PID in {text:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        if count_rises {
+            std::fs::write(&vmstat, "pgfault 100\noom_kill 5\n").unwrap();
+        }
+        if by_runtime {
+            h.runtime.do_send(KillContainer {
+                pod_uid: id.clone().into(),
+                container: "app".into(),
+                container_id: None,
+                message: "Stopping container app".into(),
+                grace: Duration::from_millis(200),
+                restart: false,
+            });
+        } else {
+            let killed =
+                std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+            assert!(killed.success());
+        }
+        let status = h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+        let state = terminated(app(&status)).unwrap();
+        assert_eq!(
+            (state.exit_code, state.signal, state.reason.as_deref()),
+            (137, Some(9), Some(reason)),
+            "{name}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// A kill for one instance (a failed liveness probe's container ID) stops that instance and
 /// never the next one of the same name: a failure reported after its container was replaced is
 /// not the new instance's.

@@ -28,6 +28,7 @@ use probelet_actors::{Feature, FeatureGates};
 use super::super::phase::{MAXIMUM_GRACE_PERIOD, MINIMUM_GRACE_PERIOD, kill_grace_period};
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
+use super::oom::{OomKills, VMSTAT};
 use super::output::NodeReadBudget;
 use super::state::{
     Current, InstanceOutcome, PodRuntime, RestartRules, Role, Slot, find_container, pod_status,
@@ -155,6 +156,8 @@ pub struct ProcessRuntime {
     /// The read rate all the containers' output streams share, so that many flooding
     /// containers cost the agent no more than a few would.
     output_budget: NodeReadBudget,
+    /// The kernel's OOM kill count, to tell an OOM-killed container from another SIGKILL.
+    oom_kills: OomKills,
 }
 
 impl ProcessRuntime {
@@ -177,7 +180,18 @@ impl ProcessRuntime {
             deferred: Vec::new(),
             container_restart_rules: FeatureGates::default().enabled(Feature::ContainerRestartRules),
             output_budget: NodeReadBudget::new(),
+            oom_kills: OomKills::new(VMSTAT),
         }
+    }
+
+    /// Reads the kernel's OOM kill count from `source` rather than `/proc/vmstat`: a file of
+    /// `key value` lines with one `oom_kill N`, such as a cgroup v2 `memory.events` of a host
+    /// that runs its containers in a cgroup of their own, where the count is theirs alone.
+    /// A container that dies of a SIGKILL the runtime did not send, within a second or two of
+    /// the count going up, reads `OOMKilled`.
+    pub fn with_oom_kill_count(mut self, source: impl Into<PathBuf>) -> Self {
+        self.oom_kills = OomKills::new(source);
+        self
     }
 
     /// The runtime under these feature gates instead of the kubelet's defaults: under
@@ -514,7 +528,15 @@ impl ProcessRuntime {
 
 impl Actor for ProcessRuntime {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(OOM_KILL_READING, |act, _| act.oom_kills.tick());
+    }
 }
+
+/// How often the kernel's OOM kill count is read: a death is compared with the reading before
+/// last, one to two of these back.
+const OOM_KILL_READING: Duration = Duration::from_secs(1);
 
 impl Handler<SyncPod> for ProcessRuntime {
     type Result = ();

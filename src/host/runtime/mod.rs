@@ -38,6 +38,7 @@ mod backoff;
 mod budget;
 mod groups;
 mod launch;
+mod oom;
 mod orphans;
 mod output;
 mod state;
@@ -89,6 +90,8 @@ pub const REASON_CONTAINER_CREATING: &str = "ContainerCreating";
 pub const REASON_COMPLETED: &str = "Completed";
 /// Terminated reason of a container that exited non-zero or was killed.
 pub const REASON_ERROR: &str = "Error";
+/// Terminated reason of a container the kernel's OOM killer killed (containerd's).
+pub const REASON_OOM_KILLED: &str = "OOMKilled";
 /// Terminated reason of a container that could not be started (containerd's).
 pub const REASON_START_ERROR: &str = "StartError";
 

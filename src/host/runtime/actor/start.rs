@@ -35,7 +35,7 @@ use super::super::state::{Current, RestartRules, Role, Running, Slot};
 use super::super::stop::ProcessGuard;
 use super::super::{
     EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_OUT_OF_FILE_DESCRIPTORS, EVENT_STARTED,
-    REASON_COMPLETED, REASON_ERROR, REASON_START_ERROR,
+    REASON_COMPLETED, REASON_ERROR, REASON_OOM_KILLED, REASON_START_ERROR,
 };
 use super::ProcessRuntime;
 use probelet_actors::vocabulary::PodUid;
@@ -428,12 +428,23 @@ impl ProcessRuntime {
             Err(e) => (-1, None, Some(format!("cannot wait for the container's process: {e}"))),
         };
         tracing::debug!(pod_uid, container = %name, container_id = %id, exit_code, ?signal, "container exited");
+        // Not for a kill of the runtime's own: upstream would say OOMKilled only if its cgroup
+        // saw one, and here the count is the node's (oom.rs).
+        let oom_killed = signal == Some(rustix::process::Signal::KILL.as_raw())
+            && running.killing.is_none()
+            && self.oom_kills.killed_by_oom();
+        let reason = match exit_code {
+            0 => REASON_COMPLETED,
+            _ if oom_killed => REASON_OOM_KILLED,
+            _ => REASON_ERROR,
+        };
+        let Some(slot) = self.slot_mut(pod_uid, name) else { return };
         slot.current = Current::Exited {
             id: running.id.clone(),
             terminated: ContainerStateTerminated {
                 exit_code,
                 signal,
-                reason: Some(if exit_code == 0 { REASON_COMPLETED } else { REASON_ERROR }.to_owned()),
+                reason: Some(reason.to_owned()),
                 message,
                 started_at: Some(running.started_at.clone()),
                 finished_at: Some(finished_at),
