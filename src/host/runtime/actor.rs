@@ -28,7 +28,7 @@ use probelet_actors::{Feature, FeatureGates};
 use super::super::phase::{MAXIMUM_GRACE_PERIOD, MINIMUM_GRACE_PERIOD, kill_grace_period};
 use super::budget::FdBudget;
 use super::groups::ContainerGroups;
-use super::oom::{OomKills, VMSTAT};
+use super::oom::{OomKills, READING_EVERY, VMSTAT};
 use super::output::NodeReadBudget;
 use super::state::{
     Current, InstanceOutcome, PodRuntime, RestartRules, Role, Slot, find_container, pod_status,
@@ -158,6 +158,8 @@ pub struct ProcessRuntime {
     output_budget: NodeReadBudget,
     /// The kernel's OOM kill count, to tell an OOM-killed container from another SIGKILL.
     oom_kills: OomKills,
+    /// Whether the next reading of the count is scheduled.
+    oom_reading_due: bool,
 }
 
 impl ProcessRuntime {
@@ -181,6 +183,7 @@ impl ProcessRuntime {
             container_restart_rules: FeatureGates::default().enabled(Feature::ContainerRestartRules),
             output_budget: NodeReadBudget::new(),
             oom_kills: OomKills::new(VMSTAT),
+            oom_reading_due: false,
         }
     }
 
@@ -188,7 +191,7 @@ impl ProcessRuntime {
     /// `key value` lines with one `oom_kill N`, such as a cgroup v2 `memory.events` of a host
     /// that runs its containers in a cgroup of their own, where the count is theirs alone.
     /// A container that dies of a SIGKILL the runtime did not send, within a second or two of
-    /// the count going up, reads `OOMKilled`.
+    /// the count going up, reads `OOMKilled` (`oom.rs` says what it cannot tell).
     pub fn with_oom_kill_count(mut self, source: impl Into<PathBuf>) -> Self {
         self.oom_kills = OomKills::new(source);
         self
@@ -528,15 +531,23 @@ impl ProcessRuntime {
 
 impl Actor for ProcessRuntime {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(OOM_KILL_READING, |act, _| act.oom_kills.tick());
-    }
 }
 
-/// How often the kernel's OOM kill count is read: a death is compared with the reading before
-/// last, one to two of these back.
-const OOM_KILL_READING: Duration = Duration::from_secs(1);
+impl ProcessRuntime {
+    /// Reads the kernel's OOM kill count every second while the runtime has pods, and not
+    /// otherwise: a runtime whose addresses are all gone and that runs nothing then stops.
+    fn read_oom_kills_while_pods(&mut self, ctx: &mut Context<Self>) {
+        if self.oom_reading_due || self.pods.is_empty() {
+            return;
+        }
+        self.oom_reading_due = true;
+        ctx.run_later(READING_EVERY, |act, ctx| {
+            act.oom_reading_due = false;
+            act.oom_kills.read();
+            act.read_oom_kills_while_pods(ctx);
+        });
+    }
+}
 
 impl Handler<SyncPod> for ProcessRuntime {
     type Result = ();
@@ -553,6 +564,7 @@ impl Handler<SyncPod> for ProcessRuntime {
         let state = self.pods.entry(uid.clone()).or_insert_with(|| PodRuntime::new(pod.clone()));
         state.pod = pod;
         state.started = started;
+        self.read_oom_kills_while_pods(ctx);
         self.reconcile(&uid, ctx);
     }
 }
