@@ -152,6 +152,16 @@ spec:
         periodSeconds: ten
 "#;
 
+/// `probelet lint --format json` on `dir`, which must exit with `code`; its report.
+fn lint_json(dir: &Path, code: i32) -> Value {
+    let run = lint(&["--format", "json"], &[dir]);
+    assert_eq!(run.code, code, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    run.json()
+}
+
+/// The API server's text for annotations beyond 256 KiB.
+const TOO_LONG: &str = "Too long: may not be more than 262144 bytes";
+
 fn findings<'a>(json: &'a Value, rule: &str) -> Vec<&'a Value> {
     json["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == rule).collect()
 }
@@ -183,9 +193,7 @@ fn warnings_only_exit_0_and_the_json_says_what_the_kubelet_does() {
     dir.write(".hidden.yaml", UNPARSEABLE);
     dir.write("notes.txt", UNPARSEABLE);
 
-    let run = lint(&["--format", "json"], &[dir.path()]);
-    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
-    let json = run.json();
+    let json = lint_json(dir.path(), 0);
     assert_eq!(json["summary"]["files"], 2, "hidden files and other extensions are not read");
     assert_eq!(json["summary"]["objects"], 2);
     assert_eq!(json["summary"]["skipped"], 1, "the Service");
@@ -247,9 +255,7 @@ fn an_error_finding_exits_1() {
     dir.write("api.json", POD);
     let job = dir.write("job.yaml", INVALID);
 
-    let run = lint(&["--format", "json"], &[dir.path()]);
-    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
-    let json = run.json();
+    let json = lint_json(dir.path(), 1);
     let invalid = findings(&json, "invalid");
     assert_eq!(invalid.len(), 1, "{json:#}");
     assert_eq!(invalid[0]["kind"], "Job");
@@ -295,12 +301,10 @@ fn a_bad_active_deadline_or_too_many_annotation_bytes_are_errors_about_the_pod()
         ),
     );
 
-    let run = lint(&["--format", "json"], &[dir.path()]);
-    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
-    let json = run.json();
+    let json = lint_json(dir.path(), 1);
     let invalid = findings(&json, "invalid");
     let got = named(&invalid);
-    let too_long = "Too long: may not be more than 262144 bytes";
+    let too_long = TOO_LONG;
     assert_eq!(
         got,
         [
@@ -359,12 +363,10 @@ fn a_workloads_own_annotations_over_the_limit_are_an_error() {
         ),
     );
 
-    let run = lint(&["--format", "json"], &[dir.path()]);
-    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
-    let json = run.json();
+    let json = lint_json(dir.path(), 1);
     let invalid = findings(&json, "invalid");
     let got = named(&invalid);
-    let too_long = "Too long: may not be more than 262144 bytes";
+    let too_long = TOO_LONG;
     let own = format!("metadata.annotations: {too_long}");
     assert_eq!(
         got,
@@ -409,9 +411,7 @@ fn a_workload_that_keeps_its_pods_running_may_not_set_an_active_deadline() {
          restartPolicy: Never\n      activeDeadlineSeconds: 30\n      containers:\n        - {name: app, image: app:1}\n",
     );
 
-    let run = lint(&["--format", "json"], &[dir.path()]);
-    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
-    let json = run.json();
+    let json = lint_json(dir.path(), 1);
     let mut got: Vec<(String, String)> = findings(&json, "invalid")
         .iter()
         .map(|f| {
