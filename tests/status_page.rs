@@ -1,9 +1,9 @@
 //! End to end: the status page at `/` of the real `probelet` binary, rendered by headless
-//! Chromium (Debian's `chromium` package; `.ci/run` installs it). Checks what a person sees: a
-//! Ready pod marked ready, a failing readiness probe's strip showing the failure, a probe's
-//! hostile output shown as text, and the page's own refresh script allowed to run; then the
-//! refresh itself, against a loopback server whose page changes (Chromium's virtual time lets
-//! the script's timer fire without waiting for it).
+//! Chromium (Debian's `chromium` package; the test installs it when missing, as root). Checks
+//! what a person sees: a Ready pod marked ready, a failing readiness probe's strip showing the
+//! failure, a probe's hostile output shown as text, and the page's own refresh script allowed to
+//! run; then the refresh itself, against a loopback server whose page changes (Chromium's
+//! virtual time lets the script's timer fire without waiting for it).
 //!
 //! Waits by polling the agent's JSON endpoints (bounded), never on fixed sleeps.
 
@@ -45,16 +45,55 @@ fn pod(name: &str, probe: &str) -> String {
     )
 }
 
-/// The `chromium` executable, or a failure that says how to get it: the page test is not
-/// skipped on a machine without it.
+/// The `chromium` executable. A machine without it gets Debian's `chromium` package installed
+/// here, once for all the tests of this file, where the test runs as root with `apt-get`: the
+/// README's test command then needs nothing set up by hand. Elsewhere the test fails with the
+/// command to run (the page test is never skipped).
 fn chromium() -> PathBuf {
+    static CHROMIUM: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let found = CHROMIUM.get_or_init(|| find_chromium().map_or_else(install_chromium, Ok));
+    match found {
+        Ok(path) => path.clone(),
+        Err(why) => panic!(
+            "chromium is not installed and could not be installed ({why}): the status page test renders \
+             the page in headless Chromium. Install it with `apt-get install -y --no-install-recommends \
+             chromium` (.ci/run does)"
+        ),
+    }
+}
+
+fn find_chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).map(|dir| dir.join("chromium")).find(|p| p.is_file()).unwrap_or_else(|| {
-        panic!(
-            "chromium is not installed: the status page test renders the page in headless Chromium. \
-             Install it with `apt-get install -y --no-install-recommends chromium` (.ci/run does)"
-        )
-    })
+    std::env::split_paths(&path).map(|dir| dir.join("chromium")).find(|p| p.is_file())
+}
+
+/// Installs Debian's `chromium` with `apt-get` (root only), then finds it.
+fn install_chromium() -> Result<PathBuf, String> {
+    let uid = std::process::Command::new("id").arg("-u").output().map_err(|e| format!("id -u: {e}"))?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Err("not root".to_owned());
+    }
+    eprintln!("status page test: installing Debian's chromium package (once)");
+    let apt = |args: &[&str]| -> Result<(), String> {
+        let out = std::process::Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .map_err(|e| format!("apt-get: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "apt-get {}: {}: {}",
+                args[0],
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    apt(&["update", "-qq"])?;
+    apt(&["install", "-y", "-qq", "--no-install-recommends", "chromium"])?;
+    find_chromium().ok_or_else(|| "apt-get installed no `chromium` on the PATH".to_owned())
 }
 
 /// Headless Chromium's DOM of `url` (a loopback URL) after its scripts ran, with a fresh
