@@ -161,7 +161,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("merge + pod_status_patch (NotReady -> Ready)", |b| {
         b.iter(|| {
-            let merged = merge_pod_status(black_box(&before), black_box(&after), true, now.clone());
+            let merged = merge_pod_status(black_box(&before), black_box(&after), true, now.clone(), None);
             pod_status_patch("u1", &before, &merged)
         })
     });
@@ -185,7 +185,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let api = go_zero_values(base.pod.status.clone().unwrap_or_default());
             let merged =
-                go_zero_values(merge_readiness_only(&api, black_box(&after), now.clone(), &ownership));
+                go_zero_values(merge_readiness_only(&api, black_box(&after), now.clone(), None, &ownership));
             readiness_only_sides(black_box(&base), &api, &merged)
                 .map(|(api_side, merged_side)| pod_status_patch_json("u1", &api_side, &merged_side))
         })
@@ -194,7 +194,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let api = go_zero_values(base.pod.status.clone().unwrap_or_default());
             let merged =
-                go_zero_values(merge_readiness_only(&api, black_box(&after), now.clone(), &ownership));
+                go_zero_values(merge_readiness_only(&api, black_box(&after), now.clone(), None, &ownership));
             pod_status_patch("u1", &api, &merged)
         })
     });

@@ -569,7 +569,7 @@ const GENERATED_CONDITIONS: [&str; 5] =
 
 /// The generation a status and its kubelet conditions were generated for; Go's zero
 /// generation is an omitted field.
-fn observed_generation(pod: &Pod) -> Option<i64> {
+pub(crate) fn observed_generation(pod: &Pod) -> Option<i64> {
     pod.metadata.generation.filter(|g| *g != 0)
 }
 

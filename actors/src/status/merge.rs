@@ -31,8 +31,16 @@ pub fn merge_pod_status(
     new: &PodStatus,
     could_have_running_containers: bool,
     now: Time,
+    generation: Option<i64>,
 ) -> PodStatus {
-    merge_pod_status_for(api, new, could_have_running_containers, now, &ConditionOwnership::KUBELET)
+    merge_pod_status_for(
+        api,
+        new,
+        could_have_running_containers,
+        now,
+        generation,
+        &ConditionOwnership::KUBELET,
+    )
 }
 
 /// Upstream `mergePodStatus`: the status to send, given the API server's copy (`api`), the
@@ -51,12 +59,15 @@ pub fn merge_pod_status(
 /// 4. With a terminal phase, a True `Ready` or `ContainersReady` forces both to False with
 ///    reason `PodFailed`/`PodCompleted` and no message (kubernetes#108594), each through
 ///    upstream's `UpdatePodCondition` (time kept if the status did not change, `now` otherwise).
-///    A writer that does not own one of them leaves that one alone.
+///    Like every condition the kubelet generates, they carry `observedGeneration`: `generation`,
+///    the API pod's `metadata.generation` (`None` for none or 0). A writer that does not own
+///    one of them leaves that one alone.
 pub fn merge_pod_status_for(
     api: &PodStatus,
     new: &PodStatus,
     could_have_running_containers: bool,
     now: Time,
+    generation: Option<i64>,
     ownership: &ConditionOwnership,
 ) -> PodStatus {
     let mut merged = new.clone();
@@ -94,7 +105,7 @@ pub fn merge_pod_status_for(
         merged.message.clone_from(&api.message);
     }
 
-    force_not_ready_when_terminal(&mut merged, &now, ownership);
+    force_not_ready_when_terminal(&mut merged, &now, generation, ownership);
     merged
 }
 
@@ -110,7 +121,8 @@ pub fn merge_pod_status_for(
 ///   kubelet's merge. Conditions the writer does not own, shared ones included, stay as the API
 ///   has them: this writer never decides the phase, so it never sends a shared condition.
 /// * With a terminal API phase, a True `Ready` or `ContainersReady` is forced to False as in
-///   [`merge_pod_status_for`] step 4 (kubernetes#108594).
+///   [`merge_pod_status_for`] step 4 (kubernetes#108594), with `observedGeneration`
+///   `generation`.
 ///
 /// Phase, reason, message, IPs, `startTime`, container states, IDs, images, restart counts,
 /// ephemeral containers and everything else come from the API copy, so a write can never undo
@@ -119,6 +131,7 @@ pub fn merge_readiness_only(
     api: &PodStatus,
     new: &PodStatus,
     now: Time,
+    generation: Option<i64>,
     ownership: &ConditionOwnership,
 ) -> PodStatus {
     let mut merged = api.clone();
@@ -145,7 +158,7 @@ pub fn merge_readiness_only(
         merged.conditions = (!conditions.is_empty()).then_some(conditions);
     }
 
-    force_not_ready_when_terminal(&mut merged, &now, ownership);
+    force_not_ready_when_terminal(&mut merged, &now, generation, ownership);
     merged
 }
 
@@ -166,7 +179,13 @@ fn overlay_readiness(api: Option<&mut [ContainerStatus]>, ours: Option<&[Contain
 
 /// Step 4 of [`merge_pod_status_for`]: never a terminal phase with a True `Ready` or
 /// `ContainersReady` (kubernetes#108594). A writer that does not own one of them leaves it alone.
-fn force_not_ready_when_terminal(merged: &mut PodStatus, now: &Time, ownership: &ConditionOwnership) {
+/// Upstream generates the two (`generate*ConditionForTerminalPhase`) with the pod's generation.
+fn force_not_ready_when_terminal(
+    merged: &mut PodStatus,
+    now: &Time,
+    generation: Option<i64>,
+    ownership: &ConditionOwnership,
+) {
     if is_terminal_phase(merged.phase.as_deref())
         && (is_condition_true(merged, POD_READY) || is_condition_true(merged, CONTAINERS_READY))
     {
@@ -177,6 +196,7 @@ fn force_not_ready_when_terminal(merged: &mut PodStatus, now: &Time, ownership: 
                     type_: condition_type.to_owned(),
                     status: CONDITION_FALSE.to_owned(),
                     reason: Some(reason.to_owned()),
+                    observed_generation: generation,
                     ..Default::default()
                 };
                 update_pod_condition(merged, condition, now);
@@ -461,7 +481,7 @@ mod tests {
             },
         ];
         for case in cases {
-            let got = merge_pod_status(&case.api, &case.new, case.could_run, at(NOW));
+            let got = merge_pod_status(&case.api, &case.new, case.could_run, at(NOW), None);
             assert_eq!(summary(&got), case.want, "case: {}", case.name);
             assert_eq!(got.phase.as_deref(), Some(case.want_phase), "case: {} (phase)", case.name);
         }
@@ -471,10 +491,36 @@ mod tests {
     fn forced_ready_has_no_message() {
         let api = status("Running", vec![]);
         let new = status("Failed", vec![with_reason(cond("Ready", "True", 1), "R", "some message")]);
-        let got = merge_pod_status(&api, &new, false, at(NOW));
+        let got = merge_pod_status(&api, &new, false, at(NOW), None);
         let ready = get_pod_condition(got.conditions.as_deref(), "Ready").unwrap();
         assert_eq!(ready.message, None, "case: message cleared");
         assert_eq!(ready.reason.as_deref(), Some("PodFailed"), "case: reason");
+    }
+
+    #[test]
+    fn forced_conditions_carry_the_pods_generation() {
+        let ready = PodCondition { observed_generation: Some(3), ..cond("Ready", "True", 1) };
+        let containers_ready =
+            PodCondition { observed_generation: Some(3), ..cond("ContainersReady", "True", 1) };
+        let api = status("Running", vec![ready.clone(), containers_ready.clone()]);
+        let new = status("Failed", vec![ready, containers_ready]);
+        let merged = [
+            ("kubelet", merge_pod_status(&api, &new, false, at(NOW), Some(4))),
+            ("readiness only", {
+                let api = PodStatus { phase: Some("Failed".into()), ..api.clone() };
+                merge_readiness_only(&api, &new, at(NOW), Some(4), &ConditionOwnership::KUBELET)
+            }),
+        ];
+        for (name, got) in merged {
+            for type_ in ["Ready", "ContainersReady"] {
+                let c = get_pod_condition(got.conditions.as_deref(), type_).expect("condition");
+                assert_eq!(c.status, "False", "{name}: {type_} forced False");
+                assert_eq!(c.observed_generation, Some(4), "{name}: {type_} carries the pod's generation");
+            }
+        }
+        let unset = merge_pod_status(&api, &new, false, at(NOW), None);
+        let c = get_pod_condition(unset.conditions.as_deref(), "Ready").expect("Ready");
+        assert_eq!(c.observed_generation, None, "no generation: the field is omitted");
     }
 
     #[test]
@@ -496,7 +542,7 @@ mod tests {
             ("nothing running", false, ("Failed", "Evicted", "The node was low on memory")),
         ];
         for (name, could_run, (phase, reason, message)) in cases {
-            let got = merge_pod_status(&api, &new, could_run, at(NOW));
+            let got = merge_pod_status(&api, &new, could_run, at(NOW), None);
             assert_eq!(got.phase.as_deref(), Some(phase), "case: {name} (phase)");
             assert_eq!(got.reason.as_deref(), Some(reason), "case: {name} (reason)");
             assert_eq!(got.message.as_deref(), Some(message), "case: {name} (message)");
@@ -527,7 +573,7 @@ mod tests {
                 extended_resource_claim_status: new_ext,
                 ..Default::default()
             };
-            let got = merge_pod_status(&api, &new, false, at(NOW));
+            let got = merge_pod_status(&api, &new, false, at(NOW), None);
             assert_eq!(got.resource_claim_statuses, api_claims, "case: {name} (resourceClaimStatuses)");
             assert_eq!(
                 got.extended_resource_claim_status, api_ext,
@@ -541,7 +587,7 @@ mod tests {
         let gate = ConditionOwnership::new(["example.com/gate"], Vec::<String>::new());
         let api = status("Running", vec![cond("Ready", "True", 1), cond("example.com/gate", "False", 2)]);
         let new = status("Running", vec![cond("Ready", "False", 9), cond("example.com/gate", "True", 9)]);
-        let got = merge_pod_status_for(&api, &new, true, at(NOW), &gate);
+        let got = merge_pod_status_for(&api, &new, true, at(NOW), None, &gate);
         assert_eq!(
             summary(&got),
             vec![row("Ready", "True", None, 1), row("example.com/gate", "True", None, 9)],
@@ -550,7 +596,7 @@ mod tests {
 
         let api = status("Running", vec![cond("Ready", "True", 1)]);
         let new = status("Failed", vec![cond("example.com/gate", "True", 9)]);
-        let got = merge_pod_status_for(&api, &new, false, at(NOW), &gate);
+        let got = merge_pod_status_for(&api, &new, false, at(NOW), None, &gate);
         assert_eq!(
             summary(&got),
             vec![row("Ready", "True", None, 1), row("example.com/gate", "True", None, 9)],
@@ -603,7 +649,7 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let got = merge_readiness_only(&api, &new, at(NOW), &ConditionOwnership::KUBELET);
+        let got = merge_readiness_only(&api, &new, at(NOW), None, &ConditionOwnership::KUBELET);
         let row = |n: &str, r: bool, s: Option<bool>| (n.to_owned(), r, s);
         assert_eq!(flags(&got.init_container_statuses), [row("sidecar", true, Some(true))], "case: init");
         assert_eq!(
@@ -684,7 +730,7 @@ mod tests {
             },
         ];
         for case in cases {
-            let got = merge_readiness_only(&case.api, &case.new, at(NOW), &ConditionOwnership::KUBELET);
+            let got = merge_readiness_only(&case.api, &case.new, at(NOW), None, &ConditionOwnership::KUBELET);
             assert_eq!(summary(&got), case.want, "case: {}", case.name);
             assert_eq!(got.phase.as_deref(), Some(case.want_phase), "case: {} (phase)", case.name);
         }
@@ -693,12 +739,13 @@ mod tests {
     #[test]
     fn readiness_only_without_owned_conditions_keeps_the_api_list_as_is() {
         let api = PodStatus { conditions: Some(vec![]), ..Default::default() };
-        let got = merge_readiness_only(&api, &PodStatus::default(), at(NOW), &ConditionOwnership::KUBELET);
+        let got =
+            merge_readiness_only(&api, &PodStatus::default(), at(NOW), None, &ConditionOwnership::KUBELET);
         assert_eq!(got, api, "case: an empty list stays an empty list");
         let gate = ConditionOwnership::new(["example.com/gate"], Vec::<String>::new());
         let api = status("Running", vec![cond("Ready", "True", 1)]);
         let new = status("Running", vec![cond("Ready", "False", 9), cond("example.com/gate", "True", 9)]);
-        let got = merge_readiness_only(&api, &new, at(NOW), &gate);
+        let got = merge_readiness_only(&api, &new, at(NOW), None, &gate);
         assert_eq!(
             summary(&got),
             vec![row("Ready", "True", None, 1), row("example.com/gate", "True", None, 9)],

@@ -23,7 +23,7 @@ use super::syncer::OwnedFields;
 use crate::contracts::PodLookup;
 use crate::metrics as names;
 use crate::status::equality::ConditionOwnership;
-use crate::status::manager::VersionedPodStatus;
+use crate::status::manager::{VersionedPodStatus, observed_generation};
 use crate::status::merge::{merge_pod_status_for, merge_readiness_only};
 use crate::vocabulary::PodUid;
 
@@ -220,6 +220,7 @@ impl SyncJob {
                     &ours,
                     could_have_running_containers(&ours, self.status.pod_is_finished),
                     self.now.clone(),
+                    observed_generation(&base.pod),
                     &self.ownership,
                 ));
                 pod_status_patch(api_uid, &api_status, &merged).map_err(|err| err.to_string())
@@ -229,6 +230,7 @@ impl SyncJob {
                     &api_status,
                     &ours,
                     self.now.clone(),
+                    observed_generation(&base.pod),
                     &self.ownership,
                 ));
                 let (api_side, merged_side) =

@@ -707,7 +707,7 @@ mod tests {
         let api = status(json!({ "phase": "Pending", "conditions": [scheduled(), feature()] }));
         let new = status(json!({ "phase": "Pending", "conditions":
             [scheduled(), not_ready("Ready"), not_ready("ContainersReady")] }));
-        let merged = merge_pod_status(&api, &new, true, Time(Timestamp::constant(60, 0)));
+        let merged = merge_pod_status(&api, &new, true, Time(Timestamp::constant(60, 0)), None);
         let patch = pod_status_patch(UID, &api, &merged).unwrap().unwrap();
         assert_eq!(
             patch,
@@ -929,7 +929,7 @@ mod tests {
             new in pod_status(),
             could_run in any::<bool>(),
         ) {
-            let merged = merge_pod_status(&api, &new, could_run, Time(Timestamp::constant(180, 0)));
+            let merged = merge_pod_status(&api, &new, could_run, Time(Timestamp::constant(180, 0)), None);
             check_round_trip(&api, &merged)?;
         }
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{OwnedFields, StatusSyncer};
 use crate::capacity::ShrinkAfterRemoval;
 use crate::status::equality::is_pod_status_equal_for;
-use crate::status::manager::{ListStatuses, VersionedPodStatus};
+use crate::status::manager::{ListStatuses, VersionedPodStatus, observed_generation};
 use crate::status::merge::merge_readiness_only;
 use crate::status::normalize::normalize_status;
 use crate::sync::pod_sync::PodSync;
@@ -134,6 +134,7 @@ impl StatusSyncer {
                 &api,
                 &ours,
                 self.config.clock.now_time(),
+                observed_generation(pod),
                 &self.config.ownership,
             )),
         };
