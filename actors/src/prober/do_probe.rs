@@ -263,15 +263,17 @@ impl WorkerState {
                 ops.push(CacheOp::Remove(old));
             }
             let resumed = std::mem::take(&mut self.resumed);
-            if !spec.keep_state_across_restart
-                || !started_before_manager(container.running_since(), spec.manager_start)
-            {
+            let kept_across_restart = spec.keep_state_across_restart
+                && started_before_manager(container.running_since(), spec.manager_start);
+            if !kept_across_restart {
                 let seed = if resumed { CacheOp::Seed } else { CacheOp::Set };
                 ops.push(seed(container_id.clone(), spec.initial_value()));
-            }
-            // A sidecar already reported started (say, across an agent restart) must count as
-            // started at once, or the pod never initialises (upstream #136910).
-            if spec.kind == ProbeKind::Startup && spec.is_sidecar && container.started == Some(true) {
+            } else if spec.kind == ProbeKind::Startup && spec.is_sidecar && container.started == Some(true) {
+                // A sidecar that ran before the agent started and was reported started must
+                // count as started at once, or the pod never initialises (upstream #136910).
+                // Upstream writes this Success before the initial value, which overwrites it
+                // unless the initial value is skipped: so only a container kept across the
+                // restart keeps it, and never with ChangeContainerStatusOnKubeletRestart.
                 ops.push(CacheOp::Set(container_id.clone(), ProbeResult::Success));
             }
             self.container_id = Some(container_id.clone());
@@ -812,19 +814,24 @@ mod tests {
     }
 
     #[test]
-    fn sidecar_already_started_is_seeded_success() {
-        let spec = WorkerSpec { is_sidecar: true, ..spec(ProbeKind::Startup) };
-        let mut status = running("x://1", 5, Some(true));
-        status.init_container_statuses = status.container_statuses.take();
-        let mut ops = vec![];
-        WorkerState::new().before(&spec, Some(&status), t(10), &mut ops);
-        assert_eq!(
-            ops,
-            vec![
-                CacheOp::Set(id("x://1"), ProbeResult::Unknown),
-                CacheOp::Set(id("x://1"), ProbeResult::Success)
-            ]
-        );
+    fn sidecar_already_started_is_seeded_success_only_when_kept_across_the_restart() {
+        use ProbeResult::{Success, Unknown};
+        // (case, started at, keep state across restart (gate off), ops)
+        let cases = [
+            ("ran before the agent started", -20, true, vec![CacheOp::Set(id("x://1"), Success)]),
+            ("started within 10 s of the agent", -5, true, vec![CacheOp::Set(id("x://1"), Unknown)]),
+            ("started after the agent", 5, true, vec![CacheOp::Set(id("x://1"), Unknown)]),
+            ("ChangeContainerStatusOnKubeletRestart", -20, false, vec![CacheOp::Set(id("x://1"), Unknown)]),
+        ];
+        for (case, started_at, keep, want) in cases {
+            let spec =
+                WorkerSpec { is_sidecar: true, keep_state_across_restart: keep, ..spec(ProbeKind::Startup) };
+            let mut status = running("x://1", started_at, Some(true));
+            status.init_container_statuses = status.container_statuses.take();
+            let mut ops = vec![];
+            WorkerState::new().before(&spec, Some(&status), t(10), &mut ops);
+            assert_eq!(ops, want, "case: {case}");
+        }
     }
 
     fn run(state: &mut WorkerState, spec: &WorkerSpec, results: &[ProbeResult]) -> Vec<CacheOp> {
