@@ -159,6 +159,26 @@ async fn young_manager_delays_the_first_probe_by_jitter() {
 }
 
 #[actix::test]
+async fn a_trigger_during_the_jitter_probes_again_right_after_the_first_probe() {
+    let (h, t0) = started_harness().await;
+    let pod =
+        test_pod("jitter-trigger").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    // The next sync finds the worker (still in its jitter) and no readiness result: it triggers.
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert!(h.prober.calls().is_empty(), "the trigger does not cut the jitter short");
+    run_for(secs(25)).await;
+    let times = probe_times(&h, "app", Readiness, start);
+    assert!(times.len() >= 3, "{times:?}");
+    assert!(times[0] > Duration::ZERO && times[0] < secs(10), "jitter in (0, period): {:?}", times[0]);
+    // Upstream keeps the trigger in its one-slot channel and reads it after the first probe.
+    assert_near(times[1], times[0], "the kept trigger's probe, at once");
+    assert_near(times[2], times[1] + secs(10), "the schedule restarted from the triggered probe");
+}
+
+#[actix::test]
 async fn worker_created_after_the_manager_is_one_period_old_probes_at_once() {
     let (h, t0) = started_harness().await;
     advance(secs(10)).await;

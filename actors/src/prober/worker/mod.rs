@@ -422,11 +422,19 @@ impl ProbeWorker {
         if self.spec.bound.is_some() {
             // Started with its container (ContainerLifecycleProber): the status that shows the
             // container may not be published yet; probe as soon as it is, not a period later.
+            // That is the triggered probe a trigger kept through the jitter asks for.
+            self.trigger_pending = false;
             self.run_triggered(true);
             return;
         }
         self.schedule_from(Instant::now());
-        self.run_probe();
+        if !self.run_probe()
+            && !matches!(self.phase, Phase::Done)
+            && std::mem::take(&mut self.trigger_pending)
+        {
+            // Nothing was probed, so no finished probe will run the kept trigger: run it now.
+            self.run_triggered(true);
+        }
     }
 
     /// (Re)starts the fixed-rate schedule: ticks at `from + k·interval` (k ≥ 1), on one tokio
@@ -848,7 +856,11 @@ impl ProbeWorker {
     /// A manual trigger from the manager.
     fn trigger(&mut self) {
         if self.ticks.is_none() {
-            // Still in the start-up jitter: the first probe is coming anyway.
+            // Still in the start-up jitter. Upstream's one-slot trigger channel keeps the
+            // trigger until the loop reads it, after the first probe: so the first probe is
+            // followed at once by a triggered one, which restarts the schedule (docs/prober.md
+            // §1.2).
+            self.trigger_pending = true;
             return;
         }
         if self.in_flight.is_some() {
