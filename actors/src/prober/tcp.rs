@@ -80,13 +80,16 @@ pub enum DialError {
         /// The address being dialled when the deadline passed, shown as in `Op`.
         addr: String,
     },
+    /// No address to dial (Go's `errMissingAddress`).
+    #[error("dial tcp: missing address")]
+    MissingAddress,
 }
 
 /// Connects to `host:port` before `deadline` the way upstream's probe dialer does, with linger 0.
 ///
 /// An empty host means the local system, as in Go (`":80"`). A name resolving to several
-/// addresses is tried address by address within the one deadline (Go splits the deadline among
-/// them; pod IPs are literals, so this rarely matters).
+/// addresses is dialled as Go's dialer does it ([`dial_addrs`]); pod IPs are literals, so this
+/// matters only for a probe's `host`.
 pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
     // Go's dialer sets TCP_NODELAY on every TCP connection. Without it a gRPC probe's small
     // writes wait for the peer's delayed ACK (about 40 ms each).
@@ -113,15 +116,92 @@ async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> R
         Ok(Err(e)) => return Err(DialError::Lookup { host: host.to_owned(), reason: lookup_reason(&e) }),
         Ok(Ok(addrs)) => addrs.collect(),
     };
-    let mut last = DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() };
-    for addr in addrs {
-        match attempt(addr, host.is_empty(), deadline, nodelay).await {
+    if addrs.is_empty() {
+        return Err(DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() });
+    }
+    dial_addrs(&addrs, deadline, nodelay).await
+}
+
+/// How long Go's dialer gives the first address family before it dials the other one too
+/// (`net.Dialer.FallbackDelay`'s default).
+const FALLBACK_DELAY: Duration = Duration::from_millis(300);
+
+/// The least time Go's dialer gives one address of several, while the deadline allows
+/// (`saneMinimum` in `net.partialDeadline`).
+const MIN_ATTEMPT: Duration = Duration::from_secs(2);
+
+/// Dials the addresses a name resolved to, in the resolver's order, as Go's `net.Dialer` does
+/// for `tcp` (`dialParallel`, "Happy Eyeballs"): the addresses of the first one's family are
+/// the primaries, the others the fallbacks. The fallbacks are dialled too once the primaries
+/// have had [`FALLBACK_DELAY`], or at once when they have all failed; the first connection
+/// made wins, and when both fail the primaries' error is the answer. Within a family the
+/// addresses are tried one after another ([`dial_serial`]).
+async fn dial_addrs(addrs: &[SocketAddr], deadline: Instant, nodelay: bool) -> Result<TcpStream, DialError> {
+    let Some(first) = addrs.first() else {
+        return Err(DialError::MissingAddress);
+    };
+    let (primaries, fallbacks): (Vec<SocketAddr>, Vec<SocketAddr>) =
+        addrs.iter().partition(|a| a.is_ipv4() == first.is_ipv4());
+    if fallbacks.is_empty() {
+        return dial_serial(&primaries, deadline, nodelay).await;
+    }
+    let (primary_failed, start_fallbacks) = tokio::sync::oneshot::channel::<()>();
+    let primary = std::pin::pin!(async {
+        let dialled = dial_serial(&primaries, deadline, nodelay).await;
+        if dialled.is_err() {
+            let _ = primary_failed.send(());
+        }
+        dialled
+    });
+    let fallback = std::pin::pin!(async {
+        tokio::select! {
+            () = tokio::time::sleep(FALLBACK_DELAY) => {}
+            _ = start_fallbacks => {}
+        }
+        dial_serial(&fallbacks, deadline, nodelay).await
+    });
+    match futures::future::select(primary, fallback).await {
+        futures::future::Either::Left((Ok(stream), _)) | futures::future::Either::Right((Ok(stream), _)) => {
+            Ok(stream)
+        }
+        futures::future::Either::Left((Err(primary_error), fallback)) => {
+            fallback.await.map_err(|_| primary_error)
+        }
+        futures::future::Either::Right((Err(_), primary)) => primary.await,
+    }
+}
+
+/// Go's `dialSerial`: each address in turn, each with its share of what is left of the
+/// deadline ([`partial_deadline`]), so that one that never answers leaves time for the next.
+/// The answer is the first connection made, or else the first address's error; when the
+/// deadline has passed before an address is tried, that address's `i/o timeout`.
+async fn dial_serial(addrs: &[SocketAddr], deadline: Instant, nodelay: bool) -> Result<TcpStream, DialError> {
+    let mut first_error = None;
+    for (i, &addr) in addrs.iter().enumerate() {
+        let Some(partial) = partial_deadline(Instant::now(), deadline, addrs.len() - i) else {
+            return Err(DialError::Timeout { addr: addr.to_string() });
+        };
+        match attempt(addr, false, partial, nodelay).await {
             Ok(stream) => return Ok(stream),
-            Err(timeout @ DialError::Timeout { .. }) => return Err(timeout),
-            Err(failed) => last = failed,
+            Err(failed) => {
+                first_error.get_or_insert(failed);
+            }
         }
     }
-    Err(last)
+    Err(first_error.unwrap_or(DialError::MissingAddress))
+}
+
+/// Go's `partialDeadline`: the deadline for one of `remaining` addresses still to try, an equal
+/// share of the time left but at least [`MIN_ATTEMPT`] (or all that is left, when less);
+/// `None` when the deadline has passed.
+fn partial_deadline(now: Instant, deadline: Instant, remaining: usize) -> Option<Instant> {
+    let left = deadline.saturating_duration_since(now);
+    if left.is_zero() {
+        return None;
+    }
+    let share = left / u32::try_from(remaining.max(1)).unwrap_or(u32::MAX);
+    let share = if share < MIN_ATTEMPT { left.min(MIN_ATTEMPT) } else { share };
+    Some(now + share)
 }
 
 /// One connection attempt to `addr` before `deadline`; `empty_host` when the probe named no
@@ -316,6 +396,79 @@ mod tests {
         let deadline = deadline_after(Duration::from_secs(5));
         let stream = dial_with("127.0.0.1", port, deadline, false).await.unwrap();
         assert!(!stream.nodelay().unwrap());
+    }
+
+    /// An address on loopback that never answers a SYN: a listener with a backlog of 0 whose
+    /// one queued connection is never accepted drops every further SYN. Keep the listener and
+    /// the queued connection alive while the address is used.
+    async fn silent_address() -> (SocketAddr, tokio::net::TcpListener, TcpStream) {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let listener = socket.listen(0).unwrap();
+        let queued = TcpStream::connect(addr).await.unwrap();
+        (addr, listener, queued)
+    }
+
+    #[tokio::test]
+    async fn the_other_address_family_is_dialled_while_the_first_does_not_answer() {
+        let (silent, _listener, _queued) = silent_address().await;
+        let open = tokio::net::TcpListener::bind("[::1]:0").await.unwrap();
+        let open = open.local_addr().unwrap();
+        // Go gives the first family 300 ms, then dials the other too: the probe succeeds
+        // within its 1 s, where dialling the silent address alone would time out.
+        let deadline = deadline_after(Duration::from_secs(1));
+        let stream = dial_addrs(&[silent, open], deadline, false).await.expect("connected over IPv6");
+        assert_eq!(stream.peer_addr().unwrap(), open);
+    }
+
+    #[tokio::test]
+    async fn an_address_that_does_not_answer_leaves_time_for_the_next() {
+        let (silent, _listener, _queued) = silent_address().await;
+        let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = open.local_addr().unwrap();
+        // Two addresses and 3 s: the first gets 2 s (half, but at least 2 s), the second the
+        // rest. Waiting the whole 3 s on the first would fail the probe.
+        let deadline = deadline_after(Duration::from_secs(3));
+        let stream = dial_addrs(&[silent, open], deadline, false).await.expect("connected to the second");
+        assert_eq!(stream.peer_addr().unwrap(), open);
+    }
+
+    #[tokio::test]
+    async fn the_first_error_is_the_answer_when_every_address_fails() {
+        // An address nothing listens on (any more): connecting is refused.
+        let refused = |at: &str| std::net::TcpListener::bind(at).unwrap().local_addr().unwrap();
+        let (a, b) = (refused("127.0.0.1:0"), refused("127.0.0.1:0"));
+        let deadline = deadline_after(Duration::from_secs(5));
+        let error = dial_addrs(&[a, b], deadline, false).await.unwrap_err();
+        assert_eq!(error.to_string(), format!("dial tcp {a}: connect: connection refused"));
+        // Both families fail: the primaries' error.
+        let c = refused("[::1]:0");
+        let error = dial_addrs(&[a, c], deadline, false).await.unwrap_err();
+        assert_eq!(error.to_string(), format!("dial tcp {a}: connect: connection refused"));
+        let error = dial_addrs(&[c, a], deadline, false).await.unwrap_err();
+        assert_eq!(error.to_string(), format!("dial tcp {c}: connect: connection refused"));
+        assert_eq!(
+            dial_addrs(&[], deadline, false).await.unwrap_err().to_string(),
+            "dial tcp: missing address"
+        );
+    }
+
+    #[test]
+    fn partial_deadline_shares_the_time_left_as_go_does() {
+        let now = Instant::now();
+        let at = |secs: f64| now + Duration::from_secs_f64(secs);
+        // (time left, addresses remaining, share)
+        let cases =
+            [(10.0, 2, 5.0), (10.0, 4, 2.5), (10.0, 10, 2.0), (3.0, 2, 2.0), (1.0, 3, 1.0), (1.0, 1, 1.0)];
+        for (left, remaining, share) in cases {
+            assert_eq!(
+                partial_deadline(now, at(left), remaining),
+                Some(at(share)),
+                "{left} s for {remaining}"
+            );
+        }
+        assert_eq!(partial_deadline(now, now, 1), None, "no time left");
     }
 
     #[test]
