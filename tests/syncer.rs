@@ -706,6 +706,39 @@ async fn drift_in_kubelet_owned_fields_is_rewritten_within_a_reconcile_period() 
     .await;
 }
 
+#[actix::test]
+async fn a_quantity_the_api_server_stores_in_its_canonical_text_is_no_drift() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("sized").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        let cpu = |text: &str| {
+            Some(BTreeMap::from([(
+                "cpu".to_owned(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(text.into()),
+            )]))
+        };
+        let app = ContainerStatus { allocated_resources: cpu("1000m"), ..container("app", true) };
+        t.set_status(&pod, status_of(&pod, "Running", vec![app])).await;
+        t.flush(&syncer).await;
+
+        // The API server keeps quantities in their canonical text: 1000m reads back as 1.
+        let mut statuses = api_status(&t.api("sized")).container_statuses.unwrap();
+        statuses[0].allocated_resources = cpu("1");
+        patch_by_someone_else(&t, "sized", json!({"status": {"containerStatuses": statuses}})).await;
+        let read_back = api_status(&t.api("sized")).container_statuses.unwrap();
+        assert_eq!(read_back[0].allocated_resources, cpu("1"));
+        syncer.send(ApiPodObserved::of(Arc::new(t.api("sized")))).await.unwrap();
+        t.fake.clear_requests();
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [], "the same value: nothing to write");
+    })
+    .await;
+}
+
 // === readiness only (cluster mode: the node's runtime writes everything else) ===
 
 fn readiness_only(config: &mut SyncerConfig) {

@@ -166,18 +166,25 @@ pub fn is_pod_status_equal_for(old: &PodStatus, new: &PodStatus, ownership: &Con
 }
 
 /// Upstream's `apiequality.Semantic.DeepEqual`, as far as it matters for pod statuses: beyond
-/// plain equality, an absent list equals an empty one, and an absent string equals an empty one
-/// (Go has no "absent" for either, and the API server omits both). Compared on the JSON form
-/// with those empties pruned, only when the cheap derived equality says "different".
+/// plain equality, resource quantities compare by value (`1000m` is `1`), an absent list or
+/// quantity map equals an empty one, and an absent string equals an empty one (Go has no
+/// "absent" for these, and the API server omits them). Compared with the quantities in one
+/// form ([`super::quantity::compared_by_value`]), then on the JSON form with those empties
+/// pruned, only when the cheap derived equality says "different".
 ///
-/// Empty objects are kept: in JSON a map cannot be told from a struct, and Go's pointer to an
-/// empty struct (`state: {running: {}}`) differs from nil. So an absent map still differs from
-/// an empty one, and quantities compare by their text (upstream compares their values).
+/// Other empty objects are kept: in JSON a map cannot be told from a struct, and Go's pointer
+/// to an empty struct (`state: {running: {}}`) differs from nil.
 pub fn semantic_eq(a: &PodStatus, b: &PodStatus) -> bool {
     if a == b {
         return true;
     }
-    match (serde_json::to_value(a), serde_json::to_value(b)) {
+    let (mut a, mut b) = (a.clone(), b.clone());
+    super::quantity::compared_by_value(&mut a);
+    super::quantity::compared_by_value(&mut b);
+    if a == b {
+        return true;
+    }
+    match (serde_json::to_value(&a), serde_json::to_value(&b)) {
         (Ok(mut a), Ok(mut b)) => {
             prune_empty(&mut a);
             prune_empty(&mut b);

@@ -11,6 +11,7 @@ pub mod manager;
 pub mod merge;
 pub mod normalize;
 pub mod probe_status;
+pub mod quantity;
 pub mod resize;
 pub mod stored;
 pub mod terminate;
