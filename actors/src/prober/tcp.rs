@@ -119,7 +119,9 @@ async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> R
     if addrs.is_empty() {
         return Err(DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() });
     }
-    dial_addrs(&addrs, deadline, nodelay).await
+    // Boxed: a host name is rare, and its dial's state would otherwise sit in every probe's
+    // future (docs/memory.md, "The burst of first probes").
+    Box::pin(dial_addrs(&addrs, deadline, nodelay)).await
 }
 
 /// How long Go's dialer gives the first address family before it dials the other one too
