@@ -333,10 +333,15 @@ pub fn folder_claim_name(folder: &Path, mount_namespace: &Path) -> String {
 }
 
 /// Standalone mode: pods from `manifests`, containers as local processes.
-pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), AgentError> {
-    if !manifests.is_dir() {
-        return Err(AgentError::NoManifests(manifests));
+pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Result<(), AgentError> {
+    if !manifests_as_given.is_dir() {
+        return Err(AgentError::NoManifests(manifests_as_given));
     }
+    // Resolved once, and used for everything: the claim, the container records and every scan.
+    // Were the scans to follow a symlink swapped later, this agent would run another folder's
+    // pods, claimed by another agent, and a container would run twice (docs/reliability.md).
+    let manifests = std::fs::canonicalize(&manifests_as_given)
+        .map_err(|_| AgentError::NoManifests(manifests_as_given.clone()))?;
     let _claim = claim_folder(&manifests)?;
     // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
     match raise_nofile_limit() {
@@ -395,6 +400,7 @@ pub async fn run_standalone(args: &RunArgs, manifests: PathBuf) -> Result<(), Ag
     let runtime_alive = runtime.clone();
     let kubelet = start_kubelet(StandaloneKubelet::new(
         KubeletConfig {
+            manifests_as_given: (manifests_as_given != manifests).then_some(manifests_as_given),
             manifests,
             node_name: args.node_name.clone(),
             rescan_period: Duration::from_secs(2),

@@ -586,6 +586,37 @@ async fn a_second_agent_on_the_same_folder_is_refused() {
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
 
+/// A manifests folder reached through a symlink is resolved once. Swapped to another folder while
+/// the agent runs (a `current` link flipped by a deploy), the link is not followed: the agent
+/// keeps serving the folder it claimed and keeps its container records in, and says so. A
+/// second agent on the link serves the new folder, so no container runs under two agents.
+#[actix::test]
+async fn a_manifests_symlink_swapped_while_the_agent_runs_is_not_followed() {
+    let base = temp_dir("swapped");
+    let (one, two, link) = (base.join("one"), base.join("two"), base.join("current"));
+    for dir in [&one, &two] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    write(&one, "one.yaml", &sleeper_pod("one", &base.join("one.pids")));
+    write(&two, "two.yaml", &sleeper_pod("two", &base.join("two.pids")));
+    std::os::unix::fs::symlink(&one, &link).unwrap();
+    let mut agent = Agent::start(&link).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+
+    std::os::unix::fs::symlink(&two, base.join("next")).unwrap();
+    std::fs::rename(base.join("next"), &link).unwrap();
+    agent.wait_for(|l| l.contains("now leads to") && l.contains("keeps serving")).await;
+    let mut second = Agent::start(&link).await;
+    second.wait_for(|l| l.ends_with("default/two: container sleeper running")).await;
+    assert!(!agent.seen.iter().any(|l| l.contains("default/two")), "{:?}", agent.seen);
+    assert!(!second.seen.iter().any(|l| l.contains("default/one")), "{:?}", second.seen);
+    assert_eq!(pids_in(&base.join("one.pids")).len(), 1, "pod one started once");
+    second.stop().await;
+    agent.stop().await;
+    assert!(one.join(".probelet-state").is_dir() && two.join(".probelet-state").is_dir());
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// The same folder under another path (a bind mount) is the same folder: a second agent on the
 /// other path is refused, as on the same path. Mounting needs `CAP_SYS_ADMIN`; where the test
 /// cannot mount it says so and checks nothing.

@@ -80,7 +80,13 @@ pub struct ListPods;
 /// Where pods come from and how often to look.
 #[derive(Debug, Clone)]
 pub struct KubeletConfig {
+    /// The folder the pods come from, resolved once at start (no symlink, absolute): the folder
+    /// the agent claimed and keeps its container records in, so a symlink swapped while it runs
+    /// cannot lead it to another agent's folder.
     pub manifests: PathBuf,
+    /// The folder as the command line gave it, when that differs: if it comes to lead elsewhere
+    /// (a symlink swapped), the agent says so, once, and keeps serving `manifests`.
+    pub manifests_as_given: Option<PathBuf>,
     pub node_name: String,
     /// How often the folder is rescanned.
     pub rescan_period: Duration,
@@ -197,6 +203,30 @@ impl StandaloneKubelet {
         self.entries.values_mut().filter_map(|e| e.restart.as_mut()).find(|r| r.uid() == Some(uid))
     }
 
+    /// Says once, while it lasts, that the folder as given now leads elsewhere.
+    fn check_manifests_path(&mut self) {
+        let Some(given) = &self.config.manifests_as_given else { return };
+        let key = "manifests path moved".to_owned();
+        match std::fs::canonicalize(given) {
+            Ok(now) if now != self.config.manifests => {
+                if self.reported.insert(key) {
+                    console::print(
+                        Tone::Warn,
+                        &format!(
+                            "manifests path {} now leads to {}: this agent keeps serving {}; restart it to follow",
+                            given.display(),
+                            now.display(),
+                            self.config.manifests.display()
+                        ),
+                    );
+                }
+            }
+            _ => {
+                self.reported.remove(&key);
+            }
+        }
+    }
+
     fn rescan(&mut self, ctx: &mut Context<Self>) {
         // MutableContainerProbes: a manifest whose probes alone changed keeps its UID and its
         // running pod, and the new probes are applied in place (docs/prober.md §3.9).
@@ -223,7 +253,8 @@ impl StandaloneKubelet {
             }
             current.insert(key);
         }
-        self.reported.retain(|r| current.contains(r));
+        self.reported.retain(|r| current.contains(r) || r == "manifests path moved");
+        self.check_manifests_path();
         let changes = manifests::diff(&self.snapshot, &next);
         self.snapshot = next;
         for change in changes {

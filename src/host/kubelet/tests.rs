@@ -86,6 +86,7 @@ impl Harness {
         let kubelet = start_kubelet(StandaloneKubelet::new(
             KubeletConfig {
                 manifests: dir.clone(),
+                manifests_as_given: None,
                 node_name: "node".into(),
                 rescan_period: RARELY,
                 resync_period: RARELY,
