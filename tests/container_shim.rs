@@ -239,3 +239,81 @@ fn sigterm_is_the_commands_and_sigusr1_kills_the_whole_tree() {
     assert_eq!(wait(&mut child).signal(), Some(9), "killed as by SIGKILL");
     assert_gone(escaped);
 }
+
+/// A signal the container sends its own group (`kill -HUP 0`, `kill -USR2 0`, …) reaches the
+/// shim too, which shares the group: it must neither kill nor stop the shim, or a healthy
+/// container would be reported dead. The command handles it as it likes.
+#[test]
+fn signals_the_container_sends_its_own_group_leave_the_shim_running() {
+    let seen = temp("group-signals");
+    let script = format!(
+        "for s in HUP INT QUIT USR2 ALRM TSTP TTIN TTOU; do trap \"echo $s >> {f}\" $s; done; \
+         for s in HUP INT QUIT USR2 ALRM TSTP TTIN TTOU; do kill -$s 0; sleep 0.05; done; echo done >> {f}; \
+         while true; do sleep 0.05; done",
+        f = seen.display()
+    );
+    let mut child = shim(&["--", "sh", "-c", &script]).spawn().unwrap();
+    let _tree = TreeKilledOnDrop(child.id());
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(&seen).unwrap_or_default().contains("done") {
+        assert!(Instant::now() < deadline, "the command never finished signalling its group");
+        assert!(child.try_wait().unwrap().is_none(), "the shim died of its container's signal");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let handled = std::fs::read_to_string(&seen).unwrap();
+    assert!(handled.contains("USR2") && handled.contains("HUP"), "the command got them: {handled}");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next());
+    assert_eq!(state, Some(Some('S')), "the shim runs, not stopped: {stat}");
+    assert!(child.try_wait().unwrap().is_none(), "the shim survives");
+    let _ = std::fs::remove_file(&seen);
+    Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap();
+    assert_eq!(wait(&mut child).signal(), Some(9));
+}
+
+/// A command that left the shim's group (`setsid`, `timeout`) does not get the group's SIGTERM:
+/// the shim sends it on, as a runtime signals the container's main process, and only then.
+#[test]
+fn a_command_that_left_the_group_gets_the_graceful_sigterm() {
+    let termfile = temp("left-term");
+    let ready = temp("left-ready");
+    let script = format!(
+        "trap 'echo term >> {t}; exit 0' TERM; echo ready > {r}; while true; do sleep 0.05; done",
+        t = termfile.display(),
+        r = ready.display()
+    );
+    let mut child = shim(&["--", "setsid", "sh", "-c", &script]).spawn().unwrap();
+    let _tree = TreeKilledOnDrop(child.id());
+    let _ = wait_for_text(&ready);
+    let group = format!("-{}", child.id());
+    Command::new("kill").args(["-TERM", "--", &group]).status().unwrap();
+    let status = wait(&mut child);
+    assert_eq!(status.code(), Some(0), "the command ended on its own trap: {status:?}");
+    assert_eq!(std::fs::read_to_string(&termfile).unwrap(), "term\n", "one SIGTERM");
+    let _ = std::fs::remove_file(&termfile);
+    let _ = std::fs::remove_file(&ready);
+}
+
+/// Kills a shim's whole tree (SIGUSR1, then SIGKILL to its group) when a test ends, passed or
+/// failed, so that a failure leaves nothing running.
+struct TreeKilledOnDrop(u32);
+
+impl Drop for TreeKilledOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
+        let _ = Command::new("kill").args(["-USR1", &self.0.to_string()]).status();
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0)]).status();
+    }
+}
+
+/// Polls until `path` has any content; returns it.
+fn wait_for_text(path: &Path) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(text) = std::fs::read_to_string(path).ok().filter(|t| !t.is_empty()) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "{} stayed empty", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -16,7 +16,10 @@
 //!   standard input from `/dev/null` and the shim's standard output and error, environment and
 //!   working directory.
 //! - It survives SIGTERM (the agent's graceful stop signals the whole group; PROGRAM gets it
-//!   directly). SIGUSR1 ([`crate::process::Signal::KillTree`]) tells it to kill everything now.
+//!   directly, or from the shim when PROGRAM left the group, as a runtime signals a
+//!   container's main process). Other signals that would kill or stop it (a container's
+//!   `kill -HUP 0`, the hang-up of an orphaned group) are caught and dropped: a container
+//!   runtime's shim stands outside the container's group and never gets them. SIGUSR1 ([`crate::process::Signal::KillTree`]) tells it to kill everything now.
 //!   The signal can be sent from inside the container too (`kill -USR1 0` signals the whole
 //!   group): the container is then killed, as every process of the group without a handler
 //!   would die of it anyway.
@@ -221,6 +224,13 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
         eprintln!("container-shim: cannot handle signals");
         return START_FAILED_EXIT_CODE;
     };
+    // The shim shares PROGRAM's process group, where a container runtime's shim stands outside
+    // it: a signal the container sends its own group (`kill -HUP 0`), or the hang-up the kernel
+    // sends an orphaned group, reaches the shim too and must not kill or stop it. Caught and
+    // dropped; PROGRAM got it directly, and a caught signal is back to its default in PROGRAM
+    // after `exec`.
+    let _ignored: Vec<_> =
+        IGNORED_SIGNALS.iter().filter_map(|s| signal(SignalKind::from_raw(s.as_raw())).ok()).collect();
     let mut control = control_socket();
     if wait_for_go && !go_received() {
         return NO_GO_EXIT_CODE;
@@ -258,8 +268,14 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
             }
             tokio::select! {
                 _ = child.recv() => {}
-                // PROGRAM got the group's SIGTERM too; the shim waits for its exit.
-                _ = term.recv() => {}
+                // PROGRAM got the group's SIGTERM too, unless it left the group (`setsid`,
+                // `timeout`): a runtime signals the container's main process, so it is sent on
+                // to PROGRAM then (once: a second SIGTERM means "now" to some programs).
+                _ = term.recv() => {
+                    if rustix::process::getpgid(Some(pid)).is_ok_and(|group| group != rustix::process::getpgrp()) {
+                        let _ = kill_process(pid, Signal::TERM);
+                    }
+                }
                 _ = kill.recv() => return None,
                 _ = parent_check.tick(), if parent.is_some() => {
                     if orphaned() {
@@ -277,6 +293,27 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
         }
     }
 }
+
+/// The signals that would kill or stop the shim by default and that it does not use (it uses
+/// SIGTERM, SIGCHLD and SIGUSR1; SIGKILL and SIGSTOP cannot be caught, and the faults SIGSEGV,
+/// SIGBUS, SIGILL and SIGFPE are its own).
+const IGNORED_SIGNALS: [Signal; 15] = [
+    Signal::HUP,
+    Signal::INT,
+    Signal::QUIT,
+    Signal::USR2,
+    Signal::PIPE,
+    Signal::ALARM,
+    Signal::VTALARM,
+    Signal::PROF,
+    Signal::IO,
+    Signal::POWER,
+    Signal::XCPU,
+    Signal::XFSZ,
+    Signal::TSTP,
+    Signal::TTIN,
+    Signal::TTOU,
+];
 
 /// The re-exec'd shim's `main`: dies of `signal` (its handler is the default again after
 /// `exec`). Returns only if the signal did not kill it (one whose default is to be ignored).
