@@ -88,8 +88,8 @@ pub enum DialError {
 /// Connects to `host:port` before `deadline` the way upstream's probe dialer does, with linger 0.
 ///
 /// An empty host means the local system, as in Go (`":80"`). A name resolving to several
-/// addresses is dialled as Go's dialer does it ([`dial_addrs`]); pod IPs are literals, so this
-/// matters only for a probe's `host`.
+/// addresses is dialled as Go's dialer does it (docs/prober.md §4.7); pod IPs are literals, so
+/// this matters only for a probe's `host`.
 pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
     // Go's dialer sets TCP_NODELAY on every TCP connection. Without it a gRPC probe's small
     // writes wait for the peer's delayed ACK (about 40 ms each).
@@ -133,23 +133,35 @@ const FALLBACK_DELAY: Duration = Duration::from_millis(300);
 const MIN_ATTEMPT: Duration = Duration::from_secs(2);
 
 /// Dials the addresses a name resolved to, in the resolver's order, as Go's `net.Dialer` does
-/// for `tcp` (`dialParallel`, "Happy Eyeballs"): the addresses of the first one's family are
-/// the primaries, the others the fallbacks. The fallbacks are dialled too once the primaries
-/// have had [`FALLBACK_DELAY`], or at once when they have all failed; the first connection
-/// made wins, and when both fail the primaries' error is the answer. Within a family the
-/// addresses are tried one after another ([`dial_serial`]).
+/// for `tcp` ("Happy Eyeballs"): the addresses of the first one's family are the primaries, the
+/// others the fallbacks ([`by_family`]), raced by [`dial_parallel`].
 async fn dial_addrs(addrs: &[SocketAddr], deadline: Instant, nodelay: bool) -> Result<TcpStream, DialError> {
-    let Some(first) = addrs.first() else {
-        return Err(DialError::MissingAddress);
-    };
-    let (primaries, fallbacks): (Vec<SocketAddr>, Vec<SocketAddr>) =
-        addrs.iter().partition(|a| a.is_ipv4() == first.is_ipv4());
+    let (primaries, fallbacks) = by_family(addrs);
+    dial_parallel(&primaries, &fallbacks, deadline, nodelay).await
+}
+
+/// Go's `addrList.partition(isIPv4)`: the first address and those of its family, then the rest.
+fn by_family(addrs: &[SocketAddr]) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+    let first_is_v4 = addrs.first().is_some_and(SocketAddr::is_ipv4);
+    addrs.iter().partition(|a| a.is_ipv4() == first_is_v4)
+}
+
+/// Go's `dialParallel`: the fallbacks are dialled too once the primaries have had
+/// [`FALLBACK_DELAY`], or at once when they have all failed; the first connection made wins,
+/// and when both fail the primaries' error is the answer. Each list is dialled by
+/// [`dial_serial`].
+async fn dial_parallel(
+    primaries: &[SocketAddr],
+    fallbacks: &[SocketAddr],
+    deadline: Instant,
+    nodelay: bool,
+) -> Result<TcpStream, DialError> {
     if fallbacks.is_empty() {
-        return dial_serial(&primaries, deadline, nodelay).await;
+        return dial_serial(primaries, deadline, nodelay).await;
     }
     let (primary_failed, start_fallbacks) = tokio::sync::oneshot::channel::<()>();
     let primary = std::pin::pin!(async {
-        let dialled = dial_serial(&primaries, deadline, nodelay).await;
+        let dialled = dial_serial(primaries, deadline, nodelay).await;
         if dialled.is_err() {
             let _ = primary_failed.send(());
         }
@@ -160,7 +172,7 @@ async fn dial_addrs(addrs: &[SocketAddr], deadline: Instant, nodelay: bool) -> R
             () = tokio::time::sleep(FALLBACK_DELAY) => {}
             _ = start_fallbacks => {}
         }
-        dial_serial(&fallbacks, deadline, nodelay).await
+        dial_serial(fallbacks, deadline, nodelay).await
     });
     match futures::future::select(primary, fallback).await {
         futures::future::Either::Left((Ok(stream), _)) | futures::future::Either::Right((Ok(stream), _)) => {
@@ -413,15 +425,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_other_address_family_is_dialled_while_the_first_does_not_answer() {
+    async fn the_fallbacks_are_dialled_while_the_primaries_do_not_answer() {
         let (silent, _listener, _queued) = silent_address().await;
-        let open = tokio::net::TcpListener::bind("[::1]:0").await.unwrap();
+        let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let open = open.local_addr().unwrap();
-        // Go gives the first family 300 ms, then dials the other too: the probe succeeds
+        // Go gives the primaries 300 ms, then dials the fallbacks too: the probe succeeds
         // within its 1 s, where dialling the silent address alone would time out.
         let deadline = deadline_after(Duration::from_secs(1));
-        let stream = dial_addrs(&[silent, open], deadline, false).await.expect("connected over IPv6");
+        let stream =
+            dial_parallel(&[silent], &[open], deadline, false).await.expect("connected to the fallback");
         assert_eq!(stream.peer_addr().unwrap(), open);
+    }
+
+    #[test]
+    fn the_primaries_are_the_first_address_and_its_family() {
+        let a = |text: &str| text.parse::<SocketAddr>().unwrap();
+        let (v4, v4b, v6, v6b) = (a("10.0.0.1:80"), a("10.0.0.2:80"), a("[fd00::1]:80"), a("[fd00::2]:80"));
+        assert_eq!(by_family(&[v6, v4, v6b, v4b]), (vec![v6, v6b], vec![v4, v4b]));
+        assert_eq!(by_family(&[v4, v6, v4b]), (vec![v4, v4b], vec![v6]));
+        assert_eq!(by_family(&[v4, v4b]), (vec![v4, v4b], vec![]));
+        assert_eq!(by_family(&[]), (vec![], vec![]));
     }
 
     #[tokio::test]
@@ -444,12 +467,11 @@ mod tests {
         let deadline = deadline_after(Duration::from_secs(5));
         let error = dial_addrs(&[a, b], deadline, false).await.unwrap_err();
         assert_eq!(error.to_string(), format!("dial tcp {a}: connect: connection refused"));
-        // Both families fail: the primaries' error.
-        let c = refused("[::1]:0");
-        let error = dial_addrs(&[a, c], deadline, false).await.unwrap_err();
+        // Both the primaries and the fallbacks fail: the primaries' error.
+        let error = dial_parallel(&[a], &[b], deadline, false).await.unwrap_err();
         assert_eq!(error.to_string(), format!("dial tcp {a}: connect: connection refused"));
-        let error = dial_addrs(&[c, a], deadline, false).await.unwrap_err();
-        assert_eq!(error.to_string(), format!("dial tcp {c}: connect: connection refused"));
+        let error = dial_parallel(&[b], &[a], deadline, false).await.unwrap_err();
+        assert_eq!(error.to_string(), format!("dial tcp {b}: connect: connection refused"));
         assert_eq!(
             dial_addrs(&[], deadline, false).await.unwrap_err().to_string(),
             "dial tcp: missing address"

@@ -6,8 +6,8 @@
 //! status again every 10 s (docs/status-manager.md §5.9).
 //!
 //! Hand-written: the Kubernetes crates in Rust carry `Quantity` as its text only. What it owns:
-//! reading a quantity's value exactly (the grammar of upstream `resource.ParseQuantity`,
-//! including its rounding up to 1n) into a text that is equal exactly when the values are, and
+//! reading a quantity's value exactly (the grammar of upstream `resource.ParseQuantity`, with
+//! its quirks and its rounding up to 1n) into a text that is equal exactly when the values are, and
 //! putting a status's quantities in that form for a comparison.
 
 use std::collections::BTreeMap;
@@ -17,8 +17,15 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// The value of quantity `text` as `[-]<digits>e<exponent>` with no leading or trailing zero
 /// digit (`0` for zero): equal for equal values. `None` when `text` is not a quantity.
+///
+/// Upstream's reading, quirks included: a number with no digits is 0 (`-`, `.`, `Mi`); an
+/// exponent is read as a 64-bit number and cut to 32 bits; a value with a binary suffix is
+/// capped at 2^63-1; a value finer than 1n is rounded up, away from zero, to the next 1n.
 pub fn value_key(text: &str) -> Option<String> {
-    let (negative, rest) = match text.as_bytes().first()? {
+    if text.is_empty() {
+        return None;
+    }
+    let (negative, rest) = match text.as_bytes()[0] {
         b'-' => (true, &text[1..]),
         b'+' => (false, &text[1..]),
         _ => (false, text),
@@ -26,7 +33,7 @@ pub fn value_key(text: &str) -> Option<String> {
     let number_end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(number_end);
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+    if fraction.contains('.') {
         return None;
     }
     let (exponent, binary) = suffix_scale(suffix)?;
@@ -38,7 +45,6 @@ pub fn value_key(text: &str) -> Option<String> {
     let first = digits.iter().position(|&d| d != 0);
     let Some(first) = first else { return Some("0".to_owned()) };
     digits.drain(..first);
-    // Upstream rounds a value finer than 1n up (away from zero) to the next 1n.
     if exponent < -9 {
         let dropped = usize::try_from(-9 - exponent).ok()?;
         if dropped >= digits.len() {
@@ -56,9 +62,30 @@ pub fn value_key(text: &str) -> Option<String> {
         digits.pop();
         exponent += 1;
     }
+    let mut digits: String = digits.iter().map(|d| char::from(b'0' + d)).collect();
+    if binary > 0 && above_int64_max(&digits, exponent) {
+        digits = i64::MAX.to_string();
+        exponent = 0;
+    }
     let sign = if negative { "-" } else { "" };
-    let digits: String = digits.iter().map(|d| char::from(b'0' + d)).collect();
     Some(format!("{sign}{digits}e{exponent}"))
+}
+
+/// Whether `digits`·10^`exponent` (no leading or trailing zero) is above 2^63-1.
+fn above_int64_max(digits: &str, exponent: i64) -> bool {
+    const MAX: &str = "9223372036854775807";
+    let Some(whole_digits) = i64::try_from(digits.len()).ok().and_then(|n| n.checked_add(exponent)) else {
+        return exponent > 0;
+    };
+    match whole_digits.cmp(&19) {
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Equal => {
+            // 19 whole digits: the whole part, then whether a fraction is left over.
+            let whole: String = digits.chars().chain(std::iter::repeat('0')).take(19).collect();
+            whole.as_str() > MAX || (whole == MAX && digits.len() > 19)
+        }
+    }
 }
 
 /// The power of ten and of 1024 a suffix stands for: `m` is (-3, 0), `Ki` (0, 1), `e3` (3, 0).
@@ -86,7 +113,10 @@ fn suffix_scale(suffix: &str) -> Option<(i32, u32)> {
             if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
-            (exponent.parse().ok()?, 0)
+            // Go: `strconv.ParseInt(…, 10, 64)`, then `int32(…)`, which keeps the low 32 bits.
+            let parsed: i64 = exponent.parse().ok()?;
+            let low = parsed.rem_euclid(1 << 32);
+            (i32::try_from(if low >= 1 << 31 { low - (1 << 32) } else { low }).ok()?, 0)
         }
     };
     Some(scale)
@@ -203,10 +233,29 @@ mod tests {
     #[test]
     fn a_text_that_is_not_a_quantity_has_no_key() {
         for text in
-            ["", "-", ".", "1..2", "1.2.3", "1x", "1e", "1e+", "1Kii", "one", "1 ", " 1", "1e99999999999"]
+            ["", "1..2", "1.2.3", "1x", "1e", "1e+", "1Kii", "one", "1 ", " 1", "1e999999999999999999999"]
         {
             assert_eq!(value_key(text), None, "{text:?}");
         }
+    }
+
+    #[test]
+    fn upstreams_quirks_are_kept() {
+        for zero in ["-", "+", ".", "-.", ".G", "Mi", "-Gi", "000"] {
+            assert_eq!(value_key(zero).as_deref(), Some("0"), "{zero:?} reads as 0");
+        }
+        // The exponent is cut to 32 bits: 2^32 is 0, 99999999999 is 1215752191.
+        assert_eq!(value_key("1e4294967296"), value_key("1"));
+        assert_eq!(value_key("1e99999999999"), value_key("1e1215752191"));
+        // A binary value is capped at 2^63-1; a decimal one is not.
+        let max = value_key("9223372036854775807");
+        for capped in ["8Ei", "16Ei", "9007199254740992Ki"] {
+            assert_eq!(value_key(capped), max, "{capped}");
+        }
+        assert_eq!(value_key("-16Ei"), value_key("-9223372036854775807"));
+        assert_ne!(value_key("9223372036854775808"), max, "no cap without a binary suffix");
+        assert_ne!(value_key("7Ei"), max, "below the cap");
+        assert_eq!(value_key("8191Pi"), value_key("9222246136947933184"), "only above the cap");
     }
 
     #[test]
