@@ -30,6 +30,33 @@ pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
     command.iter().map(|arg| expand(arg, |name| values.get(name).copied())).collect()
 }
 
+/// The longest argument `execve` takes (the kernel's `MAX_ARG_STRLEN`, its NUL included).
+pub const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+/// The most bytes of arguments built for one command: above what `execve` takes with any usual
+/// stack limit, and a bound on the memory references can make (`$(A)` a million times;
+/// docs/reliability.md, "Container start failures").
+pub const MAX_ARGS_TOTAL: usize = 16 << 20;
+
+/// [`expand_command`] within what `execve` takes: `None` when an argument would be longer than
+/// [`MAX_ARG_STRLEN`] allows, or all of them longer than [`MAX_ARGS_TOTAL`], which the command
+/// could not be run with (`argument list too long`); expansion stops there.
+pub fn expand_command_within(command: &[String], env: &[EnvVar]) -> Option<Vec<String>> {
+    let mut values: HashMap<&str, &str> = HashMap::with_capacity(env.len());
+    for var in env {
+        values.insert(var.name.as_str(), var.value.as_deref().unwrap_or(""));
+    }
+    let mut total = 0usize;
+    let mut expanded = Vec::with_capacity(command.len());
+    for arg in command {
+        let limit = (MAX_ARG_STRLEN - 1).min(MAX_ARGS_TOTAL.saturating_sub(total));
+        let arg = expand_within(arg, |name| values.get(name).copied(), limit)?;
+        total += arg.len() + 1;
+        expanded.push(arg);
+    }
+    Some(expanded)
+}
+
 /// Upstream `expansion.Expand` with a mapping that leaves unknown names as `$(name)`: each
 /// `$(NAME)` becomes `lookup(NAME)` when that is `Some` and stays as written when `None`; `$$`
 /// is an escaped `$`; `$(` without a closing `)` and a `$` before any other character stay as
@@ -40,12 +67,38 @@ pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
 /// there (`$é` becomes invalid UTF-8 that the CRI call then rejects); here the character is kept
 /// as written. ASCII input expands byte for byte as upstream.
 pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
-    let bytes = input.as_bytes();
     let mut out = String::with_capacity(input.len());
+    expand_into(input, lookup, &mut out, usize::MAX);
+    out
+}
+
+/// [`expand`] into `out`, stopping once `out` would pass `limit` bytes: `false` then, with `out`
+/// cut short. References can repeat one value without end (`$(A)$(A)…`, each chained on the
+/// last), so what a host builds from a user's manifest needs a bound (docs/reliability.md).
+pub fn expand_within<'a>(
+    input: &str,
+    lookup: impl Fn(&str) -> Option<&'a str>,
+    limit: usize,
+) -> Option<String> {
+    let mut out = String::with_capacity(input.len().min(limit));
+    expand_into(input, lookup, &mut out, limit).then_some(out)
+}
+
+fn expand_into<'a>(
+    input: &str,
+    lookup: impl Fn(&str) -> Option<&'a str>,
+    out: &mut String,
+    limit: usize,
+) -> bool {
+    let bytes = input.as_bytes();
+    let fits = |out: &String, more: usize| out.len().checked_add(more).is_some_and(|n| n <= limit);
     let mut checkpoint = 0;
     let mut cursor = 0;
     while cursor < bytes.len() {
         if bytes[cursor] == b'$' && cursor + 1 < bytes.len() {
+            if !fits(out, cursor - checkpoint) {
+                return false;
+            }
             out.push_str(&input[checkpoint..cursor]);
             let rest = &input[cursor + 1..];
             let advance = match rest.as_bytes()[0] {
@@ -57,6 +110,7 @@ pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> Stri
                     Some(close) => {
                         let name = &rest[1..close];
                         match lookup(name) {
+                            Some(value) if !fits(out, value.len()) => return false,
                             Some(value) => out.push_str(value),
                             None => {
                                 out.push_str("$(");
@@ -83,8 +137,11 @@ pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> Stri
         }
         cursor += 1;
     }
+    if !fits(out, input.len() - checkpoint) {
+        return false;
+    }
     out.push_str(&input[checkpoint..]);
-    out
+    true
 }
 
 /// Runs an (already expanded) exec probe command and maps its end to a probe outcome
@@ -171,6 +228,24 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_command_expanded_past_what_execve_takes_is_refused() {
+        let env = [literal("A", &"x".repeat(100_000))];
+        assert!(expand_command_within(&strings(&["echo", "$(A)"]), &env).is_some());
+        assert_eq!(expand_command_within(&strings(&["echo", "$(A)$(A)"]), &env), None, "one too long");
+        assert_eq!(expand_command_within(&vec!["$(A)".to_owned(); 200], &env), None, "all too long");
+        assert_eq!(expand_command_within(&strings(&[&"$(A)".repeat(1_000_000)]), &env), None);
+    }
+
+    #[test]
+    fn expansion_within_a_limit_stops_at_it() {
+        let lookup = |name: &str| (name == "A").then_some("abcd");
+        assert_eq!(expand_within("x$(A)y", lookup, 6).as_deref(), Some("xabcdy"));
+        assert_eq!(expand_within("x$(A)y", lookup, 5), None, "the literal tail does not fit");
+        assert_eq!(expand_within("x$(A)y", lookup, 4), None, "the value does not fit");
+        assert_eq!(expand_within(&"$(A)".repeat(1_000_000), lookup, 100), None);
     }
 
     #[test]

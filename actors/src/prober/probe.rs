@@ -454,10 +454,13 @@ impl Prober {
     ) -> Result<Probed, ProbeError> {
         let pod_ip = status.pod_ip();
         if let Some(action) = &spec.exec {
-            let command = exec::expand_command(
+            let Some(command) = exec::expand_command_within(
                 action.command.as_deref().unwrap_or_default(),
                 container.env.as_deref().unwrap_or_default(),
-            );
+            ) else {
+                // What running it would answer: the kernel refuses such a command.
+                return Err(ProbeError::Runtime("argument list too long".to_owned()));
+            };
             // The exec, HTTP and gRPC futures are boxed: inline, the largest of them would set
             // the size of every probe's future, TCP's too (a 4.5 KB allocation per probe,
             // beyond the allocator's per-thread cache).

@@ -19,7 +19,7 @@ use probelet_actors::spawned;
 use tokio::process::{Child, Command};
 
 use crate::container::ContainerId;
-use crate::prober::exec::expand;
+use crate::prober::exec::{MAX_ARG_STRLEN, MAX_ARGS_TOTAL, expand_within};
 
 use super::{RUNTIME_NAME, SELF_COMMAND};
 
@@ -31,6 +31,10 @@ pub(super) struct Launch {
     pub(super) working_dir: Option<PathBuf>,
     /// Variables left out because they come from `valueFrom`.
     pub(super) skipped: Vec<String>,
+    /// An argument or variable expanded past what `execve` takes ([`MAX_ARG_STRLEN`]), or all
+    /// of them past [`MAX_ARGS_TOTAL`]: expansion stopped there, and the start fails as the
+    /// kernel would fail it (`argument list too long`).
+    pub(super) too_long: bool,
 }
 
 impl Launch {
@@ -40,23 +44,41 @@ impl Launch {
     pub(super) fn of(container: &Container) -> Self {
         let mut env: Vec<(String, String)> = Vec::new();
         let mut skipped = Vec::new();
+        let mut total = 0usize;
+        let mut too_long = false;
+        // Each string within the kernel's limit, all of them within the total.
+        let mut within = |input: &str, taken: usize, env: &[(String, String)]| {
+            let limit = (MAX_ARG_STRLEN - 1).saturating_sub(taken).min(MAX_ARGS_TOTAL.saturating_sub(total));
+            match expand_within(input, |name| lookup(env, name), limit) {
+                Some(value) => {
+                    total += taken + value.len() + 1;
+                    Some(value)
+                }
+                None => {
+                    too_long = true;
+                    None
+                }
+            }
+        };
         for var in container.env.iter().flatten() {
             if var.value_from.is_some() {
                 skipped.push(var.name.clone());
                 continue;
             }
-            let value = expand(var.value.as_deref().unwrap_or_default(), |name| lookup(&env, name));
+            // `NAME=value`.
+            let Some(value) = within(var.value.as_deref().unwrap_or_default(), var.name.len() + 1, &env)
+            else {
+                break;
+            };
             env.push((var.name.clone(), value));
         }
-        let argv = container
-            .command
-            .iter()
-            .flatten()
-            .chain(container.args.iter().flatten())
-            .map(|arg| expand(arg, |name| lookup(&env, name)))
-            .collect();
+        let mut argv = Vec::new();
+        for arg in container.command.iter().flatten().chain(container.args.iter().flatten()) {
+            let Some(arg) = within(arg, 0, &env) else { break };
+            argv.push(arg);
+        }
         let working_dir = container.working_dir.as_deref().filter(|d| !d.is_empty()).map(PathBuf::from);
-        Launch { argv, env, working_dir, skipped }
+        Launch { argv, env, working_dir, skipped, too_long }
     }
 
     /// Spawns the process in its own group; the error is the text the status and event show.
@@ -65,6 +87,11 @@ impl Launch {
     /// socket: nothing runs until the go byte is written on it, and the shim's report on it says
     /// whether PROGRAM started.
     pub(super) fn spawn(&self, shim: Option<&Path>) -> Result<Spawned, String> {
+        if self.too_long {
+            let program = self.argv.first().map_or("", String::as_str);
+            let e2big = io::Error::from_raw_os_error(rustix::io::Errno::TOOBIG.raw_os_error());
+            return Err(start_error(&spawn_error_text(program, &e2big)));
+        }
         let Some((program, args)) = self.argv.split_first() else {
             return Err("no command specified".to_owned());
         };
@@ -162,6 +189,7 @@ pub(super) fn exit_code(status: ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prober::exec::expand;
     use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
 
     #[test]
@@ -225,6 +253,37 @@ mod tests {
         );
         assert_eq!(launch.skipped, ["NODE"]);
         assert_eq!(launch.working_dir, Some(PathBuf::from("/tmp")));
+    }
+
+    #[test]
+    fn references_that_expand_past_what_execve_takes_fail_the_start_without_building_it() {
+        let var = |name: &str, value: String| EnvVar {
+            name: name.into(),
+            value: Some(value),
+            ..Default::default()
+        };
+        let container = |env: Vec<EnvVar>, args: Vec<String>| Container {
+            command: Some(vec!["sh".into()]),
+            args: Some(args),
+            env: Some(env),
+            ..Default::default()
+        };
+        // 100,000 bytes referenced 50,000 times would be 5 GB.
+        let bomb = container(vec![var("A", "x".repeat(100_000)), var("B", "$(A)".repeat(50_000))], vec![]);
+        // One string past the kernel's 128 KiB, and many strings past the total.
+        let long_arg = container(vec![var("A", "x".repeat(100_000))], vec!["$(A)$(A)".into()]);
+        let many = container(vec![var("A", "x".repeat(100_000))], vec!["$(A)".into(); 200]);
+        for (case, container) in [("bomb", bomb), ("one long argument", long_arg), ("many arguments", many)] {
+            let launch = Launch::of(&container);
+            assert!(launch.too_long, "{case}");
+            let built: usize =
+                launch.argv.iter().chain(launch.env.iter().map(|(_, v)| v)).map(String::len).sum();
+            assert!(built <= MAX_ARGS_TOTAL, "{case}: {built} bytes built");
+            let error = launch.spawn(None).err().unwrap_or_default();
+            assert!(error.contains(r#"exec: "sh": argument list too long"#), "{case}: {error}");
+        }
+        let fits = container(vec![var("A", "x".repeat(100_000))], vec!["$(A)".into(); 10]);
+        assert!(!Launch::of(&fits).too_long, "10 × 100 kB is within what execve takes");
     }
 
     #[test]
