@@ -140,8 +140,9 @@ pub struct RunArgs {
     pub http_max_connections: u32,
 
     /// Seconds an HTTP client has to send a request head, from connecting and again after
-    /// each response (the idle timeout of a kept-alive connection).
-    #[arg(long, value_name = "SECONDS", env = "PROBELET_HTTP_HEADER_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    /// each response (the idle timeout of a kept-alive connection). At most a day: a deadline
+    /// past what the clock can hold would fail every connection.
+    #[arg(long, value_name = "SECONDS", env = "PROBELET_HTTP_HEADER_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub http_header_timeout: u64,
 
     /// Who may read /pods, /pods/{namespace}/{name}/probes and /events. `webhook` asks the API
@@ -322,6 +323,12 @@ mod tests {
         assert!(parse(&["run", "--liveness-action", "explode"]).is_err());
         assert_eq!(run.http_max_connections, 256);
         assert_eq!(run.http_header_timeout, 10);
+        for refused in ["0", "86401", "9300000000000000000"] {
+            assert!(
+                parse(&["run", "--manifests", "x", "--http-header-timeout", refused]).is_err(),
+                "{refused}"
+            );
+        }
         assert_eq!(run.authorization_mode, AuthorizationMode::Auto);
         assert_eq!(run.probe_host_policy, ProbeHostPolicy::Any);
         assert_eq!(run.max_probes_in_flight, 1024);
