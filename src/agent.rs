@@ -380,7 +380,7 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     if leftovers > 0 {
         say(format_args!(
             "probelet: killed {leftovers} container process group(s) a previous agent left running ({})",
-            state_dir.display()
+            crate::logging::escape_controls(&state_dir.display().to_string())
         ));
     }
     let runtime = actix::Actor::start(
@@ -394,8 +394,8 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     say(format_args!(
         "probelet {}: standalone on {}, node {}; http://{addr}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
-        manifests.display(),
-        args.node_name
+        crate::logging::escape_controls(&manifests.display().to_string()),
+        crate::logging::escape_controls(&args.node_name)
     ));
     let runtime_alive = runtime.clone();
     let kubelet = start_kubelet(StandaloneKubelet::new(

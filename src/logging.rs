@@ -79,6 +79,17 @@ fn needs_escape(c: char) -> bool {
     c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
+/// `text` with each character that [`needs_escape`] as its Rust escape (`\n`, `\u{1b}`), for a
+/// line of its own that a name from a user (a manifest's file name) cannot break or recolour.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(needs_escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    let _ = write_escaped(&mut escaped, text);
+    std::borrow::Cow::Owned(escaped)
+}
+
 /// Writes `text` with each character that [`needs_escape`] as its Rust escape.
 fn write_escaped(writer: &mut impl fmt::Write, text: &str) -> fmt::Result {
     let mut rest = text;

@@ -69,7 +69,9 @@ pub fn print(tone: Tone, text: &str) {
     // What a person reads beside the line is the real time, not a test's clock.
     #[allow(clippy::disallowed_methods)]
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
-    say(format_args!("{now} {}", paint(tone, text, stdout_colour())));
+    // File names and container output come from users: one line each, in its own colour.
+    let text = crate::logging::escape_controls(text);
+    say(format_args!("{now} {}", paint(tone, &text, stdout_colour())));
 }
 
 /// Writes one line to standard output, or nothing if it cannot be written. The terminal that
@@ -91,6 +93,13 @@ mod tests {
         assert!(colour_wanted(true, Some(OsString::new())), "an empty NO_COLOR does not count");
         assert!(!colour_wanted(true, Some("1".into())));
         assert!(!colour_wanted(false, None));
+    }
+
+    #[test]
+    fn a_line_cannot_be_broken_or_recoloured_by_what_it_prints() {
+        let name = "a\u{1b}[31mRED\nfake line.yaml";
+        assert_eq!(crate::logging::escape_controls(name), "a\\u{1b}[31mRED\\nfake line.yaml");
+        assert_eq!(crate::logging::escape_controls("plain é"), "plain é");
     }
 
     #[test]
