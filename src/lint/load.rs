@@ -6,6 +6,7 @@
 //! decode, is an error naming the file and, for a type error, the field.
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -144,17 +145,29 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     };
     let several = documents.iter().filter(|d| !d.is_null()).count() > 1;
     let total = documents.len();
+    // The second, typed pass reads the whole file: once per type at most, not once per bad
+    // document (a file of a thousand bad documents took minutes).
+    let mut typed: HashMap<(String, String), Option<Vec<Option<String>>>> = HashMap::new();
     for (index, document) in documents.into_iter().enumerate() {
         if document.is_null() {
             continue;
         }
         let (api_version, kind) = (type_field(&document, "apiVersion"), type_field(&document, "kind"));
+        let name = document.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
         let mut found = Vec::new();
         if let Err(mut reason) = objects(file, document, &mut found, &mut loaded.skipped) {
-            if !is_json(file)
-                && let Some(located) = locate(contents, index, total, &api_version, &kind)
-            {
-                reason = located;
+            let located = if is_json(file) {
+                None
+            } else {
+                typed
+                    .entry((api_version.clone(), kind.clone()))
+                    .or_insert_with(|| typed_errors(contents, total, &api_version, &kind))
+                    .as_ref()
+                    .and_then(|errors| errors.get(index)?.as_deref())
+            };
+            if let Some(located) = located {
+                let what = if name.is_empty() { kind.clone() } else { format!("{kind} {name}") };
+                reason = format!("invalid {what}: {located}");
             }
             let reason = if several { format!("document {}: {reason}", index + 1) } else { reason };
             loaded.errors.push(error(reason));
@@ -167,41 +180,29 @@ fn type_field(document: &Value, name: &str) -> String {
     document.get(name).and_then(Value::as_str).unwrap_or_default().to_owned()
 }
 
-/// The decoding error of YAML document `index` (of `total`) with its line and column, from a
-/// second pass that decodes the file's documents straight into the document's type. `None` when
-/// that pass does not line up with the first or finds no error (it reads YAML scalars more
-/// leniently than a JSON value does, as the agent's manifest loader does).
-fn locate(contents: &str, index: usize, total: usize, api_version: &str, kind: &str) -> Option<String> {
-    fn located<T: DeserializeOwned>(
-        contents: &str,
-        index: usize,
-        total: usize,
-        what: &str,
-    ) -> Option<String> {
+/// The decoding error of each of the `total` YAML documents of `contents` (`None` where one
+/// decodes) with its line and column, from a second pass that decodes the documents straight
+/// into the type of `api_version` and `kind`. `None` for a type it does not know, or when the
+/// pass does not line up with the first (it reads YAML scalars more leniently than a JSON value
+/// does, as the agent's manifest loader does).
+fn typed_errors(contents: &str, total: usize, api_version: &str, kind: &str) -> Option<Vec<Option<String>>> {
+    fn errors<T: DeserializeOwned>(contents: &str, total: usize) -> Option<Vec<Option<String>>> {
         let mut bytes = contents.as_bytes();
-        let typed: Vec<Result<Tracked<T>, serde_saphyr::Error>> =
-            serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
-        if typed.len() != total {
-            return None;
-        }
-        match typed.into_iter().nth(index)? {
-            Err(e) => Some(format!("invalid {what}: {}", one_line(&e.to_string()))),
-            Ok(_) => None,
-        }
+        let typed: Vec<Option<String>> = serde_saphyr::read_with_options(&mut bytes, yaml_options())
+            .map(|document: Result<Tracked<T>, serde_saphyr::Error>| {
+                document.err().map(|e| one_line(&e.to_string()))
+            })
+            .collect();
+        (typed.len() == total).then_some(typed)
     }
-    let name = serde_saphyr::from_multiple_with_options::<Value>(contents, yaml_options())
-        .ok()
-        .and_then(|docs| docs.get(index)?.pointer("/metadata/name")?.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let what = if name.is_empty() { kind.to_owned() } else { format!("{kind} {name}") };
     match (api_version, kind) {
-        ("v1", "Pod") => located::<Pod>(contents, index, total, &what),
-        ("apps/v1", "Deployment") => located::<Deployment>(contents, index, total, &what),
-        ("apps/v1", "StatefulSet") => located::<StatefulSet>(contents, index, total, &what),
-        ("apps/v1", "DaemonSet") => located::<DaemonSet>(contents, index, total, &what),
-        ("apps/v1", "ReplicaSet") => located::<ReplicaSet>(contents, index, total, &what),
-        ("batch/v1", "Job") => located::<Job>(contents, index, total, &what),
-        ("batch/v1", "CronJob") => located::<CronJob>(contents, index, total, &what),
+        ("v1", "Pod") => errors::<Pod>(contents, total),
+        ("apps/v1", "Deployment") => errors::<Deployment>(contents, total),
+        ("apps/v1", "StatefulSet") => errors::<StatefulSet>(contents, total),
+        ("apps/v1", "DaemonSet") => errors::<DaemonSet>(contents, total),
+        ("apps/v1", "ReplicaSet") => errors::<ReplicaSet>(contents, total),
+        ("batch/v1", "Job") => errors::<Job>(contents, total),
+        ("batch/v1", "CronJob") => errors::<CronJob>(contents, total),
         _ => None,
     }
 }
@@ -431,6 +432,28 @@ mod tests {
         assert!(errors[0].starts_with("invalid YAML: "), "{errors:?}");
         let (_, errors, _) = parse("broken.json", "{\"kind\": ");
         assert!(errors[0].starts_with("invalid JSON: "), "{errors:?}");
+    }
+
+    /// Each of many bad documents of mixed types gets its own line and column (the typed pass
+    /// is shared by the documents of one type).
+    #[test]
+    fn every_bad_document_is_located() {
+        let pod = |i: usize| {
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}}}\nspec: {{containers: 5}}\n")
+        };
+        let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec: {template: 5}\n".to_owned();
+        let yaml = [pod(0), job, pod(2), pod(3)].join("---\n");
+        let (_, errors, _) = parse("many.yaml", &yaml);
+        let want = [
+            "document 1: invalid Pod p0: spec.containers: expected sequence start at line 4, column 20",
+            "document 2: invalid Job j: spec.template: ",
+            "document 3: invalid Pod p2: spec.containers: expected sequence start at line 14, column 20",
+            "document 4: invalid Pod p3: spec.containers: expected sequence start at line 19, column 20",
+        ];
+        assert_eq!(errors.len(), want.len(), "{errors:?}");
+        for (got, want) in errors.iter().zip(want) {
+            assert!(got.starts_with(want), "{got} / {want}");
+        }
     }
 
     /// A Pod's annotations are its own; a workload's pod's are its template's, never the
