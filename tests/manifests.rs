@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
-    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, MAX_MANIFEST_BYTES, ManifestError, Snapshot,
-    SourceChange, apply_defaults, diff, load_dir, parse_manifest, scan, scan_with, static_pod_uid, validate,
-    validate_with,
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, MAX_MANIFEST_BYTES, ManifestError,
+    ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir, parse_manifest, scan, scan_cached,
+    scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1015,6 +1015,40 @@ fn a_folder_that_cannot_be_listed_keeps_the_last_good_pods() {
     let gone = gone.keeping_unreadable(&kept);
     assert!(gone.pods.is_empty());
     assert_eq!(summary(&diff(&kept, &gone)), vec!["-default/alpha", "-default/beta"]);
+}
+
+/// A rescan reuses the parse of every file whose contents did not change: what it finds is
+/// exactly what a fresh scan finds, through edits, errors, duplicates, removals and a file
+/// put back with its old contents.
+#[test]
+fn a_cached_scan_finds_what_a_fresh_scan_finds() {
+    let dir = TempDir::new("cached");
+    let mut cache = ParseCache::default();
+    let gates = FeatureGates::default();
+    let mut check = |step: &str| {
+        let cached = scan_cached(dir.path(), NODE, &gates, &mut cache);
+        let fresh = scan_with(dir.path(), NODE, &gates);
+        assert_eq!(cached, fresh, "{step}");
+        cached
+    };
+    dir.write("a.yaml", pod_yaml("alpha"));
+    dir.write("b.yaml", pod_yaml("beta"));
+    assert_eq!(check("two files").pods.len(), 2);
+    assert_eq!(check("nothing changed").pods.len(), 2);
+    dir.write("b.yaml", pod_yaml("beta").replace("'1000'", "'7'"));
+    let edited = check("b.yaml edited");
+    assert_eq!(edited.pods.len(), 2);
+    dir.write("c.yaml", "kind: Pod\n  - : [\n");
+    assert_eq!(check("a broken file").errors.len(), 1);
+    assert_eq!(check("a broken file, again").errors.len(), 1);
+    dir.write("d.yaml", pod_yaml("alpha"));
+    assert_eq!(check("a duplicate").errors.len(), 2);
+    dir.remove("a.yaml");
+    assert_eq!(check("the first of the duplicates removed").errors.len(), 1);
+    dir.write("a.yaml", pod_yaml("alpha"));
+    check("put back with its old contents");
+    dir.remove("d.yaml");
+    assert_eq!(check("back to the start").pods.len(), 2);
 }
 
 #[test]

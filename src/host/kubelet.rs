@@ -165,6 +165,8 @@ pub struct StandaloneKubelet {
     snapshot: Snapshot,
     /// Manifest errors already reported (reported once, not on every scan).
     reported: HashSet<String>,
+    /// What each manifest parsed to, so that a rescan parses only what changed.
+    parse_cache: manifests::ParseCache,
     entries: HashMap<PodUid, PodEntry>,
     /// The last [`PodEntry::generation`] given.
     generation: u64,
@@ -191,6 +193,7 @@ impl StandaloneKubelet {
             history,
             snapshot: Snapshot::default(),
             reported: HashSet::new(),
+            parse_cache: manifests::ParseCache::default(),
             entries: HashMap::new(),
             generation: 0,
             synced,
@@ -230,10 +233,11 @@ impl StandaloneKubelet {
     fn rescan(&mut self, ctx: &mut Context<Self>) {
         // MutableContainerProbes: a manifest whose probes alone changed keeps its UID and its
         // running pod, and the new probes are applied in place (docs/prober.md §3.9).
-        let next = manifests::scan_with(
+        let next = manifests::scan_cached(
             &self.config.manifests,
             &self.config.node_name,
             &self.pipeline.feature_gates,
+            &mut self.parse_cache,
         )
         .keeping_unreadable(&self.snapshot);
         let mut current = HashSet::new();

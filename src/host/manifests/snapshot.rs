@@ -11,7 +11,8 @@ use probelet_actors::vocabulary::PodUid;
 use probelet_actors::{Feature, FeatureGates};
 
 use super::{
-    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, ManifestError, load, only_conditions,
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, ManifestError, ParseCache, load_cached,
+    only_conditions,
 };
 
 // === snapshot and diff ===
@@ -65,7 +66,12 @@ pub fn scan(dir: &Path, node_name: &str) -> Snapshot {
 /// changed keeps its pod and [`diff`] reports it [`SourceChange::Updated`] instead of removed
 /// and added.
 pub fn scan_with(dir: &Path, node_name: &str, gates: &FeatureGates) -> Snapshot {
-    let mut loaded = load(dir, node_name, gates);
+    scan_cached(dir, node_name, gates, &mut ParseCache::default())
+}
+
+/// [`scan_with`], parsing only the files whose contents changed since `cache` last saw them.
+pub fn scan_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut ParseCache) -> Snapshot {
+    let mut loaded = load_cached(dir, node_name, gates, cache);
     if gates.enabled(Feature::MutableContainerProbes) {
         for loaded in &mut loaded.pods {
             let uid = static_pod_uid_ignoring_probes(node_name, &loaded.file, &loaded.pod);
