@@ -79,8 +79,9 @@ fn needs_escape(c: char) -> bool {
     c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
-/// `text` with each character that [`needs_escape`] as its Rust escape (`\n`, `\u{1b}`), for a
-/// line of its own that a name from a user (a manifest's file name) cannot break or recolour.
+/// `text` with each control character and line separator as its Rust escape (`\n`, `\u{1b}`),
+/// for a line of its own that a name from a user (a manifest's file name) cannot break or
+/// recolour.
 pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains(needs_escape) {
         return std::borrow::Cow::Borrowed(text);
