@@ -23,11 +23,13 @@ use crate::gofmt::go_quote;
 /// `""`, not the secret. A name with no entry at all stays literally `$(NAME)`. `$$` is an
 /// escaped `$`; `$(` without a closing `)` and a `$` before any other character stay as written.
 pub fn expand_command(command: &[String], env: &[EnvVar]) -> Vec<String> {
-    let mut values: HashMap<&str, &str> = HashMap::with_capacity(env.len());
-    for var in env {
-        values.insert(var.name.as_str(), var.value.as_deref().unwrap_or(""));
-    }
+    let values = env_values(env);
     command.iter().map(|arg| expand(arg, |name| values.get(name).copied())).collect()
+}
+
+/// Each env entry's `value` as given, by name (later entries win; see [`expand_command`]).
+fn env_values(env: &[EnvVar]) -> HashMap<&str, &str> {
+    env.iter().map(|var| (var.name.as_str(), var.value.as_deref().unwrap_or(""))).collect()
 }
 
 /// The longest argument `execve` takes (the kernel's `MAX_ARG_STRLEN`, its NUL included).
@@ -42,10 +44,7 @@ pub const MAX_ARGS_TOTAL: usize = 16 << 20;
 /// [`MAX_ARG_STRLEN`] allows, or all of them longer than [`MAX_ARGS_TOTAL`], which the command
 /// could not be run with (`argument list too long`); expansion stops there.
 pub fn expand_command_within(command: &[String], env: &[EnvVar]) -> Option<Vec<String>> {
-    let mut values: HashMap<&str, &str> = HashMap::with_capacity(env.len());
-    for var in env {
-        values.insert(var.name.as_str(), var.value.as_deref().unwrap_or(""));
-    }
+    let values = env_values(env);
     let mut total = 0usize;
     let mut expanded = Vec::with_capacity(command.len());
     for arg in command {
