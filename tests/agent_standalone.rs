@@ -617,6 +617,30 @@ async fn a_manifests_symlink_swapped_while_the_agent_runs_is_not_followed() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Every manifest that cannot be read is named, once while it lasts; of many failing the same
+/// way in one scan (a node out of file descriptors fails them all), the first few are named
+/// and the rest counted.
+#[actix::test]
+async fn each_unreadable_manifest_is_named_and_a_flood_of_them_is_counted() {
+    let dir = temp_dir("unreadable");
+    write(&dir, "one.yaml", &sleeper_pod("one", &dir.join(".one.pids")));
+    let looped = |name: &str| std::os::unix::fs::symlink(dir.join(name), dir.join(name)).unwrap();
+    // Five at start, so that the first scan meets them all.
+    for name in ["loop-a.yaml", "loop-b.yaml", "loop-c.yaml", "loop-d.yaml", "loop-e.yaml"] {
+        looped(name);
+    }
+    let mut agent = Agent::start(&dir).await;
+    let counted = agent.wait_for_after(0, |l| l.contains("… and 2 more manifests cannot be read")).await;
+    let named = agent.seen[..counted].iter().filter(|l| l.contains("manifests cannot be read,")).count();
+    assert_eq!(named, 3, "{:?}", agent.seen);
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    // One more, later: named, although files failing the same way were reported before.
+    looped("loop-f.yaml");
+    agent.wait_for(|l| l.contains("manifests cannot be read") && l.contains("loop-f.yaml")).await;
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The same folder under another path (a bind mount) is the same folder: a second agent on the
 /// other path is refused, as on the same path. Mounting needs `CAP_SYS_ADMIN`; where the test
 /// cannot mount it says so and checks nothing.

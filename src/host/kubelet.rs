@@ -20,7 +20,7 @@
 //! `restartRequested`): the old pod's termination finishes — containers stopped, final status,
 //! workers, status and runtime state forgotten — and then the pod is added afresh.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,6 +100,12 @@ pub struct KubeletConfig {
     /// kubelet's housekeeping, every 2 s).
     pub housekeeping_period: Duration,
 }
+
+/// How many files newly unreadable with one kind of error a scan names; the rest are counted.
+const UNREADABLE_NAMED: usize = 3;
+
+/// The key under which "the manifests path now leads elsewhere" is reported once.
+const MANIFESTS_PATH_MOVED: &str = "manifests path moved";
 
 /// The kubelet's `workerResyncIntervalJitterFactor`.
 const RESYNC_JITTER: f64 = 0.5;
@@ -209,7 +215,7 @@ impl StandaloneKubelet {
     /// Says once, while it lasts, that the folder as given now leads elsewhere.
     fn check_manifests_path(&mut self) {
         let Some(given) = &self.config.manifests_as_given else { return };
-        let key = "manifests path moved".to_owned();
+        let key = MANIFESTS_PATH_MOVED.to_owned();
         match std::fs::canonicalize(given) {
             Ok(now) if now != self.config.manifests => {
                 if self.reported.insert(key) {
@@ -241,23 +247,41 @@ impl StandaloneKubelet {
         )
         .keeping_unreadable(&self.snapshot);
         let mut current = HashSet::new();
+        // Files newly unreadable this scan, by kind of error, beyond the ones named.
+        let mut unnamed: BTreeMap<String, usize> = BTreeMap::new();
         for error in &next.errors {
-            // What could not be read is told once per kind of error (a node short of file
-            // descriptors fails every file the same way); what is wrong, once per file and reason.
+            // Each file that cannot be read is told once while it lasts, and so is what is
+            // wrong, once per file and reason. A node short of file descriptors fails every
+            // file the same way: of one kind of error, a scan names the first few files only.
             let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
             let (key, line) = match kind {
                 Some(kind) => (
-                    format!("unreadable: {kind:?}"),
+                    format!("unreadable: {kind:?}: {}", error.file.display()),
                     format!("manifests cannot be read, keeping their last pods: {error}"),
                 ),
                 None => (error.to_string(), format!("manifest skipped: {error}")),
             };
             if self.reported.insert(key.clone()) {
-                console::print(if kind.is_some() { Tone::Bad } else { Tone::Warn }, &line);
+                match kind {
+                    Some(kind) => {
+                        let count = unnamed.entry(format!("{kind:?}")).or_default();
+                        *count += 1;
+                        if *count <= UNREADABLE_NAMED {
+                            console::print(Tone::Bad, &line);
+                        }
+                    }
+                    None => console::print(Tone::Warn, &line),
+                }
             }
             current.insert(key);
         }
-        self.reported.retain(|r| current.contains(r) || r == "manifests path moved");
+        for (kind, count) in unnamed {
+            if count > UNREADABLE_NAMED {
+                let more = count - UNREADABLE_NAMED;
+                console::print(Tone::Bad, &format!("… and {more} more manifests cannot be read ({kind})"));
+            }
+        }
+        self.reported.retain(|r| current.contains(r) || r == MANIFESTS_PATH_MOVED);
         self.check_manifests_path();
         let changes = manifests::diff(&self.snapshot, &next);
         self.snapshot = next;
