@@ -870,6 +870,65 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The agent and its container's shim are SIGKILLed together (`pkill -9 probelet` matches
+/// both). That leaves the container's main process in a group without its leader, and a daemon
+/// it started in a session of its own (`setsid`), which no group kill reaches. The next agent
+/// kills both: they carry the container's mark. Before, the daemon ran on for good.
+#[actix::test]
+async fn after_the_agent_and_its_shims_are_killed_the_next_agent_kills_what_left_the_group() {
+    let dir = temp_dir("crash-escape");
+    let pids = dir.join("escape.pids");
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: escape
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: daemon
+    command: ["sh", "-c", "setsid sh -c 'echo $$$$ >> {pids}; exec sleep 1000' </dev/null >/dev/null 2>&1 & echo $$$$ >> {pids}; exec sleep 1000"]
+"#,
+        pids = pids.display()
+    );
+    write(&dir, "escape.yaml", &manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container daemon running")).await;
+    let first = wait_for_pids(&pids, 2).await;
+    let shim =
+        first.iter().filter_map(|&pid| parent_of(pid)).find(|&parent| is_shim(parent)).expect("the shim");
+
+    signal_agent(&agent, "-KILL");
+    let _ = std::process::Command::new("kill").args(["-KILL", &shim.to_string()]).status();
+    agent.child.wait().await.unwrap();
+    assert_gone(&[shim]).await;
+    assert!(first.iter().all(|&pid| !process_gone(pid)), "the container outlived its shim: {first:?}");
+
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 1 container process group(s) a previous agent left running")).await;
+    agent.wait_for(|l| l.ends_with("default/escape: container daemon running")).await;
+    assert_gone(&first).await;
+    let second = wait_for_pids(&pids, 4).await[2..].to_vec();
+
+    signal_agent(&agent, "-TERM");
+    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    assert_gone(&second).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The parent PID of process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether process `pid` is a container shim.
+fn is_shim(pid: u32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    cmdline.split(|b| *b == 0).any(|arg| arg == b"container-shim")
+}
+
 /// The terminal that ran the agent closes: the agent runs in a pseudo-terminal (`script`), which
 /// is then closed. The kernel sends the agent SIGHUP, and every later write to the terminal fails
 /// (`EIO`). It stops as on SIGTERM: its container stopped, no record left. Before, SIGHUP's

@@ -98,6 +98,27 @@ fn without_the_go_byte_nothing_runs() {
     let _ = std::fs::remove_file(&marker);
 }
 
+/// A recorded container's command (`--wait-for-go`) carries the container's mark, the shim's
+/// PID and start time, so that what it starts is known as the container's after the shim is
+/// gone; an exec probe's command (no go byte) does not.
+#[test]
+fn a_recorded_containers_command_carries_the_shims_mark() {
+    let mut child = shim(&["--wait-for-go", "--", "sh", "-c", "echo \"$PROBELET_CONTAINER_MARK\""])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(19).unwrap().to_owned();
+    child.stdin.take().unwrap().write_all(b"g").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), format!("{pid}:{start}\n"));
+
+    let output = shim(&["--", "sh", "-c", "echo \"[$PROBELET_CONTAINER_MARK]\""]).output().unwrap();
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), "[]\n");
+}
+
 /// The shim starts for every exec probe: it runs on its one thread, with no allocator
 /// thread beside it (docs/benchmarks.md, "The container shim's start-up").
 #[test]

@@ -98,6 +98,32 @@ pub fn signal_container(pgid: u32, signal: Signal) -> io::Result<Delivery> {
     }
 }
 
+/// Sends `signal` to process `pid`, but only if it is still the process that started at
+/// `start` (its [`start_time`]): for a process that is not the agent's child, whose PID may be
+/// given to another process at any moment. The process is pinned by a pidfd before its start
+/// time is checked, so the signal cannot reach a process that took the PID after the check;
+/// where no pidfd can be had (an old kernel, no file descriptor left), it is checked and
+/// signalled by PID, a window of microseconds.
+pub fn signal_process(pid: u32, start: u64, signal: Signal) -> io::Result<Delivery> {
+    let raw = group_pid(pid)?;
+    let pidfd = pidfd_open(raw, PidfdFlags::empty());
+    match start_time(pid) {
+        Ok(now) if now == start => {}
+        Ok(_) => return Ok(Delivery::Gone),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Delivery::Gone),
+        Err(error) => return Err(error),
+    }
+    let sent = match &pidfd {
+        Ok(pidfd) => rustix::process::pidfd_send_signal(pidfd, signal.raw()),
+        Err(_) => rustix::process::kill_process(raw, signal.raw()),
+    };
+    match sent {
+        Ok(()) => Ok(Delivery::Sent),
+        Err(Errno::SRCH) => Ok(Delivery::Gone),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// [`signal_group`], logging a failure instead of returning it: for the paths that have no
 /// one to report to (a guard being dropped, a command that already ended).
 pub fn signal_group_logged(pgid: u32, signal: Signal) {
@@ -164,6 +190,10 @@ pub struct ProcessStat {
     pub zombie: bool,
     /// The parent's PID.
     pub ppid: i32,
+    /// The process group's ID.
+    pub pgid: i32,
+    /// The session's ID (0 where the session lies outside this PID namespace).
+    pub session: i32,
     /// [`start_time`].
     pub start: u64,
 }
@@ -181,7 +211,9 @@ impl ProcessStat {
         let mut fields = rest.split_whitespace();
         let zombie = fields.next()? == "Z";
         let ppid = fields.next()?.parse().ok()?;
-        Some(ProcessStat { zombie, ppid, start: parse_start_time(stat)? })
+        let pgid = fields.next()?.parse().ok()?;
+        let session = fields.next()?.parse().ok()?;
+        Some(ProcessStat { zombie, ppid, pgid, session, start: parse_start_time(stat)? })
     }
 }
 
@@ -229,7 +261,7 @@ mod tests {
     #[test]
     fn stat_lines_with_odd_names_parse() {
         let tail = "1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 123456 2256896 160";
-        let stat = |zombie| Some(ProcessStat { zombie, ppid: 1, start: 123456 });
+        let stat = |zombie| Some(ProcessStat { zombie, ppid: 1, pgid: 42, session: 42, start: 123456 });
         assert_eq!(ProcessStat::parse(&format!("42 (sleep) S {tail}")), stat(false));
         assert_eq!(ProcessStat::parse(&format!("42 (a) (b) Z {tail}")), stat(true));
         assert_eq!(ProcessStat::parse(&format!("42 () R {tail}")), stat(false));
@@ -241,12 +273,28 @@ mod tests {
     fn this_process_is_read_as_it_is_and_a_reaped_one_is_not_found() {
         let me = ProcessStat::read(getpid()).expect("own stat");
         assert_eq!(me.ppid, rustix::process::getppid().map_or(0, Pid::as_raw_pid));
+        assert_eq!(me.pgid, rustix::process::getpgrp().as_raw_pid());
+        assert_eq!(me.session, rustix::process::getsid(None).map_or(-1, Pid::as_raw_pid));
         assert!(me.start > 0);
         assert!(!me.zombie);
         let mut child = std::process::Command::new("true").spawn().expect("spawn");
         let pid = Pid::from_raw(child.id() as i32).expect("PID");
         child.wait().expect("reap");
         assert_eq!(ProcessStat::read(pid).map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
+    }
+
+    /// A process is signalled by PID only while it is the one that started at the given time.
+    #[test]
+    fn a_process_is_signalled_only_with_its_own_start_time() {
+        let mut child = Command::new("sleep").arg("1000").spawn().expect("spawn");
+        let pid = child.id();
+        let start = start_time(pid).expect("start time");
+        assert_eq!(signal_process(pid, start + 1, Signal::Kill).expect("signal"), Delivery::Gone);
+        assert!(child.try_wait().expect("try_wait").is_none(), "another start time: not signalled");
+        assert_eq!(signal_process(pid, start, Signal::Kill).expect("signal"), Delivery::Sent);
+        let status = child.wait().expect("reap");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+        assert_eq!(signal_process(pid, start, Signal::Kill).expect("signal"), Delivery::Gone);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   its descendants, whatever group or session it moved to.
 //! - It runs PROGRAM in its own process group (the agent spawns the shim as a group leader), with
 //!   standard input from `/dev/null` and the shim's standard output and error, environment and
-//!   working directory.
+//!   working directory. A recorded container's PROGRAM also gets [`MARK_ENV`], so that what it
+//!   starts is known as the container's even after the shim itself was killed.
 //! - It survives SIGTERM (the agent's graceful stop signals the whole group; PROGRAM gets it
 //!   directly, or from the shim when PROGRAM left the group, as a runtime signals a
 //!   container's main process). Other signals that would kill or stop it (a container's
@@ -78,6 +79,19 @@ pub const NO_GO_EXIT_CODE: i32 = 121;
 pub const START_FAILED_EXIT_CODE: i32 = 127;
 /// The go byte.
 pub const GO: u8 = b'g';
+/// The environment variable a recorded container's shim (`--wait-for-go`) sets for PROGRAM, and
+/// so for everything PROGRAM starts that keeps its environment: [`mark`] of the shim. A process
+/// that left the container's group (`setsid`, a double-forked daemon) is still known by it as
+/// the container's, after both the agent and the shim died; the next agent kills what carries
+/// the mark of a record it finds (`docs/reliability.md`, "The agent's crash never leaves two
+/// copies of a container").
+pub const MARK_ENV: &str = "PROBELET_CONTAINER_MARK";
+
+/// The mark of the container whose shim is process `pgid`, started at `start` (its
+/// [`crate::process::start_time`]): the pair names one process group of one boot.
+pub fn mark(pgid: u32, start: u64) -> String {
+    format!("{pgid}:{start}")
+}
 /// How long a shim asked to kill its tree (SIGUSR1) is given before its group is SIGKILLed as
 /// a backstop (which would kill the shim itself): it needs milliseconds.
 pub const TREE_KILL_WAIT: Duration = Duration::from_secs(1);
@@ -243,7 +257,15 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
         // The agent is gone already: run nothing.
         return NO_GO_EXIT_CODE;
     }
-    let spawned = std::process::Command::new(program).args(args).stdin(Stdio::null()).spawn();
+    let mut command = std::process::Command::new(program);
+    command.args(args).stdin(Stdio::null());
+    if wait_for_go {
+        let me = getpid().as_raw_pid().unsigned_abs();
+        if let Ok(start) = crate::process::start_time(me) {
+            command.env(MARK_ENV, mark(me, start));
+        }
+    }
+    let spawned = command.spawn();
     let report = Report::line(spawned.as_ref().map(drop));
     let reported = control.as_mut().is_some_and(|c| c.write_all(report.as_bytes()).is_ok());
     drop(control);

@@ -38,6 +38,7 @@ mod backoff;
 mod budget;
 mod groups;
 mod launch;
+mod leftovers;
 mod oom;
 mod orphans;
 mod output;
