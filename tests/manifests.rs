@@ -180,6 +180,16 @@ fn yaml_errors_carry_line_and_column_and_never_panic() {
     }
 }
 
+/// A duplicate key is named with its place, and without the YAML library's advice to its own
+/// callers ("set DuplicateKeyPolicy in Options"), which a manifest's author cannot follow.
+#[test]
+fn a_duplicate_key_is_named_in_the_authors_terms() {
+    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\nspec:\n  containers: [{name: c, command: [x]}]\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/dup.yaml"), contents, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(reasons(&errors), vec!["invalid YAML: duplicate mapping key: name at line 5, column 3"]);
+}
+
 #[test]
 fn yaml_scalars_fit_string_fields() {
     // A YAML number where the Pod wants a string loads, as users expect from `value: 8080`.
@@ -918,10 +928,25 @@ fn a_bad_file_is_reported_by_name_while_good_files_load() {
     dir.write(".hidden.yaml", pod_yaml("hidden"));
     dir.write("README", "hello");
     fs::create_dir(dir.path().join("sub.yaml")).unwrap();
+    let fifo = dir.path().join("pipe.yaml");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
 
-    let (pods, errors) = load_dir(dir.path(), NODE);
+    let (pods, mut errors) = load_dir(dir.path(), NODE);
     assert_eq!(names(&pods), vec!["default/alpha", "default/gamma"]);
     assert_eq!(pods[0].file, dir.path().join("a.yaml"));
+    // A folder or a FIFO named like a manifest is said, where it was skipped without a word.
+    let mut named_like_manifests: Vec<ManifestError> = errors.drain(..2).collect();
+    named_like_manifests.sort_by(|a, b| a.file.cmp(&b.file));
+    assert_eq!(
+        named_like_manifests,
+        vec![
+            ManifestError { file: fifo, reason: "not a regular file".into() },
+            ManifestError {
+                file: dir.path().join("sub.yaml"),
+                reason: "not recursing into manifest path".into()
+            },
+        ]
+    );
     assert_eq!(errors.len(), 3, "{errors:?}");
     assert_eq!(errors[0].file, bad);
     assert!(errors[0].reason.starts_with("invalid YAML: "), "{}", errors[0].reason);
@@ -955,12 +980,13 @@ fn the_second_pod_with_a_name_is_a_duplicate() {
     let (pods, errors) = load_dir(dir.path(), NODE);
     assert_eq!(names(&pods), vec!["default/web", "other/web"]);
     assert_eq!(pods[0].file, first);
-    let want_reason = format!("duplicate pod default/web, also in {}", first.display());
+    // Each names the document where the file holds several (before, neither did).
+    let also_in = format!("duplicate pod default/web, also in {}, document 1", first.display());
     assert_eq!(
         errors,
         vec![
-            ManifestError { file: first.clone(), reason: want_reason.clone() },
-            ManifestError { file: second, reason: want_reason },
+            ManifestError { file: first.clone(), reason: format!("document 2: {also_in}") },
+            ManifestError { file: second, reason: also_in },
         ]
     );
 }

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, metadata_path};
-use crate::host::manifests::{MANIFEST_EXTENSIONS, Tracked, one_line, with_path, yaml_options};
+use crate::host::manifests::{MANIFEST_EXTENSIONS, Tracked, with_path, yaml_error_text, yaml_options};
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
 pub const MAX_LINT_FILE_BYTES: u64 = 16 << 20;
@@ -190,7 +190,7 @@ fn typed_errors(contents: &str, total: usize, api_version: &str, kind: &str) -> 
         let mut bytes = contents.as_bytes();
         let typed: Vec<Option<String>> = serde_saphyr::read_with_options(&mut bytes, yaml_options())
             .map(|document: Result<Tracked<T>, serde_saphyr::Error>| {
-                document.err().map(|e| one_line(&e.to_string()))
+                document.err().map(|e| yaml_error_text(&e))
             })
             .collect();
         (typed.len() == total).then_some(typed)
@@ -231,7 +231,7 @@ pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
         return serde_json::from_str(contents).map(|v| vec![v]).map_err(|e| format!("invalid JSON: {e}"));
     }
     serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))
+        .map_err(|e| format!("invalid YAML: {}", yaml_error_text(&e)))
 }
 
 /// The objects with a pod spec in one document, into `found`; other documents count as skipped.

@@ -61,6 +61,9 @@ pub const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
 const TOO_LARGE: &str = "file larger than 1 MiB";
 const NOT_A_FILE: &str = "not a regular file";
+/// A folder named like a manifest: the kubelet's file source does not read subfolders either
+/// (its words).
+const NOT_RECURSING: &str = "not recursing into manifest path";
 
 /// A pod loaded from a manifest: defaults applied, validated, UID and source annotations set.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +126,18 @@ pub fn parse_manifest_with(
     node_name: &str,
     gates: &FeatureGates,
 ) -> (Vec<Pod>, Vec<ManifestError>) {
+    let (pods, errors) = parse_documents(file, contents, node_name, gates);
+    (pods.into_iter().map(|(_, pod)| pod).collect(), errors)
+}
+
+/// [`parse_manifest_with`], each pod with its document's number (1-based, empty documents not
+/// counted) where the file holds several documents.
+fn parse_documents(
+    file: &Path,
+    contents: &str,
+    node_name: &str,
+    gates: &FeatureGates,
+) -> (Vec<NumberedPod>, Vec<ManifestError>) {
     if contents.len() as u64 > MAX_MANIFEST_BYTES {
         return (Vec::new(), vec![ManifestError::new(file, TOO_LARGE)]);
     }
@@ -136,7 +151,7 @@ pub fn parse_manifest_with(
     let mut errors = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
         match document.and_then(|pod| prepare(file, pod, node_name, gates)) {
-            Ok(pod) => pods.push(pod),
+            Ok(pod) => pods.push((several.then_some(index + 1), pod)),
             Err(reason) if several => {
                 errors.push(ManifestError::new(file, format!("document {}: {reason}", index + 1)))
             }
@@ -165,7 +180,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
         return Ok(vec![pod]);
     }
     let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
+        .map_err(|e| format!("invalid YAML: {}", yaml_error_text(&e)))?;
     if values.is_empty() {
         return Ok(Vec::new());
     }
@@ -185,7 +200,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
             check_kind(&value)?;
             match direct {
                 Some(Ok(Tracked(pod))) => Ok(pod),
-                Some(Err(e)) => Err(format!("invalid Pod: {}", one_line(&e.to_string()))),
+                Some(Err(e)) => Err(format!("invalid Pod: {}", yaml_error_text(&e))),
                 None => serde_path_to_error::deserialize::<_, Pod>(value)
                     .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner()))),
             }
@@ -220,6 +235,28 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // The snippet is a multi-line rendering; the one-line message already has line and column.
     options.with_snippet = false;
     options
+}
+
+/// A YAML error in one line, worded for whoever wrote the manifest: the YAML library's own
+/// wording of a duplicate key ends with advice for programs that use it ("set
+/// DuplicateKeyPolicy in Options if acceptable"), which a manifest's author can do nothing with.
+pub(crate) fn yaml_error_text(error: &serde_saphyr::Error) -> String {
+    one_line(&error.render_with_formatter(&ManifestMessages))
+}
+
+/// [`serde_saphyr::DefaultMessageFormatter`], but for the duplicate key.
+struct ManifestMessages;
+
+impl serde_saphyr::MessageFormatter for ManifestMessages {
+    fn format_message<'a>(&self, error: &'a serde_saphyr::Error) -> std::borrow::Cow<'a, str> {
+        match error {
+            serde_saphyr::Error::DuplicateMappingKey { key: Some(key), .. } => {
+                format!("duplicate mapping key: {key}").into()
+            }
+            serde_saphyr::Error::DuplicateMappingKey { key: None, .. } => "duplicate mapping key".into(),
+            other => serde_saphyr::DefaultMessageFormatter.format_message(other),
+        }
+    }
 }
 
 pub(crate) fn one_line(message: &str) -> String {
@@ -314,8 +351,11 @@ struct Loaded {
 /// depend on the node name and the feature gates too: one cache serves one pod source.
 #[derive(Debug, Default)]
 pub struct ParseCache {
-    files: HashMap<PathBuf, (String, Vec<Pod>, Vec<ManifestError>)>,
+    files: HashMap<PathBuf, (String, Vec<NumberedPod>, Vec<ManifestError>)>,
 }
+
+/// A pod with the number of its document in a file of several (1-based).
+type NumberedPod = (Option<usize>, Pod);
 
 impl ParseCache {
     /// `file`'s pods and errors for `contents`: the last parse's when the contents are the same.
@@ -325,13 +365,13 @@ impl ParseCache {
         contents: String,
         node_name: &str,
         gates: &FeatureGates,
-    ) -> (Vec<Pod>, Vec<ManifestError>) {
+    ) -> (Vec<NumberedPod>, Vec<ManifestError>) {
         if let Some((parsed, pods, errors)) = self.files.get(file)
             && *parsed == contents
         {
             return (pods.clone(), errors.clone());
         }
-        let (pods, errors) = parse_manifest_with(file, &contents, node_name, gates);
+        let (pods, errors) = parse_documents(file, &contents, node_name, gates);
         self.files.insert(file.to_owned(), (contents, pods.clone(), errors.clone()));
         (pods, errors)
     }
@@ -364,7 +404,8 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         }
     };
     cache.keep_only(&files.iter().map(PathBuf::as_path).collect());
-    let mut seen: HashMap<(String, String), PathBuf> = HashMap::new();
+    // Where each namespace/name was first found: the file, and the document in a file of several.
+    let mut seen: HashMap<(String, String), (PathBuf, Option<usize>)> = HashMap::new();
     for file in files {
         let contents = match read_manifest(&file) {
             Ok(contents) => contents,
@@ -382,15 +423,22 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         };
         let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
         loaded.errors.extend(bad);
-        for pod in parsed {
+        for (document, pod) in parsed {
             let pod = LoadedPod { file: file.clone(), pod };
             let key = (pod.namespace().to_owned(), pod.name().to_owned());
-            if let Some(first) = seen.get(&key) {
-                let reason = format!("duplicate pod {}/{}, also in {}", key.0, key.1, first.display());
+            if let Some((first, first_document)) = seen.get(&key) {
+                let (namespace, name) = &key;
+                let mut reason = format!("duplicate pod {namespace}/{name}, also in {}", first.display());
+                if let Some(n) = first_document {
+                    reason = format!("{reason}, document {n}");
+                }
+                if let Some(n) = document {
+                    reason = format!("document {n}: {reason}");
+                }
                 loaded.errors.push(ManifestError::new(&file, reason));
                 continue;
             }
-            seen.insert(key, file.clone());
+            seen.insert(key, (file.clone(), document));
             loaded.pods.push(pod);
         }
     }
@@ -415,7 +463,9 @@ fn manifest_files(dir: &Path, loaded: &mut Loaded) -> io::Result<Vec<PathBuf>> {
         }
         match fs::metadata(&path) {
             Ok(meta) if meta.is_file() => files.push(path),
-            Ok(_) => {}
+            // Named like a manifest, so meant as one: said, where the kubelet logs it too.
+            Ok(meta) if meta.is_dir() => loaded.errors.push(ManifestError::new(&path, NOT_RECURSING)),
+            Ok(_) => loaded.errors.push(ManifestError::new(&path, NOT_A_FILE)),
             Err(e) => {
                 if e.kind() != io::ErrorKind::NotFound {
                     loaded.unreadable_files.insert(path.clone(), e.kind());
