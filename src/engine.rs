@@ -247,10 +247,15 @@ impl Engine {
         }
     }
 
-    /// The API server no longer has the pod (the host's watch saw it deleted).
-    pub fn api_pod_deleted(&self, namespace: &str, name: &str) {
+    /// The API server no longer has the pod (the host's watch saw it deleted). With its UID, a
+    /// copy of a pod made again under the same name since is kept.
+    pub fn api_pod_deleted(&self, namespace: &str, name: &str, uid: Option<&str>) {
         if let Some(syncer) = &self.syncer {
-            syncer.do_send(ApiPodDeleted { namespace: namespace.to_owned(), name: name.to_owned() });
+            syncer.do_send(ApiPodDeleted {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                uid: uid.map(str::to_owned),
+            });
         }
     }
 

@@ -31,8 +31,8 @@ use probelet::status::{CONTAINERS_READY, POD_READY};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::{RateLimiter, jittered_backoff};
 use probelet_actors::sync::syncer::{
-    ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion, MIRROR_POD_ANNOTATION, OwnedFields, Reconcile,
-    StatusSyncer, SyncerConfig, SyncerStats,
+    ApiPodDeleted, ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion, MIRROR_POD_ANNOTATION,
+    OwnedFields, Reconcile, StatusSyncer, SyncerConfig, SyncerStats,
 };
 use serde_json::{Value, json};
 use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
@@ -273,6 +273,45 @@ async fn the_patch_is_a_strategic_merge_with_the_uid_that_keeps_foreign_conditio
 }
 
 // === the merge base (docs/sync.md §7.4: GET only without a copy or after an error) ===
+
+/// A pod deleted and made again under its name, the new one seen first (a watch's re-list):
+/// the old pod's deletion, told with its UID, keeps the new pod's copy, so the new pod's write
+/// needs no GET. A deletion of the pod held still drops it.
+#[actix::test]
+async fn the_deletion_of_a_pod_made_again_under_its_name_keeps_the_new_pods_copy() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let api = t.fake.insert_pod((*pod).clone());
+        let uid = api.metadata.uid.clone().expect("a UID");
+        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
+        let older = ApiPodDeleted {
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: Some("an-older-web".into()),
+        };
+        syncer.send(older).await.unwrap();
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", false)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [(Method::PATCH, status_path("web"), Some(200))], "no GET");
+
+        t.fake.clear_requests();
+        syncer
+            .send(ApiPodDeleted { namespace: "default".into(), name: "web".into(), uid: Some(uid) })
+            .await
+            .unwrap();
+        t.pipeline.status_manager.do_send(set_ready(&pod, "app", true));
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [(Method::GET, pod_path("web"), Some(200)), (Method::PATCH, status_path("web"), Some(200))],
+            "the copy of the deleted pod is gone"
+        );
+    })
+    .await;
+}
 
 #[actix::test]
 async fn a_warm_watch_cache_saves_the_get_until_a_patch_fails() {

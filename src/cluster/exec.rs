@@ -18,16 +18,85 @@ use tokio::io::AsyncReadExt;
 /// Namespace, pod name and container name.
 type ContainerPlace = (String, String, String);
 
+/// A pod's status lists a container ID: the pod (by UID) and the container it says it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claim {
+    uid: String,
+    place: ContainerPlace,
+}
+
+/// Which pods claim each container ID: what their statuses list.
+#[derive(Debug, Default)]
+struct Claims {
+    by_id: HashMap<String, Vec<Claim>>,
+}
+
+impl Claims {
+    /// Records the container IDs of a pod's status, replacing what an earlier status of the
+    /// same pod said (a restarted container's old ID would otherwise stay for the pod's life).
+    fn learn(&mut self, pod: &Pod) {
+        let uid = claimant(pod);
+        self.forget(&uid);
+        let (ns, name) = (
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        let Some(status) = pod.status.as_ref() else { return };
+        for cs in
+            status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten())
+        {
+            if let Some(id) = cs.container_id.clone().filter(|id| !id.is_empty()) {
+                let claim = Claim { uid: uid.clone(), place: (ns.clone(), name.clone(), cs.name.clone()) };
+                let claims = self.by_id.entry(id).or_default();
+                if !claims.contains(&claim) {
+                    claims.push(claim);
+                }
+            }
+        }
+    }
+
+    /// Drops the claims of the pod with this UID ([`claimant`]).
+    fn forget(&mut self, uid: &str) {
+        self.by_id.retain(|_, claims| {
+            claims.retain(|c| c.uid != uid);
+            !claims.is_empty()
+        });
+    }
+
+    /// Where `id` runs: the one pod that claims it.
+    fn target(&self, id: &str) -> Result<ContainerPlace, String> {
+        match self.by_id.get(id).map(Vec::as_slice).unwrap_or_default() {
+            [] => Err(format!("container {id} is not in the status of any pod the agent watches")),
+            [claim, rest @ ..] if rest.iter().all(|c| c.uid == claim.uid) => Ok(claim.place.clone()),
+            several => {
+                let mut pods: Vec<String> =
+                    several.iter().map(|c| format!("{}/{}", c.place.0, c.place.1)).collect();
+                pods.dedup();
+                Err(format!(
+                    "container {id} is in the status of more than one pod ({}): running the probe in none",
+                    pods.join(", ")
+                ))
+            }
+        }
+    }
+}
+
 /// Runs exec probes through the API server's `pods/exec` (websocket, kube's `v5`/`v4`
 /// channel protocols). The kubelet runs them with the CRI's `ExecSync`, which hands back
 /// stdout, stderr and the exit code; here the same come from the stream's channels and its
 /// final `Status`.
+///
+/// The kubelet hands `ExecSync` a container ID that its runtime owns. Here an ID is only what
+/// pods' statuses say, and whoever writes a pod's status can write any ID in it. So an ID is
+/// followed only while exactly one pod claims it: another pod naming the same ID (to have its
+/// probe command run in someone else's container, with the agent's `pods/exec`) makes the ID
+/// run nowhere. Claims are kept per pod UID, so that a pod deleted and made again under its
+/// name keeps the new pod's claims when the old one is forgotten.
 #[derive(Clone)]
 pub struct ExecRunner {
     client: kube::Client,
     limiter: RateLimiter,
-    /// Which pod and container a container ID belongs to.
-    containers: Arc<RwLock<HashMap<String, ContainerPlace>>>,
+    containers: Arc<RwLock<Claims>>,
 }
 
 impl ExecRunner {
@@ -35,33 +104,37 @@ impl ExecRunner {
         ExecRunner { client, limiter, containers: Arc::default() }
     }
 
-    /// Records the container IDs of a pod's status, replacing what an earlier status said (a
-    /// restarted container's old ID would otherwise stay for the pod's lifetime).
+    /// Records the container IDs of a pod's status ([`Claims::learn`]).
     pub fn learn(&self, pod: &Pod) {
-        let (ns, name) = (
-            pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.metadata.name.clone().unwrap_or_default(),
-        );
-        let Ok(mut map) = self.containers.write() else { return };
-        map.retain(|_, (n, p, _)| !(n == &ns && p == &name));
-        let Some(status) = pod.status.as_ref() else { return };
-        for cs in
-            status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten())
-        {
-            if let Some(id) = cs.container_id.clone().filter(|id| !id.is_empty()) {
-                map.insert(id, (ns.clone(), name.clone(), cs.name.clone()));
-            }
+        if let Ok(mut claims) = self.containers.write() {
+            claims.learn(pod);
         }
     }
 
+    /// Drops this pod's claims (by UID: a pod of the same name made since keeps its own).
     pub fn forget(&self, pod: &Pod) {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        if let Ok(mut map) = self.containers.write() {
-            map.retain(|_, (n, p, _)| !(n == &ns && p == &name));
-            map.shrink_after_removal();
+        if let Ok(mut claims) = self.containers.write() {
+            claims.forget(&claimant(pod));
+            claims.by_id.shrink_after_removal();
         }
     }
+
+    fn target(&self, id: &str) -> Result<ContainerPlace, String> {
+        let claims =
+            self.containers.read().map_err(|_| "the agent's container table is unusable".to_owned())?;
+        claims.target(id)
+    }
+}
+
+/// Who claims IDs for `pod`: its UID, or its namespace and name where it has none.
+fn claimant(pod: &Pod) -> String {
+    pod.metadata.uid.clone().filter(|uid| !uid.is_empty()).unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
 }
 
 impl CommandRunner for ExecRunner {
@@ -71,15 +144,10 @@ impl CommandRunner for ExecRunner {
         cmd: &[String],
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
-        let target = self.containers.read().ok().and_then(|m| m.get(&container_id.to_string()).cloned());
-        let (client, limiter, cmd, id) =
-            (self.client.clone(), self.limiter.clone(), cmd.to_vec(), container_id.to_string());
+        let target = self.target(&container_id.to_string());
+        let (client, limiter, cmd) = (self.client.clone(), self.limiter.clone(), cmd.to_vec());
         Box::pin(async move {
-            let Some((namespace, pod, container)) = target else {
-                return Err(ExecError::Runtime(format!(
-                    "container {id} is not in the status of any pod the agent watches"
-                )));
-            };
+            let (namespace, pod, container) = target.map_err(ExecError::Runtime)?;
             limiter.acquire().await;
             let api: Api<Pod> = Api::namespaced(client, &namespace);
             let params =
@@ -290,5 +358,91 @@ mod exec_tests {
         c.push(b"c");
         assert_eq!(c.bytes.len(), MAX_EXEC_OUTPUT);
         assert_eq!(c.bytes[MAX_EXEC_OUTPUT - 1], b'b');
+    }
+}
+
+#[cfg(test)]
+mod claims_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+    use kube::api::ObjectMeta;
+
+    fn pod(namespace: &str, name: &str, uid: &str, containers: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                container_statuses: Some(
+                    containers
+                        .iter()
+                        .map(|(name, id)| ContainerStatus {
+                            name: (*name).into(),
+                            container_id: Some((*id).into()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn place(namespace: &str, pod: &str, container: &str) -> Result<ContainerPlace, String> {
+        Ok((namespace.into(), pod.into(), container.into()))
+    }
+
+    /// Found by a hostile test: a pod whose status named another pod's container ID had its
+    /// probe command run in that container, with the agent's `pods/exec`. An ID two pods claim
+    /// now runs nowhere, until one of them lets go.
+    #[test]
+    fn an_id_two_pods_claim_runs_in_neither() {
+        let mut claims = Claims::default();
+        let victim = pod("kube-system", "victim", "u-victim", &[("db", "containerd://shared")]);
+        claims.learn(&victim);
+        assert_eq!(claims.target("containerd://shared"), place("kube-system", "victim", "db"));
+        let evil = pod("default", "evil", "u-evil", &[("app", "containerd://shared")]);
+        claims.learn(&evil);
+        assert_eq!(
+            claims.target("containerd://shared"),
+            Err("container containerd://shared is in the status of more than one pod (kube-system/victim, \
+                 default/evil): running the probe in none"
+                .into())
+        );
+        claims.forget(&claimant(&evil));
+        assert_eq!(claims.target("containerd://shared"), place("kube-system", "victim", "db"));
+    }
+
+    /// Found by a hostile test: a pod deleted and made again under its name while the watch
+    /// re-listed. The new pod was learnt first, and forgetting the old one by its name dropped
+    /// the new one's containers: its exec probes errored until another watch event came.
+    #[test]
+    fn forgetting_a_pod_keeps_the_containers_of_a_new_pod_of_its_name() {
+        let mut claims = Claims::default();
+        let old = pod("default", "web", "u-old", &[("app", "containerd://old")]);
+        let new = pod("default", "web", "u-new", &[("app", "containerd://new")]);
+        claims.learn(&old);
+        claims.learn(&new);
+        claims.forget(&claimant(&old));
+        assert_eq!(claims.target("containerd://new"), place("default", "web", "app"));
+        assert_eq!(
+            claims.target("containerd://old"),
+            Err("container containerd://old is not in the status of any pod the agent watches".into())
+        );
+    }
+
+    /// A new status of the same pod replaces what the last one said.
+    #[test]
+    fn a_pods_new_status_replaces_its_old_ids() {
+        let mut claims = Claims::default();
+        claims.learn(&pod("default", "web", "u", &[("app", "containerd://1")]));
+        claims.learn(&pod("default", "web", "u", &[("app", "containerd://2")]));
+        assert!(claims.target("containerd://1").is_err());
+        assert_eq!(claims.target("containerd://2"), place("default", "web", "app"));
+        assert_eq!(claims.by_id.len(), 1);
     }
 }

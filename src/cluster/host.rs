@@ -191,6 +191,7 @@ impl ClusterHost {
         self.syncer.do_send(ApiPodDeleted {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone(),
         });
         self.pipeline
             .remove_orphaned_statuses(self.pods.pods().iter().filter_map(|p| PodUid::of(p)).collect());

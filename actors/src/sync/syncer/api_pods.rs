@@ -32,6 +32,9 @@ pub struct ApiPodDeleted {
     pub namespace: String,
     /// The deleted pod's name; its merge base is dropped, so the next write GETs.
     pub name: String,
+    /// The deleted pod's UID, where known: a copy held of another pod of the same name (made
+    /// again since, and seen first by a re-list) is kept.
+    pub uid: Option<String>,
 }
 
 impl StatusSyncer {
@@ -73,7 +76,14 @@ impl Handler<ApiPodDeleted> for StatusSyncer {
     type Result = ();
 
     fn handle(&mut self, msg: ApiPodDeleted, _ctx: &mut Self::Context) {
-        if self.api_pods.remove(&(msg.namespace, msg.name)).is_some() {
+        let key = (msg.namespace, msg.name);
+        let another_pod = |held: &Arc<ApiPod>| {
+            msg.uid.as_deref().is_some_and(|uid| held.pod.metadata.uid.as_deref().is_some_and(|u| u != uid))
+        };
+        if self.api_pods.get(&key).is_some_and(another_pod) {
+            return;
+        }
+        if self.api_pods.remove(&key).is_some() {
             self.api_pods.shrink_after_removal();
         }
     }
