@@ -305,6 +305,54 @@ async fn an_unknown_container_id_is_a_runtime_error() {
     .await;
 }
 
+/// A pod whose status names another pod's container ID does not get its command run in that
+/// container: the ID two pods claim runs nowhere, and no exec reaches the API server. Before,
+/// the status seen last won, and the command ran in the other pod with the agent's
+/// `pods/exec` (found by a hostile test).
+#[tokio::test]
+async fn an_id_another_pods_status_also_names_runs_nowhere() {
+    bounded(async {
+        let s = setup().await;
+        s.fake.on_exec(|_, _, _, _| ExecReply::exit(0));
+        let mut evil = pod("evil");
+        evil.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].container_id =
+            Some(app("web").to_string());
+        let evil = s.fake.insert_pod(evil);
+        s.runner.learn(&evil);
+        let message = runtime_error(run(&s.runner, &app("web"), &["cat", "/secret"], LONG).await);
+        assert_eq!(
+            message,
+            "container containerd://web-app is in the status of more than one pod (default/web, default/evil): \
+             running the probe in none"
+        );
+        assert!(s.fake.exec_sessions().is_empty(), "no exec in either pod");
+
+        // Once the other pod lets go, the ID is its owner's again.
+        s.runner.forget(&evil);
+        run(&s.runner, &app("web"), &["check"], LONG).await.unwrap();
+        assert_eq!(s.fake.exec_sessions().len(), 1);
+    })
+    .await;
+}
+
+/// A pod deleted and made again under its name: forgetting the old one (after the new one was
+/// learnt, as a watch's re-list does) keeps the new one's containers.
+#[tokio::test]
+async fn forgetting_an_old_pod_keeps_the_new_pod_of_its_name() {
+    bounded(async {
+        let s = setup().await;
+        s.fake.on_exec(|_, _, _, _| ExecReply::exit(0));
+        let mut new = s.pod.clone();
+        new.metadata.uid = Some("uid-web-2".into());
+        new.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].container_id =
+            Some("containerd://web-app-2".into());
+        s.runner.learn(&new);
+        s.runner.forget(&s.pod);
+        run(&s.runner, &ContainerId::new("containerd", "web-app-2"), &["check"], LONG).await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_restarted_container_replaces_the_old_id() {
     bounded(async {
