@@ -870,10 +870,11 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The agent and its container's shim are SIGKILLed together (`pkill -9 probelet` matches
-/// both). That leaves the container's main process in a group without its leader, and a daemon
-/// it started in a session of its own (`setsid`), which no group kill reaches. The next agent
-/// kills both: they carry the container's mark. Before, the daemon ran on for good.
+/// The agent and its container's shim are both SIGKILLed (by hand, or by the OOM killer). That
+/// leaves the container's main process in a group whose leader has ended, and a daemon it
+/// started in a session of its own (`setsid`), which no group kill reaches. The next agent
+/// kills both: the group as the container's, the daemon by the container's mark. Before, the
+/// daemon ran on for good.
 #[actix::test]
 async fn after_the_agent_and_its_shims_are_killed_the_next_agent_kills_what_left_the_group() {
     let dir = temp_dir("crash-escape");

@@ -192,8 +192,6 @@ pub struct ProcessStat {
     pub ppid: i32,
     /// The process group's ID.
     pub pgid: i32,
-    /// The session's ID (0 where the session lies outside this PID namespace).
-    pub session: i32,
     /// [`start_time`].
     pub start: u64,
 }
@@ -212,8 +210,7 @@ impl ProcessStat {
         let zombie = fields.next()? == "Z";
         let ppid = fields.next()?.parse().ok()?;
         let pgid = fields.next()?.parse().ok()?;
-        let session = fields.next()?.parse().ok()?;
-        Some(ProcessStat { zombie, ppid, pgid, session, start: parse_start_time(stat)? })
+        Some(ProcessStat { zombie, ppid, pgid, start: parse_start_time(stat)? })
     }
 }
 
@@ -261,7 +258,7 @@ mod tests {
     #[test]
     fn stat_lines_with_odd_names_parse() {
         let tail = "1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 123456 2256896 160";
-        let stat = |zombie| Some(ProcessStat { zombie, ppid: 1, pgid: 42, session: 42, start: 123456 });
+        let stat = |zombie| Some(ProcessStat { zombie, ppid: 1, pgid: 42, start: 123456 });
         assert_eq!(ProcessStat::parse(&format!("42 (sleep) S {tail}")), stat(false));
         assert_eq!(ProcessStat::parse(&format!("42 (a) (b) Z {tail}")), stat(true));
         assert_eq!(ProcessStat::parse(&format!("42 () R {tail}")), stat(false));
@@ -274,7 +271,6 @@ mod tests {
         let me = ProcessStat::read(getpid()).expect("own stat");
         assert_eq!(me.ppid, rustix::process::getppid().map_or(0, Pid::as_raw_pid));
         assert_eq!(me.pgid, rustix::process::getpgrp().as_raw_pid());
-        assert_eq!(me.session, rustix::process::getsid(None).map_or(-1, Pid::as_raw_pid));
         assert!(me.start > 0);
         assert!(!me.zombie);
         let mut child = std::process::Command::new("true").spawn().expect("spawn");

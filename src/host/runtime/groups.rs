@@ -9,8 +9,10 @@
 //! pipes belonged to the dead agent), so it is killed instead and started afresh.
 //!
 //! A record is `containers/<pgid>` ([`super::leftovers::Record`]): the group leader's start time
-//! (field 22 of `/proc/<pid>/stat`, in clock ticks since boot), the pod, the container, the boot
-//! ID and the leader's session. [`super::leftovers`] reads the records of an agent that died.
+//! (field 22 of `/proc/<pid>/stat`, in clock ticks since boot), the pod, the container and the
+//! boot ID. While the agent runs, a thread writes its heartbeat beside the records every
+//! [`HEARTBEAT_PERIOD`]. [`super::leftovers`] reads the records and the last heartbeat of an
+//! agent that died.
 //!
 //! The leader is the container shim ([`crate::shim`]), recorded before it runs anything (the
 //! start barrier), so a container can never run unrecorded. Killing a group means SIGUSR1 to
@@ -27,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use crate::process::{Delivery, ProcessStat, Signal, signal_group, signal_leader};
 
-use super::leftovers::{Record, boot_id, kill_leftovers};
+use super::leftovers::{
+    HEARTBEAT, HEARTBEAT_PERIOD, Record, boot_id, heartbeat_line, kill_leftovers, now_ticks,
+};
 
 use crate::shim::TREE_KILL_WAIT;
 
@@ -103,9 +107,10 @@ impl ContainerGroups {
             Err(TryLockError::WouldBlock) => return Err(StateDirError::InUse { path: dir.to_owned() }),
             Err(TryLockError::Error(source)) => return Err(StateDirError::Io { path: lock_path, source }),
         }
-        let killed = kill_leftovers(&containers).map_err(io_error(&containers))?;
-        let state = StateDir { containers, boot: boot_id(), _lock: lock };
-        let groups = ContainerGroups { state: Some(Arc::new(state)), ..ContainerGroups::default() };
+        let killed = kill_leftovers(dir).map_err(io_error(&containers))?;
+        let state = Arc::new(StateDir { containers, boot: boot_id(), _lock: lock });
+        beat(dir, &state);
+        let groups = ContainerGroups { state: Some(state), ..ContainerGroups::default() };
         Ok((groups, killed))
     }
 
@@ -130,7 +135,6 @@ impl ContainerGroups {
                         pod: owner.pod.clone(),
                         container: owner.container.clone(),
                         boot: state.boot.clone(),
-                        session: u32::try_from(stat.session).ok().filter(|&s| s > 0),
                     }
                     .line()
                 })
@@ -209,6 +213,47 @@ impl ContainerGroups {
     }
 }
 
+/// Writes the heartbeat in `dir` now, then every [`HEARTBEAT_PERIOD`] on a thread of its own
+/// for as long as `state` lives: a record's group was the container's at least until then
+/// ([`super::leftovers`]).
+fn beat(dir: &Path, state: &Arc<StateDir>) {
+    let write = {
+        let dir = dir.to_owned();
+        let boot = state.boot.clone();
+        move || {
+            let tmp = dir.join(format!(".{HEARTBEAT}.tmp"));
+            fs::write(&tmp, heartbeat_line(boot.as_deref(), now_ticks()))
+                .and_then(|()| fs::rename(&tmp, dir.join(HEARTBEAT)))
+        }
+    };
+    if let Err(error) = write() {
+        tracing::warn!(dir = %dir.display(), %error, "cannot write the state directory's heartbeat");
+    }
+    let state = Arc::downgrade(state);
+    let spawned = std::thread::Builder::new().name("heartbeat".into()).spawn(move || {
+        let mut failing = false;
+        loop {
+            std::thread::sleep(HEARTBEAT_PERIOD);
+            if state.upgrade().is_none() {
+                return;
+            }
+            // Said once while it lasts: a state directory deleted under the agent is made
+            // again by the next record.
+            match write() {
+                Ok(()) => failing = false,
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(%error, "cannot write the state directory's heartbeat");
+                }
+                Err(_) => {}
+            }
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the state directory's heartbeat; after a crash the next agent kills only what shows itself a container's");
+    }
+}
+
 /// Waits (blocking, polling, at most `wait`) until none of `leaders` runs any more (gone, or a
 /// zombie its parent has not reaped yet). Used where no runtime may be (the agent's start, its
 /// forced shutdown on the signal thread).
@@ -262,6 +307,25 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
         write_atomically(&containers, 4242, "1 pod c\n").unwrap();
         assert_eq!(fs::read_to_string(containers.join("4242")).unwrap(), "1 pod c\n");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// An agent on a state directory writes its heartbeat at once (and on, every 2 s): the
+    /// next agent knows a record's group was the container's at least until then.
+    #[test]
+    fn the_state_directory_gets_a_heartbeat_at_once() {
+        let dir = std::env::temp_dir().join(format!("probelet-groups-heartbeat-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let before = now_ticks();
+        let (groups, _) = ContainerGroups::open(&dir).unwrap();
+        let text = fs::read_to_string(dir.join(HEARTBEAT)).unwrap();
+        let (boot, ticks) = text.trim().split_once(' ').unwrap();
+        assert_eq!(Some(boot.to_owned()), boot_id());
+        let ticks: u64 = ticks.parse().unwrap();
+        assert!(before <= ticks && ticks <= now_ticks(), "{before} <= {ticks}");
+        // The clock of process start times: this process started before the beat.
+        assert!(crate::process::start_time(std::process::id()).unwrap() <= ticks);
+        drop(groups);
         let _ = fs::remove_dir_all(&dir);
     }
 

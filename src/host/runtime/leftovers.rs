@@ -1,28 +1,32 @@
 //! What an agent that died left running, found from its container records and killed before
 //! the next agent on the same state directory starts anything (`docs/reliability.md`, "The
 //! agent's crash never leaves two copies of a container"). [`super::groups`] writes the
-//! records; this module reads them, once, at start.
+//! records and the heartbeat; this module reads them, once, at start.
 //!
 //! A record is `containers/<pgid>`: one line of [`Record`]. What belongs to it:
 //!
 //! - **The leader** (the container shim), if the PID still names a process with the recorded
-//!   start time: asked to kill its tree (SIGUSR1), then its group is SIGKILLed as a backstop.
-//! - **A group whose leader is gone** (the shim was killed with the agent, `pkill -9 probelet`):
-//!   its ID cannot be reused while members live, but it may already *be* a reused ID: the
-//!   recorded container ended while no agent ran, another process took the PID and made a group
-//!   of it (`setsid`), and its leader ended too (a daemon's double fork does exactly that). So a
-//!   leaderless group is ours only if one of its members carries the container's mark
-//!   ([`crate::shim::MARK_ENV`] with this record's [`crate::shim::mark`]), or if its members are
-//!   in the recorded session (the dead agent's, which a group cannot leave but by leaving the
-//!   session) and that session has no leader running, so that nothing but the dead agent's
-//!   descendants can be in it. Otherwise it is left alone, and said so.
+//!   start time: asked to kill its tree (SIGUSR1, through a pidfd), then its group is SIGKILLed
+//!   as a backstop. A leader that is a zombie its new parent has not reaped yet still holds the
+//!   group's ID: the group is SIGKILLed.
+//! - **A group whose leader is gone** (the shim was killed too): its ID cannot be reused while
+//!   members live, but it may already *be* a reused ID. The recorded container ended while no
+//!   agent ran, another process took the PID and made a group of it (`setsid`), and its leader
+//!   ended too (a daemon's double fork does exactly that). So a leaderless group is the
+//!   container's only if one of its members started before the dead agent's last heartbeat
+//!   ([`HEARTBEAT`]: the ID was the container's until the agent died, so a process already in
+//!   the group then is the container's, and so is the group), or carries the container's mark
+//!   ([`crate::shim::MARK_ENV`] with this record's [`crate::shim::mark`]). Otherwise it is left
+//!   alone, and said so. A record of an agent older than these rules (no boot ID) has neither:
+//!   its leaderless group is killed while any member lives, as that agent's rule was.
 //! - **The processes that left the group** (`setsid`, a double-forked daemon) while the shim,
 //!   which would have killed them, was killed too: every process that carries the record's
-//!   mark, signalled through a pidfd after its start time was checked. A process that emptied
-//!   its environment (`env -i`) and left the group cannot be told from a stranger, and runs on.
+//!   mark, signalled through a pidfd after its start time was checked (a group made of marked
+//!   processes alone is SIGKILLed whole, so that forking cannot outrun the kill). A process
+//!   that emptied its environment (`env -i`) and left the group cannot be told from a
+//!   stranger's, and runs on.
 //!
-//! A record of another boot (its boot ID differs) names nothing that runs. A record without a
-//! boot ID or session is an older agent's: its leader is still recognised by its start time.
+//! A record of another boot (its boot ID differs) names nothing that runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -30,38 +34,42 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::process::{
-    Delivery, ProcessStat, Signal, signal_group, signal_leader, signal_process, start_time,
-};
+use crate::process::{Delivery, ProcessStat, Signal, signal_group, signal_process};
 use crate::shim::{MARK_ENV, TREE_KILL_WAIT, mark};
 
-use super::groups::{runs, wait_for_leaders};
+use super::groups::wait_for_leaders;
+
+/// The file in the state directory where a running agent writes, every
+/// [`HEARTBEAT_PERIOD`], the boot ID and the time ([`now_ticks`]): the next agent knows that
+/// the dead one was alive then.
+pub(super) const HEARTBEAT: &str = "heartbeat";
+
+/// How often the heartbeat is written.
+pub(super) const HEARTBEAT_PERIOD: Duration = Duration::from_secs(2);
 
 /// How long the next agent waits for the leftovers it SIGKILLed to disappear.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
 
-/// How many times the marked processes are looked for and killed: a marked process may fork
-/// (marked children) until its SIGKILL lands, and those are found by the next look.
-const MARK_ROUNDS: usize = 20;
+/// How many times the marked processes are looked for: a marked process may fork (marked
+/// children) until its SIGKILL lands, and those are found by the next look.
+const MARK_ROUNDS: usize = 200;
 
-/// What `containers/<pgid>` says: `<start> <pod> <container> <boot> <session>`.
+/// What `containers/<pgid>` says: `<start> <pod> <container> <boot>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Record {
-    /// The leader's start time ([`start_time`]).
+    /// The leader's start time ([`crate::process::start_time`]).
     pub start: u64,
     pub pod: String,
     pub container: String,
-    /// The boot ID when the record was written (`/proc/sys/kernel/random/boot_id`).
+    /// The boot ID when the record was written (`/proc/sys/kernel/random/boot_id`); `None` in a
+    /// record of an older agent.
     pub boot: Option<String>,
-    /// The leader's session: the agent's.
-    pub session: Option<u32>,
 }
 
 impl Record {
     pub fn line(&self) -> String {
         let boot = self.boot.as_deref().unwrap_or("-");
-        let session = self.session.map_or_else(|| "-".to_owned(), |s| s.to_string());
-        format!("{} {} {} {boot} {session}\n", self.start, self.pod, self.container)
+        format!("{} {} {} {boot}\n", self.start, self.pod, self.container)
     }
 
     /// `None` where even the start time cannot be read: such a record names nothing.
@@ -69,14 +77,8 @@ impl Record {
         let mut fields = text.split_whitespace();
         let start = fields.next()?.parse().ok()?;
         let mut field = || fields.next().unwrap_or("?").to_owned();
-        let (pod, container, boot, session) = (field(), field(), field(), field());
-        Some(Record {
-            start,
-            pod,
-            container,
-            boot: Some(boot).filter(|b| !matches!(b.as_str(), "?" | "-")),
-            session: session.parse().ok().filter(|&s| s > 0),
-        })
+        let (pod, container, boot) = (field(), field(), field());
+        Some(Record { start, pod, container, boot: Some(boot).filter(|b| !matches!(b.as_str(), "?" | "-")) })
     }
 }
 
@@ -86,12 +88,33 @@ pub(super) fn boot_id() -> Option<String> {
     Some(text.trim().to_owned()).filter(|b| !b.is_empty() && !b.contains(char::is_whitespace))
 }
 
+/// The time since boot in clock ticks, as process start times are counted (`/proc/<pid>/stat`
+/// field 22 is boot-based: suspended time included).
+pub(super) fn now_ticks() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    let hz = rustix::param::clock_ticks_per_second();
+    let secs = u64::try_from(now.tv_sec).unwrap_or_default();
+    let nanos = u64::try_from(now.tv_nsec).unwrap_or_default();
+    secs.saturating_mul(hz).saturating_add(nanos.saturating_mul(hz) / 1_000_000_000)
+}
+
+/// The heartbeat's line.
+pub(super) fn heartbeat_line(boot: Option<&str>, ticks: u64) -> String {
+    format!("{} {ticks}\n", boot.unwrap_or("-"))
+}
+
+/// The last heartbeat the dead agent wrote in `state`, if of this boot.
+fn last_heartbeat(state: &Path, this_boot: Option<&str>) -> Option<u64> {
+    let text = fs::read_to_string(state.join(HEARTBEAT)).ok()?;
+    let (boot, ticks) = text.trim().split_once(' ')?;
+    (Some(boot) == this_boot).then(|| ticks.parse().ok()).flatten()
+}
+
 /// A live process as `/proc` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Process {
     pid: u32,
     pgid: i32,
-    session: i32,
     start: u64,
     /// The value of [`MARK_ENV`] it was started with, if readable.
     mark: Option<String>,
@@ -107,13 +130,7 @@ fn processes() -> Vec<Process> {
         .filter_map(|pid| {
             let stat = ProcessStat::read(rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?).ok()?;
             let mark = fs::read(format!("/proc/{pid}/environ")).ok().and_then(|env| mark_in(&env));
-            (!stat.zombie).then_some(Process {
-                pid,
-                pgid: stat.pgid,
-                session: stat.session,
-                start: stat.start,
-                mark,
-            })
+            (!stat.zombie).then_some(Process { pid, pgid: stat.pgid, start: stat.start, mark })
         })
         .collect()
 }
@@ -128,32 +145,54 @@ fn mark_in(environ: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
+fn in_group(p: &Process, pgid: u32) -> bool {
+    u32::try_from(p.pgid).ok() == Some(pgid)
+}
+
 /// What a record's group looks like now, from one look at every process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct GroupView {
-    /// Some process is in the group.
+    /// Some live process is in the group.
     members: bool,
     /// One of them carries the record's mark.
     marked: bool,
-    /// All of them are in the recorded session.
-    in_session: bool,
-    /// The recorded session's leader still runs: others than the dead agent's may be in it.
-    session_led: bool,
+    /// One of them started before the dead agent's last heartbeat.
+    before_heartbeat: bool,
 }
 
 impl GroupView {
-    fn of(pgid: u32, record: &Record, processes: &[Process]) -> GroupView {
+    fn of(pgid: u32, record: &Record, processes: &[Process], heartbeat: Option<u64>) -> GroupView {
         let expected = mark(pgid, record.start);
-        let members: Vec<&Process> =
-            processes.iter().filter(|p| u32::try_from(p.pgid).ok() == Some(pgid)).collect();
-        let session = record.session.and_then(|s| i32::try_from(s).ok());
+        let members = || processes.iter().filter(|p| in_group(p, pgid));
         GroupView {
-            members: !members.is_empty(),
-            marked: members.iter().any(|p| p.mark.as_deref() == Some(expected.as_str())),
-            in_session: session.is_some_and(|s| members.iter().all(|p| p.session == s)),
-            session_led: session.is_some_and(|s| {
-                processes.iter().any(|p| i32::try_from(p.pid).ok() == Some(s) && p.session == s)
-            }),
+            members: members().next().is_some(),
+            marked: members().any(|p| p.mark.as_deref() == Some(expected.as_str())),
+            before_heartbeat: heartbeat.is_some_and(|beat| members().any(|p| p.start < beat)),
+        }
+    }
+}
+
+/// The process that has a record's group ID as its PID now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaderNow {
+    /// None: the leader is gone (reaped).
+    Gone,
+    /// A process with this start time runs.
+    Running(u64),
+    /// A zombie with this start time: it has ended, and holds the ID until it is reaped.
+    Zombie(u64),
+}
+
+impl LeaderNow {
+    fn of(pgid: u32) -> LeaderNow {
+        let stat = i32::try_from(pgid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .and_then(|pid| ProcessStat::read(pid).ok());
+        match stat {
+            None => LeaderNow::Gone,
+            Some(stat) if stat.zombie => LeaderNow::Zombie(stat.start),
+            Some(stat) => LeaderNow::Running(stat.start),
         }
     }
 }
@@ -163,29 +202,33 @@ impl GroupView {
 enum Leftover {
     /// Its leader runs with the recorded start time: ask it, then SIGKILL the group.
     Leader,
-    /// Its leader is gone, and its members are the container's: SIGKILL the group.
+    /// The group is the container's and has live members: SIGKILL it.
     Group,
     /// Nothing of the group runs, or what runs under its ID is not ours.
     NotOurs,
 }
 
-/// Pure: what a record's group is, from this boot's ID, the start time of whatever process
-/// has the group's ID now, and what the group looks like.
-fn classify(record: &Record, this_boot: Option<&str>, leader: Option<u64>, group: GroupView) -> Leftover {
+/// Pure: what a record's group is, from this boot's ID, the process that has the group's ID
+/// now, and what the group looks like.
+fn classify(record: &Record, this_boot: Option<&str>, leader: LeaderNow, group: GroupView) -> Leftover {
     if let (Some(recorded), Some(now)) = (record.boot.as_deref(), this_boot)
         && recorded != now
     {
         return Leftover::NotOurs;
     }
     match leader {
-        Some(now) if now == record.start => Leftover::Leader,
+        LeaderNow::Running(start) if start == record.start => Leftover::Leader,
+        // The ended leader still holds the ID: the group is the container's.
+        LeaderNow::Zombie(start) if start == record.start && group.members => Leftover::Group,
         // The ID names another process: our group is gone (an ID is not reused while a group
         // has it).
-        Some(_) => Leftover::NotOurs,
-        None if group.members && (group.marked || (group.in_session && !group.session_led)) => {
+        LeaderNow::Running(_) | LeaderNow::Zombie(_) => Leftover::NotOurs,
+        LeaderNow::Gone
+            if group.members && (group.marked || group.before_heartbeat || record.boot.is_none()) =>
+        {
             Leftover::Group
         }
-        None => Leftover::NotOurs,
+        LeaderNow::Gone => Leftover::NotOurs,
     }
 }
 
@@ -197,13 +240,15 @@ struct Found {
     killed: bool,
 }
 
-/// Kills what every record in `containers` names that still runs, then removes the records.
-/// Returns how many containers that was.
-pub(super) fn kill_leftovers(containers: &Path) -> io::Result<usize> {
+/// Kills what every record in `state`'s `containers` names that still runs, then removes the
+/// records. Returns how many containers that was.
+pub(super) fn kill_leftovers(state: &Path) -> io::Result<usize> {
+    let containers = state.join("containers");
     let this_boot = boot_id();
+    let heartbeat = last_heartbeat(state, this_boot.as_deref());
     let mut found = Vec::new();
     let mut paths: Vec<PathBuf> = Vec::new();
-    for entry in fs::read_dir(containers)? {
+    for entry in fs::read_dir(&containers)? {
         let path = entry?.path();
         let Some(pgid) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<u32>().ok()) else {
             // A temporary file of a write the crash interrupted, or a stranger.
@@ -229,10 +274,9 @@ pub(super) fn kill_leftovers(containers: &Path) -> io::Result<usize> {
     let before = processes();
     let mut asked = Vec::new();
     for f in &mut found {
-        let Found { pgid, record, .. } = &*f;
-        let view = GroupView::of(*pgid, record, &before);
-        match classify(record, this_boot.as_deref(), start_time(*pgid).ok(), view) {
-            Leftover::Leader => match signal_leader(*pgid, Signal::KillTree) {
+        let view = GroupView::of(f.pgid, &f.record, &before, heartbeat);
+        match classify(&f.record, this_boot.as_deref(), LeaderNow::of(f.pgid), view) {
+            Leftover::Leader => match signal_process(f.pgid, f.record.start, Signal::KillTree) {
                 Ok(Delivery::Sent) => {
                     f.killed = true;
                     asked.push(f.pgid);
@@ -242,9 +286,9 @@ pub(super) fn kill_leftovers(containers: &Path) -> io::Result<usize> {
             },
             Leftover::Group => {}
             Leftover::NotOurs if view.members => tracing::warn!(
-                pgid = *pgid,
-                pod = record.pod,
-                container = record.container,
+                pgid = f.pgid,
+                pod = f.record.pod,
+                container = f.record.container,
                 "a process group with a container record's ID runs, but nothing shows it is the container's: left alone"
             ),
             Leftover::NotOurs => {}
@@ -254,8 +298,10 @@ pub(super) fn kill_leftovers(containers: &Path) -> io::Result<usize> {
     let now = processes();
     for f in &mut found {
         // Classified again: a leader that ended may have been reaped and its PID reused.
-        let view = GroupView::of(f.pgid, &f.record, &now);
-        if classify(&f.record, this_boot.as_deref(), start_time(f.pgid).ok(), view) != Leftover::NotOurs {
+        let view = GroupView::of(f.pgid, &f.record, &now, heartbeat);
+        if classify(&f.record, this_boot.as_deref(), LeaderNow::of(f.pgid), view) != Leftover::NotOurs
+            && view.members
+        {
             match signal_group(f.pgid, Signal::Kill) {
                 Ok(Delivery::Sent) => f.killed = true,
                 Ok(Delivery::Gone) => {}
@@ -267,29 +313,7 @@ pub(super) fn kill_leftovers(containers: &Path) -> io::Result<usize> {
     // Then whatever left a group and carries a record's mark.
     let marks: BTreeMap<String, usize> =
         found.iter().enumerate().map(|(i, f)| (mark(f.pgid, f.record.start), i)).collect();
-    let mut signalled: BTreeSet<(u32, u64)> = BTreeSet::new();
-    for round in 0..MARK_ROUNDS {
-        let current = if round == 0 { now.clone() } else { processes() };
-        let mut any = false;
-        for p in &current {
-            let Some(&i) = p.mark.as_ref().and_then(|m| marks.get(m)) else { continue };
-            // A process SIGKILLed already may take a moment to die: signalled once.
-            if !signalled.insert((p.pid, p.start)) {
-                continue;
-            }
-            match signal_process(p.pid, p.start, Signal::Kill) {
-                Ok(Delivery::Sent) => {
-                    any = true;
-                    found[i].killed = true;
-                }
-                Ok(Delivery::Gone) => {}
-                Err(error) => failed(&found[i], &error),
-            }
-        }
-        if !any && round > 0 {
-            break;
-        }
-    }
+    let signalled = kill_marked(&marks, &mut found);
 
     for f in found.iter().filter(|f| f.killed) {
         tracing::warn!(
@@ -303,17 +327,73 @@ pub(super) fn kill_leftovers(containers: &Path) -> io::Result<usize> {
     // They are not our children: their new parent reaps them. Wait until none runs, bounded;
     // this runs once at start, before anything else does, so blocking here holds nothing up.
     // Before any runtime exists (a blocking wait on real processes), so std's clock.
+    let groups: BTreeSet<u32> = found.iter().filter(|f| f.killed).map(|f| f.pgid).collect();
+    let pending = || {
+        processes().iter().any(|p| {
+            u32::try_from(p.pgid).is_ok_and(|g| groups.contains(&g) || signalled.contains(&g))
+                || p.mark.as_ref().is_some_and(|m| marks.contains_key(m))
+        })
+    };
     #[allow(clippy::disallowed_methods)]
     let deadline = Instant::now() + LEFTOVER_WAIT;
-    let pending = || {
-        found.iter().any(|f| f.killed && runs(f.pgid))
-            || signalled.iter().any(|&(pid, start)| start_time(pid).ok() == Some(start) && runs(pid))
-    };
     #[allow(clippy::disallowed_methods)]
     while pending() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(found.iter().filter(|f| f.killed).count())
+}
+
+/// SIGKILLs every live process that carries one of `marks` (the index into `found` of the
+/// record it names), looking again while any is seen: a marked process may have forked before
+/// its SIGKILL landed. A group outside the records' whose every member carries the same mark
+/// is SIGKILLed whole. Returns the groups so killed.
+fn kill_marked(marks: &BTreeMap<String, usize>, found: &mut [Found]) -> BTreeSet<u32> {
+    let mut signalled: BTreeSet<(u32, u64)> = BTreeSet::new();
+    let mut groups: BTreeSet<u32> = BTreeSet::new();
+    for round in 0..MARK_ROUNDS {
+        let current = processes();
+        let marked: Vec<(&Process, usize)> =
+            current.iter().filter_map(|p| Some((p, *marks.get(p.mark.as_ref()?)?))).collect();
+        if marked.is_empty() {
+            break;
+        }
+        let mut new = false;
+        for &(p, i) in &marked {
+            let group = u32::try_from(p.pgid).ok().filter(|&g| g != found[i].pgid && !groups.contains(&g));
+            // Every member of its group carries this mark: the group is the container's.
+            if let Some(g) = group
+                && current.iter().filter(|q| in_group(q, g)).all(|q| q.mark == p.mark)
+            {
+                groups.insert(g);
+                new = true;
+                match signal_group(g, Signal::Kill) {
+                    Ok(Delivery::Sent) => found[i].killed = true,
+                    Ok(Delivery::Gone) => {}
+                    Err(error) => failed(&found[i], &error),
+                }
+            }
+            // A process SIGKILLed already may take a moment to die: signalled once.
+            if !signalled.insert((p.pid, p.start)) {
+                continue;
+            }
+            new = true;
+            match signal_process(p.pid, p.start, Signal::Kill) {
+                Ok(Delivery::Sent) => found[i].killed = true,
+                Ok(Delivery::Gone) => {}
+                Err(error) => failed(&found[i], &error),
+            }
+        }
+        if round + 1 == MARK_ROUNDS {
+            tracing::warn!(
+                processes = marked.len(),
+                "processes of containers a previous agent left running still run after every attempt to kill them"
+            );
+        } else if !new {
+            // Only processes whose SIGKILL has not landed yet: give it a moment.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    groups
 }
 
 fn failed(f: &Found, error: &io::Error) {
@@ -336,26 +416,21 @@ fn remove(paths: Vec<PathBuf>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::start_time;
     use std::io::Write as _;
     use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
     use std::process::{Command, Stdio};
 
-    fn record(boot: Option<&str>, session: Option<u32>) -> Record {
-        Record {
-            start: 7,
-            pod: "default/p".into(),
-            container: "c".into(),
-            boot: boot.map(str::to_owned),
-            session,
-        }
+    fn record(boot: Option<&str>) -> Record {
+        Record { start: 7, pod: "default/p".into(), container: "c".into(), boot: boot.map(str::to_owned) }
     }
 
     #[test]
     fn a_record_reads_back_and_an_older_agents_record_still_reads() {
-        let written = record(Some("b00t"), Some(4242));
+        let written = record(Some("b00t"));
         assert_eq!(Record::parse(&written.line()), Some(written));
-        let unknown = record(None, None);
-        assert_eq!(unknown.line(), "7 default/p c - -\n");
+        let unknown = record(None);
+        assert_eq!(unknown.line(), "7 default/p c -\n");
         assert_eq!(Record::parse(&unknown.line()), Some(unknown.clone()));
         assert_eq!(Record::parse("7 default/p c\n"), Some(unknown), "three fields, as agents wrote before");
         assert_eq!(Record::parse("garbage default/p c"), None);
@@ -371,56 +446,79 @@ mod tests {
     }
 
     /// Only what shows itself as the container's is killed: a leaderless group is a recycled ID
-    /// unless a member carries the mark or sits in the dead agent's session, which no one leads.
+    /// unless a member was in it while the dead agent lived, or carries the mark.
     #[test]
     fn a_leaderless_group_is_ours_only_when_something_shows_it() {
+        use LeaderNow::*;
         use Leftover::*;
-        let ours = record(Some("b"), Some(100));
-        let group =
-            |members, marked, in_session, session_led| GroupView { members, marked, in_session, session_led };
+        let ours = record(Some("b"));
+        let group = |members, marked, before_heartbeat| GroupView { members, marked, before_heartbeat };
         let nothing = GroupView::default();
-        assert_eq!(classify(&ours, Some("b"), Some(7), nothing), Leader);
+        let b = Some("b");
+        assert_eq!(classify(&ours, b, Running(7), nothing), Leader);
+        assert_eq!(classify(&ours, b, Running(8), group(true, true, true)), NotOurs, "a recycled PID");
         assert_eq!(
-            classify(&ours, Some("b"), Some(8), group(true, true, true, false)),
-            NotOurs,
-            "a recycled PID"
-        );
-        assert_eq!(
-            classify(&ours, Some("b"), None, group(true, true, false, true)),
+            classify(&ours, b, Zombie(7), group(true, false, false)),
             Group,
-            "a marked member"
+            "an unreaped leader holds the ID"
         );
+        assert_eq!(classify(&ours, b, Zombie(7), nothing), NotOurs, "nothing runs");
+        assert_eq!(classify(&ours, b, Zombie(8), group(true, true, true)), NotOurs, "a recycled PID, ended");
+        assert_eq!(classify(&ours, b, Gone, group(true, true, false)), Group, "a marked member");
         assert_eq!(
-            classify(&ours, Some("b"), None, group(true, false, true, false)),
+            classify(&ours, b, Gone, group(true, false, true)),
             Group,
-            "the dead agent's session"
+            "a member from the agent's life"
         );
         assert_eq!(
-            classify(&ours, Some("b"), None, group(true, false, true, true)),
-            NotOurs,
-            "a session someone still leads may hold strangers"
-        );
-        assert_eq!(
-            classify(&ours, Some("b"), None, group(true, false, false, false)),
+            classify(&ours, b, Gone, group(true, false, false)),
             NotOurs,
             "a stranger's group under a recycled ID"
         );
-        assert_eq!(classify(&ours, Some("b"), None, nothing), NotOurs, "all gone");
-        assert_eq!(classify(&ours, Some("other"), Some(7), nothing), NotOurs, "a record of an earlier boot");
-        let older = record(None, None);
-        assert_eq!(classify(&older, Some("b"), Some(7), nothing), Leader, "an older agent's record");
-        assert_eq!(classify(&older, Some("b"), None, group(true, false, false, false)), NotOurs);
+        assert_eq!(classify(&ours, b, Gone, nothing), NotOurs, "all gone");
+        assert_eq!(
+            classify(&ours, Some("other"), Running(7), nothing),
+            NotOurs,
+            "a record of an earlier boot"
+        );
+        let older = record(None);
+        assert_eq!(classify(&older, b, Running(7), nothing), Leader, "an older agent's record");
+        assert_eq!(classify(&older, b, Gone, group(true, false, false)), Group, "the older agent's rule");
     }
 
-    fn temp_dir(name: &str) -> PathBuf {
+    /// A state directory with an empty `containers`, removed when dropped (a failed test
+    /// included: the hopper's script goes with it, which ends the hopping).
+    struct StateDir(PathBuf);
+
+    impl std::ops::Deref for StateDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for StateDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn state_dir(name: &str) -> StateDir {
         let dir = std::env::temp_dir().join(format!("probelet-leftovers-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
+        fs::create_dir_all(dir.join("containers")).unwrap();
+        StateDir(dir)
     }
 
     fn write_record(dir: &Path, pgid: u32, record: &Record) {
-        fs::write(dir.join(pgid.to_string()), record.line()).unwrap();
+        fs::write(dir.join("containers").join(pgid.to_string()), record.line()).unwrap();
+    }
+
+    fn write_heartbeat(dir: &Path, ticks: u64) {
+        fs::write(dir.join(HEARTBEAT), heartbeat_line(boot_id().as_deref(), ticks)).unwrap();
+    }
+
+    fn records_left(dir: &Path) -> usize {
+        fs::read_dir(dir.join("containers")).unwrap().count()
     }
 
     /// The live processes whose command line is `sleep <seconds>`.
@@ -446,11 +544,24 @@ mod tests {
         panic!("{what}");
     }
 
+    /// `sh -c script` in a session and group of its own (`setsid` does not fork: the shell is
+    /// not a group leader here), its output away from the test's (a leftover must not hold it
+    /// open), its input piped.
+    fn in_own_session(script: &str) -> std::process::Child {
+        Command::new("setsid")
+            .args(["sh", "-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     /// A record an older agent wrote names the command itself as the leader, not a shim: the
     /// SIGUSR1 meant for a shim kills it (its default action), and the group's SIGKILL the rest.
     #[test]
     fn a_record_whose_leader_is_not_a_shim_is_still_killed() {
-        let dir = temp_dir("old-record");
+        let dir = state_dir("old-record");
         let mut leader = Command::new("sh")
             .args(["-c", "sleep 7371 & wait"])
             .process_group(0)
@@ -459,45 +570,55 @@ mod tests {
             .spawn()
             .unwrap();
         let pgid = leader.id();
-        fs::write(dir.join(pgid.to_string()), format!("{} default/old app\n", start_time(pgid).unwrap()))
-            .unwrap();
+        let old = format!("{} default/old app\n", start_time(pgid).unwrap());
+        fs::write(dir.join("containers").join(pgid.to_string()), old).unwrap();
         assert_eq!(kill_leftovers(&dir).unwrap(), 1);
         let status = leader.wait().unwrap();
         assert_eq!(status.signal(), Some(10), "SIGUSR1 first: {status:?}");
         eventually("the group's SIGKILL ended the rest", || sleeping("7371").is_empty());
-        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the record is gone");
-        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(records_left(&dir), 0, "the record is gone");
     }
 
     /// The recorded container ended while no agent ran; its ID went to a daemon's first child,
     /// which made a session of it (`setsid`) and ended, leaving the daemon in a group without a
-    /// leader. Nothing marks that group as the container's: it is left alone. Before, any
-    /// leaderless group under a record's ID was SIGKILLed.
+    /// leader. Nothing shows that group is the container's (its member started after the dead
+    /// agent's last heartbeat, and carries no mark): it is left alone. Before, any leaderless
+    /// group under a record's ID was SIGKILLed.
     #[test]
     fn a_strangers_group_under_a_recorded_id_is_left_alone() {
-        let dir = temp_dir("stranger");
-        // `setsid` (not a group leader here, so it does not fork) makes the session; its shell
-        // leaves `sleep` behind in the group and ends.
-        let mut stranger = Command::new("setsid")
-            .args(["sh", "-c", "sleep 7376 & exit 0"])
-            .stdin(Stdio::null())
-            // A leftover must not hold the test's output open.
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let dir = state_dir("stranger");
+        write_heartbeat(&dir, now_ticks());
+        // Process start times count whole ticks: the stranger starts a tick after the beat.
+        std::thread::sleep(Duration::from_millis(30));
+        let mut stranger = in_own_session("sleep 7376 & exit 0");
         let pgid = stranger.id();
         stranger.wait().unwrap();
         eventually("the daemon runs", || sleeping("7376").len() == 1);
         let daemon = sleeping("7376")[0];
-        let ours = rustix::process::getsid(None).unwrap().as_raw_pid().unsigned_abs();
-        let recorded = Record { session: Some(ours), boot: boot_id(), ..record(None, None) };
-        write_record(&dir, pgid, &recorded);
+        write_record(&dir, pgid, &Record { boot: boot_id(), ..record(None) });
         assert_eq!(kill_leftovers(&dir).unwrap(), 0);
         assert_eq!(sleeping("7376"), vec![daemon], "the stranger still runs");
-        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the record is gone");
+        assert_eq!(records_left(&dir), 0, "the record is gone");
         let _ = signal_group(pgid, Signal::Kill);
-        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// The shim was killed with the agent, and the container's command emptied its environment
+    /// (`env -i`): no mark. Its process was in the group before the dead agent's last
+    /// heartbeat, so the group is the container's, and it is killed (found by a review: with the
+    /// mark alone, it ran on beside the next agent's copy).
+    #[test]
+    fn a_group_member_from_the_dead_agents_life_shows_the_group_is_the_containers() {
+        let dir = state_dir("heartbeat");
+        let mut leader = in_own_session("env -i sleep 7379 & exit 0");
+        let pgid = leader.id();
+        let start = start_time(pgid).unwrap();
+        leader.wait().unwrap();
+        eventually("the container runs", || sleeping("7379").len() == 1);
+        std::thread::sleep(Duration::from_millis(30));
+        write_heartbeat(&dir, now_ticks());
+        write_record(&dir, pgid, &Record { start, boot: boot_id(), ..record(None) });
+        assert_eq!(kill_leftovers(&dir).unwrap(), 1);
+        eventually("the group is gone", || sleeping("7379").is_empty());
     }
 
     /// The shim was killed with the agent. What the container left: its main process in the
@@ -505,29 +626,43 @@ mod tests {
     /// and the next agent kills both. Before, the daemon ran on.
     #[test]
     fn what_carries_a_records_mark_is_killed_in_the_group_or_out_of_it() {
-        let dir = temp_dir("marked");
-        // In a session of its own, so that only the mark tells the group is ours.
+        let dir = state_dir("marked");
+        // No heartbeat: only the mark tells the group is ours.
         let script = format!("read mark; export {MARK_ENV}=$mark; setsid sleep 7377 & sleep 7378 & exit 0");
-        let mut leader = Command::new("setsid")
-            .args(["sh", "-c", &script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut leader = in_own_session(&script);
         let pgid = leader.id();
         let start = start_time(pgid).unwrap();
         leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
         leader.wait().unwrap();
         eventually("both run", || sleeping("7377").len() == 1 && sleeping("7378").len() == 1);
-        let ours = rustix::process::getsid(None).unwrap().as_raw_pid().unsigned_abs();
-        let recorded = Record { start, session: Some(ours), boot: boot_id(), ..record(None, None) };
-        write_record(&dir, pgid, &recorded);
+        write_record(&dir, pgid, &Record { start, boot: boot_id(), ..record(None) });
         assert_eq!(kill_leftovers(&dir).unwrap(), 1);
         eventually("the group and the daemon that left it are gone", || {
             sleeping("7377").is_empty() && sleeping("7378").is_empty()
         });
-        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the record is gone");
-        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(records_left(&dir), 0, "the record is gone");
+    }
+
+    /// A marked daemon that keeps starting its successor in a session of its own and ending is
+    /// killed, successor and all. The look goes on while any marked process is seen, not only
+    /// while the last look signalled one; but one that hops within a millisecond or two
+    /// outruns any look through `/proc` (each copy is gone before a look has read it), so this
+    /// one waits a second between hops.
+    #[test]
+    fn a_marked_process_that_keeps_forking_is_killed() {
+        let dir = state_dir("hopper");
+        let hop = dir.join("hop.sh");
+        fs::write(&hop, "sleep 1\nsetsid sh \"$0\" </dev/null >/dev/null 2>&1 &\nexit 0\n").unwrap();
+        let script = format!("read mark; export {MARK_ENV}=$mark; sh {} & exit 0", hop.display());
+        let mut leader = in_own_session(&script);
+        let pgid = leader.id();
+        let start = start_time(pgid).unwrap();
+        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        leader.wait().unwrap();
+        let hopping = || processes().iter().any(|p| p.mark.as_deref() == Some(mark(pgid, start).as_str()));
+        eventually("it runs", hopping);
+        write_record(&dir, pgid, &Record { start, boot: boot_id(), ..record(None) });
+        assert_eq!(kill_leftovers(&dir).unwrap(), 1);
+        eventually("every marked process is gone", || !hopping());
     }
 }
