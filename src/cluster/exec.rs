@@ -104,7 +104,8 @@ impl ExecRunner {
         ExecRunner { client, limiter, containers: Arc::default() }
     }
 
-    /// Records the container IDs of a pod's status ([`Claims::learn`]).
+    /// Records the container IDs of a pod's status, replacing what an earlier status of the
+    /// same pod said.
     pub fn learn(&self, pod: &Pod) {
         if let Ok(mut claims) = self.containers.write() {
             claims.learn(pod);
