@@ -310,7 +310,7 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
-    /// An agent on a state directory writes its heartbeat at once (and on, every 2 s): the
+    /// An agent on a state directory writes its heartbeat at once (and on, every 30 s): the
     /// next agent knows a record's group was the container's at least until then.
     #[test]
     fn the_state_directory_gets_a_heartbeat_at_once() {

@@ -44,8 +44,10 @@ use super::groups::wait_for_leaders;
 /// the dead one was alive then.
 pub(super) const HEARTBEAT: &str = "heartbeat";
 
-/// How often the heartbeat is written.
-pub(super) const HEARTBEAT_PERIOD: Duration = Duration::from_secs(2);
+/// How often the heartbeat is written. A container that started within the last period before
+/// the crash, whose shim died too and whose processes carry no mark, is left alone; a shorter
+/// period would write the disk more often for that (an edge node's flash counts its writes).
+pub(super) const HEARTBEAT_PERIOD: Duration = Duration::from_secs(30);
 
 /// How long the next agent waits for the leftovers it SIGKILLed to disappear.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
