@@ -203,6 +203,15 @@ impl ProcessStat {
         Self::parse(&stat).ok_or_else(unexpected_stat)
     }
 
+    /// [`ProcessStat::read`] for a PID as the kernel's interfaces give it (`InvalidInput` for
+    /// one no process can have).
+    pub fn of(pid: u32) -> io::Result<ProcessStat> {
+        let pid = i32::try_from(pid).ok().and_then(Pid::from_raw).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{pid} is not a process ID"))
+        })?;
+        Self::read(pid)
+    }
+
     /// Parses a `/proc/<pid>/stat` line (see [`parse_start_time`]).
     pub fn parse(stat: &str) -> Option<ProcessStat> {
         let (_, rest) = stat.rsplit_once(')')?;

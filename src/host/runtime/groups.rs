@@ -107,8 +107,9 @@ impl ContainerGroups {
             Err(TryLockError::WouldBlock) => return Err(StateDirError::InUse { path: dir.to_owned() }),
             Err(TryLockError::Error(source)) => return Err(StateDirError::Io { path: lock_path, source }),
         }
-        let killed = kill_leftovers(dir).map_err(io_error(&containers))?;
-        let state = Arc::new(StateDir { containers, boot: boot_id(), _lock: lock });
+        let boot = boot_id();
+        let killed = kill_leftovers(dir, boot.as_deref()).map_err(io_error(&containers))?;
+        let state = Arc::new(StateDir { containers, boot, _lock: lock });
         beat(dir, &state);
         let groups = ContainerGroups { state: Some(state), ..ContainerGroups::default() };
         Ok((groups, killed))
@@ -127,8 +128,7 @@ impl ContainerGroups {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "the agent is killing every container"));
         }
         let record = match &self.state {
-            Some(state) => pid(pgid)
-                .and_then(ProcessStat::read)
+            Some(state) => ProcessStat::of(pgid)
                 .map(|stat| {
                     Record {
                         start: stat.start,
@@ -138,7 +138,7 @@ impl ContainerGroups {
                     }
                     .line()
                 })
-                .and_then(|text| write_atomically(&state.containers, pgid, &text)),
+                .and_then(|text| write_atomically(&state.containers, &pgid.to_string(), &text)),
             None => Ok(()),
         };
         groups.by_pgid.insert(pgid, owner);
@@ -220,11 +220,7 @@ fn beat(dir: &Path, state: &Arc<StateDir>) {
     let write = {
         let dir = dir.to_owned();
         let boot = state.boot.clone();
-        move || {
-            let tmp = dir.join(format!(".{HEARTBEAT}.tmp"));
-            fs::write(&tmp, heartbeat_line(boot.as_deref(), now_ticks()))
-                .and_then(|()| fs::rename(&tmp, dir.join(HEARTBEAT)))
-        }
+        move || write_atomically(&dir, HEARTBEAT, &heartbeat_line(boot.as_deref(), now_ticks()))
     };
     if let Err(error) = write() {
         tracing::warn!(dir = %dir.display(), %error, "cannot write the state directory's heartbeat");
@@ -269,18 +265,12 @@ pub(super) fn wait_for_leaders(leaders: &[u32], wait: Duration) {
 
 /// Whether process `pid` runs: there, and not a zombie its parent has not reaped yet.
 pub(super) fn runs(pid: u32) -> bool {
-    self::pid(pid).and_then(ProcessStat::read).is_ok_and(|stat| !stat.zombie)
+    ProcessStat::of(pid).is_ok_and(|stat| !stat.zombie)
 }
 
-fn pid(pid: u32) -> io::Result<rustix::process::Pid> {
-    i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{pid} is no process ID")))
-}
-
-fn write_atomically(dir: &Path, pgid: u32, text: &str) -> io::Result<()> {
-    let tmp = dir.join(format!(".{pgid}.tmp"));
+/// Writes `text` to `dir/name` whole or not at all (a temporary file renamed over it).
+fn write_atomically(dir: &Path, name: &str, text: &str) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
     match fs::write(&tmp, text) {
         // The state directory was deleted under the agent (with its manifests folder, say):
         // made again, so that the containers started from now on are recorded, not refused.
@@ -291,7 +281,7 @@ fn write_atomically(dir: &Path, pgid: u32, text: &str) -> io::Result<()> {
         }
         written => written?,
     }
-    fs::rename(&tmp, dir.join(pgid.to_string()))
+    fs::rename(&tmp, dir.join(name))
 }
 
 #[cfg(test)]
@@ -305,7 +295,7 @@ mod tests {
         let containers = dir.join("containers");
         fs::create_dir_all(&containers).unwrap();
         fs::remove_dir_all(&dir).unwrap();
-        write_atomically(&containers, 4242, "1 pod c\n").unwrap();
+        write_atomically(&containers, "4242", "1 pod c\n").unwrap();
         assert_eq!(fs::read_to_string(containers.join("4242")).unwrap(), "1 pod c\n");
         let _ = fs::remove_dir_all(&dir);
     }

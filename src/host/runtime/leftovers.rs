@@ -130,7 +130,7 @@ fn processes() -> Vec<Process> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != me)
         .filter_map(|pid| {
-            let stat = ProcessStat::read(rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?).ok()?;
+            let stat = ProcessStat::of(pid).ok()?;
             let mark = fs::read(format!("/proc/{pid}/environ")).ok().and_then(|env| mark_in(&env));
             (!stat.zombie).then_some(Process { pid, pgid: stat.pgid, start: stat.start, mark })
         })
@@ -187,11 +187,7 @@ enum LeaderNow {
 
 impl LeaderNow {
     fn of(pgid: u32) -> LeaderNow {
-        let stat = i32::try_from(pgid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .and_then(|pid| ProcessStat::read(pid).ok());
-        match stat {
+        match ProcessStat::of(pgid).ok() {
             None => LeaderNow::Gone,
             Some(stat) if stat.zombie => LeaderNow::Zombie(stat.start),
             Some(stat) => LeaderNow::Running(stat.start),
@@ -243,10 +239,10 @@ struct Found {
 }
 
 /// Kills what every record in `state`'s `containers` names that still runs, then removes the
-/// records. Returns how many containers that was.
-pub(super) fn kill_leftovers(state: &Path) -> io::Result<usize> {
+/// records. `this_boot` is [`boot_id`]. Returns how many containers that was.
+pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Result<usize> {
     let containers = state.join("containers");
-    let this_boot = boot_id();
+    let this_boot = this_boot.map(str::to_owned);
     let heartbeat = last_heartbeat(state, this_boot.as_deref());
     let mut found = Vec::new();
     let mut paths: Vec<PathBuf> = Vec::new();
@@ -574,7 +570,7 @@ mod tests {
         let pgid = leader.id();
         let old = format!("{} default/old app\n", start_time(pgid).unwrap());
         fs::write(dir.join("containers").join(pgid.to_string()), old).unwrap();
-        assert_eq!(kill_leftovers(&dir).unwrap(), 1);
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 1);
         let status = leader.wait().unwrap();
         assert_eq!(status.signal(), Some(10), "SIGUSR1 first: {status:?}");
         eventually("the group's SIGKILL ended the rest", || sleeping("7371").is_empty());
@@ -598,7 +594,7 @@ mod tests {
         eventually("the daemon runs", || sleeping("7376").len() == 1);
         let daemon = sleeping("7376")[0];
         write_record(&dir, pgid, &Record { boot: boot_id(), ..record(None) });
-        assert_eq!(kill_leftovers(&dir).unwrap(), 0);
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 0);
         assert_eq!(sleeping("7376"), vec![daemon], "the stranger still runs");
         assert_eq!(records_left(&dir), 0, "the record is gone");
         let _ = signal_group(pgid, Signal::Kill);
@@ -619,7 +615,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         write_heartbeat(&dir, now_ticks());
         write_record(&dir, pgid, &Record { start, boot: boot_id(), ..record(None) });
-        assert_eq!(kill_leftovers(&dir).unwrap(), 1);
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 1);
         eventually("the group is gone", || sleeping("7379").is_empty());
     }
 
@@ -638,7 +634,7 @@ mod tests {
         leader.wait().unwrap();
         eventually("both run", || sleeping("7377").len() == 1 && sleeping("7378").len() == 1);
         write_record(&dir, pgid, &Record { start, boot: boot_id(), ..record(None) });
-        assert_eq!(kill_leftovers(&dir).unwrap(), 1);
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 1);
         eventually("the group and the daemon that left it are gone", || {
             sleeping("7377").is_empty() && sleeping("7378").is_empty()
         });
@@ -664,7 +660,7 @@ mod tests {
         let hopping = || processes().iter().any(|p| p.mark.as_deref() == Some(mark(pgid, start).as_str()));
         eventually("it runs", hopping);
         write_record(&dir, pgid, &Record { start, boot: boot_id(), ..record(None) });
-        assert_eq!(kill_leftovers(&dir).unwrap(), 1);
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 1);
         eventually("every marked process is gone", || !hopping());
     }
 }
