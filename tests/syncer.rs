@@ -996,7 +996,7 @@ fn conflicts(t: &SyncTest, name: &str, n: u32) {
 }
 
 /// A pod that keeps changing under the writes: conflicts back off on a clock of their own, short
-/// (50 ms doubling, up to 1 s), not the failure back-off, and the status lands.
+/// (50 ms doubling, up to 10 s), not the failure back-off, and the status lands.
 #[actix::test]
 async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
     bounded(LIMIT, async {
@@ -1038,7 +1038,7 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
         // The first conflict retried at once, then the two jittered waits; the 30 s failure
         // back-off never.
         let waits = [1, 2]
-            .map(|n| jittered_backoff(Duration::from_millis(50), Duration::from_secs(1), n, &uid(&pod)));
+            .map(|n| jittered_backoff(Duration::from_millis(50), Duration::from_secs(10), n, &uid(&pod)));
         assert!(
             took >= waits[0] + waits[1] && took <= waits[0] + waits[1] + Duration::from_millis(2),
             "the status landed after {took:?}; the conflict waits are {waits:?}"
@@ -1066,6 +1066,48 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
             SyncerStats { statuses: 1, written: 1, merge_bases: 1, update_seqs: 1, ..SyncerStats::default() },
             "no back-off or floor left once written"
         );
+    })
+    .await;
+}
+
+/// A server that keeps answering 409 with nothing newer to merge into (no watch event, no new
+/// status): the waits double up to the 10 s maximum rather than a GET and a PATCH a second for
+/// good, and the status lands once the server takes it.
+#[actix::test]
+async fn conflicts_that_go_on_wait_up_to_ten_seconds_and_the_status_still_lands() {
+    bounded(Duration::from_secs(120), async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer_with(readiness_only).await;
+        let pod = published_pod("web");
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
+        let arrivals = patch_arrivals(&t);
+        conflicts(&t, "web", 12);
+
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        // About 43 s of back-off on the paused clock: more than one flush waits for.
+        support::syncer::eventually(Duration::from_secs(90), "the status landed after 12 conflicts", || {
+            arrivals.lock().unwrap().len() == 13
+        })
+        .await;
+        t.flush(&syncer).await;
+
+        let arrivals = arrivals.lock().unwrap().clone();
+        let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps.len(), 12, "12 conflicts, then the write that lands: {gaps:?}");
+        for (n, gap) in gaps.iter().enumerate().skip(1) {
+            let want =
+                jittered_backoff(Duration::from_millis(50), Duration::from_secs(10), n as u32, &uid(&pod));
+            assert!(on_the_tick(*gap, want), "conflict {} waits {want:?}: {gaps:?}", n + 1);
+        }
+        let longest = gaps.iter().max().copied().unwrap_or_default();
+        assert!(
+            longest > Duration::from_secs(5) && longest <= Duration::from_secs(10) + Duration::from_millis(1),
+            "the waits reach the maximum and stay under it: {gaps:?}"
+        );
+        let api = api_status(&t.api("web"));
+        assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
     })
     .await;
 }

@@ -100,6 +100,21 @@ pub struct Settled {
     pub retry_in: Option<Duration>,
     /// The status reached the server: when its oldest unwritten change happened.
     pub synced_since: Option<Timestamp>,
+    /// Conflicts in a row, when there are enough of them to tell an operator
+    /// ([`conflicts_worth_reporting`]).
+    pub conflicts_to_report: Option<u32>,
+}
+
+/// How many conflicts in a row make a pod worth a line at info, and again at each further such
+/// count: 5 conflicts take about 0.75 s of back-off, so a pod that the server keeps answering
+/// 409 is reported within a second or so, then about every 50 s at the longest back-off (10 s),
+/// where every conflict at debug would say nothing at the default level and every one at info
+/// would flood it.
+pub const CONFLICTS_REPORTED_EVERY: u32 = 5;
+
+/// Whether the `count`-th conflict in a row is told at info (see [`CONFLICTS_REPORTED_EVERY`]).
+pub fn conflicts_worth_reporting(count: u32) -> bool {
+    count > 0 && count.is_multiple_of(CONFLICTS_REPORTED_EVERY)
 }
 
 /// One pod's sync state, by source pod UID.
@@ -243,6 +258,7 @@ impl PodSync {
                     }
                     let next = next_conflict(self.conflict, now, backoffs, uid);
                     settled.retry_in = Some(next.not_before - now);
+                    settled.conflicts_to_report = Some(next.count).filter(|&n| conflicts_worth_reporting(n));
                     self.conflict = Some(next);
                 }
                 self.dirty = true;
@@ -271,8 +287,9 @@ pub fn next_failure(previous: Option<Retry>, now: Instant, backoffs: &Backoffs) 
 }
 
 /// The conflict back-off after one more conflict: the first is retried at once from a fresh
-/// GET; a pod that keeps changing under the writes waits a little, never long (jittered by its
-/// UID): a newer copy or a new version ends the wait.
+/// GET; a pod that keeps changing under the writes waits a little, then longer, up to the
+/// maximum (jittered by its UID): a newer copy or a new version ends the wait at once, so the
+/// longer waits fall only on a pod whose server keeps refusing with nothing new to merge into.
 pub fn next_conflict(previous: Option<Retry>, now: Instant, backoffs: &Backoffs, uid: &str) -> Retry {
     let count = previous.map_or(1, |r| r.count + 1);
     let wait = match count {
@@ -292,7 +309,7 @@ mod tests {
         failure_initial: Duration::from_millis(500),
         failure_max: Duration::from_secs(2),
         conflict_initial: Duration::from_millis(50),
-        conflict_max: Duration::from_secs(1),
+        conflict_max: Duration::from_secs(10),
     };
 
     fn status(version: u64) -> VersionedPodStatus {
@@ -348,7 +365,10 @@ mod tests {
         assert_eq!(pod.written, None, "a failed patch wrote nothing");
 
         let settled = pod.on_outcome(&result(WriteOutcome::Updated, 1, Some(7)), None, now, &BACKOFFS);
-        assert_eq!(settled, Settled { retry_in: None, synced_since: Some(at(10)) });
+        assert_eq!(
+            settled,
+            Settled { retry_in: None, synced_since: Some(at(10)), conflicts_to_report: None }
+        );
         assert_eq!((pod.retry, pod.not_before(), pod.unsynced_since), (None, None, None));
         assert_eq!(pod.written_to("api-u"), Some(1));
         assert_eq!(pod.written_to("another-mirror"), None, "a version is of the API pod it went to");
@@ -382,6 +402,45 @@ mod tests {
         let settled = pod.on_outcome(&result(WriteOutcome::Conflict, 1, Some(8)), Some(9), now, &BACKOFFS);
         assert_eq!((settled.retry_in, pod.conflict, pod.floor), (None, None, None));
         assert!(pod.dirty);
+    }
+
+    /// A server that answers 409 to every write with nothing newer to merge into: the waits
+    /// double up to the 10 s maximum (not a GET and a PATCH a second for good), and every fifth
+    /// conflict in a row is reported; a write that lands ends the count.
+    #[test]
+    fn conflicts_that_never_end_wait_up_to_the_maximum_and_every_fifth_is_reported() {
+        let now = Instant::now();
+        let mut pod = PodSync::listed(status(1));
+        let conflict = result(WriteOutcome::Conflict, 1, Some(7));
+        let (mut waits, mut reported) = (Vec::new(), Vec::new());
+        for n in 1..=20 {
+            let settled = pod.on_outcome(&conflict, None, now, &BACKOFFS);
+            waits.push(settled.retry_in.unwrap());
+            if let Some(count) = settled.conflicts_to_report {
+                assert_eq!(count, n);
+                reported.push(n);
+            }
+        }
+        assert_eq!(reported, [5, 10, 15, 20]);
+        assert_eq!(waits[0], Duration::ZERO);
+        assert!(waits.windows(2).all(|w| w[1] >= w[0].mul_f64(0.75)), "{waits:?}");
+        assert!(
+            waits[9..].iter().all(|&w| w <= Duration::from_secs(10) && w >= Duration::from_millis(7500)),
+            "{waits:?}"
+        );
+        let first_ten: Duration = waits[..10].iter().sum();
+        assert!(
+            first_ten < Duration::from_secs(20),
+            "the first ten conflicts are not slowed much: {first_ten:?}"
+        );
+
+        pod.on_outcome(&result(WriteOutcome::Updated, 1, Some(8)), None, now, &BACKOFFS);
+        let settled = pod.on_outcome(&conflict, None, now, &BACKOFFS);
+        assert_eq!(
+            (settled.retry_in, settled.conflicts_to_report),
+            (Some(Duration::ZERO), None),
+            "counted afresh"
+        );
     }
 
     #[test]

@@ -42,8 +42,9 @@
 //!   conditions-only patch needs no precondition and is sent without one.)
 //!
 //! Conflicts have a back-off of their own, separate from the failure back-off: the first is
-//! retried at once from a fresh GET, further ones after a short, jittered wait
-//! ([`SyncerConfig::conflict_backoff_initial`], at most [`SyncerConfig::conflict_backoff_max`]).
+//! retried at once from a fresh GET, further ones after a jittered wait that starts short
+//! ([`SyncerConfig::conflict_backoff_initial`], at most [`SyncerConfig::conflict_backoff_max`]);
+//! every fifth in a row is logged at info.
 //! It ends early when what it waits for comes: a new status version, or a watch copy newer than
 //! the one that conflicted. The conflicting copy's resourceVersion is kept as a floor until then,
 //! so that a watch event that is older still is not taken as the next merge base.
@@ -290,9 +291,19 @@ impl StatusSyncer {
                 None => {
                     tracing::debug!(pod_uid = %uid, pod = %result.name, "The pod changed since the copy the status was merged into; merging again into the newer copy seen meanwhile");
                 }
-                Some(wait) => {
-                    tracing::debug!(pod_uid = %uid, pod = %result.name, retry_in = ?wait, "The pod changed since the copy the status was merged into; merging again");
-                }
+                Some(wait) => match settled.conflicts_to_report {
+                    // Upstream's line for any failed patch: a pod the server keeps refusing is
+                    // an operator's business, and at debug alone it would go unseen.
+                    Some(count) => {
+                        let error = format!(
+                            "409 Conflict on {count} writes in a row: the pod changed since each copy the status was merged into"
+                        );
+                        tracing::info!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, error = %error, retry_in = ?wait, "Failed to update status for pod");
+                    }
+                    None => {
+                        tracing::debug!(pod_uid = %uid, pod = %result.name, retry_in = ?wait, "The pod changed since the copy the status was merged into; merging again");
+                    }
+                },
             },
             WriteOutcome::Failed(message) | WriteOutcome::DeleteFailed(message) => {
                 tracing::info!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?settled.retry_in.unwrap_or_default(), "Failed to update status for pod");

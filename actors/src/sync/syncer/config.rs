@@ -51,7 +51,9 @@ pub struct SyncerConfig {
     /// conflict in a row (the first is retried at once), doubled per conflict up to
     /// `conflict_backoff_max`, each made up to a quarter shorter by the pod's UID.
     pub conflict_backoff_initial: Duration,
-    /// The longest conflict back-off.
+    /// The longest conflict back-off: the kubelet's batch period (10 s), the longest a failed
+    /// write waits there. A new version or a newer watch copy ends any wait at once, so only a
+    /// server that keeps refusing with nothing new to merge into meets it.
     pub conflict_backoff_max: Duration,
     /// The condition types this writer owns.
     pub ownership: ConditionOwnership,
@@ -84,7 +86,7 @@ impl SyncerConfig {
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(60),
             conflict_backoff_initial: Duration::from_millis(50),
-            conflict_backoff_max: Duration::from_secs(1),
+            conflict_backoff_max: Duration::from_secs(10),
             ownership: ConditionOwnership::KUBELET,
             owned_fields: OwnedFields::Kubelet,
             clock,
