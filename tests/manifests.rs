@@ -200,6 +200,21 @@ fn yaml_scalars_fit_string_fields() {
     assert_eq!(env[0].value.as_deref(), Some("8080"));
 }
 
+/// An error names a document by its `---` section, as a reader counts them: an empty section (or
+/// one of comments only) keeps its number, though the decoder passes over it.
+#[test]
+fn documents_are_numbered_by_their_sections_empty_ones_included() {
+    let file = Path::new("/m/gaps.yaml");
+    let contents = format!(
+        "{}---\n# retired: the old pod\n---\n---\napiVersion: v1\nkind: Job\n---\n{}",
+        pod_yaml("first"),
+        pod_yaml("last")
+    );
+    let (pods, errors) = parse_manifest(file, &contents, NODE);
+    assert_eq!(pods.len(), 2);
+    assert_eq!(reasons(&errors), vec!["document 4: kind \"Job\" is not supported: expected \"Pod\""]);
+}
+
 #[test]
 fn only_v1_pods_are_accepted_and_other_documents_still_load() {
     let file = Path::new("/m/mixed.yaml");

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, metadata_path};
+use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{MANIFEST_EXTENSIONS, Tracked, with_path, yaml_error_text, yaml_options};
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
@@ -145,6 +146,7 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     };
     let several = documents.iter().filter(|d| !d.is_null()).count() > 1;
     let total = documents.len();
+    let sections = if several && !is_json(file) { document_sections(contents) } else { Vec::new() };
     // The second, typed pass reads the whole file: once per type at most, not once per bad
     // document (a file of a thousand bad documents took minutes).
     let mut typed: HashMap<(String, String), Option<Vec<Option<String>>>> = HashMap::new();
@@ -169,7 +171,11 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
                 let what = if name.is_empty() { kind.clone() } else { format!("{kind} {name}") };
                 reason = format!("invalid {what}: {located}");
             }
-            let reason = if several { format!("document {}: {reason}", index + 1) } else { reason };
+            let reason = if several {
+                format!("document {}: {reason}", document_number(&sections, total, index))
+            } else {
+                reason
+            };
             loaded.errors.push(error(reason));
         }
         loaded.workloads.extend(found);
@@ -454,6 +460,17 @@ mod tests {
         for (got, want) in errors.iter().zip(want) {
             assert!(got.starts_with(want), "{got} / {want}");
         }
+    }
+
+    /// Documents are named by their `---` sections, as the agent names them: an empty section
+    /// keeps its number.
+    #[test]
+    fn an_empty_section_keeps_its_number() {
+        let bad = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 5}\n";
+        let yaml = format!("{bad}---\n# nothing here\n---\n{bad}");
+        let (_, errors, _) = parse("gap.yaml", &yaml);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("document 1: ") && errors[1].starts_with("document 3: "), "{errors:?}");
     }
 
     /// A Pod's annotations are its own; a workload's pod's are its template's, never the

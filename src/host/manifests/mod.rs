@@ -3,7 +3,8 @@
 //! YAML and JSON, the API server's defaulting (`pkg/apis/core/v1/defaults.go`) and validation
 //! (`pkg/apis/core/validation/validation.go`) of the fields the agent relies on, the static pod UID,
 //! and what changed between two scans of the folder. This file reads and decodes; `snapshot.rs`
-//! holds the scans, their diff and the UID; `validate.rs` the defaulting and validation.
+//! holds the scans, their diff and the UID; `validate.rs` the defaulting and validation;
+//! `sections.rs` the numbers by which errors name the documents of a file.
 //!
 //! What a loaded pod looks like:
 //! * defaults applied ([`apply_defaults`]) and validated ([`validate`]), as the kubelet does for
@@ -112,8 +113,8 @@ impl ManifestError {
 /// Parses one file's contents: YAML or JSON (by the `.json` extension), several YAML documents per
 /// file (`---`), empty documents skipped. Each document must be `kind: Pod`, `apiVersion: v1`;
 /// anything else is an error for that document while the file's other documents still load. When
-/// the file holds more than one document, errors name the document (1-based, empty ones not
-/// counted). Returned pods are ready: defaults, validation, UID, annotations, node name.
+/// the file holds more than one document, errors name the document by its `---` section
+/// (1-based, empty sections counted: [`sections`]). Returned pods are ready: defaults, validation, UID, annotations, node name.
 /// Validated under the kubelet's default feature gates; [`parse_manifest_with`] takes others.
 pub fn parse_manifest(file: &Path, contents: &str, node_name: &str) -> (Vec<Pod>, Vec<ManifestError>) {
     parse_manifest_with(file, contents, node_name, &FeatureGates::default())
@@ -130,8 +131,8 @@ pub fn parse_manifest_with(
     (pods.into_iter().map(|(_, pod)| pod).collect(), errors)
 }
 
-/// [`parse_manifest_with`], each pod with its document's number (1-based, empty documents not
-/// counted) where the file holds several documents.
+/// [`parse_manifest_with`], each pod with its document's number (its `---` section, 1-based)
+/// where the file holds several documents.
 fn parse_documents(
     file: &Path,
     contents: &str,
@@ -147,13 +148,16 @@ fn parse_documents(
         Err(reason) => return (Vec::new(), vec![ManifestError::new(file, reason)]),
     };
     let several = documents.len() > 1;
+    let sections = if several && !is_json(file) { sections::document_sections(contents) } else { Vec::new() };
+    let total = documents.len();
     let mut pods = Vec::new();
     let mut errors = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
+        let number = sections::document_number(&sections, total, index);
         match document.and_then(|pod| prepare(file, pod, node_name, gates)) {
-            Ok(pod) => pods.push((several.then_some(index + 1), pod)),
+            Ok(pod) => pods.push((several.then_some(number), pod)),
             Err(reason) if several => {
-                errors.push(ManifestError::new(file, format!("document {}: {reason}", index + 1)))
+                errors.push(ManifestError::new(file, format!("document {number}: {reason}")))
             }
             Err(reason) => errors.push(ManifestError::new(file, reason)),
         }
@@ -507,6 +511,7 @@ fn read_manifest(file: &Path) -> Result<String, ReadError> {
     String::from_utf8(bytes).map_err(|e| ReadError::Content(format!("invalid UTF-8: {}", e.utf8_error())))
 }
 
+pub(crate) mod sections;
 mod snapshot;
 mod validate;
 
