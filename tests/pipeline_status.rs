@@ -339,6 +339,15 @@ async fn set_pod_status_records_the_observed_generation() {
     h.pipeline.set_pod_status(generation(4), s.clone());
     assert_eq!(version(&h.pipeline, &u).await, Some(2), "a new generation observed is a change");
     assert_eq!(cached(&h.pipeline, &u).await.observed_generation, Some(4));
+
+    // An older copy of the pod (or one without a generation) never lowers it: no new version, no
+    // patch that would take it back.
+    h.pipeline.set_pod_status(generation(2), s.clone());
+    let mut without = (*generation(4)).clone();
+    without.metadata.generation = None;
+    h.pipeline.set_pod_status(Arc::new(without), s.clone());
+    assert_eq!(version(&h.pipeline, &u).await, Some(2), "an older generation is no change");
+    assert_eq!(cached(&h.pipeline, &u).await.observed_generation, Some(4));
 }
 
 // === SetContainerReadiness (docs/status-manager.md §5.5) ===

@@ -330,6 +330,11 @@ impl StatusManager {
         let now = self.clock.now_time();
         update_last_transition_times(Some(&old), &mut status, now.clone());
         update_start_time(Some(&old), &mut status, now.clone());
+        // A status set from an older copy of the pod (a lower generation, or none) keeps the
+        // generation already reported: upstream's "prevent sending unnecessary patches".
+        if old.observed_generation.unwrap_or(0) > status.observed_generation.unwrap_or(0) {
+            status.observed_generation = old.observed_generation;
+        }
         normalize_status(pod, &mut status);
 
         if let Some(cached) = &cached_status
