@@ -31,6 +31,7 @@ use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kub
 use crate::host::runtime::{
     ContainerGroups, FdBudget, OrphanReaper, ProcessRuntime, StateDirError, raise_nofile_limit,
 };
+use crate::serve::tls::{self, CertFiles, TlsError};
 use crate::serve::{
     Heartbeat, Limits, ServeState, router, router_for_loopback, router_with_reviews,
     serve_router_on_own_thread,
@@ -50,6 +51,9 @@ pub enum AgentError {
     Cluster(String),
     #[error("--authorization-mode webhook needs cluster mode (an API server to ask)")]
     WebhookWithoutCluster,
+    /// Names the flag and the file itself.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error("{0} (choose another with --state-dir)")]
     StateDir(#[from] StateDirError),
     #[error(
@@ -167,10 +171,26 @@ impl Common {
         args: &RunArgs,
         pipeline: Pipeline,
         api: Option<kube::Client>,
-    ) -> Result<(SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>), AgentError>
+    ) -> Result<(BaseUrl, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>), AgentError>
     {
         let listen = args.listen;
         let reviewed = reviewed_by(args.authorization_mode, &listen, api)?;
+        let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+            (Some(cert), Some(key)) => {
+                Some(tls::from_files(CertFiles { cert: cert.clone(), key: key.clone() })?)
+            }
+            _ if reviewed.is_some() => {
+                // The kubelet's own answer to a missing --tls-cert-file: bearer tokens are not
+                // to cross the network in the clear.
+                let acceptor = tls::self_signed(&args.node_name)?;
+                tracing::info!(
+                    node = %args.node_name,
+                    "Serving HTTPS with a self-signed certificate made at start (no --tls-cert-file given)"
+                );
+                Some(acceptor)
+            }
+            _ => None,
+        };
         let listener = std::net::TcpListener::bind(listen)
             .map_err(|source| AgentError::Listen { addr: listen, source })?;
         let addr = listener.local_addr().map_err(|source| AgentError::Listen { addr: listen, source })?;
@@ -215,9 +235,23 @@ impl Common {
                 }
             }
         };
-        let server = serve_router_on_own_thread(listener, app, limits, stopped)
+        let base = BaseUrl { scheme: if tls.is_some() { "https" } else { "http" }, addr };
+        let server = serve_router_on_own_thread(listener, app, limits, tls, stopped)
             .map_err(|source| AgentError::Listen { addr, source })?;
-        Ok((addr, stop, server))
+        Ok((base, stop, server))
+    }
+}
+
+/// Where the agent's endpoints are served: `http://` or `https://` and the bound address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseUrl {
+    pub scheme: &'static str,
+    pub addr: SocketAddr,
+}
+
+impl std::fmt::Display for BaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.addr)
     }
 }
 
@@ -241,8 +275,8 @@ pub fn reviewed_by(
 pub fn exposure_warning(addr: &SocketAddr) -> Option<&'static str> {
     (!addr.ip().to_canonical().is_loopback()).then_some(
         "The HTTP listener is not on loopback and serves /pods (pod specs, environment values included), \
-         /pods/{namespace}/{name}/probes (exec probe output), /events and the status page / without \
-         authentication",
+         /pods/{namespace}/{name}/probes (exec probe output), /events, /metrics and the status page / \
+         without authentication",
     )
 }
 
@@ -390,9 +424,9 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
             .with_shim(shim)
             .with_feature_gates(&pipeline.feature_gates),
     );
-    let (addr, stop_server, server) = common.serve(args, pipeline.clone(), None).await?;
+    let (base, stop_server, server) = common.serve(args, pipeline.clone(), None).await?;
     say(format_args!(
-        "probelet {}: standalone on {}, node {}; http://{addr}/pods, /metrics",
+        "probelet {}: standalone on {}, node {}; {base}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
         crate::logging::escape_controls(&manifests.display().to_string()),
         crate::logging::escape_controls(&args.node_name)

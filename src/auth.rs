@@ -1,7 +1,8 @@
-//! Who may read the agent's private endpoints. `/metrics`, `/healthz` and `/readyz` are open;
-//! `/pods`, `/pods/{namespace}/{name}/probes`, `/events` and the status page `/` carry every pod
-//! spec on the node (environment values included) and exec probe output, so with webhook
-//! authorization they need a bearer token the API server vouches for, checked the way the
+//! Who may read the agent's private endpoints. `/healthz` and `/readyz` are open; `/pods`,
+//! `/pods/{namespace}/{name}/probes`, `/events` and the status page `/` carry every pod spec on
+//! the node (environment values included) and exec probe output, and `/metrics` names every
+//! probed pod and container, so with webhook authorization they need a bearer token the API
+//! server vouches for (over TLS: [`crate::serve::tls`]), checked the way the
 //! kubelet guards its authenticated port (upstream `pkg/kubelet/server/auth.go` and `server.go`'s
 //! auth filter, with the webhook token authenticator and authorizer of `k8s.io/apiserver`):
 //!
@@ -9,8 +10,9 @@
 //!    one the server does not authenticate, is `401 Unauthorized`.
 //! 2. The request is mapped to attributes on the node object: verb from the HTTP method, resource
 //!    `nodes`, name the node's, and subresource `pods` for `/pods/...` (the fine-grained
-//!    authorization of KEP-2862) with `proxy` as the fallback, `proxy` for everything else
-//!    (the status page `/` included: it shows `/events` beside the pods).
+//!    authorization of KEP-2862) with `proxy` as the fallback, `metrics` for `/metrics` (as the
+//!    kubelet asks for its own), `proxy` for everything else (the status page `/` included: it
+//!    shows `/events` beside the pods).
 //!    Each is asked as a `SubjectAccessReview` in turn; the first allowed wins, none is
 //!    `403 Forbidden`.
 //!
@@ -37,8 +39,9 @@ use kube::api::{Api, PostParams};
 use probelet_actors::sync::rate::RateLimiter;
 use tokio::time::Instant;
 
-/// Paths served to anyone, whatever the authorization mode.
-pub const PUBLIC_PATHS: [&str; 3] = ["/metrics", "/healthz", "/readyz"];
+/// Paths served to anyone, whatever the authorization mode: what a liveness or readiness probe
+/// of the agent itself asks for, without a token.
+pub const PUBLIC_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
 /// How long a token review is trusted (the kubelet's `authentication.webhook.cacheTTL`).
 pub const AUTHENTICATION_CACHE_TTL: Duration = Duration::from_secs(120);
@@ -355,8 +358,9 @@ mod tests {
 
     #[test]
     fn public_paths_and_bearer_tokens() {
-        assert!(is_public("/metrics") && is_public("/healthz") && is_public("/readyz"));
-        assert!(!is_public("/pods") && !is_public("/events") && !is_public("/metricsx"));
+        assert!(is_public("/healthz") && is_public("/readyz"));
+        assert!(!is_public("/pods") && !is_public("/events") && !is_public("/healthzx"));
+        assert!(!is_public("/metrics"), "the kubelet guards its /metrics too (nodes/metrics)");
         assert!(!is_public("/"), "the status page shows what /pods and /events show");
         let headers = |v: &str| {
             let mut h = axum::http::HeaderMap::new();

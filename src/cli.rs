@@ -145,13 +145,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", env = "PROBELET_HTTP_HEADER_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub http_header_timeout: u64,
 
-    /// Who may read /pods, /pods/{namespace}/{name}/probes and /events. `webhook` asks the API
-    /// server (TokenReview, then SubjectAccessReview on nodes/pods or nodes/proxy, like the
-    /// kubelet's authenticated port); `always-allow` serves them to anyone. `auto` is `webhook`
-    /// in cluster mode on a non-loopback address and `always-allow` otherwise. /metrics,
-    /// /healthz and /readyz are always open.
+    /// Who may read /, /pods, /pods/{namespace}/{name}/probes, /events and /metrics. `webhook`
+    /// asks the API server (TokenReview, then SubjectAccessReview on nodes/pods, nodes/metrics
+    /// or nodes/proxy, like the kubelet's authenticated port), and serves HTTPS; `always-allow`
+    /// serves them to anyone. `auto` is `webhook` in cluster mode on a non-loopback address and
+    /// `always-allow` otherwise. /healthz and /readyz are always open.
     #[arg(long, value_enum, env = "PROBELET_AUTHORIZATION_MODE", default_value_t = AuthorizationMode::Auto)]
     pub authorization_mode: AuthorizationMode,
+
+    /// PEM certificate (chain, leaf first) the HTTP endpoints serve over TLS, with
+    /// --tls-private-key-file; read again when it changes. Without it, webhook authorization
+    /// serves a self-signed certificate made at start, as the kubelet does, and otherwise the
+    /// endpoints are plain HTTP.
+    #[arg(long, value_name = "PATH", env = "PROBELET_TLS_CERT_FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, value_name = "PATH", env = "PROBELET_TLS_PRIVATE_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
 
     /// Which hosts httpGet and tcpSocket probes may connect to. `any` is the kubelet's
     /// behaviour (the probe's `host`, or the pod IP); `pod-ip` fails a probe that names

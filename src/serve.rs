@@ -35,6 +35,8 @@ use probelet_actors::metrics::PrometheusRegistry;
 use serde_json::json;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::either::Either;
 use tower::ServiceExt as _;
 
 use crate::auth::{Reviewer, guard};
@@ -42,6 +44,7 @@ use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 
 pub mod page;
+pub mod tls;
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -268,6 +271,7 @@ pub fn serve_router_on_own_thread(
     listener: std::net::TcpListener,
     app: Router,
     limits: Limits,
+    tls: Option<TlsAcceptor>,
     shutdown: oneshot::Receiver<()>,
 ) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     listener.set_nonblocking(true)?;
@@ -277,7 +281,7 @@ pub fn serve_router_on_own_thread(
         let served = runtime.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
             // A dropped sender (the main thread gone) stops the server too.
-            serve_router(listener, app, limits, async move {
+            serve_router_with_tls(listener, app, limits, tls, async move {
                 let _ = shutdown.await;
             })
             .await
@@ -295,6 +299,19 @@ pub async fn serve_router(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_router_with_tls(listener, app, limits, None, shutdown).await
+}
+
+/// [`serve_router`], over TLS when `tls` is given ([`tls`]): each connection's handshake must
+/// finish within the header timeout, and counts as the connection's activity like any read
+/// or write.
+pub async fn serve_router_with_tls(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: Limits,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let max = limits.max_connections.max(1);
@@ -357,6 +374,8 @@ pub async fn serve_router(
         let builder = builder.clone();
         let mut stop = stop_rx.clone();
         let serving = state.clone();
+        let tls = tls.clone();
+        let handshake_limit = limits.header_read_timeout;
         conns.spawn(async move {
             let request_state = state.clone();
             let service = tower::service_fn(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
@@ -371,11 +390,33 @@ pub async fn serve_router(
                 }
             });
             let stream = Watched { io: stream, state, stall_limit, stalled: None };
+            tokio::pin!(evicted);
+            let stream = match tls {
+                None => Either::Left(stream),
+                Some(tls) => {
+                    // A client that never finishes its handshake is one that never sends its
+                    // request head: the same limit, the same eviction, the same stop.
+                    let handshake = tokio::time::timeout(handshake_limit, tls.accept(stream));
+                    let accepted = tokio::select! {
+                        accepted = handshake => accepted.ok().and_then(Result::ok),
+                        _ = &mut evicted => None,
+                        _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => None,
+                    };
+                    match accepted {
+                        Some(stream) => Either::Right(stream),
+                        None => {
+                            open.remove(id);
+                            drop(permit);
+                            return;
+                        }
+                    }
+                }
+            };
             let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
-                _ = evicted => {}
+                _ = &mut evicted => {}
                 _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => {
                     // A request in progress finishes; a client still sending its head (or idle)
                     // is not waited for.

@@ -73,12 +73,33 @@ async fn private_endpoints_need_a_reviewed_token() {
             "probelet-proxy-readers",
             "probelet-proxy-reader",
         );
+        reviews.add_token(
+            "prometheus-token",
+            service_account_user("monitoring", "prometheus", "uid-m", "jti-m"),
+            &[DEFAULT_AUDIENCE],
+        );
+        reviews.allow(
+            "system:serviceaccount:monitoring:prometheus",
+            "get",
+            "nodes",
+            "metrics",
+            "probelet-metrics-readers",
+            "probelet-metrics-reader",
+        );
     }
     let (mut agent, addr, kubeconfig) =
         start_agent(&fake, "webhook", &["--authorization-mode", "webhook"]).await;
+    // No --tls-cert-file: a self-signed certificate, as the kubelet makes, so that no token
+    // crosses the network in the clear.
+    assert!(addr.starts_with("https://"), "{addr}");
 
     assert_eq!(get(&addr, "/healthz", None).await, (200, "ok".into()));
-    assert_eq!(get(&addr, "/metrics", None).await.0, 200);
+    assert_eq!(get(&addr, "/readyz", None).await.0, 200);
+    // /metrics names every probed pod and container: nodes/metrics, as the kubelet's.
+    assert_eq!(get(&addr, "/metrics", None).await, (401, "Unauthorized".into()));
+    let (code, text) = get(&addr, "/metrics", Some("prometheus-token")).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("# TYPE"), "{text}");
     assert_eq!(get(&addr, "/pods", None).await, (401, "Unauthorized".into()));
     assert_eq!(get(&addr, "/pods", Some("garbage")).await, (401, "Unauthorized".into()));
     assert_eq!(
@@ -114,6 +135,15 @@ async fn private_endpoints_need_a_reviewed_token() {
     fake.clear_requests();
     assert_eq!(get(&addr, "/pods/default/none/probes", Some("reader-token")).await.0, 404);
     assert!(reviews_sent(&fake).is_empty(), "answered from the caches");
+    // /metrics maps to nodes/metrics alone, which the reader is not granted either.
+    assert_eq!(
+        get(&addr, "/metrics", Some("reader-token")).await,
+        (
+            403,
+            "Forbidden (user=system:serviceaccount:monitoring:reader, verb=get, resource=nodes, subresource(s)=[metrics])\n"
+                .into()
+        )
+    );
     // /events maps to nodes/proxy, which the reader is not granted.
     assert_eq!(get(&addr, "/events", Some("reader-token")).await.0, 403);
     // So does the status page, which shows the events beside the pods.

@@ -105,11 +105,15 @@ impl Output {
         self.lines().into_iter().filter(|l| l.contains(needle)).collect()
     }
 
-    /// The agent's HTTP address, from its start line (`http://ADDR/pods`).
+    /// The agent's HTTP address, from its start line (`http://ADDR/pods`); `https://ADDR` when
+    /// it serves TLS, as `support::agent::get` takes it.
     async fn addr(&self) -> String {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let found = self.lines().iter().find_map(|l| {
+                if let Some(rest) = l.split("https://").nth(1) {
+                    return Some(format!("https://{}", rest.split('/').next()?));
+                }
                 let rest = l.split("http://").nth(1)?;
                 Some(rest.split('/').next()?.to_owned())
             });

@@ -180,6 +180,11 @@ fn daemonset_runs_the_agent_in_cluster_mode_locked_down() {
         |probe: &Option<Probe>| probe.as_ref().unwrap().http_get.as_ref().unwrap().path.clone().unwrap();
     assert_eq!(path_of(&agent.liveness_probe), "/healthz");
     assert_eq!(path_of(&agent.readiness_probe), "/readyz");
+    // Not loopback in cluster mode: webhook authorization, served over HTTPS.
+    for probe in [&agent.startup_probe, &agent.liveness_probe, &agent.readiness_probe] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"), "{get:?}");
+    }
     assert!(agent.resources.as_ref().unwrap().requests.as_ref().is_some_and(|r| r.contains_key("cpu")));
     let security = agent.security_context.as_ref().unwrap();
     assert_eq!(security.read_only_root_filesystem, Some(true));
@@ -214,6 +219,10 @@ fn service_monitor_scrapes_the_agents_metrics_port() {
     }
     let endpoint = &monitor["spec"]["endpoints"][0];
     assert_eq!((endpoint["port"].as_str(), endpoint["path"].as_str()), (Some("metrics"), Some("/metrics")));
+    // /metrics is guarded (nodes/metrics) and served over HTTPS with a self-signed certificate.
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token");
+    assert_eq!(endpoint["tlsConfig"]["insecureSkipVerify"], true);
 }
 
 #[test]

@@ -18,7 +18,7 @@ use probelet::metrics::PrometheusRegistry;
 use probelet::prober::{ProbeKind, ProbeResult, container_reference};
 use probelet::serve::{
     Heartbeat, Limits, ServeState, WHOLE_NODE_ANSWERS, router_for_loopback, serve, serve_router,
-    serve_router_on_own_thread,
+    serve_router_on_own_thread, serve_router_with_tls, tls,
 };
 use support::kubelet::Harness;
 use support::pods::{probe, running, test_pod, waiting};
@@ -212,6 +212,30 @@ fn health_router() -> axum::Router {
     axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }))
 }
 
+/// Over TLS a client that never finishes its handshake is closed after the header timeout, as
+/// one that never sends its request head, and the others are served meanwhile.
+#[tokio::test]
+async fn a_tls_client_that_never_shakes_hands_is_closed_after_the_header_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let limits = Limits { header_read_timeout: Duration::from_millis(500), max_connections: 64 };
+    let acceptor = tls::self_signed("node-a").unwrap();
+    let server =
+        tokio::spawn(serve_router_with_tls(listener, health_router(), limits, Some(acceptor), async move {
+            let _ = stopped.await;
+        }));
+
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (code, body) = support::agent::get(&format!("https://{addr}"), "/healthz", None).await;
+    assert_eq!((code, body.as_str()), (200, "ok"), "served over TLS beside the silent client");
+    let took = closed_within(&mut silent, Duration::from_secs(5)).await;
+    assert!(took.is_some_and(|t| t < Duration::from_secs(3)), "the silent client was closed: {took:?}");
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap().unwrap();
+}
+
 // Wall-clock time with short configured timeouts: hyper's header timer runs against real sockets,
 // which paused tokio time would advance past while the kernel still holds the bytes.
 #[tokio::test]
@@ -395,9 +419,14 @@ fn serve_on_own_thread(
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server =
-        serve_router_on_own_thread(listener, probelet::serve::router(state), Limits::default(), stopped)
-            .unwrap();
+    let server = serve_router_on_own_thread(
+        listener,
+        probelet::serve::router(state),
+        Limits::default(),
+        None,
+        stopped,
+    )
+    .unwrap();
     (addr, stop, server)
 }
 

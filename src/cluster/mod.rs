@@ -117,9 +117,9 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     config.ownership =
         ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
     let syncer = start_syncer(config);
-    let (addr, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
+    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
     say(format_args!(
-        "probelet {}: cluster mode, node {}; http://{addr}/pods, /metrics",
+        "probelet {}: cluster mode, node {}; {base}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
         args.node_name
     ));

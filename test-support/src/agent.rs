@@ -14,34 +14,56 @@ use tokio::process::{Child, Command};
 use crate::apiserver::FakeApiServer;
 
 /// The `host:port` of the start line (`… http://ADDR/pods, /metrics`), read from the agent's
-/// standard output within 60 s.
+/// standard output within 60 s; `https://host:port` when the agent serves TLS, which [`get`]
+/// then speaks.
 pub async fn banner_addr(lines: &mut tokio::io::Lines<impl AsyncBufRead + Unpin>) -> String {
     let banner = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let line = lines.next_line().await.unwrap().expect("agent exited before its banner");
-            if line.contains("http://") {
+            if line.contains("http://") || line.contains("https://") {
                 return line;
             }
         }
     })
     .await
     .unwrap();
-    let start = banner.find("http://").unwrap() + "http://".len();
-    banner[start..start + banner[start..].find('/').unwrap()].to_owned()
+    let (scheme, start) = match banner.find("https://") {
+        Some(at) => ("https://", at + "https://".len()),
+        None => ("", banner.find("http://").unwrap() + "http://".len()),
+    };
+    format!("{scheme}{}", &banner[start..start + banner[start..].find('/').unwrap()])
 }
 
 /// `GET path` on a new connection, with `Authorization: Bearer <token>` when given: the status
-/// code and the body.
+/// code and the body. An `addr` of `https://host:port` is spoken to over TLS, trusting whatever
+/// certificate the agent serves (its self-signed one, as a kubelet's scrapers do).
 pub async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
-        .await
-        .unwrap()
-        .unwrap();
+    let (tls, host) = match addr.strip_prefix("https://") {
+        Some(host) => (true, host),
+        None => (false, addr),
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
+    let stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let mut bytes = Vec::new();
+    let read = async {
+        if tls {
+            let mut stream = crate::tls::trusting_client()
+                .connect(rustls::pki_types::ServerName::try_from("localhost").unwrap(), stream)
+                .await
+                .unwrap();
+            stream.write_all(request.as_bytes()).await.unwrap();
+            // A server may close without TLS's close_notify once it has answered: what arrived
+            // is the answer.
+            let _ = stream.read_to_end(&mut bytes).await;
+        } else {
+            let mut stream = stream;
+            stream.write_all(request.as_bytes()).await.unwrap();
+            stream.read_to_end(&mut bytes).await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read).await.unwrap();
+    let response = String::from_utf8_lossy(&bytes).into_owned();
     let code = response[9..12].parse().unwrap();
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (code, body)

@@ -12,3 +12,4 @@ pub mod kubelet;
 pub mod pods;
 pub mod scripted;
 pub mod syncer;
+pub mod tls;

@@ -58,9 +58,9 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
         common.events.clone(),
     ));
     let pipeline = common.pipeline_with(Arc::new(exec.clone()), recorder.clone());
-    let (addr, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
+    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
     say(format_args!(
-        "probelet {}: readiness-gate mode ({GATE_CONDITION}), node {}; http://{addr}/pods, /metrics",
+        "probelet {}: readiness-gate mode ({GATE_CONDITION}), node {}; {base}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
         args.node_name
     ));

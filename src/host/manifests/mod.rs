@@ -114,8 +114,8 @@ impl ManifestError {
 /// file (`---`), empty documents skipped. Each document must be `kind: Pod`, `apiVersion: v1`;
 /// anything else is an error for that document while the file's other documents still load. When
 /// the file holds more than one document, errors name the document by its `---` section
-/// (1-based, empty sections counted: [`sections`]). Returned pods are ready: defaults, validation, UID, annotations, node name.
-/// Validated under the kubelet's default feature gates; [`parse_manifest_with`] takes others.
+/// (1-based, empty sections counted, as `sections.rs` finds them). Returned pods are ready:
+/// defaults, validation, UID, annotations, node name. Validated under the kubelet's default feature gates; [`parse_manifest_with`] takes others.
 pub fn parse_manifest(file: &Path, contents: &str, node_name: &str) -> (Vec<Pod>, Vec<ManifestError>) {
     parse_manifest_with(file, contents, node_name, &FeatureGates::default())
 }
