@@ -138,3 +138,29 @@ async fn whole_life_of_a_pod() {
         "liveness probes the new container"
     );
 }
+
+/// With no worker threads of its own the workers run on the host's runtime, which goes on after
+/// the engine is gone: dropping the last pipeline stops them, as it does with threads (where
+/// their runtime ends), instead of leaving them probing for good, unreachable.
+#[actix::test]
+async fn dropping_the_last_pipeline_stops_its_probes_on_the_callers_runtime() {
+    tokio::time::pause();
+    let h = Harness::start();
+    let pod =
+        test_pod("web").container("app").with_probe("app", ProbeKind::Readiness, probe(1, 1, 1)).build();
+    advance(Duration::from_secs(2)).await;
+    h.sync(&pod, vec![running("app", "cri://1", epoch())]).await;
+    for _ in 0..5 {
+        advance(Duration::from_secs(1)).await;
+    }
+    let prober = h.prober.clone();
+    assert!(prober.calls().len() >= 3, "probing: {}", prober.calls().len());
+
+    drop(h);
+    settle().await;
+    let at_drop = prober.calls().len();
+    for _ in 0..10 {
+        advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(prober.calls().len(), at_drop, "no probe after the last pipeline was dropped");
+}

@@ -43,7 +43,9 @@ pub enum ExecError {
 ///
 /// The future must honour `timeout` itself (kill the command and return
 /// [`ExecError::Timeout`]) and must kill the command when dropped, so a cancelled probe leaves
-/// nothing running.
+/// nothing running. One that has not answered 2 minutes after `timeout` is dropped and the
+/// probe counted a timeout, as the kubelet's CRI client gives up on `ExecSync`
+/// ([`crate::prober::exec::RUNTIME_REQUEST_TIMEOUT`]).
 pub trait CommandRunner: Send + Sync + 'static {
     /// Runs `cmd` (program and arguments, not through a shell) in the container `container_id`.
     fn run_in_container(

@@ -139,7 +139,8 @@ pub struct Pipeline {
     /// Where the engine records its events; a host records its own pod events here too, so
     /// that they are kept and served with the engine's.
     pub recorder: Arc<dyn EventRecorder>,
-    /// Kept so the workers' runtime lives as long as the pipeline.
+    /// Kept so the workers' runtime lives as long as the pipeline, and ends the probing when
+    /// the last copy is dropped.
     _workers: Arc<WorkerRuntime>,
 }
 
@@ -175,7 +176,7 @@ impl Pipeline {
                 None => prober,
             })
         });
-        let workers = WorkerRuntime::start(config.worker_threads);
+        let mut workers = WorkerRuntime::start(config.worker_threads);
         let manager = ProberManager::new(ManagerConfig {
             prober,
             results: results.clone().into(),
@@ -189,6 +190,7 @@ impl Pipeline {
         .with_recorder(config.recorder.clone())
         .with_static_pods_in_place(config.static_pods_in_place)
         .start();
+        workers.manager = Some(manager.clone());
         Pipeline {
             prober_manager: manager,
             results,
@@ -440,39 +442,52 @@ impl Pipeline {
 /// and time"). None when the pipeline was started with no worker threads, or when the threads
 /// could not be made (the node out of processes): the workers then run on the caller's runtime,
 /// slower but probing.
-struct WorkerRuntime(Option<tokio::runtime::Runtime>);
+struct WorkerRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+    /// Told to stop every worker when the last pipeline is dropped and the workers run on the
+    /// caller's runtime, which goes on: else they would probe on, unreachable, for good.
+    manager: Option<Addr<ProberManager>>,
+}
 
 impl WorkerRuntime {
     fn start(threads: usize) -> Self {
         if threads == 0 {
-            return WorkerRuntime(None);
+            return WorkerRuntime { runtime: None, manager: None };
         }
         let built = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("probe-worker")
             .enable_all()
             .build();
-        match built {
-            Ok(runtime) => WorkerRuntime(Some(runtime)),
+        let runtime = match built {
+            Ok(runtime) => Some(runtime),
             Err(error) => {
                 tracing::error!(%error, threads, "Could not start the probe workers' threads; running the workers on the caller's thread");
-                WorkerRuntime(None)
+                None
             }
-        }
+        };
+        WorkerRuntime { runtime, manager: None }
     }
 
     fn handle(&self) -> Option<tokio::runtime::Handle> {
-        self.0.as_ref().map(|runtime| runtime.handle().clone())
+        self.runtime.as_ref().map(|runtime| runtime.handle().clone())
     }
 }
 
 /// The last pipeline is usually dropped inside the host's runtime, where waiting for the
 /// workers' threads is not allowed: they are told to stop and left to end, each worker's task
-/// dropped with them (an exec probe's child is killed on its drop).
+/// dropped with them (an exec probe's child is killed on its drop). Workers on the caller's
+/// runtime are stopped by the manager, as `CleanupPods` with no pod left stops them, and each
+/// cancels its probe in flight.
 impl Drop for WorkerRuntime {
     fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
+        match self.runtime.take() {
+            Some(runtime) => runtime.shutdown_background(),
+            None => {
+                if let Some(manager) = self.manager.take() {
+                    manager.do_send(CleanupPods(HashSet::new()));
+                }
+            }
         }
     }
 }

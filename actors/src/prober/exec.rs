@@ -152,6 +152,12 @@ fn expand_into<'a>(
 ///   (upstream returns the timeout error's text, not what the command printed);
 /// * the runtime could not run it → [`ProbeError::Runtime`];
 /// * an empty command or an empty program name → [`ProbeError::InvalidCommand`].
+///
+/// A runner that has not answered [`RUNTIME_REQUEST_TIMEOUT`] after the probe's own timeout is
+/// given up on, as the kubelet's CRI client gives up on `ExecSync` (its deadline is the probe's
+/// timeout plus `--runtime-request-timeout`, 2 minutes): a timeout, so a failure. Its future is
+/// dropped, which kills what it ran. Without this a runner that never answers (a remote exec
+/// whose connection went silent) would hold the probe, and its slot in the exec pool, for good.
 pub async fn probe(
     runner: &dyn CommandRunner,
     container_id: &ContainerId,
@@ -159,9 +165,23 @@ pub async fn probe(
     timeout: Duration,
 ) -> Result<Probed, ProbeError> {
     validate_command(command)?;
-    let result = runner.run_in_container(container_id, command, timeout).await;
+    let run = runner.run_in_container(container_id, command, timeout);
+    let result = match tokio::time::timeout(timeout.saturating_add(RUNTIME_REQUEST_TIMEOUT), run).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::error!(
+                container_id = %container_id, command = ?command, error = "context deadline exceeded",
+                "ExecSync cmd from runtime service failed"
+            );
+            Err(ExecError::Timeout { output: Vec::new() })
+        }
+    };
     classify(command, result)
 }
+
+/// How much longer than a probe's timeout a [`CommandRunner`] is waited for (the kubelet's
+/// default `--runtime-request-timeout`, which its CRI client adds to an `ExecSync`'s timeout).
+pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn validate_command(command: &[String]) -> Result<(), ProbeError> {
     match command.first() {
@@ -391,6 +411,29 @@ mod tests {
             let output = cmd.join("|").into_bytes();
             Box::pin(async move { Ok(ExecOutput { output, exit_code: 0 }) })
         }
+    }
+
+    /// Never answers, as a remote exec whose connection went silent.
+    struct SilentRunner;
+
+    impl CommandRunner for SilentRunner {
+        fn run_in_container(
+            &self,
+            _container_id: &ContainerId,
+            _cmd: &[String],
+            _timeout: Duration,
+        ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
+            Box::pin(futures::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_runner_that_never_answers_is_a_timeout_after_the_runtime_request_timeout() {
+        let id = ContainerId::new("probelet", "c1");
+        let started = tokio::time::Instant::now();
+        let probed = probe(&SilentRunner, &id, &strings(&["check"]), Duration::from_secs(1)).await;
+        assert_eq!(probed, Ok(Probed::new(ProbeOutcome::Failure, r#"command "check" timed out"#)));
+        assert_eq!(started.elapsed(), Duration::from_secs(121), "the probe's 1 s and the 2 minutes");
     }
 
     #[tokio::test]
