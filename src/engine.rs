@@ -30,6 +30,27 @@ use probelet_actors::sync::syncer::{
 };
 use probelet_actors::{Pipeline, PipelineConfig, PipelineError};
 
+/// Why [`Engine::sync_pod`] stored nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SyncPodError {
+    /// An actor of the engine did not answer.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    /// The pod has no `metadata.uid`: the engine keeps every status and probe by UID, so two
+    /// such pods would share one, and its probes could not run.
+    #[error("pod {namespace}/{name} has no metadata.uid: the engine keeps statuses and probes by pod UID")]
+    NoUid {
+        /// The pod's namespace, as given.
+        namespace: String,
+        /// The pod's name, as given.
+        name: String,
+    },
+}
+
+fn is_terminal(phase: Option<&str>) -> bool {
+    matches!(phase, Some(PHASE_SUCCEEDED | PHASE_FAILED))
+}
+
 /// A host's change to the syncer's settings, applied before it starts.
 type SyncSettings = Box<dyn FnOnce(&mut SyncerConfig)>;
 
@@ -186,14 +207,37 @@ impl Engine {
     /// [`Pipeline::set_pod_resize_condition`]; a finished pod's are cleared) and stores the result, which the
     /// syncer then writes. `runtime_status` is what the host's runtime knows: phase, IPs and
     /// container states. Returns the status as stored.
+    ///
+    /// A terminal phase stays: once the stored status (or the API server's copy the pod
+    /// carries) says `Succeeded` or `Failed`, a runtime status with another phase (a late or
+    /// stale report) keeps that phase, its reason and its message, as the kubelet's
+    /// `generateAPIPodStatus` keeps it. A pod without `metadata.uid` is refused: every status
+    /// and probe is kept by UID.
     pub async fn sync_pod(
         &self,
         pod: Arc<Pod>,
-        runtime_status: PodStatus,
-    ) -> Result<PodStatus, PipelineError> {
-        let phase = runtime_status.phase.as_deref().unwrap_or_default();
-        let terminal = phase == PHASE_SUCCEEDED || phase == PHASE_FAILED;
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        mut runtime_status: PodStatus,
+    ) -> Result<PodStatus, SyncPodError> {
+        let Some(uid) = pod.metadata.uid.clone().filter(|uid| !uid.is_empty()) else {
+            return Err(SyncPodError::NoUid {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+            });
+        };
+        if !is_terminal(runtime_status.phase.as_deref()) {
+            let stored = self.pipeline.pod_status(&uid).await?;
+            let finished = [stored.as_deref(), pod.status.as_ref()]
+                .into_iter()
+                .flatten()
+                .find(|status| is_terminal(status.phase.as_deref()));
+            if let Some(finished) = finished {
+                tracing::debug!(pod_uid = %uid, phase = ?finished.phase, "Status manager phase was terminal, updating phase to match");
+                runtime_status.phase = finished.phase.clone();
+                runtime_status.reason = finished.reason.clone();
+                runtime_status.message = finished.message.clone();
+            }
+        }
+        let terminal = is_terminal(runtime_status.phase.as_deref());
         if terminal {
             // A finished pod is probed no more: upstream never runs SyncPod for it again.
             self.pipeline.remove_pod(pod.clone());

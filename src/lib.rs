@@ -109,4 +109,4 @@ pub mod logging;
 #[allow(missing_docs)]
 pub mod serve;
 
-pub use engine::{Engine, EngineBuilder};
+pub use engine::{Engine, EngineBuilder, SyncPodError};

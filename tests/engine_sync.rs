@@ -1,0 +1,83 @@
+//! `Engine::sync_pod`'s guards for what a host may hand it by mistake: a late or stale runtime
+//! status after the pod finished (the terminal phase stays, as the kubelet's
+//! `generateAPIPodStatus` keeps it) and a pod without a UID (refused). Paused tokio time.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use probelet_test_support as support;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use probelet::clock::TokioClock;
+use probelet::contracts::PodRegistry;
+use probelet::prober::ProbeKind;
+use probelet::{Engine, SyncPodError};
+use support::kubelet::{advance, epoch};
+use support::pods::{probe, running, terminated, test_pod};
+
+fn start() -> (Engine, PodRegistry) {
+    let pods = PodRegistry::new();
+    let engine =
+        Engine::builder(Arc::new(pods.clone())).clock(Arc::new(TokioClock::starting_at(epoch()))).start();
+    (engine, pods)
+}
+
+fn runtime(phase: &str, reason: Option<&str>) -> PodStatus {
+    let container = match phase {
+        "Running" => running("app", "containerd://app-1", epoch()),
+        _ => terminated("app", "containerd://app-1", 1),
+    };
+    PodStatus {
+        phase: Some(phase.into()),
+        reason: reason.map(Into::into),
+        container_statuses: Some(vec![container]),
+        ..Default::default()
+    }
+}
+
+#[actix::test]
+async fn a_running_status_after_the_pod_failed_keeps_the_terminal_phase() {
+    tokio::time::pause();
+    let (engine, pods) = start();
+    let pod =
+        test_pod("done").container("app").with_probe("app", ProbeKind::Readiness, probe(1, 1, 1)).build();
+    pods.upsert(pod.clone());
+    engine.sync_pod(pod.clone(), runtime("Running", None)).await.unwrap();
+    let failed = engine.sync_pod(pod.clone(), runtime("Failed", Some("DeadlineExceeded"))).await.unwrap();
+    assert_eq!(failed.phase.as_deref(), Some("Failed"));
+
+    // A stale report of the container still running.
+    let late = engine.sync_pod(pod.clone(), runtime("Running", None)).await.unwrap();
+    assert_eq!((late.phase.as_deref(), late.reason.as_deref()), (Some("Failed"), Some("DeadlineExceeded")));
+    let ready = late.conditions.iter().flatten().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("PodFailed")));
+    advance(std::time::Duration::from_secs(5)).await;
+    let workers = engine.pipeline().workers().await.unwrap();
+    assert!(workers.is_empty(), "a finished pod is probed no more: {workers:?}");
+}
+
+#[actix::test]
+async fn a_terminal_phase_on_the_api_servers_copy_stays_too() {
+    tokio::time::pause();
+    let (engine, pods) = start();
+    let mut pod = Arc::unwrap_or_clone(test_pod("api-done").container("app").build());
+    pod.status = Some(PodStatus { phase: Some("Succeeded".into()), ..Default::default() });
+    let pod = Arc::new(pod);
+    pods.upsert(pod.clone());
+    let stored = engine.sync_pod(pod.clone(), runtime("Running", None)).await.unwrap();
+    assert_eq!(stored.phase.as_deref(), Some("Succeeded"));
+}
+
+#[actix::test]
+async fn a_pod_without_a_uid_is_refused() {
+    tokio::time::pause();
+    let (engine, _pods) = start();
+    let mut pod: Pod = Arc::unwrap_or_clone(test_pod("nouid").container("app").build());
+    pod.metadata.uid = None;
+    let err = engine.sync_pod(Arc::new(pod), runtime("Running", None)).await.unwrap_err();
+    assert!(matches!(err, SyncPodError::NoUid { ref name, .. } if name == "nouid"), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "pod default/nouid has no metadata.uid: the engine keeps statuses and probes by pod UID"
+    );
+}
