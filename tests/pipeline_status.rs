@@ -402,13 +402,23 @@ async fn set_pod_status_stamps_generated_conditions_with_the_generation() {
     let stored = cached(&h.pipeline, &u).await;
     assert_eq!(stored.observed_generation, Some(6));
     assert_eq!(generations(&stored), stamped(Some(6)));
-    // Go's zero generation is an omitted field, on the status and on its conditions alike.
+    // A pod copy without a generation (Go's zero is an omitted field) never lowers the one the
+    // status reports (updateStatusInternal), and conditions that differ only in their
+    // generation are no change: the stored status stays as it was.
     for none in [Some(0), None] {
         h.pipeline.set_pod_status(generation(none), s.clone());
         let stored = cached(&h.pipeline, &u).await;
-        assert_eq!(stored.observed_generation, None, "{none:?}");
-        assert_eq!(generations(&stored), stamped(None), "{none:?}");
+        assert_eq!(stored.observed_generation, Some(6), "{none:?}");
+        assert_eq!(generations(&stored), stamped(Some(6)), "{none:?}");
     }
+    // A first status set from a pod without a generation has none, on the status and on the
+    // generated conditions alike.
+    let mut fresh = (*generation(None)).clone();
+    fresh.metadata.uid = Some("uid-fresh".into());
+    h.pipeline.set_pod_status(Arc::new(fresh), s.clone());
+    let stored = cached(&h.pipeline, "uid-fresh").await;
+    assert_eq!(stored.observed_generation, None);
+    assert_eq!(generations(&stored), stamped(None));
 }
 
 #[actix::test]
