@@ -928,3 +928,24 @@ async fn workers_dropped_with_their_pipeline_are_not_restarted() {
         "the manager kept restarting the dropped worker"
     );
 }
+
+/// A host that reports a restarted container under its new ID at once (no terminated status
+/// between, as `examples/embed_host.rs` does): the sync's trigger probes the cached, old
+/// container, so the worker looks again at the status the sync stores and probes the new one at
+/// once, rather than a full period later (README, "Deviations").
+#[actix::test]
+async fn a_container_replaced_under_a_new_id_is_probed_when_its_status_is_stored() {
+    let (h, t0) = aged_harness().await;
+    let pod = test_pod("swap").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success));
+
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    run_for(secs(1)).await;
+    let calls = h.prober.calls_of("app", Readiness);
+    assert_eq!(calls.last().map(|c| c.container_id.to_string()).as_deref(), Some("cri://2"), "{calls:?}");
+    assert_eq!(h.result(Readiness, "cri://2").await, Some(Success), "ready within a second, not a period");
+    let ready = h.status(&pod).await.container_statuses.clone().unwrap()[0].ready;
+    assert!(ready, "the stored status says so");
+}

@@ -584,11 +584,13 @@ impl ProbeWorker {
         self.schedule_from(Instant::now());
         let probed = self.run_probe();
         // A trigger is for a container with no readiness result, usually a new one the cached
-        // status does not show yet, so the probe just run may have gone to the old container.
-        // Past its start interval, the worker would meet the new container only a full period
-        // later: look again at the pod's next status, and probe at once if it shows a new one
-        // (its start interval then begins).
-        let recheck = probed && self.start_interval.is_some() && self.state.readiness_succeeded;
+        // status does not show yet, so the probe just run may have gone to the old container
+        // (a host that reports a restarted container under its new ID at once, with no
+        // terminated status between). The worker would meet the new container only a full
+        // period later: look again at the pod's next status, and probe at once if it shows a
+        // new one. Within a start interval the next probe comes soon anyway; past it (and its
+        // first success), the same holds as without one.
+        let recheck = probed && (self.start_interval.is_none() || self.state.readiness_succeeded);
         if (probed && !recheck)
             || !wait_for_status
             || matches!(self.phase, Phase::Done)
