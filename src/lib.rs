@@ -79,6 +79,21 @@
 //! })
 //! # }
 //! ```
+//!
+//! What the engine takes from its host as given, as the kubelet takes it from the API server
+//! and its runtime:
+//!
+//! * every pod has a `metadata.uid` ([`Engine::sync_pod`] refuses one without), and its
+//!   containers have distinct names (the API server refuses a pod with two of one name; the
+//!   engine runs one worker per name);
+//! * a container ID names one container on the node: probe results are kept by container ID
+//!   alone, as the kubelet keeps them, so two pods whose statuses show the same ID share them;
+//! * the pod is in the host's [`contracts::PodLookup`] while it runs: probe results reach the
+//!   stored status through it, and a pod it does not know waits for the next `sync_pod`;
+//! * a `CommandRunner` honours each probe's timeout (one that has not answered 2 minutes
+//!   later is given up on, as the kubelet's CRI client gives up);
+//! * the engine lives as long as the host wants probing: dropping it (its last
+//!   [`Pipeline`] copy) stops every probe.
 
 // The embedding API (the engine's re-exports and `engine`) documents every public item; the
 // agent's own modules below are public for its binary and its tests, not for hosts.
