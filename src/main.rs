@@ -28,7 +28,7 @@ fn main() -> anyhow::Result<()> {
             // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mode = args.mode()?;
-            actix::System::new().block_on(async move {
+            let ran = actix::System::new().block_on(async move {
                 match mode {
                     Mode::Standalone(dir) => probelet::agent::run_standalone(&args, dir).await,
                     Mode::Cluster { kubeconfig } if args.readiness_gates => {
@@ -36,7 +36,13 @@ fn main() -> anyhow::Result<()> {
                     }
                     Mode::Cluster { kubeconfig } => probelet::cluster::run_cluster(&args, kubeconfig).await,
                 }
-            })?;
+            });
+            if let Err(error) = ran {
+                // Each of the agent's errors names its cause in its own text (the file, the
+                // flag, the OS error): the chain of sources below it would say it again.
+                eprintln!("Error: {error}");
+                std::process::exit(1);
+            }
             Ok(())
         }
         Command::Lint(args) => {
