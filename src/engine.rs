@@ -45,6 +45,30 @@ pub enum SyncPodError {
         /// The pod's name, as given.
         name: String,
     },
+    /// Two of the pod's containers (init, sidecar or regular) share a name, which the API server
+    /// refuses (`Duplicate value`): the engine runs one worker per name, so one of them would go
+    /// unprobed while its pod could read Ready.
+    #[error("pod {namespace}/{name}: more than one container is named {container:?}")]
+    DuplicateContainer {
+        /// The pod's namespace, as given.
+        namespace: String,
+        /// The pod's name, as given.
+        name: String,
+        /// The name two containers share.
+        container: String,
+    },
+}
+
+/// The first container name the pod's init and regular containers share, if any.
+fn duplicate_container(pod: &Pod) -> Option<&str> {
+    let spec = pod.spec.as_ref()?;
+    let mut seen = std::collections::HashSet::new();
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| c.name.as_str())
+        .find(|name| !seen.insert(*name))
 }
 
 fn is_terminal(phase: Option<&str>) -> bool {
@@ -211,8 +235,8 @@ impl Engine {
     /// A terminal phase stays: once the stored status (or the API server's copy the pod
     /// carries) says `Succeeded` or `Failed`, a runtime status with another phase (a late or
     /// stale report) keeps that phase, its reason and its message, as the kubelet's
-    /// `generateAPIPodStatus` keeps it. A pod without `metadata.uid` is refused: every status
-    /// and probe is kept by UID.
+    /// `generateAPIPodStatus` keeps it. A pod without `metadata.uid` is refused (every status
+    /// and probe is kept by UID), and so is one with two containers of one name.
     pub async fn sync_pod(
         &self,
         pod: Arc<Pod>,
@@ -224,6 +248,13 @@ impl Engine {
                 name: pod.metadata.name.clone().unwrap_or_default(),
             });
         };
+        if let Some(container) = duplicate_container(&pod) {
+            return Err(SyncPodError::DuplicateContainer {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                container: container.to_owned(),
+            });
+        }
         if !is_terminal(runtime_status.phase.as_deref()) {
             let stored = self.pipeline.pod_status(&uid).await?;
             let finished = [stored.as_deref(), pod.status.as_ref()]

@@ -83,9 +83,8 @@
 //! What the engine takes from its host as given, as the kubelet takes it from the API server
 //! and its runtime:
 //!
-//! * every pod has a `metadata.uid` ([`Engine::sync_pod`] refuses one without), and its
-//!   containers have distinct names (the API server refuses a pod with two of one name; the
-//!   engine runs one worker per name);
+//! * every pod has a `metadata.uid`, and its containers have distinct names, as the API
+//!   server makes sure ([`Engine::sync_pod`] refuses a pod without either);
 //! * a container ID names one container on the node: probe results are kept by container ID
 //!   alone, as the kubelet keeps them, so two pods whose statuses show the same ID share them;
 //! * the pod is in the host's [`contracts::PodLookup`] while it runs: probe results reach the

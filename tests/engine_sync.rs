@@ -1,6 +1,7 @@
 //! `Engine::sync_pod`'s guards for what a host may hand it by mistake: a late or stale runtime
 //! status after the pod finished (the terminal phase stays, as the kubelet's
-//! `generateAPIPodStatus` keeps it) and a pod without a UID (refused). Paused tokio time.
+//! `generateAPIPodStatus` keeps it), a pod without a UID and one with two containers of one name
+//! (refused). Paused tokio time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use probelet_test_support as support;
@@ -80,4 +81,14 @@ async fn a_pod_without_a_uid_is_refused() {
         err.to_string(),
         "pod default/nouid has no metadata.uid: the engine keeps statuses and probes by pod UID"
     );
+}
+
+#[actix::test]
+async fn a_pod_with_two_containers_of_one_name_is_refused() {
+    tokio::time::pause();
+    let (engine, pods) = start();
+    let pod = test_pod("twins").init_container("app").container("app").build();
+    pods.upsert(pod.clone());
+    let err = engine.sync_pod(pod, runtime("Running", None)).await.unwrap_err();
+    assert_eq!(err.to_string(), "pod default/twins: more than one container is named \"app\"");
 }
