@@ -29,6 +29,15 @@ fn main() -> anyhow::Result<()> {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mode = args.mode()?;
             let ran = actix::System::new().block_on(async move {
+                // SIGXFSZ (a write past the file-size limit, `ulimit -f`: standard error sent to
+                // a file, a container record) caught and never read, for the agent's whole life
+                // (tokio never takes a handler back): the write fails with EFBIG, handled like a
+                // full disk, instead of the signal's default ending the agent and leaving its
+                // containers running.
+                let file_size = tokio::signal::unix::SignalKind::from_raw(rustix::process::Signal::XFSZ.as_raw());
+                if let Err(error) = tokio::signal::unix::signal(file_size) {
+                    tracing::warn!(%error, "cannot catch SIGXFSZ: a write past the file-size limit ends the agent");
+                }
                 match mode {
                     Mode::Standalone(dir) => probelet::agent::run_standalone(&args, dir).await,
                     Mode::Cluster { kubeconfig } if args.readiness_gates => {

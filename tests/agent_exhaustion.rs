@@ -134,3 +134,45 @@ async fn with_no_process_to_spare_the_agent_neither_floods_its_log_nor_panics() 
     assert!(allocator <= 1, "{allocator} lines from the allocator, {} bytes of log", text.len());
     assert!(text.len() < 1_000_000, "{} bytes of log in 7 s", text.len());
 }
+
+/// A log on standard error that reaches the file-size limit (`ulimit -f`) does not end the agent
+/// (SIGXFSZ's default): the write fails, and the agent serves and stops as before.
+#[tokio::test]
+async fn a_log_past_the_file_size_limit_does_not_end_the_agent() {
+    let dir = temp_dir("file-size");
+    std::fs::write(
+        dir.join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: chatty, namespace: default}\n\
+         spec:\n  containers:\n    - name: c\n      command: [\"sh\", \"-c\", \"while :; do echo 0123456789abcdef0123456789abcdef; sleep 0.01; done\"]\n",
+    )
+    .expect("a manifest");
+    let log = dir.join("agent.log");
+    // 32 KiB (64 blocks of 512 bytes): the container's lines fill it within a few seconds.
+    let script = format!(
+        "ulimit -f 64 && exec {} run --manifests {} --listen 127.0.0.1:0 2>{}",
+        env!("CARGO_BIN_EXE_probelet"),
+        dir.display(),
+        log.display()
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the agent");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("its stdout")).lines();
+    let addr = support::agent::banner_addr(&mut lines).await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&log).map_or(0, |m| m.len()) < 32 * 1024 {
+        assert!(tokio::time::Instant::now() < deadline, "the log reached the limit within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Lines past the limit were written (and failed) meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(child.try_wait().expect("the agent's state"), None, "the agent still runs");
+    assert_eq!(support::agent::get(&addr, "/healthz", None).await.0, 200);
+    support::agent::stop(&mut child, Duration::from_secs(30)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
