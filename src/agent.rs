@@ -62,6 +62,8 @@ pub enum AgentError {
     ManifestsInUse(PathBuf),
     #[error("cannot watch for signals: {0}")]
     SignalWatcher(std::io::Error),
+    #[error("manifests folder {}: cannot claim it for this agent: {source}", folder.display())]
+    Claim { folder: PathBuf, source: std::io::Error },
     #[error("{0} stopped unexpectedly (a bug: the panic is in the log)")]
     Internal(&'static str),
 }
@@ -312,7 +314,8 @@ fn claim_folder(manifests: &Path) -> Result<Vec<std::os::unix::net::UnixListener
 }
 
 /// Takes the abstract socket `name` for `canonical`; `Err` if another agent of this user holds
-/// it, `None` if it cannot be taken for another reason (see [`claim_folder`]).
+/// it or the socket cannot be made (no descriptor left, say), `None` if a stranger holds it
+/// (see [`claim_folder`]).
 fn claim_name(name: &str, canonical: &Path) -> Result<Option<std::os::unix::net::UnixListener>, AgentError> {
     use std::os::linux::net::SocketAddrExt;
     let addr = match std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()) {
@@ -342,11 +345,10 @@ fn claim_name(name: &str, canonical: &Path) -> Result<Option<std::os::unix::net:
                 }
             }
         }
-        Err(error) => {
-            // Out of descriptors, say: the state directory's lock still guards the common case.
-            tracing::warn!(%error, folder = %canonical.display(), "cannot claim the manifests folder");
-            Ok(None)
-        }
+        // Out of descriptors or memory, say: without the claim a second agent on the folder
+        // with another state directory would start every container again, so this is no
+        // place to go on.
+        Err(source) => Err(AgentError::Claim { folder: canonical.to_owned(), source }),
     }
 }
 
@@ -376,12 +378,13 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     // pods, claimed by another agent, and a container would run twice (docs/reliability.md).
     let manifests = std::fs::canonicalize(&manifests_as_given)
         .map_err(|_| AgentError::NoManifests(manifests_as_given.clone()))?;
-    let _claim = claim_folder(&manifests)?;
     // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
+    // First, so that the claim below does not fail for want of one.
     match raise_nofile_limit() {
         Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
         Err(error) => tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit"),
     }
+    let _claim = claim_folder(&manifests)?;
     let mut common = Common::new()?;
     common.configure(args);
     // Containers and exec probes run under the agent's own `container-shim`, so that whatever

@@ -586,6 +586,37 @@ async fn a_second_agent_on_the_same_folder_is_refused() {
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
 
+/// An agent started with almost no file descriptor to spare (a soft limit of 9) raises its
+/// limit before it claims its folder: the claim is made, and a second agent is refused. (It
+/// went without the claim, warned, and a second agent ran every container again.)
+#[actix::test]
+async fn an_agent_short_of_descriptors_still_claims_its_folder() {
+    let dir = temp_dir("claim-nofile");
+    write(&dir, "one.yaml", &sleeper_pod("one", &dir.join("one.pids")));
+    let script = format!(
+        "ulimit -Sn 9 && exec {} run --manifests {} --listen 127.0.0.1:0",
+        env!("CARGO_BIN_EXE_probelet"),
+        dir.display()
+    );
+    let mut first = tokio::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(first.stdout.take().unwrap()).lines();
+    support::agent::banner_addr(&mut lines).await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let elsewhere = temp_dir("claim-nofile-state");
+    let refused = second_agent(&dir, &elsewhere).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("served by another running agent"), "{stderr}");
+    support::agent::stop(&mut first, Duration::from_secs(30)).await;
+    let _ = std::fs::remove_dir_all(&elsewhere);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A manifests folder reached through a symlink is resolved once. Swapped to another folder while
 /// the agent runs (a `current` link flipped by a deploy), the link is not followed: the agent
 /// keeps serving the folder it claimed and keeps its container records in, and says so. A
