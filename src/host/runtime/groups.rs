@@ -49,6 +49,11 @@ pub enum StateDirError {
     Io { path: PathBuf, source: io::Error },
     #[error("state directory {}: in use by another running agent", path.display())]
     InUse { path: PathBuf },
+    #[error(
+        "state directory {}: a symbolic link, not a folder: the agent keeps its container records in a folder of its own there, and removes what it does not need",
+        path.display()
+    )]
+    Symlink { path: PathBuf },
 }
 
 /// The live container process groups, shared by every clone.
@@ -94,6 +99,9 @@ impl ContainerGroups {
             move |source| StateDirError::Io { path, source }
         };
         let containers = dir.join("containers");
+        if fs::symlink_metadata(&containers).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(StateDirError::Symlink { path: containers });
+        }
         fs::create_dir_all(&containers).map_err(io_error(&containers))?;
         let lock_path = dir.join("lock");
         let lock = File::options()
@@ -287,6 +295,21 @@ fn write_atomically(dir: &Path, name: &str, text: &str) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `containers` that is a symbolic link is refused: the agent removes what it does not
+    /// need there, and would do so in whatever folder the link names.
+    #[test]
+    fn a_symlinked_records_folder_is_refused() {
+        let dir = std::env::temp_dir().join(format!("probelet-groups-symlink-{}", std::process::id()));
+        let elsewhere = dir.join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        fs::write(elsewhere.join(".1.tmp"), "x").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.join("containers")).unwrap();
+        let refused = ContainerGroups::open(&dir).map(|_| ()).unwrap_err();
+        assert!(matches!(refused, StateDirError::Symlink { .. }), "{refused}");
+        assert!(elsewhere.join(".1.tmp").exists(), "nothing removed");
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     /// A state directory deleted under the agent is made again by the next record.
     #[test]

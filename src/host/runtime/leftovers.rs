@@ -74,13 +74,14 @@ impl Record {
         format!("{} {} {} {boot}\n", self.start, self.pod, self.container)
     }
 
-    /// `None` where even the start time cannot be read: such a record names nothing.
+    /// `None` for a text no agent wrote: every record since the first holds at least the start
+    /// time, the pod and the container.
     pub fn parse(text: &str) -> Option<Record> {
         let mut fields = text.split_whitespace();
         let start = fields.next()?.parse().ok()?;
-        let mut field = || fields.next().unwrap_or("?").to_owned();
-        let (pod, container, boot) = (field(), field(), field());
-        Some(Record { start, pod, container, boot: Some(boot).filter(|b| !matches!(b.as_str(), "?" | "-")) })
+        let (pod, container) = (fields.next()?.to_owned(), fields.next()?.to_owned());
+        let boot = fields.next().filter(|b| *b != "-").map(str::to_owned);
+        Some(Record { start, pod, container, boot })
     }
 }
 
@@ -246,16 +247,28 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
     let heartbeat = last_heartbeat(state, this_boot.as_deref());
     let mut found = Vec::new();
     let mut paths: Vec<PathBuf> = Vec::new();
+    let mut strangers = Vec::new();
     for entry in fs::read_dir(&containers)? {
-        let path = entry?.path();
-        let Some(pgid) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<u32>().ok()) else {
-            // A temporary file of a write the crash interrupted, or a stranger.
-            let _ = fs::remove_file(&path);
+        let entry = entry?;
+        let path = entry.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        // What is not a regular file is no record of ours (a folder, a symlink, a FIFO, whose
+        // read would never end): left as it is.
+        let regular = entry.file_type().is_ok_and(|t| t.is_file());
+        let Some(pgid) = name.parse::<u32>().ok().filter(|_| regular) else {
+            if regular && is_temporary(name) {
+                // A write the crash interrupted.
+                let _ = fs::remove_file(&path);
+            } else {
+                strangers.push(path);
+            }
             continue;
         };
-        let record = fs::read_to_string(&path).ok().as_deref().and_then(Record::parse);
+        let Some(record) = fs::read_to_string(&path).ok().as_deref().and_then(Record::parse) else {
+            strangers.push(path);
+            continue;
+        };
         paths.push(path);
-        let Some(record) = record else { continue };
         let of_this_boot = match (record.boot.as_deref(), this_boot.as_deref()) {
             (Some(recorded), Some(now)) => recorded == now,
             _ => true,
@@ -263,6 +276,13 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
         if of_this_boot {
             found.push(Found { pgid, record, killed: false });
         }
+    }
+    if let Some(first) = strangers.first() {
+        tracing::warn!(
+            path = %first.display(),
+            count = strangers.len(),
+            "the state directory holds files that are not container records; left alone"
+        );
     }
     if found.is_empty() {
         return remove(paths).map(|()| 0);
@@ -404,11 +424,22 @@ fn failed(f: &Found, error: &io::Error) {
     );
 }
 
+/// Removes the records read, but for one already gone (removed meanwhile by whoever wrote it).
 fn remove(paths: Vec<PathBuf>) -> io::Result<()> {
     for path in paths {
-        fs::remove_file(&path)?;
+        match fs::remove_file(&path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
     }
     Ok(())
+}
+
+/// Whether `name` is a temporary file of [`super::groups`]' atomic writes (`.<pgid>.tmp`).
+fn is_temporary(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|rest| rest.strip_suffix(".tmp"))
+        .is_some_and(|pgid| !pgid.is_empty() && pgid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -432,6 +463,7 @@ mod tests {
         assert_eq!(Record::parse(&unknown.line()), Some(unknown.clone()));
         assert_eq!(Record::parse("7 default/p c\n"), Some(unknown), "three fields, as agents wrote before");
         assert_eq!(Record::parse("garbage default/p c"), None);
+        assert_eq!(Record::parse("42\n"), None, "a number alone is no record: a stranger's file");
         assert_eq!(Record::parse(""), None);
     }
 
@@ -517,6 +549,41 @@ mod tests {
 
     fn records_left(dir: &Path) -> usize {
         fs::read_dir(dir.join("containers")).unwrap().count()
+    }
+
+    /// Only what the agent writes there is read and removed: an interrupted write's `.N.tmp`
+    /// and records. A stranger's files (a `containers` folder that is not ours), a folder or
+    /// FIFO with a record's name, and a numeric file that is no record are left as they are,
+    /// and none stops the agent or makes it wait.
+    #[test]
+    fn only_records_and_interrupted_writes_are_read_and_removed() {
+        let dir = state_dir("strangers");
+        let containers = dir.join("containers");
+        fs::write(containers.join(".4242.tmp"), "half a rec").unwrap();
+        fs::write(containers.join("important.txt"), "precious\n").unwrap();
+        fs::write(containers.join(".hidden"), "x").unwrap();
+        fs::write(containers.join("42"), "42\n").unwrap();
+        fs::create_dir(containers.join("77")).unwrap();
+        let fifo = containers.join("88");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        // A record of a process long gone.
+        write_record(&dir, 999_999, &Record { boot: boot_id(), ..record(None) });
+
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 0);
+        let mut left: Vec<String> = fs::read_dir(&containers)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".hidden", "42", "77", "88", "important.txt"]);
+        assert_eq!(fs::read_to_string(containers.join("important.txt")).unwrap(), "precious\n");
     }
 
     /// The live processes whose command line is `sleep <seconds>`.
