@@ -586,6 +586,39 @@ async fn a_second_agent_on_the_same_folder_is_refused() {
     let _ = std::fs::remove_dir_all(&elsewhere);
 }
 
+/// A state directory that records the containers of an agent still running (its lock lost, as
+/// when the folder was deleted under that agent and made again) is refused by a second agent:
+/// it kills none of them. (A second agent took it for a crashed agent's and killed a live
+/// container.)
+#[actix::test]
+async fn records_of_a_running_agents_containers_are_not_leftovers() {
+    let dir = temp_dir("live-records");
+    let pidfile = dir.join("one.pids");
+    write(&dir, "one.yaml", &sleeper_pod("one", &pidfile));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    let sleeper = wait_for_pids(&pidfile, 1).await[0];
+
+    // The running agent's records, where a second agent on another folder looks.
+    let other = temp_dir("live-records-other");
+    let state = temp_dir("live-records-state");
+    std::fs::create_dir_all(state.join("containers")).unwrap();
+    for entry in std::fs::read_dir(dir.join(".probelet-state/containers")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), state.join("containers").join(entry.file_name())).unwrap();
+    }
+    let refused = second_agent(&other, &state).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("records containers of the running agent"), "{stderr}");
+    assert!(!process_gone(sleeper), "the running agent's container was left alone");
+
+    agent.stop().await;
+    for dir in [&other, &state] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// An agent started with almost no file descriptor to spare (a soft limit of 9) raises its
 /// limit before it claims its folder: the claim is made, and a second agent is refused. (It
 /// went without the claim, warned, and a second agent ran every container again.)

@@ -31,6 +31,7 @@ use crate::process::{Delivery, ProcessStat, Signal, signal_group, signal_leader}
 
 use super::leftovers::{
     HEARTBEAT, HEARTBEAT_PERIOD, Record, boot_id, heartbeat_line, kill_leftovers, now_ticks,
+    running_agent_of_records,
 };
 
 use crate::shim::TREE_KILL_WAIT;
@@ -49,6 +50,11 @@ pub enum StateDirError {
     Io { path: PathBuf, source: io::Error },
     #[error("state directory {}: in use by another running agent", path.display())]
     InUse { path: PathBuf },
+    #[error(
+        "state directory {}: it records containers of the running agent {pid} (its lock lost with a deleted folder, say)",
+        path.display()
+    )]
+    RecordsOfRunningAgent { path: PathBuf, pid: u32 },
     #[error(
         "state directory {}: a symbolic link, not a folder: the agent keeps its container records in a folder of its own there, and removes what it does not need",
         path.display()
@@ -77,13 +83,98 @@ struct Groups {
 
 #[derive(Debug)]
 struct StateDir {
+    /// The state directory's path, as the next agent will look for it.
+    dir: PathBuf,
     containers: PathBuf,
     /// This boot's ID, written in every record.
     boot: Option<String>,
-    /// Locked while this agent runs, so two agents never share (and kill) each other's
-    /// records.
-    _lock: File,
+    /// The locks held while this agent runs, so two agents never share (and kill) each other's
+    /// records: the directory's at start, and each directory that has taken its place since
+    /// ([`StateDir::follow`]).
+    locks: Mutex<Vec<File>>,
+    /// The device and inode of the directory the records are in now.
+    identity: Mutex<Option<(u64, u64)>>,
+    /// The directory was taken by another agent: said once.
+    lost: std::sync::atomic::AtomicBool,
 }
+
+/// The device and inode `path` names now, following symbolic links.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Locks `dir`'s lock file (made if need be) for this agent's life.
+fn take_lock(dir: &Path) -> Result<File, StateDirError> {
+    let lock_path = dir.join("lock");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| StateDirError::Io { path: lock_path.clone(), source })?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(TryLockError::WouldBlock) => Err(StateDirError::InUse { path: dir.to_owned() }),
+        Err(TryLockError::Error(source)) => Err(StateDirError::Io { path: lock_path, source }),
+    }
+}
+
+impl StateDir {
+    /// Keeps the records where the next agent will look for them: when the state directory's
+    /// path no longer names the directory they are in (deleted, replaced by another, a
+    /// symlink on the way swapped), the directory it names now is made if need be and locked,
+    /// and every running group's record and the heartbeat are written there. The old
+    /// directory's lock stays held, so that no agent takes the records left there for a
+    /// crashed agent's. Returns how many records were written again, `None` if nothing moved.
+    fn follow(&self, groups: &Mutex<Groups>) -> Option<usize> {
+        let now = identity(&self.dir);
+        let mut current = self.identity.lock().unwrap_or_else(PoisonError::into_inner);
+        if now.is_some() && now == *current {
+            return None;
+        }
+        if let Err(error) = fs::create_dir_all(&self.containers) {
+            tracing::warn!(dir = %self.dir.display(), %error, "the state directory is gone and cannot be made again");
+            return None;
+        }
+        match take_lock(&self.dir) {
+            Ok(lock) => self.locks.lock().unwrap_or_else(PoisonError::into_inner).push(lock),
+            Err(error) => {
+                if !self.lost.swap(true, Ordering::Relaxed) {
+                    tracing::error!(%error, "the state directory was replaced and another agent holds it now: after a crash of this agent, its containers would run twice");
+                }
+                return None;
+            }
+        }
+        *current = identity(&self.dir);
+        self.lost.store(false, Ordering::Relaxed);
+        // Under the groups' lock: a group added meanwhile is written by `add` after this, one
+        // removed is not written again.
+        let groups = groups.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut written = 0;
+        for (&pgid, owner) in &groups.by_pgid {
+            let Ok(stat) = ProcessStat::of(pgid) else { continue };
+            let record = Record {
+                start: stat.start,
+                pod: owner.pod.clone(),
+                container: owner.container.clone(),
+                boot: self.boot.clone(),
+            };
+            match write_atomically(&self.containers, &pgid.to_string(), &record.line()) {
+                Ok(()) => written += 1,
+                Err(error) => tracing::warn!(pgid, %error, "cannot write a container's record again"),
+            }
+        }
+        drop(groups);
+        let _ = write_atomically(&self.dir, HEARTBEAT, &heartbeat_line(self.boot.as_deref(), now_ticks()));
+        tracing::warn!(dir = %self.dir.display(), records = written, "the state directory was removed or replaced while the agent ran: its container records are written there again");
+        Some(written)
+    }
+}
+
+/// How often the state directory's path is checked for another directory in its place (a
+/// `stat`, no write).
+const WATCH_PERIOD: Duration = Duration::from_secs(1);
 
 impl ContainerGroups {
     /// Groups kept in memory only.
@@ -103,23 +194,22 @@ impl ContainerGroups {
             return Err(StateDirError::Symlink { path: containers });
         }
         fs::create_dir_all(&containers).map_err(io_error(&containers))?;
-        let lock_path = dir.join("lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io_error(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(StateDirError::InUse { path: dir.to_owned() }),
-            Err(TryLockError::Error(source)) => return Err(StateDirError::Io { path: lock_path, source }),
+        let lock = take_lock(dir)?;
+        if let Some(pid) = running_agent_of_records(dir) {
+            return Err(StateDirError::RecordsOfRunningAgent { path: dir.to_owned(), pid });
         }
         let boot = boot_id();
         let killed = kill_leftovers(dir, boot.as_deref()).map_err(io_error(&containers))?;
-        let state = Arc::new(StateDir { containers, boot, _lock: lock });
-        beat(dir, &state);
-        let groups = ContainerGroups { state: Some(state), ..ContainerGroups::default() };
+        let state = Arc::new(StateDir {
+            dir: dir.to_owned(),
+            containers,
+            boot,
+            locks: Mutex::new(vec![lock]),
+            identity: Mutex::new(identity(dir)),
+            lost: std::sync::atomic::AtomicBool::new(false),
+        });
+        let groups = ContainerGroups { state: Some(state.clone()), ..ContainerGroups::default() };
+        beat(&state, &groups.groups);
         Ok((groups, killed))
     }
 
@@ -221,29 +311,30 @@ impl ContainerGroups {
     }
 }
 
-/// Writes the heartbeat in `dir` now, then every [`HEARTBEAT_PERIOD`] on a thread of its own
-/// for as long as `state` lives: a record's group was the container's at least until then
-/// ([`super::leftovers`]).
-fn beat(dir: &Path, state: &Arc<StateDir>) {
-    let write = {
-        let dir = dir.to_owned();
-        let boot = state.boot.clone();
-        move || write_atomically(&dir, HEARTBEAT, &heartbeat_line(boot.as_deref(), now_ticks()))
+/// Writes the heartbeat now, then every [`HEARTBEAT_PERIOD`] on a thread of its own for as
+/// long as `state` lives: a record's group was the container's at least until then
+/// ([`super::leftovers`]). The same thread looks every [`WATCH_PERIOD`] for another directory
+/// in the state directory's place ([`StateDir::follow`]).
+fn beat(state: &Arc<StateDir>, groups: &Arc<Mutex<Groups>>) {
+    let write = |state: &StateDir| {
+        write_atomically(&state.dir, HEARTBEAT, &heartbeat_line(state.boot.as_deref(), now_ticks()))
     };
-    if let Err(error) = write() {
-        tracing::warn!(dir = %dir.display(), %error, "cannot write the state directory's heartbeat");
+    if let Err(error) = write(state) {
+        tracing::warn!(dir = %state.dir.display(), %error, "cannot write the state directory's heartbeat");
     }
-    let state = Arc::downgrade(state);
+    let weak = Arc::downgrade(state);
+    let groups = Arc::downgrade(groups);
     let spawned = std::thread::Builder::new().name("heartbeat".into()).spawn(move || {
         let mut failing = false;
-        loop {
-            std::thread::sleep(HEARTBEAT_PERIOD);
-            if state.upgrade().is_none() {
-                return;
+        let beats_per_write = (HEARTBEAT_PERIOD.as_secs() / WATCH_PERIOD.as_secs()).max(1);
+        for tick in 1u64.. {
+            std::thread::sleep(WATCH_PERIOD);
+            let (Some(state), Some(groups)) = (weak.upgrade(), groups.upgrade()) else { return };
+            if state.follow(&groups).is_some() || !tick.is_multiple_of(beats_per_write) {
+                continue;
             }
-            // Said once while it lasts: a state directory deleted under the agent is made
-            // again by the next record.
-            match write() {
+            // Said once while it lasts.
+            match write(&state) {
                 Ok(()) => failing = false,
                 Err(error) if !failing => {
                     failing = true;
@@ -295,6 +386,46 @@ fn write_atomically(dir: &Path, name: &str, text: &str) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state directory deleted, or replaced by another, while the agent runs: the records
+    /// of its running containers are written again where the next agent will look, and that
+    /// directory is locked (a second agent on it is refused).
+    #[test]
+    fn the_records_follow_the_state_directorys_path() {
+        let base = std::env::temp_dir().join(format!("probelet-groups-follow-{}", std::process::id()));
+        let dir = base.join("state");
+        let mut child = std::process::Command::new("sleep").arg("3711").spawn().unwrap();
+        let pid = child.id();
+        let (groups, _) = ContainerGroups::open(&dir).unwrap();
+        let owner = GroupOwner { pod: "default/p".into(), container: "c".into() };
+        groups.add(pid, owner).unwrap();
+        let state = groups.state.clone().unwrap();
+        let record = dir.join("containers").join(pid.to_string());
+        let written = fs::read_to_string(&record).unwrap();
+        assert_eq!(state.follow(&groups.groups), None, "nothing moved");
+
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(state.follow(&groups.groups), Some(1), "deleted: written again");
+        assert_eq!(fs::read_to_string(&record).unwrap(), written);
+        assert!(dir.join(HEARTBEAT).exists());
+        assert!(
+            matches!(ContainerGroups::open(&dir).map(|_| ()), Err(StateDirError::InUse { .. })),
+            "locked"
+        );
+
+        // Moved aside and replaced by another folder (a deploy that swaps folders).
+        fs::rename(&dir, base.join("old")).unwrap();
+        fs::create_dir_all(dir.join("containers")).unwrap();
+        assert_eq!(state.follow(&groups.groups), Some(1), "replaced: written in the new one");
+        assert_eq!(fs::read_to_string(&record).unwrap(), written);
+        assert!(
+            matches!(ContainerGroups::open(&base.join("old")).map(|_| ()), Err(StateDirError::InUse { .. })),
+            "the old one stays locked"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir_all(&base);
+    }
 
     /// A `containers` that is a symbolic link is refused: the agent removes what it does not
     /// need there, and would do so in whatever folder the link names.

@@ -241,6 +241,34 @@ struct Found {
 
 /// Kills what every record in `state`'s `containers` names that still runs, then removes the
 /// records. `this_boot` is [`boot_id`]. Returns how many containers that was.
+/// The PID of another agent, running now, whose container a record of `state` names: the
+/// record's leader runs with the recorded start time, and its parent is a live process of this
+/// agent's own program, not this agent. A crashed agent's shims have a new parent (init, or a
+/// subreaper); a running agent's are its children. Such a state directory is in use, though its
+/// lock may have been lost (the folder deleted and made again under that agent).
+pub(super) fn running_agent_of_records(state: &Path) -> Option<u32> {
+    let ours = program_of("self")?;
+    let me = std::process::id();
+    fs::read_dir(state.join("containers")).ok()?.flatten().find_map(|entry| {
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            return None;
+        }
+        let pgid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+        let record = Record::parse(&fs::read_to_string(entry.path()).ok()?)?;
+        let leader = ProcessStat::of(pgid).ok().filter(|l| !l.zombie && l.start == record.start)?;
+        let parent = u32::try_from(leader.ppid).ok().filter(|&p| p > 1 && p != me)?;
+        (program_of(&parent.to_string()).as_ref() == Some(&ours)).then_some(parent)
+    })
+}
+
+/// The program process `pid` (or `self`) runs, as its `exe` link names it, with the mark of a
+/// file replaced since (an upgrade) taken off. `None` where it cannot be read (another user's).
+fn program_of(pid: &str) -> Option<PathBuf> {
+    let link = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let text = link.to_str()?;
+    Some(PathBuf::from(text.strip_suffix(" (deleted)").unwrap_or(text)))
+}
+
 pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Result<usize> {
     let containers = state.join("containers");
     let this_boot = this_boot.map(str::to_owned);
