@@ -112,7 +112,7 @@ async fn a_certificate_that_cannot_be_used_stops_the_agent_naming_the_flag_and_t
         (
             vec!["--tls-cert-file".into(), s(&cert), "--tls-private-key-file".into(), s(&other_key)],
             format!(
-                "--tls-cert-file {} and --tls-private-key-file {}: ",
+                "--tls-cert-file {} and --tls-private-key-file {}: the private key is not the certificate's",
                 cert.display(),
                 other_key.display()
             ),

@@ -37,8 +37,8 @@ pub enum TlsError {
     Read { flag: &'static str, path: PathBuf, error: std::io::Error },
     #[error("{flag} {}: {what}", path.display())]
     Pem { flag: &'static str, path: PathBuf, what: String },
-    #[error("--tls-cert-file {} and --tls-private-key-file {}: {error}", cert.display(), key.display())]
-    Pair { cert: PathBuf, key: PathBuf, error: rustls::Error },
+    #[error("--tls-cert-file {} and --tls-private-key-file {}: {what}", cert.display(), key.display())]
+    Pair { cert: PathBuf, key: PathBuf, what: String },
     #[error("a self-signed serving certificate for {name}: {what}")]
     SelfSigned { name: String, what: String },
     #[error("TLS configuration: {0}")]
@@ -60,7 +60,7 @@ pub fn from_files(files: CertFiles) -> Result<TlsAcceptor, TlsError> {
     let resolver = Reloading {
         files,
         provider: provider.clone(),
-        state: Mutex::new(Loaded { key, stamp, checked: Instant::now() }),
+        state: Mutex::new(Loaded { key, stamp, checked: Instant::now(), missing: false }),
     };
     acceptor(provider, Arc::new(resolver))
 }
@@ -111,24 +111,59 @@ fn load_pair(files: &CertFiles, provider: &CryptoProvider) -> Result<Arc<Certifi
     let cert_pem = read("--tls-cert-file", &files.cert)?;
     let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| pem("--tls-cert-file", &files.cert, format!("invalid PEM: {e}")))?;
+        .map_err(|e| pem("--tls-cert-file", &files.cert, pem_text(&e)))?;
     if chain.is_empty() {
         return Err(pem("--tls-cert-file", &files.cert, "no CERTIFICATE block in it".into()));
     }
     let key_pem = read("--tls-private-key-file", &files.key)?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
         let what = match e {
+            rustls::pki_types::pem::Error::NoItemsFound if contains(&key_pem, b"ENCRYPTED PRIVATE KEY") => {
+                "an encrypted private key: the agent needs it unencrypted".to_owned()
+            }
             rustls::pki_types::pem::Error::NoItemsFound => "no PRIVATE KEY block in it".to_owned(),
-            other => format!("invalid PEM: {other}"),
+            other => pem_text(&other),
         };
         pem("--tls-private-key-file", &files.key, what)
     })?;
     let certified = CertifiedKey::from_der(chain, key, provider).map_err(|error| TlsError::Pair {
         cert: files.cert.clone(),
         key: files.key.clone(),
-        error,
+        what: pair_text(&error),
     })?;
     Ok(Arc::new(certified))
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A PEM error in words (the library's own text prints the bytes of a marker as numbers).
+fn pem_text(error: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error;
+    match error {
+        Error::MissingSectionEnd { .. } => {
+            "invalid PEM: a block without its END line (a cut file?)".to_owned()
+        }
+        Error::IllegalSectionStart { .. } => "invalid PEM: a BEGIN line that is not well formed".to_owned(),
+        Error::Base64Decode(what) => format!("invalid PEM: not base64 inside a block ({what})"),
+        Error::NoItemsFound => "no PEM block in it".to_owned(),
+        other => format!("invalid PEM: {other}"),
+    }
+}
+
+/// Why the certificate and the key do not make a pair, in words.
+fn pair_text(error: &rustls::Error) -> String {
+    match error {
+        rustls::Error::InconsistentKeys(_) => {
+            "the private key is not the certificate's (the leaf, which must come first in the chain)".to_owned()
+        }
+        rustls::Error::General(_) => {
+            "the private key's kind is not supported (ECDSA P-256 or P-384, RSA of 2048 bits or more, Ed25519)"
+                .to_owned()
+        }
+        other => other.to_string(),
+    }
 }
 
 /// What tells a changed file: its modification time and length (both files').
@@ -150,8 +185,11 @@ struct Reloading {
 #[derive(Debug)]
 struct Loaded {
     key: Arc<CertifiedKey>,
+    /// The files' stamp when `key` was read from them.
     stamp: Stamp,
     checked: Instant,
+    /// The files could not be looked at, last time: said once.
+    missing: bool,
 }
 
 impl Reloading {
@@ -163,12 +201,21 @@ impl Reloading {
         if now.duration_since(state.checked) >= RELOAD_CHECK {
             state.checked = now;
             let stamp = stamp(&self.files);
-            if stamp.is_some() && stamp != state.stamp {
-                state.stamp = stamp;
+            if stamp.is_none() {
+                if !state.missing {
+                    state.missing = true;
+                    tracing::warn!(cert = %self.files.cert.display(), key = %self.files.key.display(), "The serving certificate's files cannot be read; serving the one loaded until they can");
+                }
+            } else if stamp != state.stamp {
+                state.missing = false;
                 match load_pair(&self.files, &self.provider) {
                     Ok(key) => {
                         tracing::info!(cert = %self.files.cert.display(), "Loaded a new serving certificate");
                         state.key = key;
+                        // Taken only once loaded: a pair that cannot be read now (its mode,
+                        // no descriptor to spare) is tried again at the next look, though the
+                        // files do not change.
+                        state.stamp = stamp;
                     }
                     Err(err) => {
                         tracing::warn!(error = %err, "Cannot use the changed serving certificate; keeping the one loaded")
@@ -229,6 +276,7 @@ mod tests {
                 key: load_pair(&files, &provider).unwrap(),
                 stamp: stamp(&files),
                 checked: start,
+                missing: false,
             }),
         };
         assert_eq!(leaf(&resolver.current(start)), first);
@@ -241,6 +289,26 @@ mod tests {
         assert_eq!(leaf(&resolver.current(start + RELOAD_CHECK * 2)), second, "the broken pair is not taken");
         let third = write_pair(&dir, "third.test");
         assert_eq!(leaf(&resolver.current(start + RELOAD_CHECK * 3)), third, "a mended pair is");
+
+        // A pair that fails to load (here a key cut the same length) is tried again at the
+        // next look, though its files then look the same (same length, same time): as a key
+        // whose mode is mended, or a read that lacked a descriptor.
+        let fourth = write_pair(&dir, "fourth.test");
+        let good_key = std::fs::read(&files.key).unwrap();
+        let mut broken = good_key.clone();
+        let body = broken.iter().position(|&b| b == b'\n').unwrap() + 40;
+        broken[body] = if broken[body] == b'A' { b'B' } else { b'A' };
+        let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let stamp_files = |key: &[u8]| {
+            std::fs::write(&files.key, key).unwrap();
+            for path in [&files.cert, &files.key] {
+                std::fs::File::options().write(true).open(path).unwrap().set_modified(when).unwrap();
+            }
+        };
+        stamp_files(&broken);
+        assert_eq!(leaf(&resolver.current(start + RELOAD_CHECK * 4)), third, "the broken key is not taken");
+        stamp_files(&good_key);
+        assert_eq!(leaf(&resolver.current(start + RELOAD_CHECK * 5)), fourth, "tried again, and taken");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
