@@ -396,9 +396,9 @@ pub async fn serve_router_with_tls(
                 Some(tls) => {
                     // A client that never finishes its handshake is one that never sends its
                     // request head: the same limit, the same eviction, the same stop.
-                    let handshake = tokio::time::timeout(handshake_limit, tls.accept(stream));
+                    let handshake = tokio::time::timeout(handshake_limit, accept_tls(tls, stream));
                     let accepted = tokio::select! {
-                        accepted = handshake => accepted.ok().and_then(Result::ok),
+                        accepted = handshake => accepted.ok().flatten(),
                         _ = &mut evicted => None,
                         _ = async { stop.wait_for(|stop| *stop).await.map(|_| ()) } => None,
                     };
@@ -435,6 +435,29 @@ pub async fn serve_router_with_tls(
     while conns.join_next().await.is_some() {}
     Ok(())
 }
+
+/// The TLS handshake of a connection; `None` for a plain HTTP request, which is answered as
+/// Go's servers (the kubelet's among them) answer one on an HTTPS port: a 400 that says so, so
+/// that a scraper still on `http://` is told why.
+async fn accept_tls(
+    tls: TlsAcceptor,
+    mut stream: Watched,
+) -> Option<tokio_rustls::server::TlsStream<Watched>> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut first = [0u8; 1];
+    // A TLS record starts with its content type, a handshake's 0x16; an HTTP request with a
+    // method's capital letter.
+    if stream.io.peek(&mut first).await.ok()? == 1 && first[0].is_ascii_uppercase() {
+        let _ = stream.write_all(PLAIN_HTTP_ON_TLS).await;
+        let _ = stream.shutdown().await;
+        return None;
+    }
+    tls.accept(stream).await.ok()
+}
+
+/// Go's `net/http` answer to plain HTTP on a TLS port, byte for byte.
+const PLAIN_HTTP_ON_TLS: &[u8] =
+    b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
 /// How long a connection must have been quiet to be closed for room: serving nothing, writing
 /// nothing, and no request started, since it was accepted or last wrote. A client that just

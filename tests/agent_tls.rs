@@ -59,12 +59,15 @@ async fn the_endpoints_are_served_over_tls_with_the_given_certificate() {
     assert_eq!(served[0].as_ref(), der.as_slice(), "the certificate of --tls-cert-file");
     assert_eq!(session.alpn_protocol(), None, "no ALPN asked, none chosen");
 
-    // Plain HTTP on the TLS port gets no HTTP answer.
+    // Plain HTTP on the TLS port gets Go's answer to it, as from a kubelet's port.
     let mut plain = tokio::net::TcpStream::connect(&host).await.unwrap();
     plain.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(15), plain.read_to_end(&mut answer)).await.unwrap();
-    assert!(!answer.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&answer));
+    assert_eq!(
+        String::from_utf8_lossy(&answer),
+        "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+    );
 
     agent.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
