@@ -54,7 +54,7 @@ pub enum AgentError {
     /// Names the flag and the file itself.
     #[error(transparent)]
     Tls(#[from] TlsError),
-    #[error("{0} (choose another with --state-dir)")]
+    #[error("{0}{hint}", hint = state_dir_hint(.0))]
     StateDir(#[from] StateDirError),
     #[error(
         "manifests folder {0}: served by another running agent (one agent per folder: two would run every container twice)"
@@ -66,6 +66,15 @@ pub enum AgentError {
     Claim { folder: PathBuf, source: std::io::Error },
     #[error("{0} stopped unexpectedly (a bug: the panic is in the log)")]
     Internal(&'static str),
+}
+
+/// Another `--state-dir` is the way out of a state directory that cannot be used, but not of
+/// one whose records are a running agent's: there it would run that agent's containers twice.
+fn state_dir_hint(error: &StateDirError) -> &'static str {
+    match error {
+        StateDirError::RecordsOfRunningAgent { .. } => "",
+        _ => " (choose another with --state-dir)",
+    }
 }
 
 /// The state directory's name in the manifests folder when `--state-dir` is not given (hidden,
@@ -345,11 +354,31 @@ fn claim_name(name: &str, canonical: &Path) -> Result<Option<std::os::unix::net:
                 }
             }
         }
-        // Out of descriptors or memory, say: without the claim a second agent on the folder
-        // with another state directory would start every container again, so this is no
-        // place to go on.
-        Err(source) => Err(AgentError::Claim { folder: canonical.to_owned(), source }),
+        // Out of descriptors or memory: without the claim a second agent on the folder with
+        // another state directory would start every container again, so this is no place to
+        // go on. A socket the system does not allow at all (a unit's `RestrictAddressFamilies`,
+        // an LSM) is no passing shortage: the state directory's lock guards the common case.
+        Err(source) if is_shortage(&source) => {
+            Err(AgentError::Claim { folder: canonical.to_owned(), source })
+        }
+        Err(error) => {
+            tracing::warn!(%error, folder = %canonical.display(), "cannot claim the manifests folder; a second agent on it with a state directory of its own would not be refused");
+            Ok(None)
+        }
     }
+}
+
+/// Whether `error` is the node running out of something (descriptors, memory, buffers).
+fn is_shortage(error: &std::io::Error) -> bool {
+    matches!(
+        rustix::io::Errno::from_io_error(error),
+        Some(
+            rustix::io::Errno::MFILE
+                | rustix::io::Errno::NFILE
+                | rustix::io::Errno::NOMEM
+                | rustix::io::Errno::NOBUFS
+        )
+    )
 }
 
 /// The abstract socket name that claims the folder with this device and inode number (and

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,7 @@ pub enum StateDirError {
     #[error("state directory {}: in use by another running agent", path.display())]
     InUse { path: PathBuf },
     #[error(
-        "state directory {}: it records containers of the running agent {pid} (its lock lost with a deleted folder, say)",
+        "state directory {}: it records containers of the running agent {pid} (its lock lost with a deleted folder, say); stop that agent first: another agent here, or this one on another state directory, would run them twice",
         path.display()
     )]
     RecordsOfRunningAgent { path: PathBuf, pid: u32 },
@@ -75,10 +75,19 @@ pub struct ContainerGroups {
 
 #[derive(Debug, Default)]
 struct Groups {
-    by_pgid: BTreeMap<u32, GroupOwner>,
+    /// Each running group, with its leader's start time as read when it was added (written
+    /// again as it was, never read afresh: the leader may be reaped and its PID reused).
+    by_pgid: BTreeMap<u32, Group>,
     /// Every group has been killed ([`ContainerGroups::kill_all`]): no more may be added, so
     /// that no container starts after the agent's last kill.
     closed: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    owner: GroupOwner,
+    /// The record's text, when there is a state directory and the leader could be read.
+    record: Option<String>,
 }
 
 #[derive(Debug)]
@@ -90,18 +99,21 @@ struct StateDir {
     boot: Option<String>,
     /// The locks held while this agent runs, so two agents never share (and kill) each other's
     /// records: the directory's at start, and each directory that has taken its place since
-    /// ([`StateDir::follow`]).
+    /// ([`StateDir::follow`]), as long as it exists.
     locks: Mutex<Vec<File>>,
-    /// The device and inode of the directory the records are in now.
-    identity: Mutex<Option<(u64, u64)>>,
-    /// The directory was taken by another agent: said once.
-    lost: std::sync::atomic::AtomicBool,
+    /// Device and inode of the lock file of the directory the records were last written in.
+    current: Mutex<Option<(u64, u64)>>,
+    /// Another agent holds the directory the path names now: nothing is written there (its
+    /// records and heartbeat are that agent's), and it was said once.
+    lost: AtomicBool,
+    /// The directory could not be made or locked again: said once while it lasts.
+    failing: AtomicBool,
 }
 
-/// The device and inode `path` names now, following symbolic links.
-fn identity(path: &Path) -> Option<(u64, u64)> {
+/// Device, inode and link count of a file.
+fn file_identity(metadata: &fs::Metadata) -> (u64, u64, u64) {
     use std::os::unix::fs::MetadataExt as _;
-    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    (metadata.dev(), metadata.ino(), metadata.nlink())
 }
 
 /// Locks `dir`'s lock file (made if need be) for this agent's life.
@@ -121,46 +133,69 @@ fn take_lock(dir: &Path) -> Result<File, StateDirError> {
 }
 
 impl StateDir {
-    /// Keeps the records where the next agent will look for them: when the state directory's
-    /// path no longer names the directory they are in (deleted, replaced by another, a
-    /// symlink on the way swapped), the directory it names now is made if need be and locked,
-    /// and every running group's record and the heartbeat are written there. The old
-    /// directory's lock stays held, so that no agent takes the records left there for a
-    /// crashed agent's. Returns how many records were written again, `None` if nothing moved.
+    /// Keeps the records where the next agent will look for them. The path's directory is
+    /// this agent's while the lock file it holds is the one at `dir/lock` and `containers` is
+    /// there. Otherwise (the directory deleted, replaced by another, a symlink on the way
+    /// swapped, `containers` deleted) the directory the path names now is made if need be and
+    /// locked (or its lock found among those held: a swap back), and every running group's
+    /// record and the heartbeat are written there. The lock of a directory moved aside stays
+    /// held, so that no agent takes the records left there for a crashed agent's; that of a
+    /// deleted one is let go. Returns how many records were written again, `None` if nothing
+    /// moved or nothing could be done.
     fn follow(&self, groups: &Mutex<Groups>) -> Option<usize> {
-        let now = identity(&self.dir);
-        let mut current = self.identity.lock().unwrap_or_else(PoisonError::into_inner);
-        if now.is_some() && now == *current {
+        let at_path =
+            fs::metadata(self.dir.join("lock")).ok().map(|m| file_identity(&m)).map(|(d, i, _)| (d, i));
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        // Deleted directories' locks go: nothing is left there to guard.
+        locks.retain(|lock| lock.metadata().is_ok_and(|m| file_identity(&m).2 > 0));
+        let held = |locks: &[File]| {
+            at_path.is_some_and(|at| {
+                locks
+                    .iter()
+                    .any(|l| l.metadata().is_ok_and(|m| (file_identity(&m).0, file_identity(&m).1) == at))
+            })
+        };
+        if at_path.is_some() && at_path == *current && held(&locks) && self.containers.is_dir() {
             return None;
         }
+        let said = |flag: &AtomicBool| flag.swap(true, Ordering::Relaxed);
         if let Err(error) = fs::create_dir_all(&self.containers) {
-            tracing::warn!(dir = %self.dir.display(), %error, "the state directory is gone and cannot be made again");
+            if !said(&self.failing) {
+                tracing::warn!(dir = %self.dir.display(), %error, "the state directory is gone and cannot be made again");
+            }
             return None;
         }
-        match take_lock(&self.dir) {
-            Ok(lock) => self.locks.lock().unwrap_or_else(PoisonError::into_inner).push(lock),
-            Err(error) => {
-                if !self.lost.swap(true, Ordering::Relaxed) {
-                    tracing::error!(%error, "the state directory was replaced and another agent holds it now: after a crash of this agent, its containers would run twice");
+        if !held(&locks) {
+            match take_lock(&self.dir) {
+                Ok(lock) => locks.push(lock),
+                Err(error @ StateDirError::InUse { .. }) => {
+                    if !said(&self.lost) {
+                        tracing::error!(%error, "the state directory was replaced and another agent holds it now: this agent records nothing there, and after its crash its containers would run twice");
+                    }
+                    return None;
                 }
-                return None;
+                Err(error) => {
+                    if !said(&self.failing) {
+                        tracing::warn!(%error, "the state directory was replaced and cannot be locked");
+                    }
+                    return None;
+                }
             }
         }
-        *current = identity(&self.dir);
+        drop(locks);
+        *current =
+            fs::metadata(self.dir.join("lock")).ok().map(|m| file_identity(&m)).map(|(d, i, _)| (d, i));
+        drop(current);
         self.lost.store(false, Ordering::Relaxed);
+        self.failing.store(false, Ordering::Relaxed);
         // Under the groups' lock: a group added meanwhile is written by `add` after this, one
         // removed is not written again.
         let groups = groups.lock().unwrap_or_else(PoisonError::into_inner);
         let mut written = 0;
-        for (&pgid, owner) in &groups.by_pgid {
-            let Ok(stat) = ProcessStat::of(pgid) else { continue };
-            let record = Record {
-                start: stat.start,
-                pod: owner.pod.clone(),
-                container: owner.container.clone(),
-                boot: self.boot.clone(),
-            };
-            match write_atomically(&self.containers, &pgid.to_string(), &record.line()) {
+        for (&pgid, group) in &groups.by_pgid {
+            let Some(record) = &group.record else { continue };
+            match write_atomically(&self.containers, &pgid.to_string(), record) {
                 Ok(()) => written += 1,
                 Err(error) => tracing::warn!(pgid, %error, "cannot write a container's record again"),
             }
@@ -169,6 +204,12 @@ impl StateDir {
         let _ = write_atomically(&self.dir, HEARTBEAT, &heartbeat_line(self.boot.as_deref(), now_ticks()));
         tracing::warn!(dir = %self.dir.display(), records = written, "the state directory was removed or replaced while the agent ran: its container records are written there again");
         Some(written)
+    }
+
+    /// Whether records and the heartbeat may be written at the path: not while another agent
+    /// holds the directory there.
+    fn writable(&self) -> bool {
+        !self.lost.load(Ordering::Relaxed)
     }
 }
 
@@ -195,18 +236,19 @@ impl ContainerGroups {
         }
         fs::create_dir_all(&containers).map_err(io_error(&containers))?;
         let lock = take_lock(dir)?;
-        if let Some(pid) = running_agent_of_records(dir) {
+        let boot = boot_id();
+        if let Some(pid) = running_agent_of_records(dir, boot.as_deref()) {
             return Err(StateDirError::RecordsOfRunningAgent { path: dir.to_owned(), pid });
         }
-        let boot = boot_id();
         let killed = kill_leftovers(dir, boot.as_deref()).map_err(io_error(&containers))?;
         let state = Arc::new(StateDir {
             dir: dir.to_owned(),
             containers,
             boot,
+            current: Mutex::new(lock.metadata().ok().map(|m| file_identity(&m)).map(|(d, i, _)| (d, i))),
             locks: Mutex::new(vec![lock]),
-            identity: Mutex::new(identity(dir)),
-            lost: std::sync::atomic::AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
         });
         let groups = ContainerGroups { state: Some(state.clone()), ..ContainerGroups::default() };
         beat(&state, &groups.groups);
@@ -225,28 +267,36 @@ impl ContainerGroups {
         if groups.closed {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "the agent is killing every container"));
         }
-        let record = match &self.state {
-            Some(state) => ProcessStat::of(pgid)
-                .map(|stat| {
-                    Record {
+        let (record, written) = match &self.state {
+            Some(state) => match ProcessStat::of(pgid) {
+                Ok(stat) => {
+                    let text = Record {
                         start: stat.start,
                         pod: owner.pod.clone(),
                         container: owner.container.clone(),
                         boot: state.boot.clone(),
                     }
-                    .line()
-                })
-                .and_then(|text| write_atomically(&state.containers, &pgid.to_string(), &text)),
-            None => Ok(()),
+                    .line();
+                    // Not into a directory another agent holds (see [`StateDir::follow`]).
+                    let written = if state.writable() {
+                        write_atomically(&state.containers, &pgid.to_string(), &text)
+                    } else {
+                        Ok(())
+                    };
+                    (Some(text), written)
+                }
+                Err(error) => (None, Err(error)),
+            },
+            None => (None, Ok(())),
         };
-        groups.by_pgid.insert(pgid, owner);
-        record
+        groups.by_pgid.insert(pgid, Group { owner, record });
+        written
     }
 
     /// A container's group was killed after its leader exited; its ID may be reused from now on.
     pub fn remove(&self, pgid: u32) {
         self.lock().by_pgid.remove(&pgid);
-        if let Some(state) = &self.state {
+        if let Some(state) = self.state.as_ref().filter(|state| state.writable()) {
             let path = state.containers.join(pgid.to_string());
             if let Err(error) = fs::remove_file(&path)
                 && error.kind() != io::ErrorKind::NotFound
@@ -275,7 +325,11 @@ impl ContainerGroups {
         let groups = {
             let mut groups = self.lock();
             groups.closed = true;
-            groups.by_pgid.clone()
+            groups
+                .by_pgid
+                .iter()
+                .map(|(&pgid, group)| (pgid, group.owner.clone()))
+                .collect::<BTreeMap<_, _>>()
         };
         let mut killed = 0;
         let mut asked = Vec::new();
@@ -330,7 +384,7 @@ fn beat(state: &Arc<StateDir>, groups: &Arc<Mutex<Groups>>) {
         for tick in 1u64.. {
             std::thread::sleep(WATCH_PERIOD);
             let (Some(state), Some(groups)) = (weak.upgrade(), groups.upgrade()) else { return };
-            if state.follow(&groups).is_some() || !tick.is_multiple_of(beats_per_write) {
+            if state.follow(&groups).is_some() || !tick.is_multiple_of(beats_per_write) || !state.writable() {
                 continue;
             }
             // Said once while it lasts.
@@ -422,6 +476,22 @@ mod tests {
             matches!(ContainerGroups::open(&base.join("old")).map(|_| ()), Err(StateDirError::InUse { .. })),
             "the old one stays locked"
         );
+
+        // Swapped back: its lock is already held, and the records are written there again
+        // (a group started meanwhile is in the other one only).
+        fs::remove_file(base.join("old/containers").join(pid.to_string())).unwrap();
+        fs::rename(&dir, base.join("newer")).unwrap();
+        fs::rename(base.join("old"), &dir).unwrap();
+        assert_eq!(state.follow(&groups.groups), Some(1), "swapped back: written again");
+        assert_eq!(fs::read_to_string(&record).unwrap(), written);
+        assert_eq!(state.follow(&groups.groups), None);
+
+        // A directory deleted by someone who makes it again at once, whatever its inode: the
+        // lock at the path is not the one held.
+        fs::remove_dir_all(&dir).unwrap();
+        fs::create_dir_all(dir.join("containers")).unwrap();
+        assert_eq!(state.follow(&groups.groups), Some(1), "made again: written again");
+        assert_eq!(fs::read_to_string(&record).unwrap(), written);
         let _ = child.kill();
         let _ = child.wait();
         let _ = fs::remove_dir_all(&base);

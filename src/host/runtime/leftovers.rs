@@ -242,11 +242,12 @@ struct Found {
 /// Kills what every record in `state`'s `containers` names that still runs, then removes the
 /// records. `this_boot` is [`boot_id`]. Returns how many containers that was.
 /// The PID of another agent, running now, whose container a record of `state` names: the
-/// record's leader runs with the recorded start time, and its parent is a live process of this
-/// agent's own program, not this agent. A crashed agent's shims have a new parent (init, or a
-/// subreaper); a running agent's are its children. Such a state directory is in use, though its
+/// record (of this boot) has a leader that runs with the recorded start time, whose parent is
+/// a live `probelet run` of this agent's own program, not this agent. A crashed agent's shims
+/// have a new parent (init, or a subreaper: a container shim too is this program, but not
+/// `run`); a running agent's are its children. Such a state directory is in use, though its
 /// lock may have been lost (the folder deleted and made again under that agent).
-pub(super) fn running_agent_of_records(state: &Path) -> Option<u32> {
+pub(super) fn running_agent_of_records(state: &Path, this_boot: Option<&str>) -> Option<u32> {
     let ours = program_of("self")?;
     let me = std::process::id();
     fs::read_dir(state.join("containers")).ok()?.flatten().find_map(|entry| {
@@ -255,10 +256,24 @@ pub(super) fn running_agent_of_records(state: &Path) -> Option<u32> {
         }
         let pgid = entry.file_name().to_str()?.parse::<u32>().ok()?;
         let record = Record::parse(&fs::read_to_string(entry.path()).ok()?)?;
+        if record.boot.is_some() && this_boot.is_some() && record.boot.as_deref() != this_boot {
+            return None;
+        }
         let leader = ProcessStat::of(pgid).ok().filter(|l| !l.zombie && l.start == record.start)?;
         let parent = u32::try_from(leader.ppid).ok().filter(|&p| p > 1 && p != me)?;
-        (program_of(&parent.to_string()).as_ref() == Some(&ours)).then_some(parent)
+        let parent_start = ProcessStat::of(parent).ok()?.start;
+        let is_agent = program_of(&parent.to_string()).as_ref() == Some(&ours) && runs_the_agent(parent);
+        // The same process all along (not a PID reused between the reads).
+        let same = ProcessStat::of(parent).is_ok_and(|p| p.start == parent_start && !p.zombie);
+        (is_agent && same).then_some(parent)
     })
+}
+
+/// Whether process `pid`'s command line is `… run …`: the agent, not a container shim or
+/// another subcommand of the same program.
+fn runs_the_agent(pid: u32) -> bool {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).nth(1) == Some(b"run"))
 }
 
 /// The program process `pid` (or `self`) runs, as its `exe` link names it, with the mark of a
