@@ -41,7 +41,7 @@ use self::go_url::{GoUrl, split_host_port};
 pub(crate) use self::request::FirstRequest;
 pub use self::request::HttpProbeRequest;
 use self::request::{build_request, first_value, referer_for, valid_host_header, wire_headers};
-use self::tls::insecure_tls_config;
+pub use self::tls::insecure_tls_config;
 use super::tcp::{deadline_after, dial};
 use super::{ProbeError, ProbeOutcome, Probed};
 use crate::gofmt::go_quote;

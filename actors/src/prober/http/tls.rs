@@ -10,8 +10,9 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 /// Upstream's `tls.Config{InsecureSkipVerify: true}`: any certificate is accepted, but the
-/// handshake signatures are still checked against it (as Go does).
-pub(super) fn insecure_tls_config() -> Result<Arc<ClientConfig>, String> {
+/// handshake signatures are still checked against it (as Go does). Public for the tests'
+/// clients of the agent's self-signed listener, which need the same trust.
+pub fn insecure_tls_config() -> Result<Arc<ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
