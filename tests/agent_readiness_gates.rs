@@ -531,3 +531,23 @@ async fn the_condition_observes_the_generation_where_the_kubelet_does() {
     assert_eq!(ready["observedGeneration"], generation, "{ready}");
     stop(agent, kubeconfig).await;
 }
+
+/// A probe changed in the annotation is a new probe: the condition written for the old one is
+/// not kept while the new one has no result, so a new probe that cannot even run (a named port
+/// the pod does not have) turns the gate False. (It stayed True on the old probe's success.)
+#[tokio::test]
+async fn a_changed_probe_does_not_inherit_the_old_probes_success() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("changed", "node-a", true, Some(http_probe(port))));
+    let (agent, kubeconfig) = start_agent(&fake, "gates-changed");
+    wait_for_gate(&fake, "changed", "True", |c| c["status"] == "True").await;
+
+    let mut changed = fake.pod("default", "changed").unwrap();
+    let broken = json!([{"name": "backend", "probe": {"httpGet": {"path": "/healthz", "port": "nope"}, "periodSeconds": 1}}]);
+    changed.metadata.annotations = Some(BTreeMap::from([(ANNOTATION.to_owned(), broken.to_string())]));
+    fake.insert_pod(changed);
+    let failed = wait_for_gate(&fake, "changed", "False", |c| c["status"] == "False").await;
+    assert_eq!(failed["reason"], "ReadinessProbesFailed");
+    stop(agent, kubeconfig).await;
+}

@@ -124,7 +124,7 @@ pub fn derived_status(pod: &Pod, probes: &[GateProbe]) -> PodStatus {
                 .iter()
                 .map(|p| ContainerStatus {
                     name: p.name.clone(),
-                    container_id: Some(gate_container_id(uid, &p.name, generation)),
+                    container_id: Some(gate_container_id(uid, &p.name, generation ^ probe_hash(p))),
                     state: Some(state.clone()),
                     ..Default::default()
                 })
@@ -134,7 +134,16 @@ pub fn derived_status(pod: &Pod, probes: &[GateProbe]) -> PodStatus {
     }
 }
 
-/// A gate container's ID: unique per pod, probe and set of real container IDs.
+/// A hash of a gate probe's spec and timing: a changed probe is a new gate container, so that
+/// no result of the old probe counts for it (an errored new probe would otherwise keep the old
+/// one's Success for good).
+fn probe_hash(probe: &GateProbe) -> u64 {
+    let text = serde_json::to_string(&(&probe.probe, &probe.timing)).unwrap_or_default();
+    fnv1a64(text.as_bytes())
+}
+
+/// A gate container's ID: unique per pod, probe (its name, spec and timing) and set of real
+/// container IDs.
 pub fn gate_container_id(uid: &str, name: &str, generation: u64) -> String {
     format!("{GATE_RUNTIME}://{uid}/{name}/{generation:016x}")
 }

@@ -75,6 +75,10 @@ pub struct GatedPod {
     /// A write is in flight; `again` when the verdict may have changed since it started.
     writing: bool,
     again: bool,
+    /// The pod's probes changed since this agent first probed it: a probe without a result
+    /// then is a new probe that has not succeeded, not one waiting for its first run after an
+    /// agent restart, and the condition written for the old probes is not kept for it.
+    probes_changed: bool,
 }
 
 impl GatedPod {
@@ -88,6 +92,7 @@ impl GatedPod {
             written: None,
             writing: false,
             again: false,
+            probes_changed: false,
         }
     }
 
@@ -164,9 +169,13 @@ impl GateHost {
             }
         };
         let derived = Arc::new(derived_pod(&entry.pod, &probes));
-        if let Some(old) = entry.derived.as_ref().filter(|old| old.spec != derived.spec) {
-            // Other probes: their workers go, the new ones start from scratch.
+        if let Some(old) = entry.derived.as_ref().filter(|old| {
+            old.spec != derived.spec || old.metadata.annotations != derived.metadata.annotations
+        }) {
+            // Other probes: their workers go, the new ones start from scratch (their gate
+            // containers' IDs change with them, so no result of an old probe counts).
             self.pipeline.remove_pod(old.clone());
+            entry.probes_changed = true;
         }
         let status = derived_status(&entry.pod, &probes);
         entry.gate_ids = status
@@ -231,8 +240,9 @@ impl GateHost {
                         Verdict::Ready { probes: probes.len() }
                     } else {
                         // Pending: nothing has failed, some have not run since the agent
-                        // started.
-                        let pending = results.iter().any(|(_, r)| r.is_none())
+                        // started (not since the probes changed: see `probes_changed`).
+                        let pending = !entry.probes_changed
+                            && results.iter().any(|(_, r)| r.is_none())
                             && results.iter().all(|(_, r)| matches!(r, None | Some(ProbeResult::Success)));
                         Verdict::NotReady { unready, pending }
                     }
