@@ -100,11 +100,16 @@ fn tcp_probe(host: Option<&str>, port: u16) -> Probe {
 
 /// Runs the readiness probe under `policy`; the result and the events' messages.
 async fn run(policy: ProbeHostPolicy, probe: Probe) -> (ProbeResult, Vec<String>) {
+    run_on(policy, probe, Some(POD_IP)).await
+}
+
+/// [`run`] for a pod whose IP is `pod_ip`.
+async fn run_on(policy: ProbeHostPolicy, probe: Probe, pod_ip: Option<&str>) -> (ProbeResult, Vec<String>) {
     let recorder = MemoryRecorder::new();
     let prober =
         Prober::new(Arc::new(LocalCommandRunner::new()), Arc::new(recorder.clone())).with_host_policy(policy);
     let (pod, container) = pod_with(probe);
-    let status = PodProbeStatus::from(&PodStatus { pod_ip: Some(POD_IP.into()), ..Default::default() });
+    let status = PodProbeStatus::from(&PodStatus { pod_ip: pod_ip.map(Into::into), ..Default::default() });
     let result = tokio::time::timeout(
         Duration::from_secs(10),
         prober.probe(ProbeKind::Readiness, &pod, &status, &container, &ContainerId::parse("local://1")),
@@ -151,6 +156,25 @@ async fn pod_ip_policy_fails_probes_naming_another_host_without_connecting() {
     assert_eq!(run(ProbeHostPolicy::PodIp, http_probe(Some(POD_IP), own)).await.0, ProbeResult::Success);
     assert_eq!(run(ProbeHostPolicy::PodIp, tcp_probe(None, own)).await.0, ProbeResult::Success);
     assert_eq!(accepted(&own_connections, 3).await, 3);
+}
+
+/// A pod without an IP: an unset host would be the agent's own loopback (Go's empty host),
+/// which only the kubelet's policy dials.
+#[tokio::test]
+async fn pod_ip_policy_refuses_a_pod_without_an_ip() {
+    let (port, connections) = server(POD_IP, ok).await;
+    for ip in [None, Some("")] {
+        let (result, events) = run_on(ProbeHostPolicy::PodIp, tcp_probe(None, port), ip).await;
+        assert_eq!(result, ProbeResult::Failure, "{ip:?}");
+        assert_eq!(
+            events,
+            [
+                "Readiness probe failed: the pod has no IP: the probe host policy only lets probes connect to the pod IP"
+            ]
+        );
+    }
+    assert_eq!(accepted(&connections, 0).await, 0, "nothing dialled");
+    assert_eq!(run_on(ProbeHostPolicy::Any, tcp_probe(None, port), None).await.0, ProbeResult::Success);
 }
 
 #[tokio::test]

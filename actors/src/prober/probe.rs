@@ -153,18 +153,23 @@ pub enum ProbeHostPolicy {
 }
 
 /// Why `policy` refuses a probe whose `field` (`httpGet.host`, `tcpSocket.host`) is `host`, if it
-/// does. An unset or empty host means the pod IP.
+/// does. An unset or empty host means the pod IP; with no pod IP either, a TCP or gRPC probe
+/// would dial the agent's own loopback (Go's empty host), which `PodIp` refuses too.
 pub fn host_refusal(
     policy: ProbeHostPolicy,
     field: &str,
     host: Option<&str>,
     pod_ip: &str,
 ) -> Option<String> {
-    let host = host.filter(|h| !h.is_empty())?;
-    match policy {
-        ProbeHostPolicy::Any => None,
-        ProbeHostPolicy::PodIp if host == pod_ip => None,
-        ProbeHostPolicy::PodIp => Some(format!(
+    let host = host.filter(|h| !h.is_empty());
+    match (policy, host) {
+        (ProbeHostPolicy::Any, _) => None,
+        (ProbeHostPolicy::PodIp, None) if pod_ip.is_empty() => {
+            Some("the pod has no IP: the probe host policy only lets probes connect to the pod IP".to_owned())
+        }
+        (ProbeHostPolicy::PodIp, None) => None,
+        (ProbeHostPolicy::PodIp, Some(host)) if host == pod_ip => None,
+        (ProbeHostPolicy::PodIp, Some(host)) => Some(format!(
             "{field} {host:?} is not allowed: the probe host policy only lets probes connect to the pod IP {pod_ip:?}"
         )),
     }
@@ -503,6 +508,9 @@ impl Prober {
             });
         }
         if let Some(action) = &spec.grpc {
+            if let Some(refusal) = host_refusal(self.parts.host_policy, "grpc", None, pod_ip) {
+                return Ok(Probed::new(ProbeOutcome::Failure, refusal));
+            }
             let port = u16::try_from(action.port)
                 .ok()
                 .filter(|p| *p > 0)
@@ -715,6 +723,13 @@ mod tests {
             )
         );
         assert!(host_refusal(pod_ip, "httpGet.host", Some("10.0.0.2"), "10.0.0.1").is_some());
+        // No pod IP: an unset host would be the agent's own loopback.
+        assert_eq!(
+            host_refusal(pod_ip, "tcpSocket.host", None, "").as_deref(),
+            Some("the pod has no IP: the probe host policy only lets probes connect to the pod IP")
+        );
+        assert!(host_refusal(pod_ip, "tcpSocket.host", Some("127.0.0.1"), "").is_some());
+        assert_eq!(host_refusal(any, "tcpSocket.host", None, ""), None, "the kubelet's behaviour");
     }
 
     #[tokio::test]
