@@ -366,3 +366,30 @@ async fn a_tick_due_while_the_probe_ran_still_runs_at_once() {
         setup.calls_to("10.0.0.1", t0).iter().map(|d| (d.as_millis() + 50) / 100 * 100).collect();
     assert_eq!(began, [900, 1_800], "the fast pod's probes");
 }
+
+/// A probe with a long timeout that hangs gives its slot back after the lease (10 s) and runs
+/// on without it: it cannot keep every other pod's probes waiting for its whole timeout.
+#[actix::test]
+async fn a_probe_that_hangs_for_a_long_timeout_gives_its_slot_back_after_the_lease() {
+    // Every dial takes an hour: the hanging pod's (timeout an hour) holds on; the victim's
+    // (timeout 1 s) fails after its second, once it has a slot.
+    let setup = start(Some(1), Duration::from_secs(3600)).await;
+    let t0 = tokio::time::Instant::now();
+    let probe = Probe {
+        tcp_socket: Some(TCPSocketAction { port: IntOrString::Int(80), host: None }),
+        period_seconds: Some(10),
+        timeout_seconds: Some(3600),
+        ..Default::default()
+    };
+    let hanging = test_pod("hanging").container("app").with_probe("app", ProbeKind::Readiness, probe).build();
+    setup.add_pod(0, hanging).await;
+    settle().await;
+    setup.add(1, "victim").await;
+    run_for(Duration::from_secs(5)).await;
+    assert!(setup.calls_to("10.0.0.1", t0).is_empty(), "the victim waits while the lease lasts");
+    run_for(Duration::from_secs(7)).await;
+    let victim = setup.calls_to("10.0.0.1", t0);
+    assert_eq!(victim.len(), 1, "the victim probed once the lease was over: {victim:?}");
+    assert!(victim[0] >= Duration::from_secs(10) && victim[0] < Duration::from_secs(11), "{victim:?}");
+    assert_eq!(setup.tcp.running.load(Ordering::SeqCst), 1, "the hanging probe runs on, without its slot");
+}

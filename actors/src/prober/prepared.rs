@@ -95,7 +95,9 @@ impl Prepared {
             Some(addr) => {
                 drop(status);
                 let attempt = || Box::pin(async move { Ok(tcp::probe_addr(addr, this.timeout).await) });
-                this.prober.run_observed(kind, false, pod, || &*this.container, names, attempt).await
+                this.prober
+                    .run_observed(kind, false, this.timeout, pod, || &*this.container, names, attempt)
+                    .await
             }
             None => {
                 let (id, memo) = (&this.container_id, Some(&this.memo));

@@ -175,6 +175,11 @@ pub fn host_refusal(
     }
 }
 
+/// The longest a probe holds its probe slot: one whose timeout is longer gives the slot back
+/// after this and runs on without one. Ten seconds is ten periods of the shortest, and longer
+/// than any probe of a node that keeps up (docs/benchmarks.md, "Overload").
+pub const SLOT_LEASE: Duration = Duration::from_secs(10);
+
 /// The real prober: the four executors behind the kubelet's dispatch rules.
 ///
 /// Its parts sit behind one `Arc`: every probe takes its own handle on the prober, and one
@@ -308,7 +313,7 @@ impl Prober {
         // it while they queue for the slots, ten thousand times over (docs/memory.md).
         let attempt =
             || Box::pin(self.run_with_retries(spec, pod, status, container, container_id, timeout, memo));
-        self.run_observed(kind, spec.exec.is_some(), pod, || container, names, attempt).await
+        self.run_observed(kind, spec.exec.is_some(), timeout, pod, || container, names, attempt).await
     }
 
     /// Runs `attempt` (the probe's tries) once it has a slot of its pool (the exec probes' when
@@ -320,6 +325,7 @@ impl Prober {
         &self,
         kind: ProbeKind,
         exec: bool,
+        timeout: Duration,
         pod: &Pod,
         container: impl Fn() -> &'c Container,
         names: impl FnOnce() -> RecordNames<'n>,
@@ -342,8 +348,29 @@ impl Prober {
         } else {
             (asked, Duration::ZERO)
         };
-        let attempt = attempt().await;
-        drop(slot);
+        let attempt = match slot {
+            // A probe that may run longer than a slot's lease gives its slot back once the
+            // lease is over and goes on without one: probes that hang for their whole long
+            // timeout (an endpoint that accepts and never answers) must not keep every slot,
+            // and every other pod's probes waiting, for as long (docs/prober.md §1.2).
+            Some(slot) if timeout > SLOT_LEASE => {
+                let attempt = attempt();
+                let mut attempt = std::pin::pin!(attempt);
+                tokio::select! {
+                    biased;
+                    done = &mut attempt => done,
+                    () = tokio::time::sleep(SLOT_LEASE) => {
+                        drop(slot);
+                        attempt.await
+                    }
+                }
+            }
+            slot => {
+                let attempt = attempt().await;
+                drop(slot);
+                attempt
+            }
+        };
         let mapped = self.map_outcome(kind, pod, container, &attempt);
         if let Some(observer) = self.parts.observer.as_ref() {
             let output = match &attempt {
