@@ -170,6 +170,10 @@ async fn a_prepared_tcp_probe_runs_as_the_dispatcher_does() {
                 let host = probe.tcp_socket.as_ref().and_then(|t| t.host.as_deref()).unwrap_or_default();
                 let failure = match policy {
                     ProbeHostPolicy::PodIp if !host.is_empty() && host != pod_ip => Some("is not allowed"),
+                    // No pod IP: the agent's own loopback, which the policy refuses.
+                    ProbeHostPolicy::PodIp if host.is_empty() && pod_ip.is_empty() => {
+                        Some("the pod has no IP")
+                    }
                     _ => failure,
                 };
                 match failure {

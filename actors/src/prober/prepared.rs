@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 
-use super::probe::RecordNames;
+use super::probe::{RecordNames, SlotUse};
 use super::{PodContainer, ProbeKind, ProbeMemo, ProbeRun, Prober, port, tcp};
 use crate::container::ContainerId;
 use crate::status::probe_status::PodProbeStatus;
@@ -95,9 +95,8 @@ impl Prepared {
             Some(addr) => {
                 drop(status);
                 let attempt = || Box::pin(async move { Ok(tcp::probe_addr(addr, this.timeout).await) });
-                this.prober
-                    .run_observed(kind, false, this.timeout, pod, || &*this.container, names, attempt)
-                    .await
+                let slot = SlotUse { exec: false, timeout: this.timeout };
+                this.prober.run_observed(kind, slot, pod, || &*this.container, names, attempt).await
             }
             None => {
                 let (id, memo) = (&this.container_id, Some(&this.memo));

@@ -175,6 +175,14 @@ pub fn host_refusal(
     }
 }
 
+/// Which slot a probe takes and for how long it may run: the exec probes' pool or the network
+/// probes', and the probe's timeout (see [`SLOT_LEASE`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SlotUse {
+    pub exec: bool,
+    pub timeout: Duration,
+}
+
 /// The longest a probe holds its probe slot: one whose timeout is longer gives the slot back
 /// after this and runs on without one. Ten seconds is ten periods of the shortest, and longer
 /// than any probe of a node that keeps up (docs/benchmarks.md, "Overload").
@@ -313,7 +321,8 @@ impl Prober {
         // it while they queue for the slots, ten thousand times over (docs/memory.md).
         let attempt =
             || Box::pin(self.run_with_retries(spec, pod, status, container, container_id, timeout, memo));
-        self.run_observed(kind, spec.exec.is_some(), timeout, pod, || container, names, attempt).await
+        let slot = SlotUse { exec: spec.exec.is_some(), timeout };
+        self.run_observed(kind, slot, pod, || container, names, attempt).await
     }
 
     /// Runs `attempt` (the probe's tries) once it has a slot of its pool (the exec probes' when
@@ -324,8 +333,7 @@ impl Prober {
     pub(super) async fn run_observed<'n, 'c, F>(
         &self,
         kind: ProbeKind,
-        exec: bool,
-        timeout: Duration,
+        SlotUse { exec, timeout }: SlotUse,
         pod: &Pod,
         container: impl Fn() -> &'c Container,
         names: impl FnOnce() -> RecordNames<'n>,
