@@ -57,7 +57,30 @@ impl fmt::Display for AnnotationError {
 impl std::error::Error for AnnotationError {}
 
 fn error(path: impl Into<String>, message: impl Into<String>) -> AnnotationError {
-    AnnotationError { path: path.into(), message: message.into() }
+    AnnotationError { path: bounded(&path.into()), message: bounded(&message.into()) }
+}
+
+/// The most bytes of an error's path or message: both quote what the pod's author wrote (a
+/// name, an unknown key), and they go into the pod's condition, an event and the log.
+const MAX_ERROR_TEXT: usize = 512;
+
+/// `text` with its control characters escaped (an ESC or a newline in a condition message would
+/// reach `kubectl describe` as it is) and cut to [`MAX_ERROR_TEXT`] bytes, marked with `…`.
+fn bounded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_ERROR_TEXT + 4));
+    for c in text.chars() {
+        let piece: std::borrow::Cow<'_, str> = if c.is_control() {
+            c.escape_default().to_string().into()
+        } else {
+            c.encode_utf8(&mut [0; 4]).to_owned().into()
+        };
+        if out.len() + piece.len() > MAX_ERROR_TEXT {
+            out.push('…');
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
 }
 
 /// Reads the annotation's value against the pod's spec. `exec_allowed`: the agent may run exec
@@ -205,6 +228,22 @@ mod tests {
         assert_eq!(names, ["backend", "db", "grpc", "script"]);
         assert_eq!(probes[0].probe.period_seconds, Some(2));
         assert_eq!(probes[3].container.as_deref(), Some("app"));
+    }
+
+    /// What the pod's author wrote is quoted in errors, which go into the pod's condition, an
+    /// event and the log: cut short, and with control characters escaped.
+    #[test]
+    fn errors_quote_the_author_s_text_short_and_escaped() {
+        let long =
+            format!(r#"[{{"name": "{}", "probe": {{"tcpSocket": {{"port": 80}}}}}}]"#, "a".repeat(200_000));
+        let err = parse_gate_probes(&long, &spec(), false).unwrap_err();
+        assert!(err.to_string().len() < 1200, "{} bytes", err.to_string().len());
+        assert!(err.message.ends_with('…'), "{}", err.message);
+
+        let odd = r#"[{"name": "x", "probe": {"tcpSocket": {"port": 80}}, "\u001b[31mRED\nINFO fake": 1}]"#;
+        let err = parse_gate_probes(odd, &spec(), false).unwrap_err().to_string();
+        assert!(!err.contains('\u{1b}') && !err.contains('\n'), "{err:?}");
+        assert!(err.contains("\\u{1b}[31mRED\\nINFO fake"), "{err:?}");
     }
 
     #[test]
