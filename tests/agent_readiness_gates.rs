@@ -533,8 +533,9 @@ async fn the_condition_observes_the_generation_where_the_kubelet_does() {
 }
 
 /// A probe changed in the annotation is a new probe: the condition written for the old one is
-/// not kept while the new one has no result, so a new probe that cannot even run (a named port
-/// the pod does not have) turns the gate False. (It stayed True on the old probe's success.)
+/// not kept while the new one has no result, so a new probe that has not run yet (here held
+/// back by its initial delay) turns the gate False. (It stayed True on the old probe's success,
+/// for good when the new probe could only error.)
 #[tokio::test]
 async fn a_changed_probe_does_not_inherit_the_old_probes_success() {
     let (port, _healthy) = support::health::toggled_health_server().await;
@@ -544,8 +545,11 @@ async fn a_changed_probe_does_not_inherit_the_old_probes_success() {
     wait_for_gate(&fake, "changed", "True", |c| c["status"] == "True").await;
 
     let mut changed = fake.pod("default", "changed").unwrap();
-    let broken = json!([{"name": "backend", "probe": {"httpGet": {"path": "/healthz", "port": "nope"}, "periodSeconds": 1}}]);
-    changed.metadata.annotations = Some(BTreeMap::from([(ANNOTATION.to_owned(), broken.to_string())]));
+    let later = json!([{
+        "name": "backend",
+        "probe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 1, "initialDelaySeconds": 600}
+    }]);
+    changed.metadata.annotations = Some(BTreeMap::from([(ANNOTATION.to_owned(), later.to_string())]));
     fake.insert_pod(changed);
     let failed = wait_for_gate(&fake, "changed", "False", |c| c["status"] == "False").await;
     assert_eq!(failed["reason"], "ReadinessProbesFailed");

@@ -12,6 +12,8 @@ use probelet_actors::prober::ProbeKind;
 use probelet_actors::prober::timing::ProbeTiming;
 use serde::Deserialize;
 
+use crate::host::manifests::{HTTP_HEADER_NAME, is_http_header_name, port_name};
+
 /// The annotation that lists a pod's gate probes.
 pub const READINESS_PROBES_ANNOTATION: &str = "probelet.dev/readiness-probes";
 
@@ -90,11 +92,24 @@ pub fn parse_gate_probes(
     spec: &PodSpec,
     exec_allowed: bool,
 ) -> Result<Vec<GateProbe>, AnnotationError> {
+    // Each entry an object: serde's derive would also take a struct written as an array of its
+    // fields in order, which the documentation never promised.
+    if let Ok(serde_json::Value::Array(entries)) = serde_json::from_str::<serde_json::Value>(value)
+        && let Some(i) = entries.iter().position(|e| !e.is_object())
+    {
+        return Err(error(format!("[{i}]"), "must be an object with \"name\" and \"probe\""));
+    }
     let probes: Vec<GateProbe> =
         serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(value)).map_err(|e| {
             let path = e.path().to_string();
             error(path, e.into_inner().to_string())
         })?;
+    let ports: Vec<&str> = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| p.name.as_deref())
+        .collect();
     if probes.is_empty() {
         return Err(error("", "must list at least one probe"));
     }
@@ -112,7 +127,7 @@ pub fn parse_gate_probes(
         {
             return Err(error(at("container"), format!("no container {container:?} in the pod")));
         }
-        validate_probe(&entry.probe, exec_allowed, &|field| at(&format!("probe.{field}")))?;
+        validate_probe(&entry.probe, exec_allowed, &ports, &|field| at(&format!("probe.{field}")))?;
         if let Some(timing) = &entry.timing {
             timing.validate(ProbeKind::Readiness, &at("timing")).map_err(|e| error(e.path, e.reason))?;
         }
@@ -124,6 +139,7 @@ pub fn parse_gate_probes(
 fn validate_probe(
     probe: &Probe,
     exec_allowed: bool,
+    ports: &[&str],
     at: &dyn Fn(&str) -> String,
 ) -> Result<(), AnnotationError> {
     let handlers =
@@ -146,10 +162,33 @@ fn validate_probe(
         }
     }
     if let Some(http) = &probe.http_get {
-        port_error(&http.port).map_or(Ok(()), |why| Err(error(at("httpGet.port"), why)))?;
+        port_error(&http.port, ports).map_or(Ok(()), |why| Err(error(at("httpGet.port"), why)))?;
+        match http.scheme.as_deref() {
+            None | Some("" | "HTTP" | "HTTPS") => {}
+            Some(other) => {
+                return Err(error(
+                    at("httpGet.scheme"),
+                    format!("Unsupported value: {other:?}: supported values: \"HTTP\", \"HTTPS\""),
+                ));
+            }
+        }
+        for header in http.http_headers.iter().flatten() {
+            if !is_http_header_name(&header.name) {
+                return Err(error(
+                    at("httpGet.httpHeaders"),
+                    format!("Invalid value: {:?}: {HTTP_HEADER_NAME}", header.name),
+                ));
+            }
+            if header.value.contains(['\r', '\n']) {
+                return Err(error(
+                    at("httpGet.httpHeaders"),
+                    format!("Invalid value: {:?}: a header value may not hold a line break", header.value),
+                ));
+            }
+        }
     }
     if let Some(tcp) = &probe.tcp_socket {
-        port_error(&tcp.port).map_or(Ok(()), |why| Err(error(at("tcpSocket.port"), why)))?;
+        port_error(&tcp.port, ports).map_or(Ok(()), |why| Err(error(at("tcpSocket.port"), why)))?;
     }
     if let Some(grpc) = &probe.grpc
         && !(1..=65535).contains(&grpc.port)
@@ -175,16 +214,21 @@ fn validate_probe(
     Ok(())
 }
 
-fn port_error(port: &IntOrString) -> Option<String> {
+/// Upstream `ValidatePortNumOrName`, and a name must be one of the pod's container ports (a
+/// probe on another would only ever error).
+fn port_error(port: &IntOrString, ports: &[&str]) -> Option<String> {
     match port {
         IntOrString::Int(p) if !(1..=65535).contains(p) => {
             Some("must be between 1 and 65535, inclusive".to_owned())
         }
         IntOrString::Int(_) => None,
-        IntOrString::String(name) if name.is_empty() || name.len() > 15 => {
-            Some("must be a port number or a named port of 1 to 15 characters".to_owned())
-        }
-        IntOrString::String(_) => None,
+        IntOrString::String(name) => match port_name(name).first() {
+            Some(why) => Some(format!("Invalid value: {name:?}: {why}")),
+            None if !ports.contains(&name.as_str()) => {
+                Some(format!("Invalid value: {name:?}: must be the name of one of the pod's container ports"))
+            }
+            None => None,
+        },
     }
 }
 
@@ -209,9 +253,58 @@ mod tests {
     use k8s_openapi::api::core::v1::Container;
 
     fn spec() -> PodSpec {
-        PodSpec {
-            containers: vec![Container { name: "app".into(), ..Default::default() }],
+        let db = k8s_openapi::api::core::v1::ContainerPort {
+            name: Some("db".into()),
+            container_port: 5432,
             ..Default::default()
+        };
+        PodSpec {
+            containers: vec![Container { name: "app".into(), ports: Some(vec![db]), ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    /// The API server's rules where a probe in a pod spec has them, and what it cannot check
+    /// for an annotation: a named port must be one of the pod's, an entry an object.
+    #[test]
+    fn what_the_api_server_would_refuse_is_refused() {
+        let one = |probe: &str| format!(r#"[{{"name": "x", "probe": {probe}}}]"#);
+        let cases = [
+            (
+                one(r#"{"httpGet": {"port": 80, "scheme": "gopher"}}"#),
+                "[0].probe.httpGet.scheme",
+                "Unsupported value: \"gopher\": supported values: \"HTTP\", \"HTTPS\"",
+            ),
+            (
+                one(r#"{"httpGet": {"port": 80, "httpHeaders": [{"name": "X Bad", "value": "v"}]}}"#),
+                "[0].probe.httpGet.httpHeaders",
+                "Invalid value: \"X Bad\": a valid HTTP header",
+            ),
+            (
+                one(r#"{"httpGet": {"port": 80, "httpHeaders": [{"name": "X-Ok", "value": "a\r\nb: c"}]}}"#),
+                "[0].probe.httpGet.httpHeaders",
+                "Invalid value: \"a\\r\\nb: c\": a header value may not hold a line break",
+            ),
+            (
+                one(r#"{"tcpSocket": {"port": "HTTP!*/ "}}"#),
+                "[0].probe.tcpSocket.port",
+                "Invalid value: \"HTTP!*/ \": must contain only alpha-numeric",
+            ),
+            (
+                one(r#"{"httpGet": {"port": "nope"}}"#),
+                "[0].probe.httpGet.port",
+                "Invalid value: \"nope\": must be the name of one of the pod's container ports",
+            ),
+            (
+                r#"[["pos", null, {"tcpSocket": {"port": 80}}]]"#.to_owned(),
+                "[0]",
+                "must be an object with \"name\" and \"probe\"",
+            ),
+        ];
+        for (value, path, message) in cases {
+            let err = parse_gate_probes(&value, &spec(), false).unwrap_err();
+            assert_eq!(err.path, path, "{value}");
+            assert!(err.message.starts_with(message), "{value}: {}", err.message);
         }
     }
 

@@ -101,7 +101,7 @@ pub(super) const DNS1123_LABEL: &str = "a lowercase RFC 1123 label must consist 
 and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation \
 is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 pub(super) const DNS1123_SUBDOMAIN: &str = r"a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of alphanumeric characters or '-' \
+pub(crate) const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of alphanumeric characters or '-' \
 (e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')";
 
 /// The API server's validation of what the agent relies on, with its messages
@@ -597,7 +597,7 @@ fn is_subdomain(value: &str) -> bool {
 }
 
 /// Upstream `validation.IsValidPortName`.
-pub(super) fn port_name(name: &str) -> Vec<&'static str> {
+pub(crate) fn port_name(name: &str) -> Vec<&'static str> {
     let mut msgs = Vec::new();
     if name.len() > 15 {
         msgs.push("must be no more than 15 characters");
@@ -618,6 +618,6 @@ pub(super) fn port_name(name: &str) -> Vec<&'static str> {
 }
 
 /// `[-A-Za-z0-9]+`
-fn is_http_header_name(name: &str) -> bool {
+pub(crate) fn is_http_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
