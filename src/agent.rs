@@ -28,9 +28,7 @@ use crate::host::console::say;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
-use crate::host::runtime::{
-    ContainerGroups, FdBudget, OrphanReaper, ProcessRuntime, StateDirError, raise_nofile_limit,
-};
+use crate::host::runtime::{ContainerGroups, FdBudget, OrphanReaper, ProcessRuntime, StateDirError};
 use crate::serve::tls::{self, CertFiles, TlsError};
 use crate::serve::{
     Heartbeat, Limits, ServeState, router, router_for_loopback, router_with_reviews,
@@ -69,12 +67,37 @@ pub enum AgentError {
 }
 
 /// Another `--state-dir` is the way out of a state directory that cannot be used, but not of
-/// one whose records are a running agent's: there it would run that agent's containers twice.
+/// one whose records are a running agent's (there it would run that agent's containers twice),
+/// nor of a process or node out of descriptors or memory (every directory would fail alike:
+/// [`shortage_hint`] says what helps).
 fn state_dir_hint(error: &StateDirError) -> &'static str {
     match error {
         StateDirError::RecordsOfRunningAgent { .. } => "",
+        StateDirError::Io { source, .. } if is_shortage(source) => "",
         _ => " (choose another with --state-dir)",
     }
+}
+
+/// What an operator can do about an error that is a shortage rather than a fault, found
+/// anywhere in its chain of sources; empty for any other error. Said once, where the agent
+/// prints why it could not run.
+pub fn shortage_hint(error: &(dyn std::error::Error + 'static)) -> &'static str {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return match rustix::io::Errno::from_io_error(io) {
+                Some(rustix::io::Errno::MFILE) => {
+                    " (the agent is out of file descriptors: raise its open-files limit, ulimit -n or LimitNOFILE=)"
+                }
+                Some(rustix::io::Errno::NFILE) => {
+                    " (the node's table of open files is full: see fs.file-max and fs.file-nr)"
+                }
+                _ => "",
+            };
+        }
+        cause = error.source();
+    }
+    ""
 }
 
 /// The state directory's name in the manifests folder when `--state-dir` is not given (hidden,
@@ -407,12 +430,6 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     // pods, claimed by another agent, and a container would run twice (docs/reliability.md).
     let manifests = std::fs::canonicalize(&manifests_as_given)
         .map_err(|_| AgentError::NoManifests(manifests_as_given.clone()))?;
-    // Containers hold the agent's descriptors: use all the hard limit allows, then budget it.
-    // First, so that the claim below does not fail for want of one.
-    match raise_nofile_limit() {
-        Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
-        Err(error) => tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit"),
-    }
     let _claim = claim_folder(&manifests)?;
     let mut common = Common::new()?;
     common.configure(args);
@@ -649,6 +666,26 @@ impl Default for Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state directory that fails for want of descriptors is no reason to choose another:
+    /// the hint says what helps instead. Other failures keep the `--state-dir` advice.
+    #[test]
+    fn a_shortage_is_named_as_one_and_not_blamed_on_the_state_directory() {
+        let io = |errno: rustix::io::Errno| {
+            AgentError::StateDir(StateDirError::Io {
+                path: PathBuf::from("/s/lock"),
+                source: std::io::Error::from_raw_os_error(errno.raw_os_error()),
+            })
+        };
+        let emfile = io(rustix::io::Errno::MFILE);
+        assert!(!emfile.to_string().contains("--state-dir"), "{emfile}");
+        assert!(shortage_hint(&emfile).contains("raise its open-files limit"));
+        let enfile = io(rustix::io::Errno::NFILE);
+        assert!(shortage_hint(&enfile).contains("fs.file-max"));
+        let denied = io(rustix::io::Errno::ACCESS);
+        assert!(denied.to_string().ends_with("(choose another with --state-dir)"), "{denied}");
+        assert_eq!(shortage_hint(&denied), "");
+    }
 
     /// An actor whose handler panics.
     struct Fragile;

@@ -13,6 +13,10 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The fewest descriptors the agent starts with: its runtime, signal pipe, listener, state
+/// directory, claim and log take about 24; the rest is for probes and the API.
+const MIN_OPEN_FILES: u64 = 32;
+
 fn main() -> anyhow::Result<()> {
     // First, and without the rest of the command line: the shim is a small parent of each
     // container and exec probe, and sets up nothing else.
@@ -28,7 +32,24 @@ fn main() -> anyhow::Result<()> {
             // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mode = args.mode()?;
-            let ran = actix::System::new().block_on(async move {
+            // Containers and probes hold the agent's descriptors: use all the hard limit allows
+            // (the budget in `host::runtime` then shares it out). First of all, so that neither
+            // the runtime below nor the folder's claim fails for want of one.
+            // Below a floor the agent cannot even start its runtime, listener and state
+            // directory (tokio's signal set-up panics at 6): one clear error instead of whichever
+            // of them fails first.
+            match probelet::host::runtime::raise_nofile_limit() {
+                Ok(Some(limit)) if limit < MIN_OPEN_FILES => {
+                    eprintln!(
+                        "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least \
+                         {MIN_OPEN_FILES}, and 4 more for each container (raise it: ulimit -n or LimitNOFILE=)"
+                    );
+                    std::process::exit(1);
+                }
+                Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
+                Err(error) => tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit"),
+            }
+            let ran = system().block_on(async move {
                 // SIGXFSZ (a write past the file-size limit, `ulimit -f`: standard error sent to
                 // a file, a container record) caught and never read, for the agent's whole life
                 // (tokio never takes a handler back): the write fails with EFBIG, handled like a
@@ -49,7 +70,7 @@ fn main() -> anyhow::Result<()> {
             if let Err(error) = ran {
                 // Each of the agent's errors names its cause in its own text (the file, the
                 // flag, the OS error): the chain of sources below it would say it again.
-                eprintln!("Error: {error}");
+                eprintln!("Error: {error}{}", probelet::agent::shortage_hint(&error));
                 std::process::exit(1);
             }
             Ok(())
@@ -67,8 +88,22 @@ fn main() -> anyhow::Result<()> {
         }
         Command::DemoTarget(args) => {
             init_logging(LogFormat::Text, 0);
-            let code = actix::System::new().block_on(probelet::demo::run(args)).context("demo-target")?;
+            let code = system().block_on(probelet::demo::run(args)).context("demo-target")?;
             std::process::exit(code);
+        }
+    }
+}
+
+/// actix's own `System::new` panics when tokio cannot make its runtime, which needs a few
+/// descriptors of its own (an epoll instance, a wake-up eventfd): under a limit of open files
+/// of 8 or less. Here that is an error that says so, like the agent's others.
+/// Nothing runs yet, so it exits at once.
+fn system() -> actix::SystemRunner {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => actix::System::with_tokio_rt(move || runtime),
+        Err(error) => {
+            eprintln!("Error: cannot start the runtime: {error}{}", probelet::agent::shortage_hint(&error));
+            std::process::exit(1);
         }
     }
 }
