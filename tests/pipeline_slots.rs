@@ -393,3 +393,44 @@ async fn a_probe_that_hangs_for_a_long_timeout_gives_its_slot_back_after_the_lea
     assert!(victim[0] >= Duration::from_secs(10) && victim[0] < Duration::from_secs(11), "{victim:?}");
     assert_eq!(setup.tcp.running.load(Ordering::SeqCst), 1, "the hanging probe runs on, without its slot");
 }
+
+/// An exec runner whose commands never end (within the test).
+struct HangingExec(Arc<AtomicUsize>);
+
+impl CommandRunner for HangingExec {
+    fn run_in_container(
+        &self,
+        _container_id: &ContainerId,
+        _cmd: &[String],
+        _timeout: Duration,
+    ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
+        let running = self.0.clone();
+        Box::pin(async move {
+            running.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(86_400)).await;
+            Ok(ExecOutput { output: Vec::new(), exit_code: 0 })
+        })
+    }
+}
+
+/// Exec probes keep their slot past the lease: the exec pool is sized by what each one holds
+/// while it runs (a local command's descriptors), which a hanging one holds just the same.
+#[actix::test]
+async fn an_exec_probe_keeps_its_slot_past_the_lease() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let runner = HangingExec(running.clone());
+    let setup = start_with(Duration::from_millis(10), |builder| {
+        builder.max_probes_in_flight(Some(10)).max_exec_probes_in_flight(Some(1)).runner(Arc::new(runner))
+    })
+    .await;
+    let exec = Probe { timeout_seconds: Some(3600), ..exec_probe() };
+    for i in 0..5 {
+        let name = format!("exec-{i}");
+        let pod =
+            test_pod(&name).container("app").with_probe("app", ProbeKind::Readiness, exec.clone()).build();
+        setup.pods.upsert(pod.clone());
+        setup.engine.sync_pod(pod, status(i + 1, &name)).await.unwrap();
+    }
+    run_for(Duration::from_secs(45)).await;
+    assert_eq!(running.load(Ordering::SeqCst), 1, "one exec probe at a time, lease or not");
+}

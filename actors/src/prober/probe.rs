@@ -183,7 +183,7 @@ pub(super) struct SlotUse {
     pub timeout: Duration,
 }
 
-/// The longest a probe holds its probe slot: one whose timeout is longer gives the slot back
+/// The longest a network probe holds its probe slot: one whose timeout is longer gives the slot back
 /// after this and runs on without one. Ten seconds is ten periods of the shortest, and longer
 /// than any probe of a node that keeps up (docs/benchmarks.md, "Overload").
 pub const SLOT_LEASE: Duration = Duration::from_secs(10);
@@ -357,11 +357,14 @@ impl Prober {
             (asked, Duration::ZERO)
         };
         let attempt = match slot {
-            // A probe that may run longer than a slot's lease gives its slot back once the
-            // lease is over and goes on without one: probes that hang for their whole long
+            // A network probe that may run longer than a slot's lease gives its slot back once
+            // the lease is over and goes on without one: probes that hang for their whole long
             // timeout (an endpoint that accepts and never answers) must not keep every slot,
-            // and every other pod's probes waiting, for as long (docs/prober.md §1.2).
-            Some(slot) if timeout > SLOT_LEASE => {
+            // and every other pod's probes waiting, for as long (docs/prober.md §1.2). Not an
+            // exec probe: its pool is sized by what each one holds while it runs (a local
+            // command's descriptors, a cluster's pods/exec budget), which it holds just the
+            // same past a lease.
+            Some(slot) if !exec && timeout > SLOT_LEASE => {
                 let attempt = attempt();
                 let mut attempt = std::pin::pin!(attempt);
                 tokio::select! {
