@@ -100,6 +100,14 @@ fn pod(name: &str, node: &str, gated: bool, probes: Option<String>) -> Pod {
 }
 
 /// The annotation for one HTTP gate probe on `port`.
+/// `pod` with its container started a minute before now.
+fn started_a_minute_ago(mut pod: Pod) -> Pod {
+    let app = &mut pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0];
+    let started = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
+    app.state.as_mut().unwrap().running.as_mut().unwrap().started_at = Some(Time(started));
+    pod
+}
+
 fn http_probe(port: u16) -> String {
     json!([{
         "name": "backend",
@@ -456,12 +464,8 @@ async fn exec_gate_probes_and_rbac_grants_exactly_what_the_mode_requests() {
 async fn a_restarted_agent_does_not_rewrite_an_unchanged_condition() {
     let (port, _healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
-    let mut steady = pod("steady", "node-a", true, Some(http_probe(port)));
     // Started well before the agent: the probes' state is inherited rather than reset.
-    let app = &mut steady.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0];
-    let started = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
-    app.state.as_mut().unwrap().running.as_mut().unwrap().started_at = Some(Time(started));
-    fake.insert_pod(steady);
+    fake.insert_pod(started_a_minute_ago(pod("steady", "node-a", true, Some(http_probe(port)))));
 
     let (agent, kubeconfig) = start_agent(&fake, "gates-restart");
     let first = wait_for_gate(&fake, "steady", "True", |c| c["status"] == "True").await;
@@ -540,7 +544,9 @@ async fn the_condition_observes_the_generation_where_the_kubelet_does() {
 async fn a_changed_probe_does_not_inherit_the_old_probes_success() {
     let (port, _healthy) = support::health::toggled_health_server().await;
     let fake = FakeApiServer::start().await;
-    fake.insert_pod(pod("changed", "node-a", true, Some(http_probe(port))));
+    // Started well before the agent, so that a new probe's worker starts without a result (a
+    // container that has just started is seeded with a Failure, which would say False anyway).
+    fake.insert_pod(started_a_minute_ago(pod("changed", "node-a", true, Some(http_probe(port)))));
     let (agent, kubeconfig) = start_agent(&fake, "gates-changed");
     wait_for_gate(&fake, "changed", "True", |c| c["status"] == "True").await;
 
@@ -553,5 +559,36 @@ async fn a_changed_probe_does_not_inherit_the_old_probes_success() {
     fake.insert_pod(changed);
     let failed = wait_for_gate(&fake, "changed", "False", |c| c["status"] == "False").await;
     assert_eq!(failed["reason"], "ReadinessProbesFailed");
+    stop(agent, kubeconfig).await;
+}
+
+/// Probes changed while the agent was down are not known as changed when it starts again: the
+/// condition written for the old ones is kept only while the new ones may still be waiting for
+/// their first run. A new probe that only errors (a Host header Go refuses: no result, ever)
+/// turns the gate False once that window is over, instead of leaving it True for good.
+#[tokio::test]
+async fn a_probe_changed_while_the_agent_was_down_keeps_the_old_verdict_only_for_a_while() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(started_a_minute_ago(pod("offline", "node-a", true, Some(http_probe(port)))));
+    let (agent, kubeconfig) = start_agent(&fake, "gates-offline");
+    wait_for_gate(&fake, "offline", "True", |c| c["status"] == "True").await;
+    stop(agent, kubeconfig).await;
+
+    let mut changed = fake.pod("default", "offline").unwrap();
+    let erroring = json!([{
+        "name": "backend",
+        "probe": {
+            "httpGet": {"path": "/healthz", "port": port, "httpHeaders": [{"name": "Host", "value": "a b"}]},
+            "periodSeconds": 1, "timeoutSeconds": 1
+        }
+    }]);
+    changed.metadata.annotations = Some(BTreeMap::from([(ANNOTATION.to_owned(), erroring.to_string())]));
+    fake.insert_pod(changed);
+    let (agent, kubeconfig) = start_agent(&fake, "gates-offline-2");
+    // The window: 0 s initial delay, 1 s period, 1 s timeout and 10 s; then the next write.
+    let failed = wait_for_gate(&fake, "offline", "False", |c| c["status"] == "False").await;
+    assert_eq!(failed["reason"], "ReadinessProbesFailed");
+    assert_eq!(failed["message"], "readiness probes with unready status: [backend]");
     stop(agent, kubeconfig).await;
 }

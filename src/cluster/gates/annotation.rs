@@ -12,7 +12,8 @@ use probelet_actors::prober::ProbeKind;
 use probelet_actors::prober::timing::ProbeTiming;
 use serde::Deserialize;
 
-use crate::host::manifests::{HTTP_HEADER_NAME, is_http_header_name, port_name};
+use crate::host::manifests::{HTTP_HEADER_NAME, PORT_RANGE, is_http_header_name, port_name};
+use probelet_actors::gofmt::go_quote;
 
 /// The annotation that lists a pod's gate probes.
 pub const READINESS_PROBES_ANNOTATION: &str = "probelet.dev/readiness-probes";
@@ -71,7 +72,7 @@ const MAX_ERROR_TEXT: usize = 512;
 fn bounded(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_ERROR_TEXT + 4));
     for c in text.chars() {
-        let piece: std::borrow::Cow<'_, str> = if c.is_control() {
+        let piece: std::borrow::Cow<'_, str> = if c.is_control() || is_invisible_control(c) {
             c.escape_default().to_string().into()
         } else {
             c.encode_utf8(&mut [0; 4]).to_owned().into()
@@ -83,6 +84,13 @@ fn bounded(text: &str) -> String {
         out.push_str(&piece);
     }
     out
+}
+
+/// Characters that change how a terminal shows the text around them without being control
+/// characters: bidirectional overrides and isolates (a name that reads backwards) and the
+/// Unicode line and paragraph separators.
+fn is_invisible_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
 }
 
 /// Reads the annotation's value against the pod's spec. `exec_allowed`: the agent may run exec
@@ -120,12 +128,12 @@ pub fn parse_gate_probes(
             return Err(error(at("name"), why));
         }
         if !names.insert(entry.name.as_str()) {
-            return Err(error(at("name"), format!("Duplicate value: {:?}", entry.name)));
+            return Err(error(at("name"), format!("Duplicate value: {}", go_quote(&entry.name))));
         }
         if let Some(container) = &entry.container
             && !spec.containers.iter().any(|c| &c.name == container)
         {
-            return Err(error(at("container"), format!("no container {container:?} in the pod")));
+            return Err(error(at("container"), format!("no container {} in the pod", go_quote(container))));
         }
         validate_probe(&entry.probe, exec_allowed, &ports, &|field| at(&format!("probe.{field}")))?;
         if let Some(timing) = &entry.timing {
@@ -168,7 +176,7 @@ fn validate_probe(
             Some(other) => {
                 return Err(error(
                     at("httpGet.scheme"),
-                    format!("Unsupported value: {other:?}: supported values: \"HTTP\", \"HTTPS\""),
+                    format!("Unsupported value: {}: supported values: \"HTTP\", \"HTTPS\"", go_quote(other)),
                 ));
             }
         }
@@ -176,13 +184,16 @@ fn validate_probe(
             if !is_http_header_name(&header.name) {
                 return Err(error(
                     at("httpGet.httpHeaders"),
-                    format!("Invalid value: {:?}: {HTTP_HEADER_NAME}", header.name),
+                    format!("Invalid value: {}: {HTTP_HEADER_NAME}", go_quote(&header.name)),
                 ));
             }
             if header.value.contains(['\r', '\n']) {
                 return Err(error(
                     at("httpGet.httpHeaders"),
-                    format!("Invalid value: {:?}: a header value may not hold a line break", header.value),
+                    format!(
+                        "Invalid value: {}: a header value may not hold a line break",
+                        go_quote(&header.value)
+                    ),
                 ));
             }
         }
@@ -193,7 +204,7 @@ fn validate_probe(
     if let Some(grpc) = &probe.grpc
         && !(1..=65535).contains(&grpc.port)
     {
-        return Err(error(at("grpc.port"), "must be between 1 and 65535, inclusive"));
+        return Err(error(at("grpc.port"), format!("Invalid value: {}: {PORT_RANGE}", grpc.port)));
     }
     if probe.initial_delay_seconds.is_some_and(|v| v < 0) {
         return Err(error(at("initialDelaySeconds"), "must be greater than or equal to 0"));
@@ -218,15 +229,14 @@ fn validate_probe(
 /// probe on another would only ever error).
 fn port_error(port: &IntOrString, ports: &[&str]) -> Option<String> {
     match port {
-        IntOrString::Int(p) if !(1..=65535).contains(p) => {
-            Some("must be between 1 and 65535, inclusive".to_owned())
-        }
+        IntOrString::Int(p) if !(1..=65535).contains(p) => Some(format!("Invalid value: {p}: {PORT_RANGE}")),
         IntOrString::Int(_) => None,
         IntOrString::String(name) => match port_name(name).first() {
-            Some(why) => Some(format!("Invalid value: {name:?}: {why}")),
-            None if !ports.contains(&name.as_str()) => {
-                Some(format!("Invalid value: {name:?}: must be the name of one of the pod's container ports"))
-            }
+            Some(why) => Some(format!("Invalid value: {}: {why}", go_quote(name))),
+            None if !ports.contains(&name.as_str()) => Some(format!(
+                "Invalid value: {}: must be the name of one of the pod's container ports",
+                go_quote(name)
+            )),
             None => None,
         },
     }
@@ -241,8 +251,9 @@ fn dns_label_error(name: &str) -> Option<String> {
         && !name.ends_with('-');
     (!valid).then(|| {
         format!(
-            "Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric \
-             characters or '-', and must start and end with an alphanumeric character"
+            "Invalid value: {}: a lowercase RFC 1123 label must consist of lower case alphanumeric \
+             characters or '-', and must start and end with an alphanumeric character",
+            go_quote(name)
         )
     })
 }
@@ -337,6 +348,11 @@ mod tests {
         let err = parse_gate_probes(odd, &spec(), false).unwrap_err().to_string();
         assert!(!err.contains('\u{1b}') && !err.contains('\n'), "{err:?}");
         assert!(err.contains("\\u{1b}[31mRED\\nINFO fake"), "{err:?}");
+
+        let backwards = r#"[{"name": "x", "probe": {"tcpSocket": {"port": 80}}, "a\u202eb\u2028c": 1}]"#;
+        let err = parse_gate_probes(backwards, &spec(), false).unwrap_err().to_string();
+        assert!(!err.contains('\u{202e}') && !err.contains('\u{2028}'), "{err:?}");
+        assert!(err.contains("a\\u{202e}b\\u{2028}c"), "{err:?}");
     }
 
     #[test]
@@ -391,7 +407,7 @@ mod tests {
             (
                 "a port out of range",
                 r#"[{"name": "a", "probe": {"tcpSocket": {"port": 70000}}}]"#,
-                "annotation probelet.dev/readiness-probes: [0].probe.tcpSocket.port: must be between 1 and 65535, inclusive",
+                "annotation probelet.dev/readiness-probes: [0].probe.tcpSocket.port: Invalid value: 70000: must be between 1 and 65535, inclusive",
             ),
             (
                 "a zero period",

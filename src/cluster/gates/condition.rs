@@ -55,16 +55,37 @@ pub fn desired(verdict: &Verdict, current: Option<&PodCondition>) -> Option<Desi
         Verdict::NotReady { unready, .. } => (
             "False",
             REASON_PROBES_FAILED,
-            format!("readiness probes with unready status: [{}]", unready.join(" ")),
+            format!("readiness probes with unready status: [{}]", bounded_list(unready)),
         ),
         Verdict::ContainersNotRunning { containers } => (
             "False",
             REASON_CONTAINERS_NOT_RUNNING,
-            format!("containers not running: [{}]", containers.join(" ")),
+            format!("containers not running: [{}]", bounded_list(containers)),
         ),
         Verdict::Invalid(why) => ("False", REASON_INVALID_PROBES, why.clone()),
     };
     Some(Desired { status, reason, message })
+}
+
+/// The most of a message's list of names: an annotation may list thousands of probes, and the
+/// message is written again whenever the list changes.
+pub const LIST_BYTES: usize = 1024;
+
+/// `names` joined by spaces, as many as fit in [`LIST_BYTES`], then `… and N more`.
+fn bounded_list(names: &[String]) -> String {
+    let mut list = String::new();
+    for (i, name) in names.iter().enumerate() {
+        let sep = usize::from(i > 0);
+        if list.len() + sep + name.len() > LIST_BYTES {
+            list.push_str(&format!(" … and {} more", names.len() - i));
+            return list;
+        }
+        if sep == 1 {
+            list.push(' ');
+        }
+        list.push_str(name);
+    }
+    list
 }
 
 /// The condition to write, or `None` when `current` already says the same. The transition
@@ -140,6 +161,21 @@ mod tests {
     use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use k8s_openapi::jiff::Timestamp;
+
+    /// Thousands of unready probes make a message of about a kilobyte, not of every name.
+    #[test]
+    fn a_long_list_of_names_is_cut_and_counted() {
+        let names: Vec<String> = (0..2400).map(|i| format!("{i:0>63}")).collect();
+        let verdict = Verdict::NotReady { unready: names.clone(), pending: false };
+        let message = desired(&verdict, None).unwrap().message;
+        assert!(message.len() < LIST_BYTES + 100, "{} bytes", message.len());
+        assert!(message.ends_with(" … and 2384 more]"), "{message}");
+        assert!(
+            message.starts_with(&format!("readiness probes with unready status: [{} {}", names[0], names[1]))
+        );
+        let few = Verdict::NotReady { unready: vec!["a".into(), "b".into()], pending: false };
+        assert_eq!(desired(&few, None).unwrap().message, "readiness probes with unready status: [a b]");
+    }
 
     fn at(s: &str) -> Time {
         Time(s.parse::<Timestamp>().unwrap())

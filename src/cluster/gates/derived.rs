@@ -134,11 +134,12 @@ pub fn derived_status(pod: &Pod, probes: &[GateProbe]) -> PodStatus {
     }
 }
 
-/// A hash of a gate probe's spec and timing: a changed probe is a new gate container, so that
-/// no result of the old probe counts for it (an errored new probe would otherwise keep the old
-/// one's Success for good).
+/// A hash of a gate probe's spec, timing and container (an exec probe moved to another
+/// container is another probe): a changed probe is a new gate container, so that no result of
+/// the old probe counts for it (an errored new probe would otherwise keep the old one's
+/// Success for good).
 fn probe_hash(probe: &GateProbe) -> u64 {
-    let text = serde_json::to_string(&(&probe.probe, &probe.timing)).unwrap_or_default();
+    let text = serde_json::to_string(&(&probe.probe, &probe.timing, &probe.container)).unwrap_or_default();
     fnv1a64(text.as_bytes())
 }
 
@@ -301,6 +302,31 @@ mod tests {
         ]);
         assert_eq!(id(&before), id(&again), "the order of the statuses does not matter");
         assert_ne!(id(&before), id(&after));
+    }
+
+    /// A probe whose spec, timing or container changed is another gate container: no result of
+    /// the old one counts for it.
+    #[test]
+    fn a_changed_probe_gives_a_new_gate_container_id() {
+        let running_pod = pod(vec![
+            running("app", "containerd://a1", "2026-01-01T00:00:05Z"),
+            running("proxy", "containerd://p1", "2026-01-01T00:00:05Z"),
+        ]);
+        let id = |probes: &[GateProbe]| {
+            derived_status(&running_pod, probes).container_statuses.unwrap()[0].container_id.clone()
+        };
+        let base = probes();
+        let mut moved = probes();
+        moved[0].container = Some("proxy".into());
+        let mut slower = probes();
+        slower[0].probe.period_seconds = Some(30);
+        let mut timed = probes();
+        timed[0].timing =
+            Some(probelet_actors::prober::timing::ProbeTiming { period_ms: Some(250), ..Default::default() });
+        assert_eq!(id(&base), id(&probes()), "the same probe keeps its ID");
+        for (what, changed) in [("container", moved), ("spec", slower), ("timing", timed)] {
+            assert_ne!(id(&base), id(&changed), "{what}");
+        }
     }
 
     #[test]

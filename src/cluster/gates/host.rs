@@ -79,6 +79,11 @@ pub struct GatedPod {
     /// then is a new probe that has not succeeded, not one waiting for its first run after an
     /// agent restart, and the condition written for the old probes is not kept for it.
     probes_changed: bool,
+    /// Until when a probe without a result may keep the condition already written: long enough
+    /// for every probe's first run after an agent restart ([`pending_window`]), and no longer,
+    /// so that probes that changed while the agent was down, or that only error, cannot keep
+    /// an old verdict for good. `None` until the probes were first read.
+    pending_until: Option<tokio::time::Instant>,
 }
 
 impl GatedPod {
@@ -93,6 +98,7 @@ impl GatedPod {
             writing: false,
             again: false,
             probes_changed: false,
+            pending_until: None,
         }
     }
 
@@ -105,6 +111,23 @@ impl GatedPod {
             _ => current_condition(&self.pod),
         }
     }
+}
+
+/// How long after the agent first reads a pod's probes a probe may go without a result before
+/// it counts as not ready: its initial delay, a period (the worker's start-up jitter) and its
+/// timeout, the longest of the pod's probes, and 10 s for the watch and the engine to start.
+pub fn pending_window(probes: &[GateProbe]) -> Duration {
+    let seconds = |value: Option<i32>, default: i32| u64::try_from(value.unwrap_or(default)).unwrap_or(0);
+    let longest = probes
+        .iter()
+        .map(|p| {
+            seconds(p.probe.initial_delay_seconds, 0)
+                .saturating_add(seconds(p.probe.period_seconds, 10))
+                .saturating_add(seconds(p.probe.timeout_seconds, 1))
+        })
+        .max()
+        .unwrap_or(0);
+    Duration::from_secs(longest.saturating_add(10))
 }
 
 fn resource_version(pod: &Pod) -> Option<u64> {
@@ -168,6 +191,13 @@ impl GateHost {
                 return;
             }
         };
+        if entry.pending_until.is_none() {
+            let window = pending_window(&probes);
+            entry.pending_until = Some(tokio::time::Instant::now() + window);
+            let uid = PodUid::from(uid);
+            // The verdict may change when the window closes with nothing else happening.
+            ctx.run_later(window, move |act, ctx| act.evaluate(&uid, ctx));
+        }
         let derived = Arc::new(derived_pod(&entry.pod, &probes));
         if let Some(old) = entry.derived.as_ref().filter(|old| {
             old.spec != derived.spec || old.metadata.annotations != derived.metadata.annotations
@@ -242,6 +272,7 @@ impl GateHost {
                         // Pending: nothing has failed, some have not run since the agent
                         // started (not since the probes changed: see `probes_changed`).
                         let pending = !entry.probes_changed
+                            && entry.pending_until.is_some_and(|until| tokio::time::Instant::now() < until)
                             && results.iter().any(|(_, r)| r.is_none())
                             && results.iter().all(|(_, r)| matches!(r, None | Some(ProbeResult::Success)));
                         Verdict::NotReady { unready, pending }

@@ -86,7 +86,7 @@ fn defaulted(field: Option<i32>, default: i32) -> i32 {
 // === validation ===
 
 const NEGATIVE: &str = "must be greater than or equal to 0";
-const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
+pub(crate) const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
 const NO_HANDLER: &str = "must specify a handler type";
 const SECOND_HANDLER: &str = "may not specify more than 1 handler type";
 const INIT_PROBE: &str = "may not be set for init containers without restartPolicy=Always";
