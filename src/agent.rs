@@ -59,7 +59,7 @@ pub enum AgentError {
     )]
     ManifestsInUse(PathBuf),
     #[error("cannot watch for signals: {0}")]
-    SignalWatcher(std::io::Error),
+    SignalWatcher(#[source] std::io::Error),
     #[error("manifests folder {}: cannot claim it for this agent: {source}", folder.display())]
     Claim { folder: PathBuf, source: std::io::Error },
     #[error("{0} stopped unexpectedly (a bug: the panic is in the log)")]
@@ -78,8 +78,9 @@ fn state_dir_hint(error: &StateDirError) -> &'static str {
     }
 }
 
-/// What an operator can do about an error that is a shortage rather than a fault, found
-/// anywhere in its chain of sources; empty for any other error. Said once, where the agent
+/// What an operator can do about a shortage of descriptors (`EMFILE`, `ENFILE`) found
+/// anywhere in an error's chain of sources; empty for any other error (a shortage of memory
+/// has no one setting to point at). Said once, where the agent
 /// prints why it could not run.
 pub fn shortage_hint(error: &(dyn std::error::Error + 'static)) -> &'static str {
     let mut cause = Some(error);

@@ -14,7 +14,9 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// The fewest descriptors the agent starts with: its runtime, signal pipe, listener, state
-/// directory, claim and log take about 24; the rest is for probes and the API.
+/// directory, claim and log take about 24; the rest is for probes and the API. (Standalone
+/// mode warns at start when its containers have no room: the budget in `host::runtime` keeps
+/// 64 back for probes and the API, then each container holds 4.)
 const MIN_OPEN_FILES: u64 = 32;
 
 fn main() -> anyhow::Result<()> {
@@ -38,16 +40,22 @@ fn main() -> anyhow::Result<()> {
             // Below a floor the agent cannot even start its runtime, listener and state
             // directory (tokio's signal set-up panics at 6): one clear error instead of whichever
             // of them fails first.
-            match probelet::host::runtime::raise_nofile_limit() {
-                Ok(Some(limit)) if limit < MIN_OPEN_FILES => {
-                    eprintln!(
-                        "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least \
-                         {MIN_OPEN_FILES}, and 4 more for each container (raise it: ulimit -n or LimitNOFILE=)"
-                    );
-                    std::process::exit(1);
+            let limit = match probelet::host::runtime::raise_nofile_limit() {
+                Ok(limit) => {
+                    tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit");
+                    limit
                 }
-                Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit"),
-                Err(error) => tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit"),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit");
+                    probelet::host::runtime::nofile_limit()
+                }
+            };
+            if let Some(limit) = limit.filter(|&limit| limit < MIN_OPEN_FILES) {
+                eprintln!(
+                    "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least \
+                     {MIN_OPEN_FILES} to start (raise it: ulimit -n or LimitNOFILE=)"
+                );
+                std::process::exit(1);
             }
             let ran = system().block_on(async move {
                 // SIGXFSZ (a write past the file-size limit, `ulimit -f`: standard error sent to

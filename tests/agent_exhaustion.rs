@@ -192,7 +192,7 @@ async fn too_few_open_files_to_start_is_one_clear_error() {
         assert_eq!(out.status.code(), Some(1), "limit {limit}: {stderr}");
         assert!(
             stderr.starts_with(&format!(
-                "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least 32"
+                "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least 32 to start"
             )),
             "limit {limit}: {stderr}"
         );

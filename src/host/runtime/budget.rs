@@ -163,6 +163,11 @@ impl FdBudget {
     }
 }
 
+/// The soft RLIMIT_NOFILE in force (`None`: unlimited).
+pub fn nofile_limit() -> Option<u64> {
+    getrlimit(Resource::Nofile).current
+}
+
 /// Raises the soft RLIMIT_NOFILE to the hard limit (the default soft limit, often 1024, is far
 /// below what a node agent needs); returns the soft limit in force afterwards.
 pub fn raise_nofile_limit() -> std::io::Result<Option<u64>> {

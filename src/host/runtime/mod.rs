@@ -49,7 +49,7 @@ use std::time::Duration;
 
 pub use budget::{
     FDS_PER_CONTAINER, FDS_PER_EXEC_PROBE, FdBudget, MIN_RESERVE, Refusal, connection_cap, exec_probe_cap,
-    raise_nofile_limit,
+    nofile_limit, raise_nofile_limit,
 };
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use orphans::OrphanReaper;
