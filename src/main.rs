@@ -125,7 +125,9 @@ fn init_logging(format: LogFormat, verbose: u8) {
     // kube's client logs every failed request at ERROR (its trace layer's `on_failure`): one
     // line per retry while the API server is down. The agent says once that the API is lost and
     // once that it is back, and each caller logs what failed at its own level.
-    let default = format!("{default},kube_client::client::builder=off");
+    // Its client also logs the whole body of a response it cannot decode at WARN: a pod list
+    // with every pod's spec and environment, at every retry. The agent says what failed itself.
+    let default = format!("{default},kube_client::client::builder=off,kube_client::client=error");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = probelet::host::console::colour_wanted(
         std::io::IsTerminal::is_terminal(&std::io::stderr()),

@@ -51,6 +51,9 @@ pub fn user_agent() -> String {
 /// Builds the API client from a kubeconfig file, or the in-cluster configuration.
 pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentError> {
     let err = |e: &dyn std::fmt::Display| AgentError::Cluster(e.to_string());
+    let source = kubeconfig
+        .as_ref()
+        .map_or_else(|| "in-cluster configuration".to_owned(), |p| p.display().to_string());
     let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(&path)
@@ -64,12 +67,23 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
     if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
         config.headers.push((http::header::USER_AGENT, value));
     }
-    client_from_config(config).map_err(|e| err(&e))
+    client_from_config(config).map_err(|e| err(&format!("{source}: {e}")))
 }
 
 /// The API client for `config`, with the pod watch's requests paced
 /// ([`watch::WatchPacingLayer`]) and a token file's token trimmed ([`token::TokenFileLayer`]).
 pub fn client_from_config(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    // An inline token is trimmed as a token file's is (a YAML block scalar, `token: |`, ends in
+    // a newline), and one that still cannot be a header is an error: kube's auth layer panics
+    // on it.
+    if let Some(token) = config.auth_info.token.take() {
+        use secrecy::ExposeSecret as _;
+        let trimmed = token.expose_secret().trim().to_owned();
+        if let Err(invalid) = http::HeaderValue::from_str(&format!("Bearer {trimmed}")) {
+            return Err(kube::Error::Auth(kube::client::AuthError::InvalidBearerToken(invalid)));
+        }
+        config.auth_info.token = Some(trimmed.into());
+    }
     // A token file that cannot be read is an error at start, as kube's own reading of it is.
     let token = match config.auth_info.token_file.take() {
         Some(path) if config.auth_info.token.is_none() => {
@@ -158,4 +172,25 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     let _ = stop_server.send(());
     let _ = server.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(token: &str) -> kube::Config {
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().expect("a URL"));
+        config.auth_info.token = Some(token.to_owned().into());
+        config
+    }
+
+    /// A kubeconfig's inline token written as a YAML block scalar ends in a newline: it is
+    /// trimmed, and one that cannot be a header at all is an error, where kube's auth layer
+    /// panicked on either.
+    #[tokio::test]
+    async fn an_inline_token_is_trimmed_and_an_unusable_one_is_an_error() {
+        assert!(client_from_config(config("abc\n")).is_ok());
+        let err = client_from_config(config("a\nb")).err().expect("refused");
+        assert!(err.to_string().contains("invalid bearer token"), "{err}");
+    }
 }
