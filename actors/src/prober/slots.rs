@@ -2,9 +2,9 @@
 //! goroutine each). The real prober ([`super::Prober::with_slots`]; exec probes have a pool of
 //! their own) takes one of a fixed number of slots before a probe's first try and gives it back
 //! after its last, however the probe ends (a stopped worker drops its probe and the slot with
-//! it), or, for a network probe whose timeout is longer than [`super::SLOT_LEASE`], once that
-//! lease is over. A probe that finds none free waits
-//! for one, in the order the probes asked, and its timeout starts only once it has one: when the
+//! it), or, for a network probe whose timeout is longer than the slot's lease (`SLOT_LEASE`,
+//! 10 s), once that lease is over. A probe that finds none free waits for one, in the order the
+//! probes asked, and its timeout starts only once it has one: when the
 //! node cannot keep up, probes start late instead of all running at once, each past its timeout
 //! on starved threads, and failing (docs/prober.md §1.2, "Probe slots"; docs/benchmarks.md,
 //! "Overload").
