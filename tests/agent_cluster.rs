@@ -986,3 +986,41 @@ async fn a_token_file_with_a_trailing_newline_is_read_as_client_go_reads_it() {
     support::agent::stop(&mut agent, Duration::from_secs(20)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A pod the client's structs cannot read (a field of another type than they expect) is skipped
+/// with one warning that names it and the field: the node's other pods are listed, probed and
+/// written as ever, where the whole list failed to decode, the watch listed again every second
+/// and no new pod was ever probed.
+#[tokio::test]
+async fn a_pod_that_cannot_be_read_does_not_stop_the_others() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("before", "node-a", port));
+    let mut odd = serde_json::to_value(pod("odd", "node-a", port)).unwrap();
+    odd["status"]["containerStatuses"][0]["restartCount"] = serde_json::json!("x");
+    fake.insert_pod_json_as_is(odd);
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "undecodable", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "before", "Ready=True", is_ready).await;
+    fake.insert_pod(pod("after", "node-a", port));
+    wait_for_pod(&fake, "after", "Ready=True", is_ready).await;
+
+    let skipped = output.with("Cannot read the pod");
+    assert_eq!(skipped.len(), 1, "{:#?}", output.lines());
+    assert!(skipped[0].contains("default/odd"), "{skipped:?}");
+    assert!(skipped[0].contains("status.containerStatuses[0].restartCount"), "{skipped:?}");
+    assert!(output.with("Lost the API server").is_empty(), "{:#?}", output.lines());
+    let lists = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == http::Method::GET && !r.is_watch() && r.path.ends_with("/pods"))
+        .count();
+    assert!(lists <= 2, "{lists} lists");
+    let odd_writes = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method != http::Method::GET && r.path.contains("/pods/odd"))
+        .count();
+    assert_eq!(odd_writes, 0, "nothing written to the pod that cannot be read");
+    support::agent::kill(agent, &kubeconfig).await;
+}

@@ -15,7 +15,7 @@
 //! once; [`WatchPacingLayer`] spaces such watches out as the reflector does (its "very short
 //! watch" back-off), where thousands a second went out before.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use kube::api::Api;
@@ -249,6 +249,9 @@ pub struct PodWatchState {
     api: ApiReachability,
     /// UIDs seen since the current (re-)list began.
     listed: HashSet<PodUid>,
+    /// Pods the typed structs cannot read, with the resourceVersion last said so: each version
+    /// is logged once, not again at every list.
+    undecodable: HashMap<PodUid, Option<String>>,
 }
 
 /// What a watch event asks of the host.
@@ -279,8 +282,23 @@ impl PodWatchState {
         }
         match event {
             Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
-                if let Some(uid) = PodUid::of(&pod.pod) {
-                    self.listed.insert(uid);
+                let uid = PodUid::of(&pod.pod);
+                if let Some(uid) = &uid {
+                    self.listed.insert(uid.clone());
+                }
+                // Listed (so not taken for deleted), but not applied: the host keeps what it
+                // had of the pod, if anything, until a version it can read.
+                if let Some(why) = pod.undecodable() {
+                    let version = pod.pod.metadata.resource_version.clone();
+                    let key = uid.unwrap_or_default();
+                    if self.undecodable.get(&key) != Some(&version) {
+                        tracing::warn!(pod = %probelet_actors::format::pod_ref(&pod.pod), pod_uid = %key, error = %why, "Cannot read the pod; skipping it until it changes");
+                        self.undecodable.insert(key, version);
+                    }
+                    return None;
+                }
+                if let Some(uid) = uid {
+                    self.undecodable.remove(&uid);
                 }
                 Some(PodWatchStep::Apply(pod))
             }
@@ -288,6 +306,7 @@ impl PodWatchState {
                 if let Some(uid) = pod.pod.metadata.uid.as_deref() {
                     self.listed.remove(uid);
                     self.listed.shrink_after_removal();
+                    self.undecodable.remove(uid);
                 }
                 Some(PodWatchStep::Delete(pod))
             }
@@ -410,6 +429,29 @@ mod tests {
         assert!(watch.on_event(Ok(WatchEvent::Init)).is_none());
         watch.on_event(Ok(WatchEvent::InitApply(pod(Some("b")))));
         assert_eq!(listed(watch.on_event(Ok(WatchEvent::InitDone))), ["b"]);
+    }
+
+    /// A pod the structs cannot read is listed (so the host does not take it for deleted) but
+    /// not applied; once a version of it reads, it is applied.
+    #[test]
+    fn a_pod_that_cannot_be_read_is_listed_but_not_applied() {
+        let odd = |rv: &str, restarts: serde_json::Value| {
+            ApiPod::from_json_lenient(serde_json::json!({
+                "metadata": {"name": "odd", "namespace": "default", "uid": "o", "resourceVersion": rv},
+                "status": {"containerStatuses": [{"name": "app", "ready": false, "restartCount": restarts,
+                                                  "image": "i", "imageID": ""}]},
+            }))
+        };
+        let mut watch = PodWatchState::default();
+        watch.on_event(Ok(WatchEvent::Init));
+        assert!(watch.on_event(Ok(WatchEvent::InitApply(odd("1", serde_json::json!("x"))))).is_none());
+        watch.on_event(Ok(WatchEvent::InitApply(pod(Some("a")))));
+        assert_eq!(listed(watch.on_event(Ok(WatchEvent::InitDone))), ["a", "o"]);
+        assert!(watch.on_event(Ok(WatchEvent::Apply(odd("2", serde_json::json!("y"))))).is_none());
+        assert!(matches!(
+            watch.on_event(Ok(WatchEvent::Apply(odd("3", serde_json::json!(0))))),
+            Some(PodWatchStep::Apply(_))
+        ));
     }
 
     #[test]

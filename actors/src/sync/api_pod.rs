@@ -9,6 +9,13 @@
 //!
 //! [`ApiPod`] is a [`kube::Resource`] that deserializes from a pod's JSON, so a watch or a
 //! request through `Api<ApiPod>` yields it directly.
+//!
+//! Reading one never fails for a JSON object: a pod the typed structs cannot read (a field of
+//! another type than they expect, which an admission webhook or an API server of another
+//! version can leave) is kept with its metadata only and the error, with the field's path
+//! ([`ApiPod::undecodable`]). Failing would fail the whole list it came in, and every other
+//! pod of the node with it: the watch would list again and again, and no pod would be probed
+//! or written (docs/sync.md, "A pod that cannot be read").
 
 use std::borrow::Cow;
 
@@ -24,19 +31,47 @@ pub struct ApiPod {
     pub pod: Pod,
     /// The server's JSON, every field kept.
     raw: Value,
+    /// Why the typed structs could not read it, with the field's path: the typed view then
+    /// holds the metadata alone.
+    undecodable: Option<std::sync::Arc<str>>,
 }
 
 impl ApiPod {
     /// Reads a pod's JSON, keeping it.
     pub fn from_json(raw: Value) -> Result<ApiPod, serde_json::Error> {
         let pod = Pod::deserialize(&raw)?;
-        Ok(ApiPod { pod, raw })
+        Ok(ApiPod { pod, raw, undecodable: None })
+    }
+
+    /// [`ApiPod::from_json`] that keeps a pod the typed structs cannot read, as
+    /// [`ApiPod::undecodable`] (its metadata read on its own, or as much of it as the name,
+    /// namespace, UID and resourceVersion).
+    pub fn from_json_lenient(raw: Value) -> ApiPod {
+        let why = match serde_path_to_error::deserialize::<_, Pod>(&raw) {
+            Ok(pod) => return ApiPod { pod, raw, undecodable: None },
+            Err(err) => match err.path().to_string() {
+                path if path == "." => err.into_inner().to_string(),
+                path => format!("{path}: {}", err.into_inner()),
+            },
+        };
+        let metadata = raw
+            .get("metadata")
+            .and_then(|m| ObjectMeta::deserialize(m).ok().or_else(|| Some(identity_of(m))))
+            .unwrap_or_default();
+        ApiPod { pod: Pod { metadata, ..Pod::default() }, raw, undecodable: Some(why.into()) }
     }
 
     /// A pod known only typed (a test, or a host without the JSON): its JSON is the typed one.
     pub fn from_typed(pod: Pod) -> ApiPod {
         let raw = serde_json::to_value(&pod).unwrap_or(Value::Null);
-        ApiPod { pod, raw }
+        ApiPod { pod, raw, undecodable: None }
+    }
+
+    /// Why the typed structs could not read the pod (the field's path and the error), if they
+    /// could not: then [`ApiPod::pod`] holds its metadata alone, and the pod is neither probed
+    /// nor written, nor a merge base.
+    pub fn undecodable(&self) -> Option<&str> {
+        self.undecodable.as_deref()
     }
 
     /// The server's JSON of the pod.
@@ -62,10 +97,25 @@ impl From<std::sync::Arc<Pod>> for ApiPod {
     }
 }
 
+/// The identity fields of metadata that does not read as a whole.
+fn identity_of(metadata: &Value) -> ObjectMeta {
+    let text = |key: &str| metadata.get(key).and_then(Value::as_str).map(str::to_owned);
+    ObjectMeta {
+        name: text("name"),
+        namespace: text("namespace"),
+        uid: text("uid"),
+        resource_version: text("resourceVersion"),
+        ..ObjectMeta::default()
+    }
+}
+
 impl<'de> Deserialize<'de> for ApiPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = Value::deserialize(deserializer)?;
-        ApiPod::from_json(raw).map_err(serde::de::Error::custom)
+        if !raw.is_object() {
+            return ApiPod::from_json(raw).map_err(serde::de::Error::custom);
+        }
+        Ok(ApiPod::from_json_lenient(raw))
     }
 }
 
@@ -110,6 +160,41 @@ impl kube::Resource for ApiPod {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A pod the structs cannot read is kept, with its metadata and the field's path, and does
+    /// not fail the list it came in.
+    #[test]
+    fn a_pod_the_structs_cannot_read_is_kept_with_the_reason() {
+        let odd = json!({
+            "metadata": {"name": "odd", "namespace": "default", "uid": "o", "resourceVersion": "4"},
+            "status": {"containerStatuses": [{"name": "app", "ready": false, "restartCount": "x",
+                                              "image": "i", "imageID": ""}]},
+        });
+        let good = json!({"metadata": {"name": "good", "uid": "g"}});
+        let list: kube::core::ObjectList<ApiPod> = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"},
+            "items": [odd.clone(), good],
+        }))
+        .unwrap();
+        assert_eq!(list.items.len(), 2);
+        let read = &list.items[0];
+        let why = read.undecodable().unwrap();
+        assert!(
+            why.starts_with("status.containerStatuses[0].restartCount: invalid type: string \"x\""),
+            "{why}"
+        );
+        assert_eq!(read.pod.metadata.uid.as_deref(), Some("o"));
+        assert_eq!(read.pod.metadata.resource_version.as_deref(), Some("4"));
+        assert!(read.pod.status.is_none() && read.pod.spec.is_none());
+        assert_eq!(read.json(), &odd, "the JSON is kept");
+        assert!(list.items[1].undecodable().is_none());
+
+        // Metadata that does not read either: its identity fields still do.
+        let worse = ApiPod::from_json_lenient(json!({"metadata": {"name": "w", "uid": "u", "labels": 7}}));
+        assert!(worse.undecodable().unwrap().starts_with("metadata.labels: "), "{:?}", worse.undecodable());
+        assert_eq!(worse.pod.metadata.name.as_deref(), Some("w"));
+        assert!(serde_json::from_value::<ApiPod>(json!("not a pod")).is_err());
+    }
 
     #[test]
     fn fields_the_structs_lack_stay_in_the_json() {

@@ -129,6 +129,13 @@ impl SyncJob {
                 let got = bounded(self.request_timeout, api.get(&result.name)).await;
                 record_request("get", &got);
                 match got {
+                    // Nothing to merge into: a pod the structs cannot read is not written
+                    // (docs/sync.md, "A pod that cannot be read"); the back-off retries.
+                    Ok(pod) if pod.undecodable().is_some() => {
+                        let why = pod.undecodable().unwrap_or_default();
+                        result.outcome = WriteOutcome::Failed(format!("get: cannot read the pod: {why}"));
+                        return result;
+                    }
                     Ok(pod) => Arc::new(pod),
                     Err(err) if is_code(&err, 404) => {
                         result.outcome = WriteOutcome::NotFound;
@@ -188,6 +195,11 @@ impl SyncJob {
                 }
             }
         };
+        if fresh.undecodable().is_some() {
+            // Written, but the copy returned is no merge base, and says nothing of whether the
+            // pod may be deleted: the next write GETs.
+            return result;
+        }
         result.fresh = Some(fresh.clone());
 
         if can_be_deleted(&fresh.pod, self.status.pod_is_finished) {

@@ -357,6 +357,13 @@ impl FakeApiServer {
         serde_json::from_value(stored).expect("stored pod")
     }
 
+    /// Stores a pod's JSON without decoding it against the schema (a field of another type
+    /// than the client's structs expect, as an API server of another version may serve);
+    /// returns it as stored.
+    pub fn insert_pod_json_as_is(&self, pod: Value) -> Value {
+        lock(&self.shared.store).insert_as_is(Api::Pods, pod).expect("insert_pod_json_as_is")
+    }
+
     /// The stored pod, as a GET returns it.
     pub fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
         self.pod_json(ns, name).and_then(|v| serde_json::from_value(v).ok())

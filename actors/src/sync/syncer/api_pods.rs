@@ -54,6 +54,10 @@ impl Handler<ApiPodObserved> for StatusSyncer {
 
     fn handle(&mut self, msg: ApiPodObserved, ctx: &mut Self::Context) {
         let pod = msg.0;
+        if pod.undecodable().is_some() {
+            // Its typed view is its metadata alone: no merge base.
+            return;
+        }
         let key = (
             pod.pod.metadata.namespace.clone().unwrap_or_default(),
             pod.pod.metadata.name.clone().unwrap_or_default(),

@@ -16,7 +16,13 @@ impl Store {
     /// MODIFIED. Fills in uid, creationTimestamp and generation when missing.
     pub fn insert(&mut self, api: Api, obj: &Value) -> Result<Value, String> {
         let decoded = schema::decode(obj, api.ty()).map_err(|e| e.json_message())?;
-        let mut o = to_storage(api, decoded.value);
+        self.insert_as_is(api, decoded.value)
+    }
+
+    /// [`Store::insert`] without the schema's decoding: an object as another writer or a newer
+    /// server could leave it, fields of unexpected types included.
+    pub fn insert_as_is(&mut self, api: Api, obj: Value) -> Result<Value, String> {
+        let mut o = to_storage(api, obj);
         if meta_str(&o, "namespace").is_empty() {
             set_meta(&mut o, "namespace", json!("default"));
         }
