@@ -1712,3 +1712,43 @@ async fn the_pod_watch_delivers_the_servers_json() {
     })
     .await;
 }
+
+/// The failure back-off's default stops at 10 s, the kubelet's batch period: the kubelet retries
+/// a failed write at its next batch, so after an outage a pod's owed status lands within 10 s of
+/// the server's return, not up to a minute later (a hostile test saw 23–24 s after a 40 s
+/// outage).
+#[actix::test]
+async fn failures_back_off_at_most_the_kubelets_batch_period_by_default() {
+    bounded(Duration::from_secs(300), async {
+        let t = SyncTest::start().await;
+        // The defaults, where the other tests shorten the back-off.
+        let syncer = t
+            .syncer_with(|c| {
+                c.backoff_initial = probelet::sync::syncer::FAILURE_BACKOFF_INITIAL;
+                c.backoff_max = probelet::sync::syncer::FAILURE_BACKOFF_MAX;
+            })
+            .await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
+
+        let arrivals = patch_arrivals(&t);
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::status(503),
+            times: FaultTimes::Times(10),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        // Ten failures wait 65.5 s in all (0.5 s doubling to 10 s), on the paused clock.
+        tokio::time::sleep(Duration::from_secs(80)).await;
+        t.flush(&syncer).await;
+
+        let arrivals = arrivals.lock().unwrap().clone();
+        assert_eq!(arrivals.len(), 11, "ten failures, then the write");
+        let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|g| *g <= Duration::from_millis(10_010)), "{gaps:?}");
+        assert!(gaps[6..].iter().all(|g| *g >= Duration::from_secs(10)), "doubled up to 10 s: {gaps:?}");
+    })
+    .await;
+}

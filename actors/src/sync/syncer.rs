@@ -74,7 +74,7 @@ mod reconcile;
 mod stats;
 
 pub use api_pods::{ApiPodDeleted, ApiPodObserved};
-pub use config::{OwnedFields, StatusSource, SyncerConfig};
+pub use config::{FAILURE_BACKOFF_INITIAL, FAILURE_BACKOFF_MAX, OwnedFields, StatusSource, SyncerConfig};
 pub use reconcile::Reconcile;
 pub use stats::{GetSyncerStats, GetWrittenVersion, SyncerStats};
 

@@ -27,6 +27,14 @@ pub enum OwnedFields {
     ReadinessOnly,
 }
 
+/// The failure back-off's first wait by default.
+pub const FAILURE_BACKOFF_INITIAL: Duration = Duration::from_millis(500);
+
+/// The failure back-off's longest wait by default: the kubelet's batch period. The kubelet
+/// retries a failed write at its next batch, every 10 s; a longer back-off left a pod's owed
+/// status unwritten for up to a minute after an outage ended (docs/sync.md §7.5).
+pub const FAILURE_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
 /// How the syncer writes.
 pub struct SyncerConfig {
     /// The API server client the syncer GETs, PATCHes and deletes pods with.
@@ -83,8 +91,8 @@ impl SyncerConfig {
             concurrency: 16,
             field_manager: "probelet".to_owned(),
             reconcile_period: Duration::from_secs(10),
-            backoff_initial: Duration::from_millis(500),
-            backoff_max: Duration::from_secs(60),
+            backoff_initial: FAILURE_BACKOFF_INITIAL,
+            backoff_max: FAILURE_BACKOFF_MAX,
             conflict_backoff_initial: Duration::from_millis(50),
             conflict_backoff_max: Duration::from_secs(10),
             ownership: ConditionOwnership::KUBELET,
