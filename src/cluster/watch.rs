@@ -82,6 +82,18 @@ impl WatchPacing {
         self.last_start = Some(now + delay);
         delay
     }
+
+    /// The watch asked for at `started` got no stream (no answer, or an error status): it was
+    /// no watch that ended early, and the watcher's own back-off paces failures, so it does not
+    /// count against the next one. (It did: during an outage every failed connect doubled the
+    /// spacing, and a pod created while the server was away was seen up to 8 s after its
+    /// return.)
+    pub fn failed(&mut self, started: tokio::time::Instant) {
+        if self.last_start == Some(started) {
+            self.last_start = None;
+            self.spacing = WATCH_SPACING_INITIAL;
+        }
+    }
 }
 
 /// A tower layer for the API client that paces its watch requests ([`WatchPacing`]); every other
@@ -104,9 +116,9 @@ pub struct PacedWatches<S> {
     pacing: std::sync::Arc<std::sync::Mutex<WatchPacing>>,
 }
 
-impl<S, B> tower::Service<http::Request<B>> for PacedWatches<S>
+impl<S, B, RB> tower::Service<http::Request<B>> for PacedWatches<S>
 where
-    S: tower::Service<http::Request<B>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -118,20 +130,29 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let delay = if is_watch(request.uri()) {
+        let watch = is_watch(request.uri()).then(|| {
+            let now = tokio::time::Instant::now();
             let mut pacing = self.pacing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            pacing.next_delay(tokio::time::Instant::now())
-        } else {
-            Duration::ZERO
-        };
+            let delay = pacing.next_delay(now);
+            (now + delay, delay)
+        });
+        let pacing = self.pacing.clone();
         // The client's future does nothing until polled: the request goes out after the wait.
         let response = self.inner.call(request);
         Box::pin(async move {
-            if !delay.is_zero() {
+            if let Some((_, delay)) = watch
+                && !delay.is_zero()
+            {
                 tracing::debug!(?delay, "The previous pod watch ended early; waiting before the next");
                 tokio::time::sleep(delay).await;
             }
-            response.await
+            let response = response.await;
+            if let Some((started, _)) = watch
+                && !response.as_ref().is_ok_and(|r| r.status().is_success())
+            {
+                pacing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).failed(started);
+            }
+            response
         })
     }
 }
@@ -492,6 +513,25 @@ mod tests {
         // A watch that lasted its minutes: the next one goes at once, and the spacing restarts.
         assert_eq!(pacing.next_delay(at(200_000)), Duration::ZERO);
         assert_eq!(pacing.next_delay(at(200_010)), Duration::from_millis(990));
+    }
+
+    /// A watch request that got no stream (a refused connect, an error status) is no watch that
+    /// ended early: the next one is not held back for it, nor the spacing doubled.
+    #[test]
+    fn a_watch_that_failed_does_not_count_against_the_next() {
+        let t0 = tokio::time::Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut pacing = WatchPacing::default();
+        assert_eq!(pacing.next_delay(at(0)), Duration::ZERO);
+        pacing.failed(at(0));
+        assert_eq!(pacing.next_delay(at(800)), Duration::ZERO, "after a failed connect");
+        pacing.failed(at(800));
+        assert_eq!(pacing.next_delay(at(1_600)), Duration::ZERO);
+        // One that streamed and ended at once still spaces the next, from 1 s.
+        assert_eq!(pacing.next_delay(at(1_610)), Duration::from_millis(990));
+        // A failure of an older request does not undo a newer start.
+        pacing.failed(at(1_600));
+        assert_eq!(pacing.next_delay(at(2_700)), Duration::from_millis(1_900));
     }
 
     #[test]
