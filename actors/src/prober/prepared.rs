@@ -95,7 +95,7 @@ impl Prepared {
             Some(addr) => {
                 drop(status);
                 let attempt = || Box::pin(async move { Ok(tcp::probe_addr(addr, this.timeout).await) });
-                let slot = SlotUse { exec: false, timeout: this.timeout };
+                let slot = SlotUse::new(false, this.timeout);
                 this.prober.run_observed(kind, slot, pod, || &*this.container, names, attempt).await
             }
             None => {

@@ -175,12 +175,23 @@ pub fn host_refusal(
     }
 }
 
-/// Which slot a probe takes and for how long it may run: the exec probes' pool or the network
-/// probes', and the probe's timeout (see [`SLOT_LEASE`]).
+/// Which slot a probe takes and whether it gives it back after [`SLOT_LEASE`]: the exec
+/// probes' pool or the network probes'. Two flags, not the timeout: a probe's future holds its
+/// arguments while it queues for a slot, and ten thousand new workers queue at once.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SlotUse {
-    pub exec: bool,
-    pub timeout: Duration,
+    exec: bool,
+    leased: bool,
+}
+
+impl SlotUse {
+    /// The slot of an exec probe (`exec`) or a network probe whose timeout is `timeout`: a
+    /// network probe that may run longer than the lease gives its slot back after it (not an
+    /// exec probe: its pool is sized by what each one holds while it runs, a local command's
+    /// descriptors or a cluster's pods/exec budget, which it holds just the same past a lease).
+    pub fn new(exec: bool, timeout: Duration) -> SlotUse {
+        SlotUse { exec, leased: !exec && timeout > SLOT_LEASE }
+    }
 }
 
 /// The longest a network probe holds its probe slot: one whose timeout is longer gives the slot back
@@ -321,7 +332,7 @@ impl Prober {
         // it while they queue for the slots, ten thousand times over (docs/memory.md).
         let attempt =
             || Box::pin(self.run_with_retries(spec, pod, status, container, container_id, timeout, memo));
-        let slot = SlotUse { exec: spec.exec.is_some(), timeout };
+        let slot = SlotUse::new(spec.exec.is_some(), timeout);
         self.run_observed(kind, slot, pod, || container, names, attempt).await
     }
 
@@ -333,7 +344,7 @@ impl Prober {
     pub(super) async fn run_observed<'n, 'c, F>(
         &self,
         kind: ProbeKind,
-        SlotUse { exec, timeout }: SlotUse,
+        SlotUse { exec, leased }: SlotUse,
         pod: &Pod,
         container: impl Fn() -> &'c Container,
         names: impl FnOnce() -> RecordNames<'n>,
@@ -356,16 +367,16 @@ impl Prober {
         } else {
             (asked, Duration::ZERO)
         };
+        // A network probe that may run longer than a slot's lease gives its slot back once the
+        // lease is over and goes on without one: probes that hang for their whole long timeout
+        // (an endpoint that accepts and never answers) must not keep every slot, and every
+        // other pod's probes waiting, for as long (docs/prober.md §1.2; not an exec probe, see
+        // `SlotUse::new`). Boxed, and one await either way: the lease's timer and race would
+        // otherwise grow every probe's future, which a burst of new workers holds while it
+        // queues for a slot.
+        let attempt = attempt();
         let attempt = match slot {
-            // A network probe that may run longer than a slot's lease gives its slot back once
-            // the lease is over and goes on without one: probes that hang for their whole long
-            // timeout (an endpoint that accepts and never answers) must not keep every slot,
-            // and every other pod's probes waiting, for as long (docs/prober.md §1.2). Not an
-            // exec probe: its pool is sized by what each one holds while it runs (a local
-            // command's descriptors, a cluster's pods/exec budget), which it holds just the
-            // same past a lease.
-            Some(slot) if !exec && timeout > SLOT_LEASE => {
-                let attempt = attempt();
+            Some(slot) if leased => futures::future::Either::Left(Box::pin(async move {
                 let mut attempt = std::pin::pin!(attempt);
                 tokio::select! {
                     biased;
@@ -375,13 +386,14 @@ impl Prober {
                         attempt.await
                     }
                 }
-            }
-            slot => {
-                let attempt = attempt().await;
+            })),
+            slot => futures::future::Either::Right(async move {
+                let attempt = attempt.await;
                 drop(slot);
                 attempt
-            }
-        };
+            }),
+        }
+        .await;
         let mapped = self.map_outcome(kind, pod, container, &attempt);
         if let Some(observer) = self.parts.observer.as_ref() {
             let output = match &attempt {
