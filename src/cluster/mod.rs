@@ -58,6 +58,9 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(&path)
                 .map_err(|e| err(&format!("{}: {e}", path.display())))?;
+            if let Some(missing) = missing_user(&kc) {
+                return Err(err(&format!("{}: {missing}", path.display())));
+            }
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .map_err(|e| err(&e))?
@@ -68,6 +71,16 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
         config.headers.push((http::header::USER_AGENT, value));
     }
     client_from_config(config).map_err(|e| err(&format!("{source}: {e}")))
+}
+
+/// A current context that names a user the kubeconfig does not have: kube would go on without
+/// credentials, and every request would be anonymous; client-go refuses it, in these words.
+fn missing_user(kc: &kube::config::Kubeconfig) -> Option<String> {
+    let name = kc.current_context.as_deref()?;
+    let context = kc.contexts.iter().find(|c| c.name == name)?.context.as_ref()?;
+    let user = context.user.as_deref().filter(|u| !u.is_empty())?;
+    (!kc.auth_infos.iter().any(|a| a.name == user))
+        .then(|| format!("user {user:?} was not found for context {name:?}"))
 }
 
 /// The API client for `config`, with the pod watch's requests paced
@@ -182,6 +195,27 @@ mod tests {
         let mut config = kube::Config::new("https://127.0.0.1:6443".parse().expect("a URL"));
         config.auth_info.token = Some(token.to_owned().into());
         config
+    }
+
+    /// A context whose user is not in the kubeconfig is refused, as client-go refuses it, not
+    /// run without credentials.
+    #[test]
+    fn a_context_naming_a_missing_user_is_refused() {
+        let kc = |user: &str| {
+            kube::config::Kubeconfig::from_yaml(&format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: ctx\n\
+                 clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:6443'}}}}]\n\
+                 users: [{{name: me, user: {{token: t}}}}]\n\
+                 contexts: [{{name: ctx, context: {{cluster: c, user: {user}}}}}]\n"
+            ))
+            .expect("a kubeconfig")
+        };
+        assert_eq!(
+            missing_user(&kc("nobody")).as_deref(),
+            Some(r#"user "nobody" was not found for context "ctx""#)
+        );
+        assert_eq!(missing_user(&kc("me")), None);
+        assert_eq!(missing_user(&kc("''")), None, "no user: anonymous on purpose");
     }
 
     /// A kubeconfig's inline token written as a YAML block scalar ends in a newline: it is

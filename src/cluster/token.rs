@@ -4,6 +4,9 @@
 //! (`transport.NewCachedFileTokenSource`). kube reads the file the same way but keeps the
 //! white space: a file written by `echo TOKEN > file` (a trailing newline, the usual way) made
 //! every request fail with "invalid bearer token: failed to parse header value", forever.
+//! A 401 answer makes the next request read the file again at once (client-go's
+//! `ResetTokenOlderThan`): a token revoked and replaced on disk then costs one failed request,
+//! not a minute of them.
 //! Written by hand as a tower layer on kube's client: kube has no hook for how it reads the
 //! file.
 
@@ -58,6 +61,17 @@ impl TokenFileLayer {
     }
 }
 
+impl TokenFileLayer {
+    /// A request sent at `sent` was refused (401): the token read before it is read again at
+    /// the next request. A token read after it (another request's reset) stays.
+    fn refused(&self, sent: Instant) {
+        let mut file = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if file.read_at.is_some_and(|at| at <= sent) {
+            file.read_at = None;
+        }
+    }
+}
+
 fn read_header(path: &std::path::Path) -> std::io::Result<HeaderValue> {
     let text = std::fs::read_to_string(path)?;
     let token = text.trim();
@@ -86,23 +100,33 @@ pub struct WithTokenFile<S> {
     token: TokenFileLayer,
 }
 
-impl<S, B> tower::Service<http::Request<B>> for WithTokenFile<S>
+impl<S, B, RB> tower::Service<http::Request<B>> for WithTokenFile<S>
 where
-    S: tower::Service<http::Request<B>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let sent = Instant::now();
         if let Some(header) = self.token.header() {
             request.headers_mut().insert(http::header::AUTHORIZATION, header);
         }
-        self.inner.call(request)
+        let response = self.inner.call(request);
+        let token = self.token.clone();
+        Box::pin(async move {
+            let response = response.await;
+            if response.as_ref().is_ok_and(|r| r.status() == http::StatusCode::UNAUTHORIZED) {
+                token.refused(sent);
+            }
+            response
+        })
     }
 }
 
@@ -111,17 +135,54 @@ mod tests {
     use super::*;
     use tower::{Layer as _, Service as _, ServiceExt as _};
 
+    /// The Authorization header the service sent (the echo service answers with it).
     async fn sent_header(
         service: &mut WithTokenFile<
             impl tower::Service<
                 http::Request<()>,
-                Response = Option<HeaderValue>,
+                Response = http::Response<Option<HeaderValue>>,
                 Error = std::convert::Infallible,
+                Future: Send + 'static,
             >,
         >,
     ) -> Option<HeaderValue> {
         service.ready().await.unwrap();
-        service.call(http::Request::new(())).await.unwrap()
+        service.call(http::Request::new(())).await.unwrap().into_body()
+    }
+
+    /// An API server that echoes the Authorization header, refusing (401) any token but
+    /// `accepted`'s when it is set.
+    fn echo(
+        accepted: Option<&'static str>,
+    ) -> impl tower::Service<
+        http::Request<()>,
+        Response = http::Response<Option<HeaderValue>>,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone {
+        tower::service_fn(move |request: http::Request<()>| async move {
+            let header = request.headers().get(http::header::AUTHORIZATION).cloned();
+            let mut response = http::Response::new(header.clone());
+            if accepted.is_some_and(|token| header.as_ref().is_none_or(|h| h != token)) {
+                *response.status_mut() = http::StatusCode::UNAUTHORIZED;
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        })
+    }
+
+    /// A 401 makes the next request read the file again at once: a token revoked and replaced
+    /// on disk costs one refused request, not a minute of them.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_token_is_read_again_at_the_next_request() {
+        let path = std::env::temp_dir().join(format!("probelet-token-401-{}", std::process::id()));
+        std::fs::write(&path, "old\n").unwrap();
+        let layer = TokenFileLayer::new(&path).unwrap();
+        let mut service = layer.layer(echo(Some("Bearer new")));
+        std::fs::write(&path, "new\n").unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(sent_header(&mut service).await.unwrap(), "Bearer old", "refused, and read again");
+        assert_eq!(sent_header(&mut service).await.unwrap(), "Bearer new", "within the minute");
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// A token file with a trailing newline is sent trimmed; the file is read again once a
@@ -131,10 +192,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("probelet-token-{}", std::process::id()));
         std::fs::write(&path, "token-one\n").unwrap();
         let layer = TokenFileLayer::new(&path).unwrap();
-        let echo = tower::service_fn(|request: http::Request<()>| async move {
-            Ok::<_, std::convert::Infallible>(request.headers().get(http::header::AUTHORIZATION).cloned())
-        });
-        let mut service = layer.layer(echo);
+        let mut service = layer.layer(echo(None));
         assert_eq!(sent_header(&mut service).await.unwrap(), "Bearer token-one");
 
         std::fs::write(&path, "  token-two\r\n").unwrap();
