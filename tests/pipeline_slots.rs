@@ -249,8 +249,18 @@ async fn the_default_limit_is_1024() {
     assert!(setup.records.all().iter().all(|r| r.result == Ok(ProbeResult::Success)));
 }
 
-/// An exec runner whose commands take 5 s (within their 10 s timeout).
-struct SlowExec;
+/// An exec runner whose commands take `takes` (5 s: within their 10 s timeout), counting the
+/// commands started.
+struct SlowExec {
+    takes: Duration,
+    started: Arc<AtomicUsize>,
+}
+
+impl SlowExec {
+    fn taking(takes: Duration) -> SlowExec {
+        SlowExec { takes, started: Arc::new(AtomicUsize::new(0)) }
+    }
+}
 
 impl CommandRunner for SlowExec {
     fn run_in_container(
@@ -259,8 +269,10 @@ impl CommandRunner for SlowExec {
         _cmd: &[String],
         _timeout: Duration,
     ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
-        Box::pin(async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let takes = self.takes;
+        Box::pin(async move {
+            tokio::time::sleep(takes).await;
             Ok(ExecOutput { output: Vec::new(), exit_code: 0 })
         })
     }
@@ -281,7 +293,7 @@ async fn exec_probes_have_slots_of_their_own() {
     // One slot each: the exec probe holding its slot for 5 s (as a cluster exec probe waiting
     // on its pods/exec budget would) does not hold the TCP probe back.
     let setup = start_with(Duration::from_millis(10), |builder| {
-        builder.max_probes_in_flight(Some(1)).runner(Arc::new(SlowExec))
+        builder.max_probes_in_flight(Some(1)).runner(Arc::new(SlowExec::taking(Duration::from_secs(5))))
     })
     .await;
     let exec = exec_probe();
@@ -309,7 +321,10 @@ async fn exec_probes_have_slots_of_their_own() {
 #[actix::test]
 async fn the_exec_pool_can_be_smaller() {
     let setup = start_with(Duration::from_millis(10), |builder| {
-        builder.max_probes_in_flight(Some(10)).max_exec_probes_in_flight(Some(1)).runner(Arc::new(SlowExec))
+        builder
+            .max_probes_in_flight(Some(10))
+            .max_exec_probes_in_flight(Some(1))
+            .runner(Arc::new(SlowExec::taking(Duration::from_secs(5))))
     })
     .await;
     let exec = exec_probe();
@@ -394,31 +409,13 @@ async fn a_probe_that_hangs_for_a_long_timeout_gives_its_slot_back_after_the_lea
     assert_eq!(setup.tcp.running.load(Ordering::SeqCst), 1, "the hanging probe runs on, without its slot");
 }
 
-/// An exec runner whose commands never end (within the test).
-struct HangingExec(Arc<AtomicUsize>);
-
-impl CommandRunner for HangingExec {
-    fn run_in_container(
-        &self,
-        _container_id: &ContainerId,
-        _cmd: &[String],
-        _timeout: Duration,
-    ) -> BoxFuture<'static, Result<ExecOutput, ExecError>> {
-        let running = self.0.clone();
-        Box::pin(async move {
-            running.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_secs(86_400)).await;
-            Ok(ExecOutput { output: Vec::new(), exit_code: 0 })
-        })
-    }
-}
-
 /// Exec probes keep their slot past the lease: the exec pool is sized by what each one holds
 /// while it runs (a local command's descriptors), which a hanging one holds just the same.
 #[actix::test]
 async fn an_exec_probe_keeps_its_slot_past_the_lease() {
-    let running = Arc::new(AtomicUsize::new(0));
-    let runner = HangingExec(running.clone());
+    // Commands that hang for a day.
+    let runner = SlowExec::taking(Duration::from_secs(86_400));
+    let started = runner.started.clone();
     let setup = start_with(Duration::from_millis(10), |builder| {
         builder.max_probes_in_flight(Some(10)).max_exec_probes_in_flight(Some(1)).runner(Arc::new(runner))
     })
@@ -432,5 +429,5 @@ async fn an_exec_probe_keeps_its_slot_past_the_lease() {
         setup.engine.sync_pod(pod, status(i + 1, &name)).await.unwrap();
     }
     run_for(Duration::from_secs(45)).await;
-    assert_eq!(running.load(Ordering::SeqCst), 1, "one exec probe at a time, lease or not");
+    assert_eq!(started.load(Ordering::SeqCst), 1, "one exec probe at a time, lease or not");
 }

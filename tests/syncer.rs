@@ -506,17 +506,7 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
                 c.backoff_max = Duration::from_secs(2);
             })
             .await;
-        let pod = bound(test_pod("web").container("app"));
-        t.pods.add(&pod);
-        let api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
-
-        let arrivals = patch_arrivals(&t);
-        t.fake.inject(Fault {
-            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
-            kind: FaultKind::status(500),
-            times: FaultTimes::Times(3),
-        });
+        let (pod, arrivals) = web_with_failing_patches(&t, &syncer, 500, 3).await;
         t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
         t.flush(&syncer).await;
 
@@ -550,9 +540,33 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
 }
 
 /// Whether a wait measured on the paused clock is `want`: a timer fires on the first millisecond
-/// tick at or after its deadline.
+/// tick at or after its deadline, and the wait itself may start a tick after the request it
+/// follows arrived (the answer is handled when the runtime next turns, and which tick that is
+/// depends on the order its tasks run in): so up to 2 ms more. (With 1 ms, the conflict test
+/// below failed in most runs on a loaded machine, a conflict of 185.8 ms measuring 187.)
 fn on_the_tick(measured: Duration, want: Duration) -> bool {
-    measured >= want && measured <= want + Duration::from_millis(1)
+    measured >= want && measured <= want + Duration::from_millis(2)
+}
+
+/// Pod `web` bound, on the server and seen by the syncer, whose next `n` status PATCHes are
+/// answered `code`; with the times the PATCHes arrive.
+async fn web_with_failing_patches(
+    t: &SyncTest,
+    syncer: &actix::Addr<StatusSyncer>,
+    code: u16,
+    n: u32,
+) -> (Arc<Pod>, Arc<Mutex<Vec<Instant>>>) {
+    let pod = bound(test_pod("web").container("app"));
+    t.pods.add(&pod);
+    let api = t.fake.insert_pod((*pod).clone());
+    syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
+    let arrivals = patch_arrivals(t);
+    t.fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+        kind: FaultKind::status(code),
+        times: FaultTimes::Times(n),
+    });
+    (pod, arrivals)
 }
 
 /// Records the arrival time (on the paused clock) of each PATCH: a matcher that never fires but sees every request.
@@ -1103,7 +1117,7 @@ async fn conflicts_that_go_on_wait_up_to_ten_seconds_and_the_status_still_lands(
         }
         let longest = gaps.iter().max().copied().unwrap_or_default();
         assert!(
-            longest > Duration::from_secs(5) && longest <= Duration::from_secs(10) + Duration::from_millis(1),
+            longest > Duration::from_secs(5) && longest <= Duration::from_secs(10) + Duration::from_millis(2),
             "the waits reach the maximum and stay under it: {gaps:?}"
         );
         let api = api_status(&t.api("web"));
@@ -1728,17 +1742,7 @@ async fn failures_back_off_at_most_the_kubelets_batch_period_by_default() {
                 c.backoff_max = probelet::sync::syncer::FAILURE_BACKOFF_MAX;
             })
             .await;
-        let pod = bound(test_pod("web").container("app"));
-        t.pods.add(&pod);
-        let api = t.fake.insert_pod((*pod).clone());
-        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
-
-        let arrivals = patch_arrivals(&t);
-        t.fake.inject(Fault {
-            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
-            kind: FaultKind::status(503),
-            times: FaultTimes::Times(10),
-        });
+        let (pod, arrivals) = web_with_failing_patches(&t, &syncer, 503, 10).await;
         t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
         // Ten failures wait 65.5 s in all (0.5 s doubling to 10 s), on the paused clock.
         tokio::time::sleep(Duration::from_secs(80)).await;
