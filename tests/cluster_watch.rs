@@ -299,4 +299,6 @@ async fn a_watch_answered_410_lists_again() {
     watch_against(answer, 4).await;
     let count = lists.load(Ordering::SeqCst);
     assert!(count >= 2, "{count} lists in 4 s: the expired watch never listed again");
+    // Paced (1 s, then 2 s between watches): a list after each. Unpaced it was thousands.
+    assert!(count <= 6, "{count} lists in 4 s: an expired watch must not list in a loop");
 }

@@ -1756,3 +1756,92 @@ async fn failures_back_off_at_most_the_kubelets_batch_period_by_default() {
     })
     .await;
 }
+
+/// `pod`'s JSON on the server with a field the structs cannot read.
+fn unreadable(t: &SyncTest, pod: &Pod) -> Value {
+    let mut odd = serde_json::to_value(t.fake.insert_pod(pod.clone())).unwrap();
+    odd["status"]["containerStatuses"] = json!([{"name": "app", "ready": false, "restartCount": "x",
+                                                "image": "i", "imageID": ""}]);
+    odd
+}
+
+/// A pod the client's structs cannot read is not written: the GET that would be the merge base
+/// fails the write, which backs off and lands once the pod reads again. Its UID still counts: a
+/// pod recreated under the name is recreated, however it reads.
+#[actix::test]
+async fn a_pod_that_cannot_be_read_is_not_written_until_it_can() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let odd = unreadable(&t, &pod);
+        t.fake.insert_pod_json_as_is(odd);
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        support::syncer::eventually(Duration::from_secs(5), "a GET", || t.count(&Method::GET) >= 1).await;
+        assert_eq!(
+            t.count(&Method::PATCH),
+            0,
+            "nothing merged into a pod that cannot be read: {:?}",
+            t.summary()
+        );
+
+        t.fake.insert_pod((*pod).clone());
+        t.flush(&syncer).await;
+        assert_eq!(t.count(&Method::PATCH), 1, "{:?}", t.summary());
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY).as_deref(), Some("True"));
+    })
+    .await;
+}
+
+/// A PATCH answered with a pod that cannot be read was written, but that answer is no merge
+/// base, and the copy held before the write is older than it: the next write GETs. A PATCH
+/// answered 200 with something that is not a pod (a `Status`) failed, and is sent again.
+#[actix::test]
+async fn an_unreadable_answer_to_a_patch_is_no_merge_base() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(api))).await.unwrap();
+        let odd = unreadable(&t, &pod);
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::Body { code: 200, body: odd },
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", false)])).await;
+        t.flush(&syncer).await;
+        let (get, patch) = (pod_path("web"), status_path("web"));
+        assert_eq!(
+            t.summary(),
+            [
+                (Method::PATCH, patch.clone(), Some(200)),
+                (Method::GET, get, Some(200)),
+                (Method::PATCH, patch.clone(), Some(200))
+            ],
+            "the second write merged into a fresh GET"
+        );
+
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::Body { code: 200, body: status },
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(
+            condition_status(&api_status(&t.api("web")), POD_READY).as_deref(),
+            Some("True"),
+            "sent again"
+        );
+        let patches: Vec<_> = t.summary().into_iter().filter(|(m, _, _)| *m == Method::PATCH).collect();
+        assert_eq!(patches.len(), 4, "{patches:?}");
+    })
+    .await;
+}

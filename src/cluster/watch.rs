@@ -83,9 +83,9 @@ impl WatchPacing {
         delay
     }
 
-    /// The watch asked for at `started` got no stream (no answer, or an error status): it was
-    /// no watch that ended early, and the watcher's own back-off paces failures, so it does not
-    /// count against the next one. (It did: during an outage every failed connect doubled the
+    /// The watch asked for at `started` got no stream (no answer, a server error, a 429): it
+    /// was no watch that ended early, and the watcher's own back-off paces such failures, so it
+    /// does not count against the next one. (It did: during an outage every failed connect doubled the
     /// spacing, and a pod created while the server was away was seen up to 8 s after its
     /// return.)
     pub fn failed(&mut self, started: tokio::time::Instant) {
@@ -147,8 +147,13 @@ where
                 tokio::time::sleep(delay).await;
             }
             let response = response.await;
+            // No answer, or a server error or throttling answer: the watcher backs off on its
+            // own. Not a 410: the watch is then rebuilt afresh (a list, then a watch) without
+            // the watcher's back-off, and only this pacing keeps that from a tight loop.
             if let Some((started, _)) = watch
-                && !response.as_ref().is_ok_and(|r| r.status().is_success())
+                && response.as_ref().map_or(true, |r| {
+                    r.status().is_server_error() || r.status() == http::StatusCode::TOO_MANY_REQUESTS
+                })
             {
                 pacing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).failed(started);
             }
@@ -336,7 +341,13 @@ impl PodWatchState {
                 self.listed.shrink_after_removal();
                 None
             }
-            Ok(WatchEvent::InitDone) => Some(PodWatchStep::Listed(self.listed.clone())),
+            Ok(WatchEvent::InitDone) => {
+                // Pods gone while the watch was down leave no note behind.
+                let listed = &self.listed;
+                self.undecodable.retain(|uid, _| listed.contains(uid));
+                self.undecodable.shrink_after_removal();
+                Some(PodWatchStep::Listed(self.listed.clone()))
+            }
             Err(err) => {
                 tracing::debug!(error = %err, "Pod watch failed; retrying with back-off");
                 None

@@ -129,13 +129,6 @@ impl SyncJob {
                 let got = bounded(self.request_timeout, api.get(&result.name)).await;
                 record_request("get", &got);
                 match got {
-                    // Nothing to merge into: a pod the structs cannot read is not written
-                    // (docs/sync.md, "A pod that cannot be read"); the back-off retries.
-                    Ok(pod) if pod.undecodable().is_some() => {
-                        let why = pod.undecodable().unwrap_or_default();
-                        result.outcome = WriteOutcome::Failed(format!("get: cannot read the pod: {why}"));
-                        return result;
-                    }
                     Ok(pod) => Arc::new(pod),
                     Err(err) if is_code(&err, 404) => {
                         result.outcome = WriteOutcome::NotFound;
@@ -150,6 +143,13 @@ impl SyncJob {
         };
         if self.source_uid(&base) != self.uid {
             result.outcome = WriteOutcome::Recreated;
+            return result;
+        }
+        // Nothing to merge into: a pod the structs cannot read is not written (docs/sync.md,
+        // "A pod that cannot be read"); the failure back-off retries. (After the UID check: a
+        // pod recreated under the name is recreated, whatever its new copy holds.)
+        if let Some(why) = base.undecodable() {
+            result.outcome = WriteOutcome::Failed(format!("get: cannot read the pod: {why}"));
             return result;
         }
         let api_uid = base.pod.metadata.uid.clone().unwrap_or_default();
@@ -184,6 +184,12 @@ impl SyncJob {
                 .await;
                 record_request("patch", &patched);
                 match patched {
+                    // A 200 whose body is no pod (a Status, another kind) says nothing of the
+                    // write: it failed, and is sent again.
+                    Ok(pod) if !is_a_pod(&pod) => {
+                        result.outcome = WriteOutcome::Failed("patch: the answer is not a pod".to_owned());
+                        return result;
+                    }
                     Ok(pod) => {
                         result.outcome = WriteOutcome::Updated;
                         Arc::new(pod)
@@ -196,8 +202,9 @@ impl SyncJob {
             }
         };
         if fresh.undecodable().is_some() {
-            // Written, but the copy returned is no merge base, and says nothing of whether the
-            // pod may be deleted: the next write GETs.
+            // Written, but the copy returned is no merge base (the syncer drops the one it
+            // held: `fresh` is `None`), and says nothing of whether the pod may be deleted: the
+            // next write GETs.
             return result;
         }
         result.fresh = Some(fresh.clone());
@@ -302,6 +309,13 @@ fn record_request<T>(verb: &'static str, result: &Result<T, kube::Error>) {
         Err(_) => "0".to_owned(),
     };
     metrics::counter!(names::PROBELET_API_REQUESTS_TOTAL, "verb" => verb, "code" => code).increment(1);
+}
+
+/// Whether an answer read as a pod is one: a pod's kind (or none given) and a UID. A `Status`
+/// or another kind now reads as an [`ApiPod`] that cannot be read, with neither.
+fn is_a_pod(pod: &ApiPod) -> bool {
+    pod.pod.metadata.uid.is_some()
+        && pod.json().get("kind").and_then(serde_json::Value::as_str).is_none_or(|kind| kind == "Pod")
 }
 
 #[cfg(test)]

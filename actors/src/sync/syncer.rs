@@ -247,12 +247,20 @@ impl StatusSyncer {
             .map(|pod| pod.on_outcome(&result, held, tokio::time::Instant::now(), &backoffs))
             .unwrap_or_default();
         match merge_base_after(&result.outcome, held, result.base_version) {
-            MergeBase::Remember => {
-                if let Some(pod) = result.fresh.clone() {
-                    // A watch event that arrived during the write may be newer still.
+            MergeBase::Remember => match result.fresh.clone() {
+                // A watch event that arrived during the write may be newer still.
+                Some(pod) => {
                     self.remember(key.clone(), pod);
                 }
-            }
+                // Written, but the answer could not be read (docs/sync.md, "A pod that cannot be
+                // read"): the copy held is older than the write, so it goes, and the next write
+                // GETs.
+                None => {
+                    if self.api_pods.remove(&key).is_some() {
+                        self.api_pods.shrink_after_removal();
+                    }
+                }
+            },
             MergeBase::Drop => {
                 if self.api_pods.remove(&key).is_some() {
                     self.api_pods.shrink_after_removal();

@@ -169,6 +169,9 @@ pub enum FaultKind {
     Delay(Duration),
     /// Close the connection without an answer.
     DropConnection,
+    /// Answer with this code and this JSON body, whatever the request (a body the client cannot
+    /// read as what it asked for: a pod of another shape, a `Status` with a 200).
+    Body { code: u16, body: Value },
 }
 
 impl FaultKind {
@@ -598,6 +601,11 @@ async fn respond<B: hyper::body::Body>(
             let e = fault_error(code, retry_after, &path);
             record(Some(e.code));
             return Ok(reply_response(Reply::error(&e)));
+        }
+        Some(FaultKind::Body { code, body }) => {
+            record(Some(code));
+            let body = serde_json::to_vec(&body).unwrap_or_default();
+            return Ok(reply_response(Reply { code, body, warnings: Vec::new(), retry_after: None }));
         }
         None => {}
     }
