@@ -127,7 +127,10 @@ fn init_logging(format: LogFormat, verbose: u8) {
     // once that it is back, and each caller logs what failed at its own level.
     // Its client also logs the whole body of a response it cannot decode at WARN: a pod list
     // with every pod's spec and environment, at every retry. The agent says what failed itself.
-    let default = format!("{default},kube_client::client::builder=off,kube_client::client=error");
+    // (Its TLS module's warnings, a CA bundle that failed to reload, stay.)
+    let default = format!(
+        "{default},kube_client::client::builder=off,kube_client::client=error,kube_client::client::tls=warn"
+    );
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = probelet::host::console::colour_wanted(
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
