@@ -52,7 +52,15 @@ async fn bounded<T>(
     request: impl std::future::Future<Output = kube::Result<T>>,
 ) -> kube::Result<T> {
     tokio::time::timeout(timeout, request).await.unwrap_or_else(|_| {
-        Err(kube::Error::Service(format!("no answer within {}s", timeout.as_secs()).into()))
+        // kube's client retries a 429, 503 or 504 on its own (after its Retry-After) inside the
+        // request, so a server that keeps answering those looks like one that never answers.
+        Err(kube::Error::Service(
+            format!(
+                "no answer within {}s (or only 429, 503 or 504 answers, which the client retries on its own)",
+                timeout.as_secs()
+            )
+            .into(),
+        ))
     })
 }
 
