@@ -1024,3 +1024,22 @@ async fn a_pod_that_cannot_be_read_does_not_stop_the_others() {
     assert_eq!(odd_writes, 0, "nothing written to the pod that cannot be read");
     support::agent::kill(agent, &kubeconfig).await;
 }
+
+/// `--in-cluster` outside a pod says which variable is missing and what to do, where kube says
+/// only "environment variable not found".
+#[tokio::test]
+async fn in_cluster_outside_a_pod_says_what_is_missing() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--in-cluster", "--node-name", "n", "--listen", "127.0.0.1:0"])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--in-cluster outside a pod (KUBERNETES_SERVICE_HOST is not set): run it in a pod, or give --kubeconfig"),
+        "{stderr}"
+    );
+}

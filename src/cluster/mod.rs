@@ -65,7 +65,16 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
                 .await
                 .map_err(|e| err(&e))?
         }
-        None => kube::Config::incluster().map_err(|e| err(&e))?,
+        None => kube::Config::incluster().map_err(|e| {
+            // kube says only "environment variable not found" outside a pod.
+            if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+                err(&format!(
+                    "--in-cluster outside a pod (KUBERNETES_SERVICE_HOST is not set): run it in a pod, or give --kubeconfig ({e})"
+                ))
+            } else {
+                err(&e)
+            }
+        })?,
     };
     if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
         config.headers.push((http::header::USER_AGENT, value));
