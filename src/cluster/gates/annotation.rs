@@ -100,12 +100,19 @@ pub fn parse_gate_probes(
     spec: &PodSpec,
     exec_allowed: bool,
 ) -> Result<Vec<GateProbe>, AnnotationError> {
-    // Each entry an object: serde's derive would also take a struct written as an array of its
-    // fields in order, which the documentation never promised.
-    if let Ok(serde_json::Value::Array(entries)) = serde_json::from_str::<serde_json::Value>(value)
-        && let Some(i) = entries.iter().position(|e| !e.is_object())
-    {
-        return Err(error(format!("[{i}]"), "must be an object with \"name\" and \"probe\""));
+    // Each entry, probe and timing an object: serde's derive would also take a struct written
+    // as an array of its fields in order, which the documentation never promised.
+    if let Ok(serde_json::Value::Array(entries)) = serde_json::from_str::<serde_json::Value>(value) {
+        for (i, entry) in entries.iter().enumerate() {
+            if !entry.is_object() {
+                return Err(error(format!("[{i}]"), "must be an object with \"name\" and \"probe\""));
+            }
+            for field in ["probe", "timing"] {
+                if entry.get(field).is_some_and(|v| !v.is_object() && !v.is_null()) {
+                    return Err(error(format!("[{i}].{field}"), "must be an object"));
+                }
+            }
+        }
     }
     let probes: Vec<GateProbe> =
         serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(value)).map_err(|e| {
@@ -310,6 +317,11 @@ mod tests {
                 r#"[["pos", null, {"tcpSocket": {"port": 80}}]]"#.to_owned(),
                 "[0]",
                 "must be an object with \"name\" and \"probe\"",
+            ),
+            (
+                r#"[{"name": "x", "probe": {"tcpSocket": {"port": 80}}, "timing": [250]}]"#.to_owned(),
+                "[0].timing",
+                "must be an object",
             ),
         ];
         for (value, path, message) in cases {
