@@ -9,10 +9,8 @@
 use probelet_test_support as support;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
 /// The threads of `pid` named `name`.
@@ -31,22 +29,6 @@ fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temp dir");
     dir
-}
-
-/// Runs `script` (which `exec`s the agent) under `sh`; returns it once the agent printed its
-/// start line, with the listener's address. Its further output is read and dropped.
-async fn start_under_shell(script: &str) -> (tokio::process::Child, String) {
-    let mut child = Command::new("sh")
-        .args(["-c", script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the agent");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("its stdout")).lines();
-    let addr = support::agent::banner_addr(&mut lines).await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
 }
 
 #[tokio::test]
@@ -125,7 +107,7 @@ async fn with_no_process_to_spare_the_agent_neither_floods_its_log_nor_panics() 
         dir.display(),
         log.display()
     );
-    let (mut child, addr) = start_under_shell(&script).await;
+    let (mut child, addr) = support::agent::start_under_shell(&script).await;
     // The first sweeps (at once and 5 s later) and the container's first starts.
     tokio::time::sleep(Duration::from_secs(7)).await;
     let (status, _) = support::agent::get(&addr, "/healthz", None).await;
@@ -161,7 +143,7 @@ async fn a_log_past_the_file_size_limit_does_not_end_the_agent() {
         dir.display(),
         log.display()
     );
-    let (mut child, addr) = start_under_shell(&script).await;
+    let (mut child, addr) = support::agent::start_under_shell(&script).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while std::fs::metadata(&log).map_or(0, |m| m.len()) < 32 * 1024 {
         assert!(tokio::time::Instant::now() < deadline, "the log reached the limit within 30 s");

@@ -631,16 +631,7 @@ async fn an_agent_short_of_descriptors_still_claims_its_folder() {
         env!("CARGO_BIN_EXE_probelet"),
         dir.display()
     );
-    let mut first = tokio::process::Command::new("sh")
-        .args(["-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(first.stdout.take().unwrap()).lines();
-    support::agent::banner_addr(&mut lines).await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let mut first = support::agent::start_under_shell(&script).await.0;
     let elsewhere = temp_dir("claim-nofile-state");
     let refused = second_agent(&dir, &elsewhere).await;
     let stderr = String::from_utf8_lossy(&refused.stderr);

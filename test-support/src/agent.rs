@@ -214,21 +214,31 @@ pub struct RunningAgent {
     pub addr: String,
 }
 
+/// Runs `script` under `sh`, which must `exec` the agent (after a `ulimit`, say) with a
+/// listener; returns it once the agent printed its start line, with the listener's address.
+pub async fn start_under_shell(script: &str) -> (Child, String) {
+    let mut command = Command::new("sh");
+    command.args(["-c", script]);
+    spawn_until_banner(command).await
+}
+
+/// Spawns `command` (the agent, or a shell that execs it) and waits for the agent's start line;
+/// its further output is read and dropped.
+async fn spawn_until_banner(mut command: Command) -> (Child, String) {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = banner_addr(&mut lines).await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
 impl RunningAgent {
     /// Starts the binary at `probelet` (a test's `env!("CARGO_BIN_EXE_probelet")`) with `args`
     /// and waits for its start line.
     pub async fn start(probelet: &str, args: &[&str]) -> RunningAgent {
-        let mut child = Command::new(probelet)
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let addr = banner_addr(&mut lines).await;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let mut command = Command::new(probelet);
+        command.args(args).args(["--listen", "127.0.0.1:0"]);
+        let (child, addr) = spawn_until_banner(command).await;
         RunningAgent { child, addr }
     }
 
