@@ -199,7 +199,7 @@ fn children_that_left_the_group_are_reaped_as_they_exit() {
         assert!(Instant::now() < deadline, "{} zombies under the shim", zombies(child.id()));
         std::thread::sleep(Duration::from_millis(50));
     }
-    Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap();
+    ask_to_kill_tree(child.id());
     wait(&mut child);
 }
 
@@ -256,20 +256,43 @@ fn sigterm_is_the_commands_and_sigusr1_kills_the_whole_tree() {
     let _ = std::fs::remove_file(&termfile);
     assert!(child.try_wait().unwrap().is_none(), "the shim survives the group's SIGTERM");
     assert!(running(escaped));
-    Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap();
+    ask_to_kill_tree(child.id());
     assert_eq!(wait(&mut child).signal(), Some(9), "killed as by SIGKILL");
     assert_gone(escaped);
 }
 
+/// After the agent that started the shim died, the next one asks the shim to kill its tree:
+/// any live process that is not the shim's descendant is heard, not only the shim's parent.
+#[test]
+fn a_later_agent_is_heard_too() {
+    let pidfile = temp("later");
+    let script =
+        format!("echo $$ > {p}.tmp; mv {p}.tmp {p}; while true; do sleep 0.05; done", p = pidfile.display());
+    let mut child = shim(&["--", "sh", "-c", &script]).spawn().unwrap();
+    let _tree = TreeKilledOnDrop(child.id());
+    // The command runs: the shim has its handlers.
+    pid_from(&pidfile);
+    let _ = std::fs::remove_file(&pidfile);
+    // Started by the test, as the shim was: a sibling, alive well after its signal is sent.
+    let mut later =
+        Command::new("sh").arg("-c").arg(format!("kill -USR1 {}; sleep 5", child.id())).spawn().unwrap();
+    assert_eq!(wait(&mut child).signal(), Some(9), "killed as by SIGKILL");
+    let _ = later.kill();
+    let _ = later.wait();
+}
+
 /// A signal the container sends its own group (`kill -HUP 0`, `kill -USR2 0`, …) reaches the
 /// shim too, which shares the group: it must neither kill nor stop the shim, or a healthy
-/// container would be reported dead. The command handles it as it likes.
+/// container would be reported dead. The command handles it as it likes. SIGUSR1 too, the
+/// agent's request to kill the tree: from the container (its group, or the shim's PID from a
+/// command in or out of the group) it is not the agent's.
 #[test]
 fn signals_the_container_sends_its_own_group_leave_the_shim_running() {
     let seen = temp("group-signals");
     let script = format!(
-        "for s in HUP INT QUIT USR2 ALRM TSTP TTIN TTOU; do trap \"echo $s >> {f}\" $s; done; \
-         for s in HUP INT QUIT USR2 ALRM TSTP TTIN TTOU; do kill -$s 0; sleep 0.05; done; echo done >> {f}; \
+        "for s in HUP INT QUIT USR1 USR2 ALRM TSTP TTIN TTOU; do trap \"echo $s >> {f}\" $s; done; \
+         for s in HUP INT QUIT USR1 USR2 ALRM TSTP TTIN TTOU; do kill -$s 0; sleep 0.05; done; \
+         /bin/kill -USR1 $PPID; setsid /bin/kill -USR1 $PPID; sleep 0.2; echo done >> {f}; \
          while true; do sleep 0.05; done",
         f = seen.display()
     );
@@ -282,13 +305,16 @@ fn signals_the_container_sends_its_own_group_leave_the_shim_running() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let handled = std::fs::read_to_string(&seen).unwrap();
-    assert!(handled.contains("USR2") && handled.contains("HUP"), "the command got them: {handled}");
+    assert!(
+        handled.contains("USR2") && handled.contains("HUP") && handled.contains("USR1"),
+        "the command got them: {handled}"
+    );
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
     let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next());
     assert_eq!(state, Some(Some('S')), "the shim runs, not stopped: {stat}");
     assert!(child.try_wait().unwrap().is_none(), "the shim survives");
     let _ = std::fs::remove_file(&seen);
-    Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap();
+    ask_to_kill_tree(child.id());
     assert_eq!(wait(&mut child).signal(), Some(9));
 }
 
@@ -322,9 +348,16 @@ struct TreeKilledOnDrop(u32);
 impl Drop for TreeKilledOnDrop {
     fn drop(&mut self) {
         let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
-        let _ = Command::new("kill").args(["-USR1", &self.0.to_string()]).status();
+        ask_to_kill_tree(self.0);
         let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0)]).status();
     }
+}
+
+/// SIGUSR1 to shim `pid` from the test, its parent: the agent's request to kill the tree (one
+/// sent by a `kill` command that has exited by the time the shim looks at it is dropped).
+fn ask_to_kill_tree(pid: u32) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::USR1);
 }
 
 /// Polls until `path` has any content; returns it.

@@ -20,10 +20,13 @@
 //!   directly, or from the shim when PROGRAM left the group, as a runtime signals a
 //!   container's main process). Other signals that would kill or stop it (a container's
 //!   `kill -HUP 0`, the hang-up of an orphaned group) are caught and dropped: a container
-//!   runtime's shim stands outside the container's group and never gets them. SIGUSR1 ([`crate::process::Signal::KillTree`]) tells it to kill everything now.
-//!   The signal can be sent from inside the container too (`kill -USR1 0` signals the whole
-//!   group): the container is then killed, as every process of the group without a handler
-//!   would die of it anyway.
+//!   runtime's shim stands outside the container's group and never gets them. SIGUSR1
+//!   ([`crate::process::Signal::KillTree`]) from an agent tells it to kill everything now: from
+//!   its parent, or from any process that is not one of its own descendants (the next agent,
+//!   after a crash). The same signal from inside the container (`kill -USR1 0` signals the whole
+//!   group, and a program with a SIGUSR1 handler, such as nginx reopening its logs, lives
+//!   through it) is dropped like the others: the sender, read from the signal's `siginfo`, is
+//!   then a descendant of the shim, which is a subreaper, whatever group or session it is in.
 //! - When PROGRAM exits, or on SIGUSR1, it SIGKILLs every remaining descendant and reaps them,
 //!   then ends as PROGRAM ended: the same exit code, or killed by the same signal (re-raised
 //!   after an `exec` of itself with `--raise-signal`, which resets the caught signal handlers to
@@ -55,12 +58,15 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process, wait};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook_tokio::SignalsInfo;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::gofmt::{go_errno_text, go_quote};
-use crate::process::children;
+use crate::process::{ProcessStat, children};
 
 /// The hidden subcommand of the agent binary that runs the shim.
 pub const SUBCOMMAND: &str = "container-shim";
@@ -232,8 +238,11 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     let _entered = runtime.enter();
     // Handlers first: from here on the group's SIGTERM cannot kill the shim, and no SIGCHLD of
     // PROGRAM can be missed.
-    let signals =
-        (signal(SignalKind::terminate()), signal(SignalKind::child()), signal(SignalKind::user_defined1()));
+    let signals = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::child()),
+        SignalsInfo::<WithOrigin>::new([Signal::USR1.as_raw()]),
+    );
     let (Ok(mut term), Ok(mut child), Ok(mut kill)) = signals else {
         eprintln!("container-shim: cannot handle signals");
         return START_FAILED_EXIT_CODE;
@@ -298,7 +307,14 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
                         let _ = kill_process(pid, Signal::TERM);
                     }
                 }
-                _ = kill.recv() => return None,
+                // A stream of signals never ends; were it to, nothing could ask for the kill
+                // any more but the group's SIGKILL, which needs no handler.
+                Some(origin) = kill.next() => {
+                    let sender = origin.process.and_then(|p| Pid::from_raw(p.pid));
+                    if asked_by_an_agent(sender, rustix::process::getppid(), getpid(), parent_of) {
+                        return None;
+                    }
+                }
                 _ = parent_check.tick(), if parent.is_some() => {
                     if orphaned() {
                         return None;
@@ -313,6 +329,60 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
             eprintln!("container-shim: the command's exit status was lost");
             128 + Signal::KILL.as_raw()
         }
+    }
+}
+
+/// Whether a SIGUSR1 from `sender` is an agent's request to kill the tree, for the shim `me`
+/// whose parent is `parent`: the parent's always (the agent that started it); otherwise any
+/// sender's that is not the shim's descendant (a later agent, after the first one died). A
+/// descendant is a process of the container (every orphan re-parents to the shim, a
+/// subreaper); a sender that cannot be looked up has exited already, which an agent waiting to
+/// SIGKILL the group as a backstop has not, and is taken for one of the container's short-lived
+/// commands (`/bin/kill -USR1 0`). A signal with no sender (the kernel's) is no request either.
+fn asked_by_an_agent(
+    sender: Option<Pid>,
+    parent: Option<Pid>,
+    me: Pid,
+    parent_of: impl Fn(Pid) -> Parent,
+) -> bool {
+    let Some(sender) = sender else { return false };
+    if Some(sender) == parent {
+        return true;
+    }
+    // A chain of parents is as long as the deepest process tree, far under this; a loop (a
+    // PID reused while walking) ends here too.
+    let mut process = sender;
+    for _ in 0..MAX_ANCESTRY {
+        if process == me {
+            return false;
+        }
+        match parent_of(process) {
+            Parent::Is(up) => process = up,
+            Parent::None => return true,
+            Parent::Gone => return false,
+        }
+    }
+    false
+}
+
+/// At most this many parents are walked to tell whether a sender is the shim's descendant.
+const MAX_ANCESTRY: usize = 4096;
+
+/// A process's parent, as far as telling descendants apart goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parent {
+    Is(Pid),
+    /// PPID 0: init, or a process whose parent is outside this PID namespace. The top.
+    None,
+    /// The process is reaped (or `/proc` cannot say).
+    Gone,
+}
+
+/// `pid`'s parent as `/proc` shows it.
+fn parent_of(pid: Pid) -> Parent {
+    match ProcessStat::read(pid) {
+        Ok(stat) => Pid::from_raw(stat.ppid).map_or(Parent::None, Parent::Is),
+        Err(_) => Parent::Gone,
     }
 }
 
@@ -447,6 +517,47 @@ fn end_as(status: WaitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pid(raw: i32) -> Pid {
+        Pid::from_raw(raw).unwrap()
+    }
+
+    /// A process tree: init 1 → agent 100 → shim 200 → sh 300 → kill 400; a daemon 500 that
+    /// left the container's session, re-parented to the shim; a later agent 600 under init;
+    /// 700 under a parent outside the PID namespace.
+    fn tree(p: Pid) -> Parent {
+        match p.as_raw_pid() {
+            1 | 700 => Parent::None,
+            100 | 600 => Parent::Is(pid(1)),
+            200 => Parent::Is(pid(100)),
+            300 | 500 => Parent::Is(pid(200)),
+            400 => Parent::Is(pid(300)),
+            _ => Parent::Gone,
+        }
+    }
+
+    #[test]
+    fn the_kill_request_is_an_agents_not_the_containers() {
+        let (agent, shim) = (Some(pid(100)), pid(200));
+        let asked = |sender: Option<i32>| asked_by_an_agent(sender.map(pid), agent, shim, tree);
+        assert!(asked(Some(100)), "the parent");
+        assert!(asked(Some(600)), "a later agent");
+        assert!(asked(Some(700)), "a process whose parent is outside the namespace");
+        assert!(!asked(Some(300)), "the container's shell (`kill -USR1 0`)");
+        assert!(!asked(Some(400)), "a command of the container");
+        assert!(!asked(Some(500)), "a daemon that left the container's session");
+        assert!(!asked(Some(999)), "a sender gone before it was looked at");
+        assert!(!asked(None), "the kernel");
+        // The parent is asked without a look at /proc, so a shim whose agent is its parent
+        // honours it even when the agent's own line cannot be read.
+        assert!(asked_by_an_agent(Some(pid(100)), agent, shim, |_| Parent::Gone));
+    }
+
+    #[test]
+    fn a_loop_of_parents_ends() {
+        let looped = |p: Pid| Parent::Is(pid(if p.as_raw_pid() == 10 { 11 } else { 10 }));
+        assert!(!asked_by_an_agent(Some(pid(10)), Some(pid(2)), pid(3), looped));
+    }
 
     #[test]
     fn reports_round_trip() {
