@@ -1,8 +1,8 @@
 //! The command line: `probelet run` (the node agent, standalone or cluster mode),
 //! `probelet lint` (what the kubelet will do with a manifest's probes),
 //! `probelet demo-target` (a scriptable probe target for the examples) and the hidden
-//! `probelet container-shim` (the parent of each local container). Every flag of `run` can
-//! also be set through the environment variable named in its help.
+//! `probelet container-shim` (the parent of each local container). Every flag of `run` but
+//! `-v` can also be set through the environment variable named in its help.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -207,8 +207,10 @@ pub struct RunArgs {
 
     /// The kubelet's feature gates, in its syntax: `Name=true,Name2=false`. Known:
     /// ContainerLifecycleProber (alpha, default false), MutableContainerProbes (alpha, default
-    /// false), ChangeContainerStatusOnKubeletRestart
-    /// (deprecated, default false), InPlacePodVerticalScaling (GA, locked to true).
+    /// false), ChangeContainerStatusOnKubeletRestart (deprecated, default false),
+    /// InPlacePodVerticalScaling (GA, locked to true), ContainerRestartRules (beta, default
+    /// true), RestartAllContainersOnContainerExits (alpha, default false; not implemented, so
+    /// true is refused).
     #[arg(long, value_name = "NAME=BOOL,...", env = "PROBELET_FEATURE_GATES", default_value = "", value_parser = parse_feature_gates, hide_default_value = true)]
     pub feature_gates: ParsedFeatureGates,
 
