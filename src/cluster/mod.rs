@@ -56,8 +56,14 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
         .map_or_else(|| "in-cluster configuration".to_owned(), |p| p.display().to_string());
     let mut config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(&path)
-                .map_err(|e| err(&format!("{}: {e}", path.display())))?;
+            let kc = kube::config::Kubeconfig::read_from(&path).map_err(|e| match e {
+                // kube's text quotes the path twice over (`'"kc/missing"'`) and names it again
+                // after ours: the path once, then what went wrong.
+                kube::config::KubeconfigError::ReadConfig(io, _) => {
+                    err(&format!("{}: cannot read the kubeconfig: {io}", path.display()))
+                }
+                e => err(&format!("{}: {e}", path.display())),
+            })?;
             if let Some(missing) = missing_user(&kc) {
                 return Err(err(&format!("{}: {missing}", path.display())));
             }
@@ -225,6 +231,21 @@ mod tests {
         );
         assert_eq!(missing_user(&kc("me")), None);
         assert_eq!(missing_user(&kc("''")), None, "no user: anonymous on purpose");
+    }
+
+    /// A kubeconfig that cannot be read is named once, unquoted, then the reason (kube's own
+    /// text quoted it twice over, after our naming of it).
+    #[tokio::test]
+    async fn a_kubeconfig_that_cannot_be_read_is_named_once() {
+        let path = std::env::temp_dir().join(format!("probelet-no-kubeconfig-{}", std::process::id()));
+        let err = client(Some(path.clone())).await.err().expect("refused").to_string();
+        assert_eq!(
+            err,
+            format!(
+                "cluster: {}: cannot read the kubeconfig: No such file or directory (os error 2)",
+                path.display()
+            )
+        );
     }
 
     /// A kubeconfig's inline token written as a YAML block scalar ends in a newline: it is
