@@ -523,6 +523,43 @@ async fn a_runtime_that_resets_readiness_is_counted_and_overruled() {
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// The status writes go through a client without kube's own retry: a 503 reaches the syncer
+/// (and its metrics), which sends the write again after its back-off (0.5 s, then 1 s; the
+/// syncer's tests time it), every request counted against `--qps`. kube's retry had sent it
+/// again within milliseconds, three requests in 20 ms, and no 503 was ever counted.
+#[tokio::test]
+async fn a_failed_status_write_is_the_syncers_to_retry_not_the_clients() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("throttled", "node-a", port));
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(
+            http::Method::PATCH,
+            "/api/v1/namespaces/default/pods/throttled/status".into(),
+        ),
+        kind: FaultKind::status(503),
+        times: FaultTimes::Times(2),
+    });
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "throttled", &[]);
+    let addr = output.addr().await;
+    wait_for_pod(&fake, "throttled", "Ready=True", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let codes: Vec<Option<u16>> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == http::Method::PATCH && r.path.ends_with("/pods/throttled/status"))
+        .map(|r| r.code)
+        .collect();
+    assert_eq!(codes[..3], [Some(503), Some(503), Some(200)], "{codes:?}");
+    let failed =
+        support::agent::series_sum(&addr, "probelet_api_requests_total", &["verb=\"patch\"", "code=\"503\""])
+            .await;
+    assert_eq!(failed, 2.0, "each 503 reached the syncer");
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 /// A health endpoint that always fails and counts its probes.
 async fn counting_failing_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));

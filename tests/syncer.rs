@@ -539,6 +539,33 @@ async fn failed_writes_back_off_exponentially_until_they_succeed() {
     .await;
 }
 
+/// A write throttled with a 429 that says when to come back (`Retry-After`, which the API server
+/// also puts in the answer's `Status`) is sent again no sooner than that, as client-go waits it
+/// out, where the back-off alone would send it after 50 ms; and then it lands.
+#[actix::test]
+async fn a_throttled_write_waits_as_long_as_the_server_asked() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t
+            .syncer_with(|c| {
+                c.backoff_initial = Duration::from_millis(50);
+                c.backoff_max = Duration::from_secs(2);
+            })
+            .await;
+        let (pod, arrivals) = web_with_faulty_patches(&t, &syncer, FaultKind::too_many_requests(3), 1).await;
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+
+        let arrivals = arrivals.lock().unwrap().clone();
+        assert_eq!(arrivals.len(), 2, "throttled once, then written");
+        let gap = arrivals[1] - arrivals[0];
+        assert!(on_the_tick(gap, Duration::from_secs(3)), "the retry after {gap:?}, asked for 3 s");
+        let cached = t.cached(&uid(&pod)).await.unwrap();
+        assert_eq!(owned_conditions(&api_status(&t.api("web"))), owned_conditions(&cached));
+    })
+    .await;
+}
+
 /// Whether a wait measured on the paused clock is `want`: a timer fires on the first millisecond
 /// tick at or after its deadline, and the wait itself may start a tick after the request it
 /// follows arrived (the answer is handled when the runtime next turns, and which tick that is
@@ -556,6 +583,16 @@ async fn web_with_failing_patches(
     code: u16,
     n: u32,
 ) -> (Arc<Pod>, Arc<Mutex<Vec<Instant>>>) {
+    web_with_faulty_patches(t, syncer, FaultKind::status(code), n).await
+}
+
+/// [`web_with_failing_patches`] with the answer given as a fault.
+async fn web_with_faulty_patches(
+    t: &SyncTest,
+    syncer: &actix::Addr<StatusSyncer>,
+    kind: FaultKind,
+    n: u32,
+) -> (Arc<Pod>, Arc<Mutex<Vec<Instant>>>) {
     let pod = bound(test_pod("web").container("app"));
     t.pods.add(&pod);
     let api = t.fake.insert_pod((*pod).clone());
@@ -563,7 +600,7 @@ async fn web_with_failing_patches(
     let arrivals = patch_arrivals(t);
     t.fake.inject(Fault {
         matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
-        kind: FaultKind::status(code),
+        kind,
         times: FaultTimes::Times(n),
     });
     (pod, arrivals)

@@ -50,6 +50,16 @@ pub fn user_agent() -> String {
 
 /// Builds the API client from a kubeconfig file, or the in-cluster configuration.
 pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentError> {
+    Ok(clients(kubeconfig).await?.0)
+}
+
+/// The API clients from a kubeconfig file, or the in-cluster configuration: the agent's, and
+/// the status syncer's, which is the same without kube's default retry. That retry sends a
+/// request again on a 429, 503 or 504, with or without a `Retry-After`, up to 15 times from
+/// 5 ms on, none of it counted against `--qps`; the syncer has its own back-off, which waits
+/// at least what a `Retry-After` asks for and counts every request, and with the retry off it
+/// sees (and its metrics count) the answers (docs/sync.md, "Queue, budget, retries").
+pub async fn clients(kubeconfig: Option<PathBuf>) -> Result<(kube::Client, kube::Client), AgentError> {
     let err = |e: &dyn std::fmt::Display| AgentError::Cluster(e.to_string());
     let source = kubeconfig
         .as_ref()
@@ -85,7 +95,10 @@ pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentEr
     if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
         config.headers.push((http::header::USER_AGENT, value));
     }
-    client_from_config(config).map_err(|e| err(&format!("{source}: {e}")))
+    let mut writes = config.clone();
+    writes.default_retry = false;
+    let build = |config| client_from_config(config).map_err(|e| err(&format!("{source}: {e}")));
+    Ok((build(config)?, build(writes)?))
 }
 
 /// A current context that names a user the kubeconfig does not have: kube would go on without
@@ -131,7 +144,7 @@ pub fn client_from_config(mut config: kube::Config) -> Result<kube::Client, kube
 
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
 pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
-    let client = client(kubeconfig).await?;
+    let (client, writes) = clients(kubeconfig).await?;
     let mut common = Common::new()?;
     common.configure(args);
     let limiter = RateLimiter::new(args.qps, args.burst);
@@ -147,7 +160,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     let recorder: Arc<dyn EventRecorder> = Arc::new(recorder);
     let pipeline = common.pipeline_with(Arc::new(exec.clone()), recorder.clone());
     let mut config = SyncerConfig::new(
-        client.clone(),
+        writes,
         Arc::new(common.pods.clone()),
         pipeline.status_manager.clone(),
         common.clock.clone(),

@@ -52,11 +52,12 @@ async fn bounded<T>(
     request: impl std::future::Future<Output = kube::Result<T>>,
 ) -> kube::Result<T> {
     tokio::time::timeout(timeout, request).await.unwrap_or_else(|_| {
-        // kube's client retries a 429, 503 or 504 on its own (after its Retry-After) inside the
-        // request, so a server that keeps answering those looks like one that never answers.
+        // kube's default client retries a 429, 503 or 504 on its own inside the request, so
+        // with it a server that keeps answering those looks like one that never answers (the
+        // agent's syncer has a client without that retry, and sees the answers).
         Err(kube::Error::Service(
             format!(
-                "no answer within {}s (or only 429, 503 or 504 answers, which the client retries on its own)",
+                "no answer within {}s (or, from a client with kube's default retry, only 429, 503 or 504 answers)",
                 timeout.as_secs()
             )
             .into(),
@@ -109,6 +110,9 @@ pub(crate) struct JobResult {
     pub fresh: Option<Arc<ApiPod>>,
     /// The resourceVersion of the copy the status was merged into (for a conflict's floor).
     pub base_version: Option<u64>,
+    /// How long the server asked the agent to wait before trying again, with a failure
+    /// ([`retry_after`]).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl SyncJob {
@@ -122,6 +126,7 @@ impl SyncJob {
             api_uid: None,
             fresh: None,
             base_version: None,
+            retry_after: None,
         };
         let api: Api<ApiPod> = Api::namespaced(self.client.clone(), &result.namespace);
         // The token of the request after the GET (the PATCH, or a DELETE), taken with the GET's:
@@ -144,6 +149,7 @@ impl SyncJob {
                     }
                     Err(err) => {
                         result.outcome = WriteOutcome::Failed(format!("get: {err}"));
+                        result.retry_after = retry_after(&err);
                         return result;
                     }
                 }
@@ -204,6 +210,7 @@ impl SyncJob {
                     }
                     Err(err) => {
                         result.outcome = patch_failure(&err);
+                        result.retry_after = retry_after(&err);
                         return result;
                     }
                 }
@@ -230,7 +237,10 @@ impl SyncJob {
                 Ok(_) => WriteOutcome::Deleted,
                 Err(err) if is_code(&err, 404) => WriteOutcome::Deleted,
                 Err(err) if is_code(&err, 409) => WriteOutcome::Recreated,
-                Err(err) => WriteOutcome::DeleteFailed(format!("delete: {err}")),
+                Err(err) => {
+                    result.retry_after = retry_after(&err);
+                    WriteOutcome::DeleteFailed(format!("delete: {err}"))
+                }
             };
         }
         result
@@ -295,6 +305,20 @@ fn patch_failure(err: &kube::Error) -> WriteOutcome {
     }
 }
 
+/// The wait a throttling or failing server asked for: a 429 or 5xx answer's `Retry-After`, which
+/// the API server also puts in its `Status` as `details.retryAfterSeconds` (the only place kube's
+/// error keeps it). client-go's REST client waits that long before it sends the request again;
+/// the syncer waits at least that long before the pod's next write (docs/sync.md, "Queue,
+/// budget, retries").
+pub fn retry_after(err: &kube::Error) -> Option<std::time::Duration> {
+    let kube::Error::Api(status) = err else { return None };
+    if status.code != 429 && !(500..=599).contains(&status.code) {
+        return None;
+    }
+    let seconds = status.details.as_ref()?.retry_after_seconds;
+    (seconds > 0).then(|| std::time::Duration::from_secs(u64::from(seconds)))
+}
+
 fn is_code(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == code)
 }
@@ -341,6 +365,27 @@ mod tests {
         }))
         .unwrap();
         kube::Error::Api(Box::new(status))
+    }
+
+    /// The wait asked for is read from the `Status` the API server sends with a 429 or 5xx:
+    /// `details.retryAfterSeconds`, which it sets beside the `Retry-After` header.
+    #[test]
+    fn the_wait_a_throttling_server_asked_for_is_read_from_its_status() {
+        let error = |code: u16, retry_after: u32| {
+            let status: Status = serde_json::from_value(serde_json::json!({
+                "status": "Failure", "message": "m", "reason": "TooManyRequests", "code": code,
+                "details": {"retryAfterSeconds": retry_after},
+            }))
+            .unwrap();
+            kube::Error::Api(Box::new(status))
+        };
+        let secs = |s: u64| Some(std::time::Duration::from_secs(s));
+        assert_eq!(retry_after(&error(429, 7)), secs(7));
+        assert_eq!(retry_after(&error(503, 2)), secs(2));
+        assert_eq!(retry_after(&error(429, 0)), None, "none asked");
+        assert_eq!(retry_after(&error(409, 1)), None, "a conflict has its own back-off");
+        assert_eq!(retry_after(&api_error(500, None)), None, "no details");
+        assert_eq!(retry_after(&kube::Error::Service("no answer".into())), None);
     }
 
     #[test]

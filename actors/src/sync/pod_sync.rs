@@ -269,7 +269,7 @@ impl PodSync {
                 {
                     self.written = Some(written);
                 }
-                let next = next_failure(self.retry, now, backoffs);
+                let next = next_failure(self.retry, now, backoffs, result.retry_after);
                 settled.retry_in = Some(next.not_before - now);
                 self.retry = Some(next);
                 self.dirty = true;
@@ -279,12 +279,24 @@ impl PodSync {
     }
 }
 
-/// The failure back-off after one more failure: doubled per failure up to the maximum.
-pub fn next_failure(previous: Option<Retry>, now: Instant, backoffs: &Backoffs) -> Retry {
+/// The failure back-off after one more failure: doubled per failure up to the maximum, and at
+/// least the wait the server asked for with the failure (its `Retry-After`), up to
+/// [`RETRY_AFTER_MAX`].
+pub fn next_failure(
+    previous: Option<Retry>,
+    now: Instant,
+    backoffs: &Backoffs,
+    retry_after: Option<Duration>,
+) -> Retry {
     let count = previous.map_or(1, |r| r.count + 1);
-    let wait = backoff(backoffs.failure_initial, backoffs.failure_max, count);
+    let asked = retry_after.map_or(Duration::ZERO, |wait| wait.min(RETRY_AFTER_MAX));
+    let wait = backoff(backoffs.failure_initial, backoffs.failure_max, count).max(asked);
     Retry { count, not_before: now + wait }
 }
+
+/// The longest `Retry-After` a failed write waits for: the API server's own throttling asks for
+/// seconds; a proxy's `Retry-After: 3600` must not hold a pod's status for an hour.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
 
 /// The conflict back-off after one more conflict: the first is retried at once from a fresh
 /// GET; a pod that keeps changing under the writes waits a little, then longer, up to the
@@ -333,6 +345,7 @@ mod tests {
             api_uid: Some("api-u".into()),
             fresh: None,
             base_version: merged_into,
+            retry_after: None,
         }
     }
 
@@ -372,6 +385,24 @@ mod tests {
         assert_eq!((pod.retry, pod.not_before(), pod.unsynced_since), (None, None, None));
         assert_eq!(pod.written_to("api-u"), Some(1));
         assert_eq!(pod.written_to("another-mirror"), None, "a version is of the API pod it went to");
+    }
+
+    /// A failure whose answer says when to come back (429 or 5xx with `Retry-After`) waits at
+    /// least that long, and never more than a minute; the doubling goes on underneath.
+    #[test]
+    fn a_failure_waits_at_least_what_the_server_asked_for() {
+        let now = Instant::now();
+        let mut pod = PodSync::listed(status(1));
+        pod.on_update(status(1), 1, at(10));
+        let mut failed = result(WriteOutcome::Failed("patch: 429".into()), 1, Some(7));
+        let mut wait = |asked: Option<u64>| {
+            failed.retry_after = asked.map(Duration::from_secs);
+            pod.on_outcome(&failed, None, now, &BACKOFFS).retry_in.unwrap()
+        };
+        assert_eq!(wait(Some(1)), Duration::from_secs(1), "asked for more than the back-off's 0.5 s");
+        assert_eq!(wait(None), Duration::from_secs(1), "the doubling went on underneath");
+        assert_eq!(wait(Some(1)), Duration::from_secs(2), "the back-off is longer than asked");
+        assert_eq!(wait(Some(3600)), RETRY_AFTER_MAX, "an hour is cut to a minute");
     }
 
     #[test]
