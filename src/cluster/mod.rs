@@ -159,6 +159,10 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     );
     let recorder: Arc<dyn EventRecorder> = Arc::new(recorder);
     let pipeline = common.pipeline_with(Arc::new(exec.clone()), recorder.clone());
+    // The listener before the syncer: an error here (a certificate, a port in use) returns
+    // before any actor with timers runs, which actix would otherwise poll as the runtime is
+    // dropped and which would panic without a reactor, before the error was printed.
+    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
     let mut config = SyncerConfig::new(
         writes,
         Arc::new(common.pods.clone()),
@@ -172,7 +176,6 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     config.ownership =
         ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
     let syncer = start_syncer(config);
-    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
     say(format_args!(
         "probelet {}: cluster mode, node {}; {base}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
