@@ -109,6 +109,18 @@ pub const DEFAULT_STATE_DIR: &str = ".probelet-state";
 pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 /// The agent's own executable, as the processes it spawns resolve it.
 const SELF_EXE: &str = "/proc/self/exe";
+/// The review rate limiter's budget: `--qps`/`--burst`, except that a `--qps` of no limit (zero,
+/// negative, NaN or infinite, which status writes accept) is the default 50/100 here. Reviews
+/// are what a client without a token can make the agent send; a flood of made-up tokens sent
+/// 8,900 TokenReviews in 8 s with no limit. (client-go, the kubelet's, turns a QPS of 0 into
+/// its default of 5.)
+pub fn review_budget(qps: f64, burst: u32) -> (f64, u32) {
+    if qps.is_finite() && qps > 0.0 { (qps, burst) } else { (DEFAULT_QPS, DEFAULT_BURST) }
+}
+
+/// `--qps`'s and `--burst`'s defaults.
+const DEFAULT_QPS: f64 = 50.0;
+const DEFAULT_BURST: u32 = 100;
 
 /// `--max-probes-in-flight` as the engine takes it: 0 is no limit.
 pub fn max_probes_in_flight(args: &RunArgs) -> Option<usize> {
@@ -258,7 +270,8 @@ impl Common {
         let app = match reviewed {
             Some(client) => {
                 // A bucket of its own: reviews that clients ask for never delay status writes.
-                let limiter = RateLimiter::new(args.qps, args.burst);
+                let (qps, burst) = review_budget(args.qps, args.burst);
+                let limiter = RateLimiter::new(qps, burst);
                 router_with_reviews(state, Arc::new(Reviewer::new(client, args.node_name.clone(), limiter)))
             }
             None => {
@@ -667,6 +680,15 @@ impl Default for Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reviews always have a limit, though `--qps` may lift the status writes' own.
+    #[test]
+    fn reviews_keep_a_budget_when_qps_means_no_limit() {
+        assert_eq!(review_budget(20.0, 40), (20.0, 40));
+        for unlimited in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(review_budget(unlimited, 7), (50.0, 100), "{unlimited}");
+        }
+    }
 
     /// A state directory that fails for want of descriptors is no reason to choose another:
     /// the hint says what helps instead. Other failures keep the `--state-dir` advice.

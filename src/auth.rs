@@ -23,6 +23,9 @@
 //! rate limiter (`--qps`/`--burst`, a bucket of its own so that reviews asked for by clients
 //! never delay status writes): the kubelet sends its reviews through its rate-limited client,
 //! and an unauthenticated client must not be able to make the agent flood the API server.
+//! A review gets [`REVIEW_TIMEOUT`] for its answer; a request waiting for its reviews leaves its
+//! connection idle for the listener's cap; a `401` or `429` closes the connection
+//! (docs/security.md, "Connections").
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -204,7 +207,8 @@ impl Reviewer {
         };
         self.turn().await?;
         let answer =
-            Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
+            bounded(Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review))
+                .await?;
         let user = answer.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user);
         match &user {
             Some(user) => self.tokens.insert(token, user.clone(), AUTHENTICATION_CACHE_TTL),
@@ -231,9 +235,10 @@ impl Reviewer {
         }
         let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
         self.turn().await?;
-        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
-            .await?;
+        let answer = bounded(
+            Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &review),
+        )
+        .await?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         let ttl = if allowed { AUTHORIZED_CACHE_TTL } else { UNAUTHORIZED_CACHE_TTL };
         self.decisions.insert(&key, allowed, ttl);
@@ -255,12 +260,29 @@ impl Reviewer {
 /// again (429). Clients that hang up while waiting give their turn back.
 pub const REVIEW_WAIT: Duration = Duration::from_secs(5);
 
+/// The longest a review may take once sent: an API server that stalls its answers must not hold
+/// the requests (and their connections) that wait for them for good. client-go's webhook
+/// authenticator and authorizer give a review 30 s; the agent's clients are waiting on the
+/// other side, and a scraper's own timeout is shorter.
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A review, or [`ReviewError::Timeout`] after [`REVIEW_TIMEOUT`].
+async fn bounded<T>(review: impl std::future::Future<Output = kube::Result<T>>) -> Result<T, ReviewError> {
+    match tokio::time::timeout(REVIEW_TIMEOUT, review).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(ReviewError::Timeout),
+    }
+}
+
 /// Why a review could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
     /// The review rate limiter has no turn within [`REVIEW_WAIT`].
     #[error("too many reviews pending")]
     Busy,
+    /// The API server did not answer within [`REVIEW_TIMEOUT`].
+    #[error("the API server did not answer the review within {}s", REVIEW_TIMEOUT.as_secs())]
+    Timeout,
     /// The API server could not be asked.
     #[error(transparent)]
     Api(#[from] kube::Error),
@@ -271,6 +293,21 @@ fn too_many_requests() -> Response {
     let mut response =
         plain(StatusCode::TOO_MANY_REQUESTS, "Too many requests, please try again later.\n".into());
     response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    closing(response)
+}
+
+/// `401 Unauthorized`, and the connection closed after it.
+fn unauthorized() -> Response {
+    closing(plain(StatusCode::UNAUTHORIZED, "Unauthorized".into()))
+}
+
+/// The answer with `Connection: close`: a client that is not let in (401) or must come back
+/// later (429) gives its connection back, where the kubelet keeps it alive. The agent's
+/// connections are capped (`--http-max-connections`), and clients without a valid token kept
+/// alive and asking again every 150 ms are never idle long enough to be closed for room: 300 of
+/// them kept `/healthz` from answering (docs/security.md, "Connections").
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
     response
 }
 
@@ -285,22 +322,30 @@ pub async fn guard(State(reviewer): State<Arc<Reviewer>>, request: Request, next
         return next.run(request).await;
     }
     let Some(token) = bearer_token(request.headers()) else {
-        return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+        return unauthorized();
     };
+    // While it waits for its reviews (a turn of the rate limiter, then the API server's answer)
+    // the request holds nothing but its connection, which at the cap may be closed for room
+    // like an idle one: clients with made-up tokens, each waiting up to 5 s for a turn, held
+    // every connection and kept `/healthz` out.
+    let waiting = crate::serve::Waiting::of(&request);
     let user = match reviewer.authenticate(token).await {
         Ok(Some(user)) => user,
-        Ok(None) => return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into()),
+        Ok(None) => return unauthorized(),
         Err(ReviewError::Busy) => return too_many_requests(),
         Err(err) => {
             tracing::error!(error = %err, "Unable to authenticate the request due to an error");
-            return plain(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+            return unauthorized();
         }
     };
     let name = user.username.clone().unwrap_or_default();
     let attributes = request_attributes(request.method(), &path, reviewer.node());
     for attrs in &attributes {
         match reviewer.authorize(&user, attrs).await {
-            Ok(true) => return next.run(request).await,
+            Ok(true) => {
+                drop(waiting);
+                return next.run(request).await;
+            }
             Ok(false) => {}
             Err(ReviewError::Busy) => return too_many_requests(),
             Err(err) => {

@@ -187,7 +187,8 @@ pub struct RunArgs {
     pub verbose: u8,
 
     /// API requests per second the agent may send for status writes (the kubelet's
-    /// --kube-api-qps); webhook authorization's reviews get a bucket of their own at this rate.
+    /// --kube-api-qps; 0 for no limit); webhook authorization's reviews get a bucket of their
+    /// own at this rate (at the default when this is 0).
     #[arg(long, env = "PROBELET_QPS", default_value_t = 50.0)]
     pub qps: f64,
 

@@ -739,6 +739,20 @@ struct Connection(Arc<ConnState>);
 /// A request waiting for a whole-node answer's turn ([`one_of_few`]), counted while it waits.
 struct Queued(Arc<ConnState>);
 
+/// A request that waits for something outside the connection (its reviews, [`crate::auth`]):
+/// while this lives, its connection counts as idle and may be closed for room at the cap.
+pub struct Waiting {
+    _queued: Option<Queued>,
+}
+
+impl Waiting {
+    /// Marks `request`'s connection as waiting (nothing, for a request not served by
+    /// [`serve_router`]).
+    pub fn of<B>(request: &axum::http::Request<B>) -> Waiting {
+        Waiting { _queued: request.extensions().get::<Connection>().map(|c| Queued::new(c.0.clone())) }
+    }
+}
+
 impl Queued {
     fn new(state: Arc<ConnState>) -> Queued {
         state.queued.fetch_add(1, Ordering::SeqCst);

@@ -177,3 +177,68 @@ async fn on_loopback_cluster_mode_serves_everything_without_reviews() {
     let _ = agent.wait().await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// Clients without a valid token cannot keep `/healthz` out (docs/security.md, "Connections"):
+/// requests whose token reviews the API server never answers leave their connections idle for
+/// the cap's purpose, so a health check gets in; a review gives up after 10 s; and a `401`
+/// closes its connection.
+#[tokio::test]
+async fn clients_without_a_valid_token_cannot_keep_healthz_out() {
+    use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let fake = FakeApiServer::start().await;
+    // The API server stalls every token review.
+    fake.inject(Fault {
+        matcher: FaultMatcher::PathSuffix("/tokenreviews".into()),
+        kind: FaultKind::Delay(std::time::Duration::from_secs(600)),
+        times: FaultTimes::Always,
+    });
+    let cap = 8;
+    let (agent, addr, kubeconfig) = start_agent(
+        &fake,
+        "stalled",
+        &["--authorization-mode", "webhook", "--http-max-connections", &cap.to_string()],
+    )
+    .await;
+    let host = addr.strip_prefix("https://").unwrap().to_owned();
+    // Twice the cap of clients, each asking for /pods with a made-up token and then waiting.
+    let mut stalled = Vec::new();
+    for i in 0..2 * cap {
+        let host = host.clone();
+        stalled.push(tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(&host).await.unwrap();
+            let server = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let Ok(mut tls) = support::tls::trusting_client().connect(server, tcp).await else { return };
+            let request =
+                format!("GET /pods HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer made-up-{i}\r\n\r\n");
+            let _ = tls.write_all(request.as_bytes()).await;
+            let mut answer = Vec::new();
+            let _ = tls.read_to_end(&mut answer).await;
+        }));
+    }
+    // Every slot taken by a request waiting for its review.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for _ in 0..3 {
+        let health =
+            tokio::time::timeout(std::time::Duration::from_secs(2), get(&addr, "/healthz", None)).await;
+        assert_eq!(health.ok(), Some((200, "ok".into())), "the health check got in");
+    }
+
+    // A 401 closes the connection: the client's next request on it gets nothing.
+    let tcp = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let server = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = support::tls::trusting_client().connect(server, tcp).await.unwrap();
+    tls.write_all(format!("GET /pods HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection was closed after the 401");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+
+    for task in stalled {
+        task.abort();
+    }
+    support::agent::kill(agent, &kubeconfig).await;
+}

@@ -204,3 +204,24 @@ async fn reviews_wait_for_the_rate_limiter() {
     let reviews = fake.requests().into_iter().filter(|r| r.path.ends_with("/tokenreviews")).count();
     assert_eq!(reviews, 2);
 }
+
+/// A review the API server never answers fails after `REVIEW_TIMEOUT` (a request waiting for
+/// it would otherwise hold its connection for good). Paused time, the fake in process.
+#[tokio::test(start_paused = true)]
+async fn a_review_the_server_never_answers_fails_after_ten_seconds() {
+    use probelet::auth::{REVIEW_TIMEOUT, ReviewError, Reviewer};
+    use probelet::sync::rate::RateLimiter;
+    use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
+
+    let fake = FakeApiServer::start().await;
+    fake.inject(Fault {
+        matcher: FaultMatcher::PathSuffix("/tokenreviews".into()),
+        kind: FaultKind::Delay(std::time::Duration::from_secs(3600)),
+        times: FaultTimes::Always,
+    });
+    let reviewer = Reviewer::new(fake.in_process_client(), "node-a", RateLimiter::new(50.0, 100));
+    let started = tokio::time::Instant::now();
+    let answer = reviewer.authenticate("made-up").await;
+    assert!(matches!(answer, Err(ReviewError::Timeout)), "{answer:?}");
+    assert_eq!(started.elapsed(), REVIEW_TIMEOUT);
+}
