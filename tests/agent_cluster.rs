@@ -560,6 +560,42 @@ async fn a_failed_status_write_is_the_syncers_to_retry_not_the_clients() {
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// API Priority and Fairness throttles with a plain-text `429` and a `Retry-After` header, no
+/// `Status`: the agent's client keeps the wait in kube's error, and the syncer's next write of
+/// the pod comes no sooner than asked (3 s), where its back-off alone would send it after 0.5 s.
+#[tokio::test]
+async fn a_write_throttled_by_priority_and_fairness_waits_as_asked() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("fair", "node-a", port));
+    let path = "/api/v1/namespaces/default/pods/fair/status";
+    let arrivals = Arc::new(std::sync::Mutex::new(Vec::<tokio::time::Instant>::new()));
+    let seen = arrivals.clone();
+    fake.inject(Fault {
+        matcher: FaultMatcher::Predicate(Arc::new(move |method, p| {
+            if *method == http::Method::PATCH && p == path {
+                seen.lock().unwrap().push(tokio::time::Instant::now());
+            }
+            false
+        })),
+        kind: FaultKind::Delay(Duration::ZERO),
+        times: FaultTimes::Always,
+    });
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::PATCH, path.into()),
+        kind: FaultKind::throttled(3),
+        times: FaultTimes::Times(1),
+    });
+    let (agent, kubeconfig) = start_agent(&fake, "fair", &[]);
+    wait_for_pod(&fake, "fair", "Ready=True", |p| condition(p, "Ready").is_some_and(|c| c.status == "True"))
+        .await;
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert!(arrivals.len() >= 2, "throttled, then written: {arrivals:?}");
+    let gap = arrivals[1] - arrivals[0];
+    assert!(gap >= Duration::from_secs(3), "the next write after {gap:?}, asked for 3 s");
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 /// A health endpoint that always fails and counts its probes.
 async fn counting_failing_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -18,6 +18,7 @@ pub mod exec;
 pub mod gates;
 pub mod host;
 pub mod recorder;
+pub mod retry_after;
 pub mod token;
 pub mod watch;
 
@@ -112,7 +113,8 @@ fn missing_user(kc: &kube::config::Kubeconfig) -> Option<String> {
 }
 
 /// The API client for `config`, with the pod watch's requests paced
-/// ([`watch::WatchPacingLayer`]) and a token file's token trimmed ([`token::TokenFileLayer`]).
+/// ([`watch::WatchPacingLayer`]), a token file's token trimmed ([`token::TokenFileLayer`]), and a
+/// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]).
 pub fn client_from_config(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
     // An inline token is trimmed as a token file's is (a YAML block scalar, `token: |`, ends in
     // a newline), and one that still cannot be a header is an error: kube's auth layer panics
@@ -134,8 +136,9 @@ pub fn client_from_config(mut config: kube::Config) -> Result<kube::Client, kube
         }
         _ => None,
     };
-    let builder =
-        kube::client::ClientBuilder::try_from(config)?.with_layer(&watch::WatchPacingLayer::default());
+    let builder = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&retry_after::RetryAfterLayer)
+        .with_layer(&watch::WatchPacingLayer::default());
     Ok(match token {
         Some(token) => builder.with_layer(&token).build(),
         None => builder.build(),

@@ -172,6 +172,10 @@ pub enum FaultKind {
     /// Answer with this code and this JSON body, whatever the request (a body the client cannot
     /// read as what it asked for: a pod of another shape, a `Status` with a 200).
     Body { code: u16, body: Value },
+    /// Answer with this code and this plain text, with `Retry-After` when given: what API
+    /// Priority and Fairness answers when it throttles (`429`, `Too many requests, please try
+    /// again later.`), or a proxy in front of the server (`503`).
+    Text { code: u16, text: String, retry_after: Option<u64> },
 }
 
 impl FaultKind {
@@ -181,6 +185,15 @@ impl FaultKind {
 
     pub fn too_many_requests(retry_after_secs: u64) -> FaultKind {
         FaultKind::Status { code: 429, retry_after: Some(retry_after_secs) }
+    }
+
+    /// API Priority and Fairness's `429`: plain text and a `Retry-After` header, no `Status`.
+    pub fn throttled(retry_after_secs: u64) -> FaultKind {
+        FaultKind::Text {
+            code: 429,
+            text: "Too many requests, please try again later.\n".into(),
+            retry_after: Some(retry_after_secs),
+        }
     }
 }
 
@@ -606,6 +619,14 @@ async fn respond<B: hyper::body::Body>(
             record(Some(code));
             let body = serde_json::to_vec(&body).unwrap_or_default();
             return Ok(reply_response(Reply { code, body, warnings: Vec::new(), retry_after: None }));
+        }
+        Some(FaultKind::Text { code, text, retry_after }) => {
+            record(Some(code));
+            let mut resp =
+                reply_response(Reply { code, body: text.into_bytes(), warnings: Vec::new(), retry_after });
+            resp.headers_mut()
+                .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            return Ok(resp);
         }
         None => {}
     }
