@@ -260,23 +260,46 @@ async fn liveness_action_delete_pod_retries_a_failed_delete() {
     // probes are the sign that the agent runs on while no more DELETEs come.
     container.liveness_probe = container.readiness_probe.clone();
     fake.insert_pod(failing);
-    // kube's client retries 429/503/504 itself: a 500 reaches the agent.
+    let path = "/api/v1/namespaces/default/pods/flaky";
+    let arrivals = Arc::new(std::sync::Mutex::new(Vec::<tokio::time::Instant>::new()));
+    let seen = arrivals.clone();
     fake.inject(Fault {
-        matcher: FaultMatcher::MethodPath(
-            http::Method::DELETE,
-            "/api/v1/namespaces/default/pods/flaky".into(),
-        ),
+        matcher: FaultMatcher::Predicate(Arc::new(move |method, p| {
+            if *method == http::Method::DELETE && p == path {
+                seen.lock().unwrap().push(tokio::time::Instant::now());
+            }
+            false
+        })),
+        kind: FaultKind::Delay(Duration::ZERO),
+        times: FaultTimes::Always,
+    });
+    // The DELETE goes through the client without kube's retry: API Priority and Fairness's
+    // 429 reaches the agent, which waits the 3 s it asks for (not its back-off's 1 s), then a
+    // 500, after which it waits 2 s.
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::DELETE, path.into()),
+        kind: FaultKind::throttled(3),
+        times: FaultTimes::Times(1),
+    });
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::DELETE, path.into()),
         kind: FaultKind::status(500),
-        times: FaultTimes::Times(2),
+        times: FaultTimes::Times(1),
     });
 
     let (agent, kubeconfig) = start_agent(&fake, "liveness-retry", &["--liveness-action", "delete-pod"]);
     let deletes = || -> Vec<Option<u16>> {
         fake.requests().into_iter().filter(|r| r.method == http::Method::DELETE).map(|r| r.code).collect()
     };
-    // Back-off 1 s, then 2 s: the third DELETE comes about 3 s after the first.
     wait_for_pod(&fake, "flaky", "being deleted", |p| p.metadata.deletion_timestamp.is_some()).await;
-    assert_eq!(deletes(), [Some(500), Some(500), Some(200)]);
+    assert_eq!(deletes(), [Some(429), Some(500), Some(200)]);
+    let arrivals = arrivals.lock().unwrap().clone();
+    let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps[0] >= Duration::from_secs(3), "the wait the 429 asked for: {gaps:?}");
+    assert!(
+        gaps[1] >= Duration::from_secs(2) && gaps[1] < Duration::from_secs(3),
+        "the back-off's 2 s: {gaps:?}"
+    );
     // Nothing more once the pod is being deleted: not the retry loop, not a second failure
     // report. Watched for longer than the next back-off step (4 s) would have been: six more
     // probes (the liveness probe's last one at most among them) are five readiness periods.

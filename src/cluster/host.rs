@@ -24,6 +24,7 @@ use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::sync::rules::{RETRY_AFTER_MAX, retry_after};
 use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, Reconcile, StatusSyncer};
 use probelet_actors::vocabulary::PodUid;
 
@@ -44,7 +45,9 @@ pub struct StopHost;
 
 /// Feeds the engine from the watch and acts on probe results.
 pub struct ClusterHost {
-    pub client: kube::Client,
+    /// For the liveness DELETE, which has a back-off of its own: the client without kube's
+    /// retry ([`super::Clients`]).
+    pub writes: kube::Client,
     pub pipeline: Pipeline,
     pub pods: probelet_actors::contracts::PodRegistry,
     /// The probe history `/probes` serves; a deleted pod's runs are forgotten.
@@ -298,7 +301,7 @@ impl ClusterHost {
             ..Default::default()
         };
         let api: Api<Pod> =
-            Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+            Api::namespaced(self.writes.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
         let (limiter, pods, container_id) =
             (self.limiter.clone(), self.pods.clone(), change.container_id.clone());
         // The kubelet re-reads the liveness result on every pod sync and kills again until the
@@ -309,6 +312,7 @@ impl ClusterHost {
             let mut backoff = Backoff::new(DELETE_BACKOFF_INITIAL, DELETE_BACKOFF_MAX);
             loop {
                 limiter.acquire().await;
+                let mut asked = Duration::ZERO;
                 let err = match tokio::time::timeout(DELETE_TIMEOUT, api.delete(&pod_name, &params)).await {
                     Ok(Ok(_)) => return true,
                     Ok(Err(err)) => match delete_failure(&err) {
@@ -320,11 +324,16 @@ impl ClusterHost {
                             tracing::error!(pod = %pod_name, error = %err, "Failed to delete the pod after its liveness probe failed");
                             return false;
                         }
-                        DeleteFailure::Transient => err.to_string(),
+                        DeleteFailure::Transient => {
+                            // At least as long as a throttling server asked (its Retry-After).
+                            asked =
+                                retry_after(&err).map_or(Duration::ZERO, |wait| wait.min(RETRY_AFTER_MAX));
+                            err.to_string()
+                        }
                     },
                     Err(_) => format!("no answer within {}s", DELETE_TIMEOUT.as_secs()),
                 };
-                let wait = backoff.next_delay();
+                let wait = backoff.next_delay().max(asked);
                 tracing::info!(pod = %pod_name, error = %err, retry_in = ?wait, "Failed to delete the pod after its liveness probe failed; retrying");
                 tokio::time::sleep(wait).await;
                 // The watch shows what the failed attempt cannot: the pod is gone, someone else

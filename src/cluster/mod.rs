@@ -49,18 +49,8 @@ pub fn user_agent() -> String {
     format!("probelet/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Builds the API client from a kubeconfig file, or the in-cluster configuration.
-pub async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, AgentError> {
-    Ok(clients(kubeconfig).await?.0)
-}
-
-/// The API clients from a kubeconfig file, or the in-cluster configuration: the agent's, and
-/// the status syncer's, which is the same without kube's default retry. That retry sends a
-/// request again on a 429, 503 or 504, with or without a `Retry-After`, up to 15 times from
-/// 5 ms on, none of it counted against `--qps`; the syncer has its own back-off, which waits
-/// at least what a `Retry-After` asks for and counts every request, and with the retry off it
-/// sees (and its metrics count) the answers (docs/sync.md, "Queue, budget, retries").
-pub async fn clients(kubeconfig: Option<PathBuf>) -> Result<(kube::Client, kube::Client), AgentError> {
+/// The API clients from a kubeconfig file, or the in-cluster configuration ([`Clients`]).
+pub async fn clients(kubeconfig: Option<PathBuf>) -> Result<Clients, AgentError> {
     let err = |e: &dyn std::fmt::Display| AgentError::Cluster(e.to_string());
     let source = kubeconfig
         .as_ref()
@@ -96,10 +86,32 @@ pub async fn clients(kubeconfig: Option<PathBuf>) -> Result<(kube::Client, kube:
     if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
         config.headers.push((http::header::USER_AGENT, value));
     }
-    let mut writes = config.clone();
-    writes.default_retry = false;
-    let build = |config| client_from_config(config).map_err(|e| err(&format!("{source}: {e}")));
-    Ok((build(config)?, build(writes)?))
+    Clients::from_config(config).map_err(|e| err(&format!("{source}: {e}")))
+}
+
+/// The agent's two API clients, on one configuration and one token file.
+///
+/// `writes` is `client` without kube's default retry, for the requests that have a back-off of
+/// their own: status writes (the syncer), the readiness-gate condition, the liveness DELETE.
+/// kube's retry sends a request again on a 429, 503 or 504, with or without a `Retry-After`,
+/// up to 15 times from 5 ms on, none of it counted against `--qps`; with it off the caller sees
+/// (and the metrics count) the answers, and waits at least what a `Retry-After` asks for
+/// (docs/sync.md, "Queue, budget, retries"). The watch, events, exec and reviews keep it.
+#[derive(Clone)]
+pub struct Clients {
+    pub client: kube::Client,
+    pub writes: kube::Client,
+}
+
+impl Clients {
+    /// Both clients for `config`, sharing its token file's reader ([`token::TokenFileLayer`]):
+    /// a token replaced on disk is read once for both.
+    pub fn from_config(config: kube::Config) -> Result<Clients, kube::Error> {
+        let (config, token) = prepare(config)?;
+        let mut writes = config.clone();
+        writes.default_retry = false;
+        Ok(Clients { client: build(config, token.as_ref())?, writes: build(writes, token.as_ref())? })
+    }
 }
 
 /// A current context that names a user the kubeconfig does not have: kube would go on without
@@ -115,7 +127,13 @@ fn missing_user(kc: &kube::config::Kubeconfig) -> Option<String> {
 /// The API client for `config`, with the pod watch's requests paced
 /// ([`watch::WatchPacingLayer`]), a token file's token trimmed ([`token::TokenFileLayer`]), and a
 /// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]).
-pub fn client_from_config(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+pub fn client_from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    let (config, token) = prepare(config)?;
+    build(config, token.as_ref())
+}
+
+/// `config` with its inline token trimmed, and its token file (taken out of it) as a layer.
+fn prepare(mut config: kube::Config) -> Result<(kube::Config, Option<token::TokenFileLayer>), kube::Error> {
     // An inline token is trimmed as a token file's is (a YAML block scalar, `token: |`, ends in
     // a newline), and one that still cannot be a header is an error: kube's auth layer panics
     // on it.
@@ -136,18 +154,23 @@ pub fn client_from_config(mut config: kube::Config) -> Result<kube::Client, kube
         }
         _ => None,
     };
+    Ok((config, token))
+}
+
+/// The client for a [`prepare`]d configuration.
+fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<kube::Client, kube::Error> {
     let builder = kube::client::ClientBuilder::try_from(config)?
         .with_layer(&retry_after::RetryAfterLayer)
         .with_layer(&watch::WatchPacingLayer::default());
     Ok(match token {
-        Some(token) => builder.with_layer(&token).build(),
+        Some(token) => builder.with_layer(token).build(),
         None => builder.build(),
     })
 }
 
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
 pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
-    let (client, writes) = clients(kubeconfig).await?;
+    let Clients { client, writes } = clients(kubeconfig).await?;
     let mut common = Common::new()?;
     common.configure(args);
     let limiter = RateLimiter::new(args.qps, args.burst);
@@ -167,7 +190,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     // dropped and which would panic without a reactor, before the error was printed.
     let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
     let mut config = SyncerConfig::new(
-        writes,
+        writes.clone(),
         Arc::new(common.pods.clone()),
         pipeline.status_manager.clone(),
         common.clock.clone(),
@@ -186,7 +209,7 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     ));
 
     let host = ClusterHost {
-        client: client.clone(),
+        writes: writes.clone(),
         pipeline: pipeline.clone(),
         pods: common.pods.clone(),
         history: common.history.clone(),
@@ -257,7 +280,7 @@ mod tests {
     #[tokio::test]
     async fn a_kubeconfig_that_cannot_be_read_is_named_once() {
         let path = std::env::temp_dir().join(format!("probelet-no-kubeconfig-{}", std::process::id()));
-        let err = client(Some(path.clone())).await.err().expect("refused").to_string();
+        let err = clients(Some(path.clone())).await.err().expect("refused").to_string();
         assert_eq!(
             err,
             format!(

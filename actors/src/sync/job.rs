@@ -17,7 +17,7 @@ use super::patch::{pod_status_patch, pod_status_patch_json};
 use super::rate::{RateLimiter, SpareToken};
 use super::rules::{
     can_be_deleted, could_have_running_containers, go_zero_values, readiness_only_sides,
-    replaces_container_statuses, resource_version, source_uid, with_resource_version,
+    replaces_container_statuses, resource_version, retry_after, source_uid, with_resource_version,
 };
 use super::syncer::OwnedFields;
 use crate::contracts::PodLookup;
@@ -303,20 +303,6 @@ fn patch_failure(err: &kube::Error) -> WriteOutcome {
     } else {
         WriteOutcome::Failed(format!("patch: {err}"))
     }
-}
-
-/// The wait a throttling or failing server asked for: a 429 or 5xx answer's `Retry-After`, which
-/// the API server also puts in its `Status` as `details.retryAfterSeconds` (the only place kube's
-/// error keeps it). client-go's REST client waits that long before it sends the request again;
-/// the syncer waits at least that long before the pod's next write (docs/sync.md, "Queue,
-/// budget, retries").
-pub fn retry_after(err: &kube::Error) -> Option<std::time::Duration> {
-    let kube::Error::Api(status) = err else { return None };
-    if status.code != 429 && !(500..=599).contains(&status.code) {
-        return None;
-    }
-    let seconds = status.details.as_ref()?.retry_after_seconds;
-    (seconds > 0).then(|| std::time::Duration::from_secs(u64::from(seconds)))
 }
 
 fn is_code(err: &kube::Error, code: u16) -> bool {

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::job::{JobResult, WriteOutcome};
 use super::rate::{backoff, jittered_backoff};
+use super::rules::RETRY_AFTER_MAX;
 use crate::status::manager::VersionedPodStatus;
 
 /// A pod's place in a retry back-off.
@@ -293,10 +294,6 @@ pub fn next_failure(
     let wait = backoff(backoffs.failure_initial, backoffs.failure_max, count).max(asked);
     Retry { count, not_before: now + wait }
 }
-
-/// The longest `Retry-After` a failed write waits for: the API server's own throttling asks for
-/// seconds; a proxy's `Retry-After: 3600` must not hold a pod's status for an hour.
-pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
 
 /// The conflict back-off after one more conflict: the first is retried at once from a fresh
 /// GET; a pod that keeps changing under the writes waits a little, then longer, up to the

@@ -217,6 +217,24 @@ fn overlay_readiness_json(raw: &[Value], merged: &[ContainerStatus]) -> Option<V
         .collect()
 }
 
+/// The wait a throttling or failing server asked for: a 429 or 5xx answer's `Retry-After`, which
+/// the API server also puts in its `Status` as `details.retryAfterSeconds` (the only place kube's
+/// error keeps it). client-go's REST client waits that long before it sends the request again;
+/// the syncer waits at least that long before the pod's next write (docs/sync.md, "Queue,
+/// budget, retries").
+pub fn retry_after(err: &kube::Error) -> Option<std::time::Duration> {
+    let kube::Error::Api(status) = err else { return None };
+    if status.code != 429 && !(500..=599).contains(&status.code) {
+        return None;
+    }
+    let seconds = status.details.as_ref()?.retry_after_seconds;
+    (seconds > 0).then(|| std::time::Duration::from_secs(u64::from(seconds)))
+}
+
+/// The longest `Retry-After` a failed write waits for: the API server's own throttling asks for
+/// seconds; a proxy's `Retry-After: 3600` must not hold a pod's status for an hour.
+pub const RETRY_AFTER_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a panic is the failure report
 mod tests {

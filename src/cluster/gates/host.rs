@@ -40,7 +40,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Feeds the engine from the watch and writes the gate condition.
 pub struct GateHost {
-    pub client: kube::Client,
+    /// For the condition's write: the client without kube's retry ([`crate::cluster::Clients`]);
+    /// a failed write is written again at the pod's next change or reconcile.
+    pub writes: kube::Client,
     pub pipeline: Pipeline,
     /// The derived pods, which the engine looks pods up in.
     pub pods: PodRegistry,
@@ -298,7 +300,7 @@ impl GateHost {
             pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         );
         let body = apply_body(&name, uid, &condition);
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<Pod> = Api::namespaced(self.writes.clone(), &namespace);
         let limiter = self.limiter.clone();
         let fut = async move {
             limiter.acquire().await;

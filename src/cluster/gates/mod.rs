@@ -37,14 +37,14 @@ pub use annotation::{GateProbe, READINESS_PROBES_ANNOTATION, parse_gate_probes};
 pub use condition::{FIELD_MANAGER, GATE_CONDITION};
 pub use host::GateHost;
 
-use super::{CoreEventRecorder, EVENT_BURST, EVENT_QPS, ExecRunner, client, pod_watch};
+use super::{Clients, CoreEventRecorder, EVENT_BURST, EVENT_QPS, ExecRunner, clients, pod_watch};
 use crate::agent::{AgentError, Common, max_probes_in_flight, wait_for_signal};
 use crate::cli::RunArgs;
 use crate::host::console::say;
 
 /// Readiness-gate mode until SIGTERM.
 pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
-    let client = client(kubeconfig).await?;
+    let Clients { client, writes } = clients(kubeconfig).await?;
     let mut common = Common::new()?;
     common.probe_host_policy = args.probe_host_policy.into();
     common.max_probes_in_flight = max_probes_in_flight(args);
@@ -65,7 +65,7 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
         args.node_name
     ));
     let host = GateHost {
-        client: client.clone(),
+        writes,
         pipeline: pipeline.clone(),
         pods: common.pods.clone(),
         exec: args.readiness_gate_exec.then_some(exec),
