@@ -261,24 +261,69 @@ fn sigterm_is_the_commands_and_sigusr1_kills_the_whole_tree() {
     assert_gone(escaped);
 }
 
-/// After the agent that started the shim died, the next one asks the shim to kill its tree:
-/// any live process that is not the shim's descendant is heard, not only the shim's parent.
+/// While the agent that started the shim lives, only its SIGUSR1 is heard: another process's
+/// is not (a container in a PID namespace of its own can show any PID). Once the shim is
+/// orphaned (the agent died), the next agent is heard: any live process that is not the
+/// shim's descendant.
 #[test]
-fn a_later_agent_is_heard_too() {
-    let pidfile = temp("later");
+fn only_the_agent_is_heard_and_once_it_is_gone_the_next_one() {
+    let stranger = |shim: u32| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -USR1 {shim}; sleep 5"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+
+    // The test is the shim's parent, its agent.
+    let pidfile = temp("heard");
     let script =
         format!("echo $$ > {p}.tmp; mv {p}.tmp {p}; while true; do sleep 0.05; done", p = pidfile.display());
     let mut child = shim(&["--", "sh", "-c", &script]).spawn().unwrap();
     let _tree = TreeKilledOnDrop(child.id());
-    // The command runs: the shim has its handlers.
     pid_from(&pidfile);
     let _ = std::fs::remove_file(&pidfile);
-    // Started by the test, as the shim was: a sibling, alive well after its signal is sent.
-    let mut later =
-        Command::new("sh").arg("-c").arg(format!("kill -USR1 {}; sleep 5", child.id())).spawn().unwrap();
-    assert_eq!(wait(&mut child).signal(), Some(9), "killed as by SIGKILL");
-    let _ = later.kill();
-    let _ = later.wait();
+    let mut other = stranger(child.id());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "a stranger's SIGUSR1 while the agent lives");
+    let _ = other.kill();
+    let _ = other.wait();
+    ask_to_kill_tree(child.id());
+    assert_eq!(wait(&mut child).signal(), Some(9), "the agent's");
+
+    // Started by a shell that exits once the command runs (the shim has taken the shell for
+    // its agent by then): the shim is orphaned, as after its agent's crash.
+    let shimfile = temp("orphan-shim");
+    let commandfile = temp("orphan-command");
+    let script = format!(
+        "echo $$ > {p}.tmp; mv {p}.tmp {p}; while true; do sleep 0.05; done",
+        p = commandfile.display()
+    );
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "\"$0\" container-shim -- sh -c \"$1\" & echo $! > {p}.tmp; mv {p}.tmp {p}; \
+             while [ ! -s {c} ]; do sleep 0.01; done",
+            p = shimfile.display(),
+            c = commandfile.display()
+        ))
+        .arg(PROBELET)
+        .arg(&script)
+        .process_group(0)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let orphan = pid_from(&shimfile);
+    let command = pid_from(&commandfile);
+    let _ = std::fs::remove_file(&shimfile);
+    let _ = std::fs::remove_file(&commandfile);
+    let _orphan_tree = TreeKilledOnDrop(orphan);
+    let mut next_agent = stranger(orphan);
+    assert_gone(orphan);
+    assert_gone(command);
+    let _ = next_agent.kill();
+    let _ = next_agent.wait();
 }
 
 /// A signal the container sends its own group (`kill -HUP 0`, `kill -USR2 0`, …) reaches the
@@ -347,9 +392,12 @@ struct TreeKilledOnDrop(u32);
 
 impl Drop for TreeKilledOnDrop {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
+        let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).stderr(Stdio::null()).status();
         ask_to_kill_tree(self.0);
-        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0)]).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0)])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 

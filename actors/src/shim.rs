@@ -62,6 +62,7 @@ use futures::StreamExt as _;
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, getpid, kill_process, wait};
 use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::low_level::siginfo::{Cause, Sent};
 use signal_hook_tokio::SignalsInfo;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -255,6 +256,18 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     let _ignored: Vec<_> =
         IGNORED_SIGNALS.iter().filter_map(|s| signal(SignalKind::from_raw(s.as_raw())).ok()).collect();
     let mut control = control_socket();
+    // The agent that started the shim, and when the shim started: what a SIGUSR1's sender is
+    // judged by. The agent is the one named (an exec probe's), or the one that made the control
+    // socket (a container's: the kernel keeps the maker of a socket pair as each end's peer,
+    // so it is known even if the agent died before the shim got this far), or the parent.
+    let me = Shim {
+        pid: getpid(),
+        parent: parent
+            .and_then(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
+            .or_else(|| Some(rustix::net::sockopt::socket_peercred(control.as_ref()?).ok()?.pid))
+            .or_else(rustix::process::getppid),
+        start: crate::process::start_time(getpid().as_raw_pid().unsigned_abs()).ok(),
+    };
     if wait_for_go && !go_received() {
         return NO_GO_EXIT_CODE;
     }
@@ -310,8 +323,13 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
                 // A stream of signals never ends; were it to, nothing could ask for the kill
                 // any more but the group's SIGKILL, which needs no handler.
                 Some(origin) = kill.next() => {
-                    let sender = origin.process.and_then(|p| Pid::from_raw(p.pid));
-                    if asked_by_an_agent(sender, rustix::process::getppid(), getpid(), parent_of) {
+                    let asker = Asker {
+                        sender: origin.process.and_then(|p| Pid::from_raw(p.pid)),
+                        // kill(2), tgkill(2) and pidfd_send_signal(2) without a siginfo: the
+                        // kernel wrote the sender; sigqueue(3) lets the sender write it.
+                        by_the_kernels_word: matches!(origin.cause, Cause::Sent(Sent::User | Sent::TKill)),
+                    };
+                    if asked_by_an_agent(asker, &me, rustix::process::getppid(), lookup) {
                         return None;
                     }
                 }
@@ -332,34 +350,63 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     }
 }
 
-/// Whether a SIGUSR1 from `sender` is an agent's request to kill the tree, for the shim `me`
-/// whose parent is `parent`: the parent's always (the agent that started it); otherwise any
-/// sender's that is not the shim's descendant (a later agent, after the first one died). A
-/// descendant is a process of the container (every orphan re-parents to the shim, a
-/// subreaper); a sender that cannot be looked up has exited already, which an agent waiting to
-/// SIGKILL the group as a backstop has not, and is taken for one of the container's short-lived
-/// commands (`/bin/kill -USR1 0`). A signal with no sender (the kernel's) is no request either.
-fn asked_by_an_agent(
-    sender: Option<Pid>,
+/// The shim, as a SIGUSR1's sender is judged against it.
+struct Shim {
+    pid: Pid,
+    /// Its parent when it started: the agent that started it.
     parent: Option<Pid>,
-    me: Pid,
-    parent_of: impl Fn(Pid) -> Parent,
+    /// When it started ([`crate::process::start_time`]), if `/proc` says.
+    start: Option<u64>,
+}
+
+/// Who sent a SIGUSR1.
+#[derive(Debug, Clone, Copy)]
+struct Asker {
+    sender: Option<Pid>,
+    /// The sender's PID is the kernel's word (`kill`, `tgkill`), not the sender's own
+    /// (`sigqueue`).
+    by_the_kernels_word: bool,
+}
+
+/// Whether a SIGUSR1 is an agent's request to kill the tree.
+///
+/// While the agent that started the shim is still its parent, only that agent's is. Once the
+/// shim is orphaned (the agent died), any sender that is not the shim's descendant is the next
+/// agent: the container's processes are all its descendants (it is a subreaper), and a walk up
+/// the sender's parents tells them apart, ending at the first process older than the shim (a
+/// descendant cannot be; so the walk seldom reads far, and never a process hidden from it
+/// above the agent). A sender that has exited by the time the shim looks is taken for one of
+/// the container's short-lived commands (`/bin/kill -USR1 0`): an agent waits a second for the
+/// shim before its backstop, the group's SIGKILL. Not heard either: a signal with no sender
+/// (the kernel's), and one whose sender the kernel did not write (`sigqueue`).
+///
+/// The PID in a signal is the sender's as its own PID namespace numbers it: a container that
+/// signals from a PID namespace of its own shows a PID of that namespace. While the agent
+/// lives, such a signal is heard only if that number is the agent's PID; once the shim is
+/// orphaned, a number that names an older process here is taken for a stranger's. Neither can
+/// harm more than the container itself.
+fn asked_by_an_agent(
+    asker: Asker,
+    shim: &Shim,
+    parent_now: Option<Pid>,
+    lookup: impl Fn(Pid) -> Lookup,
 ) -> bool {
-    let Some(sender) = sender else { return false };
-    if Some(sender) == parent {
-        return true;
+    let Some(sender) = asker.sender.filter(|_| asker.by_the_kernels_word) else { return false };
+    if parent_now == shim.parent {
+        return Some(sender) == shim.parent;
     }
     // A chain of parents is as long as the deepest process tree, far under this; a loop (a
     // PID reused while walking) ends here too.
     let mut process = sender;
     for _ in 0..MAX_ANCESTRY {
-        if process == me {
+        if process == shim.pid {
             return false;
         }
-        match parent_of(process) {
-            Parent::Is(up) => process = up,
-            Parent::None => return true,
-            Parent::Gone => return false,
+        match lookup(process) {
+            Lookup::Gone => return false,
+            Lookup::Is { start, .. } if shim.start.is_some_and(|shim| start < shim) => return true,
+            Lookup::Is { parent: None, .. } => return true,
+            Lookup::Is { parent: Some(up), .. } => process = up,
         }
     }
     false
@@ -368,21 +415,21 @@ fn asked_by_an_agent(
 /// At most this many parents are walked to tell whether a sender is the shim's descendant.
 const MAX_ANCESTRY: usize = 4096;
 
-/// A process's parent, as far as telling descendants apart goes.
+/// A process, as far as telling the shim's descendants apart goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Parent {
-    Is(Pid),
-    /// PPID 0: init, or a process whose parent is outside this PID namespace. The top.
-    None,
-    /// The process is reaped (or `/proc` cannot say).
+enum Lookup {
+    /// Its parent (`None`: PPID 0, init or a process whose parent is outside this PID
+    /// namespace) and when it started.
+    Is { parent: Option<Pid>, start: u64 },
+    /// Reaped, or `/proc` cannot say.
     Gone,
 }
 
-/// `pid`'s parent as `/proc` shows it.
-fn parent_of(pid: Pid) -> Parent {
+/// `pid` as `/proc` shows it.
+fn lookup(pid: Pid) -> Lookup {
     match ProcessStat::read(pid) {
-        Ok(stat) => Pid::from_raw(stat.ppid).map_or(Parent::None, Parent::Is),
-        Err(_) => Parent::Gone,
+        Ok(stat) => Lookup::Is { parent: Pid::from_raw(stat.ppid), start: stat.start },
+        Err(_) => Lookup::Gone,
     }
 }
 
@@ -522,41 +569,75 @@ mod tests {
         Pid::from_raw(raw).unwrap()
     }
 
-    /// A process tree: init 1 → agent 100 → shim 200 → sh 300 → kill 400; a daemon 500 that
-    /// left the container's session, re-parented to the shim; a later agent 600 under init;
-    /// 700 under a parent outside the PID namespace.
-    fn tree(p: Pid) -> Parent {
+    /// A process tree, each with its start time: init 1 (0) → agent 100 (10) → shim 200 (20) →
+    /// sh 300 (30) → kill 400 (40); a daemon 500 (35) that left the container's session,
+    /// re-parented to the shim; a later agent 600 (50) under init; 700 (60) under a parent
+    /// outside the PID namespace.
+    fn tree(p: Pid) -> Lookup {
+        let is = |parent: i32, start: u64| Lookup::Is { parent: Pid::from_raw(parent), start };
         match p.as_raw_pid() {
-            1 | 700 => Parent::None,
-            100 | 600 => Parent::Is(pid(1)),
-            200 => Parent::Is(pid(100)),
-            300 | 500 => Parent::Is(pid(200)),
-            400 => Parent::Is(pid(300)),
-            _ => Parent::Gone,
+            1 => is(0, 0),
+            100 => is(1, 10),
+            200 => is(100, 20),
+            300 => is(200, 30),
+            400 => is(300, 40),
+            500 => is(200, 35),
+            600 => is(1, 50),
+            700 => is(0, 60),
+            _ => Lookup::Gone,
         }
     }
 
+    fn shim() -> Shim {
+        Shim { pid: pid(200), parent: Some(pid(100)), start: Some(20) }
+    }
+
+    fn kill(sender: i32) -> Asker {
+        Asker { sender: Some(pid(sender)), by_the_kernels_word: true }
+    }
+
     #[test]
-    fn the_kill_request_is_an_agents_not_the_containers() {
-        let (agent, shim) = (Some(pid(100)), pid(200));
-        let asked = |sender: Option<i32>| asked_by_an_agent(sender.map(pid), agent, shim, tree);
-        assert!(asked(Some(100)), "the parent");
-        assert!(asked(Some(600)), "a later agent");
-        assert!(asked(Some(700)), "a process whose parent is outside the namespace");
-        assert!(!asked(Some(300)), "the container's shell (`kill -USR1 0`)");
-        assert!(!asked(Some(400)), "a command of the container");
-        assert!(!asked(Some(500)), "a daemon that left the container's session");
-        assert!(!asked(Some(999)), "a sender gone before it was looked at");
-        assert!(!asked(None), "the kernel");
-        // The parent is asked without a look at /proc, so a shim whose agent is its parent
-        // honours it even when the agent's own line cannot be read.
-        assert!(asked_by_an_agent(Some(pid(100)), agent, shim, |_| Parent::Gone));
+    fn while_the_agent_lives_only_its_kill_request_is_heard() {
+        let alive = Some(pid(100));
+        let asked = |asker: Asker| asked_by_an_agent(asker, &shim(), alive, tree);
+        assert!(asked(kill(100)), "the agent");
+        assert!(!asked(kill(600)), "another process");
+        assert!(!asked(kill(300)), "the container's shell (`kill -USR1 0`)");
+        assert!(!asked(kill(1)), "a PID 1: the container signalling from a PID namespace of its own");
+        assert!(!asked(Asker { by_the_kernels_word: false, ..kill(100) }), "sigqueue: the sender's own word");
+        assert!(!asked(Asker { sender: None, by_the_kernels_word: true }), "the kernel");
+        // The agent is heard without a look at /proc.
+        assert!(asked_by_an_agent(kill(100), &shim(), alive, |_| Lookup::Gone));
+    }
+
+    #[test]
+    fn once_orphaned_any_sender_but_a_descendant_is_heard() {
+        let orphaned = Some(pid(1));
+        let asked = |asker: Asker| asked_by_an_agent(asker, &shim(), orphaned, tree);
+        assert!(asked(kill(600)), "the next agent");
+        assert!(asked(kill(700)), "a process whose parent is outside the namespace");
+        assert!(!asked(kill(300)), "the container's shell");
+        assert!(!asked(kill(400)), "a command of the container");
+        assert!(!asked(kill(500)), "a daemon that left the container's session");
+        assert!(!asked(kill(999)), "a sender gone before it was looked at");
+        assert!(!asked(Asker { by_the_kernels_word: false, ..kill(600) }));
+        // The walk ends at the first process older than the shim: the next agent is heard
+        // though its parents above cannot be read (`hidepid`).
+        let hidden = |p: Pid| {
+            if p.as_raw_pid() == 600 { Lookup::Is { parent: Some(pid(1)), start: 50 } } else { Lookup::Gone }
+        };
+        assert!(!asked_by_an_agent(kill(600), &shim(), orphaned, hidden), "its parent cannot be read");
+        let older = |p: Pid| {
+            if p.as_raw_pid() == 600 { Lookup::Is { parent: Some(pid(1)), start: 5 } } else { Lookup::Gone }
+        };
+        assert!(asked_by_an_agent(kill(600), &shim(), orphaned, older), "older than the shim");
     }
 
     #[test]
     fn a_loop_of_parents_ends() {
-        let looped = |p: Pid| Parent::Is(pid(if p.as_raw_pid() == 10 { 11 } else { 10 }));
-        assert!(!asked_by_an_agent(Some(pid(10)), Some(pid(2)), pid(3), looped));
+        let looped =
+            |p: Pid| Lookup::Is { parent: Some(pid(if p.as_raw_pid() == 10 { 11 } else { 10 })), start: 99 };
+        assert!(!asked_by_an_agent(kill(10), &shim(), Some(pid(1)), looped));
     }
 
     #[test]
