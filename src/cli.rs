@@ -182,7 +182,8 @@ pub struct RunArgs {
     pub log_format: LogFormat,
 
     /// More log on standard error: -v adds probelet's debug lines (every event, container
-    /// starts), -vv everything at debug. RUST_LOG, when set, decides instead.
+    /// starts), -vv everything at debug. RUST_LOG, when set, decides instead (kube's client
+    /// logs only its errors unless RUST_LOG names `kube_client`: it would log whole answers).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 

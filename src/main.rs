@@ -116,6 +116,10 @@ fn system() -> actix::SystemRunner {
     }
 }
 
+/// What the agent logs of kube's client, whatever the level (see [`init_logging`]).
+const KUBE_CLIENT_DIRECTIVES: &str =
+    "kube_client::client::builder=off,kube_client::client=error,kube_client::client::tls=warn";
+
 fn init_logging(format: LogFormat, verbose: u8) {
     let default = match verbose {
         0 => "info",
@@ -128,10 +132,18 @@ fn init_logging(format: LogFormat, verbose: u8) {
     // Its client also logs the whole body of a response it cannot decode at WARN: a pod list
     // with every pod's spec and environment, at every retry. The agent says what failed itself.
     // (Its TLS module's warnings, a CA bundle that failed to reload, stay.)
-    let default = format!(
-        "{default},kube_client::client::builder=off,kube_client::client=error,kube_client::client::tls=warn"
-    );
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let default = format!("{default},{KUBE_CLIENT_DIRECTIVES}");
+    let filter = match std::env::var("RUST_LOG") {
+        // A RUST_LOG that does not speak of kube's client gets these too: `RUST_LOG=info`
+        // would otherwise log an undecodable TokenReview answer whole at WARN, the bearer token
+        // it echoes included (a hostile test's finding). One that names it decides.
+        Ok(env) if !env.contains("kube_client") => {
+            EnvFilter::try_new(format!("{env},{KUBE_CLIENT_DIRECTIVES}"))
+        }
+        Ok(env) => EnvFilter::try_new(env),
+        Err(_) => EnvFilter::try_new(&default),
+    }
+    .unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = probelet::host::console::colour_wanted(
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
         std::env::var_os("NO_COLOR"),

@@ -242,3 +242,46 @@ async fn clients_without_a_valid_token_cannot_keep_healthz_out() {
     }
     support::agent::kill(agent, &kubeconfig).await;
 }
+
+/// With `RUST_LOG` set to a level of its own, the agent still keeps kube's client from logging
+/// an answer it cannot read whole: a TokenReview answer echoes the token it reviewed, and
+/// `RUST_LOG=info` logged it at WARN (a hostile test's finding).
+#[tokio::test]
+async fn a_review_answer_the_client_cannot_read_is_not_logged_whole_under_rust_log() {
+    use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
+
+    const SECRET: &str = "SECRET-SA-TOKEN-4f9a";
+    let fake = FakeApiServer::start().await;
+    fake.inject(Fault {
+        matcher: FaultMatcher::PathSuffix("/tokenreviews".into()),
+        kind: FaultKind::Body {
+            code: 201,
+            body: serde_json::json!({
+                "kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                "spec": {"token": SECRET},
+                "status": {"authenticated": "yes"},
+            }),
+        },
+        times: FaultTimes::Always,
+    });
+    let kubeconfig = support::agent::kubeconfig_for(&fake.url(), "auth-rust-log");
+    let log = std::env::temp_dir().join(format!("probelet-auth-rust-log-{}", std::process::id()));
+    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0", "--authorization-mode", "webhook"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
+    let addr = support::agent::banner_addr(&mut lines).await;
+    assert_eq!(get(&addr, "/pods", Some(SECRET)).await, (401, "Unauthorized".into()));
+    support::agent::kill(agent, &kubeconfig).await;
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert!(!logged.contains(SECRET), "the token is in the log:\n{logged}");
+    assert!(logged.contains("Unable to authenticate the request due to an error"), "{logged}");
+}
