@@ -101,10 +101,36 @@ fn acceptor(
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// The most of a certificate or key file read: a chain of PEM certificates is a few KiB.
+const MAX_PEM_FILE: u64 = 1024 * 1024;
+
+/// A certificate or key file's bytes. The files are read again while the agent serves, at a
+/// connection's handshake on the listener's only thread: a FIFO put in the key's place blocked
+/// that thread, and every connection with it, until something wrote to it (a hostile test's
+/// finding). So the file is opened without blocking, and only a regular file of at most
+/// [`MAX_PEM_FILE`] is read.
+fn read_pem_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    if !opened.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    opened.take(MAX_PEM_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_PEM_FILE {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "larger than 1 MiB"));
+    }
+    Ok(bytes)
+}
+
 /// Reads and checks the pair: the chain, the key, and that the key is the leaf's.
 fn load_pair(files: &CertFiles, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, TlsError> {
     let read = |flag: &'static str, path: &Path| {
-        std::fs::read(path).map_err(|error| TlsError::Read { flag, path: path.to_owned(), error })
+        read_pem_file(path).map_err(|error| TlsError::Read { flag, path: path.to_owned(), error })
     };
     let pem =
         |flag: &'static str, path: &Path, what: String| TlsError::Pem { flag, path: path.to_owned(), what };
@@ -309,6 +335,26 @@ mod tests {
         assert_eq!(leaf(&resolver.current(start + RELOAD_CHECK * 4)), third, "the broken key is not taken");
         stamp_files(&good_key);
         assert_eq!(leaf(&resolver.current(start + RELOAD_CHECK * 5)), fourth, "tried again, and taken");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A FIFO in the key's place (or any file that is not a regular file) is refused at once,
+    /// not waited on: the reload runs on the listener's only thread.
+    #[test]
+    fn a_key_that_is_a_fifo_is_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("probelet-tls-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_pair(&dir, "a.test");
+        let files = CertFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
+        std::fs::remove_file(&files.key).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, &files.key, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR)
+            .unwrap();
+        let err = load_pair(&files, &provider()).err().expect("refused");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let err = load_pair(&CertFiles { cert: dir.clone(), key: files.key.clone() }, &provider())
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("--tls-cert-file"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
