@@ -320,6 +320,18 @@ mod tests {
         Cli::try_parse_from(std::iter::once("probelet").chain(args.iter().copied()))
     }
 
+    /// `--feature-gates`'s help names every gate the agent knows: it is written by hand.
+    #[test]
+    fn the_feature_gates_help_names_every_known_gate() {
+        use clap::CommandFactory as _;
+        let mut cli = Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("the run subcommand");
+        let help = run.render_long_help().to_string();
+        for spec in probelet_actors::features::KNOWN_FEATURES {
+            assert!(help.contains(spec.feature.name()), "{} is not in run --help", spec.feature.name());
+        }
+    }
+
     #[test]
     fn modes() {
         let Command::Run(run) = parse(&["run", "--manifests", "examples/pods"]).unwrap().command else {
