@@ -261,18 +261,7 @@ async fn liveness_action_delete_pod_retries_a_failed_delete() {
     container.liveness_probe = container.readiness_probe.clone();
     fake.insert_pod(failing);
     let path = "/api/v1/namespaces/default/pods/flaky";
-    let arrivals = Arc::new(std::sync::Mutex::new(Vec::<tokio::time::Instant>::new()));
-    let seen = arrivals.clone();
-    fake.inject(Fault {
-        matcher: FaultMatcher::Predicate(Arc::new(move |method, p| {
-            if *method == http::Method::DELETE && p == path {
-                seen.lock().unwrap().push(tokio::time::Instant::now());
-            }
-            false
-        })),
-        kind: FaultKind::Delay(Duration::ZERO),
-        times: FaultTimes::Always,
-    });
+    let arrivals = fake.arrivals(http::Method::DELETE, move |p| p == path);
     // The DELETE goes through the client without kube's retry: API Priority and Fairness's
     // 429 reaches the agent, which waits the 3 s it asks for (not its back-off's 1 s), then a
     // 500, after which it waits 2 s.
@@ -592,18 +581,7 @@ async fn a_write_throttled_by_priority_and_fairness_waits_as_asked() {
     let fake = FakeApiServer::start().await;
     fake.insert_pod(pod("fair", "node-a", port));
     let path = "/api/v1/namespaces/default/pods/fair/status";
-    let arrivals = Arc::new(std::sync::Mutex::new(Vec::<tokio::time::Instant>::new()));
-    let seen = arrivals.clone();
-    fake.inject(Fault {
-        matcher: FaultMatcher::Predicate(Arc::new(move |method, p| {
-            if *method == http::Method::PATCH && p == path {
-                seen.lock().unwrap().push(tokio::time::Instant::now());
-            }
-            false
-        })),
-        kind: FaultKind::Delay(Duration::ZERO),
-        times: FaultTimes::Always,
-    });
+    let arrivals = fake.arrivals(http::Method::PATCH, move |p| p == path);
     fake.inject(Fault {
         matcher: FaultMatcher::MethodPath(http::Method::PATCH, path.into()),
         kind: FaultKind::throttled(3),

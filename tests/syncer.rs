@@ -606,21 +606,9 @@ async fn web_with_faulty_patches(
     (pod, arrivals)
 }
 
-/// Records the arrival time (on the paused clock) of each PATCH: a matcher that never fires but sees every request.
+/// The arrival time (on the paused clock) of each PATCH.
 fn patch_arrivals(t: &SyncTest) -> Arc<Mutex<Vec<Instant>>> {
-    let arrivals = Arc::new(Mutex::new(Vec::<Instant>::new()));
-    let seen = arrivals.clone();
-    t.fake.inject(Fault {
-        matcher: FaultMatcher::Predicate(Arc::new(move |method, _path| {
-            if *method == Method::PATCH {
-                seen.lock().unwrap().push(Instant::now());
-            }
-            false
-        })),
-        kind: FaultKind::Delay(Duration::ZERO),
-        times: FaultTimes::Always,
-    });
-    arrivals
+    t.fake.arrivals(Method::PATCH, |_| true)
 }
 
 // === deletion (docs/sync.md §5.10 step 9, canBeDeleted) ===

@@ -427,6 +427,29 @@ impl FakeApiServer {
         lock(&self.shared.requests).clear();
     }
 
+    /// When each request of `method` arrives, on tokio's clock (paused or not), for every path
+    /// `path` accepts: a fault that never fires but sees every request. Injected before the
+    /// faults it should see arrive at.
+    pub fn arrivals(
+        &self,
+        method: Method,
+        path: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Arc<Mutex<Vec<tokio::time::Instant>>> {
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let seen = arrivals.clone();
+        self.inject(Fault {
+            matcher: FaultMatcher::Predicate(Arc::new(move |m, p| {
+                if *m == method && path(p) {
+                    lock(&seen).push(tokio::time::Instant::now());
+                }
+                false
+            })),
+            kind: FaultKind::Delay(Duration::ZERO),
+            times: FaultTimes::Always,
+        });
+        arrivals
+    }
+
     pub fn inject(&self, fault: Fault) {
         let (remaining, seed) = match &fault.times {
             FaultTimes::Times(n) => (Some(*n), 0),
