@@ -301,8 +301,9 @@ fn unauthorized() -> Response {
     closing(plain(StatusCode::UNAUTHORIZED, "Unauthorized".into()))
 }
 
-/// The answer with `Connection: close`: a client that is not let in (401) or must come back
-/// later (429) gives its connection back, where the kubelet keeps it alive. The agent's
+/// The answer with `Connection: close`: a client that is not let in (401, 403, an authorization
+/// error) or must come back later (429) gives its connection back, where the kubelet keeps it
+/// alive. The agent's
 /// connections are capped (`--http-max-connections`), and clients without a valid token kept
 /// alive and asking again every 150 ms are never idle long enough to be closed for room: 300 of
 /// them kept `/healthz` from answering (docs/security.md, "Connections").
@@ -353,26 +354,26 @@ pub async fn guard(State(reviewer): State<Arc<Reviewer>>, request: Request, next
                     error = %err, user = %name, verb = attrs.verb, resource = "nodes",
                     subresource = attrs.subresource, "Authorization error"
                 );
-                return plain(
+                return closing(plain(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!(
                         "Authorization error (user={name}, verb={}, resource=nodes, subresource={})",
                         attrs.verb, attrs.subresource
                     ),
-                );
+                ));
             }
         }
     }
     let verb = attributes.first().map(|a| a.verb).unwrap_or_default();
     let subresources: Vec<&str> = attributes.iter().map(|a| a.subresource).collect();
     tracing::debug!(user = %name, verb, resource = "nodes", subresources = ?subresources, "Forbidden");
-    plain(
+    closing(plain(
         StatusCode::FORBIDDEN,
         format!(
             "Forbidden (user={name}, verb={verb}, resource=nodes, subresource(s)=[{}])\n",
             subresources.join(" ")
         ),
-    )
+    ))
 }
 
 #[cfg(test)]

@@ -120,6 +120,16 @@ fn system() -> actix::SystemRunner {
 const KUBE_CLIENT_DIRECTIVES: &str =
     "kube_client::client::builder=off,kube_client::client=error,kube_client::client::tls=warn";
 
+/// Whether a `RUST_LOG` says itself what to log of kube's client: a directive for
+/// `kube_client` or `kube_client::client` (one for a module below, `kube_client::client::tls`,
+/// says nothing of the client's own lines).
+fn names_kube_client(rust_log: &str) -> bool {
+    rust_log.split(',').any(|directive| {
+        let target = directive.split(['=', '[']).next().unwrap_or("").trim();
+        target == "kube_client" || target == "kube_client::client"
+    })
+}
+
 fn init_logging(format: LogFormat, verbose: u8) {
     let default = match verbose {
         0 => "info",
@@ -137,9 +147,7 @@ fn init_logging(format: LogFormat, verbose: u8) {
         // A RUST_LOG that does not speak of kube's client gets these too: `RUST_LOG=info`
         // would otherwise log an undecodable TokenReview answer whole at WARN, the bearer token
         // it echoes included (a hostile test's finding). One that names it decides.
-        Ok(env) if !env.contains("kube_client") => {
-            EnvFilter::try_new(format!("{env},{KUBE_CLIENT_DIRECTIVES}"))
-        }
+        Ok(env) if !names_kube_client(&env) => EnvFilter::try_new(format!("{env},{KUBE_CLIENT_DIRECTIVES}")),
         Ok(env) => EnvFilter::try_new(env),
         Err(_) => EnvFilter::try_new(&default),
     }
@@ -186,5 +194,21 @@ fn start_allocator_thread() {
         if let Err(error) = tikv_jemalloc_ctl::background_thread::write(true) {
             tracing::warn!(%error, "Cannot start the allocator's background thread; freed memory returns to the kernel only as the agent allocates again");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_kube_client;
+
+    /// Only a directive for kube's client itself (or the whole crate) takes the guard off.
+    #[test]
+    fn a_rust_log_names_kube_client_only_by_its_own_target() {
+        assert!(names_kube_client("info,kube_client=debug"));
+        assert!(names_kube_client("kube_client::client=warn"));
+        assert!(names_kube_client("kube_client::client[HTTP]=debug"));
+        assert!(!names_kube_client("info"));
+        assert!(!names_kube_client("info,kube_client::client::tls=debug"), "a module below");
+        assert!(!names_kube_client("kube_clientele=debug"));
     }
 }

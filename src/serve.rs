@@ -7,9 +7,9 @@
 //! [`Limits::header_read_timeout`] (hyper starts that timer again whenever a kept-alive
 //! connection waits for its next request, so it is also the idle timeout), and at most
 //! [`Limits::max_connections`] connections are open at once. When the cap is reached, the
-//! oldest idle connection (serving and writing nothing, and quiet for 200 ms since its accept or
-//! its last answer, whatever bytes it sends: a slow client, or one kept alive) is closed to make
-//! room, so `/healthz` keeps answering while slow clients hold the listener. A connection whose
+//! oldest idle connection (serving and writing nothing, and quiet for 200 ms since its accept,
+//! whatever bytes it sends: a slow client; or at once once it has had an answer: one kept
+//! alive) is closed to make room, so `/healthz` keeps answering while slow clients hold the listener. A connection whose
 //! answer is still going out, or that has just connected or just been answered, is not closed
 //! for room; while none is idle, new ones wait in the kernel's backlog. Who may read which endpoint is
 //! [`crate::auth`]'s business.
@@ -474,6 +474,8 @@ struct ConnState {
     queued: AtomicUsize,
     /// A write waits for the client to read: the answer is still going out.
     writing: AtomicBool,
+    /// An answer has been handed over on it: between requests, it is a kept-alive client's.
+    answered: AtomicBool,
     /// Milliseconds from `since` to the connection's accept, its last request start or its last
     /// write that moved bytes.
     active: AtomicU64,
@@ -486,6 +488,7 @@ impl ConnState {
             busy: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             writing: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
             active: AtomicU64::new(0),
             since,
         };
@@ -499,14 +502,19 @@ impl ConnState {
     }
 
     /// When the connection is (or was) idle from; `None` while it serves or writes. A request
-    /// that only waits for its turn ([`Queued`]) does not count as served.
+    /// that only waits for its turn ([`Queued`]) does not count as served. A connection that has
+    /// had an answer and serves nothing now is idle at once: its client has what it asked for,
+    /// and kept-alive clients asking for `/healthz` every 150 ms were otherwise never idle for
+    /// [`IDLE`], so 300 of them held every connection (a review's finding). [`IDLE`]'s grace is
+    /// for a connection whose first request may still be in its socket, unread.
     fn idle_from(&self) -> Option<Instant> {
-        if self.busy.load(Ordering::SeqCst) > self.queued.load(Ordering::SeqCst)
-            || self.writing.load(Ordering::SeqCst)
-        {
+        let waiting = self.busy.load(Ordering::SeqCst) == self.queued.load(Ordering::SeqCst);
+        if !waiting || self.writing.load(Ordering::SeqCst) {
             return None;
         }
-        Some(self.since + Duration::from_millis(self.active.load(Ordering::SeqCst)) + IDLE)
+        let last = self.since + Duration::from_millis(self.active.load(Ordering::SeqCst));
+        let answered_and_done = self.answered.load(Ordering::SeqCst) && self.busy.load(Ordering::SeqCst) == 0;
+        Some(if answered_and_done { last } else { last + IDLE })
     }
 }
 
@@ -780,6 +788,7 @@ impl BusyGuard {
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
+        self.0.answered.store(true, Ordering::SeqCst);
         self.0.busy.fetch_sub(1, Ordering::SeqCst);
         // Answered now: quiet from here on.
         self.0.moved();

@@ -105,3 +105,44 @@ async fn a_slow_client_flood_under_a_low_fd_limit_leaves_healthz_answering() {
     let _ = child.wait().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Kept-alive clients that ask for `/healthz` again every 100 ms, twice as many as the cap,
+/// are never quiet for 200 ms; a connection that has had its answer and serves nothing is
+/// closed for room at once, so a new health check gets in.
+#[tokio::test]
+async fn kept_alive_clients_asking_without_pause_leave_room_for_a_health_check() {
+    let dir = std::env::temp_dir().join(format!("probelet-serve-keepalive-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifests = dir.to_str().unwrap().to_owned();
+    let agent = support::agent::RunningAgent::start(
+        env!("CARGO_BIN_EXE_probelet"),
+        &["run", "--manifests", &manifests, "--http-max-connections", "8"],
+    )
+    .await;
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        let addr = agent.addr.clone();
+        clients.push(tokio::spawn(async move {
+            let Ok(mut stream) = TcpStream::connect(&addr).await else { return };
+            let mut buf = vec![0u8; 4096];
+            loop {
+                if stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.is_err() {
+                    return;
+                }
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..3 {
+        assert_eq!(healthz(&agent.addr).await, Some(200), "a new health check got in");
+    }
+    for client in clients {
+        client.abort();
+    }
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -264,7 +264,15 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
         pid: getpid(),
         parent: parent
             .and_then(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
-            .or_else(|| Some(rustix::net::sockopt::socket_peercred(control.as_ref()?).ok()?.pid))
+            // Only under the agent's start barrier, where the agent made the pair in this PID
+            // namespace: a peer in another one reads as PID 0, which rustix cannot hold.
+            .or_else(|| {
+                Some(
+                    rustix::net::sockopt::socket_peercred(control.as_ref().filter(|_| wait_for_go)?)
+                        .ok()?
+                        .pid,
+                )
+            })
             .or_else(rustix::process::getppid),
         start: crate::process::start_time(getpid().as_raw_pid().unsigned_abs()).ok(),
     };

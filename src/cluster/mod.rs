@@ -188,7 +188,9 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     // The listener before the syncer: an error here (a certificate, a port in use) returns
     // before any actor with timers runs, which actix would otherwise poll as the runtime is
     // dropped and which would panic without a reactor, before the error was printed.
-    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
+    // Reviews go through the client without kube's retry: a server failing fast would
+    // otherwise get a dozen reviews for each turn of the review limiter.
+    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(writes.clone())).await?;
     let mut config = SyncerConfig::new(
         writes.clone(),
         Arc::new(common.pods.clone()),

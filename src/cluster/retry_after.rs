@@ -59,7 +59,14 @@ pub fn status_with_retry_after(body: &[u8], status: StatusCode, seconds: u32) ->
         })
     });
     let Some(object) = value.as_object_mut() else { return body.to_vec() };
+    // kube reads a missing code as 0, which names no throttling.
+    if object.get("code").and_then(Value::as_u64).is_none_or(|code| code == 0) {
+        object.insert("code".to_owned(), json!(status.as_u16()));
+    }
     let details = object.entry("details").or_insert_with(|| json!({}));
+    if !details.is_object() {
+        *details = json!({});
+    }
     if let Some(details) = details.as_object_mut() {
         let named = details.get("retryAfterSeconds").and_then(Value::as_u64).is_some_and(|s| s > 0);
         if !named {
@@ -195,5 +202,16 @@ mod tests {
         ))
         .expect("JSON");
         assert_eq!(out["details"]["retryAfterSeconds"], 9, "the server's own figure stays");
+        let bare = json!({"kind": "Status", "details": null});
+        let out: Value = serde_json::from_slice(&status_with_retry_after(
+            &serde_json::to_vec(&bare).expect("JSON"),
+            StatusCode::TOO_MANY_REQUESTS,
+            2,
+        ))
+        .expect("JSON");
+        assert_eq!(
+            (out["code"].clone(), out["details"].clone()),
+            (json!(429), json!({"retryAfterSeconds": 2}))
+        );
     }
 }

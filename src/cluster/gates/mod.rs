@@ -58,7 +58,7 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
         common.events.clone(),
     ));
     let pipeline = common.pipeline_with(Arc::new(exec.clone()), recorder.clone());
-    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(client.clone())).await?;
+    let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(writes.clone())).await?;
     say(format_args!(
         "probelet {}: readiness-gate mode ({GATE_CONDITION}), node {}; {base}/pods, /metrics",
         env!("CARGO_PKG_VERSION"),
