@@ -256,26 +256,18 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     let _ignored: Vec<_> =
         IGNORED_SIGNALS.iter().filter_map(|s| signal(SignalKind::from_raw(s.as_raw())).ok()).collect();
     let mut control = control_socket();
-    // The agent that started the shim, and when the shim started: what a SIGUSR1's sender is
-    // judged by. The agent is the one named (an exec probe's), or the one that made the control
-    // socket (a container's: the kernel keeps the maker of a socket pair as each end's peer,
-    // so it is known even if the agent died before the shim got this far), or the parent.
-    let me = Shim {
-        pid: getpid(),
-        parent: parent
-            .and_then(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
-            // Only under the agent's start barrier, where the agent made the pair in this PID
-            // namespace: a peer in another one reads as PID 0, which rustix cannot hold.
-            .or_else(|| {
-                Some(
-                    rustix::net::sockopt::socket_peercred(control.as_ref().filter(|_| wait_for_go)?)
-                        .ok()?
-                        .pid,
-                )
-            })
-            .or_else(rustix::process::getppid),
-        start: crate::process::start_time(getpid().as_raw_pid().unsigned_abs()).ok(),
-    };
+    // The agent that started the shim: what a SIGUSR1's sender is judged by. It is the one
+    // named (an exec probe's), or the one that made the control socket (a container's: the
+    // kernel keeps the maker of a socket pair as each end's peer, so it is known even if the
+    // agent died before the shim got this far), or the parent.
+    let agent = parent
+        .and_then(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
+        // Only under the agent's start barrier, where the agent made the pair in this PID
+        // namespace: a peer in another one reads as PID 0, which rustix cannot hold.
+        .or_else(|| {
+            Some(rustix::net::sockopt::socket_peercred(control.as_ref().filter(|_| wait_for_go)?).ok()?.pid)
+        })
+        .or_else(rustix::process::getppid);
     if wait_for_go && !go_received() {
         return NO_GO_EXIT_CODE;
     }
@@ -336,6 +328,13 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
                         // kill(2), tgkill(2) and pidfd_send_signal(2) without a siginfo: the
                         // kernel wrote the sender; sigqueue(3) lets the sender write it.
                         by_the_kernels_word: matches!(origin.cause, Cause::Sent(Sent::User | Sent::TKill)),
+                    };
+                    // The shim's own start is read only now: a signal is rare, a shim is started
+                    // for every exec probe.
+                    let me = Shim {
+                        pid: getpid(),
+                        parent: agent,
+                        start: crate::process::start_time(getpid().as_raw_pid().unsigned_abs()).ok(),
                     };
                     if asked_by_an_agent(asker, &me, rustix::process::getppid(), lookup) {
                         return None;
