@@ -272,7 +272,7 @@ impl Common {
                 // A bucket of its own: reviews that clients ask for never delay status writes.
                 let (qps, burst) = review_budget(args.qps, args.burst);
                 let limiter = RateLimiter::new(qps, burst);
-                router_with_reviews(state, Arc::new(Reviewer::new(client, args.node_name.clone(), limiter)))
+                router_with_reviews(state, Reviewer::new(client, args.node_name.clone(), limiter))
             }
             None => {
                 if let Some(warning) = exposure_warning(&addr) {

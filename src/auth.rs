@@ -25,10 +25,13 @@
 //! and an unauthenticated client must not be able to make the agent flood the API server.
 //! A review gets [`REVIEW_TIMEOUT`] for its answer; a request waiting for its reviews leaves its
 //! connection idle for the listener's cap; a `401` or `429` closes the connection
-//! (docs/security.md, "Connections").
+//! (docs/security.md, "Connections"). Requests asking the same at once share one review, and a
+//! review once sent is finished and cached whether or not its requests are still there.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +39,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::future::{BoxFuture, FutureExt, WeakShared};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
@@ -167,7 +171,13 @@ impl<V: Clone> TtlCache<V> {
 }
 
 /// Asks the API server who a token is and what they may do, with the kubelet's caching.
+/// Cheap to clone: clones share their caches and the reviews in flight.
+#[derive(Clone)]
 pub struct Reviewer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     client: kube::Client,
     node: String,
     /// Paces the reviews sent.
@@ -177,49 +187,63 @@ pub struct Reviewer {
     /// Tokens it did not.
     unknown_tokens: TtlCache<()>,
     decisions: TtlCache<bool>,
+    /// Token reviews in flight, by the token's hash.
+    token_reviews: Arc<InFlight<Option<UserInfo>>>,
+    /// Access reviews in flight, by the spec's hash.
+    access_reviews: Arc<InFlight<bool>>,
 }
 
 impl Reviewer {
     /// Sends its reviews through `client`, each once `limiter` lets it.
     pub fn new(client: kube::Client, node: impl Into<String>, limiter: RateLimiter) -> Reviewer {
         Reviewer {
-            client,
-            node: node.into(),
-            limiter,
-            tokens: TtlCache::new(),
-            unknown_tokens: TtlCache::new(),
-            decisions: TtlCache::new(),
+            inner: Arc::new(Inner {
+                client,
+                node: node.into(),
+                limiter,
+                tokens: TtlCache::new(),
+                unknown_tokens: TtlCache::new(),
+                decisions: TtlCache::new(),
+                token_reviews: Arc::new(InFlight::new()),
+                access_reviews: Arc::new(InFlight::new()),
+            }),
         }
     }
 
     /// The user a token belongs to; `None` when the API server does not authenticate it.
-    /// Sends `POST /apis/authentication.k8s.io/v1/tokenreviews`.
+    /// Sends `POST /apis/authentication.k8s.io/v1/tokenreviews`, once for any number of
+    /// requests that bring the same token at the same time.
     pub async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
-        if let Some(user) = self.tokens.get(token) {
+        let inner = &self.inner;
+        if let Some(user) = inner.tokens.get(token) {
             return Ok(Some(user));
         }
-        if self.unknown_tokens.get(token).is_some() {
+        if inner.unknown_tokens.get(token).is_some() {
             return Ok(None);
         }
-        let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
-            ..TokenReview::default()
-        };
-        self.turn().await?;
-        let answer =
-            bounded(Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review))
-                .await?;
-        let user = answer.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user);
-        match &user {
-            Some(user) => self.tokens.insert(token, user.clone(), AUTHENTICATION_CACHE_TTL),
-            None => self.unknown_tokens.insert(token, (), AUTHENTICATION_CACHE_TTL),
-        }
-        Ok(user)
+        let key = inner.tokens.key(token);
+        let token = token.to_owned();
+        let reviewer = Arc::clone(inner);
+        inner
+            .token_reviews
+            .join(key, move || {
+                reviewer.reviewed(move |inner| async move {
+                    let user = inner.review_token(&token).await?;
+                    match &user {
+                        Some(user) => inner.tokens.insert(&token, user.clone(), AUTHENTICATION_CACHE_TTL),
+                        None => inner.unknown_tokens.insert(&token, (), AUTHENTICATION_CACHE_TTL),
+                    }
+                    Ok(user)
+                })
+            })
+            .await
     }
 
     /// Whether `user` may do `attributes`. Sends
-    /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`.
+    /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`, once for any number of
+    /// requests that ask the same at the same time.
     pub async fn authorize(&self, user: &UserInfo, attributes: &NodeAttributes) -> Result<bool, ReviewError> {
+        let inner = &self.inner;
         let spec = SubjectAccessReviewSpec {
             user: user.username.clone(),
             uid: user.uid.clone(),
@@ -230,29 +254,156 @@ impl Reviewer {
         };
         // The upstream cache keys on the whole review spec.
         let key = serde_json::to_string(&spec).unwrap_or_default();
-        if let Some(allowed) = self.decisions.get(&key) {
+        if let Some(allowed) = inner.decisions.get(&key) {
             return Ok(allowed);
         }
-        let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
-        self.turn().await?;
-        let answer = bounded(
-            Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &review),
-        )
-        .await?;
-        let allowed = answer.status.is_some_and(|s| s.allowed);
-        let ttl = if allowed { AUTHORIZED_CACHE_TTL } else { UNAUTHORIZED_CACHE_TTL };
-        self.decisions.insert(&key, allowed, ttl);
-        Ok(allowed)
+        let hash = inner.decisions.key(&key);
+        let reviewer = Arc::clone(inner);
+        inner
+            .access_reviews
+            .join(hash, move || {
+                reviewer.reviewed(move |inner| async move {
+                    let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
+                    let answer = bounded(
+                        Api::<SubjectAccessReview>::all(inner.client.clone())
+                            .create(&PostParams::default(), &review),
+                    )
+                    .await?;
+                    let allowed = answer.status.is_some_and(|s| s.allowed);
+                    let ttl = if allowed { AUTHORIZED_CACHE_TTL } else { UNAUTHORIZED_CACHE_TTL };
+                    inner.decisions.insert(&key, allowed, ttl);
+                    Ok(allowed)
+                })
+            })
+            .await
     }
 
     /// The node the attributes name.
     pub fn node(&self) -> &str {
-        &self.node
+        &self.inner.node
+    }
+}
+
+impl Inner {
+    /// A review: the rate limiter's turn, then `review` in a task of its own. While it waits
+    /// for its turn the review belongs to the requests that asked for it: if they all hang up,
+    /// the turn goes back. Once sent it runs to its end and its answer is cached even if they
+    /// have all gone (as client-go's cached token authenticator no longer cancels a review
+    /// with the request that started it): a client closed for room while it waited, or that
+    /// gave up, finds the answer cached when it comes back instead of starting over.
+    fn reviewed<V, F>(self: Arc<Self>, review: impl FnOnce(Arc<Inner>) -> F + Send + 'static) -> Review<V>
+    where
+        V: Send + 'static,
+        F: Future<Output = Result<V, ReviewError>> + Send + 'static,
+    {
+        async move {
+            if !self.limiter.acquire_within(REVIEW_WAIT).await {
+                return Err(ReviewError::Busy);
+            }
+            match tokio::spawn(review(self)).await {
+                Ok(answer) => answer,
+                // Only when the runtime shuts down (a panic in the review would be a bug).
+                Err(err) => Err(ReviewError::Lost(err.to_string())),
+            }
+        }
+        .boxed()
     }
 
-    /// Waits for the rate limiter's turn to send a review, at most [`REVIEW_WAIT`].
-    async fn turn(&self) -> Result<(), ReviewError> {
-        if self.limiter.acquire_within(REVIEW_WAIT).await { Ok(()) } else { Err(ReviewError::Busy) }
+    /// `POST tokenreviews`. The answer is read as JSON first: the kubelet (Go) reads a user's
+    /// `extra` value `null` as no values, which k8s-openapi's types refuse, and a token the
+    /// API server authenticated must not be turned away over it.
+    async fn review_token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            ..TokenReview::default()
+        };
+        let body = serde_json::to_vec(&review)
+            .map_err(|e| ReviewError::Api(Arc::new(kube::Error::SerdeError(e))))?;
+        let request = kube::core::Request::new("/apis/authentication.k8s.io/v1/tokenreviews")
+            .create(&PostParams::default(), body)
+            .map_err(|e| ReviewError::Api(Arc::new(kube::Error::BuildRequest(e))))?;
+        let mut answer: serde_json::Value = bounded(self.client.request(request)).await?;
+        token_review_user(&mut answer)
+    }
+}
+
+/// The authenticated user of a `TokenReview` answer, or `None` when it is not authenticated.
+/// An `extra` value of `null` is read as no values, as Go reads it.
+fn token_review_user(answer: &mut serde_json::Value) -> Result<Option<UserInfo>, ReviewError> {
+    if let Some(extra) = answer.pointer_mut("/status/user/extra").and_then(|e| e.as_object_mut()) {
+        for value in extra.values_mut() {
+            if value.is_null() {
+                *value = serde_json::Value::Array(Vec::new());
+            }
+        }
+    }
+    let review: TokenReview = serde_json::from_value(answer.take())
+        .map_err(|e| ReviewError::Api(Arc::new(kube::Error::SerdeError(e))))?;
+    Ok(review.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user))
+}
+
+/// A review's answer, to come.
+type Review<V> = BoxFuture<'static, Result<V, ReviewError>>;
+
+/// A review in flight: its number (for [`Landed`]) and its answer.
+type Flight<V> = (u64, WeakShared<Review<V>>);
+
+/// Reviews in flight, one per key (upstream's singleflight): requests that ask the same thing
+/// at the same time wait for one review and share its answer, so a burst of requests with a
+/// new token sends one TokenReview, not one each.
+struct InFlight<V> {
+    next: AtomicU64,
+    /// Weak, so that a review whose requests have all hung up while it waited for its turn is
+    /// dropped (and its turn given back).
+    reviews: Mutex<HashMap<u64, Flight<V>>>,
+}
+
+impl<V: Clone + Send + Sync + 'static> InFlight<V> {
+    fn new() -> Self {
+        InFlight { next: AtomicU64::new(0), reviews: Mutex::new(HashMap::new()) }
+    }
+
+    /// The answer of the review in flight for `key`, or of a new one `start` makes.
+    async fn join(self: &Arc<Self>, key: u64, start: impl FnOnce() -> Review<V>) -> Result<V, ReviewError> {
+        let review = {
+            let mut reviews = self.reviews.lock().unwrap_or_else(|e| e.into_inner());
+            match reviews.get(&key).and_then(|(_, weak)| weak.upgrade()) {
+                Some(review) => review,
+                None => {
+                    let id = self.next.fetch_add(1, Ordering::Relaxed);
+                    let landed = Landed { flights: Arc::clone(self), key, id };
+                    let review = start();
+                    let review = async move {
+                        let _landed = landed;
+                        review.await
+                    }
+                    .boxed()
+                    .shared();
+                    if let Some(weak) = review.downgrade() {
+                        reviews.insert(key, (id, weak));
+                    }
+                    review
+                }
+            }
+        };
+        review.await
+    }
+}
+
+/// Takes a review off the list when it ends, or is dropped unsent.
+struct Landed<V: Clone + Send + Sync + 'static> {
+    flights: Arc<InFlight<V>>,
+    key: u64,
+    id: u64,
+}
+
+impl<V: Clone + Send + Sync + 'static> Drop for Landed<V> {
+    fn drop(&mut self) {
+        let mut reviews = self.flights.reviews.lock().unwrap_or_else(|e| e.into_inner());
+        // A later review for the same key (this one's requests had all gone) is left alone.
+        if reviews.get(&self.key).is_some_and(|(id, _)| *id == self.id) {
+            reviews.remove(&self.key);
+        }
     }
 }
 
@@ -267,15 +418,16 @@ pub const REVIEW_WAIT: Duration = Duration::from_secs(5);
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A review, or [`ReviewError::Timeout`] after [`REVIEW_TIMEOUT`].
-async fn bounded<T>(review: impl std::future::Future<Output = kube::Result<T>>) -> Result<T, ReviewError> {
+async fn bounded<T>(review: impl Future<Output = kube::Result<T>>) -> Result<T, ReviewError> {
     match tokio::time::timeout(REVIEW_TIMEOUT, review).await {
-        Ok(answer) => Ok(answer?),
+        Ok(answer) => answer.map_err(|e| ReviewError::Api(Arc::new(e))),
         Err(_) => Err(ReviewError::Timeout),
     }
 }
 
-/// Why a review could not be had.
-#[derive(Debug, thiserror::Error)]
+/// Why a review could not be had. Clone, as every request waiting for a review shares its
+/// answer.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ReviewError {
     /// The review rate limiter has no turn within [`REVIEW_WAIT`].
     #[error("too many reviews pending")]
@@ -283,9 +435,12 @@ pub enum ReviewError {
     /// The API server did not answer within [`REVIEW_TIMEOUT`].
     #[error("the API server did not answer the review within {}s", REVIEW_TIMEOUT.as_secs())]
     Timeout,
-    /// The API server could not be asked.
+    /// The API server could not be asked, or its answer could not be read.
     #[error(transparent)]
-    Api(#[from] kube::Error),
+    Api(Arc<kube::Error>),
+    /// The review's task ended without an answer (the runtime shutting down).
+    #[error("the review was lost: {0}")]
+    Lost(String),
 }
 
 /// More requests need reviews than the rate limiter lets through: try again shortly.
@@ -317,7 +472,7 @@ fn plain(code: StatusCode, body: String) -> Response {
 }
 
 /// The middleware: public paths pass, the rest is authenticated and authorized.
-pub async fn guard(State(reviewer): State<Arc<Reviewer>>, request: Request, next: Next) -> Response {
+pub async fn guard(State(reviewer): State<Reviewer>, request: Request, next: Next) -> Response {
     let path = request.uri().path().to_owned();
     if is_public(&path) {
         return next.run(request).await;
@@ -443,9 +598,9 @@ mod tests {
         let reviewer =
             Reviewer::new(kube::Client::try_from(config).unwrap(), "node-a", RateLimiter::new(0.0, 1));
         let alice = UserInfo { username: Some("alice".into()), ..Default::default() };
-        reviewer.tokens.insert("real", alice.clone(), AUTHENTICATION_CACHE_TTL);
+        reviewer.inner.tokens.insert("real", alice.clone(), AUTHENTICATION_CACHE_TTL);
         for i in 0..CACHE_CAPACITY + 10 {
-            reviewer.unknown_tokens.insert(&format!("made-up-{i}"), (), AUTHENTICATION_CACHE_TTL);
+            reviewer.inner.unknown_tokens.insert(&format!("made-up-{i}"), (), AUTHENTICATION_CACHE_TTL);
         }
         assert_eq!(reviewer.authenticate("real").await.unwrap(), Some(alice));
         assert_eq!(reviewer.authenticate(&format!("made-up-{CACHE_CAPACITY}")).await.unwrap(), None);

@@ -125,7 +125,7 @@ pub fn router(state: ServeState) -> Router {
 }
 
 /// The router with the private endpoints behind the API server's token and access reviews.
-pub fn router_with_reviews(state: ServeState, reviewer: Arc<Reviewer>) -> Router {
+pub fn router_with_reviews(state: ServeState, reviewer: Reviewer) -> Router {
     // The headers once more around the guard: its refusals are answers too.
     routes(state)
         .layer(axum::middleware::from_fn_with_state(reviewer, guard))

@@ -179,14 +179,12 @@ async fn subject_access_reviews_replay_as_recorded() {
 /// the longest wait is refused at once (the client is told to try again) instead of queueing.
 #[tokio::test]
 async fn reviews_wait_for_the_rate_limiter() {
-    use std::sync::Arc;
-
     use probelet::auth::{ReviewError, Reviewer};
     use probelet::sync::rate::RateLimiter;
 
     let fake = FakeApiServer::start().await;
     // Two at once, then one every 1,000 s: far past the longest wait.
-    let reviewer = Arc::new(Reviewer::new(fake.client(), "node-a", RateLimiter::new(0.001, 2)));
+    let reviewer = Reviewer::new(fake.client(), "node-a", RateLimiter::new(0.001, 2));
     let mut asked = tokio::task::JoinSet::new();
     for i in 0..10 {
         let reviewer = reviewer.clone();
@@ -224,4 +222,129 @@ async fn a_review_the_server_never_answers_fails_after_ten_seconds() {
     let answer = reviewer.authenticate("made-up").await;
     assert!(matches!(answer, Err(ReviewError::Timeout)), "{answer:?}");
     assert_eq!(started.elapsed(), REVIEW_TIMEOUT);
+}
+
+/// A fake whose token reviews take `delay` to answer, a reviewer on it, and its review count.
+fn slow_reviews(fake: &FakeApiServer, suffix: &str, delay: std::time::Duration) {
+    use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
+    fake.inject(Fault {
+        matcher: FaultMatcher::PathSuffix(suffix.into()),
+        kind: FaultKind::Delay(delay),
+        times: FaultTimes::Always,
+    });
+}
+
+fn sent(fake: &FakeApiServer, suffix: &str) -> usize {
+    fake.requests().into_iter().filter(|r| r.path.ends_with(suffix)).count()
+}
+
+/// Requests that bring the same new token at the same time share one TokenReview, and the same
+/// question one SubjectAccessReview (upstream's singleflight): a burst of a scraper's requests
+/// does not send the API server one review each.
+#[tokio::test(start_paused = true)]
+async fn requests_asking_the_same_at_once_share_one_review() {
+    use probelet::auth::{NodeAttributes, Reviewer};
+    use probelet::sync::rate::RateLimiter;
+    use support::apiserver::reviews::{DEFAULT_AUDIENCE, service_account_user};
+
+    let fake = FakeApiServer::start().await;
+    let user = service_account_user("monitoring", "scraper", "uid-1", "jti-1");
+    fake.reviews().add_token(TOKEN, user, &[DEFAULT_AUDIENCE]);
+    fake.reviews().allow(
+        "system:serviceaccount:monitoring:scraper",
+        "get",
+        "nodes",
+        "metrics",
+        "scrape",
+        "node-metrics",
+    );
+    slow_reviews(&fake, "/tokenreviews", std::time::Duration::from_secs(2));
+    slow_reviews(&fake, "/subjectaccessreviews", std::time::Duration::from_secs(2));
+    let reviewer = Reviewer::new(fake.in_process_client(), "node-a", RateLimiter::new(50.0, 100));
+
+    let mut asked = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let reviewer = reviewer.clone();
+        asked.spawn(async move {
+            let user = reviewer.authenticate(TOKEN).await.unwrap().expect("authenticated");
+            let attributes = NodeAttributes { verb: "get", subresource: "metrics", node: "node-a".into() };
+            reviewer.authorize(&user, &attributes).await.unwrap()
+        });
+    }
+    let allowed = asked.join_all().await;
+    assert_eq!(allowed, vec![true; 20]);
+    assert_eq!(sent(&fake, "/tokenreviews"), 1, "one token review for twenty requests");
+    assert_eq!(sent(&fake, "/subjectaccessreviews"), 1, "one access review for twenty requests");
+}
+
+/// A review already sent runs to its end and is cached though the request that asked for it
+/// has gone (a connection closed for room while it waited, a client that gave up): the client
+/// that comes back finds the answer instead of sending the review again. A request that goes
+/// while its review still waits for the rate limiter gives the turn back.
+#[tokio::test(start_paused = true)]
+async fn a_review_outlives_the_request_that_asked_for_it_once_sent() {
+    use std::time::Duration;
+
+    use probelet::auth::Reviewer;
+    use probelet::sync::rate::RateLimiter;
+    use tokio::time::{Instant, sleep};
+
+    let fake = FakeApiServer::start().await;
+    slow_reviews(&fake, "/tokenreviews", Duration::from_secs(3));
+    // One at once, then one a second.
+    let reviewer = Reviewer::new(fake.in_process_client(), "node-a", RateLimiter::new(1.0, 1));
+
+    let asking = tokio::spawn({
+        let reviewer = reviewer.clone();
+        async move { reviewer.authenticate("made-up").await }
+    });
+    // Sleeping (not `advance`) lets every task run before the paused clock moves.
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(sent(&fake, "/tokenreviews"), 1);
+    asking.abort();
+    sleep(Duration::from_secs(3)).await;
+    let started = Instant::now();
+    assert_eq!(reviewer.authenticate("made-up").await.unwrap(), None);
+    assert_eq!(started.elapsed(), Duration::ZERO, "answered from the cache");
+    assert_eq!(sent(&fake, "/tokenreviews"), 1, "not sent again");
+
+    // The bucket is full again (one token). "first" takes it; "second" waits for the next,
+    // then hangs up; "third" gets the turn "second" gave back, a second later, not two.
+    let first = reviewer.clone();
+    let first = tokio::spawn(async move { first.authenticate("first").await });
+    tokio::task::yield_now().await;
+    let second = tokio::spawn({
+        let reviewer = reviewer.clone();
+        async move { reviewer.authenticate("second").await }
+    });
+    sleep(Duration::from_millis(500)).await;
+    second.abort();
+    let _ = second.await;
+    let started = Instant::now();
+    assert_eq!(reviewer.authenticate("third").await.unwrap(), None);
+    // Its turn half a second on, then the fake's three seconds.
+    assert_eq!(started.elapsed(), Duration::from_millis(3500));
+    assert_eq!(first.await.unwrap().unwrap(), None);
+    let paths: Vec<_> = fake.requests().into_iter().filter(|r| r.path.ends_with("/tokenreviews")).collect();
+    assert_eq!(paths.len(), 3, "made-up, first and third; the one whose request went was never sent");
+}
+
+/// A TokenReview answer whose user has an `extra` value `null` is an authenticated user with
+/// no values for that key, as the kubelet (Go) reads it, not an error that turns the client
+/// away.
+#[tokio::test(start_paused = true)]
+async fn a_user_extra_value_of_null_is_read_as_none() {
+    use probelet::auth::Reviewer;
+    use probelet::sync::rate::RateLimiter;
+    use support::apiserver::reviews::DEFAULT_AUDIENCE;
+
+    let fake = FakeApiServer::start().await;
+    let user = serde_json::json!({"username": "bob", "extra": {"scopes": null, "team": ["a"]}});
+    fake.reviews().add_token(TOKEN, user, &[DEFAULT_AUDIENCE]);
+    let reviewer = Reviewer::new(fake.in_process_client(), "node-a", RateLimiter::new(50.0, 100));
+    let user = reviewer.authenticate(TOKEN).await.unwrap().expect("authenticated");
+    assert_eq!(user.username.as_deref(), Some("bob"));
+    let extra = user.extra.expect("extra kept");
+    assert_eq!(extra.get("scopes"), Some(&Vec::new()));
+    assert_eq!(extra.get("team"), Some(&vec!["a".to_owned()]));
 }
