@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::job::{JobResult, WriteOutcome};
-use super::rate::{backoff, jittered_backoff};
+use super::rate::jittered_backoff;
 use super::rules::RETRY_AFTER_MAX;
 use crate::status::manager::VersionedPodStatus;
 
@@ -270,7 +270,7 @@ impl PodSync {
                 {
                     self.written = Some(written);
                 }
-                let next = next_failure(self.retry, now, backoffs, result.retry_after);
+                let next = next_failure(self.retry, now, backoffs, result.retry_after, uid);
                 settled.retry_in = Some(next.not_before - now);
                 self.retry = Some(next);
                 self.dirty = true;
@@ -280,18 +280,21 @@ impl PodSync {
     }
 }
 
-/// The failure back-off after one more failure: doubled per failure up to the maximum, and at
-/// least the wait the server asked for with the failure (its `Retry-After`), up to
+/// The failure back-off after one more failure: doubled per failure up to the maximum, made up
+/// to a quarter shorter by the pod's UID (the pods of a node, and the nodes of a cluster, that
+/// lost the API server together do not all come back to it in the same instant), and at least
+/// the wait the server asked for with the failure (its `Retry-After`), up to
 /// [`RETRY_AFTER_MAX`].
 pub fn next_failure(
     previous: Option<Retry>,
     now: Instant,
     backoffs: &Backoffs,
     retry_after: Option<Duration>,
+    uid: &str,
 ) -> Retry {
     let count = previous.map_or(1, |r| r.count + 1);
     let asked = retry_after.map_or(Duration::ZERO, |wait| wait.min(RETRY_AFTER_MAX));
-    let wait = backoff(backoffs.failure_initial, backoffs.failure_max, count).max(asked);
+    let wait = jittered_backoff(backoffs.failure_initial, backoffs.failure_max, count, uid).max(asked);
     Retry { count, not_before: now + wait }
 }
 
@@ -369,9 +372,13 @@ mod tests {
         let failed = result(WriteOutcome::Failed("patch: 500".into()), 1, Some(7));
         let waits: Vec<_> =
             (0..4).map(|_| pod.on_outcome(&failed, None, now, &BACKOFFS).retry_in.unwrap()).collect();
-        assert_eq!(waits, [500, 1000, 2000, 2000].map(Duration::from_millis), "doubled up to the maximum");
+        // Doubled up to the maximum, each made up to a quarter shorter by the pod's UID.
+        for (wait, full) in waits.iter().zip([500, 1000, 2000, 2000].map(Duration::from_millis)) {
+            assert!(*wait <= full && *wait >= full * 3 / 4, "{waits:?}");
+        }
+        assert!(waits[1] > waits[0] && waits[2] > waits[1], "{waits:?}");
         assert!(pod.dirty, "written again (after the back-off)");
-        assert_eq!(pod.not_before(), Some(now + Duration::from_secs(2)));
+        assert_eq!(pod.not_before(), Some(now + waits[3]));
         assert_eq!(pod.written, None, "a failed patch wrote nothing");
 
         let settled = pod.on_outcome(&result(WriteOutcome::Updated, 1, Some(7)), None, now, &BACKOFFS);
@@ -397,9 +404,36 @@ mod tests {
             pod.on_outcome(&failed, None, now, &BACKOFFS).retry_in.unwrap()
         };
         assert_eq!(wait(Some(1)), Duration::from_secs(1), "asked for more than the back-off's 0.5 s");
-        assert_eq!(wait(None), Duration::from_secs(1), "the doubling went on underneath");
-        assert_eq!(wait(Some(1)), Duration::from_secs(2), "the back-off is longer than asked");
+        let second = wait(None);
+        assert!(
+            second < Duration::from_secs(1) && second >= Duration::from_millis(750),
+            "doubled underneath"
+        );
+        let third = wait(Some(1));
+        assert!(third > Duration::from_secs(1), "the back-off ({third:?}) is longer than asked");
         assert_eq!(wait(Some(3600)), RETRY_AFTER_MAX, "an hour is cut to a minute");
+    }
+
+    /// Pods that fail together (the API server went away) do not all come back in the same
+    /// instant: each pod's wait is cut by up to a quarter, by its UID, the same in every run.
+    #[test]
+    fn pods_that_fail_together_come_back_apart() {
+        let now = Instant::now();
+        let waits: Vec<Duration> = (0..20)
+            .map(|i| {
+                let mut pod = PodSync::listed(status(1));
+                pod.on_update(status(1), 1, at(10));
+                let mut failed = result(WriteOutcome::Failed("patch: 503".into()), 1, Some(7));
+                failed.uid = format!("uid-{i}").into();
+                pod.on_outcome(&failed, None, now, &BACKOFFS);
+                pod.on_outcome(&failed, None, now, &BACKOFFS).retry_in.unwrap()
+            })
+            .collect();
+        let mut apart = waits.clone();
+        apart.sort();
+        apart.dedup();
+        assert!(apart.len() >= 15, "twenty pods, {} distinct waits: {waits:?}", apart.len());
+        assert!(waits.iter().all(|w| *w <= Duration::from_secs(1) && *w >= Duration::from_millis(750)));
     }
 
     #[test]
