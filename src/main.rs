@@ -16,7 +16,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// The fewest descriptors the agent starts with: its runtime, signal pipe, listener, state
 /// directory, claim and log take about 24; the rest is for probes and the API. (Standalone
 /// mode warns at start when its containers have no room: the budget in `host::runtime` keeps
-/// 64 back for probes and the API, then each container holds 4.)
+/// 64 back for probes and the API, then each container holds 5.)
 const MIN_OPEN_FILES: u64 = 32;
 
 fn main() -> anyhow::Result<()> {

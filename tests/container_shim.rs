@@ -419,3 +419,41 @@ fn wait_for_text(path: &Path) -> String {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A container that floods its shim with SIGUSR1 (`kill -USR1 $PPID` in a loop) drowns the
+/// agent's SIGUSR1 (the kernel merges pending signals: 18 in 20 were lost), never the request
+/// on the control socket, which no process of the container holds: the whole tree is killed
+/// at once, the process that left the group too, before the group's SIGKILL would come.
+#[test]
+fn a_container_flooding_its_shim_with_sigusr1_cannot_drown_the_agents_request() {
+    use std::os::unix::net::UnixStream;
+
+    for round in 0..5 {
+        let pidfile = temp(&format!("flood-escaped-{round}"));
+        let script = escaping(&pidfile, 300, "while :; do kill -USR1 $PPID 2>/dev/null; done");
+        let (agent, theirs) = UnixStream::pair().unwrap();
+        let mut child = shim(&["--", "sh", "-c", &script])
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .spawn()
+            .unwrap();
+        let _tree = TreeKilledOnDrop(child.id());
+        let mut report = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(&agent), &mut report).unwrap();
+        assert_eq!(report, "started\n");
+        let escaped = pid_from(&pidfile);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(child.try_wait().unwrap().is_none(), "the flood alone does not kill the shim");
+
+        let asked = Instant::now();
+        assert!(probelet::shim::ask_to_kill_tree(&agent));
+        let status = wait(&mut child);
+        assert!(
+            asked.elapsed() < probelet::shim::TREE_KILL_WAIT,
+            "killed on the request, in {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(status.signal(), Some(9), "the command was SIGKILLed by the shim");
+        assert_gone(escaped);
+        let _ = std::fs::remove_file(&pidfile);
+    }
+}

@@ -531,6 +531,28 @@ async fn under_the_shim_a_dropped_probe_kills_what_left_the_group() {
     .await;
 }
 
+/// A command that floods its shim with SIGUSR1 cannot drown the kill of a timed-out or
+/// dropped probe: the runner asks on the shim's control socket as well, and what left the
+/// group dies with the rest.
+#[tokio::test]
+async fn under_the_shim_a_command_cannot_drown_its_kill() {
+    bounded(async {
+        let flood = "while :; do kill -USR1 $PPID 2>/dev/null; done";
+        let (cmd, path) = escaping_script("flood-timeout", 7345, true, flood);
+        let ran = run(&shimmed(), &cmd, Duration::from_secs(1)).await;
+        let pids = pids_from_file(&path).await;
+        let _ = std::fs::remove_file(&path);
+        assert!(matches!(ran, Err(ExecError::Timeout { .. })), "{ran:?}");
+        assert_dead(pids[0]).await;
+
+        let (cmd, path) = escaping_script("flood-drop", 7346, true, flood);
+        let (runner, id) = (shimmed(), container());
+        let pids = pids_then_drop(&runner, &id, &cmd, &path).await;
+        assert_dead(pids[0]).await;
+    })
+    .await;
+}
+
 /// Start errors read as without the shim.
 #[tokio::test]
 async fn under_the_shim_a_missing_executable_is_the_same_runtime_error() {

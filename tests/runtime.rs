@@ -1188,6 +1188,43 @@ async fn under_the_shim_a_daemon_dies_when_its_container_exits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A container that floods its shim with SIGUSR1 (which would merge with and drown the agent's
+/// own) is still killed whole when its grace period ends: the agent asks on the shim's control
+/// socket too, so the process that left the group dies with it, not only what the group's
+/// SIGKILL reaches a second later.
+#[actix::test]
+async fn under_the_shim_a_container_cannot_drown_its_kill() {
+    let mut h = Harness::shimmed();
+    let dir = temp_dir("drown");
+    let pidfile = dir.join("escaped.pid");
+    let script = format!(
+        "trap '' TERM; (setsid sh -c 'echo $$$$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 7362' </dev/null >/dev/null 2>&1 &); \
+         while [ ! -s {p} ]; do sleep 0.01; done; while :; do kill -USR1 $PPID 2>/dev/null; done",
+        p = pidfile.display()
+    );
+    let pod = with_containers(pod("drown", "Never"), vec![sh("app", &script)]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "app running", |s| running(app(s))).await;
+    wait_for_file(&pidfile).await;
+    let escaped: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    h.kill_pod(&id, Duration::from_millis(200)).await;
+    let status = h.status(&id).await.unwrap();
+    let state = terminated(app(&status)).expect("stopped");
+    assert_eq!((state.exit_code, state.signal), (137, Some(9)), "killed by the shim's SIGKILL");
+    let deadline = Instant::now() + WAIT;
+    while std::fs::read_to_string(format!("/proc/{escaped}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the process {escaped} that left the group outlived its container"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A stand-in for the agent's shim whose report is late: it ignores the signals a stop sends
 /// (as the real shim handles them), writes its PID (the shim's) to `trapped` in `dir`, sleeps
 /// `delay`, then becomes the real shim.
@@ -1437,11 +1474,12 @@ async fn a_probe_kill_restarts_by_the_containers_own_policy() {
 
 // === the file-descriptor budget ===
 
-/// A budget of 72 descriptors (64 kept back) allows 2 containers, 1 per pod: the pod's second
-/// container is held back with one Warning, and starts once the first one's share is free.
+/// A budget of 74 descriptors (64 kept back, 5 per container) allows 2 containers, 1 per pod:
+/// the pod's second container is held back with one Warning, and starts once the first one's
+/// share is free.
 #[actix::test]
 async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
-    let mut h = Harness::build(|runtime| runtime.with_fd_budget(FdBudget::new(72, 0)));
+    let mut h = Harness::build(|runtime| runtime.with_fd_budget(FdBudget::new(74, 0)));
     let pod = with_containers(
         pod("budget", "Never"),
         vec![container("c0", &["sleep", "1000"]), container("c1", &["sleep", "1000"])],
@@ -1451,7 +1489,7 @@ async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
     let status = h.wait_for(&id, "c0 running", |s| running(named(&s.containers, "c0"))).await;
     assert_eq!(waiting(named(&status.containers, "c1")).map(|w| w.0), Some("ContainerCreating"));
     let held_back = "Warning OutOfFileDescriptors Container c1 not started: the pod already runs 1 \
-                     containers, half of the 2 the agent's 72 file descriptors allow";
+                     containers, half of the 2 the agent's 74 file descriptors allow";
     // Synced again (the kubelet does every few seconds): still held back, still one event.
     h.sync(&pod).await;
     h.sync(&pod).await;

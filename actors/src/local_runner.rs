@@ -24,7 +24,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -183,9 +183,9 @@ async fn run(
     let stderr = child.stderr.take();
     let mut group = ProcessGroup::new(child, control.is_some());
     if let Some(control) = control {
-        match tokio::time::timeout_at(until_or_far(deadline), read_report(control)).await {
-            Ok(Ok(Report::Started)) => {}
-            Ok(Ok(Report::Failed(e))) => {
+        match tokio::time::timeout_at(until_or_far(deadline), Report::receive(control)).await {
+            Ok(Ok((Report::Started, control))) => group.control = Some(control),
+            Ok(Ok((Report::Failed(e), _))) => {
                 // The shim exits by itself; killed and reaped here all the same, so that the
                 // group is never signalled after its leader was reaped.
                 group.kill_tree().await;
@@ -318,17 +318,6 @@ async fn leader_exit(child: &mut Child, pgid: &mut Option<u32>) -> io::Result<Ex
     child.wait().await
 }
 
-/// The shim's report on its control socket.
-async fn read_report(control: std::os::unix::net::UnixStream) -> io::Result<Report> {
-    control.set_nonblocking(true)?;
-    let control = tokio::net::UnixStream::from_std(control)?;
-    let mut line = String::new();
-    BufReader::new(control).take(4096).read_line(&mut line).await?;
-    Report::parse(&line).ok_or_else(|| {
-        io::Error::new(io::ErrorKind::UnexpectedEof, "the container shim exited before starting the process")
-    })
-}
-
 /// `deadline`, or one far enough away to never pass.
 fn until_or_far(deadline: Option<Instant>) -> Instant {
     deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365))
@@ -423,12 +412,24 @@ struct ProcessGroup {
     pgid: Option<u32>,
     /// Whether the leader is the container shim.
     shimmed: bool,
+    /// The shim's control socket once it reported the start: where it is asked to kill its
+    /// tree (with SIGUSR1 as well, which the command could drown).
+    control: Option<std::os::unix::net::UnixStream>,
 }
 
 impl ProcessGroup {
     fn new(child: Child, shimmed: bool) -> Self {
         let pgid = child.id();
-        ProcessGroup { child: Some(child), pgid, shimmed }
+        ProcessGroup { child: Some(child), pgid, shimmed, control: None }
+    }
+
+    /// Asks the shim (leader `pgid`, unreaped) to kill its tree: on its control socket, and by
+    /// SIGUSR1.
+    fn ask_to_kill_tree(&self, pgid: u32) {
+        if let Some(control) = &self.control {
+            crate::shim::ask_to_kill_tree(control);
+        }
+        let _ = signal_leader(pgid, Signal::KillTree);
     }
 
     /// [`pump`] on the leader.
@@ -463,7 +464,7 @@ impl ProcessGroup {
             && let Some(pgid) = self.pgid
         {
             // Unreaped (its exit not seen yet): the PID is still the shim's.
-            let _ = signal_leader(pgid, Signal::KillTree);
+            self.ask_to_kill_tree(pgid);
             let _ = tokio::time::timeout(TREE_KILL_WAIT, exited(pgid)).await;
         }
         self.kill();
@@ -488,7 +489,7 @@ impl Drop for ProcessGroup {
             // A cancelled probe under the shim: SIGKILLing the group now would kill the shim
             // before it killed what left the group, so it is asked first and the group's
             // SIGKILL waits for it (bounded) in a task that owns the unreaped shim.
-            let _ = signal_leader(pgid, Signal::KillTree);
+            self.ask_to_kill_tree(pgid);
             runtime.spawn(async move {
                 let _ = tokio::time::timeout(TREE_KILL_WAIT, exited(pgid)).await;
                 signal_group_logged(pgid, Signal::Kill);

@@ -43,7 +43,9 @@
 //! **The report**: when its standard input is a socket, the shim writes one line on it once it
 //! has tried to start PROGRAM: `started`, or `failed <errno> <message>`; the agent turns the
 //! latter into the start error it reported before the shim existed (`executable file not found
-//! in $PATH`, ...). The shim then exits with [`START_FAILED_EXIT_CODE`].
+//! in $PATH`, ...). The shim then exits with [`START_FAILED_EXIT_CODE`]. After `started` the
+//! socket stays open: the byte [`KILL_TREE`] on it is the agent's order to kill the tree, as
+//! its SIGUSR1 is, but one the container cannot drown ([`ask_to_kill_tree`]).
 //!
 //! The shim uses no actix and no logging: only a current-thread tokio runtime for its signals,
 //! `wait` (any child: `wait4(-1)`) through rustix for reaping (never `tokio::process`, whose reaper
@@ -99,6 +101,20 @@ pub const MARK_ENV: &str = "PROBELET_CONTAINER_MARK";
 pub fn mark(pgid: u32, start: u64) -> String {
     format!("{pgid}:{start}")
 }
+/// The byte the agent writes on the control socket to ask the shim to kill its tree, as
+/// SIGUSR1 asks: a container can drown a signal (it merges with the container's own SIGUSR1s,
+/// and a flood of them lost the agent's 18 times in 20), never this socket, which no process
+/// of the container holds.
+pub const KILL_TREE: u8 = b'k';
+
+/// Asks the shim at the other end of `control` (kept from [`Report::read`]) to kill its tree.
+/// Never blocks; `false` when the request could not be written (the shim has ended, or a
+/// request is already waiting unread). Never raises SIGPIPE.
+pub fn ask_to_kill_tree(control: &impl AsFd) -> bool {
+    use rustix::net::SendFlags;
+    rustix::net::send(control, &[KILL_TREE], SendFlags::NOSIGNAL | SendFlags::DONTWAIT).is_ok()
+}
+
 /// How long a shim asked to kill its tree (SIGUSR1) is given before its group is SIGKILLed as
 /// a backstop (which would kill the shim itself): it needs milliseconds.
 pub const TREE_KILL_WAIT: Duration = Duration::from_secs(1);
@@ -191,18 +207,28 @@ impl Report {
     /// starts waits for their reports without a thread each (or a queue behind a pool of
     /// them), and a system that can make no thread (its pids cgroup full) cannot fail a start
     /// that way. After `wait`, the error a read's timeout gives (`EAGAIN`). Call from within a
-    /// tokio runtime.
-    pub async fn read(control: UnixStream, wait: Duration) -> io::Result<Report> {
+    /// tokio runtime. With the report, the socket back: keep it to ask the shim to kill its
+    /// tree ([`ask_to_kill_tree`]) while PROGRAM runs.
+    pub async fn read(control: UnixStream, wait: Duration) -> io::Result<(Report, UnixStream)> {
+        match tokio::time::timeout(wait, Report::receive(control)).await {
+            Ok(read) => read,
+            Err(_) => Err(io::Error::from_raw_os_error(Errno::AGAIN.raw_os_error())),
+        }
+    }
+
+    /// [`Report::read`] without a wait of its own.
+    pub async fn receive(control: UnixStream) -> io::Result<(Report, UnixStream)> {
         use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
         control.set_nonblocking(true)?;
         let control = tokio::net::UnixStream::from_std(control)?;
         let mut line = String::new();
         let mut reader = tokio::io::BufReader::new(control).take(REPORT_MAX);
-        match tokio::time::timeout(wait, reader.read_line(&mut line)).await {
-            Ok(read) => read?,
-            Err(_) => return Err(io::Error::from_raw_os_error(Errno::AGAIN.raw_os_error())),
-        };
-        Report::from_line(&line)
+        reader.read_line(&mut line).await?;
+        let report = Report::from_line(&line)?;
+        // Only a plain descriptor is kept (nothing registered with the reactor); the shim
+        // writes nothing after its report, so nothing buffered is lost.
+        let control = reader.into_inner().into_inner().into_std()?;
+        Ok((report, control))
     }
 
     fn from_line(line: &str) -> io::Result<Report> {
@@ -290,7 +316,13 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     let spawned = command.spawn();
     let report = Report::line(spawned.as_ref().map(drop));
     let reported = control.as_mut().is_some_and(|c| c.write_all(report.as_bytes()).is_ok());
-    drop(control);
+    // Kept once it carried the report: the agent's request to kill the tree comes on it too
+    // ([`KILL_TREE`]). PROGRAM's standard input is `/dev/null` and this duplicate is
+    // close-on-exec, so no process of the container holds it.
+    let control = control
+        .filter(|_| reported && spawned.is_ok())
+        .and_then(|c| c.set_nonblocking(true).ok().map(|()| c))
+        .and_then(|c| tokio::net::UnixStream::from_std(c).ok());
     let pid = match spawned {
         // Reaped by `waitpid` below; std's `Child` neither kills nor waits when dropped.
         Ok(spawned) => spawned.id(),
@@ -306,9 +338,18 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     };
     let status = runtime.block_on(async {
         let mut parent_check = tokio::time::interval(PARENT_CHECK);
+        let mut control = control;
         loop {
             if let Some(status) = reap_exited(pid) {
                 return Some(status);
+            }
+            // Read at every turn, not only when the reactor reports the socket readable: a
+            // flood of the container's SIGUSR1s keeps the loop turning and could leave that
+            // report late by seconds (a direct read is one system call).
+            match control.as_ref().map(kill_request_now) {
+                Some(Some(Asked::KillTree)) => return None,
+                Some(Some(Asked::Closed)) => control = None,
+                _ => {}
             }
             tokio::select! {
                 _ = child.recv() => {}
@@ -340,6 +381,13 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
                         return None;
                     }
                 }
+                asked = kill_request(control.as_ref()), if control.is_some() => match asked {
+                    Asked::KillTree => return None,
+                    // The agent closed its end (it no longer asks here, or it died): from now
+                    // on only SIGUSR1 asks.
+                    Asked::Closed => control = None,
+                    Asked::Nothing => {}
+                },
                 _ = parent_check.tick(), if parent.is_some() => {
                     if orphaned() {
                         return None;
@@ -354,6 +402,49 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
             eprintln!("container-shim: the command's exit status was lost");
             128 + Signal::KILL.as_raw()
         }
+    }
+}
+
+/// What came on the control socket.
+enum Asked {
+    KillTree,
+    Closed,
+    Nothing,
+}
+
+/// Waits for the agent's next byte on the control socket.
+async fn kill_request(control: Option<&tokio::net::UnixStream>) -> Asked {
+    let Some(control) = control else { return std::future::pending().await };
+    if control.readable().await.is_err() {
+        return Asked::Closed;
+    }
+    let mut byte = [0u8; 1];
+    match control.try_read(&mut byte) {
+        Ok(read) => asked(read, byte[0]),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+            Asked::Nothing
+        }
+        Err(_) => Asked::Closed,
+    }
+}
+
+/// The agent's byte on the control socket if one is there now, read directly (not through the
+/// reactor); `None` when there is none.
+fn kill_request_now(control: &tokio::net::UnixStream) -> Option<Asked> {
+    let mut byte = [0u8; 1];
+    match rustix::net::recv(control, &mut byte, rustix::net::RecvFlags::DONTWAIT) {
+        Ok((read, _)) => Some(asked(read, byte[0])),
+        Err(Errno::AGAIN | Errno::INTR) => None,
+        Err(_) => Some(Asked::Closed),
+    }
+}
+
+/// What `read` bytes (the first `byte`) on the control socket ask.
+fn asked(read: usize, byte: u8) -> Asked {
+    match read {
+        0 => Asked::Closed,
+        _ if byte == KILL_TREE => Asked::KillTree,
+        _ => Asked::Nothing,
     }
 }
 
@@ -670,7 +761,7 @@ mod tests {
         let (agent, mut shim) = UnixStream::pair().expect("a socket pair");
         shim.write_all(b"started\n").expect("the report written");
         let read = Report::read(agent, wait).await;
-        assert!(matches!(read, Ok(Report::Started)), "{read:?}");
+        assert!(matches!(read, Ok((Report::Started, _))), "{read:?}");
 
         let (agent, shim) = UnixStream::pair().expect("a socket pair");
         drop(shim);

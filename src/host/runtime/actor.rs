@@ -493,7 +493,7 @@ impl ProcessRuntime {
         }
         tracing::debug!(pod = %pod_ref(&pod), container = %name, ?grace, "killing container");
         let (pod_label, name) = (pod_name(&pod), name.to_owned());
-        let stop = stop_process(self.signaller.clone(), pgid, shimmed, grace, exited);
+        let stop = stop_process(self.signaller.clone(), self.groups.clone(), pgid, shimmed, grace, exited);
         Some(
             async move {
                 if !stop.await {
@@ -645,8 +645,11 @@ impl Handler<ForgetPod> for ProcessRuntime {
                 if let Some(pgid) = running.pgid {
                     // A shim kills its whole tree, and its exit then the group (`ProcessGuard`);
                     // a SIGKILL to the group would kill the shim before it could.
-                    let signal = if running.shimmed { Signal::KillTree } else { Signal::Kill };
-                    self.signaller.send(pgid, signal);
+                    if running.shimmed {
+                        self.signaller.kill_tree(&self.groups, pgid);
+                    } else {
+                        self.signaller.send(pgid, Signal::Kill);
+                    }
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The file-descriptor budget of the local runtime: how many containers may run at once so
 //! that the agent keeps enough descriptors for its listener, its API client and the probes.
 //! A running container holds [`FDS_PER_CONTAINER`] of the agent's descriptors (its stdout and
-//! stderr pipes and two pidfds: tokio's reaper and ours); a start that would eat into the
+//! stderr pipes, two pidfds: tokio's reaper and ours, and the shim's control socket); a start that would eat into the
 //! reserve is refused and retried later, and no pod may hold more than half of the budget, so
 //! one pod with thousands of containers cannot starve the others.
 //!
@@ -15,7 +15,7 @@ use probelet_actors::vocabulary::PodUid;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Descriptors the agent holds per running container.
-pub const FDS_PER_CONTAINER: u64 = 4;
+pub const FDS_PER_CONTAINER: u64 = 5;
 /// The smallest reserve kept for everything but containers.
 pub const MIN_RESERVE: u64 = 64;
 
@@ -203,24 +203,24 @@ mod tests {
 
     #[test]
     fn keeps_a_reserve_and_half_the_budget_per_pod() {
-        // 256 descriptors, 32 open: 64 kept back, 160 left for 40 containers, 20 per pod.
+        // 256 descriptors, 32 open: 64 kept back, 160 left for 32 containers, 16 per pod.
         let mut budget = FdBudget::new(256, 32);
-        assert_eq!((budget.max_containers(), budget.max_per_pod), (40, 20));
-        for _ in 0..20 {
+        assert_eq!((budget.max_containers(), budget.max_per_pod), (32, 16));
+        for _ in 0..16 {
             budget.try_start("big").unwrap();
         }
         let refused = budget.try_start("big").unwrap_err();
-        assert!(refused.message.contains("the pod already runs 20 containers"), "{refused:?}");
-        for _ in 0..20 {
+        assert!(refused.message.contains("the pod already runs 16 containers"), "{refused:?}");
+        for _ in 0..16 {
             budget.try_start("other").unwrap();
         }
         let refused = budget.try_start("third").unwrap_err();
-        assert!(refused.message.contains("40 containers already run"), "{refused:?}");
+        assert!(refused.message.contains("32 containers already run"), "{refused:?}");
         budget.release("big");
         budget.try_start("third").unwrap();
-        assert_eq!(budget.running(), 40);
+        assert_eq!(budget.running(), 32);
         budget.release("nobody");
-        assert_eq!(budget.running(), 40, "releasing what was never taken changes nothing");
+        assert_eq!(budget.running(), 32, "releasing what was never taken changes nothing");
     }
 
     /// A limit too small for any container says so at start, not only in each pod's events.
@@ -238,7 +238,7 @@ mod tests {
     fn a_large_limit_keeps_a_tenth() {
         let budget = FdBudget::new(1_048_576, 100);
         assert_eq!(budget.reserve, 104_857);
-        assert_eq!(budget.max_containers(), (1_048_576 - 100 - 104_857) / 4);
+        assert_eq!(budget.max_containers(), (1_048_576 - 100 - 104_857) / FDS_PER_CONTAINER);
     }
 
     #[test]

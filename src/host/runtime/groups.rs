@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, TryLockError};
 use std::io;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,7 +35,7 @@ use super::leftovers::{
     running_agent_of_records,
 };
 
-use crate::shim::TREE_KILL_WAIT;
+use crate::shim::{TREE_KILL_WAIT, ask_to_kill_tree};
 
 /// Who a running process group is, for logs and records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +89,8 @@ struct Group {
     owner: GroupOwner,
     /// The record's text, when there is a state directory and the leader could be read.
     record: Option<String>,
+    /// A shim's control socket, once it reported the start ([`ContainerGroups::keep_control`]).
+    control: Option<Arc<UnixStream>>,
 }
 
 #[derive(Debug)]
@@ -289,8 +292,25 @@ impl ContainerGroups {
             },
             None => (None, Ok(())),
         };
-        groups.by_pgid.insert(pgid, Group { owner, record });
+        groups.by_pgid.insert(pgid, Group { owner, record, control: None });
         written
+    }
+
+    /// Keeps the control socket of the shim leading group `pgid` while the group is listed:
+    /// the agent asks the shim to kill its tree there as well as by SIGUSR1, which the
+    /// container can drown ([`probelet_actors::shim::KILL_TREE`]). One descriptor per
+    /// running container ([`super::budget::FDS_PER_CONTAINER`]).
+    pub fn keep_control(&self, pgid: u32, control: UnixStream) {
+        if let Some(group) = self.lock().by_pgid.get_mut(&pgid) {
+            group.control = Some(Arc::new(control));
+        }
+    }
+
+    /// Asks the shim leading group `pgid` to kill its tree on its control socket; whether it
+    /// had one to ask on.
+    pub fn ask_to_kill_tree(&self, pgid: u32) -> bool {
+        let control = self.lock().by_pgid.get(&pgid).and_then(|group| group.control.clone());
+        control.is_some_and(|control| ask_to_kill_tree(&*control))
     }
 
     /// A container's group was killed after its leader exited; its ID may be reused from now on.
@@ -322,15 +342,21 @@ impl ContainerGroups {
     /// were still there. Records stay: the next agent finds the groups gone. No group may be
     /// added afterwards.
     pub fn kill_all(&self) -> usize {
-        let groups = {
+        let (groups, controls) = {
             let mut groups = self.lock();
             groups.closed = true;
-            groups
+            let owners = groups
                 .by_pgid
                 .iter()
                 .map(|(&pgid, group)| (pgid, group.owner.clone()))
-                .collect::<BTreeMap<_, _>>()
+                .collect::<BTreeMap<_, _>>();
+            let controls: Vec<_> =
+                groups.by_pgid.values().filter_map(|group| group.control.clone()).collect();
+            (owners, controls)
         };
+        for control in &controls {
+            ask_to_kill_tree(&**control);
+        }
         let mut killed = 0;
         let mut asked = Vec::new();
         for (&pgid, owner) in &groups {

@@ -42,6 +42,14 @@ impl Signaller {
             tracing::error!(pgid, signal = signal.name(), %error, "cannot signal a container's process group");
         }
     }
+
+    /// Asks the shim leading `pgid` to kill its tree: on its control socket when `groups`
+    /// keeps one (the container can drown a SIGUSR1 with its own, never that), and by
+    /// [`Signal::KillTree`].
+    pub(super) fn kill_tree(&self, groups: &ContainerGroups, pgid: u32) {
+        groups.ask_to_kill_tree(pgid);
+        self.send(pgid, Signal::KillTree);
+    }
 }
 
 impl Default for Signaller {
@@ -100,7 +108,7 @@ impl Drop for ProcessGuard {
         if self.shimmed
             && let Some(pgid) = self.pgid.take()
         {
-            self.signaller.send(pgid, Signal::KillTree);
+            self.signaller.kill_tree(&self.groups, pgid);
             return;
         }
         self.kill_group();
@@ -119,6 +127,7 @@ pub fn stop_deadline(grace: Duration) -> Duration {
 /// not be delivered, a process that would not die) means the container still runs.
 pub(super) async fn stop_process(
     signaller: Signaller,
+    groups: ContainerGroups,
     pgid: Option<u32>,
     shimmed: bool,
     grace: Duration,
@@ -138,7 +147,7 @@ pub(super) async fn stop_process(
     if let Some(pgid) = pgid {
         if shimmed {
             tracing::info!(pgid, ?grace, "container did not stop within its grace period, killing it");
-            signaller.send(pgid, Signal::KillTree);
+            signaller.kill_tree(&groups, pgid);
             if tokio::time::timeout(TREE_KILL_WAIT, exited.wait_for(|e| *e)).await.is_ok() {
                 return true;
             }

@@ -6,6 +6,7 @@
 //! report has been read, off the actor's thread.
 
 use std::io::{self, Write as _};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use crate::contracts::EventType;
 use crate::local_runner::LocalContainer;
 use crate::prober::pod_name;
 use crate::process::Signal;
-use crate::shim::{GO, Report};
+use crate::shim::{GO, Report, ask_to_kill_tree};
 use probelet_actors::format::pod_ref;
 use probelet_actors::gofmt::go_errno_text;
 
@@ -242,7 +243,7 @@ impl ProcessRuntime {
         id: ContainerId,
         launch: Launch,
         mut child: Child,
-        report: io::Result<Report>,
+        report: io::Result<(Report, UnixStream)>,
         ctx: &mut Context<Self>,
     ) {
         let pgid = child.id();
@@ -257,6 +258,9 @@ impl ProcessRuntime {
                 groups: self.groups.clone(),
                 shimmed: true,
             };
+            if let Ok((_, control)) = &report {
+                ask_to_kill_tree(control);
+            }
             if let Some(pgid) = pgid {
                 self.signaller.send(pgid, Signal::KillTree);
             }
@@ -265,10 +269,13 @@ impl ProcessRuntime {
         }
         let program = launch.argv.first().map(String::as_str).unwrap_or_default();
         let message = match report.map_err(shim_error) {
-            Ok(Report::Started) => {
+            Ok((Report::Started, control)) => {
+                if let Some(pgid) = pgid {
+                    self.groups.keep_control(pgid, control);
+                }
                 return self.container_started(pod_uid, pod, container, id, launch, child, true, ctx);
             }
-            Ok(Report::Failed(e)) => shim_start_error(program, &e),
+            Ok((Report::Failed(e), _)) => shim_start_error(program, &e),
             Err(message) => message,
         };
         // No report (late, or the shim died): the program may run all the same. The whole
