@@ -592,3 +592,67 @@ async fn a_probe_changed_while_the_agent_was_down_keeps_the_old_verdict_only_for
     assert_eq!(failed["message"], "readiness probes with unready status: [backend]");
     stop(agent, kubeconfig).await;
 }
+
+/// The fake's status PATCHes of pod `name`, by arrival time; the next `n` answered `kind`.
+fn failing_gate_writes(
+    fake: &FakeApiServer,
+    name: &str,
+    kind: support::apiserver::FaultKind,
+    n: u32,
+) -> std::sync::Arc<std::sync::Mutex<Vec<tokio::time::Instant>>> {
+    use support::apiserver::{Fault, FaultMatcher, FaultTimes};
+    let path = format!("/api/v1/namespaces/default/pods/{name}/status");
+    let arrivals = fake.arrivals(http::Method::PATCH, {
+        let path = path.clone();
+        move |p| p == path
+    });
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::PATCH, path),
+        kind,
+        times: FaultTimes::Times(n),
+    });
+    arrivals
+}
+
+/// A failed condition write is made again on the syncer's back-off (0.5 s, then 1 s, each cut
+/// by up to a quarter), not only at the next reconcile ten seconds on.
+#[tokio::test]
+async fn a_failed_condition_write_is_retried_on_its_back_off() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("retried", "node-a", true, Some(http_probe(port))));
+    let fault = support::apiserver::FaultKind::Status { code: 500, retry_after: None };
+    let arrivals = failing_gate_writes(&fake, "retried", fault, 2);
+    let (agent, kubeconfig) = start_agent(&fake, "gates-retried");
+    wait_for_gate(&fake, "retried", "True", |c| c["status"] == "True").await;
+    stop(agent, kubeconfig).await;
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert!(arrivals.len() >= 3, "two failures, then the write: {arrivals:?}");
+    let (first, second) = (arrivals[1] - arrivals[0], arrivals[2] - arrivals[1]);
+    assert!(first >= Duration::from_millis(375) && first < Duration::from_secs(3), "{first:?}");
+    assert!(second >= Duration::from_millis(750) && second < Duration::from_secs(4), "{second:?}");
+}
+
+/// A write throttled with `Retry-After` (API Priority and Fairness's plain-text 429) is not made
+/// again sooner, even when the probe's result changes meanwhile, which before wrote at once.
+#[tokio::test]
+async fn a_throttled_condition_write_waits_as_asked_whatever_changes() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("throttled", "node-a", true, Some(http_probe(port))));
+    let arrivals = failing_gate_writes(&fake, "throttled", support::apiserver::FaultKind::throttled(5), 1);
+    let (agent, kubeconfig) = start_agent(&fake, "gates-throttled");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while arrivals.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no condition write within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The probe fails from now on (failureThreshold 1, period 1 s): a change within 2 s.
+    healthy.store(false, Ordering::SeqCst);
+    wait_for_gate(&fake, "throttled", "False", |c| c["status"] == "False").await;
+    stop(agent, kubeconfig).await;
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert!(arrivals.len() >= 2, "{arrivals:?}");
+    let gap = arrivals[1] - arrivals[0];
+    assert!(gap >= Duration::from_secs(5), "the next write came {gap:?} after the 429 asked for 5 s");
+}

@@ -10,3 +10,7 @@ pub(crate) mod pod_sync;
 pub mod rate;
 pub mod rules;
 pub mod syncer;
+
+/// The syncer's failure back-off, for the other writers of pod status (the readiness-gate
+/// host's condition write).
+pub use pod_sync::{Retry, next_failure};

@@ -22,6 +22,7 @@ use crate::status::manager::VersionedPodStatus;
 pub struct Retry {
     /// Consecutive failures (or conflicts).
     pub count: u32,
+    /// No write before this.
     pub not_before: Instant,
 }
 
@@ -270,7 +271,8 @@ impl PodSync {
                 {
                     self.written = Some(written);
                 }
-                let next = next_failure(self.retry, now, backoffs, result.retry_after, uid);
+                let failure = (backoffs.failure_initial, backoffs.failure_max);
+                let next = next_failure(self.retry, now, failure, result.retry_after, uid);
                 settled.retry_in = Some(next.not_before - now);
                 self.retry = Some(next);
                 self.dirty = true;
@@ -288,13 +290,13 @@ impl PodSync {
 pub fn next_failure(
     previous: Option<Retry>,
     now: Instant,
-    backoffs: &Backoffs,
+    (initial, max): (Duration, Duration),
     retry_after: Option<Duration>,
     uid: &str,
 ) -> Retry {
     let count = previous.map_or(1, |r| r.count + 1);
     let asked = retry_after.map_or(Duration::ZERO, |wait| wait.min(RETRY_AFTER_MAX));
-    let wait = jittered_backoff(backoffs.failure_initial, backoffs.failure_max, count, uid).max(asked);
+    let wait = jittered_backoff(initial, max, count, uid).max(asked);
     Retry { count, not_before: now + wait }
 }
 

@@ -20,6 +20,9 @@ use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
+use probelet_actors::sync::rules::retry_after;
+use probelet_actors::sync::syncer::{FAILURE_BACKOFF_INITIAL, FAILURE_BACKOFF_MAX};
+use probelet_actors::sync::{Retry, next_failure};
 use probelet_actors::vocabulary::PodUid;
 
 use super::annotation::{GateProbe, READINESS_PROBES_ANNOTATION, parse_gate_probes};
@@ -86,6 +89,11 @@ pub struct GatedPod {
     /// so that probes that changed while the agent was down, or that only error, cannot keep
     /// an old verdict for good. `None` until the probes were first read.
     pending_until: Option<tokio::time::Instant>,
+    /// The failure back-off of the condition's write: failures in a row, and no write before
+    /// `not_before` (at least what a 429's or 5xx's `Retry-After` asked).
+    retry: Option<Retry>,
+    /// The timer that evaluates the pod again when the back-off is over.
+    retry_timer: Option<SpawnHandle>,
 }
 
 impl GatedPod {
@@ -101,6 +109,8 @@ impl GatedPod {
             again: false,
             probes_changed: false,
             pending_until: None,
+            retry: None,
+            retry_timer: None,
         }
     }
 
@@ -293,6 +303,22 @@ impl GateHost {
             entry.again = true;
             return;
         }
+        // After a failed write, the next waits for its back-off, whatever asks for it (a
+        // probe's change, the reconcile): a server that answered 429 with `Retry-After` is not
+        // written to sooner, and a failing one not at every change.
+        let now = tokio::time::Instant::now();
+        if let Some(retry) = entry.retry.filter(|retry| retry.not_before > now) {
+            if entry.retry_timer.is_none() {
+                let uid = PodUid::from(uid);
+                entry.retry_timer = Some(ctx.run_later(retry.not_before - now, move |act, ctx| {
+                    if let Some(entry) = act.gated.get_mut(&uid) {
+                        entry.retry_timer = None;
+                    }
+                    act.evaluate(&uid, ctx);
+                }));
+            }
+            return;
+        }
         entry.writing = true;
         let pod = entry.pod.clone();
         let (name, namespace) = (
@@ -309,8 +335,8 @@ impl GateHost {
                 .await
             {
                 Ok(Ok(pod)) => Ok(resource_version(&pod)),
-                Ok(Err(err)) => Err(err.to_string()),
-                Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
+                Ok(Err(err)) => Err((err.to_string(), retry_after(&err))),
+                Err(_) => Err((format!("no answer within {}s", WRITE_TIMEOUT.as_secs()), None)),
             }
         };
         let uid = PodUid::from(uid);
@@ -322,11 +348,17 @@ impl GateHost {
                 Ok(version) => {
                     tracing::debug!(pod = %pod_name, pod_uid = %uid, status = %condition.status, reason = ?condition.reason, "Wrote the readiness gate condition");
                     entry.written = Some((condition, version));
+                    entry.retry = None;
                 }
-                // Retried at the next change or reconcile. A pod that is gone or was recreated
-                // (404; 422 on the UID) leaves through the watch.
-                Err(error) => {
-                    tracing::warn!(pod = %pod_name, pod_uid = %uid, %error, "Failed to write the readiness gate condition")
+                // Retried when the back-off is over (the syncer's: 0.5 s doubling to 10 s,
+                // jittered by the UID, at least the `Retry-After`). A pod that is gone or was
+                // recreated (404; 422 on the UID) leaves through the watch.
+                Err((error, retry_after)) => {
+                    tracing::warn!(pod = %pod_name, pod_uid = %uid, %error, "Failed to write the readiness gate condition");
+                    let backoff = (FAILURE_BACKOFF_INITIAL, FAILURE_BACKOFF_MAX);
+                    let now = tokio::time::Instant::now();
+                    entry.retry = Some(next_failure(entry.retry, now, backoff, retry_after, &uid));
+                    entry.again = true;
                 }
             }
             if std::mem::take(&mut entry.again) {
