@@ -134,6 +134,13 @@ pub struct RunArgs {
     #[arg(long, env = "PROBELET_LISTEN", default_value = "127.0.0.1:9898")]
     pub listen: SocketAddr,
 
+    /// Address of a second listener that serves only /healthz and /readyz, over plain HTTP,
+    /// with connections of its own (at most 16): the kubelet's --healthz-port. Point the
+    /// agent's liveness and readiness probes here, and clients that hold every connection of
+    /// --listen (or reconnect as fast as they are closed) cannot make them fail.
+    #[arg(long, value_name = "ADDR", env = "PROBELET_HEALTHZ_LISTEN")]
+    pub healthz_listen: Option<SocketAddr>,
+
     /// Connections the HTTP listener keeps open at once. At the cap, the oldest connection not
     /// serving a request is closed to make room.
     #[arg(long, env = "PROBELET_HTTP_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]

@@ -143,6 +143,12 @@ pub fn router_for_loopback(state: ServeState) -> Router {
         .layer(axum::middleware::map_response(private_headers))
 }
 
+/// The health listener's router: `/healthz` and `/readyz`, open to anyone as on the main
+/// listener, and nothing else (`404`).
+pub fn health_router(state: ServeState) -> Router {
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(state)
+}
+
 fn routes(state: ServeState) -> Router {
     // The answers that hold every pod: each is built whole in memory and kept until the client
     // has read it, so only a few at once (docs/security.md, "Slow and idle clients").
@@ -272,7 +278,7 @@ pub fn serve_router_on_own_thread(
     app: Router,
     limits: Limits,
     tls: Option<TlsAcceptor>,
-    shutdown: oneshot::Receiver<()>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     listener.set_nonblocking(true)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -280,11 +286,7 @@ pub fn serve_router_on_own_thread(
     std::thread::Builder::new().name("http".to_owned()).spawn(move || {
         let served = runtime.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            // A dropped sender (the main thread gone) stops the server too.
-            serve_router_with_tls(listener, app, limits, tls, async move {
-                let _ = shutdown.await;
-            })
-            .await
+            serve_router_with_tls(listener, app, limits, tls, shutdown).await
         });
         let _ = done.send(served);
     })?;

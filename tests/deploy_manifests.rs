@@ -168,7 +168,19 @@ fn daemonset_runs_the_agent_in_cluster_mode_locked_down() {
     let [agent] = pod.containers.as_slice() else { panic!("one container") };
     assert_eq!(agent.image.as_deref(), Some("probelet:latest"));
     let args = agent.args.as_deref().unwrap();
-    assert_eq!(args, ["run", "--in-cluster", "--node-name", "$(NODE_NAME)", "--listen", "0.0.0.0:9898"]);
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--in-cluster",
+            "--node-name",
+            "$(NODE_NAME)",
+            "--listen",
+            "0.0.0.0:9898",
+            "--healthz-listen",
+            "0.0.0.0:9899"
+        ]
+    );
     assert!(!args.iter().any(|arg| arg.starts_with("--kubeconfig")), "in-cluster config");
     let node_name = agent.env.iter().flatten().find(|env| env.name == "NODE_NAME").unwrap();
     let field = node_name.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
@@ -176,14 +188,16 @@ fn daemonset_runs_the_agent_in_cluster_mode_locked_down() {
 
     let ports = agent.ports.as_deref().unwrap();
     assert_eq!((ports[0].name.as_deref(), ports[0].container_port), (Some("metrics"), 9898));
+    assert_eq!((ports[1].name.as_deref(), ports[1].container_port), (Some("healthz"), 9899));
     let path_of =
         |probe: &Option<Probe>| probe.as_ref().unwrap().http_get.as_ref().unwrap().path.clone().unwrap();
     assert_eq!(path_of(&agent.liveness_probe), "/healthz");
     assert_eq!(path_of(&agent.readiness_probe), "/readyz");
-    // Not loopback in cluster mode: webhook authorization, served over HTTPS.
+    // The health listener: plain HTTP, apart from the main listener's connections.
     for probe in [&agent.startup_probe, &agent.liveness_probe, &agent.readiness_probe] {
         let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
-        assert_eq!(get.scheme.as_deref(), Some("HTTPS"), "{get:?}");
+        assert_eq!(get.scheme.as_deref(), Some("HTTP"), "{get:?}");
+        assert_eq!(get.port, IntOrString::String("healthz".into()), "{get:?}");
     }
     assert!(agent.resources.as_ref().unwrap().requests.as_ref().is_some_and(|r| r.contains_key("cpu")));
     let security = agent.security_context.as_ref().unwrap();
@@ -620,7 +634,9 @@ fn readiness_gate_deployment_is_its_own_least_privilege_variant() {
             "--probe-host-policy",
             "pod-ip",
             "--listen",
-            "0.0.0.0:9898"
+            "0.0.0.0:9898",
+            "--healthz-listen",
+            "0.0.0.0:9899"
         ]
     );
     let cli = probelet::cli::Cli::try_parse_from(

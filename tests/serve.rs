@@ -424,7 +424,7 @@ fn serve_on_own_thread(
         probelet::serve::router(state),
         Limits::default(),
         None,
-        stopped,
+        async move { drop(stopped.await) },
     )
     .unwrap();
     (addr, stop, server)

@@ -146,3 +146,92 @@ async fn kept_alive_clients_asking_without_pause_leave_room_for_a_health_check()
     agent.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `GET path` on the health listener (or any), `Connection: close`: status code and body.
+async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let attempt = async {
+        let mut stream = TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let code = response.get(9..12)?.parse().ok()?;
+        Some((code, response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()))
+    };
+    tokio::time::timeout(Duration::from_secs(2), attempt).await.ok().flatten()
+}
+
+/// `--healthz-listen` (the kubelet's healthz port): a listener of its own for `/healthz` and
+/// `/readyz` alone, named in the start line. A flood of clients that reconnect to the main
+/// listener as fast as they are closed, far beyond its cap, takes nothing from it: every health
+/// check there answers in time. It serves nothing private.
+#[tokio::test]
+async fn the_health_listener_answers_through_a_reconnect_flood_on_the_main_one() {
+    let dir = std::env::temp_dir().join(format!("probelet-serve-health-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--manifests", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(["--healthz-listen", "127.0.0.1:0", "--http-max-connections", "8"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the agent's start line");
+            if line.contains("http://") {
+                return line;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let main = banner.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap().to_owned();
+    let health = banner
+        .split("; health http://")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix("/healthz"))
+        .unwrap_or_else(|| panic!("no health listener in the start line: {banner}"))
+        .to_owned();
+    assert_ne!(main, health);
+
+    assert_eq!(get(&health, "/healthz").await, Some((200, "ok".into())));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while get(&health, "/readyz").await.map(|(code, _)| code) != Some(200) {
+        assert!(tokio::time::Instant::now() < deadline, "/readyz on the health listener");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for private in ["/pods", "/metrics", "/events", "/"] {
+        assert_eq!(get(&health, private).await.map(|(code, _)| code), Some(404), "{private}");
+    }
+
+    let flood: Vec<_> = (0..SLOW_CLIENTS)
+        .map(|_| {
+            let main = main.clone();
+            tokio::spawn(async move {
+                loop {
+                    // Connect, say nothing, and come back as soon as the agent closes it.
+                    if let Ok(mut stream) = TcpStream::connect(&main).await {
+                        let mut buf = [0u8; 64];
+                        let _ = stream.read(&mut buf).await;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..10 {
+        assert_eq!(healthz(&health).await, Some(200), "the health listener answered within 2 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for client in flood {
+        client.abort();
+    }
+    support::agent::stop(&mut child, Duration::from_secs(30)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

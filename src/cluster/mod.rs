@@ -205,9 +205,10 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         ConditionOwnership::new([POD_READY, CONTAINERS_READY, POD_INITIALIZED], Vec::<String>::new());
     let syncer = start_syncer(config);
     say(format_args!(
-        "probelet {}: cluster mode, node {}; {base}/pods, /metrics",
+        "probelet {}: cluster mode, node {}; {base}/pods, /metrics{}",
         env!("CARGO_PKG_VERSION"),
-        args.node_name
+        args.node_name,
+        base.health_note()
     ));
 
     let host = ClusterHost {

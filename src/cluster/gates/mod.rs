@@ -60,9 +60,10 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
     let pipeline = common.pipeline_with(Arc::new(exec.clone()), recorder.clone());
     let (base, stop_server, server) = common.serve(args, pipeline.clone(), Some(writes.clone())).await?;
     say(format_args!(
-        "probelet {}: readiness-gate mode ({GATE_CONDITION}), node {}; {base}/pods, /metrics",
+        "probelet {}: readiness-gate mode ({GATE_CONDITION}), node {}; {base}/pods, /metrics{}",
         env!("CARGO_PKG_VERSION"),
-        args.node_name
+        args.node_name,
+        base.health_note()
     ));
     let host = GateHost {
         writes,
