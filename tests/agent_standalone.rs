@@ -1376,6 +1376,33 @@ async fn after_a_crash_the_next_agent_kills_what_left_the_group_too() {
     assert_gone(&again).await;
 }
 
+/// The same, for a process that left the group *and* dropped its environment (`env -i`), so the
+/// container's mark no longer names it: only the crashed agent's orphaned shim can end it, on
+/// the next agent's SIGUSR1 (a stranger's, not a descendant's), and it does before the group's
+/// SIGKILL would kill the shim.
+#[actix::test]
+async fn after_a_crash_the_orphaned_shim_kills_what_carries_no_mark() {
+    let dir = temp_dir("setsid-unmarked");
+    let pod = escaping_pod("unmarked", 7318, 7319).replace("setsid sleep", "env -i setsid sleep");
+    write(&dir, "unmarked.yaml", &pod);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/unmarked: container app running")).await;
+    let escaped = wait_for_processes(&["sleep", "7318"], 1).await;
+    let environ = std::fs::read(format!("/proc/{}/environ", escaped[0])).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("PROBELET_CONTAINER_MARK"),
+        "the escaped process carries no mark"
+    );
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    assert!(!process_gone(escaped[0]), "the crash left it running");
+
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 1 container process group(s) a previous agent left running")).await;
+    assert_gone(&escaped).await;
+    agent.stop().await;
+}
+
 /// SIGKILLs the processes it holds when dropped, so that a failing test leaves none running.
 struct KillOnDrop(Vec<u32>);
 
