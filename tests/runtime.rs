@@ -1178,14 +1178,20 @@ async fn under_the_shim_a_daemon_dies_when_its_container_exits() {
     let state = terminated(app(&status)).unwrap();
     assert_eq!((state.exit_code, state.signal, state.reason.as_deref()), (3, None, Some("Error")));
     let pid: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    wait_until_gone(pid, "the daemon outlived its container").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits (at most [`WAIT`]) until process `pid` has ended (a zombie has: nobody here reaps what
+/// init inherits).
+async fn wait_until_gone(pid: u32, what: &str) {
     let deadline = Instant::now() + WAIT;
     while std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
     {
-        assert!(Instant::now() < deadline, "the daemon {pid} outlived its container");
+        assert!(Instant::now() < deadline, "{what}: process {pid} still runs");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A container that floods its shim with SIGUSR1 (which would merge with and drown the agent's
@@ -1212,16 +1218,7 @@ async fn under_the_shim_a_container_cannot_drown_its_kill() {
     let status = h.status(&id).await.unwrap();
     let state = terminated(app(&status)).expect("stopped");
     assert_eq!((state.exit_code, state.signal), (137, Some(9)), "killed by the shim's SIGKILL");
-    let deadline = Instant::now() + WAIT;
-    while std::fs::read_to_string(format!("/proc/{escaped}/stat"))
-        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the process {escaped} that left the group outlived its container"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_gone(escaped, "the process that left the group outlived its container").await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
