@@ -39,7 +39,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::future::{BoxFuture, FutureExt, WeakShared};
+use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};
@@ -227,14 +227,15 @@ impl Reviewer {
         inner
             .token_reviews
             .join(key, move || {
-                reviewer.reviewed(move |inner| async move {
-                    let user = inner.review_token(&token).await?;
+                let review = async move {
+                    let user = reviewer.review_token(&token).await?;
                     match &user {
-                        Some(user) => inner.tokens.insert(&token, user.clone(), AUTHENTICATION_CACHE_TTL),
-                        None => inner.unknown_tokens.insert(&token, (), AUTHENTICATION_CACHE_TTL),
+                        Some(user) => reviewer.tokens.insert(&token, user.clone(), AUTHENTICATION_CACHE_TTL),
+                        None => reviewer.unknown_tokens.insert(&token, (), AUTHENTICATION_CACHE_TTL),
                     }
                     Ok(user)
-                })
+                };
+                (inner.turn(), review.boxed())
             })
             .await
     }
@@ -262,18 +263,19 @@ impl Reviewer {
         inner
             .access_reviews
             .join(hash, move || {
-                reviewer.reviewed(move |inner| async move {
+                let review = async move {
                     let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
                     let answer = bounded(
-                        Api::<SubjectAccessReview>::all(inner.client.clone())
+                        Api::<SubjectAccessReview>::all(reviewer.client.clone())
                             .create(&PostParams::default(), &review),
                     )
                     .await?;
                     let allowed = answer.status.is_some_and(|s| s.allowed);
                     let ttl = if allowed { AUTHORIZED_CACHE_TTL } else { UNAUTHORIZED_CACHE_TTL };
-                    inner.decisions.insert(&key, allowed, ttl);
+                    reviewer.decisions.insert(&key, allowed, ttl);
                     Ok(allowed)
-                })
+                };
+                (inner.turn(), review.boxed())
             })
             .await
     }
@@ -285,28 +287,11 @@ impl Reviewer {
 }
 
 impl Inner {
-    /// A review: the rate limiter's turn, then `review` in a task of its own. While it waits
-    /// for its turn the review belongs to the requests that asked for it: if they all hang up,
-    /// the turn goes back. Once sent it runs to its end and its answer is cached even if they
-    /// have all gone (as client-go's cached token authenticator no longer cancels a review
-    /// with the request that started it): a client closed for room while it waited, or that
-    /// gave up, finds the answer cached when it comes back instead of starting over.
-    fn reviewed<V, F>(self: Arc<Self>, review: impl FnOnce(Arc<Inner>) -> F + Send + 'static) -> Review<V>
-    where
-        V: Send + 'static,
-        F: Future<Output = Result<V, ReviewError>> + Send + 'static,
-    {
-        async move {
-            if !self.limiter.acquire_within(REVIEW_WAIT).await {
-                return Err(ReviewError::Busy);
-            }
-            match tokio::spawn(review(self)).await {
-                Ok(answer) => answer,
-                // Only when the runtime shuts down (a panic in the review would be a bug).
-                Err(err) => Err(ReviewError::Lost(err.to_string())),
-            }
-        }
-        .boxed()
+    /// The rate limiter's turn to send a review, waited for at most [`REVIEW_WAIT`]; `false`
+    /// when it is further away. Dropped while it waits, it gives the turn back.
+    fn turn(self: &Arc<Self>) -> BoxFuture<'static, bool> {
+        let inner = Arc::clone(self);
+        async move { inner.limiter.acquire_within(REVIEW_WAIT).await }.boxed()
     }
 
     /// `POST tokenreviews`. The answer is read as JSON first: the kubelet (Go) reads a user's
@@ -345,16 +330,30 @@ fn token_review_user(answer: &mut serde_json::Value) -> Result<Option<UserInfo>,
 /// A review's answer, to come.
 type Review<V> = BoxFuture<'static, Result<V, ReviewError>>;
 
-/// A review in flight: its number (for [`Landed`]) and its answer.
-type Flight<V> = (u64, WeakShared<Review<V>>);
+/// A review in flight.
+struct Flight<V> {
+    /// Its number, so that the end of one review never takes a later one off the list.
+    id: u64,
+    /// While it waits for the rate limiter's turn: weak, so that a review whose requests have
+    /// all hung up is dropped, and its turn given back.
+    waiting: WeakShared<Review<V>>,
+    /// Once sent: its answer, held until the review ends, so that a request that comes (or
+    /// comes back) meanwhile waits for it instead of sending another.
+    sent: Option<Shared<Review<V>>>,
+}
 
-/// Reviews in flight, one per key (upstream's singleflight): requests that ask the same thing
-/// at the same time wait for one review and share its answer, so a burst of requests with a
-/// new token sends one TokenReview, not one each.
+/// Reviews in flight, one per key (client-go's cached token authenticator's singleflight):
+/// requests that ask the same thing at the same time wait for one review and share its
+/// answer, so a burst of requests with a new token sends one TokenReview, not one each.
+///
+/// A review belongs to its requests while it waits for the rate limiter's turn: if they all
+/// hang up, the turn goes back. Once it has its turn it is sent from a task of its own and runs
+/// to its end whether or not its requests are still there; its answer is cached, and until
+/// then a request for the same is given the one in flight (as client-go's authenticator no
+/// longer cancels a review with the request that started it): a client closed for room while
+/// it waited, or that gave up and came back, neither starts over nor takes another turn.
 struct InFlight<V> {
     next: AtomicU64,
-    /// Weak, so that a review whose requests have all hung up while it waited for its turn is
-    /// dropped (and its turn given back).
     reviews: Mutex<HashMap<u64, Flight<V>>>,
 }
 
@@ -363,24 +362,28 @@ impl<V: Clone + Send + Sync + 'static> InFlight<V> {
         InFlight { next: AtomicU64::new(0), reviews: Mutex::new(HashMap::new()) }
     }
 
-    /// The answer of the review in flight for `key`, or of a new one `start` makes.
-    async fn join(self: &Arc<Self>, key: u64, start: impl FnOnce() -> Review<V>) -> Result<V, ReviewError> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Flight<V>>> {
+        self.reviews.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The answer of the review in flight for `key`, or of a new one: `start` gives its turn
+    /// and the review itself, sent once the turn is had.
+    async fn join(
+        self: &Arc<Self>,
+        key: u64,
+        start: impl FnOnce() -> (BoxFuture<'static, bool>, Review<V>),
+    ) -> Result<V, ReviewError> {
         let review = {
-            let mut reviews = self.reviews.lock().unwrap_or_else(|e| e.into_inner());
-            match reviews.get(&key).and_then(|(_, weak)| weak.upgrade()) {
+            let mut reviews = self.lock();
+            let found = reviews.get(&key).and_then(|f| f.sent.clone().or_else(|| f.waiting.upgrade()));
+            match found {
                 Some(review) => review,
                 None => {
                     let id = self.next.fetch_add(1, Ordering::Relaxed);
-                    let landed = Landed { flights: Arc::clone(self), key, id };
-                    let review = start();
-                    let review = async move {
-                        let _landed = landed;
-                        review.await
-                    }
-                    .boxed()
-                    .shared();
-                    if let Some(weak) = review.downgrade() {
-                        reviews.insert(key, (id, weak));
+                    let (turn, review) = start();
+                    let review = self.clone().flight(key, id, turn, review).boxed().shared();
+                    if let Some(waiting) = review.downgrade() {
+                        reviews.insert(key, Flight { id, waiting, sent: None });
                     }
                     review
                 }
@@ -388,21 +391,68 @@ impl<V: Clone + Send + Sync + 'static> InFlight<V> {
         };
         review.await
     }
+
+    /// Review `id` for `key`: its turn, then `review` in a task that takes it off the list
+    /// when it ends.
+    async fn flight(
+        self: Arc<Self>,
+        key: u64,
+        id: u64,
+        turn: BoxFuture<'static, bool>,
+        review: Review<V>,
+    ) -> Result<V, ReviewError> {
+        let waiting = Waiting { flights: Arc::clone(&self), key, id, armed: true };
+        if !turn.await {
+            return Err(ReviewError::Busy);
+        }
+        let flights = Arc::clone(&self);
+        let task = tokio::spawn(async move {
+            let answer = review.await;
+            flights.land(key, id);
+            answer
+        });
+        let sent = async move {
+            // Only when the runtime shuts down (a panic in the review would be a bug).
+            task.await.unwrap_or_else(|err| Err(ReviewError::Lost(err.to_string())))
+        }
+        .boxed()
+        .shared();
+        waiting.sent(sent.clone());
+        sent.await
+    }
+
+    /// Takes review `id` off the list, not a later one for the same key.
+    fn land(&self, key: u64, id: u64) {
+        let mut reviews = self.lock();
+        if reviews.get(&key).is_some_and(|f| f.id == id) {
+            reviews.remove(&key);
+        }
+    }
 }
 
-/// Takes a review off the list when it ends, or is dropped unsent.
-struct Landed<V: Clone + Send + Sync + 'static> {
+/// A review waiting for its turn: taken off the list if it is dropped (every request that
+/// asked for it hung up) before it was sent.
+struct Waiting<V: Clone + Send + Sync + 'static> {
     flights: Arc<InFlight<V>>,
     key: u64,
     id: u64,
+    armed: bool,
 }
 
-impl<V: Clone + Send + Sync + 'static> Drop for Landed<V> {
+impl<V: Clone + Send + Sync + 'static> Waiting<V> {
+    /// The review was sent: its answer stays on the list until the review's task ends.
+    fn sent(mut self, answer: Shared<Review<V>>) {
+        self.armed = false;
+        if let Some(flight) = self.flights.lock().get_mut(&self.key).filter(|f| f.id == self.id) {
+            flight.sent = Some(answer);
+        }
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> Drop for Waiting<V> {
     fn drop(&mut self) {
-        let mut reviews = self.flights.reviews.lock().unwrap_or_else(|e| e.into_inner());
-        // A later review for the same key (this one's requests had all gone) is left alone.
-        if reviews.get(&self.key).is_some_and(|(id, _)| *id == self.id) {
-            reviews.remove(&self.key);
+        if self.armed {
+            self.flights.land(self.key, self.id);
         }
     }
 }

@@ -302,11 +302,29 @@ async fn a_review_outlives_the_request_that_asked_for_it_once_sent() {
     sleep(Duration::from_secs(1)).await;
     assert_eq!(sent(&fake, "/tokenreviews"), 1);
     asking.abort();
-    sleep(Duration::from_secs(3)).await;
+    // Back while the review is still out: given the one in flight, not a second review.
+    let started = Instant::now();
+    assert_eq!(reviewer.authenticate("made-up").await.unwrap(), None);
+    assert_eq!(started.elapsed(), Duration::from_secs(2), "the review sent at 0 s, answered at 3 s");
+    sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
     assert_eq!(reviewer.authenticate("made-up").await.unwrap(), None);
     assert_eq!(started.elapsed(), Duration::ZERO, "answered from the cache");
     assert_eq!(sent(&fake, "/tokenreviews"), 1, "not sent again");
+
+    // Gone before it was answered, and no one back for it: it is still answered and cached.
+    let asking = tokio::spawn({
+        let reviewer = reviewer.clone();
+        async move { reviewer.authenticate("made-up-too").await }
+    });
+    sleep(Duration::from_secs(1)).await;
+    asking.abort();
+    sleep(Duration::from_secs(3)).await;
+    let started = Instant::now();
+    assert_eq!(reviewer.authenticate("made-up-too").await.unwrap(), None);
+    assert_eq!(started.elapsed(), Duration::ZERO, "answered from the cache");
+    assert_eq!(sent(&fake, "/tokenreviews"), 2, "each token reviewed once");
+    sleep(Duration::from_secs(1)).await;
 
     // The bucket is full again (one token). "first" takes it; "second" waits for the next,
     // then hangs up; "third" gets the turn "second" gave back, a second later, not two.
@@ -326,7 +344,11 @@ async fn a_review_outlives_the_request_that_asked_for_it_once_sent() {
     assert_eq!(started.elapsed(), Duration::from_millis(3500));
     assert_eq!(first.await.unwrap().unwrap(), None);
     let paths: Vec<_> = fake.requests().into_iter().filter(|r| r.path.ends_with("/tokenreviews")).collect();
-    assert_eq!(paths.len(), 3, "made-up, first and third; the one whose request went was never sent");
+    assert_eq!(
+        paths.len(),
+        4,
+        "made-up, made-up-too, first and third; the one whose request went was never sent"
+    );
 }
 
 /// A TokenReview answer whose user has an `extra` value `null` is an authenticated user with
