@@ -164,7 +164,7 @@ impl GateHost {
         let Some(uid) = PodUid::of(&pod) else { return };
         if !has_gate(&pod) || is_terminal(&pod) {
             // Never gated, or finished: nothing to probe, nothing to write.
-            self.forget(&uid);
+            self.forget(&uid, ctx);
             return;
         }
         let exec_allowed = self.exec.is_some();
@@ -293,10 +293,15 @@ impl GateHost {
             }
         };
         let base = entry.base();
-        let Some(desired) = desired(&verdict, base) else { return };
-        let Some(condition) =
+        let condition = desired(&verdict, base).and_then(|desired| {
             next_condition(base, &desired, observed_generation(&entry.pod), self.clock.now_time())
-        else {
+        });
+        let Some(condition) = condition else {
+            // Nothing to write: the condition already says it (another write landed, or the
+            // verdict came back to what was written), so the failures before are over.
+            if !entry.writing {
+                entry.retry = None;
+            }
             return;
         };
         if entry.writing {
@@ -368,8 +373,11 @@ impl GateHost {
     }
 
     /// Stops probing a pod that is gone, finished or no longer gated.
-    fn forget(&mut self, uid: &str) {
+    fn forget(&mut self, uid: &str, ctx: &mut Context<Self>) {
         let Some(entry) = self.gated.remove(uid) else { return };
+        if let Some(timer) = entry.retry_timer {
+            ctx.cancel_future(timer);
+        }
         self.gated.shrink_after_removal();
         if let Some(derived) = entry.derived {
             self.pipeline.remove_pod(derived);
@@ -401,13 +409,13 @@ impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for GateHost {
             Some(PodWatchStep::Apply(pod)) => self.apply(pod, ctx),
             Some(PodWatchStep::Delete(pod)) => {
                 if let Some(uid) = pod.pod.metadata.uid.as_deref() {
-                    self.forget(uid);
+                    self.forget(uid, ctx);
                 }
             }
             Some(PodWatchStep::Listed(listed)) => {
                 let gone: Vec<PodUid> = self.gated.keys().filter(|u| !listed.contains(*u)).cloned().collect();
                 for uid in gone {
-                    self.forget(&uid);
+                    self.forget(&uid, ctx);
                 }
                 self.pipeline.cleanup_pods(self.gated.keys().cloned().collect());
                 self.ready.store(true, Ordering::SeqCst);
