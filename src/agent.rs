@@ -256,7 +256,8 @@ impl Common {
         let configured = args.http_max_connections as usize;
         let nofile =
             rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
-        let max_connections = crate::host::runtime::connection_cap(configured, nofile);
+        let (max_connections, health_connections) =
+            crate::host::runtime::listener_caps(configured, args.healthz_listen.is_some(), nofile);
         if max_connections < configured {
             tracing::info!(
                 max_connections,
@@ -287,7 +288,10 @@ impl Common {
         // Both listeners stop with the one signal.
         let stopped = futures::FutureExt::shared(stopped);
         let health = match args.healthz_listen {
-            Some(listen) => Some(serve_health(listen, &state, limits.header_read_timeout, stopped.clone())?),
+            Some(listen) => {
+                let limits = Limits { max_connections: health_connections, ..limits };
+                Some(serve_health(listen, &state, limits, stopped.clone())?)
+            }
             None => None,
         };
         let base = BaseUrl {
@@ -333,25 +337,22 @@ impl std::fmt::Display for BaseUrl {
     }
 }
 
-/// The most connections the health listener keeps: a kubelet's probes, an operator's curl.
-pub const HEALTH_MAX_CONNECTIONS: usize = 16;
-
 /// The health listener (`--healthz-listen`): `/healthz` and `/readyz` alone, plain HTTP, on a
 /// thread and with connections of its own, as the kubelet serves its healthz on a port of its
 /// own. The main listener's clients, however many and however they behave, take nothing from
 /// it: before, 600 clients reconnecting as fast as they were closed made 7 of 10 two-second
-/// health checks fail on the main listener (docs/security.md, "Connections"). Its bound
-/// address, and the task that ends with it.
+/// health checks fail on the main listener (docs/security.md, "Connections"). Its connections
+/// (`limits`) come out of the main listener's share of the descriptors
+/// ([`crate::host::runtime::listener_caps`]). Its bound address, and the task that ends with it.
 fn serve_health(
     listen: SocketAddr,
     state: &ServeState,
-    header_read_timeout: Duration,
+    limits: Limits,
     stopped: impl std::future::Future + Send + 'static,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>), AgentError> {
     let listener =
         std::net::TcpListener::bind(listen).map_err(|source| AgentError::Listen { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| AgentError::Listen { addr: listen, source })?;
-    let limits = Limits { header_read_timeout, max_connections: HEALTH_MAX_CONNECTIONS };
     let server =
         serve_router_on_own_thread(listener, health_router(state.clone()), limits, None, async move {
             drop(stopped.await);

@@ -146,7 +146,11 @@ pub fn router_for_loopback(state: ServeState) -> Router {
 /// The health listener's router: `/healthz` and `/readyz`, open to anyone as on the main
 /// listener, and nothing else (`404`).
 pub fn health_router(state: ServeState) -> Router {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(state)
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+        .layer(axum::middleware::map_response(private_headers))
 }
 
 fn routes(state: ServeState) -> Router {

@@ -30,8 +30,23 @@ pub fn reserve_for(limit: u64) -> u64 {
 /// nothing changes; under 128 descriptors it is 16, where 256 idle clients would take every
 /// descriptor from the probes.
 pub fn connection_cap(configured: usize, limit: u64) -> usize {
+    listener_caps(configured, false, limit).0
+}
+
+/// The most connections the health listener (`--healthz-listen`) keeps: a kubelet's probes, an
+/// operator's `curl`.
+pub const HEALTH_MAX_CONNECTIONS: usize = 16;
+
+/// The connection caps of the main listener and of the health listener (0 without one) under a
+/// descriptor `limit`: both within the quarter of the reserve that [`connection_cap`] gives the
+/// main listener alone, so that a health listener takes no descriptor the probes, the API
+/// client and spawning are kept. The health listener gets [`HEALTH_MAX_CONNECTIONS`], at most
+/// a quarter of that share (4 under the smallest reserve); the main listener `configured`, at
+/// most the rest.
+pub fn listener_caps(configured: usize, health: bool, limit: u64) -> (usize, usize) {
     let share = usize::try_from(reserve_for(limit) / 4).unwrap_or(usize::MAX).max(4);
-    configured.min(share)
+    let health = if health { HEALTH_MAX_CONNECTIONS.min(share / 4).max(1) } else { 0 };
+    (configured.min(share - health).max(1), health)
 }
 
 /// Descriptors a local exec probe holds while it runs: its stdout and stderr pipes, the shim's
@@ -189,6 +204,16 @@ mod tests {
         assert_eq!(exec_probe_cap(Some(1024), 1 << 20), 1024);
         assert_eq!(exec_probe_cap(Some(2), 128), 2);
         assert_eq!(exec_probe_cap(None, u64::MAX), usize::try_from(u64::MAX / 80).unwrap_or(usize::MAX));
+    }
+
+    #[test]
+    fn a_health_listener_shares_the_connections_quarter() {
+        // 128 descriptors: a reserve of 64, 16 for connections, 4 of them the health listener's.
+        assert_eq!(listener_caps(256, true, 128), (12, 4));
+        assert_eq!(listener_caps(256, false, 128), (16, 0));
+        // A usual hard limit: both as configured.
+        assert_eq!(listener_caps(256, true, 1 << 20), (256, HEALTH_MAX_CONNECTIONS));
+        assert_eq!(listener_caps(2, true, 128), (2, 4), "a lower cap is kept");
     }
 
     #[test]

@@ -48,8 +48,8 @@ mod stop;
 use std::time::Duration;
 
 pub use budget::{
-    FDS_PER_CONTAINER, FDS_PER_EXEC_PROBE, FdBudget, MIN_RESERVE, Refusal, connection_cap, exec_probe_cap,
-    nofile_limit, raise_nofile_limit,
+    FDS_PER_CONTAINER, FDS_PER_EXEC_PROBE, FdBudget, HEALTH_MAX_CONNECTIONS, MIN_RESERVE, Refusal,
+    connection_cap, exec_probe_cap, listener_caps, nofile_limit, raise_nofile_limit,
 };
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use orphans::OrphanReaper;
