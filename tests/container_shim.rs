@@ -392,12 +392,19 @@ struct TreeKilledOnDrop(u32);
 
 impl Drop for TreeKilledOnDrop {
     fn drop(&mut self) {
+        // The shim's group as it is now: an orphaned shim started by a shell is in the shell's
+        // group, not one of its own. Never the test's own group.
+        let group = std::fs::read_to_string(format!("/proc/{}/stat", self.0))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse().ok())
+            })
+            .filter(|&group: &i32| group != rustix::process::getpgrp().as_raw_pid())
+            .unwrap_or(self.0 as i32);
         let _ = Command::new("kill").args(["-CONT", &self.0.to_string()]).stderr(Stdio::null()).status();
         ask_to_kill_tree(self.0);
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0)])
-            .stderr(Stdio::null())
-            .status();
+        let _ =
+            Command::new("kill").args(["-KILL", "--", &format!("-{group}")]).stderr(Stdio::null()).status();
     }
 }
 
