@@ -43,6 +43,10 @@ pub enum AgentError {
     Metrics(#[from] MetricsError),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
+    #[error(
+        "--healthz-listen {0} is the address of --listen: give the health listener an address of its own"
+    )]
+    HealthzIsListen(SocketAddr),
     #[error("manifests folder {0}: not a directory")]
     NoManifests(PathBuf),
     #[error("cluster: {0}")]
@@ -221,6 +225,10 @@ impl Common {
     ) -> Result<(BaseUrl, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>), AgentError>
     {
         let listen = args.listen;
+        // Port 0 asks the kernel for a port of its own each time.
+        if let Some(health) = args.healthz_listen.filter(|h| *h == listen && h.port() != 0) {
+            return Err(AgentError::HealthzIsListen(health));
+        }
         let reviewed = reviewed_by(args.authorization_mode, &listen, api)?;
         let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
             (Some(cert), Some(key)) => {

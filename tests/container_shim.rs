@@ -464,3 +464,58 @@ fn a_container_flooding_its_shim_with_sigusr1_cannot_drown_the_agents_request() 
         let _ = std::fs::remove_file(&pidfile);
     }
 }
+
+/// Run as a container's command by the test below (the environment says so): copies its
+/// shim's standard input (`pidfd_getfd`), as a container would to read the agent's kill
+/// request off the control socket, and prints the outcome. Does nothing on its own.
+#[test]
+fn steal_the_shims_standard_input() {
+    if std::env::var_os("PROBELET_TEST_STEAL").is_none() {
+        return;
+    }
+    let shim = rustix::process::getppid().expect("a parent");
+    let outcome = rustix::process::pidfd_open(shim, rustix::process::PidfdFlags::empty())
+        .and_then(|pidfd| rustix::process::pidfd_getfd(&pidfd, 0, rustix::process::PidfdGetfdFlags::empty()));
+    match outcome {
+        Ok(_) => println!("STOLE"),
+        Err(errno) => println!("REFUSED {}", errno.raw_os_error()),
+    }
+}
+
+/// The shim is not dumpable: its container, running as the same user, cannot take a copy of
+/// its descriptors (and so cannot read the agent's kill request off the control socket before
+/// the shim does). Needs root, to run the shim and its command as another user (as root, with
+/// CAP_SYS_PTRACE, the copy is allowed); skipped otherwise.
+#[test]
+fn the_container_cannot_copy_the_shims_descriptors() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run the shim as another user");
+        return;
+    }
+    // Both binaries where another user may run them.
+    let dir = temp("steal-bin");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (probelet, thief) = (dir.join("probelet"), dir.join("thief"));
+    std::fs::copy(PROBELET, &probelet).unwrap();
+    std::fs::copy(std::env::current_exe().unwrap(), &thief).unwrap();
+    let output = Command::new(&probelet)
+        .args(["container-shim", "--"])
+        .arg(&thief)
+        .args(["--exact", "steal_the_shims_standard_input", "--nocapture", "--test-threads", "1"])
+        .env("PROBELET_TEST_STEAL", "1")
+        .uid(65534)
+        .gid(65534)
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("REFUSED 1"), "EPERM expected: {text} {}", String::from_utf8_lossy(&output.stderr));
+}

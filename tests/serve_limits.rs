@@ -235,3 +235,21 @@ async fn the_health_listener_answers_through_a_reconnect_flood_on_the_main_one()
     support::agent::stop(&mut child, Duration::from_secs(30)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The health listener on `--listen`'s own address is refused at start, named as such, not as
+/// a port some other program holds.
+#[tokio::test]
+async fn a_health_listener_on_the_main_address_is_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("probelet-serve-health-same-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--manifests", dir.to_str().unwrap(), "--listen", &free, "--healthz-listen", &free])
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("--healthz-listen {free} is the address of --listen")), "{stderr}");
+}

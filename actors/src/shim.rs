@@ -103,8 +103,9 @@ pub fn mark(pgid: u32, start: u64) -> String {
 }
 /// The byte the agent writes on the control socket to ask the shim to kill its tree, as
 /// SIGUSR1 asks: a container can drown a signal (it merges with the container's own SIGUSR1s,
-/// and a flood of them lost the agent's 18 times in 20), never this socket, which no process
-/// of the container holds.
+/// and a flood of them lost the agent's 18 times in 20), not this socket, which no process of
+/// the container holds or can open through `/proc`, and which the shim, not dumpable, keeps from
+/// a container that would copy it (`pidfd_getfd`) unless that container may ptrace as root.
 pub const KILL_TREE: u8 = b'k';
 
 /// Asks the shim at the other end of `control` (kept from [`Report::read`]) to kill its tree.
@@ -255,6 +256,12 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     if let Err(error) = rustix::process::set_child_subreaper(Some(getpid())) {
         eprintln!("container-shim: cannot become a child subreaper, orphans will escape: {error}");
     }
+    // Not dumpable: a process of the container running as the same user cannot ptrace the
+    // shim, nor take a copy of its control socket (`pidfd_getfd`) and read the agent's kill
+    // request off it before the shim does (a hostile test did, with a SIGUSR1 flood beside it,
+    // and only the orphan sweep ended its tree). PROGRAM is dumpable again after its `exec`.
+    // A container with CAP_SYS_PTRACE still can; it can only delay its own end that way.
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
