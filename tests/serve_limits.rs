@@ -178,16 +178,7 @@ async fn the_health_listener_answers_through_a_reconnect_flood_on_the_main_one()
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let line = lines.next_line().await.unwrap().expect("the agent's start line");
-            if line.contains("http://") {
-                return line;
-            }
-        }
-    })
-    .await
-    .unwrap();
+    let banner = support::agent::banner_line(&mut lines).await;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let main = banner.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap().to_owned();
     let health = banner

@@ -13,11 +13,10 @@ use tokio::process::{Child, Command};
 
 use crate::apiserver::FakeApiServer;
 
-/// The `host:port` of the start line (`… http://ADDR/pods, /metrics`), read from the agent's
-/// standard output within 60 s; `https://host:port` when the agent serves TLS, which [`get`]
-/// then speaks.
-pub async fn banner_addr(lines: &mut tokio::io::Lines<impl AsyncBufRead + Unpin>) -> String {
-    let banner = tokio::time::timeout(Duration::from_secs(60), async {
+/// The agent's start line (the first that names an `http://` or `https://` address), read from
+/// its standard output within 60 s.
+pub async fn banner_line(lines: &mut tokio::io::Lines<impl AsyncBufRead + Unpin>) -> String {
+    tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let line = lines.next_line().await.unwrap().expect("agent exited before its banner");
             if line.contains("http://") || line.contains("https://") {
@@ -26,7 +25,14 @@ pub async fn banner_addr(lines: &mut tokio::io::Lines<impl AsyncBufRead + Unpin>
         }
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// The `host:port` of the start line (`… http://ADDR/pods, /metrics`), read from the agent's
+/// standard output within 60 s; `https://host:port` when the agent serves TLS, which [`get`]
+/// then speaks.
+pub async fn banner_addr(lines: &mut tokio::io::Lines<impl AsyncBufRead + Unpin>) -> String {
+    let banner = banner_line(lines).await;
     let (scheme, start) = match banner.find("https://") {
         Some(at) => ("https://", at + "https://".len()),
         None => ("", banner.find("http://").unwrap() + "http://".len()),
