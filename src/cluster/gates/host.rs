@@ -44,7 +44,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Feeds the engine from the watch and writes the gate condition.
 pub struct GateHost {
     /// For the condition's write: the client without kube's retry ([`crate::cluster::Clients`]);
-    /// a failed write is written again at the pod's next change or reconcile.
+    /// a failed write is made again when its back-off is over ([`GatedPod`]'s `retry`).
     pub writes: kube::Client,
     pub pipeline: Pipeline,
     /// The derived pods, which the engine looks pods up in.
