@@ -63,6 +63,17 @@ pub struct GateHost {
     pub gated: HashMap<PodUid, GatedPod>,
 }
 
+/// What an evaluation of a gated pod leads to ([`GatedPod::next_step`]).
+#[derive(Debug, PartialEq)]
+enum Step {
+    /// Nothing to write now.
+    Done,
+    /// A write, once the failure back-off is over at this instant.
+    Wait(tokio::time::Instant),
+    /// The condition's write, now.
+    Write,
+}
+
 /// Everything the host keeps about one gated pod.
 pub struct GatedPod {
     /// The API server's latest copy.
@@ -111,6 +122,30 @@ impl GatedPod {
             pending_until: None,
             retry: None,
             retry_timer: None,
+        }
+    }
+
+    /// What comes of an evaluation that wants the condition written (`wants_write`) or finds
+    /// it already says the verdict. Nothing to write means the failures before are over
+    /// (another write landed, or the verdict came back to what was written): the next failure
+    /// backs off from the start. A write in flight is followed by another evaluation. After a
+    /// failed write the next waits for its back-off, whatever asks for it (a probe's change,
+    /// the reconcile): a server that answered 429 with `Retry-After` is not written to sooner,
+    /// and a failing one not at every change.
+    fn next_step(&mut self, wants_write: bool, now: tokio::time::Instant) -> Step {
+        if !wants_write {
+            if !self.writing {
+                self.retry = None;
+            }
+            return Step::Done;
+        }
+        if self.writing {
+            self.again = true;
+            return Step::Done;
+        }
+        match self.retry.filter(|retry| retry.not_before > now) {
+            Some(retry) => Step::Wait(retry.not_before),
+            None => Step::Write,
         }
     }
 
@@ -296,34 +331,23 @@ impl GateHost {
         let condition = desired(&verdict, base).and_then(|desired| {
             next_condition(base, &desired, observed_generation(&entry.pod), self.clock.now_time())
         });
-        let Some(condition) = condition else {
-            // Nothing to write: the condition already says it (another write landed, or the
-            // verdict came back to what was written), so the failures before are over.
-            if !entry.writing {
-                entry.retry = None;
-            }
-            return;
-        };
-        if entry.writing {
-            entry.again = true;
-            return;
-        }
-        // After a failed write, the next waits for its back-off, whatever asks for it (a
-        // probe's change, the reconcile): a server that answered 429 with `Retry-After` is not
-        // written to sooner, and a failing one not at every change.
         let now = tokio::time::Instant::now();
-        if let Some(retry) = entry.retry.filter(|retry| retry.not_before > now) {
-            if entry.retry_timer.is_none() {
-                let uid = PodUid::from(uid);
-                entry.retry_timer = Some(ctx.run_later(retry.not_before - now, move |act, ctx| {
-                    if let Some(entry) = act.gated.get_mut(&uid) {
-                        entry.retry_timer = None;
-                    }
-                    act.evaluate(&uid, ctx);
-                }));
+        let condition = match (entry.next_step(condition.is_some(), now), condition) {
+            (Step::Write, Some(condition)) => condition,
+            (Step::Wait(until), _) => {
+                if entry.retry_timer.is_none() {
+                    let uid = PodUid::from(uid);
+                    entry.retry_timer = Some(ctx.run_later(until - now, move |act, ctx| {
+                        if let Some(entry) = act.gated.get_mut(&uid) {
+                            entry.retry_timer = None;
+                        }
+                        act.evaluate(&uid, ctx);
+                    }));
+                }
+                return;
             }
-            return;
-        }
+            _ => return,
+        };
         entry.writing = true;
         let pod = entry.pod.clone();
         let (name, namespace) = (
@@ -458,6 +482,32 @@ mod tests {
         assert!(has_gate(&with(&["example.com/x", "probelet.dev/ready"])));
         assert!(!has_gate(&with(&["example.com/x"])));
         assert!(!has_gate(&Pod::default()));
+    }
+
+    #[test]
+    fn a_failed_write_waits_its_back_off_until_the_verdict_comes_back_to_what_was_written() {
+        let mut entry = GatedPod::new(Arc::new(Pod::default()));
+        let now = tokio::time::Instant::now();
+        assert_eq!(entry.next_step(true, now), Step::Write);
+        let backoff = (FAILURE_BACKOFF_INITIAL, FAILURE_BACKOFF_MAX);
+        let failed = next_failure(None, now, backoff, None, "uid");
+        entry.retry = Some(failed);
+        assert_eq!(entry.next_step(true, now), Step::Wait(failed.not_before), "within the back-off");
+        assert_eq!(entry.next_step(true, failed.not_before), Step::Write, "once it is over");
+        // While a write is in flight, the condition already saying the verdict ends nothing:
+        // that write may fail too.
+        entry.writing = true;
+        assert_eq!(entry.next_step(false, now), Step::Done);
+        assert_eq!(entry.retry, Some(failed));
+        assert_eq!(entry.next_step(true, now), Step::Done);
+        assert!(entry.again, "evaluated again when the write in flight ends");
+        entry.writing = false;
+        // The verdict came back to what was written: the failures are over, and the next
+        // change is written at once, its failure backing off from the start.
+        assert_eq!(entry.next_step(false, now), Step::Done);
+        assert_eq!(entry.retry, None);
+        assert_eq!(entry.next_step(true, now), Step::Write);
+        assert_eq!(next_failure(entry.retry, now, backoff, None, "uid").count, 1);
     }
 
     #[test]
