@@ -265,9 +265,9 @@ async fn h2_answering(status: u16, headers: &'static [(&'static str, &'static st
 /// An HTTP status, the headers that come with it, and the probe's output.
 type HeaderCase = (u16, &'static [(&'static str, &'static str)], &'static str);
 
-/// grpc-go refuses an answer on its headers before it reads a message: an HTTP status other
-/// than 200 (its code from gRPC's table: 404 is Unimplemented), or a content type that is not
-/// gRPC's, whatever `grpc-status` says.
+/// grpc-go refuses an answer on its headers before it reads a message when its content type is
+/// not gRPC's, whatever `grpc-status` says: with its HTTP status, 200 included (the code from
+/// gRPC's table: 404 is Unimplemented, 503 Unavailable).
 #[tokio::test]
 async fn answers_grpc_go_refuses_on_their_headers() {
     bounded(async {
@@ -281,20 +281,23 @@ async fn answers_grpc_go_refuses_on_their_headers() {
             ),
             (
                 500,
-                &[("content-type", "application/grpc"), ("grpc-status", "0")],
+                &[("content-type", "application/grpcx"), ("grpc-status", "0")],
                 "error: health rpc probe failed: rpc error: code = Unknown desc = \
-                 unexpected HTTP status code received from server: 500 (Internal Server Error)",
+                 unexpected HTTP status code received from server: 500 (Internal Server Error); \
+                 transport: received unexpected content-type \"application/grpcx\"",
             ),
             (
                 503,
-                &[("content-type", "application/grpc+proto"), ("grpc-status", "0")],
+                &[("content-type", "text/html"), ("grpc-status", "0")],
                 "error: health rpc probe failed: rpc error: code = Unavailable desc = \
-                 unexpected HTTP status code received from server: 503 (Service Unavailable)",
+                 unexpected HTTP status code received from server: 503 (Service Unavailable); \
+                 transport: received unexpected content-type \"text/html\"",
             ),
             (
                 200,
                 &[("grpc-status", "0")],
                 "error: health rpc probe failed: rpc error: code = Unknown desc = \
+                 unexpected HTTP status code received from server: 200 (OK); \
                  malformed header: missing HTTP content-type",
             ),
         ];
@@ -305,4 +308,195 @@ async fn answers_grpc_go_refuses_on_their_headers() {
         }
     })
     .await;
+}
+
+/// The health service's answer SERVING, framed as gRPC sends a message.
+const SERVING: &[u8] = &[0, 0, 0, 0, 2, 0x08, 0x01];
+
+/// What a scripted HTTP/2 server answers: its status, headers, message and trailers (`None`:
+/// the stream ends after the message), or a reset of the stream with an HTTP/2 error code
+/// after the headers.
+struct Answer {
+    status: u16,
+    headers: &'static [(&'static str, &'static str)],
+    message: &'static [u8],
+    trailers: Option<&'static [(&'static str, &'static str)]>,
+    reset: Option<h2::Reason>,
+}
+
+/// A gRPC answer with `headers` beside gRPC's content type, SERVING, and `trailers`.
+fn grpc_answer(
+    headers: &'static [(&'static str, &'static str)],
+    trailers: Option<&'static [(&'static str, &'static str)]>,
+) -> Answer {
+    Answer { status: 200, headers, message: SERVING, trailers, reset: None }
+}
+
+/// An HTTP/2 server that gives every request `answer`.
+async fn h2_scripted(answer: Answer) -> u16 {
+    use bytes::Bytes;
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let answer = std::sync::Arc::new(answer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("bound").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            let service = hyper::service::service_fn(move |_request| {
+                let answer = answer.clone();
+                async move {
+                    let mut frames: Vec<Result<Frame<Bytes>, h2::Error>> = Vec::new();
+                    if !answer.message.is_empty() {
+                        frames.push(Ok(Frame::data(Bytes::from_static(answer.message))));
+                    }
+                    if let Some(reason) = answer.reset {
+                        frames.push(Err(h2::Error::from(reason)));
+                    } else if let Some(trailers) = answer.trailers {
+                        let mut map = http::HeaderMap::new();
+                        for (name, value) in trailers {
+                            map.append(*name, http::HeaderValue::from_static(value));
+                        }
+                        frames.push(Ok(Frame::trailers(map)));
+                    }
+                    let mut response = http::Response::builder().status(answer.status);
+                    for (name, value) in answer.headers {
+                        response = response.header(*name, *value);
+                    }
+                    response.body(StreamBody::new(futures::stream::iter(frames)))
+                }
+            });
+            tokio::spawn(
+                hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .http2_only()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned(),
+            );
+        }
+    });
+    port
+}
+
+const GRPC: (&str, &str) = ("content-type", "application/grpc");
+
+/// Answers with gRPC's content type as grpc-go (v1.76 and later, as kubelet v1.36 links) reads
+/// them: whatever the HTTP status; refusing a `-bin` value that is not base64 (a malformed
+/// `grpc-status-details-bin` made tonic panic, so the probe never failed) or a `grpc-status`
+/// that is not a number; trailers without a status, or none at all.
+#[tokio::test]
+async fn answers_with_grpcs_content_type_are_read_as_grpc_go_reads_them() {
+    bounded(async {
+        let cases: Vec<(&str, Answer, Probed)> = vec![
+            (
+                "HTTP 500 with gRPC's content type and a SERVING answer",
+                Answer { status: 500, ..grpc_answer(&[GRPC], Some(&[("grpc-status", "0")])) },
+                Probed::new(ProbeOutcome::Success, "service healthy"),
+            ),
+            (
+                "HTTP 503 trailers-only from a proxy",
+                Answer {
+                    status: 503,
+                    headers: &[GRPC, ("grpc-status", "14"), ("grpc-message", "no healthy upstream")],
+                    message: b"",
+                    trailers: None,
+                    reset: None,
+                },
+                failure("error: health rpc probe failed: rpc error: code = Unavailable desc = no healthy upstream"),
+            ),
+            (
+                "a status detail that is not base64, in the trailers",
+                grpc_answer(&[GRPC], Some(&[("grpc-status", "5"), ("grpc-status-details-bin", "!!!")])),
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Internal desc = \
+                     transport: malformed grpc-status-details-bin: illegal base64 data at input byte 0",
+                ),
+            ),
+            (
+                "a status detail that is not base64, trailers-only",
+                Answer {
+                    headers: &[GRPC, ("grpc-status", "5"), ("grpc-status-details-bin", "AAAA!AAA")],
+                    message: b"",
+                    ..grpc_answer(&[], None)
+                },
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Internal desc = \
+                     transport: malformed grpc-status-details-bin: illegal base64 data at input byte 4",
+                ),
+            ),
+            (
+                "a status detail Go reads and tonic's base64 refuses (bits left over)",
+                grpc_answer(&[GRPC], Some(&[("grpc-status", "0"), ("grpc-status-details-bin", "AB")])),
+                Probed::new(ProbeOutcome::Success, "service healthy"),
+            ),
+            (
+                "metadata of its own that is not base64, on a SERVING answer",
+                grpc_answer(&[GRPC, ("x-trace-bin", "A")], Some(&[("grpc-status", "0")])),
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Internal desc = \
+                     transport: malformed x-trace-bin: illegal base64 data at input byte 0",
+                ),
+            ),
+            (
+                "a grpc-status that is not a number",
+                grpc_answer(&[GRPC], Some(&[("grpc-status", "abc")])),
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Unknown desc = \
+                     transport: malformed grpc-status: strconv.ParseInt: parsing \"abc\": invalid syntax",
+                ),
+            ),
+            (
+                "a grpc-status Go reads with its sign",
+                grpc_answer(&[GRPC], Some(&[("grpc-status", "+5"), ("grpc-message", "gone")])),
+                failure("error: health rpc probe failed: rpc error: code = NotFound desc = gone"),
+            ),
+            (
+                "trailers without a grpc-status",
+                grpc_answer(&[GRPC], Some(&[("grpc-message", "")])),
+                failure("error: health rpc probe failed: rpc error: code = Unknown desc = "),
+            ),
+            (
+                "no trailers at all",
+                grpc_answer(&[GRPC], None),
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Internal desc = \
+                     server closed the stream without sending trailers",
+                ),
+            ),
+            (
+                "the stream reset with FLOW_CONTROL_ERROR",
+                Answer { reset: Some(h2::Reason::FLOW_CONTROL_ERROR), ..grpc_answer(&[GRPC], None) },
+                failure(
+                    "error: health rpc probe failed: rpc error: code = ResourceExhausted desc = \
+                     stream terminated by RST_STREAM with error code: FLOW_CONTROL_ERROR",
+                ),
+            ),
+            (
+                "the stream reset with INTERNAL_ERROR",
+                Answer { reset: Some(h2::Reason::INTERNAL_ERROR), ..grpc_answer(&[GRPC], None) },
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Internal desc = \
+                     stream terminated by RST_STREAM with error code: INTERNAL_ERROR",
+                ),
+            ),
+            (
+                "a 20 KB header on a SERVING answer (h2's default limit is 16 KiB)",
+                grpc_answer(with_a_big_header(), Some(&[("grpc-status", "0")])),
+                Probed::new(ProbeOutcome::Success, "service healthy"),
+            ),
+        ];
+        for (case, answer, want) in cases {
+            let port = h2_scripted(answer).await;
+            let got = probe("127.0.0.1", port, "", LONG).await;
+            assert_eq!(got, want, "{case}");
+        }
+    })
+    .await;
+}
+
+/// Headers of gRPC's content type and one header of 20,000 bytes (leaked: the scripted server
+/// holds `'static` headers).
+fn with_a_big_header() -> &'static [(&'static str, &'static str)] {
+    let big: &'static str = Box::leak("x".repeat(20_000).into_boxed_str());
+    Box::leak(vec![GRPC, ("x-big", big)].into_boxed_slice())
 }

@@ -11,6 +11,7 @@
 //! "other dial error" output is left for a target that cannot be dialled at all (a host that
 //! cannot form a URI).
 
+use std::borrow::Cow;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -59,9 +60,16 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> P
 /// agent. The URI only supplies `:authority`; the connection itself comes from [`tcp::dial`].
 fn endpoint(host: &str, port: u16) -> Result<Endpoint, tonic::transport::Error> {
     let host = if host.is_empty() { LOCAL_SYSTEM_HOST } else { host };
-    Endpoint::from_shared(format!("http://{}", tcp::join_host_port(host, port)))?
-        .user_agent(KUBE_PROBE_USER_AGENT)
+    Ok(Endpoint::from_shared(format!("http://{}", tcp::join_host_port(host, port)))?
+        .user_agent(KUBE_PROBE_USER_AGENT)?
+        .http2_max_header_list_size(MAX_HEADER_LIST_SIZE))
 }
+
+/// The most an answer's headers, and its trailers, may hold: the HTTP probe's limit for a
+/// response head (docs/http-probe.md). h2's default of 16 KiB failed answers grpc-go reads;
+/// grpc-go's own 16 MiB, for each of the thousand probes that may be in flight, is more memory
+/// than a node should give to hostile answers.
+const MAX_HEADER_LIST_SIZE: u32 = 417_792;
 
 /// Dials until a connection is READY (the server sent its SETTINGS frame), retrying failed
 /// attempts with backoff. Only the caller's deadline ends it.
@@ -122,6 +130,7 @@ async fn check(channel: Channel, service: &str, deadline: Instant, timeout: Dura
     let response = match timeout_at(deadline, client.check(request)).await {
         Err(_) => return rpc_timeout(),
         Ok(Err(status)) => {
+            let status = go_transport_status(status);
             return match status.code() {
                 Code::Unimplemented => failure(format!(
                     "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
@@ -174,18 +183,310 @@ impl tonic::codegen::Service<http::Request<tonic::body::Body>> for GoHeaderCheck
 }
 
 /// A response that grpc-go would refuse on its headers carries that refusal as its
-/// `grpc-status`, which tonic then reports before it reads any message.
+/// `grpc-status`, which tonic then reports before it reads any message. The trailers of one it
+/// accepts are checked the same way as they arrive ([`GoTrailerChecks`]).
 fn with_go_header_checks(response: ChannelResponse) -> ChannelResponse {
-    let mut response = response?;
-    let refused = go_header_status(response.status(), response.headers().get(http::header::CONTENT_TYPE));
-    if let Some(status) = refused {
-        response.headers_mut().remove("grpc-status");
-        response.headers_mut().remove("grpc-message");
-        if status.add_header(response.headers_mut()).is_err() {
-            tracing::debug!(%status, "cannot carry a gRPC status in headers");
+    let (mut parts, body) = response?.into_parts();
+    // A trailers-only answer has its status in its headers: no trailers are due after it.
+    let trailers_due = !parts.headers.contains_key(GRPC_STATUS);
+    match go_header_refusal(parts.status, &parts.headers) {
+        Some(status) => carry_status(&mut parts.headers, &status),
+        None => settle_status_headers(&mut parts.headers),
+    }
+    let body = tonic::body::Body::new(GoTrailerChecks { inner: body, trailers_due });
+    Ok(http::Response::from_parts(parts, body))
+}
+
+const GRPC_STATUS: &str = "grpc-status";
+const GRPC_MESSAGE: &str = "grpc-message";
+const GRPC_STATUS_DETAILS: &str = "grpc-status-details-bin";
+
+/// What grpc-go's client transport (`operateHeaders`) refuses in an answer's first headers, in
+/// its order: a `grpc-status` that is not a 32-bit integer; then, unless the content type is
+/// gRPC's (`application/grpc` alone, or followed by `+` or `;`), the HTTP status, whatever it
+/// is, joined with what is wrong with the content type (the code from gRPC's table of HTTP
+/// statuses, Unknown for one it does not list, 200 included); then a `-bin` value that is not
+/// base64. An answer with gRPC's content type is read whatever its HTTP status (grpc-go since
+/// v1.76, which kubelet v1.36 links).
+fn go_header_refusal(status: http::StatusCode, headers: &http::HeaderMap) -> Option<tonic::Status> {
+    if let Some(refusal) = go_grpc_status_refusal(headers) {
+        return Some(refusal);
+    }
+    let content_type_error = match headers.get(http::header::CONTENT_TYPE) {
+        None => Some("malformed header: missing HTTP content-type".to_owned()),
+        Some(value) => {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let grpc = text
+                .strip_prefix("application/grpc")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'));
+            (!grpc).then(|| {
+                format!("transport: received unexpected content-type {}", crate::gofmt::go_quote(&text))
+            })
+        }
+    };
+    if let Some(content_type_error) = content_type_error {
+        let code = match status.as_u16() {
+            400 => Code::Internal,
+            401 => Code::Unauthenticated,
+            403 => Code::PermissionDenied,
+            404 => Code::Unimplemented,
+            429 | 502 | 503 | 504 => Code::Unavailable,
+            _ => Code::Unknown,
+        };
+        let message = format!(
+            "unexpected HTTP status code received from server: {} ({}); {content_type_error}",
+            status.as_u16(),
+            go_status_text(status)
+        );
+        return Some(tonic::Status::new(code, message));
+    }
+    go_bin_refusal(headers)
+}
+
+/// What grpc-go refuses in an answer's trailers (or trailers-only headers): a `grpc-status`
+/// that is not a 32-bit integer, then a `-bin` value that is not base64.
+fn go_trailer_refusal(trailers: &http::HeaderMap) -> Option<tonic::Status> {
+    go_grpc_status_refusal(trailers).or_else(|| go_bin_refusal(trailers))
+}
+
+/// grpc-go's `transport: malformed grpc-status: …` (Unknown) for a `grpc-status` that
+/// `strconv.ParseInt(value, 10, 32)` refuses.
+fn go_grpc_status_refusal(headers: &http::HeaderMap) -> Option<tonic::Status> {
+    let value = headers.get(GRPC_STATUS)?;
+    let why = go_parse_int32(value.as_bytes()).err()?;
+    let quoted = crate::gofmt::go_quote(&String::from_utf8_lossy(value.as_bytes()));
+    Some(tonic::Status::new(
+        Code::Unknown,
+        format!("transport: malformed grpc-status: strconv.ParseInt: parsing {quoted}: {why}"),
+    ))
+}
+
+/// grpc-go's `transport: malformed <name>: illegal base64 data at input byte <n>` (Internal)
+/// for a metadata value whose name ends in `-bin` and that is not base64 as grpc-go decodes it;
+/// of several, the last, as grpc-go keeps the last.
+fn go_bin_refusal(headers: &http::HeaderMap) -> Option<tonic::Status> {
+    let mut refusal = None;
+    for (name, value) in headers {
+        if !name.as_str().ends_with("-bin") {
+            continue;
+        }
+        if let Some(at) = go_bin_header_error(value.as_bytes()) {
+            refusal = Some(tonic::Status::new(
+                Code::Internal,
+                format!("transport: malformed {name}: illegal base64 data at input byte {at}"),
+            ));
         }
     }
-    Ok(response)
+    refusal
+}
+
+/// Headers or trailers grpc-go accepts, made ready for tonic: `grpc-status-details-bin` goes,
+/// as the probe reads no details and tonic decodes it with a stricter base64 than grpc-go's,
+/// panicking on what it refuses; a `grpc-status` grpc-go reads as one of the codes is written
+/// as tonic reads it (`+5`, `05`).
+fn settle_status_headers(headers: &mut http::HeaderMap) {
+    headers.remove(GRPC_STATUS_DETAILS);
+    let code = headers.get(GRPC_STATUS).and_then(|value| go_parse_int32(value.as_bytes()).ok());
+    if let Some(code @ 0..=16) = code {
+        headers.insert(GRPC_STATUS, http::HeaderValue::from(code));
+    }
+}
+
+/// Replaces whatever status `headers` carry with `status`.
+fn carry_status(headers: &mut http::HeaderMap, status: &tonic::Status) {
+    for name in [GRPC_STATUS, GRPC_MESSAGE, GRPC_STATUS_DETAILS] {
+        headers.remove(name);
+    }
+    if status.add_header(headers).is_err() {
+        tracing::debug!(%status, "cannot carry a gRPC status in headers");
+    }
+}
+
+/// Go's `strconv.ParseInt(text, 10, 32)`: the value, or the words of its error.
+fn go_parse_int32(text: &[u8]) -> Result<i64, &'static str> {
+    const SYNTAX: &str = "invalid syntax";
+    const RANGE: &str = "value out of range";
+    let (negative, digits) = match text {
+        [b'+', rest @ ..] => (false, rest),
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() {
+        return Err(SYNTAX);
+    }
+    let mut value: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return Err(SYNTAX);
+        }
+        // Go stops at the first overflow, before it looks at the bytes after it.
+        value = value.checked_mul(10).and_then(|v| v.checked_add(u64::from(c - b'0'))).ok_or(RANGE)?;
+    }
+    let limit = if negative { 1u64 << 31 } else { (1u64 << 31) - 1 };
+    if value > limit {
+        return Err(RANGE);
+    }
+    let value = i64::try_from(value).map_err(|_| RANGE)?;
+    Ok(if negative { -value } else { value })
+}
+
+/// Where Go's base64 decoding of a `-bin` value fails (grpc-go's `decodeBinHeader`: with
+/// padding when the length is a multiple of four, without otherwise), as the offset of its
+/// `CorruptInputError`; `None` when it decodes. Go skips CR and LF, and does not check the
+/// bits a final group leaves over.
+fn go_bin_header_error(src: &[u8]) -> Option<usize> {
+    let padded = src.len().is_multiple_of(4);
+    let is_newline = |c: u8| c == b'\n' || c == b'\r';
+    let skip_newlines = |mut at: usize| {
+        while at < src.len() && is_newline(src[at]) {
+            at += 1;
+        }
+        at
+    };
+    let mut si = 0;
+    while si < src.len() {
+        // One group of four characters (Go's `decodeQuantum`).
+        let mut j = 0;
+        while j < 4 {
+            if si == src.len() {
+                if j == 1 || padded {
+                    return Some(si - j);
+                }
+                return None;
+            }
+            let c = src[si];
+            si += 1;
+            if c.is_ascii_alphanumeric() || c == b'+' || c == b'/' {
+                j += 1;
+                continue;
+            }
+            if is_newline(c) {
+                continue;
+            }
+            if !padded || c != b'=' || j < 2 {
+                return Some(si - 1);
+            }
+            if j == 2 {
+                // "==" is due: the first is read.
+                si = skip_newlines(si);
+                if si == src.len() {
+                    return Some(src.len());
+                }
+                if src[si] != b'=' {
+                    return Some(si - 1);
+                }
+                si += 1;
+            }
+            si = skip_newlines(si);
+            return (si < src.len()).then_some(si);
+        }
+    }
+    None
+}
+
+/// grpc-go's words for a call a stream reset or a GOAWAY from the server ended
+/// (`handleRSTStream`, `handleGoAway`); tonic words both "h2 protocol error: …", and gives a
+/// reset's code by a table of its own.
+fn go_transport_status(status: tonic::Status) -> tonic::Status {
+    let mut source = std::error::Error::source(&status);
+    while let Some(error) = source {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            if !h2.is_remote() {
+                break;
+            }
+            if h2.is_go_away() {
+                return tonic::Status::unavailable(
+                    "the stream is rejected because server is draining the connection",
+                );
+            }
+            if let (true, Some(reason)) = (h2.is_reset(), h2.reason()) {
+                let (code, name) = go_reset_code(u32::from(reason));
+                return tonic::Status::new(
+                    code,
+                    format!("stream terminated by RST_STREAM with error code: {name}"),
+                );
+            }
+            break;
+        }
+        source = error.source();
+    }
+    status
+}
+
+/// An HTTP/2 error code as grpc-go maps it to a gRPC code (`http2ErrConvTab`, Unknown for one
+/// it does not list) and as Go's `http2.ErrCode` prints it.
+fn go_reset_code(code: u32) -> (Code, Cow<'static, str>) {
+    let (grpc, name) = match code {
+        0x0 => (Code::Internal, "NO_ERROR"),
+        0x1 => (Code::Internal, "PROTOCOL_ERROR"),
+        0x2 => (Code::Internal, "INTERNAL_ERROR"),
+        0x3 => (Code::ResourceExhausted, "FLOW_CONTROL_ERROR"),
+        0x4 => (Code::Internal, "SETTINGS_TIMEOUT"),
+        0x5 => (Code::Internal, "STREAM_CLOSED"),
+        0x6 => (Code::Internal, "FRAME_SIZE_ERROR"),
+        0x7 => (Code::Unavailable, "REFUSED_STREAM"),
+        0x8 => (Code::Cancelled, "CANCEL"),
+        0x9 => (Code::Internal, "COMPRESSION_ERROR"),
+        0xa => (Code::Internal, "CONNECT_ERROR"),
+        0xb => (Code::ResourceExhausted, "ENHANCE_YOUR_CALM"),
+        0xc => (Code::PermissionDenied, "INADEQUATE_SECURITY"),
+        0xd => (Code::Internal, "HTTP_1_1_REQUIRED"),
+        other => return (Code::Unknown, Cow::Owned(format!("unknown error code 0x{other:x}"))),
+    };
+    (grpc, Cow::Borrowed(name))
+}
+
+// === impl GoTrailerChecks ===
+
+/// An answer's body, whose trailers grpc-go's checks are applied to as they arrive: a
+/// refusal replaces the status they carry; trailers without a `grpc-status` say Unknown, as
+/// grpc-go reads them; and a stream that ends with none says grpc-go's `server closed the
+/// stream without sending trailers` (Internal).
+struct GoTrailerChecks {
+    inner: tonic::body::Body,
+    trailers_due: bool,
+}
+
+impl http_body::Body for GoTrailerChecks {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        let this = self.get_mut();
+        let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            None if std::mem::take(&mut this.trailers_due) => {
+                let mut trailers = http::HeaderMap::new();
+                let status = tonic::Status::internal("server closed the stream without sending trailers");
+                carry_status(&mut trailers, &status);
+                return Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))));
+            }
+            other => return Poll::Ready(other),
+        };
+        match frame.into_trailers() {
+            Ok(mut trailers) => {
+                this.trailers_due = false;
+                match go_trailer_refusal(&trailers) {
+                    Some(status) => carry_status(&mut trailers, &status),
+                    None => {
+                        if !trailers.contains_key(GRPC_STATUS) {
+                            trailers.insert(GRPC_STATUS, http::HeaderValue::from(Code::Unknown as i32));
+                        }
+                        settle_status_headers(&mut trailers);
+                    }
+                }
+                Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
+            }
+            Err(frame) => Poll::Ready(Some(Ok(frame))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        !self.trailers_due && self.inner.is_end_stream()
+    }
 }
 
 /// Go's `http.StatusText`: the `http` crate's reason phrases, but for the four Go words
@@ -198,50 +499,6 @@ fn go_status_text(status: http::StatusCode) -> &'static str {
         416 => "Requested Range Not Satisfiable",
         _ => status.canonical_reason().unwrap_or_default(),
     }
-}
-
-/// What grpc-go's client transport (`operateHeaders`) makes of a response's first headers: an
-/// HTTP status other than 200, or a content type that is not `application/grpc` (alone, or
-/// followed by `+` or `;`), ends the call. The code comes from the HTTP status by gRPC's table
-/// (Unknown for a status it does not list, 200 included), the message joins what was wrong
-/// with `; `.
-fn go_header_status(
-    status: http::StatusCode,
-    content_type: Option<&http::HeaderValue>,
-) -> Option<tonic::Status> {
-    let http_status_error = (status != http::StatusCode::OK).then(|| {
-        format!(
-            "unexpected HTTP status code received from server: {} ({})",
-            status.as_u16(),
-            go_status_text(status)
-        )
-    });
-    let content_type_error = match content_type {
-        None => Some("malformed header: missing HTTP content-type".to_owned()),
-        Some(value) => {
-            let text = String::from_utf8_lossy(value.as_bytes());
-            let grpc = text
-                .strip_prefix("application/grpc")
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'));
-            (!grpc).then(|| {
-                format!("transport: received unexpected content-type {}", crate::gofmt::go_quote(&text))
-            })
-        }
-    };
-    if content_type_error.is_none() && http_status_error.is_none() {
-        return None;
-    }
-    let code = match status.as_u16() {
-        400 => Code::Internal,
-        401 => Code::Unauthenticated,
-        403 => Code::PermissionDenied,
-        404 => Code::Unimplemented,
-        429 | 502 | 503 | 504 => Code::Unavailable,
-        _ => Code::Unknown,
-    };
-    let message =
-        [http_status_error, content_type_error].into_iter().flatten().collect::<Vec<_>>().join("; ");
-    Some(tonic::Status::new(code, message))
 }
 
 /// The proto enum name of a serving status; an unknown number prints as itself, as protobuf-go's
@@ -523,6 +780,66 @@ mod tests {
         let e = endpoint("", 32).expect("valid endpoint");
         assert_eq!(e.uri().to_string(), "http://127.0.0.1:32/");
         assert!(endpoint("bad host", 80).is_err());
+    }
+
+    #[test]
+    fn grpc_status_is_parsed_as_gos_parse_int_with_32_bits() {
+        assert_eq!(go_parse_int32(b"0"), Ok(0));
+        assert_eq!(go_parse_int32(b"+5"), Ok(5));
+        assert_eq!(go_parse_int32(b"05"), Ok(5));
+        assert_eq!(go_parse_int32(b"-2147483648"), Ok(-2_147_483_648));
+        assert_eq!(go_parse_int32(b"2147483647"), Ok(2_147_483_647));
+        assert_eq!(go_parse_int32(b"2147483648"), Err("value out of range"));
+        assert_eq!(
+            go_parse_int32(b"99999999999999999999x"),
+            Err("value out of range"),
+            "Go stops at the overflow"
+        );
+        for bad in [&b""[..], b"+", b"-", b"abc", b"1 ", b" 1", b"1_0", b"0x1"] {
+            assert_eq!(go_parse_int32(bad), Err("invalid syntax"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bin_headers_fail_where_gos_base64_does() {
+        // Unpadded when the length is not a multiple of four.
+        for good in [&b""[..], b"AA", b"AAA", b"AB", b"AAAAAA", b"QUJD+/90"] {
+            assert_eq!(go_bin_header_error(good), None, "{good:?}");
+        }
+        assert_eq!(go_bin_header_error(b"!!!"), Some(0));
+        assert_eq!(go_bin_header_error(b"A"), Some(0), "a lone character");
+        assert_eq!(go_bin_header_error(b"AAAAA"), Some(4));
+        assert_eq!(go_bin_header_error(b"AA="), Some(2), "no padding without a multiple of four");
+        // Padded when it is.
+        for good in [&b"AA=="[..], b"AAA=", b"AAAAAA==", b"AAAA"] {
+            assert_eq!(go_bin_header_error(good), None, "{good:?}");
+        }
+        assert_eq!(go_bin_header_error(b"AAAA!AAA"), Some(4));
+        assert_eq!(go_bin_header_error(b"A==="), Some(1));
+        assert_eq!(go_bin_header_error(b"AA=A"), Some(2));
+        assert_eq!(go_bin_header_error(b"AAA=AAAA"), Some(4), "data after the padding");
+        assert_eq!(go_bin_header_error(b"AAA\nA"), None, "line ends are skipped");
+        assert_eq!(go_bin_header_error(b"AAAAAA\r\n"), Some(6), "but counted in the length");
+    }
+
+    #[test]
+    fn resets_are_worded_and_coded_as_grpc_go_does() {
+        assert_eq!(go_reset_code(0x0), (Code::Internal, Cow::Borrowed("NO_ERROR")));
+        assert_eq!(go_reset_code(0x3), (Code::ResourceExhausted, Cow::Borrowed("FLOW_CONTROL_ERROR")));
+        assert_eq!(go_reset_code(0x7), (Code::Unavailable, Cow::Borrowed("REFUSED_STREAM")));
+        assert_eq!(go_reset_code(0x8), (Code::Cancelled, Cow::Borrowed("CANCEL")));
+        assert_eq!(go_reset_code(0xd), (Code::Internal, Cow::Borrowed("HTTP_1_1_REQUIRED")));
+        assert_eq!(go_reset_code(0x99), (Code::Unknown, Cow::Owned("unknown error code 0x99".into())));
+    }
+
+    #[test]
+    fn accepted_status_headers_keep_nothing_tonic_would_misread() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(GRPC_STATUS, http::HeaderValue::from_static("+5"));
+        headers.insert(GRPC_STATUS_DETAILS, http::HeaderValue::from_static("AB"));
+        settle_status_headers(&mut headers);
+        assert_eq!(headers.get(GRPC_STATUS).map(|v| v.as_bytes()), Some(&b"5"[..]));
+        assert!(!headers.contains_key(GRPC_STATUS_DETAILS));
     }
 
     #[test]
