@@ -256,6 +256,9 @@ async fn main() -> anyhow::Result<()> {
     let node = node_from_args()?;
     let client = kube::Client::try_default().await.context("a kube client from KUBECONFIG")?;
     let registry = PodRegistry::new();
+    // No `.runner()`: this provider's containers do not run on this machine, so its pods' exec
+    // probes error (and keep their containers not ready) rather than run here. A provider whose
+    // backend can run a command in a container hands the engine a `CommandRunner` that does.
     let engine =
         Engine::builder(Arc::new(registry.clone())).api(client.clone(), OwnedFields::Kubelet).start();
     let provider =

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use actix::Addr;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use probelet_actors::clock::SharedClock;
-use probelet_actors::contracts::{CommandRunner, EventRecorder, LogRecorder, PodLookup, ProbeObserver};
+use probelet_actors::contracts::{
+    CommandRunner, EventRecorder, ExecError, LogRecorder, PodLookup, ProbeObserver,
+};
 use probelet_actors::features::{Feature, FeatureGates};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
@@ -85,17 +87,28 @@ struct ApiSync {
 }
 
 /// What [`Engine::builder`] collects before [`EngineBuilder::start`]: every part but the pods
-/// has the kubelet's default.
+/// has the kubelet's default, but the command runner (see [`EngineBuilder::runner`]).
 pub struct EngineBuilder {
     config: PipelineConfig,
+    /// The host named the command runner: without it, an engine with an API client has none.
+    runner_given: bool,
     api: Option<ApiSync>,
     sync_settings: Option<SyncSettings>,
 }
 
 impl EngineBuilder {
-    /// Runs exec probes with `runner` (default: [`LocalCommandRunner`], local processes).
+    /// Runs exec probes with `runner`. The default depends on where the pods come from:
+    /// * without [`EngineBuilder::api`], [`LocalCommandRunner`]: the host's own pods, whose
+    ///   containers are local processes (an edge agent's, the standalone agent's), run their
+    ///   probe commands here;
+    /// * with it, none: every exec probe errors ([`NO_COMMAND_RUNNER`]) and its result is
+    ///   discarded, as the kubelet discards a probe its runtime cannot run. Those pods come from
+    ///   the cluster, and running their commands on this machine would hand the machine to
+    ///   whoever may create a pod on the node (docs/security.md, "Exec probes of an embedding
+    ///   host"). A host whose containers do run here names [`LocalCommandRunner`] itself.
     pub fn runner(mut self, runner: Arc<dyn CommandRunner>) -> Self {
         self.config.runner = runner;
+        self.runner_given = true;
         self
     }
 
@@ -178,7 +191,13 @@ impl EngineBuilder {
     }
 
     /// Starts the engine on the current arbiter: call it inside an actix system.
-    pub fn start(self) -> Engine {
+    pub fn start(mut self) -> Engine {
+        if self.api.is_some() && !self.runner_given {
+            tracing::warn!(
+                "No command runner for exec probes: this engine's pods come from the API server, so their exec probes error rather than run on this host ({NO_COMMAND_RUNNER})"
+            );
+            self.config.runner = Arc::new(NoCommandRunner);
+        }
         let pods = self.config.pods.clone();
         let clock = self.config.clock.clone();
         let pipeline = Pipeline::start(self.config);
@@ -192,6 +211,25 @@ impl EngineBuilder {
             start_syncer(config)
         });
         Engine { pipeline, syncer }
+    }
+}
+
+/// What an exec probe of an engine with an API client and no command runner errors with.
+pub const NO_COMMAND_RUNNER: &str =
+    "no command runner: the host embedding probelet named none for exec probes (EngineBuilder::runner)";
+
+/// The command runner of an engine whose host named none and whose pods come from the API
+/// server: every command errors, and runs nowhere.
+struct NoCommandRunner;
+
+impl CommandRunner for NoCommandRunner {
+    fn run_in_container(
+        &self,
+        _container_id: &probelet_actors::container::ContainerId,
+        _cmd: &[String],
+        _timeout: std::time::Duration,
+    ) -> futures::future::BoxFuture<'static, Result<probelet_actors::contracts::ExecOutput, ExecError>> {
+        Box::pin(std::future::ready(Err(ExecError::Runtime(NO_COMMAND_RUNNER.to_owned()))))
     }
 }
 
@@ -209,6 +247,7 @@ impl Engine {
     pub fn builder(pods: Arc<dyn PodLookup>) -> EngineBuilder {
         EngineBuilder {
             config: PipelineConfig::new(Arc::new(LocalCommandRunner::new()), Arc::new(LogRecorder), pods),
+            runner_given: false,
             api: None,
             sync_settings: None,
         }
