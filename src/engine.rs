@@ -112,6 +112,21 @@ impl EngineBuilder {
         self
     }
 
+    /// Wraps the real prober, made with every setting of this builder (its probe slots, host
+    /// policy, observer, executors and runner), in a runner of the host's: `wrap` is given the
+    /// prober and answers the runner the workers use. How a wrapper forwards what the worker
+    /// asks of it: [`probelet_actors::prober::ProbeRunner`]'s documentation, "Wrapping the real
+    /// prober".
+    pub fn wrap_prober(
+        mut self,
+        wrap: impl FnOnce(probelet_actors::prober::Prober) -> Arc<dyn probelet_actors::prober::ProbeRunner>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.config.wrap_prober = Some(Box::new(wrap));
+        self
+    }
+
     /// Sends `Unhealthy` and `ProbeWarning` events to `recorder` (default: [`LogRecorder`], the
     /// log).
     pub fn recorder(mut self, recorder: Arc<dyn EventRecorder>) -> Self {

@@ -18,7 +18,11 @@ use probelet::container::ContainerId;
 use probelet::contracts::{CommandRunner, ExecError, ExecOutput, PodRegistry, ProbeObserver, ProbeRecord};
 use probelet::metrics::PrometheusRegistry;
 use probelet::prober::executors::{Executors, TcpExecutor};
-use probelet::prober::{ProbeKind, ProbeOutcome, ProbeResult, Probed};
+use probelet::prober::{
+    PodContainer, PreparedProbe, ProbeError, ProbeKind, ProbeMemo, ProbeOutcome, ProbeResult, ProbeRun,
+    ProbeRunner, Probed, Prober,
+};
+use probelet::status::probe_status::PodProbeStatus;
 use probelet::{Engine, EngineBuilder};
 use support::kubelet::{run_for, settle};
 use support::pods::{running, test_pod};
@@ -247,6 +251,86 @@ async fn the_default_limit_is_1024() {
     assert_eq!(setup.tcp.most.load(Ordering::SeqCst), probelet::prober::DEFAULT_MAX_PROBES_IN_FLIGHT);
     assert_eq!(probelet::prober::DEFAULT_MAX_PROBES_IN_FLIGHT, 1024);
     assert!(setup.records.all().iter().all(|r| r.result == Ok(ProbeResult::Success)));
+}
+
+/// The real prober wrapped as the trait's documentation says ("Wrapping the real prober"):
+/// every entry point forwarded, the prepared probe wrapped too, each run counted.
+struct Counting {
+    inner: Prober,
+    runs: Arc<AtomicUsize>,
+}
+
+struct CountingPrepared {
+    inner: Arc<dyn PreparedProbe>,
+    runs: Arc<AtomicUsize>,
+}
+
+impl ProbeRunner for Counting {
+    fn probe(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
+        status: Arc<PodProbeStatus>,
+        container: PodContainer,
+        container_id: ContainerId,
+    ) -> BoxFuture<'static, Result<ProbeResult, ProbeError>> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        ProbeRunner::probe(&self.inner, kind, pod, status, container, container_id)
+    }
+
+    fn probe_with_memo(
+        &self,
+        kind: ProbeKind,
+        pod: Arc<Pod>,
+        status: Arc<PodProbeStatus>,
+        container: PodContainer,
+        container_id: ContainerId,
+        timeout: Duration,
+        memo: ProbeMemo,
+    ) -> BoxFuture<'static, ProbeRun> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        self.inner.probe_with_memo(kind, pod, status, container, container_id, timeout, memo)
+    }
+
+    fn prepare(
+        &self,
+        kind: ProbeKind,
+        container: &PodContainer,
+        status: &PodProbeStatus,
+        container_id: &ContainerId,
+        timeout: Duration,
+    ) -> Option<Arc<dyn PreparedProbe>> {
+        let inner = self.inner.prepare(kind, container, status, container_id, timeout)?;
+        Some(Arc::new(CountingPrepared { inner, runs: self.runs.clone() }))
+    }
+}
+
+impl PreparedProbe for CountingPrepared {
+    fn run(self: Arc<Self>, status: Arc<PodProbeStatus>) -> BoxFuture<'static, ProbeRun> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        self.inner.clone().run(status)
+    }
+}
+
+/// A host's wrapper around the real prober (`EngineBuilder::wrap_prober`) sees every probe, and
+/// the prober it wraps keeps the builder's settings: here its two probe slots.
+#[actix::test]
+async fn a_wrapped_prober_keeps_its_slots_and_sees_every_probe() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let setup = start_with(Duration::from_millis(900), move |builder| {
+        builder
+            .max_probes_in_flight(Some(2))
+            .wrap_prober(move |prober| Arc::new(Counting { inner: prober, runs: counted }))
+    })
+    .await;
+    for i in 0..6 {
+        setup.add(i, &format!("p{i}")).await;
+    }
+    run_for(Duration::from_secs(3)).await;
+    assert_eq!(setup.tcp.most.load(Ordering::SeqCst), 2, "never more than the builder's limit at once");
+    assert_eq!(setup.records.all().len(), 6, "each pod probed once, told to the builder's observer");
+    assert_eq!(runs.load(Ordering::SeqCst), 6, "and each probe ran through the wrapper");
 }
 
 /// An exec runner whose commands take `takes` (5 s: within their 10 s timeout), counting the

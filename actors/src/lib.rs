@@ -44,4 +44,4 @@ pub mod vocabulary;
 
 pub use features::{Feature, FeatureGateError, FeatureGates};
 pub use k8s_openapi;
-pub use pipeline::{Pipeline, PipelineConfig, PipelineError};
+pub use pipeline::{Pipeline, PipelineConfig, PipelineError, WrapProber};

@@ -59,8 +59,14 @@ pub struct PipelineConfig {
     /// of them runs any worker; 0 keeps them on the caller's runtime (tests under paused time
     /// need that).
     pub worker_threads: usize,
-    /// Replaces the real prober (tests script results with it).
+    /// Replaces the real prober (tests script results with it). None of the real prober's
+    /// settings below applies to it (its slots, host policy, observer, executors, runner): to
+    /// add to the real prober rather than replace it, use [`PipelineConfig::wrap_prober`].
     pub prober: Option<Arc<dyn ProbeRunner>>,
+    /// Wraps the real prober, made with every setting of this config, in a runner of the
+    /// host's (ignored when [`PipelineConfig::prober`] replaces it). How a wrapper forwards
+    /// what the worker asks of it: [`ProbeRunner`]'s documentation, "Wrapping the real prober".
+    pub wrap_prober: Option<WrapProber>,
     /// Seed for the start-up jitter.
     pub jitter_seed: Option<u64>,
     /// Told about every probe run by the real prober.
@@ -81,13 +87,18 @@ pub struct PipelineConfig {
     /// "Probe slots"); exec probes have a pool of the same size of their own.
     /// [`DEFAULT_MAX_PROBES_IN_FLIGHT`] unless set; `None` (or 0) lets every due probe run at
     /// once, as the kubelet does. A [`PipelineConfig::prober`] of the host's own is not
-    /// bounded (it can wrap its futures in a [`ProbeSlots`] itself).
+    /// bounded (it can wrap its futures in a [`ProbeSlots`] itself); one that wraps the real
+    /// prober through [`PipelineConfig::wrap_prober`] is.
     pub max_probes_in_flight: Option<usize>,
     /// The exec probes' own pool, when it should be smaller than `max_probes_in_flight`: a
     /// local exec probe holds about four of the process's file descriptors while it runs, so
     /// the agent sizes this pool by its descriptor limit. `None`: the same size.
     pub max_exec_probes_in_flight: Option<usize>,
 }
+
+/// What [`PipelineConfig::wrap_prober`] holds: given the real prober as the config makes it,
+/// the runner the workers use.
+pub type WrapProber = Box<dyn FnOnce(Prober) -> Arc<dyn ProbeRunner> + Send>;
 
 impl PipelineConfig {
     /// A config with the kubelet's defaults (and probelet's bound on probes in flight): the real
@@ -104,6 +115,7 @@ impl PipelineConfig {
             clock: None,
             worker_threads: 0,
             prober: None,
+            wrap_prober: None,
             jitter_seed: None,
             observer: None,
             probe_host_policy: ProbeHostPolicy::Any,
@@ -171,10 +183,14 @@ impl Pipeline {
             if let Some(limit) = config.max_exec_probes_in_flight.filter(|n| *n > 0) {
                 prober = prober.with_exec_slots(ProbeSlots::new(limit));
             }
-            Arc::new(match observer {
+            let prober = match observer {
                 Some(observer) => prober.with_observer(observer),
                 None => prober,
-            })
+            };
+            match config.wrap_prober {
+                Some(wrap) => wrap(prober),
+                None => Arc::new(prober),
+            }
         });
         let mut workers = WorkerRuntime::start(config.worker_threads);
         let manager = ProberManager::new(ManagerConfig {

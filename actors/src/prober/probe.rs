@@ -53,6 +53,36 @@ pub const EVENT_PROBE_WARNING: &str = "ProbeWarning";
 
 /// Runs one probe of a container and says what the results cache should hold. The worker
 /// calls this; tests substitute a scripted implementation.
+///
+/// # What the worker calls
+///
+/// For each publish of the pod's status, [`ProbeRunner::prepare`]; while the prepared probe it
+/// answers lives, the worker runs that ([`PreparedProbe::run`]) at every probe and calls
+/// nothing else here. When `prepare` answers `None`, [`ProbeRunner::probe_with_memo`] at every
+/// probe. [`ProbeRunner::probe`] and [`ProbeRunner::probe_with_timeout`] are reached only
+/// through the defaults of those two.
+///
+/// # Wrapping the real prober
+///
+/// To be told of every probe, [`crate::contracts::ProbeObserver`] is enough; to change how
+/// HTTP, TCP or gRPC probes reach their targets, [`super::executors::Executors`]. A runner
+/// that wraps the real [`Prober`] (to force a result for some pods, say) gets it from
+/// `PipelineConfig::wrap_prober` (`EngineBuilder::wrap_prober` in the facade), so that the
+/// prober has the pipeline's probe slots, host policy, observer and executors; a
+/// `PipelineConfig::prober` of the host's gets none of them. And it forwards both entry
+/// points:
+/// * [`ProbeRunner::prepare`]: the prober's prepared probe runs every probe of a publish
+///   without coming back to the wrapper, so a wrapper that wants to see each run answers a
+///   [`PreparedProbe`] of its own around it (or `None`, giving up the prepared probe's
+///   savings: docs/benchmarks.md, "A probe prepared once per status");
+/// * [`ProbeRunner::probe_with_memo`]: the prober's takes a probe slot (the bound on probes in
+///   flight), runs with the probe's timeout (the timing annotation's included) and says how
+///   long it waited for its slot. The defaults of this trait do none of that: a wrapper that
+///   forwards only [`ProbeRunner::probe`] runs every due probe at once, with
+///   `timeoutSeconds`.
+///
+/// `tests/pipeline_slots.rs` has a wrapper that does both
+/// (`a_wrapped_prober_keeps_its_slots_and_sees_every_probe`).
 pub trait ProbeRunner: Send + Sync + 'static {
     /// `Err` means the probe errored after its retries: the worker discards it.
     fn probe(
@@ -87,7 +117,8 @@ pub trait ProbeRunner: Send + Sync + 'static {
     /// how long the probe waited for a probe slot before its first try (the real prober's
     /// [`Prober::with_slots`]): the worker times the probe from its slot, and drops a tick that
     /// came due while it waited. The default ignores the memo and never waits, so a runner
-    /// that wraps another must forward this method for the memo and the wait to be used.
+    /// that wraps another forwards this method, or the inner runner's slots, timeout and memo
+    /// go unused (see "Wrapping the real prober" above).
     #[allow(clippy::too_many_arguments)]
     fn probe_with_memo(
         &self,
@@ -112,8 +143,10 @@ pub trait ProbeRunner: Send + Sync + 'static {
     /// arguments and `timeout`, and keeps its memo; what it reads once per publish rather than
     /// at every probe is the runner's choice (the real prober's: docs/benchmarks.md, "A probe
     /// prepared once per status"). `None`, the default: the worker calls `probe_with_memo`
-    /// for every probe, with a memo that keeps nothing. A runner that wraps another must
-    /// forward this method for the prepared probes (and the memo) to be used.
+    /// for every probe, with a memo that keeps nothing. A runner that wraps another forwards
+    /// this method for the prepared probes (and the memo) to be used, and wraps the prepared
+    /// probe it gets if it wants to see each run: the worker runs it without coming back here
+    /// (see "Wrapping the real prober" above).
     fn prepare(
         &self,
         kind: ProbeKind,
