@@ -1,7 +1,7 @@
 //! `Engine::sync_pod`'s guards for what a host may hand it by mistake: a late or stale runtime
 //! status after the pod finished (the terminal phase stays, as the kubelet's
 //! `generateAPIPodStatus` keeps it), a pod without a UID and one with two containers of one name
-//! (refused). Paused tokio time.
+//! (refused), and an engine started outside an actix system. Paused tokio time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use probelet_test_support as support;
@@ -91,4 +91,15 @@ async fn a_pod_with_two_containers_of_one_name_is_refused() {
     pods.upsert(pod.clone());
     let err = engine.sync_pod(pod, runtime("Running", None)).await.unwrap_err();
     assert_eq!(err.to_string(), "pod default/twins: more than one container is named \"app\"");
+}
+
+/// Started outside an actix system (a host on `#[tokio::main]`), the engine says what it needs
+/// rather than tokio's words about a `LocalSet`.
+#[test]
+#[should_panic(expected = "must be called inside an actix System")]
+fn starting_outside_an_actix_system_says_so() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let _ = Engine::builder(Arc::new(PodRegistry::new())).start();
+    });
 }

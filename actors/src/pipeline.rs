@@ -158,8 +158,18 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Starts the results cache, status manager and prober manager on the current arbiter.
-    /// Must be called inside an actix system.
+    ///
+    /// # Panics
+    ///
+    /// Outside an actix system (`actix::System::new().block_on`, `#[actix::main]`,
+    /// `#[actix::test]`), saying so: the actors need its arbiter, and tokio's own panic there
+    /// ("`spawn_local` called from outside of a `task::LocalSet`") does not name actix.
     pub fn start(config: PipelineConfig) -> Pipeline {
+        assert!(
+            actix::System::try_current().is_some(),
+            "probelet's Pipeline::start (and Engine's start) must be called inside an actix System: \
+             actix::System::new().block_on(..), #[actix::main] or #[actix::test]"
+        );
         let clock = config.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
         let views = StatusViews::new();
         let status_manager = StatusManager::new(views.clone(), config.pods.clone(), clock.clone())
