@@ -362,6 +362,11 @@ impl Pipeline {
 
     /// Stores a freshly generated status for the pod (upstream `SetPodStatus`). Pass it through
     /// [`Pipeline::update_pod_status`] first, so `started` and `ready` reflect the probes.
+    ///
+    /// It is sent, not awaited: a [`StatusViews`] subscription read at once may still show the
+    /// status before it. A host that waits on the view for a container (ready, say) matches
+    /// the container's ID too, so that the old instance's `ready` does not answer for the new
+    /// one; [`Pipeline::pod_status`] asks the status manager and answers after the store.
     pub fn set_pod_status(&self, pod: Arc<Pod>, status: PodStatus) {
         self.status_manager.do_send(SetPodStatus { pod, status });
     }
