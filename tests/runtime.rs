@@ -1182,6 +1182,32 @@ async fn under_the_shim_a_daemon_dies_when_its_container_exits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A container that kills its own shim (`kill -9 $PPID`) after a process of it left the group:
+/// that process carries the shim's mark and is killed before the container's exit is reported,
+/// so a restart never runs beside it, and an agent that died at that moment would have left
+/// the record for the next to kill it by (before, only the orphan sweep, up to a second later,
+/// ended it, and nothing at all did here, where no sweep runs).
+#[actix::test]
+async fn under_the_shim_what_left_the_group_dies_before_the_exit_of_a_container_that_killed_its_shim() {
+    let mut h = Harness::shimmed();
+    let dir = temp_dir("shim-killed");
+    let pidfile = dir.join("escaped.pid");
+    let script = format!(
+        "(setsid sh -c 'echo $$$$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 7363' </dev/null >/dev/null 2>&1 &); \
+         while [ ! -s {p} ]; do sleep 0.01; done; kill -9 $PPID; sleep 7364",
+        p = pidfile.display()
+    );
+    let pod = with_containers(pod("shim-killed", "Never"), vec![sh("app", &script)]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "app terminated", |s| terminated(app(s)).is_some()).await;
+    let escaped: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{escaped}/stat")).unwrap_or_default();
+    let live = stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'));
+    assert!(!live, "the process that left the group still ran when the exit was reported: {stat}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Waits (at most [`WAIT`]) until process `pid` has ended (a zombie has: nobody here reaps what
 /// init inherits).
 async fn wait_until_gone(pid: u32, what: &str) {

@@ -89,6 +89,9 @@ struct Group {
     owner: GroupOwner,
     /// The record's text, when there is a state directory and the leader could be read.
     record: Option<String>,
+    /// The leader's start time, when it could be read: with the group's ID, the mark its
+    /// shim gives the container's processes ([`crate::shim::mark`]).
+    start: Option<u64>,
     /// A shim's control socket, once it reported the start ([`ContainerGroups::keep_control`]).
     control: Option<Arc<UnixStream>>,
 }
@@ -270,8 +273,10 @@ impl ContainerGroups {
         if groups.closed {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "the agent is killing every container"));
         }
+        let stat = ProcessStat::of(pgid);
+        let start = stat.as_ref().ok().map(|stat| stat.start);
         let (record, written) = match &self.state {
-            Some(state) => match ProcessStat::of(pgid) {
+            Some(state) => match stat {
                 Ok(stat) => {
                     let text = Record {
                         start: stat.start,
@@ -292,7 +297,7 @@ impl ContainerGroups {
             },
             None => (None, Ok(())),
         };
-        groups.by_pgid.insert(pgid, Group { owner, record, control: None });
+        groups.by_pgid.insert(pgid, Group { owner, record, start, control: None });
         written
     }
 
@@ -311,6 +316,12 @@ impl ContainerGroups {
     pub fn ask_to_kill_tree(&self, pgid: u32) -> bool {
         let control = self.lock().by_pgid.get(&pgid).and_then(|group| group.control.clone());
         control.is_some_and(|control| ask_to_kill_tree(&*control))
+    }
+
+    /// The mark the shim leading group `pgid` gives its container's processes, if the group is
+    /// listed and its leader's start time was read.
+    pub fn mark_of(&self, pgid: u32) -> Option<String> {
+        self.lock().by_pgid.get(&pgid)?.start.map(|start| crate::shim::mark(pgid, start))
     }
 
     /// A container's group was killed after its leader exited; its ID may be reused from now on.

@@ -457,6 +457,43 @@ fn kill_marked(marks: &BTreeMap<String, usize>, found: &mut [Found]) -> BTreeSet
     groups
 }
 
+/// SIGKILLs every live process that carries `mark`, looking again while any is seen (a marked
+/// process may fork until its SIGKILL lands), [`MARK_ROUNDS`] times at most; a group whose every
+/// member carries it is SIGKILLed whole. For a running agent whose container's shim died
+/// without killing its tree: what left the group carries the mark. Returns how many processes
+/// were signalled. Blocks (one read of each process's environment a round).
+pub(super) fn kill_marked_now(mark: &str) -> usize {
+    let mut signalled: BTreeSet<(u32, u64)> = BTreeSet::new();
+    let mut groups: BTreeSet<u32> = BTreeSet::new();
+    for _ in 0..MARK_ROUNDS {
+        let current = processes();
+        let marked: Vec<&Process> = current.iter().filter(|p| p.mark.as_deref() == Some(mark)).collect();
+        if marked.is_empty() {
+            break;
+        }
+        let mut new = false;
+        for p in marked {
+            if let Ok(g) = u32::try_from(p.pgid)
+                && !groups.contains(&g)
+                && current.iter().filter(|q| in_group(q, g)).all(|q| q.mark == p.mark)
+            {
+                groups.insert(g);
+                new = true;
+                let _ = signal_group(g, Signal::Kill);
+            }
+            if signalled.insert((p.pid, p.start)) {
+                new = true;
+                let _ = signal_process(p.pid, p.start, Signal::Kill);
+            }
+        }
+        if !new {
+            // Only processes whose SIGKILL has not landed yet: give it a moment.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    signalled.len()
+}
+
 fn failed(f: &Found, error: &io::Error) {
     tracing::error!(
         pgid = f.pgid,

@@ -20,6 +20,7 @@ use crate::process::{Delivery, Signal, exited as leader_exited, signal_container
 use crate::shim::TREE_KILL_WAIT;
 
 use super::groups::ContainerGroups;
+use super::leftovers::kill_marked_now;
 
 /// How long to wait for a SIGKILLed container to be reaped before giving up on it.
 pub const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -82,21 +83,68 @@ impl ProcessGuard {
     /// processes end with its main process.
     pub(super) async fn wait(mut self) -> io::Result<ExitStatus> {
         let Some(pgid) = self.pgid else { return self.child.wait().await };
-        // Killed while the leader is unreaped, so that the group's ID cannot be reused yet.
-        if let Err(error) = leader_exited(pgid).await {
-            tracing::debug!(pgid, %error, "no pidfd for the container, killing its group after reaping it");
-            let status = self.child.wait().await;
-            self.kill_group();
-            return status;
+        // The group is killed while the leader is unreaped, so that its ID cannot be reused
+        // yet. Once the leader has exited, a guard dropped (the agent stopping) asks nothing of
+        // it: its PID may name another process once reaped, and the record stays for the next
+        // agent.
+        let status = match leader_exited(pgid).await {
+            Ok(()) => {
+                self.pgid = None;
+                self.signaller.send(pgid, Signal::Kill);
+                self.child.wait().await
+            }
+            Err(error) => {
+                tracing::debug!(pgid, %error, "no pidfd for the container, killing its group after reaping it");
+                let status = self.child.wait().await;
+                self.pgid = None;
+                self.signaller.send(pgid, Signal::Kill);
+                status
+            }
+        };
+        // A shim that was killed (by its own container, by the OOM killer) did not kill what
+        // left the group; those processes carry its mark. They are killed before the record
+        // goes, so that an agent that dies meanwhile leaves the record, and the next agent
+        // kills them by it; and before the exit is reported, so that a restart never runs
+        // beside them (a crash-torture test by a helper: both happened when the orphan sweep,
+        // up to a second later, was all that killed them). A shim that ended by itself has
+        // killed them already, and the look finds nothing.
+        if self.shimmed
+            && let Some(mark) = self.groups.mark_of(pgid)
+        {
+            let killed = kill_marked_off_thread(mark).await;
+            if killed > 0 {
+                tracing::warn!(
+                    pgid,
+                    killed,
+                    "killed processes a container left running after its container shim was killed"
+                );
+            }
         }
-        self.kill_group();
-        self.child.wait().await
+        self.groups.remove(pgid);
+        status
     }
 
     fn kill_group(&mut self) {
         if let Some(pgid) = self.pgid.take() {
             self.signaller.send(pgid, Signal::Kill);
             self.groups.remove(pgid);
+        }
+    }
+}
+
+/// [`kill_marked_now`] on a thread of its own, the runtime's thread left free while it reads
+/// every process's environment; here, if no thread can be made (a node out of threads).
+async fn kill_marked_off_thread(mark: String) -> usize {
+    let (done, result) = tokio::sync::oneshot::channel();
+    let for_thread = mark.clone();
+    let spawned = std::thread::Builder::new().name("kill-marked".into()).spawn(move || {
+        let _ = done.send(kill_marked_now(&for_thread));
+    });
+    match spawned {
+        Ok(_) => result.await.unwrap_or(0),
+        Err(error) => {
+            tracing::debug!(%error, "no thread to look for a container's marked processes on; looking here");
+            kill_marked_now(&mark)
         }
     }
 }
