@@ -70,7 +70,9 @@ pub enum AgentError {
     Internal(&'static str),
 }
 
-/// Another `--state-dir` is the way out of a state directory that cannot be used, but not of
+/// Another `--state-dir` is a way out of a state directory that cannot be used (once what its
+/// records name no longer runs: a helper's crash test followed the plain advice after a crash
+/// and ran each container twice), but not of
 /// one whose records are a running agent's (there it would run that agent's containers twice),
 /// nor of a process or node out of descriptors or memory (every directory would fail alike:
 /// [`shortage_hint`] says what helps).
@@ -78,7 +80,11 @@ fn state_dir_hint(error: &StateDirError) -> &'static str {
     match error {
         StateDirError::RecordsOfRunningAgent { .. } => "",
         StateDirError::Io { source, .. } if is_shortage(source) => "",
-        _ => " (choose another with --state-dir)",
+        // Its records are not read from another directory: what a dead agent left running
+        // there would run beside this agent's copies.
+        _ => {
+            " (repair it, or choose another with --state-dir once nothing its containers/ records still runs)"
+        }
     }
 }
 
@@ -773,7 +779,12 @@ mod tests {
         let enfile = io(rustix::io::Errno::NFILE);
         assert!(shortage_hint(&enfile).contains("fs.file-max"));
         let denied = io(rustix::io::Errno::ACCESS);
-        assert!(denied.to_string().ends_with("(choose another with --state-dir)"), "{denied}");
+        assert!(
+            denied.to_string().ends_with(
+                "(repair it, or choose another with --state-dir once nothing its containers/ records still runs)"
+            ),
+            "{denied}"
+        );
         assert_eq!(shortage_hint(&denied), "");
     }
 

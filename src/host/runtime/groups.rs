@@ -461,22 +461,38 @@ pub(super) fn runs(pid: u32) -> bool {
 /// Writes `text` to `dir/name` whole or not at all (a temporary file renamed over it).
 fn write_atomically(dir: &Path, name: &str, text: &str) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
-    match fs::write(&tmp, text) {
+    let written = match fs::write(&tmp, text) {
         // The state directory was deleted under the agent (with its manifests folder, say):
         // made again, so that the containers started from now on are recorded, not refused.
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             tracing::warn!(dir = %dir.display(), "the state directory is gone; making it again");
-            fs::create_dir_all(dir)?;
-            fs::write(&tmp, text)?;
+            fs::create_dir_all(dir).and_then(|()| fs::write(&tmp, text))
         }
-        written => written?,
+        written => written,
     }
-    fs::rename(&tmp, dir.join(name))
+    .and_then(|()| fs::rename(&tmp, dir.join(name)));
+    // A write that failed (a full disk) leaves no temporary file behind: one per failed start
+    // used the directory's inodes up until the next agent (a helper's hostile test).
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record that cannot be put in place leaves no temporary file behind.
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file() {
+        let dir = std::env::temp_dir().join(format!("probelet-groups-tmp-{}", std::process::id()));
+        // A directory, not empty, where the record would go: the rename fails.
+        fs::create_dir_all(dir.join("42").join("inside")).unwrap();
+        assert!(write_atomically(&dir, "42", "1 pod app -\n").is_err());
+        assert!(!dir.join(".42.tmp").exists(), "the temporary file was left");
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     /// A state directory deleted, or replaced by another, while the agent runs: the records
     /// of its running containers are written again where the next agent will look, and that
