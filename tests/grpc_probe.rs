@@ -239,27 +239,7 @@ async fn invalid_host_is_a_dial_error() {
 /// An HTTP/2 server that is not gRPC: every request gets `status` with `headers` and an empty
 /// body (what a proxy or a plain web server on the probed port answers).
 async fn h2_answering(status: u16, headers: &'static [(&'static str, &'static str)]) -> u16 {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let port = listener.local_addr().expect("bound").port();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let service = hyper::service::service_fn(move |_request| async move {
-                let mut response = http::Response::builder().status(status);
-                for (name, value) in headers {
-                    response = response.header(*name, *value);
-                }
-                response.body(String::new())
-            });
-            tokio::spawn(
-                hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .http2_only()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .into_owned(),
-            );
-        }
-    });
-    port
+    h2_scripted(Answer { status, headers, message: b"", trailers: None, reset: None }).await
 }
 
 /// An HTTP status, the headers that come with it, and the probe's output.
