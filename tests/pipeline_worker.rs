@@ -949,26 +949,3 @@ async fn a_container_replaced_under_a_new_id_is_probed_when_its_status_is_stored
     let ready = h.status(&pod).await.container_statuses.clone().unwrap()[0].ready;
     assert!(ready, "the stored status says so");
 }
-
-/// A runner that never answers does not hold the worker for good: past the probe's timeout and
-/// `GIVE_UP_ON_RUNNER` (4 minutes), the probe is given up on, counted as errored (its result
-/// discarded, so the last one stays), and the next probe runs.
-#[actix::test]
-async fn a_runner_that_never_answers_is_given_up_on() {
-    let (h, t0) = aged_harness().await;
-    let hang = Step::Slow(Duration::from_secs(1_000_000), Success);
-    h.prober.then("app", Readiness, [Step::Return(Success), hang.clone(), hang.clone(), hang]);
-    let pod = test_pod("hung").container("app").with_probe("app", Readiness, probe(1, 1, 3)).build();
-    let start = Instant::now();
-    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
-    run_for(secs(600)).await;
-    let times = probe_times(&h, "app", Readiness, start);
-    let give_up = secs(1) + probelet::prober::worker::GIVE_UP_ON_RUNNER;
-    assert_eq!(times.len(), 4, "{times:?}");
-    assert_near(times[1], secs(1), "the second probe hangs");
-    // Given up on at the first tick past its timeout and 4 minutes (the tick at 242 s comes a
-    // moment before, as the probe began a moment after its own tick).
-    assert_near(times[2], secs(2) + give_up, "given up on, and the next probe run");
-    assert_near(times[3], secs(3) + give_up * 2, "and the next");
-    assert_eq!(h.result(Readiness, "cri://1").await, Some(Success), "the last result stays");
-}

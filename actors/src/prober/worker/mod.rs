@@ -43,7 +43,6 @@ use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
 
 use super::do_probe::{CacheOp, Step, WorkerSpec, WorkerState};
-use super::exec::RUNTIME_REQUEST_TIMEOUT;
 use super::probe_metrics as metrics;
 use super::{PodContainer, PreparedProbe, ProbeMemo, ProbeResult, ProbeRun, ProbeRunner};
 use crate::clock::SharedClock;
@@ -467,24 +466,11 @@ impl ProbeWorker {
     /// A tick of the schedule, due at `due`: probe, or remember it while a probe runs (one at
     /// most, as Go's ticker keeps one).
     fn on_tick(&mut self, due: Instant) {
-        let Some(in_flight) = &self.in_flight else {
+        if self.in_flight.is_some() {
+            self.tick_pending = Some(due);
+        } else {
             self.run_probe();
-            return;
-        };
-        // A runner that never answers would hold the worker, and its last result, for good:
-        // given up, the probe counts as errored (its result discarded, as the kubelet discards
-        // a runtime call its CRI client gave up on) and the next one runs. Checked at the ticks
-        // that come while a probe is in flight, so a probe that answers costs no timer of its
-        // own.
-        let give_up_after = self.timeout.saturating_add(GIVE_UP_ON_RUNNER);
-        if due.saturating_duration_since(in_flight.started) >= give_up_after {
-            tracing::warn!(pod_uid = %self.key.pod_uid, container = %self.key.container_name, probe_kind = %self.key.kind, after = ?give_up_after, "Probe runner did not answer; probe given up, result discarded");
-            metrics::probe_errored(self.key.kind);
-            self.in_flight = None;
-            self.run_probe();
-            return;
         }
-        self.tick_pending = Some(due);
     }
 
     /// One iteration of upstream `doProbe`; returns whether a probe was started.
@@ -927,12 +913,6 @@ struct StatusWait {
 }
 
 // === helpers ===
-
-/// How long past its timeout a probe whose runner has not answered is given up on: twice the
-/// kubelet's runtime request timeout, so that the exec probe's own guard
-/// ([`super::exec::RUNTIME_REQUEST_TIMEOUT`] past the timeout, worded as the kubelet words it)
-/// comes first, and this one only ends what no guard of a runner's ends.
-pub const GIVE_UP_ON_RUNNER: Duration = Duration::from_secs(2 * RUNTIME_REQUEST_TIMEOUT.as_secs());
 
 /// [`ProbeWorker`]'s `results_seen` before the cache has shown its last result.
 const NOT_SEEN: u64 = u64::MAX;
