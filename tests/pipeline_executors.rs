@@ -181,3 +181,40 @@ async fn injected_executors_run_in_place_of_the_real_ones() {
         assert!(ready.contains(&(name.to_owned(), expected)), "{name} ready={expected}: {ready:?}");
     }
 }
+
+/// A TCP executor that never answers, and counts its calls.
+struct HangingTcp(Calls);
+impl TcpExecutor for HangingTcp {
+    fn probe<'a>(&'a self, host: &'a str, port: u16, _timeout: Duration) -> BoxFuture<'a, Probed> {
+        self.0.push(format!("tcp {host}:{port}"));
+        Box::pin(futures::future::pending())
+    }
+}
+
+/// An injected executor that never answers does not hold its worker for good: 2 minutes past
+/// the probe's timeout, as a command runner is, the probe is given up on (an error: its result
+/// discarded) and the next probe runs.
+#[actix::test]
+async fn an_injected_executor_that_never_answers_is_given_up_on() {
+    tokio::time::pause();
+    let calls = Calls::default();
+    let pods = PodRegistry::new();
+    let engine = Engine::builder(Arc::new(pods.clone()))
+        .executors(Executors { tcp: Some(Arc::new(HangingTcp(calls.clone()))), ..Default::default() })
+        .start();
+    let pod = pod();
+    pods.upsert(pod.clone());
+    let started = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+    let status = PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some("10.1.2.3".into()),
+        container_statuses: Some(vec![running("db", "containerd://db", started)]),
+        ..Default::default()
+    };
+    engine.sync_pod(pod, status).await.unwrap();
+    // The first probe within a period (the start-up jitter), given up on 2 s + 120 s later.
+    run_for(Duration::from_secs(10)).await;
+    assert_eq!(calls.all().len(), 1, "{:?}", calls.all());
+    run_for(Duration::from_secs(125)).await;
+    assert_eq!(calls.all().len(), 2, "the next probe ran: {:?}", calls.all());
+}

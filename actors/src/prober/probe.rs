@@ -83,6 +83,15 @@ pub const EVENT_PROBE_WARNING: &str = "ProbeWarning";
 ///
 /// `tests/pipeline_slots.rs` has a wrapper that does both
 /// (`a_wrapped_prober_keeps_its_slots_and_sees_every_probe`).
+///
+/// # Ending every probe
+///
+/// The worker waits for each probe's answer before it runs the next, as the kubelet's worker
+/// does: a runner ends every probe, within its timeout or a little after. The real prober's
+/// own executors end with the timeout; a command runner, and an injected executor
+/// ([`super::executors::Executors`]), that has not answered 2 minutes past it
+/// ([`super::exec::RUNTIME_REQUEST_TIMEOUT`], timed once the probe holds its slot) is given up
+/// on. A runner of the host's own is not: one whose probe never ends stops its worker's probing.
 pub trait ProbeRunner: Send + Sync + 'static {
     /// `Err` means the probe errored after its retries: the worker discards it.
     fn probe(
@@ -562,7 +571,9 @@ impl Prober {
             }
             let build = || http::HttpProbeRequest::new(action, container, pod_ip);
             return match (&self.parts.executors.http, memo) {
-                (Some(injected), _) => injected.probe(&build()?, timeout).await,
+                (Some(injected), _) => {
+                    given_up_after(timeout, "HTTP", injected.probe(&build()?, timeout)).await?
+                }
                 (None, Some(memo)) => {
                     let Some(first) = memo.http_request(pod_ip, build)? else {
                         return Box::pin(self.parts.http.probe(&build()?, timeout)).await;
@@ -584,7 +595,10 @@ impl Prober {
             let port = port::resolve_container_port(&action.port, container)?;
             let host = action.host.as_deref().filter(|h| !h.is_empty());
             return Ok(match (&self.parts.executors.tcp, host, status.pod_ip_addr()) {
-                (Some(injected), ..) => injected.probe(host.unwrap_or(pod_ip), port, timeout).await,
+                (Some(injected), ..) => {
+                    given_up_after(timeout, "TCP", injected.probe(host.unwrap_or(pod_ip), port, timeout))
+                        .await?
+                }
                 // The pod IP, parsed once per status version.
                 (None, None, Some(ip)) => tcp::probe_addr(std::net::SocketAddr::new(ip, port), timeout).await,
                 (None, ..) => tcp::probe(host.unwrap_or(pod_ip), port, timeout).await,
@@ -600,12 +614,33 @@ impl Prober {
                 .ok_or(ProbeError::InvalidPort(i64::from(action.port)))?;
             let service = action.service.as_deref().unwrap_or_default();
             return Ok(match &self.parts.executors.grpc {
-                Some(injected) => injected.probe(pod_ip, port, service, timeout).await,
+                Some(injected) => {
+                    given_up_after(timeout, "gRPC", injected.probe(pod_ip, port, service, timeout)).await?
+                }
                 None => Box::pin(grpc::probe(pod_ip, port, service, timeout)).await,
             });
         }
         Err(ProbeError::MissingHandler { pod: pod_name(pod), container: container.name.clone() })
     }
+}
+
+/// An injected executor's answer, or an error once it has not answered
+/// [`exec::RUNTIME_REQUEST_TIMEOUT`] past the probe's timeout, as a command runner's is given up
+/// on: an executor of the host's that never answers would hold its worker, and the worker's last
+/// result, for good. Timed from here, once the probe holds its slot; the real executors end
+/// with their timeout and are not wrapped.
+async fn given_up_after<T>(
+    timeout: Duration,
+    kind: &str,
+    answer: impl Future<Output = T>,
+) -> Result<T, ProbeError> {
+    let limit = timeout.saturating_add(exec::RUNTIME_REQUEST_TIMEOUT);
+    tokio::time::timeout(limit, answer).await.map_err(|_| {
+        ProbeError::Runtime(format!(
+            "the host's {kind} executor did not answer within {}s: probe given up",
+            limit.as_secs()
+        ))
+    })
 }
 
 impl ProbeRunner for Prober {
