@@ -295,7 +295,8 @@ const SERVING: &[u8] = &[0, 0, 0, 0, 2, 0x08, 0x01];
 
 /// What a scripted HTTP/2 server answers: its status, headers, message and trailers (`None`:
 /// the stream ends after the message), or a reset of the stream with an HTTP/2 error code
-/// after the headers.
+/// after the headers. With no message, trailers or reset, the headers end the stream (a
+/// trailers-only answer).
 struct Answer {
     status: u16,
     headers: &'static [(&'static str, &'static str)],
@@ -315,7 +316,7 @@ fn grpc_answer(
 /// An HTTP/2 server that gives every request `answer`.
 async fn h2_scripted(answer: Answer) -> u16 {
     use bytes::Bytes;
-    use http_body_util::StreamBody;
+    use http_body_util::{BodyExt, Empty, StreamBody};
     use hyper::body::Frame;
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let answer = std::sync::Arc::new(answer);
@@ -344,7 +345,11 @@ async fn h2_scripted(answer: Answer) -> u16 {
                     for (name, value) in answer.headers {
                         response = response.header(*name, *value);
                     }
-                    response.body(StreamBody::new(futures::stream::iter(frames)))
+                    // A body known to be empty: hyper ends the stream on the headers.
+                    if frames.is_empty() {
+                        return response.body(Empty::<Bytes>::new().map_err(|never| match never {}).boxed());
+                    }
+                    response.body(StreamBody::new(futures::stream::iter(frames)).boxed())
                 }
             });
             tokio::spawn(
@@ -458,6 +463,29 @@ async fn answers_with_grpcs_content_type_are_read_as_grpc_go_reads_them() {
                     "error: health rpc probe failed: rpc error: code = Internal desc = \
                      stream terminated by RST_STREAM with error code: INTERNAL_ERROR",
                 ),
+            ),
+            (
+                "a grpc-status in headers that do not end the stream, then trailers saying otherwise",
+                grpc_answer(&[GRPC, ("grpc-status", "0")], Some(&[("grpc-status", "13")])),
+                failure("error: health rpc probe failed: rpc error: code = Internal desc = "),
+            ),
+            (
+                "a grpc-status in headers that do not end the stream, and no trailers",
+                grpc_answer(&[GRPC, ("grpc-status", "0")], None),
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Internal desc = \
+                     server closed the stream without sending trailers",
+                ),
+            ),
+            (
+                "a failing grpc-status in headers that do not end the stream, then an OK",
+                grpc_answer(&[GRPC, ("grpc-status", "14")], Some(&[("grpc-status", "0")])),
+                Probed::new(ProbeOutcome::Success, "service healthy"),
+            ),
+            (
+                "a trailers-only answer without grpc-status",
+                Answer { headers: &[GRPC], message: b"", ..grpc_answer(&[], None) },
+                failure("error: health rpc probe failed: rpc error: code = Unknown desc = "),
             ),
             (
                 "a 20 KB header on a SERVING answer (h2's default limit is 16 KiB)",

@@ -187,13 +187,20 @@ impl tonic::codegen::Service<http::Request<tonic::body::Body>> for GoHeaderCheck
 /// accepts are checked the same way as they arrive ([`GoTrailerChecks`]).
 fn with_go_header_checks(response: ChannelResponse) -> ChannelResponse {
     let (mut parts, body) = response?.into_parts();
-    // A trailers-only answer has its status in its headers: no trailers are due after it.
-    let trailers_due = !parts.headers.contains_key(GRPC_STATUS);
+    // Trailers-only: the headers ended the stream, and carry the status. grpc-go reads a status
+    // only there or in trailers: one in headers that do not end the stream is not the call's
+    // (tonic would take it for a trailers-only answer's).
+    let trailers_only = http_body::Body::is_end_stream(&body);
     match go_header_refusal(parts.status, &parts.headers) {
         Some(status) => carry_status(&mut parts.headers, &status),
-        None => settle_status_headers(&mut parts.headers),
+        None if trailers_only => settle_trailers(&mut parts.headers),
+        None => {
+            for name in [GRPC_STATUS, GRPC_MESSAGE, GRPC_STATUS_DETAILS] {
+                parts.headers.remove(name);
+            }
+        }
     }
-    let body = tonic::body::Body::new(GoTrailerChecks { inner: body, trailers_due });
+    let body = tonic::body::Body::new(GoTrailerChecks { inner: body, trailers_due: !trailers_only });
     Ok(http::Response::from_parts(parts, body))
 }
 
@@ -290,6 +297,15 @@ fn settle_status_headers(headers: &mut http::HeaderMap) {
     if let Some(code @ 0..=16) = code {
         headers.insert(GRPC_STATUS, http::HeaderValue::from(code));
     }
+}
+
+/// Trailers (or trailers-only headers) grpc-go accepts, made ready for tonic: without a
+/// `grpc-status` they say Unknown, as grpc-go reads them.
+fn settle_trailers(trailers: &mut http::HeaderMap) {
+    if !trailers.contains_key(GRPC_STATUS) {
+        trailers.insert(GRPC_STATUS, http::HeaderValue::from(Code::Unknown as i32));
+    }
+    settle_status_headers(trailers);
 }
 
 /// Replaces whatever status `headers` carry with `status`.
@@ -471,12 +487,7 @@ impl http_body::Body for GoTrailerChecks {
                 this.trailers_due = false;
                 match go_trailer_refusal(&trailers) {
                     Some(status) => carry_status(&mut trailers, &status),
-                    None => {
-                        if !trailers.contains_key(GRPC_STATUS) {
-                            trailers.insert(GRPC_STATUS, http::HeaderValue::from(Code::Unknown as i32));
-                        }
-                        settle_status_headers(&mut trailers);
-                    }
+                    None => settle_trailers(&mut trailers),
                 }
                 Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
             }

@@ -318,15 +318,28 @@ impl ContainerGroups {
         control.is_some_and(|control| ask_to_kill_tree(&*control))
     }
 
-    /// The mark the shim leading group `pgid` gives its container's processes, if the group is
-    /// listed and its leader's start time was read.
-    pub fn mark_of(&self, pgid: u32) -> Option<String> {
-        self.lock().by_pgid.get(&pgid)?.start.map(|start| crate::shim::mark(pgid, start))
-    }
-
     /// A container's group was killed after its leader exited; its ID may be reused from now on.
     pub fn remove(&self, pgid: u32) {
-        self.lock().by_pgid.remove(&pgid);
+        self.unlist(pgid);
+        self.forget_record(pgid);
+    }
+
+    /// No longer lists group `pgid` (its leader has exited and is about to be reaped: from
+    /// then on its ID may name another process, which nothing here may signal), but keeps its
+    /// record until [`Self::forget_record`]; answers the mark of its leader's shim, if known.
+    pub fn unlist(&self, pgid: u32) -> Option<String> {
+        let group = self.lock().by_pgid.remove(&pgid)?;
+        group.start.map(|start| crate::shim::mark(pgid, start))
+    }
+
+    /// Removes the record of group `pgid`, once what it names is gone; not if a group of that
+    /// ID has been listed since (a new shim took the ID: the record is its own now).
+    pub fn forget_record(&self, pgid: u32) {
+        // Under the groups' lock, which `add` writes records under.
+        let groups = self.lock();
+        if groups.by_pgid.contains_key(&pgid) {
+            return;
+        }
         if let Some(state) = self.state.as_ref().filter(|state| state.writable()) {
             let path = state.containers.join(pgid.to_string());
             if let Err(error) = fs::remove_file(&path)
@@ -335,6 +348,7 @@ impl ContainerGroups {
                 tracing::warn!(path = %path.display(), %error, "cannot remove a container's record");
             }
         }
+        drop(groups);
     }
 
     /// A pod with this grace period runs (or ran): shutdown gives at least that much.

@@ -472,10 +472,11 @@ fn kill_marked(marks: &BTreeMap<String, usize>, found: &mut [Found]) -> BTreeSet
 
 /// SIGKILLs every live process that carries `mark`, looking again while any is seen (a marked
 /// process may fork until its SIGKILL lands), [`MARK_ROUNDS`] times at most; a group whose every
-/// member carries it is SIGKILLed whole. For a running agent whose container's shim died
-/// without killing its tree: what left the group carries the mark. Returns how many processes
-/// were signalled. Blocks (one read of each process's environment a round).
-pub(super) fn kill_marked_now(mark: &str) -> usize {
+/// member carries it is SIGKILLed whole, but the container's own, `pgid` (SIGKILLed already,
+/// its leader reaped: the ID may be another's by now). For a running agent whose container's
+/// shim died without killing its tree: what left the group carries the mark. Returns how many
+/// processes were signalled. Blocks (one read of each process's environment a round).
+pub(super) fn kill_marked_now(pgid: u32, mark: &str) -> usize {
     let mut signalled: BTreeSet<(u32, u64)> = BTreeSet::new();
     let mut groups: BTreeSet<u32> = BTreeSet::new();
     for _ in 0..MARK_ROUNDS {
@@ -487,6 +488,7 @@ pub(super) fn kill_marked_now(mark: &str) -> usize {
         let mut new = false;
         for p in marked {
             if let Ok(g) = u32::try_from(p.pgid)
+                && g != pgid
                 && !groups.contains(&g)
                 && current.iter().filter(|q| in_group(q, g)).all(|q| q.mark == p.mark)
             {

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::io;
+use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,22 +84,22 @@ impl ProcessGuard {
     /// processes end with its main process.
     pub(super) async fn wait(mut self) -> io::Result<ExitStatus> {
         let Some(pgid) = self.pgid else { return self.child.wait().await };
-        // The group is killed while the leader is unreaped, so that its ID cannot be reused
-        // yet. Once the leader has exited, a guard dropped (the agent stopping) asks nothing of
-        // it: its PID may name another process once reaped, and the record stays for the next
-        // agent.
-        let status = match leader_exited(pgid).await {
+        // The group is killed, and no longer listed, while the leader is unreaped: its ID
+        // cannot be reused yet, and once reaped nothing signals it. A guard dropped from then
+        // on (the agent stopping) asks nothing of the leader either.
+        let (status, mark) = match leader_exited(pgid).await {
             Ok(()) => {
                 self.pgid = None;
                 self.signaller.send(pgid, Signal::Kill);
-                self.child.wait().await
+                let mark = self.groups.unlist(pgid);
+                (self.child.wait().await, mark)
             }
             Err(error) => {
                 tracing::debug!(pgid, %error, "no pidfd for the container, killing its group after reaping it");
                 let status = self.child.wait().await;
                 self.pgid = None;
                 self.signaller.send(pgid, Signal::Kill);
-                status
+                (status, self.groups.unlist(pgid))
             }
         };
         // A shim that was killed (by its own container, by the OOM killer) did not kill what
@@ -107,11 +108,15 @@ impl ProcessGuard {
         // kills them by it; and before the exit is reported, so that a restart never runs
         // beside them (a crash-torture test by a helper: both happened when the orphan sweep,
         // up to a second later, was all that killed them). A shim that ended by itself has
-        // killed them already, and the look finds nothing.
+        // killed them already: a shim that exited with a code is not looked after (every
+        // process's environment is read for the look), one that died of a signal is, as a shim
+        // killed dies so, and one that re-raised its container's signal too.
+        let killed_by_signal = status.as_ref().is_ok_and(|status| status.signal().is_some());
         if self.shimmed
-            && let Some(mark) = self.groups.mark_of(pgid)
+            && killed_by_signal
+            && let Some(mark) = mark
         {
-            let killed = kill_marked_off_thread(mark).await;
+            let killed = kill_marked_off_thread(pgid, mark).await;
             if killed > 0 {
                 tracing::warn!(
                     pgid,
@@ -120,7 +125,7 @@ impl ProcessGuard {
                 );
             }
         }
-        self.groups.remove(pgid);
+        self.groups.forget_record(pgid);
         status
     }
 
@@ -134,17 +139,17 @@ impl ProcessGuard {
 
 /// [`kill_marked_now`] on a thread of its own, the runtime's thread left free while it reads
 /// every process's environment; here, if no thread can be made (a node out of threads).
-async fn kill_marked_off_thread(mark: String) -> usize {
+async fn kill_marked_off_thread(pgid: u32, mark: String) -> usize {
     let (done, result) = tokio::sync::oneshot::channel();
     let for_thread = mark.clone();
     let spawned = std::thread::Builder::new().name("kill-marked".into()).spawn(move || {
-        let _ = done.send(kill_marked_now(&for_thread));
+        let _ = done.send(kill_marked_now(pgid, &for_thread));
     });
     match spawned {
         Ok(_) => result.await.unwrap_or(0),
         Err(error) => {
             tracing::debug!(%error, "no thread to look for a container's marked processes on; looking here");
-            kill_marked_now(&mark)
+            kill_marked_now(pgid, &mark)
         }
     }
 }
