@@ -251,7 +251,7 @@ type HeaderCase = (u16, &'static [(&'static str, &'static str)], &'static str);
 #[tokio::test]
 async fn answers_grpc_go_refuses_on_their_headers() {
     bounded(async {
-        let cases: [HeaderCase; 4] = [
+        let cases: [HeaderCase; 5] = [
             (
                 404,
                 &[("content-type", "text/plain")],
@@ -271,6 +271,14 @@ async fn answers_grpc_go_refuses_on_their_headers() {
                 &[("content-type", "text/html"), ("grpc-status", "0")],
                 "error: health rpc probe failed: rpc error: code = Unavailable desc = \
                  unexpected HTTP status code received from server: 503 (Service Unavailable); \
+                 transport: received unexpected content-type \"text/html\"",
+            ),
+            (
+                // tonic checks an encoding it does not know before the status it is given.
+                200,
+                &[("content-type", "text/html"), ("grpc-encoding", "br")],
+                "error: health rpc probe failed: rpc error: code = Unknown desc = \
+                 unexpected HTTP status code received from server: 200 (OK); \
                  transport: received unexpected content-type \"text/html\"",
             ),
             (

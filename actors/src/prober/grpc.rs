@@ -310,7 +310,8 @@ fn settle_trailers(trailers: &mut http::HeaderMap) {
 
 /// Replaces whatever status `headers` carry with `status`.
 fn carry_status(headers: &mut http::HeaderMap, status: &tonic::Status) {
-    for name in [GRPC_STATUS, GRPC_MESSAGE, GRPC_STATUS_DETAILS] {
+    // `grpc-encoding` too: tonic checks an encoding it does not know before the status.
+    for name in [GRPC_STATUS, GRPC_MESSAGE, GRPC_STATUS_DETAILS, "grpc-encoding"] {
         headers.remove(name);
     }
     if status.add_header(headers).is_err() {
@@ -335,8 +336,11 @@ fn go_parse_int32(text: &[u8]) -> Result<i64, &'static str> {
         if !c.is_ascii_digit() {
             return Err(SYNTAX);
         }
-        // Go stops at the first overflow, before it looks at the bytes after it.
-        value = value.checked_mul(10).and_then(|v| v.checked_add(u64::from(c - b'0'))).ok_or(RANGE)?;
+        // Go stops as soon as the value passes 32 bits, before it looks at the bytes after it.
+        value = value * 10 + u64::from(c - b'0');
+        if value > u64::from(u32::MAX) {
+            return Err(RANGE);
+        }
     }
     let limit = if negative { 1u64 << 31 } else { (1u64 << 31) - 1 };
     if value > limit {
@@ -806,6 +810,8 @@ mod tests {
             Err("value out of range"),
             "Go stops at the overflow"
         );
+        assert_eq!(go_parse_int32(b"4294967296x"), Err("value out of range"), "past 32 bits, before the x");
+        assert_eq!(go_parse_int32(b"4294967295x"), Err("invalid syntax"));
         for bad in [&b""[..], b"+", b"-", b"abc", b"1 ", b" 1", b"1_0", b"0x1"] {
             assert_eq!(go_parse_int32(bad), Err("invalid syntax"), "{bad:?}");
         }
