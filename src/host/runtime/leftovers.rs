@@ -108,7 +108,7 @@ pub(super) fn heartbeat_line(boot: Option<&str>, ticks: u64) -> String {
 
 /// The last heartbeat the dead agent wrote in `state`, if of this boot.
 fn last_heartbeat(state: &Path, this_boot: Option<&str>) -> Option<u64> {
-    let text = fs::read_to_string(state.join(HEARTBEAT)).ok()?;
+    let text = read_head(&state.join(HEARTBEAT))?;
     let (boot, ticks) = text.trim().split_once(' ')?;
     (Some(boot) == this_boot).then(|| ticks.parse().ok()).flatten()
 }
@@ -123,17 +123,26 @@ struct Process {
     mark: Option<String>,
 }
 
-/// The longest record read: a record is one line of a start time, a pod's and a container's
-/// names and a boot ID, a few hundred bytes.
+/// The most read of a record or the heartbeat: each is one line of a few hundred bytes at most
+/// (a start time, a pod's and a container's names, a boot ID; a boot ID and a time).
 const RECORD_MAX: u64 = 4096;
 
-/// The record in `path` (a regular file), if its first [`RECORD_MAX`] bytes are one: a file
-/// grown huge is not read whole (a 2 GiB one cost 2.1 GB of memory and 7 s at every start).
+/// The record in `path`, if the start of the file is one.
 fn read_record(path: &Path) -> Option<Record> {
+    Record::parse(&read_head(path)?)
+}
+
+/// The first [`RECORD_MAX`] bytes of the regular file at `path`: a file grown huge is not read
+/// whole (a 2 GiB record cost 2.1 GB of memory and 7 s at every start, a 1 GiB heartbeat 1 GB
+/// and 3 s), and a FIFO is not opened.
+fn read_head(path: &Path) -> Option<String> {
     use std::io::Read as _;
+    if !fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
     let mut text = String::new();
     fs::File::open(path).ok()?.take(RECORD_MAX).read_to_string(&mut text).ok()?;
-    Record::parse(&text)
+    Some(text)
 }
 
 /// Every live (not zombie) process but this one.
@@ -551,6 +560,12 @@ mod tests {
         assert_eq!(read_record(&path), None, "the fields past the first 4 KiB are not read");
         fs::write(&path, "12345 pod app boot\n").unwrap();
         assert_eq!(read_record(&path).map(|r| r.start), Some(12_345));
+        // The heartbeat likewise.
+        let long_boot = "b".repeat(5_000);
+        fs::write(dir.join(HEARTBEAT), format!("{long_boot} 77\n")).unwrap();
+        assert_eq!(last_heartbeat(&dir, Some(&long_boot)), None, "the time past the first 4 KiB is not read");
+        fs::write(dir.join(HEARTBEAT), "boot 77\n").unwrap();
+        assert_eq!(last_heartbeat(&dir, Some("boot")), Some(77));
         let _ = fs::remove_dir_all(&dir);
     }
     use crate::process::start_time;
