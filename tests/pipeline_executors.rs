@@ -122,6 +122,19 @@ fn pod() -> Arc<Pod> {
     })
 }
 
+/// The pod running at 10.1.2.3 with these of its containers running (`containerd://<name>`).
+fn running_at_pod_ip(containers: &[&str]) -> PodStatus {
+    let started = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+    PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some("10.1.2.3".into()),
+        container_statuses: Some(
+            containers.iter().map(|name| running(name, &format!("containerd://{name}"), started)).collect(),
+        ),
+        ..Default::default()
+    }
+}
+
 #[actix::test]
 async fn injected_executors_run_in_place_of_the_real_ones() {
     tokio::time::pause();
@@ -138,18 +151,7 @@ async fn injected_executors_run_in_place_of_the_real_ones() {
         .start();
     let pod = pod();
     pods.upsert(pod.clone());
-    let started = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
-    let status = PodStatus {
-        phase: Some("Running".into()),
-        pod_ip: Some("10.1.2.3".into()),
-        container_statuses: Some(vec![
-            running("web", "containerd://web", started),
-            running("db", "containerd://db", started),
-            running("api", "containerd://api", started),
-        ]),
-        ..Default::default()
-    };
-    engine.sync_pod(pod.clone(), status).await.unwrap();
+    engine.sync_pod(pod.clone(), running_at_pod_ip(&["web", "db", "api"])).await.unwrap();
     // The first probes run within one period (the start-up jitter).
     run_for(Duration::from_millis(10_500)).await;
 
@@ -204,14 +206,7 @@ async fn an_injected_executor_that_never_answers_is_given_up_on() {
         .start();
     let pod = pod();
     pods.upsert(pod.clone());
-    let started = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
-    let status = PodStatus {
-        phase: Some("Running".into()),
-        pod_ip: Some("10.1.2.3".into()),
-        container_statuses: Some(vec![running("db", "containerd://db", started)]),
-        ..Default::default()
-    };
-    engine.sync_pod(pod, status).await.unwrap();
+    engine.sync_pod(pod, running_at_pod_ip(&["db"])).await.unwrap();
     // The first probe within a period (the start-up jitter), given up on 2 s + 120 s later.
     run_for(Duration::from_secs(10)).await;
     assert_eq!(calls.all().len(), 1, "{:?}", calls.all());
