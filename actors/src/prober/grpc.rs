@@ -69,7 +69,7 @@ fn endpoint(host: &str, port: u16) -> Result<Endpoint, tonic::transport::Error> 
 /// response head (docs/http-probe.md). h2's default of 16 KiB failed answers grpc-go reads;
 /// grpc-go's own 16 MiB, for each of the thousand probes that may be in flight, is more memory
 /// than a node should give to hostile answers.
-const MAX_HEADER_LIST_SIZE: u32 = 417_792;
+const MAX_HEADER_LIST_SIZE: u32 = super::http::wire::MAX_HEAD_BYTES as u32;
 
 /// Dials until a connection is READY (the server sent its SETTINGS frame), retrying failed
 /// attempts with backoff. Only the caller's deadline ends it.

@@ -23,7 +23,7 @@ mod errors;
 mod go_url;
 mod request;
 mod tls;
-mod wire;
+pub(crate) mod wire;
 
 use std::borrow::Cow;
 use std::sync::Arc;

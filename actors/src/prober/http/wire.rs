@@ -25,7 +25,7 @@ const FIRST_READ: usize = 1024;
 /// The largest response head read: hyper's default limit, which HTTP probes had before this
 /// module (docs/http-probe.md, "Response head limit"). Go allows 10 MiB, but a thousand probes
 /// in flight at 10 MiB each is more memory than a node should give to hostile answers.
-pub(super) const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
+pub(crate) const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
 
 /// The most headers one head may have. Go sets no count, only the size limit; 1,024 keeps the
 /// parser's table for a hostile head of tiny lines at 32 KiB, where the size limit alone would
