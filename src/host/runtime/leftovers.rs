@@ -431,8 +431,58 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
 /// its SIGKILL landed. A group outside the records' whose every member carries the same mark
 /// is SIGKILLed whole. Returns the groups so killed.
 fn kill_marked(marks: &BTreeMap<String, usize>, found: &mut [Found]) -> BTreeSet<u32> {
+    let pgids: Vec<u32> = found.iter().map(|f| f.pgid).collect();
+    let outcome = signal_marked(
+        marks,
+        |i| pgids[i],
+        |i, delivery| match delivery {
+            Ok(Delivery::Sent) => found[i].killed = true,
+            Ok(Delivery::Gone) => {}
+            Err(error) => failed(&found[i], &error),
+        },
+    );
+    if outcome.left > 0 {
+        tracing::warn!(
+            processes = outcome.left,
+            "processes of containers a previous agent left running still run after every attempt to kill them"
+        );
+    }
+    outcome.groups
+}
+
+/// SIGKILLs every live process that carries `mark`, as [`kill_marked`] does, but for the
+/// container's own group, `pgid` (SIGKILLed already, its leader reaped: the ID may be another's
+/// by now). For a running agent whose container's shim died without killing its tree: what
+/// left the group carries the mark. Returns how many processes were signalled. Blocks (one
+/// read of each process's environment a round).
+pub(super) fn kill_marked_now(pgid: u32, mark: &str) -> usize {
+    let marks = BTreeMap::from([(mark.to_owned(), 0)]);
+    signal_marked(&marks, |_| pgid, |_, _| {}).processes
+}
+
+/// What [`signal_marked`] did.
+struct MarkedOutcome {
+    /// The groups SIGKILLed whole.
+    groups: BTreeSet<u32>,
+    /// How many processes were signalled.
+    processes: usize,
+    /// How many marked processes the last of [`MARK_ROUNDS`] rounds still saw (0 when a round
+    /// saw none).
+    left: usize,
+}
+
+/// The rounds of [`kill_marked`] and [`kill_marked_now`]: each lists the processes, SIGKILLs
+/// every one that carries one of `marks` (its value is the index `own_group` and `delivered`
+/// are given), once, and the group of one whose every member carries the same mark, but the
+/// container's own group; until a round sees none.
+fn signal_marked(
+    marks: &BTreeMap<String, usize>,
+    own_group: impl Fn(usize) -> u32,
+    mut delivered: impl FnMut(usize, io::Result<Delivery>),
+) -> MarkedOutcome {
     let mut signalled: BTreeSet<(u32, u64)> = BTreeSet::new();
     let mut groups: BTreeSet<u32> = BTreeSet::new();
+    let mut left = 0;
     for round in 0..MARK_ROUNDS {
         let current = processes();
         let marked: Vec<(&Process, usize)> =
@@ -442,80 +492,30 @@ fn kill_marked(marks: &BTreeMap<String, usize>, found: &mut [Found]) -> BTreeSet
         }
         let mut new = false;
         for &(p, i) in &marked {
-            let group = u32::try_from(p.pgid).ok().filter(|&g| g != found[i].pgid && !groups.contains(&g));
+            let group = u32::try_from(p.pgid).ok().filter(|&g| g != own_group(i) && !groups.contains(&g));
             // Every member of its group carries this mark: the group is the container's.
             if let Some(g) = group
                 && current.iter().filter(|q| in_group(q, g)).all(|q| q.mark == p.mark)
             {
                 groups.insert(g);
                 new = true;
-                match signal_group(g, Signal::Kill) {
-                    Ok(Delivery::Sent) => found[i].killed = true,
-                    Ok(Delivery::Gone) => {}
-                    Err(error) => failed(&found[i], &error),
-                }
+                delivered(i, signal_group(g, Signal::Kill));
             }
             // A process SIGKILLed already may take a moment to die: signalled once.
             if !signalled.insert((p.pid, p.start)) {
                 continue;
             }
             new = true;
-            match signal_process(p.pid, p.start, Signal::Kill) {
-                Ok(Delivery::Sent) => found[i].killed = true,
-                Ok(Delivery::Gone) => {}
-                Err(error) => failed(&found[i], &error),
-            }
+            delivered(i, signal_process(p.pid, p.start, Signal::Kill));
         }
         if round + 1 == MARK_ROUNDS {
-            tracing::warn!(
-                processes = marked.len(),
-                "processes of containers a previous agent left running still run after every attempt to kill them"
-            );
+            left = marked.len();
         } else if !new {
             // Only processes whose SIGKILL has not landed yet: give it a moment.
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    groups
-}
-
-/// SIGKILLs every live process that carries `mark`, looking again while any is seen (a marked
-/// process may fork until its SIGKILL lands), [`MARK_ROUNDS`] times at most; a group whose every
-/// member carries it is SIGKILLed whole, but the container's own, `pgid` (SIGKILLed already,
-/// its leader reaped: the ID may be another's by now). For a running agent whose container's
-/// shim died without killing its tree: what left the group carries the mark. Returns how many
-/// processes were signalled. Blocks (one read of each process's environment a round).
-pub(super) fn kill_marked_now(pgid: u32, mark: &str) -> usize {
-    let mut signalled: BTreeSet<(u32, u64)> = BTreeSet::new();
-    let mut groups: BTreeSet<u32> = BTreeSet::new();
-    for _ in 0..MARK_ROUNDS {
-        let current = processes();
-        let marked: Vec<&Process> = current.iter().filter(|p| p.mark.as_deref() == Some(mark)).collect();
-        if marked.is_empty() {
-            break;
-        }
-        let mut new = false;
-        for p in marked {
-            if let Ok(g) = u32::try_from(p.pgid)
-                && g != pgid
-                && !groups.contains(&g)
-                && current.iter().filter(|q| in_group(q, g)).all(|q| q.mark == p.mark)
-            {
-                groups.insert(g);
-                new = true;
-                let _ = signal_group(g, Signal::Kill);
-            }
-            if signalled.insert((p.pid, p.start)) {
-                new = true;
-                let _ = signal_process(p.pid, p.start, Signal::Kill);
-            }
-        }
-        if !new {
-            // Only processes whose SIGKILL has not landed yet: give it a moment.
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    signalled.len()
+    MarkedOutcome { groups, processes: signalled.len(), left }
 }
 
 fn failed(f: &Found, error: &io::Error) {
