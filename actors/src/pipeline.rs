@@ -51,7 +51,10 @@ pub struct PipelineConfig {
     pub runner: Arc<dyn CommandRunner>,
     /// Receives `Unhealthy` and `ProbeWarning` events.
     pub recorder: Arc<dyn EventRecorder>,
-    /// The host's pods.
+    /// The host's pods (upstream the kubelet's pod manager). It must hold a pod from before
+    /// the pod's first [`Pipeline::add_pod`] or [`Pipeline::set_pod_status`] until it is
+    /// removed: a probe result for a pod it lacks is dropped as a deleted pod's is (logged at
+    /// debug, `Pod has been deleted, no need to update readiness`), so the pod never reads Ready.
     pub pods: Arc<dyn PodLookup>,
     /// Wall clock; defaults to one that follows tokio time.
     pub clock: Option<SharedClock>,
