@@ -925,6 +925,45 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// After a crash, a container's record is damaged from outside (its text overwritten): its name
+/// is still the group's ID, and the process of that ID is a recorded container's shim of this
+/// program that no running agent owns (the container emptied its environment: no mark shows
+/// it). The next agent kills it as the container's, and the
+/// container runs once. Before, the damaged record was left alone as a stranger's file and the
+/// old copy ran beside the new one.
+#[actix::test]
+async fn a_damaged_record_still_names_the_shim_the_crash_left() {
+    let dir = temp_dir("crash-damaged");
+    let pids = dir.join("damaged.pids");
+    // No container mark either (`env -i`): only the running shim names the container.
+    let pod = sleeper_pod("damaged", &pids).replace(r#"["sh", "-c","#, r#"["env", "-i", "sh", "-c","#);
+    assert!(pod.contains("env"), "{pod}");
+    write(&dir, "damaged.yaml", &pod);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/damaged: container sleeper running")).await;
+    let first = wait_for_pids(&pids, 1).await[0];
+    let shim = parent_of(first).filter(|&p| is_shim(p)).expect("the shim");
+
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    let record = dir.join(".probelet-state/containers").join(shim.to_string());
+    assert!(record.is_file(), "the shim's record: {}", record.display());
+    std::fs::write(&record, "\0\0not a record at all\n").unwrap();
+
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 1 container process group(s) a previous agent left running")).await;
+    agent.wait_for(|l| l.ends_with("default/damaged: container sleeper running")).await;
+    assert_gone(&[first, shim]).await;
+    let second = wait_for_pids(&pids, 2).await[1];
+    assert_eq!(pids_in(&pids).len(), 2, "the container started once per agent");
+
+    signal_agent(&agent, "-TERM");
+    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
+    assert_gone(&[second]).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The agent and its container's shim are both SIGKILLed (by hand, or by the OOM killer). That
 /// leaves the container's main process in a group whose leader has ended, and a daemon it
 /// started in a session of its own (`setsid`), which no group kill reaches. The next agent

@@ -101,6 +101,12 @@ pub const MARK_ENV: &str = "PROBELET_CONTAINER_MARK";
 pub fn mark(pgid: u32, start: u64) -> String {
     format!("{pgid}:{start}")
 }
+
+/// The group ID and start time a [`mark`] names; `None` for a text that is no mark.
+pub fn parse_mark(mark: &str) -> Option<(u32, u64)> {
+    let (pgid, start) = mark.split_once(':')?;
+    Some((pgid.parse().ok()?, start.parse().ok()?))
+}
 /// The byte the agent writes on the control socket to ask the shim to kill its tree, as
 /// SIGUSR1 asks: a container can drown a signal (it merges with the container's own SIGUSR1s,
 /// and a flood of them lost the agent's 18 times in 20), not this socket, which no process of
@@ -672,6 +678,14 @@ mod tests {
 
     fn pid(raw: i32) -> Pid {
         Pid::from_raw(raw).unwrap()
+    }
+
+    #[test]
+    fn a_mark_reads_back_and_nothing_else_reads_as_one() {
+        assert_eq!(parse_mark(&mark(4242, 987_654)), Some((4242, 987_654)));
+        for text in ["", "4242", "4242:", ":1", "a:1", "1:b", "1:2:3", "-1:2"] {
+            assert_eq!(parse_mark(text), None, "{text:?}");
+        }
     }
 
     /// A process tree, each with its start time: init 1 (0) → agent 100 (10) → shim 200 (20) →

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::process::{Delivery, ProcessStat, Signal, signal_group, signal_process};
-use crate::shim::{MARK_ENV, TREE_KILL_WAIT, mark};
+use crate::shim::{MARK_ENV, SUBCOMMAND, TREE_KILL_WAIT, WAIT_FOR_GO, mark, parse_mark};
 
 use super::groups::wait_for_leaders;
 
@@ -313,6 +313,7 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
     let mut found = Vec::new();
     let mut paths: Vec<PathBuf> = Vec::new();
     let mut strangers = Vec::new();
+    let mut damaged = Vec::new();
     for entry in fs::read_dir(&containers)? {
         let entry = entry?;
         let path = entry.path();
@@ -330,7 +331,7 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
             continue;
         };
         let Some(record) = read_record(&path) else {
-            strangers.push(path);
+            damaged.push((pgid, path));
             continue;
         };
         paths.push(path);
@@ -340,6 +341,30 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
         };
         if of_this_boot {
             found.push(Found { pgid, record, killed: false });
+        }
+    }
+    if !damaged.is_empty() {
+        let now = processes();
+        for (pgid, path) in damaged {
+            let starts = damaged_record_starts(pgid, &now);
+            if starts.is_empty() {
+                strangers.push(path);
+                continue;
+            }
+            tracing::warn!(
+                path = %path.display(),
+                "a container record is damaged: its group ID and the container marks that carry it still name what the dead agent ran, which is killed"
+            );
+            for start in starts {
+                let record = Record {
+                    start,
+                    pod: UNKNOWN.to_owned(),
+                    container: UNKNOWN.to_owned(),
+                    boot: this_boot.clone(),
+                };
+                found.push(Found { pgid, record, killed: false });
+            }
+            paths.push(path);
         }
     }
     if let Some(first) = strangers.first() {
@@ -424,6 +449,49 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(found.iter().filter(|f| f.killed).count())
+}
+
+/// The pod and container of a damaged record: its text is lost.
+const UNKNOWN: &str = "(damaged record)";
+
+/// The start times a record file named `pgid` whose text is no record's (damaged from outside:
+/// an agent writes its records whole, through a rename) still names, from what runs now:
+/// - the start of the process `pgid`, if it is a recorded container's shim of this program
+///   (`container-shim --wait-for-go`) that leads its group and that no running agent owns;
+/// - else each start in a container mark ([`mark`]) of group `pgid` that a live process
+///   carries: marks are made only by this program's shims, one per group of one boot.
+///
+/// None: nothing shows that what runs under that ID is a container's, and the file is left
+/// alone as a stranger's.
+fn damaged_record_starts(pgid: u32, processes: &[Process]) -> Vec<u64> {
+    if let Some(start) = orphaned_shim(pgid) {
+        return vec![start];
+    }
+    let starts: BTreeSet<u64> = processes
+        .iter()
+        .filter_map(|p| parse_mark(p.mark.as_deref()?))
+        .filter_map(|(group, start)| (group == pgid).then_some(start))
+        .collect();
+    starts.into_iter().collect()
+}
+
+/// The start time of process `pid` if it is a recorded container's shim of this program that
+/// leads its own group and whose parent is no running agent (`probelet run`) but this one.
+fn orphaned_shim(pid: u32) -> Option<u64> {
+    let stat = ProcessStat::of(pid).ok().filter(|s| !s.zombie && u32::try_from(s.pgid).ok() == Some(pid))?;
+    if program_of(&pid.to_string())? != program_of("self")? {
+        return None;
+    }
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|&b| b == 0);
+    if args.nth(1)? != SUBCOMMAND.as_bytes() || !args.any(|a| a == WAIT_FOR_GO.as_bytes()) {
+        return None;
+    }
+    let parent = u32::try_from(stat.ppid).ok().filter(|&p| p > 1 && p != std::process::id());
+    let owned = parent.is_some_and(|p| program_of(&p.to_string()) == program_of("self") && runs_the_agent(p));
+    // Read again: the same process all along, not a PID reused between the reads.
+    let same = ProcessStat::of(pid).is_ok_and(|s| !s.zombie && s.start == stat.start);
+    (!owned && same).then_some(stat.start)
 }
 
 /// SIGKILLs every live process that carries one of `marks` (the index into `found` of the
@@ -829,6 +897,30 @@ mod tests {
             sleeping("7377").is_empty() && sleeping("7378").is_empty()
         });
         assert_eq!(records_left(&dir), 0, "the record is gone");
+    }
+
+    /// A record damaged from outside (here: zeroed) still has its group's ID as its name. The
+    /// shim was killed with the agent; what the container left carries marks of that ID, which
+    /// give the start: the group and the daemon that left it are killed as the container's,
+    /// and the record goes. Before, the record was left alone as a stranger's file, and what it
+    /// named ran beside the next agent's copy. A numeric file that nothing running names (the
+    /// first test's `42`) is still left alone.
+    #[test]
+    fn what_a_damaged_records_id_and_marks_name_is_killed() {
+        let dir = state_dir("damaged");
+        let script = format!("read mark; export {MARK_ENV}=$mark; setsid sleep 7380 & sleep 7381 & exit 0");
+        let mut leader = in_own_session(&script);
+        let pgid = leader.id();
+        let start = start_time(pgid).unwrap();
+        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        leader.wait().unwrap();
+        eventually("both run", || sleeping("7380").len() == 1 && sleeping("7381").len() == 1);
+        fs::write(dir.join("containers").join(pgid.to_string()), [0u8; 64]).unwrap();
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 1);
+        eventually("the group and the daemon that left it are gone", || {
+            sleeping("7380").is_empty() && sleeping("7381").is_empty()
+        });
+        assert_eq!(records_left(&dir), 0, "the damaged record is gone");
     }
 
     /// A marked daemon that keeps starting its successor in a session of its own and ending is
