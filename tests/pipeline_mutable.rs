@@ -199,7 +199,33 @@ async fn initial_delay_change_applies_before_the_first_probe() {
     run_for(secs(12)).await;
     let times = probe_times(&h, Readiness, start);
     assert_eq!(times.len(), 1, "{times:?}");
-    assert_near(times[0], secs(10), "the first tick past the new 5 s delay");
+    // The delay counts on the pipeline's wall clock, a few paused milliseconds off the test's.
+    assert!(times[0].abs_diff(secs(5)) < Duration::from_millis(20), "as the new 5 s delay ends: {times:?}");
+}
+
+/// Upstream's newer worker re-arms its timer for the end of the initial delay; the older one
+/// probes at the first tick past it.
+async fn first_probe_after_a_delay(on: bool) -> Duration {
+    let (h, t0) = harness(on).await;
+    let delayed = Probe { initial_delay_seconds: Some(5), ..probe(10, 1, 3) };
+    let pod = pod_with("delay-end", Readiness, delayed);
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(12)).await;
+    let times = probe_times(&h, Readiness, start);
+    assert_eq!(times.len(), 1, "gate {on}: {times:?}");
+    times[0]
+}
+
+#[actix::test]
+async fn the_first_probe_comes_as_the_initial_delay_ends() {
+    let first = first_probe_after_a_delay(true).await;
+    assert!(first.abs_diff(secs(5)) < Duration::from_millis(20), "{first:?}");
+}
+
+#[actix::test]
+async fn gate_off_the_first_probe_comes_at_the_first_tick_past_the_initial_delay() {
+    assert_near(first_probe_after_a_delay(false).await, secs(10), "the tick at 10 s");
 }
 
 // === thresholds ===
@@ -219,6 +245,93 @@ async fn threshold_change_resets_the_run_count_and_keeps_the_status() {
     assert_eq!(h.result(Liveness, ID).await, Some(Success), "one failure is below the new threshold of 2");
     run_for(secs(10)).await; // and the one at 30 the second
     assert_eq!(h.result(Liveness, ID).await, Some(Failure));
+}
+
+/// Under the gate, `ReconcilePod` of a pod being deleted or finished starts no worker and
+/// changes none (upstream's early return); without it, it is `AddPod`.
+async fn workers_after_reconciling_a_deleting_pod(on: bool) -> usize {
+    let (h, _t0) = harness(on).await;
+    let pod = test_pod("deleting")
+        .container("app")
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .deleting()
+        .build();
+    h.pipeline.reconcile_pod(pod);
+    settle().await;
+    h.pipeline.workers().await.unwrap().len()
+}
+
+#[actix::test]
+async fn a_pod_being_deleted_is_not_reconciled() {
+    assert_eq!(workers_after_reconciling_a_deleting_pod(true).await, 0);
+}
+
+#[actix::test]
+async fn gate_off_a_pod_being_deleted_is_added() {
+    assert_eq!(workers_after_reconciling_a_deleting_pod(false).await, 1);
+}
+
+// === the newer worker's schedule and runs ===
+
+/// Upstream's worker under the gate schedules each probe a period after the last one ended
+/// (its `feature_gate_test.go` pins 10 s + a 3 s probe = 13 s); the older worker keeps a
+/// fixed-rate grid (10 s).
+async fn probes_of_3_s_every_10_s(on: bool) -> Vec<Duration> {
+    let (h, t0) = harness(on).await;
+    h.prober.always("app", Readiness, Step::Slow(secs(3), Success));
+    let pod = pod_with("completion", Readiness, probe(10, 1, 3));
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(29)).await;
+    let times = probe_times(&h, Readiness, start);
+    assert_eq!(times.len(), 3, "gate {on}: {times:?}");
+    times.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[actix::test]
+async fn each_probe_is_due_a_period_after_the_last_one_ended() {
+    for apart in probes_of_3_s_every_10_s(true).await {
+        assert_near(apart, secs(13), "10 s after the 3 s probe ended");
+    }
+}
+
+#[actix::test]
+async fn gate_off_probes_keep_a_fixed_rate() {
+    for apart in probes_of_3_s_every_10_s(false).await {
+        assert_near(apart, secs(10), "the grid");
+    }
+}
+
+/// A restarted container starts its run of results over under the gate (upstream's newer
+/// worker resets it when it observes a new container ID); the older worker carries it over.
+async fn ready_after_two_successes_then_one_on_a_new_container(on: bool) -> bool {
+    let (h, t0) = harness(on).await;
+    let pod = pod_with("new-run", Readiness, probe(10, 3, 3));
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(12)).await; // successes at 0 and 10: a run of 2, below 3
+    assert!(!h.container(&pod, "app").await.ready, "gate {on}");
+    // The new container has no readiness result: the sync triggers its first probe at once.
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    settle().await;
+    let on_new = h
+        .prober
+        .calls_of("app", Readiness)
+        .iter()
+        .filter(|c| c.container_id.to_string() == "cri://2")
+        .count();
+    assert_eq!(on_new, 1, "gate {on}: one success on the new container");
+    h.resync(&pod).await;
+    h.container(&pod, "app").await.ready
+}
+
+#[actix::test]
+async fn a_new_container_starts_its_run_over() {
+    assert!(!ready_after_two_successes_then_one_on_a_new_container(true).await, "a run of 1, below 3");
+}
+
+#[actix::test]
+async fn gate_off_a_new_container_carries_the_run_over() {
+    assert!(ready_after_two_successes_then_one_on_a_new_container(false).await, "a run of 3 (§8.18)");
 }
 
 // === handler and timeout ===

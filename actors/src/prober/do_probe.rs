@@ -54,6 +54,10 @@ pub struct WorkerSpec {
     /// Keep the state of containers that ran before the agent started instead of writing the
     /// initial value (KEP-4781); false under `ChangeContainerStatusOnKubeletRestart`.
     pub keep_state_across_restart: bool,
+    /// The worker is `MutableContainerProbes`' (upstream's newer worker, docs/prober.md §3.9):
+    /// a new container instance starts its run of results over, the first probe comes as soon
+    /// as the initial delay ends, and each probe is due one period after the last one ended.
+    pub mutable: bool,
 }
 
 /// Whether a worker goes on once its container has terminated: only if the container will run
@@ -125,6 +129,7 @@ impl WorkerSpec {
             manager_start,
             bound: None,
             keep_state_across_restart: true,
+            mutable: false,
         }
     }
 
@@ -166,6 +171,8 @@ pub enum Next {
 pub(crate) enum Step {
     Stop,
     Skip,
+    /// Skipped: the container's initial delay has this much left.
+    Early(Duration),
     Probe,
 }
 
@@ -212,7 +219,7 @@ impl WorkerState {
         let container = status.and_then(|s| s.container(&spec.container_name));
         match self.checks(spec, captured, status, container, now, ops) {
             Step::Stop => Next::Stop,
-            Step::Skip => Next::Skip,
+            Step::Skip | Step::Early(_) => Next::Skip,
             Step::Probe => match container {
                 Some(container) => Next::Probe(container.id.clone()),
                 None => Next::Skip,
@@ -279,6 +286,12 @@ impl WorkerState {
             self.container_id = Some(container_id.clone());
             self.on_hold = false;
             self.readiness_succeeded = false;
+            if spec.mutable {
+                // Upstream's newer worker resets its run for each container instance; the older
+                // one carries it over (§8.18).
+                self.last_result = ProbeResult::Unknown;
+                self.result_run = 0;
+            }
         }
 
         if self.on_hold {
@@ -320,7 +333,11 @@ impl WorkerState {
                 None => since.as_secs() < spec.initial_delay_seconds,
             };
             if early {
-                return Step::Skip;
+                let delay = spec.initial_delay.unwrap_or_else(|| {
+                    Duration::from_secs(u64::try_from(spec.initial_delay_seconds).unwrap_or_default())
+                });
+                let ran = u64::try_from(since.as_millis()).unwrap_or_default();
+                return Step::Early(delay.saturating_sub(Duration::from_millis(ran)));
             }
         }
 
@@ -408,6 +425,7 @@ mod tests {
             manager_start: t(0),
             bound: None,
             keep_state_across_restart: true,
+            mutable: false,
         }
     }
 

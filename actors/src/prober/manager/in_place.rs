@@ -18,6 +18,7 @@ use crate::prober::reconcile::{
 use crate::prober::timing::{EffectiveTiming, probe_timings};
 use crate::prober::worker::{ProbeKey, Reconfigure};
 use crate::prober::{PodContainer, ProbeKind, container_reference};
+use crate::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use crate::vocabulary::PodUid;
 
 use super::{ProberManager, probed_containers};
@@ -27,8 +28,9 @@ use super::{ProberManager, probed_containers};
 /// The pod's spec as it is now (upstream `ReconcilePod`, `MutableContainerProbes` only; a
 /// no-op otherwise): probes added, changed or removed since its workers were created are
 /// applied in place, each with a `Normal ContainerProbeChanged` event, and a pod the manager
-/// does not know yet gets its workers as with [`AddPod`](super::AddPod). Static and mirror pods, and pods
-/// being deleted, only get [`AddPod`](super::AddPod)'s treatment (docs/prober.md §3.9).
+/// does not know yet gets its workers as with [`AddPod`](super::AddPod). Static and mirror pods only get
+/// [`AddPod`](super::AddPod)'s treatment; a pod being deleted or finished gets none, as upstream's
+/// (docs/prober.md §3.9).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct ReconcilePod(pub Arc<Pod>);
@@ -44,11 +46,15 @@ impl Handler<ReconcilePod> for ProberManager {
             self.add_pod(pod, ctx, None);
             return;
         };
+        let gated = self.feature_gates.enabled(Feature::MutableContainerProbes);
+        if gated && self.deleting_or_finished(&pod, &uid) {
+            // Upstream's ReconcilePod changes no worker of such a pod, and starts none: a pod
+            // first seen being deleted gets no probes (its readiness worker is AddPod's only).
+            tracing::trace!(pod_uid = %uid, "Pod is being deleted or has finished; its probes are not reconciled");
+            return;
+        }
         let previous = self.known_pods.get(&uid).cloned();
-        let in_place = self.feature_gates.enabled(Feature::MutableContainerProbes)
-            && previous.is_some()
-            && !self.excluded(&pod)
-            && pod.metadata.deletion_timestamp.is_none();
+        let in_place = gated && previous.is_some() && !self.excluded(&pod);
         if !in_place {
             self.add_pod(pod, ctx, None);
             return;
@@ -142,6 +148,15 @@ impl ProberManager {
 
     /// Static and mirror pods keep their probes until they are replaced (KEP-6318); a host's
     /// own static pods can be let in.
+    /// The pod is being deleted, or its phase is terminal in its spec's status or in the
+    /// status manager's cache (upstream `ReconcilePod`'s early return).
+    fn deleting_or_finished(&self, pod: &Pod, uid: &PodUid) -> bool {
+        let terminal = |phase: Option<&str>| matches!(phase, Some(PHASE_SUCCEEDED | PHASE_FAILED));
+        pod.metadata.deletion_timestamp.is_some()
+            || terminal(pod.status.as_ref().and_then(|s| s.phase.as_deref()))
+            || self.config.views.probe_status(uid).is_some_and(|s| s.finished)
+    }
+
     fn excluded(&self, pod: &Pod) -> bool {
         if self.static_pods_in_place { is_mirror(pod) } else { is_static_or_mirror(pod) }
     }

@@ -280,6 +280,9 @@ impl ProberManager {
         if self.feature_gates.enabled(Feature::ContainerRestartRules) {
             spec.after_exit = AfterExit::AskTheContainer;
         }
+        // Upstream's manager makes every worker its newer kind under the gate, static pods'
+        // too (only their in-place changes are excluded).
+        spec.mutable = self.feature_gates.enabled(Feature::MutableContainerProbes);
         spec
     }
 

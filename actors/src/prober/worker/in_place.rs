@@ -44,6 +44,7 @@ impl ProbeWorker {
         self.prepared = None;
         self.spec.success_threshold = msg.spec.success_threshold;
         self.spec.failure_threshold = msg.spec.failure_threshold;
+        let mut delay_now = false;
         if effect.initial_delay {
             let delay = (msg.spec.initial_delay_seconds, msg.spec.initial_delay);
             let current = self.state.container_id.as_ref().map(|id| &*id.id);
@@ -53,6 +54,7 @@ impl ProbeWorker {
             } else {
                 self.pending_initial_delay = None;
                 (self.spec.initial_delay_seconds, self.spec.initial_delay) = delay;
+                delay_now = true;
             }
         }
         if effect.reset_count {
@@ -96,6 +98,12 @@ impl ProbeWorker {
                 self.schedule_from(now);
                 self.run_probe();
             }
+        } else if delay_now && self.in_flight.is_none() {
+            // The first probe is due when the new delay ends (at once if it has), as upstream's
+            // newer worker reschedules it: the checks say how much of it is left.
+            self.tick_pending = None;
+            self.schedule_from(Instant::now());
+            self.run_probe();
         }
     }
 

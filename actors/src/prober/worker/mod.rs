@@ -511,6 +511,14 @@ impl ProbeWorker {
                 return false;
             }
             Step::Skip => return false,
+            Step::Early(left) => {
+                if self.spec.mutable {
+                    // Upstream's newer worker probes as the delay ends, not at the tick after.
+                    self.tick_pending = None;
+                    self.ticks = Some(Ticks::first_at(started + left, self.interval()));
+                }
+                return false;
+            }
             Step::Probe => {}
         }
         // `Probe` is for the container found at `index` in `status`.
@@ -568,6 +576,12 @@ impl ProbeWorker {
         let began_after_wait = (!waited.is_zero()).then(|| started + waited);
         self.finish_probe(outcome, now.saturating_duration_since(started));
         self.interval_changed(interval, began_after_wait.unwrap_or(started));
+        if self.spec.mutable && !matches!(self.phase, Phase::Done) {
+            // Upstream's newer worker: the next probe is due a period after this one ended,
+            // not on a fixed-rate grid (a tick kept meanwhile is dropped with the grid).
+            self.tick_pending = None;
+            self.schedule_from(now);
+        }
         self.run_pending(began_after_wait);
     }
 

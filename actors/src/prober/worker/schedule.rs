@@ -18,7 +18,13 @@ impl Ticks {
     pub(super) fn new(from: Instant, interval: Duration) -> Self {
         // Never zero (tokio panics on it): the period and start interval are validated well above.
         let interval = interval.max(Duration::from_millis(1));
-        let mut ticks = tokio::time::interval_at(from + interval, interval);
+        Ticks::first_at(from + interval, interval)
+    }
+
+    /// A schedule whose first tick is at `first`, then every `interval`.
+    pub(super) fn first_at(first: Instant, interval: Duration) -> Self {
+        let interval = interval.max(Duration::from_millis(1));
+        let mut ticks = tokio::time::interval_at(first, interval);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
         Ticks { interval: ticks }
     }
