@@ -871,6 +871,12 @@ impl ProbeWorker {
 
     /// A manual trigger from the manager.
     fn trigger(&mut self) {
+        if self.trigger_pending {
+            // Upstream's trigger channel holds one; the manager's send finds it full and says
+            // so at info (`UpdatePodStatus`). Here the worker keeps that one and says the same.
+            tracing::info!(probe = %self.key.kind, "Failed to trigger a manual run");
+            return;
+        }
         if self.ticks.is_none() {
             // Still in the start-up jitter. Upstream's one-slot trigger channel keeps the
             // trigger until the loop reads it, after the first probe: so the first probe is

@@ -1,0 +1,72 @@
+//! What the probe workers log, where upstream's text and level are the contract (docs/prober.md
+//! §1.2). Its own test binary: the log is captured by a process-wide subscriber, since the
+//! workers run on threads of their own.
+
+// Test helpers may panic: a panic there is a failed assertion.
+#![allow(clippy::unwrap_used)]
+
+use probelet_test_support as support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use probelet::prober::{ProbeKind, ProbeResult};
+use support::kubelet::{aged_harness, settle, wall};
+use support::pods::{probe, running, test_pod};
+use support::scripted::Step;
+
+/// The log lines written so far, plain text.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        let all = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        all.lines().filter(|l| l.contains(text)).map(str::to_owned).collect()
+    }
+}
+
+/// Upstream's `UpdatePodStatus` sends a manual readiness trigger into the worker's one-slot
+/// channel; when one already waits there (the worker is busy probing), the send fails and
+/// `Failed to trigger a manual run` is logged at info with the probe type. Before, probelet
+/// kept any number of triggers silently.
+#[actix::test]
+async fn a_trigger_while_one_already_waits_is_logged_at_info() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let (h, t0) = aged_harness().await;
+    h.prober.always("app", ProbeKind::Readiness, Step::Slow(Duration::from_secs(5), ProbeResult::Success));
+    let pod =
+        test_pod("busy").container("app").with_probe("app", ProbeKind::Readiness, probe(10, 1, 3)).build();
+    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    settle().await;
+    // The container restarted while its probe runs: no readiness result for the new one, so
+    // each sync triggers a probe. The first waits for the probe in flight; the second finds
+    // it waiting.
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    settle().await;
+    assert!(captured.lines_with("Failed to trigger a manual run").is_empty(), "one trigger fits");
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    settle().await;
+    let lines = captured.lines_with("Failed to trigger a manual run");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(" INFO ") && lines[0].contains("probe=Readiness"), "{lines:?}");
+}
