@@ -28,7 +28,9 @@ use crate::host::console::say;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
-use crate::host::runtime::{ContainerGroups, FdBudget, OrphanReaper, ProcessRuntime, StateDirError};
+use crate::host::runtime::{
+    ContainerGroups, FdBudget, HeldByAnotherAgent, OrphanReaper, ProcessRuntime, StateDirError,
+};
 use crate::serve::tls::{self, CertFiles, TlsError};
 use crate::serve::{
     Heartbeat, Limits, ServeState, health_router, router, router_for_loopback, router_with_reviews,
@@ -443,7 +445,16 @@ fn claim_name(name: &str, canonical: &Path) -> Result<Option<std::os::unix::net:
             return Ok(None);
         }
     };
-    match std::os::unix::net::UnixListener::bind_addr(&addr) {
+    let mut held = HeldByAnotherAgent::new();
+    let bound = loop {
+        let bound = std::os::unix::net::UnixListener::bind_addr(&addr);
+        if bound.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse) && held.wait() {
+            // Taken: by an agent that is stopping, the name is free within the wait.
+            continue;
+        }
+        break bound;
+    };
+    match bound {
         Ok(listener) => Ok(Some(listener)),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
             let holder = std::os::unix::net::UnixStream::connect_addr(&addr).and_then(|stream| {
@@ -753,6 +764,25 @@ impl Default for Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The claim of an agent that is stopping (here: let go 300 ms later) is waited for, as
+    /// the state directory's lock is: a killed agent holds its abstract socket until its exit
+    /// has closed its descriptors. Before, the next agent started then was refused as "served
+    /// by another running agent" (once in 60 rounds of a helper's crash test).
+    #[test]
+    fn a_claim_let_go_within_the_wait_is_taken() {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("probelet-test-claim-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let held = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let claim = claim_name(&name, Path::new("/folder"));
+        assert!(matches!(claim, Ok(Some(_))), "taken once let go");
+        holder.join().unwrap();
+    }
 
     /// Reviews always have a limit, though `--qps` may lift the status writes' own.
     #[test]

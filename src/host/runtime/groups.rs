@@ -123,7 +123,9 @@ fn file_identity(metadata: &fs::Metadata) -> (u64, u64, u64) {
 }
 
 /// Locks `dir`'s lock file (made if need be) for this agent's life.
-fn take_lock(dir: &Path) -> Result<File, StateDirError> {
+/// Locks `dir`'s `lock` file. With `wait_for_stopping`, one another agent holds is waited for
+/// ([`HeldByAnotherAgent`]): at start, not when the running agent follows a moved directory.
+fn take_lock(dir: &Path, wait_for_stopping: bool) -> Result<File, StateDirError> {
     let lock_path = dir.join("lock");
     let lock = File::options()
         .create(true)
@@ -131,10 +133,45 @@ fn take_lock(dir: &Path) -> Result<File, StateDirError> {
         .write(true)
         .open(&lock_path)
         .map_err(|source| StateDirError::Io { path: lock_path.clone(), source })?;
-    match lock.try_lock() {
-        Ok(()) => Ok(lock),
-        Err(TryLockError::WouldBlock) => Err(StateDirError::InUse { path: dir.to_owned() }),
-        Err(TryLockError::Error(source)) => Err(StateDirError::Io { path: lock_path, source }),
+    let mut held = HeldByAnotherAgent::new();
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(lock),
+            Err(TryLockError::WouldBlock) if wait_for_stopping && held.wait() => {}
+            Err(TryLockError::WouldBlock) => return Err(StateDirError::InUse { path: dir.to_owned() }),
+            Err(TryLockError::Error(source)) => return Err(StateDirError::Io { path: lock_path, source }),
+        }
+    }
+}
+
+/// The wait for what another agent of this user holds (the state directory's lock, the
+/// manifests folder's claim), in case that agent is only stopping: a killed agent holds both
+/// until its exit has closed its descriptors, which comes after it has gone from sight and,
+/// under load, a moment after its kill (a helper's crash test had the next agent refused as
+/// "served by another running agent" once in 60 rounds). A running agent holds them for good:
+/// it is named after [`HeldByAnotherAgent::WAIT`].
+pub(crate) struct HeldByAnotherAgent {
+    deadline: std::time::Instant,
+}
+
+impl HeldByAnotherAgent {
+    /// How long what another agent holds is waited for.
+    pub(crate) const WAIT: Duration = Duration::from_secs(2);
+
+    // Before any runtime exists (a blocking wait at start), so std's clock.
+    #[allow(clippy::disallowed_methods)]
+    pub(crate) fn new() -> Self {
+        HeldByAnotherAgent { deadline: std::time::Instant::now() + Self::WAIT }
+    }
+
+    /// Sleeps a little and says whether to try again; false once the wait is over.
+    #[allow(clippy::disallowed_methods)]
+    pub(crate) fn wait(&mut self) -> bool {
+        if std::time::Instant::now() >= self.deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        true
     }
 }
 
@@ -173,7 +210,7 @@ impl StateDir {
             return None;
         }
         if !held(&locks) {
-            match take_lock(&self.dir) {
+            match take_lock(&self.dir, false) {
                 Ok(lock) => locks.push(lock),
                 Err(error @ StateDirError::InUse { .. }) => {
                     if !said(&self.lost) {
@@ -241,7 +278,7 @@ impl ContainerGroups {
             return Err(StateDirError::Symlink { path: containers });
         }
         fs::create_dir_all(&containers).map_err(io_error(&containers))?;
-        let lock = take_lock(dir)?;
+        let lock = take_lock(dir, true)?;
         let boot = boot_id();
         if let Some(pid) = running_agent_of_records(dir, boot.as_deref()) {
             return Err(StateDirError::RecordsOfRunningAgent { path: dir.to_owned(), pid });
@@ -496,6 +533,24 @@ fn write_atomically(dir: &Path, name: &str, text: &str) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lock of an agent that is stopping (here: let go 300 ms later) is waited for: a
+    /// killed agent holds it until its exit has closed its descriptors, a moment after it has
+    /// gone from sight. Before, the next agent started then was refused as if another agent ran.
+    #[test]
+    fn a_lock_let_go_within_the_wait_is_taken() {
+        let dir = std::env::temp_dir().join(format!("probelet-groups-stopping-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let held = File::options().create(true).truncate(false).write(true).open(dir.join("lock")).unwrap();
+        held.try_lock().unwrap();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        assert!(take_lock(&dir, true).is_ok(), "taken once let go");
+        holder.join().unwrap();
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     /// A record that cannot be put in place leaves no temporary file behind.
     #[test]

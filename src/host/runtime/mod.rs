@@ -51,6 +51,7 @@ pub use budget::{
     FDS_PER_CONTAINER, FDS_PER_EXEC_PROBE, FdBudget, HEALTH_MAX_CONNECTIONS, MIN_RESERVE, Refusal,
     connection_cap, exec_probe_cap, listener_caps, nofile_limit, raise_nofile_limit,
 };
+pub(crate) use groups::HeldByAnotherAgent;
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
 pub use orphans::OrphanReaper;
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
