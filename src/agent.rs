@@ -446,42 +446,47 @@ fn claim_name(name: &str, canonical: &Path) -> Result<Option<std::os::unix::net:
         }
     };
     let mut held = HeldByAnotherAgent::new();
-    let bound = loop {
-        let bound = std::os::unix::net::UnixListener::bind_addr(&addr);
-        if bound.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse) && held.wait() {
-            // Taken: by an agent that is stopping, the name is free within the wait.
-            continue;
-        }
-        break bound;
-    };
-    match bound {
-        Ok(listener) => Ok(Some(listener)),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            let holder = std::os::unix::net::UnixStream::connect_addr(&addr).and_then(|stream| {
-                rustix::net::sockopt::socket_peercred(&stream).map_err(std::io::Error::from)
-            });
-            match holder {
-                Ok(holder) if holder.uid == rustix::process::getuid() => {
-                    Err(AgentError::ManifestsInUse(canonical.to_owned()))
-                }
-                Ok(holder) => {
-                    tracing::warn!(folder = %canonical.display(), holder_uid = holder.uid.as_raw(), holder_pid = holder.pid.as_raw_nonzero().get(), "the manifests folder's claim is held by another user's process; going on without it");
-                    Ok(None)
-                }
-                Err(error) => {
-                    tracing::warn!(folder = %canonical.display(), %error, "the manifests folder's claim is held by a socket that does not answer; going on without it");
-                    Ok(None)
-                }
+    loop {
+        match std::os::unix::net::UnixListener::bind_addr(&addr) {
+            Ok(listener) => return Ok(Some(listener)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                let holder = std::os::unix::net::UnixStream::connect_addr(&addr).and_then(|stream| {
+                    rustix::net::sockopt::socket_peercred(&stream).map_err(std::io::Error::from)
+                });
+                return match holder {
+                    // Another agent of this user, or one that is stopping: its name is free
+                    // within the wait.
+                    Ok(holder) if holder.uid == rustix::process::getuid() && held.wait() => continue,
+                    Ok(holder) if holder.uid == rustix::process::getuid() => {
+                        Err(AgentError::ManifestsInUse(canonical.to_owned()))
+                    }
+                    Ok(holder) => {
+                        tracing::warn!(folder = %canonical.display(), holder_uid = holder.uid.as_raw(), holder_pid = holder.pid.as_raw_nonzero().get(), "the manifests folder's claim is held by another user's process; going on without it");
+                        Ok(None)
+                    }
+                    Err(error) => {
+                        tracing::warn!(folder = %canonical.display(), %error, "the manifests folder's claim is held by a socket that does not answer; going on without it");
+                        Ok(None)
+                    }
+                };
             }
+            Err(source) => return claim_failed(source, canonical),
         }
+    }
+}
+
+/// What a claim that cannot be made at all means.
+fn claim_failed(
+    source: std::io::Error,
+    canonical: &Path,
+) -> Result<Option<std::os::unix::net::UnixListener>, AgentError> {
+    match source {
         // Out of descriptors or memory: without the claim a second agent on the folder with
         // another state directory would start every container again, so this is no place to
         // go on. A socket the system does not allow at all (a unit's `RestrictAddressFamilies`,
         // an LSM) is no passing shortage: the state directory's lock guards the common case.
-        Err(source) if is_shortage(&source) => {
-            Err(AgentError::Claim { folder: canonical.to_owned(), source })
-        }
-        Err(error) => {
+        source if is_shortage(&source) => Err(AgentError::Claim { folder: canonical.to_owned(), source }),
+        error => {
             tracing::warn!(%error, folder = %canonical.display(), "cannot claim the manifests folder; a second agent on it with a state directory of its own would not be refused");
             Ok(None)
         }
@@ -527,6 +532,9 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     // pods, claimed by another agent, and a container would run twice (docs/reliability.md).
     let manifests = std::fs::canonicalize(&manifests_as_given)
         .map_err(|_| AgentError::NoManifests(manifests_as_given.clone()))?;
+    // Before the claim and the sweep of what a dead agent left: a SIGTERM from here on waits
+    // for the sweep's end, and then stops the agent in order.
+    let listening = ShutdownSignals::listen()?;
     let _claim = claim_folder(&manifests)?;
     let mut common = Common::new()?;
     common.configure(args);
@@ -548,7 +556,7 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
         }
     };
     // Watched from now on: a SIGTERM during startup stops the agent in order too.
-    let mut terminating = watch_shutdown_signals(groups.clone(), orphans.clone())?;
+    let mut terminating = watch_shutdown_signals(listening, groups.clone(), orphans.clone())?;
     if let Some(orphans) = &orphans {
         orphans.clone().start();
     }
@@ -658,25 +666,42 @@ enum ShutdownStage {
     Forced,
 }
 
-/// Watches SIGTERM, SIGINT and SIGHUP on a thread of its own, with its own tokio runtime, so that
+/// SIGTERM, SIGINT and SIGHUP listened for from before the agent touches its state directory, on
+/// the runtime their watcher thread will run: a signal from then on is kept for the watcher,
+/// instead of taking its default action. Without it a SIGTERM during the sweep of what a dead
+/// agent left (1,500 containers take a while) ended the agent at once, the rest still running.
+struct ShutdownSignals {
+    runtime: tokio::runtime::Runtime,
+    signals: Signals,
+}
+
+impl ShutdownSignals {
+    fn listen() -> Result<ShutdownSignals, AgentError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(AgentError::SignalWatcher)?;
+        let signals = {
+            let _watcher_runtime = runtime.enter();
+            Signals::new()
+        };
+        Ok(ShutdownSignals { runtime, signals })
+    }
+}
+
+/// Watches the [`ShutdownSignals`] on a thread of its own, with its own tokio runtime, so that
 /// neither a saturated main thread nor a stuck actor can keep the agent from stopping. The
-/// first signal moves the returned stage to `Stopping` (the main thread then shuts down in
-/// order); the second one, or the largest grace period plus [`SHUTDOWN_MARGIN`] after the
-/// first, moves it to `Forced`, SIGKILLs every container group and exits 1.
+/// first signal (one that came before the watch included) moves the returned stage to
+/// `Stopping` (the main thread then shuts down in order); the second one, or the largest grace
+/// period plus [`SHUTDOWN_MARGIN`] after the first, moves it to `Forced`, SIGKILLs every
+/// container group and exits 1.
 fn watch_shutdown_signals(
+    listening: ShutdownSignals,
     groups: ContainerGroups,
     orphans: Option<Arc<OrphanReaper>>,
 ) -> Result<tokio::sync::watch::Receiver<ShutdownStage>, AgentError> {
     let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(AgentError::SignalWatcher)?;
-    // Listening before the thread runs: no signal between now and then takes the default action.
-    let mut signals = {
-        let _watcher_runtime = runtime.enter();
-        Signals::new()
-    };
+    let ShutdownSignals { runtime, mut signals } = listening;
     std::thread::Builder::new()
         .name("probelet-signals".to_owned())
         .spawn(move || {
