@@ -465,6 +465,47 @@ fn a_container_flooding_its_shim_with_sigusr1_cannot_drown_the_agents_request() 
     }
 }
 
+/// A shim that has killed its whole tree says so on the control socket before it ends, even
+/// when it then dies of its command's signal: the agent need not look for the container's
+/// marked processes (a look reads every process's environment; one per container stopped at
+/// once kept a 1,500-container agent busy past its shutdown deadline). A shim killed before it
+/// could kill its tree says nothing, and the look happens.
+#[test]
+fn a_shim_says_it_killed_its_tree_and_a_killed_shim_cannot() {
+    use std::os::unix::net::UnixStream;
+
+    let start = |script: &str| {
+        let (agent, theirs) = UnixStream::pair().unwrap();
+        let child = shim(&["--", "sh", "-c", script])
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .spawn()
+            .unwrap();
+        let mut report = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(&agent), &mut report).unwrap();
+        assert_eq!(report, "started\n");
+        (agent, child)
+    };
+
+    let pidfile = temp("said-tree-killed");
+    let (agent, mut child) = start(&escaping(&pidfile, 300, "kill -TERM $$"));
+    let _tree = TreeKilledOnDrop(child.id());
+    let escaped = pid_from(&pidfile);
+    assert_eq!(wait(&mut child).signal(), Some(15), "the shim dies of its command's signal");
+    assert_gone(escaped);
+    assert!(probelet::shim::said_tree_killed(&agent), "said before it ended");
+    let _ = std::fs::remove_file(&pidfile);
+
+    let pidfile = temp("killed-shim");
+    let (agent, mut child) = start(&escaping(&pidfile, 300, "exec sleep 300"));
+    let _tree = TreeKilledOnDrop(child.id());
+    let escaped = pid_from(&pidfile);
+    child.kill().unwrap();
+    assert_eq!(wait(&mut child).signal(), Some(9));
+    assert!(!probelet::shim::said_tree_killed(&agent), "a killed shim says nothing");
+    let _ = Command::new("kill").args(["-KILL", &escaped.to_string()]).status();
+    let _ = std::fs::remove_file(&pidfile);
+}
+
 /// Not a test: run as a container's command by the test below (`--ignored`), it copies its
 /// shim's standard input (`pidfd_getfd`), as a container would to read the agent's kill
 /// request off the control socket, and prints the outcome.

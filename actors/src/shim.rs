@@ -114,6 +114,21 @@ pub fn parse_mark(mark: &str) -> Option<(u32, u64)> {
 /// a container that would copy it (`pidfd_getfd`) unless that container may ptrace as root.
 pub const KILL_TREE: u8 = b'k';
 
+/// The byte the shim writes on the control socket once it has killed its whole tree, right
+/// before it ends: nothing the container started runs any more. A shim that was killed never
+/// writes it, and then the agent looks for what carries its mark (`docs/reliability.md`).
+pub const TREE_KILLED: u8 = b'd';
+
+/// Whether the shim at the other end of `control` said it killed its whole tree
+/// ([`TREE_KILLED`]); read once its process has ended. Never blocks.
+pub fn said_tree_killed(control: &impl AsFd) -> bool {
+    let mut byte = [0u8];
+    matches!(
+        rustix::net::recv(control, &mut byte, rustix::net::RecvFlags::DONTWAIT),
+        Ok((1, _)) if byte[0] == TREE_KILLED
+    )
+}
+
 /// Asks the shim at the other end of `control` (kept from [`Report::read`]) to kill its tree.
 /// Never blocks; `false` when the request could not be written (the shim has ended, or a
 /// request is already waiting unread). Never raises SIGPIPE.
@@ -349,18 +364,18 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
     let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return START_FAILED_EXIT_CODE;
     };
-    let status = runtime.block_on(async {
+    let (status, control) = runtime.block_on(async {
         let mut parent_check = tokio::time::interval(PARENT_CHECK);
         let mut control = control;
-        loop {
+        let status = loop {
             if let Some(status) = reap_exited(pid) {
-                return Some(status);
+                break Some(status);
             }
             // Read at every turn, not only when the reactor reports the socket readable: a
             // flood of the container's SIGUSR1s keeps the loop turning and could leave that
             // report late by seconds (a direct read is one system call).
             match control.as_ref().map(kill_request_now) {
-                Some(Some(Asked::KillTree)) => return None,
+                Some(Some(Asked::KillTree)) => break None,
                 Some(Some(Asked::Closed)) => control = None,
                 _ => {}
             }
@@ -391,11 +406,11 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
                         start: crate::process::start_time(getpid().as_raw_pid().unsigned_abs()).ok(),
                     };
                     if asked_by_an_agent(asker, &me, rustix::process::getppid(), lookup) {
-                        return None;
+                        break None;
                     }
                 }
                 asked = kill_request(control.as_ref()), if control.is_some() => match asked {
-                    Asked::KillTree => return None,
+                    Asked::KillTree => break None,
                     // The agent closed its end (it no longer asks here, or it died): from now
                     // on only SIGUSR1 asks.
                     Asked::Closed => control = None,
@@ -403,13 +418,19 @@ pub fn run(wait_for_go: bool, parent: Option<u32>, command: &[OsString]) -> i32 
                 },
                 _ = parent_check.tick(), if parent.is_some() => {
                     if orphaned() {
-                        return None;
+                        break None;
                     }
                 }
             }
-        }
+        };
+        (status, control)
     });
-    match kill_tree(pid, status) {
+    let (status, whole_tree) = kill_tree(pid, status);
+    if whole_tree && let Some(control) = &control {
+        use rustix::net::SendFlags;
+        let _ = rustix::net::send(control, &[TREE_KILLED], SendFlags::NOSIGNAL | SendFlags::DONTWAIT);
+    }
+    match status {
         Some(status) => end_as(status),
         None => {
             eprintln!("container-shim: the command's exit status was lost");
@@ -617,8 +638,8 @@ fn reap_exited(program: Pid) -> Option<WaitStatus> {
 }
 
 /// SIGKILLs every descendant and reaps until none is left (see [`MAX_REAPS`]); PROGRAM's
-/// status, `status` if it was reaped already.
-fn kill_tree(program: Pid, mut status: Option<WaitStatus>) -> Option<WaitStatus> {
+/// status, `status` if it was reaped already, and whether every descendant is gone.
+fn kill_tree(program: Pid, mut status: Option<WaitStatus>) -> (Option<WaitStatus>, bool) {
     for _ in 0..MAX_REAPS {
         // What has ended already is reaped first. No child at all means no descendant: an
         // orphan is the shim's child (it is a subreaper) before its parent can be reaped, and a
@@ -634,7 +655,7 @@ fn kill_tree(program: Pid, mut status: Option<WaitStatus>) -> Option<WaitStatus>
             Err(Errno::INTR) => continue,
             Ok(None) => {}
             // ECHILD: every descendant is gone.
-            Err(_) => break,
+            Err(_) => return (status, true),
         }
         // Our own children, unreaped: their PIDs cannot have been reused, so killing by PID is
         // safe. Killing a zombie does nothing.
@@ -645,10 +666,10 @@ fn kill_tree(program: Pid, mut status: Option<WaitStatus>) -> Option<WaitStatus>
             Ok(Some((pid, exited))) if pid == program => status = Some(exited),
             Ok(_) | Err(Errno::INTR) => {}
             // ECHILD: every descendant is gone.
-            Err(_) => break,
+            Err(_) => return (status, true),
         }
     }
-    status
+    (status, false)
 }
 
 /// Ends the shim as PROGRAM ended: its exit code, or death by its signal.

@@ -363,9 +363,14 @@ impl ContainerGroups {
 
     /// No longer lists group `pgid` (its leader has exited and is about to be reaped: from
     /// then on its ID may name another process, which nothing here may signal), but keeps its
-    /// record until [`Self::forget_record`]; answers the mark of its leader's shim, if known.
+    /// record until [`Self::forget_record`]. Answers the mark of its leader's shim, if known,
+    /// unless the shim said it killed its whole tree ([`crate::shim::TREE_KILLED`]): then
+    /// nothing carries the mark any more.
     pub fn unlist(&self, pgid: u32) -> Option<String> {
         let group = self.lock().by_pgid.remove(&pgid)?;
+        if group.control.as_deref().is_some_and(crate::shim::said_tree_killed) {
+            return None;
+        }
         group.start.map(|start| crate::shim::mark(pgid, start))
     }
 

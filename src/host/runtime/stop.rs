@@ -8,7 +8,6 @@
 
 use std::fmt;
 use std::io;
-use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,13 +106,11 @@ impl ProcessGuard {
         // goes, so that an agent that dies meanwhile leaves the record, and the next agent
         // kills them by it; and before the exit is reported, so that a restart never runs
         // beside them (a crash-torture test by a helper: both happened when the orphan sweep,
-        // up to a second later, was all that killed them). A shim that ended by itself has
-        // killed them already: a shim that exited with a code is not looked after (every
-        // process's environment is read for the look), one that died of a signal is, as a shim
-        // killed dies so, and one that re-raised its container's signal too.
-        let killed_by_signal = status.as_ref().is_ok_and(|status| status.signal().is_some());
+        // up to a second later, was all that killed them). A shim that killed its whole tree
+        // said so before it ended, and is not looked after: the look reads every process's
+        // environment, and one for each of 1,500 containers stopped at once (their shims die
+        // of the containers' SIGTERM, mirrored) kept the agent busy past its shutdown deadline.
         if self.shimmed
-            && killed_by_signal
             && let Some(mark) = mark
         {
             let killed = kill_marked_off_thread(pgid, mark).await;
