@@ -812,6 +812,51 @@ async fn a_header_name_hyper_cannot_carry_fails_the_probe_as_goes_transport_woul
     .await;
 }
 
+/// Headers the API server lets through but Go's transport refuses to send (a value with a line
+/// break, a name with a space, an invalid `Host`): upstream's `client.Do` fails before it
+/// dials, and the probe fails with `Get "<url>": <transport's text>`, so a liveness probe
+/// restarts the container. Before, probelet called them errors: each result was discarded,
+/// and a liveness probe never failed.
+#[tokio::test]
+async fn headers_go_refuses_to_send_fail_the_probe_without_a_request() {
+    bounded(async {
+        let server = HttpServer::plain(|_| Reply::ok("never")).await;
+        let url = format!("http://127.0.0.1:{}/", server.port());
+        let cases: [(&[(&str, &str)], String); 3] = [
+            (&[("X-Bad", "a\nb")], "net/http: invalid header field value for \"X-Bad\"".to_owned()),
+            (&[("X Foo", "1")], "net/http: invalid header field name \"X Foo\"".to_owned()),
+            (&[("host", "a b")], "http: invalid Host header".to_owned()),
+        ];
+        for (headers, text) in cases {
+            let action = with_headers(get(server.port(), "/"), headers);
+            let recorder = Arc::new(MemoryRecorder::new());
+            let prober = Prober::new(Arc::new(LocalCommandRunner::new()), recorder.clone());
+            let (pod, status) = pod_probing(&action);
+            let container = PodContainer::find(&pod, "app").expect("the container");
+            let id = ContainerId::new("probelet", "abc");
+            let run = prober.probe_with_memo(
+                ProbeKind::Readiness,
+                pod,
+                status,
+                container,
+                id,
+                LONG,
+                ProbeMemo::default(),
+            );
+            assert_eq!(run.await.result, Ok(ProbeResult::Failure), "{text}");
+            let want = format!("Readiness probe failed: Get \"{url}\": {text}");
+            assert!(
+                recorder.rendered().iter().any(|e| e.contains(&want)),
+                "{want}: {:?}",
+                recorder.rendered()
+            );
+            assert_eq!(probe_three_times(&action).await, vec![Ok(ProbeResult::Failure); 3], "{text}");
+        }
+        assert!(server.requests().is_empty(), "nothing was sent");
+    })
+    .await;
+}
+
 // === answers read as Go's client reads them ===
 
 /// A server that answers every request with exactly `bytes` (each piece flushed on its own).

@@ -569,6 +569,12 @@ impl Prober {
             {
                 return Ok(Probed::new(ProbeOutcome::Failure, refusal));
             }
+            if let Some(refusal) = action.http_headers.as_deref().and_then(http::send_refusal) {
+                // Go's transport refuses to send such headers: upstream's `client.Do` fails, and
+                // the probe with it (a liveness probe restarts the container), before any dial.
+                let url = http::HttpProbeRequest::url_of(action, container, pod_ip)?;
+                return Ok(Probed::new(ProbeOutcome::Failure, http::transport_error(&url, &refusal)));
+            }
             let build = || http::HttpProbeRequest::new(action, container, pod_ip);
             return match (&self.parts.executors.http, memo) {
                 (Some(injected), _) => {

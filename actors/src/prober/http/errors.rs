@@ -7,7 +7,7 @@ use std::io;
 use crate::gofmt::go_quote;
 
 /// Go's `url.Error` text for a failed `client.Do`.
-pub(super) fn transport_error(url: &str, error: &str) -> String {
+pub(crate) fn transport_error(url: &str, error: &str) -> String {
     format!("Get {}: {error}", go_quote(url))
 }
 

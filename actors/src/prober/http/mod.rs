@@ -36,10 +36,11 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::either::Either;
 
-use self::errors::{go_io_text, tls_error_text, transport_error};
+pub(crate) use self::errors::transport_error;
+use self::errors::{go_io_text, tls_error_text};
 use self::go_url::{GoUrl, split_host_port};
 pub(crate) use self::request::FirstRequest;
-pub use self::request::HttpProbeRequest;
+pub use self::request::{HttpProbeRequest, send_refusal};
 use self::request::{build_request, first_value, referer_for, valid_host_header, wire_headers};
 pub use self::tls::insecure_tls_config;
 use super::tcp::{deadline_after, dial};

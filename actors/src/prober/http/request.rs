@@ -106,11 +106,12 @@ impl HttpProbeRequest {
         };
         let port = resolve_container_port(&action.port, container)?;
         let url = format_url(&scheme, host, port, action.path.as_deref().unwrap_or(""))?;
-        let headers = probe_headers(action.http_headers.as_deref().unwrap_or_default())?;
-        let virtual_host = first_value(&headers, "Host").filter(|h| !h.is_empty()).map(str::to_owned);
-        if virtual_host.as_deref().is_some_and(|h| !valid_host_header(h)) {
-            return Err(ProbeError::InvalidRequest("http: invalid Host header".to_owned()));
+        let supplied = action.http_headers.as_deref().unwrap_or_default();
+        if let Some(refusal) = send_refusal(supplied) {
+            return Err(ProbeError::InvalidRequest(refusal));
         }
+        let headers = probe_headers(supplied);
+        let virtual_host = first_value(&headers, "Host").filter(|h| !h.is_empty()).map(str::to_owned);
         request_target(&url).map_err(ProbeError::InvalidRequest)?;
         let host = virtual_host.as_deref().unwrap_or(&url.host);
         // A URL host that cannot be a Host header (`a"b`) fails on the send path, as in Go.
@@ -118,6 +119,18 @@ impl HttpProbeRequest {
             .then(|| FirstRequest::new(&url, &wire_headers(&headers, host, None)).ok())
             .flatten();
         Ok(HttpProbeRequest { url, headers, virtual_host, first })
+    }
+
+    /// The target URL of `action` as upstream renders it, without building the rest of the
+    /// request (what a refused send names: [`send_refusal`]).
+    pub fn url_of(action: &HTTPGetAction, container: &Container, pod_ip: &str) -> Result<String, ProbeError> {
+        let scheme = match action.scheme.as_deref() {
+            Some(s) if !s.is_empty() => s.to_lowercase(),
+            _ => "http".to_owned(),
+        };
+        let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
+        let port = resolve_container_port(&action.port, container)?;
+        Ok(format_url(&scheme, host, port, action.path.as_deref().unwrap_or(""))?.to_string())
     }
 
     /// The target URL as upstream renders it, e.g. `http://10.0.0.1:8080/healthz?x=1`.
@@ -199,26 +212,31 @@ fn usable_host(host: &str) -> bool {
     !host.contains(['[', ']'])
 }
 
-/// Upstream `v1HeaderToHTTPHeader` plus the defaults of `newProbeRequest`.
-fn probe_headers(supplied: &[HTTPHeader]) -> Result<Vec<(String, String)>, ProbeError> {
+/// What Go's transport says when it refuses to send the probe's `httpHeaders` (the API
+/// server checks only the names' form): an invalid header name or value, or an invalid `Host`
+/// header. Upstream's `client.Do` then fails, and so does the probe, with `Get "<url>": ` and
+/// this text (docs/http-probe.md, "Headers Go refuses to send"). `None` for headers it sends.
+pub fn send_refusal(supplied: &[HTTPHeader]) -> Option<String> {
+    for header in supplied {
+        if !valid_header_name(&header.name) {
+            return Some(format!("net/http: invalid header field name {}", go_quote(&header.name)));
+        }
+        if !valid_header_value(&header.value) {
+            let name = canonical_header_key(&header.name);
+            return Some(format!("net/http: invalid header field value for {}", go_quote(&name)));
+        }
+    }
+    // Go's `Header.Get("Host")`: the first value under the canonical name.
+    let host = supplied.iter().find(|h| canonical_header_key(&h.name) == "Host").map(|h| h.value.as_str());
+    host.filter(|h| !h.is_empty() && !valid_host_header(h)).map(|_| "http: invalid Host header".to_owned())
+}
+
+/// Upstream `v1HeaderToHTTPHeader` plus the defaults of `newProbeRequest`, for headers
+/// [`send_refusal`] lets through.
+fn probe_headers(supplied: &[HTTPHeader]) -> Vec<(String, String)> {
     let mut headers = Vec::with_capacity(supplied.len() + 2);
     for header in supplied {
-        // Upstream's transport rejects these when sending; rejecting them here gives a clear
-        // error instead of a failing probe.
-        if !valid_header_name(&header.name) {
-            return Err(ProbeError::InvalidRequest(format!(
-                "net/http: invalid header field name {}",
-                go_quote(&header.name)
-            )));
-        }
-        let name = canonical_header_key(&header.name);
-        if !valid_header_value(&header.value) {
-            return Err(ProbeError::InvalidRequest(format!(
-                "net/http: invalid header field value for {}",
-                go_quote(&name)
-            )));
-        }
-        headers.push((name, header.value.clone()));
+        headers.push((canonical_header_key(&header.name), header.value.clone()));
     }
     if first_value(&headers, "User-Agent").is_none() {
         headers.push(("User-Agent".to_owned(), KUBE_PROBE_USER_AGENT.to_owned()));
@@ -229,7 +247,7 @@ fn probe_headers(supplied: &[HTTPHeader]) -> Result<Vec<(String, String)>, Probe
         Some("") => headers.retain(|(name, _)| name != "Accept"),
         Some(_) => {}
     }
-    Ok(headers)
+    headers
 }
 
 /// Go's `Header.Get` on a list with canonical names.
