@@ -135,6 +135,9 @@ pub struct PodSync {
     pub retry: Option<Retry>,
     /// Conflict back-off: ended by a new version or a newer watch copy.
     pub conflict: Option<Retry>,
+    /// Writes in a row the server answered 409, whether or not a newer copy was at hand to
+    /// merge into at once (which ends the back-off, not the streak): what is reported.
+    pub conflicts_in_a_row: u32,
     /// The resourceVersion of the merge base a write last conflicted with: until a newer copy
     /// is seen, a watch event no newer than this is not a merge base.
     pub floor: Option<u64>,
@@ -154,6 +157,7 @@ impl PodSync {
             dirty: false,
             retry: None,
             conflict: None,
+            conflicts_in_a_row: 0,
             floor: None,
             rejected: None,
             written: None,
@@ -224,6 +228,7 @@ impl PodSync {
             WriteOutcome::Updated | WriteOutcome::Unchanged => {
                 self.retry = None;
                 self.conflict = None;
+                self.conflicts_in_a_row = 0;
                 self.floor = None;
                 self.rejected = None;
                 if let Some(written) = write(api_uid) {
@@ -237,11 +242,13 @@ impl PodSync {
             WriteOutcome::NotFound => {
                 self.retry = None;
                 self.conflict = None;
+                self.conflicts_in_a_row = 0;
                 self.floor = None;
             }
             WriteOutcome::Invalid(_) => {
                 self.retry = None;
                 self.conflict = None;
+                self.conflicts_in_a_row = 0;
                 // Not sent again at once, nor for a watch event: a reconcile sends it when its
                 // wait is over (the cause may lie in the API copy, which can change), and a
                 // new version goes at once.
@@ -252,6 +259,12 @@ impl PodSync {
             WriteOutcome::Conflict => {
                 // The server answered: the failures before are over, only the copy was stale.
                 self.retry = None;
+                // Counted either way: a runtime that writes the pod more often than a PATCH
+                // takes keeps a newer copy at hand at every answer, and its writes kept a
+                // pod's readiness from landing for good, never reported.
+                self.conflicts_in_a_row = self.conflicts_in_a_row.saturating_add(1);
+                settled.conflicts_to_report =
+                    Some(self.conflicts_in_a_row).filter(|&n| conflicts_worth_reporting(n));
                 if newer_copy_held(held, merged_into) {
                     self.conflict = None;
                 } else {
@@ -260,7 +273,6 @@ impl PodSync {
                     }
                     let next = next_conflict(self.conflict, now, backoffs, uid);
                     settled.retry_in = Some(next.not_before - now);
-                    settled.conflicts_to_report = Some(next.count).filter(|&n| conflicts_worth_reporting(n));
                     self.conflict = Some(next);
                 }
                 self.dirty = true;
@@ -505,6 +517,26 @@ mod tests {
             (Some(Duration::ZERO), None),
             "counted afresh"
         );
+    }
+
+    /// Conflicts each answered while a newer copy was already held (a runtime that writes the
+    /// pod faster than a PATCH's round trip): merged again at once, without back-off, and still
+    /// every fifth in a row is reported. Before, the held copy reset the count, and 202
+    /// conflicts in a row were never reported at the default level.
+    #[test]
+    fn conflicts_merged_again_at_once_are_still_counted_and_reported() {
+        let now = Instant::now();
+        let mut pod = PodSync::listed(status(1));
+        let mut reported = Vec::new();
+        for n in 1..=10u64 {
+            let conflict = result(WriteOutcome::Conflict, 1, Some(n));
+            let settled = pod.on_outcome(&conflict, Some(n + 1), now, &BACKOFFS);
+            assert_eq!(settled.retry_in, None, "merged again at once into the newer copy");
+            reported.extend(settled.conflicts_to_report);
+        }
+        assert_eq!(reported, [5, 10]);
+        pod.on_outcome(&result(WriteOutcome::Updated, 1, Some(20)), None, now, &BACKOFFS);
+        assert_eq!(pod.conflicts_in_a_row, 0, "a write that lands ends the streak");
     }
 
     #[test]
