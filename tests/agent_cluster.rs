@@ -823,6 +823,29 @@ async fn after_an_api_outage_a_new_pod_is_seen_at_once_and_the_log_says_lost_and
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// The pod list answered 429 with `Retry-After: 3600`: the watch has no retry of kube's (which
+/// slept the hour out inside the request, the agent seeing no pod and saying nothing), so the
+/// answer reaches it, and it says it waits what was asked, at most a minute
+/// (`cluster::watch::tests::a_retry_after_is_waited_out_up_to_its_cap` times the wait).
+#[tokio::test]
+async fn a_pod_list_throttled_for_an_hour_is_waited_out_for_a_minute_and_said() {
+    let fake = FakeApiServer::start().await;
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::GET, "/api/v1/pods".into()),
+        kind: FaultKind::throttled(3600),
+        times: FaultTimes::Times(1),
+    });
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "list-throttled", &[]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while output.with("asked the pod watch to wait").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never said: {:#?}", output.lines());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let said = output.with("asked the pod watch to wait");
+    assert!(said[0].contains("asked=3600") && said[0].contains("waiting=60"), "{said:?}");
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 #[tokio::test]
 async fn container_restarts_and_pod_deletion_log_no_warnings() {
     let (port, healthy) = support::health::toggled_health_server().await;

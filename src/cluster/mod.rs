@@ -96,7 +96,8 @@ pub async fn clients(kubeconfig: Option<PathBuf>) -> Result<Clients, AgentError>
 /// kube's retry sends a request again on a 429, 503 or 504, with or without a `Retry-After`,
 /// up to 15 times from 5 ms on, none of it counted against `--qps`; with it off the caller sees
 /// (and the metrics count) the answers, and waits at least what a `Retry-After` asks for
-/// (docs/sync.md, "Queue, budget, retries"). The watch, events, exec and reviews keep it.
+/// (docs/sync.md, "Queue, budget, retries"), and the pod watch, which waits what a
+/// `Retry-After` asks, at most a minute. Events, exec and reviews keep it.
 #[derive(Clone)]
 pub struct Clients {
     pub client: kube::Client,
@@ -227,7 +228,9 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
         syncs: Default::default(),
         node_name: args.node_name.clone(),
     };
-    let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
+    // Without kube's retry, which would sleep out a `Retry-After` inside the list request: the
+    // watch waits what the server asks (at most a minute) and says so.
+    let watch = pod_watch(writes.clone(), &args.node_name, args.pod_selector.as_deref());
     let host = ClusterHost::create(move |ctx| {
         ctx.add_stream(watch);
         host

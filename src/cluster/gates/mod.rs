@@ -66,7 +66,7 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
         base.health_note()
     ));
     let host = GateHost {
-        writes,
+        writes: writes.clone(),
         pipeline: pipeline.clone(),
         pods: common.pods.clone(),
         exec: args.readiness_gate_exec.then_some(exec),
@@ -77,7 +77,9 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
         watch: Default::default(),
         gated: HashMap::new(),
     };
-    let watch = pod_watch(client, &args.node_name, args.pod_selector.as_deref());
+    // Without kube's retry, which would sleep out a `Retry-After` inside the list request: the
+    // watch waits what the server asks (at most a minute) and says so.
+    let watch = pod_watch(writes.clone(), &args.node_name, args.pod_selector.as_deref());
     let host = GateHost::create(move |ctx| {
         ctx.add_stream(watch);
         host
