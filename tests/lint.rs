@@ -467,6 +467,92 @@ fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
     assert!(run.stderr.contains("yaml.yaml: invalid YAML"), "{}", run.stderr);
 }
 
+/// `lint` that must finish within 20 s: a test of what could hang fails instead of hanging.
+fn lint_within_20s(args: &[&str], paths: &[&Path]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .arg("lint")
+        .args(args)
+        .args(paths)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Counted sleeps rather than a clock read: 1000 of 20 ms are the 20 s.
+    let mut polls = 0;
+    while child.try_wait().unwrap().is_none() {
+        polls += 1;
+        if polls > 1000 {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("probelet lint {args:?} {paths:?} still running after 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    Run {
+        code: output.status.code().unwrap(),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        0,
+    )
+    .unwrap();
+}
+
+/// A FIFO, a symlink to one, a folder holding both and a symlink to a device are errors that
+/// name the file, at once: an open of a FIFO waited for a writer forever (a hostile test of
+/// 2026-12-06), and /dev/zero was read up to the size cap.
+#[test]
+fn a_fifo_or_a_device_is_not_a_regular_file_and_does_not_hang() {
+    let dir = TempDir::new("fifo");
+    let fifo = dir.path().join("fifo.yaml");
+    mkfifo(&fifo);
+    let link = dir.path().join("fifolink.yaml");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    let zero = dir.path().join("zero.yaml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let folder = dir.path().join("folder");
+    fs::create_dir(&folder).unwrap();
+    mkfifo(&folder.join("pipe.yaml"));
+    std::os::unix::fs::symlink(&fifo, folder.join("zz-fifo.yaml")).unwrap();
+    dir.write("folder/pod.json", POD);
+
+    for (path, bad) in [
+        (&fifo, vec![fifo.clone()]),
+        (&link, vec![link.clone()]),
+        (&zero, vec![zero.clone()]),
+        (&folder, vec![folder.join("pipe.yaml"), folder.join("zz-fifo.yaml")]),
+    ] {
+        let run = lint_within_20s(&["--format", "json"], &[path]);
+        assert_eq!(run.code, 2, "{}: stdout: {}\nstderr: {}", path.display(), run.stdout, run.stderr);
+        let json = run.json();
+        let errors: Vec<(&str, &str)> = json["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["file"].as_str().unwrap(), e["message"].as_str().unwrap()))
+            .collect();
+        let want: Vec<String> = bad.iter().map(|f| f.display().to_string()).collect();
+        let want: Vec<(&str, &str)> = want.iter().map(|f| (f.as_str(), "not a regular file")).collect();
+        assert_eq!(errors, want, "{}", path.display());
+        for file in &bad {
+            let line = format!("error: {}: not a regular file", file.display());
+            assert!(run.stderr.contains(&line), "{line} in {}", run.stderr);
+        }
+    }
+    let run = lint_within_20s(&["--format", "json"], &[&folder]);
+    assert_eq!(run.json()["summary"]["objects"], 1, "the folder's good file is still linted");
+}
+
 #[test]
 fn the_repositorys_examples_lint_without_errors() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pods");

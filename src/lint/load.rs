@@ -7,8 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -20,7 +18,9 @@ use serde_json::Value;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, metadata_path};
 use crate::host::manifests::sections::{document_number, document_sections};
-use crate::host::manifests::{MANIFEST_EXTENSIONS, Tracked, with_path, yaml_error_text, yaml_options};
+use crate::host::manifests::{
+    MANIFEST_EXTENSIONS, Tracked, read_regular_file, with_path, yaml_error_text, yaml_options,
+};
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
 pub const MAX_LINT_FILE_BYTES: u64 = 16 << 20;
@@ -214,16 +214,7 @@ fn typed_errors(contents: &str, total: usize, api_version: &str, kind: &str) -> 
 }
 
 fn read(file: &Path) -> Result<String, String> {
-    let opened = File::open(file).map_err(|e| format!("cannot read file: {e}"))?;
-    let mut bytes = Vec::new();
-    opened
-        .take(MAX_LINT_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read file: {e}"))?;
-    if bytes.len() as u64 > MAX_LINT_FILE_BYTES {
-        return Err("file larger than 16 MiB".into());
-    }
-    String::from_utf8(bytes).map_err(|e| format!("invalid UTF-8: {}", e.utf8_error()))
+    read_regular_file(file, MAX_LINT_FILE_BYTES).map_err(|e| e.to_string())
 }
 
 /// The file's documents (YAML, or JSON by the `.json` extension). A document may be null

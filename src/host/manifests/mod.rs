@@ -60,7 +60,6 @@ pub const FILE_SOURCE: &str = "file";
 /// File extensions read from the folder (compared case-insensitively).
 pub const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
-const TOO_LARGE: &str = "file larger than 1 MiB";
 const NOT_A_FILE: &str = "not a regular file";
 /// A folder named like a manifest: the kubelet's file source does not read subfolders either
 /// (its words).
@@ -140,7 +139,8 @@ fn parse_documents(
     gates: &FeatureGates,
 ) -> (Vec<NumberedPod>, Vec<ManifestError>) {
     if contents.len() as u64 > MAX_MANIFEST_BYTES {
-        return (Vec::new(), vec![ManifestError::new(file, TOO_LARGE)]);
+        let too_large = ReadError::TooLarge { max_bytes: MAX_MANIFEST_BYTES };
+        return (Vec::new(), vec![ManifestError::new(file, too_large.to_string())]);
     }
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
     let documents = match decode_documents(file, contents) {
@@ -417,11 +417,11 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
                 if e.kind() != io::ErrorKind::NotFound {
                     loaded.unreadable_files.insert(file.clone(), e.kind());
                 }
-                loaded.errors.push(ManifestError::new(&file, format!("cannot read file: {e}")));
+                loaded.errors.push(ManifestError::new(&file, ReadError::Io(e).to_string()));
                 continue;
             }
-            Err(ReadError::Content(reason)) => {
-                loaded.errors.push(ManifestError::new(&file, reason));
+            Err(content) => {
+                loaded.errors.push(ManifestError::new(&file, content.to_string()));
                 continue;
             }
         };
@@ -482,33 +482,50 @@ fn manifest_files(dir: &Path, loaded: &mut Loaded) -> io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-enum ReadError {
+/// Why a file gave no text to parse ([`read_regular_file`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReadError {
     /// The file could not be read: its pods are unknown.
-    Io(io::Error),
-    /// The file was read and is not a manifest.
-    Content(String),
+    #[error("cannot read file: {0}")]
+    Io(#[source] io::Error),
+    /// A FIFO, a device, a folder: what is there is not a manifest.
+    #[error("{NOT_A_FILE}")]
+    NotAFile,
+    /// Over the cap the caller gave, in MiB.
+    #[error("file larger than {} MiB", max_bytes >> 20)]
+    TooLarge { max_bytes: u64 },
+    #[error("invalid UTF-8: {0}")]
+    Utf8(std::str::Utf8Error),
 }
 
 fn read_manifest(file: &Path) -> Result<String, ReadError> {
-    // Listed as a regular file, but it may have been replaced since (a rename over it): a
-    // FIFO would block a plain open, and with it the agent's thread, until a writer came.
-    // Opened without blocking, and what was opened is what is checked.
+    read_regular_file(file, MAX_MANIFEST_BYTES)
+}
+
+/// The text of `file` if it is a regular file (symlinks followed) of at most `max_bytes`: the
+/// agent's manifest folder and `probelet lint` both read through this, so that neither can be
+/// held up by what a path names.
+pub(crate) fn read_regular_file(file: &Path, max_bytes: u64) -> Result<String, ReadError> {
+    // Listed as a regular file, but it may have been replaced since (a rename over it), or
+    // named on a command line: a FIFO would block a plain open, and with it the thread, until
+    // a writer came. Opened without blocking, and what was opened is what is checked, so a
+    // device such as /dev/zero is refused before a byte of it is read.
     let opened = fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(file)
         .map_err(ReadError::Io)?;
     if !opened.metadata().map_err(ReadError::Io)?.is_file() {
-        return Err(ReadError::Content(NOT_A_FILE.into()));
+        return Err(ReadError::NotAFile);
     }
     let mut bytes = Vec::new();
     // Reading one byte past the cap tells a file at the cap from a larger one without reading
     // the rest of a huge file.
-    opened.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(ReadError::Content(TOO_LARGE.into()));
+    opened.take(max_bytes + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(ReadError::TooLarge { max_bytes });
     }
-    String::from_utf8(bytes).map_err(|e| ReadError::Content(format!("invalid UTF-8: {}", e.utf8_error())))
+    String::from_utf8(bytes).map_err(|e| ReadError::Utf8(e.utf8_error()))
 }
 
 pub(crate) mod sections;
@@ -542,10 +559,7 @@ mod tests {
         let (done, read) = std::sync::mpsc::channel();
         let path = fifo.clone();
         std::thread::spawn(move || {
-            let _ = done.send(read_manifest(&path).map_err(|e| match e {
-                ReadError::Io(e) => e.to_string(),
-                ReadError::Content(reason) => reason,
-            }));
+            let _ = done.send(read_manifest(&path).map_err(|e| e.to_string()));
         });
         let got = read.recv_timeout(std::time::Duration::from_secs(10));
         let _ = fs::remove_dir_all(&dir);
