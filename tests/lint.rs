@@ -553,6 +553,45 @@ fn a_fifo_or_a_device_is_not_a_regular_file_and_does_not_hang() {
     assert_eq!(run.json()["summary"]["objects"], 1, "the folder's good file is still linted");
 }
 
+/// Two containers named `app`: one with a readiness probe, one with a liveness probe.
+const SAME_NAMES: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: dn}
+spec:
+  containers:
+  - name: app
+    image: x
+    readinessProbe: {httpGet: {port: 8080, path: /ready}, periodSeconds: 5}
+  - name: app
+    image: x
+    livenessProbe: {exec: {command: ["false"]}, periodSeconds: 1}
+"#;
+
+/// Each of two containers of the same name is shown with its own probes and findings, and a
+/// finding's timings are its own container's: the text looked containers up by name and showed
+/// the first one's readiness probe twice, never the second one's liveness probe.
+#[test]
+fn containers_of_the_same_name_are_each_reported_with_their_own_probes() {
+    let dir = TempDir::new("same-names");
+    let file = dir.write("dn.yaml", SAME_NAMES);
+    let run = lint(&[], &[&file]);
+    let blocks: Vec<&str> = run.stdout.split("  container app\n").skip(1).collect();
+    assert_eq!(blocks.len(), 2, "{}", run.stdout);
+    assert!(blocks[0].starts_with("    readinessProbe: httpGet "), "{}", run.stdout);
+    assert!(!blocks[0].contains("livenessProbe"), "{}", run.stdout);
+    assert!(blocks[1].starts_with("    livenessProbe: exec "), "{}", run.stdout);
+    assert!(blocks[1].contains("exec-short-period [livenessProbe]"), "{}", run.stdout);
+    assert!(!blocks[1].contains("readinessProbe:"), "{}", run.stdout);
+
+    let json = lint(&["--format", "json"], &[&file]).json();
+    let second = &json["objects"][0]["containers"][1];
+    assert_eq!(second["probes"][0]["probe"], "livenessProbe");
+    let short = findings(&json, "exec-short-period");
+    assert_eq!(short.len(), 1, "{json:#}");
+    assert_eq!(short[0]["timings"], second["timings"], "the second container's timings");
+}
+
 #[test]
 fn the_repositorys_examples_lint_without_errors() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pods");

@@ -28,23 +28,28 @@ pub fn text(report: &Report) -> String {
         for finding in sorted(findings.iter().filter(|f| f.container.is_none())) {
             write_finding(&mut out, "  ", finding);
         }
-        let mut names: Vec<&str> = object.lint.containers.iter().map(|c| c.name.as_str()).collect();
+        // Containers go by where they are, not by name: two of the same name (which the API
+        // server refuses, and which is reported) each keep their own probes and findings.
+        let mut paths: Vec<(&str, &str)> =
+            object.lint.containers.iter().map(|c| (c.path.as_str(), c.name.as_str())).collect();
         for finding in findings {
-            if let Some(name) = finding.container.as_deref()
-                && !names.contains(&name)
+            if let (Some(path), Some(name)) =
+                (finding.container_path.as_deref(), finding.container.as_deref())
+                && !paths.iter().any(|(p, _)| *p == path)
             {
-                names.push(name);
+                paths.push((path, name));
             }
         }
-        for name in names {
-            let container = object.lint.containers.iter().find(|c| c.name == name);
+        for (path, name) in paths {
+            let container = object.lint.containers.iter().find(|c| c.path == path);
             let sidecar = if container.is_some_and(|c| c.sidecar) { " (sidecar)" } else { "" };
             let _ = writeln!(out, "  container {name}{sidecar}");
             for probe in container.map(|c| c.probes.as_slice()).unwrap_or_default() {
                 let _ = writeln!(out, "    {}: {}", probe.probe, describe(probe));
             }
-            let own =
-                findings.iter().filter(|f| f.container.as_deref() == Some(name) && f.rule != rule::DEFAULTS);
+            let own = findings
+                .iter()
+                .filter(|f| f.container_path.as_deref() == Some(path) && f.rule != rule::DEFAULTS);
             for finding in sorted(own) {
                 write_finding(&mut out, "    ", finding);
             }
@@ -149,9 +154,9 @@ pub fn json(report: &Report) -> Value {
         let file = w.file.display().to_string();
         for finding in &object.lint.findings {
             let timings = finding
-                .container
+                .container_path
                 .as_deref()
-                .and_then(|name| object.lint.containers.iter().find(|c| c.name == name))
+                .and_then(|path| object.lint.containers.iter().find(|c| c.path == path))
                 .and_then(|c| c.timings.as_ref());
             findings.push(JsonFinding {
                 file: file.clone(),

@@ -94,6 +94,10 @@ pub struct Finding {
     pub rule: &'static str,
     /// The container it is about, if any.
     pub container: Option<String>,
+    /// Where that container is (`spec.containers[1]`): what tells it from another of the same
+    /// name, which the API server refuses but a manifest can hold (the report groups by it).
+    #[serde(skip)]
+    pub container_path: Option<String>,
     /// The probe it is about (`livenessProbe`, `readinessProbe`, `startupProbe`), if any.
     pub probe: Option<&'static str>,
     /// The field path it is about, from the top of the object (`spec.template.spec…`).
@@ -152,6 +156,9 @@ pub struct Timings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerReport {
     pub name: String,
+    /// Where it is in the object (`spec.containers[1]`); its findings' `container_path`.
+    #[serde(skip)]
+    pub path: String,
     /// A sidecar (an init container with `restartPolicy: Always`).
     pub sidecar: bool,
     /// Its probes, in the order startup, readiness, liveness.
@@ -196,6 +203,7 @@ pub fn lint_pod_spec(
                 severity: Severity::Error,
                 rule: rule::BAD_ANNOTATION,
                 container: None,
+                container_path: None,
                 probe: None,
                 field: Some(annotation.field.clone()),
                 message: format!(
@@ -250,7 +258,13 @@ pub fn lint_pod_spec(
             };
             context.rules(&mut lint.findings)
         });
-        lint.containers.push(ContainerReport { name: container.name.clone(), sidecar, probes, timings });
+        lint.containers.push(ContainerReport {
+            name: container.name.clone(),
+            path,
+            sidecar,
+            probes,
+            timings,
+        });
     }
     lint
 }
@@ -322,6 +336,7 @@ fn invalid_object(field: String, message: String) -> Finding {
         severity: Severity::Error,
         rule: rule::INVALID,
         container: None,
+        container_path: None,
         probe: None,
         field: Some(field),
         message,
@@ -346,6 +361,7 @@ fn invalid(container: &Container, path: &str, error: &str) -> Finding {
         severity: Severity::Error,
         rule: rule::INVALID,
         container: Some(container.name.clone()),
+        container_path: Some(path.to_owned()),
         probe,
         field: Some(field.to_owned()),
         message: error.to_owned(),
@@ -682,6 +698,7 @@ mod tests {
                     severity: Severity::Error,
                     rule: rule::INVALID,
                     container: None,
+                    container_path: None,
                     probe: None,
                     field: Some("metadata.annotations".to_owned()),
                     message: "metadata.annotations: Too long: may not be more than 262144 bytes".to_owned(),

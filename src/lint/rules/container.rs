@@ -31,6 +31,7 @@ impl ContainerContext<'_> {
             severity,
             rule,
             container: Some(self.container.name.clone()),
+            container_path: Some(self.path.to_owned()),
             probe: probe.map(|p| p.probe),
             field,
             message,
