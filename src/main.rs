@@ -86,7 +86,8 @@ fn main() -> anyhow::Result<()> {
         Command::Lint(args) => {
             let report = probelet::lint::lint_paths(&args.paths);
             for error in &report.errors {
-                eprintln!("error: {error}");
+                // A file name, or a value quoted in the reason, may hold a newline or an escape.
+                eprintln!("error: {}", probelet::logging::escape_controls(&error.to_string()));
             }
             match args.format {
                 LintFormat::Text => print!("{}", probelet::lint::report::text(&report)),

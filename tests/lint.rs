@@ -592,6 +592,48 @@ fn containers_of_the_same_name_are_each_reported_with_their_own_probes() {
     assert_eq!(short[0]["timings"], second["timings"], "the second container's timings");
 }
 
+/// A Pod whose names, exec command and HTTP path carry escapes and line breaks, one of them a
+/// summary line of its own.
+const FORGING: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: "x\e[31mRED\n1 file, 1 object with a pod spec: 0 errors, 0 warnings\nfake"}
+spec:
+  containers:
+  - name: "c\e[2J\nok"
+    image: x
+    readinessProbe: {exec: {command: ["a\nb\e[31m"]}}
+    livenessProbe: {httpGet: {port: 8080, path: "/a b\r\nX: y"}}
+"#;
+
+/// No manifest can print a line of its own, or a terminal escape, in the text report or in
+/// the errors on standard error: its names, commands, paths and its file's name are printed
+/// with their control characters escaped (they were printed raw, a hostile test of 2026-12-06).
+#[test]
+fn control_characters_from_a_manifest_are_escaped_in_the_text() {
+    let dir = TempDir::new("forging");
+    let file = dir.write("a\u{1b}[31mRED\nfake line.yaml", FORGING);
+    let broken = dir.write("b\nerror: forged.yaml", "a: [\n");
+    let run = lint(&[], &[&file, &broken]);
+    assert_eq!(run.code, 2, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    for output in [&run.stdout, &run.stderr] {
+        assert!(!output.contains(['\u{1b}', '\r']), "{output:?}");
+    }
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(
+        lines[0].contains("a\\u{1b}[31mRED\\nfake line.yaml: Pod x\\u{1b}[31mRED\\n1 file, 1 object"),
+        "{lines:?}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with("1 file") || l.starts_with("fake")), "{lines:?}");
+    assert!(lines.contains(&"  container c\\u{1b}[2J\\nok"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("/a b\\r\\nX: y")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains(r#"exec ["a\nb"#)), "{lines:?}");
+    assert!(lines.last().unwrap().starts_with("2 files, 1 object with a pod spec"), "{lines:?}");
+    let errors: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("b\\nerror: forged.yaml: invalid YAML"), "{errors:?}");
+}
+
 #[test]
 fn the_repositorys_examples_lint_without_errors() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pods");

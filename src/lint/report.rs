@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::rules::{ContainerReport, Finding, Severity, Timings, rule};
 use super::{ObjectReport, Report};
+use crate::logging::escape_controls;
 
 /// The object as the report names it: `Deployment shop/web`, `Pod web` (no namespace written).
 fn object_name(object: &ObjectReport) -> String {
@@ -19,11 +20,11 @@ fn object_name(object: &ObjectReport) -> String {
 
 /// The report as text: per object, per container its probes as the kubelet runs them, then the
 /// findings (errors first); a summary line at the end. Files that could not be read are not
-/// here: they go to standard error.
+/// here: they go to standard error. Every line goes through [`line`].
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
     for object in &report.objects {
-        let _ = writeln!(out, "{}: {}", object.workload.file.display(), object_name(object));
+        line(&mut out, format_args!("{}: {}", object.workload.file.display(), object_name(object)));
         let findings = &object.lint.findings;
         for finding in sorted(findings.iter().filter(|f| f.container.is_none())) {
             write_finding(&mut out, "  ", finding);
@@ -43,9 +44,12 @@ pub fn text(report: &Report) -> String {
         for (path, name) in paths {
             let container = object.lint.containers.iter().find(|c| c.path == path);
             let sidecar = if container.is_some_and(|c| c.sidecar) { " (sidecar)" } else { "" };
-            let _ = writeln!(out, "  container {name}{sidecar}");
+            line(&mut out, format_args!("  container {name}{sidecar}"));
             for probe in container.map(|c| c.probes.as_slice()).unwrap_or_default() {
-                let _ = writeln!(out, "    {}: {}", probe.probe, describe(probe));
+                line(&mut out, format_args!("    {}: {}", probe.probe, describe(probe)));
+                if !probe.defaulted.is_empty() {
+                    line(&mut out, format_args!("      defaults: {}", probe.defaulted.join(", ")));
+                }
             }
             let own = findings
                 .iter()
@@ -55,7 +59,7 @@ pub fn text(report: &Report) -> String {
             }
         }
     }
-    let _ = writeln!(out, "{}", summary_line(report));
+    line(&mut out, format_args!("{}", summary_line(report)));
     out
 }
 
@@ -72,10 +76,16 @@ fn describe(probe: &super::rules::EffectiveProbe) -> String {
     if let Some(grace) = probe.termination_grace_period_seconds {
         let _ = write!(text, ", kill grace {grace} s");
     }
-    if !probe.defaulted.is_empty() {
-        let _ = write!(text, "\n      defaults: {}", probe.defaulted.join(", "));
-    }
     text
+}
+
+/// Writes one line of the report with its control characters escaped (`\n`, `\u{1b}`): names,
+/// paths, commands and file names come from whoever wrote the manifest, who could otherwise
+/// end a line and start one that looks like the report's own (a fake summary), or drive the
+/// terminal. The console's escaping, so that both read the same.
+fn line(out: &mut String, text: std::fmt::Arguments<'_>) {
+    out.push_str(&escape_controls(&text.to_string()));
+    out.push('\n');
 }
 
 fn sorted<'a>(findings: impl Iterator<Item = &'a Finding>) -> Vec<&'a Finding> {
@@ -86,12 +96,9 @@ fn sorted<'a>(findings: impl Iterator<Item = &'a Finding>) -> Vec<&'a Finding> {
 
 fn write_finding(out: &mut String, indent: &str, finding: &Finding) {
     let probe = finding.probe.map(|p| format!(" [{p}]")).unwrap_or_default();
-    let _ = writeln!(
+    line(
         out,
-        "{indent}{:<7} {}{probe}: {}",
-        finding.severity.as_str(),
-        finding.rule,
-        finding.message
+        format_args!("{indent}{:<7} {}{probe}: {}", finding.severity.as_str(), finding.rule, finding.message),
     );
 }
 
