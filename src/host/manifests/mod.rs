@@ -258,8 +258,37 @@ impl serde_saphyr::MessageFormatter for ManifestMessages {
                 format!("duplicate mapping key: {key}").into()
             }
             serde_saphyr::Error::DuplicateMappingKey { key: None, .. } => "duplicate mapping key".into(),
+            serde_saphyr::Error::Budget { breach, .. } => budget_text(breach).into(),
             other => serde_saphyr::DefaultMessageFormatter.format_message(other),
         }
+    }
+}
+
+/// A limit of the YAML reader that a file passed, in words with the limit: the library's own
+/// text is its Rust debug form (`budget breached: Depth { depth: 65 }`).
+fn budget_text(breach: &serde_saphyr::budget::BudgetBreach) -> String {
+    use serde_saphyr::budget::BudgetBreach as Breach;
+    let limits = yaml_options().budget.unwrap_or_default();
+    match breach {
+        Breach::Depth { .. } => format!("nested deeper than {} levels", limits.max_depth),
+        Breach::Nodes { .. } => {
+            format!("more than {} nodes (scalars, sequences and mappings)", limits.max_nodes)
+        }
+        Breach::Documents { .. } => format!("more than {} documents", limits.max_documents),
+        Breach::Events { .. } => format!("more than {} YAML events", limits.max_events),
+        Breach::Aliases { .. } => format!("more than {} aliases", limits.max_aliases),
+        Breach::Anchors { .. } => format!("more than {} anchors", limits.max_anchors),
+        Breach::ScalarBytes { .. } => {
+            format!("more than {} bytes of scalar text", limits.max_total_scalar_bytes)
+        }
+        Breach::MergeKeys { .. } => format!("more than {} merge keys", limits.max_merge_keys),
+        Breach::AliasAnchorRatio { aliases, anchors } => format!(
+            "{aliases} aliases of {anchors} anchors: more than {} per anchor",
+            limits.alias_anchor_ratio_multiplier
+        ),
+        Breach::SequenceUnbalanced => "unbalanced structure".into(),
+        // The type is non-exhaustive: a limit added later is still said in words.
+        _ => "a limit of the YAML reader passed".into(),
     }
 }
 
@@ -564,6 +593,28 @@ mod tests {
         let got = read.recv_timeout(std::time::Duration::from_secs(10));
         let _ = fs::remove_dir_all(&dir);
         assert_eq!(got, Ok(Err(NOT_A_FILE.to_owned())));
+    }
+
+    /// The YAML reader's limits are said in words, for the agent and for `probelet lint` (the
+    /// same function words both): they were the library's debug form, `budget breached: Depth
+    /// { depth: 65 }`.
+    #[test]
+    fn yaml_limits_are_said_in_words() {
+        let deep: String = (0..70).map(|level| format!("{}a:\n", "  ".repeat(level))).collect();
+        let nodes = format!("[{}]\n", vec!["0"; 250_001].join(","));
+        let documents = "---\na: 1\n".repeat(1_025);
+        let cases = [
+            (deep, "invalid YAML: nested deeper than 64 levels at line "),
+            (nodes, "invalid YAML: more than 250000 nodes (scalars, sequences and mappings) at line "),
+            (documents, "invalid YAML: more than 1024 documents at line "),
+        ];
+        for (yaml, want) in cases {
+            let (_, errors) = parse_manifest(Path::new("p.yaml"), &yaml, "node");
+            let agent: Vec<&str> = errors.iter().map(|e| e.reason.as_str()).collect();
+            assert!(agent.len() == 1 && agent[0].starts_with(want), "{agent:?} / {want}");
+            let lint = crate::lint::load::documents(Path::new("p.yaml"), &yaml).map(|_| ());
+            assert!(lint.as_ref().is_err_and(|e| e.starts_with(want)), "{lint:?} / {want}");
+        }
     }
 
     #[test]
