@@ -450,7 +450,9 @@ impl ProcessRuntime {
             id: running.id.clone(),
             terminated: ContainerStateTerminated {
                 exit_code,
-                signal,
+                // Never set by the kubelet (CRI reports no signal; `convertContainerStatus`
+                // writes none): the exit code says it, 128 + the signal.
+                signal: None,
                 reason: Some(reason.to_owned()),
                 message,
                 started_at: Some(running.started_at.clone()),
