@@ -49,8 +49,8 @@ pub enum AgentError {
         "--healthz-listen {0} is the address of --listen: give the health listener an address of its own"
     )]
     HealthzIsListen(SocketAddr),
-    #[error("manifests folder {0}: not a directory")]
-    NoManifests(PathBuf),
+    #[error("manifests folder {}: {why}", path.display())]
+    NoManifests { path: PathBuf, why: String },
     #[error("cluster: {0}")]
     Cluster(String),
     #[error("--authorization-mode webhook needs cluster mode (an API server to ask)")]
@@ -522,16 +522,26 @@ pub fn folder_claim_name(folder: &Path, mount_namespace: &Path) -> String {
     format!("probelet-manifests-{:016x}", hash.finish())
 }
 
+/// Why `path` is no folder to read manifests from: missing, a symlink loop, or a file.
+fn not_a_folder(path: &Path) -> String {
+    match std::fs::metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => "no such folder".to_owned(),
+        Err(error) => error.to_string(),
+        Ok(_) => "not a directory".to_owned(),
+    }
+}
+
 /// Standalone mode: pods from `manifests`, containers as local processes.
 pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Result<(), AgentError> {
     if !manifests_as_given.is_dir() {
-        return Err(AgentError::NoManifests(manifests_as_given));
+        let why = not_a_folder(&manifests_as_given);
+        return Err(AgentError::NoManifests { path: manifests_as_given, why });
     }
     // Resolved once, and used for everything: the claim, the container records and every scan.
     // Were the scans to follow a symlink swapped later, this agent would run another folder's
     // pods, claimed by another agent, and a container would run twice (docs/reliability.md).
     let manifests = std::fs::canonicalize(&manifests_as_given)
-        .map_err(|_| AgentError::NoManifests(manifests_as_given.clone()))?;
+        .map_err(|e| AgentError::NoManifests { path: manifests_as_given.clone(), why: e.to_string() })?;
     // Before the claim and the sweep of what a dead agent left: a SIGTERM from here on waits
     // for the sweep's end, and then stops the agent in order.
     let listening = ShutdownSignals::listen()?;
@@ -807,6 +817,22 @@ mod tests {
         let claim = claim_name(&name, Path::new("/folder"));
         assert!(matches!(claim, Ok(Some(_))), "taken once let go");
         holder.join().unwrap();
+    }
+
+    /// A `--manifests` path that is no folder says why: before, a missing path and a symlink
+    /// loop were both `not a directory`.
+    #[test]
+    fn a_manifests_path_that_is_no_folder_says_why() {
+        let base = std::env::temp_dir().join(format!("probelet-not-a-folder-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let file = base.join("file");
+        std::fs::write(&file, "x").unwrap();
+        let looped = base.join("loop");
+        let _ = std::os::unix::fs::symlink(&looped, &looped);
+        assert_eq!(not_a_folder(&base.join("missing")), "no such folder");
+        assert_eq!(not_a_folder(&file), "not a directory");
+        assert!(not_a_folder(&looped).contains("symbolic links"), "{}", not_a_folder(&looped));
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     /// Reviews always have a limit, though `--qps` may lift the status writes' own.
