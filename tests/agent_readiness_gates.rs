@@ -579,7 +579,8 @@ async fn a_probe_changed_while_the_agent_was_down_keeps_the_old_verdict_only_for
     let erroring = json!([{
         "name": "backend",
         "probe": {
-            "httpGet": {"path": "/healthz", "port": port, "httpHeaders": [{"name": "Host", "value": "a b"}]},
+            // A named port the container does not have: the probe errors (it cannot be built).
+            "httpGet": {"path": "/healthz", "port": "no-such-port"},
             "periodSeconds": 1, "timeoutSeconds": 1
         }
     }]);

@@ -41,7 +41,7 @@ use self::errors::{go_io_text, tls_error_text};
 use self::go_url::{GoUrl, split_host_port};
 pub(crate) use self::request::FirstRequest;
 pub use self::request::{HttpProbeRequest, send_refusal};
-use self::request::{build_request, first_value, referer_for, valid_host_header, wire_headers};
+use self::request::{build_request, first_value, referer_for, wire_headers};
 pub use self::tls::insecure_tls_config;
 use super::tcp::{deadline_after, dial};
 use super::{ProbeError, ProbeOutcome, Probed};
@@ -242,10 +242,6 @@ impl HttpProber {
         if host.is_empty() {
             return Err("http: no Host in request URL".to_owned());
         }
-        // The first request's Host was checked when it was built. Go checks it when writing,
-        // after the dial: a host that is no DNS name (`a"b`) fails its lookup first.
-        let invalid_host = matches!(&wire, Wire::Hop(_, headers)
-            if headers.iter().find(|(n, _)| n == "Host").is_some_and(|(_, value)| !valid_host_header(value)));
         let (hostname, port) = split_host_port(host);
         let port = match port {
             "" if tls.is_some() => 443,
@@ -262,9 +258,6 @@ impl HttpProber {
             Err(e) if Instant::now() >= deadline => return Err(format!("{e}{CLIENT_TIMEOUT_NOTE}")),
             Err(e) => return Err(e.to_string()),
         };
-        if invalid_host {
-            return Err("http: invalid Host header".to_owned());
-        }
         let handshake_and_send = async {
             match tls {
                 None => wire::round_trip(Either::Left(stream), &wire).await,

@@ -114,10 +114,7 @@ impl HttpProbeRequest {
         let virtual_host = first_value(&headers, "Host").filter(|h| !h.is_empty()).map(str::to_owned);
         request_target(&url).map_err(ProbeError::InvalidRequest)?;
         let host = virtual_host.as_deref().unwrap_or(&url.host);
-        // A URL host that cannot be a Host header (`a"b`) fails on the send path, as in Go.
-        let first = valid_host_header(host)
-            .then(|| FirstRequest::new(&url, &wire_headers(&headers, host, None)).ok())
-            .flatten();
+        let first = FirstRequest::new(&url, &wire_headers(&headers, host, None)).ok();
         Ok(HttpProbeRequest { url, headers, virtual_host, first })
     }
 
@@ -213,9 +210,10 @@ fn usable_host(host: &str) -> bool {
 }
 
 /// What Go's transport says when it refuses to send the probe's `httpHeaders` (the API
-/// server checks only the names' form): an invalid header name or value, or an invalid `Host`
-/// header. Upstream's `client.Do` then fails, and so does the probe, with `Get "<url>": ` and
-/// this text (docs/http-probe.md, "Headers Go refuses to send"). `None` for headers it sends.
+/// server checks only the names' form): an invalid header name or value. Upstream's
+/// `client.Do` then fails, and so does the probe, with `Get "<url>": ` and this text
+/// (docs/http-probe.md, "Headers Go refuses to send"). `None` for headers it sends; an invalid
+/// `Host` value among them is sent empty ([`wire_headers`]).
 pub fn send_refusal(supplied: &[HTTPHeader]) -> Option<String> {
     for header in supplied {
         if !valid_header_name(&header.name) {
@@ -226,9 +224,7 @@ pub fn send_refusal(supplied: &[HTTPHeader]) -> Option<String> {
             return Some(format!("net/http: invalid header field value for {}", go_quote(&name)));
         }
     }
-    // Go's `Header.Get("Host")`: the first value under the canonical name.
-    let host = supplied.iter().find(|h| canonical_header_key(&h.name) == "Host").map(|h| h.value.as_str());
-    host.filter(|h| !h.is_empty() && !valid_host_header(h)).map(|_| "http: invalid Host header".to_owned())
+    None
 }
 
 /// Upstream `v1HeaderToHTTPHeader` plus the defaults of `newProbeRequest`, for headers
@@ -315,6 +311,10 @@ pub(super) fn wire_headers(
     host: &str,
     referer: Option<&str>,
 ) -> Vec<(String, String)> {
+    // Go's `Request.write` (since Go 1.21, go.dev/issue/61431) sends an empty Host where the
+    // one it would send is invalid (`a b`, `a"b`), rather than failing, unless through a proxy,
+    // which a probe never uses: so does the probe (docs/http-probe.md).
+    let host = if valid_host_header(host) { host } else { "" };
     let mut wire = vec![("Host".to_owned(), host.to_owned())];
     if let Some(agent) = first_value(headers, "User-Agent").filter(|a| !a.is_empty()) {
         wire.push(("User-Agent".to_owned(), trim_value(agent).to_owned()));
@@ -569,12 +569,6 @@ mod tests {
                 "10.0.0.1",
                 invalid("net/http: invalid header field value for \"X-Foo\""),
             ),
-            (
-                "bad Host header",
-                with_headers(&[("Host", "a b")]),
-                "10.0.0.1",
-                invalid("http: invalid Host header"),
-            ),
         ];
         for (name, action, pod_ip, want) in cases {
             assert_eq!(HttpProbeRequest::new(&action, &container(), pod_ip), Err(want), "case {name}");
@@ -802,10 +796,6 @@ mod tests {
             let built = built.expect("checked");
             // The kept first request is the one built from the spec, byte for byte, and it
             // reads back as the request line and wire headers it was built from.
-            if !valid_host_header(request.host_header()) {
-                prop_assert!(request.first().is_none(), "a Host Go would not write is not kept");
-                return Ok(());
-            }
             let first = request.first().expect("kept");
             prop_assert_eq!(&first.request(), &built);
             let mut parsed_headers = vec![httparse::EMPTY_HEADER; wire.len() + 1];
