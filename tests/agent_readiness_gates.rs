@@ -564,7 +564,7 @@ async fn a_changed_probe_does_not_inherit_the_old_probes_success() {
 
 /// Probes changed while the agent was down are not known as changed when it starts again: the
 /// condition written for the old ones is kept only while the new ones may still be waiting for
-/// their first run. A new probe that only errors (a Host header Go refuses: no result, ever)
+/// their first run. A new probe that only errors (a request that cannot be built: no result, ever)
 /// turns the gate False once that window is over, instead of leaving it True for good.
 #[tokio::test]
 async fn a_probe_changed_while_the_agent_was_down_keeps_the_old_verdict_only_for_a_while() {
@@ -579,8 +579,9 @@ async fn a_probe_changed_while_the_agent_was_down_keeps_the_old_verdict_only_for
     let erroring = json!([{
         "name": "backend",
         "probe": {
-            // A named port the container does not have: the probe errors (it cannot be built).
-            "httpGet": {"path": "/healthz", "port": "no-such-port"},
+            // A path that leaves the URL no host (`foo:bar` is an opaque URL): the request
+            // cannot be built, and the probe errors.
+            "httpGet": {"path": "foo:bar", "port": port},
             "periodSeconds": 1, "timeoutSeconds": 1
         }
     }]);
