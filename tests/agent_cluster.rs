@@ -535,6 +535,53 @@ async fn a_runtime_that_resets_readiness_is_counted_and_overruled() {
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// A runtime that writes the pod more often than a status PATCH takes (here: an annotation every
+/// 50 ms, each PATCH served 300 ms late) makes every readiness write conflict, each merged again
+/// at once into the newer copy the watch brought. Every fifth conflict in a row is said at info
+/// (upstream's `Failed to update status for pod`). Before, the newer copy at hand reset the
+/// count: 202 conflicts in a row in a hostile test, nothing above debug.
+#[tokio::test]
+async fn conflicts_with_a_fast_writing_runtime_are_reported() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("busy", "node-a", port));
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "busy-runtime", &[]);
+    let ready = |p: &Pod| app_status(p).ready;
+    wait_for_pod(&fake, "busy", "ready", ready).await;
+
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(
+            http::Method::PATCH,
+            "/api/v1/namespaces/default/pods/busy/status".into(),
+        ),
+        kind: FaultKind::Delay(Duration::from_millis(300)),
+        times: FaultTimes::Always,
+    });
+    let writer = {
+        let client = fake.client();
+        tokio::spawn(async move {
+            let api: kube::Api<Pod> = kube::Api::namespaced(client, "default");
+            for i in 0u64.. {
+                let patch = serde_json::json!({"metadata": {"annotations": {"runtime/tick": i.to_string()}}});
+                let _ = api
+                    .patch("busy", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    healthy.store(false, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while output.with("409 Conflict on 5 writes in a row").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never reported: {:#?}", output.lines());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said = output.with("409 Conflict on 5 writes in a row");
+    assert!(said[0].contains(" INFO ") && said[0].contains("Failed to update status for pod"), "{said:?}");
+    writer.abort();
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 /// The status writes go through a client without kube's own retry: a 503 reaches the syncer
 /// (and its metrics), which sends the write again after its back-off (0.5 s, then 1 s; the
 /// syncer's tests time it), every request counted against `--qps`. kube's retry had sent it

@@ -278,6 +278,8 @@ impl PodSync {
                 self.dirty = true;
             }
             WriteOutcome::Failed(_) | WriteOutcome::DeleteFailed(_) => {
+                // A failure between two conflicts breaks the run the report counts.
+                self.conflicts_in_a_row = 0;
                 if matches!(outcome, WriteOutcome::DeleteFailed(_))
                     && let Some(written) = write(api_uid)
                 {

@@ -295,23 +295,23 @@ impl StatusSyncer {
                 self.forget(&uid, &key, ctx);
                 self.config.status_manager.delete.do_send(DeletePodStatus(uid.clone()));
             }
-            WriteOutcome::Conflict => match settled.retry_in {
-                None => {
+            WriteOutcome::Conflict => match (settled.conflicts_to_report, settled.retry_in) {
+                // Upstream's line for any failed patch: a pod the server keeps refusing is an
+                // operator's business, and at debug alone it would go unseen. Counted whether
+                // the next write waits or merges at once into a newer copy already at hand.
+                (Some(count), wait) => {
+                    let error = format!(
+                        "409 Conflict on {count} writes in a row: the pod changed since each copy the status was merged into"
+                    );
+                    let retry_in = wait.unwrap_or_default();
+                    tracing::info!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, error = %error, retry_in = ?retry_in, "Failed to update status for pod");
+                }
+                (None, None) => {
                     tracing::debug!(pod_uid = %uid, pod = %result.name, "The pod changed since the copy the status was merged into; merging again into the newer copy seen meanwhile");
                 }
-                Some(wait) => match settled.conflicts_to_report {
-                    // Upstream's line for any failed patch: a pod the server keeps refusing is
-                    // an operator's business, and at debug alone it would go unseen.
-                    Some(count) => {
-                        let error = format!(
-                            "409 Conflict on {count} writes in a row: the pod changed since each copy the status was merged into"
-                        );
-                        tracing::info!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, error = %error, retry_in = ?wait, "Failed to update status for pod");
-                    }
-                    None => {
-                        tracing::debug!(pod_uid = %uid, pod = %result.name, retry_in = ?wait, "The pod changed since the copy the status was merged into; merging again");
-                    }
-                },
+                (None, Some(wait)) => {
+                    tracing::debug!(pod_uid = %uid, pod = %result.name, retry_in = ?wait, "The pod changed since the copy the status was merged into; merging again");
+                }
             },
             WriteOutcome::Failed(message) | WriteOutcome::DeleteFailed(message) => {
                 tracing::info!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?settled.retry_in.unwrap_or_default(), "Failed to update status for pod");
