@@ -467,10 +467,13 @@ fn damaged_record_starts(pgid: u32, processes: &[Process]) -> Vec<u64> {
     if let Some(start) = orphaned_shim(pgid) {
         return vec![start];
     }
+    // A mark whose shim still runs names a container that shim (another agent's, running:
+    // `orphaned_shim` said so) still looks after: not ours to kill.
+    let live_leader = ProcessStat::of(pgid).ok().filter(|leader| !leader.zombie).map(|leader| leader.start);
     let starts: BTreeSet<u64> = processes
         .iter()
         .filter_map(|p| parse_mark(p.mark.as_deref()?))
-        .filter_map(|(group, start)| (group == pgid).then_some(start))
+        .filter_map(|(group, start)| (group == pgid && live_leader != Some(start)).then_some(start))
         .collect();
     starts.into_iter().collect()
 }
@@ -921,6 +924,32 @@ mod tests {
             sleeping("7380").is_empty() && sleeping("7381").is_empty()
         });
         assert_eq!(records_left(&dir), 0, "the damaged record is gone");
+    }
+
+    /// A damaged record whose group's leader still runs with the start its marks name, and is
+    /// no orphaned shim of this program (here: a process of the test's; in life, the shim of
+    /// another running agent that took the dead one's PID): nothing is killed, and the file is
+    /// left alone. Found by a review: the marks alone had made the sweep kill a running
+    /// agent's container.
+    #[test]
+    fn a_damaged_record_does_not_kill_what_a_live_leader_still_runs() {
+        let dir = state_dir("damaged-live");
+        let script = format!("read mark; export {MARK_ENV}=$mark; setsid sleep 7382 & sleep 7383 & wait");
+        let mut leader = in_own_session(&script);
+        let pgid = leader.id();
+        let start = start_time(pgid).unwrap();
+        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        eventually("both run", || sleeping("7382").len() == 1 && sleeping("7383").len() == 1);
+        fs::write(dir.join("containers").join(pgid.to_string()), [0u8; 64]).unwrap();
+        assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 0);
+        assert_eq!((sleeping("7382").len(), sleeping("7383").len()), (1, 1), "all still run");
+        assert!(leader.try_wait().unwrap().is_none(), "the leader still runs");
+        assert_eq!(records_left(&dir), 1, "the file is left alone");
+        let _ = signal_group(pgid, Signal::Kill);
+        for pid in sleeping("7382") {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+        let _ = leader.wait();
     }
 
     /// A marked daemon that keeps starting its successor in a session of its own and ending is
