@@ -445,33 +445,39 @@ fn claim_name(name: &str, canonical: &Path) -> Result<Option<std::os::unix::net:
             return Ok(None);
         }
     };
-    let mut held = HeldByAnotherAgent::new();
-    loop {
-        match std::os::unix::net::UnixListener::bind_addr(&addr) {
-            Ok(listener) => return Ok(Some(listener)),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                let holder = std::os::unix::net::UnixStream::connect_addr(&addr).and_then(|stream| {
-                    rustix::net::sockopt::socket_peercred(&stream).map_err(std::io::Error::from)
-                });
-                return match holder {
+    let bind = || std::os::unix::net::UnixListener::bind_addr(&addr);
+    match bind() {
+        Ok(listener) => Ok(Some(listener)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let holder = std::os::unix::net::UnixStream::connect_addr(&addr).and_then(|stream| {
+                rustix::net::sockopt::socket_peercred(&stream).map_err(std::io::Error::from)
+            });
+            match holder {
+                Ok(holder) if holder.uid == rustix::process::getuid() => {
                     // Another agent of this user, or one that is stopping: its name is free
-                    // within the wait.
-                    Ok(holder) if holder.uid == rustix::process::getuid() && held.wait() => continue,
-                    Ok(holder) if holder.uid == rustix::process::getuid() => {
-                        Err(AgentError::ManifestsInUse(canonical.to_owned()))
+                    // within the wait. Only the bind is tried again: each connect would stay
+                    // queued on a listener that never accepts.
+                    let mut held = HeldByAnotherAgent::new();
+                    while held.wait() {
+                        match bind() {
+                            Ok(listener) => return Ok(Some(listener)),
+                            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+                            Err(source) => return claim_failed(source, canonical),
+                        }
                     }
-                    Ok(holder) => {
-                        tracing::warn!(folder = %canonical.display(), holder_uid = holder.uid.as_raw(), holder_pid = holder.pid.as_raw_nonzero().get(), "the manifests folder's claim is held by another user's process; going on without it");
-                        Ok(None)
-                    }
-                    Err(error) => {
-                        tracing::warn!(folder = %canonical.display(), %error, "the manifests folder's claim is held by a socket that does not answer; going on without it");
-                        Ok(None)
-                    }
-                };
+                    Err(AgentError::ManifestsInUse(canonical.to_owned()))
+                }
+                Ok(holder) => {
+                    tracing::warn!(folder = %canonical.display(), holder_uid = holder.uid.as_raw(), holder_pid = holder.pid.as_raw_nonzero().get(), "the manifests folder's claim is held by another user's process; going on without it");
+                    Ok(None)
+                }
+                Err(error) => {
+                    tracing::warn!(folder = %canonical.display(), %error, "the manifests folder's claim is held by a socket that does not answer; going on without it");
+                    Ok(None)
+                }
             }
-            Err(source) => return claim_failed(source, canonical),
         }
+        Err(source) => claim_failed(source, canonical),
     }
 }
 
