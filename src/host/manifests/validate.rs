@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, ContainerRestartRule, Pod, PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::timing::{PROBE_TIMING_ANNOTATION, probe_timings};
@@ -128,37 +129,10 @@ pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
 /// container `OnFailure` or `Never` besides `Always` (docs/prober.md §3.10 says what they
 /// change); without it a regular container's `restartPolicy` is forbidden, as before.
 pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>> {
-    let container_rules = gates.enabled(Feature::ContainerRestartRules);
-    let mut errs = Errors::default();
-    match pod.metadata.name.as_deref() {
-        None | Some("") => errs.required("metadata.name", "name or generateName is required"),
-        Some(name) => {
-            for msg in dns1123_subdomain(name) {
-                errs.invalid("metadata.name", go_quote(name), msg);
-            }
-        }
-    }
-    if let Some(namespace) = pod.metadata.namespace.as_deref().filter(|ns| !ns.is_empty()) {
-        for msg in dns1123_label(namespace) {
-            errs.invalid("metadata.namespace", go_quote(namespace), msg);
-        }
-    }
+    let mut errs = Errors(validate_pod_metadata(&pod.metadata, true));
     errs.0.extend(validate_annotations_size(pod.metadata.annotations.as_ref(), "metadata.annotations"));
     let empty = PodSpec::default();
-    let spec = pod.spec.as_ref().unwrap_or(&empty);
-    validate_containers(&spec.containers, "spec.containers", container_rules, &mut errs);
-    validate_init_containers(
-        spec.init_containers.as_deref().unwrap_or_default(),
-        &spec.containers,
-        container_rules,
-        &mut errs,
-    );
-    match spec.restart_policy.as_deref() {
-        None | Some("" | "Always" | "OnFailure" | "Never") => {}
-        Some(other) => errs.not_supported("spec.restartPolicy", other, &["Always", "OnFailure", "Never"]),
-    }
-    errs.0
-        .extend(validate_active_deadline_seconds(spec.active_deadline_seconds, "spec.activeDeadlineSeconds"));
+    errs.0.extend(validate_pod_spec(pod.spec.as_ref().unwrap_or(&empty), "spec", gates, true));
     // The agent's own annotation (docs/probe-timing.md): rejected with the JSON path inside it.
     if let Err(err) = probe_timings(pod) {
         errs.push(
@@ -170,7 +144,81 @@ pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>>
     errs.into_result()
 }
 
-fn validate_containers(containers: &[Container], path: &str, container_rules: bool, errs: &mut Errors) {
+/// The checks of [`validate_with`] on a pod's `metadata.name` and `metadata.namespace`, with
+/// its messages. `standalone`: the agent's static pod, which must have a `name`; otherwise (for
+/// `probelet lint`) a `generateName` stands in for it, as the API server generates the name
+/// before it validates.
+pub fn validate_pod_metadata(meta: &ObjectMeta, standalone: bool) -> Vec<String> {
+    let mut errs = Errors::default();
+    match meta.name.as_deref() {
+        None | Some("") => {
+            let generated = !standalone && meta.generate_name.as_deref().is_some_and(|g| !g.is_empty());
+            if !generated {
+                errs.required("metadata.name", "name or generateName is required");
+            }
+        }
+        Some(name) => {
+            for msg in dns1123_subdomain(name) {
+                errs.invalid("metadata.name", go_quote(name), msg);
+            }
+        }
+    }
+    if let Some(namespace) = meta.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+        for msg in dns1123_label(namespace) {
+            errs.invalid("metadata.namespace", go_quote(namespace), msg);
+        }
+    }
+    errs.0
+}
+
+/// The checks of [`validate_with`] on a pod spec found at `spec_path` (`spec` for a Pod,
+/// `spec.template.spec` in a workload), in its order and with its messages: containers, init
+/// containers, `restartPolicy`, `activeDeadlineSeconds`. `standalone`: the agent's own rule that
+/// every container has a `command` (it has no images to supply one) applies; `probelet lint`,
+/// which checks pods for a cluster, passes `false`. The rule that a named probe port names one
+/// of the container's ports applies either way: the kubelet cannot probe such a port.
+pub fn validate_pod_spec(
+    spec: &PodSpec,
+    spec_path: &str,
+    gates: &FeatureGates,
+    standalone: bool,
+) -> Vec<String> {
+    let container_rules = gates.enabled(Feature::ContainerRestartRules);
+    let mut errs = Errors::default();
+    let ctx = SpecContext { container_rules, standalone };
+    validate_containers(&spec.containers, &format!("{spec_path}.containers"), ctx, &mut errs);
+    validate_init_containers(
+        spec.init_containers.as_deref().unwrap_or_default(),
+        &spec.containers,
+        &format!("{spec_path}.initContainers"),
+        ctx,
+        &mut errs,
+    );
+    match spec.restart_policy.as_deref() {
+        None | Some("" | "Always" | "OnFailure" | "Never") => {}
+        Some(other) => errs.not_supported(
+            &format!("{spec_path}.restartPolicy"),
+            other,
+            &["Always", "OnFailure", "Never"],
+        ),
+    }
+    errs.0.extend(validate_active_deadline_seconds(
+        spec.active_deadline_seconds,
+        &format!("{spec_path}.activeDeadlineSeconds"),
+    ));
+    errs.0
+}
+
+/// What decides which container checks apply.
+#[derive(Clone, Copy)]
+struct SpecContext {
+    /// `ContainerRestartRules` is on.
+    container_rules: bool,
+    /// The agent's own rules apply (a container needs a `command`).
+    standalone: bool,
+}
+
+fn validate_containers(containers: &[Container], path: &str, ctx: SpecContext, errs: &mut Errors) {
     if containers.is_empty() {
         errs.required(path, "");
         return;
@@ -178,12 +226,12 @@ fn validate_containers(containers: &[Container], path: &str, container_rules: bo
     let mut names = BTreeSet::new();
     for (i, container) in containers.iter().enumerate() {
         let path = format!("{path}[{i}]");
-        validate_container_common(container, &path, errs);
+        validate_container_common(container, &path, ctx.standalone, errs);
         if !names.insert(container.name.as_str()) {
             errs.duplicate(&format!("{path}.name"), &container.name);
         }
         container_probes(container, true, &path, errs);
-        if container_rules {
+        if ctx.container_rules {
             validate_restart_policy(container, false, &path, errs);
         } else if container.restart_policy.is_some() {
             errs.forbidden(&format!("{path}.restartPolicy"), "may not be set for non-init containers");
@@ -250,15 +298,16 @@ fn validate_restart_rules(rules: &[ContainerRestartRule], path: &str, errs: &mut
 fn validate_init_containers(
     init_containers: &[Container],
     containers: &[Container],
-    container_rules: bool,
+    path: &str,
+    ctx: SpecContext,
     errs: &mut Errors,
 ) {
     let mut names: BTreeSet<&str> = containers.iter().map(|c| c.name.as_str()).collect();
     for (i, container) in init_containers.iter().enumerate() {
-        let path = format!("spec.initContainers[{i}]");
-        validate_container_common(container, &path, errs);
+        let path = format!("{path}[{i}]");
+        validate_container_common(container, &path, ctx.standalone, errs);
         let sidecar = container.restart_policy.as_deref() == Some(restart::ALWAYS);
-        if container_rules {
+        if ctx.container_rules {
             validate_restart_policy(container, true, &path, errs);
         } else if let Some(other) = container.restart_policy.as_deref().filter(|p| *p != restart::ALWAYS) {
             errs.not_supported(&format!("{path}.restartPolicy"), other, &[restart::ALWAYS]);
@@ -293,8 +342,7 @@ pub fn validate_annotations_size(
 
 /// Upstream `ValidatePodSpec`'s check of `activeDeadlineSeconds`: unset, or between 1 and
 /// [`MAX_ACTIVE_DEADLINE_SECONDS`]. `path` is the field the error names:
-/// `spec.activeDeadlineSeconds` for a pod ([`validate`]); `probelet lint` passes a pod
-/// template's too.
+/// `spec.activeDeadlineSeconds` for a pod, a template's in a workload ([`validate_pod_spec`]).
 pub fn validate_active_deadline_seconds(deadline: Option<i64>, path: &str) -> Option<String> {
     let deadline = deadline.filter(|d| !(1..=MAX_ACTIVE_DEADLINE_SECONDS).contains(d))?;
     let mut errs = Errors::default();
@@ -340,7 +388,7 @@ fn probes(container: &Container) -> [(&'static str, Option<&Probe>); 3] {
     ]
 }
 
-fn validate_container_common(container: &Container, path: &str, errs: &mut Errors) {
+fn validate_container_common(container: &Container, path: &str, standalone: bool, errs: &mut Errors) {
     let name_path = format!("{path}.name");
     if container.name.is_empty() {
         errs.required(&name_path, "");
@@ -349,7 +397,7 @@ fn validate_container_common(container: &Container, path: &str, errs: &mut Error
             errs.invalid(&name_path, go_quote(&container.name), msg);
         }
     }
-    if container.command.as_ref().is_none_or(Vec::is_empty) {
+    if standalone && container.command.as_ref().is_none_or(Vec::is_empty) {
         errs.required(&format!("{path}.command"), NEEDS_COMMAND);
     }
     validate_container_ports(container.ports.as_deref().unwrap_or_default(), &format!("{path}.ports"), errs);
