@@ -634,6 +634,142 @@ fn control_characters_from_a_manifest_are_escaped_in_the_text() {
     assert!(errors[0].contains("b\\nerror: forged.yaml: invalid YAML"), "{errors:?}");
 }
 
+/// `probelet lint --format json` on a file holding `yaml` alone, which `probelet run` refuses:
+/// lint must exit 1 with exactly the `invalid` errors `want` (field, message, container), each
+/// in the words and at the field path of the agent's manifest loader, which must refuse the
+/// same file with (at least) the same messages. A lint that passed such a pod (0 errors, exit 0)
+/// disagreed with `probelet run` and with the API server (a hostile test).
+fn assert_refused_as_run_refuses(tag: &str, yaml: &str, want: &[(&str, &str, Option<&str>)]) -> Value {
+    let dir = TempDir::new(tag);
+    let file = dir.write("pod.yaml", yaml);
+    let json = lint_json(&file, 1);
+    let got: Vec<(&str, &str, Option<&str>)> = findings(&json, "invalid")
+        .iter()
+        .map(|f| (f["field"].as_str().unwrap(), f["message"].as_str().unwrap(), f["container"].as_str()))
+        .collect();
+    assert_eq!(got, want, "{json:#}");
+    assert!(findings(&json, "invalid").iter().all(|f| f["severity"] == "error" && f["probe"].is_null()));
+
+    let (pods, errors) = probelet::host::manifests::parse_manifest(&file, yaml, "node-a");
+    assert!(pods.is_empty(), "probelet run takes it: {pods:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    for (_, message, _) in want {
+        assert!(errors[0].reason.contains(message), "run says {:?}, lint {message:?}", errors[0].reason);
+    }
+    json
+}
+
+/// A Pod the agent would take but for what the test puts in: its containers have a command.
+fn refused_pod(name: &str, restart_policy: &str, containers: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: {restart_policy}\n{containers}"
+    )
+}
+
+#[test]
+fn an_init_container_named_as_a_container_is_an_error() {
+    let yaml = refused_pod(
+        "web",
+        "Always",
+        "  initContainers:\n  - {name: app, image: x, command: [migrate]}\n  \
+         containers:\n  - name: app\n    image: x\n    command: [serve]\n    \
+         readinessProbe: {tcpSocket: {port: 8080}}\n",
+    );
+    let json = assert_refused_as_run_refuses(
+        "dup-init",
+        &yaml,
+        &[(
+            "spec.initContainers[0].name",
+            "spec.initContainers[0].name: Duplicate value: \"app\"",
+            Some("app"),
+        )],
+    );
+    // Not a probe's error: the container's probes keep their numbers.
+    let ready = findings(&json, "time-to-ready");
+    assert_eq!(ready.len(), 1, "{json:#}");
+    assert_eq!(ready[0]["timings"]["ready_after_start_seconds"], 11, "{json:#}");
+}
+
+#[test]
+fn two_containers_of_one_name_are_an_error() {
+    let yaml = refused_pod(
+        "web",
+        "Always",
+        "  containers:\n  - {name: app, image: x, command: [serve]}\n  - {name: app, image: x, command: [serve]}\n",
+    );
+    assert_refused_as_run_refuses(
+        "dup-containers",
+        &yaml,
+        &[("spec.containers[1].name", "spec.containers[1].name: Duplicate value: \"app\"", Some("app"))],
+    );
+}
+
+/// In a workload's template too, at the template's path: the same check, under
+/// `spec.template.spec` (`probelet run` reads only Pods).
+#[test]
+fn two_ports_of_one_name_are_an_error() {
+    let containers = "  containers:\n  - name: app\n    image: x\n    command: [serve]\n    ports:\n    \
+                      - {name: http, containerPort: 8080}\n    - {name: http, containerPort: 8081}\n";
+    assert_refused_as_run_refuses(
+        "dup-ports",
+        &refused_pod("web", "Always", containers),
+        &[(
+            "spec.containers[0].ports[1].name",
+            "spec.containers[0].ports[1].name: Duplicate value: \"http\"",
+            Some("app"),
+        )],
+    );
+
+    let dir = TempDir::new("dup-ports-deployment");
+    let template: String = containers.lines().map(|l| format!("    {l}\n")).collect();
+    dir.write(
+        "deployment.yaml",
+        &format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  selector: {{}}\n  \
+             template:\n    spec:\n{template}"
+        ),
+    );
+    let json = lint_json(dir.path(), 1);
+    let got = named(&findings(&json, "invalid"));
+    let field = "spec.template.spec.containers[0].ports[1].name";
+    assert_eq!(got, [("web", field, format!("{field}: Duplicate value: \"http\"").as_str())], "{json:#}");
+}
+
+#[test]
+fn an_unknown_restart_policy_is_an_error() {
+    let yaml =
+        refused_pod("web", "Sometimes", "  containers:\n  - {name: app, image: x, command: [serve]}\n");
+    assert_refused_as_run_refuses(
+        "restart-policy",
+        &yaml,
+        &[(
+            "spec.restartPolicy",
+            "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"",
+            None,
+        )],
+    );
+}
+
+/// A Pod's own name and namespace; a `generateName` stands in for a missing name, as the API
+/// server makes one from it (the agent, which needs a name for a static pod, refuses it).
+#[test]
+fn an_invalid_pod_name_is_an_error() {
+    let yaml = refused_pod("Web_1", "Always", "  containers:\n  - {name: app, image: x, command: [serve]}\n");
+    let subdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or \
+                     '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for \
+                     validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+    let message = format!("metadata.name: Invalid value: \"Web_1\": {subdomain}");
+    assert_refused_as_run_refuses("pod-name", &yaml, &[("metadata.name", &message, None)]);
+
+    let dir = TempDir::new("generate-name");
+    dir.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {generateName: web-}\nspec:\n  containers:\n  - {name: app, image: x}\n",
+    );
+    let json = lint_json(dir.path(), 0);
+    assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+}
+
 #[test]
 fn the_repositorys_examples_lint_without_errors() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pods");

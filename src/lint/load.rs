@@ -33,6 +33,8 @@ pub struct Workload {
     pub kind: String,
     pub namespace: Option<String>,
     pub name: String,
+    /// Its `metadata.generateName`, which the API server makes a name from when `name` is empty.
+    pub generate_name: Option<String>,
     /// Where the pod spec is in the object (`spec`, `spec.template.spec`, …).
     pub spec_path: &'static str,
     /// The pod spec as written.
@@ -262,6 +264,7 @@ fn objects(
             kind: kind.clone(),
             namespace: meta.namespace.clone().filter(|n| !n.is_empty()),
             name: meta.name.clone().unwrap_or_default(),
+            generate_name: meta.generate_name.clone(),
             spec_path,
             spec: spec.unwrap_or_default(),
             annotations,

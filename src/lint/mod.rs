@@ -71,8 +71,18 @@ pub fn lint_paths(paths: &[PathBuf]) -> Report {
                 workload.annotations.as_ref(),
                 workload.start_annotation.as_ref(),
             );
-            // The API server checks an object's metadata before its spec.
-            lint.findings.splice(0..0, rules::object_errors(workload.object_annotations.as_ref()));
+            // The API server checks an object's metadata before its spec. A Pod's name and
+            // namespace are its pod's (a workload's template has none of its own to check).
+            let metadata = if workload.kind == "Pod" {
+                rules::pod_metadata_errors(
+                    &workload.name,
+                    workload.namespace.as_deref(),
+                    workload.generate_name.as_deref(),
+                )
+            } else {
+                rules::object_errors(workload.object_annotations.as_ref())
+            };
+            lint.findings.splice(0..0, metadata);
             // After the pod spec's own errors, as the API server checks the template first.
             lint.findings.extend(rules::workload_errors(&workload.kind, &workload.spec, workload.spec_path));
             ObjectReport { workload, lint }

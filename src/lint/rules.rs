@@ -3,26 +3,28 @@
 //! rule and formula is explained in `docs/lint.md`, the worker behaviour they come from in
 //! `docs/prober.md` §1.2–§1.3 and §3.4.
 //!
-//! Defaulting and validation are the agent's own ([`apply_defaults`],
-//! [`validate_container_probes`], [`validate_annotations_size`],
-//! [`validate_active_deadline_seconds`]), so a value the standalone agent rejects is an error
-//! here with the same message, and a default it fills in is the default reported here.
+//! Defaulting and validation are the agent's own ([`apply_defaults`], [`validate_pod_spec`],
+//! [`validate_pod_metadata`], [`validate_annotations_size`]), so what `probelet run` refuses is
+//! an error here with the same message and field path (less the agent's own rules for running
+//! containers without images), and a default it fills in is the default reported here.
 //!
 //! This file holds the report types, the walk over a pod's containers ([`lint_pod_spec`]), the
 //! API server's validation errors (the containers' and the pod's own) and the start-time
 //! annotation. Beside it: the effective probes
 //! (`probe`), the per-container set-up rules (`container`) and the timing rules (`timing`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use probelet_actors::FeatureGates;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::ProbeKind;
 use serde::Serialize;
 
 use crate::host::manifests::{
-    DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, apply_defaults, validate_active_deadline_seconds,
-    validate_annotations_size, validate_container_probes,
+    DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, apply_defaults, validate_annotations_size,
+    validate_pod_metadata, validate_pod_spec,
 };
 use probe::{Endpoint, effective_probe};
 
@@ -194,6 +196,10 @@ pub fn lint_pod_spec(
 ) -> PodLint {
     let mut lint = PodLint::default();
     lint.findings.extend(pod_errors(spec, spec_path, annotations));
+    // Where a container with a probe error is: its probes' numbers would be about a pod the API
+    // server does not take. Its other errors (a duplicate name, a bad port) leave them alone.
+    let probe_errors: BTreeSet<String> =
+        lint.findings.iter().filter(|f| f.probe.is_some()).filter_map(|f| f.container_path.clone()).collect();
     let defaulted = defaulted_spec(spec);
     let starts = match start.map(|a| parse_start_seconds(&a.value, spec).map_err(|e| (a, e))) {
         None => KnownStarts::default(),
@@ -222,11 +228,7 @@ pub fn lint_pod_spec(
         spec.containers.iter().zip(&defaulted.containers).enumerate().map(|(i, c)| (false, i, c));
     let init = spec.init_containers.iter().flatten().zip(defaulted.init_containers.iter().flatten());
     for (is_init, i, (raw, container)) in containers.chain(init.enumerate().map(|(i, c)| (true, i, c))) {
-        let path = format!("{spec_path}.{}[{i}]", if is_init { "initContainers" } else { "containers" });
-        let errors = validate_container_probes(raw, is_init, &path);
-        for error in &errors {
-            lint.findings.push(invalid(container, &path, error));
-        }
+        let path = container_path(spec_path, is_init, i);
         let sidecar = is_init && container.restart_policy.as_deref() == Some("Always");
         if is_init && !sidecar {
             continue;
@@ -240,7 +242,7 @@ pub fn lint_pod_spec(
         if probes.is_empty() {
             continue;
         }
-        let timings = errors.is_empty().then(|| {
+        let timings = (!probe_errors.contains(&path)).then(|| {
             let context = ContainerContext {
                 container,
                 path: &path,
@@ -278,9 +280,16 @@ pub fn metadata_path(spec_path: &str) -> String {
     }
 }
 
-/// The API server's checks of the pod as a whole that the standalone agent makes too: the
-/// annotations' size and `activeDeadlineSeconds`, as `invalid` errors about no container. They
-/// leave the containers' findings and timings alone: the probes are what they are.
+/// Where the container `i` of a pod spec at `spec_path` is (`spec.initContainers[0]`).
+fn container_path(spec_path: &str, init: bool, i: usize) -> String {
+    format!("{spec_path}.{}[{i}]", if init { "initContainers" } else { "containers" })
+}
+
+/// What the API server refuses in the pod (what `probelet run` refuses too, less its own rules
+/// for containers without images), in its order: the annotations' size, then the spec
+/// ([`validate_pod_spec`]). An error under a container is that container's (and its probe's,
+/// when it is under one); any other (`restartPolicy`, `activeDeadlineSeconds`) is about no
+/// container, and leaves the containers' findings and timings alone.
 fn pod_errors(
     spec: &PodSpec,
     spec_path: &str,
@@ -292,12 +301,52 @@ fn pod_errors(
         Some(template) => format!("{template}.annotations"),
         None => "metadata.annotations".to_owned(),
     };
-    let annotations = validate_annotations_size(annotations, &upstream_annotations)
-        .map(|message| (format!("{}.annotations", metadata_path(spec_path)), message));
-    let deadline_path = format!("{spec_path}.activeDeadlineSeconds");
-    let deadline = validate_active_deadline_seconds(spec.active_deadline_seconds, &deadline_path)
-        .map(|message| (deadline_path, message));
-    annotations.into_iter().chain(deadline).map(|(field, message)| invalid_object(field, message)).collect()
+    let mut findings: Vec<Finding> = validate_annotations_size(annotations, &upstream_annotations)
+        .map(|message| invalid_object(format!("{}.annotations", metadata_path(spec_path)), message))
+        .into_iter()
+        .collect();
+    let containers =
+        spec.containers.iter().enumerate().map(|(i, c)| (container_path(spec_path, false, i), c));
+    let init = spec.init_containers.iter().flatten().enumerate();
+    let containers: Vec<(String, &Container)> =
+        containers.chain(init.map(|(i, c)| (container_path(spec_path, true, i), c))).collect();
+    // A lint checks a pod for a cluster: the gates are the API server's defaults.
+    for error in validate_pod_spec(spec, spec_path, &FeatureGates::default(), false) {
+        let field = error_field(&error);
+        let owner = containers.iter().find(|(path, _)| under(field, path));
+        findings.push(match owner {
+            Some((path, container)) => invalid(container, path, &error),
+            None => invalid_object(field.to_owned(), error),
+        });
+    }
+    findings
+}
+
+/// The field an API server error names: the text before its first `": "`.
+fn error_field(error: &str) -> &str {
+    error.split(": ").next().unwrap_or_default()
+}
+
+/// `field` is `path` or a field inside it: `spec.containers[1].name` is under
+/// `spec.containers[1]`, `spec.containers[10].name` is not.
+fn under(field: &str, path: &str) -> bool {
+    field.strip_prefix(path).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+/// What the API server refuses in a Pod's own `metadata.name` and `metadata.namespace` (the
+/// agent's check, [`validate_pod_metadata`], where a `generateName` stands in for a name). A
+/// workload's pod is its template, whose name the workload's controller makes.
+pub fn pod_metadata_errors(name: &str, namespace: Option<&str>, generate_name: Option<&str>) -> Vec<Finding> {
+    let meta = ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        generate_name: generate_name.map(str::to_owned),
+        ..Default::default()
+    };
+    validate_pod_metadata(&meta, false)
+        .into_iter()
+        .map(|error| invalid_object(error_field(&error).to_owned(), error))
+        .collect()
 }
 
 /// What the API server refuses in a workload's own metadata: its `annotations` over the size a
@@ -351,7 +400,7 @@ fn defaulted_spec(spec: &PodSpec) -> PodSpec {
 
 /// A validation error as a finding, attributed to the probe its field path names.
 fn invalid(container: &Container, path: &str, error: &str) -> Finding {
-    let field = error.split(": ").next().unwrap_or_default();
+    let field = error_field(error);
     let probe = ProbeKind::ADD_ORDER.into_iter().map(probe_field).find(|probe| {
         field.strip_prefix(path).and_then(|rest| rest.strip_prefix('.')).is_some_and(|rest| {
             rest.strip_prefix(probe).is_some_and(|after| after.is_empty() || after.starts_with('.'))

@@ -343,7 +343,7 @@ pub fn validate_annotations_size(
 /// Upstream `ValidatePodSpec`'s check of `activeDeadlineSeconds`: unset, or between 1 and
 /// [`MAX_ACTIVE_DEADLINE_SECONDS`]. `path` is the field the error names:
 /// `spec.activeDeadlineSeconds` for a pod, a template's in a workload ([`validate_pod_spec`]).
-pub fn validate_active_deadline_seconds(deadline: Option<i64>, path: &str) -> Option<String> {
+fn validate_active_deadline_seconds(deadline: Option<i64>, path: &str) -> Option<String> {
     let deadline = deadline.filter(|d| !(1..=MAX_ACTIVE_DEADLINE_SECONDS).contains(d))?;
     let mut errs = Errors::default();
     errs.invalid(
@@ -352,18 +352,6 @@ pub fn validate_active_deadline_seconds(deadline: Option<i64>, path: &str) -> Op
         &format!("must be between 1 and {MAX_ACTIVE_DEADLINE_SECONDS}, inclusive"),
     );
     errs.0.pop()
-}
-
-/// The probe rules of [`validate`] for one container at `path` (`spec.containers[0]`), the
-/// same messages included: for a regular container (`init` false) or a sidecar, every probe
-/// (handler, ports, timing fields, thresholds, grace period); for a plain init container, that
-/// it has no probe. The container's other fields are not looked at, so this also checks pods
-/// whose containers run from images (`probelet lint`).
-pub fn validate_container_probes(container: &Container, init: bool, path: &str) -> Vec<String> {
-    let mut errs = Errors::default();
-    let probed = !init || container.restart_policy.as_deref() == Some("Always");
-    container_probes(container, probed, path, &mut errs);
-    errs.0
 }
 
 /// `probed`: a regular container or a sidecar, whose probes run; else an init container, which
