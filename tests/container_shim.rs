@@ -506,6 +506,25 @@ fn a_shim_says_it_killed_its_tree_and_a_killed_shim_cannot() {
     let _ = std::fs::remove_file(&pidfile);
 }
 
+/// A command that ends before the agent reads the shim's report: the report and the
+/// tree-killed byte arrive together, and reading the report leaves the byte on the socket.
+/// Before, a buffered read took both and dropped the byte, and the agent looked through every
+/// process for the container's marks after each such container.
+#[test]
+fn reading_the_report_leaves_the_tree_killed_byte() {
+    use std::os::unix::net::UnixStream;
+    let (agent, theirs) = UnixStream::pair().unwrap();
+    let mut child = shim(&["--", "sh", "-c", "exit 3"])
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .spawn()
+        .unwrap();
+    assert_eq!(wait(&mut child).code(), Some(3));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (report, control) = runtime.block_on(probelet::shim::Report::receive(agent)).unwrap();
+    assert!(matches!(report, probelet::shim::Report::Started));
+    assert!(probelet::shim::said_tree_killed(&control), "the byte after the report is still there");
+}
+
 /// Not a test: run as a container's command by the test below (`--ignored`), it copies its
 /// shim's standard input (`pidfd_getfd`), as a container would to read the agent's kill
 /// request off the control socket, and prints the outcome.

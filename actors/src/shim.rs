@@ -244,11 +244,13 @@ impl Report {
         control.set_nonblocking(true)?;
         let control = tokio::net::UnixStream::from_std(control)?;
         let mut line = String::new();
-        let mut reader = tokio::io::BufReader::new(control).take(REPORT_MAX);
+        // A byte at a time: what follows the report on the socket ([`TREE_KILLED`], from a
+        // command that has ended already) stays there for [`said_tree_killed`], where a
+        // buffered read would take it and drop it with the buffer.
+        let mut reader = tokio::io::BufReader::with_capacity(1, control).take(REPORT_MAX);
         reader.read_line(&mut line).await?;
         let report = Report::from_line(&line)?;
-        // Only a plain descriptor is kept (nothing registered with the reactor); the shim
-        // writes nothing after its report, so nothing buffered is lost.
+        // Only a plain descriptor is kept (nothing registered with the reactor).
         let control = reader.into_inner().into_inner().into_std()?;
         Ok((report, control))
     }
