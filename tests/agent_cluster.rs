@@ -890,6 +890,11 @@ async fn a_pod_list_throttled_for_an_hour_is_waited_out_for_a_minute_and_said() 
     }
     let said = output.with("asked the pod watch to wait");
     assert!(said[0].contains("asked=3600") && said[0].contains("waiting=60"), "{said:?}");
+    assert!(
+        output.with("Lost the API server").is_empty(),
+        "a throttled list is no outage: {:#?}",
+        output.lines()
+    );
     support::agent::kill(agent, &kubeconfig).await;
 }
 

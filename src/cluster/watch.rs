@@ -285,6 +285,14 @@ impl ApiReachability {
             Err(watcher::Error::WatchFailed(kube::Error::Api(status))) if status.code == 0 => {
                 Reachability::Unchanged
             }
+            // Throttled: the server answered and asked the watch to wait (said at info where
+            // the wait is taken). The watch's client has no retry of kube's, which used to
+            // absorb these, so each would otherwise read as the server lost and back.
+            Err(
+                watcher::Error::InitialListFailed(kube::Error::Api(status))
+                | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+                | watcher::Error::WatchFailed(kube::Error::Api(status)),
+            ) if status.code == 429 => Reachability::Unchanged,
             Err(_) if !self.lost => {
                 self.lost = true;
                 Reachability::Lost
@@ -440,6 +448,12 @@ mod tests {
         let unreadable: Result<WatchEvent<Pod>, _> =
             Err(watcher::Error::WatchFailed(kube::Error::Api(Status::failure("", "").with_code(0).boxed())));
         assert_eq!(api.on_event(&unreadable), Reachability::Unchanged);
+        // A throttled list: the server answered (found by review once the watch's client lost
+        // kube's retry, which had absorbed these).
+        let throttled: Result<WatchEvent<Pod>, _> = Err(watcher::Error::InitialListFailed(kube::Error::Api(
+            Status::failure("Too many requests", "TooManyRequests").with_code(429).boxed(),
+        )));
+        assert_eq!(api.on_event(&throttled), Reachability::Unchanged);
         assert_eq!(api.on_event(&refused()), Reachability::Lost, "a refused connection still is");
     }
 
