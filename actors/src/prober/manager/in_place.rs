@@ -146,8 +146,6 @@ impl ProberManager {
         }
     }
 
-    /// Static and mirror pods keep their probes until they are replaced (KEP-6318); a host's
-    /// own static pods can be let in.
     /// The pod is being deleted, or its phase is terminal in its spec's status or in the
     /// status manager's cache (upstream `ReconcilePod`'s early return).
     fn deleting_or_finished(&self, pod: &Pod, uid: &PodUid) -> bool {
@@ -157,6 +155,8 @@ impl ProberManager {
             || self.config.views.probe_status(uid).is_some_and(|s| s.finished)
     }
 
+    /// Static and mirror pods keep their probes until they are replaced (KEP-6318); a host's
+    /// own static pods can be let in.
     fn excluded(&self, pod: &Pod) -> bool {
         if self.static_pods_in_place { is_mirror(pod) } else { is_static_or_mirror(pod) }
     }
