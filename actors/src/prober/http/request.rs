@@ -213,7 +213,7 @@ fn usable_host(host: &str) -> bool {
 /// server checks only the names' form): an invalid header name or value. Upstream's
 /// `client.Do` then fails, and so does the probe, with `Get "<url>": ` and this text
 /// (docs/http-probe.md, "Headers Go refuses to send"). `None` for headers it sends; an invalid
-/// `Host` value among them is sent empty ([`wire_headers`]).
+/// `Host` value among them is sent empty (docs/http-probe.md).
 pub fn send_refusal(supplied: &[HTTPHeader]) -> Option<String> {
     for header in supplied {
         if !valid_header_name(&header.name) {
