@@ -687,8 +687,9 @@ enum ShutdownStage {
 /// instead of taking its default action. Without it a SIGTERM during the sweep of what a dead
 /// agent left (1,500 containers take a while) ended the agent at once, the rest still running.
 struct ShutdownSignals {
-    runtime: tokio::runtime::Runtime,
-    signals: Signals,
+    /// Both taken by [`watch_shutdown_signals`]; `None` only after.
+    runtime: Option<tokio::runtime::Runtime>,
+    signals: Option<Signals>,
 }
 
 impl ShutdownSignals {
@@ -701,7 +702,22 @@ impl ShutdownSignals {
             let _watcher_runtime = runtime.enter();
             Signals::new()
         };
-        Ok(ShutdownSignals { runtime, signals })
+        Ok(ShutdownSignals { runtime: Some(runtime), signals: Some(signals) })
+    }
+
+    fn into_parts(mut self) -> Option<(tokio::runtime::Runtime, Signals)> {
+        Some((self.runtime.take()?, self.signals.take()?))
+    }
+}
+
+impl Drop for ShutdownSignals {
+    fn drop(&mut self) {
+        // Dropped unwatched when the agent stops before its watch starts (a folder another agent
+        // serves): that is inside the agent's own runtime, where a runtime dropped the usual
+        // way panics ("Cannot drop a runtime in a context where blocking is not allowed").
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -717,7 +733,9 @@ fn watch_shutdown_signals(
     orphans: Option<Arc<OrphanReaper>>,
 ) -> Result<tokio::sync::watch::Receiver<ShutdownStage>, AgentError> {
     let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
-    let ShutdownSignals { runtime, mut signals } = listening;
+    let Some((runtime, mut signals)) = listening.into_parts() else {
+        return Err(AgentError::Internal("the signal watcher"));
+    };
     std::thread::Builder::new()
         .name("probelet-signals".to_owned())
         .spawn(move || {
