@@ -816,6 +816,17 @@ mod tests {
             .unwrap()
     }
 
+    /// [`in_own_session`] running `script` with the container mark of its own group (its
+    /// leader's PID and start time) exported as a recorded container's shim would; the leader,
+    /// its PID and its start time.
+    fn marked_session(script: &str) -> (std::process::Child, u32, u64) {
+        let mut leader = in_own_session(&format!("read mark; export {MARK_ENV}=$mark; {script}"));
+        let pgid = leader.id();
+        let start = start_time(pgid).unwrap();
+        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        (leader, pgid, start)
+    }
+
     /// A record an older agent wrote names the command itself as the leader, not a shim: the
     /// SIGUSR1 meant for a shim kills it (its default action), and the group's SIGKILL the rest.
     #[test]
@@ -887,11 +898,7 @@ mod tests {
     fn what_carries_a_records_mark_is_killed_in_the_group_or_out_of_it() {
         let dir = state_dir("marked");
         // No heartbeat: only the mark tells the group is ours.
-        let script = format!("read mark; export {MARK_ENV}=$mark; setsid sleep 7377 & sleep 7378 & exit 0");
-        let mut leader = in_own_session(&script);
-        let pgid = leader.id();
-        let start = start_time(pgid).unwrap();
-        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        let (mut leader, pgid, start) = marked_session("setsid sleep 7377 & sleep 7378 & exit 0");
         leader.wait().unwrap();
         eventually("both run", || sleeping("7377").len() == 1 && sleeping("7378").len() == 1);
         write_record(&dir, pgid, &Record { start, boot: boot_id(), ..record(None) });
@@ -911,11 +918,7 @@ mod tests {
     #[test]
     fn what_a_damaged_records_id_and_marks_name_is_killed() {
         let dir = state_dir("damaged");
-        let script = format!("read mark; export {MARK_ENV}=$mark; setsid sleep 7380 & sleep 7381 & exit 0");
-        let mut leader = in_own_session(&script);
-        let pgid = leader.id();
-        let start = start_time(pgid).unwrap();
-        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        let (mut leader, pgid, _) = marked_session("setsid sleep 7380 & sleep 7381 & exit 0");
         leader.wait().unwrap();
         eventually("both run", || sleeping("7380").len() == 1 && sleeping("7381").len() == 1);
         fs::write(dir.join("containers").join(pgid.to_string()), [0u8; 64]).unwrap();
@@ -934,11 +937,7 @@ mod tests {
     #[test]
     fn a_damaged_record_does_not_kill_what_a_live_leader_still_runs() {
         let dir = state_dir("damaged-live");
-        let script = format!("read mark; export {MARK_ENV}=$mark; setsid sleep 7382 & sleep 7383 & wait");
-        let mut leader = in_own_session(&script);
-        let pgid = leader.id();
-        let start = start_time(pgid).unwrap();
-        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        let (mut leader, pgid, _) = marked_session("setsid sleep 7382 & sleep 7383 & wait");
         eventually("both run", || sleeping("7382").len() == 1 && sleeping("7383").len() == 1);
         fs::write(dir.join("containers").join(pgid.to_string()), [0u8; 64]).unwrap();
         assert_eq!(kill_leftovers(&dir, boot_id().as_deref()).unwrap(), 0);
@@ -962,11 +961,7 @@ mod tests {
         let dir = state_dir("hopper");
         let hop = dir.join("hop.sh");
         fs::write(&hop, "sleep 1\nsetsid sh \"$0\" </dev/null >/dev/null 2>&1 &\nexit 0\n").unwrap();
-        let script = format!("read mark; export {MARK_ENV}=$mark; sh {} & exit 0", hop.display());
-        let mut leader = in_own_session(&script);
-        let pgid = leader.id();
-        let start = start_time(pgid).unwrap();
-        leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
+        let (mut leader, pgid, start) = marked_session(&format!("sh {} & exit 0", hop.display()));
         leader.wait().unwrap();
         let hopping = || processes().iter().any(|p| p.mark.as_deref() == Some(mark(pgid, start).as_str()));
         eventually("it runs", hopping);

@@ -96,16 +96,7 @@ impl HttpProbeRequest {
     /// canonicalised with the kubelet's defaults. Port errors keep their upstream texts; a
     /// header, host or path the request cannot carry is [`ProbeError::InvalidRequest`].
     pub fn new(action: &HTTPGetAction, container: &Container, pod_ip: &str) -> Result<Self, ProbeError> {
-        let scheme = match action.scheme.as_deref() {
-            Some(s) if !s.is_empty() => s.to_lowercase(),
-            _ => "http".to_owned(),
-        };
-        let host = match action.host.as_deref() {
-            Some(h) if !h.is_empty() => h,
-            _ => pod_ip,
-        };
-        let port = resolve_container_port(&action.port, container)?;
-        let url = format_url(&scheme, host, port, action.path.as_deref().unwrap_or(""))?;
+        let url = target_url(action, container, pod_ip)?;
         let supplied = action.http_headers.as_deref().unwrap_or_default();
         if let Some(refusal) = send_refusal(supplied) {
             return Err(ProbeError::InvalidRequest(refusal));
@@ -121,13 +112,7 @@ impl HttpProbeRequest {
     /// The target URL of `action` as upstream renders it, without building the rest of the
     /// request (what a refused send names: [`send_refusal`]).
     pub fn url_of(action: &HTTPGetAction, container: &Container, pod_ip: &str) -> Result<String, ProbeError> {
-        let scheme = match action.scheme.as_deref() {
-            Some(s) if !s.is_empty() => s.to_lowercase(),
-            _ => "http".to_owned(),
-        };
-        let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
-        let port = resolve_container_port(&action.port, container)?;
-        Ok(format_url(&scheme, host, port, action.path.as_deref().unwrap_or(""))?.to_string())
+        Ok(target_url(action, container, pod_ip)?.to_string())
     }
 
     /// The target URL as upstream renders it, e.g. `http://10.0.0.1:8080/healthz?x=1`.
@@ -162,6 +147,18 @@ impl HttpProbeRequest {
     pub(crate) fn first(&self) -> Option<&FirstRequest> {
         self.first.as_ref()
     }
+}
+
+/// The probe's target: scheme lower-cased (default `http`), host from `action.host` or the pod
+/// IP, port resolved against the container, path parsed as a URL reference.
+fn target_url(action: &HTTPGetAction, container: &Container, pod_ip: &str) -> Result<GoUrl, ProbeError> {
+    let scheme = match action.scheme.as_deref() {
+        Some(s) if !s.is_empty() => s.to_lowercase(),
+        _ => "http".to_owned(),
+    };
+    let host = action.host.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
+    let port = resolve_container_port(&action.port, container)?;
+    format_url(&scheme, host, port, action.path.as_deref().unwrap_or(""))
 }
 
 /// Upstream `formatURL` followed by `http.NewRequest(url.String())`: the path is a URL

@@ -17,8 +17,7 @@ impl Ticks {
     /// Must be made on the runtime the worker runs on: the timer belongs to it.
     pub(super) fn new(from: Instant, interval: Duration) -> Self {
         // Never zero (tokio panics on it): the period and start interval are validated well above.
-        let interval = interval.max(Duration::from_millis(1));
-        Ticks::first_at(from + interval, interval)
+        Ticks::first_at(from + interval.max(Duration::from_millis(1)), interval)
     }
 
     /// A schedule whose first tick is at `first`, then every `interval`.
