@@ -28,7 +28,7 @@ use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::syncer::{
-    ApiPodDeleted, ApiPodObserved, Flush, OwnedFields, StatusSyncer, SyncerConfig, start_syncer,
+    ApiPodDeleted, ApiPodListed, ApiPodObserved, Flush, OwnedFields, StatusSyncer, SyncerConfig, start_syncer,
 };
 use probelet_actors::{Pipeline, PipelineConfig, PipelineError};
 
@@ -376,6 +376,18 @@ impl Engine {
     pub fn api_pod_observed(&self, pod: impl Into<ApiPod>) {
         if let Some(syncer) = &self.syncer {
             syncer.do_send(ApiPodObserved(Arc::new(pod.into())));
+        }
+    }
+
+    /// Hands the syncer a copy of a pod from the host's (re-)list, where
+    /// [`api_pod_observed`](Self::api_pod_observed) is for the watch's events after it: a listed
+    /// copy older than the one held (an etcd restored from a backup sets resourceVersions back;
+    /// a cache may lag) makes the syncer read the pod again and write it at once, where a watch
+    /// event that old would be ignored as stale (docs/sync.md §7.4). Without an API client this
+    /// does nothing.
+    pub fn api_pod_listed(&self, pod: impl Into<ApiPod>) {
+        if let Some(syncer) = &self.syncer {
+            syncer.do_send(ApiPodListed(Arc::new(pod.into())));
         }
     }
 

@@ -870,6 +870,40 @@ async fn after_an_api_outage_a_new_pod_is_seen_at_once_and_the_log_says_lost_and
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// The API server's etcd is restored from a backup taken before the agent wrote the pod's
+/// status, without `--bump-revision`: resourceVersions go back below the ones the agent saw.
+/// kube's watcher would ask again from its version, which the server answers 504 "Too large
+/// resource version", for good; the agent lists again (as client-go does), and the listed copy,
+/// older than the one it held, makes it read the pod and write its status again. Before, the
+/// agent saw no change of any pod again and its merge base said the status was written.
+#[tokio::test]
+async fn after_an_etcd_restore_that_sets_versions_back_the_status_is_written_again() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("restored", "node-a", port));
+    let backup = fake.backup();
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "etcd-restore", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "restored", "Ready=True", is_ready).await;
+
+    fake.restore(backup);
+    assert!(!is_ready(&fake.pod("default", "restored").unwrap()), "the backup's status");
+    let restored = tokio::time::Instant::now();
+    wait_for_pod(&fake, "restored", "Ready=True again", is_ready).await;
+    let took = restored.elapsed();
+    assert!(took < Duration::from_secs(8), "written again {took:?} after the restore");
+    // A pod made after the restore is seen too: the watch runs again.
+    fake.insert_pod(pod("after", "node-a", port));
+    wait_for_pod(&fake, "after", "Ready=True", is_ready).await;
+    assert_eq!(
+        output.with("has not reached the pod watch's resourceVersion").len(),
+        1,
+        "{:#?}",
+        output.lines()
+    );
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 /// The pod list answered 429 with `Retry-After: 3600`: the watch has no retry of kube's (which
 /// slept the hour out inside the request, the agent seeing no pod and saying nothing), so the
 /// answer reaches it, and it says it waits what was asked, at most a minute

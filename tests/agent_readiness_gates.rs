@@ -521,6 +521,31 @@ async fn a_condition_another_writer_removed_is_written_again() {
     assert_eq!(rewrites[0].content_type.as_deref(), Some("application/apply-patch+yaml"));
 }
 
+/// The API server's etcd is restored from a backup taken before the condition was written,
+/// without `--bump-revision`: the pod's resourceVersion goes back below the one the agent's
+/// write produced. The agent's watch (asking from a version the server has not reached) lists
+/// again, and the listed copy, older than the write, says the condition is gone: it is written
+/// again. Before, the watch asked again from the same version for good, and the condition
+/// written stood for the server's until the restored counter passed the write's version.
+#[tokio::test]
+async fn a_condition_an_etcd_restore_took_away_is_written_again() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("restored", "node-a", true, Some(http_probe(port))));
+    let backup = fake.backup();
+    let (agent, kubeconfig) = start_agent(&fake, "gates-restored");
+    wait_for_gate(&fake, "restored", "True", |c| c["status"] == "True").await;
+
+    fake.restore(backup);
+    assert!(gate_condition(&fake.pod_json("default", "restored").unwrap()).is_none(), "restored");
+    let restored = tokio::time::Instant::now();
+    let back = wait_for_gate(&fake, "restored", "True again", |c| c["status"] == "True").await;
+    assert_eq!(back["reason"], "ReadinessProbesSucceeded");
+    let took = restored.elapsed();
+    assert!(took < Duration::from_secs(10), "written again {took:?} after the restore");
+    stop(agent, kubeconfig).await;
+}
+
 /// A kubelet that tracks pod generations writes `observedGeneration`: the gate condition
 /// carries the pod's generation too.
 #[tokio::test]

@@ -31,8 +31,8 @@ use probelet::status::{CONTAINERS_READY, POD_READY};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::{RateLimiter, jittered_backoff};
 use probelet_actors::sync::syncer::{
-    ApiPodDeleted, ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion, MIRROR_POD_ANNOTATION,
-    OwnedFields, Reconcile, StatusSyncer, SyncerConfig, SyncerStats,
+    ApiPodDeleted, ApiPodListed, ApiPodObserved, Flush, GetSyncerStats, GetWrittenVersion,
+    MIRROR_POD_ANNOTATION, OwnedFields, Reconcile, StatusSyncer, SyncerConfig, SyncerStats,
 };
 use serde_json::{Value, json};
 use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
@@ -141,6 +141,41 @@ async fn a_stale_watch_copy_of_a_previous_pod_is_checked_with_a_get() {
             [(Method::GET, pod_path("web"), Some(200)), (Method::PATCH, status_path("web"), Some(200))]
         );
         assert!(t.cached(&uid(&pod)).await.is_some(), "the status of the live pod is kept");
+        assert_eq!(readiness(&api_status(&t.api("web"))), [("app".to_owned(), true)]);
+    })
+    .await;
+}
+
+/// An etcd restored from a backup without `--bump-revision` sets the pod's resourceVersion back
+/// below the copy the syncer holds (its own PATCH's answer). A watch event that old is stale and
+/// ignored; the same copy from a list makes the syncer read the pod again and write it at once.
+#[actix::test]
+async fn a_listed_copy_older_than_the_one_held_is_read_again_and_written() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        let backup = t.fake.backup();
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(readiness(&api_status(&t.api("web"))), [("app".to_owned(), true)]);
+
+        t.fake.restore(backup);
+        t.fake.clear_requests();
+        let restored = Arc::new(t.api("web"));
+        assert_eq!(api_status(&restored), PodStatus::default(), "the backup's status");
+        syncer.send(ApiPodObserved::of(restored.clone())).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.summary(), [], "an older watch event is stale");
+
+        syncer.send(ApiPodListed(Arc::new(restored.as_ref().clone().into()))).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [(Method::GET, pod_path("web"), Some(200)), (Method::PATCH, status_path("web"), Some(200))]
+        );
         assert_eq!(readiness(&api_status(&t.api("web"))), [("app".to_owned(), true)]);
     })
     .await;

@@ -25,13 +25,13 @@ use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::rate::RateLimiter;
 use probelet_actors::sync::rules::{RETRY_AFTER_MAX, retry_after};
-use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodObserved, Reconcile, StatusSyncer};
+use probelet_actors::sync::syncer::{ApiPodDeleted, ApiPodListed, ApiPodObserved, Reconcile, StatusSyncer};
 use probelet_actors::vocabulary::PodUid;
 
 use super::backoff::Backoff;
 use super::changes::{OwnedField, only_owned_fields_changed, owned_fields_turned_off};
 use super::exec::ExecRunner;
-use super::watch::{PodWatchState, PodWatchStep, pod_watch_ended};
+use super::watch::{PodWatchState, PodWatchStep, Seen, pod_watch_ended};
 use crate::cli::LivenessAction;
 use crate::host::history::ProbeHistory;
 use crate::host::phase::kill_grace_period;
@@ -109,7 +109,7 @@ impl SyncsInFlight {
 }
 
 impl ClusterHost {
-    fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
+    fn apply(&mut self, observed: ApiPod, seen: Seen, ctx: &mut Context<Self>) {
         let Some(uid) = PodUid::of(&observed.pod) else { return };
         if !bound_to(&observed.pod, &self.node_name) {
             tracing::debug!(pod = %probelet_actors::format::pod_ref(&observed.pod), node = %self.node_name, "The watch sent a pod bound to another node; ignoring it");
@@ -120,7 +120,10 @@ impl ClusterHost {
         }
         let pod = Arc::new(observed.pod.clone());
         let previous = self.pods.pod_by_uid(&uid);
-        self.syncer.do_send(ApiPodObserved(Arc::new(observed)));
+        match seen {
+            Seen::Listed => self.syncer.do_send(ApiPodListed(Arc::new(observed))),
+            Seen::Watched => self.syncer.do_send(ApiPodObserved(Arc::new(observed))),
+        }
         self.pods.upsert(pod.clone());
         self.exec.learn(&pod);
         if let Some(message) = invalid_timing(previous.as_deref(), &pod) {
@@ -443,7 +446,7 @@ impl Actor for ClusterHost {
 impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for ClusterHost {
     fn handle(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>, ctx: &mut Context<Self>) {
         match self.watch.on_event(event) {
-            Some(PodWatchStep::Apply(pod)) => self.apply(pod, ctx),
+            Some(PodWatchStep::Apply(pod, seen)) => self.apply(pod, seen, ctx),
             Some(PodWatchStep::Delete(pod)) => self.delete(pod.pod),
             Some(PodWatchStep::Listed(listed)) => {
                 // Pods gone while the watch was down: stop probing them.

@@ -232,6 +232,15 @@ where
             this.inner = Box::pin((this.make)());
         }
         if let Some(Err(error)) = &item
+            && is_too_large(error)
+        {
+            tracing::info!(
+                error = %error,
+                "The API server has not reached the pod watch's resourceVersion (an etcd restored from a backup, or a lagging server); listing again"
+            );
+            this.inner = Box::pin((this.make)());
+        }
+        if let Some(Err(error)) = &item
             && let Some(asked) = asked_wait(error)
         {
             let wait = asked.min(RETRY_AFTER_MAX);
@@ -315,11 +324,22 @@ pub struct PodWatchState {
     undecodable: HashMap<PodUid, Option<String>>,
 }
 
+/// Where a copy of a pod came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// A (re-)list. Its copy may be older than one seen before, which an event of the watch's
+    /// cannot: resourceVersions set back by an etcd restored from a backup, or a lagging cache
+    /// (docs/sync.md §7.4).
+    Listed,
+    /// An event of the watch after the list.
+    Watched,
+}
+
 /// What a watch event asks of the host.
 #[derive(Debug)]
 pub enum PodWatchStep {
     /// A pod was added or changed, by a list or by the watch after it.
-    Apply(ApiPod),
+    Apply(ApiPod, Seen),
     /// The watch saw a pod deleted.
     Delete(ApiPod),
     /// A (re-)list is complete: these UIDs are the node's pods, and any other pod the host holds
@@ -342,27 +362,8 @@ impl PodWatchState {
             Reachability::Unchanged => {}
         }
         match event {
-            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
-                let uid = PodUid::of(&pod.pod);
-                if let Some(uid) = &uid {
-                    self.listed.insert(uid.clone());
-                }
-                // Listed (so not taken for deleted), but not applied: the host keeps what it
-                // had of the pod, if anything, until a version it can read.
-                if let Some(why) = pod.undecodable() {
-                    let version = pod.pod.metadata.resource_version.clone();
-                    let key = uid.unwrap_or_default();
-                    if self.undecodable.get(&key) != Some(&version) {
-                        tracing::warn!(pod = %probelet_actors::format::pod_ref(&pod.pod), pod_uid = %key, error = %why, "Cannot read the pod; skipping it until it changes");
-                        self.undecodable.insert(key, version);
-                    }
-                    return None;
-                }
-                if let Some(uid) = uid {
-                    self.undecodable.remove(&uid);
-                }
-                Some(PodWatchStep::Apply(pod))
-            }
+            Ok(WatchEvent::Apply(pod)) => self.applied(pod, Seen::Watched),
+            Ok(WatchEvent::InitApply(pod)) => self.applied(pod, Seen::Listed),
             Ok(WatchEvent::Delete(pod)) => {
                 if let Some(uid) = pod.pod.metadata.uid.as_deref() {
                     self.listed.remove(uid);
@@ -389,6 +390,30 @@ impl PodWatchState {
             }
         }
     }
+
+    /// A pod added or changed: listed (so not taken for deleted), and applied unless its copy
+    /// cannot be read.
+    fn applied(&mut self, pod: ApiPod, seen: Seen) -> Option<PodWatchStep> {
+        let uid = PodUid::of(&pod.pod);
+        if let Some(uid) = &uid {
+            self.listed.insert(uid.clone());
+        }
+        // Listed (so not taken for deleted), but not applied: the host keeps what it had of
+        // the pod, if anything, until a version it can read.
+        if let Some(why) = pod.undecodable() {
+            let version = pod.pod.metadata.resource_version.clone();
+            let key = uid.unwrap_or_default();
+            if self.undecodable.get(&key) != Some(&version) {
+                tracing::warn!(pod = %probelet_actors::format::pod_ref(&pod.pod), pod_uid = %key, error = %why, "Cannot read the pod; skipping it until it changes");
+                self.undecodable.insert(key, version);
+            }
+            return None;
+        }
+        if let Some(uid) = uid {
+            self.undecodable.remove(&uid);
+        }
+        Some(PodWatchStep::Apply(pod, seen))
+    }
 }
 
 /// For a host's `StreamHandler::finished`. The watcher never ends on its own; if it does, the
@@ -405,6 +430,28 @@ fn asked_wait(err: &watcher::Error) -> Option<Duration> {
         | watcher::Error::WatchFailed(e) => retry_after(e),
         _ => None,
     }
+}
+
+/// 504 "Too large resource version": the server has not reached the version the watch starts
+/// from (docs/sync.md §7.2). kube's watcher asks again from that same version, for good: after an
+/// etcd restored without `--bump-revision` the agent would never see a pod change again.
+/// client-go's reflector lists again instead, and so does the pod watch. Known by the status
+/// cause, or, from a server that sends none, by the code and the message (as client-go's
+/// `isTooLargeResourceVersionError`).
+fn is_too_large(err: &watcher::Error) -> bool {
+    let status = match err {
+        watcher::Error::WatchError(status) => status.as_ref(),
+        // Not a list's: listing again at once would only loop (kube's watcher lists from
+        // version 0, which no server finds too large).
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.as_ref(),
+        _ => return false,
+    };
+    let by_cause = status
+        .details
+        .as_ref()
+        .is_some_and(|details| details.causes.iter().any(|cause| cause.reason == "ResourceVersionTooLarge"));
+    by_cause || (status.code == 504 && status.message.contains("Too large resource version"))
 }
 
 /// 410 Gone / Expired, as an ERROR event of the watch or as the answer to its request.
@@ -484,6 +531,47 @@ mod tests {
         assert_eq!(start.elapsed(), RETRY_AFTER_MAX + Duration::from_secs(2), "2 s asked, 2 s waited");
     }
 
+    /// A watch from a version the server has not reached (an etcd restored without
+    /// `--bump-revision`) lists again, as client-go's reflector does; kube's watcher would ask
+    /// again from the same version for good. Other errors go on with the same watcher.
+    #[test]
+    fn a_too_large_resource_version_lists_again() {
+        use futures::StreamExt as _;
+        let too_large = |cause: bool| -> Result<WatchEvent<ApiPod>, watcher::Error> {
+            let mut status = serde_json::json!({
+                "status": "Failure", "message": "Timeout: Too large resource version: 9, current: 4",
+                "reason": "Timeout", "code": 504,
+            });
+            if cause {
+                status["details"] = serde_json::json!({"causes": [{"reason": "ResourceVersionTooLarge"}]});
+            }
+            Err(watcher::Error::WatchError(serde_json::from_value::<Status>(status).unwrap().boxed()))
+        };
+        let other = || -> Result<WatchEvent<ApiPod>, watcher::Error> {
+            Err(watcher::Error::WatchError(
+                Status::failure("internal", "InternalError").with_code(500).boxed(),
+            ))
+        };
+        for error in [too_large(true), too_large(false)] {
+            let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = made.clone();
+            let make = move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                futures::stream::iter(vec![Ok(WatchEvent::Init)])
+            };
+            let items = vec![other(), error, Ok(WatchEvent::InitDone)];
+            let mut watch =
+                RelistOnExpiredWatch { inner: Box::pin(futures::stream::iter(items)), make, pause: None };
+            futures::executor::block_on(async {
+                assert!(watch.next().await.is_some_and(|e| e.is_err()));
+                assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 0, "a 500 keeps the watcher");
+                assert!(watch.next().await.is_some_and(|e| e.is_err()));
+                assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1, "a new watcher, which lists");
+                assert!(matches!(watch.next().await, Some(Ok(WatchEvent::Init))));
+            });
+        }
+    }
+
     #[test]
     fn one_lost_and_one_back_per_outage() {
         let mut api = ApiReachability::default();
@@ -527,9 +615,12 @@ mod tests {
         assert!(watch.on_event(Ok(WatchEvent::Init)).is_none());
         assert!(matches!(
             watch.on_event(Ok(WatchEvent::InitApply(pod(Some("a"))))),
-            Some(PodWatchStep::Apply(_))
+            Some(PodWatchStep::Apply(..))
         ));
-        assert!(matches!(watch.on_event(Ok(WatchEvent::InitApply(pod(None)))), Some(PodWatchStep::Apply(_))));
+        assert!(matches!(
+            watch.on_event(Ok(WatchEvent::InitApply(pod(None)))),
+            Some(PodWatchStep::Apply(..))
+        ));
         watch.on_event(Ok(WatchEvent::InitApply(pod(Some("b")))));
         assert_eq!(listed(watch.on_event(Ok(WatchEvent::InitDone))), ["a", "b"]);
 
@@ -565,7 +656,7 @@ mod tests {
         assert!(watch.on_event(Ok(WatchEvent::Apply(odd("2", serde_json::json!("y"))))).is_none());
         assert!(matches!(
             watch.on_event(Ok(WatchEvent::Apply(odd("3", serde_json::json!(0))))),
-            Some(PodWatchStep::Apply(_))
+            Some(PodWatchStep::Apply(..))
         ));
     }
 

@@ -73,7 +73,7 @@ mod config;
 mod reconcile;
 mod stats;
 
-pub use api_pods::{ApiPodDeleted, ApiPodObserved};
+pub use api_pods::{ApiPodDeleted, ApiPodListed, ApiPodObserved};
 pub use config::{FAILURE_BACKOFF_INITIAL, FAILURE_BACKOFF_MAX, OwnedFields, StatusSource, SyncerConfig};
 pub use reconcile::Reconcile;
 pub use stats::{GetSyncerStats, GetWrittenVersion, SyncerStats};

@@ -32,7 +32,7 @@ use super::condition::{
 };
 use super::derived::{containers_not_running, derived_pod, derived_status, exec_targets};
 use crate::cluster::exec::ExecRunner;
-use crate::cluster::watch::{PodWatchState, PodWatchStep, pod_watch_ended};
+use crate::cluster::watch::{PodWatchState, PodWatchStep, Seen, pod_watch_ended};
 
 /// How often every gated pod's condition is compared with what it should say, so a write that
 /// failed is made again (the status manager's reconcile period).
@@ -149,6 +149,20 @@ impl GatedPod {
         }
     }
 
+    /// A copy from a (re-)list older than the version the last write produced: the
+    /// resourceVersions went back (an etcd restored from a backup) or the list came from a
+    /// lagging cache (docs/sync.md §7.4). The condition written says nothing of what the server
+    /// holds any more; the listed copy's does. Without this the written condition was taken as
+    /// the server's until the restored counter passed the write's version, and a condition the
+    /// restore took away was not written again.
+    fn listed(&mut self, pod: &Pod) {
+        if let (Some((_, Some(written))), Some(seen)) = (&self.written, resource_version(pod))
+            && seen < *written
+        {
+            self.written = None;
+        }
+    }
+
     /// The condition as it stands: the one written last, unless the watch has shown a newer
     /// version of the pod since (someone else may have changed or removed it).
     fn base(&self) -> Option<&PodCondition> {
@@ -194,7 +208,7 @@ fn is_terminal(pod: &Pod) -> bool {
 }
 
 impl GateHost {
-    fn apply(&mut self, observed: ApiPod, ctx: &mut Context<Self>) {
+    fn apply(&mut self, observed: ApiPod, seen: Seen, ctx: &mut Context<Self>) {
         let pod = Arc::new(observed.pod);
         let Some(uid) = PodUid::of(&pod) else { return };
         if !has_gate(&pod) || is_terminal(&pod) {
@@ -204,6 +218,9 @@ impl GateHost {
         }
         let exec_allowed = self.exec.is_some();
         let entry = self.gated.entry(uid.clone()).or_insert_with(|| GatedPod::new(pod.clone()));
+        if seen == Seen::Listed {
+            entry.listed(&pod);
+        }
         entry.pod = pod.clone();
         let annotation =
             pod.metadata.annotations.as_ref().and_then(|a| a.get(READINESS_PROBES_ANNOTATION)).cloned();
@@ -430,7 +447,7 @@ impl Actor for GateHost {
 impl StreamHandler<Result<WatchEvent<ApiPod>, watcher::Error>> for GateHost {
     fn handle(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>, ctx: &mut Context<Self>) {
         match self.watch.on_event(event) {
-            Some(PodWatchStep::Apply(pod)) => self.apply(pod, ctx),
+            Some(PodWatchStep::Apply(pod, seen)) => self.apply(pod, seen, ctx),
             Some(PodWatchStep::Delete(pod)) => {
                 if let Some(uid) = pod.pod.metadata.uid.as_deref() {
                     self.forget(uid, ctx);

@@ -23,6 +23,8 @@ pub mod selectors;
 mod store;
 mod validation;
 
+pub use store::Backup;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -407,6 +409,19 @@ impl FakeApiServer {
     /// The current (latest) resourceVersion.
     pub fn resource_version(&self) -> u64 {
         lock(&self.shared.store).rv
+    }
+
+    /// A snapshot of what the server stores, for [`FakeApiServer::restore`].
+    pub fn backup(&self) -> Backup {
+        lock(&self.shared.store).backup()
+    }
+
+    /// The server's etcd restored from `backup` without `--bump-revision` (resourceVersions go
+    /// back to the backup's) and the server restarted on it: open watches end, and a watch from
+    /// a version handed out since the backup gets one ERROR event, 504 "Too large resource
+    /// version".
+    pub fn restore(&self, backup: Backup) {
+        lock(&self.shared.store).restore(backup);
     }
 
     /// Forgets the change history: watches from any earlier version get 410 Expired.

@@ -24,6 +24,20 @@ impl ApiPodObserved {
     }
 }
 
+/// The API server's copy of a pod from a (re-)list of the host's watch (kube's
+/// `WatchEvent::InitApply`), where [`ApiPodObserved`] is for the events of the watch after it.
+///
+/// A listed copy can be *older* than the one held, which a watch event cannot: an etcd restored
+/// from a backup without `--bump-revision` sets every resourceVersion back (and the agent's watch
+/// lists again, docs/sync.md §7.2), and a list served by a lagging cache is behind. The syncer
+/// cannot tell which, so it trusts neither copy: it drops the one held and writes the pod at once
+/// from a fresh GET, a quorum read (docs/sync.md §7.4). Otherwise it is a watch event like any
+/// other. Without it the copy held, numbered higher, stayed the merge base until the restored
+/// server's counter passed it, and the pod's status stayed what the backup said.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ApiPodListed(pub Arc<ApiPod>);
+
 /// A pod is gone from the API server.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
@@ -53,15 +67,58 @@ impl Handler<ApiPodObserved> for StatusSyncer {
     type Result = ();
 
     fn handle(&mut self, msg: ApiPodObserved, ctx: &mut Self::Context) {
+        self.observe(msg.0, ctx);
+    }
+}
+
+impl Handler<ApiPodListed> for StatusSyncer {
+    type Result = ();
+
+    fn handle(&mut self, msg: ApiPodListed, ctx: &mut Self::Context) {
         let pod = msg.0;
+        let key = key_of(&pod);
+        let went_back = pod.undecodable().is_none()
+            && self.api_pods.get(&key).is_some_and(|held| !is_newer_or_same(&pod.pod, &held.pod));
+        if !went_back {
+            self.observe(pod, ctx);
+            return;
+        }
+        let uid = source_uid(self.config.pods.as_ref(), &pod.pod);
+        tracing::debug!(
+            pod_uid = %uid,
+            pod = %key.1,
+            listed = ?resource_version(&pod.pod),
+            held = ?self.api_pods.get(&key).and_then(|held| resource_version(&held.pod)),
+            "A list gave an older copy of the pod than the one held; reading it again before the next write"
+        );
+        if self.api_pods.remove(&key).is_some() {
+            self.api_pods.shrink_after_removal();
+        }
+        if let Some(held) = self.pods.get_mut(&uid) {
+            // A conflict's floor is of the same, untrusted numbering.
+            held.floor = None;
+            self.end_conflict_backoff(&uid, ctx);
+            self.enqueue(&uid, ctx);
+        }
+    }
+}
+
+fn key_of(pod: &ApiPod) -> (String, String) {
+    (
+        pod.pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl StatusSyncer {
+    /// A copy of the pod from the API server: the merge base of the next write, unless the copy
+    /// held is newer or a conflict's floor says it is stale.
+    fn observe(&mut self, pod: Arc<ApiPod>, ctx: &mut Context<Self>) {
         if pod.undecodable().is_some() {
             // Its typed view is its metadata alone: no merge base.
             return;
         }
-        let key = (
-            pod.pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.pod.metadata.name.clone().unwrap_or_default(),
-        );
+        let key = key_of(&pod);
         let uid = source_uid(self.config.pods.as_ref(), &pod.pod);
         if let Some(held) = self.pods.get_mut(&uid)
             && !held.admits_copy(resource_version(&pod.pod))

@@ -202,6 +202,15 @@ impl SplitMix {
     }
 }
 
+/// What an etcd snapshot holds of the fake's state: the objects and the revision
+/// ([`Store::backup`], [`Store::restore`]).
+#[derive(Clone)]
+pub struct Backup {
+    rv: u64,
+    pods: BTreeMap<(String, String), Value>,
+    events: BTreeMap<(String, String), Value>,
+}
+
 /// The fake's state.
 pub struct Store {
     pub rv: u64,
@@ -274,6 +283,24 @@ impl Store {
     /// All stored objects of an API, rendered, in key order.
     pub fn all(&self, api: Api) -> Vec<Value> {
         self.map(api.kind()).values().map(|o| render(api, o)).collect()
+    }
+
+    /// A snapshot of the objects and the revision, as `etcdctl snapshot save` takes one.
+    pub fn backup(&self) -> Backup {
+        Backup { rv: self.rv, pods: self.pods.clone(), events: self.events.clone() }
+    }
+
+    /// etcd restored from `backup` without `--bump-revision`, and the server started again on
+    /// it: the objects and the revision are the backup's, so resourceVersions go back and the
+    /// ones handed out since are handed out again for other contents; the change history and
+    /// the open watches are gone. A watch from a version handed out since gets 504 "Too large
+    /// resource version" until the revision passes it.
+    pub fn restore(&mut self, backup: Backup) {
+        self.rv = backup.rv;
+        self.pods = backup.pods;
+        self.events = backup.events;
+        self.compact();
+        self.close_watches();
     }
 
     /// Drops the change history: watches from older versions get 410 Expired.

@@ -141,7 +141,7 @@ impl Store {
     }
 }
 
-fn too_large(n: u64, current: u64) -> ApiError {
+pub(super) fn too_large(n: u64, current: u64) -> ApiError {
     ApiError {
         code: 504,
         reason: "Timeout",

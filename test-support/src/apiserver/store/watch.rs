@@ -5,7 +5,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::read::parse_rv;
+use super::read::{parse_rv, too_large};
 use super::*;
 use crate::apiserver::schema::{self, Ty, schemas};
 use crate::apiserver::selectors::{FieldSelector, LabelSelector};
@@ -96,6 +96,14 @@ impl Store {
                 if n < self.floor {
                     let e = ApiError::expired(format!("too old resource version: {n} ({})", self.floor));
                     let line = event_line("ERROR", &e.status_json(), &schemas().status);
+                    return Outcome::Watch(WatchStart { api, initial: vec![line], live: None });
+                }
+                if n > self.rv {
+                    // A version the server has not reached (its etcd was restored from a backup
+                    // without `--bump-revision`, or this server's cache lags another's): the real
+                    // server waits 3 s for it, then sends one ERROR event, 504 "Too large
+                    // resource version", and ends the stream. The fake does not wait.
+                    let line = event_line("ERROR", &too_large(n, self.rv).status_json(), &schemas().status);
                     return Outcome::Watch(WatchStart { api, initial: vec![line], live: None });
                 }
                 for c in self.history.iter().filter(|c| c.rv > n && c.kind == api.kind()) {
