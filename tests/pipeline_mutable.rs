@@ -166,6 +166,27 @@ async fn a_shorter_period_during_the_start_up_jitter_probes_within_the_new_perio
     assert!(times[0] <= secs(5) + Duration::from_millis(2), "{times:?}");
 }
 
+/// A manual trigger while the worker waits out its start-up jitter (the next sync finds no
+/// readiness result): upstream's newer worker makes the first probe due now, where the gate-off
+/// worker keeps the trigger until after the first probe
+/// (`pipeline_worker::a_trigger_during_the_jitter_probes_again_right_after_the_first_probe`).
+#[actix::test]
+async fn a_trigger_during_the_start_up_jitter_probes_at_once() {
+    let (h, t0) = young_harness().await;
+    let pod = pod_with("jitter-trigger", Readiness, probe(300, 1, 1));
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(3)).await;
+    assert!(probe_times(&h, Readiness, start).is_empty(), "still in the jitter");
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    settle().await;
+    let times = probe_times(&h, Readiness, start);
+    assert_eq!(times.len(), 1, "{times:?}");
+    assert_near(times[0], secs(3), "at once");
+    run_for(secs(299)).await;
+    assert_eq!(probe_times(&h, Readiness, start).len(), 1, "the next a period after it");
+}
+
 // === initial delay ===
 
 #[actix::test]

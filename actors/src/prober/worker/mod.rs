@@ -878,6 +878,13 @@ impl ProbeWorker {
             return;
         }
         if self.ticks.is_none() {
+            if self.spec.mutable && matches!(self.phase, Phase::Starting(_) | Phase::Waiting(_)) {
+                // Upstream's newer worker (`MutableContainerProbes`): the jitter is only the
+                // first probe's due time, and a trigger makes it now (docs/prober.md §3.9).
+                self.phase = Phase::Running;
+                self.begin();
+                return;
+            }
             // Still in the start-up jitter. Upstream's one-slot trigger channel keeps the
             // trigger until the loop reads it, after the first probe: so the first probe is
             // followed at once by a triggered one, which restarts the schedule (docs/prober.md
