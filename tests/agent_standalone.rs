@@ -552,6 +552,55 @@ async fn a_changed_manifest_starts_its_new_pod_once_the_old_one_stopped() {
     assert_gone(&[second]).await;
 }
 
+/// A manifest dropped beside a running one with the same namespace/name, first in file-name
+/// order, does not stop the running pod: it is refused once, naming both files and
+/// `metadata.name`, and starts only once the running pod's file is gone
+/// (docs/reliability.md, "A new manifest never displaces a running pod"). Before, the running
+/// pod was stopped and the newcomer started in its place.
+#[actix::test]
+async fn a_new_manifest_does_not_displace_the_running_pod_of_its_name() {
+    let dir = temp_dir("displace");
+    let (running_pids, newcomer_pids) = (dir.join(".b.pids"), dir.join(".a.pids"));
+    write(&dir, "b.yaml", &sleeper_pod("web", &running_pids));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    let running = wait_for_pids(&running_pids, 1).await[0];
+
+    write(&dir, ".a.tmp", &sleeper_pod("web", &newcomer_pids));
+    std::fs::rename(dir.join(".a.tmp"), dir.join("a.yaml")).unwrap();
+    let refused = agent
+        .wait_for(|l| {
+            l.contains("manifest skipped: ") && l.contains("a.yaml: metadata.name: Duplicate value: \"web\"")
+        })
+        .await;
+    assert!(refused.contains("b.yaml; this one is not started while it does"), "{refused}");
+    // A later scan's pod is told after all the refusing scan told: nothing of web's in between.
+    write(&dir, "marker.yaml", &sleeper_pod("marker", &dir.join(".marker.pids")));
+    let marker = agent.wait_for_after(0, |l| l.contains("default/marker: added from")).await;
+    let web_changes: Vec<&String> = agent.seen[..marker]
+        .iter()
+        .filter(|l| l.contains("default/web: removed") || l.contains("default/web: added"))
+        .collect();
+    assert_eq!(web_changes.len(), 1, "only b.yaml's pod was added: {web_changes:?}");
+    assert!(!process_gone(running), "the running pod's container still runs");
+    assert!(pids_in(&newcomer_pids).is_empty(), "the newcomer never ran");
+
+    // The running pod's file removed: the newcomer starts, once the running pod has stopped.
+    std::fs::remove_file(dir.join("b.yaml")).unwrap();
+    let stopped = agent.wait_for_after(marker, |l| l.ends_with("default/web: stopped")).await;
+    agent.wait_for_after(stopped, |l| l.contains("default/web: added from") && l.ends_with("a.yaml")).await;
+    let newcomer = wait_for_pids(&newcomer_pids, 1).await[0];
+    assert!(process_gone(running));
+    assert_eq!(
+        agent.seen.iter().filter(|l| l.contains("Duplicate value")).count(),
+        1,
+        "told once: {:?}",
+        agent.seen
+    );
+    agent.stop().await;
+    assert_gone(&[newcomer]).await;
+}
+
 /// One agent per manifests folder: a second one is refused, even with a state directory of its
 /// own, and even after the folder (and the first agent's state directory in it) was deleted and
 /// made again; two would run every container twice.

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, MAX_MANIFEST_BYTES, ManifestError,
-    ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir, parse_manifest, scan, scan_cached,
-    scan_with, static_pod_uid, validate, validate_with,
+    ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir, parse_manifest, rescan, scan,
+    scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -995,13 +995,16 @@ fn the_second_pod_with_a_name_is_a_duplicate() {
     let (pods, errors) = load_dir(dir.path(), NODE);
     assert_eq!(names(&pods), vec!["default/web", "other/web"]);
     assert_eq!(pods[0].file, first);
-    // Each names the document where the file holds several (before, neither did).
-    let also_in = format!("duplicate pod default/web, also in {}, document 1", first.display());
+    // Each names the field, both files, and the document where a file holds several.
+    let runs_from = format!(
+        "metadata.name: Duplicate value: \"web\": pod default/web runs from {}, document 1; this one is not started while it does",
+        first.display()
+    );
     assert_eq!(
         errors,
         vec![
-            ManifestError { file: first.clone(), reason: format!("document 2: {also_in}") },
-            ManifestError { file: second, reason: also_in },
+            ManifestError { file: first.clone(), reason: format!("document 2: {runs_from}") },
+            ManifestError { file: second, reason: runs_from },
         ]
     );
 }
@@ -1112,18 +1115,33 @@ fn a_file_that_cannot_be_read_keeps_its_pods_and_a_removed_one_does_not() {
     assert_eq!(next.errors.len(), 1);
     assert!(next.errors[0].reason.starts_with("cannot read file: "), "{}", next.errors[0].reason);
 
-    // While a.yaml is unreadable, another file takes over one of its pods' names: the readable
-    // file wins and the kept pod goes.
-    dir.write("c.yaml", pod_yaml("alpha").replace("'1000'", "'7'"));
-    let taken = scan(dir.path(), NODE).keeping_unreadable(&next);
-    assert_eq!(summary(&diff(&next, &taken)), vec!["-default/alpha", "+default/alpha"]);
-    assert_eq!(taken.pods.len(), 3);
+    // While a.yaml is unreadable, another file gives one of its pods' names: the kept pod runs
+    // on and the newcomer is refused (it displaced the kept pod before), whether the scan knew
+    // what runs or not.
+    let c = dir.write("c.yaml", pod_yaml("alpha").replace("'1000'", "'7'"));
+    let refused = format!(
+        "metadata.name: Duplicate value: \"alpha\": pod default/alpha runs from {}, document 1; this one is not started while it does",
+        a.display()
+    );
+    for (how, taken) in [
+        ("rescan", rescan(dir.path(), NODE, &FeatureGates::default(), &mut ParseCache::default(), &next)),
+        ("scan, then keeping_unreadable", scan(dir.path(), NODE).keeping_unreadable(&next)),
+    ] {
+        assert_eq!(diff(&next, &taken), vec![], "{how}: a.yaml's pods keep running");
+        assert!(
+            taken.errors.contains(&ManifestError { file: c.clone(), reason: refused.clone() }),
+            "{how}: {:?}",
+            taken.errors
+        );
+    }
+    let taken = next_snapshot(dir.path(), &next);
 
-    // Once a.yaml is gone for real, its pods go too.
+    // Once a.yaml is gone for real, its pods go too, and c.yaml's starts in the same scan.
     fs::remove_file(&a).unwrap();
-    let after = scan(dir.path(), NODE).keeping_unreadable(&taken);
-    assert_eq!(summary(&diff(&taken, &after)), vec!["-default/alpha-2"]);
+    let after = next_snapshot(dir.path(), &taken);
+    assert_eq!(summary(&diff(&taken, &after)), vec!["-default/alpha", "-default/alpha-2", "+default/alpha"]);
     assert!(after.unreadable_files.is_empty());
+    assert_eq!(after.errors, vec![]);
 }
 
 // === UID ===
@@ -1384,4 +1402,111 @@ fn an_active_deadline_edit_replaces_the_pod() {
     dir.write("p.yaml", pod_yaml("job") + "  activeDeadlineSeconds: 60\n");
     let changes = diff(&first, &scan_with(dir.path(), NODE, &in_place()));
     assert_eq!(summary(&changes), vec!["-default/job", "+default/job"]);
+}
+
+// === one pod per namespace/name: the running one keeps it ===
+
+/// The agent's next snapshot: a scan of the folder made knowing what runs (`running`, the last
+/// snapshot), as `StandaloneKubelet::rescan` makes it.
+fn next_snapshot(dir: &Path, running: &Snapshot) -> Snapshot {
+    rescan(dir, NODE, &FeatureGates::default(), &mut ParseCache::default(), running)
+}
+
+/// `metadata.name: Duplicate value` for a pod of `file` refused because `keeper` runs the name.
+fn refused(file: &Path, name: &str, keeper: &Path) -> ManifestError {
+    ManifestError {
+        file: file.to_owned(),
+        reason: format!(
+            "metadata.name: Duplicate value: \"{name}\": pod default/{name} runs from {}; this one is not started while it does",
+            keeper.display()
+        ),
+    }
+}
+
+/// A file dropped beside a running manifest with the same namespace/name does not displace the
+/// running pod, even when it comes first in file-name order: it is refused, naming both files
+/// and `metadata.name` (docs/reliability.md, "A new manifest never displaces a running pod").
+/// Before, the newcomer won by its file name, and the running pod was stopped for it.
+#[test]
+fn a_new_file_does_not_displace_the_running_pod_of_its_name() {
+    let dir = TempDir::new("displace");
+    let running_file = dir.write("b.yaml", pod_yaml("web"));
+    let running = next_snapshot(dir.path(), &Snapshot::default());
+    assert_eq!(running.errors, vec![]);
+
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let next = next_snapshot(dir.path(), &running);
+    assert_eq!(summary(&diff(&running, &next)), Vec::<String>::new(), "b.yaml's pod keeps running");
+    assert_eq!(next.pods, running.pods);
+    assert_eq!(next.errors, vec![refused(&newcomer, "web", &running_file)]);
+    let again = next_snapshot(dir.path(), &next);
+    assert_eq!(again, next, "and so it stays, with the same words (the agent tells them once)");
+
+    // The running file edited in place: its pod replaces itself (a new UID), the newcomer is
+    // still refused in the same words.
+    dir.write("b.yaml", pod_yaml("web").replace("'1000'", "'2000'"));
+    let edited = next_snapshot(dir.path(), &next);
+    let changes = diff(&next, &edited);
+    assert_eq!(summary(&changes), vec!["-default/web", "+default/web"]);
+    let SourceChange::Added(added) = &changes[1] else { panic!("{changes:?}") };
+    assert_eq!(added.file, running_file, "the edit, not the newcomer");
+    assert_eq!(edited.errors, next.errors);
+
+    // The running file removed: the newcomer starts on the next scan.
+    dir.remove("b.yaml");
+    let taken = next_snapshot(dir.path(), &edited);
+    let changes = diff(&edited, &taken);
+    assert_eq!(summary(&changes), vec!["-default/web", "+default/web"]);
+    let SourceChange::Added(added) = &changes[1] else { panic!("{changes:?}") };
+    assert_eq!(added.file, newcomer);
+    assert_eq!(taken.errors, vec![]);
+
+    // b.yaml back: now it is the newcomer, refused although it comes second.
+    dir.write("b.yaml", pod_yaml("web"));
+    let back = next_snapshot(dir.path(), &taken);
+    assert_eq!(diff(&taken, &back), vec![]);
+    assert_eq!(back.errors, vec![refused(&running_file, "web", &newcomer)]);
+}
+
+/// The running file that stops giving the name (its pod renamed, or the file no longer
+/// parses) lets the newcomer start on the same scan.
+#[test]
+fn a_running_file_that_stops_giving_the_name_lets_the_newcomer_start() {
+    let dir = TempDir::new("renamed");
+    let running_file = dir.write("b.yaml", pod_yaml("web"));
+    let running = next_snapshot(dir.path(), &Snapshot::default());
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let refusing = next_snapshot(dir.path(), &running);
+    assert_eq!(refusing.errors, vec![refused(&newcomer, "web", &running_file)]);
+
+    dir.write("b.yaml", pod_yaml("api"));
+    let renamed = next_snapshot(dir.path(), &refusing);
+    assert_eq!(summary(&diff(&refusing, &renamed)), vec!["-default/web", "+default/web", "+default/api"]);
+    assert_eq!(renamed.errors, vec![]);
+
+    // A running file that stops parsing gives up its name the same way.
+    dir.write("b.yaml", pod_yaml("web"));
+    let swapped = next_snapshot(dir.path(), &renamed);
+    assert_eq!(summary(&diff(&renamed, &swapped)), vec!["-default/api"], "a.yaml's web keeps running");
+    dir.write("a.yaml", "kind: Pod\n  - : [\n");
+    let broken = next_snapshot(dir.path(), &swapped);
+    assert_eq!(summary(&diff(&swapped, &broken)), vec!["-default/web", "+default/web"]);
+    assert_eq!(broken.errors.len(), 1, "{:?}", broken.errors);
+    assert!(broken.errors[0].reason.starts_with("invalid YAML: "), "{:?}", broken.errors);
+}
+
+/// At start nothing runs: of the files giving one name, the first in file-name order wins and
+/// the others are refused in the same words as later on; the winner then keeps the name.
+#[test]
+fn at_start_the_first_file_in_name_order_wins_and_then_keeps_the_name() {
+    let dir = TempDir::new("start-order");
+    let first = dir.write("a.yaml", pod_yaml("web"));
+    let second = dir.write("b.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let start = next_snapshot(dir.path(), &Snapshot::default());
+    assert_eq!(start.pods.values().map(|p| p.file.clone()).collect::<Vec<_>>(), vec![first.clone()]);
+    assert_eq!(start.errors, vec![refused(&second, "web", &first)]);
+    let (pods, errors) = load_dir(dir.path(), NODE);
+    assert_eq!((pods.len(), errors), (1, start.errors.clone()), "load_dir: the same rule");
+    let next = next_snapshot(dir.path(), &start);
+    assert_eq!(next, start, "the same words on the next scan, told once");
 }

@@ -238,14 +238,16 @@ impl StandaloneKubelet {
 
     fn rescan(&mut self, ctx: &mut Context<Self>) {
         // MutableContainerProbes: a manifest whose probes alone changed keeps its UID and its
-        // running pod, and the new probes are applied in place (docs/prober.md §3.9).
-        let next = manifests::scan_cached(
+        // running pod, and the new probes are applied in place (docs/prober.md §3.9). A file
+        // that gives the namespace/name of a pod running from another file is refused, not run
+        // in its place (docs/reliability.md, "A new manifest never displaces a running pod").
+        let next = manifests::rescan(
             &self.config.manifests,
             &self.config.node_name,
             &self.pipeline.feature_gates,
             &mut self.parse_cache,
-        )
-        .keeping_unreadable(&self.snapshot);
+            &self.snapshot,
+        );
         let mut current = HashSet::new();
         // Files newly unreadable this scan, by kind of error, beyond the ones named.
         let mut unnamed: BTreeMap<String, usize> = BTreeMap::new();

@@ -3,8 +3,9 @@
 //! YAML and JSON, the API server's defaulting (`pkg/apis/core/v1/defaults.go`) and validation
 //! (`pkg/apis/core/validation/validation.go`) of the fields the agent relies on, the static pod UID,
 //! and what changed between two scans of the folder. This file reads and decodes; `snapshot.rs`
-//! holds the scans, their diff and the UID; `validate.rs` the defaulting and validation;
-//! `sections.rs` the numbers by which errors name the documents of a file.
+//! holds the scans, which pod of a namespace/name runs, their diff and the UID; `validate.rs`
+//! the defaulting and validation; `sections.rs` the numbers by which errors name the documents
+//! of a file.
 //!
 //! What a loaded pod looks like:
 //! * defaults applied ([`apply_defaults`]) and validated ([`validate`]), as the kubelet does for
@@ -32,6 +33,12 @@
 //! read for the same kind of reason keeps the pods it last gave; the kubelet drops those, which
 //! would restart every container of a pod whose file could not be opened for a moment. A folder
 //! that does not exist means no pods, as upstream.
+//!
+//! Of the pods that share a namespace/name, one runs and the others are reported
+//! (`metadata.name: Duplicate value`, with both files): the one already running, or at start the
+//! first in file-name order. A new file therefore never displaces a running pod, where upstream's
+//! file source lets it (`snapshot.rs`, [`rescan`]; docs/reliability.md, "A new manifest never
+//! displaces a running pod").
 //!
 //! Manifests should be written atomically (write a temporary file beside them, then rename it
 //! over the manifest): a scan that catches a half-written file sees a parse error and stops that
@@ -70,6 +77,8 @@ const NOT_RECURSING: &str = "not recursing into manifest path";
 pub struct LoadedPod {
     /// The manifest file it came from.
     pub file: PathBuf,
+    /// Its document in a file of several (1-based, its `---` section); `None` in a file of one.
+    pub document: Option<usize>,
     /// The pod, ready to hand to the engine.
     pub pod: Pod,
 }
@@ -362,15 +371,21 @@ fn aggregate(messages: &[String]) -> String {
 
 /// Every `*.yaml`, `*.yml`, `*.json` file directly in `dir` (hidden files skipped, symlinks
 /// followed), in file-name order. Unreadable files, bad documents and a second pod with a
-/// namespace/name already seen are reported; everything else is returned.
+/// namespace/name already seen (in file-name order: nothing runs yet) are reported; everything
+/// else is returned.
 pub fn load_dir(dir: &Path, node_name: &str) -> (Vec<LoadedPod>, Vec<ManifestError>) {
-    let loaded = load(dir, node_name, &FeatureGates::default());
-    (loaded.pods, loaded.errors)
+    let mut loaded = load(dir, node_name, &FeatureGates::default());
+    let (pods, duplicates) =
+        snapshot::one_per_name(loaded.candidates, &Snapshot::default(), &loaded.unreadable_files);
+    loaded.errors.extend(duplicates);
+    (pods, loaded.errors)
 }
 
 /// What one read of the folder gave, with what could not be read told apart from what is wrong.
 struct Loaded {
-    pods: Vec<LoadedPod>,
+    /// Every pod the files give, in file-name order and each file's in document order, before
+    /// one per namespace/name is chosen ([`one_per_name`](snapshot::one_per_name)).
+    candidates: Vec<LoadedPod>,
     errors: Vec<ManifestError>,
     /// Listing the folder failed (other than "not found"): nothing here says which pods exist.
     folder_unreadable: Option<io::ErrorKind>,
@@ -421,7 +436,7 @@ fn load(dir: &Path, node_name: &str, gates: &FeatureGates) -> Loaded {
 
 fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut ParseCache) -> Loaded {
     let mut loaded = Loaded {
-        pods: Vec::new(),
+        candidates: Vec::new(),
         errors: Vec::new(),
         folder_unreadable: None,
         unreadable_files: BTreeMap::new(),
@@ -437,8 +452,6 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         }
     };
     cache.keep_only(&files.iter().map(PathBuf::as_path).collect());
-    // Where each namespace/name was first found: the file, and the document in a file of several.
-    let mut seen: HashMap<(String, String), (PathBuf, Option<usize>)> = HashMap::new();
     for file in files {
         let contents = match read_manifest(&file) {
             Ok(contents) => contents,
@@ -456,24 +469,11 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         };
         let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
         loaded.errors.extend(bad);
-        for (document, pod) in parsed {
-            let pod = LoadedPod { file: file.clone(), pod };
-            let key = (pod.namespace().to_owned(), pod.name().to_owned());
-            if let Some((first, first_document)) = seen.get(&key) {
-                let (namespace, name) = &key;
-                let mut reason = format!("duplicate pod {namespace}/{name}, also in {}", first.display());
-                if let Some(n) = first_document {
-                    reason = format!("{reason}, document {n}");
-                }
-                if let Some(n) = document {
-                    reason = format!("document {n}: {reason}");
-                }
-                loaded.errors.push(ManifestError::new(&file, reason));
-                continue;
-            }
-            seen.insert(key, (file.clone(), document));
-            loaded.pods.push(pod);
-        }
+        loaded.candidates.extend(parsed.into_iter().map(|(document, pod)| LoadedPod {
+            file: file.clone(),
+            document,
+            pod,
+        }));
     }
     loaded
 }

@@ -1,12 +1,23 @@
-//! What changed between two scans of the manifest folder, and the static pod UID that makes a
-//! changed manifest a new pod (`pkg/kubelet/config/common.go`'s hash).
+//! What changed between two scans of the manifest folder, which file's pod runs when several
+//! give one namespace/name, and the static pod UID that makes a changed manifest a new pod
+//! (`pkg/kubelet/config/common.go`'s hash).
+//!
+//! One pod per namespace/name: the pod already running keeps it. A file that comes to give the
+//! name of a running pod from another file is refused (`metadata.name: Duplicate value`) for as
+//! long as the running pod's file gives that name, whatever the files' order; the running
+//! file's own edits replace its pod as any edit does. When nothing runs under the name (at
+//! start, or once the running file is gone or stops giving it), the first in file-name order
+//! wins. Upstream's file source lets the newest or the last file take the name over, stopping
+//! the running pod; the difference is deliberate (docs/reliability.md, "A new manifest never
+//! displaces a running pod").
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 use probelet_actors::fnv::Fnv1a128;
+use probelet_actors::gofmt::go_quote;
 use probelet_actors::vocabulary::PodUid;
 use probelet_actors::{Feature, FeatureGates};
 
@@ -36,6 +47,10 @@ impl Snapshot {
     /// when the folder could not be listed, else the pods `previous` had from each unreadable
     /// file. A pod that cannot be read is still running; only a file that is gone, or that was
     /// read and is wrong, takes its pods away.
+    ///
+    /// A kept pod keeps its namespace/name too: a readable file's pod of that name is refused
+    /// as a duplicate. ([`rescan`] already refuses it; a scan that was not told what runs may
+    /// not have.)
     pub fn keeping_unreadable(mut self, previous: &Snapshot) -> Snapshot {
         if self.folder_unreadable.is_some() {
             self.pods = previous.pods.clone();
@@ -43,16 +58,100 @@ impl Snapshot {
         }
         let kept = previous.pods.iter().filter(|(_, p)| self.unreadable_files.contains_key(&p.file));
         let kept: Vec<(String, LoadedPod)> = kept.map(|(uid, p)| (uid.clone(), p.clone())).collect();
-        // A kept pod whose namespace/name a readable file now claims gives way to it.
-        let names: HashSet<(String, String)> =
-            self.pods.values().map(|p| (p.namespace().to_owned(), p.name().to_owned())).collect();
-        for (uid, pod) in kept {
-            if !names.contains(&(pod.namespace().to_owned(), pod.name().to_owned())) {
-                self.pods.insert(uid, pod);
+        let kept_names: HashMap<FullName, &LoadedPod> = kept.iter().map(|(_, p)| (full_name(p), p)).collect();
+        let claimed: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| kept_names.contains_key(&full_name(p)))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in claimed {
+            if let Some(refused) = self.pods.remove(&uid)
+                && let Some(keeper) = kept_names.get(&full_name(&refused))
+            {
+                self.errors.push(duplicate(&refused, keeper));
             }
         }
+        self.pods.extend(kept);
         self
     }
+}
+
+// === one pod per namespace/name ===
+
+/// A pod's namespace and name (upstream's "full name"), the key no two running pods share.
+type FullName = (String, String);
+
+fn full_name(pod: &LoadedPod) -> FullName {
+    (pod.namespace().to_owned(), pod.name().to_owned())
+}
+
+/// Of `candidates` (a scan's pods in file-name order, each file's in document order), one per
+/// namespace/name, with an error for each pod refused. The file that gives a pod of `running`
+/// keeps its name (its first document of that name, should it hold several); a pod of
+/// `running` whose file is in `unreadable` keeps it too, and every candidate of that name is
+/// refused ([`Snapshot::keeping_unreadable`] keeps the running pod). A name nothing runs
+/// under, or whose running file no longer gives it, goes to the first candidate. The chosen
+/// pods come in candidate order, and so do the errors.
+pub(super) fn one_per_name(
+    candidates: Vec<LoadedPod>,
+    running: &Snapshot,
+    unreadable: &BTreeMap<PathBuf, io::ErrorKind>,
+) -> (Vec<LoadedPod>, Vec<ManifestError>) {
+    let running: HashMap<FullName, &LoadedPod> = running.pods.values().map(|p| (full_name(p), p)).collect();
+    // Which candidate (by index) keeps each name: the running file's first pod of it, wherever
+    // the file comes in the order; else the first pod of it.
+    let mut keeper: HashMap<FullName, usize> = HashMap::new();
+    for (index, pod) in candidates.iter().enumerate() {
+        let name = full_name(pod);
+        if running.get(&name).is_some_and(|r| r.file == pod.file) {
+            keeper.entry(name).or_insert(index);
+        }
+    }
+    for (index, pod) in candidates.iter().enumerate() {
+        keeper.entry(full_name(pod)).or_insert(index);
+    }
+    let refusals: Vec<Option<ManifestError>> = candidates
+        .iter()
+        .enumerate()
+        .map(|(index, pod)| {
+            let name = full_name(pod);
+            match (running.get(&name).filter(|r| unreadable.contains_key(&r.file)), keeper.get(&name)) {
+                (Some(held), _) => Some(duplicate(pod, held)),
+                (None, Some(&chosen)) if chosen != index => Some(duplicate(pod, &candidates[chosen])),
+                _ => None,
+            }
+        })
+        .collect();
+    let mut pods = Vec::new();
+    let mut errors = Vec::new();
+    for (pod, refusal) in candidates.into_iter().zip(refusals) {
+        match refusal {
+            Some(error) => errors.push(error),
+            None => pods.push(pod),
+        }
+    }
+    (pods, errors)
+}
+
+/// Why `refused` is not started: `keeper` has its namespace/name. Named by the field, as
+/// validation errors are, with the file (and document) of both; the same words whether `keeper`
+/// runs already or starts in this scan, so that a refusal is told once while it lasts.
+fn duplicate(refused: &LoadedPod, keeper: &LoadedPod) -> ManifestError {
+    let mut place = keeper.file.display().to_string();
+    if let Some(n) = keeper.document {
+        place = format!("{place}, document {n}");
+    }
+    let mut reason = format!(
+        "metadata.name: Duplicate value: {}: pod {}/{} runs from {place}; this one is not started while it does",
+        go_quote(refused.name()),
+        refused.namespace(),
+        refused.name(),
+    );
+    if let Some(n) = refused.document {
+        reason = format!("document {n}: {reason}");
+    }
+    ManifestError { file: refused.file.clone(), reason }
 }
 
 /// Scans the folder (see [`load_dir`](super::load_dir)). Follow it with [`Snapshot::keeping_unreadable`] to keep
@@ -71,9 +170,34 @@ pub fn scan_with(dir: &Path, node_name: &str, gates: &FeatureGates) -> Snapshot 
 
 /// [`scan_with`], parsing only the files whose contents changed since `cache` last saw them.
 pub fn scan_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut ParseCache) -> Snapshot {
+    scan_running(dir, node_name, gates, cache, &Snapshot::default())
+}
+
+/// The agent's next snapshot, `running` being its last: [`scan_cached`] where each
+/// namespace/name of a running pod stays with the file that runs it (a newcomer of that name is
+/// refused, see the module doc), then [`Snapshot::keeping_unreadable`].
+pub fn rescan(
+    dir: &Path,
+    node_name: &str,
+    gates: &FeatureGates,
+    cache: &mut ParseCache,
+    running: &Snapshot,
+) -> Snapshot {
+    scan_running(dir, node_name, gates, cache, running).keeping_unreadable(running)
+}
+
+fn scan_running(
+    dir: &Path,
+    node_name: &str,
+    gates: &FeatureGates,
+    cache: &mut ParseCache,
+    running: &Snapshot,
+) -> Snapshot {
     let mut loaded = load_cached(dir, node_name, gates, cache);
+    let (mut pods, duplicates) = one_per_name(loaded.candidates, running, &loaded.unreadable_files);
+    loaded.errors.extend(duplicates);
     if gates.enabled(Feature::MutableContainerProbes) {
-        for loaded in &mut loaded.pods {
+        for loaded in &mut pods {
             let uid = static_pod_uid_ignoring_probes(node_name, &loaded.file, &loaded.pod);
             loaded
                 .pod
@@ -85,7 +209,7 @@ pub fn scan_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mu
         }
     }
     Snapshot {
-        pods: loaded.pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(),
+        pods: pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(),
         errors: loaded.errors,
         folder_unreadable: loaded.folder_unreadable,
         unreadable_files: loaded.unreadable_files,
@@ -189,4 +313,110 @@ pub fn static_pod_uid_ignoring_probes(node_name: &str, file: &Path, pod: &Pod) -
         }
     }
     static_pod_uid(node_name, file, &pod)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    /// A candidate pod: `namespace/name` from `file`, in `document` of a file of several.
+    fn pod(file: &str, document: Option<usize>, namespace: &str, name: &str) -> LoadedPod {
+        let metadata = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: Some(format!("{file}#{document:?}/{namespace}/{name}")),
+            ..ObjectMeta::default()
+        };
+        LoadedPod { file: PathBuf::from(file), document, pod: Pod { metadata, ..Pod::default() } }
+    }
+
+    fn running(pods: &[LoadedPod]) -> Snapshot {
+        Snapshot {
+            pods: pods.iter().map(|p| (p.uid().to_owned(), p.clone())).collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    /// Where each chosen pod came from, and which files were refused.
+    fn places(chosen: &[LoadedPod], errors: &[ManifestError]) -> (Vec<String>, Vec<String>) {
+        let place = |p: &LoadedPod| match p.document {
+            Some(n) => format!("{}#{n}", p.file.display()),
+            None => p.file.display().to_string(),
+        };
+        (chosen.iter().map(place).collect(), errors.iter().map(|e| e.file.display().to_string()).collect())
+    }
+
+    #[test]
+    fn one_pod_per_name_goes_to_the_running_file_else_the_first() {
+        let web_a = pod("a.yaml", None, "default", "web");
+        let web_b = pod("b.yaml", None, "default", "web");
+        let web_c2 = pod("c.yaml", Some(2), "default", "web");
+        let web_c3 = pod("c.yaml", Some(3), "default", "web");
+        let other_ns = pod("d.yaml", None, "other", "web");
+        let cases: Vec<(&str, Vec<LoadedPod>, Vec<LoadedPod>, Vec<&str>, Vec<&str>)> = vec![
+            (
+                "nothing runs: file order",
+                vec![],
+                vec![web_a.clone(), web_b.clone()],
+                vec!["a.yaml"],
+                vec!["b.yaml"],
+            ),
+            (
+                "the running file comes last",
+                vec![web_b.clone()],
+                vec![web_a.clone(), web_b.clone()],
+                vec!["b.yaml"],
+                vec!["a.yaml"],
+            ),
+            (
+                "the running file's first document of the name, whatever document ran",
+                vec![web_c3.clone()],
+                vec![web_a.clone(), web_c2.clone(), web_c3.clone()],
+                vec!["c.yaml#2"],
+                vec!["a.yaml", "c.yaml"],
+            ),
+            (
+                "the running file gives it no more",
+                vec![web_c2.clone()],
+                vec![web_b.clone(), web_a.clone()],
+                vec!["b.yaml"],
+                vec!["a.yaml"],
+            ),
+            (
+                "another namespace is another name",
+                vec![web_b.clone()],
+                vec![web_a.clone(), other_ns.clone()],
+                vec!["a.yaml", "d.yaml"],
+                vec![],
+            ),
+        ];
+        for (case, run, candidates, want_chosen, want_refused) in cases {
+            let (chosen, errors) = one_per_name(candidates, &running(&run), &BTreeMap::new());
+            assert_eq!(
+                places(&chosen, &errors),
+                (
+                    want_chosen.iter().map(|s| s.to_string()).collect(),
+                    want_refused.iter().map(|s| s.to_string()).collect()
+                ),
+                "case {case}"
+            );
+        }
+    }
+
+    /// A running pod whose file cannot be read keeps its name: every readable pod of it is
+    /// refused, and [`Snapshot::keeping_unreadable`] keeps the running one.
+    #[test]
+    fn a_running_pod_whose_file_cannot_be_read_keeps_its_name() {
+        let held = pod("b.yaml", Some(1), "default", "web");
+        let unreadable = BTreeMap::from([(PathBuf::from("b.yaml"), io::ErrorKind::PermissionDenied)]);
+        let candidates = vec![pod("a.yaml", None, "default", "web"), pod("c.yaml", None, "default", "api")];
+        let (chosen, errors) = one_per_name(candidates, &running(&[held]), &unreadable);
+        assert_eq!(places(&chosen, &errors), (vec!["c.yaml".to_owned()], vec!["a.yaml".to_owned()]));
+        assert_eq!(
+            errors[0].reason,
+            "metadata.name: Duplicate value: \"web\": pod default/web runs from b.yaml, document 1; this one is not started while it does"
+        );
+    }
 }
