@@ -335,6 +335,34 @@ fn a_bad_active_deadline_or_too_many_annotation_bytes_are_errors_about_the_pod()
     );
 }
 
+/// Two Pods of one namespace/name in one folder: the second is an error at `metadata.name`
+/// naming the first's file, as `probelet run` refuses it (docs/reliability.md, "A new manifest
+/// never displaces a running pod"). Pods of another namespace, or of another folder (another
+/// node's manifests), may share the name.
+#[test]
+fn a_second_pod_of_one_name_in_a_folder_is_an_error() {
+    let dir = TempDir::new("duplicate-pods");
+    let pod = |namespace: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n{namespace}spec:\n  containers:\n    - {{name: app, image: app:1}}\n"
+        )
+    };
+    let first = dir.write("a.yaml", &pod(""));
+    dir.write("b.yaml", &pod("  namespace: default\n"));
+    dir.write("c.yaml", &pod("  namespace: other\n"));
+    dir.write("node-b/a.yaml", &pod(""));
+
+    let json = lint_json(dir.path(), 1);
+    let invalid = findings(&json, "invalid");
+    let message = format!(
+        "metadata.name: Duplicate value: \"web\": pod default/web is also in {}; `probelet run` on this folder runs only one of them",
+        first.display()
+    );
+    assert_eq!(named(&invalid), [("web", "metadata.name", message.as_str())]);
+    assert_eq!(invalid[0]["file"].as_str(), Some(dir.path().join("b.yaml").to_str().unwrap()));
+    assert_object_errors(&invalid);
+}
+
 /// A workload whose own annotations are over the limit is refused as a Pod is: an error at
 /// `metadata.annotations`, in the same words, before its template's; at the limit, none.
 #[test]

@@ -12,7 +12,12 @@ pub mod load;
 pub mod report;
 pub mod rules;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+
+use probelet_actors::gofmt::go_quote;
+
+use crate::host::manifests::DEFAULT_NAMESPACE;
 
 use load::{LoadError, Workload};
 use rules::{PodLint, Severity};
@@ -88,5 +93,40 @@ pub fn lint_paths(paths: &[PathBuf]) -> Report {
             ObjectReport { workload, lint }
         })
         .collect();
-    Report { files: loaded.files, objects, errors: loaded.errors, skipped: loaded.skipped }
+    let mut report = Report { files: loaded.files, objects, errors: loaded.errors, skipped: loaded.skipped };
+    refuse_duplicate_pods(&mut report.objects);
+    report
+}
+
+/// A Pod whose namespace/name an earlier Pod of the same folder has gets an error at
+/// `metadata.name`: `probelet run` on that folder runs only one of them (the one running, else
+/// the first in file-name order; docs/reliability.md, "A new manifest never displaces a running
+/// pod"), and the API server would refuse the second as existing. Pods of other folders (other
+/// nodes' manifests) may share a name.
+fn refuse_duplicate_pods(objects: &mut [ObjectReport]) {
+    let mut first: HashMap<(Option<PathBuf>, String, String), PathBuf> = HashMap::new();
+    for object in objects.iter_mut().filter(|o| o.workload.kind == "Pod" && !o.workload.name.is_empty()) {
+        let workload = &object.workload;
+        let namespace = workload
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+        let folder = workload.file.parent().map(PathBuf::from);
+        let key = (folder, namespace.clone(), workload.name.clone());
+        match first.get(&key) {
+            Some(earlier) => {
+                let message = format!(
+                    "metadata.name: Duplicate value: {}: pod {namespace}/{} is also in {}; `probelet run` on this folder runs only one of them",
+                    go_quote(&workload.name),
+                    workload.name,
+                    earlier.display()
+                );
+                object.lint.findings.insert(0, rules::invalid_object("metadata.name".to_owned(), message));
+            }
+            None => {
+                first.insert(key, workload.file.clone());
+            }
+        }
+    }
 }

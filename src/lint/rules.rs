@@ -380,7 +380,7 @@ pub fn workload_errors(kind: &str, spec: &PodSpec, spec_path: &str) -> Vec<Findi
 
 /// An error the API server gives about `field` of the object as a whole: of no container and
 /// no probe.
-fn invalid_object(field: String, message: String) -> Finding {
+pub(crate) fn invalid_object(field: String, message: String) -> Finding {
     Finding {
         severity: Severity::Error,
         rule: rule::INVALID,
