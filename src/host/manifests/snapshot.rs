@@ -355,52 +355,59 @@ mod tests {
         let web_c2 = pod("c.yaml", Some(2), "default", "web");
         let web_c3 = pod("c.yaml", Some(3), "default", "web");
         let other_ns = pod("d.yaml", None, "other", "web");
-        let cases: Vec<(&str, Vec<LoadedPod>, Vec<LoadedPod>, Vec<&str>, Vec<&str>)> = vec![
-            (
-                "nothing runs: file order",
-                vec![],
-                vec![web_a.clone(), web_b.clone()],
-                vec!["a.yaml"],
-                vec!["b.yaml"],
-            ),
-            (
-                "the running file comes last",
-                vec![web_b.clone()],
-                vec![web_a.clone(), web_b.clone()],
-                vec!["b.yaml"],
-                vec!["a.yaml"],
-            ),
-            (
-                "the running file's first document of the name, whatever document ran",
-                vec![web_c3.clone()],
-                vec![web_a.clone(), web_c2.clone(), web_c3.clone()],
-                vec!["c.yaml#2"],
-                vec!["a.yaml", "c.yaml"],
-            ),
-            (
-                "the running file gives it no more",
-                vec![web_c2.clone()],
-                vec![web_b.clone(), web_a.clone()],
-                vec!["b.yaml"],
-                vec!["a.yaml"],
-            ),
-            (
-                "another namespace is another name",
-                vec![web_b.clone()],
-                vec![web_a.clone(), other_ns.clone()],
-                vec!["a.yaml", "d.yaml"],
-                vec![],
-            ),
+        /// What runs, the scan's candidates, and where the chosen and the refused come from.
+        struct Case {
+            name: &'static str,
+            running: Vec<LoadedPod>,
+            candidates: Vec<LoadedPod>,
+            chosen: Vec<&'static str>,
+            refused: Vec<&'static str>,
+        }
+        let cases = [
+            Case {
+                name: "nothing runs: file order",
+                running: vec![],
+                candidates: vec![web_a.clone(), web_b.clone()],
+                chosen: vec!["a.yaml"],
+                refused: vec!["b.yaml"],
+            },
+            Case {
+                name: "the running file comes last",
+                running: vec![web_b.clone()],
+                candidates: vec![web_a.clone(), web_b.clone()],
+                chosen: vec!["b.yaml"],
+                refused: vec!["a.yaml"],
+            },
+            Case {
+                name: "the running file's first document of the name, whatever document ran",
+                running: vec![web_c3.clone()],
+                candidates: vec![web_a.clone(), web_c2.clone(), web_c3.clone()],
+                chosen: vec!["c.yaml#2"],
+                refused: vec!["a.yaml", "c.yaml"],
+            },
+            Case {
+                name: "the running file gives it no more",
+                running: vec![web_c2.clone()],
+                candidates: vec![web_b.clone(), web_a.clone()],
+                chosen: vec!["b.yaml"],
+                refused: vec!["a.yaml"],
+            },
+            Case {
+                name: "another namespace is another name",
+                running: vec![web_b.clone()],
+                candidates: vec![web_a.clone(), other_ns.clone()],
+                chosen: vec!["a.yaml", "d.yaml"],
+                refused: vec![],
+            },
         ];
-        for (case, run, candidates, want_chosen, want_refused) in cases {
-            let (chosen, errors) = one_per_name(candidates, &running(&run), &BTreeMap::new());
+        for case in cases {
+            let (chosen, errors) = one_per_name(case.candidates, &running(&case.running), &BTreeMap::new());
+            let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
             assert_eq!(
                 places(&chosen, &errors),
-                (
-                    want_chosen.iter().map(|s| s.to_string()).collect(),
-                    want_refused.iter().map(|s| s.to_string()).collect()
-                ),
-                "case {case}"
+                (strings(&case.chosen), strings(&case.refused)),
+                "case {}",
+                case.name
             );
         }
     }
