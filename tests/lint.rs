@@ -763,6 +763,29 @@ fn two_ports_of_one_name_are_an_error() {
     assert_eq!(got, [("web", field, format!("{field}: Duplicate value: \"http\"").as_str())], "{json:#}");
 }
 
+/// An `env` name the API server refuses (an `=` in it, or none at all), a container's error
+/// like its name's: the container's probes keep their findings.
+#[test]
+fn an_env_var_name_with_an_equals_sign_or_none_is_an_error() {
+    let msg =
+        "a valid environment variable name must consist only of printable ASCII characters other than '='";
+    let yaml = refused_pod(
+        "web",
+        "Always",
+        "  containers:\n  - name: app\n    image: x\n    command: [serve]\n    \
+         env: [{name: OK.name-1, value: a}, {name: B=C, value: b}, {name: '', value: c}]\n",
+    );
+    let bad = format!("spec.containers[0].env[1].name: Invalid value: \"B=C\": {msg}");
+    assert_refused_as_run_refuses(
+        "env-name",
+        &yaml,
+        &[
+            ("spec.containers[0].env[1].name", &bad, Some("app")),
+            ("spec.containers[0].env[2].name", "spec.containers[0].env[2].name: Required value", Some("app")),
+        ],
+    );
+}
+
 #[test]
 fn an_unknown_restart_policy_is_an_error() {
     let yaml =

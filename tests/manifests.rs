@@ -898,6 +898,95 @@ fn validation_rules_and_messages() {
     }
 }
 
+const ENV_NAME_MSG: &str =
+    "a valid environment variable name must consist only of printable ASCII characters other than '='";
+
+/// `env` names and `envFrom` prefixes, of containers and init containers alike, as the API
+/// server has checked them since `RelaxedEnvironmentVariableValidation` went GA (v1.34): any
+/// printable ASCII but `=` (so `1X`, `my.env-name`, a space or a `$` are fine, which the strict
+/// C-identifier-like rule of old refused), a name required, one message however many
+/// characters are wrong, and a name given twice is no error.
+#[test]
+fn env_names_are_printable_ascii_without_an_equals_sign() {
+    type Case = (&'static str, Value, Vec<String>);
+    let env = |names: &[&str]| {
+        let vars: Vec<Value> = names.iter().map(|n| json!({"name": n, "value": "v"})).collect();
+        json!({"env": vars})
+    };
+    let c0 = "spec.containers[0]";
+    let cases: Vec<Case> = vec![
+        (
+            "relaxed names",
+            env(&["PATH", "1X", "my.env-name", "with space", "$(odd)~!", " ", "DUP", "DUP"]),
+            vec![],
+        ),
+        (
+            "an equals sign",
+            env(&["A", "B=C"]),
+            vec![format!("{c0}.env[1].name: Invalid value: \"B=C\": {ENV_NAME_MSG}")],
+        ),
+        ("empty", env(&["A", ""]), vec![format!("{c0}.env[1].name: Required value")]),
+        (
+            "control and non-ASCII characters, one message each",
+            env(&["tab\there", "caf\u{e9}", "=\u{7f}="]),
+            vec![
+                format!("{c0}.env[0].name: Invalid value: \"tab\\there\": {ENV_NAME_MSG}"),
+                format!("{c0}.env[1].name: Invalid value: \"caf\u{e9}\": {ENV_NAME_MSG}"),
+                format!("{c0}.env[2].name: Invalid value: \"=\\x7f=\": {ENV_NAME_MSG}"),
+            ],
+        ),
+        (
+            "envFrom prefixes",
+            json!({"envFrom": [
+                {"prefix": "OK_", "configMapRef": {"name": "c"}},
+                {"prefix": "", "configMapRef": {"name": "c"}},
+                {"configMapRef": {"name": "c"}},
+                {"prefix": "P=", "secretRef": {"name": "s"}},
+            ]}),
+            vec![format!("{c0}.envFrom[3].prefix: Invalid value: \"P=\": {ENV_NAME_MSG}")],
+        ),
+        (
+            "env before envFrom, after ports",
+            json!({
+                "ports": [{"containerPort": 0}],
+                "envFrom": [{"prefix": "=", "configMapRef": {"name": "c"}}],
+                "env": [{"name": "="}],
+            }),
+            vec![
+                format!("{c0}.ports[0].containerPort: Required value"),
+                format!("{c0}.env[0].name: Invalid value: \"=\": {ENV_NAME_MSG}"),
+                format!("{c0}.envFrom[0].prefix: Invalid value: \"=\": {ENV_NAME_MSG}"),
+            ],
+        ),
+    ];
+    for (name, container, want) in cases {
+        let mut pod = pod_from(container);
+        let want = if want.is_empty() { Ok(()) } else { Err(want) };
+        assert_eq!(validate(&pod), want, "case {name}");
+        apply_defaults(&mut pod);
+        assert_eq!(validate(&pod), want, "case {name}: after defaulting");
+    }
+
+    // An init container's, a sidecar's too.
+    let mut pod = pod_from(json!({}));
+    let spec = pod.spec.as_mut().unwrap();
+    let mut init: k8s_openapi::api::core::v1::Container =
+        serde_json::from_value(json!({"name": "init", "command": ["x"], "env": [{"name": "A=B"}]})).unwrap();
+    let mut sidecar = init.clone();
+    sidecar.name = "sidecar".into();
+    sidecar.restart_policy = Some("Always".into());
+    init.env_from = serde_json::from_value(json!([{"prefix": "X=", "secretRef": {"name": "s"}}])).unwrap();
+    spec.init_containers = Some(vec![init, sidecar]);
+    assert_eq!(
+        validate(&pod),
+        Err(vec![
+            format!("spec.initContainers[0].env[0].name: Invalid value: \"A=B\": {ENV_NAME_MSG}"),
+            format!("spec.initContainers[0].envFrom[0].prefix: Invalid value: \"X=\": {ENV_NAME_MSG}"),
+            format!("spec.initContainers[1].env[0].name: Invalid value: \"A=B\": {ENV_NAME_MSG}"),
+        ])
+    );
+}
+
 /// With `ContainerRestartRules` off, as before v1.35: a regular container may not set a restart
 /// policy, and an init container only `Always`.
 #[test]

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, ContainerRestartRule, Pod, PodSpec, Probe};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, ContainerRestartRule, EnvFromSource, EnvVar, Pod, PodSpec, Probe,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet_actors::gofmt::go_quote;
@@ -109,7 +111,8 @@ pub(crate) const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of a
 /// (`<field path>: <Required value|Invalid value: v|Forbidden|Duplicate value: v|Unsupported
 /// value: v|Too long>[: detail]`): metadata name and namespace; the annotations' total size (at
 /// most 256 KiB of keys and values); containers present, named (RFC 1123
-/// labels), unique across containers and init containers; container ports; probes (one handler,
+/// labels), unique across containers and init containers; container ports; `env` names and
+/// `envFrom` prefixes (printable ASCII without `=`, as since v1.34); probes (one handler,
 /// exec command, HTTP path, scheme and header names, port numbers and names, non-negative timing
 /// fields, `successThreshold` 1 for liveness and startup, probe-level grace period, none on
 /// readiness, none on init containers that are not sidecars); restart policies;
@@ -389,6 +392,38 @@ fn validate_container_common(container: &Container, path: &str, standalone: bool
         errs.required(&format!("{path}.command"), NEEDS_COMMAND);
     }
     validate_container_ports(container.ports.as_deref().unwrap_or_default(), &format!("{path}.ports"), errs);
+    validate_env(container.env.as_deref().unwrap_or_default(), &format!("{path}.env"), errs);
+    validate_env_from(container.env_from.as_deref().unwrap_or_default(), &format!("{path}.envFrom"), errs);
+}
+
+/// Upstream `ValidateEnv`'s check of the names: each required, and a relaxed environment
+/// variable name ([`relaxed_env_var_name`]). Names may repeat (the last one wins, as in the
+/// kubelet; the API server only warns). `valueFrom` is not checked: the standalone runtime
+/// does not set such a variable (it says so when it starts the container).
+fn validate_env(vars: &[EnvVar], path: &str, errs: &mut Errors) {
+    for (i, var) in vars.iter().enumerate() {
+        let name_path = format!("{path}[{i}].name");
+        if var.name.is_empty() {
+            errs.required(&name_path, "");
+        } else {
+            for msg in relaxed_env_var_name(&var.name) {
+                errs.invalid(&name_path, go_quote(&var.name), msg);
+            }
+        }
+    }
+}
+
+/// Upstream `ValidateEnvFrom`'s check of a `prefix`, when there is one: a relaxed environment
+/// variable name too. Which source it names is not checked: the standalone runtime ignores
+/// `envFrom` (it says so when it starts the container).
+fn validate_env_from(sources: &[EnvFromSource], path: &str, errs: &mut Errors) {
+    for (i, source) in sources.iter().enumerate() {
+        if let Some(prefix) = source.prefix.as_deref().filter(|p| !p.is_empty()) {
+            for msg in relaxed_env_var_name(prefix) {
+                errs.invalid(&format!("{path}[{i}].prefix"), go_quote(prefix), msg);
+            }
+        }
+    }
 }
 
 fn validate_container_ports(ports: &[ContainerPort], path: &str, errs: &mut Errors) {
@@ -630,6 +665,24 @@ fn is_label(value: &str) -> bool {
 /// Labels joined by dots.
 fn is_subdomain(value: &str) -> bool {
     value.split('.').all(is_label)
+}
+
+const RELAXED_ENV_VAR_NAME: &str =
+    "a valid environment variable name must consist only of printable ASCII characters other than '='";
+
+/// Upstream `validation.IsRelaxedEnvVarName`, the only rule since `RelaxedEnvironmentVariableValidation`
+/// went GA (locked on in v1.34; beta and on by default since v1.32): not empty, and every
+/// character printable ASCII (`' '` to `'~'`) other than `=`, with one message however many
+/// characters are not. Callers check emptiness first (`Required value`), as upstream's do.
+fn relaxed_env_var_name(name: &str) -> Vec<&'static str> {
+    let mut msgs = Vec::new();
+    if name.is_empty() {
+        msgs.push("environment variable name must be non-empty");
+    }
+    if name.chars().any(|c| !(' '..='~').contains(&c) || c == '=') {
+        msgs.push(RELAXED_ENV_VAR_NAME);
+    }
+    msgs
 }
 
 /// Upstream `validation.IsValidPortName`.
