@@ -786,6 +786,21 @@ fn an_env_var_name_with_an_equals_sign_or_none_is_an_error() {
     );
 }
 
+/// A readiness gate's `conditionType` that is not a qualified name: an error about the pod,
+/// not a container.
+#[test]
+fn a_readiness_gate_that_is_not_a_qualified_name_is_an_error() {
+    let yaml = refused_pod(
+        "web",
+        "Always",
+        "  readinessGates: [{conditionType: example.com/ready}, {conditionType: '/ready'}]\n  \
+         containers:\n  - {name: app, image: x, command: [serve]}\n",
+    );
+    let field = "spec.readinessGates[1].conditionType";
+    let message = format!("{field}: Invalid value: \"/ready\": prefix part must be non-empty");
+    assert_refused_as_run_refuses("readiness-gate", &yaml, &[(field, &message, None)]);
+}
+
 #[test]
 fn an_unknown_restart_policy_is_an_error() {
     let yaml =

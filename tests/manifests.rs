@@ -987,6 +987,93 @@ fn env_names_are_printable_ascii_without_an_equals_sign() {
     );
 }
 
+const QUALIFIED_NAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and \
+end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is \
+'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// Each `spec.readinessGates[*].conditionType` must be a qualified name (upstream
+/// `validateReadinessGates`): the messages the API server gives, checked after `restartPolicy`
+/// and before `activeDeadlineSeconds`.
+#[test]
+fn readiness_gate_condition_types_are_qualified_names() {
+    let gated = |types: &[&str]| {
+        let mut pod = pod_from(json!({}));
+        let gates = types.iter().map(|t| json!({"conditionType": t})).collect::<Vec<_>>();
+        pod.spec.as_mut().unwrap().readiness_gates = serde_json::from_value(Value::Array(gates)).unwrap();
+        pod
+    };
+    let at = |i: usize, value: &str, msg: &str| {
+        format!("spec.readinessGates[{i}].conditionType: Invalid value: \"{value}\": {msg}")
+    };
+    let long = "n".repeat(64);
+    let cases: Vec<(&str, Pod, Vec<String>)> = vec![
+        ("valid", gated(&["example.com/ready", "Ready", "a.b_c-D9", "x/y", &"n".repeat(63)]), vec![]),
+        (
+            "empty",
+            gated(&["ok", ""]),
+            vec![
+                at(1, "", "name part must be non-empty"),
+                at(1, "", &format!("name part {QUALIFIED_NAME_MSG}")),
+            ],
+        ),
+        (
+            "bad prefix and name",
+            gated(&["not a valid/type!"]),
+            vec![
+                at(0, "not a valid/type!", &format!("prefix part {SUBDOMAIN_MSG}")),
+                at(0, "not a valid/type!", &format!("name part {QUALIFIED_NAME_MSG}")),
+            ],
+        ),
+        (
+            "two slashes",
+            gated(&["a/b/c"]),
+            vec![at(
+                0,
+                "a/b/c",
+                &format!(
+                    "a valid label key {QUALIFIED_NAME_MSG} with an optional DNS subdomain prefix and '/' (e.g. \
+                     'example.com/MyName')"
+                ),
+            )],
+        ),
+        ("empty prefix", gated(&["/ready"]), vec![at(0, "/ready", "prefix part must be non-empty")]),
+        (
+            "empty name",
+            gated(&["example.com/"]),
+            vec![
+                at(0, "example.com/", "name part must be non-empty"),
+                at(0, "example.com/", &format!("name part {QUALIFIED_NAME_MSG}")),
+            ],
+        ),
+        ("long name", gated(&[&long]), vec![at(0, &long, "name part must be no more than 63 characters")]),
+        (
+            "leading dash",
+            gated(&["-ready"]),
+            vec![at(0, "-ready", &format!("name part {QUALIFIED_NAME_MSG}"))],
+        ),
+    ];
+    for (name, mut pod, want) in cases {
+        let want = if want.is_empty() { Ok(()) } else { Err(want) };
+        assert_eq!(validate(&pod), want, "case {name}");
+        apply_defaults(&mut pod);
+        assert_eq!(validate(&pod), want, "case {name}: after defaulting");
+    }
+
+    let mut pod = gated(&["-"]);
+    let spec = pod.spec.as_mut().unwrap();
+    spec.restart_policy = Some("Sometimes".into());
+    spec.active_deadline_seconds = Some(0);
+    assert_eq!(
+        validate(&pod),
+        Err(vec![
+            "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
+                .into(),
+            at(0, "-", &format!("name part {QUALIFIED_NAME_MSG}")),
+            format!("spec.activeDeadlineSeconds: Invalid value: 0: {ACTIVE_DEADLINE_RANGE}"),
+        ])
+    );
+}
+
 /// With `ContainerRestartRules` off, as before v1.35: a regular container may not set a restart
 /// policy, and an init container only `Always`.
 #[test]

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, ContainerRestartRule, EnvFromSource, EnvVar, Pod, PodSpec, Probe,
+    Container, ContainerPort, ContainerRestartRule, EnvFromSource, EnvVar, Pod, PodReadinessGate, PodSpec,
+    Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -115,8 +116,8 @@ pub(crate) const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of a
 /// `envFrom` prefixes (printable ASCII without `=`, as since v1.34); probes (one handler,
 /// exec command, HTTP path, scheme and header names, port numbers and names, non-negative timing
 /// fields, `successThreshold` 1 for liveness and startup, probe-level grace period, none on
-/// readiness, none on init containers that are not sidecars); restart policies;
-/// `activeDeadlineSeconds` between 1 and 2147483647 (docs/reliability.md, "A pod's active
+/// readiness, none on init containers that are not sidecars); restart policies; each readiness
+/// gate's `conditionType` a qualified name (docs/readiness-gates.md); `activeDeadlineSeconds` between 1 and 2147483647 (docs/reliability.md, "A pod's active
 /// deadline", says what the agent does with it). Two rules are this
 /// agent's own: every container needs a `command` (there are no images to supply one), and a named
 /// probe port must name one of the container's ports (the kubelet finds out only when probing).
@@ -176,7 +177,7 @@ pub fn validate_pod_metadata(meta: &ObjectMeta, standalone: bool) -> Vec<String>
 
 /// The checks of [`validate_with`] on a pod spec found at `spec_path` (`spec` for a Pod,
 /// `spec.template.spec` in a workload), in its order and with its messages: containers, init
-/// containers, `restartPolicy`, `activeDeadlineSeconds`. `standalone`: the agent's own rule that
+/// containers, `restartPolicy`, `readinessGates`, `activeDeadlineSeconds`. `standalone`: the agent's own rule that
 /// every container has a `command` (it has no images to supply one) applies; `probelet lint`,
 /// which checks pods for a cluster, passes `false`. The rule that a named probe port names one
 /// of the container's ports applies either way: the kubelet cannot probe such a port.
@@ -205,6 +206,11 @@ pub fn validate_pod_spec(
             &["Always", "OnFailure", "Never"],
         ),
     }
+    validate_readiness_gates(
+        spec.readiness_gates.as_deref().unwrap_or_default(),
+        &format!("{spec_path}.readinessGates"),
+        &mut errs,
+    );
     errs.0.extend(validate_active_deadline_seconds(
         spec.active_deadline_seconds,
         &format!("{spec_path}.activeDeadlineSeconds"),
@@ -341,6 +347,18 @@ pub fn validate_annotations_size(
         errs.too_long(path, MAX_ANNOTATIONS_BYTES);
     }
     errs.0.pop()
+}
+
+/// Upstream `validateReadinessGates`: each `conditionType` a qualified name
+/// ([`qualified_name`]), one `Invalid value` per message. Nothing else: an empty one is two
+/// messages, not a `Required value`, and a type may repeat.
+fn validate_readiness_gates(gates: &[PodReadinessGate], path: &str, errs: &mut Errors) {
+    for (i, gate) in gates.iter().enumerate() {
+        let path = format!("{path}[{i}].conditionType");
+        for msg in qualified_name(&gate.condition_type) {
+            errs.invalid(&path, go_quote(&gate.condition_type), &msg);
+        }
+    }
 }
 
 /// Upstream `ValidatePodSpec`'s check of `activeDeadlineSeconds`: unset, or between 1 and
@@ -648,6 +666,60 @@ pub(super) fn dns1123_subdomain(value: &str) -> Vec<&'static str> {
         msgs.push(DNS1123_SUBDOMAIN);
     }
     msgs
+}
+
+/// What a qualified name's name part must be, with upstream's `RegexError` wording (its two
+/// blanks before each "or" included).
+const QUALIFIED_NAME: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
+with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is \
+'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// Upstream `validation.IsQualifiedName` (a label key; apimachinery's `content.IsLabelKey`):
+/// an optional RFC 1123 subdomain and `/`, then a name of at most 63 characters, alphanumeric at
+/// both ends and `-`, `_`, `.` or alphanumeric between. More than one `/` is one message, in
+/// the words of v1.35's `IsLabelKey` ("a valid label key …"; older releases began it "a
+/// qualified name"); otherwise every problem of the prefix, then of the name.
+fn qualified_name(value: &str) -> Vec<String> {
+    let mut msgs = Vec::new();
+    let name = match value.split_once('/') {
+        None => value,
+        Some((_, name)) if name.contains('/') => {
+            return vec![format!(
+                "a valid label key {QUALIFIED_NAME} with an optional DNS subdomain prefix and '/' (e.g. \
+                 'example.com/MyName')"
+            )];
+        }
+        Some((prefix, name)) => {
+            if prefix.is_empty() {
+                msgs.push("prefix part must be non-empty".to_owned());
+            } else {
+                msgs.extend(dns1123_subdomain(prefix).into_iter().map(|m| format!("prefix part {m}")));
+            }
+            name
+        }
+    };
+    if name.is_empty() {
+        msgs.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        msgs.push("name part must be no more than 63 characters".to_owned());
+    }
+    if !is_qualified_name_part(name) {
+        msgs.push(format!("name part {QUALIFIED_NAME}"));
+    }
+    msgs
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
+fn is_qualified_name_part(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
 }
 
 /// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`
