@@ -219,7 +219,9 @@ pub struct RunArgs {
     /// false), ChangeContainerStatusOnKubeletRestart (deprecated, default false),
     /// InPlacePodVerticalScaling (GA, locked to true), ContainerRestartRules (beta, default
     /// true), RestartAllContainersOnContainerExits (alpha, default false; not implemented, so
-    /// true is refused).
+    /// true is refused). AllAlpha=BOOL and AllBeta=BOOL set every alpha (beta) gate not named
+    /// explicitly, whatever the order; AllAlpha=true leaves RestartAllContainersOnContainerExits
+    /// off, with a warning.
     #[arg(long, value_name = "NAME=BOOL,...", env = "PROBELET_FEATURE_GATES", default_value = "", value_parser = parse_feature_gates, hide_default_value = true)]
     pub feature_gates: ParsedFeatureGates,
 
@@ -337,6 +339,9 @@ mod tests {
         for spec in probelet_actors::features::KNOWN_FEATURES {
             assert!(help.contains(spec.feature.name()), "{} is not in run --help", spec.feature.name());
         }
+        for special in [probelet_actors::features::ALL_ALPHA, probelet_actors::features::ALL_BETA] {
+            assert!(help.contains(&format!("{special}=BOOL")), "{special} is not in run --help");
+        }
     }
 
     #[test]
@@ -398,6 +403,21 @@ mod tests {
             panic!()
         };
         assert!(run.feature_gates.gates.enabled(Feature::MutableContainerProbes));
+        // The kubelet's special gates, which the flag once refused as unknown.
+        let Command::Run(run) =
+            parse(&["run", "--feature-gates", "AllAlpha=true,AllBeta=false,MutableContainerProbes=false"])
+                .unwrap()
+                .command
+        else {
+            panic!()
+        };
+        let gates = run.feature_gates.gates;
+        assert!(gates.enabled(Feature::ContainerLifecycleProber), "AllAlpha=true");
+        assert!(!gates.enabled(Feature::MutableContainerProbes), "named: false wins");
+        assert!(!gates.enabled(Feature::ContainerRestartRules), "AllBeta=false");
+        assert!(!gates.enabled(Feature::RestartAllContainersOnContainerExits), "not implemented");
+        assert!(gates.enabled(Feature::InPlacePodVerticalScaling), "GA, locked");
+        assert_eq!(run.feature_gates.warnings.len(), 1, "{:?}", run.feature_gates.warnings);
     }
 
     #[test]

@@ -7,10 +7,25 @@
 //!
 //! A gate the engine recognises but does not implement yet can only be set to its default: any
 //! other value is refused, so a host never believes a behaviour is on when it is not.
+//!
+//! [`ALL_ALPHA`] and [`ALL_BETA`] are the kubelet's two special gates: `AllAlpha=true` turns on
+//! every alpha gate that is not named explicitly (`AllBeta` every beta gate), in whatever order
+//! the pairs come, as upstream's `setUnsetAlphaGates` / `setUnsetBetaGates` do. Gates of other
+//! stages (GA, locked or not, and deprecated) are untouched. One deviation: a gate they would
+//! move that the engine cannot take that value for (not implemented, or locked) keeps its
+//! default, with a warning, instead of making the whole value an error.
 
 use std::fmt;
 
 use crate::gofmt::go_quote;
+
+/// The kubelet's special gate that sets every alpha gate not set explicitly (upstream
+/// `allAlphaGate`); itself alpha, default false.
+pub const ALL_ALPHA: &str = "AllAlpha";
+
+/// The kubelet's special gate that sets every beta gate not set explicitly (upstream
+/// `allBetaGate`); itself beta, default false.
+pub const ALL_BETA: &str = "AllBeta";
 
 /// A feature gate the engine knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -262,6 +277,7 @@ impl FeatureGates {
     /// Parses the kubelet's `--feature-gates` syntax: `Name=bool` pairs separated by commas,
     /// blanks around names and values ignored, empty items skipped, a later value of a gate
     /// winning. Values are Go's booleans (`1 t T TRUE true True 0 f F FALSE false False`).
+    /// [`ALL_ALPHA`] and [`ALL_BETA`] set every alpha (beta) gate not named (module doc).
     /// A malformed pair is reported first; then the first unknown name; then every gate that
     /// cannot take its value.
     pub fn parse(value: &str) -> Result<ParsedFeatureGates, FeatureGateError> {
@@ -283,13 +299,40 @@ impl FeatureGates {
                 None => pairs.push((name.to_owned(), parsed)),
             }
         }
+        let mut all = Vec::new();
+        let mut named = Vec::new();
+        for (name, value) in pairs {
+            let stage = match name.as_str() {
+                ALL_ALPHA => Stage::Alpha,
+                ALL_BETA => Stage::Beta,
+                _ => match Feature::from_name(&name) {
+                    Some(feature) => {
+                        named.push((name, feature, value));
+                        continue;
+                    }
+                    None => return Err(FeatureGateError::Unrecognized(name)),
+                },
+            };
+            all.push((name, stage, value));
+        }
         let mut gates = FeatureGates::default();
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
-        for (name, value) in pairs {
-            let Some(feature) = Feature::from_name(&name) else {
-                return Err(FeatureGateError::Unrecognized(name));
-            };
+        // Upstream sets only the gates not in its map yet and lets a named gate overwrite: either
+        // way a named gate wins, so the special gates go first here.
+        for (special, stage, value) in all {
+            let unnamed = KNOWN_FEATURES.iter().filter(|spec| spec.stage == stage).map(|spec| spec.feature);
+            for feature in unnamed.filter(|f| !named.iter().any(|(_, n, _)| n == f)) {
+                match gates.with(feature, value) {
+                    Ok(next) => gates = next,
+                    Err(err) => warnings.push(format!(
+                        "{special}={value} leaves {feature} at {default} ({err})",
+                        default = feature.spec().default
+                    )),
+                }
+            }
+        }
+        for (name, feature, value) in named {
             match gates.with(feature, value) {
                 Ok(next) => gates = next,
                 Err(err) => {
@@ -451,6 +494,92 @@ mod tests {
             err.to_string(),
             "[cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true, \
              cannot set feature gate RestartAllContainersOnContainerExits to true: probelet does not implement it yet]"
+        );
+    }
+
+    /// Every gate's value after `value`, in `KNOWN_FEATURES` order.
+    fn values(value: &str) -> Vec<(Feature, bool)> {
+        let gates = FeatureGates::parse(value).unwrap().gates;
+        KNOWN_FEATURES.iter().map(|s| (s.feature, gates.enabled(s.feature))).collect()
+    }
+
+    /// The defaults with `changes` applied, in `KNOWN_FEATURES` order.
+    fn defaults_with(changes: &[(Feature, bool)]) -> Vec<(Feature, bool)> {
+        KNOWN_FEATURES
+            .iter()
+            .map(|s| {
+                let changed = changes.iter().find(|(f, _)| *f == s.feature).map(|(_, v)| *v);
+                (s.feature, changed.unwrap_or(s.default))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn all_alpha_sets_every_alpha_gate_it_can_and_leaves_other_stages_alone() {
+        let parsed = FeatureGates::parse("AllAlpha=true").unwrap();
+        assert_eq!(
+            values("AllAlpha=true"),
+            defaults_with(&[
+                (Feature::ContainerLifecycleProber, true),
+                (Feature::MutableContainerProbes, true)
+            ]),
+        );
+        assert_eq!(
+            parsed.warnings,
+            ["AllAlpha=true leaves RestartAllContainersOnContainerExits at false (cannot set feature gate \
+                 RestartAllContainersOnContainerExits to true: probelet does not implement it yet)"],
+            "the one alpha gate it cannot set is named, and the special gate itself gets no warning"
+        );
+        assert_eq!(values("AllAlpha=false"), defaults_with(&[]));
+        assert!(FeatureGates::parse("AllAlpha=false").unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn all_beta_sets_every_beta_gate_and_never_a_ga_or_deprecated_one() {
+        assert_eq!(values("AllBeta=false"), defaults_with(&[(Feature::ContainerRestartRules, false)]));
+        assert_eq!(values("AllBeta=true"), defaults_with(&[]));
+        assert!(FeatureGates::parse("AllBeta=false").unwrap().warnings.is_empty());
+        // InPlacePodVerticalScaling (GA, locked to true) and ChangeContainerStatusOnKubeletRestart
+        // (deprecated) stay at their defaults with both special gates either way.
+        for value in ["AllAlpha=true,AllBeta=true", "AllAlpha=false,AllBeta=false"] {
+            let gates = FeatureGates::parse(value).unwrap().gates;
+            assert!(gates.enabled(Feature::InPlacePodVerticalScaling), "{value}");
+            assert!(!gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart), "{value}");
+        }
+    }
+
+    #[test]
+    fn a_named_gate_wins_over_all_alpha_and_all_beta_in_either_order() {
+        let want = defaults_with(&[(Feature::ContainerLifecycleProber, true)]);
+        assert_eq!(values("AllAlpha=true,MutableContainerProbes=false"), want);
+        assert_eq!(values("MutableContainerProbes=false,AllAlpha=true"), want);
+        let want = defaults_with(&[(Feature::MutableContainerProbes, true)]);
+        assert_eq!(values("AllAlpha=false,MutableContainerProbes=true"), want);
+        assert_eq!(values("MutableContainerProbes=true,AllAlpha=false"), want);
+        assert_eq!(values("ContainerRestartRules=true,AllBeta=false"), defaults_with(&[]));
+        assert_eq!(values("AllBeta=false,ContainerRestartRules=true"), defaults_with(&[]));
+        // Named at its default, the unimplemented gate is no longer AllAlpha's to warn about.
+        let parsed = FeatureGates::parse("AllAlpha=true,RestartAllContainersOnContainerExits=false").unwrap();
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+        // Named at a value it cannot take, it is refused as without AllAlpha.
+        assert_eq!(
+            FeatureGates::parse("AllAlpha=true,RestartAllContainersOnContainerExits=true")
+                .unwrap_err()
+                .to_string(),
+            "cannot set feature gate RestartAllContainersOnContainerExits to true: probelet does not implement it yet"
+        );
+    }
+
+    #[test]
+    fn the_special_gates_parse_as_any_gate() {
+        assert_eq!(values("AllAlpha=true,AllAlpha=false"), defaults_with(&[]), "a later value wins");
+        assert_eq!(values(" AllBeta = F ,"), defaults_with(&[(Feature::ContainerRestartRules, false)]));
+        let err = |s: &str| FeatureGates::parse(s).unwrap_err().to_string();
+        assert_eq!(err("allalpha=true"), "unrecognized feature gate: allalpha");
+        assert_eq!(err("AllBeta"), "missing bool value for AllBeta");
+        assert_eq!(
+            err("AllAlpha=on"),
+            "invalid value of AllAlpha=on, err: strconv.ParseBool: parsing \"on\": invalid syntax"
         );
     }
 
