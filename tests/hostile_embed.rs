@@ -1,0 +1,393 @@
+//! A hostile embedder: the library API (`Pipeline`, `Engine`) driven the way a buggy or unusual
+//! host drives it — calls in odd orders, pods the API server would never admit, timings at the
+//! edges of `i32`, a host that drops the engine or its actix system under the engine's feet.
+//! Each test is bounded (paused time, or a real-time timeout). A test marked `#[ignore]` names
+//! a finding that fails today.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use probelet_test_support as support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus, Probe};
+use probelet::Engine;
+use probelet::clock::TokioClock;
+use probelet::contracts::PodRegistry;
+use probelet::prober::{ProbeKind, ProbeResult, ProbeRunner};
+use support::kubelet::{advance, aged_harness, epoch};
+use support::pods::{probe, running, test_pod};
+use support::scripted::{ScriptedProber, Step};
+
+use ProbeKind::{Liveness, Readiness, Startup};
+
+fn engine_with(prober: ScriptedProber) -> (Engine, PodRegistry) {
+    let pods = PodRegistry::new();
+    let engine = Engine::builder(Arc::new(pods.clone()))
+        .clock(Arc::new(TokioClock::starting_at(epoch())))
+        .wrap_prober(move |_| Arc::new(prober) as Arc<dyn ProbeRunner>)
+        .start();
+    (engine, pods)
+}
+
+fn runtime(containers: Vec<ContainerStatus>) -> PodStatus {
+    PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some("127.0.0.1".into()),
+        container_statuses: Some(containers),
+        ..Default::default()
+    }
+}
+
+fn condition(status: &PodStatus, type_: &str) -> String {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}
+
+fn container<'a>(status: &'a PodStatus, name: &str) -> &'a ContainerStatus {
+    status.container_statuses.iter().flatten().find(|c| c.name == name).unwrap()
+}
+
+/// The host's second `sync_pod` of a terminating pod (its containers are still running, the
+/// host regenerates on every runtime event): the startup worker was stopped by the first, so a
+/// container whose startup probe never succeeded must stay not started and not ready, as the
+/// kubelet never regenerates `started` from a missing worker while the pod terminates.
+#[actix::test]
+#[ignore = "finding 1: Engine::sync_pod of a terminating pod calls an unstarted container started and Ready"]
+async fn finding_1_a_terminating_pods_resync_keeps_an_unstarted_container_not_ready() {
+    tokio::time::pause();
+    let prober = ScriptedProber::new();
+    prober.always("app", Startup, Step::Return(ProbeResult::Failure));
+    let (engine, pods) = engine_with(prober.clone());
+    advance(Duration::from_secs(11)).await;
+    let pod = test_pod("slow-start").container("app").with_probe("app", Startup, probe(1, 1, 1000)).build();
+    pods.upsert(pod.clone());
+    let app = || vec![running("app", "containerd://app-1", epoch())];
+    let first = engine.sync_pod(pod.clone(), runtime(app())).await.unwrap();
+    assert_eq!(container(&first, "app").started, Some(false));
+    advance(Duration::from_secs(3)).await;
+    assert!(!prober.calls_of("app", Startup).is_empty(), "the startup probe ran");
+
+    // The pod is deleted: the host syncs it, then again while its container still runs.
+    let deleting = test_pod("slow-start")
+        .container("app")
+        .with_probe("app", Startup, probe(1, 1, 1000))
+        .deleting()
+        .build();
+    pods.upsert(deleting.clone());
+    let first = engine.sync_pod(deleting.clone(), runtime(app())).await.unwrap();
+    assert_eq!(container(&first, "app").started, Some(false), "first terminating sync");
+    advance(Duration::from_secs(2)).await;
+    let again = engine.sync_pod(deleting.clone(), runtime(app())).await.unwrap();
+    assert_eq!(
+        (container(&again, "app").started, container(&again, "app").ready, condition(&again, "Ready")),
+        (Some(false), false, "False".to_owned()),
+        "a container whose startup probe never succeeded turned started and Ready while its pod terminates"
+    );
+}
+
+/// `set_pod_status` and `update_pod_status` with container statuses the spec does not have,
+/// two statuses of one name, and for a pod the prober never saw: no panic, and the status
+/// manager still answers.
+#[actix::test]
+async fn statuses_that_do_not_match_the_spec_do_not_break_the_managers() {
+    let (h, _t0) = aged_harness().await;
+    let pod = test_pod("odd").container("app").with_probe("app", Readiness, probe(1, 1, 1)).build();
+    h.pods.upsert(pod.clone());
+    let statuses = vec![
+        running("app", "containerd://a1", epoch()),
+        running("app", "containerd://a2", epoch()),
+        running("ghost", "containerd://g", epoch()),
+    ];
+    let status = PodStatus {
+        init_container_statuses: Some(vec![running("nope", "containerd://n", epoch())]),
+        ..runtime(statuses)
+    };
+    let updated = h.pipeline.update_pod_status(pod.clone(), status.clone()).await.unwrap();
+    h.pipeline.set_pod_status(pod.clone(), updated.clone());
+    h.pipeline.add_pod(pod.clone());
+    advance(Duration::from_secs(3)).await;
+    let stored = h.pipeline.pod_status("uid-odd").await.unwrap();
+    assert!(stored.is_some(), "the status manager still answers");
+    let updated = h.pipeline.update_pod_status(pod.clone(), status).await.unwrap();
+    h.pipeline.set_pod_status(pod.clone(), updated);
+    advance(Duration::from_secs(3)).await;
+    assert!(h.pipeline.pod_status("uid-odd").await.unwrap().is_some());
+    assert_eq!(h.worker_count().await, 1);
+}
+
+fn probe_with(period: i32, timeout: i32, delay: i32, success: i32, failure: i32) -> Probe {
+    Probe {
+        period_seconds: Some(period),
+        timeout_seconds: Some(timeout),
+        initial_delay_seconds: Some(delay),
+        success_threshold: Some(success),
+        failure_threshold: Some(failure),
+        ..probe(1, 1, 1)
+    }
+}
+
+/// Probes the API server would refuse (period 0 or negative, timeouts of `i32::MAX`, delays and
+/// thresholds at both ends of `i32`): the workers neither panic nor spin.
+#[actix::test]
+async fn timings_at_the_edges_of_i32_neither_panic_nor_spin() {
+    let (h, _t0) = aged_harness().await;
+    let edges = [
+        (0, 1, 0, 1, 1),
+        (-5, -5, -5, -5, -5),
+        (i32::MAX, i32::MAX, i32::MAX, i32::MAX, i32::MAX),
+        (1, i32::MAX, 0, 1, 1),
+        (i32::MIN, i32::MIN, i32::MIN, i32::MIN, i32::MIN),
+        (1, 1, -1, 0, 0),
+    ];
+    let mut builder = test_pod("edges");
+    for (i, (p, t, d, s, f)) in edges.into_iter().enumerate() {
+        let name = format!("c{i}");
+        builder = builder
+            .container(&name)
+            .with_probe(&name, Readiness, probe_with(p, t, d, s, f))
+            .with_probe(&name, Liveness, probe_with(p, t, d, s, f))
+            .with_probe(&name, Startup, probe_with(p, t, d, s, f));
+    }
+    let pod = builder.build();
+    let statuses: Vec<_> =
+        (0..edges.len()).map(|i| running(&format!("c{i}"), &format!("containerd://c{i}"), epoch())).collect();
+    h.sync(&pod, statuses).await;
+    for _ in 0..30 {
+        advance(Duration::from_secs(1)).await;
+        h.resync(&pod).await;
+    }
+    assert_eq!(h.worker_count().await, edges.len() * 3);
+    let calls = h.prober.calls().len();
+    assert!(calls < 2_000, "{calls} probes in 30 s of 18 workers");
+}
+
+/// RemovePod before AddPod, AddPod twice under one UID with different specs, CleanupPods with
+/// an empty set while probes run: workers end when told, and no probe runs after.
+#[actix::test]
+async fn odd_orders_of_add_remove_and_cleanup() {
+    let (h, _t0) = aged_harness().await;
+    let pod = test_pod("order").container("app").with_probe("app", Readiness, probe(1, 1, 1)).build();
+    h.pipeline.remove_pod(pod.clone());
+    h.sync(&pod, vec![running("app", "containerd://a", epoch())]).await;
+    h.wait_workers(1).await;
+    // Same UID, another spec: a new container with a liveness probe.
+    let other = test_pod("order")
+        .container("app")
+        .with_probe("app", Liveness, probe(1, 1, 1))
+        .container("web")
+        .with_probe("web", Readiness, probe(1, 1, 1))
+        .build();
+    h.pipeline.add_pod(other.clone());
+    h.wait_workers(3).await;
+    advance(Duration::from_secs(3)).await;
+    h.pipeline.cleanup_pods(HashSet::new());
+    h.wait_workers(0).await;
+    let before = h.prober.calls().len();
+    advance(Duration::from_secs(10)).await;
+    assert_eq!(h.prober.calls().len(), before, "no probe after CleanupPods with no pod");
+}
+
+/// A pipeline kept by the host after its actix system is gone: calls answer an error or do
+/// nothing, none hangs or panics.
+#[test]
+fn calls_after_the_system_stopped_neither_hang_nor_panic() {
+    let system = actix::System::new();
+    let (pipeline, pod) = system.block_on(async {
+        let pods = PodRegistry::new();
+        let pipeline = support::kubelet::start_pipeline(Arc::new(pods.clone()));
+        let pod = test_pod("late").container("app").with_probe("app", Readiness, probe(1, 1, 1)).build();
+        pods.upsert(pod.clone());
+        pipeline.add_pod(pod.clone());
+        (pipeline, pod)
+    });
+    drop(system);
+    let again = actix::System::new();
+    again.block_on(async move {
+        let bounded = |f| tokio::time::timeout(Duration::from_secs(5), f);
+        pipeline.add_pod(pod.clone());
+        pipeline.set_pod_status(pod.clone(), PodStatus::default());
+        pipeline.cleanup_pods(HashSet::new());
+        let answer = bounded(pipeline.update_pod_status(pod.clone(), PodStatus::default())).await;
+        assert!(matches!(answer, Ok(Err(_))), "{answer:?}");
+        let answer = tokio::time::timeout(Duration::from_secs(5), pipeline.pod_status("uid-late")).await;
+        assert!(matches!(answer, Ok(Err(_))), "{answer:?}");
+        drop(pipeline);
+    });
+}
+
+/// Thousands of containers in one pod: a status is generated and stored in bounded time.
+#[actix::test]
+async fn a_pod_of_thousands_of_probed_containers() {
+    let (h, _t0) = aged_harness().await;
+    let n = 3_000;
+    let mut builder = test_pod("huge");
+    for i in 0..n {
+        let name = format!("c{i}");
+        builder = builder.container(&name).with_probe(&name, Readiness, probe(10, 1, 1));
+    }
+    let pod = builder.build();
+    let statuses: Vec<_> =
+        (0..n).map(|i| running(&format!("c{i}"), &format!("containerd://c{i}"), epoch())).collect();
+    // The real time the engine takes under paused tokio time: its CPU cost, not a wait.
+    #[allow(clippy::disallowed_methods)]
+    let started = std::time::Instant::now();
+    h.sync(&pod, statuses).await;
+    h.wait_workers(n).await;
+    advance(Duration::from_secs(11)).await;
+    let mut status = h.resync(&pod).await;
+    for _ in 0..50 {
+        if condition(&status, "Ready") == "True" {
+            break;
+        }
+        advance(Duration::from_secs(1)).await;
+        status = h.resync(&pod).await;
+    }
+    let ready = status.container_statuses.iter().flatten().filter(|c| c.ready).count();
+    let elapsed = started.elapsed();
+    assert_eq!(condition(&status, "Ready"), "True", "{ready} of {n} containers ready");
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+    h.pipeline.remove_pod(pod.clone());
+    h.wait_workers(0).await;
+}
+
+/// The status of a pod whose lookup answers another pod under its UID (a host that reused a
+/// UID, or answers stale): no panic.
+#[actix::test]
+async fn a_lookup_that_answers_another_pod() {
+    let (h, _t0) = aged_harness().await;
+    let pod = test_pod("swap").container("app").with_probe("app", Readiness, probe(1, 1, 1)).build();
+    h.sync(&pod, vec![running("app", "containerd://a", epoch())]).await;
+    let other = test_pod("swap").container("other").build();
+    h.pods.upsert(other);
+    advance(Duration::from_secs(5)).await;
+    assert!(h.pipeline.pod_status("uid-swap").await.unwrap().is_some());
+}
+
+/// A host that drops its engine (leader election lost, a reload that builds a new one) must
+/// get back everything the engine held: with an API client, its syncer, the status manager and
+/// every cached status. The syncer's 10 s reconcile timer keeps the syncer alive for good, and
+/// through its recipients the status manager with every status it holds.
+#[actix::test]
+#[ignore = "finding 2: a dropped engine's syncer (and through it the status manager) runs for good"]
+async fn finding_2_a_dropped_engine_with_an_api_client_leaves_nothing_running() {
+    tokio::time::pause();
+    let server = support::apiserver::FakeApiServer::start().await;
+    let pods = PodRegistry::new();
+    let engine = Engine::builder(Arc::new(pods.clone()))
+        .clock(Arc::new(TokioClock::starting_at(epoch())))
+        .wrap_prober(|_| Arc::new(ScriptedProber::new()) as Arc<dyn ProbeRunner>)
+        .api(server.in_process_client(), probelet::sync::syncer::OwnedFields::Kubelet)
+        .start();
+    let pod = test_pod("gone").container("app").with_probe("app", Readiness, probe(1, 1, 1)).build();
+    pods.upsert(pod.clone());
+    engine.sync_pod(pod.clone(), runtime(vec![running("app", "containerd://a", epoch())])).await.unwrap();
+    advance(Duration::from_secs(3)).await;
+    let syncer = engine.syncer().unwrap().downgrade();
+    let status_manager = engine.pipeline().status_manager.downgrade();
+    let prober_manager = engine.pipeline().prober_manager.downgrade();
+    drop(engine);
+    for _ in 0..60 {
+        advance(Duration::from_secs(1)).await;
+    }
+    assert!(prober_manager.upgrade().is_none(), "the prober manager stopped");
+    assert!(
+        (syncer.upgrade().is_none(), status_manager.upgrade().is_none()) == (true, true),
+        "a minute after the host dropped the engine, its syncer (alive: {}) and status manager \
+         (alive: {}) still run",
+        syncer.upgrade().is_some(),
+        status_manager.upgrade().is_some(),
+    );
+}
+
+fn http_probe(port: u16, path: &str, period: i32, timeout: i32) -> Probe {
+    use k8s_openapi::api::core::v1::HTTPGetAction;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(port.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(timeout),
+        success_threshold: Some(1),
+        failure_threshold: Some(1),
+        ..Default::default()
+    }
+}
+
+/// Real probes against a loopback server, a timeout longer than the period on a probe that
+/// hangs: once the host removes the pod, or drops the engine (workers on threads of their own),
+/// no request reaches the server any more.
+#[actix::test]
+async fn no_request_after_remove_pod_or_a_dropped_engine() {
+    use support::http_server::{HttpServer, Reply};
+    let server = HttpServer::plain(|r| if r.path() == "/hang" { Reply::Hang } else { Reply::ok("ok") }).await;
+    for threads in [0, 2] {
+        let pods = PodRegistry::new();
+        let engine = Engine::builder(Arc::new(pods.clone())).worker_threads(threads).start();
+        let pod = test_pod(&format!("real-{threads}"))
+            .container("app")
+            .with_probe("app", Readiness, http_probe(server.port(), "/ready", 1, 1))
+            .with_probe("app", Liveness, http_probe(server.port(), "/hang", 1, 30))
+            .build();
+        pods.upsert(pod.clone());
+        let now = engine.pipeline().clock.now();
+        let status = runtime(vec![running("app", &format!("containerd://real-{threads}"), now)]);
+        engine.sync_pod(pod.clone(), status.clone()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        engine.sync_pod(pod.clone(), status).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let seen = server.requests().len();
+        assert!(seen >= 2, "{seen} requests");
+        if threads == 0 {
+            engine.remove_pod(pod.clone());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(engine.pipeline().workers().await.unwrap().is_empty());
+        } else {
+            drop(engine);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let stopped = server.requests().len();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(server.requests().len(), stopped, "probes went on ({threads} threads)");
+    }
+}
+
+/// `Engine::sync_pod` says it "returns the status as stored". A runtime report the status
+/// manager refuses (a `restartPolicy: Never` container that terminated, reported running again:
+/// upstream's `checkContainerStateTransition`) is not stored, yet `sync_pod` answers `Ok` with it:
+/// the host acts on (prints, compares, derives events from) a status nobody will write.
+#[actix::test]
+#[ignore = "finding 3: sync_pod answers Ok with a status the status manager refused to store"]
+async fn finding_3_sync_pod_answers_only_what_was_stored() {
+    tokio::time::pause();
+    let (engine, pods) = engine_with(ScriptedProber::new());
+    let pod = test_pod("never").restart_policy("Never").container("app").build();
+    pods.upsert(pod.clone());
+    let done = PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![support::pods::terminated("app", "containerd://app-1", 1)]),
+        ..Default::default()
+    };
+    engine.sync_pod(pod.clone(), done).await.unwrap();
+    let late = runtime(vec![running("app", "containerd://app-2", epoch())]);
+    let answered = engine.sync_pod(pod.clone(), late).await;
+    let stored = engine.pipeline().pod_status("uid-never").await.unwrap().unwrap();
+    let state = |s: &PodStatus| container(s, "app").state.clone();
+    match answered {
+        Err(err) => eprintln!("refused: {err}"),
+        Ok(answered) => assert_eq!(
+            state(&answered),
+            state(&stored),
+            "sync_pod answered a running container; the status manager kept the terminated one"
+        ),
+    }
+}
