@@ -24,6 +24,7 @@ use probelet_actors::features::{Feature, FeatureGates};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::prober::executors::Executors;
+use probelet_actors::prober::update_status::keep_started_while_terminating;
 use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
 use probelet_actors::sync::api_pod::ApiPod;
@@ -293,7 +294,10 @@ impl Engine {
     /// carries) says `Succeeded` or `Failed`, a runtime status with another phase (a late or
     /// stale report) keeps that phase, its reason and its message, as the kubelet's
     /// `generateAPIPodStatus` keeps it. A pod without `metadata.uid` is refused (every status
-    /// and probe is kept by UID), and so is one with two containers of one name.
+    /// and probe is kept by UID), and so is one with two containers of one name. While the pod
+    /// terminates (`deletionTimestamp` set), its liveness and startup probes stop, and each
+    /// running container keeps the `started` the stored status gives it: a container whose
+    /// startup probe never passed does not turn started, or Ready, while it is killed.
     pub async fn sync_pod(
         &self,
         pod: Arc<Pod>,
@@ -312,8 +316,10 @@ impl Engine {
                 container: container.to_owned(),
             });
         }
+        let deleting = pod.metadata.deletion_timestamp.is_some();
+        let mut stored = None;
         if !is_terminal(runtime_status.phase.as_deref()) {
-            let stored = self.pipeline.pod_status(&uid).await?;
+            stored = self.pipeline.pod_status(&uid).await?;
             let finished = [stored.as_deref(), pod.status.as_ref()]
                 .into_iter()
                 .flatten()
@@ -329,7 +335,7 @@ impl Engine {
         if terminal {
             // A finished pod is probed no more: upstream never runs SyncPod for it again.
             self.pipeline.remove_pod(pod.clone());
-        } else if pod.metadata.deletion_timestamp.is_none() {
+        } else if !deleting {
             // The workers exist before the first UpdatePodStatus, so a container with a readiness
             // probe is not reported ready before it was probed (docs/prober.md). Under
             // MutableContainerProbes the pod's probe changes are applied in place as well.
@@ -340,6 +346,15 @@ impl Engine {
             }
         }
         let mut status = self.pipeline.update_pod_status(pod.clone(), runtime_status).await?;
+        if deleting && !terminal {
+            // Liveness and startup stop at the first terminating sync: without their workers,
+            // a later sync would call every running container started (and ready, without a
+            // readiness probe). `started` stays what it was, as the kubelet generates the
+            // status only before StopLivenessAndStartup and once the containers are dead
+            // (docs/prober.md §3.6, §9). Before any stored status (the host's first sync of
+            // the pod is a terminating one), the API server's copy says what was started.
+            keep_started_while_terminating(&mut status, stored.as_deref().or(pod.status.as_ref()));
+        }
         // Upstream `determinePodResizeStatus`: a terminal pod's resize is over.
         let resize = if terminal {
             for condition in [ResizeCondition::Pending, ResizeCondition::InProgress] {
@@ -350,13 +365,13 @@ impl Engine {
             self.pipeline.pod_resize_conditions(&uid).await?.list()
         };
         generate_kubelet_conditions_with_resize(&pod, &mut status, &resize);
-        if !terminal && pod.metadata.deletion_timestamp.is_none() {
+        if !terminal && !deleting {
             // ContainerLifecycleProber: the containers this status shows started or stopped
             // start or stop their probes (nothing with the gate off).
             self.pipeline.sync_container_probes(&pod, &status);
         }
         self.pipeline.set_pod_status(pod.clone(), status.clone());
-        if pod.metadata.deletion_timestamp.is_some() {
+        if deleting {
             // Readiness goes on through termination; liveness and startup stop.
             self.pipeline.stop_liveness_and_startup(pod);
         }

@@ -59,7 +59,6 @@ fn container<'a>(status: &'a PodStatus, name: &str) -> &'a ContainerStatus {
 /// container whose startup probe never succeeded must stay not started and not ready, as the
 /// kubelet never regenerates `started` from a missing worker while the pod terminates.
 #[actix::test]
-#[ignore = "finding 1: Engine::sync_pod of a terminating pod calls an unstarted container started and Ready"]
 async fn finding_1_a_terminating_pods_resync_keeps_an_unstarted_container_not_ready() {
     tokio::time::pause();
     let prober = ScriptedProber::new();
