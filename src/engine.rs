@@ -29,7 +29,8 @@ use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::syncer::{
-    ApiPodDeleted, ApiPodListed, ApiPodObserved, Flush, OwnedFields, StatusSyncer, SyncerConfig, start_syncer,
+    ApiPodDeleted, ApiPodListed, ApiPodObserved, Flush, OwnedFields, StatusSyncer, StopSyncer, SyncerConfig,
+    start_syncer,
 };
 use probelet_actors::{Pipeline, PipelineConfig, PipelineError};
 
@@ -226,7 +227,8 @@ impl EngineBuilder {
             }
             start_syncer(config)
         });
-        Engine { pipeline, syncer }
+        let life = Arc::new(EngineLife { syncer: syncer.clone() });
+        Engine { pipeline, syncer, _life: life }
     }
 }
 
@@ -255,6 +257,25 @@ impl CommandRunner for NoCommandRunner {
 pub struct Engine {
     pipeline: Pipeline,
     syncer: Option<Addr<StatusSyncer>>,
+    /// Shared by the clones: the last one dropped stops the syncer.
+    _life: Arc<EngineLife>,
+}
+
+/// Stops the syncer when the last clone of its [`Engine`] is dropped. The prober manager stops
+/// once nothing holds its address; the syncer would not (its reconcile timer, and the status
+/// manager's subscription to it, which in turn kept the status manager alive): a host that
+/// built a new engine kept the old one writing, every stored status held, and a reconcile every
+/// 10 s, for good.
+struct EngineLife {
+    syncer: Option<Addr<StatusSyncer>>,
+}
+
+impl Drop for EngineLife {
+    fn drop(&mut self) {
+        if let Some(syncer) = &self.syncer {
+            syncer.do_send(StopSyncer);
+        }
+    }
 }
 
 impl Engine {
@@ -288,7 +309,8 @@ impl Engine {
     /// probe results, generates the kubelet's conditions (with the resize conditions set through
     /// [`Pipeline::set_pod_resize_condition`]; a finished pod's are cleared) and stores the result, which the
     /// syncer then writes. `runtime_status` is what the host's runtime knows: phase, IPs and
-    /// container states. Returns the status as stored.
+    /// container states. Returns the status as the status manager stored it: with the
+    /// generation it stamps, or, when it refused the update, the status it kept.
     ///
     /// A terminal phase stays: once the stored status (or the API server's copy the pod
     /// carries) says `Succeeded` or `Failed`, a runtime status with another phase (a late or
@@ -375,7 +397,12 @@ impl Engine {
             // Readiness goes on through termination; liveness and startup stop.
             self.pipeline.stop_liveness_and_startup(pod);
         }
-        Ok(status)
+        // Read back, after the store (one mailbox, in order): the status manager stamps the
+        // generation, and refuses what the kubelet's refuses (a terminated container of a
+        // `Never` pod reported running again: `Status update on pod aborted`), keeping what it
+        // had. The generated status would tell the host of a state nothing keeps.
+        let stored = self.pipeline.pod_status(&uid).await?;
+        Ok(stored.map_or(status, Arc::unwrap_or_clone))
     }
 
     /// The pod is gone from the host: stops its probes (upstream `RemovePod`). Its stored

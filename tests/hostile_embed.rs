@@ -1,8 +1,7 @@
 //! A hostile embedder: the library API (`Pipeline`, `Engine`) driven the way a buggy or unusual
 //! host drives it — calls in odd orders, pods the API server would never admit, timings at the
 //! edges of `i32`, a host that drops the engine or its actix system under the engine's feet.
-//! Each test is bounded (paused time, or a real-time timeout). A test marked `#[ignore]` names
-//! a finding that fails today.
+//! Each test is bounded (paused time, or a real-time timeout).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use probelet_test_support as support;
@@ -59,7 +58,7 @@ fn container<'a>(status: &'a PodStatus, name: &str) -> &'a ContainerStatus {
 /// container whose startup probe never succeeded must stay not started and not ready, as the
 /// kubelet never regenerates `started` from a missing worker while the pod terminates.
 #[actix::test]
-async fn finding_1_a_terminating_pods_resync_keeps_an_unstarted_container_not_ready() {
+async fn a_terminating_pods_resync_keeps_an_unstarted_container_not_ready() {
     tokio::time::pause();
     let prober = ScriptedProber::new();
     prober.always("app", Startup, Step::Return(ProbeResult::Failure));
@@ -274,8 +273,7 @@ async fn a_lookup_that_answers_another_pod() {
 /// every cached status. The syncer's 10 s reconcile timer keeps the syncer alive for good, and
 /// through its recipients the status manager with every status it holds.
 #[actix::test]
-#[ignore = "finding 2: a dropped engine's syncer (and through it the status manager) runs for good"]
-async fn finding_2_a_dropped_engine_with_an_api_client_leaves_nothing_running() {
+async fn a_dropped_engine_with_an_api_client_leaves_nothing_running() {
     tokio::time::pause();
     let server = support::apiserver::FakeApiServer::start().await;
     let pods = PodRegistry::new();
@@ -365,8 +363,7 @@ async fn no_request_after_remove_pod_or_a_dropped_engine() {
 /// upstream's `checkContainerStateTransition`) is not stored, yet `sync_pod` answers `Ok` with it:
 /// the host acts on (prints, compares, derives events from) a status nobody will write.
 #[actix::test]
-#[ignore = "finding 3: sync_pod answers Ok with a status the status manager refused to store"]
-async fn finding_3_sync_pod_answers_only_what_was_stored() {
+async fn sync_pod_answers_only_what_was_stored() {
     tokio::time::pause();
     let (engine, pods) = engine_with(ScriptedProber::new());
     let pod = test_pod("never").restart_policy("Never").container("app").build();

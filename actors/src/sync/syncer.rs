@@ -408,6 +408,22 @@ impl Handler<Flush> for StatusSyncer {
     }
 }
 
+/// Stops the syncer now: writes in flight are abandoned, and what is owed is not written. For a
+/// host that is done with it (an `Engine`'s last clone dropped): the syncer and the status
+/// manager hold each other's addresses, and its reconcile timer runs for good, so nothing else
+/// stops it. Send [`Flush`] first to have what is owed written.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct StopSyncer;
+
+impl Handler<StopSyncer> for StatusSyncer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopSyncer, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
 /// Starts a syncer and subscribes it to the status manager.
 pub fn start_syncer(config: SyncerConfig) -> Addr<StatusSyncer> {
     let subscribe = config.status_manager.subscribe.clone();
