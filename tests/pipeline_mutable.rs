@@ -355,6 +355,33 @@ async fn gate_off_a_new_container_carries_the_run_over() {
     assert!(ready_after_two_successes_then_one_on_a_new_container(false).await, "a run of 3 (§8.18)");
 }
 
+/// The container restarts while its liveness probe (3 s) runs: under the gate the new
+/// container's first probe comes as the old probe ends (upstream's newer worker makes it due
+/// now); the older worker waits for its next tick, a period on.
+async fn first_liveness_probe_of_a_container_replaced_mid_probe(on: bool) -> Duration {
+    let (h, t0) = harness(on).await;
+    h.prober.always("app", Liveness, Step::Slow(secs(3), Success));
+    let pod = pod_with("replaced", Liveness, probe(10, 1, 3));
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", ID, wall(t0))]).await;
+    run_for(secs(1)).await;
+    h.sync(&pod, vec![running("app", "cri://2", wall(t0))]).await;
+    run_for(secs(15)).await;
+    let calls = h.prober.calls_of("app", Liveness);
+    let new = calls.iter().find(|c| c.container_id.to_string() == "cri://2");
+    new.map(|c| c.at.saturating_duration_since(start)).expect("the new container probed")
+}
+
+#[actix::test]
+async fn a_container_replaced_mid_probe_is_probed_as_the_probe_ends() {
+    assert_near(first_liveness_probe_of_a_container_replaced_mid_probe(true).await, secs(3), "at once");
+}
+
+#[actix::test]
+async fn gate_off_a_container_replaced_mid_probe_waits_for_the_next_tick() {
+    assert_near(first_liveness_probe_of_a_container_replaced_mid_probe(false).await, secs(10), "the grid");
+}
+
 // === handler and timeout ===
 
 #[actix::test]

@@ -581,6 +581,12 @@ impl ProbeWorker {
             // not on a fixed-rate grid (a tick kept meanwhile is dropped with the grid).
             self.tick_pending = None;
             self.schedule_from(now);
+            if self.shows_new_container(self.status.probe_status().as_deref()) {
+                // The container was replaced while it was probed: the result is not current
+                // (upstream drops it), and the next probe, the new container's, is due now
+                // rather than a period on (docs/prober.md §3.9).
+                self.tick_pending = Some(now);
+            }
         }
         self.run_pending(began_after_wait);
     }
