@@ -224,6 +224,30 @@ async fn initial_delay_change_applies_before_the_first_probe() {
     assert!(times[0].abs_diff(secs(5)) < Duration::from_millis(20), "as the new 5 s delay ends: {times:?}");
 }
 
+/// A new period and a new initial delay together, before the first probe: the first probe
+/// still comes as the new delay ends (upstream's `nextRunLocked`: the delay's end before the
+/// first probe, whatever changed), not a new period on.
+#[actix::test]
+async fn a_period_and_initial_delay_change_before_the_first_probe_follows_the_delay() {
+    let (h, t0) = harness(true).await;
+    let late = Probe { initial_delay_seconds: Some(30), ..probe(10, 1, 3) };
+    let pod = pod_with("delay-period", Liveness, late);
+    let start = Instant::now();
+    let started = wall(t0);
+    h.sync(&pod, vec![running("app", ID, started)]).await;
+    settle().await;
+    assert!(probe_times(&h, Liveness, start).is_empty(), "held back by the 30 s delay");
+    let sooner = Probe { initial_delay_seconds: Some(5), ..probe(20, 1, 3) };
+    let pod = pod_with("delay-period", Liveness, sooner);
+    h.pipeline.reconcile_pod(pod.clone());
+    settle().await;
+    h.sync(&pod, vec![running("app", ID, started)]).await;
+    run_for(secs(12)).await;
+    let times = probe_times(&h, Liveness, start);
+    assert_eq!(times.len(), 1, "{times:?}");
+    assert!(times[0].abs_diff(secs(5)) < Duration::from_millis(20), "as the new 5 s delay ends: {times:?}");
+}
+
 /// Upstream's newer worker re-arms its timer for the end of the initial delay; the older one
 /// probes at the first tick past it.
 async fn first_probe_after_a_delay(on: bool) -> Duration {

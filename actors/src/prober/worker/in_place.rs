@@ -82,7 +82,15 @@ impl ProbeWorker {
             self.run_probe();
             return;
         }
-        if self.interval() != interval {
+        if delay_now && self.in_flight.is_none() {
+            // The first probe is due when the new delay ends (at once if it has), as upstream's
+            // newer worker reschedules it: the checks say how much of it is left. Before the
+            // container's first probe this holds whatever else changed (upstream's
+            // `nextRunLocked`): a new period as well does not put the first probe a period on.
+            self.tick_pending = None;
+            self.schedule_from(Instant::now());
+            self.run_probe();
+        } else if self.interval() != interval {
             // The next probe is due one new interval after the last completion; if that is
             // past, it runs at once (after the probe in flight, unless that one is still
             // waiting for its probe slot: then it is the probe due now).
@@ -98,12 +106,6 @@ impl ProbeWorker {
                 self.schedule_from(now);
                 self.run_probe();
             }
-        } else if delay_now && self.in_flight.is_none() {
-            // The first probe is due when the new delay ends (at once if it has), as upstream's
-            // newer worker reschedules it: the checks say how much of it is left.
-            self.tick_pending = None;
-            self.schedule_from(Instant::now());
-            self.run_probe();
         }
     }
 
