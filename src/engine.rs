@@ -424,7 +424,7 @@ impl Engine {
     /// Hands the syncer a copy of a pod from the host's (re-)list, where
     /// [`api_pod_observed`](Self::api_pod_observed) is for the watch's events after it: a listed
     /// copy older than the one held (an etcd restored from a backup sets resourceVersions back;
-    /// a cache may lag) makes the syncer read the pod again and write it at once, where a watch
+    /// a list from a cache may be behind) makes the syncer read the pod again and write it at once, where a watch
     /// event that old would be ignored as stale (docs/sync.md §7.4). Without an API client this
     /// does nothing.
     pub fn api_pod_listed(&self, pod: impl Into<ApiPod>) {

@@ -42,6 +42,9 @@ pub const WATCH_TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 145..=290;
 /// the previous one ended early (a proxy that closes the stream, a server that ends it at once)
 /// and this one waits ([`WatchPacing`]).
 pub const SHORT_WATCH: Duration = Duration::from_secs(10);
+/// How long the pod watch goes on asking from a version the server answers "Too large resource
+/// version" before it lists again ([`RelistOnExpiredWatch`]).
+pub const TOO_LARGE_RELIST_AFTER: Duration = Duration::from_secs(10);
 /// The first wait between two watch requests that follow each other quickly.
 pub const WATCH_SPACING_INITIAL: Duration = Duration::from_secs(1);
 /// The longest wait between two watch requests that follow each other quickly.
@@ -188,7 +191,7 @@ pub fn pod_watch(
             .reset_after(RELIST_BACKOFF_RESET);
         watcher::watcher(Api::<ApiPod>::all(client.clone()), config.clone()).backoff(backoff)
     };
-    RelistOnExpiredWatch { inner: Box::pin(make()), make, pause: None }
+    RelistOnExpiredWatch { inner: Box::pin(make()), make, pause: None, too_large_since: None }
 }
 
 /// The watcher, made afresh (so that it lists again) when a watch request itself is answered
@@ -198,6 +201,13 @@ pub fn pod_watch(
 /// created meanwhile were never seen. The next watch is paced ([`WatchPacingLayer`]), so a
 /// server that answers every watch so does not make it list in a loop.
 ///
+/// And it lists again when the server has answered "Too large resource version" to every watch
+/// from the same version for [`TOO_LARGE_RELIST_AFTER`] (docs/sync.md §7.2): kube's watcher
+/// would ask from that version for good, which after an etcd restored without
+/// `--bump-revision` means the agent never sees a pod change again. A watch cache that only lags
+/// (no progress notifications from an older etcd) catches up meanwhile, so it does not make the
+/// agent list in a loop; kube's back-off paces the watches in between.
+///
 /// It also waits out what a throttling answer's `Retry-After` asks (at most
 /// [`RETRY_AFTER_MAX`]) before the watcher tries again. The pod watch's client has no retry of
 /// kube's: that retry slept a `Retry-After: 3600` out inside the list request, and the agent saw
@@ -206,6 +216,8 @@ struct RelistOnExpiredWatch<S, F> {
     inner: std::pin::Pin<Box<S>>,
     make: F,
     pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// When the current run of "Too large resource version" answers began.
+    too_large_since: Option<tokio::time::Instant>,
 }
 
 impl<S, F> futures::Stream for RelistOnExpiredWatch<S, F>
@@ -231,14 +243,23 @@ where
             tracing::debug!("The pod watch's version expired; listing again");
             this.inner = Box::pin((this.make)());
         }
-        if let Some(Err(error)) = &item
-            && is_too_large(error)
-        {
-            tracing::info!(
-                error = %error,
-                "The API server has not reached the pod watch's resourceVersion (an etcd restored from a backup, or a lagging server); listing again"
-            );
-            this.inner = Box::pin((this.make)());
+        match &item {
+            Some(Err(error)) if is_too_large(error) => {
+                let now = tokio::time::Instant::now();
+                let since = *this.too_large_since.get_or_insert(now);
+                if now.saturating_duration_since(since) >= TOO_LARGE_RELIST_AFTER {
+                    tracing::warn!(
+                        error = %error,
+                        "The API server has not reached the pod watch's resourceVersion for 10s (an etcd restored from a backup?); listing again"
+                    );
+                    this.too_large_since = None;
+                    this.inner = Box::pin((this.make)());
+                }
+            }
+            // A failure of another kind says nothing of the version; an event says the
+            // server reached it (or a list began afresh).
+            Some(Err(_)) => {}
+            _ => this.too_large_since = None,
         }
         if let Some(Err(error)) = &item
             && let Some(asked) = asked_wait(error)
@@ -328,8 +349,8 @@ pub struct PodWatchState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
     /// A (re-)list. Its copy may be older than one seen before, which an event of the watch's
-    /// cannot: resourceVersions set back by an etcd restored from a backup, or a lagging cache
-    /// (docs/sync.md §7.4).
+    /// cannot: resourceVersions set back by an etcd restored from a backup, or a list answered
+    /// just before the agent's own write (docs/sync.md §7.4).
     Listed,
     /// An event of the watch after the list.
     Watched,
@@ -441,8 +462,8 @@ fn asked_wait(err: &watcher::Error) -> Option<Duration> {
 fn is_too_large(err: &watcher::Error) -> bool {
     let status = match err {
         watcher::Error::WatchError(status) => status.as_ref(),
-        // Not a list's: listing again at once would only loop (kube's watcher lists from
-        // version 0, which no server finds too large).
+        // Not a list's: kube's watcher lists with no resourceVersion (a quorum read), which no
+        // server finds too large.
         watcher::Error::WatchStartFailed(kube::Error::Api(status))
         | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.as_ref(),
         _ => return false,
@@ -520,8 +541,12 @@ mod tests {
         };
         let items = vec![throttled(3600), Ok(WatchEvent::Init), throttled(2), Ok(WatchEvent::Init)];
         let make = || futures::stream::iter(Vec::new());
-        let mut watch =
-            RelistOnExpiredWatch { inner: Box::pin(futures::stream::iter(items)), make, pause: None };
+        let mut watch = RelistOnExpiredWatch {
+            inner: Box::pin(futures::stream::iter(items)),
+            make,
+            pause: None,
+            too_large_since: None,
+        };
         let start = tokio::time::Instant::now();
         assert!(watch.next().await.is_some_and(|e| e.is_err()));
         assert!(matches!(watch.next().await, Some(Ok(WatchEvent::Init))));
@@ -532,10 +557,12 @@ mod tests {
     }
 
     /// A watch from a version the server has not reached (an etcd restored without
-    /// `--bump-revision`) lists again, as client-go's reflector does; kube's watcher would ask
-    /// again from the same version for good. Other errors go on with the same watcher.
-    #[test]
-    fn a_too_large_resource_version_lists_again() {
+    /// `--bump-revision`) lists again once that version has been refused for
+    /// [`TOO_LARGE_RELIST_AFTER`]; kube's watcher would ask from it for good. A refusal that
+    /// ends sooner (a lagging cache catching up) lists nothing, and other errors neither start
+    /// nor end a run of refusals.
+    #[tokio::test(start_paused = true)]
+    async fn a_version_refused_as_too_large_for_10_s_lists_again() {
         use futures::StreamExt as _;
         let too_large = |cause: bool| -> Result<WatchEvent<ApiPod>, watcher::Error> {
             let mut status = serde_json::json!({
@@ -552,23 +579,37 @@ mod tests {
                 Status::failure("internal", "InternalError").with_code(500).boxed(),
             ))
         };
-        for error in [too_large(true), too_large(false)] {
+        for cause in [true, false] {
             let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let counted = made.clone();
             let make = move || {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                futures::stream::iter(vec![Ok(WatchEvent::Init)])
+                let (listing, list) = futures::channel::mpsc::unbounded();
+                listing.unbounded_send(Ok(WatchEvent::Init)).unwrap();
+                list
             };
-            let items = vec![other(), error, Ok(WatchEvent::InitDone)];
+            let (tx, rx) = futures::channel::mpsc::unbounded();
             let mut watch =
-                RelistOnExpiredWatch { inner: Box::pin(futures::stream::iter(items)), make, pause: None };
-            futures::executor::block_on(async {
-                assert!(watch.next().await.is_some_and(|e| e.is_err()));
-                assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 0, "a 500 keeps the watcher");
-                assert!(watch.next().await.is_some_and(|e| e.is_err()));
-                assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1, "a new watcher, which lists");
-                assert!(matches!(watch.next().await, Some(Ok(WatchEvent::Init))));
-            });
+                RelistOnExpiredWatch { inner: Box::pin(rx), make, pause: None, too_large_since: None };
+            let lists = || made.load(std::sync::atomic::Ordering::SeqCst);
+            let mut step = async |item, wait: u64| {
+                tokio::time::advance(Duration::from_secs(wait)).await;
+                tx.unbounded_send(item).unwrap();
+                watch.next().await
+            };
+            // Refused for 9 s, then the cache caught up: no list.
+            step(too_large(cause), 0).await;
+            step(other(), 4).await;
+            step(too_large(cause), 5).await;
+            step(Ok(WatchEvent::Apply(ApiPod::from(k8s_openapi::api::core::v1::Pod::default()))), 1).await;
+            assert_eq!(lists(), 0, "a lag that ended lists nothing");
+            // Refused from the same version for 10 s: a new watcher, which lists.
+            step(too_large(cause), 0).await;
+            step(too_large(cause), 5).await;
+            assert_eq!(lists(), 0, "5 s");
+            step(too_large(cause), 5).await;
+            assert_eq!(lists(), 1, "10 s: listed again");
+            assert!(matches!(watch.next().await, Some(Ok(WatchEvent::Init))));
         }
     }
 

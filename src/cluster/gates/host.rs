@@ -150,8 +150,8 @@ impl GatedPod {
     }
 
     /// A copy from a (re-)list older than the version the last write produced: the
-    /// resourceVersions went back (an etcd restored from a backup) or the list came from a
-    /// lagging cache (docs/sync.md §7.4). The condition written says nothing of what the server
+    /// resourceVersions went back (an etcd restored from a backup) or the list was answered
+    /// just before the write (docs/sync.md §7.4). The condition written says nothing of what the server
     /// holds any more; the listed copy's does. Without this the written condition was taken as
     /// the server's until the restored counter passed the write's version, and a condition the
     /// restore took away was not written again.

@@ -29,10 +29,11 @@ impl ApiPodObserved {
 ///
 /// A listed copy can be *older* than the one held, which a watch event cannot: an etcd restored
 /// from a backup without `--bump-revision` sets every resourceVersion back (and the agent's watch
-/// lists again, docs/sync.md §7.2), and a list served by a lagging cache is behind. The syncer
+/// lists again, docs/sync.md §7.2); a list answered just before the agent's own PATCH, whose
+/// answer was handled first, is behind too (and a host's list may come from a cache). The syncer
 /// cannot tell which, so it trusts neither copy: it drops the one held and writes the pod at once
 /// from a fresh GET, a quorum read (docs/sync.md §7.4). Otherwise it is a watch event like any
-/// other. Without it the copy held, numbered higher, stayed the merge base until the restored
+/// other. An older listed copy the structs cannot read drops the one held all the same. Without it the copy held, numbered higher, stayed the merge base until the restored
 /// server's counter passed it, and the pod's status stayed what the backup said.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
@@ -77,8 +78,8 @@ impl Handler<ApiPodListed> for StatusSyncer {
     fn handle(&mut self, msg: ApiPodListed, ctx: &mut Self::Context) {
         let pod = msg.0;
         let key = key_of(&pod);
-        let went_back = pod.undecodable().is_none()
-            && self.api_pods.get(&key).is_some_and(|held| !is_newer_or_same(&pod.pod, &held.pod));
+        // By its metadata, which a copy the structs cannot read has too.
+        let went_back = self.api_pods.get(&key).is_some_and(|held| !is_newer_or_same(&pod.pod, &held.pod));
         if !went_back {
             self.observe(pod, ctx);
             return;
