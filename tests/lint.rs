@@ -361,6 +361,12 @@ fn a_second_pod_of_one_name_in_a_folder_is_an_error() {
     assert_eq!(named(&invalid), [("web", "metadata.name", message.as_str())]);
     assert_eq!(invalid[0]["file"].as_str(), Some(dir.path().join("b.yaml").to_str().unwrap()));
     assert_object_errors(&invalid);
+
+    // The same folder written two ways is one folder.
+    let other_way = dir.path().join("node-b").join("..").join("b.yaml");
+    let run = lint(&["--format", "json"], &[&first, &other_way]);
+    assert_eq!(run.code, 1, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert_eq!(named(&findings(&run.json(), "invalid")), [("web", "metadata.name", message.as_str())]);
 }
 
 /// A workload whose own annotations are over the limit is refused as a Pod is: an error at

@@ -112,7 +112,11 @@ fn refuse_duplicate_pods(objects: &mut [ObjectReport]) {
             .clone()
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
-        let folder = workload.file.parent().map(PathBuf::from);
+        // As the folder is, not as it was written: `pods/a.yaml` and `./pods/b.yaml` share one.
+        let folder = workload.file.parent().map(|dir| {
+            let dir = if dir.as_os_str().is_empty() { std::path::Path::new(".") } else { dir };
+            std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+        });
         let key = (folder, namespace.clone(), workload.name.clone());
         match first.get(&key) {
             Some(earlier) => {
