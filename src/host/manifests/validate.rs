@@ -153,6 +153,22 @@ pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>>
 /// `probelet lint`) a `generateName` stands in for it, as the API server generates the name
 /// before it validates.
 pub fn validate_pod_metadata(meta: &ObjectMeta, standalone: bool) -> Vec<String> {
+    validate_object_metadata(meta, NameRule::Subdomain, standalone)
+}
+
+/// What an object's `metadata.name` must be: upstream's `ValidateNameFunc` of its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// `NameIsDNSSubdomain`: a Pod, Deployment, ReplicaSet, DaemonSet, Job or CronJob.
+    Subdomain,
+    /// `NameIsDNSLabel`: a StatefulSet (`ValidateStatefulSetName`: its pods' names, and their
+    /// hostnames, are its name and an ordinal).
+    Label,
+}
+
+/// [`validate_pod_metadata`] for an object whose name follows `rule` (`ValidateObjectMeta`'s
+/// checks of the name and namespace, in its order and words).
+pub fn validate_object_metadata(meta: &ObjectMeta, rule: NameRule, standalone: bool) -> Vec<String> {
     let mut errs = Errors::default();
     match meta.name.as_deref() {
         None | Some("") => {
@@ -162,7 +178,11 @@ pub fn validate_pod_metadata(meta: &ObjectMeta, standalone: bool) -> Vec<String>
             }
         }
         Some(name) => {
-            for msg in dns1123_subdomain(name) {
+            let msgs = match rule {
+                NameRule::Subdomain => dns1123_subdomain(name),
+                NameRule::Label => dns1123_label(name),
+            };
+            for msg in msgs {
                 errs.invalid("metadata.name", go_quote(name), msg);
             }
         }
@@ -707,6 +727,17 @@ fn qualified_name(value: &str) -> Vec<String> {
         msgs.push(format!("name part {QUALIFIED_NAME}"));
     }
     msgs
+}
+
+/// A label key upstream's label selectors take (`IsQualifiedName`).
+pub(crate) fn is_label_key(key: &str) -> bool {
+    qualified_name(key).is_empty()
+}
+
+/// A label value upstream's label selectors take (`IsValidLabelValue`): empty, or at most 63
+/// characters, alphanumeric at both ends and `-`, `_`, `.` or alphanumeric between.
+pub(crate) fn is_label_value(value: &str) -> bool {
+    value.is_empty() || (value.len() <= 63 && is_qualified_name_part(value))
 }
 
 /// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
