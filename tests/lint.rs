@@ -471,6 +471,260 @@ fn a_workload_that_keeps_its_pods_running_may_not_set_an_active_deadline() {
     );
 }
 
+/// A workload of `kind` named `name`, with `selector` and `labels` (flow YAML) and the template
+/// spec's extra lines `spec` (at the template spec's indentation) before its one container.
+fn workload(kind: &str, name: &str, selector: &str, labels: &str, spec: &str) -> String {
+    let (api_version, head) = match kind {
+        "Job" => ("batch/v1", String::new()),
+        _ => ("apps/v1", format!("  selector: {selector}\n")),
+    };
+    let head = if kind == "Job" && !selector.is_empty() {
+        format!("  manualSelector: true\n  selector: {selector}\n")
+    } else {
+        head
+    };
+    format!(
+        "apiVersion: {api_version}\nkind: {kind}\nmetadata: {{name: {name}}}\nspec:\n{head}  template:\n    \
+         metadata: {{labels: {labels}}}\n    spec:\n{spec}      containers:\n        - {{name: app, image: app:1}}\n"
+    )
+}
+
+/// A CronJob named `name` whose job's pod template has the extra lines `spec`.
+fn cron_job(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: {name}}}\nspec:\n  schedule: '0 3 * * *'\n  \
+         jobTemplate:\n    spec:\n      template:\n        spec:\n{spec}          containers:\n            \
+         - {{name: app, image: app:1}}\n"
+    )
+}
+
+/// `probelet lint --format json` on a folder of `files` (name, contents), which must exit with
+/// `code`: its `invalid` findings as (object name, field, message), in file order, each an error
+/// about the whole object.
+fn invalid_findings(tag: &str, files: &[(&str, String)], code: i32) -> Vec<(String, String, String)> {
+    let dir = TempDir::new(tag);
+    for (name, contents) in files {
+        dir.write(name, contents);
+    }
+    let json = lint_json(dir.path(), code);
+    let invalid = findings(&json, "invalid");
+    assert_object_errors(&invalid);
+    named(&invalid).into_iter().map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned())).collect()
+}
+
+fn owned(want: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    want.iter().map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned())).collect()
+}
+
+/// A Deployment's, ReplicaSet's, StatefulSet's or DaemonSet's pods run for good: their template's
+/// `restartPolicy` must be `Always` (the default), after the pod's own errors and before the
+/// forbidden deadline, as the API server checks them.
+#[test]
+fn a_workload_that_keeps_its_pods_running_must_restart_them_always() {
+    let labels = "{app: a}";
+    let selector = "{matchLabels: {app: a}}";
+    let files = [
+        (
+            "a-deployment.yaml",
+            workload("Deployment", "web", selector, labels, "      restartPolicy: OnFailure\n"),
+        ),
+        (
+            "b-replicaset.yaml",
+            workload(
+                "ReplicaSet",
+                "rs",
+                selector,
+                labels,
+                "      restartPolicy: Never\n      activeDeadlineSeconds: 5\n",
+            ),
+        ),
+        (
+            "c-statefulset.yaml",
+            workload("StatefulSet", "db", selector, labels, "      restartPolicy: Always\n"),
+        ),
+        ("d-daemonset.yaml", workload("DaemonSet", "agent", selector, labels, "")),
+    ];
+    let field = "spec.template.spec.restartPolicy";
+    let deadline = "spec.template.spec.activeDeadlineSeconds";
+    assert_eq!(
+        invalid_findings("workload-restart", &files, 1),
+        owned(&[
+            (
+                "web",
+                field,
+                &format!("{field}: Unsupported value: \"OnFailure\": supported values: \"Always\"")
+            ),
+            ("rs", field, &format!("{field}: Unsupported value: \"Never\": supported values: \"Always\"")),
+            (
+                "rs",
+                deadline,
+                &format!("{deadline}: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")
+            ),
+        ]),
+        "an explicit or a defaulted Always is fine"
+    );
+}
+
+/// A Job's and a CronJob's pods run to completion: their template's `restartPolicy` must be
+/// `OnFailure` or `Never` — unset is `Always` to the API server, which asks for one — and
+/// `Never` with a `podFailurePolicy`. A value of none of the three is refused by the pod's own
+/// check and by the Job's.
+#[test]
+fn a_job_must_restart_its_pods_on_failure_or_never() {
+    let policy =
+        "  podFailurePolicy: {rules: [{action: FailJob, onExitCodes: {operator: In, values: [42]}}]}\n";
+    let job = |name: &str, restart: &str, failure_policy: bool| {
+        let yaml = workload("Job", name, "", "{app: a}", &format!("      restartPolicy: {restart}\n"));
+        if failure_policy { yaml.replace("  template:\n", &format!("{policy}  template:\n")) } else { yaml }
+    };
+    let files = [
+        ("a-unset.yaml", workload("Job", "unset", "", "{app: a}", "")),
+        ("b-sometimes.yaml", job("sometimes", "Sometimes", false)),
+        ("c-on-failure-with-policy.yaml", job("strict", "OnFailure", true)),
+        ("d-never-with-policy.yaml", job("fine", "Never", true)),
+        ("e-on-failure.yaml", job("retry", "OnFailure", false)),
+        ("f-cron-always.yaml", cron_job("nightly", "          restartPolicy: Always\n")),
+        ("g-cron-never.yaml", cron_job("hourly", "          restartPolicy: Never\n")),
+    ];
+    let field = "spec.template.spec.restartPolicy";
+    let cron = "spec.jobTemplate.spec.template.spec.restartPolicy";
+    let required = "Required value: valid values: \"OnFailure\", \"Never\"";
+    assert_eq!(
+        invalid_findings("job-restart", &files, 1),
+        owned(&[
+            ("unset", field, &format!("{field}: {required}")),
+            (
+                "sometimes",
+                field,
+                &format!(
+                    "{field}: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
+                )
+            ),
+            (
+                "sometimes",
+                field,
+                &format!(
+                    "{field}: Unsupported value: \"Sometimes\": supported values: \"OnFailure\", \"Never\""
+                )
+            ),
+            (
+                "strict",
+                field,
+                &format!(
+                    "{field}: Invalid value: \"OnFailure\": only \"Never\" is supported when podFailurePolicy is specified"
+                )
+            ),
+            ("nightly", cron, &format!("{cron}: {required}")),
+        ])
+    );
+}
+
+/// A workload's own name, as the API server checks it: an RFC 1123 subdomain, but a label for a
+/// StatefulSet (its pods' hostnames are its name and an ordinal), and at most 52 characters for
+/// a CronJob (its Jobs add 11 to it); a `generateName` stands in for a missing name.
+#[test]
+fn a_workloads_own_name_is_checked_by_its_kinds_rule() {
+    let labels = "{app: a}";
+    let selector = "{matchLabels: {app: a}}";
+    let long = "c".repeat(53);
+    let longest = "c".repeat(52);
+    let files = [
+        ("a-deployment.yaml", workload("Deployment", "Web_1", selector, labels, "")),
+        ("b-deployment.yaml", workload("Deployment", "web.shop", selector, labels, "")),
+        ("c-statefulset.yaml", workload("StatefulSet", "db.main", selector, labels, "")),
+        ("d-statefulset.yaml", workload("StatefulSet", "db-main", selector, labels, "")),
+        ("e-cron.yaml", cron_job(&long, "          restartPolicy: Never\n")),
+        ("f-cron.yaml", cron_job(&longest, "          restartPolicy: Never\n")),
+        (
+            "g-job.yaml",
+            workload("Job", "x", "", labels, "      restartPolicy: Never\n")
+                .replace("metadata: {name: x}", "metadata: {generateName: report-}"),
+        ),
+    ];
+    let subdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or \
+                     '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for \
+                     validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+    assert_eq!(
+        invalid_findings("workload-names", &files, 1),
+        owned(&[
+            ("Web_1", "metadata.name", &format!("metadata.name: Invalid value: \"Web_1\": {subdomain}")),
+            ("db.main", "metadata.name", "metadata.name: Invalid value: \"db.main\": must not contain dots"),
+            (
+                &long,
+                "metadata.name",
+                &format!("metadata.name: Invalid value: \"{long}\": must be no more than 52 characters")
+            ),
+        ])
+    );
+}
+
+/// A Deployment's, ReplicaSet's, StatefulSet's or DaemonSet's `matchLabels` must all be among
+/// its template's labels, and a Job's own selector (`manualSelector: true`) too; the error comes
+/// before the template's, as the API server checks the selector first. A selector with
+/// `matchExpressions` is not checked.
+#[test]
+fn a_selector_that_does_not_select_the_template_is_an_error() {
+    let field = "spec.template.metadata.labels";
+    let mismatch = |labels: &str| {
+        format!("{field}: Invalid value: {labels}: `selector` does not match template `labels`")
+    };
+    let files = [
+        (
+            "a-deployment.yaml",
+            workload(
+                "Deployment",
+                "web",
+                "{matchLabels: {app: web}}",
+                "{app: api, tier: b}",
+                "      restartPolicy: Never\n",
+            ),
+        ),
+        (
+            "b-deployment.yaml",
+            workload("Deployment", "ok", "{matchLabels: {app: a}}", "{app: a, tier: b}", ""),
+        ),
+        ("c-daemonset.yaml", workload("DaemonSet", "agent", "{matchLabels: {app: a}}", "null", "")),
+        (
+            "d-statefulset.yaml",
+            workload("StatefulSet", "db", "{matchLabels: {app: a, tier: db}}", "{app: a}", ""),
+        ),
+        (
+            "e-replicaset.yaml",
+            workload(
+                "ReplicaSet",
+                "rs",
+                "{matchExpressions: [{key: app, operator: In, values: [x]}]}",
+                "{app: a}",
+                "",
+            ),
+        ),
+        (
+            "f-job.yaml",
+            workload("Job", "manual", "{matchLabels: {app: x}}", "{app: a}", "      restartPolicy: Never\n"),
+        ),
+        (
+            "g-job.yaml",
+            workload("Job", "matched", "{matchLabels: {app: a}}", "{app: a}", "      restartPolicy: Never\n"),
+        ),
+    ];
+    let restart = "spec.template.spec.restartPolicy";
+    assert_eq!(
+        invalid_findings("selectors", &files, 1),
+        owned(&[
+            ("web", field, &mismatch("map[string]string{\"app\":\"api\", \"tier\":\"b\"}")),
+            (
+                "web",
+                restart,
+                &format!("{restart}: Unsupported value: \"Never\": supported values: \"Always\"")
+            ),
+            ("agent", field, &mismatch("map[string]string(nil)")),
+            ("db", field, &mismatch("map[string]string{\"app\":\"a\"}")),
+            ("manual", field, &mismatch("map[string]string{\"app\":\"a\"}")),
+        ]),
+        "a subset of the labels, and matchExpressions, are left alone"
+    );
+}
+
 #[test]
 fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
     let dir = TempDir::new("unparseable");

@@ -10,13 +10,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, metadata_path};
+use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
     MANIFEST_EXTENSIONS, Tracked, read_regular_file, with_path, yaml_error_text, yaml_options,
@@ -46,6 +46,9 @@ pub struct Workload {
     pub object_annotations: Option<BTreeMap<String, String>>,
     /// The start-time annotation, if the object or its pod template has one.
     pub start_annotation: Option<StartAnnotation>,
+    /// What the API server checks of a workload's spec beside its pod (its selector, its
+    /// template's labels); empty for a Pod.
+    pub workload_spec: WorkloadSpec,
 }
 
 /// A file, or an object in it, that could not be read.
@@ -249,8 +252,10 @@ fn objects(
     let what = || if name.is_empty() { kind.clone() } else { format!("{kind} {name}") };
     let workload = |meta: ObjectMeta,
                     template: Option<(Option<ObjectMeta>, &'static str)>,
-                    spec: Option<PodSpec>| {
+                    spec: Option<PodSpec>,
+                    mut workload_spec: WorkloadSpec| {
         let (template_meta, spec_path) = template.unwrap_or((None, "spec"));
+        workload_spec.template_labels = template_meta.as_ref().and_then(|m| m.labels.clone());
         let start_annotation = template_meta
             .as_ref()
             .and_then(|m| start_annotation(m, &metadata_path(spec_path)))
@@ -270,8 +275,10 @@ fn objects(
             annotations,
             object_annotations,
             start_annotation,
+            workload_spec,
         }
     };
+    let selected = |selector: LabelSelector| WorkloadSpec { selector: Some(selector), ..Default::default() };
     let template = |t: PodTemplateSpec, path: &'static str| (t.spec, Some((t.metadata, path)));
     match (api_version.as_str(), kind.as_str()) {
         ("v1", "List") => {
@@ -285,53 +292,77 @@ fn objects(
         }
         ("v1", "Pod") => {
             let pod: Pod = decode(document.clone(), &what())?;
-            found.push(workload(pod.metadata, None, pod.spec));
+            found.push(workload(pod.metadata, None, pod.spec, WorkloadSpec::default()));
         }
         ("apps/v1", "Deployment") => {
             let object: Deployment = decode(document.clone(), &what())?;
+            let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec));
+            found.push(workload(object.metadata, t, spec, selector));
         }
         ("apps/v1", "StatefulSet") => {
             let object: StatefulSet = decode(document.clone(), &what())?;
+            let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec));
+            found.push(workload(object.metadata, t, spec, selector));
         }
         ("apps/v1", "DaemonSet") => {
             let object: DaemonSet = decode(document.clone(), &what())?;
+            let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec));
+            found.push(workload(object.metadata, t, spec, selector));
         }
         ("apps/v1", "ReplicaSet") => {
             let object: ReplicaSet = decode(document.clone(), &what())?;
+            let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) = object
                 .spec
                 .and_then(|s| s.template)
                 .map(|t| template(t, "spec.template.spec"))
                 .unwrap_or_default();
-            found.push(workload(object.metadata, t, spec));
+            found.push(workload(object.metadata, t, spec, selector));
         }
         ("batch/v1", "Job") => {
             let object: Job = decode(document.clone(), &what())?;
+            let job = object.spec.as_ref().map(job_spec).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec));
+            found.push(workload(object.metadata, t, spec, job));
         }
         ("batch/v1", "CronJob") => {
             let object: CronJob = decode(document.clone(), &what())?;
+            let job_template = object.spec.as_ref().and_then(|s| s.job_template.spec.as_ref());
+            // A CronJob's job gets a generated selector: only its pod failure policy counts here.
+            let job = WorkloadSpec {
+                pod_failure_policy: job_template.is_some_and(|s| s.pod_failure_policy.is_some()),
+                ..Default::default()
+            };
             let (spec, t) = object
                 .spec
                 .and_then(|s| s.job_template.spec)
                 .map(|s| template(s.template, "spec.jobTemplate.spec.template.spec"))
                 .unwrap_or_default();
-            found.push(workload(object.metadata, t, spec));
+            found.push(workload(object.metadata, t, spec, job));
         }
         _ => *skipped += 1,
     }
     Ok(())
+}
+
+/// What the API server checks of a Job's spec beside its pod: its selector when it is the user's
+/// (`manualSelector: true`; else the API server generates one that selects the labels it adds to
+/// the template), and whether it has a pod failure policy.
+fn job_spec(spec: &JobSpec) -> WorkloadSpec {
+    let manual_selector = spec.manual_selector == Some(true);
+    WorkloadSpec {
+        selector: spec.selector.clone().filter(|_| manual_selector),
+        template_labels: None,
+        manual_selector,
+        pod_failure_policy: spec.pod_failure_policy.is_some(),
+    }
 }
 
 /// Decodes a document into its type; a type error names the field (`spec.template.spec.

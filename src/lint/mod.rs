@@ -76,20 +76,32 @@ pub fn lint_paths(paths: &[PathBuf]) -> Report {
                 workload.annotations.as_ref(),
                 workload.start_annotation.as_ref(),
             );
-            // The API server checks an object's metadata before its spec. A Pod's name and
-            // namespace are its pod's (a workload's template has none of its own to check).
-            let metadata = if workload.kind == "Pod" {
-                rules::pod_metadata_errors(
-                    &workload.name,
-                    workload.namespace.as_deref(),
-                    workload.generate_name.as_deref(),
-                )
-            } else {
-                rules::object_errors(workload.object_annotations.as_ref())
-            };
+            // The API server checks an object's metadata before its spec: its name and namespace,
+            // then a workload's own annotations (a Pod's are its pod's, checked with its spec),
+            // then a workload's selector against its template's labels, then the template.
+            let mut metadata = rules::metadata_errors(
+                &workload.kind,
+                &workload.name,
+                workload.namespace.as_deref(),
+                workload.generate_name.as_deref(),
+            );
+            if workload.kind != "Pod" {
+                metadata.extend(rules::object_errors(workload.object_annotations.as_ref()));
+            }
+            metadata.extend(rules::selector_errors(
+                &workload.kind,
+                &workload.workload_spec,
+                workload.spec_path,
+            ));
             lint.findings.splice(0..0, metadata);
             // After the pod spec's own errors, as the API server checks the template first.
-            lint.findings.extend(rules::workload_errors(&workload.kind, &workload.spec, workload.spec_path));
+            lint.findings.extend(rules::workload_errors(
+                &workload.kind,
+                &workload.name,
+                &workload.spec,
+                workload.spec_path,
+                &workload.workload_spec,
+            ));
             ObjectReport { workload, lint }
         })
         .collect();

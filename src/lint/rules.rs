@@ -4,27 +4,27 @@
 //! `docs/prober.md` §1.2–§1.3 and §3.4.
 //!
 //! Defaulting and validation are the agent's own ([`apply_defaults`], [`validate_pod_spec`],
-//! [`validate_pod_metadata`], [`validate_annotations_size`]), so what `probelet run` refuses is
+//! [`validate_object_metadata`], [`validate_annotations_size`]), so what `probelet run` refuses is
 //! an error here with the same message and field path (less the agent's own rules for running
 //! containers without images), and a default it fills in is the default reported here.
 //!
 //! This file holds the report types, the walk over a pod's containers ([`lint_pod_spec`]), the
-//! API server's validation errors (the containers' and the pod's own) and the start-time
-//! annotation. Beside it: the effective probes
+//! API server's validation errors (the containers', the pod's own, and those of a workload's
+//! name, selector and template that its kind adds) and the start-time annotation. Beside it: the effective probes
 //! (`probe`), the per-container set-up rules (`container`) and the timing rules (`timing`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use probelet_actors::FeatureGates;
 use probelet_actors::gofmt::go_quote;
 use probelet_actors::prober::ProbeKind;
 use serde::Serialize;
 
 use crate::host::manifests::{
-    DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, apply_defaults, validate_annotations_size,
-    validate_pod_metadata, validate_pod_spec,
+    DEFAULT_RESTART_POLICY, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, NameRule, apply_defaults, is_label_key,
+    is_label_value, validate_annotations_size, validate_object_metadata, validate_pod_spec,
 };
 use probe::{Endpoint, effective_probe};
 
@@ -333,17 +333,25 @@ fn under(field: &str, path: &str) -> bool {
     field.strip_prefix(path).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
-/// What the API server refuses in a Pod's own `metadata.name` and `metadata.namespace` (the
-/// agent's check, [`validate_pod_metadata`], where a `generateName` stands in for a name). A
-/// workload's pod is its template, whose name the workload's controller makes.
-pub fn pod_metadata_errors(name: &str, namespace: Option<&str>, generate_name: Option<&str>) -> Vec<Finding> {
+/// What the API server refuses in an object's own `metadata.name` and `metadata.namespace`
+/// (`ValidateObjectMeta`, with the name rule of its `kind`: an RFC 1123 label for a StatefulSet,
+/// a subdomain for the others; a `generateName` stands in for a missing name, as the API server
+/// makes one from it). A workload's pod is its template, whose name the workload's controller
+/// makes.
+pub fn metadata_errors(
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    generate_name: Option<&str>,
+) -> Vec<Finding> {
     let meta = ObjectMeta {
         name: Some(name.to_owned()),
         namespace: namespace.map(str::to_owned),
         generate_name: generate_name.map(str::to_owned),
         ..Default::default()
     };
-    validate_pod_metadata(&meta, false)
+    let rule = if kind == "StatefulSet" { NameRule::Label } else { NameRule::Subdomain };
+    validate_object_metadata(&meta, rule, false)
         .into_iter()
         .map(|error| invalid_object(error_field(&error).to_owned(), error))
         .collect()
@@ -360,22 +368,160 @@ pub fn object_errors(annotations: Option<&BTreeMap<String, String>>) -> Vec<Find
         .collect()
 }
 
-/// What the API server refuses in the pod template of a workload of `kind` and not in a Pod:
-/// any `activeDeadlineSeconds` in the template of a workload that keeps its pods running (the
-/// apps group's validation, which names the kind). A Pod, a Job and a CronJob may set one.
-pub fn workload_errors(kind: &str, spec: &PodSpec, spec_path: &str) -> Vec<Finding> {
-    if spec.active_deadline_seconds.is_none() {
+/// What lint reads of a workload's spec beside its pod spec, for the API server's rules of the
+/// workload's kind (all empty for a Pod).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkloadSpec {
+    /// Its `spec.selector` as written (a Job's only with `manualSelector: true`, below).
+    pub selector: Option<LabelSelector>,
+    /// Its pod template's `metadata.labels`.
+    pub template_labels: Option<BTreeMap<String, String>>,
+    /// A Job's `spec.manualSelector: true`: its selector is the user's, not generated.
+    pub manual_selector: bool,
+    /// A Job's (or a CronJob's job's) `spec.podFailurePolicy` is set.
+    pub pod_failure_policy: bool,
+}
+
+/// The kinds whose template is validated as a ReplicaSet's, a StatefulSet's or a DaemonSet's:
+/// pods that run for good, `restartPolicy: Always`.
+fn keeps_pods_running(kind: &str) -> bool {
+    matches!(kind, "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+}
+
+/// What the API server refuses in the selector of a Deployment, ReplicaSet, StatefulSet or
+/// DaemonSet, which it checks before the template's pod: a selector that does not select the
+/// template's own labels (`ValidatePodTemplateSpecForReplicaSet` and its StatefulSet and
+/// DaemonSet twins). See [`selector_mismatch`] for what is checked.
+pub fn selector_errors(kind: &str, workload: &WorkloadSpec, spec_path: &str) -> Vec<Finding> {
+    if !keeps_pods_running(kind) {
         return Vec::new();
     }
+    selector_mismatch(workload, spec_path).into_iter().collect()
+}
+
+/// `spec.template.metadata.labels: Invalid value: map[string]string{…}: `selector` does not
+/// match template `labels``, when the selector's `matchLabels` are not all among the template's
+/// labels. An empty selector selects everything (and is refused for another reason, not
+/// checked); a selector with `matchExpressions` is not checked, nor one whose `matchLabels` the
+/// API server cannot read as a selector (a bad key or value: refused for that instead).
+fn selector_mismatch(workload: &WorkloadSpec, spec_path: &str) -> Option<Finding> {
+    let selector = workload.selector.as_ref()?;
+    if selector.match_expressions.as_ref().is_some_and(|e| !e.is_empty()) {
+        return None;
+    }
+    let match_labels = selector.match_labels.as_ref().filter(|m| !m.is_empty())?;
+    if !match_labels.iter().all(|(key, value)| is_label_key(key) && is_label_value(value)) {
+        return None;
+    }
+    let labels = workload.template_labels.as_ref();
+    let selected = match_labels.iter().all(|(key, value)| labels.and_then(|l| l.get(key)) == Some(value));
+    if selected {
+        return None;
+    }
+    let field = format!("{}.labels", metadata_path(spec_path));
+    let message = format!(
+        "{field}: Invalid value: {}: `selector` does not match template `labels`",
+        go_string_map(labels)
+    );
+    Some(invalid_object(field, message))
+}
+
+/// A `map[string]string` as Go's `%#v` prints it (keys sorted): what the API server prints for
+/// a bad map value.
+fn go_string_map(map: Option<&BTreeMap<String, String>>) -> String {
+    match map {
+        None => "map[string]string(nil)".to_owned(),
+        Some(map) => {
+            let entries: Vec<String> =
+                map.iter().map(|(k, v)| format!("{}:{}", go_quote(k), go_quote(v))).collect();
+            format!("map[string]string{{{}}}", entries.join(", "))
+        }
+    }
+}
+
+/// The longest name a CronJob may have (`ValidateCronJobCreate`): its Jobs are named after it
+/// with an 11-character suffix, within a Job name's 63.
+pub const MAX_CRON_JOB_NAME_LENGTH: usize = 52;
+
+/// What the API server refuses in the pod template of a workload of `kind` and not in a Pod,
+/// after the template's pod, in its order:
+///
+/// * the template's `restartPolicy` (`Always` when unset): `Always` in a Deployment, ReplicaSet,
+///   StatefulSet or DaemonSet; `OnFailure` or `Never` in a Job's or a CronJob's, and `Never`
+///   with a `podFailurePolicy`;
+/// * any `activeDeadlineSeconds` in the template of a workload that keeps its pods running (the
+///   apps group's validation, which names the kind); a Job's and a CronJob's may set one;
+/// * a Job's own selector (`manualSelector: true`) that does not select its template's labels
+///   ([`selector_mismatch`]; a generated selector always does);
+/// * a CronJob's `metadata.name` over 52 characters.
+pub fn workload_errors(
+    kind: &str,
+    name: &str,
+    spec: &PodSpec,
+    spec_path: &str,
+    workload: &WorkloadSpec,
+) -> Vec<Finding> {
+    let mut findings: Vec<Finding> =
+        template_restart_policy(kind, spec, spec_path, workload).into_iter().collect();
     // A Deployment's template is validated as its ReplicaSets' is, and says so.
     let named = match kind {
-        "Deployment" | "ReplicaSet" => "ReplicaSet",
-        "StatefulSet" | "DaemonSet" => kind,
-        _ => return Vec::new(),
+        "Deployment" | "ReplicaSet" => Some("ReplicaSet"),
+        "StatefulSet" | "DaemonSet" => Some(kind),
+        _ => None,
     };
-    let field = format!("{spec_path}.activeDeadlineSeconds");
-    let message = format!("{field}: Forbidden: activeDeadlineSeconds in {named} is not Supported");
-    vec![invalid_object(field, message)]
+    if let (Some(named), Some(_)) = (named, spec.active_deadline_seconds) {
+        let field = format!("{spec_path}.activeDeadlineSeconds");
+        let message = format!("{field}: Forbidden: activeDeadlineSeconds in {named} is not Supported");
+        findings.push(invalid_object(field, message));
+    }
+    if kind == "Job" && workload.manual_selector {
+        findings.extend(selector_mismatch(workload, spec_path));
+    }
+    if kind == "CronJob" && name.len() > MAX_CRON_JOB_NAME_LENGTH {
+        let field = "metadata.name";
+        let message = format!(
+            "{field}: Invalid value: {}: must be no more than {MAX_CRON_JOB_NAME_LENGTH} characters",
+            go_quote(name)
+        );
+        findings.push(invalid_object(field.to_owned(), message));
+    }
+    findings
+}
+
+/// The template's `restartPolicy` against its workload's kind (`Always` when unset, as the API
+/// server defaults it before it validates), in the API server's words: `NotSupported` for a
+/// workload that keeps its pods running; for a Job's, `Required` when `Always`, `NotSupported`
+/// for a value that is none of the three (the pod's own check refuses it too), and `Invalid`
+/// for `OnFailure` beside a `podFailurePolicy`.
+fn template_restart_policy(
+    kind: &str,
+    spec: &PodSpec,
+    spec_path: &str,
+    workload: &WorkloadSpec,
+) -> Option<Finding> {
+    let policy = spec.restart_policy.as_deref().filter(|p| !p.is_empty()).unwrap_or(DEFAULT_RESTART_POLICY);
+    let field = format!("{spec_path}.restartPolicy");
+    let message = if keeps_pods_running(kind) {
+        if policy == "Always" {
+            return None;
+        }
+        format!("{field}: Unsupported value: {}: supported values: \"Always\"", go_quote(policy))
+    } else if matches!(kind, "Job" | "CronJob") {
+        match policy {
+            "Always" => format!("{field}: Required value: valid values: \"OnFailure\", \"Never\""),
+            "OnFailure" if workload.pod_failure_policy => format!(
+                "{field}: Invalid value: \"OnFailure\": only \"Never\" is supported when podFailurePolicy is specified"
+            ),
+            "OnFailure" | "Never" => return None,
+            other => format!(
+                "{field}: Unsupported value: {}: supported values: \"OnFailure\", \"Never\"",
+                go_quote(other)
+            ),
+        }
+    } else {
+        return None;
+    };
+    Some(invalid_object(field, message))
 }
 
 /// An error the API server gives about `field` of the object as a whole: of no container and
@@ -773,7 +919,10 @@ mod tests {
         for (kind, deadline, want) in cases {
             let mut pod = spec(&web(HTTP_LIVENESS));
             pod.active_deadline_seconds = deadline;
-            let errors = workload_errors(kind, &pod, "spec.template.spec");
+            if kind == "Job" {
+                pod.restart_policy = Some("Never".to_owned());
+            }
+            let errors = workload_errors(kind, "w", &pod, "spec.template.spec", &WorkloadSpec::default());
             let got: Vec<(Option<&str>, &str)> =
                 errors.iter().map(|f| (f.field.as_deref(), f.message.as_str())).collect();
             let want: Vec<(Option<&str>, &str)> = want.iter().map(|m| (Some(field), m.as_str())).collect();
@@ -782,8 +931,66 @@ mod tests {
         }
         let mut pod = spec(&web(HTTP_LIVENESS));
         pod.active_deadline_seconds = Some(30);
-        let cron = workload_errors("CronJob", &pod, "spec.jobTemplate.spec.template.spec");
+        pod.restart_policy = Some("OnFailure".to_owned());
+        let cron = workload_errors(
+            "CronJob",
+            "c",
+            &pod,
+            "spec.jobTemplate.spec.template.spec",
+            &WorkloadSpec::default(),
+        );
         assert!(cron.is_empty(), "a CronJob's job may run to a deadline");
+    }
+
+    /// What the selector check reads: `matchLabels` as a subset of the template's labels; an
+    /// empty selector, `matchExpressions` or a selector the API server cannot read are not its.
+    #[test]
+    fn a_selector_must_select_its_templates_labels() {
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<BTreeMap<_, _>>()
+        };
+        let selector = |pairs: &[(&str, &str)]| LabelSelector {
+            match_labels: Some(labels(pairs)),
+            match_expressions: None,
+        };
+        let mismatch = |labels: &str| {
+            Some(format!(
+                "spec.template.metadata.labels: Invalid value: {labels}: `selector` does not match template `labels`"
+            ))
+        };
+        let expression = LabelSelector {
+            match_labels: Some(labels(&[("app", "x")])),
+            match_expressions: Some(vec![Default::default()]),
+        };
+        let cases = [
+            ("subset", Some(selector(&[("app", "a")])), Some(labels(&[("app", "a"), ("b", "c")])), None),
+            (
+                "other value",
+                Some(selector(&[("app", "a")])),
+                Some(labels(&[("app", "b")])),
+                mismatch("map[string]string{\"app\":\"b\"}"),
+            ),
+            ("no labels", Some(selector(&[("app", "a")])), None, mismatch("map[string]string(nil)")),
+            (
+                "empty labels",
+                Some(selector(&[("app", "a")])),
+                Some(BTreeMap::new()),
+                mismatch("map[string]string{}"),
+            ),
+            ("empty selector", Some(selector(&[])), None, None),
+            ("no selector", None, None, None),
+            ("expressions", Some(expression), Some(labels(&[("app", "a")])), None),
+            ("bad key", Some(selector(&[("a b", "x")])), None, None),
+            ("bad value", Some(selector(&[("app", "-x")])), None, None),
+        ];
+        for (name, selector, template_labels, want) in cases {
+            let workload = WorkloadSpec { selector, template_labels, ..Default::default() };
+            let got = selector_mismatch(&workload, "spec.template.spec").map(|f| f.message);
+            assert_eq!(got, want, "case {name}");
+            let apps = selector_errors("Deployment", &workload, "spec.template.spec");
+            assert_eq!(apps.len(), usize::from(want.is_some()), "case {name}");
+            assert!(selector_errors("Job", &workload, "spec.template.spec").is_empty(), "case {name}");
+        }
     }
 
     #[test]
