@@ -30,6 +30,7 @@ use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{
     ContainerGroups, FdBudget, HeldByAnotherAgent, OrphanReaper, ProcessRuntime, StateDirError,
+    recorded_pod_uids,
 };
 use crate::serve::tls::{self, CertFiles, TlsError};
 use crate::serve::{
@@ -561,6 +562,8 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     let runner = LocalCommandRunner::new().with_shim(shim.clone());
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
+    // Read before the sweep removes the records.
+    let ran_before = recorded_pod_uids(&state_dir);
     let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
     // A container can kill its own shim: what it left running then re-parents to the agent,
     // which kills it (docs/reliability.md).
@@ -608,6 +611,7 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
             manifests_as_given: (manifests_as_given != manifests).then_some(manifests_as_given),
             manifests,
             node_name: args.node_name.clone(),
+            ran_before,
             rescan_period: Duration::from_secs(2),
             resync_period: Duration::from_secs(60),
             housekeeping_period: Duration::from_secs(2),

@@ -601,6 +601,36 @@ async fn a_new_manifest_does_not_displace_the_running_pod_of_its_name() {
     assert_gone(&[newcomer]).await;
 }
 
+/// A hostile test's finding: the agent's restart handed a running pod's name to the file that
+/// was refused. `b.yaml` runs `web`, `a.yaml` (a stray copy, first in file-name order) is
+/// refused; the agent is SIGKILLed (a crash, an upgrade, a reboot) and started again on the
+/// same folder. Its first scan was made as if nothing had run, so `a.yaml` won. The state
+/// directory's records say which pod UID ran, and that pod, unchanged, gets its name back.
+#[actix::test]
+async fn after_a_crash_the_running_pod_keeps_its_name_against_a_refused_newcomer() {
+    let dir = temp_dir("displace-crash");
+    let (running_pids, newcomer_pids) = (dir.join(".b.pids"), dir.join(".a.pids"));
+    write(&dir, "b.yaml", &sleeper_pod("web", &running_pids));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    let first = wait_for_pids(&running_pids, 1).await[0];
+    write(&dir, ".a.tmp", &sleeper_pod("web", &newcomer_pids));
+    std::fs::rename(dir.join(".a.tmp"), dir.join("a.yaml")).unwrap();
+    agent.wait_for(|l| l.contains("a.yaml: metadata.name: Duplicate value: \"web\"")).await;
+
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("killed 1 container process group(s) a previous agent left running")).await;
+    let added = agent.wait_for(|l| l.contains("default/web: added from")).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    assert_gone(&[first]).await;
+    assert!(added.ends_with("b.yaml"), "the pod that ran before the crash runs again: {added}");
+    assert!(pids_in(&newcomer_pids).is_empty(), "the refused newcomer never runs");
+    assert_eq!(wait_for_pids(&running_pids, 2).await.len(), 2);
+    agent.stop().await;
+}
+
 /// One agent per manifests folder: a second one is refused, even with a state directory of its
 /// own, and even after the folder (and the first agent's state directory in it) was deleted and
 /// made again; two would run every container twice.

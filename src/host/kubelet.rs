@@ -90,6 +90,9 @@ pub struct KubeletConfig {
     pub node_name: String,
     /// How often the folder is rescanned.
     pub rescan_period: Duration,
+    /// The UIDs of the pods the previous agent on the folder ran (its container records): the
+    /// first scan gives each, unchanged, its namespace/name back before file order does.
+    pub ran_before: std::collections::BTreeSet<String>,
     /// How long after its last sync a pod is synced again regardless of events, plus up to half
     /// as much again at random per pod (the kubelet's `--sync-frequency`, 1 m, and its pod
     /// workers' jitter). Each sync of a pod with a readiness probe not yet passing triggers that
@@ -184,20 +187,21 @@ pub struct StandaloneKubelet {
 
 impl StandaloneKubelet {
     pub fn new(
-        config: KubeletConfig,
+        mut config: KubeletConfig,
         pipeline: Pipeline,
         runtime: Addr<ProcessRuntime>,
         pods: PodRegistry,
         history: ProbeHistory,
         synced: Arc<AtomicBool>,
     ) -> Self {
+        let ran_before = std::mem::take(&mut config.ran_before);
         StandaloneKubelet {
             config,
             pipeline,
             runtime,
             pods,
             history,
-            snapshot: Snapshot::default(),
+            snapshot: Snapshot { ran_before, ..Snapshot::default() },
             reported: HashSet::new(),
             parse_cache: manifests::ParseCache::default(),
             entries: HashMap::new(),

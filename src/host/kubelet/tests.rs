@@ -88,6 +88,7 @@ impl Harness {
                 manifests: dir.clone(),
                 manifests_as_given: None,
                 node_name: "node".into(),
+                ran_before: Default::default(),
                 rescan_period: RARELY,
                 resync_period: RARELY,
                 housekeeping_period: RARELY,

@@ -5,9 +5,11 @@
 //! One pod per namespace/name: the pod already running keeps it. A file that comes to give the
 //! name of a running pod from another file is refused (`metadata.name: Duplicate value`) for as
 //! long as the running pod's file gives that name, whatever the files' order; the running
-//! file's own edits replace its pod as any edit does. When nothing runs under the name (at
-//! start, or once the running file is gone or stops giving it), the first in file-name order
-//! wins. Upstream's file source lets the newest or the last file take the name over, stopping
+//! file's own edits replace its pod as any edit does. At the agent's start, the pod the
+//! previous agent ran under a name (its UID in the state directory's records,
+//! [`Snapshot::ran_before`]) keeps it if its manifest is unchanged. When nothing runs under the
+//! name (at start, or once the running file is gone or stops giving it), the first in file-name
+//! order wins. Upstream's file source lets the newest or the last file take the name over, stopping
 //! the running pod; the difference is deliberate (docs/reliability.md, "A new manifest never
 //! displaces a running pod").
 
@@ -40,6 +42,11 @@ pub struct Snapshot {
     pub folder_unreadable: Option<io::ErrorKind>,
     /// Files that exist but could not be read, with why; their pods are not in `pods`.
     pub unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
+    /// The UIDs of pods that ran under the previous agent (its container records): in the
+    /// agent's first snapshot only, where nothing runs yet, so that its first scan gives each
+    /// such pod, unchanged, its namespace/name back before file order does. A scan's own
+    /// snapshot has none.
+    pub ran_before: std::collections::BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -98,6 +105,7 @@ pub(super) fn one_per_name(
     running: &Snapshot,
     unreadable: &BTreeMap<PathBuf, io::ErrorKind>,
 ) -> (Vec<LoadedPod>, Vec<ManifestError>) {
+    let ran_before = &running.ran_before;
     let running: HashMap<FullName, &LoadedPod> = running.pods.values().map(|p| (full_name(p), p)).collect();
     // Which candidate (by index) keeps each name: the running file's first pod of it, wherever
     // the file comes in the order; else the first pod of it.
@@ -106,6 +114,13 @@ pub(super) fn one_per_name(
         let name = full_name(pod);
         if running.get(&name).is_some_and(|r| r.file == pod.file) {
             keeper.entry(name).or_insert(index);
+        }
+    }
+    // A name nothing runs under, at the agent's start: the very pod the previous agent ran
+    // (same file, same contents, so same UID), if it is still there.
+    for (index, pod) in candidates.iter().enumerate() {
+        if ran_before.contains(pod.uid()) {
+            keeper.entry(full_name(pod)).or_insert(index);
         }
     }
     for (index, pod) in candidates.iter().enumerate() {
@@ -194,10 +209,9 @@ fn scan_running(
     running: &Snapshot,
 ) -> Snapshot {
     let mut loaded = load_cached(dir, node_name, gates, cache);
-    let (mut pods, duplicates) = one_per_name(loaded.candidates, running, &loaded.unreadable_files);
-    loaded.errors.extend(duplicates);
+    // The UIDs first: `one_per_name` knows a pod that ran before by its UID.
     if gates.enabled(Feature::MutableContainerProbes) {
-        for loaded in &mut pods {
+        for loaded in &mut loaded.candidates {
             let uid = static_pod_uid_ignoring_probes(node_name, &loaded.file, &loaded.pod);
             loaded
                 .pod
@@ -208,11 +222,14 @@ fn scan_running(
             loaded.pod.metadata.uid = Some(uid);
         }
     }
+    let (pods, duplicates) = one_per_name(loaded.candidates, running, &loaded.unreadable_files);
+    loaded.errors.extend(duplicates);
     Snapshot {
         pods: pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(),
         errors: loaded.errors,
         folder_unreadable: loaded.folder_unreadable,
         unreadable_files: loaded.unreadable_files,
+        ran_before: Default::default(),
     }
 }
 
@@ -410,6 +427,22 @@ mod tests {
                 case.name
             );
         }
+    }
+
+    /// At the agent's start nothing runs: the pod the previous agent ran (by its UID, from the
+    /// state directory's records) keeps its name before file order does; a name none of them
+    /// had goes by file order.
+    #[test]
+    fn at_start_the_pod_that_ran_before_keeps_its_name() {
+        let (web_a, web_b) = (pod("a.yaml", None, "default", "web"), pod("b.yaml", None, "default", "web"));
+        let (api_c, api_d) = (pod("c.yaml", None, "default", "api"), pod("d.yaml", None, "default", "api"));
+        let start = Snapshot { ran_before: [web_b.uid().to_owned()].into(), ..Snapshot::default() };
+        let candidates = vec![web_a, web_b, api_c, api_d];
+        let (chosen, errors) = one_per_name(candidates, &start, &BTreeMap::new());
+        assert_eq!(
+            places(&chosen, &errors),
+            (vec!["b.yaml".to_owned(), "c.yaml".to_owned()], vec!["a.yaml".to_owned(), "d.yaml".to_owned()])
+        );
     }
 
     /// A running pod whose file cannot be read keeps its name: every readable pod of it is

@@ -128,6 +128,25 @@ struct Process {
 const RECORD_MAX: u64 = 4096;
 
 /// The record in `path`, if the start of the file is one.
+/// The UIDs of the pods whose containers the state directory's records name (what a previous
+/// agent ran, whatever became of it since), read before [`kill_leftovers`] sweeps them: the next
+/// agent's first scan gives such a pod its namespace/name back before file order does
+/// (docs/reliability.md, "A new manifest never displaces a running pod"). A record's pod is
+/// `name_namespace(uid)`, the kubelet's `format.Pod`.
+pub fn recorded_pod_uids(state: &Path) -> std::collections::BTreeSet<String> {
+    let Ok(entries) = fs::read_dir(state.join("containers")) else { return Default::default() };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|entry| entry.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+        .filter_map(|entry| read_record(&entry.path()))
+        .filter_map(|record| {
+            let (_, rest) = record.pod.rsplit_once('(')?;
+            rest.strip_suffix(')').filter(|uid| !uid.is_empty()).map(str::to_owned)
+        })
+        .collect()
+}
+
 fn read_record(path: &Path) -> Option<Record> {
     Record::parse(&read_head(path)?)
 }
@@ -620,6 +639,24 @@ fn is_temporary(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pods the records name, by UID (`name_namespace(uid)`): records only, however many
+    /// containers of one pod, and not what is no record (a damaged one, a stranger's file).
+    #[test]
+    fn the_records_name_the_pods_that_ran_by_uid() {
+        let dir = std::env::temp_dir().join(format!("probelet-recorded-uids-{}", std::process::id()));
+        let containers = dir.join("containers");
+        fs::create_dir_all(&containers).unwrap();
+        fs::write(containers.join("11"), "100 web_default(uid-web) app boot\n").unwrap();
+        fs::write(containers.join("12"), "101 web_default(uid-web) sidecar boot\n").unwrap();
+        fs::write(containers.join("13"), "102 api_shop(uid-api) app -\n").unwrap();
+        fs::write(containers.join("14"), "damaged").unwrap();
+        fs::write(containers.join("notes"), "100 x_y(uid-stranger) app -\n").unwrap();
+        let uids = recorded_pod_uids(&dir);
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(uids, ["uid-api".to_owned(), "uid-web".to_owned()].into());
+        assert!(recorded_pod_uids(&dir).is_empty(), "no state directory: none");
+    }
 
     /// Only the start of a record file is read: a file grown huge is not read whole.
     #[test]

@@ -53,6 +53,7 @@ pub use budget::{
 };
 pub(crate) use groups::HeldByAnotherAgent;
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
+pub use leftovers::recorded_pod_uids;
 pub use orphans::OrphanReaper;
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
