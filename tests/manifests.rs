@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
-    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LoadedPod, MAX_MANIFEST_BYTES, ManifestError,
-    ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir, parse_manifest, rescan, scan,
-    scan_cached, scan_with, static_pod_uid, validate, validate_with,
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, LoadedPod, MAX_MANIFEST_BYTES,
+    ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir, parse_manifest,
+    rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1586,6 +1586,58 @@ fn an_active_deadline_edit_replaces_the_pod() {
 /// snapshot), as `StandaloneKubelet::rescan` makes it.
 fn next_snapshot(dir: &Path, running: &Snapshot) -> Snapshot {
     rescan(dir, NODE, &FeatureGates::default(), &mut ParseCache::default(), running)
+}
+
+/// A running manifest written in place reads empty for a moment (truncated, not yet written): a
+/// scan that catches it keeps its pod and its name, so the pod is not stopped and a refused
+/// newcomer does not take over; empty at the next scan too, it gives no pod, and says so. An
+/// empty file that never gave a pod says so at once. Before, an empty file was silent, its pod
+/// stopped and the newcomer started (a hostile test).
+#[test]
+fn a_running_manifest_caught_empty_keeps_its_pod_for_one_scan() {
+    let dir = TempDir::new("emptied");
+    let running_file = dir.write("b.yaml", pod_yaml("web"));
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let running = scan(&Snapshot::default());
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let before = scan(&running);
+    assert_eq!(before.pods, running.pods);
+
+    dir.write("b.yaml", "");
+    let caught = scan(&before);
+    assert_eq!(summary(&diff(&before, &caught)), Vec::<String>::new(), "the pod keeps running");
+    assert_eq!(reasons(&caught.errors).len(), 2, "{:?}", caught.errors);
+    assert!(
+        caught.errors.iter().any(|e| e.file == running_file && e.reason == EMPTY_FOR_NOW),
+        "{:?}",
+        caught.errors
+    );
+    assert!(
+        caught.errors.iter().any(|e| e.file == newcomer),
+        "the newcomer still refused: {:?}",
+        caught.errors
+    );
+    dir.write("b.yaml", pod_yaml("web"));
+    let written = scan(&caught);
+    assert_eq!(summary(&diff(&caught, &written)), Vec::<String>::new(), "written back: nothing restarts");
+    assert_eq!(written.pods, running.pods);
+
+    // Empty for two scans: it gives no pod, and the newcomer starts.
+    dir.write("b.yaml", "\n");
+    let caught = scan(&written);
+    let still = scan(&caught);
+    let changes = diff(&caught, &still);
+    assert_eq!(summary(&changes), vec!["-default/web", "+default/web"]);
+    let SourceChange::Added(added) = &changes[1] else { panic!("{changes:?}") };
+    assert_eq!(added.file, newcomer);
+    assert!(still.errors.iter().any(|e| e.file == running_file && e.reason == EMPTY), "{:?}", still.errors);
+
+    // A new empty file says so at once.
+    let blank = dir.write("c.yaml", "");
+    let next = scan(&still);
+    assert!(next.errors.iter().any(|e| e.file == blank && e.reason == EMPTY), "{:?}", next.errors);
 }
 
 /// `metadata.name: Duplicate value` for a pod of `file` refused because `keeper` runs the name.

@@ -400,7 +400,19 @@ struct Loaded {
 #[derive(Debug, Default)]
 pub struct ParseCache {
     files: HashMap<PathBuf, (String, Vec<NumberedPod>, Vec<ManifestError>)>,
+    /// Files that gave pods and were then found empty, until they are not: the first scan that
+    /// finds one empty keeps its pods ([`EMPTY_FOR_NOW`]), the next ones read it as giving none.
+    emptied: HashSet<PathBuf>,
 }
+
+/// Why a manifest that gave pods and now reads empty keeps them for one more scan: a file
+/// written in place (truncated, then written) reads empty in between, and a scan that caught it
+/// stopped the pod, started it again a scan later, and gave its name to a refused newcomer
+/// meanwhile (a hostile test; docs/reliability.md).
+pub const EMPTY_FOR_NOW: &str = "the file is empty (written in place?); keeping its pods until the next scan";
+
+/// Why a manifest gives no pod: it is empty (for a second scan, or it never gave one).
+pub const EMPTY: &str = "the file is empty: no pod";
 
 /// A pod with the number of its document in a file of several (1-based).
 type NumberedPod = (Option<usize>, Pod);
@@ -427,6 +439,13 @@ impl ParseCache {
     /// Forgets the files not in `listed`.
     fn keep_only(&mut self, listed: &HashSet<&Path>) {
         self.files.retain(|file, _| listed.contains(file.as_path()));
+        self.emptied.retain(|file| listed.contains(file.as_path()));
+    }
+
+    /// `file` reads empty: whether this is the first scan to find it so since it last gave pods.
+    fn newly_emptied(&mut self, file: &Path) -> bool {
+        let gave_pods = self.files.get(file).is_some_and(|(_, pods, _)| !pods.is_empty());
+        gave_pods && self.emptied.insert(file.to_owned())
     }
 }
 
@@ -467,6 +486,17 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
                 continue;
             }
         };
+        if contents.trim().is_empty() {
+            if cache.newly_emptied(&file) {
+                // Kept, as a file that cannot be read is: its pods and their names.
+                loaded.unreadable_files.insert(file.clone(), io::ErrorKind::UnexpectedEof);
+                loaded.errors.push(ManifestError::new(&file, EMPTY_FOR_NOW));
+                continue;
+            }
+            loaded.errors.push(ManifestError::new(&file, EMPTY));
+        } else {
+            cache.emptied.remove(&file);
+        }
         let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
         loaded.errors.extend(bad);
         loaded.candidates.extend(parsed.into_iter().map(|(document, pod)| LoadedPod {
