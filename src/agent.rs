@@ -29,8 +29,7 @@ use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{
-    ContainerGroups, FdBudget, HeldByAnotherAgent, OrphanReaper, ProcessRuntime, StateDirError,
-    recorded_pod_uids,
+    ContainerGroups, FdBudget, HeldByAnotherAgent, OrphanReaper, ProcessRuntime, StateDirError, pods_that_ran,
 };
 use crate::serve::tls::{self, CertFiles, TlsError};
 use crate::serve::{
@@ -563,7 +562,7 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     let pipeline = common.pipeline(Arc::new(runner.clone()));
     let state_dir = args.state_dir.clone().unwrap_or_else(|| manifests.join(DEFAULT_STATE_DIR));
     // Read before the sweep removes the records.
-    let ran_before = recorded_pod_uids(&state_dir);
+    let ran_before = pods_that_ran(&state_dir);
     let (groups, leftovers) = ContainerGroups::open(&state_dir)?;
     // A container can kill its own shim: what it left running then re-parents to the agent,
     // which kills it (docs/reliability.md).
@@ -612,6 +611,7 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
             manifests,
             node_name: args.node_name.clone(),
             ran_before,
+            state_dir: Some(state_dir.clone()),
             rescan_period: Duration::from_secs(2),
             resync_period: Duration::from_secs(60),
             housekeeping_period: Duration::from_secs(2),

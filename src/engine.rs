@@ -29,8 +29,8 @@ use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
 use probelet_actors::sync::api_pod::ApiPod;
 use probelet_actors::sync::syncer::{
-    ApiPodDeleted, ApiPodListed, ApiPodObserved, Flush, OwnedFields, StatusSyncer, StopSyncer, SyncerConfig,
-    start_syncer,
+    ApiPodDeleted, ApiPodListed, ApiPodObserved, Flush, OwnedFields, StatusSyncer, StopWhenHostGone,
+    SyncerConfig, start_syncer,
 };
 use probelet_actors::{Pipeline, PipelineConfig, PipelineError};
 
@@ -227,8 +227,13 @@ impl EngineBuilder {
             }
             start_syncer(config)
         });
-        let life = Arc::new(EngineLife { syncer: syncer.clone() });
-        Engine { pipeline, syncer, _life: life }
+        if let Some(syncer) = &syncer {
+            // Once neither the engine nor a clone of its pipeline is held, nothing drives its
+            // probes, and the syncer stops too (docs/sync.md §7.5).
+            let prober = pipeline.prober_manager.downgrade();
+            syncer.do_send(StopWhenHostGone(Box::new(move || prober.upgrade().is_none())));
+        }
+        Engine { pipeline, syncer }
     }
 }
 
@@ -257,25 +262,6 @@ impl CommandRunner for NoCommandRunner {
 pub struct Engine {
     pipeline: Pipeline,
     syncer: Option<Addr<StatusSyncer>>,
-    /// Shared by the clones: the last one dropped stops the syncer.
-    _life: Arc<EngineLife>,
-}
-
-/// Stops the syncer when the last clone of its [`Engine`] is dropped. The prober manager stops
-/// once nothing holds its address; the syncer would not (its reconcile timer, and the status
-/// manager's subscription to it, which in turn kept the status manager alive): a host that
-/// built a new engine kept the old one writing, every stored status held, and a reconcile every
-/// 10 s, for good.
-struct EngineLife {
-    syncer: Option<Addr<StatusSyncer>>,
-}
-
-impl Drop for EngineLife {
-    fn drop(&mut self) {
-        if let Some(syncer) = &self.syncer {
-            syncer.do_send(StopSyncer);
-        }
-    }
 }
 
 impl Engine {

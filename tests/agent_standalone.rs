@@ -631,6 +631,30 @@ async fn after_a_crash_the_running_pod_keeps_its_name_against_a_refused_newcomer
     agent.stop().await;
 }
 
+/// A graceful restart (an upgrade under systemd: SIGTERM, then a new agent) stops every
+/// container first, and each stopped container's record is removed: the records alone left the
+/// next agent nothing to go by, and the refused newcomer first in file-name order took the name
+/// (found by review). The state directory names the running pods in a file of its own.
+#[actix::test]
+async fn after_a_graceful_restart_the_running_pod_keeps_its_name_against_a_refused_newcomer() {
+    let dir = temp_dir("displace-graceful");
+    let (running_pids, newcomer_pids) = (dir.join(".b.pids"), dir.join(".a.pids"));
+    write(&dir, "b.yaml", &sleeper_pod("web", &running_pids));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    wait_for_pids(&running_pids, 1).await;
+    write(&dir, ".a.tmp", &sleeper_pod("web", &newcomer_pids));
+    std::fs::rename(dir.join(".a.tmp"), dir.join("a.yaml")).unwrap();
+    agent.wait_for(|l| l.contains("a.yaml: metadata.name: Duplicate value: \"web\"")).await;
+
+    signal_agent(&agent, "-TERM");
+    assert!(agent.child.wait().await.unwrap().success());
+    let mut agent = Agent::start(&dir).await;
+    let added = agent.wait_for(|l| l.contains("default/web: added from")).await;
+    assert!(added.ends_with("b.yaml"), "the pod that ran before the restart runs again: {added}");
+    agent.stop().await;
+}
+
 /// One agent per manifests folder: a second one is refused, even with a state directory of its
 /// own, and even after the folder (and the first agent's state directory in it) was deleted and
 /// made again; two would run every container twice.

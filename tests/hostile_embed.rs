@@ -303,6 +303,37 @@ async fn a_dropped_engine_with_an_api_client_leaves_nothing_running() {
     );
 }
 
+/// A host that keeps `engine.pipeline().clone()` (to subscribe, to read statuses) and drops the
+/// engine keeps probing and storing statuses, and its syncer keeps writing them: it stops only
+/// once nothing drives the probes (a review found a first version that stopped it with the
+/// engine's last clone, so that nothing was written any more, silently).
+#[actix::test]
+async fn a_kept_pipeline_clone_keeps_probing_and_writing() {
+    tokio::time::pause();
+    let server = support::apiserver::FakeApiServer::start().await;
+    let pods = PodRegistry::new();
+    let engine = Engine::builder(Arc::new(pods.clone()))
+        .clock(Arc::new(TokioClock::starting_at(epoch())))
+        .wrap_prober(|_| Arc::new(ScriptedProber::new()) as Arc<dyn ProbeRunner>)
+        .api(server.in_process_client(), probelet::sync::syncer::OwnedFields::Kubelet)
+        .start();
+    let pod = test_pod("kept").container("app").with_probe("app", Readiness, probe(1, 1, 1)).build();
+    pods.upsert(pod.clone());
+    engine.sync_pod(pod.clone(), runtime(vec![running("app", "containerd://a", epoch())])).await.unwrap();
+    let syncer = engine.syncer().unwrap().downgrade();
+    let pipeline = engine.pipeline().clone();
+    drop(engine);
+    for _ in 0..60 {
+        advance(Duration::from_secs(1)).await;
+    }
+    let alive = (
+        pipeline.prober_manager.connected(),
+        pipeline.status_manager.connected(),
+        syncer.upgrade().is_some(),
+    );
+    assert_eq!(alive, (true, true, true), "(prober, status manager, syncer) alive with the pipeline kept");
+}
+
 fn http_probe(port: u16, path: &str, period: i32, timeout: i32) -> Probe {
     use k8s_openapi::api::core::v1::HTTPGetAction;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

@@ -90,9 +90,12 @@ pub struct KubeletConfig {
     pub node_name: String,
     /// How often the folder is rescanned.
     pub rescan_period: Duration,
-    /// The UIDs of the pods the previous agent on the folder ran (its container records): the
+    /// The UIDs of the pods the previous agent on the folder ran (named in its state directory): the
     /// first scan gives each, unchanged, its namespace/name back before file order does.
     pub ran_before: std::collections::BTreeSet<String>,
+    /// The agent's state directory, where the pods it runs are named for the next agent
+    /// ([`crate::host::runtime::RUNNING_PODS`]); `None`: not written.
+    pub state_dir: Option<PathBuf>,
     /// How long after its last sync a pod is synced again regardless of events, plus up to half
     /// as much again at random per pod (the kubelet's `--sync-frequency`, 1 m, and its pod
     /// workers' jitter). Each sync of a pod with a readiness probe not yet passing triggers that
@@ -260,6 +263,9 @@ impl StandaloneKubelet {
             // wrong, once per file and reason. A node short of file descriptors fails every
             // file the same way: of one kind of error, a scan names the first few files only.
             let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
+            // A file caught empty is kept as an unreadable one is, but it was read: said as
+            // what it is, not counted among the files that cannot be read.
+            let kind = kind.filter(|_| error.reason != manifests::EMPTY_FOR_NOW);
             let (key, line) = match kind {
                 Some(kind) => (
                     format!("unreadable: {kind:?}: {}", error.file.display()),
@@ -291,6 +297,15 @@ impl StandaloneKubelet {
         self.check_manifests_path();
         let changes = manifests::diff(&self.snapshot, &next);
         self.snapshot = next;
+        if let Some(state_dir) = self.config.state_dir.as_deref()
+            && !changes.is_empty()
+            && let Err(error) = crate::host::runtime::write_running_pods(
+                state_dir,
+                self.snapshot.pods.keys().map(String::as_str),
+            )
+        {
+            tracing::debug!(%error, "Cannot name the running pods for the next agent");
+        }
         for change in changes {
             match change {
                 SourceChange::Added(loaded) => self.add(loaded.pod, &loaded.file, ctx),

@@ -115,6 +115,8 @@ pub struct StatusSyncer {
     /// A pump is scheduled for after the mailbox drains, so updates that arrived together
     /// are coalesced into one write.
     pump_scheduled: bool,
+    /// Whether the host is gone ([`StopWhenHostGone`]), asked at each reconcile tick.
+    host_gone: Option<Box<dyn Fn() -> bool + Send>>,
 }
 
 impl StatusSyncer {
@@ -132,6 +134,7 @@ impl StatusSyncer {
             seq: 0,
             flushes: Vec::new(),
             pump_scheduled: false,
+            host_gone: None,
         }
     }
 
@@ -359,7 +362,13 @@ impl Actor for StatusSyncer {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         let period = self.config.reconcile_period;
-        ctx.run_interval(period, |_, ctx| ctx.notify(Reconcile));
+        ctx.run_interval(period, |act, ctx| {
+            if act.host_gone.as_ref().is_some_and(|gone| gone()) {
+                ctx.stop();
+            } else {
+                ctx.notify(Reconcile);
+            }
+        });
     }
 }
 
@@ -408,19 +417,22 @@ impl Handler<Flush> for StatusSyncer {
     }
 }
 
-/// Stops the syncer now: writes in flight are abandoned, and what is owed is not written. For a
-/// host that is done with it (an `Engine`'s last clone dropped): the syncer and the status
-/// manager hold each other's addresses, and its reconcile timer runs for good, so nothing else
-/// stops it. Send [`Flush`] first to have what is owed written.
-#[derive(Debug, Clone, Copy, Message)]
+/// Tells the syncer how to know its host is gone: at each reconcile tick (every
+/// `reconcile_period`) it asks, and stops once the answer is yes, writes in flight abandoned and
+/// what is owed unwritten (a host sends [`Flush`] first to have it written). The syncer and the
+/// status manager hold each other's addresses and its reconcile timer runs for good, so nothing
+/// else stops them: an `Engine` dropped by its host left both running, a reconcile every 10 s
+/// and owed writes still sent (a hostile test). The `Engine` asks whether its prober manager is
+/// gone, which it is once neither the engine nor any clone of its pipeline is held.
+#[derive(Message)]
 #[rtype(result = "()")]
-pub struct StopSyncer;
+pub struct StopWhenHostGone(pub Box<dyn Fn() -> bool + Send>);
 
-impl Handler<StopSyncer> for StatusSyncer {
+impl Handler<StopWhenHostGone> for StatusSyncer {
     type Result = ();
 
-    fn handle(&mut self, _msg: StopSyncer, ctx: &mut Self::Context) {
-        ctx.stop();
+    fn handle(&mut self, msg: StopWhenHostGone, _ctx: &mut Self::Context) {
+        self.host_gone = Some(msg.0);
     }
 }
 

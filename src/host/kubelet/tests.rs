@@ -89,6 +89,7 @@ impl Harness {
                 manifests_as_given: None,
                 node_name: "node".into(),
                 ran_before: Default::default(),
+                state_dir: None,
                 rescan_period: RARELY,
                 resync_period: RARELY,
                 housekeeping_period: RARELY,

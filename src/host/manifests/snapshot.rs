@@ -6,7 +6,7 @@
 //! name of a running pod from another file is refused (`metadata.name: Duplicate value`) for as
 //! long as the running pod's file gives that name, whatever the files' order; the running
 //! file's own edits replace its pod as any edit does. At the agent's start, the pod the
-//! previous agent ran under a name (its UID in the state directory's records,
+//! previous agent ran under a name (its UID named in the state directory,
 //! [`Snapshot::ran_before`]) keeps it if its manifest is unchanged. When nothing runs under the
 //! name (at start, or once the running file is gone or stops giving it), the first in file-name
 //! order wins. Upstream's file source lets the newest or the last file take the name over, stopping
@@ -42,7 +42,7 @@ pub struct Snapshot {
     pub folder_unreadable: Option<io::ErrorKind>,
     /// Files that exist but could not be read, with why; their pods are not in `pods`.
     pub unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
-    /// The UIDs of pods that ran under the previous agent (its container records): in the
+    /// The UIDs of pods that ran under the previous agent (named in its state directory): in the
     /// agent's first snapshot only, where nothing runs yet, so that its first scan gives each
     /// such pod, unchanged, its namespace/name back before file order does. A scan's own
     /// snapshot has none.
@@ -429,8 +429,8 @@ mod tests {
         }
     }
 
-    /// At the agent's start nothing runs: the pod the previous agent ran (by its UID, from the
-    /// state directory's records) keeps its name before file order does; a name none of them
+    /// At the agent's start nothing runs: the pod the previous agent ran (by its UID, named in
+    /// the state directory) keeps its name before file order does; a name none of them
     /// had goes by file order.
     #[test]
     fn at_start_the_pod_that_ran_before_keeps_its_name() {

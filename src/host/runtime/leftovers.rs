@@ -127,13 +127,44 @@ struct Process {
 /// (a start time, a pod's and a container's names, a boot ID; a boot ID and a time).
 const RECORD_MAX: u64 = 4096;
 
-/// The record in `path`, if the start of the file is one.
+/// The file of the state directory that names the pods the agent runs, their UIDs one a line,
+/// written at each change of the folder's pods ([`write_running_pods`]): after a graceful stop
+/// no container record is left to say what ran.
+pub const RUNNING_PODS: &str = "pods";
+
+/// The most read of [`RUNNING_PODS`]: a UID is 36 bytes and a line.
+const RUNNING_PODS_MAX: u64 = 16 << 20;
+
+/// The pods the previous agent on the folder ran, by UID: what [`RUNNING_PODS`] names and what
+/// the container records name (a crash can come between a pod's start and the file's write).
+/// Read before [`kill_leftovers`] sweeps the records. The next agent's first scan gives such a
+/// pod, unchanged, its namespace/name back before file order does (docs/reliability.md, "A new
+/// manifest never displaces a running pod").
+pub fn pods_that_ran(state: &Path) -> std::collections::BTreeSet<String> {
+    let mut uids = recorded_pod_uids(state);
+    if let Ok(text) = crate::host::manifests::read_regular_file(&state.join(RUNNING_PODS), RUNNING_PODS_MAX) {
+        uids.extend(text.lines().map(str::trim).filter(|uid| !uid.is_empty()).map(str::to_owned));
+    }
+    uids
+}
+
+/// Writes [`RUNNING_PODS`] (a temporary file renamed over it, so a crash leaves the old or the
+/// new list).
+pub fn write_running_pods<'a>(state: &Path, uids: impl Iterator<Item = &'a str>) -> io::Result<()> {
+    let mut text = String::new();
+    for uid in uids {
+        text.push_str(uid);
+        text.push('\n');
+    }
+    let temporary = state.join(format!(".{RUNNING_PODS}.tmp"));
+    fs::write(&temporary, text)?;
+    fs::rename(&temporary, state.join(RUNNING_PODS))
+}
+
 /// The UIDs of the pods whose containers the state directory's records name (what a previous
-/// agent ran, whatever became of it since), read before [`kill_leftovers`] sweeps them: the next
-/// agent's first scan gives such a pod its namespace/name back before file order does
-/// (docs/reliability.md, "A new manifest never displaces a running pod"). A record's pod is
-/// `name_namespace(uid)`, the kubelet's `format.Pod`.
-pub fn recorded_pod_uids(state: &Path) -> std::collections::BTreeSet<String> {
+/// agent ran, whatever became of it since). A record's pod is `name_namespace(uid)`, the
+/// kubelet's `format.Pod`.
+fn recorded_pod_uids(state: &Path) -> std::collections::BTreeSet<String> {
     let Ok(entries) = fs::read_dir(state.join("containers")) else { return Default::default() };
     entries
         .flatten()
@@ -147,6 +178,7 @@ pub fn recorded_pod_uids(state: &Path) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The record in `path`, if the start of the file is one.
 fn read_record(path: &Path) -> Option<Record> {
     Record::parse(&read_head(path)?)
 }
@@ -653,9 +685,13 @@ mod tests {
         fs::write(containers.join("14"), "damaged").unwrap();
         fs::write(containers.join("notes"), "100 x_y(uid-stranger) app -\n").unwrap();
         let uids = recorded_pod_uids(&dir);
-        fs::remove_dir_all(&dir).unwrap();
         assert_eq!(uids, ["uid-api".to_owned(), "uid-web".to_owned()].into());
-        assert!(recorded_pod_uids(&dir).is_empty(), "no state directory: none");
+        // With the file that names the running pods (a graceful stop leaves no record).
+        write_running_pods(&dir, ["uid-idle", "uid-web"].into_iter()).unwrap();
+        let all = pods_that_ran(&dir);
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(all, ["uid-api", "uid-idle", "uid-web"].map(str::to_owned).into());
+        assert!(pods_that_ran(&dir).is_empty(), "no state directory: none");
     }
 
     /// Only the start of a record file is read: a file grown huge is not read whole.

@@ -53,7 +53,7 @@ pub use budget::{
 };
 pub(crate) use groups::HeldByAnotherAgent;
 pub use groups::{ContainerGroups, GroupOwner, StateDirError};
-pub use leftovers::recorded_pod_uids;
+pub use leftovers::{RUNNING_PODS, pods_that_ran, write_running_pods};
 pub use orphans::OrphanReaper;
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 

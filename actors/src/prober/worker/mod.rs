@@ -582,9 +582,10 @@ impl ProbeWorker {
             self.tick_pending = None;
             self.schedule_from(now);
             if self.shows_new_container(self.status.probe_status().as_deref()) {
-                // The container was replaced while it was probed: the result is not current
-                // (upstream drops it), and the next probe, the new container's, is due now
-                // rather than a period on (docs/prober.md §3.9).
+                // The container was replaced while it was probed: the result went to the old
+                // container's ID, which the status no longer shows (upstream drops it), and the
+                // next probe, the new container's, is due now rather than a period on
+                // (docs/prober.md §3.9).
                 self.tick_pending = Some(now);
             }
         }
