@@ -43,7 +43,7 @@ pub const WATCH_TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 145..=290;
 /// and this one waits ([`WatchPacing`]).
 pub const SHORT_WATCH: Duration = Duration::from_secs(10);
 /// How long the pod watch goes on asking from a version the server answers "Too large resource
-/// version" before it lists again ([`RelistOnExpiredWatch`]).
+/// version" before it lists again (the pod watch's `RelistOnExpiredWatch`).
 pub const TOO_LARGE_RELIST_AFTER: Duration = Duration::from_secs(10);
 /// The first wait between two watch requests that follow each other quickly.
 pub const WATCH_SPACING_INITIAL: Duration = Duration::from_secs(1);

@@ -391,7 +391,7 @@ fn keeps_pods_running(kind: &str) -> bool {
 /// What the API server refuses in the selector of a Deployment, ReplicaSet, StatefulSet or
 /// DaemonSet, which it checks before the template's pod: a selector that does not select the
 /// template's own labels (`ValidatePodTemplateSpecForReplicaSet` and its StatefulSet and
-/// DaemonSet twins). See [`selector_mismatch`] for what is checked.
+/// DaemonSet twins). See `selector_mismatch` for what is checked.
 pub fn selector_errors(kind: &str, workload: &WorkloadSpec, spec_path: &str) -> Vec<Finding> {
     if !keeps_pods_running(kind) {
         return Vec::new();
@@ -452,7 +452,7 @@ pub const MAX_CRON_JOB_NAME_LENGTH: usize = 52;
 /// * any `activeDeadlineSeconds` in the template of a workload that keeps its pods running (the
 ///   apps group's validation, which names the kind); a Job's and a CronJob's may set one;
 /// * a Job's own selector (`manualSelector: true`) that does not select its template's labels
-///   ([`selector_mismatch`]; a generated selector always does);
+///   (`selector_mismatch`; a generated selector always does);
 /// * a CronJob's `metadata.name` over 52 characters.
 pub fn workload_errors(
     kind: &str,

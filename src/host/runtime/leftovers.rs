@@ -137,7 +137,7 @@ const RUNNING_PODS_MAX: u64 = 16 << 20;
 
 /// The pods the previous agent on the folder ran, by UID: what [`RUNNING_PODS`] names and what
 /// the container records name (a crash can come between a pod's start and the file's write).
-/// Read before [`kill_leftovers`] sweeps the records. The next agent's first scan gives such a
+/// Read before `kill_leftovers` sweeps the records. The next agent's first scan gives such a
 /// pod, unchanged, its namespace/name back before file order does (docs/reliability.md, "A new
 /// manifest never displaces a running pod").
 pub fn pods_that_ran(state: &Path) -> std::collections::BTreeSet<String> {

@@ -203,7 +203,7 @@ impl SplitMix {
 }
 
 /// What an etcd snapshot holds of the fake's state: the objects and the revision
-/// ([`Store::backup`], [`Store::restore`]).
+/// (`Store::backup`, `Store::restore`).
 #[derive(Clone)]
 pub struct Backup {
     rv: u64,
