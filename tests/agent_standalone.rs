@@ -502,8 +502,9 @@ async fn a_pod_added_back_while_stopping_restarts_once_stopped() {
     agent.wait_for(|l| l.ends_with("default/again: Ready=True")).await;
 
     std::fs::remove_file(dir.join("again.yaml")).unwrap();
-    let stopping =
-        agent.wait_for_after(0, |l| l.ends_with("default/again: removed, stopping its containers")).await;
+    let stopping = agent
+        .wait_for_after(0, |l| l.ends_with("default/again: removed (file deleted), stopping its containers"))
+        .await;
     // Back well within the 5 s grace: the next rescan (every 2 s) sees it while the old pod stops.
     write(&dir, "again.yaml", &manifest);
     let stopped = agent.wait_for_after(stopping, |l| l.ends_with("default/again: stopped")).await;
@@ -540,8 +541,11 @@ async fn a_changed_manifest_starts_its_new_pod_once_the_old_one_stopped() {
     assert_ne!(new, old);
     write(&dir, ".changed.tmp", &new);
     std::fs::rename(dir.join(".changed.tmp"), dir.join("changed.yaml")).unwrap();
-    let stopping =
-        agent.wait_for_after(0, |l| l.ends_with("default/changed: removed, stopping its containers")).await;
+    let stopping = agent
+        .wait_for_after(0, |l| {
+            l.ends_with("default/changed: removed (file changed), stopping its containers")
+        })
+        .await;
     let stopped = agent.wait_for_after(stopping, |l| l.ends_with("default/changed: stopped")).await;
     let added = agent.wait_for_after(stopping, |l| l.contains("default/changed: added from")).await;
     assert!(stopped < added, "the old pod stopped before the new one was added:\n{}", agent.seen.join("\n"));
@@ -782,7 +786,9 @@ async fn a_manifests_symlink_swapped_while_the_agent_runs_is_not_followed() {
 async fn each_unreadable_manifest_is_named_and_a_flood_of_them_is_counted() {
     let dir = temp_dir("unreadable");
     write(&dir, "one.yaml", &sleeper_pod("one", &dir.join(".one.pids")));
-    let looped = |name: &str| std::os::unix::fs::symlink(dir.join(name), dir.join(name)).unwrap();
+    // A link to the reader's own memory opens and fails to read (EIO), as a file does on a
+    // node out of descriptors (EMFILE). A symlink loop did here once; it now counts as removed.
+    let looped = |name: &str| std::os::unix::fs::symlink("/proc/self/mem", dir.join(name)).unwrap();
     // Five at start, so that the first scan meets them all.
     for name in ["loop-a.yaml", "loop-b.yaml", "loop-c.yaml", "loop-d.yaml", "loop-e.yaml"] {
         looped(name);
@@ -1851,8 +1857,9 @@ async fn a_container_whose_startup_probe_never_succeeded_stays_not_started_while
     let mut agent = Agent::start(&dir).await;
     agent.wait_for(|l| l.ends_with("default/slow: container app running")).await;
     std::fs::remove_file(dir.join("slow.yaml")).unwrap();
-    let stopping =
-        agent.wait_for_after(0, |l| l.ends_with("default/slow: removed, stopping its containers")).await;
+    let stopping = agent
+        .wait_for_after(0, |l| l.ends_with("default/slow: removed (file deleted), stopping its containers"))
+        .await;
     agent.wait_for_after(stopping, |l| l.ends_with("default/slow: stopped")).await;
     assert_eq!(turned_ready(&agent, stopping, "slow"), Vec::<String>::new(), "{}", agent.seen.join("\n"));
     agent.stop().await;

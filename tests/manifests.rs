@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
-    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, LoadedPod, MAX_MANIFEST_BYTES,
-    ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir, parse_manifest,
-    rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, LoadedPod,
+    MAX_MANIFEST_BYTES, ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir,
+    parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1279,10 +1279,11 @@ fn a_file_that_cannot_be_read_keeps_its_pods_and_a_removed_one_does_not() {
     let good = scan(dir.path(), NODE).keeping_unreadable(&Snapshot::default());
     assert_eq!(good.pods.len(), 3);
 
-    // a.yaml cannot be opened (ELOOP here; EMFILE on a node short of descriptors).
+    // a.yaml cannot be read (EIO here, a link to the reader's own memory at an unmapped
+    // address; EMFILE on a node short of descriptors).
     let a = dir.path().join("a.yaml");
     dir.remove("a.yaml");
-    std::os::unix::fs::symlink(&a, &a).unwrap();
+    std::os::unix::fs::symlink("/proc/self/mem", &a).unwrap();
     let next = scan(dir.path(), NODE);
     assert_eq!(next.pods.len(), 1);
     assert!(next.unreadable_files.contains_key(&a), "{:?}", next.unreadable_files);
@@ -1638,6 +1639,98 @@ fn a_running_manifest_caught_empty_keeps_its_pod_for_one_scan() {
     let blank = dir.write("c.yaml", "");
     let next = scan(&still);
     assert!(next.errors.iter().any(|e| e.file == blank && e.reason == EMPTY), "{:?}", next.errors);
+}
+
+/// A running manifest written in place can be caught half written: it does not parse, or
+/// parses short of a field. A scan that catches it keeps its pods and their names, as for an
+/// empty file; failing at the next scan too, it is reported as what is wrong and its pods go.
+/// Before, the first such scan stopped the pod and gave its name to a refused newcomer.
+#[test]
+fn a_running_manifest_caught_half_written_keeps_its_pods_for_one_scan() {
+    let dir = TempDir::new("half-written");
+    let whole = format!("{}---\n{}", pod_yaml("web"), pod_yaml("api"));
+    let running_file = dir.write("b.yaml", &whole);
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let running = scan(&Snapshot::default());
+    assert_eq!(running.pods.len(), 2);
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let before = scan(&running);
+    assert_eq!(before.pods, running.pods);
+
+    let held = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| e.file == running_file && e.reason.starts_with(FAILS_FOR_NOW))
+    };
+    // Cut inside a YAML string (does not parse), after `containers:` of the second document
+    // (validates short of a field), after the first document's `spec:` (both lost).
+    let cuts = [whole.len() - 4, whole.rfind("  - name").unwrap(), whole.find("  containers").unwrap()];
+    for cut in cuts {
+        dir.write("b.yaml", &whole[..cut]);
+        let caught = scan(&before);
+        assert_eq!(
+            summary(&diff(&before, &caught)),
+            Vec::<String>::new(),
+            "cut at {cut}: the pods keep running"
+        );
+        assert!(held(&caught), "cut at {cut}: {:?}", caught.errors);
+        assert!(
+            caught.errors.iter().any(|e| e.file == newcomer),
+            "the newcomer still refused: {:?}",
+            caught.errors
+        );
+        dir.write("b.yaml", &whole);
+        let written = scan(&caught);
+        assert_eq!(summary(&diff(&caught, &written)), Vec::<String>::new(), "cut at {cut}: nothing restarts");
+        assert_eq!(written.pods, running.pods);
+    }
+
+    // Still failing at the next scan: what is wrong is reported, and the newcomer takes the name.
+    dir.write("b.yaml", whole.replace("name: web", "name: Web"));
+    let caught = scan(&before);
+    assert!(held(&caught), "{:?}", caught.errors);
+    let still = scan(&caught);
+    let changes = diff(&caught, &still);
+    assert_eq!(summary(&changes), vec!["-default/web", "+default/web"], "api keeps running");
+    let SourceChange::Added(added) = &changes[1] else { panic!("{changes:?}") };
+    assert_eq!(added.file, newcomer);
+    assert!(!held(&still), "{:?}", still.errors);
+    assert!(
+        still
+            .errors
+            .iter()
+            .any(|e| e.file == running_file && e.reason.contains("metadata.name: Invalid value: \"Web\"")),
+        "{:?}",
+        still.errors
+    );
+    // An edit that breaks a document but loses no running pod is not held.
+    let two = still;
+    dir.write("b.yaml", format!("{}---\n{}---\nkind: Pod\n", pod_yaml("Web"), pod_yaml("api")));
+    let next = scan(&two);
+    assert!(!held(&next), "{:?}", next.errors);
+}
+
+/// A symlink loop (or a link through a file) in place of a running manifest leads to no file,
+/// as a dangling link does: its pods go. It was kept as a file that cannot be read for now
+/// (out of descriptors), so the pods ran on from a manifest that no longer existed.
+#[test]
+fn a_symlink_loop_in_place_of_a_running_manifest_stops_its_pods() {
+    let dir = TempDir::new("looped");
+    let a = dir.write("a.yaml", pod_yaml("alpha"));
+    let b = dir.write("b.yaml", pod_yaml("beta"));
+    let running = next_snapshot(dir.path(), &Snapshot::default());
+    assert_eq!(running.pods.len(), 2);
+    dir.remove("a.yaml");
+    std::os::unix::fs::symlink(&a, &a).unwrap();
+    dir.remove("b.yaml");
+    std::os::unix::fs::symlink(dir.write("file", "x").join("b.yaml"), &b).unwrap();
+    let next = next_snapshot(dir.path(), &running);
+    assert_eq!(summary(&diff(&running, &next)), vec!["-default/alpha", "-default/beta"]);
+    assert!(next.unreadable_files.is_empty(), "{:?}", next.unreadable_files);
+    let mut said: Vec<_> =
+        next.errors.iter().map(|e| (e.file.clone(), e.reason.starts_with("cannot read file: "))).collect();
+    said.sort();
+    assert_eq!(said, vec![(a, true), (b, true)]);
 }
 
 /// `metadata.name: Duplicate value` for a pod of `file` refused because `keeper` runs the name.

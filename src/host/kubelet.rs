@@ -263,9 +263,9 @@ impl StandaloneKubelet {
             // wrong, once per file and reason. A node short of file descriptors fails every
             // file the same way: of one kind of error, a scan names the first few files only.
             let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
-            // A file caught empty is kept as an unreadable one is, but it was read: said as
+            // A file caught empty or half written is kept as an unreadable one is, but it was read: said as
             // what it is, not counted among the files that cannot be read.
-            let kind = kind.filter(|_| error.reason != manifests::EMPTY_FOR_NOW);
+            let kind = kind.filter(|_| !manifests::kept_for_now(&error.reason));
             let (key, line) = match kind {
                 Some(kind) => (
                     format!("unreadable: {kind:?}: {}", error.file.display()),
@@ -309,7 +309,11 @@ impl StandaloneKubelet {
         for change in changes {
             match change {
                 SourceChange::Added(loaded) => self.add(loaded.pod, &loaded.file, ctx),
-                SourceChange::Removed { uid, .. } => self.terminate(uid, ctx),
+                SourceChange::Removed { uid, file, namespace, name } => {
+                    let exists = std::fs::symlink_metadata(&file).is_ok();
+                    let why = manifests::removal(&self.snapshot, &file, &namespace, &name, exists);
+                    self.terminate(uid, why, ctx)
+                }
                 SourceChange::Updated(loaded) => self.update(loaded.pod, ctx),
             }
         }
@@ -528,7 +532,7 @@ impl StandaloneKubelet {
     /// The kubelet's `SyncTerminatingPod` and `SyncTerminatedPod` for a pod whose manifest
     /// went away: stop liveness and startup, stop the containers, write the final status,
     /// stop probing and forget the pod.
-    fn terminate(&mut self, uid: PodUid, ctx: &mut Context<Self>) {
+    fn terminate(&mut self, uid: PodUid, why: manifests::Removal, ctx: &mut Context<Self>) {
         if let Some(entry) =
             self.entries.values_mut().find(|e| e.restart.as_ref().is_some_and(|r| r.uid() == Some(&*uid)))
         {
@@ -542,7 +546,7 @@ impl StandaloneKubelet {
         }
         let generation = entry.generation;
         let pod = entry.pod.clone();
-        console::print(Tone::Plain, &format!("{}: removed, stopping its containers", pod_ref(&pod)));
+        console::print(Tone::Plain, &format!("{}: removed ({why}), stopping its containers", pod_ref(&pod)));
         self.pipeline.stop_liveness_and_startup(pod.clone());
         let grace = kill_grace_period(&pod, "", None);
         let kill = self.runtime.send(KillPod { pod_uid: uid.clone(), grace });

@@ -100,6 +100,12 @@ impl LoadedPod {
     }
 }
 
+/// A pod's namespace and name as [`LoadedPod::namespace`] and [`LoadedPod::name`] read them.
+fn pod_full_name(pod: &Pod) -> (String, String) {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+    (namespace.to_owned(), pod.metadata.name.clone().unwrap_or_default())
+}
+
 /// Why a file, or one document in it, gave no pod.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {reason}", file.display())]
@@ -414,6 +420,21 @@ pub const EMPTY_FOR_NOW: &str = "the file is empty (written in place?); keeping 
 /// Why a manifest gives no pod: it is empty (for a second scan, or it never gave one).
 pub const EMPTY: &str = "the file is empty: no pod";
 
+/// Why a manifest that gave pods and now fails to load, losing one of them, keeps them for one
+/// more scan (followed by the first reason it fails): a file written in place can be caught
+/// half written, and a half-written file does not parse, or parses short of a field. The next
+/// scan reports what is wrong and stops the pods. docs/reliability.md, "A new manifest never
+/// displaces a running pod".
+pub const FAILS_FOR_NOW: &str =
+    "the file does not load (written in place?); keeping its pods until the next scan";
+
+/// Whether `reason` says a manifest's pods are kept for this scan although it reads empty or
+/// does not load ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]): it was read, so it is not one of the
+/// files that cannot be.
+pub fn kept_for_now(reason: &str) -> bool {
+    reason == EMPTY_FOR_NOW || reason.starts_with(FAILS_FOR_NOW)
+}
+
 /// A pod with the number of its document in a file of several (1-based).
 type NumberedPod = (Option<usize>, Pod);
 
@@ -440,6 +461,12 @@ impl ParseCache {
     fn keep_only(&mut self, listed: &HashSet<&Path>) {
         self.files.retain(|file, _| listed.contains(file.as_path()));
         self.emptied.retain(|file| listed.contains(file.as_path()));
+    }
+
+    /// The namespace/name of each pod `file` gave when it was last parsed.
+    fn names_given(&self, file: &Path) -> Vec<(String, String)> {
+        let Some((_, pods, _)) = self.files.get(file) else { return Vec::new() };
+        pods.iter().map(|(_, pod)| pod_full_name(pod)).collect()
     }
 
     /// `file` reads empty: whether this is the first scan to find it so since it last gave pods.
@@ -475,7 +502,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         let contents = match read_manifest(&file) {
             Ok(contents) => contents,
             Err(ReadError::Io(e)) => {
-                if e.kind() != io::ErrorKind::NotFound {
+                if !leads_nowhere(&e) {
                     loaded.unreadable_files.insert(file.clone(), e.kind());
                 }
                 loaded.errors.push(ManifestError::new(&file, ReadError::Io(e).to_string()));
@@ -497,7 +524,19 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         } else {
             cache.emptied.remove(&file);
         }
+        let given = cache.names_given(&file);
         let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
+        // A pod lost to an error, where the file's last parse gave it: the file may be caught
+        // half written. Its pods are kept for this scan as an unreadable file's are. The cache
+        // now holds the failed parse, so the same contents at the next scan lose nothing more
+        // and are reported as what they are.
+        let lost = !bad.is_empty()
+            && given.iter().any(|name| !parsed.iter().any(|(_, pod)| pod_full_name(pod) == *name));
+        if let (true, Some(first)) = (lost, bad.first()) {
+            loaded.unreadable_files.insert(file.clone(), io::ErrorKind::InvalidData);
+            loaded.errors.push(ManifestError::new(&file, format!("{FAILS_FOR_NOW}: {}", first.reason)));
+            continue;
+        }
         loaded.errors.extend(bad);
         loaded.candidates.extend(parsed.into_iter().map(|(document, pod)| LoadedPod {
             file: file.clone(),
@@ -530,7 +569,7 @@ fn manifest_files(dir: &Path, loaded: &mut Loaded) -> io::Result<Vec<PathBuf>> {
             Ok(meta) if meta.is_dir() => loaded.errors.push(ManifestError::new(&path, NOT_RECURSING)),
             Ok(_) => loaded.errors.push(ManifestError::new(&path, NOT_A_FILE)),
             Err(e) => {
-                if e.kind() != io::ErrorKind::NotFound {
+                if !leads_nowhere(&e) {
                     loaded.unreadable_files.insert(path.clone(), e.kind());
                 }
                 loaded.errors.push(ManifestError::new(&path, format!("cannot read file: {e}")));
@@ -539,6 +578,19 @@ fn manifest_files(dir: &Path, loaded: &mut Loaded) -> io::Result<Vec<PathBuf>> {
     }
     files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
     Ok(files)
+}
+
+/// Whether `e`, opening a listed file, says its path leads to no file, as a removed file's
+/// does: a dangling symlink (not found), a symlink loop, a symlink through a file
+/// (`ENOTDIR`), a target path too long. Such a file's pods go, as the kubelet drops it. Any
+/// other error (out of descriptors or memory, permission, I/O) leaves its pods unknown, not
+/// gone, and they are kept (docs/reliability.md, "File-descriptor budget").
+fn leads_nowhere(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    e.kind() == io::ErrorKind::NotFound
+        || e.raw_os_error().is_some_and(|code| {
+            [Errno::LOOP, Errno::NOTDIR, Errno::NAMETOOLONG].contains(&Errno::from_raw_os_error(code))
+        })
 }
 
 /// Why a file gave no text to parse ([`read_regular_file`]).

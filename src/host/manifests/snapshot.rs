@@ -279,6 +279,52 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<SourceChange> {
         .collect()
 }
 
+/// Why a running pod is no longer among the folder's pods ([`SourceChange::Removed`]), as the
+/// agent says when it stops it: an operator who sees a pod stop should not have to guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Its file gives a pod of its namespace/name that is another pod (a new UID).
+    Changed,
+    /// Its file is gone.
+    Deleted,
+    /// Its file reads empty ([`EMPTY`](super::EMPTY)).
+    Empty,
+    /// Its file, or the pod's document, gives an error (it does not parse or validate, or cannot
+    /// be read as a file).
+    DoesNotLoad,
+    /// Its file loads and gives other pods only.
+    NotGiven,
+}
+
+impl std::fmt::Display for Removal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Removal::Changed => "file changed",
+            Removal::Deleted => "file deleted",
+            Removal::Empty => "file empty",
+            Removal::DoesNotLoad => "file does not load",
+            Removal::NotGiven => "no longer in its file",
+        })
+    }
+}
+
+/// Why the pod `namespace`/`name` of `file` is not in `new`; `file_exists` is whether `file` is
+/// still there (a dangling link is, and does not load).
+pub fn removal(new: &Snapshot, file: &Path, namespace: &str, name: &str, file_exists: bool) -> Removal {
+    let is_this = |p: &LoadedPod| p.file == file && p.namespace() == namespace && p.name() == name;
+    if new.pods.values().any(is_this) {
+        Removal::Changed
+    } else if !file_exists {
+        Removal::Deleted
+    } else if new.errors.iter().any(|e| e.file == file && e.reason == super::EMPTY) {
+        Removal::Empty
+    } else if new.errors.iter().any(|e| e.file == file) {
+        Removal::DoesNotLoad
+    } else {
+        Removal::NotGiven
+    }
+}
+
 // === UID ===
 
 /// The static pod UID. Like the kubelet's (an MD5 of the pod, the host and the file), it hashes
@@ -354,6 +400,25 @@ mod tests {
             pods: pods.iter().map(|p| (p.uid().to_owned(), p.clone())).collect(),
             ..Snapshot::default()
         }
+    }
+
+    /// The agent says why it stops a pod: its file changed, was deleted, reads empty, does not
+    /// load, or no longer gives it. It said only `removed` before.
+    #[test]
+    fn a_removal_says_why() {
+        let error =
+            |file: &str, reason: &str| ManifestError { file: PathBuf::from(file), reason: reason.into() };
+        let mut new =
+            running(&[pod("a.yaml", Some(1), "default", "web"), pod("b.yaml", None, "default", "other")]);
+        new.errors = vec![error("c.yaml", super::super::EMPTY), error("d.yaml", "invalid YAML: …")];
+        let why =
+            |file: &str, exists: bool| removal(&new, Path::new(file), "default", "web", exists).to_string();
+        assert_eq!(why("a.yaml", true), "file changed");
+        assert_eq!(why("b.yaml", true), "no longer in its file");
+        assert_eq!(why("c.yaml", true), "file empty");
+        assert_eq!(why("d.yaml", true), "file does not load");
+        assert_eq!(why("e.yaml", false), "file deleted");
+        assert_eq!(removal(&new, Path::new("a.yaml"), "kube-system", "web", true), Removal::NotGiven);
     }
 
     /// Where each chosen pod came from, and which files were refused.
