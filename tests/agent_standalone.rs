@@ -656,6 +656,17 @@ async fn after_a_graceful_restart_the_running_pod_keeps_its_name_against_a_refus
     let mut agent = Agent::start(&dir).await;
     let added = agent.wait_for(|l| l.contains("default/web: added from")).await;
     assert!(added.ends_with("b.yaml"), "the pod that ran before the restart runs again: {added}");
+
+    // Edited while no agent ran (a new pod, a new UID): its file still keeps the name; file
+    // order gave it to the newcomer before.
+    signal_agent(&agent, "-TERM");
+    assert!(agent.child.wait().await.unwrap().success());
+    let edited = sleeper_pod("web", &running_pids)
+        .replace("  name: web\n", "  name: web\n  labels: {edited: \"yes\"}\n");
+    write(&dir, "b.yaml", &edited);
+    let mut agent = Agent::start(&dir).await;
+    let added = agent.wait_for(|l| l.contains("default/web: added from")).await;
+    assert!(added.ends_with("b.yaml"), "the file that ran the name keeps it, edited: {added}");
     agent.stop().await;
 }
 

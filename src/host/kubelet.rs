@@ -90,9 +90,9 @@ pub struct KubeletConfig {
     pub node_name: String,
     /// How often the folder is rescanned.
     pub rescan_period: Duration,
-    /// The UIDs of the pods the previous agent on the folder ran (named in its state directory): the
-    /// first scan gives each, unchanged, its namespace/name back before file order does.
-    pub ran_before: std::collections::BTreeSet<String>,
+    /// The pods the previous agent on the folder ran (named in its state directory): the first
+    /// scan gives each namespace/name back to the file that ran it before file order does.
+    pub ran_before: manifests::RanBefore,
     /// The agent's state directory, where the pods it runs are named for the next agent
     /// ([`crate::host::runtime::RUNNING_PODS`]); `None`: not written.
     pub state_dir: Option<PathBuf>,
@@ -299,10 +299,8 @@ impl StandaloneKubelet {
         self.snapshot = next;
         if let Some(state_dir) = self.config.state_dir.as_deref()
             && !changes.is_empty()
-            && let Err(error) = crate::host::runtime::write_running_pods(
-                state_dir,
-                self.snapshot.pods.keys().map(String::as_str),
-            )
+            && let Err(error) =
+                crate::host::runtime::write_running_pods(state_dir, self.snapshot.pods.values())
         {
             tracing::debug!(%error, "Cannot name the running pods for the next agent");
         }

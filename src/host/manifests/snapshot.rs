@@ -6,8 +6,8 @@
 //! name of a running pod from another file is refused (`metadata.name: Duplicate value`) for as
 //! long as the running pod's file gives that name, whatever the files' order; the running
 //! file's own edits replace its pod as any edit does. At the agent's start, the pod the
-//! previous agent ran under a name (its UID named in the state directory,
-//! [`Snapshot::ran_before`]) keeps it if its manifest is unchanged. When nothing runs under the
+//! previous agent ran under a name (named in the state directory, [`Snapshot::ran_before`])
+//! keeps it, and so does its file if edited since. When nothing runs under the
 //! name (at start, or once the running file is gone or stops giving it), the first in file-name
 //! order wins. Upstream's file source lets the newest or the last file take the name over, stopping
 //! the running pod; the difference is deliberate (docs/reliability.md, "A new manifest never
@@ -42,11 +42,22 @@ pub struct Snapshot {
     pub folder_unreadable: Option<io::ErrorKind>,
     /// Files that exist but could not be read, with why; their pods are not in `pods`.
     pub unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
-    /// The UIDs of pods that ran under the previous agent (named in its state directory): in the
+    /// The pods that ran under the previous agent (named in its state directory): in the
     /// agent's first snapshot only, where nothing runs yet, so that its first scan gives each
-    /// such pod, unchanged, its namespace/name back before file order does. A scan's own
+    /// namespace/name back to the file that ran it before file order does. A scan's own
     /// snapshot has none.
-    pub ran_before: std::collections::BTreeSet<String>,
+    pub ran_before: RanBefore,
+}
+
+/// What the previous agent on the folder ran, as its state directory tells it
+/// ([`crate::host::runtime::pods_that_ran`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RanBefore {
+    /// The pods' UIDs (a crash's container records name these only).
+    pub uids: std::collections::BTreeSet<String>,
+    /// The file each namespace/name ran from, where the state directory says: a manifest
+    /// edited while no agent ran is a new pod (a new UID) of the file that ran its name.
+    pub files: BTreeMap<(String, String), PathBuf>,
 }
 
 impl Snapshot {
@@ -117,10 +128,17 @@ pub(super) fn one_per_name(
         }
     }
     // A name nothing runs under, at the agent's start: the very pod the previous agent ran
-    // (same file, same contents, so same UID), if it is still there.
+    // (same file, same contents, so same UID), if it is still there; else the file that ran
+    // the name, edited since.
     for (index, pod) in candidates.iter().enumerate() {
-        if ran_before.contains(pod.uid()) {
+        if ran_before.uids.contains(pod.uid()) {
             keeper.entry(full_name(pod)).or_insert(index);
+        }
+    }
+    for (index, pod) in candidates.iter().enumerate() {
+        let name = full_name(pod);
+        if ran_before.files.get(&name).is_some_and(|file| *file == pod.file) {
+            keeper.entry(name).or_insert(index);
         }
     }
     for (index, pod) in candidates.iter().enumerate() {
@@ -501,9 +519,30 @@ mod tests {
     fn at_start_the_pod_that_ran_before_keeps_its_name() {
         let (web_a, web_b) = (pod("a.yaml", None, "default", "web"), pod("b.yaml", None, "default", "web"));
         let (api_c, api_d) = (pod("c.yaml", None, "default", "api"), pod("d.yaml", None, "default", "api"));
-        let start = Snapshot { ran_before: [web_b.uid().to_owned()].into(), ..Snapshot::default() };
+        let ran_before = RanBefore { uids: [web_b.uid().to_owned()].into(), ..RanBefore::default() };
+        let start = Snapshot { ran_before, ..Snapshot::default() };
         let candidates = vec![web_a, web_b, api_c, api_d];
         let (chosen, errors) = one_per_name(candidates, &start, &BTreeMap::new());
+        assert_eq!(
+            places(&chosen, &errors),
+            (vec!["b.yaml".to_owned(), "c.yaml".to_owned()], vec!["a.yaml".to_owned(), "d.yaml".to_owned()])
+        );
+    }
+
+    /// A manifest edited while no agent ran gives a new UID: its file, named in the state
+    /// directory as running the name, keeps it before file order does. File order decided
+    /// before. The very pod that ran still comes first.
+    #[test]
+    fn at_start_the_file_that_ran_a_name_keeps_it_when_edited_since() {
+        let (web_a, web_b) = (pod("a.yaml", None, "default", "web"), pod("b.yaml", None, "default", "web"));
+        let (api_c, api_d) = (pod("c.yaml", None, "default", "api"), pod("d.yaml", None, "default", "api"));
+        let named = |name: &str, file: &str| (("default".to_owned(), name.to_owned()), PathBuf::from(file));
+        let ran_before = RanBefore {
+            uids: [api_c.uid().to_owned()].into(),
+            files: [named("web", "b.yaml"), named("api", "d.yaml")].into(),
+        };
+        let start = Snapshot { ran_before, ..Snapshot::default() };
+        let (chosen, errors) = one_per_name(vec![web_a, web_b, api_c, api_d], &start, &BTreeMap::new());
         assert_eq!(
             places(&chosen, &errors),
             (vec!["b.yaml".to_owned(), "c.yaml".to_owned()], vec!["a.yaml".to_owned(), "d.yaml".to_owned()])

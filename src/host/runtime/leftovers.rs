@@ -34,6 +34,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::host::manifests::{LoadedPod, RanBefore};
 use crate::process::{Delivery, ProcessStat, Signal, signal_group, signal_process};
 use crate::shim::{MARK_ENV, SUBCOMMAND, TREE_KILL_WAIT, WAIT_FOR_GO, mark, parse_mark};
 
@@ -127,33 +128,48 @@ struct Process {
 /// (a start time, a pod's and a container's names, a boot ID; a boot ID and a time).
 const RECORD_MAX: u64 = 4096;
 
-/// The file of the state directory that names the pods the agent runs, their UIDs one a line,
-/// written at each change of the folder's pods ([`write_running_pods`]): after a graceful stop
-/// no container record is left to say what ran.
+/// The file of the state directory that names the pods the agent runs, one a line: its UID,
+/// then, tab-separated, its namespace, name and manifest file (a file whose path is not UTF-8
+/// or holds a line break is left out: the UID alone is written). Written at each change of the
+/// folder's pods ([`write_running_pods`]): after a graceful stop no container record is left to
+/// say what ran. A line of a UID alone is read too (the first agents wrote only those).
 pub const RUNNING_PODS: &str = "pods";
 
-/// The most read of [`RUNNING_PODS`]: a UID is 36 bytes and a line.
+/// The most read of [`RUNNING_PODS`]: a line is a UID, two names and a path.
 const RUNNING_PODS_MAX: u64 = 16 << 20;
 
-/// The pods the previous agent on the folder ran, by UID: what [`RUNNING_PODS`] names and what
-/// the container records name (a crash can come between a pod's start and the file's write).
-/// Read before `kill_leftovers` sweeps the records. The next agent's first scan gives such a
-/// pod, unchanged, its namespace/name back before file order does (docs/reliability.md, "A new
-/// manifest never displaces a running pod").
-pub fn pods_that_ran(state: &Path) -> std::collections::BTreeSet<String> {
-    let mut uids = recorded_pod_uids(state);
+/// What the previous agent on the folder ran: the pods [`RUNNING_PODS`] names, with the file
+/// each namespace/name ran from, and the UIDs the container records name (a crash can come
+/// between a pod's start and the file's write). Read before `kill_leftovers` sweeps the
+/// records. The next agent's first scan gives each such namespace/name back to the file that
+/// ran it before file order does (docs/reliability.md, "A new manifest never displaces a
+/// running pod").
+pub fn pods_that_ran(state: &Path) -> RanBefore {
+    let mut ran = RanBefore { uids: recorded_pod_uids(state), ..RanBefore::default() };
     if let Ok(text) = crate::host::manifests::read_regular_file(&state.join(RUNNING_PODS), RUNNING_PODS_MAX) {
-        uids.extend(text.lines().map(str::trim).filter(|uid| !uid.is_empty()).map(str::to_owned));
+        for line in text.lines() {
+            let mut fields = line.splitn(4, '\t');
+            let Some(uid) = fields.next().map(str::trim).filter(|uid| !uid.is_empty()) else { continue };
+            ran.uids.insert(uid.to_owned());
+            if let (Some(namespace), Some(name), Some(file)) = (fields.next(), fields.next(), fields.next())
+                && !file.is_empty()
+            {
+                ran.files.insert((namespace.to_owned(), name.to_owned()), PathBuf::from(file));
+            }
+        }
     }
-    uids
+    ran
 }
 
 /// Writes [`RUNNING_PODS`] (a temporary file renamed over it, so a crash leaves the old or the
 /// new list).
-pub fn write_running_pods<'a>(state: &Path, uids: impl Iterator<Item = &'a str>) -> io::Result<()> {
+pub fn write_running_pods<'a>(state: &Path, pods: impl Iterator<Item = &'a LoadedPod>) -> io::Result<()> {
     let mut text = String::new();
-    for uid in uids {
-        text.push_str(uid);
+    for pod in pods {
+        text.push_str(pod.uid());
+        if let Some(file) = pod.file.to_str().filter(|file| !file.contains(['\n', '\r'])) {
+            text.push_str(&format!("\t{}\t{}\t{file}", pod.namespace(), pod.name()));
+        }
         text.push('\n');
     }
     let temporary = state.join(format!(".{RUNNING_PODS}.tmp"));
@@ -686,12 +702,26 @@ mod tests {
         fs::write(containers.join("notes"), "100 x_y(uid-stranger) app -\n").unwrap();
         let uids = recorded_pod_uids(&dir);
         assert_eq!(uids, ["uid-api".to_owned(), "uid-web".to_owned()].into());
-        // With the file that names the running pods (a graceful stop leaves no record).
-        write_running_pods(&dir, ["uid-idle", "uid-web"].into_iter()).unwrap();
+        // With the file that names the running pods (a graceful stop leaves no record), and the
+        // file each ran from where its path can be written on a line.
+        let pod = |uid: &str, name: &str, file: &str| {
+            let mut pod = LoadedPod { file: PathBuf::from(file), document: None, pod: Default::default() };
+            pod.pod.metadata.uid = Some(uid.into());
+            pod.pod.metadata.name = Some(name.into());
+            pod.pod.metadata.namespace = Some("shop".into());
+            pod
+        };
+        let running = [pod("uid-idle", "idle", "/m/idle.yaml"), pod("uid-web", "web", "/m/web\n.yaml")];
+        write_running_pods(&dir, running.iter()).unwrap();
+        // A line of a UID alone, as the first agents wrote it.
+        let text = fs::read_to_string(dir.join(RUNNING_PODS)).unwrap();
+        fs::write(dir.join(RUNNING_PODS), format!("{text}uid-old\n")).unwrap();
         let all = pods_that_ran(&dir);
         fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(all, ["uid-api", "uid-idle", "uid-web"].map(str::to_owned).into());
-        assert!(pods_that_ran(&dir).is_empty(), "no state directory: none");
+        assert_eq!(all.uids, ["uid-api", "uid-idle", "uid-old", "uid-web"].map(str::to_owned).into());
+        let idle = (("shop".to_owned(), "idle".to_owned()), PathBuf::from("/m/idle.yaml"));
+        assert_eq!(all.files, [idle].into());
+        assert_eq!(pods_that_ran(&dir), RanBefore::default(), "no state directory: none");
     }
 
     /// Only the start of a record file is read: a file grown huge is not read whole.
