@@ -816,6 +816,27 @@ async fn each_unreadable_manifest_is_named_and_a_flood_of_them_is_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Of many manifests skipped in one scan (a thousand copies of one pod dropped in the folder),
+/// the first 20 are named and the rest counted, with where to see them all: each was printed
+/// before, a thousand lines at once.
+#[actix::test]
+async fn a_flood_of_skipped_manifests_is_counted() {
+    let dir = temp_dir("skipped-flood");
+    write(&dir, "a-web.yaml", &sleeper_pod("web", &dir.join(".web.pids")));
+    // At start, so that the first scan meets them all.
+    for n in 0..30 {
+        write(&dir, &format!("b-{n:02}.yaml"), &sleeper_pod("web", &dir.join(format!(".{n}.pids"))));
+    }
+    let mut agent = Agent::start(&dir).await;
+    let counted =
+        agent.wait_for_after(0, |l| l.contains("… and 10 more manifests skipped: `probelet lint ")).await;
+    let named = agent.seen[..counted].iter().filter(|l| l.contains("Duplicate value: \"web\"")).count();
+    assert_eq!(named, 20, "{:?}", agent.seen);
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    agent.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The same folder under another path (a bind mount) is the same folder: a second agent on the
 /// other path is refused, as on the same path. Mounting needs `CAP_SYS_ADMIN`; where the test
 /// cannot mount it says so and checks nothing.

@@ -110,6 +110,10 @@ pub struct KubeletConfig {
 /// How many files newly unreadable with one kind of error a scan names; the rest are counted.
 const UNREADABLE_NAMED: usize = 3;
 
+/// How many manifests newly skipped (wrong, refused) a scan names; the rest are counted. A
+/// thousand copies of one pod dropped in the folder printed a thousand lines at once.
+const SKIPPED_NAMED: usize = 20;
+
 /// The key under which "the manifests path now leads elsewhere" is reported once.
 const MANIFESTS_PATH_MOVED: &str = "manifests path moved";
 
@@ -258,6 +262,8 @@ impl StandaloneKubelet {
         let mut current = HashSet::new();
         // Files newly unreadable this scan, by kind of error, beyond the ones named.
         let mut unnamed: BTreeMap<String, usize> = BTreeMap::new();
+        // Manifests newly skipped this scan.
+        let mut skipped = 0;
         for error in &next.errors {
             // Each file that cannot be read is told once while it lasts, and so is what is
             // wrong, once per file and reason. A node short of file descriptors fails every
@@ -282,7 +288,12 @@ impl StandaloneKubelet {
                             console::print(Tone::Bad, &line);
                         }
                     }
-                    None => console::print(Tone::Warn, &line),
+                    None => {
+                        skipped += 1;
+                        if skipped <= SKIPPED_NAMED {
+                            console::print(Tone::Warn, &line);
+                        }
+                    }
                 }
             }
             current.insert(key);
@@ -292,6 +303,14 @@ impl StandaloneKubelet {
                 let more = count - UNREADABLE_NAMED;
                 console::print(Tone::Bad, &format!("… and {more} more manifests cannot be read ({kind})"));
             }
+        }
+        if skipped > SKIPPED_NAMED {
+            let more = skipped - SKIPPED_NAMED;
+            let folder = self.config.manifests.display();
+            console::print(
+                Tone::Warn,
+                &format!("… and {more} more manifests skipped: `probelet lint {folder}` names them all"),
+            );
         }
         self.reported.retain(|r| current.contains(r) || r == MANIFESTS_PATH_MOVED);
         self.check_manifests_path();
