@@ -269,8 +269,8 @@ impl StandaloneKubelet {
             // wrong, once per file and reason. A node short of file descriptors fails every
             // file the same way: of one kind of error, a scan names the first few files only.
             let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
-            // A file caught empty or half written is kept as an unreadable one is, but it was read: said as
-            // what it is, not counted among the files that cannot be read.
+            // A file caught empty or half written is kept as an unreadable one is, but it was
+            // read: said as what it is, not counted among the files that cannot be read.
             let kind = kind.filter(|_| !manifests::kept_for_now(&error.reason));
             let (key, line) = match kind {
                 Some(kind) => (
