@@ -24,6 +24,7 @@ use probelet_actors::features::{Feature, FeatureGates};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::prober::executors::Executors;
+use probelet_actors::prober::pod_container::duplicate_container_name;
 use probelet_actors::prober::update_status::keep_started_while_terminating;
 use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
@@ -61,18 +62,6 @@ pub enum SyncPodError {
         /// The name two containers share.
         container: String,
     },
-}
-
-/// The first container name the pod's init and regular containers share, if any.
-fn duplicate_container(pod: &Pod) -> Option<&str> {
-    let spec = pod.spec.as_ref()?;
-    let mut seen = std::collections::HashSet::new();
-    spec.init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
-        .map(|c| c.name.as_str())
-        .find(|name| !seen.insert(*name))
 }
 
 fn is_terminal(phase: Option<&str>) -> bool {
@@ -317,7 +306,7 @@ impl Engine {
                 name: pod.metadata.name.clone().unwrap_or_default(),
             });
         };
-        if let Some(container) = duplicate_container(&pod) {
+        if let Some(container) = duplicate_container_name(&pod) {
             return Err(SyncPodError::DuplicateContainer {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 name: pod.metadata.name.clone().unwrap_or_default(),

@@ -647,3 +647,92 @@ async fn a_manager_whose_workers_and_host_are_gone_stops() {
     }
     assert!(weak.upgrade().is_none(), "nothing but the manager's own peers kept it alive");
 }
+
+// === invalid pods ===
+
+/// Log lines written on this thread while the guard lives (the prober manager runs on the
+/// test's arbiter thread), plain text.
+#[derive(Clone, Default)]
+struct ThreadLog(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for ThreadLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ThreadLog {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        let all = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        all.lines().filter(|l| l.contains(text)).map(str::to_owned).collect()
+    }
+}
+
+/// `pod` with its container `from` renamed `to` (the builder names each container once).
+fn renamed(pod: Arc<Pod>, from: &str, to: &str) -> Arc<Pod> {
+    let mut pod = Arc::unwrap_or_clone(pod);
+    let spec = pod.spec.as_mut().unwrap();
+    for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+        if container.name == from {
+            container.name = to.to_owned();
+        }
+    }
+    Arc::new(pod)
+}
+
+/// Two containers of one name (regular ones, or a sidecar and a regular one: one name space),
+/// which the API server refuses. Workers are keyed by container name: before, the first
+/// container's readiness worker and the second's liveness worker both ran as `app`'s (the
+/// liveness one probing the second container under the first's name), and a probe of the same
+/// kind on both ran for the first only. Now `add_pod` and `reconcile_pod` start none for such
+/// a pod, and a warn log names the pod and the name; the manager goes on with other pods.
+#[actix::test]
+async fn a_pod_with_two_containers_of_one_name_gets_no_workers() {
+    let log = ThreadLog::default();
+    let _guard = log.capture();
+    let (h, _) = started_harness().await;
+    let regular = test_pod("twins")
+        .container("app")
+        .container("other")
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .with_probe("other", Liveness, probe(10, 1, 3))
+        .build();
+    let twins = renamed(regular, "other", "app");
+    h.pipeline.add_pod(twins.clone());
+    h.pipeline.reconcile_pod(twins.clone());
+    let sidecar = test_pod("side-twins")
+        .sidecar("proxy")
+        .container("app")
+        .with_probe("proxy", Startup, probe(10, 1, 3))
+        .with_probe("app", Readiness, probe(10, 1, 3))
+        .build();
+    let side_twins = renamed(sidecar, "proxy", "app");
+    h.pipeline.add_pod(side_twins.clone());
+    settle().await;
+    assert_eq!(workers_of(&h, &twins).await, pairs(&[]), "two regular containers named app");
+    assert_eq!(workers_of(&h, &side_twins).await, pairs(&[]), "a sidecar and a container named app");
+    let warned = log.lines_with("Pod has more than one container of this name; not probing it");
+    assert_eq!(warned.len(), 3, "{warned:?}");
+    assert!(warned[0].contains("WARN"), "{warned:?}");
+    assert!(warned[0].contains("pod=default/twins") && warned[0].contains("container=\"app\""), "{warned:?}");
+    assert!(warned[2].contains("pod=default/side-twins"), "{warned:?}");
+
+    let fine = test_pod("fine").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.pipeline.add_pod(fine.clone());
+    settle().await;
+    assert_eq!(workers_of(&h, &fine).await, pairs(&[("app", Readiness)]));
+}

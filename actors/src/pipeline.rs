@@ -237,6 +237,17 @@ impl Pipeline {
 
     /// Starts a worker for every probe of the pod's containers that has none (upstream `AddPod`):
     /// call it when the pod is added or updated.
+    ///
+    /// A pod the engine cannot probe as written gets no worker at all, and a warn log says why
+    /// (the call returns nothing: it is a message to the prober manager): one without
+    /// `metadata.uid` (`Pod without a UID; not probing it`), and one two of whose containers
+    /// share a name, init containers and sidecars included (`Pod has more than one container
+    /// of this name; not probing it`, with the pod, its UID and the name), which the API server
+    /// refuses (`spec.containers[1].name: Duplicate value: "app"`): workers are keyed by
+    /// container name, so the second container's probes would otherwise be taken for the
+    /// first's, or dropped. [`Pipeline::reconcile_pod`] refuses them too. An embedder can check
+    /// first with [`duplicate_container_name`](crate::prober::pod_container::duplicate_container_name);
+    /// [`Pipeline::workers`] shows no worker for such a pod.
     pub fn add_pod(&self, pod: Arc<Pod>) {
         self.prober_manager.do_send(AddPod(pod));
     }

@@ -10,6 +10,23 @@ use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+/// The first name two of the pod's containers share, if any: init containers (sidecars
+/// included) and regular containers are one name space, as for the API server
+/// (`spec.containers[1].name: Duplicate value: "app"`). The engine keys probe workers, probe
+/// results and container statuses by container name, so it cannot probe such a pod as written:
+/// the prober manager refuses it ([`crate::Pipeline::add_pod`]), and so does the engine's
+/// `sync_pod`.
+pub fn duplicate_container_name(pod: &Pod) -> Option<&str> {
+    let spec = pod.spec.as_ref()?;
+    let mut seen = std::collections::HashSet::new();
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| c.name.as_str())
+        .find(|name| !seen.insert(*name))
+}
+
 /// One container of a pod, read through the pod's shared `Arc`. Cloning it clones the `Arc`.
 #[derive(Clone)]
 pub struct PodContainer {

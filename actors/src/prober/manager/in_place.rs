@@ -46,6 +46,11 @@ impl Handler<ReconcilePod> for ProberManager {
             self.add_pod(pod, ctx, None);
             return;
         };
+        // Before any in-place change: such a pod's workers are keyed by a name two containers
+        // share (the API server refuses it, and never lets an update make one).
+        if super::refused_for_a_duplicate_name(&pod, &uid) {
+            return;
+        }
         let gated = self.feature_gates.enabled(Feature::MutableContainerProbes);
         if gated && self.deleting_or_finished(&pod, &uid) {
             // Upstream's ReconcilePod changes no worker of such a pod, and starts none: a pod

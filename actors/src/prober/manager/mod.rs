@@ -34,6 +34,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::do_probe::{AfterExit, ContainerBinding, WorkerSpec, WorkerState};
+use super::pod_container::duplicate_container_name;
 use super::probe_metrics::ProbeLabels;
 use super::reconcile::ProbeChange;
 use super::timing::{EffectiveTiming, probe_timings};
@@ -429,6 +430,9 @@ impl ProberManager {
             );
             return;
         };
+        if refused_for_a_duplicate_name(&pod, &uid) {
+            return;
+        }
         self.known_pods.insert(uid.clone(), pod.clone());
         let before: Option<HashMap<String, PodContainer>> =
             previous.map(|p| probed_containers(&p).into_iter().map(|c| (c.name.clone(), c)).collect());
@@ -466,6 +470,25 @@ impl ProberManager {
             }
         }
     }
+}
+
+/// A pod two of whose containers share a name is not probed at all (the API server refuses it:
+/// `Duplicate value`): workers are keyed by container name, so the second container's probes
+/// would be taken for the first's, or dropped. Logged at warn with the pod and the name, as a
+/// pod without a UID is; whether it is refused.
+pub(super) fn refused_for_a_duplicate_name(pod: &Pod, uid: &PodUid) -> bool {
+    let Some(container) = duplicate_container_name(pod) else { return false };
+    tracing::warn!(
+        pod = %format_args!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
+        pod_uid = %uid,
+        container,
+        "Pod has more than one container of this name; not probing it"
+    );
+    true
 }
 
 impl Handler<RemovePod> for ProberManager {
