@@ -89,6 +89,9 @@ fn main() -> anyhow::Result<()> {
                 // A file name, or a value quoted in the reason, may hold a newline or an escape.
                 eprintln!("error: {}", probelet::logging::escape_controls(&error.to_string()));
             }
+            for warning in &report.warnings {
+                eprintln!("warning: {}", probelet::logging::escape_controls(&warning.to_string()));
+            }
             match args.format {
                 LintFormat::Text => print!("{}", probelet::lint::report::text(&report)),
                 LintFormat::Json => println!("{:#}", probelet::lint::report::json(&report)),

@@ -660,8 +660,8 @@ fn a_workloads_own_name_is_checked_by_its_kinds_rule() {
 
 /// A Deployment's, ReplicaSet's, StatefulSet's or DaemonSet's `matchLabels` must all be among
 /// its template's labels, and a Job's own selector (`manualSelector: true`) too; the error comes
-/// before the template's, as the API server checks the selector first. A selector with
-/// `matchExpressions` is not checked.
+/// before the template's, as the API server checks the selector first. `matchExpressions` are
+/// read too (`In` on a value the template's label does not have).
 #[test]
 fn a_selector_that_does_not_select_the_template_is_an_error() {
     let field = "spec.template.metadata.labels";
@@ -719,9 +719,10 @@ fn a_selector_that_does_not_select_the_template_is_an_error() {
             ),
             ("agent", field, &mismatch("map[string]string(nil)")),
             ("db", field, &mismatch("map[string]string{\"app\":\"a\"}")),
+            ("rs", field, &mismatch("map[string]string{\"app\":\"a\"}")),
             ("manual", field, &mismatch("map[string]string{\"app\":\"a\"}")),
         ]),
-        "a subset of the labels, and matchExpressions, are left alone"
+        "a subset of the labels is selected; matchExpressions are read too"
     );
 }
 
@@ -1013,8 +1014,8 @@ fn two_ports_of_one_name_are_an_error() {
     dir.write(
         "deployment.yaml",
         &format!(
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  selector: {{}}\n  \
-             template:\n    spec:\n{template}"
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  selector: {{matchLabels: {{app: a}}}}\n  \
+             template:\n    metadata: {{labels: {{app: a}}}}\n    spec:\n{template}"
         ),
     );
     let json = lint_json(dir.path(), 1);
@@ -1113,4 +1114,223 @@ fn the_repositorys_examples_lint_without_errors() {
     let json = run.json();
     assert_eq!(json["summary"]["errors"], 0, "{json:#}");
     assert!(json["objects"].as_array().unwrap().iter().any(|o| o["kind"] == "DaemonSet"), "{json:#}");
+}
+
+/// An empty manifest (blank but for whitespace) gives no pod: lint says so as the agent does,
+/// in the agent's words ([`EMPTY`]), as a warning on standard error and in the JSON document's
+/// `warnings`, and exits as it would without it (0 here; an error elsewhere still gives 1).
+/// A file with a comment only is not empty to the agent, nor to lint.
+#[test]
+fn an_empty_manifest_is_a_warning_in_the_agents_words() {
+    use probelet::host::manifests::EMPTY;
+    let dir = TempDir::new("empty");
+    let empty = dir.write("a-empty.yaml", "  \n\n");
+    dir.write("b-comment.yaml", "# nothing yet\n");
+    dir.write("c-pod.json", POD);
+
+    let run = lint(&[], &[dir.path()]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert_eq!(run.stderr, format!("warning: {}: {EMPTY}\n", empty.display()));
+    assert!(run.stdout.ends_with(": 0 errors, 1 warning\n"), "{}", run.stdout);
+
+    let json = lint_json(dir.path(), 0);
+    let warnings = json["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{json:#}");
+    assert_eq!(warnings[0]["file"], empty.display().to_string());
+    assert_eq!(warnings[0]["message"], EMPTY);
+    assert_eq!(json["summary"]["file_warnings"], 1);
+    assert_eq!(json["summary"]["warnings"], 0, "no finding is a warning");
+    assert_eq!(json["summary"]["exit_code"], 0);
+
+    dir.write("d-invalid.yaml", INVALID);
+    let run = lint(&[], &[dir.path()]);
+    assert_eq!(run.code, 1, "the error still counts: {}", run.stdout);
+}
+
+/// A Pod with one container `app` whose extra container lines are `lines` (at the container's
+/// keys' indentation).
+fn pod_with(name: &str, lines: &str) -> String {
+    let lines: String = lines.lines().map(|l| format!("      {l}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n    - name: app\n      image: app:1\n{lines}"
+    )
+}
+
+/// `envFrom` entries need exactly one of `configMapRef` and `secretRef`, named (a trailing `-`
+/// is allowed); `env[*].valueFrom` exactly one source, not beside a `value`, with a field path,
+/// resource, or object name and key the API server takes. The API server's words; the same
+/// check as `probelet run`'s (`validate_pod_spec`), for a Pod and a template alike.
+#[test]
+fn env_sources_are_checked_as_the_api_server_checks_them() {
+    let c = "spec.containers[0]";
+    let subdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+    let cases: Vec<(&str, &str, Vec<String>)> = vec![
+        (
+            "ok",
+            "envFrom:\n  - configMapRef: {name: conf-}\n  - {secretRef: {name: s}, prefix: S_}\nenv:\n  - {name: A, value: x}\n  - name: B\n    valueFrom: {fieldRef: {fieldPath: \"metadata.labels['app']\"}}\n  - name: C\n    valueFrom: {resourceFieldRef: {resource: requests.hugepages-2Mi}}\n  - name: D\n    valueFrom: {configMapKeyRef: {name: c, key: k.1}}\n  - name: E\n    valueFrom: {fieldRef: {apiVersion: v1, fieldPath: spec.host}}\n",
+            vec![],
+        ),
+        (
+            "envFrom with no source",
+            "envFrom:\n  - prefix: X_\n",
+            vec![format!(
+                "{c}.envFrom: Invalid value: \"\": must specify one of: `configMapRef` or `secretRef`"
+            )],
+        ),
+        (
+            "envFrom with both",
+            "envFrom:\n  - {configMapRef: {name: c}, secretRef: {name: s}}\n",
+            vec![format!(
+                "{c}.envFrom: Invalid value: \"\": may not have more than one field specified at a time"
+            )],
+        ),
+        (
+            "envFrom names",
+            "envFrom:\n  - configMapRef: {name: \"\"}\n  - secretRef: {name: Bad_Name}\n",
+            vec![
+                format!("{c}.envFrom[0].configMapRef.name: Required value"),
+                format!("{c}.envFrom[1].secretRef.name: Invalid value: \"Bad_Name\": {subdomain}"),
+            ],
+        ),
+        (
+            "valueFrom with no source",
+            "env:\n  - name: A\n    valueFrom: {}\n",
+            vec![format!(
+                "{c}.env[0].valueFrom: Invalid value: \"\": must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"
+            )],
+        ),
+        (
+            "valueFrom beside a value",
+            "env:\n  - name: A\n    value: x\n    valueFrom: {secretKeyRef: {name: s, key: k}}\n",
+            vec![format!(
+                "{c}.env[0].valueFrom: Invalid value: \"\": may not be specified when `value` is not empty"
+            )],
+        ),
+        (
+            "two sources",
+            "env:\n  - name: A\n    valueFrom: {secretKeyRef: {name: s, key: k}, configMapKeyRef: {name: c, key: k}}\n",
+            vec![format!(
+                "{c}.env[0].valueFrom: Invalid value: \"\": may not have more than one field specified at a time"
+            )],
+        ),
+        (
+            "field paths",
+            "env:\n  - name: A\n    valueFrom: {fieldRef: {fieldPath: status.phase}}\n  - name: B\n    valueFrom: {fieldRef: {fieldPath: status.nope}}\n  - name: C\n    valueFrom: {fieldRef: {apiVersion: v2, fieldPath: metadata.name}}\n",
+            vec![
+                format!(
+                    "{c}.env[0].valueFrom.fieldRef.fieldPath: Unsupported value: \"status.phase\": supported values: \"metadata.name\", \"metadata.namespace\", \"metadata.uid\", \"spec.nodeName\", \"spec.serviceAccountName\", \"status.hostIP\", \"status.hostIPs\", \"status.podIP\", \"status.podIPs\""
+                ),
+                format!(
+                    "{c}.env[1].valueFrom.fieldRef.fieldPath: Invalid value: \"status.nope\": error converting fieldPath: field label not supported: status.nope"
+                ),
+                format!(
+                    "{c}.env[2].valueFrom.fieldRef.fieldPath: Invalid value: \"metadata.name\": error converting fieldPath: unsupported pod version: v2"
+                ),
+            ],
+        ),
+        (
+            "resources and keys",
+            "env:\n  - name: A\n    valueFrom: {resourceFieldRef: {resource: limits.gpu}}\n  - name: B\n    valueFrom: {secretKeyRef: {name: \"\", key: ..k}}\n",
+            vec![
+                format!(
+                    "{c}.env[0].valueFrom.resourceFieldRef.resource: Unsupported value: \"limits.gpu\": supported values: \"limits.cpu\", \"limits.ephemeral-storage\", \"limits.memory\", \"requests.cpu\", \"requests.ephemeral-storage\", \"requests.memory\""
+                ),
+                format!("{c}.env[1].valueFrom.secretKeyRef.name: Invalid value: \"\": {subdomain}"),
+                format!(
+                    "{c}.env[1].valueFrom.secretKeyRef.key: Invalid value: \"..k\": must not start with '..'"
+                ),
+            ],
+        ),
+    ];
+    for (name, lines, want) in cases {
+        let dir = TempDir::new("env-sources");
+        dir.write("pod.yaml", &pod_with("p", lines));
+        let json = lint_json(dir.path(), if want.is_empty() { 0 } else { 1 });
+        let invalid = findings(&json, "invalid");
+        let got: Vec<&str> = invalid.iter().map(|f| f["message"].as_str().unwrap()).collect();
+        assert_eq!(got, want, "case {name}: {json:#}");
+        for finding in invalid {
+            assert_eq!(finding["container"], "app", "case {name}: a container's error");
+        }
+    }
+    // The agent refuses the same pod with the same words.
+    let pod: k8s_openapi::api::core::v1::Pod =
+        serde_saphyr::from_str(&pod_with("p", "command: [sleep]\nenvFrom:\n  - prefix: X_\n")).unwrap();
+    assert_eq!(
+        probelet::host::manifests::validate(&pod),
+        Err(vec![format!(
+            "{c}.envFrom: Invalid value: \"\": must specify one of: `configMapRef` or `secretRef`"
+        )])
+    );
+}
+
+/// A workload's selector as the API server checks it before the template: `matchExpressions`
+/// (operator, values, key) and `matchLabels` entries, an empty selector (in each kind's words),
+/// a selector it cannot read (in each kind's words), expressions that do not select the
+/// template's labels; a Job's selector without `manualSelector: true` (not the generated one),
+/// a CronJob's job's selector, and an indexed Job whose last pod's hostname is too long.
+#[test]
+fn workload_selectors_are_checked_as_the_api_server_checks_them() {
+    let labels = "{app: a}";
+    let empty_sel = "v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement(nil)}";
+    let bad_op = "{matchExpressions: [{key: app, operator: Equals, values: [a]}]}";
+    let bad_op_go = "v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:\"app\", Operator:\"Equals\", Values:[]string{\"a\"}}}}";
+    let op_err = "spec.selector.matchExpressions[0].operator: Invalid value: \"Equals\": not a valid selector operator";
+    // Its last pod's hostname, `<name>-99`, one character over an RFC 1123 label's 63.
+    let long = "a".repeat(61);
+    let files = [
+        ("a-deploy.yaml", workload("Deployment", "d", "{}", labels, "")),
+        ("b-rs.yaml", workload("ReplicaSet", "rs", "{}", labels, "")),
+        ("c-sts.yaml", workload("StatefulSet", "sts", "{}", labels, "")),
+        ("d-ds.yaml", workload("DaemonSet", "ds", "{}", labels, "")),
+        ("e-deploy.yaml", workload("Deployment", "op", bad_op, labels, "")),
+        ("f-sts.yaml", workload("StatefulSet", "op-sts", bad_op, labels, "")),
+        ("g-ds.yaml", workload("DaemonSet", "op-ds", bad_op, labels, "")),
+        ("h-deploy.yaml", workload("Deployment", "vals", "{matchExpressions: [{key: app, operator: In}, {key: tier, operator: Exists, values: [x]}]}", labels, "")),
+        ("i-deploy.yaml", workload("Deployment", "notin", "{matchExpressions: [{key: app, operator: NotIn, values: [a]}]}", labels, "")),
+        ("j-deploy.yaml", workload("Deployment", "fine", "{matchExpressions: [{key: app, operator: In, values: [a, b]}]}", labels, "")),
+        (
+            "k-job.yaml",
+            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: auto}}\nspec:\n  selector: {{matchLabels: {{app: a}}}}\n  template:\n    metadata: {{labels: {labels}}}\n    spec:\n      restartPolicy: Never\n      containers:\n        - {{name: app, image: app:1}}\n"),
+        ),
+        (
+            "l-job.yaml",
+            format!("apiVersion: batch/v1\nkind: Job\nmetadata: {{name: {long}}}\nspec:\n  completionMode: Indexed\n  completions: 100\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - {{name: app, image: app:1}}\n"),
+        ),
+        (
+            "m-job.yaml",
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: short}\nspec:\n  completionMode: Indexed\n  completions: 100\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - {name: app, image: app:1}\n".to_owned(),
+        ),
+        (
+            "n-cron.yaml",
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: c}\nspec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      selector: {matchLabels: {app: a}}\n      template:\n        spec:\n          restartPolicy: Never\n          containers:\n            - {name: app, image: app:1}\n".to_owned(),
+        ),
+    ];
+    let mismatch = "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"a\"}: `selector` does not match template `labels`";
+    let want: Vec<(String, String)> = [
+        ("d", format!("spec.selector: Invalid value: {empty_sel}: empty selector is invalid for deployment")),
+        ("rs", format!("spec.selector: Invalid value: {empty_sel}: empty selector is invalid for deployment")),
+        ("sts", format!("spec.selector: Invalid value: {empty_sel}: empty selector is invalid for statefulset")),
+        ("ds", format!("spec.selector: Invalid value: {empty_sel}: empty selector is invalid for daemonset")),
+        ("op", op_err.to_owned()),
+        ("op", format!("spec.selector: Invalid value: {bad_op_go}: invalid label selector")),
+        ("op-sts", op_err.to_owned()),
+        ("op-sts", format!("spec.selector: Invalid value: {bad_op_go}")),
+        ("op-ds", op_err.to_owned()),
+        ("vals", "spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'".to_owned()),
+        ("vals", "spec.selector.matchExpressions[1].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'".to_owned()),
+        ("vals", "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:\"app\", Operator:\"In\", Values:[]string(nil)}, v1.LabelSelectorRequirement{Key:\"tier\", Operator:\"Exists\", Values:[]string{\"x\"}}}}: invalid label selector".to_owned()),
+        ("notin", mismatch.to_owned()),
+        ("auto", "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"a\", \"batch.kubernetes.io/controller-uid\":\"<uid>\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: `selector` not auto-generated".to_owned()),
+        (long.as_str(), format!("metadata.name: Invalid value: \"{long}\": will not able to create pod with invalid DNS label: {long}-99")),
+        ("c", "spec.jobTemplate.spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"a\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: `selector` will be auto-generated".to_owned()),
+    ]
+    .into_iter()
+    .map(|(name, message)| (name.to_owned(), message))
+    .collect();
+    let got: Vec<(String, String)> = invalid_findings("selector-rules", &files, 1)
+        .into_iter()
+        .map(|(name, _, message)| (name, message))
+        .collect();
+    assert_eq!(got, want);
 }

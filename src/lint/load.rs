@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
-    MANIFEST_EXTENSIONS, Tracked, read_regular_file, with_path, yaml_error_text, yaml_options,
+    EMPTY, MANIFEST_EXTENSIONS, Tracked, read_regular_file, with_path, yaml_error_text, yaml_options,
 };
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
@@ -66,6 +66,10 @@ pub struct Loaded {
     pub files: Vec<PathBuf>,
     pub workloads: Vec<Workload>,
     pub errors: Vec<LoadError>,
+    /// Files read that hold nothing to lint, as the agent warns of them: an empty file (blank
+    /// but for whitespace) gives no pod ([`EMPTY`], the agent's words). Not errors: the agent
+    /// runs on without its pods (docs/lint.md, "Exit codes and output").
+    pub warnings: Vec<LoadError>,
     /// Documents that are not objects with a pod spec.
     pub skipped: usize,
 }
@@ -137,7 +141,13 @@ fn load_file(file: &Path, loaded: &mut Loaded) {
     loaded.files.push(file.to_path_buf());
     let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
     match read(file) {
-        Ok(contents) => parse_contents(file, &contents, loaded),
+        Ok(contents) => {
+            // The agent's test (`contents.trim().is_empty()`), so that both say it of one file.
+            if contents.trim().is_empty() {
+                loaded.warnings.push(error(EMPTY.to_owned()));
+            }
+            parse_contents(file, &contents, loaded)
+        }
         Err(reason) => loaded.errors.push(error(reason)),
     }
 }
@@ -335,8 +345,10 @@ fn objects(
         ("batch/v1", "CronJob") => {
             let object: CronJob = decode(document.clone(), &what())?;
             let job_template = object.spec.as_ref().and_then(|s| s.job_template.spec.as_ref());
-            // A CronJob's job gets a generated selector: only its pod failure policy counts here.
+            // A CronJob's job gets a generated selector: one written is refused, not checked.
             let job = WorkloadSpec {
+                selector: job_template.and_then(|s| s.selector.clone()),
+                manual_selector: job_template.is_some_and(|s| s.manual_selector == Some(true)),
                 pod_failure_policy: job_template.is_some_and(|s| s.pod_failure_policy.is_some()),
                 ..Default::default()
             };
@@ -352,16 +364,16 @@ fn objects(
     Ok(())
 }
 
-/// What the API server checks of a Job's spec beside its pod: its selector when it is the user's
-/// (`manualSelector: true`; else the API server generates one that selects the labels it adds to
-/// the template), and whether it has a pod failure policy.
+/// What the API server checks of a Job's spec beside its pod: its selector (the user's with
+/// `manualSelector: true`; else the API server generates one, and a selector written must agree
+/// with it), whether it has a pod failure policy, and an indexed Job's completions.
 fn job_spec(spec: &JobSpec) -> WorkloadSpec {
-    let manual_selector = spec.manual_selector == Some(true);
     WorkloadSpec {
-        selector: spec.selector.clone().filter(|_| manual_selector),
+        selector: spec.selector.clone(),
         template_labels: None,
-        manual_selector,
+        manual_selector: spec.manual_selector == Some(true),
         pod_failure_policy: spec.pod_failure_policy.is_some(),
+        indexed_completions: spec.completions.filter(|_| spec.completion_mode.as_deref() == Some("Indexed")),
     }
 }
 

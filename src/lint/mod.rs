@@ -42,6 +42,9 @@ pub struct Report {
     pub files: Vec<PathBuf>,
     pub objects: Vec<ObjectReport>,
     pub errors: Vec<LoadError>,
+    /// Files read with nothing to lint in them (an empty file: no pod); they change no exit
+    /// code, as the agent runs on without their pods.
+    pub warnings: Vec<LoadError>,
     /// Documents without a pod spec.
     pub skipped: usize,
 }
@@ -105,7 +108,13 @@ pub fn lint_paths(paths: &[PathBuf]) -> Report {
             ObjectReport { workload, lint }
         })
         .collect();
-    let mut report = Report { files: loaded.files, objects, errors: loaded.errors, skipped: loaded.skipped };
+    let mut report = Report {
+        files: loaded.files,
+        objects,
+        errors: loaded.errors,
+        warnings: loaded.warnings,
+        skipped: loaded.skipped,
+    };
     refuse_duplicate_pods(&mut report.objects);
     report
 }

@@ -112,11 +112,13 @@ fn summary_line(report: &Report) -> String {
     if report.skipped > 0 {
         let _ = write!(line, " ({} skipped)", plural(report.skipped, "other document", "other documents"));
     }
+    // A file's own warning (an empty file) counts with the findings' for a person; the JSON
+    // document keeps the two apart.
     let _ = write!(
         line,
         ": {}, {}",
         plural(report.count(Severity::Error), "error", "errors"),
-        plural(report.count(Severity::Warning), "warning", "warnings")
+        plural(report.count(Severity::Warning) + report.warnings.len(), "warning", "warnings")
     );
     if !report.errors.is_empty() {
         let _ = write!(
@@ -151,8 +153,8 @@ struct JsonObject<'a> {
 
 /// The report as one JSON document: `findings` (every finding, with file, object, container,
 /// probe, rule, severity, field, message and the container's timings), `objects` (each
-/// container's probes after defaulting and its timings), `errors` (files not read) and
-/// `summary`.
+/// container's probes after defaulting and its timings), `errors` (files not read), `warnings`
+/// (files read with nothing to lint: an empty one) and `summary`.
 pub fn json(report: &Report) -> Value {
     let mut findings = Vec::new();
     let mut objects = Vec::new();
@@ -182,15 +184,16 @@ pub fn json(report: &Report) -> Value {
             containers: &object.lint.containers,
         });
     }
-    let errors: Vec<Value> = report
-        .errors
-        .iter()
-        .map(|e| json!({ "file": e.file.display().to_string(), "message": e.reason }))
-        .collect();
+    let of_files = |list: &[super::load::LoadError]| -> Vec<Value> {
+        list.iter().map(|e| json!({ "file": e.file.display().to_string(), "message": e.reason })).collect()
+    };
+    let errors = of_files(&report.errors);
+    let warnings = of_files(&report.warnings);
     json!({
         "findings": findings,
         "objects": objects,
         "errors": errors,
+        "warnings": warnings,
         "summary": {
             "files": report.files.len(),
             "objects": report.objects.len(),
@@ -199,6 +202,7 @@ pub fn json(report: &Report) -> Value {
             "warnings": report.count(Severity::Warning),
             "infos": report.count(Severity::Info),
             "unreadable": report.errors.len(),
+            "file_warnings": report.warnings.len(),
             "exit_code": report.exit_code(),
         },
     })

@@ -16,6 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+#[cfg(test)]
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use probelet_actors::FeatureGates;
 use probelet_actors::gofmt::go_quote;
@@ -23,13 +25,14 @@ use probelet_actors::prober::ProbeKind;
 use serde::Serialize;
 
 use crate::host::manifests::{
-    DEFAULT_RESTART_POLICY, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, NameRule, apply_defaults, is_label_key,
-    is_label_value, validate_annotations_size, validate_object_metadata, validate_pod_spec,
+    DEFAULT_RESTART_POLICY, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, NameRule, apply_defaults,
+    dns1123_label, validate_annotations_size, validate_object_metadata, validate_pod_spec,
 };
 use probe::{Endpoint, effective_probe};
 
 mod container;
 mod probe;
+mod selector;
 mod timing;
 
 pub use timing::timings;
@@ -372,14 +375,17 @@ pub fn object_errors(annotations: Option<&BTreeMap<String, String>>) -> Vec<Find
 /// workload's kind (all empty for a Pod).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkloadSpec {
-    /// Its `spec.selector` as written (a Job's only with `manualSelector: true`, below).
+    /// Its `spec.selector` as written (a CronJob's: its job template's).
     pub selector: Option<LabelSelector>,
     /// Its pod template's `metadata.labels`.
     pub template_labels: Option<BTreeMap<String, String>>,
-    /// A Job's `spec.manualSelector: true`: its selector is the user's, not generated.
+    /// A Job's (or a CronJob's job's) `spec.manualSelector: true`: its selector is the user's,
+    /// not generated.
     pub manual_selector: bool,
     /// A Job's (or a CronJob's job's) `spec.podFailurePolicy` is set.
     pub pod_failure_policy: bool,
+    /// A Job's `spec.completions` when its `completionMode` is `Indexed`.
+    pub indexed_completions: Option<i32>,
 }
 
 /// The kinds whose template is validated as a ReplicaSet's, a StatefulSet's or a DaemonSet's:
@@ -388,34 +394,99 @@ fn keeps_pods_running(kind: &str) -> bool {
     matches!(kind, "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
 }
 
-/// What the API server refuses in the selector of a Deployment, ReplicaSet, StatefulSet or
-/// DaemonSet, which it checks before the template's pod: a selector that does not select the
-/// template's own labels (`ValidatePodTemplateSpecForReplicaSet` and its StatefulSet and
-/// DaemonSet twins). See `selector_mismatch` for what is checked.
+/// The label the API server adds to a Job's generated selector, with the Job's UID.
+const JOB_CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+
+/// What lint writes for a Job's UID, which the API server prints in one message and which does
+/// not exist before the Job is created.
+const UID_PLACEHOLDER: &str = "<uid>";
+
+/// What the API server refuses in a workload's selector, which it checks before the template's
+/// pod, in its order and words:
+///
+/// * a Deployment's, ReplicaSet's or StatefulSet's: `ValidateLabelSelector`'s errors
+///   ([`selector::validate_label_selector`]), then an empty selector (`empty selector is invalid
+///   for deployment`: a ReplicaSet's says `deployment` too; `… for statefulset`), then one that
+///   cannot be made a selector (`invalid label selector`; a StatefulSet's has no detail) or that
+///   does not select the template's labels (`selector_mismatch`);
+/// * a DaemonSet's: the selector's errors, then the mismatch, then `… for daemonset`;
+/// * a Job's without `manualSelector: true`: the API server adds its own
+///   `batch.kubernetes.io/controller-uid` entry to the selector, which must then select only the
+///   labels it generates, or ``spec.selector: Invalid value: v1.LabelSelector{…}: `selector` not
+///   auto-generated`` (the Job's UID printed as `<uid>`: it has none yet).
 pub fn selector_errors(kind: &str, workload: &WorkloadSpec, spec_path: &str) -> Vec<Finding> {
-    if !keeps_pods_running(kind) {
-        return Vec::new();
+    let Some(given) = workload.selector.as_ref() else { return Vec::new() };
+    let field = "spec.selector";
+    let mut messages = Vec::new();
+    if kind == "Job" {
+        if !workload.manual_selector {
+            // Matched with a UID of a valid label value's form; printed as `<uid>`.
+            let with_uid = |uid: &str| {
+                let mut merged = given.clone();
+                merged
+                    .match_labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .entry(JOB_CONTROLLER_UID_LABEL.to_owned())
+                    .or_insert_with(|| uid.to_owned());
+                merged
+            };
+            let uid = "0-uid";
+            let generated = BTreeMap::from([(JOB_CONTROLLER_UID_LABEL.to_owned(), uid.to_owned())]);
+            if selector::selects(&with_uid(uid), &generated) == Some(false) {
+                messages.push(format!(
+                    "{field}: Invalid value: {}: `selector` not auto-generated",
+                    selector::go_label_selector(&with_uid(UID_PLACEHOLDER))
+                ));
+            }
+        }
+    } else if keeps_pods_running(kind) {
+        let errors = selector::validate_label_selector(given, field);
+        let empty = selector::is_empty(given).then(|| {
+            let named = match kind {
+                "StatefulSet" => "statefulset",
+                "DaemonSet" => "daemonset",
+                _ => "deployment",
+            };
+            format!(
+                "{field}: Invalid value: {}: empty selector is invalid for {named}",
+                selector::go_label_selector(given)
+            )
+        });
+        let mismatch = selector_mismatch(workload, spec_path).map(|f| f.message);
+        messages.extend(errors.iter().cloned());
+        if kind == "DaemonSet" {
+            messages.extend(mismatch);
+            messages.extend(empty);
+        } else {
+            messages.extend(empty);
+            if errors.is_empty() {
+                messages.extend(mismatch);
+            } else if kind == "StatefulSet" {
+                messages.push(format!("{field}: Invalid value: {}", selector::go_label_selector(given)));
+            } else {
+                messages.push(format!(
+                    "{field}: Invalid value: {}: invalid label selector",
+                    selector::go_label_selector(given)
+                ));
+            }
+        }
     }
-    selector_mismatch(workload, spec_path).into_iter().collect()
+    messages.into_iter().map(|message| invalid_object(error_field(&message).to_owned(), message)).collect()
 }
 
 /// `spec.template.metadata.labels: Invalid value: map[string]string{…}: `selector` does not
-/// match template `labels``, when the selector's `matchLabels` are not all among the template's
-/// labels. An empty selector selects everything (and is refused for another reason, not
-/// checked); a selector with `matchExpressions` is not checked, nor one whose `matchLabels` the
-/// API server cannot read as a selector (a bad key or value: refused for that instead).
+/// match template `labels``, when a non-empty selector that the API server can read
+/// ([`selector::selects`]: `matchLabels` and `matchExpressions`) does not select the template's
+/// labels. An empty selector selects everything; one it cannot read is refused for that
+/// instead.
 fn selector_mismatch(workload: &WorkloadSpec, spec_path: &str) -> Option<Finding> {
-    let selector = workload.selector.as_ref()?;
-    if selector.match_expressions.as_ref().is_some_and(|e| !e.is_empty()) {
+    let given = workload.selector.as_ref()?;
+    if selector::is_empty(given) {
         return None;
     }
-    let match_labels = selector.match_labels.as_ref().filter(|m| !m.is_empty())?;
-    if !match_labels.iter().all(|(key, value)| is_label_key(key) && is_label_value(value)) {
-        return None;
-    }
+    let no_labels = BTreeMap::new();
     let labels = workload.template_labels.as_ref();
-    let selected = match_labels.iter().all(|(key, value)| labels.and_then(|l| l.get(key)) == Some(value));
-    if selected {
+    if selector::selects(given, labels.unwrap_or(&no_labels))? {
         return None;
     }
     let field = format!("{}.labels", metadata_path(spec_path));
@@ -451,9 +522,14 @@ pub const MAX_CRON_JOB_NAME_LENGTH: usize = 52;
 ///   with a `podFailurePolicy`;
 /// * any `activeDeadlineSeconds` in the template of a workload that keeps its pods running (the
 ///   apps group's validation, which names the kind); a Job's and a CronJob's may set one;
-/// * a Job's own selector (`manualSelector: true`) that does not select its template's labels
-///   (`selector_mismatch`; a generated selector always does);
-/// * a CronJob's `metadata.name` over 52 characters.
+/// * a Job's own selector (`manualSelector: true`): required, `ValidateLabelSelector`'s errors,
+///   and it must select its template's labels (`selector_mismatch`; a generated selector always
+///   does);
+/// * a CronJob's job's `selector` (`` `selector` will be auto-generated ``) or `manualSelector:
+///   true` (`Unsupported value: true`);
+/// * a CronJob's `metadata.name` over 52 characters;
+/// * an indexed Job (`completionMode: Indexed`) whose last pod's hostname, `<name>-<completions
+///   - 1>`, is not an RFC 1123 label (`will not able to create pod with invalid DNS label`).
 pub fn workload_errors(
     kind: &str,
     name: &str,
@@ -475,7 +551,59 @@ pub fn workload_errors(
         findings.push(invalid_object(field, message));
     }
     if kind == "Job" && workload.manual_selector {
-        findings.extend(selector_mismatch(workload, spec_path));
+        match workload.selector.as_ref() {
+            None => {
+                let field = "spec.selector";
+                findings.push(invalid_object(field.to_owned(), format!("{field}: Required value")));
+                // No selector selects nothing: not the template's labels either.
+                let field = format!("{}.labels", metadata_path(spec_path));
+                let message = format!(
+                    "{field}: Invalid value: {}: `selector` does not match template `labels`",
+                    go_string_map(workload.template_labels.as_ref())
+                );
+                findings.push(invalid_object(field, message));
+            }
+            Some(given) => {
+                findings.extend(
+                    selector::validate_label_selector(given, "spec.selector")
+                        .into_iter()
+                        .map(|message| invalid_object(error_field(&message).to_owned(), message)),
+                );
+                findings.extend(selector_mismatch(workload, spec_path));
+            }
+        }
+    }
+    if kind == "CronJob" {
+        // Its jobs' selectors are always generated.
+        let field = "spec.jobTemplate.spec.selector";
+        if let Some(given) = workload.selector.as_ref() {
+            let message = format!(
+                "{field}: Invalid value: {}: `selector` will be auto-generated",
+                selector::go_label_selector(given)
+            );
+            findings.push(invalid_object(field.to_owned(), message));
+        }
+        if workload.manual_selector {
+            let field = "spec.jobTemplate.spec.manualSelector";
+            let message = format!("{field}: Unsupported value: true: supported values: \"nil\", \"false\"");
+            findings.push(invalid_object(field.to_owned(), message));
+        }
+    }
+    // An indexed Job's pods are named and hostnamed after it with their index: the last one's
+    // hostname must be an RFC 1123 label (`ValidateJob`).
+    if kind == "Job"
+        && !name.is_empty()
+        && let Some(completions) = workload.indexed_completions.filter(|c| *c > 0)
+    {
+        let hostname = format!("{name}-{}", completions - 1);
+        if !dns1123_label(&hostname).is_empty() {
+            let field = "metadata.name";
+            let message = format!(
+                "{field}: Invalid value: {}: will not able to create pod with invalid DNS label: {hostname}",
+                go_quote(name)
+            );
+            findings.push(invalid_object(field.to_owned(), message));
+        }
     }
     if kind == "CronJob" && name.len() > MAX_CRON_JOB_NAME_LENGTH {
         let field = "metadata.name";
@@ -942,8 +1070,9 @@ mod tests {
         assert!(cron.is_empty(), "a CronJob's job may run to a deadline");
     }
 
-    /// What the selector check reads: `matchLabels` as a subset of the template's labels; an
-    /// empty selector, `matchExpressions` or a selector the API server cannot read are not its.
+    /// What the mismatch check reads: `matchLabels` as a subset of the template's labels and
+    /// `matchExpressions` by their operators; an empty selector, or one the API server cannot
+    /// read, is not its (each is refused for that instead).
     #[test]
     fn a_selector_must_select_its_templates_labels() {
         let labels = |pairs: &[(&str, &str)]| {
@@ -958,7 +1087,15 @@ mod tests {
                 "spec.template.metadata.labels: Invalid value: {labels}: `selector` does not match template `labels`"
             ))
         };
-        let expression = LabelSelector {
+        let expression = |key: &str, operator: &str, values: &[&str]| LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: key.to_owned(),
+                operator: operator.to_owned(),
+                values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_owned()).collect()),
+            }]),
+        };
+        let broken = LabelSelector {
             match_labels: Some(labels(&[("app", "x")])),
             match_expressions: Some(vec![Default::default()]),
         };
@@ -979,7 +1116,40 @@ mod tests {
             ),
             ("empty selector", Some(selector(&[])), None, None),
             ("no selector", None, None, None),
-            ("expressions", Some(expression), Some(labels(&[("app", "a")])), None),
+            ("In, selected", Some(expression("app", "In", &["a", "b"])), Some(labels(&[("app", "a")])), None),
+            (
+                "In, not selected",
+                Some(expression("app", "In", &["x"])),
+                Some(labels(&[("app", "a")])),
+                mismatch("map[string]string{\"app\":\"a\"}"),
+            ),
+            (
+                "NotIn, no such label",
+                Some(expression("tier", "NotIn", &["x"])),
+                Some(labels(&[("app", "a")])),
+                None,
+            ),
+            (
+                "NotIn, excluded",
+                Some(expression("app", "NotIn", &["a"])),
+                Some(labels(&[("app", "a")])),
+                mismatch("map[string]string{\"app\":\"a\"}"),
+            ),
+            ("Exists", Some(expression("app", "Exists", &[])), Some(labels(&[("app", "")])), None),
+            (
+                "Exists, missing",
+                Some(expression("tier", "Exists", &[])),
+                None,
+                mismatch("map[string]string(nil)"),
+            ),
+            ("DoesNotExist", Some(expression("tier", "DoesNotExist", &[])), None, None),
+            (
+                "DoesNotExist, present",
+                Some(expression("app", "DoesNotExist", &[])),
+                Some(labels(&[("app", "a")])),
+                mismatch("map[string]string{\"app\":\"a\"}"),
+            ),
+            ("unreadable expression", Some(broken), Some(labels(&[("app", "a")])), None),
             ("bad key", Some(selector(&[("a b", "x")])), None, None),
             ("bad value", Some(selector(&[("app", "-x")])), None, None),
         ];
@@ -987,9 +1157,6 @@ mod tests {
             let workload = WorkloadSpec { selector, template_labels, ..Default::default() };
             let got = selector_mismatch(&workload, "spec.template.spec").map(|f| f.message);
             assert_eq!(got, want, "case {name}");
-            let apps = selector_errors("Deployment", &workload, "spec.template.spec");
-            assert_eq!(apps.len(), usize::from(want.is_some()), "case {name}");
-            assert!(selector_errors("Job", &workload, "spec.template.spec").is_empty(), "case {name}");
         }
     }
 

@@ -89,6 +89,8 @@ fn defaulted(field: Option<i32>, default: i32) -> i32 {
 
 // === validation ===
 
+mod env;
+
 const NEGATIVE: &str = "must be greater than or equal to 0";
 pub(crate) const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
 const NO_HANDLER: &str = "must specify a handler type";
@@ -113,7 +115,9 @@ pub(crate) const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of a
 /// value: v|Too long>[: detail]`): metadata name and namespace; the annotations' total size (at
 /// most 256 KiB of keys and values); containers present, named (RFC 1123
 /// labels), unique across containers and init containers; container ports; `env` names and
-/// `envFrom` prefixes (printable ASCII without `=`, as since v1.34); probes (one handler,
+/// `envFrom` prefixes (printable ASCII without `=`, as since v1.34), each `valueFrom` (one
+/// source, not beside a `value`; its field path, resource, or object name and key) and each
+/// `envFrom` source (one of `configMapRef` and `secretRef`, named); probes (one handler,
 /// exec command, HTTP path, scheme and header names, port numbers and names, non-negative timing
 /// fields, `successThreshold` 1 for liveness and startup, probe-level grace period, none on
 /// readiness, none on init containers that are not sidecars); restart policies; each readiness
@@ -434,10 +438,9 @@ fn validate_container_common(container: &Container, path: &str, standalone: bool
     validate_env_from(container.env_from.as_deref().unwrap_or_default(), &format!("{path}.envFrom"), errs);
 }
 
-/// Upstream `ValidateEnv`'s check of the names: each required, and a relaxed environment
-/// variable name ([`relaxed_env_var_name`]). Names may repeat (the last one wins, as in the
-/// kubelet; the API server only warns). `valueFrom` is not checked: the standalone runtime
-/// does not set such a variable (it says so when it starts the container).
+/// Upstream `ValidateEnv`: each name required and a relaxed environment variable name
+/// ([`relaxed_env_var_name`]), then its `valueFrom` (`env::validate_value_from`). Names may
+/// repeat (the last one wins, as in the kubelet; the API server only warns).
 fn validate_env(vars: &[EnvVar], path: &str, errs: &mut Errors) {
     for (i, var) in vars.iter().enumerate() {
         let name_path = format!("{path}[{i}].name");
@@ -448,12 +451,12 @@ fn validate_env(vars: &[EnvVar], path: &str, errs: &mut Errors) {
                 errs.invalid(&name_path, go_quote(&var.name), msg);
             }
         }
+        env::validate_value_from(var, &format!("{path}[{i}]"), errs);
     }
 }
 
-/// Upstream `ValidateEnvFrom`'s check of a `prefix`, when there is one: a relaxed environment
-/// variable name too. Which source it names is not checked: the standalone runtime ignores
-/// `envFrom` (it says so when it starts the container).
+/// Upstream `ValidateEnvFrom`: a `prefix`, when there is one, a relaxed environment variable
+/// name too; then the entry's source (`env::validate_env_from_source`).
 fn validate_env_from(sources: &[EnvFromSource], path: &str, errs: &mut Errors) {
     for (i, source) in sources.iter().enumerate() {
         if let Some(prefix) = source.prefix.as_deref().filter(|p| !p.is_empty()) {
@@ -461,6 +464,7 @@ fn validate_env_from(sources: &[EnvFromSource], path: &str, errs: &mut Errors) {
                 errs.invalid(&format!("{path}[{i}].prefix"), go_quote(prefix), msg);
             }
         }
+        env::validate_env_from_source(source, path, i, errs);
     }
 }
 
@@ -665,7 +669,7 @@ impl Errors {
 }
 
 /// Upstream `validation.IsDNS1123Label`.
-pub(super) fn dns1123_label(value: &str) -> Vec<&'static str> {
+pub(crate) fn dns1123_label(value: &str) -> Vec<&'static str> {
     let mut msgs = Vec::new();
     if value.len() > 63 {
         msgs.push("must be no more than 63 characters");
@@ -699,7 +703,7 @@ with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', reg
 /// both ends and `-`, `_`, `.` or alphanumeric between. More than one `/` is one message, in
 /// the words of v1.35's `IsLabelKey` ("a valid label key …"; older releases began it "a
 /// qualified name"); otherwise every problem of the prefix, then of the name.
-fn qualified_name(value: &str) -> Vec<String> {
+pub(crate) fn qualified_name(value: &str) -> Vec<String> {
     let mut msgs = Vec::new();
     let name = match value.split_once('/') {
         None => value,
@@ -727,17 +731,6 @@ fn qualified_name(value: &str) -> Vec<String> {
         msgs.push(format!("name part {QUALIFIED_NAME}"));
     }
     msgs
-}
-
-/// A label key upstream's label selectors take (`IsQualifiedName`).
-pub(crate) fn is_label_key(key: &str) -> bool {
-    qualified_name(key).is_empty()
-}
-
-/// A label value upstream's label selectors take (`IsValidLabelValue`): empty, or at most 63
-/// characters, alphanumeric at both ends and `-`, `_`, `.` or alphanumeric between.
-pub(crate) fn is_label_value(value: &str) -> bool {
-    value.is_empty() || (value.len() <= 63 && is_qualified_name_part(value))
 }
 
 /// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
