@@ -516,3 +516,34 @@ fn with_a_big_header() -> &'static [(&'static str, &'static str)] {
     let big: &'static str = Box::leak("x".repeat(20_000).into_boxed_str());
     Box::leak(vec![GRPC, ("x-big", big)].into_boxed_slice())
 }
+
+/// SERVING as a gzipped gRPC message (compressed flag set): gzip of `08 01`.
+const SERVING_GZIP: &[u8] = &[
+    1, 0, 0, 0, 22, 0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x03, 0xe3, 0x60, 0x04, 0x00, 0x61,
+    0xa8, 0x07, 0xfe, 0x02, 0x00, 0x00, 0x00,
+];
+
+/// The kubelet's grpc-go has gzip registered: it offers it (`grpc-accept-encoding: gzip`, no
+/// `identity`) and reads an answer the server gzips.
+#[tokio::test]
+async fn gzipped_answers_are_read_and_gzip_is_offered_as_grpc_go_offers_it() {
+    bounded(async {
+        let answer = Answer {
+            status: 200,
+            headers: &[GRPC, ("grpc-encoding", "gzip")],
+            message: SERVING_GZIP,
+            trailers: Some(&[("grpc-status", "0")]),
+            reset: None,
+        };
+        let port = h2_scripted(answer).await;
+        let got = probe("127.0.0.1", port, "", LONG).await;
+        assert_eq!(got, Probed::new(ProbeOutcome::Success, "service healthy"));
+
+        let (server, seen) = grpc_server::scripted(Reply::Status(1)).await;
+        probe("127.0.0.1", server.port(), "svc", LONG).await;
+        let seen = seen.lock().expect("lock").clone();
+        let offered = seen[0].get("grpc-accept-encoding").and_then(|v| v.to_str().ok());
+        assert_eq!(offered, Some("gzip"));
+    })
+    .await;
+}

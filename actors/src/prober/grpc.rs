@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tonic::Code;
+use tonic::codec::CompressionEncoding;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -121,7 +122,8 @@ async fn attempt(
 
 /// Calls `Health/Check` and maps the answer to upstream's outputs.
 async fn check(channel: Channel, service: &str, deadline: Instant, timeout: Duration) -> Probed {
-    let mut client = HealthClient::new(GoHeaderChecks(channel));
+    // Accepting gzip as grpc-go does with gzip registered.
+    let mut client = HealthClient::new(GoHeaderChecks(channel)).accept_compressed(CompressionEncoding::Gzip);
     let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
     // Go sends the context's remaining time as `grpc-timeout`.
     request.set_timeout(deadline.saturating_duration_since(Instant::now()));
@@ -177,7 +179,10 @@ impl tonic::codegen::Service<http::Request<tonic::body::Body>> for GoHeaderCheck
         self.0.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        // grpc-go offers the compressors registered with it, gzip in the kubelet, where tonic
+        // adds `identity` to the list (`gzip,identity`).
+        request.headers_mut().insert(GRPC_ACCEPT_ENCODING, http::HeaderValue::from_static("gzip"));
         futures::FutureExt::map(self.0.call(request), with_go_header_checks as fn(_) -> _)
     }
 }
@@ -207,6 +212,7 @@ fn with_go_header_checks(response: ChannelResponse) -> ChannelResponse {
 const GRPC_STATUS: &str = "grpc-status";
 const GRPC_MESSAGE: &str = "grpc-message";
 const GRPC_STATUS_DETAILS: &str = "grpc-status-details-bin";
+const GRPC_ACCEPT_ENCODING: &str = "grpc-accept-encoding";
 
 /// What grpc-go's client transport (`operateHeaders`) refuses in an answer's first headers, in
 /// its order: a `grpc-status` that is not a 32-bit integer; then, unless the content type is
