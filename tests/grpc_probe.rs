@@ -547,3 +547,274 @@ async fn gzipped_answers_are_read_and_gzip_is_offered_as_grpc_go_offers_it() {
     })
     .await;
 }
+
+/// One thing a raw HTTP/2 server does once a request has ended (its stream's END_STREAM).
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    /// Answers SERVING: headers, the message, trailers with `grpc-status: 0`.
+    Serve,
+    /// Resets the stream with REFUSED_STREAM.
+    Refuse,
+    /// Sends GOAWAY with this last stream id, NO_ERROR and this debug data.
+    GoAway(u32, &'static [u8]),
+    /// Sends an answer's headers (200, gRPC's content type) and nothing else.
+    Headers,
+    /// Sends four bytes of a frame header.
+    PartialFrame,
+    /// Closes the connection's write side (FIN); the server reads on until the client closes, so
+    /// that nothing the client still sends is answered with a TCP reset.
+    CloseWrite,
+    /// Waits.
+    Sleep(Duration),
+}
+
+/// What a raw HTTP/2 server does: for each connection, in the order they come, what it does
+/// with each request on it (a request past its list, or a connection past the script, is
+/// served SERVING; an empty list leaves the request unanswered).
+type Script = &'static [&'static [&'static [Act]]];
+
+/// An HTTP/2 server written frame by frame, for what a library server will not do when asked
+/// (a GOAWAY that leaves the first stream out, a refused stream, a connection closed mid-call).
+/// It accepts `max_connections` connections, then closes its port. Returns the port and a count
+/// of the connections accepted.
+async fn raw_h2(
+    script: Script,
+    max_connections: usize,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("bound").port();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        for index in 0..max_connections {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            count.fetch_add(1, Ordering::SeqCst);
+            let requests = script.get(index).copied().unwrap_or(&[]);
+            tokio::spawn(raw_h2_connection(stream, requests));
+        }
+    });
+    (port, accepted)
+}
+
+async fn raw_h2_connection(mut stream: tokio::net::TcpStream, requests: &'static [&'static [Act]]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut preface = [0u8; 24];
+    if stream.read_exact(&mut preface).await.is_err() {
+        return;
+    }
+    // Writes fail once the write side is closed; the server only reads on then.
+    let _ = stream.write_all(&frame(0x4, 0, 0, &[])).await;
+    let mut answered = 0;
+    loop {
+        let mut header = [0u8; 9];
+        if stream.read_exact(&mut header).await.is_err() {
+            return;
+        }
+        let len = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let (kind, flags) = (header[3], header[4]);
+        let stream_id = u32::from_be_bytes([header[5] & 0x7f, header[6], header[7], header[8]]);
+        let mut payload = vec![0u8; len];
+        if stream.read_exact(&mut payload).await.is_err() {
+            return;
+        }
+        match kind {
+            // SETTINGS: acknowledged.
+            0x4 if flags & 0x1 == 0 => {
+                let _ = stream.write_all(&frame(0x4, 0x1, 0, &[])).await;
+            }
+            // HEADERS or DATA that end the request.
+            0x0 | 0x1 if flags & 0x1 != 0 => {
+                let acts = requests.get(answered).copied().unwrap_or(&[Act::Serve]);
+                answered += 1;
+                for act in acts {
+                    let bytes = match *act {
+                        Act::Serve => {
+                            let mut bytes = frame(0x1, 0x4, stream_id, &response_headers());
+                            bytes.extend(frame(0x0, 0, stream_id, SERVING));
+                            bytes.extend(frame(0x1, 0x5, stream_id, &hpack_literal("grpc-status", "0")));
+                            bytes
+                        }
+                        Act::Refuse => frame(0x3, 0, stream_id, &7u32.to_be_bytes()),
+                        Act::GoAway(last, debug) => {
+                            let mut payload = last.to_be_bytes().to_vec();
+                            payload.extend(0u32.to_be_bytes());
+                            payload.extend(debug);
+                            frame(0x7, 0, 0, &payload)
+                        }
+                        Act::Headers => frame(0x1, 0x4, stream_id, &response_headers()),
+                        Act::PartialFrame => vec![0, 0, 7, 0],
+                        Act::CloseWrite => {
+                            let _ = stream.shutdown().await;
+                            continue;
+                        }
+                        Act::Sleep(pause) => {
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.write_all(&bytes).await;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An HTTP/2 frame.
+fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("a small payload").to_be_bytes();
+    let mut bytes = vec![len[1], len[2], len[3], kind, flags];
+    bytes.extend(stream_id.to_be_bytes());
+    bytes.extend(payload);
+    bytes
+}
+
+/// `:status: 200` (the static table's entry 8) and gRPC's content type.
+fn response_headers() -> Vec<u8> {
+    let mut block = vec![0x88];
+    block.extend(hpack_literal("content-type", "application/grpc"));
+    block
+}
+
+/// An HPACK literal header field without indexing, with a new name, neither string Huffman-coded.
+fn hpack_literal(name: &str, value: &str) -> Vec<u8> {
+    let mut field = vec![0x00];
+    for text in [name, value] {
+        field.push(u8::try_from(text.len()).expect("a short string"));
+        field.extend(text.as_bytes());
+    }
+    field
+}
+
+/// grpc-go retries a call the server never processed once, transparently (its first attempt
+/// only): after a GOAWAY that leaves the call's stream out, on a new connection; after
+/// REFUSED_STREAM, on the same one. A second refusal fails as grpc-go words it.
+#[tokio::test]
+async fn calls_the_server_did_not_process_are_retried_once() {
+    bounded(async {
+        let serving = || Probed::new(ProbeOutcome::Success, "service healthy");
+        let cases: Vec<(&str, Script, Probed, usize)> = vec![
+            ("a GOAWAY leaving the first stream out", &[&[&[Act::GoAway(0, b"")]]], serving(), 2),
+            ("REFUSED_STREAM, then SERVING on the same connection", &[&[&[Act::Refuse]]], serving(), 1),
+            (
+                "REFUSED_STREAM twice",
+                &[&[&[Act::Refuse], &[Act::Refuse]]],
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Unavailable desc = \
+                     stream terminated by RST_STREAM with error code: REFUSED_STREAM",
+                ),
+                1,
+            ),
+            (
+                "a GOAWAY on both connections",
+                &[&[&[Act::GoAway(0, b"")]], &[&[Act::GoAway(0, b"")]]],
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Unavailable desc = \
+                     the stream is rejected because server is draining the connection",
+                ),
+                2,
+            ),
+            (
+                "REFUSED_STREAM, then a GOAWAY: the one retry is spent",
+                &[&[&[Act::Refuse], &[Act::GoAway(1, b"")]]],
+                failure(
+                    "error: health rpc probe failed: rpc error: code = Unavailable desc = \
+                     the stream is rejected because server is draining the connection",
+                ),
+                1,
+            ),
+        ];
+        for (case, script, want, connections) in cases {
+            let (port, accepted) = raw_h2(script, 10).await;
+            let got = probe("127.0.0.1", port, "", LONG).await;
+            assert_eq!(got, want, "{case}");
+            assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), connections, "{case}");
+        }
+    })
+    .await;
+}
+
+/// The new connection of a retried call is one dial: refused, the call fails Unavailable with
+/// the connection error, as grpc-go's pick_first reports it to a call that does not wait for
+/// ready.
+#[tokio::test]
+async fn retry_whose_new_connection_is_refused_fails_with_the_dial_error() {
+    bounded(async {
+        let (port, _) = raw_h2(&[&[&[Act::GoAway(0, b"")]]], 1).await;
+        let got = probe("127.0.0.1", port, "", LONG).await;
+        let want = format!(
+            "error: health rpc probe failed: rpc error: code = Unavailable desc = connection error: desc = \
+             \"transport: Error while dialing: dial tcp 127.0.0.1:{port}: connect: connection refused\""
+        );
+        assert_eq!(got, failure(want));
+    })
+    .await;
+}
+
+/// The retry shares the probe's one deadline: a GOAWAY after 300 ms of a 500 ms probe leaves
+/// the call on the new connection 200 ms, not a timeout of its own.
+#[tokio::test]
+async fn retry_shares_the_probes_deadline() {
+    bounded(async {
+        const SCRIPT: Script = &[&[&[Act::Sleep(Duration::from_millis(300)), Act::GoAway(0, b"")]], &[&[]]];
+        let (port, accepted) = raw_h2(SCRIPT, 10).await;
+        let started = Instant::now();
+        let got = probe("127.0.0.1", port, "", Duration::from_millis(500)).await;
+        let took = started.elapsed();
+        assert_eq!(got, failure("timeout: health rpc did not complete within 500ms"));
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2, "the call was retried");
+        assert!(took >= Duration::from_millis(500) && took < Duration::from_millis(750), "took {took:?}");
+    })
+    .await;
+}
+
+/// A connection that closes in the middle of the call: grpc-go's reader ends with `error
+/// reading from server: <the framer's error>` (Unavailable); after a GOAWAY that kept the call's
+/// stream, the transport's closing words name that GOAWAY.
+#[tokio::test]
+async fn connection_closed_mid_call_is_worded_as_grpc_go_words_it() {
+    bounded(async {
+        const PREFIX: &str = "error: health rpc probe failed: rpc error: code = Unavailable desc = ";
+        let cases: [(&str, Script, String); 5] = [
+            (
+                "closed after the answer's headers",
+                &[&[&[Act::Headers, Act::CloseWrite]]],
+                format!("{PREFIX}error reading from server: EOF"),
+            ),
+            (
+                "closed before any answer",
+                &[&[&[Act::CloseWrite]]],
+                format!("{PREFIX}error reading from server: EOF"),
+            ),
+            (
+                "closed in the middle of a frame header",
+                &[&[&[Act::Headers, Act::PartialFrame, Act::CloseWrite]]],
+                format!("{PREFIX}error reading from server: unexpected EOF"),
+            ),
+            (
+                "closed after a GOAWAY that kept the stream",
+                &[&[&[Act::GoAway(1, b""), Act::Headers, Act::CloseWrite]]],
+                format!(
+                    "{PREFIX}closing transport due to: connection error: desc = \
+                     \"error reading from server: EOF\", received prior goaway: code: NO_ERROR"
+                ),
+            ),
+            (
+                "closed after a GOAWAY with debug data",
+                &[&[&[Act::GoAway(1, b"bye \"now\"\xff"), Act::CloseWrite]]],
+                format!(
+                    "{PREFIX}closing transport due to: connection error: desc = \
+                     \"error reading from server: EOF\", received prior goaway: code: NO_ERROR, \
+                     debug data: \"bye \\\"now\\\"\\xff\""
+                ),
+            ),
+        ];
+        for (case, script, want) in cases {
+            let (port, _) = raw_h2(script, 10).await;
+            let got = probe("127.0.0.1", port, "", LONG).await;
+            assert_eq!(got, failure(want), "{case}");
+        }
+    })
+    .await;
+}

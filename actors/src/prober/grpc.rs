@@ -13,7 +13,9 @@
 
 use std::borrow::Cow;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,13 +50,27 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> P
             return failure(format!("error: failed to connect service at {addr:?}: {}", error_chain(&e)));
         }
     };
-    let Ok(channel) = timeout_at(deadline, connect(&endpoint, host, port, deadline)).await else {
+    let Ok(conn) = timeout_at(deadline, connect(&endpoint, host, port, deadline)).await else {
         return failure(format!(
             "timeout: failed to connect service {addr:?} within {}: context deadline exceeded",
             go_duration(timeout)
         ));
     };
-    check(channel, service, deadline, timeout).await
+    let target = Target { endpoint: &endpoint, host, port };
+    check(conn, &target, service, deadline, timeout).await
+}
+
+/// Where the probe dials: what a call retried on a new connection needs to dial again.
+struct Target<'a> {
+    endpoint: &'a Endpoint,
+    host: &'a str,
+    port: u16,
+}
+
+/// A READY connection: tonic's channel over it, and what its reader has seen.
+struct Conn {
+    channel: Channel,
+    seen: ReadLog,
 }
 
 /// The channel's endpoint: `http://host:port` (host bracketed if IPv6) with the probe's user
@@ -74,11 +90,11 @@ const MAX_HEADER_LIST_SIZE: u32 = super::http::wire::MAX_HEAD_BYTES as u32;
 
 /// Dials until a connection is READY (the server sent its SETTINGS frame), retrying failed
 /// attempts with backoff. Only the caller's deadline ends it.
-async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) -> Channel {
+async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) -> Conn {
     let mut backoff = BACKOFF_BASE;
     loop {
         match attempt(endpoint, host, port, deadline).await {
-            Ok(channel) => return channel,
+            Ok(conn) => return conn,
             Err(e) => tracing::debug!(host, port, error = %e, "gRPC probe connection attempt failed"),
         }
         sleep_until(Instant::now() + backoff).await;
@@ -86,7 +102,8 @@ async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) 
     }
 }
 
-/// Why one connection attempt did not become READY (only logged, as upstream).
+/// Why one connection attempt did not become READY (only logged, as upstream, but for the
+/// new connection of a retried call: see [`go_connection_error`]).
 #[derive(Debug, thiserror::Error)]
 enum AttemptError {
     #[error(transparent)]
@@ -104,35 +121,92 @@ async fn attempt(
     host: &str,
     port: u16,
     deadline: Instant,
-) -> Result<Channel, AttemptError> {
+) -> Result<Conn, AttemptError> {
     let stream = tcp::dial(host, port, deadline).await?;
     let (preface_tx, preface_rx) = oneshot::channel();
-    let io = TokioIo::new(PrefaceWatch::new(stream, preface_tx));
+    let seen = ReadLog::default();
+    let io = TokioIo::new(PrefaceWatch::new(stream, preface_tx, seen.clone()));
     let channel = endpoint
         .connect_with_connector(Preconnected(Some(io)))
         .await
         .map_err(|e| AttemptError::Handshake(error_chain(&e)))?;
     // The connection task spawned by tonic reads the socket; the watch reports what came first.
     match preface_rx.await {
-        Ok(Preface::Settings) => Ok(channel),
+        Ok(Preface::Settings) => Ok(Conn { channel, seen }),
         Ok(Preface::NotHttp2) => Err(AttemptError::NotHttp2),
         Ok(Preface::Closed) | Err(_) => Err(AttemptError::Closed),
     }
 }
 
+/// grpc-go's words for the new connection of a retried call that did not become READY: the
+/// call fails Unavailable with the connection error (`connection error: desc = "…"`), as its
+/// pick_first balancer reports it. Only a dial error and a connection closed before the server
+/// preface are worded exactly; grpc-go names what else went wrong after the framer's error.
+fn go_connection_error(e: &AttemptError) -> tonic::Status {
+    let desc = match e {
+        AttemptError::Dial(dial) => format!("transport: Error while dialing: {dial}"),
+        AttemptError::Closed => "error reading server preface: EOF".to_owned(),
+        AttemptError::NotHttp2 | AttemptError::Handshake(_) => format!("error reading server preface: {e}"),
+    };
+    tonic::Status::unavailable(format!("connection error: desc = {}", crate::gofmt::go_quote(&desc)))
+}
+
+/// Why the server never processed a call, as grpc-go's transport marks a stream "unprocessed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unprocessed {
+    /// A GOAWAY whose last stream id is below the call's: the connection is going away.
+    GoAway,
+    /// The stream was reset with `REFUSED_STREAM`; the connection stays.
+    Refused,
+}
+
+/// Whether the server said it never processed the call: a GOAWAY that left the call's stream
+/// out, or a `REFUSED_STREAM` reset.
+fn unprocessed(status: &tonic::Status) -> Option<Unprocessed> {
+    let h2 = remote_h2_error(status)?;
+    if h2.is_go_away() {
+        return Some(Unprocessed::GoAway);
+    }
+    (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)).then_some(Unprocessed::Refused)
+}
+
+/// The HTTP/2 error the server's frames caused, if a call's status comes from one.
+fn remote_h2_error(status: &tonic::Status) -> Option<&h2::Error> {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            return h2.is_remote().then_some(h2);
+        }
+        source = error.source();
+    }
+    None
+}
+
 /// Calls `Health/Check` and maps the answer to upstream's outputs.
-async fn check(channel: Channel, service: &str, deadline: Instant, timeout: Duration) -> Probed {
-    // Accepting gzip as grpc-go does with gzip registered.
-    let mut client = HealthClient::new(GoHeaderChecks(channel)).accept_compressed(CompressionEncoding::Gzip);
-    let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
-    // Go sends the context's remaining time as `grpc-timeout`.
-    request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+///
+/// A call the server never processed (a GOAWAY that left its stream out, a `REFUSED_STREAM`)
+/// is retried once, as grpc-go retries it transparently on a call's first attempt: after a
+/// GOAWAY on a new connection, after a refusal on the same one. The retry shares the probe's
+/// one deadline (docs/prober.md §4.8).
+async fn check(
+    mut conn: Conn,
+    target: &Target<'_>,
+    service: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Probed {
     let rpc_timeout =
         || failure(format!("timeout: health rpc did not complete within {}", go_duration(timeout)));
-    let response = match timeout_at(deadline, client.check(request)).await {
-        Err(_) => return rpc_timeout(),
-        Ok(Err(status)) => {
-            let status = go_transport_status(status);
+    let mut first_attempt = true;
+    let response = loop {
+        let status = match timeout_at(deadline, call(&conn.channel, service, deadline)).await {
+            Err(_) => return rpc_timeout(),
+            Ok(Ok(response)) => break response,
+            Ok(Err(status)) => status,
+        };
+        let retry = if first_attempt { unprocessed(&status) } else { None };
+        let Some(why) = retry else {
+            let status = go_transport_status(status, &conn.seen);
             return match status.code() {
                 Code::Unimplemented => failure(format!(
                     "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
@@ -144,14 +218,47 @@ async fn check(channel: Channel, service: &str, deadline: Instant, timeout: Dura
                 _ if Instant::now() >= deadline => rpc_timeout(),
                 _ => failure(format!("error: health rpc probe failed: {}", go_status_error(&status))),
             };
+        };
+        first_attempt = false;
+        tracing::debug!(
+            host = target.host,
+            port = target.port,
+            ?why,
+            "gRPC probe retries a call the server did not process"
+        );
+        if why == Unprocessed::GoAway {
+            conn = match timeout_at(deadline, attempt(target.endpoint, target.host, target.port, deadline))
+                .await
+            {
+                Err(_) => return rpc_timeout(),
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "gRPC probe's new connection failed");
+                    let status = go_connection_error(&e);
+                    return failure(format!("error: health rpc probe failed: {}", go_status_error(&status)));
+                }
+            };
         }
-        Ok(Ok(response)) => response.into_inner(),
     };
     if response.status == ServingStatus::Serving as i32 {
         Probed::new(ProbeOutcome::Success, "service healthy")
     } else {
         failure(format!("service unhealthy (responded with {:?})", status_name(response.status)))
     }
+}
+
+/// One `Health/Check` call on `channel`, accepting gzip as grpc-go does with gzip registered.
+async fn call(
+    channel: &Channel,
+    service: &str,
+    deadline: Instant,
+) -> Result<tonic_health::pb::HealthCheckResponse, tonic::Status> {
+    let mut client =
+        HealthClient::new(GoHeaderChecks(channel.clone())).accept_compressed(CompressionEncoding::Gzip);
+    let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
+    // Go sends the context's remaining time as `grpc-timeout`.
+    request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+    client.check(request).await.map(tonic::Response::into_inner)
 }
 
 fn failure(output: String) -> Probed {
@@ -411,30 +518,30 @@ fn go_bin_header_error(src: &[u8]) -> Option<usize> {
 }
 
 /// grpc-go's words for a call a stream reset or a GOAWAY from the server ended
-/// (`handleRSTStream`, `handleGoAway`); tonic words both "h2 protocol error: …", and gives a
-/// reset's code by a table of its own.
-fn go_transport_status(status: tonic::Status) -> tonic::Status {
-    let mut source = std::error::Error::source(&status);
-    while let Some(error) = source {
-        if let Some(h2) = error.downcast_ref::<h2::Error>() {
-            if !h2.is_remote() {
-                break;
-            }
-            if h2.is_go_away() {
-                return tonic::Status::unavailable(
-                    "the stream is rejected because server is draining the connection",
-                );
-            }
-            if let (true, Some(reason)) = (h2.is_reset(), h2.reason()) {
-                let (code, name) = go_reset_code(u32::from(reason));
-                return tonic::Status::new(
-                    code,
-                    format!("stream terminated by RST_STREAM with error code: {name}"),
-                );
-            }
-            break;
+/// (`handleRSTStream`, `handleGoAway`), or that ended with its connection (the reader's
+/// `error reading from server: …`); tonic words the first two "h2 protocol error: …", gives a
+/// reset's code by a table of its own, and says "transport error" or "h2 protocol error: …" of
+/// a closed connection.
+fn go_transport_status(status: tonic::Status, seen: &ReadLog) -> tonic::Status {
+    if let Some(h2) = remote_h2_error(&status) {
+        if h2.is_go_away() {
+            return tonic::Status::unavailable(
+                "the stream is rejected because server is draining the connection",
+            );
         }
-        source = error.source();
+        if let (true, Some(reason)) = (h2.is_reset(), h2.reason()) {
+            let (code, name) = go_reset_code(u32::from(reason));
+            return tonic::Status::new(
+                code,
+                format!("stream terminated by RST_STREAM with error code: {name}"),
+            );
+        }
+    }
+    // A status the server sent has no source; one the transport made does.
+    if std::error::Error::source(&status).is_some()
+        && let Some(closed) = seen.closed_status()
+    {
+        return closed;
     }
     status
 }
@@ -644,43 +751,188 @@ enum Preface {
     Closed,
 }
 
-/// HTTP/2 frame header length, frame type SETTINGS, and its ACK flag.
+/// HTTP/2 frame header length, frame types SETTINGS and GOAWAY, and SETTINGS' ACK flag.
 const FRAME_HEADER_LEN: usize = 9;
 const FRAME_TYPE_SETTINGS: u8 = 0x4;
+const FRAME_TYPE_GOAWAY: u8 = 0x7;
 const FLAG_ACK: u8 = 0x1;
+/// The largest frame h2 reads (its default SETTINGS_MAX_FRAME_SIZE): a longer GOAWAY is a
+/// connection error before anyone reads its debug data, so it is not kept.
+const MAX_FRAME_LEN: usize = 16_384;
 
-/// A TCP stream that reports, once, whether the server's first frame header is a SETTINGS frame.
+/// What a connection's reader saw that grpc-go words a call's errors with, shared between the
+/// connection (which writes it as it reads) and the probe.
+#[derive(Debug, Clone, Default)]
+struct ReadLog(Arc<Mutex<ReadSeen>>);
+
+#[derive(Debug, Default)]
+struct ReadSeen {
+    /// The first GOAWAY's error code and debug data (grpc-go keeps the first one's).
+    goaway: Option<(u32, Vec<u8>)>,
+    /// How reading ended, as Go prints its framer's error: `EOF`, `unexpected EOF`, `read tcp
+    /// 127.0.0.1:41000->127.0.0.1:50051: read: connection reset by peer`.
+    ended: Option<String>,
+}
+
+impl ReadLog {
+    fn lock(&self) -> MutexGuard<'_, ReadSeen> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// grpc-go's status for a call whose connection stopped reading: `error reading from
+    /// server: EOF` (Unavailable), or, once a GOAWAY came, the transport's closing words with
+    /// that GOAWAY's code and debug data. `None` while the connection reads on.
+    fn closed_status(&self) -> Option<tonic::Status> {
+        let seen = self.lock();
+        let desc = format!("error reading from server: {}", seen.ended.as_ref()?);
+        let Some((code, debug)) = &seen.goaway else {
+            return Some(tonic::Status::unavailable(desc));
+        };
+        let code = go_reset_code(*code).1;
+        let goaway = if debug.is_empty() {
+            format!("code: {code}")
+        } else {
+            format!("code: {code}, debug data: {}", go_quote_bytes(debug))
+        };
+        Some(tonic::Status::unavailable(format!(
+            "closing transport due to: connection error: desc = {}, received prior goaway: {goaway}",
+            crate::gofmt::go_quote(&desc)
+        )))
+    }
+}
+
+/// Go's `%q` of `string(bytes)`: as [`crate::gofmt::go_quote`], with each byte that is not
+/// UTF-8 as `\xNN`.
+fn go_quote_bytes(bytes: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for chunk in bytes.utf8_chunks() {
+        let quoted = crate::gofmt::go_quote(chunk.valid());
+        out.push_str(&quoted[1..quoted.len() - 1]);
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A TCP stream that reports, once, whether the server's first frame header is a SETTINGS
+/// frame, and then follows the frames it reads (their headers only) to log the first GOAWAY
+/// and how reading ended, where a frame ended or in the middle of one.
 struct PrefaceWatch {
     inner: TcpStream,
+    /// `ip:port` of both ends, as Go's read errors name them.
+    ends: Option<(SocketAddr, SocketAddr)>,
     header: [u8; FRAME_HEADER_LEN],
+    /// Bytes of the current frame's header read; `FRAME_HEADER_LEN` while in its payload.
     header_len: usize,
+    payload_len: usize,
+    payload_left: usize,
+    /// The payload of the first GOAWAY, while it is read.
+    goaway: Option<Vec<u8>>,
     report: Option<oneshot::Sender<Preface>>,
+    seen: ReadLog,
 }
 
 impl PrefaceWatch {
-    fn new(inner: TcpStream, report: oneshot::Sender<Preface>) -> Self {
-        PrefaceWatch { inner, header: [0; FRAME_HEADER_LEN], header_len: 0, report: Some(report) }
+    fn new(inner: TcpStream, report: oneshot::Sender<Preface>, seen: ReadLog) -> Self {
+        let ends = inner.local_addr().ok().zip(inner.peer_addr().ok());
+        PrefaceWatch {
+            inner,
+            ends,
+            header: [0; FRAME_HEADER_LEN],
+            header_len: 0,
+            payload_len: 0,
+            payload_left: 0,
+            goaway: None,
+            report: Some(report),
+            seen,
+        }
     }
 
-    /// Looks at newly read bytes (`None`: a read error) until the first frame header is complete.
-    fn observe(&mut self, read: Option<&[u8]>) {
-        if self.report.is_none() {
-            return;
+    fn report(&mut self, preface: Preface) {
+        if let Some(report) = self.report.take() {
+            let _ = report.send(preface);
         }
-        let verdict = match read {
-            None | Some([]) => Some(Preface::Closed),
-            Some(bytes) => {
+    }
+
+    /// Follows newly read bytes: frame headers, and the payload of the first GOAWAY.
+    fn observe(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.header_len < FRAME_HEADER_LEN {
                 let n = bytes.len().min(FRAME_HEADER_LEN - self.header_len);
                 self.header[self.header_len..self.header_len + n].copy_from_slice(&bytes[..n]);
                 self.header_len += n;
-                (self.header_len == FRAME_HEADER_LEN).then(|| preface_of(&self.header))
+                bytes = &bytes[n..];
+                if self.header_len == FRAME_HEADER_LEN {
+                    self.start_payload();
+                }
+                continue;
             }
-        };
-        if let Some(verdict) = verdict
-            && let Some(report) = self.report.take()
-        {
-            let _ = report.send(verdict);
+            let n = bytes.len().min(self.payload_left);
+            if let Some(payload) = &mut self.goaway {
+                payload.extend_from_slice(&bytes[..n]);
+            }
+            self.payload_left -= n;
+            bytes = &bytes[n..];
+            if self.payload_left == 0 {
+                self.end_frame();
+            }
         }
+    }
+
+    /// A frame header is complete.
+    fn start_payload(&mut self) {
+        let preface = preface_of(&self.header);
+        self.report(preface);
+        let [l0, l1, l2, kind, _, s0, s1, s2, s3] = self.header;
+        self.payload_len = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
+        self.payload_left = self.payload_len;
+        let stream_zero = [s0 & 0x7f, s1, s2, s3] == [0; 4];
+        // GOAWAY carries a last stream id and an error code before its debug data.
+        if kind == FRAME_TYPE_GOAWAY
+            && stream_zero
+            && (8..=MAX_FRAME_LEN).contains(&self.payload_len)
+            && self.seen.lock().goaway.is_none()
+        {
+            self.goaway = Some(Vec::with_capacity(self.payload_len));
+        }
+        if self.payload_left == 0 {
+            self.end_frame();
+        }
+    }
+
+    /// A frame's payload is complete.
+    fn end_frame(&mut self) {
+        self.header_len = 0;
+        if let Some(payload) = self.goaway.take()
+            && let Some((code, debug)) = payload.get(4..8).zip(payload.get(8..))
+        {
+            let code = u32::from_be_bytes([code[0], code[1], code[2], code[3]]);
+            self.seen.lock().goaway.get_or_insert_with(|| (code, debug.to_vec()));
+        }
+    }
+
+    /// Reading ended, with EOF (`None`) or an error.
+    fn ended(&mut self, error: Option<&io::Error>) {
+        self.report(Preface::Closed);
+        // Go's framer reads a frame header, then its payload, each with `io.ReadFull`: EOF
+        // before the first byte of either is `EOF`, after it `unexpected EOF`.
+        let text = match error {
+            None if self.header_len == 0 => "EOF".to_owned(),
+            None if self.header_len == FRAME_HEADER_LEN && self.payload_left == self.payload_len => {
+                "EOF".to_owned()
+            }
+            None => "unexpected EOF".to_owned(),
+            // Go's `net.OpError` for a read on the connection.
+            Some(e) => match (e.raw_os_error(), self.ends) {
+                (Some(_), Some((local, remote))) => {
+                    format!("read tcp {local}->{remote}: read: {}", crate::gofmt::go_errno_text(e))
+                }
+                _ => e.to_string(),
+            },
+        };
+        self.seen.lock().ended.get_or_insert(text);
     }
 }
 
@@ -700,9 +952,10 @@ impl AsyncRead for PrefaceWatch {
         let had_room = buf.remaining() > 0;
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
         match &poll {
-            Poll::Ready(Ok(())) if had_room => this.observe(Some(&buf.filled()[before..])),
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(_)) => this.observe(None),
+            Poll::Ready(Ok(())) if !had_room => {}
+            Poll::Ready(Ok(())) if buf.filled().len() == before => this.ended(None),
+            Poll::Ready(Ok(())) => this.observe(&buf.filled()[before..]),
+            Poll::Ready(Err(e)) => this.ended(Some(e)),
             Poll::Pending => {}
         }
         poll
@@ -863,6 +1116,14 @@ mod tests {
         settle_status_headers(&mut headers);
         assert_eq!(headers.get(GRPC_STATUS).map(|v| v.as_bytes()), Some(&b"5"[..]));
         assert!(!headers.contains_key(GRPC_STATUS_DETAILS));
+    }
+
+    #[test]
+    fn goaway_debug_data_is_quoted_as_gos_percent_q_of_a_string() {
+        assert_eq!(go_quote_bytes(b"bye"), r#""bye""#);
+        assert_eq!(go_quote_bytes(b"a\"b\n"), r#""a\"b\n""#);
+        assert_eq!(go_quote_bytes(b"\xff\xfeok\xc3"), r#""\xff\xfeok\xc3""#);
+        assert_eq!(go_quote_bytes("é".as_bytes()), r#""é""#);
     }
 
     #[test]
