@@ -174,6 +174,12 @@ pub enum FaultKind {
     /// Answer with this code and this JSON body, whatever the request (a body the client cannot
     /// read as what it asked for: a pod of another shape, a `Status` with a 200).
     Body { code: u16, body: Value },
+    /// Another writer changes the pod the request names first (an annotation,
+    /// `fake.probelet.test/touched`, set to the new resourceVersion: the version moves on and
+    /// watches see a modification), then the request is served as usual: a write carrying a
+    /// `metadata.resourceVersion` precondition read before it gets 409 Conflict, one without
+    /// lands. A runtime that writes the pod more often than a status PATCH takes its round trip.
+    Touch,
     /// Answer with this code and this plain text, with `Retry-After` when given: what API
     /// Priority and Fairness answers when it throttles (`429`, `Too many requests, please try
     /// again later.`), or a proxy in front of the server (`503`).
@@ -648,6 +654,11 @@ async fn respond<B: hyper::body::Body>(
     match fault {
         Some(FaultKind::DropConnection) => return Err(DropConnection),
         Some(FaultKind::Delay(d)) => tokio::time::sleep(d).await,
+        Some(FaultKind::Touch) => {
+            if let Some((ns, name)) = pod_of(&path) {
+                lock(&shared.store).touch_pod(ns, name);
+            }
+        }
         Some(FaultKind::Status { code, retry_after }) => {
             let e = fault_error(code, retry_after, &path);
             record(Some(e.code));
@@ -690,6 +701,14 @@ async fn respond<B: hyper::body::Body>(
             let bookmark = bookmarks.then(|| (shared.clone(), lock(&shared.store).rv));
             Ok(watch_response(w, timeout, shared.shutdown.clone(), bookmark))
         }
+    }
+}
+
+/// The namespace and name of the pod a path names (`/api/v1/namespaces/{ns}/pods/{name}…`).
+fn pod_of(path: &str) -> Option<(&str, &str)> {
+    match path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+        ["api", "v1", "namespaces", ns, "pods", name, ..] => Some((*ns, *name)),
+        _ => None,
     }
 }
 

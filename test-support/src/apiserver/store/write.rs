@@ -45,6 +45,22 @@ impl Store {
         let stored = self.commit(kind, ty, prev, o);
         Ok(render(api, &stored))
     }
+    /// Another writer's change to a stored pod (`FaultKind::Touch`): the annotation
+    /// `fake.probelet.test/touched` set to the new resourceVersion, emitting MODIFIED. Nothing
+    /// when there is no such pod.
+    pub fn touch_pod(&mut self, ns: &str, name: &str) {
+        let key = (ns.to_string(), name.to_string());
+        let Some(prev) = self.pods.get(&key).cloned() else { return };
+        let mut pod = prev.clone();
+        if !pod.pointer("/metadata/annotations").is_some_and(Value::is_object) {
+            set_meta(&mut pod, "annotations", json!({}));
+        }
+        if let Some(annotations) = pod.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            annotations.insert("fake.probelet.test/touched".to_owned(), json!((self.rv + 1).to_string()));
+        }
+        self.commit(Kind::Pod, ChangeType::Modified, Some(prev), pod);
+    }
+
     pub fn create(&mut self, api: Api, ns: &str, req: &Req) -> Outcome {
         if req.content_type != "application/json" {
             return ApiError {
