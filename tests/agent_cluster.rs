@@ -582,6 +582,55 @@ async fn conflicts_with_a_fast_writing_runtime_are_reported() {
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// A runtime that writes the pod before each of the agent's status PATCHes lands (the fake's
+/// `Touch`: the pod's resourceVersion moves on first) makes every write of the container's
+/// `ready` flag, under the resourceVersion precondition, conflict. From the third conflict in a
+/// row the agent writes the owned conditions alone, without the precondition: the Ready
+/// condition, what EndpointSlices follow, lands while the flag's writes keep conflicting, and
+/// the runtime's own condition stays. Before, 202 conflicts in a row and Ready never landed.
+#[tokio::test]
+async fn ready_lands_while_a_runtime_keeps_every_write_conflicting() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("raced", "node-a", port));
+    let path = "/api/v1/namespaces/default/pods/raced/status";
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::PATCH, path.into()),
+        kind: FaultKind::Touch,
+        times: FaultTimes::Always,
+    });
+    let (agent, kubeconfig) = start_agent(&fake, "raced", &[]);
+    let conflicts = || {
+        fake.requests()
+            .iter()
+            .filter(|r| r.method == http::Method::PATCH && r.path == path && r.code == Some(409))
+            .count()
+    };
+    let on_api = wait_for_pod(&fake, "raced", "Ready=True", |p| {
+        condition(p, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert!(!app_status(&on_api).ready, "the container's flag has not landed: {on_api:?}");
+    assert_eq!(
+        condition(&on_api, "example.com/feature").map(|c| c.status).as_deref(),
+        Some("True"),
+        "the runtime's condition stays"
+    );
+    let at_ready = conflicts();
+    assert!(at_ready >= 3, "Ready landed after {at_ready} conflicts");
+
+    // The flag is still written under the precondition, and still conflicts; Ready stays.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while conflicts() < at_ready + 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the conflicts go on: {} so far", conflicts());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let on_api = fake.pod("default", "raced").unwrap();
+    assert!(condition(&on_api, "Ready").is_some_and(|c| c.status == "True"), "{on_api:?}");
+    assert!(!app_status(&on_api).ready, "{on_api:?}");
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 /// The status writes go through a client without kube's own retry: a 503 reaches the syncer
 /// (and its metrics), which sends the write again after its back-off (0.5 s, then 1 s; the
 /// syncer's tests time it), every request counted against `--qps`. kube's retry had sent it

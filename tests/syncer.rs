@@ -1109,6 +1109,8 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
                 (Method::GET, get.clone(), Some(200)),
                 (Method::PATCH, patch.clone(), Some(409)),
                 (Method::GET, get, Some(200)),
+                // After three conflicts in a row, the conditions alone, then the containers.
+                (Method::PATCH, patch.clone(), Some(200)),
                 (Method::PATCH, patch, Some(200)),
             ],
             "each conflict merged again from a fresh GET"
@@ -1121,16 +1123,18 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
             took >= waits[0] + waits[1] && took <= waits[0] + waits[1] + Duration::from_millis(2),
             "the status landed after {took:?}; the conflict waits are {waits:?}"
         );
-        for request in t.requests_of(&Method::PATCH) {
+        for (n, request) in t.requests_of(&Method::PATCH).into_iter().enumerate() {
             let body = request.body.unwrap();
-            assert!(
+            assert_eq!(
                 body["metadata"]["resourceVersion"].is_string(),
-                "containers under a precondition: {body}"
+                n != 3,
+                "containers under a precondition, the conditions alone without: {body}"
             );
         }
         let arrivals = arrivals.lock().unwrap().clone();
-        let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
-        assert_eq!(gaps.len(), 3);
+        let mut gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps.len(), 4);
+        assert_eq!(gaps.pop(), Some(Duration::ZERO), "the containers right after the conditions");
         // The first conflict is retried at once, then 50 ms and 100 ms, each up to a quarter
         // shorter (by the pod's UID: the same in every run).
         assert_eq!(gaps[0], Duration::ZERO, "the first conflict is retried at once: {gaps:?}");
@@ -1150,7 +1154,9 @@ async fn repeated_conflicts_back_off_briefly_and_the_status_lands() {
 
 /// A server that keeps answering 409 with nothing newer to merge into (no watch event, no new
 /// status): the waits double up to the 10 s maximum rather than a GET and a PATCH a second for
-/// good, and the status lands once the server takes it.
+/// good, and the status lands once the server takes it. (From the third conflict on, each write
+/// sends the conditions alone first, refused here too; the write that lands sends them, then
+/// the containers.)
 #[actix::test]
 async fn conflicts_that_go_on_wait_up_to_ten_seconds_and_the_status_still_lands() {
     bounded(Duration::from_secs(120), async {
@@ -1166,14 +1172,15 @@ async fn conflicts_that_go_on_wait_up_to_ten_seconds_and_the_status_still_lands(
         t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
         // About 43 s of back-off on the paused clock: more than one flush waits for.
         support::syncer::eventually(Duration::from_secs(90), "the status landed after 12 conflicts", || {
-            arrivals.lock().unwrap().len() == 13
+            arrivals.lock().unwrap().len() == 14
         })
         .await;
         t.flush(&syncer).await;
 
         let arrivals = arrivals.lock().unwrap().clone();
-        let gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
-        assert_eq!(gaps.len(), 12, "12 conflicts, then the write that lands: {gaps:?}");
+        let mut gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps.len(), 13, "12 conflicts, then the write that lands in two: {gaps:?}");
+        assert_eq!(gaps.pop(), Some(Duration::ZERO), "the containers right after the conditions");
         for (n, gap) in gaps.iter().enumerate().skip(1) {
             let want =
                 jittered_backoff(Duration::from_millis(50), Duration::from_secs(10), n as u32, &uid(&pod));
@@ -1301,6 +1308,76 @@ async fn a_conditions_only_patch_carries_no_resource_version() {
         let api = api_status(&t.api("web"));
         assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode().unwrap()));
         assert_eq!(api.pod_ip.as_deref(), Some("10.9.9.9"), "the runtime's write stays");
+    })
+    .await;
+}
+
+/// A runtime that writes the pod before each of the syncer's PATCHes lands keeps every write
+/// of the container statuses (under the resourceVersion precondition) conflicting. From the
+/// third conflict in a row the owned conditions go alone first, without the precondition, and
+/// land: the pod's Ready condition is on the server while the container flags are still
+/// retried, each under the precondition, until one lands. The runtime's writes stay.
+#[actix::test]
+async fn the_conditions_land_alone_while_the_runtime_keeps_every_write_conflicting() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer_with(readiness_only).await;
+        let pod = published_pod("web");
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
+        // The runtime writes the pod before each of the next 8 status PATCHes.
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::Touch,
+            times: FaultTimes::Times(8),
+        });
+
+        let stored = t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        let ready = |t: &SyncTest| condition_status(&api_status(&t.api("web")), POD_READY);
+        eventually(Duration::from_secs(20), "the Ready condition landed", || {
+            ready(&t).as_deref() == Some("True")
+        })
+        .await;
+        let api = api_status(&t.api("web"));
+        assert_eq!(flags(&api), [flag("a", "cri://a", false, None)], "the containers not yet");
+        assert!(stats(&syncer).await.conflicting == 1, "the conflicts go on: {:?}", t.summary());
+        t.flush(&syncer).await;
+
+        let (get, patch) = (pod_path("web"), status_path("web"));
+        let conflict_and_get =
+            || [(Method::PATCH, patch.clone(), Some(409)), (Method::GET, get.clone(), Some(200))];
+        let mut want = Vec::new();
+        (0..3).for_each(|_| want.extend(conflict_and_get()));
+        want.push((Method::PATCH, patch.clone(), Some(200)));
+        (0..4).for_each(|_| want.extend(conflict_and_get()));
+        want.push((Method::PATCH, patch.clone(), Some(200)));
+        assert_eq!(t.summary(), want, "three conflicts, the conditions alone, then the containers");
+
+        let bodies: Vec<Value> = t.requests_of(&Method::PATCH).into_iter().map(|r| r.body.unwrap()).collect();
+        let alone = &bodies[3];
+        assert_eq!(alone["metadata"], json!({"uid": uid(&pod)}), "no precondition: {alone}");
+        assert_eq!(patched_status_keys(alone), ["conditions"], "the conditions only: {alone}");
+        for (n, body) in bodies.iter().enumerate().filter(|(n, _)| *n != 3) {
+            assert!(
+                body["metadata"]["resourceVersion"].is_string(),
+                "write {n} under the precondition: {body}"
+            );
+            assert_eq!(
+                patched_status_keys(body).contains(&"conditions".to_owned()),
+                n < 3,
+                "write {n}: {body}"
+            );
+        }
+
+        let on_api = t.api("web");
+        let api = api_status(&on_api);
+        assert_eq!(flags(&api), [flag("a", "cri://a", true, Some(true))]);
+        assert_eq!(owned_conditions(&api), owned_conditions(&stored.status.decode().unwrap()));
+        let touched = on_api.metadata.annotations.unwrap_or_default();
+        assert!(touched.contains_key("fake.probelet.test/touched"), "the runtime's writes stay");
+        let now = stats(&syncer).await;
+        assert_eq!((now.conflicting, now.floors, now.backing_off), (0, 0, 0), "as before: {now:?}");
     })
     .await;
 }

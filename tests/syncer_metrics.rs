@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
-use k8s_openapi::api::core::v1::PodIP;
+use k8s_openapi::api::core::v1::{ContainerStatus, PodIP, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use probelet_actors::metrics::{
     PROBELET_API_REQUESTS_TOTAL, PROBELET_STATUS_SYNCS_TOTAL, PrometheusRegistry,
 };
-use probelet_actors::sync::syncer::ApiPodObserved;
+use probelet_actors::sync::syncer::{ApiPodObserved, OwnedFields};
 use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
 use support::pods::{terminated, test_pod};
 use support::syncer::{SyncTest, bound, bounded, container, status_of, status_path, with_uid};
@@ -158,6 +158,40 @@ async fn api_requests_and_sync_outcomes_are_counted() {
             ]
         );
         assert_eq!(t.fake.requests().len(), 12, "every request counted once");
+
+        // Readiness only, beside a runtime that writes the pod before each of the next four
+        // status PATCHes: three conflicts, then the conditions alone (a write of their own,
+        // updated), then the containers (updated).
+        let t = SyncTest::start().await;
+        let syncer = t.syncer_with(|c| c.owned_fields = OwnedFields::ReadinessOnly).await;
+        let published = PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                container_id: Some("cri://app".into()),
+                started: None,
+                ..container("app", false)
+            }]),
+            ..Default::default()
+        };
+        let raced = bound(test_pod("m-raced").container("app").with_status(published));
+        t.pods.add(&raced);
+        let on_api = t.fake.insert_pod((*raced).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("m-raced")),
+            kind: FaultKind::Touch,
+            times: FaultTimes::Times(4),
+        });
+        let before = registry.render();
+        t.set_status(&raced, status_of(&raced, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        let after = registry.render();
+        let moved_by = |f: &dyn Fn(&str) -> f64| f(&after) - f(&before);
+        let got: Vec<(&str, f64)> =
+            ["updated", "conflict"].into_iter().map(|o| (o, moved_by(&|text| syncs(text, o)))).collect();
+        assert_eq!(got, [("updated", 2.0), ("conflict", 3.0)], "{:?}", t.summary());
+        assert_eq!(moved_by(&|text| requests(text, "patch", "409")), 3.0);
+        assert_eq!(moved_by(&|text| requests(text, "patch", "200")), 2.0);
     })
     .await;
 }

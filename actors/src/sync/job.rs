@@ -1,7 +1,8 @@
 //! One pod's write (upstream: the status manager's `syncPod`): the merge base (the copy held, or
 //! a GET), `mergePodStatus` or the readiness-only merge, the two-way strategic merge patch with
 //! the UID (and, for a container status list, the resourceVersion) as a precondition, and the
-//! DELETE of a finished pod; the kube errors mapped to what the syncer does next.
+//! DELETE of a finished pod; the kube errors mapped to what the syncer does next. After a few
+//! conflicts in a row, the owned conditions go alone first (docs/sync.md §7.5).
 //!
 //! Requests go through `Api<ApiPod>`, so the copy a GET or a PATCH returns is the server's JSON:
 //! a readiness-only write resends the container status items as the server has them, with only
@@ -13,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
 use super::api_pod::ApiPod;
-use super::patch::{pod_status_patch, pod_status_patch_json};
+use super::patch::{conditions_only, pod_status_patch, pod_status_patch_json};
 use super::rate::{RateLimiter, SpareToken};
 use super::rules::{
     can_be_deleted, could_have_running_containers, go_zero_values, readiness_only_sides,
@@ -41,6 +42,10 @@ pub(crate) struct SyncJob {
     pub now: Time,
     /// How long one request may go without its answer.
     pub request_timeout: std::time::Duration,
+    /// Send the owned conditions alone first, without the resourceVersion precondition, when
+    /// the write carries container statuses too (after a few conflicts in a row:
+    /// `pod_sync::CONDITIONS_ALONE_AFTER`).
+    pub conditions_alone: bool,
 }
 
 /// The request, or an error once `timeout` has passed without its answer: a server that never
@@ -113,6 +118,8 @@ pub(crate) struct JobResult {
     /// How long the server asked the agent to wait before trying again, with a failure
     /// ([`retry_after`]).
     pub retry_after: Option<std::time::Duration>,
+    /// The owned conditions were written alone before the rest (`outcome` is the rest's).
+    pub conditions_written: bool,
 }
 
 impl SyncJob {
@@ -127,6 +134,7 @@ impl SyncJob {
             fresh: None,
             base_version: None,
             retry_after: None,
+            conditions_written: false,
         };
         let api: Api<ApiPod> = Api::namespaced(self.client.clone(), &result.namespace);
         // The token of the request after the GET (the PATCH, or a DELETE), taken with the GET's:
@@ -170,18 +178,50 @@ impl SyncJob {
         result.api_uid = Some(api_uid.clone());
         result.base_version = resource_version(&base.pod);
 
-        let patch = match self.patch(&base, &api_uid) {
-            Ok(Some(body))
-                if self.owned_fields == OwnedFields::ReadinessOnly && replaces_container_statuses(&body) =>
-            {
-                Some(with_resource_version(body, base.pod.metadata.resource_version.as_deref()))
-            }
+        let mut base = base;
+        let mut patch = match self.prepared_patch(&base, &api_uid) {
             Ok(patch) => patch,
             Err(message) => {
                 result.outcome = WriteOutcome::Invalid(message);
                 return result;
             }
         };
+        // The conflicts go on: the owned conditions go alone first (they merge by type and need
+        // no precondition), computed from the freshest copy there is, this write's merge base;
+        // the container statuses follow under the precondition, merged into the copy that
+        // write returned (docs/sync.md §7.5).
+        let alone_first = self.conditions_alone && self.owned_fields == OwnedFields::ReadinessOnly;
+        if let Some(alone) = patch.as_ref().filter(|_| alone_first).and_then(conditions_alone) {
+            self.take_token(spare.take()).await;
+            let written = match self.send_patch(&api, &result.name, alone).await {
+                Ok(pod) => pod,
+                Err(failed) => {
+                    (result.outcome, result.retry_after) = failed;
+                    return result;
+                }
+            };
+            result.conditions_written = true;
+            if let Some(why) = written.undecodable() {
+                // Written, but no merge base for the rest: the next write GETs.
+                result.outcome = WriteOutcome::Failed(format!("patch: cannot read the pod: {why}"));
+                return result;
+            }
+            tracing::debug!(pod_uid = %self.uid, pod = %result.name, "The pod's conditions written alone; the container statuses follow under the precondition");
+            base = Arc::new(written);
+            result.base_version = resource_version(&base.pod);
+            patch = match self.prepared_patch(&base, &api_uid) {
+                Ok(patch) => patch,
+                Err(message) => {
+                    result.outcome = WriteOutcome::Invalid(message);
+                    return result;
+                }
+            };
+            if patch.is_none() {
+                // The rest was as wanted already: the conditions were the write.
+                result.conditions_written = false;
+                result.outcome = WriteOutcome::Updated;
+            }
+        }
         let fresh = match patch {
             None => {
                 tracing::trace!(pod_uid = %self.uid, pod = %result.name, "Status for pod is up-to-date");
@@ -189,28 +229,13 @@ impl SyncJob {
             }
             Some(body) => {
                 self.take_token(spare.take()).await;
-                let params =
-                    PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
-                let patched = bounded(
-                    self.request_timeout,
-                    api.patch_status(&result.name, &params, &Patch::Strategic(body)),
-                )
-                .await;
-                record_request("patch", &patched);
-                match patched {
-                    // A 200 whose body is no pod (a Status, another kind) says nothing of the
-                    // write: it failed, and is sent again.
-                    Ok(pod) if !is_a_pod(&pod) => {
-                        result.outcome = WriteOutcome::Failed("patch: the answer is not a pod".to_owned());
-                        return result;
-                    }
+                match self.send_patch(&api, &result.name, body).await {
                     Ok(pod) => {
                         result.outcome = WriteOutcome::Updated;
                         Arc::new(pod)
                     }
-                    Err(err) => {
-                        result.outcome = patch_failure(&err);
-                        result.retry_after = retry_after(&err);
+                    Err(failed) => {
+                        (result.outcome, result.retry_after) = failed;
                         return result;
                     }
                 }
@@ -244,6 +269,42 @@ impl SyncJob {
             };
         }
         result
+    }
+
+    /// The PATCH body, with the merge base's resourceVersion as a precondition when a
+    /// readiness-only write replaces a container status list (docs/sync.md §7.3); `None` when
+    /// nothing differs.
+    fn prepared_patch(&self, base: &ApiPod, api_uid: &str) -> Result<Option<serde_json::Value>, String> {
+        Ok(self.patch(base, api_uid)?.map(|body| {
+            if self.owned_fields == OwnedFields::ReadinessOnly && replaces_container_statuses(&body) {
+                with_resource_version(body, base.pod.metadata.resource_version.as_deref())
+            } else {
+                body
+            }
+        }))
+    }
+
+    /// Sends one status PATCH: the pod the server answered, or how the write ended and the wait
+    /// the server asked for.
+    async fn send_patch(
+        &self,
+        api: &Api<ApiPod>,
+        name: &str,
+        body: serde_json::Value,
+    ) -> Result<ApiPod, (WriteOutcome, Option<std::time::Duration>)> {
+        let params = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
+        let patched =
+            bounded(self.request_timeout, api.patch_status(name, &params, &Patch::Strategic(body))).await;
+        record_request("patch", &patched);
+        match patched {
+            // A 200 whose body is no pod (a Status, another kind) says nothing of the write: it
+            // failed, and is sent again.
+            Ok(pod) if !is_a_pod(&pod) => {
+                Err((WriteOutcome::Failed("patch: the answer is not a pod".to_owned()), None))
+            }
+            Ok(pod) => Ok(pod),
+            Err(err) => Err((patch_failure(&err), retry_after(&err))),
+        }
     }
 
     /// The PATCH body from the merge base to the merged status, `None` when nothing differs.
@@ -288,6 +349,12 @@ impl SyncJob {
             None => self.limiter.acquire().await,
         }
     }
+}
+
+/// The conditions of a readiness-only patch that carries container statuses too, to send
+/// alone ([`conditions_only`]); `None` for any other patch.
+fn conditions_alone(patch: &serde_json::Value) -> Option<serde_json::Value> {
+    replaces_container_statuses(patch).then(|| conditions_only(patch)).flatten()
 }
 
 /// What a failed PATCH means for the write.

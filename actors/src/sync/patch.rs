@@ -88,6 +88,35 @@ pub fn pod_status_patch_json(uid: &str, api: &Value, merged: &Value) -> Result<O
     Ok(Some(Value::Object(patch)))
 }
 
+/// The conditions part of a status patch, sent alone: `metadata.uid` (still a precondition),
+/// `status.conditions` and its `$setElementOrder`, nothing else, and so no resourceVersion
+/// precondition. `None` when the patch does not touch the conditions.
+///
+/// The conditions merge by type on the server: the part carries only the changed items of the
+/// types the merge changed (the owned ones), so a condition of another type, newer on the server
+/// than the copy the patch was computed from, is left as the server holds it, and the container
+/// status lists (atomic, the runtime's) are not in it at all (docs/sync.md §7.5).
+pub fn conditions_only(patch: &Value) -> Option<Value> {
+    let status = patch.get("status")?.as_object()?;
+    let order = format!("{SET_ELEMENT_ORDER_PREFIX}conditions");
+    let conditions: Map<String, Value> = status
+        .iter()
+        .filter(|(field, _)| *field == "conditions" || **field == order)
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
+    if conditions.is_empty() {
+        return None;
+    }
+    let mut metadata = Map::new();
+    if let Some(uid) = patch.get("metadata").and_then(|m| m.get("uid")) {
+        metadata.insert("uid".to_owned(), uid.clone());
+    }
+    let mut alone = Map::new();
+    alone.insert("metadata".to_owned(), Value::Object(metadata));
+    alone.insert("status".to_owned(), Value::Object(conditions));
+    Some(Value::Object(alone))
+}
+
 fn merge_key(merge_keys: &[(&str, &'static str)], field: &str) -> Option<&'static str> {
     merge_keys.iter().find(|(list, _)| *list == field).map(|(_, key)| *key)
 }
@@ -753,6 +782,56 @@ mod tests {
 
     fn to_value(status: &PodStatus) -> Value {
         serde_json::to_value(status).unwrap()
+    }
+
+    /// A readiness-only patch (containers and owned conditions) computed from a copy that is
+    /// stale by then: the runtime has since changed a container's state and a condition of its
+    /// own. The conditions part, sent alone without the resourceVersion, sets the owned
+    /// conditions and leaves both of the runtime's changes as the server holds them.
+    #[test]
+    fn the_conditions_alone_leave_what_the_server_holds_newer_as_it_is() {
+        let running = json!({ "running": { "startedAt": T0 } });
+        let stale = json!({ "phase": "Running",
+            "conditions": [scheduled(), not_ready("Ready"), not_ready("ContainersReady"),
+                           cond("example.com/feature", "False", T0)],
+            "containerStatuses": [container("app", false, running.clone())] });
+        let mut merged = stale.clone();
+        merged["conditions"][1] = cond("Ready", "True", T1);
+        merged["conditions"][2] = cond("ContainersReady", "True", T1);
+        merged["containerStatuses"][0]["ready"] = json!(true);
+        let full = pod_status_patch_json(UID, &stale, &merged).unwrap().unwrap();
+        let full = json!({ "metadata": { "uid": UID, "resourceVersion": "41" }, "status": full["status"] });
+
+        let alone = conditions_only(&full).unwrap();
+        assert_eq!(alone["metadata"], json!({ "uid": UID }), "no resourceVersion: {alone}");
+        let mut keys: Vec<&String> = alone["status"].as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["$setElementOrder/conditions", "conditions"], "{alone}");
+        assert!(
+            alone["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["type"] == "Ready" || c["type"] == "ContainersReady"),
+            "only the owned conditions that changed: {alone}"
+        );
+
+        // The server moved on since the copy: the runtime restarted the container and set its
+        // own condition.
+        let mut server = stale.clone();
+        server["conditions"][3] = cond("example.com/feature", "True", T1);
+        server["containerStatuses"][0]["state"] = json!({ "waiting": { "reason": "CrashLoopBackOff" } });
+        let after = apply(&server, &alone);
+        assert_eq!(after["conditions"][3], cond("example.com/feature", "True", T1), "the newer foreign one");
+        assert_eq!(after["containerStatuses"], server["containerStatuses"], "the runtime's containers");
+        assert_eq!(after["conditions"][1], cond("Ready", "True", T1));
+        assert_eq!(after["conditions"][2], cond("ContainersReady", "True", T1));
+        assert_eq!(after["phase"], "Running");
+
+        // Nothing of the conditions changed: nothing to send alone.
+        let containers_only = json!({ "metadata": { "uid": UID, "resourceVersion": "42" },
+            "status": { "containerStatuses": merged["containerStatuses"] } });
+        assert_eq!(conditions_only(&containers_only), None);
     }
 
     // === property: the server ends up with the merged status ===

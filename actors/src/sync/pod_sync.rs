@@ -119,6 +119,22 @@ pub fn conflicts_worth_reporting(count: u32) -> bool {
     count > 0 && count.is_multiple_of(CONFLICTS_REPORTED_EVERY)
 }
 
+/// How many conflicts in a row make a readiness-only write send the owned conditions alone
+/// first (docs/sync.md §7.5). One conflict is ordinary (the runtime wrote between our read and
+/// our write) and is merged again at once; two come in a burst of runtime writes as a container
+/// starts, and the second waits only 50 ms. By the third the runtime writes the pod faster than
+/// a PATCH's round trip, and every write under the precondition may keep conflicting. Earlier
+/// would cost the consistency the precondition buys (for a while the Ready condition says
+/// other than the containers' `ready` flags) for races that end on their own; later delays the
+/// Ready condition that EndpointSlices follow, by one more round trip and back-off each.
+pub const CONDITIONS_ALONE_AFTER: u32 = 3;
+
+/// Whether, after `conflicts_in_a_row`, a write sends the owned conditions alone before the
+/// container statuses (see [`CONDITIONS_ALONE_AFTER`]).
+pub fn conditions_go_alone(conflicts_in_a_row: u32) -> bool {
+    conflicts_in_a_row >= CONDITIONS_ALONE_AFTER
+}
+
 /// One pod's sync state, by source pod UID.
 #[derive(Debug, Clone)]
 pub struct PodSync {
@@ -196,6 +212,13 @@ impl PodSync {
             }
             _ => true,
         }
+    }
+
+    /// Whether the next write sends the owned conditions alone first, without the
+    /// resourceVersion precondition ([`conditions_go_alone`]): the conflicts go on, and the
+    /// conditions merge by type, so they can land on their own.
+    pub fn conditions_go_alone(&self) -> bool {
+        conditions_go_alone(self.conflicts_in_a_row)
     }
 
     /// When the pod's back-offs (failures and conflicts) end, if it is in one.
@@ -362,6 +385,7 @@ mod tests {
             fresh: None,
             base_version: merged_into,
             retry_after: None,
+            conditions_written: false,
         }
     }
 
@@ -539,6 +563,38 @@ mod tests {
         assert_eq!(reported, [5, 10]);
         pod.on_outcome(&result(WriteOutcome::Updated, 1, Some(20)), None, now, &BACKOFFS);
         assert_eq!(pod.conflicts_in_a_row, 0, "a write that lands ends the streak");
+    }
+
+    /// A pod whose writes keep conflicting sends its conditions alone from the third conflict in
+    /// a row on, whether the conflicts wait out a back-off or are merged again at once, and a
+    /// new version does not end that; a write that lands, or a failure, does.
+    #[test]
+    fn the_conditions_go_alone_from_the_third_conflict_in_a_row_until_a_write_lands() {
+        let now = Instant::now();
+        let mut pod = PodSync::listed(status(1));
+        let mut alone = Vec::new();
+        for n in 1..=5u64 {
+            alone.push(pod.conditions_go_alone());
+            // Odd ones wait out the back-off, even ones merge at once into a newer copy held.
+            let held = (n % 2 == 0).then_some(n + 1);
+            pod.on_outcome(&result(WriteOutcome::Conflict, 1, Some(n)), held, now, &BACKOFFS);
+        }
+        assert_eq!(alone, [false, false, false, true, true], "before each of five writes");
+        pod.on_update(status(2), 1, at(10));
+        assert!(pod.conditions_go_alone(), "a new version goes on conflicting as the last did");
+
+        pod.on_outcome(&result(WriteOutcome::Updated, 2, Some(9)), None, now, &BACKOFFS);
+        assert!(!pod.conditions_go_alone(), "the containers landed: the state is as before");
+
+        for n in 10..13 {
+            pod.on_outcome(&result(WriteOutcome::Conflict, 2, Some(n)), None, now, &BACKOFFS);
+        }
+        assert!(pod.conditions_go_alone());
+        pod.on_outcome(&result(WriteOutcome::Failed("patch: 503".into()), 2, Some(13)), None, now, &BACKOFFS);
+        assert!(!pod.conditions_go_alone(), "a failure breaks the run of conflicts");
+        assert!(
+            conditions_go_alone(CONDITIONS_ALONE_AFTER) && !conditions_go_alone(CONDITIONS_ALONE_AFTER - 1)
+        );
     }
 
     #[test]

@@ -39,7 +39,9 @@
 //!   the copy's `metadata.resourceVersion` as a precondition: when the runtime wrote after the
 //!   copy was taken, the server answers 409 Conflict and the write is merged again from a fresh
 //!   copy, so a stale copy never undoes the runtime's writes. (Conditions merge by type, so a
-//!   conditions-only patch needs no precondition and is sent without one.)
+//!   conditions-only patch needs no precondition and is sent without one; from the third
+//!   conflict in a row the owned conditions are sent alone that way first, so the Ready
+//!   condition lands while the container statuses are still retried: docs/sync.md §7.5.)
 //!
 //! Conflicts have a back-off of their own, separate from the failure back-off: the first is
 //! retried at once from a fresh GET, further ones after a jittered wait that starts short
@@ -213,7 +215,11 @@ impl StatusSyncer {
     }
 
     fn start(&mut self, uid: PodUid, ctx: &mut Context<Self>) {
-        let Some(status) = self.pods.get(&uid).map(|pod| pod.status.clone()) else { return };
+        let Some((status, conditions_alone)) =
+            self.pods.get(&uid).map(|pod| (pod.status.clone(), pod.conditions_go_alone()))
+        else {
+            return;
+        };
         if self.config.pods.is_static(&uid) && self.api_uid(&uid).is_none() {
             tracing::trace!(pod_uid = %uid, "Static pod does not have a corresponding mirror pod; skipping");
             return;
@@ -231,6 +237,7 @@ impl StatusSyncer {
             pods: self.config.pods.clone(),
             now: self.config.clock.now_time(),
             request_timeout: self.config.request_timeout,
+            conditions_alone,
         };
         self.in_flight.insert(uid);
         ctx.spawn(job.run().into_actor(self).map(|result, act, ctx| act.finish(result, ctx)));
@@ -240,6 +247,11 @@ impl StatusSyncer {
         let uid = result.uid.clone();
         self.in_flight.remove(&uid);
         let key = (result.namespace.clone(), result.name.clone());
+        if result.conditions_written {
+            // A write of its own, that landed: the conditions alone, before the rest.
+            metrics::counter!(names::PROBELET_STATUS_SYNCS_TOTAL, "outcome" => WriteOutcome::Updated.label())
+                .increment(1);
+        }
         metrics::counter!(names::PROBELET_STATUS_SYNCS_TOTAL, "outcome" => result.outcome.label())
             .increment(1);
         let held = self.api_pods.get(&key).and_then(|pod| resource_version(&pod.pod));
