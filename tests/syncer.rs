@@ -413,13 +413,66 @@ async fn a_pod_recreated_between_get_and_patch_is_dropped_without_retry() {
 
         assert_eq!(
             t.summary(),
-            [(Method::GET, pod_path("web"), Some(200)), (Method::PATCH, status_path("web"), Some(422))]
+            [
+                (Method::GET, pod_path("web"), Some(200)),
+                (Method::PATCH, status_path("web"), Some(422)),
+                (Method::GET, pod_path("web"), Some(200)),
+            ],
+            "the 422 on metadata.uid confirmed with a GET"
         );
         assert_eq!(t.cached(&uid(&pod)).await, None, "the status of the old pod is dropped");
         syncer.send(Reconcile).await.unwrap();
         t.flush(&syncer).await;
-        assert_eq!(t.fake.requests().len(), 2, "not retried");
+        assert_eq!(t.fake.requests().len(), 3, "not retried");
         assert_eq!(api_status(&t.api("web")), PodStatus::default(), "the new pod is untouched");
+    })
+    .await;
+}
+
+/// The 422 the real server gives a patch whose `metadata.uid` is not the pod's (fixture 9 of
+/// `pod-status-patches.json`): the cause names `metadata.uid`, twice.
+fn uid_mismatch(name: &str, wrong_uid: &str) -> Value {
+    let cause = json!({"reason": "FieldValueInvalid", "field": "metadata.uid",
+                       "message": format!("Invalid value: \"{wrong_uid}\": field is immutable")});
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": format!("Pod \"{name}\" is invalid: metadata.uid: Invalid value: \"{wrong_uid}\": field is immutable"),
+           "reason": "Invalid", "details": {"name": name, "kind": "Pod", "causes": [cause.clone(), cause]},
+           "code": 422})
+}
+
+/// A 422 whose cause names `metadata.uid` while the server's pod is ours (a webhook, a cause
+/// stated wrongly) is confirmed with a GET and, the UID being the same, taken as an ordinary
+/// 422: the status is kept, and the next full reconcile writes it.
+#[actix::test]
+async fn a_422_naming_the_uid_of_a_pod_not_recreated_keeps_the_status() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::Body { code: 422, body: uid_mismatch("web", &uid(&pod)) },
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(
+            t.summary(),
+            [(Method::PATCH, status_path("web"), Some(422)), (Method::GET, pod_path("web"), Some(200))],
+            "confirmed with one GET"
+        );
+        assert!(t.cached(&uid(&pod)).await.is_some(), "the same pod: its status is kept");
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY), None);
+
+        t.fake.clear_requests();
+        syncer.send(Reconcile).await.unwrap();
+        t.flush(&syncer).await;
+        assert_eq!(t.count(&Method::PATCH), 1, "written by the next reconcile: {:?}", t.summary());
+        assert_eq!(condition_status(&api_status(&t.api("web")), POD_READY).as_deref(), Some("True"));
+        assert_eq!(syncer.send(GetWrittenVersion(uid(&pod))).await.unwrap(), Some(1));
     })
     .await;
 }

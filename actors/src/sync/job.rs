@@ -1,7 +1,8 @@
 //! One pod's write (upstream: the status manager's `syncPod`): the merge base (the copy held, or
 //! a GET), `mergePodStatus` or the readiness-only merge, the two-way strategic merge patch with
 //! the UID (and, for a container status list, the resourceVersion) as a precondition, and the
-//! DELETE of a finished pod; the kube errors mapped to what the syncer does next. After a few
+//! DELETE of a finished pod; the kube errors mapped to what the syncer does next (a 422 on
+//! `metadata.uid` confirmed with a GET before the pod counts as recreated). After a few
 //! conflicts in a row, the owned conditions go alone first (docs/sync.md §7.5).
 //!
 //! Requests go through `Api<ApiPod>`, so the copy a GET or a PATCH returns is the server's JSON:
@@ -303,8 +304,37 @@ impl SyncJob {
                 Err((WriteOutcome::Failed("patch: the answer is not a pod".to_owned()), None))
             }
             Ok(pod) => Ok(pod),
-            Err(err) => Err((patch_failure(&err), retry_after(&err))),
+            Err(err) => Err(self.patch_failure_confirmed(api, name, &err).await),
         }
+    }
+
+    /// What a failed PATCH means for the write, a 422 on `metadata.uid` confirmed with a GET: a
+    /// webhook or a mis-stated cause can name that field too, and the pod's status is dropped
+    /// only when the server's pod of that name really is another (docs/sync.md §7.5).
+    async fn patch_failure_confirmed(
+        &self,
+        api: &Api<ApiPod>,
+        name: &str,
+        err: &kube::Error,
+    ) -> (WriteOutcome, Option<std::time::Duration>) {
+        let outcome = patch_failure(err);
+        if outcome != WriteOutcome::Recreated {
+            return (outcome, retry_after(err));
+        }
+        self.limiter.acquire().await;
+        let got = bounded(self.request_timeout, api.get(name)).await;
+        record_request("get", &got);
+        let outcome = match &got {
+            Ok(pod) if !is_a_pod(pod) => {
+                WriteOutcome::Failed(format!("patch: {err}; get to confirm the UID: the answer is not a pod"))
+            }
+            Ok(pod) if self.source_uid(pod) != self.uid => WriteOutcome::Recreated,
+            // The same pod: an ordinary 422.
+            Ok(_) => WriteOutcome::Invalid(err.to_string()),
+            Err(got) if is_code(got, 404) => WriteOutcome::NotFound,
+            Err(got) => WriteOutcome::Failed(format!("patch: {err}; get to confirm the UID: {got}")),
+        };
+        (outcome, got.err().as_ref().and_then(retry_after))
     }
 
     /// The PATCH body from the merge base to the merged status, `None` when nothing differs.
@@ -357,7 +387,8 @@ fn conditions_alone(patch: &serde_json::Value) -> Option<serde_json::Value> {
     replaces_container_statuses(patch).then(|| conditions_only(patch)).flatten()
 }
 
-/// What a failed PATCH means for the write.
+/// What a failed PATCH means for the write (a `Recreated` is confirmed by
+/// `SyncJob::patch_failure_confirmed`).
 fn patch_failure(err: &kube::Error) -> WriteOutcome {
     if is_uid_mismatch(err) {
         WriteOutcome::Recreated
