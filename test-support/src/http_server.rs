@@ -108,7 +108,16 @@ impl HttpServer {
 
     /// An HTTPS server with a fresh self-signed certificate for 127.0.0.1 and localhost.
     pub async fn tls(handler: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static) -> HttpServer {
-        HttpServer::start(Some(self_signed_acceptor()), Arc::new(handler)).await
+        HttpServer::start(Some(self_signed_acceptor(&[])), Arc::new(handler)).await
+    }
+
+    /// An HTTPS server that picks ALPN `http/1.1` from a client's offer (and refuses a client
+    /// that offers protocols but not that one), as an HTTP/1.1-only server such as Go's with
+    /// HTTP/2 off does.
+    pub async fn tls_http1_alpn(
+        handler: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) -> HttpServer {
+        HttpServer::start(Some(self_signed_acceptor(&[b"http/1.1"])), Arc::new(handler)).await
     }
 
     async fn start(tls: Option<TlsAcceptor>, handler: Handler) -> HttpServer {
@@ -264,7 +273,9 @@ fn parse_head(head: &[u8], local_addr: SocketAddr) -> Option<RecordedRequest> {
     Some(RecordedRequest { local_addr, request_line, target, headers })
 }
 
-fn self_signed_acceptor() -> TlsAcceptor {
+/// A TLS acceptor with a fresh self-signed certificate for 127.0.0.1 and localhost, picking
+/// from `alpn` (none: no ALPN at all).
+pub(crate) fn self_signed_acceptor(alpn: &[&[u8]]) -> TlsAcceptor {
     let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
         .expect("self-signed certificate");
     let cert = key.cert.der().clone();
@@ -275,5 +286,7 @@ fn self_signed_acceptor() -> TlsAcceptor {
         .with_no_client_auth()
         .with_single_cert(vec![cert], private)
         .expect("server certificate");
+    let mut config = config;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     TlsAcceptor::from(Arc::new(config))
 }

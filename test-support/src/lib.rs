@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod grpc_server;
+pub mod h2_server;
 pub mod health;
 pub mod http_server;
 pub mod kubelet;
