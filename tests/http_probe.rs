@@ -23,6 +23,7 @@ use probelet::prober::{
     KUBE_PROBE_USER_AGENT, PodContainer, ProbeError, ProbeKind, ProbeMemo, ProbeOutcome, ProbeResult,
     ProbeRunner, Probed, Prober,
 };
+use support::h2_server::{H2Reply, H2Server};
 use support::http_server::{HttpServer, RecordedRequest, Reply};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -1157,6 +1158,177 @@ async fn the_probe_does_not_wake_itself_before_its_request_is_sent() {
         server.await.expect("server");
         assert_eq!(probed, success("ok"));
         assert_eq!(woken_before_sent, 0, "polls that woke the probe before its request was sent");
+    })
+    .await;
+}
+
+// === HTTP/2 over TLS (docs/http-probe.md, "HTTP/2 over TLS") ===
+
+fn https(port: u16, path: &str) -> HTTPGetAction {
+    HTTPGetAction { scheme: Some("HTTPS".into()), ..get(port, path) }
+}
+
+/// A TLS server that accepts only `h2` answers the probe, which offers ALPN `h2, http/1.1` as
+/// the kubelet's transport does; the request is the HTTP/1.1 one as Go's HTTP/2 transport
+/// sends it: `:authority` from the Host, lower-case names, no `Connection`.
+#[tokio::test]
+async fn an_h2_only_server_is_probed_over_http2() {
+    bounded(async {
+        let server = H2Server::start(|_| H2Reply::ok("over h2")).await;
+        assert_eq!(probe(&https(server.port(), "/healthz?x=1")).await, success("over h2"));
+        let action = with_headers(https(server.port(), "/v"), &[("Host", "app.local"), ("x-custom", "a")]);
+        assert_eq!(probe(&action).await, success("over h2"));
+        let seen = server.requests();
+        assert_eq!(seen.len(), 2);
+        let (first, second) = (&seen[0], &seen[1]);
+        assert_eq!(first.method, "GET");
+        assert_eq!(first.scheme, "https");
+        assert_eq!(first.authority, format!("127.0.0.1:{}", server.port()));
+        assert_eq!(first.path, "/healthz?x=1");
+        let fields = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect()
+        };
+        assert_eq!(first.headers, fields(&[("user-agent", KUBE_PROBE_USER_AGENT), ("accept", "*/*")]));
+        assert_eq!(second.authority, "app.local");
+        assert_eq!(
+            second.headers,
+            fields(&[("user-agent", KUBE_PROBE_USER_AGENT), ("accept", "*/*"), ("x-custom", "a")])
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_h2_answer_maps_to_outcomes_as_http1_does() {
+    bounded(async {
+        let server = H2Server::start(|request| match request.path.as_str() {
+            "/fail" => H2Reply::status(500, "secret stack trace"),
+            "/elsewhere" => {
+                H2Reply::redirect(302, "http://example.invalid/x").with_header("content-length", "0")
+            }
+            _ => H2Reply::status(204, ""),
+        })
+        .await;
+        assert_eq!(
+            probe(&https(server.port(), "/fail")).await,
+            failure("HTTP probe failed with statuscode: 500")
+        );
+        assert_eq!(probe(&https(server.port(), "/empty")).await, success(""));
+        assert_eq!(probe(&https(server.port(), "/elsewhere")).await, warning(""));
+    })
+    .await;
+}
+
+/// Redirects follow the same rules over HTTP/2, each hop on a connection of its own that
+/// negotiates its protocol anew: here from the HTTP/2 server to itself, then to an HTTP/1.1
+/// server on the same host.
+#[tokio::test]
+async fn h2_redirects_are_followed_and_each_hop_picks_its_protocol() {
+    bounded(async {
+        let h1 = HttpServer::tls(|_| Reply::ok("landed on h1")).await;
+        let last = h1.url("/end");
+        let server = H2Server::start(move |request| match request.path.as_str() {
+            "/start" => H2Reply::redirect(301, "/middle"),
+            _ => H2Reply::redirect(307, &last),
+        })
+        .await;
+        assert_eq!(probe(&https(server.port(), "/start")).await, success("landed on h1"));
+        let seen = server.requests();
+        assert_eq!(seen.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(), ["/start", "/middle"]);
+        let referer = seen[1].headers.iter().find(|(n, _)| n == "referer").map(|(_, v)| v.clone());
+        assert_eq!(referer, Some(server.url("/start")));
+        let landed = h1.requests();
+        assert_eq!(landed[0].request_line, "GET /end HTTP/1.1");
+        assert_eq!(
+            landed[0].headers.iter().find(|(n, _)| n == "Referer").map(|(_, v)| v.clone()),
+            Some(server.url("/middle"))
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_h2_body_is_capped_at_ten_kib() {
+    bounded(async {
+        // More than the stream's first flow-control window (64 KiB) too.
+        let body: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let want = String::from_utf8(body[..MAX_RESPONSE_BODY_BYTES].to_vec()).expect("ascii");
+        let server = H2Server::start(move |_| H2Reply::ok(body.clone())).await;
+        assert_eq!(probe(&https(server.port(), "/")).await, success(&want));
+    })
+    .await;
+}
+
+/// A stream the server resets fails the probe with Go's HTTP/2 text for it.
+#[tokio::test]
+async fn a_reset_h2_stream_fails_with_gos_text() {
+    bounded(async {
+        let server = H2Server::start(|_| H2Reply::Reset(2)).await;
+        let want = format!(
+            "Get \"{}\": stream error: stream ID 1; INTERNAL_ERROR; received from peer",
+            server.url("/")
+        );
+        assert_eq!(probe(&https(server.port(), "/")).await, failure(&want));
+    })
+    .await;
+}
+
+/// The HTTP/1.1 path's head limit holds for an HTTP/2 answer's head too (Go's own limit is
+/// 10 MiB, over HTTP/1.1 as over HTTP/2).
+#[tokio::test]
+async fn an_h2_head_over_the_limit_fails() {
+    bounded(async {
+        let server = H2Server::start(|request| {
+            let size = if request.path == "/big" { 420_000 } else { 400_000 };
+            H2Reply::ok("").with_header("x-big", &"b".repeat(size))
+        })
+        .await;
+        assert_eq!(probe(&https(server.port(), "/fits")).await, success(""));
+        let want = format!("Get \"{}\": stream error: stream ID 1; PROTOCOL_ERROR", server.url("/big"));
+        assert_eq!(probe(&https(server.port(), "/big")).await, failure(&want));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_h2_server_that_never_answers_fails_within_the_timeout() {
+    bounded(async {
+        let server = H2Server::start(|_| H2Reply::Silent).await;
+        let start = Instant::now();
+        let got = HttpProber::new().probe(&request(&https(server.port(), "/slow")), SHORT).await;
+        let want = format!(
+            "Get \"{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+            server.url("/slow")
+        );
+        assert_eq!(got, failure(&want));
+        assert!(start.elapsed() < SHORT + SLACK);
+    })
+    .await;
+}
+
+/// A server that picks `http/1.1` from the offer is answered in HTTP/1.1, as before.
+#[tokio::test]
+async fn a_server_that_picks_http1_is_probed_over_http1() {
+    bounded(async {
+        let server = HttpServer::tls_http1_alpn(|_| Reply::ok("h1")).await;
+        assert_eq!(probe(&https(server.port(), "/h1")).await, success("h1"));
+        assert_eq!(server.requests()[0].request_line, "GET /h1 HTTP/1.1");
+    })
+    .await;
+}
+
+/// With HTTP/2 off (the kubelet with `DISABLE_HTTP2` set) no protocol is offered: a server
+/// that speaks only HTTP/2 gets an HTTP/1.1 request it cannot read, and the probe fails
+/// without an answer (a server that requires ALPN refuses the handshake instead).
+#[tokio::test]
+async fn with_http2_off_an_h2_only_server_fails_the_probe() {
+    bounded(async {
+        let server = H2Server::start(|_| H2Reply::ok("unreached")).await;
+        let got = HttpProber::with_http2(false).probe(&request(&https(server.port(), "/")), LONG).await;
+        let output = got.expect("a probe result");
+        assert_eq!(output.outcome, ProbeOutcome::Failure, "{}", output.output);
+        assert!(output.output.starts_with(&format!("Get \"{}\": ", server.url("/"))), "{}", output.output);
+        assert!(server.requests().is_empty());
     })
     .await;
 }

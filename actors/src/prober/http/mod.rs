@@ -16,11 +16,13 @@
 //!
 //! The parts, one job each: `request` builds the request (pure), `go_url` is the port of Go's
 //! `net/url` it needs, `errors` writes transport failures in Go's words, `tls` is the
-//! certificate-blind client configuration, `wire` is one HTTP/1.1 round trip on a connection;
-//! this file dials, sends the request and follows redirects.
+//! certificate-blind client configuration, `wire` is one HTTP/1.1 round trip on a connection,
+//! `http2` one HTTP/2 round trip on a TLS connection whose server picked `h2`; this file dials,
+//! sends the request and follows redirects.
 
 mod errors;
 mod go_url;
+mod http2;
 mod request;
 mod tls;
 pub(crate) mod wire;
@@ -43,6 +45,7 @@ pub(crate) use self::request::FirstRequest;
 pub use self::request::{HttpProbeRequest, send_refusal};
 use self::request::{build_request, first_value, referer_for, wire_headers};
 pub use self::tls::insecure_tls_config;
+use self::tls::probe_tls_config;
 use super::tcp::{deadline_after, dial};
 use super::{ProbeError, ProbeOutcome, Probed};
 use crate::gofmt::go_quote;
@@ -80,12 +83,16 @@ const BODY_TIMEOUT: &str =
 // === impl HttpProber ===
 
 /// Sends HTTP probes. Holds the TLS client configuration (certificate verification off, ring
-/// provider); cheap to clone, build once and share.
+/// provider, ALPN `h2, http/1.1` unless HTTP/2 is off); cheap to clone, build once and share.
 #[derive(Debug, Clone)]
 pub struct HttpProber {
     /// The TLS client settings, or why they could not be built (then HTTPS probes fail).
     tls: Result<Arc<ClientConfig>, String>,
 }
+
+/// The environment variable with which apimachinery's `SetTransportDefaults` leaves HTTP/2 off
+/// the kubelet's probe transport: any non-empty value.
+pub const DISABLE_HTTP2_ENV: &str = "DISABLE_HTTP2";
 
 impl Default for HttpProber {
     fn default() -> Self {
@@ -94,13 +101,54 @@ impl Default for HttpProber {
 }
 
 /// One response whose body is still to be read, on its connection (dropping it closes the
-/// socket).
-type Exchange = wire::Response<Stream>;
+/// socket): HTTP/1.1, or HTTP/2 when a TLS server picked `h2` (boxed: it is large, and rare).
+enum Exchange {
+    H1(wire::Response<Stream>),
+    H2(Box<http2::Response<TlsStream>>),
+}
+
+impl Exchange {
+    fn status(&self) -> u16 {
+        match self {
+            Exchange::H1(response) => response.status,
+            Exchange::H2(response) => response.status,
+        }
+    }
+
+    fn take_location(&mut self) -> Option<String> {
+        match self {
+            Exchange::H1(response) => response.location.take(),
+            Exchange::H2(response) => response.location.take(),
+        }
+    }
+
+    fn body_is_slurped(&self) -> bool {
+        match self {
+            Exchange::H1(response) => response.body_is_slurped(),
+            Exchange::H2(response) => response.body_is_slurped(),
+        }
+    }
+
+    async fn read_body(self, cap: usize) -> Result<Vec<u8>, String> {
+        match self {
+            Exchange::H1(response) => response.read_body(cap).await,
+            Exchange::H2(response) => Box::pin(response.read_body(cap)).await,
+        }
+    }
+}
 
 impl HttpProber {
-    /// An HTTP prober that, as upstream, does not verify the server's certificate.
+    /// An HTTP prober that, as upstream, does not verify the server's certificate, and offers
+    /// HTTP/2 over TLS unless `DISABLE_HTTP2` is set to a non-empty value, as the kubelet's
+    /// transport reads it at start (docs/http-probe.md, "HTTP/2 over TLS").
     pub fn new() -> Self {
-        HttpProber { tls: insecure_tls_config() }
+        HttpProber::with_http2(http2_allowed(std::env::var_os(DISABLE_HTTP2_ENV)))
+    }
+
+    /// An HTTP prober whose HTTPS probes offer ALPN `h2, http/1.1` (`http2`), or no protocol
+    /// at all, so that the server answers in HTTP/1.1 (the kubelet with `DISABLE_HTTP2`).
+    pub fn with_http2(http2: bool) -> Self {
+        HttpProber { tls: probe_tls_config(http2) }
     }
 
     /// Runs the probe (upstream `DoHTTPProbe` with the kubelet's client): connect, redirects,
@@ -130,7 +178,7 @@ impl HttpProber {
             Ok(exchange) => exchange,
             Err(output) => return Ok(Probed::new(ProbeOutcome::Failure, output)),
         };
-        let status = exchange.status;
+        let status = exchange.status();
         let body = match timeout_at(deadline, exchange.read_body(MAX_RESPONSE_BODY_BYTES)).await {
             Ok(body) => body.map_err(ProbeError::BodyRead)?,
             Err(_) => return Err(ProbeError::BodyRead(BODY_TIMEOUT.to_owned())),
@@ -260,7 +308,7 @@ impl HttpProber {
         };
         let handshake_and_send = async {
             match tls {
-                None => wire::round_trip(Either::Left(stream), &wire).await,
+                None => wire::round_trip(Either::Left(stream), &wire).await.map(Exchange::H1),
                 // Boxed: inline, the TLS handshake's state would be part of every plain probe's
                 // future too, and a probe's future is held for as long as it is in flight.
                 Some(config) => Box::pin(tls_exchange(config, hostname, stream, wire)).await,
@@ -271,6 +319,12 @@ impl HttpProber {
             Err(_) => Err(HEADERS_TIMEOUT.to_owned()),
         }
     }
+}
+
+/// Whether HTTPS probes offer HTTP/2, given `DISABLE_HTTP2`'s value: apimachinery leaves
+/// HTTP/2 off for any non-empty value.
+fn http2_allowed(disable_http2: Option<std::ffi::OsString>) -> bool {
+    disable_http2.is_none_or(|value| value.is_empty())
 }
 
 /// Where a redirect leads: the next round trip's URL, virtual host and Referer.
@@ -297,10 +351,11 @@ enum Wire<'a> {
 
 /// The Location a 301/302/303/307/308 answer redirects to, when it has a non-empty one.
 fn redirect_location(exchange: &mut Exchange) -> Option<String> {
-    exchange.location.take().filter(|l| !l.is_empty())
+    exchange.take_location().filter(|l| !l.is_empty())
 }
 
-/// [`wire::round_trip`] over TLS, verification off as upstream's.
+/// [`wire::round_trip`] over TLS, verification off as upstream's; [`http2::round_trip`] when
+/// the server picked `h2` from the probe's ALPN offer.
 async fn tls_exchange(
     config: Arc<ClientConfig>,
     hostname: &str,
@@ -317,12 +372,18 @@ async fn tls_exchange(
         .connect(name, stream)
         .await
         .map_err(|e| tls_error_text(&e))?;
-    wire::round_trip(Either::Right(Box::new(tls_stream)), &request).await
+    let tls_stream = Box::new(tls_stream);
+    if tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        return http2::round_trip(tls_stream, &request).await.map(|r| Exchange::H2(Box::new(r)));
+    }
+    wire::round_trip(Either::Right(tls_stream), &request).await.map(Exchange::H1)
 }
 
-/// A probe's connection, plain or TLS. The TLS session is boxed: it is large, and a plain
-/// probe in flight holds this too.
-type Stream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
+/// A probe's TLS session, boxed: it is large, and a plain probe in flight holds a [`Stream`].
+type TlsStream = Box<tokio_rustls::client::TlsStream<TcpStream>>;
+
+/// A probe's connection, plain or TLS.
+type Stream = Either<TcpStream, TlsStream>;
 
 #[cfg(test)]
 mod tests {
@@ -330,6 +391,16 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     use super::*;
+
+    /// `DISABLE_HTTP2` turns HTTP/2 off with any non-empty value, as in apimachinery's
+    /// `SetTransportDefaults`; unset or empty leaves it on.
+    #[test]
+    fn disable_http2_is_read_as_apimachinery_reads_it() {
+        assert!(http2_allowed(None));
+        assert!(http2_allowed(Some("".into())));
+        assert!(!http2_allowed(Some("true".into())));
+        assert!(!http2_allowed(Some("0".into())));
+    }
 
     /// A probe in flight holds its whole future: a plain HTTP probe's must not carry the TLS
     /// handshake's state too (in a release build 4,968 bytes with it, 3,648 without, and 2,296

@@ -1,5 +1,7 @@
 //! The HTTPS probe's TLS client: upstream's `tls.Config{InsecureSkipVerify: true}` with the
-//! ring provider (the one process-wide provider kube also uses).
+//! ring provider (the one process-wide provider kube also uses), offering ALPN `h2, http/1.1`
+//! as the kubelet's transport does once apimachinery's `SetTransportDefaults` has enabled
+//! HTTP/2 on it (docs/http-probe.md, "HTTP/2 over TLS").
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,6 +22,22 @@ pub fn insecure_tls_config() -> Result<Arc<ClientConfig>, String> {
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(SkipServerVerification(provider)))
         .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The ALPN protocols an HTTPS probe offers, in Go's order: what `SetTransportDefaults` puts in
+/// the probe transport's `NextProtos` (its TLS config names none of its own).
+pub(crate) const PROBE_ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// The HTTPS probe's configuration: [`insecure_tls_config`], offering ALPN `h2, http/1.1` when
+/// `http2` is on, and no protocol at all when off (the kubelet with `DISABLE_HTTP2` set).
+pub(crate) fn probe_tls_config(http2: bool) -> Result<Arc<ClientConfig>, String> {
+    let config = insecure_tls_config()?;
+    if !http2 {
+        return Ok(config);
+    }
+    let mut config = Arc::unwrap_or_clone(config);
+    config.alpn_protocols = PROBE_ALPN.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
 }
 
