@@ -477,6 +477,46 @@ async fn a_422_naming_the_uid_of_a_pod_not_recreated_keeps_the_status() {
     .await;
 }
 
+/// The GET that confirms a 422 naming `metadata.uid` fails (500): the write is a failure, kept
+/// and retried on the failure back-off, not dropped as a recreated pod's.
+#[actix::test]
+async fn a_failed_get_confirming_a_422_on_the_uid_is_retried_and_the_status_lands() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::Body { code: 422, body: uid_mismatch("web", &uid(&pod)) },
+            times: FaultTimes::Times(1),
+        });
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::GET, pod_path("web")),
+            kind: FaultKind::status(500),
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        let summary = t.summary();
+        assert_eq!(
+            summary[..2],
+            [(Method::PATCH, status_path("web"), Some(422)), (Method::GET, pod_path("web"), Some(500))],
+            "{summary:?}"
+        );
+        assert!(t.cached(&uid(&pod)).await.is_some(), "not taken for a recreated pod");
+        assert_eq!(
+            condition_status(&api_status(&t.api("web")), POD_READY).as_deref(),
+            Some("True"),
+            "{summary:?}"
+        );
+        assert_eq!(syncer.send(GetWrittenVersion(uid(&pod))).await.unwrap(), Some(1));
+    })
+    .await;
+}
+
 /// A PATCH the server never answers (or answers after an hour: kube's own retry sleeps out a
 /// 429's `Retry-After`) fails after the request timeout and is retried with the back-off, so
 /// one silent request cannot hold the pod's status, nor a write slot, for good.
