@@ -1475,6 +1475,45 @@ async fn the_conditions_land_alone_while_the_runtime_keeps_every_write_conflicti
     .await;
 }
 
+/// The runtime finishes the pod (phase Succeeded) between the merge base and the conditions
+/// written alone: they land Ready=True on a finished pod, and the rest, under the precondition,
+/// keeps conflicting. The copy that write returned still wants other conditions (Ready must be
+/// False on a finished pod, kubernetes#108594): they go alone once more, at once.
+#[actix::test]
+async fn conditions_written_alone_onto_a_pod_finished_meanwhile_are_written_again_at_once() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer_with(readiness_only).await;
+        let pod = published_pod("web");
+        t.pods.add(&pod);
+        let on_api = t.fake.insert_pod((*pod).clone());
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
+        let patch = |kind: FaultKind, times: u32| Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind,
+            times: FaultTimes::Times(times),
+        };
+        t.fake.inject(patch(FaultKind::Touch, 3));
+        t.fake.inject(patch(FaultKind::Finish("Succeeded".into()), 1));
+        t.fake.inject(patch(FaultKind::Touch, 20));
+
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("a", true)])).await;
+        let ready = |t: &SyncTest| condition_status(&api_status(&t.api("web")), POD_READY);
+        eventually(Duration::from_secs(20), "the conditions written alone", || {
+            t.requests_of(&Method::PATCH).len() >= 5
+        })
+        .await;
+        let bodies: Vec<Value> = t.requests_of(&Method::PATCH).into_iter().map(|r| r.body.unwrap()).collect();
+        let (first, again) = (&bodies[3], &bodies[4]);
+        assert_eq!(first["metadata"], json!({"uid": uid(&pod)}), "alone: {first}");
+        assert_eq!(again["metadata"], json!({"uid": uid(&pod)}), "alone again, at once: {again}");
+        assert_eq!(patched_status_keys(again), ["$setElementOrder/conditions", "conditions"], "{again}");
+        assert_eq!(api_status(&t.api("web")).phase.as_deref(), Some("Succeeded"));
+        assert_eq!(ready(&t).as_deref(), Some("False"), "not Ready on a finished pod: {:?}", t.summary());
+    })
+    .await;
+}
+
 fn epoch_plus(seconds: i64) -> k8s_openapi::jiff::Timestamp {
     support::kubelet::epoch() + k8s_openapi::jiff::SignedDuration::from_secs(seconds)
 }

@@ -191,8 +191,16 @@ impl SyncJob {
         // no precondition), computed from the freshest copy there is, this write's merge base;
         // the container statuses follow under the precondition, merged into the copy that
         // write returned (docs/sync.md §7.5).
+        //
+        // At most twice: the copy the first write returned may still want other conditions
+        // (the runtime finished the pod between the merge base and that write, so Ready must go
+        // False, kubernetes#108594), and the rest, under the precondition, would likely conflict
+        // again and leave Ready=True on a finished pod until a later write.
         let alone_first = self.conditions_alone && self.owned_fields == OwnedFields::ReadinessOnly;
-        if let Some(alone) = patch.as_ref().filter(|_| alone_first).and_then(conditions_alone) {
+        for _ in 0..2 {
+            let Some(alone) = patch.as_ref().filter(|_| alone_first).and_then(conditions_alone) else {
+                break;
+            };
             self.take_token(spare.take()).await;
             let written = match self.send_patch(&api, &result.name, alone).await {
                 Ok(pod) => pod,

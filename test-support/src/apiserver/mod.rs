@@ -180,6 +180,9 @@ pub enum FaultKind {
     /// `metadata.resourceVersion` precondition read before it gets 409 Conflict, one without
     /// lands. A runtime that writes the pod more often than a status PATCH takes its round trip.
     Touch,
+    /// As [`FaultKind::Touch`], and the other writer also sets the pod's `status.phase` to this:
+    /// a runtime that finishes the pod between the client's read and its write.
+    Finish(String),
     /// Answer with this code and this plain text, with `Retry-After` when given: what API
     /// Priority and Fairness answers when it throttles (`429`, `Too many requests, please try
     /// again later.`), or a proxy in front of the server (`503`).
@@ -656,7 +659,12 @@ async fn respond<B: hyper::body::Body>(
         Some(FaultKind::Delay(d)) => tokio::time::sleep(d).await,
         Some(FaultKind::Touch) => {
             if let Some((ns, name)) = pod_of(&path) {
-                lock(&shared.store).touch_pod(ns, name);
+                lock(&shared.store).touch_pod(ns, name, None);
+            }
+        }
+        Some(FaultKind::Finish(phase)) => {
+            if let Some((ns, name)) = pod_of(&path) {
+                lock(&shared.store).touch_pod(ns, name, Some(&phase));
             }
         }
         Some(FaultKind::Status { code, retry_after }) => {

@@ -47,8 +47,8 @@ impl Store {
     }
     /// Another writer's change to a stored pod (`FaultKind::Touch`): the annotation
     /// `fake.probelet.test/touched` set to the new resourceVersion, emitting MODIFIED. Nothing
-    /// when there is no such pod.
-    pub fn touch_pod(&mut self, ns: &str, name: &str) {
+    /// when there is no such pod. With `phase`, `status.phase` is set to it in the same write.
+    pub fn touch_pod(&mut self, ns: &str, name: &str, phase: Option<&str>) {
         let key = (ns.to_string(), name.to_string());
         let Some(prev) = self.pods.get(&key).cloned() else { return };
         let mut pod = prev.clone();
@@ -57,6 +57,11 @@ impl Store {
         }
         if let Some(annotations) = pod.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
             annotations.insert("fake.probelet.test/touched".to_owned(), json!((self.rv + 1).to_string()));
+        }
+        if let Some(phase) = phase
+            && let Some(status) = pod.get_mut("status").and_then(Value::as_object_mut)
+        {
+            status.insert("phase".to_owned(), json!(phase));
         }
         self.commit(Kind::Pod, ChangeType::Modified, Some(prev), pod);
     }
