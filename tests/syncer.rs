@@ -827,6 +827,49 @@ async fn a_mirror_pod_is_never_deleted() {
     .await;
 }
 
+/// A mirror pod deleted and recreated for the same static pod while the syncer's PATCH was on
+/// its way: the PATCH carries the old mirror's UID and gets a 422 on `metadata.uid`; the
+/// confirming GET shows a pod that is still ours (the host knows the new mirror), under a new
+/// UID. It is written from a fresh copy on the failure back-off, not left for a whole
+/// reconcile as an invalid write (review).
+#[actix::test]
+async fn a_mirror_pod_recreated_under_a_patch_is_written_again_soon() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let static_pod = bound(test_pod("etcd-node-a").container("etcd"));
+        t.pods.add_static(&static_pod, Some("mirror-1"));
+        let on_api = t.fake.insert_pod(mirror_of(&static_pod, "mirror-1"));
+        syncer.send(ApiPodObserved::of(Arc::new(on_api))).await.unwrap();
+        // Hold the PATCH long enough to recreate the mirror pod under it.
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("etcd-node-a")),
+            kind: FaultKind::Delay(Duration::from_millis(300)),
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&static_pod, status_of(&static_pod, "Running", vec![container("etcd", true)])).await;
+        eventually(Duration::from_secs(5), "the PATCH reached the fake", || t.count(&Method::PATCH) == 1)
+            .await;
+        t.fake.insert_pod(mirror_of(&static_pod, "mirror-2"));
+        t.pods.set_mirror(&uid(&static_pod), Some("mirror-2"));
+        t.flush(&syncer).await;
+
+        let summary = t.summary();
+        assert_eq!(
+            summary[..2],
+            [
+                (Method::PATCH, status_path("etcd-node-a"), Some(422)),
+                (Method::GET, pod_path("etcd-node-a"), Some(200))
+            ],
+            "{summary:?}"
+        );
+        let mirror = t.api("etcd-node-a");
+        assert_eq!(mirror.metadata.uid.as_deref(), Some("mirror-2"));
+        assert_eq!(condition_status(&api_status(&mirror), POD_READY).as_deref(), Some("True"), "{summary:?}");
+    })
+    .await;
+}
+
 // === static pods (docs/status-manager.md §5.14) ===
 
 #[actix::test]

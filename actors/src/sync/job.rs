@@ -302,6 +302,7 @@ impl SyncJob {
         body: serde_json::Value,
     ) -> Result<ApiPod, (WriteOutcome, Option<std::time::Duration>)> {
         let params = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
+        let body_uid = body.pointer("/metadata/uid").and_then(serde_json::Value::as_str).map(str::to_owned);
         let patched =
             bounded(self.request_timeout, api.patch_status(name, &params, &Patch::Strategic(body))).await;
         record_request("patch", &patched);
@@ -312,17 +313,24 @@ impl SyncJob {
                 Err((WriteOutcome::Failed("patch: the answer is not a pod".to_owned()), None))
             }
             Ok(pod) => Ok(pod),
-            Err(err) => Err(self.patch_failure_confirmed(api, name, &err).await),
+            Err(err) => {
+                let sent_uid = body_uid.as_deref();
+                Err(self.patch_failure_confirmed(api, name, sent_uid, &err).await)
+            }
         }
     }
 
     /// What a failed PATCH means for the write, a 422 on `metadata.uid` confirmed with a GET: a
     /// webhook or a mis-stated cause can name that field too, and the pod's status is dropped
-    /// only when the server's pod of that name really is another (docs/sync.md §7.5).
+    /// only when the server's pod of that name really is another (docs/sync.md §7.5). A mirror
+    /// pod recreated for the same static pod (`sent_uid`, the UID the PATCH carried, is not
+    /// the server's, but the pod is still ours) is a failure: the next write GETs the new copy
+    /// and writes it, on the failure back-off, not a whole reconcile later as an invalid write.
     async fn patch_failure_confirmed(
         &self,
         api: &Api<ApiPod>,
         name: &str,
+        sent_uid: Option<&str>,
         err: &kube::Error,
     ) -> (WriteOutcome, Option<std::time::Duration>) {
         let outcome = patch_failure(err);
@@ -337,6 +345,9 @@ impl SyncJob {
                 WriteOutcome::Failed(format!("patch: {err}; get to confirm the UID: the answer is not a pod"))
             }
             Ok(pod) if self.source_uid(pod) != self.uid => WriteOutcome::Recreated,
+            Ok(pod) if sent_uid.is_some_and(|sent| pod.pod.metadata.uid.as_deref() != Some(sent)) => {
+                WriteOutcome::Failed(format!("patch: {err}; the mirror pod was recreated"))
+            }
             // The same pod: an ordinary 422.
             Ok(_) => WriteOutcome::Invalid(err.to_string()),
             Err(got) if is_code(got, 404) => WriteOutcome::NotFound,
