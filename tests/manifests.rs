@@ -11,9 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, LoadedPod,
-    MAX_MANIFEST_BYTES, ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff,
-    kept_for_now, load_dir, parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate,
-    validate_with,
+    MAX_MANIFEST_BYTES, ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir,
+    parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1709,50 +1708,6 @@ fn a_running_manifest_caught_half_written_keeps_its_pods_for_one_scan() {
     dir.write("b.yaml", format!("{}---\n{}---\nkind: Pod\n", pod_yaml("Web"), pod_yaml("api")));
     let next = scan(&two);
     assert!(!held(&next), "{:?}", next.errors);
-}
-
-/// One scan's grace for each breakage: a running file that alternates between two broken
-/// contents, each losing another of its pods, is held once, then reported; so is a file caught
-/// empty and then half written. Each was held at every scan (found by review): the hold
-/// compared with the last parse, itself a failed one.
-#[test]
-fn a_file_flapping_between_broken_contents_is_held_once() {
-    let dir = TempDir::new("flapping");
-    let whole = format!("{}---\n{}", pod_yaml("web"), pod_yaml("api"));
-    let running_file = dir.write("b.yaml", &whole);
-    let mut cache = ParseCache::default();
-    let mut scan =
-        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
-    let start = scan(&Snapshot::default());
-    assert_eq!(start.pods.len(), 2);
-    let held = |snapshot: &Snapshot| {
-        snapshot.errors.iter().any(|e| e.file == running_file && kept_for_now(&e.reason))
-    };
-    // web good and api broken; web broken and api good.
-    let one = format!("{}---\n{}", pod_yaml("web"), pod_yaml("api").replace("name: api", "name: Api"));
-    let two = format!("{}---\n{}", pod_yaml("web").replace("name: web", "name: Web"), pod_yaml("api"));
-    let mut running = start.clone();
-    let mut holds = Vec::new();
-    for n in 0..6 {
-        dir.write("b.yaml", if n % 2 == 0 { &one } else { &two });
-        let next = scan(&running);
-        holds.push(held(&next));
-        running = next;
-    }
-    assert_eq!(holds, [true, false, false, false, false, false], "{:?}", running.errors);
-
-    // Whole again: the next breakage has its grace. Empty, then half written: one in all.
-    dir.write("b.yaml", &whole);
-    let mut running = scan(&running);
-    assert!(!held(&running));
-    let mut holds = Vec::new();
-    for contents in ["", &whole[..whole.len() - 4], &whole[..whole.len() - 4]] {
-        dir.write("b.yaml", contents);
-        let next = scan(&running);
-        holds.push(held(&next));
-        running = next;
-    }
-    assert_eq!(holds, [true, false, false], "{:?}", running.errors);
 }
 
 /// A symlink loop (or a link through a file) in place of a running manifest leads to no file,

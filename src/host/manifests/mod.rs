@@ -406,11 +406,9 @@ struct Loaded {
 #[derive(Debug, Default)]
 pub struct ParseCache {
     files: HashMap<PathBuf, (String, Vec<NumberedPod>, Vec<ManifestError>)>,
-    /// Files whose pods a scan kept although the file read empty or lost a pod to an error
-    /// ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]), until a scan finds the file losing none of the
-    /// pods it last gave: one scan's grace for each breakage, however its contents change
-    /// meanwhile (a file flipping between two broken contents was held at every scan: review).
-    held: HashSet<PathBuf>,
+    /// Files that gave pods and were then found empty, until they are not: the first scan that
+    /// finds one empty keeps its pods ([`EMPTY_FOR_NOW`]), the next ones read it as giving none.
+    emptied: HashSet<PathBuf>,
 }
 
 /// Why a manifest that gave pods and now reads empty keeps them for one more scan: a file
@@ -462,7 +460,7 @@ impl ParseCache {
     /// Forgets the files not in `listed`.
     fn keep_only(&mut self, listed: &HashSet<&Path>) {
         self.files.retain(|file, _| listed.contains(file.as_path()));
-        self.held.retain(|file| listed.contains(file.as_path()));
+        self.emptied.retain(|file| listed.contains(file.as_path()));
     }
 
     /// The namespace/name of each pod `file` gave when it was last parsed.
@@ -471,11 +469,10 @@ impl ParseCache {
         pods.iter().map(|(_, pod)| pod_full_name(pod)).collect()
     }
 
-    /// `file` reads empty: whether its pods are kept for this scan (it gave some, and is not
-    /// held already).
-    fn hold_emptied(&mut self, file: &Path) -> bool {
+    /// `file` reads empty: whether this is the first scan to find it so since it last gave pods.
+    fn newly_emptied(&mut self, file: &Path) -> bool {
         let gave_pods = self.files.get(file).is_some_and(|(_, pods, _)| !pods.is_empty());
-        gave_pods && self.held.insert(file.to_owned())
+        gave_pods && self.emptied.insert(file.to_owned())
     }
 }
 
@@ -516,27 +513,26 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
                 continue;
             }
         };
-        let contents_empty = contents.trim().is_empty();
-        if contents_empty {
-            if cache.hold_emptied(&file) {
+        if contents.trim().is_empty() {
+            if cache.newly_emptied(&file) {
                 // Kept, as a file that cannot be read is: its pods and their names.
                 loaded.unreadable_files.insert(file.clone(), io::ErrorKind::UnexpectedEof);
                 loaded.errors.push(ManifestError::new(&file, EMPTY_FOR_NOW));
                 continue;
             }
             loaded.errors.push(ManifestError::new(&file, EMPTY));
+        } else {
+            cache.emptied.remove(&file);
         }
         let given = cache.names_given(&file);
         let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
         // A pod lost to an error, where the file's last parse gave it: the file may be caught
-        // half written. Its pods are kept for this scan as an unreadable file's are, once until
-        // a scan finds it losing nothing.
+        // half written. Its pods are kept for this scan as an unreadable file's are. The cache
+        // now holds the failed parse, so the same contents at the next scan lose nothing more
+        // and are reported as what they are.
         let lost = !bad.is_empty()
             && given.iter().any(|name| !parsed.iter().any(|(_, pod)| pod_full_name(pod) == *name));
-        if !lost && !contents_empty {
-            cache.held.remove(&file);
-        }
-        if let (true, Some(first)) = (lost && cache.held.insert(file.clone()), bad.first()) {
+        if let (true, Some(first)) = (lost, bad.first()) {
             loaded.unreadable_files.insert(file.clone(), io::ErrorKind::InvalidData);
             loaded.errors.push(ManifestError::new(&file, format!("{FAILS_FOR_NOW}: {}", first.reason)));
             continue;
