@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
-    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, LoadedPod,
-    MAX_MANIFEST_BYTES, ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff, load_dir,
-    parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
+    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff,
+    load_dir, parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1708,6 +1708,64 @@ fn a_running_manifest_caught_half_written_keeps_its_pods_for_one_scan() {
     dir.write("b.yaml", format!("{}---\n{}---\nkind: Pod\n", pod_yaml("Web"), pod_yaml("api")));
     let next = scan(&two);
     assert!(!held(&next), "{:?}", next.errors);
+}
+
+/// A running manifest written slowly in place (`cp` of a large file, `dd` in small blocks) is
+/// caught empty, then half written at several scans in a row, each time further along: its pods
+/// are kept while it changes, and nothing restarts once it is whole. Before, the second scan
+/// that caught it failing stopped its pods and gave the name to a refused newcomer (a hostile
+/// test: a manifest rewritten with its own contents in 32-byte blocks, 0.7 s apart, restarted
+/// its container). A file that stays the same, or goes on failing for
+/// [`HELD_SCANS_MAX`] scans, is reported and its pods go.
+#[test]
+fn a_running_manifest_written_slowly_keeps_its_pods_while_it_changes() {
+    let dir = TempDir::new("slowly");
+    let whole = pod_yaml("web");
+    let running_file = dir.write("b.yaml", &whole);
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let running = scan(&Snapshot::default());
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let mut last = scan(&running);
+    assert_eq!(last.pods, running.pods);
+    let held = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| {
+            e.file == running_file && (e.reason == EMPTY_FOR_NOW || e.reason.starts_with(FAILS_FOR_NOW))
+        })
+    };
+    // Empty, then cut at each of its first lines in turn: each one a failing prefix.
+    let cuts: Vec<usize> =
+        std::iter::once(0).chain(whole.match_indices('\n').map(|(i, _)| i + 1).take(4)).collect();
+    for &cut in &cuts {
+        dir.write("b.yaml", &whole[..cut]);
+        let caught = scan(&last);
+        assert_eq!(
+            summary(&diff(&last, &caught)),
+            Vec::<String>::new(),
+            "cut at {cut}: the pod keeps running"
+        );
+        assert!(held(&caught), "cut at {cut}: {:?}", caught.errors);
+        assert!(caught.errors.iter().any(|e| e.file == newcomer), "the newcomer still refused");
+        last = caught;
+    }
+    dir.write("b.yaml", &whole);
+    let written = scan(&last);
+    assert_eq!(summary(&diff(&last, &written)), Vec::<String>::new(), "whole again: nothing restarts");
+    assert_eq!(written.pods, running.pods);
+
+    // Failing and changing for longer than HELD_SCANS_MAX scans: the pod goes at the last.
+    let mut last = written;
+    for round in 0..HELD_SCANS_MAX {
+        dir.write("b.yaml", format!("{}# {round}\n", &whole[..cuts[2]]));
+        let caught = scan(&last);
+        assert!(held(&caught), "round {round}: {:?}", caught.errors);
+        last = caught;
+    }
+    dir.write("b.yaml", format!("{}# more\n", &whole[..cuts[2]]));
+    let dropped = scan(&last);
+    assert!(!held(&dropped), "{:?}", dropped.errors);
+    assert_eq!(summary(&diff(&last, &dropped)), vec!["-default/web", "+default/web"]);
 }
 
 /// A symlink loop (or a link through a file) in place of a running manifest leads to no file,

@@ -41,8 +41,9 @@
 //! displaces a running pod").
 //!
 //! Manifests should be written atomically (write a temporary file beside them, then rename it
-//! over the manifest): a scan that catches a half-written file sees a parse error and stops that
-//! file's pods until the next scan. Hidden files (`.name.yaml`) are skipped, so a temporary file
+//! over the manifest): a scan that catches a running manifest empty or half written keeps its
+//! pods for that scan, and for the next ones while the file goes on changing (up to
+//! [`HELD_SCANS_MAX`]), then reports what it reads and stops the pods it no longer gives. Hidden files (`.name.yaml`) are skipped, so a temporary file
 //! whose name starts with a dot is never read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -406,15 +407,32 @@ struct Loaded {
 #[derive(Debug, Default)]
 pub struct ParseCache {
     files: HashMap<PathBuf, (String, Vec<NumberedPod>, Vec<ManifestError>)>,
-    /// Files that gave pods and were then found empty, until they are not: the first scan that
-    /// finds one empty keeps its pods ([`EMPTY_FOR_NOW`]), the next ones read it as giving none.
-    emptied: HashSet<PathBuf>,
+    /// Running manifests caught empty or failing to load, whose pods are kept while the file
+    /// is still being written ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]).
+    held: HashMap<PathBuf, Held>,
 }
 
-/// Why a manifest that gave pods and now reads empty keeps them for one more scan: a file
-/// written in place (truncated, then written) reads empty in between, and a scan that caught it
-/// stopped the pod, started it again a scan later, and gave its name to a refused newcomer
-/// meanwhile (a hostile test; docs/reliability.md).
+/// A running manifest caught empty or failing to load, its pods kept.
+#[derive(Debug)]
+struct Held {
+    /// The namespace/name of each pod the file gave before it was caught.
+    names: Vec<(String, String)>,
+    /// What the last scan read: the same contents at the next scan mean the writer is done.
+    seen: String,
+    /// The scans in a row that kept its pods.
+    scans: usize,
+}
+
+/// The most scans in a row a running manifest that still changes keeps its pods while it reads
+/// empty or does not load: 10 scans, 20 s, the kubelet's full read of the folder
+/// (`--file-check-frequency`), which drops a file that does not load.
+pub const HELD_SCANS_MAX: usize = 10;
+
+/// Why a manifest that gave pods and now reads empty keeps them for one more scan, and for as
+/// long as it changes between scans (up to [`HELD_SCANS_MAX`]): a file written in place
+/// (truncated, then written) reads empty in between, and a scan that caught it stopped the pod,
+/// started it again a scan later, and gave its name to a refused newcomer meanwhile (a hostile
+/// test; docs/reliability.md).
 pub const EMPTY_FOR_NOW: &str = "the file is empty (written in place?); keeping its pods until the next scan";
 
 /// Why a manifest gives no pod: it is empty (for a second scan, or it never gave one).
@@ -422,8 +440,10 @@ pub const EMPTY: &str = "the file is empty: no pod";
 
 /// Why a manifest that gave pods and now fails to load, losing one of them, keeps them for one
 /// more scan (followed by the first reason it fails): a file written in place can be caught
-/// half written, and a half-written file does not parse, or parses short of a field. The next
-/// scan reports what is wrong and stops the pods. docs/reliability.md, "A new manifest never
+/// half written, and a half-written file does not parse, or parses short of a field. A scan
+/// that reads the same contents again (the writer is done), or the [`HELD_SCANS_MAX`]th in a
+/// row, reports what is wrong and stops the pods: a file written slowly (`dd` in small blocks)
+/// changes at every scan, and stopping its pods at the second scan restarted them. docs/reliability.md, "A new manifest never
 /// displaces a running pod".
 pub const FAILS_FOR_NOW: &str =
     "the file does not load (written in place?); keeping its pods until the next scan";
@@ -460,19 +480,38 @@ impl ParseCache {
     /// Forgets the files not in `listed`.
     fn keep_only(&mut self, listed: &HashSet<&Path>) {
         self.files.retain(|file, _| listed.contains(file.as_path()));
-        self.emptied.retain(|file| listed.contains(file.as_path()));
+        self.held.retain(|file, _| listed.contains(file.as_path()));
     }
 
-    /// The namespace/name of each pod `file` gave when it was last parsed.
+    /// The namespace/name of each pod `file` gave: before it was caught empty or failing, if its
+    /// pods are held, else when it was last parsed.
     fn names_given(&self, file: &Path) -> Vec<(String, String)> {
+        if let Some(held) = self.held.get(file) {
+            return held.names.clone();
+        }
         let Some((_, pods, _)) = self.files.get(file) else { return Vec::new() };
         pods.iter().map(|(_, pod)| pod_full_name(pod)).collect()
     }
 
-    /// `file` reads empty: whether this is the first scan to find it so since it last gave pods.
-    fn newly_emptied(&mut self, file: &Path) -> bool {
-        let gave_pods = self.files.get(file).is_some_and(|(_, pods, _)| !pods.is_empty());
-        gave_pods && self.emptied.insert(file.to_owned())
+    /// `file`, which gave the pods `given`, reads `contents` that lose one of them: whether its
+    /// pods are kept for this scan. They are at the first scan that catches it, and at each next
+    /// one that reads other contents (it is still being written), up to [`HELD_SCANS_MAX`].
+    fn hold(&mut self, file: &Path, given: Vec<(String, String)>, contents: &str) -> bool {
+        match self.held.get_mut(file) {
+            None => {
+                self.held.insert(file.to_owned(), Held { names: given, seen: contents.to_owned(), scans: 1 });
+                true
+            }
+            Some(held) if held.seen != contents && held.scans < HELD_SCANS_MAX => {
+                held.seen = contents.to_owned();
+                held.scans += 1;
+                true
+            }
+            Some(_) => {
+                self.held.remove(file);
+                false
+            }
+        }
     }
 }
 
@@ -513,29 +552,30 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
                 continue;
             }
         };
-        if contents.trim().is_empty() {
-            if cache.newly_emptied(&file) {
-                // Kept, as a file that cannot be read is: its pods and their names.
-                loaded.unreadable_files.insert(file.clone(), io::ErrorKind::UnexpectedEof);
-                loaded.errors.push(ManifestError::new(&file, EMPTY_FOR_NOW));
-                continue;
-            }
-            loaded.errors.push(ManifestError::new(&file, EMPTY));
-        } else {
-            cache.emptied.remove(&file);
-        }
+        let empty = contents.trim().is_empty();
         let given = cache.names_given(&file);
-        let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
-        // A pod lost to an error, where the file's last parse gave it: the file may be caught
-        // half written. Its pods are kept for this scan as an unreadable file's are. The cache
-        // now holds the failed parse, so the same contents at the next scan lose nothing more
-        // and are reported as what they are.
-        let lost = !bad.is_empty()
+        let (parsed, bad) = cache.parse(&file, contents.clone(), node_name, gates);
+        // A pod lost to an empty file or an error, where the file gave it: the file may be
+        // caught half written. Its pods are kept for this scan as an unreadable file's are, and
+        // for as long as the file changes from scan to scan (`ParseCache::hold`); then what it
+        // reads is reported as what it is.
+        let lost = (empty || !bad.is_empty())
             && given.iter().any(|name| !parsed.iter().any(|(_, pod)| pod_full_name(pod) == *name));
-        if let (true, Some(first)) = (lost, bad.first()) {
-            loaded.unreadable_files.insert(file.clone(), io::ErrorKind::InvalidData);
-            loaded.errors.push(ManifestError::new(&file, format!("{FAILS_FOR_NOW}: {}", first.reason)));
+        if !lost {
+            cache.held.remove(&file);
+        } else if cache.hold(&file, given, &contents) {
+            let (kind, reason) = match bad.first() {
+                Some(first) if !empty => {
+                    (io::ErrorKind::InvalidData, format!("{FAILS_FOR_NOW}: {}", first.reason))
+                }
+                _ => (io::ErrorKind::UnexpectedEof, EMPTY_FOR_NOW.to_owned()),
+            };
+            loaded.unreadable_files.insert(file.clone(), kind);
+            loaded.errors.push(ManifestError::new(&file, reason));
             continue;
+        }
+        if empty {
+            loaded.errors.push(ManifestError::new(&file, EMPTY));
         }
         loaded.errors.extend(bad);
         loaded.candidates.extend(parsed.into_iter().map(|(document, pod)| LoadedPod {
