@@ -605,6 +605,42 @@ async fn a_new_manifest_does_not_displace_the_running_pod_of_its_name() {
     assert_gone(&[newcomer]).await;
 }
 
+/// A hostile test's finding: a running manifest rewritten in place slowly (truncated, then its
+/// own contents written 30 bytes at a time, 0.6 s apart, as `cp` of a large file or `dd` in
+/// small blocks writes) was caught failing at two scans in a row, and the second one stopped
+/// its pod (`removed (file does not load)`), which started again once the file was whole. The
+/// pod now runs on while the file changes from scan to scan, and each scan that holds it says
+/// `manifest held:` (it said `manifest skipped:`, the opposite of what followed).
+#[actix::test]
+async fn a_running_manifest_written_slowly_in_place_keeps_its_container() {
+    let dir = temp_dir("slow-write");
+    let pids = dir.join(".web.pids");
+    let manifest = sleeper_pod("web", &pids);
+    write(&dir, "web.yaml", &manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    let running = wait_for_pids(&pids, 1).await[0];
+
+    let mut file = std::fs::File::create(dir.join("web.yaml")).unwrap();
+    for chunk in manifest.as_bytes().chunks(30) {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        file.write_all(chunk).unwrap();
+    }
+    drop(file);
+    // A later scan's pod is told after all the earlier scans told.
+    write(&dir, "marker.yaml", &sleeper_pod("marker", &dir.join(".marker.pids")));
+    let marker = agent.wait_for(|l| l.contains("default/marker: added from")).await;
+    let marker = agent.seen.iter().position(|l| *l == marker).unwrap();
+    let told = &agent.seen[..marker];
+    assert!(told.iter().any(|l| l.contains("manifest held: ") && l.contains("web.yaml")), "{told:?}");
+    assert!(!told.iter().any(|l| l.contains("manifest skipped")), "{told:?}");
+    assert!(!told.iter().any(|l| l.contains("default/web: removed")), "{told:?}");
+    assert!(!process_gone(running), "the container still runs");
+    assert_eq!(pids_in(&pids), vec![running], "started once");
+    agent.stop().await;
+    assert_gone(&[running]).await;
+}
+
 /// A hostile test's finding: the agent's restart handed a running pod's name to the file that
 /// was refused. `b.yaml` runs `web`, `a.yaml` (a stray copy, first in file-name order) is
 /// refused; the agent is SIGKILLed (a crash, an upgrade, a reboot) and started again on the

@@ -262,8 +262,9 @@ impl StandaloneKubelet {
         let mut current = HashSet::new();
         // Files newly unreadable this scan, by kind of error, beyond the ones named.
         let mut unnamed: BTreeMap<String, usize> = BTreeMap::new();
-        // Manifests newly skipped this scan.
-        let mut skipped = 0;
+        // Manifests newly skipped this scan, and running ones newly held (caught empty or half
+        // written: their pods kept).
+        let (mut skipped, mut held_now) = (0, 0);
         for error in &next.errors {
             // Each file that cannot be read is told once while it lasts, and so is what is
             // wrong, once per file and reason. A node short of file descriptors fails every
@@ -271,16 +272,25 @@ impl StandaloneKubelet {
             let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
             // A file caught empty or half written is kept as an unreadable one is, but it was
             // read: said as what it is, not counted among the files that cannot be read.
-            let kind = kind.filter(|_| !manifests::kept_for_now(&error.reason));
+            let held = manifests::kept_for_now(&error.reason);
+            let kind = kind.filter(|_| !held);
             let (key, line) = match kind {
                 Some(kind) => (
                     format!("unreadable: {kind:?}: {}", error.file.display()),
                     format!("manifests cannot be read, keeping their last pods: {error}"),
                 ),
+                // Its pods run on: "skipped" would say the opposite of what follows.
+                None if held => (error.to_string(), format!("manifest held: {error}")),
                 None => (error.to_string(), format!("manifest skipped: {error}")),
             };
             if self.reported.insert(key.clone()) {
                 match kind {
+                    None if held => {
+                        held_now += 1;
+                        if held_now <= SKIPPED_NAMED {
+                            console::print(Tone::Warn, &line);
+                        }
+                    }
                     Some(kind) => {
                         let count = unnamed.entry(format!("{kind:?}")).or_default();
                         *count += 1;
@@ -311,6 +321,10 @@ impl StandaloneKubelet {
                 Tone::Warn,
                 &format!("… and {more} more manifests skipped: `probelet lint {folder}` names them all"),
             );
+        }
+        if held_now > SKIPPED_NAMED {
+            let more = held_now - SKIPPED_NAMED;
+            console::print(Tone::Warn, &format!("… and {more} more manifests held, their pods kept"));
         }
         self.reported.retain(|r| current.contains(r) || r == MANIFESTS_PATH_MOVED);
         self.check_manifests_path();
