@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
     LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff,
-    load_dir, parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
+    kept_for_now, load_dir, parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate,
+    validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1766,6 +1767,41 @@ fn a_running_manifest_written_slowly_keeps_its_pods_while_it_changes() {
     let dropped = scan(&last);
     assert!(!held(&dropped), "{:?}", dropped.errors);
     assert_eq!(summary(&diff(&last, &dropped)), vec!["-default/web", "+default/web"]);
+}
+
+/// A running file flipping between two broken contents, each losing another of its pods, is
+/// held while it changes, but no longer than the kubelet's full read of the folder (10 scans,
+/// 20 s): then what is wrong is reported (a review found it held, and its errors unsaid, for
+/// good).
+#[test]
+fn a_file_flipping_between_broken_contents_is_held_ten_scans_at_most() {
+    let dir = TempDir::new("flipping");
+    let whole = format!("{}---\n{}", pod_yaml("web"), pod_yaml("api"));
+    let running_file = dir.write("b.yaml", &whole);
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let mut running = scan(&Snapshot::default());
+    assert_eq!(running.pods.len(), 2);
+    let held = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| e.file == running_file && kept_for_now(&e.reason))
+    };
+    // web good and api broken; web broken and api good.
+    let one = format!("{}---\n{}", pod_yaml("web"), pod_yaml("api").replace("name: api", "name: Api"));
+    let two = format!("{}---\n{}", pod_yaml("web").replace("name: web", "name: Web"), pod_yaml("api"));
+    let mut holds = Vec::new();
+    for n in 0..11 {
+        dir.write("b.yaml", if n % 2 == 0 { &one } else { &two });
+        let next = scan(&running);
+        holds.push(held(&next));
+        running = next;
+    }
+    assert_eq!(holds, [[true; 10].as_slice(), &[false]].concat(), "{:?}", running.errors);
+    assert!(
+        running.errors.iter().any(|e| e.file == running_file && e.reason.contains("Invalid value: \"Api\"")),
+        "{:?}",
+        running.errors
+    );
 }
 
 /// A symlink loop (or a link through a file) in place of a running manifest leads to no file,

@@ -493,10 +493,12 @@ impl ParseCache {
         pods.iter().map(|(_, pod)| pod_full_name(pod)).collect()
     }
 
-    /// `file`, which gave the pods `given`, reads `contents` that lose one of them: whether its
-    /// pods are kept for this scan. They are at the first scan that catches it, and at each next
-    /// one that reads other contents (it is still being written), up to [`HELD_SCANS_MAX`].
-    fn hold(&mut self, file: &Path, given: Vec<(String, String)>, contents: &str) -> bool {
+    /// `file`, which gave the pods `given`, was just parsed ([`ParseCache::parse`]) from
+    /// contents that lose one of them: whether its pods are kept for this scan. They are at the
+    /// first scan that catches it, and at each next one that reads other contents (it is still
+    /// being written), up to [`HELD_SCANS_MAX`].
+    fn hold(&mut self, file: &Path, given: Vec<(String, String)>) -> bool {
+        let contents = self.files.get(file).map(|(contents, _, _)| contents.as_str()).unwrap_or_default();
         match self.held.get_mut(file) {
             None => {
                 self.held.insert(file.to_owned(), Held { names: given, seen: contents.to_owned(), scans: 1 });
@@ -554,7 +556,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         };
         let empty = contents.trim().is_empty();
         let given = cache.names_given(&file);
-        let (parsed, bad) = cache.parse(&file, contents.clone(), node_name, gates);
+        let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
         // A pod lost to an empty file or an error, where the file gave it: the file may be
         // caught half written. Its pods are kept for this scan as an unreadable file's are, and
         // for as long as the file changes from scan to scan (`ParseCache::hold`); then what it
@@ -563,7 +565,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
             && given.iter().any(|name| !parsed.iter().any(|(_, pod)| pod_full_name(pod) == *name));
         if !lost {
             cache.held.remove(&file);
-        } else if cache.hold(&file, given, &contents) {
+        } else if cache.hold(&file, given) {
             let (kind, reason) = match bad.first() {
                 Some(first) if !empty => {
                     (io::ErrorKind::InvalidData, format!("{FAILS_FOR_NOW}: {}", first.reason))
