@@ -405,7 +405,7 @@ const UID_PLACEHOLDER: &str = "<uid>";
 /// pod, in its order and words:
 ///
 /// * a Deployment's, ReplicaSet's or StatefulSet's: `ValidateLabelSelector`'s errors
-///   ([`selector::validate_label_selector`]), then an empty selector (`empty selector is invalid
+///   (`selector::validate_label_selector`), then an empty selector (`empty selector is invalid
 ///   for deployment`: a ReplicaSet's says `deployment` too; `… for statefulset`), then one that
 ///   cannot be made a selector (`invalid label selector`; a StatefulSet's has no detail) or that
 ///   does not select the template's labels (`selector_mismatch`);
@@ -528,8 +528,8 @@ pub const MAX_CRON_JOB_NAME_LENGTH: usize = 52;
 /// * a CronJob's job's `selector` (`` `selector` will be auto-generated ``) or `manualSelector:
 ///   true` (`Unsupported value: true`);
 /// * a CronJob's `metadata.name` over 52 characters;
-/// * an indexed Job (`completionMode: Indexed`) whose last pod's hostname, `<name>-<completions
-///   - 1>`, is not an RFC 1123 label (`will not able to create pod with invalid DNS label`).
+/// * an indexed Job (`completionMode: Indexed`) whose last pod's hostname (its name, a dash and
+///   `completions - 1`) is not an RFC 1123 label (`will not able to create pod with invalid DNS label`).
 pub fn workload_errors(
     kind: &str,
     name: &str,
