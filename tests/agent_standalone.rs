@@ -671,6 +671,45 @@ async fn after_a_crash_the_running_pod_keeps_its_name_against_a_refused_newcomer
     agent.stop().await;
 }
 
+/// An agent restarted while the running manifest is caught empty (written in place, as the
+/// crash came) holds it as the crashed agent did: the refused newcomer stays refused, and the
+/// manifest, once written, runs its pod under its name. The new agent's first scan had no grace
+/// for it and gave the name to the newcomer (a hostile test).
+#[actix::test]
+async fn an_agent_restarted_while_the_running_manifest_is_caught_empty_keeps_its_name() {
+    let dir = temp_dir("held-restart");
+    let (running_pids, newcomer_pids) = (dir.join(".b.pids"), dir.join(".a.pids"));
+    let manifest = sleeper_pod("web", &running_pids);
+    write(&dir, "b.yaml", &manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    write(&dir, ".a.tmp", &sleeper_pod("web", &newcomer_pids));
+    std::fs::rename(dir.join(".a.tmp"), dir.join("a.yaml")).unwrap();
+    agent.wait_for(|l| l.contains("a.yaml: metadata.name: Duplicate value: \"web\"")).await;
+    write(&dir, "b.yaml", "");
+    agent.wait_for(|l| l.contains("manifest held:") && l.contains("b.yaml")).await;
+
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.contains("manifest held:") && l.contains("b.yaml")).await;
+    write(&dir, "b.yaml", &manifest);
+    let added = agent.wait_for(|l| l.contains("default/web: added from")).await;
+    assert!(
+        added.ends_with("b.yaml"),
+        "the file that ran the name keeps it: {added}\n{}",
+        agent.seen.join("\n")
+    );
+    assert!(
+        agent.seen.iter().any(|l| l.contains("a.yaml") && l.contains("before this agent started")),
+        "{}",
+        agent.seen.join("\n")
+    );
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    assert!(pids_in(&newcomer_pids).is_empty(), "the refused newcomer never runs");
+    agent.stop().await;
+}
+
 /// A graceful restart (an upgrade under systemd: SIGTERM, then a new agent) stops every
 /// container first, and each stopped container's record is removed: the records alone left the
 /// next agent nothing to go by, and the refused newcomer first in file-name order took the name

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
-    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, Snapshot, SourceChange, apply_defaults, diff,
-    kept_for_now, load_dir, parse_manifest, rescan, scan, scan_cached, scan_with, static_pod_uid, validate,
-    validate_with,
+    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, RanBefore, Snapshot, SourceChange,
+    apply_defaults, diff, kept_for_now, load_dir, parse_manifest, rescan, scan, scan_cached, scan_with,
+    static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1802,6 +1802,61 @@ fn a_file_flipping_between_broken_contents_is_held_ten_scans_at_most() {
         "{:?}",
         running.errors
     );
+}
+
+/// An agent that starts while the manifest the previous agent ran a name from is caught empty
+/// or half written holds that file as if it had not restarted: a newcomer of that name is
+/// refused, for as long as the file is held, and the file takes its name back once whole. The
+/// first scan had no grace for it, and gave the name to the newcomer (a hostile test).
+#[test]
+fn a_manifest_caught_half_written_as_the_agent_starts_keeps_its_name() {
+    let dir = TempDir::new("held-at-start");
+    let whole = pod_yaml("web");
+    let running_file = dir.write("b.yaml", &whole);
+    let ran = next_snapshot(dir.path(), &Snapshot::default());
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    // What the state directory tells the next agent.
+    let ran_before = RanBefore {
+        uids: ran.pods.keys().cloned().collect(),
+        files: [(("default".to_owned(), "web".to_owned()), running_file.clone())].into(),
+    };
+    let start = Snapshot { ran_before, ..Snapshot::default() };
+
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let waits = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| e.file == newcomer && e.reason.contains("before this agent started"))
+    };
+    let held = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| e.file == running_file && kept_for_now(&e.reason))
+    };
+    dir.write("b.yaml", "");
+    let first = scan(&start);
+    assert!(first.pods.is_empty(), "{:?}", first.pods);
+    assert!(held(&first) && waits(&first), "{:?}", first.errors);
+    dir.write("b.yaml", &whole[..whole.len() - 4]);
+    let second = scan(&first);
+    assert!(second.pods.is_empty(), "{:?}", second.pods);
+    assert!(held(&second) && waits(&second), "{:?}", second.errors);
+    dir.write("b.yaml", &whole);
+    let third = scan(&second);
+    let started: Vec<_> = third.pods.values().map(|p| p.file.clone()).collect();
+    assert_eq!(started, std::slice::from_ref(&running_file), "{:?}", third.errors);
+    assert_eq!(third.pods, ran.pods, "the very pod that ran before");
+    assert!(
+        third.errors.iter().any(|e| e.file == newcomer),
+        "the newcomer still refused: {:?}",
+        third.errors
+    );
+
+    // Empty for good: after the hold the newcomer gets the name.
+    let mut cache = ParseCache::default();
+    dir.write("b.yaml", "");
+    let first = rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, &start);
+    let second = rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, &first);
+    let started: Vec<_> = second.pods.values().map(|p| p.file.clone()).collect();
+    assert_eq!(started, [newcomer], "{:?}", second.errors);
 }
 
 /// A symlink loop (or a link through a file) in place of a running manifest leads to no file,

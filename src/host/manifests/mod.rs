@@ -410,6 +410,10 @@ pub struct ParseCache {
     /// Running manifests caught empty or failing to load, whose pods are kept while the file
     /// is still being written ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]).
     held: HashMap<PathBuf, Held>,
+    /// The namespace/name of each pod the previous agent ran from a file this agent has not
+    /// parsed yet ([`Snapshot::ran_before`]): a running manifest caught empty or half written
+    /// as the agent starts is held as it would have been had the agent not restarted.
+    given_before: HashMap<PathBuf, Vec<(String, String)>>,
 }
 
 /// A running manifest caught empty or failing to load, its pods kept.
@@ -489,8 +493,21 @@ impl ParseCache {
         if let Some(held) = self.held.get(file) {
             return held.names.clone();
         }
-        let Some((_, pods, _)) = self.files.get(file) else { return Vec::new() };
+        let Some((_, pods, _)) = self.files.get(file) else {
+            return self.given_before.get(file).cloned().unwrap_or_default();
+        };
         pods.iter().map(|(_, pod)| pod_full_name(pod)).collect()
+    }
+
+    /// Takes what the previous agent ran from each file ([`RanBefore::files`]), for the files
+    /// not parsed yet.
+    pub(crate) fn remember_ran_before(&mut self, ran_before: &RanBefore) {
+        for ((namespace, name), file) in &ran_before.files {
+            if !self.files.contains_key(file) {
+                let names = self.given_before.entry(file.clone()).or_default();
+                names.push((namespace.clone(), name.clone()));
+            }
+        }
     }
 
     /// `file`, which gave the pods `given`, was just parsed ([`ParseCache::parse`]) from
@@ -556,6 +573,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         };
         let empty = contents.trim().is_empty();
         let given = cache.names_given(&file);
+        cache.given_before.remove(&file);
         let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
         // A pod lost to an empty file or an error, where the file gave it: the file may be
         // caught half written. Its pods are kept for this scan as an unreadable file's are, and

@@ -144,11 +144,18 @@ pub(super) fn one_per_name(
     for (index, pod) in candidates.iter().enumerate() {
         keeper.entry(full_name(pod)).or_insert(index);
     }
+    // The file that ran a name before the agent started, caught empty, half written or
+    // unreadable now: the name waits for it, as it would for a running pod's.
+    let waiting: HashMap<&FullName, &PathBuf> =
+        ran_before.files.iter().filter(|(_, file)| unreadable.contains_key(*file)).collect();
     let refusals: Vec<Option<ManifestError>> = candidates
         .iter()
         .enumerate()
         .map(|(index, pod)| {
             let name = full_name(pod);
+            if let Some(file) = waiting.get(&name).filter(|file| ***file != pod.file) {
+                return Some(waits_for(pod, file));
+            }
             match (running.get(&name).filter(|r| unreadable.contains_key(&r.file)), keeper.get(&name)) {
                 (Some(held), _) => Some(duplicate(pod, held)),
                 (None, Some(&chosen)) if chosen != index => Some(duplicate(pod, &candidates[chosen])),
@@ -180,6 +187,22 @@ fn duplicate(refused: &LoadedPod, keeper: &LoadedPod) -> ManifestError {
         go_quote(refused.name()),
         refused.namespace(),
         refused.name(),
+    );
+    if let Some(n) = refused.document {
+        reason = format!("document {n}: {reason}");
+    }
+    ManifestError { file: refused.file.clone(), reason }
+}
+
+/// Why `refused` is not started: the previous agent ran its namespace/name from `file`, which
+/// this agent cannot load yet (caught empty or half written, or unreadable).
+fn waits_for(refused: &LoadedPod, file: &Path) -> ManifestError {
+    let mut reason = format!(
+        "metadata.name: Duplicate value: {}: pod {}/{} ran from {} before this agent started; this one is not started while that file is held",
+        go_quote(refused.name()),
+        refused.namespace(),
+        refused.name(),
+        file.display(),
     );
     if let Some(n) = refused.document {
         reason = format!("document {n}: {reason}");
@@ -226,6 +249,7 @@ fn scan_running(
     cache: &mut ParseCache,
     running: &Snapshot,
 ) -> Snapshot {
+    cache.remember_ran_before(&running.ran_before);
     let mut loaded = load_cached(dir, node_name, gates, cache);
     // The UIDs first: `one_per_name` knows a pod that ran before by its UID.
     if gates.enabled(Feature::MutableContainerProbes) {
@@ -242,12 +266,20 @@ fn scan_running(
     }
     let (pods, duplicates) = one_per_name(loaded.candidates, running, &loaded.unreadable_files);
     loaded.errors.extend(duplicates);
+    // A name whose file of before is held or cannot be read still waits for that file: said
+    // again to the next scan, which has no other way to know.
+    let files =
+        running.ran_before.files.iter().filter(|(_, file)| loaded.unreadable_files.contains_key(*file));
+    let ran_before = RanBefore {
+        files: files.map(|(name, file)| (name.clone(), file.clone())).collect(),
+        ..Default::default()
+    };
     Snapshot {
         pods: pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(),
         errors: loaded.errors,
         folder_unreadable: loaded.folder_unreadable,
         unreadable_files: loaded.unreadable_files,
-        ran_before: Default::default(),
+        ran_before,
     }
 }
 
