@@ -485,6 +485,7 @@ impl ParseCache {
     fn keep_only(&mut self, listed: &HashSet<&Path>) {
         self.files.retain(|file, _| listed.contains(file.as_path()));
         self.held.retain(|file, _| listed.contains(file.as_path()));
+        self.given_before.retain(|file, _| listed.contains(file.as_path()));
     }
 
     /// The namespace/name of each pod `file` gave: before it was caught empty or failing, if its
@@ -503,9 +504,13 @@ impl ParseCache {
     /// not parsed yet.
     pub(crate) fn remember_ran_before(&mut self, ran_before: &RanBefore) {
         for ((namespace, name), file) in &ran_before.files {
+            let name = (namespace.clone(), name.clone());
             if !self.files.contains_key(file) {
+                // Told again at each scan while the file cannot be read: once is enough.
                 let names = self.given_before.entry(file.clone()).or_default();
-                names.push((namespace.clone(), name.clone()));
+                if !names.contains(&name) {
+                    names.push(name);
+                }
             }
         }
     }
@@ -710,6 +715,24 @@ pub use validate::*;
 mod tests {
     use super::validate::{DNS1123_LABEL, DNS1123_SUBDOMAIN, dns1123_label, dns1123_subdomain, port_name};
     use super::*;
+
+    /// What the previous agent ran from a file is told at every scan while the file cannot be
+    /// read (carried in the snapshot): remembered once, not once a scan.
+    #[test]
+    fn what_ran_before_is_remembered_once() {
+        let mut cache = ParseCache::default();
+        let file = PathBuf::from("/m/b.yaml");
+        let ran_before = RanBefore {
+            files: [(("default".to_owned(), "web".to_owned()), file.clone())].into(),
+            ..RanBefore::default()
+        };
+        for _ in 0..3 {
+            cache.remember_ran_before(&ran_before);
+        }
+        assert_eq!(cache.names_given(&file), [("default".to_owned(), "web".to_owned())]);
+        cache.keep_only(&HashSet::new());
+        assert!(cache.given_before.is_empty(), "a file gone is forgotten");
+    }
 
     /// A manifest swapped for a FIFO after the listing is refused at once: a plain open
     /// waited for a writer, and held up the agent's thread with it.
