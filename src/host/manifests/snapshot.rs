@@ -43,9 +43,10 @@ pub struct Snapshot {
     /// Files that exist but could not be read, with why; their pods are not in `pods`.
     pub unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
     /// The pods that ran under the previous agent (named in its state directory): in the
-    /// agent's first snapshot only, where nothing runs yet, so that its first scan gives each
+    /// agent's first snapshot, where nothing runs yet, so that its first scan gives each
     /// namespace/name back to the file that ran it before file order does. A scan's own
-    /// snapshot has none.
+    /// snapshot carries on only the names whose file it held or could not read, which wait for
+    /// that file.
     pub ran_before: RanBefore,
 }
 
