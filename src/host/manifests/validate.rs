@@ -733,8 +733,8 @@ pub(crate) fn qualified_name(value: &str) -> Vec<String> {
     msgs
 }
 
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
-fn is_qualified_name_part(name: &str) -> bool {
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]` (also a label value's pattern, which may be empty).
+pub(crate) fn is_qualified_name_part(name: &str) -> bool {
     let bytes = name.as_bytes();
     match (bytes.first(), bytes.last()) {
         (Some(first), Some(last)) => {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use probelet_actors::gofmt::go_quote;
 
-use crate::host::manifests::qualified_name;
+use crate::host::manifests::{is_qualified_name_part, qualified_name};
 
 /// Upstream `validation.IsValidLabelValue`'s pattern message.
 const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or \
@@ -23,23 +23,11 @@ fn label_value(value: &str) -> Vec<&'static str> {
     if value.len() > 63 {
         msgs.push("must be no more than 63 characters");
     }
-    if !label_value_chars(value) {
+    // The pattern alone, whatever the length: a qualified name's part, or empty.
+    if !value.is_empty() && !is_qualified_name_part(value) {
         msgs.push(LABEL_VALUE);
     }
     msgs
-}
-
-/// The pattern alone, whatever the length: alphanumeric at both ends, `-`, `_`, `.` between.
-fn label_value_chars(value: &str) -> bool {
-    let bytes = value.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        }
-        _ => true,
-    }
 }
 
 /// `ValidateLabelSelector` (invalid label values not allowed, as on create) of the selector at
