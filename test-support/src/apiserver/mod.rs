@@ -183,6 +183,13 @@ pub enum FaultKind {
     /// As [`FaultKind::Touch`], and the other writer also sets the pod's `status.phase` to this:
     /// a runtime that finishes the pod between the client's read and its write.
     Finish(String),
+    /// Serve the request as usual (a write is applied), send the answer's headers and the first
+    /// `after` bytes of its body, then nothing more while the server runs: a server, or a
+    /// connection, that stalls mid-answer.
+    StallBody { after: usize },
+    /// Serve the request as usual (a write is applied), then close the connection without an
+    /// answer: a connection reset after the request was sent.
+    ServeThenDrop,
     /// Answer with this code and this plain text, with `Retry-After` when given: what API
     /// Priority and Fairness answers when it throttles (`429`, `Too many requests, please try
     /// again later.`), or a proxy in front of the server (`503`).
@@ -261,6 +268,8 @@ struct Shared {
     shutdown: watch::Receiver<bool>,
     exec: exec::ExecState,
     reviews: Mutex<reviews::Reviews>,
+    /// The one bearer token the server accepts, when set ([`FakeApiServer::require_token`]).
+    token: Mutex<Option<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -292,6 +301,7 @@ impl FakeApiServer {
             shutdown: shutdown_rx.clone(),
             exec: exec::ExecState::default(),
             reviews: Mutex::default(),
+            token: Mutex::default(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown_rx, stop_rx));
@@ -332,6 +342,13 @@ impl FakeApiServer {
         let accept =
             tokio::spawn(accept_loop(listener, self.shared.clone(), self.shared.shutdown.clone(), stop_rx));
         *lock(&self.accept) = Some(accept);
+    }
+
+    /// From now on, only requests with `Authorization: Bearer <token>` are served; any other gets
+    /// 401 Unauthorized, as from the authentication filter (a service account token rotated:
+    /// the old one is refused). `None` serves every request again.
+    pub fn require_token(&self, token: Option<&str>) {
+        *lock(&self.shared.token) = token.map(str::to_owned);
     }
 
     /// The tokens TokenReview accepts and what SubjectAccessReview allows.
@@ -436,6 +453,12 @@ impl FakeApiServer {
     /// Forgets the change history: watches from any earlier version get 410 Expired.
     pub fn compact(&self) {
         lock(&self.shared.store).compact();
+    }
+
+    /// The next `n` changes reach the open watches as lines that are no JSON (a proxy that
+    /// garbles the stream); they are stored as usual.
+    pub fn corrupt_watch_events(&self, n: u32) {
+        lock(&self.shared.store).corrupt_watch_events(n);
     }
 
     /// Ends all open watch streams (clients see the stream close and re-watch).
@@ -613,6 +636,10 @@ async fn respond<B: hyper::body::Body>(
     exec_upgrade: Option<exec::ExecUpgrade>,
 ) -> Result<Response<Body>, DropConnection> {
     let upgrade = req.headers().get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let refused = lock(&shared.token).as_ref().is_some_and(|token| {
+        let sent = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        sent != Some(format!("Bearer {token}").as_str())
+    });
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query().unwrap_or(""));
@@ -651,9 +678,14 @@ async fn respond<B: hyper::body::Body>(
             r.code = code;
         }
     };
+    if refused {
+        record(Some(401));
+        return Ok(reply_response(Reply::error(&ApiError::unauthorized())));
+    }
 
     let fault =
         lock(&shared.faults).iter_mut().find_map(|f| f.fires(&method, &path).then(|| f.fault.kind.clone()));
+    let mut after_serving = None;
     match fault {
         Some(FaultKind::DropConnection) => return Err(DropConnection),
         Some(FaultKind::Delay(d)) => tokio::time::sleep(d).await,
@@ -685,6 +717,7 @@ async fn respond<B: hyper::body::Body>(
                 .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
             return Ok(resp);
         }
+        Some(kind @ (FaultKind::StallBody { .. } | FaultKind::ServeThenDrop)) => after_serving = Some(kind),
         None => {}
     }
 
@@ -697,13 +730,18 @@ async fn respond<B: hyper::body::Body>(
     let store_req = Req { query: &query, content_type: content_type.as_deref().unwrap_or(""), body: &body };
     let timeout = store_req.param("timeoutSeconds").and_then(|t| t.parse::<u64>().ok());
     let outcome = route(&shared, &method, &path, &store_req);
-    match outcome {
-        Outcome::Reply(r) => {
+    match (outcome, after_serving) {
+        (Outcome::Reply(_) | Outcome::Drop, Some(FaultKind::ServeThenDrop)) => Err(DropConnection),
+        (Outcome::Reply(r), Some(FaultKind::StallBody { after })) => {
+            record(Some(r.code));
+            Ok(stalled_response(r, after, shared.shutdown.clone()))
+        }
+        (Outcome::Reply(r), _) => {
             record(Some(r.code));
             Ok(reply_response(r))
         }
-        Outcome::Drop => Err(DropConnection),
-        Outcome::Watch(w) => {
+        (Outcome::Drop, _) => Err(DropConnection),
+        (Outcome::Watch(w), _) => {
             record(Some(200));
             let bookmarks = store_req.param("allowWatchBookmarks").is_some_and(is_true);
             let bookmark = bookmarks.then(|| (shared.clone(), lock(&shared.store).rv));
@@ -752,6 +790,27 @@ fn reply_response(r: Reply) -> Response<Body> {
     if let Some(s) = r.retry_after {
         h.insert(http::header::RETRY_AFTER, HeaderValue::from(s));
     }
+    resp
+}
+
+/// `r` with only the first `after` bytes of its body sent; the rest never comes, and the body
+/// ends (without the rest) when the server shuts down.
+fn stalled_response(r: Reply, after: usize, mut shutdown: watch::Receiver<bool>) -> Response<Body> {
+    let full = reply_response(r);
+    let (parts, body) = full.into_parts();
+    let head = futures::stream::once(async move {
+        let bytes = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+        bytes.slice(..after.min(bytes.len()))
+    });
+    let stall = futures::stream::once(async move {
+        let _ = shutdown.wait_for(|stopped| *stopped).await;
+        Bytes::new()
+    });
+    let stream = head.chain(stall).filter(|b| futures::future::ready(!b.is_empty()));
+    let body = StreamBody::new(stream.map(|b| Ok::<_, Infallible>(Frame::data(b))));
+    let mut resp = Response::from_parts(parts, BodyExt::boxed(body));
+    // The length the full body had would let the client see the stall as a short body.
+    resp.headers_mut().remove(http::header::CONTENT_LENGTH);
     resp
 }
 

@@ -229,6 +229,12 @@ impl ApiError {
         e
     }
 
+    /// What the authentication filter answers a request whose credentials it does not accept
+    /// (`NewUnauthorized("Unauthorized")`).
+    pub(crate) fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized", None)
+    }
+
     pub(crate) fn service_unavailable() -> Self {
         Self::new(
             503,

@@ -220,6 +220,9 @@ pub struct Store {
     events: BTreeMap<(String, String), Value>,
     history: Vec<Change>,
     watchers: Vec<Watcher>,
+    /// How many of the next changes reach the open watches as a line that is no JSON
+    /// ([`Store::corrupt_watch_events`]).
+    corrupt_events: u32,
     rng: SplitMix,
 }
 
@@ -234,6 +237,7 @@ impl Store {
             events: BTreeMap::new(),
             history: Vec::new(),
             watchers: Vec::new(),
+            corrupt_events: 0,
             rng: SplitMix(seed),
         }
     }

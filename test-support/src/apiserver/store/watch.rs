@@ -63,12 +63,28 @@ impl Store {
         event_line("BOOKMARK", &bookmark, api.ty())
     }
 
+    /// The next `n` changes reach every open watch they concern as a line that is no JSON (the
+    /// event's line with its first byte replaced): what a proxy that garbles the stream sends.
+    /// The change is stored as usual; only the watches miss it, and a later list shows it.
+    pub fn corrupt_watch_events(&mut self, n: u32) {
+        self.corrupt_events = n;
+    }
+
     pub(super) fn dispatch(&mut self, change: &Change) {
+        let corrupt = self.corrupt_events > 0;
+        self.corrupt_events = self.corrupt_events.saturating_sub(1);
         self.watchers.retain(|w| {
             if w.api.kind() != change.kind {
                 return !w.tx.is_closed();
             }
             match watch_event(w, change) {
+                Some(line) if corrupt => {
+                    let mut garbled = line.to_vec();
+                    if let Some(first) = garbled.first_mut() {
+                        *first = b'x';
+                    }
+                    w.tx.send(Bytes::from(garbled)).is_ok()
+                }
                 Some(line) => w.tx.send(line).is_ok(),
                 None => !w.tx.is_closed(),
             }
