@@ -1277,3 +1277,44 @@ async fn in_cluster_outside_a_pod_says_what_is_missing() {
         "{stderr}"
     );
 }
+
+/// Waits (at most `limit`, polling) until pod `name` satisfies `pred`.
+async fn wait_for_pod_within(
+    fake: &FakeApiServer,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Pod) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !fake.pod("default", name).is_some_and(|p| pred(&p)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}: {what} within {limit:?}: {:?}",
+            fake.pod("default", name)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The pod list answered with its headers and the start of its body, then nothing more (a
+/// server or a connection that stalls mid-answer): the agent gives it up after 30 s without a
+/// byte and lists again, where kube's client, with no read timeout of its own, waited for ever
+/// and the agent never saw a pod.
+#[tokio::test]
+async fn a_pod_list_that_stalls_mid_answer_is_given_up_and_listed_again() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("listed", "node-a", port));
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::GET, "/api/v1/pods".into()),
+        kind: FaultKind::StallBody { after: 64 },
+        times: FaultTimes::Times(1),
+    });
+    let (agent, kubeconfig) = start_agent(&fake, "stalled-list", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod_within(&fake, "listed", "Ready=True", Duration::from_secs(60), is_ready).await;
+    let lists = fake.requests().iter().filter(|r| !r.is_watch() && r.path == "/api/v1/pods").count();
+    assert_eq!(lists, 2, "the stalled list, then one more");
+    support::agent::kill(agent, &kubeconfig).await;
+}

@@ -19,6 +19,7 @@ pub mod gates;
 pub mod host;
 pub mod recorder;
 pub mod retry_after;
+pub mod stalled;
 pub mod token;
 pub mod watch;
 
@@ -126,8 +127,9 @@ fn missing_user(kc: &kube::config::Kubeconfig) -> Option<String> {
 }
 
 /// The API client for `config`, with the pod watch's requests paced
-/// ([`watch::WatchPacingLayer`]), a token file's token trimmed ([`token::TokenFileLayer`]), and a
-/// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]).
+/// ([`watch::WatchPacingLayer`]), a token file's token trimmed ([`token::TokenFileLayer`]), a
+/// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]), and an answer that
+/// stops coming given up ([`stalled`]).
 pub fn client_from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
     let (config, token) = prepare(config)?;
     build(config, token.as_ref())
@@ -160,7 +162,9 @@ fn prepare(mut config: kube::Config) -> Result<(kube::Config, Option<token::Toke
 
 /// The client for a [`prepare`]d configuration.
 fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<kube::Client, kube::Error> {
+    // Innermost, so that the watch pacing's wait before a request is not counted as silence.
     let builder = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&stalled::StalledAnswerLayer::default())
         .with_layer(&retry_after::RetryAfterLayer)
         .with_layer(&watch::WatchPacingLayer::default());
     Ok(match token {

@@ -35,7 +35,8 @@ pub const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// The back-off starts over once the watch has gone this long without a failure.
 pub const RELIST_BACKOFF_RESET: Duration = Duration::from_secs(10);
 /// The watch's `timeoutSeconds` is drawn from this range. The reflector draws from 5–10 min;
-/// kube's client gives up on a response after 295 s of silence, so the range stays below that.
+/// kube's watcher gives up on a watch silent for its timeout and 5 s more; the range stays below
+/// the 300 s of kube's older client read timeout.
 pub const WATCH_TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 145..=290;
 
 /// A watch request comes at once if the previous one began at least this long ago; otherwise
@@ -167,7 +168,7 @@ where
 }
 
 /// Whether the request is a watch (`?watch=true`, or `1`, as kube and client-go send it).
-fn is_watch(uri: &http::Uri) -> bool {
+pub(crate) fn is_watch(uri: &http::Uri) -> bool {
     uri.query().is_some_and(|query| query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1"))
 }
 
