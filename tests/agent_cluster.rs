@@ -1318,3 +1318,22 @@ async fn a_pod_list_that_stalls_mid_answer_is_given_up_and_listed_again() {
     assert_eq!(lists, 2, "the stalled list, then one more");
     support::agent::kill(agent, &kubeconfig).await;
 }
+
+/// A watch event that arrives as a line that is no JSON (a proxy that garbles the stream):
+/// the agent lists again, so the pod it was about is seen. kube's client skips the line and
+/// reads on, and the pod, created on the node, was never probed nor made Ready until it changed
+/// again.
+#[tokio::test]
+async fn a_watch_event_that_is_no_json_is_not_lost() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("first", "node-a", port));
+    let (agent, kubeconfig, output) = start_agent_logged(&fake, "garbled", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "first", "Ready=True", is_ready).await;
+    fake.corrupt_watch_events(1);
+    fake.insert_pod(pod("second", "node-a", port));
+    wait_for_pod(&fake, "second", "Ready=True", is_ready).await;
+    assert!(output.with("Lost the API server").is_empty(), "the server answered: {:#?}", output.lines());
+    support::agent::kill(agent, &kubeconfig).await;
+}

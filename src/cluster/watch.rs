@@ -213,6 +213,9 @@ pub fn pod_watch(
 /// [`RETRY_AFTER_MAX`]) before the watcher tries again. The pod watch's client has no retry of
 /// kube's: that retry slept a `Retry-After: 3600` out inside the list request, and the agent saw
 /// no pod for an hour, said nothing and answered `/readyz` ok.
+///
+/// And it lists again after a line of the watch stream it cannot read as an event, which
+/// kube's watcher skips, losing the event (`is_unreadable`).
 struct RelistOnExpiredWatch<S, F> {
     inner: std::pin::Pin<Box<S>>,
     make: F,
@@ -242,6 +245,12 @@ where
             && status.code == 410
         {
             tracing::debug!("The pod watch's version expired; listing again");
+            this.inner = Box::pin((this.make)());
+        }
+        if let Some(Err(error)) = &item
+            && is_unreadable(error)
+        {
+            tracing::warn!(error = %error, "The pod watch received an event it cannot read; listing again");
             this.inner = Box::pin((this.make)());
         }
         match &item {
@@ -311,8 +320,9 @@ impl ApiReachability {
             // as one) came on a watch the server is serving: it answers, and the watcher lists
             // again. Not an outage to log as one.
             Err(watcher::Error::WatchError(_)) => Reachability::Unchanged,
-            // An event kube cannot read at all (a type it does not know) ends the watch as a
-            // `Status` it makes up, with no code: the server sent it, so it answers.
+            // An event kube cannot read as one (a type it does not know) comes as a `Status`
+            // it makes up, with no code: the server sent it, so it answers (and the pod watch
+            // lists again, `is_unreadable`).
             Err(watcher::Error::WatchFailed(kube::Error::Api(status))) if status.code == 0 => {
                 Reachability::Unchanged
             }
@@ -324,6 +334,8 @@ impl ApiReachability {
                 | watcher::Error::WatchStartFailed(kube::Error::Api(status))
                 | watcher::Error::WatchFailed(kube::Error::Api(status)),
             ) if status.code == 429 => Reachability::Unchanged,
+            // A line of the stream that is no JSON: the server (or a proxy) sent it.
+            Err(watcher::Error::WatchFailed(kube::Error::SerdeError(_))) => Reachability::Unchanged,
             Err(_) if !self.lost => {
                 self.lost = true;
                 Reachability::Lost
@@ -451,6 +463,20 @@ fn asked_wait(err: &watcher::Error) -> Option<Duration> {
         | watcher::Error::WatchStartFailed(e)
         | watcher::Error::WatchFailed(e) => retry_after(e),
         _ => None,
+    }
+}
+
+/// A line of the watch stream kube could not read as an event: no JSON (a proxy that garbles
+/// the stream), or JSON of another shape (an event type it does not know), which kube reads as
+/// a `Status` with no code. kube reads on past it, so the event is lost: a pod created then was
+/// never seen until it changed again (a hostile test). client-go ends the watch on such a line
+/// and watches again from the last version it read, which sends the event again; kube's watcher
+/// cannot be asked that, so the pod watch lists again (RelistOnExpiredWatch).
+fn is_unreadable(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchFailed(kube::Error::SerdeError(_)) => true,
+        watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 0,
+        _ => false,
     }
 }
 
@@ -612,6 +638,43 @@ mod tests {
             assert_eq!(lists(), 1, "10 s: listed again");
             assert!(matches!(watch.next().await, Some(Ok(WatchEvent::Init))));
         }
+    }
+
+    /// A line of the watch stream that kube cannot read as an event (no JSON, or JSON of another
+    /// shape) makes the pod watch list again, said at warning, and is no outage: kube's watcher
+    /// reads on past it, and the event it was is lost.
+    #[tokio::test]
+    async fn an_event_that_cannot_be_read_lists_again() {
+        use futures::StreamExt as _;
+        let garbage = || -> Result<WatchEvent<ApiPod>, watcher::Error> {
+            let error = serde_json::from_str::<serde_json::Value>("x\"type\":").unwrap_err();
+            Err(watcher::Error::WatchFailed(kube::Error::SerdeError(error)))
+        };
+        let other_shape = || -> Result<WatchEvent<ApiPod>, watcher::Error> {
+            Err(watcher::Error::WatchFailed(kube::Error::Api(Status::failure("", "").with_code(0).boxed())))
+        };
+        let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = made.clone();
+        let make = move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            futures::stream::iter(vec![Ok(WatchEvent::Init)])
+        };
+        for (unreadable, lists) in [(garbage(), 1), (other_shape(), 2)] {
+            let items = vec![unreadable, Ok(WatchEvent::Apply(ApiPod::from(Pod::default())))];
+            let mut watch = RelistOnExpiredWatch {
+                inner: Box::pin(futures::stream::iter(items)),
+                make: make.clone(),
+                pause: None,
+                too_large_since: None,
+            };
+            let error = watch.next().await.expect("an item");
+            assert_eq!(ApiReachability::default().on_event(&error), Reachability::Unchanged);
+            assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), lists);
+            assert!(matches!(watch.next().await, Some(Ok(WatchEvent::Init))), "a list, not the next event");
+        }
+        let refused =
+            watcher::Error::WatchFailed(kube::Error::Service(Box::new(std::io::Error::other("reset"))));
+        assert!(!is_unreadable(&refused));
     }
 
     #[test]
