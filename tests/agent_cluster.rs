@@ -1337,3 +1337,324 @@ async fn a_watch_event_that_is_no_json_is_not_lost() {
     assert!(output.with("Lost the API server").is_empty(), "the server answered: {:#?}", output.lines());
     support::agent::kill(agent, &kubeconfig).await;
 }
+
+/// The status PATCH is applied, then its connection is reset before the answer (the agent
+/// cannot know whether it landed): the write is retried, and the pod ends with exactly the
+/// status the probes say, the runtime's fields untouched.
+#[tokio::test]
+async fn a_status_write_applied_whose_answer_is_lost_lands_exactly() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("reset", "node-a", port));
+    let status_path = "/api/v1/namespaces/default/pods/reset/status";
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::PATCH, status_path.into()),
+        kind: FaultKind::ServeThenDrop,
+        times: FaultTimes::Times(1),
+    });
+    let (agent, kubeconfig) = start_agent(&fake, "reset-write", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True") && app_status(p).ready;
+    wait_for_pod(&fake, "reset", "Ready=True", is_ready).await;
+    let patches = || {
+        fake.requests()
+            .into_iter()
+            .filter(|r| r.method == http::Method::PATCH && r.path == status_path)
+            .count()
+    };
+    // The reset one (applied), and no more than one after it: the retry sees the status written.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(patches() <= 2, "{} PATCHes", patches());
+    // Readiness lost, the answer of that write lost too: it lands.
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::PATCH, status_path.into()),
+        kind: FaultKind::ServeThenDrop,
+        times: FaultTimes::Times(1),
+    });
+    healthy.store(false, Ordering::SeqCst);
+    wait_for_pod(&fake, "reset", "Ready=False", |p| !is_ready(p)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reset = fake.pod("default", "reset").unwrap();
+    let ready = condition(&reset, "Ready").unwrap();
+    assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("ContainersNotReady")));
+    assert!(!app_status(&reset).ready);
+    assert_eq!(
+        app_status(&reset).container_id.as_deref(),
+        Some("containerd://reset"),
+        "the runtime's fields"
+    );
+    assert_eq!(condition(&reset, "example.com/feature").unwrap().status, "True");
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
+/// The service-account token rotated on disk and the old one refused (401) from then on: the
+/// agent reads the file again at the next request after the refusal, and the status the probes
+/// then want lands within seconds, not at the next of the file's minute reads.
+#[tokio::test]
+async fn a_rotated_token_is_read_again_and_no_status_write_is_lost() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("rotated", "node-a", port));
+    let dir = std::env::temp_dir().join(format!("probelet-token-rotation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "token-one\n").unwrap();
+    fake.require_token(Some("token-one"));
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: fake\n  user: {{tokenFile: \"{}\"}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
+            fake.url(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "rotated", "Ready=True", is_ready).await;
+
+    // The kubelet rotates the projected token (atomically, a rename) and the old one is refused.
+    let next = dir.join("token.next");
+    std::fs::write(&next, "token-two\n").unwrap();
+    std::fs::rename(&next, &token).unwrap();
+    fake.require_token(Some("token-two"));
+    healthy.store(false, Ordering::SeqCst);
+    wait_for_pod_within(&fake, "rotated", "Ready=False", Duration::from_secs(10), |p| !is_ready(p)).await;
+    let refused = fake.requests().iter().filter(|r| r.code == Some(401)).count();
+    assert!(refused <= 2, "{refused} requests refused");
+    // The watch goes on with the new token once it lists again: a pod created now is seen.
+    fake.close_watches();
+    healthy.store(true, Ordering::SeqCst);
+    fake.insert_pod(pod("later", "node-a", port));
+    wait_for_pod(&fake, "later", "Ready=True", is_ready).await;
+    support::agent::stop(&mut agent, Duration::from_secs(20)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// More pods on the node than one page of the list (kube's watcher asks 500 at a time), and the
+/// continue token expired (410) between the pages: the watch lists again from the start and
+/// every pod is seen and written, and the expiry is no outage in the log.
+#[tokio::test]
+async fn a_paged_list_whose_continue_token_expired_lists_again() {
+    const PODS: usize = 520;
+    let fake = FakeApiServer::start().await;
+    for i in 0..PODS {
+        let mut p = pod(&format!("p{i:03}"), "node-a", 1);
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = None;
+        fake.insert_pod(p);
+    }
+    // Each list page served 1 s late: time to expire the token between the pages.
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::GET, "/api/v1/pods".into()),
+        kind: FaultKind::Delay(Duration::from_secs(1)),
+        times: FaultTimes::Times(2),
+    });
+    let (agent, kubeconfig, output) =
+        start_agent_logged(&fake, "paged", &["--qps", "1000", "--burst", "1000"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !fake.requests().iter().any(|r| r.param("continue").is_some()) {
+        assert!(tokio::time::Instant::now() < deadline, "a second page asked for within 30 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Something changes, and the history is compacted: the first page's token is too old.
+    fake.insert_pod(pod("elsewhere", "node-b", 1));
+    fake.compact();
+
+    let ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = fake.pods().iter().filter(|p| ready(p)).count();
+        if done == PODS {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{done} of {PODS} pods Ready=True within 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pages: Vec<(bool, Option<u16>)> = fake
+        .requests()
+        .iter()
+        .filter(|r| !r.is_watch() && r.path == "/api/v1/pods")
+        .map(|r| (r.param("continue").is_some(), r.code))
+        .collect();
+    assert_eq!(pages, [(false, Some(200)), (true, Some(410)), (false, Some(200)), (true, Some(200))]);
+    assert!(output.with("Lost the API server").is_empty(), "{:#?}", output.lines());
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
+/// The agent SIGKILLed while its write of Ready=True is held by a slow API server; the
+/// container then fails its probe, and a new agent starts, finds the pod not ready and has
+/// nothing to write. The held write lands late (the server applied it after all; replayed here,
+/// as the fake drops a request whose client went away): Ready goes back to False within the
+/// reconcile period (10 s), and stays there.
+#[tokio::test]
+async fn a_write_of_a_killed_agent_that_lands_late_is_overruled() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    healthy.store(false, Ordering::SeqCst);
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("handover", "node-a", port));
+    let (first, kubeconfig) = start_agent(&fake, "killed-mid-write", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    let written_false = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "False");
+    wait_for_pod(&fake, "handover", "Ready=False", written_false).await;
+
+    let status_path = "/api/v1/namespaces/default/pods/handover/status";
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::PATCH, status_path.into()),
+        kind: FaultKind::Delay(Duration::from_secs(3600)),
+        times: FaultTimes::Times(1),
+    });
+    let patches = || {
+        fake.requests()
+            .into_iter()
+            .filter(|r| r.method == http::Method::PATCH && r.path == status_path)
+            .collect::<Vec<_>>()
+    };
+    let before = patches().len();
+    healthy.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while patches().len() == before {
+        assert!(tokio::time::Instant::now() < deadline, "the Ready=True write sent within 20 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let held = patches()[before].body.clone().unwrap();
+    assert_eq!(
+        held["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap()["status"],
+        "True",
+        "{held}"
+    );
+    support::agent::kill(first, &kubeconfig).await;
+    healthy.store(false, Ordering::SeqCst);
+    let (second, kubeconfig, output) = start_agent_logged(&fake, "after-the-kill", &[]);
+    let addr = output.addr().await;
+    // The new agent probed the container (and found it failing) before the late write lands.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let failed = async || {
+        support::agent::series_sum(
+            &addr,
+            "prober_probe_total",
+            &["probe_type=\"Readiness\"", "result=\"failed\""],
+        )
+        .await
+    };
+    while failed().await == 0.0 {
+        assert!(tokio::time::Instant::now() < deadline, "a probe within 20 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(written_false(&fake.pod("default", "handover").unwrap()));
+
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    let params = kube::api::PatchParams { field_manager: Some("probelet".into()), ..Default::default() };
+    let landed = api.patch_status("handover", &params, &kube::api::Patch::Strategic(held)).await;
+    assert!(landed.as_ref().is_ok_and(is_ready), "the late write landed: {landed:?}");
+    wait_for_pod_within(&fake, "handover", "Ready=False again", Duration::from_secs(12), |p| !is_ready(p))
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        let pod = fake.pod("default", "handover").unwrap();
+        assert!(!is_ready(&pod) && !app_status(&pod).ready, "{:?}", pod.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    support::agent::kill(second, &kubeconfig).await;
+}
+
+/// The pod deleted and created again under the same name (a new UID, a new container) while
+/// the agent's write for the old one is held by a slow API server: the held write does not land
+/// on the new pod (its UID is the patch's precondition), and the new pod gets its own status.
+#[tokio::test]
+async fn a_write_held_while_the_pod_is_recreated_does_not_land_on_the_new_pod() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let old_uid = fake.insert_pod(pod("reborn", "node-a", port)).metadata.uid.unwrap();
+    let (agent, kubeconfig) = start_agent(&fake, "recreated", &[]);
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "reborn", "Ready=True", is_ready).await;
+
+    let status_path = "/api/v1/namespaces/default/pods/reborn/status";
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(http::Method::PATCH, status_path.into()),
+        kind: FaultKind::Delay(Duration::from_secs(3)),
+        times: FaultTimes::Times(1),
+    });
+    let patches = || {
+        fake.requests()
+            .into_iter()
+            .filter(|r| r.method == http::Method::PATCH && r.path == status_path)
+            .collect::<Vec<_>>()
+    };
+    let before = patches().len();
+    healthy.store(false, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while patches().len() == before {
+        assert!(tokio::time::Instant::now() < deadline, "the Ready=False write sent within 20 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    api.delete("reborn", &kube::api::DeleteParams::default().grace_period(0)).await.unwrap();
+    let mut again = pod("reborn", "node-a", port);
+    again.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].container_id =
+        Some("containerd://reborn-2".into());
+    healthy.store(true, Ordering::SeqCst);
+    let new_uid = fake.insert_pod(again).metadata.uid.unwrap();
+    assert_ne!(old_uid, new_uid);
+
+    wait_for_pod(&fake, "reborn", "the new pod Ready=True", |p| {
+        is_ready(p) && p.metadata.uid.as_deref() == Some(new_uid.as_str())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let held = &patches()[before];
+    assert_eq!(held.body.as_ref().unwrap()["metadata"]["uid"], old_uid.as_str());
+    // Refused on its stale resourceVersion (the server checks it before the UID's immutability).
+    assert!(matches!(held.code, Some(409 | 422)), "the held write refused on the new pod: {held:?}");
+    let reborn = fake.pod("default", "reborn").unwrap();
+    assert!(is_ready(&reborn) && app_status(&reborn).ready, "{:?}", reborn.status);
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
+/// A pod whose JSON is a few MB (thousands of environment variables: an object near the size
+/// etcd takes) arrives as one watch event line of that size, and is probed and written as any
+/// other; its status writes stay small.
+#[tokio::test]
+async fn a_watch_event_of_several_mb_is_read() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let (agent, kubeconfig) = start_agent(&fake, "big-event", &[]);
+    // The watch is open once the list has been answered.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !fake.requests().iter().any(|r| r.is_watch()) {
+        assert!(tokio::time::Instant::now() < deadline, "a watch within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut big = pod("big", "node-a", port);
+    big.spec.as_mut().unwrap().containers[0].env = Some(
+        (0..25_000)
+            .map(|i| k8s_openapi::api::core::v1::EnvVar {
+                name: format!("VARIABLE_{i:05}"),
+                value: Some("x".repeat(80)),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    let size = serde_json::to_vec(&big).unwrap().len();
+    assert!(size > 2_500_000, "{size} bytes");
+    fake.insert_pod(big);
+    wait_for_pod(&fake, "big", "Ready=True", |p| condition(p, "Ready").is_some_and(|c| c.status == "True"))
+        .await;
+    let writes: Vec<usize> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == http::Method::PATCH && r.path.ends_with("/big/status"))
+        .map(|r| r.body.as_ref().map_or(0, |b| b.to_string().len()))
+        .collect();
+    assert!(!writes.is_empty() && writes.iter().all(|&n| n < 4096), "{writes:?}");
+    support::agent::kill(agent, &kubeconfig).await;
+}
