@@ -27,6 +27,7 @@ use crate::cli::RunArgs;
 use crate::host::console::say;
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
+use crate::host::is_shortage;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{
     ContainerGroups, FdBudget, HeldByAnotherAgent, OrphanReaper, ProcessRuntime, StateDirError, pods_that_ran,
@@ -497,19 +498,6 @@ fn claim_failed(
             Ok(None)
         }
     }
-}
-
-/// Whether `error` is the node running out of something (descriptors, memory, buffers).
-fn is_shortage(error: &std::io::Error) -> bool {
-    matches!(
-        rustix::io::Errno::from_io_error(error),
-        Some(
-            rustix::io::Errno::MFILE
-                | rustix::io::Errno::NFILE
-                | rustix::io::Errno::NOMEM
-                | rustix::io::Errno::NOBUFS
-        )
-    )
 }
 
 /// The abstract socket name that claims the folder with this device and inode number (and

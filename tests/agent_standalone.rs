@@ -641,6 +641,82 @@ async fn a_running_manifest_written_slowly_in_place_keeps_its_container() {
     assert_gone(&[running]).await;
 }
 
+/// A running manifest that cannot be read is held, as the kubelet keeps its pod until its next
+/// full read of the folder (20 s): readable again within the hold, its container runs on
+/// untouched; unreadable for longer, its pod stops (`removed (file unreadable)`) and the refused
+/// newcomer of its name starts. Before, the pod ran on for good from a file nobody could read.
+/// A `chmod 000` makes it unreadable; root reads any file, so as root a link to the reader's
+/// own memory (which opens and fails to read, `EIO`) is put in its place instead.
+#[actix::test]
+async fn a_running_manifest_that_cannot_be_read_is_held_then_its_pod_stops() {
+    let dir = temp_dir("unreadable-held");
+    let (pids, newcomer_pids) = (dir.join(".web.pids"), dir.join(".a.pids"));
+    let manifest = sleeper_pod("web", &pids);
+    write(&dir, "web.yaml", &manifest);
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    let running = wait_for_pids(&pids, 1).await[0];
+    write(&dir, ".a.tmp", &sleeper_pod("web", &newcomer_pids));
+    std::fs::rename(dir.join(".a.tmp"), dir.join("a.yaml")).unwrap();
+    agent.wait_for(|l| l.contains("a.yaml: metadata.name: Duplicate value: \"web\"")).await;
+
+    let file = dir.join("web.yaml");
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        eprintln!("running as root, which chmod 000 does not stop: a link to /proc/self/mem (EIO) instead");
+    }
+    // Each change is atomic (a rename over the file): a missing manifest stops its pod at once.
+    let unreadable = || {
+        use std::os::unix::fs::PermissionsExt as _;
+        if root {
+            std::os::unix::fs::symlink("/proc/self/mem", dir.join(".web.link")).unwrap();
+            std::fs::rename(dir.join(".web.link"), &file).unwrap();
+        } else {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o000)).unwrap();
+        }
+    };
+    let readable = || {
+        use std::os::unix::fs::PermissionsExt as _;
+        if root {
+            write(&dir, ".web.tmp", &manifest);
+            std::fs::rename(dir.join(".web.tmp"), &file).unwrap();
+        } else {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    };
+    let held = |l: &str| l.contains("manifest held: ") && l.contains("web.yaml: the file cannot be read;");
+
+    // Unreadable for a moment.
+    unreadable();
+    let caught = agent.wait_for_after(0, held).await;
+    readable();
+    // A later scan's pod is told after all the earlier scans told.
+    write(&dir, "marker.yaml", &sleeper_pod("marker", &dir.join(".marker.pids")));
+    let marker = agent.wait_for_after(caught, |l| l.contains("default/marker: added from")).await;
+    let told = &agent.seen[..marker];
+    assert!(!told.iter().any(|l| l.contains("default/web: removed")), "{told:?}");
+    assert!(!told.iter().any(|l| l.contains("manifest skipped") && l.contains("/web.yaml: ")), "{told:?}");
+    assert!(!process_gone(running), "the container still runs");
+    assert_eq!(pids_in(&pids), vec![running], "started once");
+
+    // Unreadable for good: held for 10 scans (20 s), then the pod stops and the newcomer starts.
+    let since = tokio::time::Instant::now();
+    unreadable();
+    let caught = agent.wait_for_after(marker, held).await;
+    let removed = agent
+        .wait_for_after(caught, |l| {
+            l.ends_with("default/web: removed (file unreadable), stopping its containers")
+        })
+        .await;
+    assert!(since.elapsed() >= Duration::from_secs(15), "held {:?} only", since.elapsed());
+    let added = agent.wait_for_after(removed, |l| l.contains("default/web: added from")).await;
+    assert!(agent.seen[added].ends_with("a.yaml"), "{}", agent.seen[added]);
+    assert_gone(&[running]).await;
+    assert_eq!(wait_for_pids(&newcomer_pids, 1).await.len(), 1, "the newcomer runs");
+    readable();
+    agent.stop().await;
+}
+
 /// A hostile test's finding: the agent's restart handed a running pod's name to the file that
 /// was refused. `b.yaml` runs `web`, `a.yaml` (a stray copy, first in file-name order) is
 /// refused; the agent is SIGKILLed (a crash, an upgrade, a reboot) and started again on the

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
-    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, RanBefore, Snapshot, SourceChange,
-    apply_defaults, diff, kept_for_now, load_dir, parse_manifest, rescan, scan, scan_cached, scan_with,
-    static_pod_uid, validate, validate_with,
+    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, RanBefore, Removal, Snapshot, SourceChange,
+    UNREADABLE_FOR_NOW, apply_defaults, diff, kept_for_now, leads_to_a_file, load_dir, parse_manifest,
+    removal, rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -1880,6 +1880,174 @@ fn a_symlink_loop_in_place_of_a_running_manifest_stops_its_pods() {
         next.errors.iter().map(|e| (e.file.clone(), e.reason.starts_with("cannot read file: "))).collect();
     said.sort();
     assert_eq!(said, vec![(a, true), (b, true)]);
+}
+
+/// Puts an unreadable file at `file`: a link to the reader's own memory, which opens and fails
+/// to read (`EIO`), as a file chmodded to 000 fails to open (`EACCES`) for any agent but root's.
+fn make_unreadable(file: &Path) {
+    let _ = fs::remove_file(file);
+    std::os::unix::fs::symlink("/proc/self/mem", file).unwrap();
+}
+
+/// A running manifest that cannot be read (not for a shortage of the agent's) is held as a
+/// half-written one is: its pods and their names kept for [`HELD_SCANS_MAX`] scans, then its
+/// pods stop (`file unreadable`) and a refused newcomer takes the name. Readable again within
+/// the hold, nothing restarts. Before, its pods ran on for good from a file nobody could read,
+/// where the kubelet drops it at its next full read of the folder.
+#[test]
+fn a_running_manifest_that_cannot_be_read_is_held_ten_scans_then_its_pods_stop() {
+    let dir = TempDir::new("unreadable-held");
+    let whole = pod_yaml("web");
+    let running_file = dir.write("b.yaml", &whole);
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let running = scan(&Snapshot::default());
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let before = scan(&running);
+    assert_eq!(before.pods, running.pods);
+    let held = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| {
+            e.file == running_file
+                && kept_for_now(&e.reason)
+                && e.reason.starts_with(&format!("{UNREADABLE_FOR_NOW}: cannot read file: "))
+        })
+    };
+    let refused = |snapshot: &Snapshot| snapshot.errors.iter().any(|e| e.file == newcomer);
+
+    // Unreadable for a moment: held, the newcomer refused; readable again, nothing restarts.
+    make_unreadable(&running_file);
+    let caught = scan(&before);
+    assert_eq!(summary(&diff(&before, &caught)), Vec::<String>::new(), "the pod keeps running");
+    assert!(held(&caught) && refused(&caught), "{:?}", caught.errors);
+    dir.remove("b.yaml");
+    dir.write("b.yaml", &whole);
+    let readable = scan(&caught);
+    assert_eq!(summary(&diff(&caught, &readable)), Vec::<String>::new(), "nothing restarts");
+    assert_eq!(readable.pods, running.pods);
+    assert!(!held(&readable) && refused(&readable), "{:?}", readable.errors);
+
+    // Unreadable for longer than the hold: the pod stops at the scan after the last held one,
+    // and the newcomer starts in its place.
+    make_unreadable(&running_file);
+    let mut last = readable;
+    for round in 0..HELD_SCANS_MAX {
+        let next = scan(&last);
+        assert_eq!(summary(&diff(&last, &next)), Vec::<String>::new(), "round {round}");
+        assert!(held(&next) && refused(&next), "round {round}: {:?}", next.errors);
+        last = next;
+    }
+    let dropped = scan(&last);
+    let changes = diff(&last, &dropped);
+    assert_eq!(summary(&changes), vec!["-default/web", "+default/web"]);
+    let SourceChange::Added(added) = &changes[1] else { panic!("{changes:?}") };
+    assert_eq!(added.file, newcomer);
+    assert!(!held(&dropped), "{:?}", dropped.errors);
+    assert!(!dropped.unreadable_files.contains_key(&running_file), "{:?}", dropped.unreadable_files);
+    assert!(leads_to_a_file(&running_file));
+    let why = removal(&dropped, &running_file, "default", "web", leads_to_a_file(&running_file));
+    assert_eq!(why, Removal::Unreadable);
+    assert_eq!(why.to_string(), "file unreadable");
+    // Given up: not held again, nor said to keep pods, while it stays unreadable.
+    let after = scan(&dropped);
+    assert_eq!(summary(&diff(&dropped, &after)), Vec::<String>::new());
+    assert!(!held(&after) && !after.unreadable_files.contains_key(&running_file), "{:?}", after.errors);
+    assert!(
+        after.errors.iter().any(|e| e.file == running_file && e.reason.starts_with("cannot read file: "))
+    );
+    // Readable again, it gives its pod, refused now: the newcomer runs the name.
+    dir.remove("b.yaml");
+    dir.write("b.yaml", &whole);
+    let back = scan(&after);
+    assert_eq!(summary(&diff(&after, &back)), Vec::<String>::new());
+    assert!(back.errors.iter().any(|e| e.file == running_file && e.reason.contains("Duplicate value")));
+}
+
+/// The hold's words say how long it lasts.
+#[test]
+fn the_hold_of_an_unreadable_file_says_how_many_scans() {
+    assert!(UNREADABLE_FOR_NOW.contains(&format!("up to {HELD_SCANS_MAX} scans")), "{UNREADABLE_FOR_NOW}");
+}
+
+/// An agent that starts while the manifest the previous agent ran a name from cannot be read
+/// holds it as for a half-written one: the newcomer of that name waits for the hold, and the
+/// file, readable again within it, runs the very pod that ran before; unreadable for longer,
+/// the newcomer starts. It waited for good before.
+#[test]
+fn a_manifest_that_cannot_be_read_as_the_agent_starts_keeps_its_name_while_held() {
+    let dir = TempDir::new("unreadable-at-start");
+    let whole = pod_yaml("web");
+    let running_file = dir.write("b.yaml", &whole);
+    let ran = next_snapshot(dir.path(), &Snapshot::default());
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let ran_before = RanBefore {
+        uids: ran.pods.keys().cloned().collect(),
+        files: [(("default".to_owned(), "web".to_owned()), running_file.clone())].into(),
+    };
+    let start = Snapshot { ran_before, ..Snapshot::default() };
+    let waits = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| e.file == newcomer && e.reason.contains("before this agent started"))
+    };
+    let held = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| e.file == running_file && e.reason.starts_with(UNREADABLE_FOR_NOW))
+    };
+
+    // Readable again within the hold.
+    make_unreadable(&running_file);
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let first = scan(&start);
+    assert!(first.pods.is_empty(), "{:?}", first.pods);
+    assert!(held(&first) && waits(&first), "{:?}", first.errors);
+    dir.remove("b.yaml");
+    dir.write("b.yaml", &whole);
+    let second = scan(&first);
+    assert_eq!(second.pods, ran.pods, "the very pod that ran before: {:?}", second.errors);
+
+    // Unreadable for longer than the hold: the newcomer waits for it, then starts.
+    make_unreadable(&running_file);
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let mut last = start;
+    for round in 0..HELD_SCANS_MAX {
+        let next = scan(&last);
+        assert!(next.pods.is_empty(), "round {round}: {:?}", next.pods);
+        assert!(held(&next) && waits(&next), "round {round}: {:?}", next.errors);
+        last = next;
+    }
+    let given_up = scan(&last);
+    let started: Vec<_> = given_up.pods.values().map(|p| p.file.clone()).collect();
+    assert_eq!(started, std::slice::from_ref(&newcomer), "{:?}", given_up.errors);
+    assert!(!held(&given_up) && !waits(&given_up), "{:?}", given_up.errors);
+    assert!(given_up.ran_before.files.is_empty(), "{:?}", given_up.ran_before);
+    let after = scan(&given_up);
+    assert_eq!(after.pods, given_up.pods);
+    assert!(!held(&after) && !waits(&after), "{:?}", after.errors);
+}
+
+/// A running manifest that is a symlink whose target vanished (a ConfigMap volume's `..data`
+/// link caught mid-swap, or a plain dangling link) stops its pods as deleted: it said `file
+/// does not load`, as the link itself was still there.
+#[test]
+fn a_running_manifest_whose_link_target_vanished_is_said_deleted() {
+    let dir = TempDir::new("dangling");
+    fs::create_dir(dir.path().join("..data")).unwrap();
+    let target = dir.write("..data/web.yaml", pod_yaml("web"));
+    let link = dir.path().join("web.yaml");
+    std::os::unix::fs::symlink("..data/web.yaml", &link).unwrap();
+    let running = next_snapshot(dir.path(), &Snapshot::default());
+    assert_eq!(running.pods.len(), 1, "{:?}", running.errors);
+    assert!(leads_to_a_file(&link));
+    fs::remove_file(&target).unwrap();
+    let next = next_snapshot(dir.path(), &running);
+    assert_eq!(summary(&diff(&running, &next)), vec!["-default/web"]);
+    assert!(!leads_to_a_file(&link));
+    assert_eq!(removal(&next, &link, "default", "web", leads_to_a_file(&link)), Removal::Deleted);
+    // A link that leads to a file that cannot be read is there.
+    make_unreadable(&link);
+    assert!(leads_to_a_file(&link));
 }
 
 /// `metadata.name: Duplicate value` for a pod of `file` refused because `keeper` runs the name.

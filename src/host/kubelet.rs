@@ -271,7 +271,8 @@ impl StandaloneKubelet {
             // file the same way: of one kind of error, a scan names the first few files only.
             let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
             // A file caught empty or half written is kept as an unreadable one is, but it was
-            // read: said as what it is, not counted among the files that cannot be read.
+            // read: said as what it is, not counted among the files that cannot be read. So is
+            // a running file held while it cannot be read: its pods stop if it lasts.
             let held = manifests::kept_for_now(&error.reason);
             let kind = kind.filter(|_| !held);
             let (key, line) = match kind {
@@ -341,7 +342,7 @@ impl StandaloneKubelet {
             match change {
                 SourceChange::Added(loaded) => self.add(loaded.pod, &loaded.file, ctx),
                 SourceChange::Removed { uid, file, namespace, name } => {
-                    let exists = std::fs::symlink_metadata(&file).is_ok();
+                    let exists = manifests::leads_to_a_file(&file);
                     let why = manifests::removal(&self.snapshot, &file, &namespace, &name, exists);
                     self.terminate(uid, why, ctx)
                 }

@@ -10,3 +10,17 @@ pub mod manifests;
 pub mod phase;
 pub mod runtime;
 pub mod transitions;
+
+/// Whether `error` is the node running out of something (descriptors, memory, buffers): it says
+/// nothing of the file or socket the agent was after.
+pub(crate) fn is_shortage(error: &std::io::Error) -> bool {
+    matches!(
+        rustix::io::Errno::from_io_error(error),
+        Some(
+            rustix::io::Errno::MFILE
+                | rustix::io::Errno::NFILE
+                | rustix::io::Errno::NOMEM
+                | rustix::io::Errno::NOBUFS
+        )
+    )
+}

@@ -30,9 +30,13 @@
 //! fails for any reason but "does not exist" (say `EMFILE` while the node is short of file
 //! descriptors), [`Snapshot::keeping_unreadable`] keeps the last good pod set, as the kubelet's
 //! file source does (it sends no update when the listing fails). A single file that cannot be
-//! read for the same kind of reason keeps the pods it last gave; the kubelet drops those, which
-//! would restart every container of a pod whose file could not be opened for a moment. A folder
-//! that does not exist means no pods, as upstream.
+//! read because the agent is short of descriptors or memory keeps the pods it last gave for as
+//! long as that lasts; the kubelet drops those, which would restart every container of a pod
+//! whose file could not be opened for a moment. A running file that cannot be read for any other
+//! reason (`EACCES` after a `chmod`, `EIO`) is held as a half-written one is, for
+//! [`HELD_SCANS_MAX`] scans ([`UNREADABLE_FOR_NOW`]), then its pods stop, as the kubelet drops
+//! such a file at its next full read of the folder; a file readable again within the hold keeps
+//! its pods untouched. A folder that does not exist means no pods, as upstream.
 //!
 //! Of the pods that share a namespace/name, one runs and the others are reported
 //! (`metadata.name: Duplicate value`, with both files): the one already running, or at start the
@@ -69,6 +73,8 @@ pub const FILE_SOURCE: &str = "file";
 pub const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
 const NOT_A_FILE: &str = "not a regular file";
+/// How an error opening or reading a manifest starts (followed by the OS error).
+const CANNOT_READ: &str = "cannot read file";
 /// A folder named like a manifest: the kubelet's file source does not read subfolders either
 /// (its words).
 const NOT_RECURSING: &str = "not recursing into manifest path";
@@ -396,7 +402,9 @@ struct Loaded {
     errors: Vec<ManifestError>,
     /// Listing the folder failed (other than "not found"): nothing here says which pods exist.
     folder_unreadable: Option<io::ErrorKind>,
-    /// Files that exist but could not be read, with why: their pods are unknown, not gone.
+    /// Files whose pods are kept although this scan took none from them, with why: they could
+    /// not be read (the agent short of descriptors or memory, or held, [`UNREADABLE_FOR_NOW`]),
+    /// or are held caught empty or half written. Their pods are unknown, not gone.
     unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
 }
 
@@ -408,8 +416,13 @@ struct Loaded {
 pub struct ParseCache {
     files: HashMap<PathBuf, (String, Vec<NumberedPod>, Vec<ManifestError>)>,
     /// Running manifests caught empty or failing to load, whose pods are kept while the file
-    /// is still being written ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]).
+    /// is still being written ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]), or that cannot be read,
+    /// whose pods are kept for a while ([`UNREADABLE_FOR_NOW`]).
     held: HashMap<PathBuf, Held>,
+    /// Running manifests that could not be read for [`HELD_SCANS_MAX`] scans: their pods
+    /// stopped, and their parse is forgotten. Until read again they give no pods, and are not
+    /// told as files whose pods are kept.
+    given_up: HashSet<PathBuf>,
     /// The namespace/name of each pod the previous agent ran from a file this agent has not
     /// parsed yet ([`Snapshot::ran_before`]): a running manifest caught empty or half written
     /// as the agent starts is held as it would have been had the agent not restarted.
@@ -422,7 +435,8 @@ struct Held {
     /// The namespace/name of each pod the file gave before it was caught.
     names: Vec<(String, String)>,
     /// What the last scan read: the same contents at the next scan mean the writer is done.
-    seen: String,
+    /// `None` while the file cannot be read.
+    seen: Option<String>,
     /// The scans in a row that kept its pods.
     scans: usize,
 }
@@ -452,11 +466,19 @@ pub const EMPTY: &str = "the file is empty: no pod";
 pub const FAILS_FOR_NOW: &str =
     "the file does not load (written in place?); keeping its pods until the next scan";
 
-/// Whether `reason` says a manifest's pods are kept for this scan although it reads empty or
-/// does not load ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]): it was read, so it is not one of the
-/// files that cannot be.
+/// Why a manifest that gave pods and now cannot be read keeps them (followed by the error),
+/// for [`HELD_SCANS_MAX`] scans in a row at most: the kubelet drops such a file at its next
+/// full read of the folder (20 s). A file chmodded away and back, or on a disk that failed for
+/// a moment, keeps its pods untouched; one that stays unreadable stops them (`file
+/// unreadable`), where they ran on for good before. A shortage of descriptors or memory is the
+/// agent's, not the file's: such a file keeps its pods for as long as it lasts.
+pub const UNREADABLE_FOR_NOW: &str = "the file cannot be read; keeping its pods for up to 10 scans (20 s)";
+
+/// Whether `reason` says a manifest's pods are kept for this scan although it reads empty, does
+/// not load or cannot be read ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`], [`UNREADABLE_FOR_NOW`]):
+/// held, not one of the files whose pods are kept for as long as they cannot be read.
 pub fn kept_for_now(reason: &str) -> bool {
-    reason == EMPTY_FOR_NOW || reason.starts_with(FAILS_FOR_NOW)
+    reason == EMPTY_FOR_NOW || reason.starts_with(FAILS_FOR_NOW) || reason.starts_with(UNREADABLE_FOR_NOW)
 }
 
 /// A pod with the number of its document in a file of several (1-based).
@@ -486,6 +508,7 @@ impl ParseCache {
         self.files.retain(|file, _| listed.contains(file.as_path()));
         self.held.retain(|file, _| listed.contains(file.as_path()));
         self.given_before.retain(|file, _| listed.contains(file.as_path()));
+        self.given_up.retain(|file| listed.contains(file.as_path()));
     }
 
     /// The namespace/name of each pod `file` gave: before it was caught empty or failing, if its
@@ -523,11 +546,12 @@ impl ParseCache {
         let contents = self.files.get(file).map(|(contents, _, _)| contents.as_str()).unwrap_or_default();
         match self.held.get_mut(file) {
             None => {
-                self.held.insert(file.to_owned(), Held { names: given, seen: contents.to_owned(), scans: 1 });
+                let seen = Some(contents.to_owned());
+                self.held.insert(file.to_owned(), Held { names: given, seen, scans: 1 });
                 true
             }
-            Some(held) if held.seen != contents && held.scans < HELD_SCANS_MAX => {
-                held.seen = contents.to_owned();
+            Some(held) if held.seen.as_deref() != Some(contents) && held.scans < HELD_SCANS_MAX => {
+                held.seen = Some(contents.to_owned());
                 held.scans += 1;
                 true
             }
@@ -536,6 +560,26 @@ impl ParseCache {
                 false
             }
         }
+    }
+
+    /// `file`, which gave the pods `given`, cannot be read (and not for a shortage of the
+    /// agent's): whether its pods are kept for this scan. They are for [`HELD_SCANS_MAX`] scans
+    /// in a row (counting those it was held caught half written); then the file is given up:
+    /// what it gave and what ran from it before are forgotten, so that it is not held again
+    /// until it is read.
+    fn hold_unreadable(&mut self, file: &Path, given: Vec<(String, String)>) -> bool {
+        let held =
+            self.held.entry(file.to_owned()).or_insert_with(|| Held { names: given, seen: None, scans: 0 });
+        if held.scans < HELD_SCANS_MAX {
+            held.seen = None;
+            held.scans += 1;
+            return true;
+        }
+        self.held.remove(file);
+        self.files.remove(file);
+        self.given_before.remove(file);
+        self.given_up.insert(file.to_owned());
+        false
     }
 }
 
@@ -565,10 +609,27 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         let contents = match read_manifest(&file) {
             Ok(contents) => contents,
             Err(ReadError::Io(e)) => {
-                if !leads_nowhere(&e) {
-                    loaded.unreadable_files.insert(file.clone(), e.kind());
+                let (kind, gone, shortage) = (e.kind(), leads_nowhere(&e), crate::host::is_shortage(&e));
+                let mut reason = ReadError::Io(e).to_string();
+                let given = cache.names_given(&file);
+                // Its pods are unknown, not gone: kept for as long as the agent is short of
+                // descriptors or memory; else held a while, as the kubelet keeps them until
+                // its next full read of the folder. A file that gave none is told as one that
+                // cannot be read; one given up after its hold, as what is wrong with it.
+                let kept = if gone || cache.given_up.contains(&file) {
+                    false
+                } else if shortage || given.is_empty() {
+                    true
+                } else if cache.hold_unreadable(&file, given) {
+                    reason = format!("{UNREADABLE_FOR_NOW}: {reason}");
+                    true
+                } else {
+                    false
+                };
+                if kept {
+                    loaded.unreadable_files.insert(file.clone(), kind);
                 }
-                loaded.errors.push(ManifestError::new(&file, ReadError::Io(e).to_string()));
+                loaded.errors.push(ManifestError::new(&file, reason));
                 continue;
             }
             Err(content) => {
@@ -579,6 +640,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         let empty = contents.trim().is_empty();
         let given = cache.names_given(&file);
         cache.given_before.remove(&file);
+        cache.given_up.remove(&file);
         let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
         // A pod lost to an empty file or an error, where the file gave it: the file may be
         // caught half written. Its pods are kept for this scan as an unreadable file's are, and
@@ -633,23 +695,32 @@ fn manifest_files(dir: &Path, loaded: &mut Loaded) -> io::Result<Vec<PathBuf>> {
             // Named like a manifest, so meant as one: said, where the kubelet logs it too.
             Ok(meta) if meta.is_dir() => loaded.errors.push(ManifestError::new(&path, NOT_RECURSING)),
             Ok(_) => loaded.errors.push(ManifestError::new(&path, NOT_A_FILE)),
-            Err(e) => {
-                if !leads_nowhere(&e) {
-                    loaded.unreadable_files.insert(path.clone(), e.kind());
-                }
-                loaded.errors.push(ManifestError::new(&path, format!("cannot read file: {e}")));
+            Err(e) if leads_nowhere(&e) => {
+                loaded.errors.push(ManifestError::new(&path, format!("{CANNOT_READ}: {e}")));
             }
+            // Its pods are unknown: reading it says why, and keeps or holds them as for a file
+            // that cannot be opened (`load_cached`).
+            Err(_) => files.push(path),
         }
     }
     files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
     Ok(files)
 }
 
+/// Whether `file` leads to a file still, through its symlinks: a removed file does not, nor does
+/// a dangling link (the target of a ConfigMap's projected `..data` link swapped away), a link
+/// loop or a link through a file. A pod stopped for such a file says `file deleted`
+/// ([`Removal::Deleted`]).
+pub fn leads_to_a_file(file: &Path) -> bool {
+    !matches!(fs::metadata(file), Err(e) if leads_nowhere(&e))
+}
+
 /// Whether `e`, opening a listed file, says its path leads to no file, as a removed file's
 /// does: a dangling symlink (not found), a symlink loop, a symlink through a file
 /// (`ENOTDIR`), a target path too long. Such a file's pods go, as the kubelet drops it. Any
 /// other error (out of descriptors or memory, permission, I/O) leaves its pods unknown, not
-/// gone, and they are kept (docs/reliability.md, "File-descriptor budget").
+/// gone: they are kept while the agent is short of descriptors or memory (docs/reliability.md,
+/// "File-descriptor budget"), and held a while for any other error ([`UNREADABLE_FOR_NOW`]).
 fn leads_nowhere(e: &io::Error) -> bool {
     use rustix::io::Errno;
     e.kind() == io::ErrorKind::NotFound
@@ -662,7 +733,7 @@ fn leads_nowhere(e: &io::Error) -> bool {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReadError {
     /// The file could not be read: its pods are unknown.
-    #[error("cannot read file: {0}")]
+    #[error("{CANNOT_READ}: {0}")]
     Io(#[source] io::Error),
     /// A FIFO, a device, a folder: what is there is not a manifest.
     #[error("{NOT_A_FILE}")]

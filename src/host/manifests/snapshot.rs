@@ -40,7 +40,9 @@ pub struct Snapshot {
     /// Listing the folder failed with this error (not "not found"): `pods` is not what the
     /// folder holds. [`Snapshot::keeping_unreadable`] puts the last good set back.
     pub folder_unreadable: Option<io::ErrorKind>,
-    /// Files that exist but could not be read, with why; their pods are not in `pods`.
+    /// Files whose pods this scan kept although it took none from them, with why: they could
+    /// not be read, or are held, caught empty or half written
+    /// ([`kept_for_now`](super::kept_for_now)). Their pods are not in `pods`.
     pub unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
     /// The pods that ran under the previous agent (named in its state directory): in the
     /// agent's first snapshot, where nothing runs yet, so that its first scan gives each
@@ -340,9 +342,12 @@ pub enum Removal {
     Deleted,
     /// Its file reads empty ([`EMPTY`](super::EMPTY)).
     Empty,
-    /// Its file, or the pod's document, gives an error (it does not parse or validate, or cannot
-    /// be read as a file).
+    /// Its file, or the pod's document, gives an error (it does not parse or validate, or is
+    /// not a regular file, or is too large).
     DoesNotLoad,
+    /// Its file could not be read for longer than it is held
+    /// ([`UNREADABLE_FOR_NOW`](super::UNREADABLE_FOR_NOW)).
+    Unreadable,
     /// Its file loads and gives other pods only.
     NotGiven,
 }
@@ -354,13 +359,14 @@ impl std::fmt::Display for Removal {
             Removal::Deleted => "file deleted",
             Removal::Empty => "file empty",
             Removal::DoesNotLoad => "file does not load",
+            Removal::Unreadable => "file unreadable",
             Removal::NotGiven => "no longer in its file",
         })
     }
 }
 
 /// Why the pod `namespace`/`name` of `file` is not in `new`; `file_exists` is whether `file` is
-/// still there (a dangling link is, and does not load).
+/// still there ([`leads_to_a_file`](super::leads_to_a_file): a dangling link is not).
 pub fn removal(new: &Snapshot, file: &Path, namespace: &str, name: &str, file_exists: bool) -> Removal {
     let is_this = |p: &LoadedPod| p.file == file && p.namespace() == namespace && p.name() == name;
     if new.pods.values().any(is_this) {
@@ -369,6 +375,8 @@ pub fn removal(new: &Snapshot, file: &Path, namespace: &str, name: &str, file_ex
         Removal::Deleted
     } else if new.errors.iter().any(|e| e.file == file && e.reason == super::EMPTY) {
         Removal::Empty
+    } else if new.errors.iter().any(|e| e.file == file && e.reason.starts_with(super::CANNOT_READ)) {
+        Removal::Unreadable
     } else if new.errors.iter().any(|e| e.file == file) {
         Removal::DoesNotLoad
     } else {
@@ -454,14 +462,19 @@ mod tests {
     }
 
     /// The agent says why it stops a pod: its file changed, was deleted, reads empty, does not
-    /// load, or no longer gives it. It said only `removed` before.
+    /// load, cannot be read (past its hold), or no longer gives it. It said only `removed`
+    /// before.
     #[test]
     fn a_removal_says_why() {
         let error =
             |file: &str, reason: &str| ManifestError { file: PathBuf::from(file), reason: reason.into() };
         let mut new =
             running(&[pod("a.yaml", Some(1), "default", "web"), pod("b.yaml", None, "default", "other")]);
-        new.errors = vec![error("c.yaml", super::super::EMPTY), error("d.yaml", "invalid YAML: …")];
+        new.errors = vec![
+            error("c.yaml", super::super::EMPTY),
+            error("d.yaml", "invalid YAML: …"),
+            error("f.yaml", "cannot read file: Permission denied (os error 13)"),
+        ];
         let why =
             |file: &str, exists: bool| removal(&new, Path::new(file), "default", "web", exists).to_string();
         assert_eq!(why("a.yaml", true), "file changed");
@@ -469,6 +482,7 @@ mod tests {
         assert_eq!(why("c.yaml", true), "file empty");
         assert_eq!(why("d.yaml", true), "file does not load");
         assert_eq!(why("e.yaml", false), "file deleted");
+        assert_eq!(why("f.yaml", true), "file unreadable");
         assert_eq!(removal(&new, Path::new("a.yaml"), "kube-system", "web", true), Removal::NotGiven);
     }
 
