@@ -561,7 +561,8 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
             None
         }
     };
-    // Watched from now on: a SIGTERM during startup stops the agent in order too.
+    // What a forced stop kills, from now on: a SIGTERM during startup stops the agent in order
+    // too, and a second one forces the stop from here.
     let mut terminating = watch_shutdown_signals(listening, groups.clone(), orphans.clone())?;
     if let Some(orphans) = &orphans {
         orphans.clone().start();
@@ -674,15 +675,24 @@ enum ShutdownStage {
     Forced,
 }
 
-/// SIGTERM, SIGINT and SIGHUP listened for from before the agent touches its state directory, on
-/// the runtime their watcher thread will run: a signal from then on is kept for the watcher,
-/// instead of taking its default action. Without it a SIGTERM during the sweep of what a dead
-/// agent left (1,500 containers take a while) ended the agent at once, the rest still running.
+/// SIGTERM, SIGINT and SIGHUP listened for from before the agent touches its state directory,
+/// and watched from then on by a thread of their own, with its own tokio runtime, so that
+/// neither a saturated main thread nor a stuck actor can keep the agent from stopping: a signal
+/// from then on is kept for the watcher, instead of taking its default action. Without it a
+/// SIGTERM during the sweep of what a dead agent left (1,500 containers take a while) ended the
+/// agent at once, the rest still running. Watched as they come, two signals during start-up are
+/// two: they were one while nothing watched them before the sweep's end (the signals of a kind
+/// that come before they are watched are told once), so a second one did not force the stop.
 struct ShutdownSignals {
-    /// Both taken by [`watch_shutdown_signals`]; `None` only after.
-    runtime: Option<tokio::runtime::Runtime>,
-    signals: Option<Signals>,
+    /// Where the shutdown is, as the watcher tells it.
+    stage: tokio::sync::watch::Receiver<ShutdownStage>,
+    /// What a forced stop kills, given to the watcher by [`watch_shutdown_signals`] once the
+    /// sweep of what a dead agent left is over; dropped unsent when the agent does not start.
+    handoff: oneshot::Sender<ForcedStopKills>,
 }
+
+/// The container groups and the orphan reaper a forced stop kills and sweeps.
+type ForcedStopKills = (ContainerGroups, Option<Arc<OrphanReaper>>);
 
 impl ShutdownSignals {
     fn listen() -> Result<ShutdownSignals, AgentError> {
@@ -694,66 +704,70 @@ impl ShutdownSignals {
             let _watcher_runtime = runtime.enter();
             Signals::new()
         };
-        Ok(ShutdownSignals { runtime: Some(runtime), signals: Some(signals) })
-    }
-
-    fn into_parts(mut self) -> Option<(tokio::runtime::Runtime, Signals)> {
-        Some((self.runtime.take()?, self.signals.take()?))
+        let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
+        let (handoff, handed) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("probelet-signals".to_owned())
+            .spawn(move || runtime.block_on(watch_signals(signals, stage, handed)))
+            .map_err(AgentError::SignalWatcher)?;
+        Ok(ShutdownSignals { stage: terminating, handoff })
     }
 }
 
-impl Drop for ShutdownSignals {
-    fn drop(&mut self) {
-        // Dropped unwatched when the agent stops before its watch starts (a folder another agent
-        // serves): that is inside the agent's own runtime, where a runtime dropped the usual
-        // way panics ("Cannot drop a runtime in a context where blocking is not allowed").
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+/// The watcher's thread. The first signal moves the stage to `Stopping` (the main thread then
+/// shuts down in order, once started); the second one, or the largest grace period plus
+/// [`SHUTDOWN_MARGIN`] after the first, moves it to `Forced`, SIGKILLs every container group and
+/// exits 1. Nothing is forced before the groups are handed over: a second signal during
+/// start-up forces the stop once the sweep of what a dead agent left is over, never in its
+/// middle, which would leave the rest of the dead agent's containers running.
+async fn watch_signals(
+    mut signals: Signals,
+    stage: tokio::sync::watch::Sender<ShutdownStage>,
+    mut handed: oneshot::Receiver<ForcedStopKills>,
+) {
+    signals.recv().await;
+    stage.send_replace(ShutdownStage::Stopping);
+    let mut second = false;
+    let handed = loop {
+        tokio::select! {
+            handed = &mut handed => break handed,
+            () = signals.recv(), if !second => second = true,
+        }
+    };
+    // The agent did not start: it ends with its own error.
+    let Ok((groups, orphans)) = handed else { return };
+    if second {
+        tracing::warn!("second signal, killing every container");
+    } else {
+        let deadline = groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN);
+        tokio::select! {
+            () = tokio::time::sleep(deadline) => {
+                tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
+            }
+            () = signals.recv() => tracing::warn!("second signal, killing every container"),
         }
     }
+    // Told first, so that the main thread, seeing its containers gone, does not exit 0.
+    stage.send_replace(ShutdownStage::Forced);
+    let killed = groups.kill_all();
+    // Never waits for a sweep that is running: a second signal always ends the agent.
+    if let Some(orphans) = &orphans {
+        orphans.sweep_unless_busy();
+    }
+    say(format_args!("probelet: shutdown forced, {killed} container process group(s) killed"));
+    std::process::exit(1);
 }
 
-/// Watches the [`ShutdownSignals`] on a thread of its own, with its own tokio runtime, so that
-/// neither a saturated main thread nor a stuck actor can keep the agent from stopping. The
-/// first signal (one that came before the watch included) moves the returned stage to
-/// `Stopping` (the main thread then shuts down in order); the second one, or the largest grace
-/// period plus [`SHUTDOWN_MARGIN`] after the first, moves it to `Forced`, SIGKILLs every
-/// container group and exits 1.
+/// Hands the watcher of [`ShutdownSignals`] what a forced stop kills, and returns where the
+/// shutdown is: `Stopping` from the first signal (one that came before included), `Forced` from
+/// the second or the deadline.
 fn watch_shutdown_signals(
     listening: ShutdownSignals,
     groups: ContainerGroups,
     orphans: Option<Arc<OrphanReaper>>,
 ) -> Result<tokio::sync::watch::Receiver<ShutdownStage>, AgentError> {
-    let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
-    let Some((runtime, mut signals)) = listening.into_parts() else {
-        return Err(AgentError::Internal("the signal watcher"));
-    };
-    std::thread::Builder::new()
-        .name("probelet-signals".to_owned())
-        .spawn(move || {
-            runtime.block_on(async move {
-                signals.recv().await;
-                stage.send_replace(ShutdownStage::Stopping);
-                let deadline = groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN);
-                tokio::select! {
-                    () = tokio::time::sleep(deadline) => {
-                        tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
-                    }
-                    () = signals.recv() => tracing::warn!("second signal, killing every container"),
-                }
-                // Told first, so that the main thread, seeing its containers gone, does not exit 0.
-                stage.send_replace(ShutdownStage::Forced);
-                let killed = groups.kill_all();
-                // Never waits for a sweep that is running: a second signal always ends the agent.
-                if let Some(orphans) = &orphans {
-                    orphans.sweep_unless_busy();
-                }
-                say(format_args!("probelet: shutdown forced, {killed} container process group(s) killed"));
-                std::process::exit(1);
-            })
-        })
-        .map_err(AgentError::SignalWatcher)?;
-    Ok(terminating)
+    listening.handoff.send((groups, orphans)).map_err(|_| AgentError::Internal("the signal watcher"))?;
+    Ok(listening.stage)
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGHUP.

@@ -1268,6 +1268,67 @@ async fn a_sigterm_during_the_sweep_of_a_dead_agents_containers_stops_the_agent_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Two SIGTERMs while the next agent is still starting (here: waiting for the state directory's
+/// lock, which the test holds) force the stop as two do once it runs: the sweep of what the dead
+/// agent left is finished (its container killed), then the agent exits 1 at once, starting
+/// nothing. Before, signals that came before the watch were told once, and the second one was
+/// lost: the agent started its pods and stopped them in order, exit 0.
+#[actix::test]
+async fn a_second_sigterm_during_start_up_forces_the_stop_once_the_sweep_is_over() {
+    let dir = temp_dir("second-term-at-start");
+    let pids = dir.join("sweep.pids");
+    write(&dir, "sweep.yaml", &sleeper_pod("sweep", &pids));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/sweep: container sleeper running")).await;
+    let first = wait_for_pids(&pids, 1).await[0];
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+
+    let lock = std::fs::File::options().write(true).open(dir.join(".probelet-state/lock")).unwrap();
+    lock.try_lock().unwrap();
+    let next = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["run", "--manifests"])
+        .arg(&dir)
+        .args(["--listen", "127.0.0.1:0", "--node-name", "e2e"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The folder's claim is taken after the signals are listened for: once it shows, the
+    // agent is waiting for the lock (2 s at most).
+    let canonical = std::fs::canonicalize(&dir).unwrap();
+    let namespace = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let claim = format!("@{}", probelet::agent::folder_claim_name(&canonical, &namespace));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string("/proc/net/unix").unwrap().lines().any(|l| l.ends_with(&claim)) {
+        assert!(tokio::time::Instant::now() < deadline, "the next agent never claimed the folder");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let id = next.id().unwrap().to_string();
+    for _ in 0..2 {
+        let _ = std::process::Command::new("kill").args(["-TERM", &id]).status();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(lock);
+
+    let output =
+        tokio::time::timeout(Duration::from_secs(10), next.wait_with_output()).await.unwrap().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(1), "a forced stop: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("probelet: shutdown forced, 0 container process group(s) killed"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("default/sweep: added from"), "nothing started: {stdout}");
+    assert!(!stderr.contains("Error:"), "not refused for the lock: {stderr}");
+    assert_gone(&[first]).await;
+    assert_eq!(pids_in(&pids), vec![first], "the pod never started again");
+    let records = std::fs::read_dir(dir.join(".probelet-state/containers")).unwrap().count();
+    assert_eq!(records, 0, "nothing recorded as running");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// After a crash, a container's record is damaged from outside (its text overwritten): its name
 /// is still the group's ID, and the process of that ID is a recorded container's shim of this
 /// program that no running agent owns (the container emptied its environment: no mark shows
