@@ -548,6 +548,71 @@ async fn gzipped_answers_are_read_and_gzip_is_offered_as_grpc_go_offers_it() {
     .await;
 }
 
+/// grpc-go reads `grpc-encoding` only when a message arrives compressed (`checkRecvPayload`): an
+/// answer naming an encoding it has no decompressor for is read while its messages are not
+/// compressed, and a compressed one fails Internal with grpc-go's words, as do a compressed
+/// message without an encoding, a flag that is neither 0 nor 1, and a length over its 4 MiB
+/// limit. tonic refused the first on its header, Unimplemented, so that the probe reported a
+/// server without the health protocol.
+#[tokio::test]
+async fn messages_are_checked_against_grpc_encoding_as_grpc_go_checks_them() {
+    bounded(async {
+        const PREFIX: &str = "error: health rpc probe failed: rpc error: code = ";
+        let ok = Some(&[("grpc-status", "0")][..]);
+        let cases: Vec<(&str, Answer, Probed)> = vec![
+            (
+                "an encoding grpc-go lacks, on an uncompressed message",
+                grpc_answer(&[GRPC, ("grpc-encoding", "br")], ok),
+                Probed::new(ProbeOutcome::Success, "service healthy"),
+            ),
+            (
+                "an encoding grpc-go lacks, on a compressed message",
+                Answer { message: SERVING_GZIP, ..grpc_answer(&[GRPC, ("grpc-encoding", "br")], ok) },
+                failure(format!(
+                    "{PREFIX}Internal desc = grpc: Decompressor is not installed for grpc-encoding \"br\""
+                )),
+            ),
+            (
+                "an encoding grpc-go lacks, on a trailers-only answer",
+                Answer {
+                    headers: &[GRPC, ("grpc-encoding", "br"), ("grpc-status", "5"), ("grpc-message", "gone")],
+                    message: b"",
+                    ..grpc_answer(&[], None)
+                },
+                failure(format!("{PREFIX}NotFound desc = gone")),
+            ),
+            (
+                "a compressed message without an encoding",
+                Answer { message: SERVING_GZIP, ..grpc_answer(&[GRPC], ok) },
+                failure(format!("{PREFIX}Internal desc = grpc: compressed flag set with identity or empty encoding")),
+            ),
+            (
+                "a compressed message under identity",
+                Answer { message: SERVING_GZIP, ..grpc_answer(&[GRPC, ("grpc-encoding", "identity")], ok) },
+                failure(format!("{PREFIX}Internal desc = grpc: compressed flag set with identity or empty encoding")),
+            ),
+            (
+                "a flag that is neither 0 nor 1",
+                Answer { message: &[2, 0, 0, 0, 2, 0x08, 0x01], ..grpc_answer(&[GRPC], ok) },
+                failure(format!("{PREFIX}Internal desc = grpc: received unexpected payload format 2")),
+            ),
+            (
+                "a length over grpc-go's limit, announced",
+                Answer { message: &[0, 0, 0x40, 0, 1], ..grpc_answer(&[GRPC], ok) },
+                failure(format!(
+                    "{PREFIX}ResourceExhausted desc = grpc: received message larger than max (4194305 vs. 4194304)"
+                )),
+            ),
+        ];
+        for (case, answer, want) in cases {
+            let port = h2_scripted(answer).await;
+            let got = probe("127.0.0.1", port, "", LONG).await;
+            assert_eq!(got, want, "{case}");
+        }
+    })
+    .await;
+}
+
 /// One thing a raw HTTP/2 server does once a request has ended (its stream's END_STREAM).
 #[derive(Debug, Clone, Copy)]
 enum Act {

@@ -303,6 +303,7 @@ fn with_go_header_checks(response: ChannelResponse) -> ChannelResponse {
     // only there or in trailers: one in headers that do not end the stream is not the call's
     // (tonic would take it for a trailers-only answer's).
     let trailers_only = http_body::Body::is_end_stream(&body);
+    let encoding = message_encoding(&mut parts.headers);
     match go_header_refusal(parts.status, &parts.headers) {
         Some(status) => carry_status(&mut parts.headers, &status),
         None if trailers_only => settle_trailers(&mut parts.headers),
@@ -312,14 +313,114 @@ fn with_go_header_checks(response: ChannelResponse) -> ChannelResponse {
             }
         }
     }
-    let body = tonic::body::Body::new(GoTrailerChecks { inner: body, trailers_due: !trailers_only });
+    let body = tonic::body::Body::new(GoTrailerChecks {
+        inner: body,
+        trailers_due: !trailers_only,
+        encoding,
+        framing: Framing::default(),
+    });
     Ok(http::Response::from_parts(parts, body))
+}
+
+/// How an answer's messages may be compressed, by its `grpc-encoding` header. grpc-go looks
+/// at the header only when a message arrives compressed; tonic refuses an encoding it does not
+/// know on the header itself, before any message (and before a trailers-only status), so the
+/// header of such an encoding is taken away from tonic and the messages are checked here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum MessageEncoding {
+    /// No `grpc-encoding`, or `identity`: no message may be compressed.
+    Identity,
+    /// gzip, which the kubelet's grpc-go has registered; tonic decompresses it.
+    Gzip,
+    /// An encoding grpc-go has no decompressor for, as the server named it.
+    Unsupported(Vec<u8>),
+}
+
+/// The answer's `MessageEncoding`; the header of an unsupported one is removed.
+fn message_encoding(headers: &mut http::HeaderMap) -> MessageEncoding {
+    let encoding = match headers.get(GRPC_ENCODING).map(http::HeaderValue::as_bytes) {
+        None | Some(b"identity") => MessageEncoding::Identity,
+        Some(b"gzip") => MessageEncoding::Gzip,
+        Some(other) => MessageEncoding::Unsupported(other.to_vec()),
+    };
+    if matches!(encoding, MessageEncoding::Unsupported(_)) {
+        headers.remove(GRPC_ENCODING);
+    }
+    encoding
+}
+
+/// The largest message grpc-go's client receives by default (`defaultClientMaxReceiveMessageSize`,
+/// 4 MiB), which is tonic's default too.
+const MAX_RECEIVE_MESSAGE_BYTES: u32 = 4 << 20;
+
+/// What grpc-go refuses in a message's prefix (its compressed flag and length), in its order:
+/// a length over its limit when it reads the prefix (`recvMsg`), then, once the message is read,
+/// a flag it cannot read under the answer's encoding (`checkRecvPayload`, with a client's codes).
+/// The probe refuses both on the prefix: the outcome differs only for a server that stops
+/// partway through a message it has announced.
+fn go_message_refusal(flag: u8, len: u32, encoding: &MessageEncoding) -> Option<tonic::Status> {
+    if len > MAX_RECEIVE_MESSAGE_BYTES {
+        return Some(tonic::Status::resource_exhausted(format!(
+            "grpc: received message larger than max ({len} vs. {MAX_RECEIVE_MESSAGE_BYTES})"
+        )));
+    }
+    let refusal = match (flag, encoding) {
+        (0, _) | (1, MessageEncoding::Gzip) => return None,
+        (1, MessageEncoding::Identity) => {
+            "grpc: compressed flag set with identity or empty encoding".to_owned()
+        }
+        (1, MessageEncoding::Unsupported(name)) => {
+            format!("grpc: Decompressor is not installed for grpc-encoding {}", go_quote_bytes(name))
+        }
+        (other, _) => format!("grpc: received unexpected payload format {other}"),
+    };
+    Some(tonic::Status::internal(refusal))
+}
+
+/// Where an answer's bytes stand in gRPC's framing of messages: a prefix of five bytes (the
+/// compressed flag, then the length, big-endian), then that many bytes.
+#[derive(Debug, Default)]
+struct Framing {
+    prefix: [u8; MESSAGE_PREFIX_LEN],
+    prefix_len: usize,
+    payload_left: u64,
+}
+
+const MESSAGE_PREFIX_LEN: usize = 5;
+
+impl Framing {
+    /// Follows `data`; grpc-go's refusal of the first message prefix in it that grpc-go refuses.
+    fn follow(&mut self, mut data: &[u8], encoding: &MessageEncoding) -> Option<tonic::Status> {
+        while !data.is_empty() {
+            if self.payload_left > 0 {
+                let n = usize::try_from(self.payload_left).map_or(data.len(), |left| left.min(data.len()));
+                self.payload_left -= n as u64;
+                data = &data[n..];
+                continue;
+            }
+            let n = data.len().min(MESSAGE_PREFIX_LEN - self.prefix_len);
+            self.prefix[self.prefix_len..self.prefix_len + n].copy_from_slice(&data[..n]);
+            self.prefix_len += n;
+            data = &data[n..];
+            if self.prefix_len == MESSAGE_PREFIX_LEN {
+                self.prefix_len = 0;
+                let [flag, l0, l1, l2, l3] = self.prefix;
+                let len = u32::from_be_bytes([l0, l1, l2, l3]);
+                if let Some(refusal) = go_message_refusal(flag, len, encoding) {
+                    return Some(refusal);
+                }
+                self.payload_left = u64::from(len);
+            }
+        }
+        None
+    }
 }
 
 const GRPC_STATUS: &str = "grpc-status";
 const GRPC_MESSAGE: &str = "grpc-message";
 const GRPC_STATUS_DETAILS: &str = "grpc-status-details-bin";
 const GRPC_ACCEPT_ENCODING: &str = "grpc-accept-encoding";
+const GRPC_ENCODING: &str = "grpc-encoding";
 
 /// What grpc-go's client transport (`operateHeaders`) refuses in an answer's first headers, in
 /// its order: a `grpc-status` that is not a 32-bit integer; then, unless the content type is
@@ -424,7 +525,7 @@ fn settle_trailers(trailers: &mut http::HeaderMap) {
 /// Replaces whatever status `headers` carry with `status`.
 fn carry_status(headers: &mut http::HeaderMap, status: &tonic::Status) {
     // `grpc-encoding` too: tonic checks an encoding it does not know before the status.
-    for name in [GRPC_STATUS, GRPC_MESSAGE, GRPC_STATUS_DETAILS, "grpc-encoding"] {
+    for name in [GRPC_STATUS, GRPC_MESSAGE, GRPC_STATUS_DETAILS, GRPC_ENCODING] {
         headers.remove(name);
     }
     if status.add_header(headers).is_err() {
@@ -574,10 +675,14 @@ fn go_reset_code(code: u32) -> (Code, Cow<'static, str>) {
 /// An answer's body, whose trailers grpc-go's checks are applied to as they arrive: a
 /// refusal replaces the status they carry; trailers without a `grpc-status` say Unknown, as
 /// grpc-go reads them; and a stream that ends with none says grpc-go's `server closed the
-/// stream without sending trailers` (Internal).
+/// stream without sending trailers` (Internal). Its messages' prefixes are checked as grpc-go
+/// checks them (`go_message_refusal`): a refused one ends the body with grpc-go's status in
+/// place of its data, which tonic then reports as the call's.
 struct GoTrailerChecks {
     inner: tonic::body::Body,
     trailers_due: bool,
+    encoding: MessageEncoding,
+    framing: Framing,
 }
 
 impl http_body::Body for GoTrailerChecks {
@@ -598,6 +703,16 @@ impl http_body::Body for GoTrailerChecks {
                 return Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))));
             }
             other => return Poll::Ready(other),
+        };
+        let frame = match frame.into_data() {
+            Ok(data) => {
+                if let Some(refusal) = this.framing.follow(&data, &this.encoding) {
+                    this.trailers_due = false;
+                    return Poll::Ready(Some(Err(refusal)));
+                }
+                return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+            }
+            Err(frame) => frame,
         };
         match frame.into_trailers() {
             Ok(mut trailers) => {
