@@ -646,6 +646,26 @@ async fn raw_h2(
     script: Script,
     max_connections: usize,
 ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    raw_h2_opening(Opening::Settings, script, max_connections).await
+}
+
+/// How the raw HTTP/2 server opens each connection.
+#[derive(Debug, Clone, Copy)]
+enum Opening {
+    /// Its SETTINGS, then an acknowledgement of the client's.
+    Settings,
+    /// An acknowledgement of the client's SETTINGS, then its own.
+    AckFirst,
+    /// An acknowledgement of the client's SETTINGS and no SETTINGS of its own.
+    AckOnly,
+}
+
+/// [`raw_h2`], opening each connection as `opening` says.
+async fn raw_h2_opening(
+    opening: Opening,
+    script: Script,
+    max_connections: usize,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let port = listener.local_addr().expect("bound").port();
@@ -656,20 +676,38 @@ async fn raw_h2(
             let Ok((stream, _)) = listener.accept().await else { return };
             count.fetch_add(1, Ordering::SeqCst);
             let requests = script.get(index).copied().unwrap_or(&[]);
-            tokio::spawn(raw_h2_connection(stream, requests));
+            tokio::spawn(raw_h2_connection(stream, opening, requests));
         }
     });
     (port, accepted)
 }
 
-async fn raw_h2_connection(mut stream: tokio::net::TcpStream, requests: &'static [&'static [Act]]) {
+async fn raw_h2_connection(
+    mut stream: tokio::net::TcpStream,
+    opening: Opening,
+    requests: &'static [&'static [Act]],
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut preface = [0u8; 24];
     if stream.read_exact(&mut preface).await.is_err() {
         return;
     }
+    if !matches!(opening, Opening::Settings) {
+        // The client's SETTINGS follows its preface: acknowledged before anything else.
+        let mut header = [0u8; 9];
+        if stream.read_exact(&mut header).await.is_err() {
+            return;
+        }
+        let len = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        if stream.read_exact(&mut vec![0u8; len]).await.is_err() {
+            return;
+        }
+        let _ = stream.write_all(&frame(0x4, 0x1, 0, &[])).await;
+    }
     // Writes fail once the write side is closed; the server only reads on then.
-    let _ = stream.write_all(&frame(0x4, 0, 0, &[])).await;
+    if !matches!(opening, Opening::AckOnly) {
+        let _ = stream.write_all(&frame(0x4, 0, 0, &[])).await;
+    }
     let mut answered = 0;
     loop {
         let mut header = [0u8; 9];
@@ -750,6 +788,23 @@ fn hpack_literal(name: &str, value: &str) -> Vec<u8> {
         field.extend(text.as_bytes());
     }
     field
+}
+
+/// grpc-go takes any SETTINGS frame first as the server's preface (`readServerPreface`), an
+/// acknowledgement of its own SETTINGS included: the connection is READY and the call goes on,
+/// whether the server's own SETTINGS follows or not. The probe took an acknowledgement first
+/// for a server that is not HTTP/2, and dialled again until its deadline.
+#[tokio::test]
+async fn a_settings_acknowledgement_first_is_a_server_preface() {
+    bounded(async {
+        for opening in [Opening::AckFirst, Opening::AckOnly] {
+            let (port, accepted) = raw_h2_opening(opening, &[], 10).await;
+            let got = probe("127.0.0.1", port, "", LONG).await;
+            assert_eq!(got, Probed::new(ProbeOutcome::Success, "service healthy"), "{opening:?}");
+            assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "{opening:?}");
+        }
+    })
+    .await;
 }
 
 /// grpc-go retries a call the server never processed once, transparently (its first attempt

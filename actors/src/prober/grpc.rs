@@ -2,8 +2,9 @@
 //! HTTP/2, one deadline for dial and call. Every outcome is a [`Probed`], never an error.
 //!
 //! Upstream dials with `grpc.WithBlock()`, so the dial only ends when the connection is READY,
-//! i.e. the server's HTTP/2 SETTINGS frame has arrived, and failed attempts (refused, closed, not
-//! HTTP/2) are retried with backoff until the deadline; the result is then
+//! i.e. a SETTINGS frame from the server has arrived (its own, or an acknowledgement of the
+//! client's), and failed attempts (refused, closed, not HTTP/2) are retried with backoff until
+//! the deadline; the result is then
 //! `timeout: failed to connect service … context deadline exceeded`. tonic's handshake does not
 //! wait for the server, so the stream is wrapped to notice the server's first frame, and the
 //! retry loop is ours. A refused connection is therefore a dial *timeout*, as in upstream's own
@@ -871,8 +872,11 @@ const FRAME_HEADER_LEN: usize = 9;
 const FRAME_TYPE_SETTINGS: u8 = 0x4;
 const FRAME_TYPE_GOAWAY: u8 = 0x7;
 const FLAG_ACK: u8 = 0x1;
-/// The largest frame h2 reads (its default SETTINGS_MAX_FRAME_SIZE): a longer GOAWAY is a
-/// connection error before anyone reads its debug data, so it is not kept.
+/// One setting in a SETTINGS frame: an identifier of two bytes, a value of four.
+const SETTING_LEN: usize = 6;
+/// The largest frame h2 reads (its default SETTINGS_MAX_FRAME_SIZE), and grpc-go's framer
+/// (`http2MaxFrameLen`): a longer GOAWAY is a connection error before anyone reads its debug
+/// data, so it is not kept.
 const MAX_FRAME_LEN: usize = 16_384;
 
 /// What a connection's reader saw that grpc-go words a call's errors with, shared between the
@@ -1051,8 +1055,18 @@ impl PrefaceWatch {
     }
 }
 
+/// What a server's first frame header says of its preface, as grpc-go reads it
+/// (`readServerPreface`): any SETTINGS frame Go's framer reads is one, an acknowledgement of the
+/// client's own SETTINGS included (grpc-go then simply waits for the server's settings, and the
+/// connection is READY). Go's framer refuses a SETTINGS frame outside stream 0, one longer than
+/// the 16 KiB grpc-go reads, an acknowledgement with a payload, and settings whose length is not
+/// a multiple of six: then reading the preface fails.
 fn preface_of(header: &[u8; FRAME_HEADER_LEN]) -> Preface {
-    if header[3] == FRAME_TYPE_SETTINGS && header[4] & FLAG_ACK == 0 {
+    let [l0, l1, l2, kind, flags, s0, s1, s2, s3] = *header;
+    let len = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
+    let stream_zero = [s0 & 0x7f, s1, s2, s3] == [0; 4];
+    let readable = if flags & FLAG_ACK != 0 { len == 0 } else { len.is_multiple_of(SETTING_LEN) };
+    if kind == FRAME_TYPE_SETTINGS && stream_zero && len <= MAX_FRAME_LEN && readable {
         Preface::Settings
     } else {
         Preface::NotHttp2
@@ -1242,11 +1256,20 @@ mod tests {
     }
 
     #[test]
-    fn preface_needs_a_settings_frame() {
-        // SETTINGS, length 0, no flags, stream 0.
+    fn preface_is_any_settings_frame_gos_framer_reads() {
+        // SETTINGS, length 0, no flags, stream 0; and with one setting.
         assert_eq!(preface_of(&[0, 0, 0, 4, 0, 0, 0, 0, 0]), Preface::Settings);
-        // SETTINGS ACK is not a server preface.
-        assert_eq!(preface_of(&[0, 0, 0, 4, 1, 0, 0, 0, 0]), Preface::NotHttp2);
+        assert_eq!(preface_of(&[0, 0, 6, 4, 0, 0, 0, 0, 0]), Preface::Settings);
+        // An acknowledgement of the client's SETTINGS is a SETTINGS frame too.
+        assert_eq!(preface_of(&[0, 0, 0, 4, 1, 0, 0, 0, 0]), Preface::Settings);
+        // What Go's framer refuses: an acknowledgement with a payload, a length that is not
+        // whole settings, a stream other than 0, more than 16 KiB.
+        assert_eq!(preface_of(&[0, 0, 6, 4, 1, 0, 0, 0, 0]), Preface::NotHttp2);
+        assert_eq!(preface_of(&[0, 0, 5, 4, 0, 0, 0, 0, 0]), Preface::NotHttp2);
+        assert_eq!(preface_of(&[0, 0, 0, 4, 0, 0, 0, 0, 1]), Preface::NotHttp2);
+        assert_eq!(preface_of(&[0, 0x40, 0x02, 4, 0, 0, 0, 0, 0]), Preface::NotHttp2);
         assert_eq!(preface_of(b"HTTP/1.1 "), Preface::NotHttp2);
+        // Another frame type (a PING) first.
+        assert_eq!(preface_of(&[0, 0, 8, 6, 0, 0, 0, 0, 0]), Preface::NotHttp2);
     }
 }
