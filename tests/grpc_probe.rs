@@ -809,7 +809,8 @@ async fn a_settings_acknowledgement_first_is_a_server_preface() {
 
 /// grpc-go retries a call the server never processed once, transparently (its first attempt
 /// only): after a GOAWAY that leaves the call's stream out, on a new connection; after
-/// REFUSED_STREAM, on the same one. A second refusal fails as grpc-go words it.
+/// REFUSED_STREAM, on the same one unless a GOAWAY came first (its transport then takes no new
+/// stream, and a new connection carries the retry). A second refusal fails as grpc-go words it.
 #[tokio::test]
 async fn calls_the_server_did_not_process_are_retried_once() {
     bounded(async {
@@ -817,6 +818,12 @@ async fn calls_the_server_did_not_process_are_retried_once() {
         let cases: Vec<(&str, Script, Probed, usize)> = vec![
             ("a GOAWAY leaving the first stream out", &[&[&[Act::GoAway(0, b"")]]], serving(), 2),
             ("REFUSED_STREAM, then SERVING on the same connection", &[&[&[Act::Refuse]]], serving(), 1),
+            (
+                "REFUSED_STREAM after a GOAWAY that kept the stream: the connection is draining",
+                &[&[&[Act::GoAway(1, b""), Act::Refuse]]],
+                serving(),
+                2,
+            ),
             (
                 "REFUSED_STREAM twice",
                 &[&[&[Act::Refuse], &[Act::Refuse]]],

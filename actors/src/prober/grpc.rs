@@ -51,7 +51,7 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> P
             return failure(format!("error: failed to connect service at {addr:?}: {}", error_chain(&e)));
         }
     };
-    let Ok(conn) = timeout_at(deadline, connect(&endpoint, host, port, deadline)).await else {
+    let Ok(Some(conn)) = timeout_at(deadline, connect(&endpoint, host, port, deadline)).await else {
         return failure(format!(
             "timeout: failed to connect service {addr:?} within {}: context deadline exceeded",
             go_duration(timeout)
@@ -90,12 +90,13 @@ fn endpoint(host: &str, port: u16) -> Result<Endpoint, tonic::transport::Error> 
 const MAX_HEADER_LIST_SIZE: u32 = super::http::wire::MAX_HEAD_BYTES as u32;
 
 /// Dials until a connection is READY (the server sent its SETTINGS frame), retrying failed
-/// attempts with backoff. Only the caller's deadline ends it.
-async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) -> Conn {
+/// attempts with backoff. Only the deadline ends it: `None` once it has passed.
+async fn connect(endpoint: &Endpoint, host: &str, port: u16, deadline: Instant) -> Option<Conn> {
     let mut backoff = BACKOFF_BASE;
     loop {
         match attempt(endpoint, host, port, deadline).await {
-            Ok(conn) => return conn,
+            Ok(conn) => return Some(conn),
+            Err(AttemptError::DeadlinePassed) => return None,
             Err(e) => tracing::debug!(host, port, error = %e, "gRPC probe connection attempt failed"),
         }
         sleep_until(Instant::now() + backoff).await;
@@ -115,6 +116,9 @@ enum AttemptError {
     Closed,
     #[error("the server's first frame is not SETTINGS: not HTTP/2")]
     NotHttp2,
+    /// Not dialled: the probe's deadline had passed.
+    #[error("context deadline exceeded")]
+    DeadlinePassed,
 }
 
 async fn attempt(
@@ -123,6 +127,11 @@ async fn attempt(
     port: u16,
     deadline: Instant,
 ) -> Result<Conn, AttemptError> {
+    // Go's dialer does not dial with a context already done; tokio's timeout would poll the
+    // dial once (and send its SYN) before it looked at the deadline.
+    if Instant::now() >= deadline {
+        return Err(AttemptError::DeadlinePassed);
+    }
     let stream = tcp::dial(host, port, deadline).await?;
     let (preface_tx, preface_rx) = oneshot::channel();
     let seen = ReadLog::default();
@@ -147,7 +156,9 @@ fn go_connection_error(e: &AttemptError) -> tonic::Status {
     let desc = match e {
         AttemptError::Dial(dial) => format!("transport: Error while dialing: {dial}"),
         AttemptError::Closed => "error reading server preface: EOF".to_owned(),
-        AttemptError::NotHttp2 | AttemptError::Handshake(_) => format!("error reading server preface: {e}"),
+        AttemptError::NotHttp2 | AttemptError::Handshake(_) | AttemptError::DeadlinePassed => {
+            format!("error reading server preface: {e}")
+        }
     };
     tonic::Status::unavailable(format!("connection error: desc = {}", crate::gofmt::go_quote(&desc)))
 }
@@ -186,9 +197,11 @@ fn remote_h2_error(status: &tonic::Status) -> Option<&h2::Error> {
 /// Calls `Health/Check` and maps the answer to upstream's outputs.
 ///
 /// A call the server never processed (a GOAWAY that left its stream out, a `REFUSED_STREAM`)
-/// is retried once, as grpc-go retries it transparently on a call's first attempt: after a
-/// GOAWAY on a new connection, after a refusal on the same one. The retry shares the probe's
-/// one deadline (docs/prober.md §4.8).
+/// is retried once, as grpc-go retries it transparently on a call's first attempt: on a new
+/// connection once the connection has received a GOAWAY (grpc-go's transport takes no new
+/// stream then, and its balancer moves to a new connection), on the same one after a refusal
+/// alone. The retry shares the probe's one deadline, and none starts once it has passed
+/// (docs/prober.md §4.8).
 async fn check(
     mut conn: Conn,
     target: &Target<'_>,
@@ -227,11 +240,13 @@ async fn check(
             ?why,
             "gRPC probe retries a call the server did not process"
         );
-        if why == Unprocessed::GoAway {
+        // A REFUSED_STREAM that follows a GOAWAY keeping the call's stream lands here too.
+        let draining = why == Unprocessed::GoAway || conn.seen.lock().goaway.is_some();
+        if draining {
             conn = match timeout_at(deadline, attempt(target.endpoint, target.host, target.port, deadline))
                 .await
             {
-                Err(_) => return rpc_timeout(),
+                Err(_) | Ok(Err(AttemptError::DeadlinePassed)) => return rpc_timeout(),
                 Ok(Ok(conn)) => conn,
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "gRPC probe's new connection failed");
@@ -254,6 +269,13 @@ async fn call(
     service: &str,
     deadline: Instant,
 ) -> Result<tonic_health::pb::HealthCheckResponse, tonic::Status> {
+    // grpc-go starts no stream with a context already done (the call is DeadlineExceeded).
+    // tonic would queue the request in its channel's buffer and fail the call with its own
+    // zero `grpc-timeout` (Cancelled); whether the request reached the wire first would be up to
+    // the buffer's worker, which on a multi-threaded runtime can run before the call is dropped.
+    if Instant::now() >= deadline {
+        return Err(tonic::Status::deadline_exceeded("context deadline exceeded"));
+    }
     let mut client =
         HealthClient::new(GoHeaderChecks(channel.clone())).accept_compressed(CompressionEncoding::Gzip);
     let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
@@ -1183,6 +1205,73 @@ mod tests {
         let e = endpoint("", 32).expect("valid endpoint");
         assert_eq!(e.uri().to_string(), "http://127.0.0.1:32/");
         assert!(endpoint("bad host", 80).is_err());
+    }
+
+    /// Nothing is dialled once the deadline has passed, by the dial loop or by a retry's new
+    /// connection: tokio's timeout polls the dial once before it looks at its deadline, and a
+    /// dial's first poll sends its SYN.
+    #[tokio::test]
+    async fn nothing_is_dialled_once_the_deadline_has_passed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("bound").port();
+        let endpoint = endpoint("127.0.0.1", port).expect("an endpoint");
+        let passed = Instant::now();
+        // Bounded: a dialled connection would wait for a server preface that never comes.
+        let attempted =
+            tokio::time::timeout(Duration::from_secs(5), attempt(&endpoint, "127.0.0.1", port, passed))
+                .await
+                .ok();
+        let refused = matches!(attempted, Some(Err(AttemptError::DeadlinePassed)));
+        assert!(refused, "{:?}", attempted.map(|a| a.err()));
+        let connected =
+            tokio::time::timeout(Duration::from_secs(5), connect(&endpoint, "127.0.0.1", port, passed));
+        assert!(connected.await.expect("the dial loop ends at its deadline").is_none());
+        // The first connection the port accepts is this one: the probe dialled none.
+        let control = TcpStream::connect(("127.0.0.1", port)).await.expect("a control connection");
+        let (_, peer) = listener.accept().await.expect("accepted");
+        assert_eq!(peer, control.local_addr().expect("its address"));
+    }
+
+    /// No call starts once the deadline has passed: it is DeadlineExceeded, as grpc-go's
+    /// attempt finds its context done, and opens no stream (the next call with time left is
+    /// the connection's first).
+    #[tokio::test]
+    async fn no_call_starts_once_the_deadline_has_passed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("bound").port();
+        let (opened, mut streams) = tokio::sync::mpsc::unbounded_channel();
+        // An HTTP/2 server that never answers and reports each stream a HEADERS frame opens.
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accepted");
+            stream.read_exact(&mut [0u8; 24]).await.expect("the client preface");
+            stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.expect("SETTINGS written");
+            loop {
+                let mut header = [0u8; FRAME_HEADER_LEN];
+                if stream.read_exact(&mut header).await.is_err() {
+                    return;
+                }
+                let len = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+                if stream.read_exact(&mut vec![0u8; len]).await.is_err() {
+                    return;
+                }
+                if header[3] == 0x1 {
+                    let _ =
+                        opened.send(u32::from_be_bytes([header[5] & 0x7f, header[6], header[7], header[8]]));
+                }
+            }
+        });
+        let later = Instant::now() + Duration::from_secs(10);
+        let conn = attempt(&endpoint("127.0.0.1", port).expect("an endpoint"), "127.0.0.1", port, later)
+            .await
+            .expect("a READY connection");
+        let late = call(&conn.channel, "", Instant::now()).await;
+        let channel = conn.channel.clone();
+        let in_time = tokio::spawn(async move { call(&channel, "", later).await });
+        assert_eq!(streams.recv().await, Some(1), "the call in time opens the first stream");
+        assert_eq!(late.map_err(|status| status.code()).err(), Some(Code::DeadlineExceeded));
+        in_time.abort();
+        server.abort();
     }
 
     #[test]
