@@ -23,7 +23,7 @@ use probelet::prober::{
     KUBE_PROBE_USER_AGENT, PodContainer, ProbeError, ProbeKind, ProbeMemo, ProbeOutcome, ProbeResult,
     ProbeRunner, Probed, Prober,
 };
-use support::h2_server::{H2Reply, H2Server};
+use support::h2_server::{H2Reply, H2Server, RawAct, RawH2Server};
 use support::http_server::{HttpServer, RecordedRequest, Reply};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -1269,6 +1269,73 @@ async fn a_reset_h2_stream_fails_with_gos_text() {
             server.url("/")
         );
         assert_eq!(probe(&https(server.port(), "/")).await, failure(&want));
+    })
+    .await;
+}
+
+/// Go's transport sends a request again, on a new connection, when the HTTP/2 server says it
+/// did not process it (`canRetryError`): a stream reset with REFUSED_STREAM, or with
+/// PROTOCOL_ERROR, by the server, and a GOAWAY with NO_ERROR that leaves the stream out. The
+/// probe's GET has no body, so Go always may; it goes on until an answer or its timeout.
+#[tokio::test]
+async fn an_h2_request_the_server_did_not_process_is_sent_again_on_a_new_connection() {
+    bounded(async {
+        let cases: Vec<(&str, Vec<RawAct>, usize)> = vec![
+            ("REFUSED_STREAM", vec![RawAct::Reset(7)], 2),
+            ("PROTOCOL_ERROR from the server", vec![RawAct::Reset(1)], 2),
+            (
+                "a GOAWAY with NO_ERROR that leaves the stream out",
+                vec![RawAct::GoAway { last: 0, code: 0 }],
+                2,
+            ),
+            ("refused three times", vec![RawAct::Reset(7); 3], 4),
+        ];
+        for (case, script, connections) in cases {
+            let server = RawH2Server::start(script, RawAct::Answer("sent again")).await;
+            assert_eq!(probe(&https(server.port(), "/")).await, success("sent again"), "{case}");
+            assert_eq!(server.connections(), connections, "{case}");
+        }
+    })
+    .await;
+}
+
+/// What Go's transport does not send again fails the probe with Go's words: another reset, a
+/// GOAWAY with an error code that leaves a connection's first stream out; and a server that
+/// refuses every request holds the probe until its timeout, with Go's text for it.
+#[tokio::test]
+async fn h2_failures_go_does_not_retry_fail_the_probe() {
+    bounded(async {
+        let cases: Vec<(&str, RawAct, &str)> = vec![
+            (
+                "INTERNAL_ERROR",
+                RawAct::Reset(2),
+                "stream error: stream ID 1; INTERNAL_ERROR; received from peer",
+            ),
+            (
+                "a GOAWAY with PROTOCOL_ERROR that leaves the stream out",
+                RawAct::GoAway { last: 0, code: 1 },
+                "http2: Transport received GOAWAY from server ErrCode:PROTOCOL_ERROR",
+            ),
+        ];
+        for (case, act, error) in cases {
+            let server = RawH2Server::start(Vec::new(), act).await;
+            let want = format!("Get \"{}\": {error}", server.url("/"));
+            assert_eq!(probe(&https(server.port(), "/")).await, failure(&want), "{case}");
+            assert_eq!(server.connections(), 1, "{case}");
+        }
+
+        let server = RawH2Server::start(Vec::new(), RawAct::Reset(7)).await;
+        let start = Instant::now();
+        let got = HttpProber::new().probe(&request(&https(server.port(), "/")), SHORT).await;
+        let took = start.elapsed();
+        let want = format!(
+            "Get \"{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+            server.url("/")
+        );
+        assert_eq!(got, failure(&want));
+        assert!(took >= SHORT && took < SHORT + SLACK, "took {took:?}");
+        let connections = server.connections();
+        assert!(connections > 1, "sent again: {connections} connections");
     })
     .await;
 }

@@ -10,7 +10,9 @@
 //! The `h2` crate speaks the protocol (already in the tree under tonic); its connection is
 //! driven by the probe's own task while the probe waits for the answer and reads its body, so
 //! nothing is spawned here either. Failures read as Go's HTTP/2 transport words them (`stream
-//! error: stream ID 1; INTERNAL_ERROR; received from peer`).
+//! error: stream ID 1; INTERNAL_ERROR; received from peer`), and say whether Go's transport
+//! would send the request again on a new connection (the server did not process it), which the
+//! caller then does.
 
 use std::borrow::Cow;
 use std::future::{Future, poll_fn};
@@ -66,10 +68,44 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
     }
 }
 
+/// Why a round trip failed: Go's words for it (without the `Get "<url>": ` that the caller
+/// adds), and whether Go's transport sends the request again on a new connection because the
+/// server said it did not process it (the probe's GET has no body, so Go always may).
+#[derive(Debug)]
+pub(super) struct Failure {
+    pub(super) text: String,
+    pub(super) unprocessed: bool,
+}
+
+impl From<String> for Failure {
+    fn from(text: String) -> Self {
+        Failure { text, unprocessed: false }
+    }
+}
+
+impl Failure {
+    /// An h2 error before the answer's head, as Go's transport takes it (`canRetryError`):
+    /// the server did not process the request when it reset the stream with `REFUSED_STREAM`,
+    /// or with `PROTOCOL_ERROR` (Go retries that one too, golang/go#47635); when a GOAWAY left
+    /// the stream out with `NO_ERROR` (for a connection's first stream Go takes another code as
+    /// the server's word that a new connection would fare no better); and when a GOAWAY came
+    /// before the request was sent (`sent` false), whatever its code, as the connection then
+    /// takes no new request.
+    fn of(error: &h2::Error, sent: bool) -> Failure {
+        let reason = error.reason();
+        let unprocessed = if error.is_reset() {
+            reason == Some(h2::Reason::REFUSED_STREAM)
+                || (error.is_remote() && reason == Some(h2::Reason::PROTOCOL_ERROR))
+        } else {
+            error.is_go_away() && error.is_remote() && (!sent || reason == Some(h2::Reason::NO_ERROR))
+        };
+        Failure { text: h2_error_text(error), unprocessed }
+    }
+}
+
 /// Sends `head` (the request head the HTTP/1.1 path would write) as an HTTP/2 request on `io`
-/// and reads the answer's head. Errors are Go-like texts, without the `Get "<url>": ` that the
-/// caller adds.
-pub(super) async fn round_trip<T>(io: T, head: &[u8]) -> Result<Response<T>, String>
+/// and reads the answer's head.
+pub(super) async fn round_trip<T>(io: T, head: &[u8]) -> Result<Response<T>, Failure>
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
@@ -83,12 +119,11 @@ where
     let mut conn = Driver { conn: Some(Box::pin(conn)) };
     let answer = conn
         .drive(async move {
-            let mut send = send.ready().await?;
-            let (response, _) = send.send_request(request, true)?;
-            response.await
+            let mut send = send.ready().await.map_err(|e| Failure::of(&e, false))?;
+            let (response, _) = send.send_request(request, true).map_err(|e| Failure::of(&e, false))?;
+            response.await.map_err(|e| Failure::of(&e, true))
         })
-        .await
-        .map_err(|e| h2_error_text(&e))?;
+        .await?;
     let status = answer.status().as_u16();
     let location = matches!(status, 301 | 302 | 303 | 307 | 308)
         .then(|| answer.headers().get(http::header::LOCATION))

@@ -41,6 +41,7 @@ use tokio_util::either::Either;
 pub(crate) use self::errors::transport_error;
 use self::errors::{go_io_text, tls_error_text};
 use self::go_url::{GoUrl, split_host_port};
+use self::http2::Failure;
 pub(crate) use self::request::FirstRequest;
 pub use self::request::{HttpProbeRequest, send_refusal};
 use self::request::{build_request, first_value, referer_for, wire_headers};
@@ -300,23 +301,45 @@ impl HttpProber {
             Wire::First(first) => first.request(),
             Wire::Hop(url, headers) => build_request(url, &headers)?,
         };
-        let stream = match dial(hostname, port, deadline).await {
-            Ok(stream) => stream,
-            // Go adds the client's note to errors caused by its timeout.
-            Err(e) if Instant::now() >= deadline => return Err(format!("{e}{CLIENT_TIMEOUT_NOTE}")),
-            Err(e) => return Err(e.to_string()),
-        };
-        let handshake_and_send = async {
-            match tls {
-                None => wire::round_trip(Either::Left(stream), &wire).await.map(Exchange::H1),
-                // Boxed: inline, the TLS handshake's state would be part of every plain probe's
-                // future too, and a probe's future is held for as long as it is in flight.
-                Some(config) => Box::pin(tls_exchange(config, hostname, stream, wire)).await,
+        // Go's transport sends a request an HTTP/2 server did not process again, on a new
+        // connection that negotiates its protocol anew, for as long as its context lasts; a
+        // GET without a body is always safe to send again (docs/http-probe.md).
+        loop {
+            let stream = match dial(hostname, port, deadline).await {
+                Ok(stream) => stream,
+                // Go adds the client's note to errors caused by its timeout.
+                Err(e) if Instant::now() >= deadline => return Err(format!("{e}{CLIENT_TIMEOUT_NOTE}")),
+                Err(e) => return Err(e.to_string()),
+            };
+            let handshake_and_send = async {
+                match &tls {
+                    None => wire::round_trip(Either::Left(stream), &wire)
+                        .await
+                        .map(Exchange::H1)
+                        .map_err(Failure::from),
+                    // Boxed: inline, the TLS handshake's state would be part of every plain
+                    // probe's future too, and a probe's future is held for as long as it is in
+                    // flight.
+                    Some(config) => {
+                        Box::pin(tls_exchange(config.clone(), hostname, stream, wire.clone())).await
+                    }
+                }
+            };
+            match timeout_at(deadline, handshake_and_send).await {
+                Ok(Err(Failure { text, unprocessed: true })) => {
+                    tracing::debug!(
+                        host,
+                        error = %text,
+                        "HTTP probe sends a request the server did not process again"
+                    );
+                    // Go's next attempt finds its context done before it dials.
+                    if Instant::now() >= deadline {
+                        return Err(HEADERS_TIMEOUT.to_owned());
+                    }
+                }
+                Ok(result) => return result.map_err(|failure| failure.text),
+                Err(_) => return Err(HEADERS_TIMEOUT.to_owned()),
             }
-        };
-        match timeout_at(deadline, handshake_and_send).await {
-            Ok(result) => result,
-            Err(_) => Err(HEADERS_TIMEOUT.to_owned()),
         }
     }
 }
@@ -361,12 +384,12 @@ async fn tls_exchange(
     hostname: &str,
     stream: TcpStream,
     request: Bytes,
-) -> Result<Exchange, String> {
+) -> Result<Exchange, Failure> {
     // Host names rustls cannot carry as SNI (`my_host`) go without SNI, as an IP address does.
     let name = match (ServerName::try_from(hostname.to_owned()), stream.peer_addr()) {
         (Ok(name), _) => name,
         (Err(_), Ok(peer)) => ServerName::from(peer.ip()),
-        (Err(_), Err(e)) => return Err(go_io_text(&e)),
+        (Err(_), Err(e)) => return Err(go_io_text(&e).into()),
     };
     let tls_stream = tokio_rustls::TlsConnector::from(config)
         .connect(name, stream)
@@ -376,7 +399,7 @@ async fn tls_exchange(
     if tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") {
         return http2::round_trip(tls_stream, &request).await.map(|r| Exchange::H2(Box::new(r)));
     }
-    wire::round_trip(Either::Right(tls_stream), &request).await.map(Exchange::H1)
+    wire::round_trip(Either::Right(tls_stream), &request).await.map(Exchange::H1).map_err(Failure::from)
 }
 
 /// A probe's TLS session, boxed: it is large, and a plain probe in flight holds a [`Stream`].
