@@ -218,10 +218,8 @@ pub struct RunArgs {
     /// ContainerLifecycleProber (alpha, default false), MutableContainerProbes (alpha, default
     /// false), ChangeContainerStatusOnKubeletRestart (deprecated, default false),
     /// InPlacePodVerticalScaling (GA, locked to true), ContainerRestartRules (beta, default
-    /// true), RestartAllContainersOnContainerExits (alpha, default false; not implemented, so
-    /// true is refused). AllAlpha=BOOL and AllBeta=BOOL set every alpha (beta) gate not named
-    /// explicitly, whatever the order; AllAlpha=true leaves RestartAllContainersOnContainerExits
-    /// off, with a warning.
+    /// true), RestartAllContainersOnContainerExits (alpha, default false). AllAlpha=BOOL and
+    /// AllBeta=BOOL set every alpha (beta) gate not named explicitly, whatever the order.
     #[arg(long, value_name = "NAME=BOOL,...", env = "PROBELET_FEATURE_GATES", default_value = "", value_parser = parse_feature_gates, hide_default_value = true)]
     pub feature_gates: ParsedFeatureGates,
 
@@ -415,9 +413,9 @@ mod tests {
         assert!(gates.enabled(Feature::ContainerLifecycleProber), "AllAlpha=true");
         assert!(!gates.enabled(Feature::MutableContainerProbes), "named: false wins");
         assert!(!gates.enabled(Feature::ContainerRestartRules), "AllBeta=false");
-        assert!(!gates.enabled(Feature::RestartAllContainersOnContainerExits), "not implemented");
+        assert!(gates.enabled(Feature::RestartAllContainersOnContainerExits), "AllAlpha=true");
         assert!(gates.enabled(Feature::InPlacePodVerticalScaling), "GA, locked");
-        assert_eq!(run.feature_gates.warnings.len(), 1, "{:?}", run.feature_gates.warnings);
+        assert!(run.feature_gates.warnings.is_empty(), "{:?}", run.feature_gates.warnings);
     }
 
     #[test]

@@ -4,6 +4,12 @@
 //! `podutil.ContainerShouldRestart`, and the restart decision of `computePodActions`). The probe
 //! worker's stop rule, the status manager's transition check, the standalone runtime and its
 //! kill messages all ask here (where each one does: docs/prober.md §3.10).
+//!
+//! Under `RestartAllContainersOnContainerExits` (KEP-5532, alpha in v1.35) a rule's action may
+//! also be `RestartAllContainers`: the exit restarts the whole pod in place. Whether a pod is
+//! restarting all its containers (upstream `ShouldAllContainersRestart`), whether the restart
+//! has removed every container (`AllContainersRestartCleanedUp`) and whether a pod can restart
+//! at all that way (`AllContainersCouldRestart`) are decided here too (docs/prober.md §3.11).
 
 use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, PodSpec};
 
@@ -13,8 +19,14 @@ pub const ALWAYS: &str = "Always";
 pub const ON_FAILURE: &str = "OnFailure";
 /// Never restart.
 pub const NEVER: &str = "Never";
-/// The one action a restart rule has in v1.35.
+/// A rule's action that restarts the container that exited.
 pub const ACTION_RESTART: &str = "Restart";
+/// A rule's action that restarts every container of the pod in place (KEP-5532, under
+/// `RestartAllContainersOnContainerExits`).
+pub const ACTION_RESTART_ALL_CONTAINERS: &str = "RestartAllContainers";
+/// The pod condition that is True while a pod restarts all its containers (upstream
+/// `v1.AllContainersRestarting`).
+pub const CONDITION_ALL_CONTAINERS_RESTARTING: &str = "AllContainersRestarting";
 
 /// A restart policy, pod level or container level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +98,70 @@ pub fn restarts_after_probe_kill(container: &Container, pod: &PodSpec, container
         Some(own) => own != Policy::Never,
         None => Policy::of_pod(pod) != Policy::Never,
     }
+}
+
+/// Whether the container's first rule matching `exit_code` restarts every container of the pod
+/// (action `RestartAllContainers`). Read whatever the container's own policy: the API server
+/// accepts rules only beside one.
+pub fn restarts_all_containers(container: &Container, exit_code: i32) -> bool {
+    matching_rule(container.restart_policy_rules.as_deref().unwrap_or_default(), exit_code)
+        .is_some_and(|rule| rule.action == ACTION_RESTART_ALL_CONTAINERS)
+}
+
+/// Upstream `podutil.AllContainersCouldRestart`: some init or regular container has a rule
+/// with the `RestartAllContainers` action. Only such a pod has an `AllContainersRestarting`
+/// condition, and only its containers may leave the terminated state whatever their policy.
+pub fn all_containers_could_restart(spec: &PodSpec) -> bool {
+    spec.init_containers.iter().flatten().chain(&spec.containers).any(|c| {
+        c.restart_policy_rules.iter().flatten().any(|rule| rule.action == ACTION_RESTART_ALL_CONTAINERS)
+    })
+}
+
+/// One container as the runtime has it, for [`should_all_containers_restart`] and
+/// [`all_containers_restart_cleaned_up`]: present (not removed) and, if it has exited, with
+/// which code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InRuntime<'a> {
+    /// The container's name in the spec.
+    pub name: &'a str,
+    /// Its exit code, when its latest instance has exited; `None` while it is created or runs.
+    pub exited_with: Option<i32>,
+}
+
+/// Upstream `ShouldAllContainersRestart`: the pod is restarting all its containers if its
+/// last status (`api`, the status manager's) has the `AllContainersRestarting` condition True,
+/// or if some init or regular container exited with a code its rules answer with
+/// `RestartAllContainers`: as the runtime has it (`runtime`, when known), or as `api` shows it
+/// terminated. `api` is the terminated exit code by container name (the caller reads its
+/// status however it keeps it), and whether the condition is True.
+pub fn should_all_containers_restart(
+    spec: &PodSpec,
+    runtime: Option<&[InRuntime<'_>]>,
+    api_condition_true: bool,
+    api_terminated: impl Fn(&str) -> Option<i32>,
+) -> bool {
+    if api_condition_true {
+        return true;
+    }
+    spec.init_containers.iter().flatten().chain(&spec.containers).any(|c| {
+        let by_runtime = runtime
+            .and_then(|r| r.iter().find(|x| x.name == c.name))
+            .and_then(|x| x.exited_with)
+            .is_some_and(|code| restarts_all_containers(c, code));
+        by_runtime || api_terminated(&c.name).is_some_and(|code| restarts_all_containers(c, code))
+    })
+}
+
+/// Upstream `AllContainersRestartCleanedUp`: the runtime has none of the pod's init or
+/// regular containers any more (all were removed), so the pod may start again from its first
+/// init container.
+pub fn all_containers_restart_cleaned_up(spec: &PodSpec, runtime: &[InRuntime<'_>]) -> bool {
+    !spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .any(|c| runtime.iter().any(|x| x.name == c.name))
 }
 
 /// The first rule whose exit codes match (`In` the values, or `NotIn` them); a rule with no
@@ -237,5 +313,80 @@ mod tests {
         assert!(restarts_after_probe_kill(&container(Some(NEVER), vec![]), &always, false));
         assert!(!restarts_after_probe_kill(&container(Some(ALWAYS), vec![]), &never, false));
         assert!(!restarts_after_probe_kill(&container(None, vec![]), &never, true));
+    }
+
+    fn rule_all(operator: &str, values: &[i32]) -> ContainerRestartRule {
+        ContainerRestartRule { action: ACTION_RESTART_ALL_CONTAINERS.into(), ..rule(operator, values) }
+    }
+
+    /// A pod whose `trigger` restarts everything on exit 42, beside a plain `app` and an init
+    /// container.
+    fn restart_all_pod() -> PodSpec {
+        PodSpec {
+            restart_policy: Some(NEVER.into()),
+            init_containers: Some(vec![Container { name: "init".into(), ..Default::default() }]),
+            containers: vec![
+                Container { name: "app".into(), ..container(None, vec![]) },
+                Container {
+                    name: "trigger".into(),
+                    ..container(Some(NEVER), vec![rule("In", &[1]), rule_all("In", &[42])])
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_first_matching_rule_decides_whether_all_containers_restart() {
+        let c = container(Some(NEVER), vec![rule("In", &[1]), rule_all("NotIn", &[0, 1])]);
+        assert!(restarts_all_containers(&c, 42));
+        assert!(!restarts_all_containers(&c, 1), "the first matching rule restarts only the container");
+        assert!(!restarts_all_containers(&c, 0), "no rule matches");
+        // A RestartAllContainers rule does not restart the container on its own account.
+        assert!(!container_should_restart(&c, &pod(Some(NEVER)), 42));
+    }
+
+    #[test]
+    fn only_a_pod_with_a_restart_all_rule_could_restart_all_containers() {
+        assert!(all_containers_could_restart(&restart_all_pod()));
+        let mut spec = restart_all_pod();
+        spec.containers[1].restart_policy_rules = Some(vec![rule("In", &[42])]);
+        assert!(!all_containers_could_restart(&spec));
+        // An init container's rule counts too (a sidecar's under the gate).
+        spec.init_containers = Some(vec![container(Some(NEVER), vec![rule_all("In", &[3])])]);
+        assert!(all_containers_could_restart(&spec));
+    }
+
+    #[test]
+    fn all_containers_restart_by_the_runtime_by_the_status_or_by_the_condition() {
+        let spec = restart_all_pod();
+        let none = |_: &str| None;
+        let exited = |code| {
+            [
+                InRuntime { name: "app", exited_with: None },
+                InRuntime { name: "trigger", exited_with: Some(code) },
+            ]
+        };
+        assert!(should_all_containers_restart(&spec, Some(&exited(42)), false, none));
+        assert!(!should_all_containers_restart(&spec, Some(&exited(1)), false, none));
+        assert!(!should_all_containers_restart(&spec, Some(&[]), false, none));
+        assert!(should_all_containers_restart(&spec, None, true, none), "the condition alone says so");
+        let terminated = |code| move |name: &str| (name == "trigger").then_some(code);
+        assert!(should_all_containers_restart(&spec, None, false, terminated(42)));
+        assert!(!should_all_containers_restart(&spec, None, false, terminated(7)));
+        // A container the spec does not have decides nothing.
+        let stranger = [InRuntime { name: "other", exited_with: Some(42) }];
+        assert!(!should_all_containers_restart(&spec, Some(&stranger), false, none));
+    }
+
+    #[test]
+    fn the_restart_is_cleaned_up_once_the_runtime_has_none_of_the_pods_containers() {
+        let spec = restart_all_pod();
+        assert!(all_containers_restart_cleaned_up(&spec, &[]));
+        assert!(all_containers_restart_cleaned_up(&spec, &[InRuntime { name: "other", exited_with: None }]));
+        assert!(!all_containers_restart_cleaned_up(
+            &spec,
+            &[InRuntime { name: "init", exited_with: Some(0) }]
+        ));
     }
 }

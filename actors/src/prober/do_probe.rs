@@ -72,6 +72,10 @@ pub enum AfterExit {
     /// `ContainerRestartRules`: the container's own policy and rules, with the exit code the
     /// status shows, decide (`restart::container_should_restart`).
     AskTheContainer,
+    /// `ContainerRestartRules` and `RestartAllContainersOnContainerExits`: as
+    /// [`AfterExit::AskTheContainer`], or the whole pod is restarting all its containers
+    /// (upstream `ShouldAllContainersRestart` on the status, with no runtime view).
+    AskTheContainerAndThePod,
 }
 
 impl AfterExit {
@@ -86,13 +90,17 @@ impl AfterExit {
         }
     }
 
-    /// Whether the worker goes on after `captured` exited with `exit_code`.
-    fn keeps_probing(self, captured: &PodContainer, exit_code: i32) -> bool {
+    /// Whether the worker goes on after `captured` exited with `exit_code`, `status` being the
+    /// pod's status the worker read.
+    fn keeps_probing(self, captured: &PodContainer, exit_code: i32, status: &PodProbeStatus) -> bool {
+        let spec = || crate::status::spec_of(captured.pod());
         match self {
             AfterExit::KeepProbing => true,
             AfterExit::Stop => false,
-            AfterExit::AskTheContainer => {
-                container_should_restart(captured, &crate::status::spec_of(captured.pod()), exit_code)
+            AfterExit::AskTheContainer => container_should_restart(captured, &spec(), exit_code),
+            AfterExit::AskTheContainerAndThePod => {
+                container_should_restart(captured, &spec(), exit_code)
+                    || status.all_containers_restart(&spec())
             }
         }
     }
@@ -309,7 +317,7 @@ impl WorkerState {
             }
             return match container.state {
                 ContainerRunState::Terminated { exit_code }
-                    if !spec.after_exit.keeps_probing(captured, exit_code) =>
+                    if !spec.after_exit.keeps_probing(captured, exit_code, status) =>
                 {
                     Step::Stop
                 }
@@ -656,6 +664,71 @@ mod tests {
             let captured = captured_from(c, pod_spec);
             assert_eq!(state.before_probe(&spec, &captured, Some(&status), t(10), &mut ops), want, "{name}");
             assert_eq!(ops, vec![CacheOp::Set(id("x://1"), ProbeResult::Failure)], "{name}");
+        }
+    }
+
+    /// `RestartAllContainersOnContainerExits` (upstream `doProbe`: `containerShouldRestart ||
+    /// allContainersRestarting`): a terminated container that would not run again by its own
+    /// rules keeps its worker while the pod restarts all its containers — another container's
+    /// status shows an exit its rules answer with `RestartAllContainers`, or the pod's
+    /// `AllContainersRestarting` condition is True.
+    #[test]
+    fn a_worker_outlives_its_container_while_the_pod_restarts_all_containers() {
+        use crate::restart::ACTION_RESTART_ALL_CONTAINERS;
+        use k8s_openapi::api::core::v1::PodCondition;
+        let mut trigger = with_own_policy("trigger", Some("Never"), &[42]);
+        if let Some(rules) = trigger.restart_policy_rules.as_mut() {
+            rules[0].action = ACTION_RESTART_ALL_CONTAINERS.into();
+        }
+        let pod = Arc::new(Pod {
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".into()),
+                containers: vec![with_own_policy("c", Some("Never"), &[]), trigger],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let captured = PodContainer::find(&pod, "c").expect("c is in the pod");
+        let terminated = |name: &str, exit_code| ContainerStatus {
+            name: name.into(),
+            container_id: Some(format!("x://{name}")),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated { exit_code, ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let status = |trigger_exit: i32, condition: bool| PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![terminated("c", 137), terminated("trigger", trigger_exit)]),
+            conditions: condition.then(|| {
+                vec![PodCondition {
+                    type_: "AllContainersRestarting".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        };
+        let cases = [
+            ("the trigger exited by its rule", status(42, false), Next::Skip, Next::Stop),
+            ("the condition is True", status(1, true), Next::Skip, Next::Stop),
+            ("nothing restarts", status(1, false), Next::Stop, Next::Stop),
+        ];
+        for (name, pod_status, with_gate, without) in cases {
+            for (after_exit, want) in
+                [(AfterExit::AskTheContainerAndThePod, with_gate), (AfterExit::AskTheContainer, without)]
+            {
+                let spec = WorkerSpec { after_exit, ..spec(ProbeKind::Readiness) };
+                let mut state = WorkerState { container_id: Some(id("x://c")), ..Default::default() };
+                let mut ops = vec![];
+                let status = PodProbeStatus::from(&pod_status);
+                assert_eq!(
+                    state.before_probe(&spec, &captured, Some(&status), t(10), &mut ops),
+                    want,
+                    "{name}, {after_exit:?}"
+                );
+            }
         }
     }
 

@@ -20,11 +20,15 @@ pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
 pub const POD_RESIZE_PENDING: &str = "PodResizePending";
 /// `v1.PodReadyToStartContainers` (kubelet-owned while its feature gate is on, which we assume).
 pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";
+/// `v1.AllContainersRestarting` (KEP-5532): generated only for a pod that could restart all its
+/// containers, under `RestartAllContainersOnContainerExits`.
+pub use crate::restart::CONDITION_ALL_CONTAINERS_RESTARTING as ALL_CONTAINERS_RESTARTING;
 /// `v1.DisruptionTarget`: written by controllers and by the kubelet (shared).
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
-/// Upstream `PodConditionsByKubelet` plus `PodReadyToStartContainers` (its gate treated as on).
-pub const KUBELET_OWNED_CONDITIONS: [&str; 7] = [
+/// Upstream `PodConditionsByKubelet` plus `PodReadyToStartContainers` (its gate treated as on)
+/// and `AllContainersRestarting`.
+pub const KUBELET_OWNED_CONDITIONS: [&str; 8] = [
     POD_SCHEDULED,
     POD_READY,
     POD_INITIALIZED,
@@ -32,6 +36,7 @@ pub const KUBELET_OWNED_CONDITIONS: [&str; 7] = [
     POD_RESIZE_IN_PROGRESS,
     POD_RESIZE_PENDING,
     POD_READY_TO_START_CONTAINERS,
+    ALL_CONTAINERS_RESTARTING,
 ];
 
 /// Upstream `PodConditionSharedByKubelet`: condition types the kubelet writes alongside others.
@@ -69,6 +74,7 @@ impl ConditionOwnership {
             Cow::Borrowed(POD_RESIZE_IN_PROGRESS),
             Cow::Borrowed(POD_RESIZE_PENDING),
             Cow::Borrowed(POD_READY_TO_START_CONTAINERS),
+            Cow::Borrowed(ALL_CONTAINERS_RESTARTING),
         ]),
         shared: Cow::Borrowed(&[Cow::Borrowed(DISRUPTION_TARGET)]),
     };

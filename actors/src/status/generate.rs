@@ -5,8 +5,12 @@
 //! empty list, which is not the same thing.
 
 use crate::gofmt::go_quote;
+use crate::restart::{
+    CONDITION_ALL_CONTAINERS_RESTARTING, InRuntime, all_containers_restart_cleaned_up,
+    should_all_containers_restart,
+};
 use crate::status::by_name::ByName;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodCondition, PodSpec};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus};
 
 /// Reason: all container statuses are unknown (a nil list).
 pub const UNKNOWN_CONTAINER_STATUSES: &str = "UnknownContainerStatuses";
@@ -20,6 +24,11 @@ pub const CONTAINERS_NOT_READY: &str = "ContainersNotReady";
 pub const CONTAINERS_NOT_INITIALIZED: &str = "ContainersNotInitialized";
 /// Reason: one or more readiness gates are not True.
 pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+
+/// Reason of a True `AllContainersRestarting` (upstream `RestartAllContainersStarted`).
+pub const RESTART_ALL_CONTAINERS_STARTED: &str = "RestartAllContainersStarted";
+/// Message of a True `AllContainersRestarting`.
+pub const RESTART_ALL_CONTAINERS_MESSAGE: &str = "container exited with restart policy rule";
 
 /// Condition type `Ready`.
 pub const POD_READY: &str = "Ready";
@@ -207,6 +216,53 @@ pub fn terminal_phase_condition(condition_type: &str, pod_phase: &str) -> PodCon
     condition(condition_type, FALSE, Some(reason), None)
 }
 
+/// Upstream `GenerateAllContainersRestartingCondition` (KEP-5532): `False` with reason
+/// `PodCompleted` or `PodFailed` in a terminal phase; `True`, reason
+/// `RestartAllContainersStarted`, message `container exited with restart policy rule`, while
+/// the pod restarts all its containers (`restart::should_all_containers_restart`, from the
+/// runtime's containers and the last status `old`) and the runtime still has some of them;
+/// `False` otherwise, and as soon as every container has been removed. The kubelet adds it only
+/// for a pod that could restart that way, under the gate (the caller decides).
+pub fn generate_all_containers_restarting_condition(
+    spec: &PodSpec,
+    runtime: &[InRuntime<'_>],
+    old: Option<&PodStatus>,
+    phase: &str,
+) -> PodCondition {
+    match phase {
+        PHASE_SUCCEEDED => {
+            return condition(CONDITION_ALL_CONTAINERS_RESTARTING, FALSE, Some(POD_COMPLETED), None);
+        }
+        PHASE_FAILED => return condition(CONDITION_ALL_CONTAINERS_RESTARTING, FALSE, Some(POD_FAILED), None),
+        _ => {}
+    }
+    let condition_true = old
+        .and_then(|s| s.conditions.as_deref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == CONDITION_ALL_CONTAINERS_RESTARTING && c.status == TRUE);
+    let terminated = |name: &str| {
+        old.into_iter()
+            .flat_map(|s| {
+                s.init_container_statuses.iter().flatten().chain(s.container_statuses.iter().flatten())
+            })
+            .find(|s| s.name == name)
+            .and_then(|s| s.state.as_ref()?.terminated.as_ref())
+            .map(|t| t.exit_code)
+    };
+    if !should_all_containers_restart(spec, Some(runtime), condition_true, terminated)
+        || all_containers_restart_cleaned_up(spec, runtime)
+    {
+        return condition(CONDITION_ALL_CONTAINERS_RESTARTING, FALSE, None, None);
+    }
+    condition(
+        CONDITION_ALL_CONTAINERS_RESTARTING,
+        TRUE,
+        Some(RESTART_ALL_CONTAINERS_STARTED),
+        Some(RESTART_ALL_CONTAINERS_MESSAGE.to_owned()),
+    )
+}
+
 /// Upstream `kubecontainer.HasAnyRegularContainerStarted`: a regular container's status is
 /// running or terminated.
 pub fn has_any_regular_container_started(spec: &PodSpec, statuses: &[ContainerStatus]) -> bool {
@@ -240,7 +296,8 @@ fn go_string_slice(names: &[&str]) -> String {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStateTerminated, PodReadinessGate, PodStatus,
+        ContainerRestartRule, ContainerRestartRuleOnExitCodes, ContainerState, ContainerStateRunning,
+        ContainerStateTerminated, PodReadinessGate, PodStatus,
     };
 
     fn container(name: &str) -> Container {
@@ -678,5 +735,71 @@ mod tests {
         assert_eq!(go_string_slice(&["a", "b"]), "[a b]");
         assert_eq!(go_string_slice(&["1234"]), "[1234]");
         assert_eq!(go_quote("a\"b"), "\"a\\\"b\"");
+    }
+
+    /// Upstream `TestGenerateAllContainersRestartingCondition`, case by case.
+    #[test]
+    fn all_containers_restarting_follows_the_runtime_and_the_last_status() {
+        let trigger = Container {
+            name: "trigger".into(),
+            restart_policy: Some("Never".into()),
+            restart_policy_rules: Some(vec![ContainerRestartRule {
+                action: "RestartAllContainers".into(),
+                exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                    operator: "In".into(),
+                    values: Some(vec![42]),
+                }),
+            }]),
+            ..Default::default()
+        };
+        let spec = PodSpec { containers: vec![container("container1"), trigger], ..Default::default() };
+        let old_true = PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "AllContainersRestarting".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let running = InRuntime { name: "container", exited_with: None };
+        let exited = |name, code| InRuntime { name, exited_with: Some(code) };
+        let want_true =
+            ("True", Some("RestartAllContainersStarted"), Some("container exited with restart policy rule"));
+        let cases: Vec<(
+            &str,
+            Vec<InRuntime<'_>>,
+            Option<&PodStatus>,
+            &str,
+            (&str, Option<&str>, Option<&str>),
+        )> = vec![
+            ("pod pending", vec![], None, PHASE_PENDING, ("False", None, None)),
+            ("pod failed", vec![], None, PHASE_FAILED, ("False", Some("PodFailed"), None)),
+            ("pod succeeded", vec![], None, PHASE_SUCCEEDED, ("False", Some("PodCompleted"), None)),
+            (
+                "a container triggers the rule",
+                vec![running, exited("trigger", 42)],
+                None,
+                PHASE_RUNNING,
+                want_true,
+            ),
+            (
+                "cleaning up",
+                vec![exited("container", 0), exited("trigger", 42)],
+                Some(&old_true),
+                PHASE_RUNNING,
+                want_true,
+            ),
+            ("cleaned up", vec![], Some(&old_true), PHASE_PENDING, ("False", None, None)),
+            ("another exit code", vec![exited("trigger", 1)], None, PHASE_RUNNING, ("False", None, None)),
+        ];
+        for (name, runtime, old, phase, (status, reason, message)) in cases {
+            let got = generate_all_containers_restarting_condition(&spec, &runtime, old, phase);
+            assert_eq!(got.type_, "AllContainersRestarting", "{name}");
+            assert_eq!(
+                (got.status.as_str(), got.reason.as_deref(), got.message.as_deref()),
+                (status, reason, message),
+                "{name}"
+            );
+        }
     }
 }

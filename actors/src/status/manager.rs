@@ -25,13 +25,15 @@ use super::probe_status::PodProbeStatus;
 use super::resize::PodResizeConditions;
 use super::stored::StoredStatus;
 use super::terminate::terminate_status;
-use super::transition::{check_container_state_transition, update_last_transition_times, update_start_time};
+use super::transition::{
+    check_container_state_transition_under, update_last_transition_times, update_start_time,
+};
 use super::views::{Published, StatusViews};
 use crate::capacity::ShrinkAfterRemoval;
 use crate::clock::SharedClock;
 use crate::container::ContainerId;
 use crate::contracts::PodLookup;
-use crate::features::{Feature, FeatureGates};
+use crate::features::FeatureGates;
 pub use crate::format::pod_ref;
 use crate::vocabulary::PodUid;
 
@@ -198,7 +200,8 @@ pub struct StatusManager {
     changes: Vec<ContainerChange>,
     /// An [`ApplyContainerChanges`] is on its way.
     apply_scheduled: bool,
-    /// The kubelet feature gates in force (`ContainerRestartRules` changes the transition check).
+    /// The kubelet feature gates in force (`ContainerRestartRules` and
+    /// `RestartAllContainersOnContainerExits` change the transition check).
     feature_gates: FeatureGates,
 }
 
@@ -322,8 +325,7 @@ impl StatusManager {
             ),
         };
         let spec = super::spec_of(pod);
-        let container_rules = self.feature_gates.enabled(Feature::ContainerRestartRules);
-        if let Err(err) = check_container_state_transition(&old, &status, &spec, container_rules) {
+        if let Err(err) = check_container_state_transition_under(&old, &status, &spec, &self.feature_gates) {
             tracing::error!(pod = pod_ref(pod), pod_uid = %uid, error = %err, "Status update on pod aborted");
             return false;
         }

@@ -30,6 +30,10 @@ pub struct PodProbeStatus {
     /// The containers that have an ID, regular containers first, then init containers (which
     /// is where sidecars are).
     pub containers: Box<[ProbedContainer]>,
+    /// The status's `AllContainersRestarting` condition is True: the pod is restarting all its
+    /// containers (KEP-5532), so a terminated container's workers go on (docs/prober.md §1.3
+    /// step 7).
+    pub all_containers_restarting: bool,
 }
 
 /// One container's status, as its probes read it.
@@ -78,9 +82,14 @@ impl PodProbeStatus {
             .chain(status.init_container_statuses.iter().flatten().filter(with_id))
             .map(|cs| ProbedContainer::of(cs, known.find(cs.container_id.as_deref().unwrap_or_default())))
             .collect();
+        let all_containers_restarting =
+            status.conditions.iter().flatten().any(|c| {
+                c.type_ == crate::restart::CONDITION_ALL_CONTAINERS_RESTARTING && c.status == "True"
+            });
         let mut probe = PodProbeStatus {
             finished: matches!(status.phase.as_deref(), Some(PHASE_FAILED | PHASE_SUCCEEDED)),
             containers,
+            all_containers_restarting,
             ..Default::default()
         };
         probe.set_pod_ip(status.pod_ip.as_deref());
@@ -118,6 +127,18 @@ impl PodProbeStatus {
     /// kill for a failed liveness or startup probe must find.
     pub fn running(&self, id: &ContainerId) -> Option<&ProbedContainer> {
         self.containers.iter().find(|c| c.id == *id && matches!(c.state, ContainerRunState::Running { .. }))
+    }
+
+    /// Upstream `ShouldAllContainersRestart` on this status alone (as the worker asks it, with
+    /// no runtime view): the `AllContainersRestarting` condition is True, or one of the pod's
+    /// containers shows terminated with an exit code its rules answer with
+    /// `RestartAllContainers`.
+    pub fn all_containers_restart(&self, spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
+        let terminated = |name: &str| match self.container(name)?.state {
+            ContainerRunState::Terminated { exit_code } => Some(exit_code),
+            _ => None,
+        };
+        crate::restart::should_all_containers_restart(spec, None, self.all_containers_restarting, terminated)
     }
 
     /// The pod IP, or `""`.

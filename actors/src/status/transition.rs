@@ -10,25 +10,28 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::equality::{
-    CONTAINERS_READY, DISRUPTION_TARGET, POD_INITIALIZED, POD_READY, POD_READY_TO_START_CONTAINERS,
-    POD_SCHEDULED,
+    ALL_CONTAINERS_RESTARTING, CONTAINERS_READY, DISRUPTION_TARGET, POD_INITIALIZED, POD_READY,
+    POD_READY_TO_START_CONTAINERS, POD_SCHEDULED,
 };
 use super::generate::is_restartable_init_container;
-use crate::restart::container_should_restart;
+use crate::features::{Feature, FeatureGates};
+use crate::restart::{all_containers_could_restart, container_should_restart};
 
 /// `v1.RestartPolicyAlways`: also what an unset pod restart policy means (API defaulting).
 pub const RESTART_POLICY_ALWAYS: &str = "Always";
 /// `v1.RestartPolicyOnFailure`.
 pub const RESTART_POLICY_ON_FAILURE: &str = "OnFailure";
 
-/// The conditions whose `lastTransitionTime` the status manager maintains, in upstream's order.
-pub const LAST_TRANSITION_TIME_CONDITIONS: [&str; 6] = [
+/// The conditions whose `lastTransitionTime` the status manager maintains, in upstream's order,
+/// then `AllContainersRestarting` (present only under `RestartAllContainersOnContainerExits`).
+pub const LAST_TRANSITION_TIME_CONDITIONS: [&str; 7] = [
     CONTAINERS_READY,
     POD_READY,
     POD_INITIALIZED,
     POD_READY_TO_START_CONTAINERS,
     POD_SCHEDULED,
     DISRUPTION_TARGET,
+    ALL_CONTAINERS_RESTARTING,
 ];
 
 /// Go's zero `time.Time` (0001-01-01T00:00:00Z): upstream treats a start time equal to it as unset.
@@ -47,6 +50,23 @@ pub enum TransitionError {
     /// The old init container statuses do not line up with the spec's init containers by index.
     #[error("found mismatch between pod spec and status, container: {0}")]
     SpecStatusMismatch(String),
+}
+
+/// [`check_container_state_transition`] under the feature gates in force: with
+/// `RestartAllContainersOnContainerExits`, a pod that could restart all its containers
+/// (`restart::all_containers_could_restart`) lets every container leave the terminated state
+/// (upstream's allowance at the top of `checkContainerStateTransition`): a restart of the whole
+/// pod brings back containers whatever their own policy says.
+pub fn check_container_state_transition_under(
+    old: &PodStatus,
+    new: &PodStatus,
+    spec: &PodSpec,
+    gates: &FeatureGates,
+) -> Result<(), TransitionError> {
+    if gates.enabled(Feature::RestartAllContainersOnContainerExits) && all_containers_could_restart(spec) {
+        return Ok(());
+    }
+    check_container_state_transition(old, new, spec, gates.enabled(Feature::ContainerRestartRules))
 }
 
 /// Upstream `checkContainerStateTransition`: no container may leave the terminated state unless
@@ -412,6 +432,44 @@ mod tests {
             check_container_state_transition(&old, &new, &spec, false),
             Err(TransitionError::InitContainer("i".into())),
             "init, gate off"
+        );
+    }
+
+    /// `RestartAllContainersOnContainerExits`: in a pod with a `RestartAllContainers` rule every
+    /// container may leave the terminated state, whatever its own policy; without the gate, or
+    /// in a pod without such a rule, the check is the one above.
+    #[test]
+    fn a_pod_that_restarts_all_its_containers_lets_them_all_run_again() {
+        use crate::restart::ACTION_RESTART_ALL_CONTAINERS;
+        use crate::restart::test_containers::with_own_policy;
+        let mut trigger = with_own_policy("trigger", Some("Never"), &[42]);
+        if let Some(rules) = trigger.restart_policy_rules.as_mut() {
+            rules[0].action = ACTION_RESTART_ALL_CONTAINERS.into();
+        }
+        let spec = PodSpec {
+            restart_policy: Some("Never".into()),
+            init_containers: Some(vec![container("init")]),
+            containers: vec![container("app"), trigger],
+            ..Default::default()
+        };
+        let old =
+            status(vec![terminated("init", 0)], vec![terminated("app", 137), terminated("trigger", 42)]);
+        let new = status(vec![waiting("init")], vec![waiting("app"), waiting("trigger")]);
+        let on = FeatureGates::default()
+            .with(Feature::RestartAllContainersOnContainerExits, true)
+            .expect("the gate is implemented");
+        assert_eq!(check_container_state_transition_under(&old, &new, &spec, &on), Ok(()));
+        assert_eq!(
+            check_container_state_transition_under(&old, &new, &spec, &FeatureGates::default()),
+            Err(TransitionError::Container("app".into())),
+            "gate off"
+        );
+        let mut plain = spec.clone();
+        plain.containers[1].restart_policy_rules = None;
+        assert_eq!(
+            check_container_state_transition_under(&old, &new, &plain, &on),
+            Err(TransitionError::Container("app".into())),
+            "no RestartAllContainers rule"
         );
     }
 

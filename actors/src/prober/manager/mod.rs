@@ -271,7 +271,8 @@ impl ProberManager {
 
     /// What a worker for `key` captures of its pod, container and probe, under the gates in
     /// force: whether it keeps container state across an agent restart, and whether the
-    /// container runs again once it has terminated (`ContainerRestartRules`).
+    /// container runs again once it has terminated (`ContainerRestartRules`; with
+    /// `RestartAllContainersOnContainerExits` also when the whole pod restarts).
     pub(super) fn worker_spec(&self, key: &ProbeKey, container: &PodContainer, probe: &Probe) -> WorkerSpec {
         let pod = container.pod();
         let is_sidecar = is_sidecar(pod, &container.name);
@@ -279,7 +280,11 @@ impl ProberManager {
         spec.keep_state_across_restart =
             !self.feature_gates.enabled(Feature::ChangeContainerStatusOnKubeletRestart);
         if self.feature_gates.enabled(Feature::ContainerRestartRules) {
-            spec.after_exit = AfterExit::AskTheContainer;
+            spec.after_exit = if self.feature_gates.enabled(Feature::RestartAllContainersOnContainerExits) {
+                AfterExit::AskTheContainerAndThePod
+            } else {
+                AfterExit::AskTheContainer
+            };
         }
         // Upstream's manager makes every worker its newer kind under the gate, static pods'
         // too (only their in-place changes are excluded).
