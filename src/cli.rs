@@ -245,6 +245,12 @@ pub struct LintArgs {
     /// `text` for a person, `json` (one document) for CI.
     #[arg(long, value_enum, default_value_t = LintFormat::Text)]
     pub format: LintFormat,
+
+    /// The feature gates of the cluster's API server, in the kubelet's syntax (as `run
+    /// --feature-gates`): what it accepts depends on them, such as a restart rule's
+    /// `RestartAllContainers` action (only with RestartAllContainersOnContainerExits=true).
+    #[arg(long, value_name = "NAME=BOOL,...", default_value = "", value_parser = parse_feature_gates, hide_default_value = true)]
+    pub feature_gates: ParsedFeatureGates,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

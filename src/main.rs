@@ -84,7 +84,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Lint(args) => {
-            let report = probelet::lint::lint_paths(&args.paths);
+            let report = probelet::lint::lint_paths_with(&args.paths, &args.feature_gates.gates);
             for error in &report.errors {
                 // A file name, or a value quoted in the reason, may hold a newline or an escape.
                 eprintln!("error: {}", probelet::logging::escape_controls(&error.to_string()));

@@ -1101,6 +1101,64 @@ fn without_container_restart_rules_only_sidecars_set_a_restart_policy() {
     assert_eq!(validate(&pod), Ok(()));
 }
 
+/// `RestartAllContainersOnContainerExits` (KEP-5532): a rule's action may be
+/// `RestartAllContainers` — on a regular container, an init container, and, the gate allowing
+/// rules on sidecars, a sidecar — only with the gate on; off, the API server's words refuse it
+/// as before, and a sidecar still may have no rules.
+#[test]
+fn restart_all_containers_is_an_action_only_under_its_gate() {
+    let on = FeatureGates::default().with(Feature::RestartAllContainersOnContainerExits, true).unwrap();
+    let rule = |action: &str| json!([{"action": action, "exitCodes": {"operator": "In", "values": [42]}}]);
+    let regular =
+        pod_from(json!({"restartPolicy": "Never", "restartPolicyRules": rule("RestartAllContainers")}));
+    assert_eq!(validate_with(&regular, &on), Ok(()));
+    assert_eq!(
+        validate(&regular),
+        Err(vec![
+            "spec.containers[0].restartPolicyRules[0].action: Unsupported value: \"RestartAllContainers\": supported values: \"Restart\""
+                .into()
+        ]),
+        "gate off"
+    );
+    let with_init = |policy: &str, action: &str| {
+        let mut pod = pod_from(json!({}));
+        let spec = pod.spec.as_mut().unwrap();
+        let mut init = spec.containers[0].clone();
+        init.name = "init".into();
+        init.restart_policy = Some(policy.into());
+        init.restart_policy_rules = serde_json::from_value(rule(action)).unwrap();
+        spec.init_containers = Some(vec![init]);
+        pod
+    };
+    assert_eq!(validate_with(&with_init("Never", "RestartAllContainers"), &on), Ok(()), "init container");
+    assert_eq!(validate_with(&with_init("Always", "RestartAllContainers"), &on), Ok(()), "sidecar");
+    assert_eq!(validate_with(&with_init("Always", "Restart"), &on), Ok(()), "a sidecar's rules, any action");
+    assert_eq!(
+        validate(&with_init("Always", "RestartAllContainers")),
+        Err(vec![
+            "spec.initContainers[0].restartPolicyRules: Forbidden: restartPolicyRules are not allowed for init containers with restart policy Always"
+                .into()
+        ]),
+        "sidecar, gate off"
+    );
+    assert_eq!(
+        validate_with(&with_init("Always", "Stop"), &on),
+        Err(vec![
+            "spec.initContainers[0].restartPolicyRules[0].action: Unsupported value: \"Stop\": supported values: \"Restart\", \"RestartAllContainers\""
+                .into()
+        ]),
+        "the actions the gate allows"
+    );
+    // Without ContainerRestartRules there are no rules at all, whatever this gate says.
+    let no_rules = on.with(Feature::ContainerRestartRules, false).unwrap();
+    assert_eq!(
+        validate_with(&regular, &no_rules),
+        Err(vec![
+            "spec.containers[0].restartPolicy: Forbidden: may not be set for non-init containers".into()
+        ])
+    );
+}
+
 // === folder ===
 
 /// The default gates with `MutableContainerProbes` on.

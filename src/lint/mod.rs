@@ -15,6 +15,7 @@ pub mod rules;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use probelet_actors::FeatureGates;
 use probelet_actors::gofmt::go_quote;
 
 use crate::host::manifests::DEFAULT_NAMESPACE;
@@ -66,18 +67,24 @@ impl Report {
     }
 }
 
-/// Reads and lints every path.
+/// Reads and lints every path, for an API server with the default feature gates.
 pub fn lint_paths(paths: &[PathBuf]) -> Report {
+    lint_paths_with(paths, &FeatureGates::default())
+}
+
+/// [`lint_paths`] for an API server running with `gates`.
+pub fn lint_paths_with(paths: &[PathBuf], gates: &FeatureGates) -> Report {
     let loaded = load::load_paths(paths);
     let objects = loaded
         .workloads
         .into_iter()
         .map(|workload| {
-            let mut lint = rules::lint_pod_spec(
+            let mut lint = rules::lint_pod_spec_with(
                 &workload.spec,
                 workload.spec_path,
                 workload.annotations.as_ref(),
                 workload.start_annotation.as_ref(),
+                gates,
             );
             // The API server checks an object's metadata before its spec: its name and namespace,
             // then a workload's own annotations (a Pod's are its pod's, checked with its spec),

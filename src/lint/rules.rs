@@ -197,8 +197,21 @@ pub fn lint_pod_spec(
     annotations: Option<&BTreeMap<String, String>>,
     start: Option<&StartAnnotation>,
 ) -> PodLint {
+    lint_pod_spec_with(spec, spec_path, annotations, start, &FeatureGates::default())
+}
+
+/// [`lint_pod_spec`] for a cluster whose API server runs with `gates` (`probelet lint
+/// --feature-gates`): what the API server accepts depends on them (a restart rule's
+/// `RestartAllContainers` action only under `RestartAllContainersOnContainerExits`).
+pub fn lint_pod_spec_with(
+    spec: &PodSpec,
+    spec_path: &str,
+    annotations: Option<&BTreeMap<String, String>>,
+    start: Option<&StartAnnotation>,
+    gates: &FeatureGates,
+) -> PodLint {
     let mut lint = PodLint::default();
-    lint.findings.extend(pod_errors(spec, spec_path, annotations));
+    lint.findings.extend(pod_errors(spec, spec_path, annotations, gates));
     // Where a container with a probe error is: its probes' numbers would be about a pod the API
     // server does not take. Its other errors (a duplicate name, a bad port) leave them alone.
     let probe_errors: BTreeSet<String> =
@@ -297,6 +310,7 @@ fn pod_errors(
     spec: &PodSpec,
     spec_path: &str,
     annotations: Option<&BTreeMap<String, String>>,
+    gates: &FeatureGates,
 ) -> Vec<Finding> {
     // The API server validates a template's metadata under the template's own path, so its
     // message says `spec.template.annotations`; the finding's field is where they are written.
@@ -313,8 +327,9 @@ fn pod_errors(
     let init = spec.init_containers.iter().flatten().enumerate();
     let containers: Vec<(String, &Container)> =
         containers.chain(init.map(|(i, c)| (container_path(spec_path, true, i), c))).collect();
-    // A lint checks a pod for a cluster: the gates are the API server's defaults.
-    for error in validate_pod_spec(spec, spec_path, &FeatureGates::default(), false) {
+    // A lint checks a pod for a cluster: the gates are its API server's (the defaults unless
+    // `--feature-gates` says otherwise).
+    for error in validate_pod_spec(spec, spec_path, gates, false) {
         let field = error_field(&error);
         let owner = containers.iter().find(|(path, _)| under(field, path));
         findings.push(match owner {
@@ -1158,6 +1173,29 @@ mod tests {
             let got = selector_mismatch(&workload, "spec.template.spec").map(|f| f.message);
             assert_eq!(got, want, "case {name}");
         }
+    }
+
+    /// A restart rule's `RestartAllContainers` action is an error for an API server with the
+    /// default gates, and accepted by one with `RestartAllContainersOnContainerExits` on.
+    #[test]
+    fn restart_all_containers_is_accepted_only_under_its_gate() {
+        let yaml = "containers:\n  - name: app\n    image: a\n    restartPolicy: Never\n    restartPolicyRules:\n      \
+                    - action: RestartAllContainers\n        exitCodes: {operator: In, values: [42]}\n";
+        let errors = with_rule(&lint_yaml(yaml), rule::INVALID)
+            .into_iter()
+            .map(|f| f.message.clone())
+            .collect::<Vec<_>>();
+        assert_eq!(
+            errors,
+            [
+                "spec.containers[0].restartPolicyRules[0].action: Unsupported value: \"RestartAllContainers\": supported values: \"Restart\""
+            ]
+        );
+        let on = FeatureGates::default()
+            .with(probelet_actors::Feature::RestartAllContainersOnContainerExits, true)
+            .unwrap();
+        let lint = lint_pod_spec_with(&spec(yaml), "spec", None, None, &on);
+        assert!(with_rule(&lint, rule::INVALID).is_empty(), "{:?}", lint.findings);
     }
 
     #[test]

@@ -212,8 +212,9 @@ pub fn validate_pod_spec(
     standalone: bool,
 ) -> Vec<String> {
     let container_rules = gates.enabled(Feature::ContainerRestartRules);
+    let restart_all = container_rules && gates.enabled(Feature::RestartAllContainersOnContainerExits);
     let mut errs = Errors::default();
-    let ctx = SpecContext { container_rules, standalone };
+    let ctx = SpecContext { container_rules, restart_all, standalone };
     validate_containers(&spec.containers, &format!("{spec_path}.containers"), ctx, &mut errs);
     validate_init_containers(
         spec.init_containers.as_deref().unwrap_or_default(),
@@ -247,6 +248,9 @@ pub fn validate_pod_spec(
 struct SpecContext {
     /// `ContainerRestartRules` is on.
     container_rules: bool,
+    /// `RestartAllContainersOnContainerExits` is on too: a rule may restart every container,
+    /// and a sidecar may have rules.
+    restart_all: bool,
     /// The agent's own rules apply (a container needs a `command`).
     standalone: bool,
 }
@@ -265,7 +269,7 @@ fn validate_containers(containers: &[Container], path: &str, ctx: SpecContext, e
         }
         container_probes(container, true, &path, errs);
         if ctx.container_rules {
-            validate_restart_policy(container, false, &path, errs);
+            validate_restart_policy(container, false, ctx.restart_all, &path, errs);
         } else if container.restart_policy.is_some() {
             errs.forbidden(&format!("{path}.restartPolicy"), "may not be set for non-init containers");
         }
@@ -280,8 +284,16 @@ const MAX_RESTART_RULE_EXIT_CODES: usize = 255;
 /// (`ContainerRestartRules` on): a policy the API knows, required beside rules; at most 20
 /// rules, each `Restart` on `In` or `NotIn` at most 255 exit codes. An init container's
 /// `Always` makes a sidecar, which may have no rules; its rules are checked only beside
-/// `OnFailure` or `Never`, a regular container's whatever its policy.
-fn validate_restart_policy(container: &Container, init: bool, path: &str, errs: &mut Errors) {
+/// `OnFailure` or `Never`, a regular container's whatever its policy. With `restart_all`
+/// (`RestartAllContainersOnContainerExits` on too) an action may also be
+/// `RestartAllContainers`, and a sidecar may have rules, checked as any other container's.
+fn validate_restart_policy(
+    container: &Container,
+    init: bool,
+    restart_all: bool,
+    path: &str,
+    errs: &mut Errors,
+) {
     let rules = container.restart_policy_rules.as_deref().unwrap_or_default();
     let policy = container.restart_policy.as_deref();
     match policy {
@@ -289,7 +301,7 @@ fn validate_restart_policy(container: &Container, init: bool, path: &str, errs: 
             &format!("{path}.restartPolicy"),
             "must specify restartPolicy when restart rules are used",
         ),
-        Some(restart::ALWAYS) if init && !rules.is_empty() => errs.forbidden(
+        Some(restart::ALWAYS) if init && !restart_all && !rules.is_empty() => errs.forbidden(
             &format!("{path}.restartPolicyRules"),
             "restartPolicyRules are not allowed for init containers with restart policy Always",
         ),
@@ -300,19 +312,24 @@ fn validate_restart_policy(container: &Container, init: bool, path: &str, errs: 
             &[restart::ALWAYS, restart::NEVER, restart::ON_FAILURE],
         ),
     }
-    if !init || matches!(policy, Some(restart::ON_FAILURE | restart::NEVER)) {
-        validate_restart_rules(rules, path, errs);
+    if !init || restart_all || matches!(policy, Some(restart::ON_FAILURE | restart::NEVER)) {
+        validate_restart_rules(rules, restart_all, path, errs);
     }
 }
 
-fn validate_restart_rules(rules: &[ContainerRestartRule], path: &str, errs: &mut Errors) {
+fn validate_restart_rules(rules: &[ContainerRestartRule], restart_all: bool, path: &str, errs: &mut Errors) {
+    let actions: &[&str] = if restart_all {
+        &[restart::ACTION_RESTART, restart::ACTION_RESTART_ALL_CONTAINERS]
+    } else {
+        &[restart::ACTION_RESTART]
+    };
     if rules.len() > MAX_RESTART_RULES {
         errs.too_many(&format!("{path}.restartPolicyRules"), rules.len(), MAX_RESTART_RULES);
     }
     for (i, rule) in rules.iter().enumerate() {
         let path = format!("{path}.restartPolicyRules[{i}]");
-        if rule.action != restart::ACTION_RESTART {
-            errs.not_supported(&format!("{path}.action"), &rule.action, &[restart::ACTION_RESTART]);
+        if !actions.contains(&rule.action.as_str()) {
+            errs.not_supported(&format!("{path}.action"), &rule.action, actions);
         }
         let Some(codes) = &rule.exit_codes else {
             errs.required(&format!("{path}.exitCodes"), "must be specified");
@@ -341,7 +358,7 @@ fn validate_init_containers(
         validate_container_common(container, &path, ctx.standalone, errs);
         let sidecar = container.restart_policy.as_deref() == Some(restart::ALWAYS);
         if ctx.container_rules {
-            validate_restart_policy(container, true, &path, errs);
+            validate_restart_policy(container, true, ctx.restart_all, &path, errs);
         } else if let Some(other) = container.restart_policy.as_deref().filter(|p| *p != restart::ALWAYS) {
             errs.not_supported(&format!("{path}.restartPolicy"), other, &[restart::ALWAYS]);
         }
