@@ -408,6 +408,91 @@ async fn without_container_restart_rules_the_pods_policy_decides() {
     h.kill_pod(&id, Duration::from_secs(5)).await;
 }
 
+/// A pod `Never` with an init container that notes each of its runs, a plain `app`, and a
+/// `trigger` that exits 42 the first time — answered by a `RestartAllContainers` rule — and
+/// then runs.
+fn restart_all_pod(dir: &Path) -> Pod {
+    let runs = dir.join("init-runs");
+    let marker = dir.join("triggered");
+    let mut trigger = sh(
+        "trigger",
+        &format!("if [ -e {m} ]; then exec sleep 1000; else touch {m}; exit 42; fi", m = marker.display()),
+    );
+    trigger.restart_policy = Some("Never".into());
+    trigger.restart_policy_rules = serde_json::from_value(
+        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]),
+    )
+    .unwrap();
+    let pod = with_containers(pod("restart-all", "Never"), vec![sh("app", "exec sleep 1000"), trigger]);
+    with_init(pod, vec![sh("init", &format!("echo run >> {}", runs.display()))])
+}
+
+/// `RestartAllContainersOnContainerExits`: the trigger's exit kills every other container
+/// (`Killing` with upstream's message), removes them all, runs the init container again and
+/// starts every container afresh; each container that had run counts one restart and shows the
+/// removal as its last state.
+#[actix::test]
+async fn a_restart_all_containers_rule_restarts_the_whole_pod_in_place() {
+    let gates = probelet::FeatureGates::default()
+        .with(probelet::Feature::RestartAllContainersOnContainerExits, true)
+        .unwrap();
+    let mut h = Harness::build(|runtime| runtime.with_feature_gates(&gates));
+    let dir = temp_dir("restart-all");
+    let pod = restart_all_pod(&dir);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let first = h.wait_for(&id, "app running", |s| running(app(s))).await;
+    let first_app = app(&first).container_id.clone();
+    let status = h
+        .wait_for(&id, "everything restarted", |s| {
+            let (app, trigger) = (app(s), named(&s.containers, "trigger"));
+            running(app) && running(trigger) && app.restart_count == 1 && trigger.restart_count == 1
+        })
+        .await;
+    assert_ne!(app(&status).container_id, first_app, "a new instance of app");
+    let init = named(&status.init_containers, "init");
+    assert_eq!(terminated(init).map(|t| t.exit_code), Some(0));
+    assert_eq!(init.restart_count, 1, "the init container ran again");
+    assert_eq!(std::fs::read_to_string(dir.join("init-runs")).unwrap(), "run\nrun\n");
+    for name in ["app", "trigger"] {
+        let last = last_terminated(named(&status.containers, name)).expect("a last state");
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref(), last.message.as_deref()),
+            (
+                137,
+                Some("RestartingAllContainers"),
+                Some("The container is removed because RestartAllContainers in place")
+            ),
+            "{name}"
+        );
+    }
+    assert_eq!(status.in_runtime.len(), 3, "{:?}", status.in_runtime);
+    assert!(h.events_for("app").contains(&"Normal Killing killing".to_owned()), "{:?}", h.events_for("app"));
+    assert!(!h.events_for("trigger").iter().any(|e| e.contains("Killing")), "the trigger had exited");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+/// With the gate off the rule's action restarts nothing: the trigger stays terminated (its
+/// own policy is `Never`), the others run on.
+#[actix::test]
+async fn without_its_gate_a_restart_all_containers_rule_restarts_nothing() {
+    let mut h = Harness::new();
+    let dir = temp_dir("restart-all-off");
+    let pod = restart_all_pod(&dir);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h
+        .wait_for(&id, "trigger terminated", |s| terminated(named(&s.containers, "trigger")).is_some())
+        .await;
+    assert_eq!(terminated(named(&status.containers, "trigger")).map(|t| t.exit_code), Some(42));
+    // Give a wrong restart the time to show.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = h.status(&id).await.unwrap();
+    assert!(running(app(&status)) && app(&status).restart_count == 0, "{status:#?}");
+    assert_eq!(std::fs::read_to_string(dir.join("init-runs")).unwrap(), "run\n");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
 fn app_named<'a>(status: &'a RuntimePodStatus, name: &str) -> &'a ContainerStatus {
     named(&status.containers, name)
 }

@@ -38,9 +38,13 @@ use probelet_actors::features::Feature;
 use probelet_actors::format::pod_ref;
 use probelet_actors::prober::update_status::keep_started_while_terminating;
 use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
+use probelet_actors::restart::{InRuntime, all_containers_could_restart};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::stored::StoredStatus;
-use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions};
+use probelet_actors::status::{
+    PHASE_FAILED, PHASE_SUCCEEDED, all_containers_restarting, generate_all_containers_restarting_condition,
+    generate_kubelet_conditions,
+};
 use probelet_actors::vocabulary::PodUid;
 
 use super::console::{self, Tone, tone_of_transition};
@@ -49,7 +53,9 @@ use super::deadline::{
 };
 use super::history::ProbeHistory;
 use super::manifests::{self, Snapshot, SourceChange};
-use super::phase::{has_any_regular_container_started, kill_grace_period, pod_phase, probe_kill_message};
+use super::phase::{
+    has_any_regular_container_started, kill_grace_period, pod_phase_restarting_all, probe_kill_message,
+};
 use super::runtime::{
     ForgetPod, GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RuntimeChanged, SyncPod,
 };
@@ -739,18 +745,27 @@ async fn generate_status(
     let uid = PodUid::of(&pod).unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let runtime_status = runtime.send(GetRuntimeStatus(uid.clone())).await.ok().flatten();
-    let (init, containers) = runtime_status.map(|s| (s.init_containers, s.containers)).unwrap_or_default();
+    let (init, containers, in_runtime) =
+        runtime_status.map(|s| (s.init_containers, s.containers, s.in_runtime)).unwrap_or_default();
     let initialized = has_any_regular_container_started(&spec, &containers);
+    let container_rules = pipeline.feature_gates.enabled(Feature::ContainerRestartRules);
+    // `RestartAllContainersOnContainerExits`, for a pod that could restart that way: whether it
+    // is restarting all its containers now, from the runtime and the last stored status
+    // (upstream's `oldPodStatus`), and the `AllContainersRestarting` condition.
+    let could_restart_all = container_rules
+        && pipeline.feature_gates.enabled(Feature::RestartAllContainersOnContainerExits)
+        && all_containers_could_restart(&spec);
+    let old = match could_restart_all {
+        true => pipeline.versioned_status(&uid).await.ok().flatten().and_then(|v| v.status.decode_logged()),
+        false => None,
+    };
+    let in_runtime: Vec<InRuntime<'_>> =
+        in_runtime.iter().map(|(name, exited_with)| InRuntime { name, exited_with: *exited_with }).collect();
+    let restarting_all = could_restart_all && all_containers_restarting(&spec, &in_runtime, old.as_ref());
     let phase = if evict {
         PHASE_FAILED
     } else {
-        pod_phase(
-            &spec,
-            &init,
-            &containers,
-            initialized,
-            pipeline.feature_gates.enabled(Feature::ContainerRestartRules),
-        )
+        pod_phase_restarting_all(&spec, &init, &containers, initialized, container_rules, restarting_all)
     };
     let status = PodStatus {
         phase: Some(phase.to_owned()),
@@ -777,6 +792,10 @@ async fn generate_status(
         keep_started_while_terminating(&mut status, stored.as_ref());
     }
     generate_kubelet_conditions(&pod, &mut status);
+    if could_restart_all {
+        let condition = generate_all_containers_restarting_condition(&spec, &in_runtime, old.as_ref(), phase);
+        status.conditions.get_or_insert_default().push(condition);
+    }
     Some(status)
 }
 

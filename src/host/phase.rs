@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::runtime::REASON_RESTARTING_ALL_CONTAINERS;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec};
 use probelet_actors::prober::ProbeKind;
 use probelet_actors::restart::{container_should_restart, restarts_after_probe_kill};
@@ -39,6 +40,24 @@ pub fn pod_phase(
     pod_has_initialized: bool,
     container_rules: bool,
 ) -> &'static str {
+    pod_phase_restarting_all(spec, init, containers, pod_has_initialized, container_rules, false)
+}
+
+/// [`pod_phase`] of a pod that may be restarting all its containers
+/// (`RestartAllContainersOnContainerExits`; `restarting_all`: upstream
+/// `ShouldAllContainersRestart` says it is). While it is, every stopped container counts as
+/// restarting, whatever its own rules say: the pod runs while some container still does, and
+/// is `Pending` once they are removed — a removed container waits with reason
+/// `RestartingAllContainers`, which counts as not started yet, not as an exit. It never reads
+/// as `Failed` or `Succeeded` in between, which would end it for good.
+pub fn pod_phase_restarting_all(
+    spec: &PodSpec,
+    init: &[ContainerStatus],
+    containers: &[ContainerStatus],
+    pod_has_initialized: bool,
+    container_rules: bool,
+    restarting_all: bool,
+) -> &'static str {
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     // Indexed once: a scan per container is quadratic in a pod's containers.
     let (init, containers) = (ByName::new(init), ByName::new(containers));
@@ -49,8 +68,9 @@ pub fn pod_phase(
     let mut failed_initialization = 0;
     // Under the gate: stopped containers that will not run again.
     let mut failed_initialization_not_restartable = 0;
-    let will_not_restart =
-        |container, code| container_rules && !container_should_restart(container, spec, code);
+    let will_not_restart = |container, code| {
+        container_rules && !restarting_all && !container_should_restart(container, spec, code)
+    };
     for container in spec.init_containers.iter().flatten().filter(|c| !is_restartable_init_container(c)) {
         match find(&init, &container.name) {
             None | Some(Observed::Running | Observed::Unknown) => pending_regular_init += 1,
@@ -180,7 +200,12 @@ impl Observed {
         if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
             return Observed::Terminated(terminated.exit_code);
         }
-        if state.is_some_and(|s| s.waiting.is_some()) {
+        if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
+            // Removed by a restart of all containers: its last state is the removal, not an
+            // exit of its own, and it starts again with the pod.
+            if waiting.reason.as_deref() == Some(REASON_RESTARTING_ALL_CONTAINERS) {
+                return Observed::Waiting { last_exit: None };
+            }
             let last_exit =
                 status.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code);
             return Observed::Waiting { last_exit };
@@ -736,5 +761,39 @@ mod tests {
             probe_kill_message(&own("Never", "Always"), "app", ProbeKind::Liveness, false),
             "Container app failed liveness probe"
         );
+    }
+
+    /// `RestartAllContainersOnContainerExits`: while the pod restarts all its containers, a
+    /// stopped container counts as restarting whatever its rules say (the pod runs, it does not
+    /// fail), and a container the restart removed waits as one not started yet, though its
+    /// last state says 137 (the pod is `Pending`, not `Failed`).
+    #[test]
+    fn a_pod_restarting_all_its_containers_neither_fails_nor_completes() {
+        let spec = spec("Never", &["i"], &["a", "t"]);
+        let removed = |name: &str| ContainerStatus {
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("RestartingAllContainers".into()),
+                    message: Some("The container is removed because RestartAllContainers in place".into()),
+                }),
+                ..Default::default()
+            }),
+            last_state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated { exit_code: 137, ..Default::default() }),
+                ..Default::default()
+            }),
+            ..waiting(name)
+        };
+        let (init, stopped) = (vec![exited("i", 0)], vec![exited("a", 137), exited("t", 42)]);
+        assert_eq!(pod_phase_restarting_all(&spec, &init, &stopped, true, true, true), PHASE_RUNNING);
+        assert_eq!(pod_phase_restarting_all(&spec, &init, &stopped, true, true, false), PHASE_FAILED);
+        let (init, removed_all) = (vec![removed("i")], vec![removed("a"), removed("t")]);
+        for restarting in [true, false] {
+            assert_eq!(
+                pod_phase_restarting_all(&spec, &init, &removed_all, true, true, restarting),
+                PHASE_PENDING,
+                "restarting: {restarting}"
+            );
+        }
     }
 }

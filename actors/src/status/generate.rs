@@ -216,6 +216,28 @@ pub fn terminal_phase_condition(condition_type: &str, pod_phase: &str) -> PodCon
     condition(condition_type, FALSE, Some(reason), None)
 }
 
+/// Upstream `ShouldAllContainersRestart` with the runtime's containers and the pod's last
+/// status (`old`, the status manager's): its `AllContainersRestarting` condition is True, or
+/// a container, as the runtime has it or as `old` shows it terminated, exited with a code its
+/// rules answer with `RestartAllContainers` (`restart::should_all_containers_restart`).
+pub fn all_containers_restarting(spec: &PodSpec, runtime: &[InRuntime<'_>], old: Option<&PodStatus>) -> bool {
+    let condition_true = old
+        .and_then(|s| s.conditions.as_deref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == CONDITION_ALL_CONTAINERS_RESTARTING && c.status == TRUE);
+    let terminated = |name: &str| {
+        old.into_iter()
+            .flat_map(|s| {
+                s.init_container_statuses.iter().flatten().chain(s.container_statuses.iter().flatten())
+            })
+            .find(|s| s.name == name)
+            .and_then(|s| s.state.as_ref()?.terminated.as_ref())
+            .map(|t| t.exit_code)
+    };
+    should_all_containers_restart(spec, Some(runtime), condition_true, terminated)
+}
+
 /// Upstream `GenerateAllContainersRestartingCondition` (KEP-5532): `False` with reason
 /// `PodCompleted` or `PodFailed` in a terminal phase; `True`, reason
 /// `RestartAllContainersStarted`, message `container exited with restart policy rule`, while
@@ -236,23 +258,7 @@ pub fn generate_all_containers_restarting_condition(
         PHASE_FAILED => return condition(CONDITION_ALL_CONTAINERS_RESTARTING, FALSE, Some(POD_FAILED), None),
         _ => {}
     }
-    let condition_true = old
-        .and_then(|s| s.conditions.as_deref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == CONDITION_ALL_CONTAINERS_RESTARTING && c.status == TRUE);
-    let terminated = |name: &str| {
-        old.into_iter()
-            .flat_map(|s| {
-                s.init_container_statuses.iter().flatten().chain(s.container_statuses.iter().flatten())
-            })
-            .find(|s| s.name == name)
-            .and_then(|s| s.state.as_ref()?.terminated.as_ref())
-            .map(|t| t.exit_code)
-    };
-    if !should_all_containers_restart(spec, Some(runtime), condition_true, terminated)
-        || all_containers_restart_cleaned_up(spec, runtime)
-    {
+    if !all_containers_restarting(spec, runtime, old) || all_containers_restart_cleaned_up(spec, runtime) {
         return condition(CONDITION_ALL_CONTAINERS_RESTARTING, FALSE, None, None);
     }
     condition(

@@ -31,10 +31,13 @@ use super::groups::ContainerGroups;
 use super::oom::{OomKills, READING_EVERY, VMSTAT};
 use super::output::NodeReadBudget;
 use super::state::{
-    Current, InstanceOutcome, PodRuntime, RestartRules, Role, Slot, find_container, pod_status,
+    Current, InstanceOutcome, PodRuntime, RestartAll, RestartRules, Role, Slot, find_container, pod_status,
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
-use super::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING, START_TURN_TIME, STARTS_PER_TURN};
+use super::{
+    DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING, MESSAGE_KILLING_FOR_RESTART_ALL,
+    START_TURN_TIME, STARTS_PER_TURN,
+};
 use probelet_actors::vocabulary::PodUid;
 
 mod start;
@@ -106,6 +109,10 @@ pub struct GetRuntimeStatus(pub PodUid);
 pub struct RuntimePodStatus {
     pub init_containers: Vec<ContainerStatus>,
     pub containers: Vec<ContainerStatus>,
+    /// The containers the runtime has (neither removed nor never started), init containers
+    /// first, each with its exit code if its latest instance has exited: what
+    /// `AllContainersRestarting` is generated from (KEP-5532).
+    pub in_runtime: Vec<(String, Option<i32>)>,
 }
 
 /// Some container of the pod changed state (started, exited, back-off began or ended).
@@ -153,6 +160,9 @@ pub struct ProcessRuntime {
     deferred: Vec<PodUid>,
     /// `ContainerRestartRules`: containers' own restart policies and rules count.
     container_restart_rules: bool,
+    /// `RestartAllContainersOnContainerExits` (with `ContainerRestartRules`): an exit a
+    /// container's rules answer with `RestartAllContainers` restarts the whole pod in place.
+    restart_all_containers: bool,
     /// The read rate all the containers' output streams share, so that many flooding
     /// containers cost the agent no more than a few would.
     output_budget: NodeReadBudget,
@@ -181,6 +191,7 @@ impl ProcessRuntime {
             starts_this_turn: None,
             deferred: Vec::new(),
             container_restart_rules: FeatureGates::default().enabled(Feature::ContainerRestartRules),
+            restart_all_containers: false,
             output_budget: NodeReadBudget::new(),
             oom_kills: OomKills::new(VMSTAT),
             oom_reading_due: false,
@@ -198,9 +209,12 @@ impl ProcessRuntime {
     }
 
     /// The runtime under these feature gates instead of the kubelet's defaults: under
-    /// `ContainerRestartRules` a container's own restart policy and rules decide its restarts.
+    /// `ContainerRestartRules` a container's own restart policy and rules decide its restarts;
+    /// with `RestartAllContainersOnContainerExits` too, a rule may restart the whole pod.
     pub fn with_feature_gates(mut self, gates: &FeatureGates) -> Self {
         self.container_restart_rules = gates.enabled(Feature::ContainerRestartRules);
+        self.restart_all_containers =
+            self.container_restart_rules && gates.enabled(Feature::RestartAllContainersOnContainerExits);
         self
     }
 
@@ -338,8 +352,14 @@ impl ProcessRuntime {
     /// The kubelet's `computePodActions` + `SyncPod`, reduced to starting what should run.
     fn reconcile(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.get(pod_uid) else { return };
-        if state.terminating || state.init_failed {
+        if state.terminating || state.init_failed || state.restart_all.is_some() {
             return;
+        }
+        // Upstream `computePodActions` under `RestartAllContainersOnContainerExits`: a
+        // container that exited by a `RestartAllContainers` rule restarts the whole pod, before
+        // any other decision (its own restart, the pod's completion, a failed init container).
+        if self.restart_all_containers && state.restart_all_due() {
+            return self.begin_restart_all(pod_uid, ctx);
         }
         let pod = state.pod.clone();
         let Some(spec) = pod.spec.as_ref() else { return };
@@ -423,6 +443,62 @@ impl ProcessRuntime {
         }
     }
 
+    /// Upstream `SyncPod` for a pod restarting all its containers: every running container is
+    /// killed, in no order, with the `Killing` message `killing` and no grace period (the
+    /// kubelet's 2 s minimum), then every container is removed and the pod starts again from
+    /// its first init container, in the same sandbox. Nothing starts meanwhile.
+    fn begin_restart_all(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        let timers: Vec<SpawnHandle> = state
+            .held_back
+            .take()
+            .into_iter()
+            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
+            .collect();
+        for timer in timers {
+            ctx.cancel_future(timer);
+        }
+        state.restart_all = Some(RestartAll::Killing);
+        tracing::info!(pod = %pod_ref(&state.pod), "a container exited by a RestartAllContainers rule, restarting all containers");
+        self.notify(pod_uid, ctx);
+        self.restart_all_step(pod_uid.into(), ctx);
+    }
+
+    /// Kills what still runs and waits for it, then again, until nothing runs (a kill that
+    /// failed is tried again): only then are the containers removed, so that no container
+    /// ever has two instances.
+    fn restart_all_step(&mut self, pod_uid: PodUid, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get(&pod_uid) else { return };
+        // A pod being stopped for good is the termination's now; it removes nothing.
+        if state.terminating || state.restart_all != Some(RestartAll::Killing) {
+            return;
+        }
+        let running: Vec<String> = state
+            .containers
+            .iter()
+            .filter(|(_, s)| matches!(s.current, Current::Running(_) | Current::Starting(_)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let stops: Vec<_> = running
+            .iter()
+            .filter_map(|name| {
+                self.begin_stop(&pod_uid, name, Some(MESSAGE_KILLING_FOR_RESTART_ALL), MINIMUM_GRACE_PERIOD)
+            })
+            .collect();
+        if !stops.is_empty() {
+            ctx.spawn(
+                join_all(stops).into_actor(self).map(move |_, act, ctx| act.restart_all_step(pod_uid, ctx)),
+            );
+            return;
+        }
+        let Some(state) = self.pods.get_mut(&pod_uid) else { return };
+        for timer in state.remove_all() {
+            ctx.cancel_future(timer);
+        }
+        tracing::info!(pod = %pod_ref(&state.pod), "all containers removed, starting the pod again");
+        self.notify(&pod_uid, ctx);
+    }
+
     /// The pod will run nothing more (it completed, or an init container failed under `Never`):
     /// no restarts from now on, and its sidecars are stopped, last first.
     fn complete(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
@@ -452,7 +528,7 @@ impl ProcessRuntime {
 
     fn outcome(&self, pod_uid: &str, name: &str) -> InstanceOutcome {
         match self.pods.get(pod_uid).and_then(|p| p.containers.get(name)).map(|s| &s.current) {
-            None | Some(Current::NotStarted) => InstanceOutcome::NotStarted,
+            None | Some(Current::NotStarted | Current::Removed { .. }) => InstanceOutcome::NotStarted,
             // A start under way blocks what comes after it, as a running container does.
             Some(Current::Running(_) | Current::Starting(_)) => InstanceOutcome::Running,
             Some(Current::Exited { terminated, .. }) => InstanceOutcome::ExitedWith(terminated.exit_code),
@@ -659,8 +735,20 @@ impl Handler<ForgetPod> for ProcessRuntime {
 impl Handler<GetRuntimeStatus> for ProcessRuntime {
     type Result = Option<RuntimePodStatus>;
 
-    fn handle(&mut self, GetRuntimeStatus(pod_uid): GetRuntimeStatus, _: &mut Context<Self>) -> Self::Result {
-        self.pods.get(&pod_uid).map(pod_status)
+    fn handle(
+        &mut self,
+        GetRuntimeStatus(pod_uid): GetRuntimeStatus,
+        ctx: &mut Context<Self>,
+    ) -> Self::Result {
+        let state = self.pods.get_mut(&pod_uid)?;
+        let status = pod_status(state);
+        // The host has read the pod with every container removed: the status it stores says
+        // the restart is cleaned up, and the pod may start again.
+        if state.restart_all == Some(RestartAll::Removed) {
+            state.restart_all = None;
+            ctx.run_later(Duration::ZERO, move |act, ctx| act.reconcile(&pod_uid, ctx));
+        }
+        Some(status)
     }
 }
 

@@ -97,6 +97,16 @@ pub const REASON_ERROR: &str = "Error";
 pub const REASON_OOM_KILLED: &str = "OOMKilled";
 /// Terminated reason of a container that could not be started (containerd's).
 pub const REASON_START_ERROR: &str = "StartError";
+/// Waiting reason, and last terminated reason, of a container a restart of all the pod's
+/// containers removed (upstream `convertToAPIContainerStatuses`, KEP-5532).
+pub const REASON_RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
+/// Their message.
+pub const MESSAGE_RESTARTING_ALL_CONTAINERS: &str =
+    "The container is removed because RestartAllContainers in place";
+/// Their last state's exit code (upstream writes 137, as for a container it lost track of).
+pub const EXIT_CODE_RESTARTING_ALL_CONTAINERS: i32 = 137;
+/// The `Killing` event's message for a container a restart of all containers kills.
+pub const MESSAGE_KILLING_FOR_RESTART_ALL: &str = "killing";
 
 /// Event reasons (upstream `pkg/kubelet/events`).
 pub const EVENT_CREATED: &str = "Created";

@@ -17,12 +17,15 @@ use tokio::time::Instant;
 use crate::container::ContainerId;
 use crate::prober::grpc::go_duration;
 use crate::prober::pod_name;
-use probelet_actors::restart::{Policy, container_should_restart, restarts_after_probe_kill};
+use probelet_actors::restart::{
+    InRuntime, Policy, container_should_restart, restarts_after_probe_kill, restarts_all_containers,
+};
 
 use super::actor::RuntimePodStatus;
 use super::backoff::Backoff;
 use super::{
-    REASON_CONTAINER_CREATING, REASON_CRASH_LOOP_BACK_OFF, REASON_POD_INITIALIZING,
+    EXIT_CODE_RESTARTING_ALL_CONTAINERS, MESSAGE_RESTARTING_ALL_CONTAINERS, REASON_CONTAINER_CREATING,
+    REASON_CRASH_LOOP_BACK_OFF, REASON_POD_INITIALIZING, REASON_RESTARTING_ALL_CONTAINERS,
     REASON_RUN_CONTAINER_ERROR,
 };
 
@@ -43,11 +46,28 @@ pub(super) struct PodRuntime {
     pub(super) terminating: bool,
     /// The retry of the starts the descriptor budget held back (one for the whole pod).
     pub(super) held_back: Option<SpawnHandle>,
+    /// A restart of all the pod's containers is under way (`RestartAllContainersOnContainerExits`):
+    /// nothing starts until it is done.
+    pub(super) restart_all: Option<RestartAll>,
+}
+
+/// Where a restart of all a pod's containers is (upstream: `AllContainersRestarting` True while
+/// the kubelet kills and removes every container, False once the runtime has none, then the
+/// pod's ordinary start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RestartAll {
+    /// The running containers are being killed.
+    Killing,
+    /// Every container is removed; the pod starts again from its first init container once
+    /// the host has read the runtime's status in this state, so that the status it stores
+    /// shows the restart cleaned up (`AllContainersRestarting` False) before anything runs.
+    Removed,
 }
 
 /// One container of a pod, across its restarts.
 pub(super) struct Slot {
-    /// Instances started so far; the restart count is one less.
+    /// Instances started so far; the restart count is one less. A restart of all containers
+    /// sets it to the count it shows (`Current::Removed`), which the next start then keeps.
     pub(super) started: i32,
     pub(super) current: Current,
     /// The terminated state of the instance before the current one (the status's `lastState`).
@@ -83,6 +103,15 @@ pub(super) enum Current {
     StartFailed {
         id: ContainerId,
         terminated: ContainerStateTerminated,
+    },
+    /// Removed by a restart of all the pod's containers: no instance in the runtime until it
+    /// starts again. `restarted`: its status had run or ended (not waiting), so the restart
+    /// counts for it — it waits with reason `RestartingAllContainers`, its last state says so
+    /// and its restart count is one more (upstream `convertToAPIContainerStatuses` for a pod
+    /// restarting all containers); a container that was waiting (in back-off, say) keeps its
+    /// status, waiting with the default reason.
+    Removed {
+        restarted: bool,
     },
 }
 
@@ -129,7 +158,94 @@ impl PodRuntime {
             init_failed: false,
             terminating: false,
             held_back: None,
+            restart_all: None,
         }
+    }
+
+    /// The pod's containers that the runtime has (not removed, started at least once), and
+    /// with which code each exited if it has: what upstream reads of the runtime's pod status
+    /// for `ShouldAllContainersRestart` and `AllContainersRestartCleanedUp`.
+    pub(super) fn in_runtime(&self) -> Vec<InRuntime<'_>> {
+        let Some(spec) = self.pod.spec.as_ref() else { return Vec::new() };
+        spec.init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .filter_map(|c| {
+                let exited_with = match &self.containers.get(&c.name)?.current {
+                    Current::NotStarted | Current::Removed { .. } => return None,
+                    Current::Starting(_) | Current::Running(_) => None,
+                    Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } => {
+                        Some(terminated.exit_code)
+                    }
+                };
+                Some(InRuntime { name: &c.name, exited_with })
+            })
+            .collect()
+    }
+
+    /// Upstream `ShouldAllContainersRestart` on the runtime's view alone: some init or regular
+    /// container's latest instance exited (or failed to start) with a code its rules answer
+    /// with `RestartAllContainers`.
+    pub(super) fn restart_all_due(&self) -> bool {
+        let Some(spec) = self.pod.spec.as_ref() else { return false };
+        spec.init_containers.iter().flatten().chain(&spec.containers).any(|c| {
+            matches!(
+                self.containers.get(&c.name).map(|s| &s.current),
+                Some(Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. })
+                    if restarts_all_containers(c, terminated.exit_code)
+            )
+        })
+    }
+
+    /// Removes every container from the runtime once none runs (upstream's `removeContainer` of
+    /// each, for a pod restarting all its containers): each shows as
+    /// [`Current::Removed`], and the pod starts over — not initialized, no back-off (upstream
+    /// finds no exited instance to back off from), no sidecar counted as started. Hands back
+    /// the pending timers for the actor to cancel.
+    pub(super) fn remove_all(&mut self) -> Vec<SpawnHandle> {
+        let mut timers: Vec<SpawnHandle> = self.held_back.take().into_iter().collect();
+        for slot in self.containers.values_mut() {
+            let in_back_off = slot.timer.is_some();
+            timers.extend(slot.timer.take());
+            let restarted = match std::mem::replace(&mut slot.current, Current::NotStarted) {
+                Current::NotStarted => continue,
+                // Removed by an earlier restart and not started since: it stays as it shows.
+                Current::Removed { restarted } => {
+                    slot.current = Current::Removed { restarted };
+                    continue;
+                }
+                // Not reached: every container has stopped before this. Shown as one that ran.
+                Current::Starting(_) | Current::Running(_) => true,
+                Current::Exited { terminated, .. } => {
+                    slot.last_terminated = Some(terminated);
+                    !in_back_off
+                }
+                Current::StartFailed { terminated, .. } => {
+                    slot.last_terminated = Some(terminated);
+                    false
+                }
+            };
+            if restarted {
+                slot.last_terminated = Some(ContainerStateTerminated {
+                    exit_code: EXIT_CODE_RESTARTING_ALL_CONTAINERS,
+                    reason: Some(REASON_RESTARTING_ALL_CONTAINERS.to_owned()),
+                    message: Some(MESSAGE_RESTARTING_ALL_CONTAINERS.to_owned()),
+                    ..Default::default()
+                });
+            } else {
+                slot.started -= 1;
+            }
+            slot.current = Current::Removed { restarted };
+            slot.last_event = None;
+            slot.initialized = false;
+            slot.refused = false;
+            slot.restart_owed = false;
+        }
+        self.initialized = false;
+        self.init_failed = false;
+        self.restart_all = Some(RestartAll::Removed);
+        timers
     }
 
     /// Marks the pod terminating and hands back every pending start timer (the held-back
@@ -254,6 +370,17 @@ pub(super) fn container_status(
                 }
             }
         }
+        Current::Removed { restarted } => {
+            // `started` is the count it shows (see `PodRuntime::remove_all`).
+            status.restart_count = slot.started.max(0);
+            if *restarted {
+                status.state = Some(waiting(
+                    REASON_RESTARTING_ALL_CONTAINERS,
+                    Some(MESSAGE_RESTARTING_ALL_CONTAINERS.to_owned()),
+                ));
+            }
+            status.last_state = Some(last_terminated());
+        }
         Current::StartFailed { id, terminated } => {
             status.container_id = Some(id.to_string());
             // Upstream's reason cache: the failed start's error until the back-off begins, then
@@ -304,6 +431,7 @@ pub(super) fn pod_status(state: &PodRuntime) -> RuntimePodStatus {
     RuntimePodStatus {
         init_containers: init_containers.iter().map(status).collect(),
         containers: spec.containers.iter().map(status).collect(),
+        in_runtime: state.in_runtime().into_iter().map(|c| (c.name.to_owned(), c.exited_with)).collect(),
     }
 }
 
