@@ -301,6 +301,90 @@ async fn container_lifecycle_prober_probes_started_and_restarted_containers() {
     agent.stop().await;
 }
 
+/// `--feature-gates RestartAllContainersOnContainerExits=true`: a container that exits with a
+/// code its `RestartAllContainers` rule names restarts the whole pod in place. The pod says so
+/// (`AllContainersRestarting` True, then False once every container is removed), its ready
+/// container is killed and goes not ready, the init container runs again, every container
+/// starts afresh (one restart each) and readiness passes again. The old instance of the ready
+/// container is gone before the new one starts, and none is left behind.
+#[actix::test]
+async fn a_restart_all_containers_rule_restarts_the_pod_in_place() {
+    let dir = temp_dir("restart-all");
+    let side = temp_dir("restart-all-files");
+    let port = free_port();
+    let bin = env!("CARGO_BIN_EXE_probelet");
+    // `$$` is the API's escape of `$` in a command (`$$$$` is the shell's `$$`).
+    let side_path = side.display();
+    write(
+        &dir,
+        "ra.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: ra
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: init
+    command: ["sh", "-c", "echo run >> {side_path}/init-runs"]
+  containers:
+  - name: app
+    command: ["sh", "-c", "for p in $$(cat {side_path}/app-pids 2>/dev/null); do kill -0 $p 2>/dev/null && echo $p >> {side_path}/overlap; done; echo $$$$ >> {side_path}/app-pids; exec {bin} demo-target --http 127.0.0.1:{port}"]
+    readinessProbe:
+      httpGet: {{path: /healthz, port: {port}}}
+      periodSeconds: 1
+  - name: trigger
+    restartPolicy: Never
+    restartPolicyRules:
+    - action: RestartAllContainers
+      exitCodes: {{operator: In, values: [42]}}
+    command: ["sh", "-c", "if [ -e {side_path}/triggered ]; then exec sleep 1000; fi; until [ -e {side_path}/go ]; do sleep 0.1; done; touch {side_path}/triggered; exit 42"]
+"#
+        ),
+    );
+    let mut agent =
+        Agent::start_full(&dir, &[], &["--feature-gates", "RestartAllContainersOnContainerExits=true"]).await;
+    let ready = agent.wait_for_after(0, |l| l.contains("default/ra: Ready=True")).await;
+    write(&side, "go", "");
+    let restarting = agent
+        .wait_for_after(ready, |l| {
+            l.contains(
+                "default/ra: AllContainersRestarting=True (RestartAllContainersStarted: container exited with restart policy rule)",
+            )
+        })
+        .await;
+    agent.wait_for_after(restarting, |l| l.contains("default/ra: Ready=False")).await;
+    let cleaned =
+        agent.wait_for_after(restarting, |l| l.contains("default/ra: AllContainersRestarting=False")).await;
+    for container in ["init", "app", "trigger"] {
+        agent
+            .wait_for_after(cleaned, |l| {
+                l.contains(&format!("default/ra: container {container} restarted (restart count 1)"))
+            })
+            .await;
+    }
+    agent.wait_for_after(cleaned, |l| l.contains("default/ra: Ready=True")).await;
+    assert_eq!(
+        std::fs::read_to_string(side.join("init-runs")).unwrap(),
+        "run\nrun\n",
+        "the init container ran again"
+    );
+    let pids: Vec<u32> = std::fs::read_to_string(side.join("app-pids"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "app started twice: {pids:?}");
+    assert!(!Path::new(&format!("/proc/{}", pids[0])).exists(), "the first app is gone");
+    assert!(Path::new(&format!("/proc/{}", pids[1])).exists(), "the second app runs");
+    assert!(!side.join("overlap").exists(), "the first app was still running when the second started");
+    agent.stop().await;
+    assert!(!Path::new(&format!("/proc/{}", pids[1])).exists(), "nothing is left behind");
+    let _ = std::fs::remove_dir_all(&side);
+}
+
 #[test]
 fn a_bad_feature_gate_is_refused_with_the_kubelets_words() {
     let cases = [

@@ -358,8 +358,10 @@ impl ProcessRuntime {
         // Upstream `computePodActions` under `RestartAllContainersOnContainerExits`: a
         // container that exited by a `RestartAllContainers` rule restarts the whole pod, before
         // any other decision (its own restart, the pod's completion, a failed init container).
+        // It begins once the host has read the exit (`GetRuntimeStatus`), so that the status
+        // it stores says the pod is restarting all its containers.
         if self.restart_all_containers && state.restart_all_due() {
-            return self.begin_restart_all(pod_uid, ctx);
+            return;
         }
         let pod = state.pod.clone();
         let Some(spec) = pod.spec.as_ref() else { return };
@@ -449,6 +451,9 @@ impl ProcessRuntime {
     /// its first init container, in the same sandbox. Nothing starts meanwhile.
     fn begin_restart_all(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        if state.terminating || state.restart_all != Some(RestartAll::Seen) {
+            return;
+        }
         let timers: Vec<SpawnHandle> = state
             .held_back
             .take()
@@ -740,13 +745,22 @@ impl Handler<GetRuntimeStatus> for ProcessRuntime {
         GetRuntimeStatus(pod_uid): GetRuntimeStatus,
         ctx: &mut Context<Self>,
     ) -> Self::Result {
+        let restart_all_containers = self.restart_all_containers;
         let state = self.pods.get_mut(&pod_uid)?;
         let status = pod_status(state);
-        // The host has read the pod with every container removed: the status it stores says
-        // the restart is cleaned up, and the pod may start again.
-        if state.restart_all == Some(RestartAll::Removed) {
-            state.restart_all = None;
-            ctx.run_later(Duration::ZERO, move |act, ctx| act.reconcile(&pod_uid, ctx));
+        match state.restart_all {
+            // The host has read the exit that restarts every container: the restart begins.
+            None if restart_all_containers && !state.terminating && state.restart_all_due() => {
+                state.restart_all = Some(RestartAll::Seen);
+                ctx.run_later(Duration::ZERO, move |act, ctx| act.begin_restart_all(&pod_uid, ctx));
+            }
+            // The host has read the pod with every container removed: the status it stores
+            // says the restart is cleaned up, and the pod may start again.
+            Some(RestartAll::Removed) => {
+                state.restart_all = None;
+                ctx.run_later(Duration::ZERO, move |act, ctx| act.reconcile(&pod_uid, ctx));
+            }
+            _ => {}
         }
         Some(status)
     }

@@ -56,6 +56,10 @@ pub(super) struct PodRuntime {
 /// pod's ordinary start).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum RestartAll {
+    /// A container exited by a `RestartAllContainers` rule and the host has read that status:
+    /// the kills begin (upstream generates the pod's status, `AllContainersRestarting` True,
+    /// before its sync acts on the exit).
+    Seen,
     /// The running containers are being killed.
     Killing,
     /// Every container is removed; the pod starts again from its first init container once
