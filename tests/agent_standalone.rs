@@ -356,16 +356,22 @@ spec:
         })
         .await;
     agent.wait_for_after(restarting, |l| l.contains("default/ra: Ready=False")).await;
-    let cleaned =
-        agent.wait_for_after(restarting, |l| l.contains("default/ra: AllContainersRestarting=False")).await;
     for container in ["init", "app", "trigger"] {
         agent
-            .wait_for_after(cleaned, |l| {
+            .wait_for_after(restarting, |l| {
                 l.contains(&format!("default/ra: container {container} restarted (restart count 1)"))
             })
             .await;
     }
-    agent.wait_for_after(cleaned, |l| l.contains("default/ra: Ready=True")).await;
+    let cleaned =
+        agent.wait_for_after(restarting, |l| l.contains("default/ra: AllContainersRestarting=False")).await;
+    let again = agent.wait_for_after(cleaned, |l| l.contains("default/ra: container app running")).await;
+    agent.wait_for_after(again, |l| l.contains("default/ra: Ready=True")).await;
+    assert!(
+        !agent.seen[restarting..].iter().any(|l| l.contains("phase Failed") || l.contains("phase Succeeded")),
+        "the pod never ends on the way:\n{}",
+        agent.seen[restarting..].join("\n")
+    );
     assert_eq!(
         std::fs::read_to_string(side.join("init-runs")).unwrap(),
         "run\nrun\n",

@@ -200,14 +200,16 @@ impl Observed {
         if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
             return Observed::Terminated(terminated.exit_code);
         }
-        if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
-            // Removed by a restart of all containers: its last state is the removal, not an
-            // exit of its own, and it starts again with the pod.
-            if waiting.reason.as_deref() == Some(REASON_RESTARTING_ALL_CONTAINERS) {
-                return Observed::Waiting { last_exit: None };
-            }
-            let last_exit =
-                status.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| t.exit_code);
+        if state.is_some_and(|s| s.waiting.is_some()) {
+            // A container a restart of all containers removed (waiting for it, or being
+            // created again): its last state is the removal, not an exit of its own, and it
+            // starts again with the pod.
+            let last_exit = status
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .filter(|t| t.reason.as_deref() != Some(REASON_RESTARTING_ALL_CONTAINERS))
+                .map(|t| t.exit_code);
             return Observed::Waiting { last_exit };
         }
         Observed::Unknown
@@ -779,7 +781,11 @@ mod tests {
                 ..Default::default()
             }),
             last_state: Some(ContainerState {
-                terminated: Some(ContainerStateTerminated { exit_code: 137, ..Default::default() }),
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some("RestartingAllContainers".into()),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..waiting(name)
@@ -788,12 +794,20 @@ mod tests {
         assert_eq!(pod_phase_restarting_all(&spec, &init, &stopped, true, true, true), PHASE_RUNNING);
         assert_eq!(pod_phase_restarting_all(&spec, &init, &stopped, true, true, false), PHASE_FAILED);
         let (init, removed_all) = (vec![removed("i")], vec![removed("a"), removed("t")]);
-        for restarting in [true, false] {
-            assert_eq!(
-                pod_phase_restarting_all(&spec, &init, &removed_all, true, true, restarting),
-                PHASE_PENDING,
-                "restarting: {restarting}"
-            );
+        // Being created again, the init container waits with another reason and the same last
+        // state.
+        let mut creating = removed("i");
+        if let Some(w) = creating.state.as_mut().and_then(|s| s.waiting.as_mut()) {
+            w.reason = Some("ContainerCreating".into());
+        }
+        for init in [init, vec![creating]] {
+            for restarting in [true, false] {
+                assert_eq!(
+                    pod_phase_restarting_all(&spec, &init, &removed_all, true, true, restarting),
+                    PHASE_PENDING,
+                    "restarting: {restarting}, {init:?}"
+                );
+            }
         }
     }
 }
