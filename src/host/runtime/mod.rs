@@ -6,7 +6,10 @@
 //! period; the sidecars of a pod whose regular containers are all done for good, last first,
 //! each with what is left of the grace period but at least 2 s, as upstream's `waitForTurn`),
 //! and the container statuses the kubelet would build from the runtime's view. A container a
-//! failed probe killed starts again whatever its exit code, unless the policy is `Never`.
+//! failed probe killed starts again whatever its exit code, unless the policy is `Never`. Under
+//! `RestartAllContainersOnContainerExits` an exit a container's `RestartAllContainers` rule
+//! matches restarts the whole pod in place: every container killed (2 s), then removed, then
+//! the pod started again from its first init container (docs/prober.md §3.11).
 //!
 //! Upstream counterpart: the kubelet's `kuberuntime` manager over a CRI runtime —
 //! `computePodActions` / `SyncPod` / `doBackOff` (`kuberuntime_manager.go`), `startContainer` /
