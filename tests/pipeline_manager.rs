@@ -85,6 +85,27 @@ async fn add_pod_twice_keeps_one_worker_per_probe() {
     assert_eq!(h.prober.calls_of("app", Readiness).len(), 3, "no duplicate readiness probes");
 }
 
+/// A probe that already has a worker is logged as upstream's `AddPod` says it, naming the
+/// probe type ("Readiness probe already exists for container", verbosity 8: trace). Before,
+/// "Probe already exists for container".
+#[actix::test]
+async fn add_pod_of_an_existing_probe_logs_upstreams_line() {
+    let log = ThreadLog::default();
+    let _guard = log.capture_at(tracing::Level::TRACE);
+    let (h, _) = started_harness().await;
+    let pod = test_pod("again").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    h.pipeline.add_pod(pod.clone());
+    h.wait_workers(1).await;
+    h.pipeline.add_pod(pod);
+    h.wait_workers(1).await;
+    let lines = log.lines_with("probe already exists for container");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("TRACE") && lines[0].contains("Readiness probe already exists for container"),
+        "{lines:?}"
+    );
+}
+
 #[actix::test]
 async fn add_pod_continues_past_an_existing_worker() {
     let (h, _) = started_harness().await;
@@ -667,9 +688,13 @@ impl std::io::Write for ThreadLog {
 
 impl ThreadLog {
     fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        self.capture_at(tracing::Level::WARN)
+    }
+
+    fn capture_at(&self, level: tracing::Level) -> tracing::subscriber::DefaultGuard {
         let writer = self.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
+            .with_max_level(level)
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();

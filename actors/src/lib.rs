@@ -40,6 +40,8 @@ pub mod shim;
 pub mod spawned;
 pub mod status;
 pub mod sync;
+#[cfg(test)]
+mod test_log;
 pub mod vocabulary;
 
 pub use features::{Feature, FeatureGateError, FeatureGates};

@@ -255,14 +255,15 @@ impl WorkerState {
             "the container must be one of the status's"
         );
         let Some(status) = status else {
-            tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
+            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
             return Step::Skip;
         };
         if status.finished {
+            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Pod is terminated, exiting probe worker");
             return Step::Stop;
         }
         let Some(container) = container else {
-            tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
+            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
             return Step::Skip;
         };
         let container_id = &container.id;
@@ -307,6 +308,7 @@ impl WorkerState {
         }
 
         let ContainerRunState::Running { started_at } = container.state else {
+            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Non-running container probed");
             // Upstream writes Failure here for every kind. Only readiness is written: a liveness
             // or startup Failure for an instance that does not run yet (created, not started)
             // would stay in the cache once it runs, so its first real failure would be no
@@ -326,6 +328,7 @@ impl WorkerState {
         };
 
         if spec.pod_deleting && matches!(spec.kind, ProbeKind::Liveness | ProbeKind::Startup) {
+            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Pod deletion requested, setting probe result to success");
             if spec.kind == ProbeKind::Startup {
                 tracing::info!(container = %spec.container_name, "Pod deletion requested before container has fully started");
             }
@@ -531,6 +534,48 @@ mod tests {
                 Next::Stop
             );
             assert!(ops.is_empty(), "{phase}: nothing written");
+        }
+    }
+
+    /// The checks before a probe log upstream's `doProbe` lines, at debug as its verbosity 3
+    /// maps (docs/architecture.md, "Log lines"). Before, "Pod is terminated, exiting probe
+    /// worker", "Non-running container probed" and "Pod deletion requested, setting probe result
+    /// to success" were not logged, and the other two were at trace.
+    #[test]
+    fn the_checks_log_upstreams_lines_at_debug() {
+        let terminal = PodStatus { phase: Some("Succeeded".into()), ..running("x://1", 0, Some(true)) };
+        let waiting = with_state(
+            running("x://1", 0, Some(true)),
+            ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() },
+        );
+        let no_container = running("", 0, Some(true));
+        let deleting = WorkerSpec { pod_deleting: true, ..spec(ProbeKind::Liveness) };
+        let cases = [
+            ("no status", spec(ProbeKind::Readiness), None, "No status for pod"),
+            (
+                "terminal pod",
+                spec(ProbeKind::Readiness),
+                Some(&terminal),
+                "Pod is terminated, exiting probe worker",
+            ),
+            (
+                "no container",
+                spec(ProbeKind::Readiness),
+                Some(&no_container),
+                "Probe target container not found",
+            ),
+            ("not running", spec(ProbeKind::Readiness), Some(&waiting), "Non-running container probed"),
+            (
+                "pod deleting",
+                deleting,
+                Some(&running("x://1", 0, Some(true))),
+                "Pod deletion requested, setting probe result to success",
+            ),
+        ];
+        for (name, spec, status, line) in cases {
+            let (log, _guard) = crate::test_log::Captured::start();
+            WorkerState::new().before(&spec, status, t(10), &mut vec![]);
+            assert_eq!(log.levels_of(line), [tracing::Level::DEBUG], "case {name}: {:?}", log.messages());
         }
     }
 

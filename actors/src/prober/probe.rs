@@ -481,8 +481,8 @@ impl Prober {
         match attempt {
             Err(err) => {
                 tracing::debug!(
-                    probe_kind = %kind, pod = pod_name(pod), container = %container().name, error = %err,
-                    "Probe errored"
+                    probe_kind = %kind, pod = pod_name(pod), container = %container().name,
+                    result = %err.outcome(), error = %err, "Probe errored"
                 );
                 self.parts.recorder.record(
                     &reference(),
@@ -493,7 +493,10 @@ impl Prober {
                 // Cloned, as the observer reads the attempt after this: errors are rare.
                 Err(err.clone())
             }
-            Ok(Probed { outcome: ProbeOutcome::Success, .. }) => Ok(ProbeResult::Success),
+            Ok(Probed { outcome: ProbeOutcome::Success, .. }) => {
+                tracing::debug!(probe_kind = %kind, pod = pod_name(pod), container = %container().name, "Probe succeeded");
+                Ok(ProbeResult::Success)
+            }
             Ok(Probed { outcome: ProbeOutcome::Warning, output }) => {
                 self.parts.recorder.record(
                     &reference(),
@@ -501,9 +504,17 @@ impl Prober {
                     EVENT_PROBE_WARNING,
                     &format!("{kind} probe warning: {output}"),
                 );
+                tracing::debug!(
+                    probe_kind = %kind, pod = pod_name(pod), container = %container().name, output = %output,
+                    "Probe succeeded with a warning"
+                );
                 Ok(ProbeResult::Success)
             }
             Ok(Probed { outcome: ProbeOutcome::Failure, output }) => {
+                tracing::debug!(
+                    probe_kind = %kind, pod = pod_name(pod), container = %container().name,
+                    result = %ProbeOutcome::Failure, output = %output, "Probe failed"
+                );
                 self.parts.recorder.record(
                     &reference(),
                     EventType::Warning,
@@ -512,7 +523,13 @@ impl Prober {
                 );
                 Ok(ProbeResult::Failure)
             }
-            Ok(Probed { outcome: ProbeOutcome::Unknown, .. }) => Ok(ProbeResult::Failure),
+            Ok(Probed { outcome: ProbeOutcome::Unknown, .. }) => {
+                tracing::debug!(
+                    probe_kind = %kind, pod = pod_name(pod), container = %container().name,
+                    result = %ProbeOutcome::Unknown, "Probe unknown without error"
+                );
+                Ok(ProbeResult::Failure)
+            }
         }
     }
 
@@ -626,6 +643,7 @@ impl Prober {
                 None => Box::pin(grpc::probe(pod_ip, port, service, timeout)).await,
             });
         }
+        tracing::info!(container = %container.name, "Failed to find probe builder for container");
         Err(ProbeError::MissingHandler { pod: pod_name(pod), container: container.name.clone() })
     }
 }
@@ -1025,6 +1043,44 @@ mod tests {
         );
         assert_eq!(unknown, Ok(ProbeResult::Failure));
         assert_eq!(recorder.events().len(), 1, "unknown records no event");
+    }
+
+    /// Upstream's `probe` logs each outcome: "Probe errored" and "Probe failed" and "Probe
+    /// unknown without error" at verbosity 1, "Probe succeeded" and "Probe succeeded with a
+    /// warning" at 3, all at debug here (docs/architecture.md, "Log lines"). Before, only the
+    /// error was logged.
+    #[test]
+    fn each_outcome_logs_upstreams_line_at_debug() {
+        let prober = Prober::new(Arc::new(FakeRunner::default()), Arc::new(MemoryRecorder::new()));
+        let (pod, container) = pod_and_container(Probe::default());
+        let cases = [
+            ("success", Ok(Probed::new(ProbeOutcome::Success, "")), "Probe succeeded"),
+            ("warning", Ok(Probed::new(ProbeOutcome::Warning, "w")), "Probe succeeded with a warning"),
+            ("failure", Ok(Probed::new(ProbeOutcome::Failure, "f")), "Probe failed"),
+            ("unknown", Ok(Probed::new(ProbeOutcome::Unknown, "")), "Probe unknown without error"),
+            ("error", Err(ProbeError::InvalidPort(0)), "Probe errored"),
+        ];
+        for (name, attempt, line) in cases {
+            let (log, _guard) = crate::test_log::Captured::start();
+            let _ = prober.map_outcome(ProbeKind::Readiness, &pod, || &container, &attempt);
+            assert_eq!(log.messages(), [line], "case {name}");
+            assert_eq!(log.levels_of(line), [tracing::Level::DEBUG], "case {name}");
+        }
+    }
+
+    /// A probe without a handler: upstream logs "Failed to find probe builder for container"
+    /// at info before it answers the error. Before, nothing was logged.
+    #[tokio::test]
+    async fn a_probe_without_a_handler_logs_upstreams_line_at_info() {
+        let (prober, _, _) = setup(vec![]);
+        let (log, _guard) = crate::test_log::Captured::start();
+        let _ = run(&prober, ProbeKind::Readiness, Probe::default()).await;
+        assert_eq!(
+            log.levels_of("Failed to find probe builder for container"),
+            [tracing::Level::INFO; MAX_PROBE_RETRIES],
+            "one per try: {:?}",
+            log.messages()
+        );
     }
 
     /// What a probe holds while it queues for a slot: the tries are boxed once the slot is

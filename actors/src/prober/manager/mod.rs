@@ -450,7 +450,7 @@ impl ProberManager {
                     ProbeKey { pod_uid: uid.clone(), container_name: container.name.as_str().into(), kind };
                 let state = match self.workers.get(&key) {
                     Some(entry) if !entry.stopping => {
-                        tracing::trace!(pod_uid = %uid, container = %container.name, probe_kind = %kind, "Probe already exists for container");
+                        tracing::trace!(pod_uid = %uid, container = %container.name, probe_kind = %kind, "{kind} probe already exists for container");
                         continue;
                     }
                     // The stopping worker's cache entry stays: the replacement takes it over.
