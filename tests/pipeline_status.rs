@@ -515,6 +515,73 @@ fn gated_status(gate: Option<&str>, conditions: bool) -> PodStatus {
     }
 }
 
+/// The status manager's lines are upstream's, at the levels its verbosities map to
+/// (docs/architecture.md, "Log lines"): "Ignoring same status for pod" (verbosity 3: debug,
+/// was trace), "Pod has been deleted, no need to update readiness" (4: trace, was debug), and
+/// at info "Container readiness changed before pod has synced" and "Container readiness
+/// changed for unknown container". The actor runs on the test's thread, where the log is
+/// captured.
+#[actix::test]
+async fn the_status_manager_logs_upstreams_lines_at_their_levels() {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let writer = LineWriter(lines.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tokio::time::pause();
+    let h = Harness::start();
+    let sm = &h.pipeline.status_manager;
+
+    let ghost = gated_pod("ghost");
+    h.pipeline.set_pod_status(ghost.clone(), gated_status(Some("True"), true));
+    h.pipeline.set_pod_status(ghost.clone(), gated_status(Some("True"), true));
+    sm.do_send(readiness(&uid(&ghost), "cri://a", true));
+    let fresh = gated_pod("fresh");
+    h.pods.upsert(fresh.clone());
+    sm.do_send(readiness(&uid(&fresh), "cri://a", true));
+    let web = gated_pod("web");
+    h.pods.upsert(web.clone());
+    h.pipeline.set_pod_status(web.clone(), gated_status(Some("True"), true));
+    sm.do_send(readiness(&uid(&web), "cri://nope", true));
+    assert_eq!(version(&h.pipeline, &uid(&web)).await, Some(1));
+
+    let level_of = |message: &str| -> Vec<String> {
+        let all = lines.lock().unwrap().concat();
+        all.lines()
+            .filter(|l| l.contains(message))
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let cases = [
+        ("Ignoring same status for pod", "DEBUG"),
+        ("Pod has been deleted, no need to update readiness", "TRACE"),
+        ("Container readiness changed before pod has synced", "INFO"),
+        ("Container readiness changed for unknown container", "INFO"),
+    ];
+    for (message, level) in cases {
+        assert_eq!(level_of(message), [level], "{message}");
+    }
+}
+
+/// Collects what a log subscriber writes.
+#[derive(Clone)]
+struct LineWriter(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl std::io::Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().push(String::from_utf8_lossy(buf).into_owned());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[actix::test]
 async fn set_container_readiness_ignores_unknown_pods_unsynced_pods_and_unknown_containers() {
     tokio::time::pause();

@@ -118,6 +118,71 @@ async fn a_pod_of_that_name_with_another_uid_drops_the_status() {
     .await;
 }
 
+/// The lines upstream's `syncPod` logs: "Status for pod updated successfully" (verbosity 3:
+/// debug) for a write that changed the pod, and for a failure the request that failed, "Failed
+/// to get status for pod" for a GET (info). Before, a written status was not logged and every
+/// failure read "Failed to update status for pod". The syncer handles outcomes on the test's
+/// thread, where the log is captured.
+#[actix::test]
+async fn a_written_status_and_a_failed_get_are_logged_with_upstreams_lines() {
+    bounded(LIMIT, async {
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let writer = LineWriter(lines.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let logged = |text: &str| -> Vec<String> {
+            let all = lines.lock().unwrap().concat();
+            all.lines().filter(|l| l.contains(text)).map(|l| l.trim().to_owned()).collect()
+        };
+
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        let written = logged("Status for pod updated successfully");
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert!(written[0].starts_with("DEBUG"), "{written:?}");
+
+        let other = bound(test_pod("db").container("app"));
+        t.pods.add(&other);
+        t.fake.insert_pod((*other).clone());
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::GET, pod_path("db")),
+            kind: FaultKind::Status { code: 500, retry_after: None },
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&other, status_of(&other, "Running", vec![container("app", true)])).await;
+        eventually(Duration::from_secs(5), "the GET failed", || t.count(&Method::GET) >= 1).await;
+        t.flush(&syncer).await;
+        let failed = logged("Failed to get status for pod");
+        assert!(!failed.is_empty() && failed.iter().all(|l| l.starts_with("INFO")), "{failed:?}");
+        assert!(logged("Failed to update status for pod").is_empty(), "a failed GET is no failed update");
+    })
+    .await;
+}
+
+/// Collects what a log subscriber writes.
+#[derive(Clone)]
+struct LineWriter(Arc<Mutex<Vec<String>>>);
+
+impl std::io::Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().push(String::from_utf8_lossy(buf).into_owned());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Our merge base is a cache, and a cache can be behind: a watch copy of the pod's previous
 /// incarnation must not be taken for "the pod was recreated" while the API already holds ours.
 #[actix::test]

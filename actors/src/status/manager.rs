@@ -343,7 +343,7 @@ impl StatusManager {
             && !force
             && is_pod_status_by_kubelet_equal(cached, &status)
         {
-            tracing::trace!(pod = pod_ref(pod), pod_uid = %uid, "Ignoring same status for pod");
+            tracing::debug!(pod = pod_ref(pod), pod_uid = %uid, "Ignoring same status for pod");
             return false;
         }
         let entry = VersionedPodStatus {
@@ -368,7 +368,7 @@ impl StatusManager {
     /// The pod and a copy of its cached status, for the container-level setters.
     fn pod_and_status(&self, pod_uid: &str, what: &str) -> Option<(Arc<Pod>, PodStatus)> {
         let Some(pod) = self.pods.pod_by_uid(pod_uid) else {
-            tracing::debug!(pod_uid, "Pod has been deleted, no need to update {what}");
+            tracing::trace!(pod_uid, "Pod has been deleted, no need to update {what}");
             return None;
         };
         let Some(cached) = self.statuses.get(pod_uid) else {

@@ -101,6 +101,16 @@ impl WriteOutcome {
             WriteOutcome::Failed(_) | WriteOutcome::DeleteFailed(_) => "error",
         }
     }
+
+    /// The line upstream's `syncPod` logs (at info) for a write that failed, by the request that
+    /// failed: its GET, its DELETE, or else its PATCH. A failed GET's message starts with `get: `.
+    pub fn failure_line(&self) -> &'static str {
+        match self {
+            WriteOutcome::Failed(message) if message.starts_with("get: ") => "Failed to get status for pod",
+            WriteOutcome::DeleteFailed(_) => "Failed to delete status for pod",
+            _ => "Failed to update status for pod",
+        }
+    }
 }
 
 /// What a write reports back to the syncer.
@@ -233,7 +243,7 @@ impl SyncJob {
         }
         let fresh = match patch {
             None => {
-                tracing::trace!(pod_uid = %self.uid, pod = %result.name, "Status for pod is up-to-date");
+                tracing::debug!(pod_uid = %self.uid, pod = %result.name, "Status for pod is up-to-date");
                 base
             }
             Some(body) => {
@@ -500,5 +510,26 @@ mod tests {
         assert!(
             matches!(patch_failure(&api_error(500, None)), WriteOutcome::Failed(m) if m.starts_with("patch: "))
         );
+    }
+
+    /// Upstream's `syncPod` names the request that failed: "Failed to get status for pod" for its
+    /// GET, "Failed to delete status for pod" for its DELETE, "Failed to update status for pod"
+    /// for its PATCH. Before, every failure read "Failed to update status for pod".
+    #[test]
+    fn a_failed_write_is_logged_with_the_line_of_the_request_that_failed() {
+        let cases = [
+            ("get", WriteOutcome::Failed("get: 500".into()), "Failed to get status for pod"),
+            (
+                "unreadable get",
+                WriteOutcome::Failed("get: cannot read the pod: x".into()),
+                "Failed to get status for pod",
+            ),
+            ("patch", WriteOutcome::Failed("patch: 500".into()), "Failed to update status for pod"),
+            ("delete", WriteOutcome::DeleteFailed("delete: 500".into()), "Failed to delete status for pod"),
+            ("invalid", WriteOutcome::Invalid("422".into()), "Failed to update status for pod"),
+        ];
+        for (name, outcome, want) in cases {
+            assert_eq!(outcome.failure_line(), want, "case {name}");
+        }
     }
 }

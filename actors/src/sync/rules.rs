@@ -92,7 +92,7 @@ pub fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if !is_terminal_phase(phase) {
-        tracing::trace!(
+        tracing::debug!(
             pod = pod.metadata.name.as_deref().unwrap_or_default(),
             "Delaying pod deletion as the phase is non-terminal"
         );

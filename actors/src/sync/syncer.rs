@@ -285,6 +285,9 @@ impl StatusSyncer {
         }
         match &result.outcome {
             WriteOutcome::Updated | WriteOutcome::Unchanged => {
+                if result.outcome == WriteOutcome::Updated {
+                    tracing::debug!(pod_uid = %uid, pod = %result.name, version = result.version, "Status for pod updated successfully");
+                }
                 if let Some(since) = settled.synced_since {
                     let seconds = self.config.clock.now().duration_since(since).as_secs_f64().max(0.0);
                     metrics::histogram!(names::PROBELET_STATUS_SYNC_DURATION_SECONDS).record(seconds);
@@ -294,7 +297,7 @@ impl StatusSyncer {
                 tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod does not exist on the server");
             }
             WriteOutcome::Recreated => {
-                tracing::info!(pod_uid = %uid, pod = %result.name, "Pod was deleted and then recreated, skipping status update");
+                tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod was deleted and then recreated, skipping status update");
                 self.forget(&uid, &key, ctx);
                 self.config.status_manager.delete.do_send(DeletePodStatus(uid.clone()));
             }
@@ -329,7 +332,9 @@ impl StatusSyncer {
                 }
             },
             WriteOutcome::Failed(message) | WriteOutcome::DeleteFailed(message) => {
-                tracing::info!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?settled.retry_in.unwrap_or_default(), "Failed to update status for pod");
+                let retry_in = settled.retry_in.unwrap_or_default();
+                let line = result.outcome.failure_line();
+                tracing::info!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?retry_in, "{line}");
             }
         }
         let dirty = match self.pods.get_mut(&uid) {

@@ -72,7 +72,7 @@ impl StatusSyncer {
             } else if let Some(api_pod) = api_pod
                 && self.drifted(&api_pod.pod, status)
             {
-                tracing::info!(pod_uid = %uid, pod = %status.pod_name, "Pod status is inconsistent with cached status for pod, a reconciliation should be triggered");
+                tracing::debug!(pod_uid = %uid, pod = %status.pod_name, "Pod status is inconsistent with cached status for pod, a reconciliation should be triggered");
                 queue.push(uid.clone());
             }
         }
