@@ -188,9 +188,10 @@ pub struct RunArgs {
     #[arg(long, value_enum, env = "PROBELET_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// More log on standard error: -v adds probelet's debug lines (every event, container
-    /// starts), -vv everything at debug. RUST_LOG, when set, decides instead (kube's client
-    /// logs only its errors unless RUST_LOG names `kube_client`: it would log whole answers).
+    /// More log on standard error: -v adds probelet's debug lines (every event, every probe's
+    /// outcome, container starts; the kubelet's lines of verbosity 1 to 3), -vv everything at
+    /// debug. RUST_LOG, when set, decides instead (kube's client logs only its errors unless
+    /// RUST_LOG names `kube_client`: it would log whole answers).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
