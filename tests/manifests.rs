@@ -1769,6 +1769,66 @@ fn a_running_manifest_caught_half_written_keeps_its_pods_for_one_scan() {
     assert!(!held(&next), "{:?}", next.errors);
 }
 
+/// A running manifest written in place can be caught cut inside a character (a writer's block
+/// that ends in the middle of an `é`): it is held as a half-written file is, its pod and name
+/// kept, and nothing restarts once it is whole; cut at the same place at the next scan too, it
+/// is reported as what is wrong and its pod goes. Before, such a file was not held: the first
+/// scan that caught it stopped its pod (`file does not load`), gave its name to a refused
+/// newcomer, and the pod started again once the file was whole.
+#[test]
+fn a_running_manifest_caught_cut_inside_a_character_keeps_its_pod_while_held() {
+    let dir = TempDir::new("cut-in-a-character");
+    let whole = pod_yaml("web").replace("metadata:\n", "metadata:\n  annotations:\n    note: 'caf\u{e9}'\n");
+    let running_file = dir.write("b.yaml", &whole);
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    let running = scan(&Snapshot::default());
+    assert_eq!(running.pods.len(), 1, "{:?}", running.errors);
+    let newcomer = dir.write("a.yaml", pod_yaml("web").replace("'1000'", "'7'"));
+    let before = scan(&running);
+    assert_eq!(before.pods, running.pods);
+    let held = |snapshot: &Snapshot| {
+        snapshot.errors.iter().any(|e| {
+            e.file == running_file
+                && e.reason.starts_with(FAILS_FOR_NOW)
+                && e.reason.contains("invalid UTF-8")
+        })
+    };
+    // One byte into the two of `é`.
+    let cut = whole.find('\u{e9}').unwrap() + 1;
+    dir.write("b.yaml", &whole.as_bytes()[..cut]);
+    let caught = scan(&before);
+    assert_eq!(summary(&diff(&before, &caught)), Vec::<String>::new(), "the pod keeps running");
+    assert!(held(&caught), "{:?}", caught.errors);
+    assert!(caught.errors.iter().any(|e| e.file == newcomer), "the newcomer still refused");
+    dir.write("b.yaml", &whole);
+    let written = scan(&caught);
+    assert_eq!(summary(&diff(&caught, &written)), Vec::<String>::new(), "whole again: nothing restarts");
+    assert_eq!(written.pods, running.pods);
+
+    // Cut at the same place for two scans: the writer is done, and the pod goes.
+    dir.write("b.yaml", &whole.as_bytes()[..cut]);
+    let caught = scan(&written);
+    assert!(held(&caught), "{:?}", caught.errors);
+    let still = scan(&caught);
+    let changes = diff(&caught, &still);
+    assert_eq!(summary(&changes), vec!["-default/web", "+default/web"]);
+    let SourceChange::Added(added) = &changes[1] else { panic!("{changes:?}") };
+    assert_eq!(added.file, newcomer);
+    assert!(!held(&still), "{:?}", still.errors);
+    let why = removal(&still, &running_file, "default", "web", true);
+    assert_eq!(why, Removal::DoesNotLoad);
+    // Said as what it is from then on, and not held again.
+    let after = scan(&still);
+    assert_eq!(summary(&diff(&still, &after)), Vec::<String>::new());
+    assert!(
+        after.errors.iter().any(|e| e.file == running_file && e.reason.starts_with("invalid UTF-8")),
+        "{:?}",
+        after.errors
+    );
+}
+
 /// A running manifest written slowly in place (`cp` of a large file, `dd` in small blocks) is
 /// caught empty, then half written at several scans in a row, each time further along: its pods
 /// are kept while it changes, and nothing restarts once it is whole. Before, the second scan

@@ -544,22 +544,7 @@ impl ParseCache {
     /// being written), up to [`HELD_SCANS_MAX`].
     fn hold(&mut self, file: &Path, given: Vec<(String, String)>) -> bool {
         let contents = self.files.get(file).map(|(contents, _, _)| contents.as_str()).unwrap_or_default();
-        match self.held.get_mut(file) {
-            None => {
-                let seen = Some(contents.to_owned());
-                self.held.insert(file.to_owned(), Held { names: given, seen, scans: 1 });
-                true
-            }
-            Some(held) if held.seen.as_deref() != Some(contents) && held.scans < HELD_SCANS_MAX => {
-                held.seen = Some(contents.to_owned());
-                held.scans += 1;
-                true
-            }
-            Some(_) => {
-                self.held.remove(file);
-                false
-            }
-        }
+        hold_while_it_changes(&mut self.held, file, given, contents)
     }
 
     /// `file`, which gave the pods `given`, cannot be read (and not for a shortage of the
@@ -580,6 +565,32 @@ impl ParseCache {
         self.given_before.remove(file);
         self.given_up.insert(file.to_owned());
         false
+    }
+}
+
+/// `ParseCache::hold` of `file`, which this scan read as `seen`: its pods are kept at the
+/// first scan that catches it, and at each next one that reads something else, up to
+/// [`HELD_SCANS_MAX`]; the same twice in a row (the writer is done), the hold ends.
+fn hold_while_it_changes(
+    held: &mut HashMap<PathBuf, Held>,
+    file: &Path,
+    given: Vec<(String, String)>,
+    seen: &str,
+) -> bool {
+    match held.get_mut(file) {
+        None => {
+            held.insert(file.to_owned(), Held { names: given, seen: Some(seen.to_owned()), scans: 1 });
+            true
+        }
+        Some(kept) if kept.seen.as_deref() != Some(seen) && kept.scans < HELD_SCANS_MAX => {
+            kept.seen = Some(seen.to_owned());
+            kept.scans += 1;
+            true
+        }
+        Some(_) => {
+            held.remove(file);
+            false
+        }
     }
 }
 
@@ -630,6 +641,26 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
                     loaded.unreadable_files.insert(file.clone(), kind);
                 }
                 loaded.errors.push(ManifestError::new(&file, reason));
+                continue;
+            }
+            // Read, but cut inside a character: a file written in place whose writer's last
+            // block ended mid-character fails here before it could fail to parse. Held as a
+            // half-written file is, the place of the cut standing for what this scan read
+            // (the same place twice, the writer is done).
+            Err(error @ ReadError::Utf8(_)) => {
+                let reason = error.to_string();
+                let given = cache.names_given(&file);
+                cache.given_before.remove(&file);
+                cache.given_up.remove(&file);
+                // Its last parse is not what it holds now: a hold that ends must not find its
+                // pods there again.
+                cache.files.remove(&file);
+                if !given.is_empty() && hold_while_it_changes(&mut cache.held, &file, given, &reason) {
+                    loaded.unreadable_files.insert(file.clone(), io::ErrorKind::InvalidData);
+                    loaded.errors.push(ManifestError::new(&file, format!("{FAILS_FOR_NOW}: {reason}")));
+                } else {
+                    loaded.errors.push(ManifestError::new(&file, reason));
+                }
                 continue;
             }
             Err(content) => {
