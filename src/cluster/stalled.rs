@@ -1,5 +1,6 @@
-//! Gives up an API answer that stops coming: no response headers, or (but for a watch, whose
-//! stream may rightly stay quiet for minutes) no byte of the body, for [`ANSWER_SILENCE_MAX`].
+//! Gives up an API answer that stops coming: no response headers for [`HEADERS_WAIT_MAX`], or
+//! (but for a watch, whose stream may rightly stay quiet for minutes) no byte of the body for
+//! [`ANSWER_SILENCE_MAX`].
 //!
 //! kube's client sets no read timeout by default (kube 5: "watch streams are protected by a
 //! watcher-level idle timeout instead"), and its watcher bounds only the events of an open watch:
@@ -7,7 +8,10 @@
 //! a connection whose peer went away without a reset), was waited for for ever, and the agent
 //! never saw a pod again nor said anything (a hostile test). client-go's connections to an API
 //! server are HTTP/2 with a health check that drops a connection silent for 30 s and unanswered
-//! to a ping for 15 s more; this is the same order of wait for a client that speaks HTTP/1.1.
+//! to a ping for 15 s more; this is the same order of wait for a client that speaks HTTP/1.1,
+//! once an answer has begun. Before its headers, a live API server may rightly take up to its
+//! own request timeout (`--request-timeout`, 60 s by default: a list of an overloaded server),
+//! then answers 504 itself; client-go waits for it, so the wait for headers is longer than that.
 //! A request that upgrades its connection (`pods/exec`) is left alone: the exec probe bounds it.
 //! A failed answer is a transport error to the caller: the pod watch lists again on its
 //! back-off, a status write is retried on the syncer's.
@@ -21,8 +25,13 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 
-/// The longest an answer may be silent: before its headers, or between two parts of its body.
+/// The longest an answer's body may be silent between two of its parts.
 pub const ANSWER_SILENCE_MAX: Duration = Duration::from_secs(30);
+
+/// The longest the headers of an answer may take: the API server's default request timeout
+/// (60 s), after which a live server answers 504 itself, and 15 s more (client-go's ping
+/// timeout), so that a slow but live server is never given up before it gives up itself.
+pub const HEADERS_WAIT_MAX: Duration = Duration::from_secs(75);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -38,12 +47,13 @@ pub enum Stalled {
 /// The layer for [`kube::client::ClientBuilder::with_layer`].
 #[derive(Debug, Clone, Copy)]
 pub struct StalledAnswerLayer {
-    limit: Duration,
+    headers: Duration,
+    body: Duration,
 }
 
 impl Default for StalledAnswerLayer {
     fn default() -> Self {
-        StalledAnswerLayer { limit: ANSWER_SILENCE_MAX }
+        StalledAnswerLayer { headers: HEADERS_WAIT_MAX, body: ANSWER_SILENCE_MAX }
     }
 }
 
@@ -51,7 +61,7 @@ impl<S> tower::Layer<S> for StalledAnswerLayer {
     type Service = StalledAnswers<S>;
 
     fn layer(&self, inner: S) -> StalledAnswers<S> {
-        StalledAnswers { inner, limit: self.limit }
+        StalledAnswers { inner, headers: self.headers, body: self.body }
     }
 }
 
@@ -59,7 +69,8 @@ impl<S> tower::Layer<S> for StalledAnswerLayer {
 #[derive(Debug, Clone)]
 pub struct StalledAnswers<S> {
     inner: S,
-    limit: Duration,
+    headers: Duration,
+    body: Duration,
 }
 
 impl<S, B, RB> tower::Service<Request<B>> for StalledAnswers<S>
@@ -81,7 +92,7 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let upgrade = request.headers().contains_key(http::header::UPGRADE);
         let watch = super::watch::is_watch(request.uri());
-        let limit = self.limit;
+        let (headers, body) = (self.headers, self.body);
         let response = self.inner.call(request);
         Box::pin(async move {
             if upgrade {
@@ -90,11 +101,11 @@ where
                     .map(|r| r.map(|body| SilenceBounded::new(body, None)))
                     .map_err(Into::into);
             }
-            let response = match tokio::time::timeout(limit, response).await {
+            let response = match tokio::time::timeout(headers, response).await {
                 Ok(response) => response.map_err(Into::into)?,
-                Err(_) => return Err(Stalled::NoHeaders(limit).into()),
+                Err(_) => return Err(Stalled::NoHeaders(headers).into()),
             };
-            let body_limit = (!watch).then_some(limit);
+            let body_limit = (!watch).then_some(body);
             Ok(response.map(|body| SilenceBounded::new(body, body_limit)))
         })
     }
@@ -211,11 +222,20 @@ mod tests {
         let mut service = StalledAnswerLayer::default().layer(server(Duration::from_secs(3600)));
         let started = tokio::time::Instant::now();
         let err = call(&mut service, "/api/v1/pods", false).await.err().expect("given up");
-        assert_eq!(started.elapsed(), ANSWER_SILENCE_MAX);
-        assert_eq!(err.to_string(), "the API server sent no answer for 30s");
+        assert_eq!(started.elapsed(), HEADERS_WAIT_MAX);
+        assert_eq!(err.to_string(), "the API server sent no answer for 75s");
         // A watch's headers are bounded too.
         let err = call(&mut service, "/api/v1/pods?watch=true", false).await.err().expect("given up");
         assert!(err.is::<Stalled>());
+    }
+
+    /// A live API server may take its whole request timeout (60 s by default) before it answers,
+    /// a list of an overloaded server; it is waited for, as client-go waits.
+    #[tokio::test(start_paused = true)]
+    async fn headers_within_the_api_servers_own_timeout_are_waited_for() {
+        let mut service = StalledAnswerLayer::default().layer(server(Duration::from_secs(61)));
+        let answer = call(&mut service, "/api/v1/pods", false).await;
+        assert!(answer.is_ok(), "headers after 61 s are an answer: {:?}", answer.err());
     }
 
     #[tokio::test(start_paused = true)]
