@@ -328,7 +328,7 @@ spec:
   terminationGracePeriodSeconds: 2
   initContainers:
   - name: init
-    command: ["sh", "-c", "echo run >> {side_path}/init-runs"]
+    command: ["sh", "-c", "echo run >> {side_path}/init-runs; if [ -e {side_path}/triggered ]; then until [ -e {side_path}/init-go ]; do sleep 0.05; done; fi"]
   containers:
   - name: app
     command: ["sh", "-c", "for p in $$(cat {side_path}/app-pids 2>/dev/null); do kill -0 $p 2>/dev/null && echo $p >> {side_path}/overlap; done; echo $$$$ >> {side_path}/app-pids; exec {bin} demo-target --http 127.0.0.1:{port}"]
@@ -365,6 +365,23 @@ spec:
     }
     let cleaned =
         agent.wait_for_after(restarting, |l| l.contains("default/ra: AllContainersRestarting=False")).await;
+    // The init container runs again (held until `init-go`): the pod, initialized before, stays
+    // `Initialized` meanwhile, as upstream keeps the condition under the gate.
+    let response = agent.get("/pods").await;
+    let body = &response[response.find("{\"").expect("a JSON body")..];
+    let pods: serde_json::Value =
+        serde_json::Deserializer::from_str(body).into_iter().next().expect("a pod list").unwrap();
+    let initialized = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["metadata"]["name"] == "ra")
+        .and_then(|p| {
+            p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Initialized").cloned()
+        })
+        .expect("an Initialized condition");
+    assert_eq!(initialized["status"], "True", "{initialized}");
+    write(&side, "init-go", "");
     let again = agent.wait_for_after(cleaned, |l| l.contains("default/ra: container app running")).await;
     agent.wait_for_after(again, |l| l.contains("default/ra: Ready=True")).await;
     assert!(

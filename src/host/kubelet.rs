@@ -43,7 +43,7 @@ use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::stored::StoredStatus;
 use probelet_actors::status::{
     PHASE_FAILED, PHASE_SUCCEEDED, all_containers_restarting, generate_all_containers_restarting_condition,
-    generate_kubelet_conditions,
+    generate_kubelet_conditions, keep_initialized_once_initialized,
 };
 use probelet_actors::vocabulary::PodUid;
 
@@ -752,10 +752,11 @@ async fn generate_status(
     // `RestartAllContainersOnContainerExits`, for a pod that could restart that way: whether it
     // is restarting all its containers now, from the runtime and the last stored status
     // (upstream's `oldPodStatus`), and the `AllContainersRestarting` condition.
-    let could_restart_all = container_rules
-        && pipeline.feature_gates.enabled(Feature::RestartAllContainersOnContainerExits)
-        && all_containers_could_restart(&spec);
-    let old = match could_restart_all {
+    let restart_all_gate = pipeline.feature_gates.enabled(Feature::RestartAllContainersOnContainerExits);
+    let could_restart_all = container_rules && restart_all_gate && all_containers_could_restart(&spec);
+    // Under the gate every pod's last status is read: `Initialized` stays True once it was
+    // (upstream reads the gate alone, not the pod's rules).
+    let old = match restart_all_gate {
         true => pipeline.versioned_status(&uid).await.ok().flatten().and_then(|v| v.status.decode_logged()),
         false => None,
     };
@@ -792,6 +793,9 @@ async fn generate_status(
         keep_started_while_terminating(&mut status, stored.as_ref());
     }
     generate_kubelet_conditions(&pod, &mut status);
+    if restart_all_gate && let Some(conditions) = status.conditions.as_mut() {
+        keep_initialized_once_initialized(conditions, old.as_ref());
+    }
     if could_restart_all {
         let condition = generate_all_containers_restarting_condition(&spec, &in_runtime, old.as_ref(), phase);
         status.conditions.get_or_insert_default().push(condition);

@@ -188,6 +188,33 @@ pub fn generate_pod_initialized_condition(
     }
 }
 
+/// Upstream `GeneratePodInitializedCondition` under `RestartAllContainersOnContainerExits`: a
+/// pod once initialized stays so. A restart of all containers brings the init containers back
+/// from completed to waiting, which would read `Initialized` False (`ContainersNotInitialized`);
+/// with the gate on, the kubelet keeps it True when the last status (`old`) had it True. Only
+/// that reason is overridden (not `UnknownContainerStatuses`), as upstream's check sits in the
+/// branch that reports incomplete or unknown init containers. The caller applies it under the
+/// gate, for any pod (upstream reads the gate alone, not the pod's rules).
+pub fn keep_initialized_once_initialized(conditions: &mut [PodCondition], old: Option<&PodStatus>) {
+    let was_initialized = old
+        .and_then(|s| s.conditions.as_deref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == POD_INITIALIZED && c.status == TRUE);
+    if !was_initialized {
+        return;
+    }
+    for c in conditions.iter_mut().filter(|c| {
+        c.type_ == POD_INITIALIZED
+            && c.status == FALSE
+            && c.reason.as_deref() == Some(CONTAINERS_NOT_INITIALIZED)
+    }) {
+        c.status = TRUE.to_owned();
+        c.reason = None;
+        c.message = None;
+    }
+}
+
 /// Upstream `NeedToReconcilePodReadiness`: whether the pod's Ready condition in its own status
 /// disagrees (status or message) with what its readiness gates and containers say now.
 pub fn need_to_reconcile_pod_readiness(pod: &Pod) -> bool {
@@ -741,6 +768,48 @@ mod tests {
         assert_eq!(go_string_slice(&["a", "b"]), "[a b]");
         assert_eq!(go_string_slice(&["1234"]), "[1234]");
         assert_eq!(go_quote("a\"b"), "\"a\\\"b\"");
+    }
+
+    /// `RestartAllContainersOnContainerExits`: an init container waiting again after a restart
+    /// of all containers leaves `Initialized` True when the last status had it True, and only
+    /// then; an unknown-statuses False and a never-initialized pod are untouched.
+    #[test]
+    fn initialized_stays_true_once_the_pod_was_initialized() {
+        let spec = PodSpec {
+            init_containers: Some(vec![container("init")]),
+            containers: vec![container("app")],
+            ..Default::default()
+        };
+        let waiting_again = vec![unready("init"), unready("app")];
+        let generated =
+            || vec![generate_pod_initialized_condition(&spec, Some(&waiting_again), PHASE_PENDING)];
+        let old = |initialized: &str| PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: POD_INITIALIZED.into(),
+                status: initialized.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let mut conditions = generated();
+        assert_eq!(conditions[0].reason.as_deref(), Some(CONTAINERS_NOT_INITIALIZED));
+        keep_initialized_once_initialized(&mut conditions, Some(&old(TRUE)));
+        assert_eq!(
+            (
+                conditions[0].status.as_str(),
+                conditions[0].reason.as_deref(),
+                conditions[0].message.as_deref()
+            ),
+            (TRUE, None, None)
+        );
+        for previous in [Some(old(FALSE)), None] {
+            let mut conditions = generated();
+            keep_initialized_once_initialized(&mut conditions, previous.as_ref());
+            assert_eq!(conditions[0].status, FALSE, "{previous:?}");
+        }
+        let mut unknown = vec![generate_pod_initialized_condition(&spec, None, PHASE_PENDING)];
+        keep_initialized_once_initialized(&mut unknown, Some(&old(TRUE)));
+        assert_eq!(unknown[0].reason.as_deref(), Some(UNKNOWN_CONTAINER_STATUSES));
     }
 
     /// Upstream `TestGenerateAllContainersRestartingCondition`, case by case.
