@@ -472,6 +472,49 @@ async fn a_restart_all_containers_rule_restarts_the_whole_pod_in_place() {
     h.kill_pod(&id, Duration::from_secs(5)).await;
 }
 
+/// An init container that always exits by a `RestartAllContainers` rule restarts the pod again
+/// and again, as upstream does (no back-off), but a second apart at most, the pace of upstream's
+/// container-state poll: probelet sees each exit at once, and restarted the pod as fast as
+/// processes start (dozens of times a second, each with its events and status).
+#[actix::test]
+async fn a_pod_that_restarts_all_its_containers_at_every_run_restarts_a_second_apart() {
+    let gates = probelet::FeatureGates::default()
+        .with(probelet::Feature::RestartAllContainersOnContainerExits, true)
+        .unwrap();
+    let h = Harness::build(|runtime| runtime.with_feature_gates(&gates));
+    let dir = temp_dir("restart-all-loop");
+    let runs = dir.join("init-runs");
+    let mut init = sh("init", &format!("echo run >> {}; exit 42", runs.display()));
+    init.restart_policy_rules = serde_json::from_value(
+        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]),
+    )
+    .unwrap();
+    let pod = with_init(
+        with_containers(pod("restart-all-loop", "Always"), vec![sh("app", "exec sleep 1000")]),
+        vec![init],
+    );
+    let id = uid(&pod);
+    let count = || std::fs::read_to_string(&runs).map(|s| s.lines().count()).unwrap_or(0);
+    h.sync(&pod).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    // The restart begins once the host has read the exit: read the status as a host does, often.
+    while count() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the pod restarted: {} runs", count());
+        h.status(&id).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // From the second run on, each run is a restart of all containers: at most one a second.
+    let second = tokio::time::Instant::now();
+    while second.elapsed() < Duration::from_secs(3) {
+        h.status(&id).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let runs_in_3s = count() - 2;
+    let elapsed = second.elapsed().as_secs_f64();
+    assert!(runs_in_3s as f64 <= elapsed.ceil(), "{runs_in_3s} restarts of all containers in {elapsed:.1} s");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
 /// With the gate off the rule's action restarts nothing: the trigger stays terminated (its
 /// own policy is `Never`), the others run on.
 #[actix::test]

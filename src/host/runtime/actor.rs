@@ -31,7 +31,8 @@ use super::groups::ContainerGroups;
 use super::oom::{OomKills, READING_EVERY, VMSTAT};
 use super::output::NodeReadBudget;
 use super::state::{
-    Current, InstanceOutcome, PodRuntime, RestartAll, RestartRules, Role, Slot, find_container, pod_status,
+    Current, InstanceOutcome, PodRuntime, RESTART_ALL_MIN_INTERVAL, RestartAll, RestartRules, Role, Slot,
+    find_container, pod_status,
 };
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
 use super::{
@@ -464,6 +465,7 @@ impl ProcessRuntime {
             ctx.cancel_future(timer);
         }
         state.restart_all = Some(RestartAll::Killing);
+        state.restart_all_began = Some(tokio::time::Instant::now());
         tracing::info!(pod = %pod_ref(&state.pod), "a container exited by a RestartAllContainers rule, restarting all containers");
         self.notify(pod_uid, ctx);
         self.restart_all_step(pod_uid.into(), ctx);
@@ -752,7 +754,10 @@ impl Handler<GetRuntimeStatus> for ProcessRuntime {
             // The host has read the exit that restarts every container: the restart begins.
             None if restart_all_containers && !state.terminating && state.restart_all_due() => {
                 state.restart_all = Some(RestartAll::Seen);
-                ctx.run_later(Duration::ZERO, move |act, ctx| act.begin_restart_all(&pod_uid, ctx));
+                let wait = state.restart_all_began.map_or(Duration::ZERO, |began| {
+                    (began + RESTART_ALL_MIN_INTERVAL).saturating_duration_since(tokio::time::Instant::now())
+                });
+                ctx.run_later(wait, move |act, ctx| act.begin_restart_all(&pod_uid, ctx));
             }
             // The host has read the pod with every container removed: the status it stores
             // says the restart is cleaned up, and the pod may start again.

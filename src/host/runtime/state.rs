@@ -49,7 +49,17 @@ pub(super) struct PodRuntime {
     /// A restart of all the pod's containers is under way (`RestartAllContainersOnContainerExits`):
     /// nothing starts until it is done.
     pub(super) restart_all: Option<RestartAll>,
+    /// When the last restart of all the pod's containers began: the next begins
+    /// [`RESTART_ALL_MIN_INTERVAL`] later at the earliest.
+    pub(super) restart_all_began: Option<Instant>,
 }
+
+/// The shortest time between the beginnings of two restarts of all a pod's containers. Upstream
+/// has no back-off there, but its cycle is paced by the kubelet's container-state poll (PLEG,
+/// a relist every second), which sees each exit; probelet sees an exit at once, and an init
+/// container that always exits by its rule would otherwise restart the pod as fast as processes
+/// start, with events, status writes and console lines at that rate (docs/prober.md §3.11).
+pub(super) const RESTART_ALL_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Where a restart of all a pod's containers is (upstream: `AllContainersRestarting` True while
 /// the kubelet kills and removes every container, False once the runtime has none, then the
@@ -163,6 +173,7 @@ impl PodRuntime {
             terminating: false,
             held_back: None,
             restart_all: None,
+            restart_all_began: None,
         }
     }
 
