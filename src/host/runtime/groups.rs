@@ -406,16 +406,31 @@ impl ContainerGroups {
 
     /// Kills every group at once: SIGUSR1 to each leader (a shim kills its whole tree), up to
     /// [`TREE_KILL_WAIT`] for the leaders to end, then SIGKILL to each group. Returns how many
-    /// were still there. Records stay: the next agent finds the groups gone. No group may be
+    /// were still running. Records stay: the next agent finds the groups gone. No group may be
     /// added afterwards.
     pub fn kill_all(&self) -> usize {
+        self.kill_all_with(|| {})
+    }
+
+    /// [`Self::kill_all`], running `asked` once every shim has been asked on its control socket
+    /// and before any signal: a test stands in there for a shim that ends at once.
+    ///
+    /// A shim asked on its control socket kills its tree and ends within a millisecond, and
+    /// the runtime unlists its group and reaps it, often before the signals below go out. So
+    /// what runs is read before anything is asked: a group that ran then is counted as killed,
+    /// though its SIGUSR1 finds no one (the forced stop said "0 container process group(s)
+    /// killed" of the container it had just killed). And a group is signalled only while it is
+    /// listed, under the lock the runtime unlists it under: its leader is unreaped until then,
+    /// so its ID names no other process. After the reap the ID is free, and a SIGKILL by it
+    /// would reach the group of whatever took it (another agent's container, say).
+    fn kill_all_with(&self, asked: impl FnOnce()) -> usize {
         let (groups, controls) = {
             let mut groups = self.lock();
             groups.closed = true;
             let owners = groups
                 .by_pgid
                 .iter()
-                .map(|(&pgid, group)| (pgid, group.owner.clone()))
+                .map(|(&pgid, group)| (pgid, (group.owner.clone(), leader_runs(pgid, group.start))))
                 .collect::<BTreeMap<_, _>>();
             let controls: Vec<_> =
                 groups.by_pgid.values().filter_map(|group| group.control.clone()).collect();
@@ -424,25 +439,27 @@ impl ContainerGroups {
         for control in &controls {
             ask_to_kill_tree(&**control);
         }
+        asked();
         let mut killed = 0;
-        let mut asked = Vec::new();
-        for (&pgid, owner) in &groups {
-            // The leaders are the agent's children, unreaped while listed: their PIDs are theirs.
-            match signal_leader(pgid, Signal::KillTree) {
-                Ok(Delivery::Sent) => asked.push(pgid),
-                Ok(Delivery::Gone) => {}
-                Err(error) => {
+        let mut sent = Vec::new();
+        for (&pgid, (owner, _)) in &groups {
+            match self.signal_listed(pgid, |pgid| signal_leader(pgid, Signal::KillTree)) {
+                Some(Ok(Delivery::Sent)) => sent.push(pgid),
+                Some(Ok(Delivery::Gone)) | None => {}
+                Some(Err(error)) => {
                     tracing::error!(pgid, pod = %owner.pod, container = %owner.container, %error, "cannot kill container")
                 }
             }
         }
-        wait_for_leaders(&asked, TREE_KILL_WAIT);
-        for (pgid, owner) in groups {
-            match signal_group(pgid, Signal::Kill) {
-                Ok(Delivery::Sent) => {}
-                Ok(Delivery::Gone) if !asked.contains(&pgid) => continue,
-                Ok(Delivery::Gone) => {}
-                Err(error) => {
+        wait_for_leaders(&sent, TREE_KILL_WAIT);
+        for (pgid, (owner, ran)) in groups {
+            match self.signal_listed(pgid, |pgid| signal_group(pgid, Signal::Kill)) {
+                Some(Ok(Delivery::Sent)) => {}
+                // Ended (and unlisted) since the kill began: of the control socket's request,
+                // if it ran then.
+                Some(Ok(Delivery::Gone)) | None if !ran && !sent.contains(&pgid) => continue,
+                Some(Ok(Delivery::Gone)) | None => {}
+                Some(Err(error)) => {
                     tracing::error!(pgid, pod = %owner.pod, container = %owner.container, %error, "cannot kill container");
                     continue;
                 }
@@ -451,6 +468,17 @@ impl ContainerGroups {
             tracing::warn!(pgid, pod = %owner.pod, container = %owner.container, "container killed");
         }
         killed
+    }
+
+    /// `send` to group `pgid` if it is still listed, under the lock; `None` once unlisted (its
+    /// leader may be reaped, and its ID another process's).
+    fn signal_listed(
+        &self,
+        pgid: u32,
+        send: impl FnOnce(u32) -> io::Result<Delivery>,
+    ) -> Option<io::Result<Delivery>> {
+        let groups = self.lock();
+        groups.by_pgid.contains_key(&pgid).then(|| send(pgid))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Groups> {
@@ -507,6 +535,12 @@ pub(super) fn wait_for_leaders(leaders: &[u32], wait: Duration) {
     while leaders.iter().any(|&pid| runs(pid)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Whether the leader of listed group `pgid` runs: not a zombie, with the start time read when
+/// it was listed (when it could be read).
+fn leader_runs(pgid: u32, start: Option<u64>) -> bool {
+    ProcessStat::of(pgid).is_ok_and(|stat| !stat.zombie && start.is_none_or(|start| stat.start == start))
 }
 
 /// Whether process `pid` runs: there, and not a zombie its parent has not reaped yet.
@@ -668,6 +702,80 @@ mod tests {
         assert!(crate::process::start_time(std::process::id()).unwrap() <= ticks);
         drop(groups);
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A child process, killed and reaped when dropped (a failed test included).
+    struct Leader(std::process::Child);
+
+    impl Drop for Leader {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A running group with a control socket whose other end the test holds, as a shim's;
+    /// the leader (`sleep`, leading its own group) and that end.
+    fn group_with_control(groups: &ContainerGroups, seconds: &str) -> (Leader, UnixStream) {
+        use std::os::unix::process::CommandExt as _;
+        let leader = std::process::Command::new("sleep").arg(seconds).process_group(0).spawn().unwrap();
+        let owner = GroupOwner { pod: "default/p".into(), container: seconds.into() };
+        groups.add(leader.id(), owner).unwrap();
+        let (control, shim_end) = UnixStream::pair().unwrap();
+        groups.keep_control(leader.id(), control);
+        (Leader(leader), shim_end)
+    }
+
+    /// What the shim's end of the control socket got.
+    fn request_on(shim_end: &UnixStream) -> u8 {
+        use std::io::Read as _;
+        let mut byte = [0u8];
+        (&*shim_end).read_exact(&mut byte).unwrap();
+        byte[0]
+    }
+
+    /// The forced stop asks each shim on its control socket first; the shim kills its tree and
+    /// ends at once, and the runtime unlists its group and reaps it, often before the SIGUSR1
+    /// that follows (here: before it, always). That group ran when the kill began, and is
+    /// counted as killed. Before, its SIGUSR1 and SIGKILL found no one and the agent said
+    /// "shutdown forced, 0 container process group(s) killed" of the container it had just
+    /// killed (`agent_standalone::a_second_sigterm_ends_the_agent_promptly` failed 1 run in 30
+    /// beside another test).
+    #[test]
+    fn a_group_whose_shim_ended_on_the_control_request_is_counted_as_killed() {
+        let groups = ContainerGroups::default();
+        let (mut leader, shim_end) = group_with_control(&groups, "3713");
+        let pgid = leader.0.id();
+        let killed = groups.kill_all_with(|| {
+            assert_eq!(request_on(&shim_end), crate::shim::KILL_TREE, "asked on the control socket");
+            // The shim ended, and the runtime unlisted and reaped it.
+            leader.0.kill().unwrap();
+            assert!(groups.unlist(pgid).is_some());
+            leader.0.wait().unwrap();
+        });
+        assert_eq!(killed, 1);
+    }
+
+    /// A group unlisted while the forced stop runs (its shim ended, the runtime is reaping it)
+    /// is signalled no more: once reaped, its ID may be given to another process, which may lead
+    /// a group of its own (another agent's container). Here the leader, unlisted but left
+    /// running, stands for that process: it is not signalled. Before, the SIGUSR1 and the
+    /// SIGKILL went by the ID read when the stop began.
+    #[test]
+    fn a_group_unlisted_during_the_forced_stop_is_not_signalled() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let groups = ContainerGroups::default();
+        let (mut stranger, shim_end) = group_with_control(&groups, "3714");
+        let (mut listed, listed_end) = group_with_control(&groups, "3715");
+        let pgid = stranger.0.id();
+        let killed = groups.kill_all_with(|| {
+            assert_eq!(request_on(&shim_end), crate::shim::KILL_TREE);
+            assert_eq!(request_on(&listed_end), crate::shim::KILL_TREE);
+            assert!(groups.unlist(pgid).is_some());
+        });
+        assert!(stranger.0.try_wait().unwrap().is_none(), "the process under the unlisted ID was signalled");
+        assert!(listed.0.wait().unwrap().signal().is_some(), "the listed group is killed");
+        assert_eq!(killed, 2, "both ran when the kill began");
     }
 
     /// Once every group has been killed, a group that starts later is refused, neither listed
