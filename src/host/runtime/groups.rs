@@ -422,7 +422,8 @@ impl ContainerGroups {
     /// killed" of the container it had just killed). And a group is signalled only while it is
     /// listed, under the lock the runtime unlists it under: its leader is unreaped until then,
     /// so its ID names no other process. After the reap the ID is free, and a SIGKILL by it
-    /// would reach the group of whatever took it (another agent's container, say).
+    /// would reach the group of whatever took it (another agent's container, say):
+    /// `docs/reliability.md`, "The forced stop's count, and the IDs it signals".
     fn kill_all_with(&self, asked: impl FnOnce()) -> usize {
         let (groups, controls) = {
             let mut groups = self.lock();
