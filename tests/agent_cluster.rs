@@ -722,6 +722,41 @@ fn patches(fake: &FakeApiServer, name: &str) -> usize {
         .count()
 }
 
+/// Every PATCH of pod `name`'s status (namespace `default`) the fake has seen, whoever wrote it.
+fn status_patches(fake: &FakeApiServer, name: &str) -> Vec<support::apiserver::RecordedRequest> {
+    let path = format!("/api/v1/namespaces/default/pods/{name}/status");
+    fake.requests().into_iter().filter(|r| r.method == http::Method::PATCH && r.path == path).collect()
+}
+
+/// Holds the next PATCH of pod `name`'s status for `delay`, as a slow API server would.
+fn hold_next_status_patch(fake: &FakeApiServer, name: &str, delay: Duration) {
+    fake.inject(Fault {
+        matcher: FaultMatcher::MethodPath(
+            http::Method::PATCH,
+            format!("/api/v1/namespaces/default/pods/{name}/status"),
+        ),
+        kind: FaultKind::Delay(delay),
+        times: FaultTimes::Times(1),
+    });
+}
+
+/// The first PATCH of pod `name`'s status after the `before` first ones, once sent (20 s at most).
+async fn next_status_patch(
+    fake: &FakeApiServer,
+    name: &str,
+    before: usize,
+    what: &str,
+) -> support::apiserver::RecordedRequest {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(patch) = status_patches(fake, name).into_iter().nth(before) {
+            return patch;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what} sent within 20 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn only_the_runtimes_writes_sync_a_pod_not_the_echo_of_the_agents_own() {
     let (port, probes) = counting_failing_server().await;
@@ -1355,12 +1390,7 @@ async fn a_status_write_applied_whose_answer_is_lost_lands_exactly() {
     let (agent, kubeconfig) = start_agent(&fake, "reset-write", &[]);
     let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True") && app_status(p).ready;
     wait_for_pod(&fake, "reset", "Ready=True", is_ready).await;
-    let patches = || {
-        fake.requests()
-            .into_iter()
-            .filter(|r| r.method == http::Method::PATCH && r.path == status_path)
-            .count()
-    };
+    let patches = || status_patches(&fake, "reset").len();
     // The reset one (applied), and no more than one after it: the retry sees the status written.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(patches() <= 2, "{} PATCHes", patches());
@@ -1505,26 +1535,10 @@ async fn a_write_of_a_killed_agent_that_lands_late_is_overruled() {
     let written_false = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "False");
     wait_for_pod(&fake, "handover", "Ready=False", written_false).await;
 
-    let status_path = "/api/v1/namespaces/default/pods/handover/status";
-    fake.inject(Fault {
-        matcher: FaultMatcher::MethodPath(http::Method::PATCH, status_path.into()),
-        kind: FaultKind::Delay(Duration::from_secs(3600)),
-        times: FaultTimes::Times(1),
-    });
-    let patches = || {
-        fake.requests()
-            .into_iter()
-            .filter(|r| r.method == http::Method::PATCH && r.path == status_path)
-            .collect::<Vec<_>>()
-    };
-    let before = patches().len();
+    hold_next_status_patch(&fake, "handover", Duration::from_secs(3600));
+    let before = status_patches(&fake, "handover").len();
     healthy.store(true, Ordering::SeqCst);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while patches().len() == before {
-        assert!(tokio::time::Instant::now() < deadline, "the Ready=True write sent within 20 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let held = patches()[before].body.clone().unwrap();
+    let held = next_status_patch(&fake, "handover", before, "the Ready=True write").await.body.unwrap();
     assert_eq!(
         held["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap()["status"],
         "True",
@@ -1578,25 +1592,10 @@ async fn a_write_held_while_the_pod_is_recreated_does_not_land_on_the_new_pod() 
     let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
     wait_for_pod(&fake, "reborn", "Ready=True", is_ready).await;
 
-    let status_path = "/api/v1/namespaces/default/pods/reborn/status";
-    fake.inject(Fault {
-        matcher: FaultMatcher::MethodPath(http::Method::PATCH, status_path.into()),
-        kind: FaultKind::Delay(Duration::from_secs(3)),
-        times: FaultTimes::Times(1),
-    });
-    let patches = || {
-        fake.requests()
-            .into_iter()
-            .filter(|r| r.method == http::Method::PATCH && r.path == status_path)
-            .collect::<Vec<_>>()
-    };
-    let before = patches().len();
+    hold_next_status_patch(&fake, "reborn", Duration::from_secs(3));
+    let before = status_patches(&fake, "reborn").len();
     healthy.store(false, Ordering::SeqCst);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while patches().len() == before {
-        assert!(tokio::time::Instant::now() < deadline, "the Ready=False write sent within 20 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    next_status_patch(&fake, "reborn", before, "the Ready=False write").await;
     let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
     api.delete("reborn", &kube::api::DeleteParams::default().grace_period(0)).await.unwrap();
     let mut again = pod("reborn", "node-a", port);
@@ -1611,7 +1610,7 @@ async fn a_write_held_while_the_pod_is_recreated_does_not_land_on_the_new_pod() 
     })
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let held = &patches()[before];
+    let held = &status_patches(&fake, "reborn")[before];
     assert_eq!(held.body.as_ref().unwrap()["metadata"]["uid"], old_uid.as_str());
     // Refused on its stale resourceVersion (the server checks it before the UID's immutability).
     assert!(matches!(held.code, Some(409 | 422)), "the held write refused on the new pod: {held:?}");

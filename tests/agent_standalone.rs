@@ -1324,6 +1324,19 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Waits (10 s at most) until an agent has claimed the manifests folder `dir`: its abstract
+/// socket shows in `/proc/net/unix`.
+async fn wait_for_folder_claim(dir: &std::path::Path) {
+    let canonical = std::fs::canonicalize(dir).unwrap();
+    let namespace = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let claim = format!("@{}", probelet::agent::folder_claim_name(&canonical, &namespace));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string("/proc/net/unix").unwrap().lines().any(|l| l.ends_with(&claim)) {
+        assert!(tokio::time::Instant::now() < deadline, "the next agent never claimed the folder");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A SIGTERM that comes while the next agent is still busy with what the dead one left (here:
 /// waiting for the state directory's lock, which the test holds) is kept until that is done,
 /// and then stops the agent in order: exit 0, the dead agent's containers killed, nothing left
@@ -1353,14 +1366,7 @@ async fn a_sigterm_during_the_sweep_of_a_dead_agents_containers_stops_the_agent_
         .unwrap();
     // The folder's claim is taken after the signals are listened for: once it shows, the
     // agent is waiting for the lock.
-    let canonical = std::fs::canonicalize(&dir).unwrap();
-    let namespace = std::fs::read_link("/proc/self/ns/mnt").unwrap();
-    let claim = format!("@{}", probelet::agent::folder_claim_name(&canonical, &namespace));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string("/proc/net/unix").unwrap().lines().any(|l| l.ends_with(&claim)) {
-        assert!(tokio::time::Instant::now() < deadline, "the next agent never claimed the folder");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_folder_claim(&dir).await;
     let id = next.id().unwrap().to_string();
     let _ = std::process::Command::new("kill").args(["-TERM", &id]).status();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1404,14 +1410,7 @@ async fn a_second_sigterm_during_start_up_forces_the_stop_once_the_sweep_is_over
         .unwrap();
     // The folder's claim is taken after the signals are listened for: once it shows, the
     // agent is waiting for the lock (2 s at most).
-    let canonical = std::fs::canonicalize(&dir).unwrap();
-    let namespace = std::fs::read_link("/proc/self/ns/mnt").unwrap();
-    let claim = format!("@{}", probelet::agent::folder_claim_name(&canonical, &namespace));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string("/proc/net/unix").unwrap().lines().any(|l| l.ends_with(&claim)) {
-        assert!(tokio::time::Instant::now() < deadline, "the next agent never claimed the folder");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_folder_claim(&dir).await;
     let id = next.id().unwrap().to_string();
     for _ in 0..2 {
         let _ = std::process::Command::new("kill").args(["-TERM", &id]).status();
