@@ -721,30 +721,21 @@ impl ShutdownSignals {
 /// start-up forces the stop once the sweep of what a dead agent left is over, never in its
 /// middle, which would leave the rest of the dead agent's containers running.
 async fn watch_signals(
-    mut signals: Signals,
+    signals: Signals,
     stage: tokio::sync::watch::Sender<ShutdownStage>,
-    mut handed: oneshot::Receiver<ForcedStopKills>,
+    handed: oneshot::Receiver<ForcedStopKills>,
 ) {
-    signals.recv().await;
-    stage.send_replace(ShutdownStage::Stopping);
-    let mut second = false;
-    let handed = loop {
-        tokio::select! {
-            handed = &mut handed => break handed,
-            () = signals.recv(), if !second => second = true,
-        }
-    };
+    let mut requests = ShutdownRequests::new(signals);
+    let deadline =
+        |(groups, _): &ForcedStopKills| groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN);
     // The agent did not start: it ends with its own error.
-    let Ok((groups, orphans)) = handed else { return };
-    if second {
-        tracing::warn!("second signal, killing every container");
-    } else {
-        let deadline = groups.largest_grace_period().saturating_add(SHUTDOWN_MARGIN);
-        tokio::select! {
-            () = tokio::time::sleep(deadline) => {
-                tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them");
-            }
-            () = signals.recv() => tracing::warn!("second signal, killing every container"),
+    let Some(((groups, orphans), why)) = until_forced(&mut requests, &stage, handed, deadline).await else {
+        return;
+    };
+    match why {
+        Forced::SecondRequest => tracing::warn!("second signal, killing every container"),
+        Forced::Deadline(deadline) => {
+            tracing::warn!(?deadline, "containers did not stop within the shutdown deadline, killing them")
         }
     }
     // Told first, so that the main thread, seeing its containers gone, does not exit 0.
@@ -756,6 +747,94 @@ async fn watch_signals(
     }
     say(format_args!("probelet: shutdown forced, {killed} container process group(s) killed"));
     std::process::exit(1);
+}
+
+/// Why the stop is forced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Forced {
+    /// A second request to stop came.
+    SecondRequest,
+    /// The containers did not stop within this long after the first request.
+    Deadline(Duration),
+}
+
+/// The watcher's decisions, apart from what it then kills: waits for the first request to stop
+/// (stage `Stopping`), then for what is handed over to kill, then for a second request or the
+/// deadline `deadline_of` reads from what was handed, counted from the hand-over. A second
+/// request before the hand-over forces the stop as soon as it comes. `None` when nothing is
+/// handed over: the agent did not start.
+async fn until_forced<S: SignalSource, T>(
+    requests: &mut ShutdownRequests<S>,
+    stage: &tokio::sync::watch::Sender<ShutdownStage>,
+    mut handed: oneshot::Receiver<T>,
+    deadline_of: impl Fn(&T) -> Duration,
+) -> Option<(T, Forced)> {
+    requests.next().await;
+    stage.send_replace(ShutdownStage::Stopping);
+    let mut second = false;
+    let handed = loop {
+        tokio::select! {
+            handed = &mut handed => break handed.ok()?,
+            () = requests.next(), if !second => second = true,
+        }
+    };
+    if second {
+        return Some((handed, Forced::SecondRequest));
+    }
+    let deadline = deadline_of(&handed);
+    tokio::select! {
+        () = tokio::time::sleep(deadline) => Some((handed, Forced::Deadline(deadline))),
+        () = requests.next() => Some((handed, Forced::SecondRequest)),
+    }
+}
+
+/// How close to a request's first signal another one is the same request. `timeout(1)` sends
+/// its signal to the agent and then to its own process group, the agent included: two SIGTERMs
+/// microseconds apart, for one request to stop. When the watcher read the first before the
+/// second landed, the second forced the stop (every container SIGKILLed, exit 1) where one
+/// graceful stop was asked for. A person's second Ctrl-C comes later than this.
+const SAME_REQUEST: Duration = Duration::from_millis(100);
+
+/// Where signals come from: [`Signals`], or a test's own.
+trait SignalSource {
+    /// Resolves on the next signal.
+    fn recv(&mut self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+impl SignalSource for Signals {
+    fn recv(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        Signals::recv(self)
+    }
+}
+
+/// Requests to stop: signals, those within [`SAME_REQUEST`] of a request's first signal counted
+/// in it.
+struct ShutdownRequests<S> {
+    signals: S,
+    /// When the last request began.
+    began: Option<tokio::time::Instant>,
+}
+
+impl<S: SignalSource> ShutdownRequests<S> {
+    fn new(signals: S) -> Self {
+        ShutdownRequests { signals, began: None }
+    }
+
+    /// Resolves on the next signal that is not part of the request before.
+    async fn next(&mut self) {
+        loop {
+            self.signals.recv().await;
+            let now = tokio::time::Instant::now();
+            if self.began.is_some_and(|began| now.duration_since(began) < SAME_REQUEST) {
+                tracing::debug!(
+                    "a signal within {SAME_REQUEST:?} of the one before, taken as the same request"
+                );
+                continue;
+            }
+            self.began = Some(now);
+            return;
+        }
+    }
 }
 
 /// Hands the watcher of [`ShutdownSignals`] what a forced stop kills, and returns where the
@@ -829,6 +908,93 @@ impl Default for Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Signals from a test: each message is one.
+    struct TestSignals(tokio::sync::mpsc::UnboundedReceiver<()>);
+
+    impl SignalSource for TestSignals {
+        async fn recv(&mut self) {
+            if self.0.recv().await.is_none() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The watcher's decisions on a test's signals, handed a grace of 30 s: the signal sender,
+    /// the stage, the hand-over and the decision's task.
+    #[allow(clippy::type_complexity)]
+    fn watcher() -> (
+        tokio::sync::mpsc::UnboundedSender<()>,
+        tokio::sync::watch::Receiver<ShutdownStage>,
+        oneshot::Sender<Duration>,
+        tokio::task::JoinHandle<Option<(Duration, Forced)>>,
+    ) {
+        let (send, signals) = tokio::sync::mpsc::unbounded_channel();
+        let (stage, watched) = tokio::sync::watch::channel(ShutdownStage::Running);
+        let (hand, handed) = oneshot::channel();
+        let decided = tokio::spawn(async move {
+            let mut requests = ShutdownRequests::new(TestSignals(signals));
+            until_forced(&mut requests, &stage, handed, |grace: &Duration| *grace).await
+        });
+        (send, watched, hand, decided)
+    }
+
+    /// `timeout(1)` signals the agent, then its own group, the agent in it: two SIGTERMs
+    /// microseconds apart are one request to stop, in order, not a second one that forces the
+    /// stop (seen in the README's `cargo run` under `timeout`: every container SIGKILLed, exit
+    /// 1). A signal later than [`SAME_REQUEST`] is a second request, and forces it.
+    #[tokio::test(start_paused = true)]
+    async fn two_signals_microseconds_apart_are_one_request_to_stop() {
+        let (signal, mut stage, hand, decided) = watcher();
+        signal.send(()).unwrap();
+        stage.wait_for(|stage| *stage == ShutdownStage::Stopping).await.unwrap();
+        tokio::time::advance(Duration::from_micros(50)).await;
+        signal.send(()).unwrap();
+        tokio::task::yield_now().await;
+        hand.send(Duration::from_secs(30)).unwrap();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!decided.is_finished(), "the stop goes on in order");
+        assert_eq!(*stage.borrow(), ShutdownStage::Stopping);
+
+        signal.send(()).unwrap();
+        let (grace, why) = decided.await.unwrap().expect("forced");
+        assert_eq!((grace, why), (Duration::from_secs(30), Forced::SecondRequest));
+    }
+
+    /// Past [`SAME_REQUEST`], a second signal (a person's second Ctrl-C) forces the stop, at
+    /// once once the groups are handed over; with no second one, the deadline does.
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_later_than_the_same_request_forces_the_stop() {
+        let (signal, mut stage, hand, decided) = watcher();
+        signal.send(()).unwrap();
+        stage.wait_for(|stage| *stage == ShutdownStage::Stopping).await.unwrap();
+        tokio::time::advance(SAME_REQUEST + Duration::from_millis(1)).await;
+        signal.send(()).unwrap();
+        tokio::task::yield_now().await;
+        hand.send(Duration::from_secs(30)).unwrap();
+        assert_eq!(decided.await.unwrap(), Some((Duration::from_secs(30), Forced::SecondRequest)));
+
+        let (signal, mut stage, hand, decided) = watcher();
+        signal.send(()).unwrap();
+        stage.wait_for(|stage| *stage == ShutdownStage::Stopping).await.unwrap();
+        hand.send(Duration::from_secs(30)).unwrap();
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            decided.await.unwrap(),
+            Some((Duration::from_secs(30), Forced::Deadline(Duration::from_secs(30))))
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    /// An agent that did not start hands nothing over: the watcher forces nothing.
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_forced_when_nothing_is_handed_over() {
+        let (signal, mut stage, hand, decided) = watcher();
+        signal.send(()).unwrap();
+        stage.wait_for(|stage| *stage == ShutdownStage::Stopping).await.unwrap();
+        drop(hand);
+        assert_eq!(decided.await.unwrap(), None);
+    }
 
     /// The claim of an agent that is stopping (here: let go 300 ms later) is waited for, as
     /// the state directory's lock is: a killed agent holds its abstract socket until its exit

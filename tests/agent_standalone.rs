@@ -1241,6 +1241,8 @@ async fn a_second_sigterm_ends_the_agent_promptly() {
 
     signal_agent(&agent, "-TERM");
     agent.wait_for(|l| l.contains("shutting down")).await;
+    // Signals within 100 ms of the first are the same request (`timeout` sends two at once).
+    tokio::time::sleep(Duration::from_millis(400)).await;
     signal_agent(&agent, "-TERM");
     let status = tokio::time::timeout(Duration::from_secs(5), agent.child.wait())
         .await
@@ -1249,6 +1251,45 @@ async fn a_second_sigterm_ends_the_agent_promptly() {
     assert!(!status.success(), "a forced shutdown is not a clean exit: {status:?}");
     agent.wait_for(|l| l.contains("shutdown forced, 1 container process group(s) killed")).await;
     assert_gone(&pids_in(&pidfile)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `timeout(1)`, as the README's commands are often run, signals the agent and then its own
+/// process group, the agent in it: two SIGTERMs microseconds apart. Signals within 100 ms are
+/// one request to stop: the containers are stopped in order and the agent exits 0. Before, when
+/// the watcher read the first before the second landed, the second forced the stop (`shutdown
+/// forced, 1 container process group(s) killed`, exit 1).
+#[actix::test]
+async fn timeouts_two_sigterms_at_once_are_one_graceful_stop() {
+    let dir = temp_dir("timeout-term");
+    let pids = dir.join("stubborn.pids");
+    // A container that ignores SIGTERM: the graceful stop lasts its 2 s grace period, so a
+    // second request would come in time to force it.
+    write(&dir, "stubborn.yaml", &stubborn_pod("stubborn", 2, &pids));
+    let mut agent = Agent::start_under(&dir, &["timeout", "--preserve-status", "-s", "TERM", "600"]).await;
+    agent.wait_for(|l| l.ends_with("default/stubborn: container stubborn running")).await;
+    let pid = wait_for_pids(&pids, 1).await[0];
+
+    // `timeout` passes a SIGTERM it is sent on as it does at its deadline: to the agent, then
+    // to its group (and ignores any later one). The two often land before the watcher reads
+    // the first, and are one anyway; one sent to the agent 20 ms later surely comes after.
+    let timeout = agent.child.id().unwrap();
+    let children = std::fs::read_to_string(format!("/proc/{timeout}/task/{timeout}/children")).unwrap();
+    let probelet = children.split_whitespace().next().expect("timeout runs the agent").to_owned();
+    signal_agent(&agent, "-TERM");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let _ = std::process::Command::new("kill").args(["-TERM", &probelet]).status();
+    let status = tokio::time::timeout(Duration::from_secs(10), agent.child.wait())
+        .await
+        .expect("the agent stops within its pod's grace period")
+        .unwrap();
+    agent.wait_for(|l| l.contains("shutting down")).await;
+    // The agent has exited: its output ends.
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(5), agent.lines.recv()).await {
+        assert!(!line.contains("shutdown forced"), "one request, stopped in order: {line}");
+    }
+    assert_eq!(status.code(), Some(0), "a graceful stop: {status:?}");
+    assert_gone(&[pid]).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1412,9 +1453,10 @@ async fn a_second_sigterm_during_start_up_forces_the_stop_once_the_sweep_is_over
     // agent is waiting for the lock (2 s at most).
     wait_for_folder_claim(&dir).await;
     let id = next.id().unwrap().to_string();
+    // Further apart than the 100 ms within which signals are one request.
     for _ in 0..2 {
         let _ = std::process::Command::new("kill").args(["-TERM", &id]).status();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     drop(lock);
 
