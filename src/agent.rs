@@ -849,9 +849,25 @@ fn watch_shutdown_signals(
     Ok(listening.stage)
 }
 
-/// Resolves on SIGTERM, SIGINT or SIGHUP.
-pub async fn wait_for_signal() {
-    Signals::new().recv().await;
+/// The cluster modes' stop: waits for a request to stop (SIGTERM, SIGINT or SIGHUP), says
+/// `stopping`, then runs `shutdown`; a second request meanwhile ends the agent at once (exit 1),
+/// saying `forced`. These modes run no containers: nothing is left running by it.
+pub(crate) async fn stop_on_signal(
+    stopping: &str,
+    shutdown: impl std::future::Future<Output = ()>,
+    forced: &str,
+) {
+    let mut requests = ShutdownRequests::new(Signals::new());
+    requests.next().await;
+    say(format_args!("{stopping}"));
+    tokio::select! {
+        () = shutdown => {}
+        () = requests.next() => {
+            tracing::warn!("second signal, exiting without waiting for the shutdown");
+            say(format_args!("{forced}"));
+            std::process::exit(1);
+        }
+    }
 }
 
 /// SIGTERM, SIGINT and SIGHUP, listened for once for the agent's whole life, so that a second

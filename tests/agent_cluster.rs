@@ -1657,3 +1657,54 @@ async fn a_watch_event_of_several_mb_is_read() {
     assert!(!writes.is_empty() && writes.iter().all(|&n| n < 4096), "{writes:?}");
     support::agent::kill(agent, &kubeconfig).await;
 }
+
+/// On SIGTERM the cluster agent waits for the status writes still owed (here one a slow API
+/// server holds 2 s), then exits 0, the write landed; a second SIGTERM during that wait (one
+/// held for good) ends the agent at once, exit 1, saying so (docs/sync.md, §7.5). Before, a
+/// second signal did nothing: the agent waited out its 10 s.
+#[tokio::test]
+async fn a_sigterm_waits_for_an_owed_write_and_a_second_one_ends_the_wait() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    fake.insert_pod(pod("flushed", "node-a", port));
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "flush", &[]);
+    wait_for_pod(&fake, "flushed", "Ready=True", is_ready).await;
+    hold_next_status_patch(&fake, "flushed", Duration::from_secs(2));
+    let before = status_patches(&fake, "flushed").len();
+    healthy.store(false, Ordering::SeqCst);
+    next_status_patch(&fake, "flushed", before, "the Ready=False write").await;
+    support::agent::sigterm(&agent);
+    let status = tokio::time::timeout(Duration::from_secs(10), agent.wait())
+        .await
+        .expect("the agent exits once the write is answered")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{:?}", output.lines());
+    assert!(!is_ready(&fake.pod("default", "flushed").unwrap()), "the owed write landed");
+    assert!(output.with("shutdown forced").is_empty(), "{:?}", output.lines());
+    let _ = std::fs::remove_file(&kubeconfig);
+
+    healthy.store(true, Ordering::SeqCst);
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "forced", &[]);
+    wait_for_pod(&fake, "flushed", "Ready=True", is_ready).await;
+    hold_next_status_patch(&fake, "flushed", Duration::from_secs(3600));
+    let before = status_patches(&fake, "flushed").len();
+    healthy.store(false, Ordering::SeqCst);
+    next_status_patch(&fake, "flushed", before, "the Ready=False write").await;
+    support::agent::sigterm(&agent);
+    // Later than the 100 ms within which signals are one request.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::agent::sigterm(&agent);
+    let status = tokio::time::timeout(Duration::from_secs(3), agent.wait())
+        .await
+        .expect("a second SIGTERM ends the agent at once")
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{:?}", output.lines());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while output.with("probelet: shutdown forced, status writes still owed are not waited for").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", output.lines());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_file(&kubeconfig);
+}

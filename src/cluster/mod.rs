@@ -41,7 +41,7 @@ pub use host::{ClusterHost, StopHost};
 pub use recorder::{CoreEventRecorder, EVENT_BURST, EVENT_QPS, MAX_PENDING_EVENTS};
 pub use watch::pod_watch;
 
-use crate::agent::{AgentError, Common, wait_for_signal};
+use crate::agent::{AgentError, Common, stop_on_signal};
 use crate::cli::RunArgs;
 use crate::host::console::say;
 
@@ -241,18 +241,29 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     });
     pipeline.subscribe_results(host.clone().recipient());
 
-    wait_for_signal().await;
-    say(format_args!("probelet: shutting down, flushing status writes"));
-    // The host first: a sync of a pod whose probes have stopped would write it ready.
-    let _ = host.send(StopHost).await;
-    for pod in common.pods.pods() {
-        pipeline.remove_pod(pod);
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(10), syncer.send(Flush)).await;
-    let _ = stop_server.send(());
-    let _ = server.await;
+    let shutdown = async {
+        // The host first: a sync of a pod whose probes have stopped would write it ready.
+        let _ = host.send(StopHost).await;
+        for pod in common.pods.pods() {
+            pipeline.remove_pod(pod);
+        }
+        let _ = tokio::time::timeout(FLUSH_WAIT_MAX, syncer.send(Flush)).await;
+        let _ = stop_server.send(());
+        let _ = server.await;
+    };
+    // A second request to stop leaves the writes still owed to the next agent, which writes
+    // each pod's status afresh from its own probes (docs/sync.md, §7.5).
+    stop_on_signal(
+        "probelet: shutting down, flushing status writes",
+        shutdown,
+        "probelet: shutdown forced, status writes still owed are not waited for",
+    )
+    .await;
     Ok(())
 }
+
+/// How long the shutdown waits for the status writes still owed.
+const FLUSH_WAIT_MAX: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

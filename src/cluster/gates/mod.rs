@@ -38,7 +38,7 @@ pub use condition::{FIELD_MANAGER, GATE_CONDITION};
 pub use host::GateHost;
 
 use super::{Clients, CoreEventRecorder, EVENT_BURST, EVENT_QPS, ExecRunner, clients, pod_watch};
-use crate::agent::{AgentError, Common, max_probes_in_flight, wait_for_signal};
+use crate::agent::{AgentError, Common, max_probes_in_flight, stop_on_signal};
 use crate::cli::RunArgs;
 use crate::host::console::say;
 
@@ -86,14 +86,15 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
     });
     pipeline.subscribe_results(host.recipient());
 
-    wait_for_signal().await;
-    say(format_args!("probelet: shutting down"));
-    // The condition stays as last written: the kubelet keeps the pod's readiness from it until
-    // an agent runs again (or the pod goes).
-    for pod in common.pods.pods() {
-        pipeline.remove_pod(pod);
-    }
-    let _ = stop_server.send(());
-    let _ = server.await;
+    let shutdown = async {
+        // The condition stays as last written: the kubelet keeps the pod's readiness from it
+        // until an agent runs again (or the pod goes).
+        for pod in common.pods.pods() {
+            pipeline.remove_pod(pod);
+        }
+        let _ = stop_server.send(());
+        let _ = server.await;
+    };
+    stop_on_signal("probelet: shutting down", shutdown, "probelet: shutdown forced").await;
     Ok(())
 }
