@@ -1668,13 +1668,18 @@ async fn a_sigterm_waits_for_an_owed_write_and_a_second_one_ends_the_wait() {
     let fake = FakeApiServer::start().await;
     fake.insert_pod(pod("flushed", "node-a", port));
     let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    // The pod written ready, then its Ready=False write sent and held `hold` by the server.
+    let held_unready_write = async |hold: Duration| {
+        healthy.store(true, Ordering::SeqCst);
+        wait_for_pod(&fake, "flushed", "Ready=True", is_ready).await;
+        hold_next_status_patch(&fake, "flushed", hold);
+        let before = status_patches(&fake, "flushed").len();
+        healthy.store(false, Ordering::SeqCst);
+        next_status_patch(&fake, "flushed", before, "the Ready=False write").await;
+    };
 
     let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "flush", &[]);
-    wait_for_pod(&fake, "flushed", "Ready=True", is_ready).await;
-    hold_next_status_patch(&fake, "flushed", Duration::from_secs(2));
-    let before = status_patches(&fake, "flushed").len();
-    healthy.store(false, Ordering::SeqCst);
-    next_status_patch(&fake, "flushed", before, "the Ready=False write").await;
+    held_unready_write(Duration::from_secs(2)).await;
     support::agent::sigterm(&agent);
     let status = tokio::time::timeout(Duration::from_secs(10), agent.wait())
         .await
@@ -1685,13 +1690,8 @@ async fn a_sigterm_waits_for_an_owed_write_and_a_second_one_ends_the_wait() {
     assert!(output.with("shutdown forced").is_empty(), "{:?}", output.lines());
     let _ = std::fs::remove_file(&kubeconfig);
 
-    healthy.store(true, Ordering::SeqCst);
     let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "forced", &[]);
-    wait_for_pod(&fake, "flushed", "Ready=True", is_ready).await;
-    hold_next_status_patch(&fake, "flushed", Duration::from_secs(3600));
-    let before = status_patches(&fake, "flushed").len();
-    healthy.store(false, Ordering::SeqCst);
-    next_status_patch(&fake, "flushed", before, "the Ready=False write").await;
+    held_unready_write(Duration::from_secs(3600)).await;
     support::agent::sigterm(&agent);
     // Later than the 100 ms within which signals are one request.
     tokio::time::sleep(Duration::from_millis(500)).await;
