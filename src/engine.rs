@@ -26,6 +26,7 @@ use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::prober::executors::Executors;
 use probelet_actors::prober::pod_container::duplicate_container_name;
 use probelet_actors::prober::update_status::keep_started_while_terminating;
+use probelet_actors::status::generate::keep_initialized_once_initialized;
 use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
 use probelet_actors::sync::api_pod::ApiPod;
@@ -329,6 +330,17 @@ impl Engine {
             }
         }
         let terminal = is_terminal(runtime_status.phase.as_deref());
+        // Upstream's `oldPodStatus` (the status manager's copy, else the API server's), read
+        // before this status is stored: under RestartAllContainersOnContainerExits `Initialized`
+        // stays True once it was (docs/prober.md §3.11).
+        let restart_all_gate =
+            self.pipeline.feature_gates.enabled(Feature::RestartAllContainersOnContainerExits);
+        let old = match (restart_all_gate, &stored) {
+            (false, _) => None,
+            (true, Some(stored)) => Some(stored.clone()),
+            (true, None) => self.pipeline.pod_status(&uid).await?,
+        }
+        .or_else(|| restart_all_gate.then(|| pod.status.clone().map(Arc::new)).flatten());
         if terminal {
             // A finished pod is probed no more: upstream never runs SyncPod for it again.
             self.pipeline.remove_pod(pod.clone());
@@ -362,6 +374,9 @@ impl Engine {
             self.pipeline.pod_resize_conditions(&uid).await?.list()
         };
         generate_kubelet_conditions_with_resize(&pod, &mut status, &resize);
+        if restart_all_gate && let Some(conditions) = status.conditions.as_mut() {
+            keep_initialized_once_initialized(conditions, old.as_deref());
+        }
         if !terminal && !deleting {
             // ContainerLifecycleProber: the containers this status shows started or stopped
             // start or stop their probes (nothing with the gate off).

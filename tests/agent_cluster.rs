@@ -1707,4 +1707,55 @@ async fn a_sigterm_waits_for_an_owed_write_and_a_second_one_ends_the_wait() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = std::fs::remove_file(&kubeconfig);
+
+/// Under `--feature-gates=RestartAllContainersOnContainerExits=true` the cluster host generates
+/// `Initialized` as the standalone host does: once it was True, the init container going back
+/// to waiting (the node's runtime restarting all containers) leaves it True, as upstream's
+/// `GeneratePodInitializedCondition` reads the gate and the old status.
+#[tokio::test]
+async fn under_restart_all_containers_initialized_stays_true_when_init_containers_wait_again() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let mut initialized_pod = pod("again", "node-a", port);
+    let init = Container { name: "init".into(), image: Some("init:1".into()), ..Default::default() };
+    let spec = initialized_pod.spec.as_mut().unwrap();
+    spec.init_containers = Some(vec![init]);
+    spec.restart_policy = Some("Always".into());
+    let done = container_status(
+        "init",
+        ContainerState {
+            terminated: Some(ContainerStateTerminated { exit_code: 0, ..Default::default() }),
+            ..Default::default()
+        },
+    );
+    initialized_pod.status.as_mut().unwrap().init_container_statuses = Some(vec![done]);
+    fake.insert_pod(initialized_pod);
+    let (agent, kubeconfig) =
+        start_agent(&fake, "restart-all", &["--feature-gates=RestartAllContainersOnContainerExits=true"]);
+    let ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    let pod_now = wait_for_pod(&fake, "again", "ready", ready).await;
+    assert_eq!(condition(&pod_now, "Initialized").map(|c| c.status), Some("True".into()));
+
+    // The runtime removed every container: the init container and the app wait to run again.
+    let waiting = || ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some("RestartingAllContainers".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    let patch = serde_json::json!({"status": {
+        "phase": "Running",
+        "initContainerStatuses": [container_status("init", waiting())],
+        "containerStatuses": [container_status("app", waiting())],
+    }});
+    api.patch_status("again", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+        .await
+        .unwrap();
+    let pod_now = wait_for_pod(&fake, "again", "not ready", |p| !ready(p)).await;
+    let initialized = condition(&pod_now, "Initialized").unwrap();
+    assert_eq!((initialized.status.as_str(), initialized.reason), ("True", None));
+
+    support::agent::kill(agent, &kubeconfig).await;
 }

@@ -1,7 +1,9 @@
 //! `Engine::sync_pod`'s guards for what a host may hand it by mistake: a late or stale runtime
 //! status after the pod finished (the terminal phase stays, as the kubelet's
 //! `generateAPIPodStatus` keeps it), a pod without a UID and one with two containers of one name
-//! (refused), and an engine started outside an actix system. Paused tokio time.
+//! (refused), and an engine started outside an actix system; under
+//! RestartAllContainersOnContainerExits, `Initialized` staying True once it was. Paused tokio
+//! time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use probelet_test_support as support;
@@ -12,9 +14,9 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use probelet::clock::TokioClock;
 use probelet::contracts::PodRegistry;
 use probelet::prober::ProbeKind;
-use probelet::{Engine, SyncPodError};
+use probelet::{Engine, Feature, FeatureGates, SyncPodError};
 use support::kubelet::{advance, epoch};
-use support::pods::{probe, running, terminated, test_pod};
+use support::pods::{probe, running, terminated, test_pod, waiting};
 
 fn start() -> (Engine, PodRegistry) {
     let pods = PodRegistry::new();
@@ -102,4 +104,48 @@ fn starting_outside_an_actix_system_says_so() {
     runtime.block_on(async {
         let _ = Engine::builder(Arc::new(PodRegistry::new())).start();
     });
+}
+
+fn initialized(status: &PodStatus) -> (String, Option<String>) {
+    let c = status.conditions.iter().flatten().find(|c| c.type_ == "Initialized").unwrap();
+    (c.status.clone(), c.reason.clone())
+}
+
+/// The engine's sync generates `Initialized` as the standalone host does: under
+/// RestartAllContainersOnContainerExits a pod whose last status had it True keeps it True when
+/// its init containers go back to waiting (a restart of all containers), as upstream's
+/// `GeneratePodInitializedCondition` reads the gate and the old status. Gate off: False again.
+#[actix::test]
+async fn under_restart_all_containers_initialized_stays_true_once_it_was() {
+    tokio::time::pause();
+    for (gate, expected) in [(true, ("True", None)), (false, ("False", Some("ContainersNotInitialized")))] {
+        let pods = PodRegistry::new();
+        let gates =
+            FeatureGates::default().with(Feature::RestartAllContainersOnContainerExits, gate).unwrap();
+        let engine = Engine::builder(Arc::new(pods.clone()))
+            .clock(Arc::new(TokioClock::starting_at(epoch())))
+            .feature_gates(gates)
+            .start();
+        let pod = test_pod("again").init_container("init").container("app").build();
+        pods.upsert(pod.clone());
+        let first = PodStatus {
+            phase: Some("Running".into()),
+            init_container_statuses: Some(vec![terminated("init", "containerd://init-1", 0)]),
+            container_statuses: Some(vec![running("app", "containerd://app-1", epoch())]),
+            ..Default::default()
+        };
+        let stored = engine.sync_pod(pod.clone(), first).await.unwrap();
+        assert_eq!(initialized(&stored), ("True".into(), None), "gate {gate}");
+
+        // Every container removed, the init container waiting to run again.
+        let again = PodStatus {
+            phase: Some("Pending".into()),
+            init_container_statuses: Some(vec![waiting("init")]),
+            container_statuses: Some(vec![waiting("app")]),
+            ..Default::default()
+        };
+        let stored = engine.sync_pod(pod.clone(), again).await.unwrap();
+        let (status, reason) = expected;
+        assert_eq!(initialized(&stored), (status.into(), reason.map(Into::into)), "gate {gate}");
+    }
 }

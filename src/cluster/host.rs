@@ -20,6 +20,7 @@ use probelet_actors::prober::timing::{EVENT_INVALID_PROBE_TIMING, PROBE_TIMING_A
 use probelet_actors::prober::update_status::keep_started_while_terminating;
 use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
 use probelet_actors::results::ProbeResultChanged;
+use probelet_actors::status::generate::keep_initialized_once_initialized;
 use probelet_actors::status::generate::{PHASE_FAILED, PHASE_SUCCEEDED};
 use probelet_actors::status::generate_kubelet_conditions;
 use probelet_actors::sync::api_pod::ApiPod;
@@ -228,9 +229,24 @@ impl ClusterHost {
             }
         }
         let pipeline = self.pipeline.clone();
+        let restart_all_gate =
+            self.pipeline.feature_gates.enabled(Feature::RestartAllContainersOnContainerExits);
         let fut = {
             let (pod, uid) = (pod.clone(), uid.clone());
             async move {
+                // Upstream's `oldPodStatus`: the status manager's copy, else the API server's,
+                // read before this status is stored. Under RestartAllContainersOnContainerExits
+                // `Initialized` stays True once it was (docs/prober.md §3.11).
+                let old = match restart_all_gate {
+                    true => pipeline
+                        .versioned_status(&uid)
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|v| v.status.decode_logged())
+                        .or_else(|| pod.status.clone()),
+                    false => None,
+                };
                 let status = pod.status.clone().unwrap_or_default();
                 let mut status = pipeline.update_pod_status(pod, status).await.ok()?;
                 if deleting {
@@ -243,7 +259,7 @@ impl ClusterHost {
                         .and_then(|v| v.status.decode_logged());
                     keep_started_while_terminating(&mut status, stored.as_ref());
                 }
-                Some(status)
+                Some((status, old))
             }
         };
         ctx.spawn(fut.into_actor(self).map(move |status, act, ctx| {
@@ -254,13 +270,16 @@ impl ClusterHost {
                 // message below goes first).
                 ctx.notify(SyncAgain(latest));
             }
-            let Some(mut status) = status else { return };
+            let Some((mut status, old)) = status else { return };
             // Deleted while the status was computed: a write now would re-create the status the
             // delete just removed, and the syncer would then GET the gone pod every reconcile.
             if act.pods.pod_by_uid(&uid).is_none() {
                 return;
             }
             generate_kubelet_conditions(&pod, &mut status);
+            if restart_all_gate && let Some(conditions) = status.conditions.as_mut() {
+                keep_initialized_once_initialized(conditions, old.as_ref());
+            }
             if !deleting && !is_terminal(&pod) {
                 // ContainerLifecycleProber: the containers the runtime reports started or
                 // stopped start or stop their probes (nothing with the gate off).
