@@ -46,10 +46,15 @@ pub fn pod_phase(
 /// [`pod_phase`] of a pod that may be restarting all its containers
 /// (`RestartAllContainersOnContainerExits`; `restarting_all`: upstream
 /// `ShouldAllContainersRestart` says it is). While it is, every stopped container counts as
-/// restarting, whatever its own rules say: the pod runs while some container still does, and
-/// is `Pending` once they are removed — a removed container waits with reason
-/// `RestartingAllContainers`, which counts as not started yet, not as an exit. It never reads
-/// as `Failed` or `Succeeded` in between, which would end it for good.
+/// restarting, whatever its own rules say (this runtime shows the killed containers before it
+/// removes them; upstream kills and removes in one sync). A container the restart removed waits
+/// with its last state `terminated` 137, reason `RestartingAllContainers`: upstream's
+/// `getPhase` reads that as an exit that will run again (the reason makes it restartable), so
+/// a removed regular container counts as stopped and a removed init container as neither
+/// pending nor failed for good. The pod is therefore `Running` once every container is removed,
+/// `Pending` again while an init container runs (or a container that never ran waits), and
+/// never `Failed` or `Succeeded` on the way, which would end it for good (docs/prober.md
+/// §3.11).
 pub fn pod_phase_restarting_all(
     spec: &PodSpec,
     init: &[ContainerStatus],
@@ -83,6 +88,8 @@ pub fn pod_phase_restarting_all(
             Some(Observed::Terminated(_)) => {}
             Some(Observed::Waiting { last_exit: Some(_) }) => {}
             Some(Observed::Waiting { last_exit: None }) => pending_regular_init += 1,
+            // Exit 137, restartable by its reason: counted, never failed for good.
+            Some(Observed::Removed) => failed_initialization += 1,
         }
     }
 
@@ -100,8 +107,8 @@ pub fn pod_phase_restarting_all(
                 }
                 running += 1;
             }
-            // A stopped or crash-looping sidecar does not count towards the phase.
-            Observed::Terminated(_) | Observed::Waiting { last_exit: Some(_) } => {}
+            // A stopped, crash-looping or removed sidecar does not count towards the phase.
+            Observed::Terminated(_) | Observed::Waiting { last_exit: Some(_) } | Observed::Removed => {}
             Observed::Waiting { last_exit: None } => {
                 pending_sidecars += 1;
                 waiting += 1;
@@ -132,6 +139,8 @@ pub fn pod_phase_restarting_all(
             // good (docs/prober.md §3.10). No probe kills an init container.
             Some(Observed::Waiting { last_exit: Some(_) }) => stopped += 1,
             Some(Observed::Waiting { last_exit: None }) => waiting += 1,
+            // Exit 137 (not a success), restartable by its reason.
+            Some(Observed::Removed) => stopped += 1,
         }
     }
 
@@ -187,6 +196,9 @@ enum Observed {
     Waiting {
         last_exit: Option<i32>,
     },
+    /// Waiting, its last state the removal by a restart of all containers (reason
+    /// `RestartingAllContainers`, exit 137): an exit that runs again whatever the rules say.
+    Removed,
     /// No state set.
     Unknown,
 }
@@ -201,16 +213,13 @@ impl Observed {
             return Observed::Terminated(terminated.exit_code);
         }
         if state.is_some_and(|s| s.waiting.is_some()) {
+            let last = status.last_state.as_ref().and_then(|s| s.terminated.as_ref());
             // A container a restart of all containers removed (waiting for it, or being
-            // created again): its last state is the removal, not an exit of its own, and it
-            // starts again with the pod.
-            let last_exit = status
-                .last_state
-                .as_ref()
-                .and_then(|s| s.terminated.as_ref())
-                .filter(|t| t.reason.as_deref() != Some(REASON_RESTARTING_ALL_CONTAINERS))
-                .map(|t| t.exit_code);
-            return Observed::Waiting { last_exit };
+            // created again): upstream tells it by the reason of its last state.
+            if last.is_some_and(|t| t.reason.as_deref() == Some(REASON_RESTARTING_ALL_CONTAINERS)) {
+                return Observed::Removed;
+            }
+            return Observed::Waiting { last_exit: last.map(|t| t.exit_code) };
         }
         Observed::Unknown
     }
@@ -767,8 +776,10 @@ mod tests {
 
     /// `RestartAllContainersOnContainerExits`: while the pod restarts all its containers, a
     /// stopped container counts as restarting whatever its rules say (the pod runs, it does not
-    /// fail), and a container the restart removed waits as one not started yet, though its
-    /// last state says 137 (the pod is `Pending`, not `Failed`).
+    /// fail), and a container the restart removed counts, as upstream's `getPhase` reads it, as
+    /// an exit (137) that runs again: the pod is `Running` once all are removed (not `Pending`,
+    /// nor `Failed` by the 137 under `Never`), `Pending` again while the init container runs,
+    /// `Pending` too while a container that never ran waits.
     #[test]
     fn a_pod_restarting_all_its_containers_neither_fails_nor_completes() {
         let spec = spec("Never", &["i"], &["a", "t"]);
@@ -804,10 +815,20 @@ mod tests {
             for restarting in [true, false] {
                 assert_eq!(
                     pod_phase_restarting_all(&spec, &init, &removed_all, true, true, restarting),
-                    PHASE_PENDING,
+                    PHASE_RUNNING,
                     "restarting: {restarting}, {init:?}"
                 );
             }
         }
+        // The init container runs again: the pod is initializing.
+        let init_running = vec![ContainerStatus { last_state: removed("i").last_state, ..running("i") }];
+        assert_eq!(
+            pod_phase_restarting_all(&spec, &init_running, &removed_all, false, true, false),
+            PHASE_PENDING
+        );
+        // A container that had never run (it was waiting, untouched by the removal) holds the
+        // pod in Pending.
+        let (init, never_ran) = (vec![removed("i")], vec![removed("a"), waiting("t")]);
+        assert_eq!(pod_phase_restarting_all(&spec, &init, &never_ran, true, true, false), PHASE_PENDING);
     }
 }
