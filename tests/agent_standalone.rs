@@ -10,6 +10,8 @@ use probelet_test_support as support;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -888,6 +890,69 @@ async fn an_agent_restarted_while_the_running_manifest_is_caught_empty_keeps_its
         "{}",
         agent.seen.join("\n")
     );
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    assert!(pids_in(&newcomer_pids).is_empty(), "the refused newcomer never runs");
+    agent.stop().await;
+}
+
+/// A second restart while the hold of the first lasts: `a.yaml` runs `web` (and `c.yaml`
+/// `other`); the agent is SIGKILLed as `a.yaml` is being written in place, the next agent holds
+/// it and refuses `b.yaml`, a newcomer of `web`, and is SIGKILLed in turn. The third agent
+/// still holds `a.yaml` and refuses `b.yaml`; once whole, `a.yaml` runs `web`. The second
+/// agent's record of the running pods named only what it ran (`other`, started again): the
+/// third agent had nothing to hold `a.yaml` by, and `b.yaml` took the name (a known gap).
+#[actix::test]
+async fn a_manifest_held_at_start_keeps_its_name_across_a_second_restart() {
+    let dir = temp_dir("held-second-restart");
+    let (running_pids, newcomer_pids) = (dir.join(".a.pids"), dir.join(".b.pids"));
+    let manifest = sleeper_pod("web", &running_pids);
+    write(&dir, "a.yaml", &manifest);
+    write(&dir, "c.yaml", &sleeper_pod("other", &dir.join(".c.pids")));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
+    agent.wait_for(|l| l.ends_with("default/other: container sleeper running")).await;
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+
+    // Written in place, slowly: half written, a little further at each write (each one a rename,
+    // so that no scan catches it otherwise), for as long as the test needs.
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = tokio::spawn({
+        let (dir, writing) = (dir.clone(), writing.clone());
+        async move {
+            let mut n = 0;
+            while writing.load(Ordering::SeqCst) {
+                n += 1;
+                let half = format!(
+                    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers: [\n# {n}\n"
+                );
+                write(&dir, ".a.tmp", &half);
+                std::fs::rename(dir.join(".a.tmp"), dir.join("a.yaml")).unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    });
+    let held = |l: &str| l.contains("manifest held:") && l.contains("a.yaml");
+    let refused = |l: &str| l.contains("b.yaml") && l.contains("before this agent started");
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(held).await;
+    write(&dir, ".b.tmp", &sleeper_pod("web", &newcomer_pids));
+    std::fs::rename(dir.join(".b.tmp"), dir.join("b.yaml")).unwrap();
+    agent.wait_for(refused).await;
+    agent.wait_for(|l| l.ends_with("default/other: container sleeper running")).await;
+    signal_agent(&agent, "-KILL");
+    agent.child.wait().await.unwrap();
+
+    let mut agent = Agent::start(&dir).await;
+    // Either line ends the wait: without the reservation, `b.yaml` takes the name.
+    let told = agent.wait_for(|l| refused(l) || l.contains("default/web: added from")).await;
+    assert!(refused(&told), "the newcomer waits for the held file: {told}\n{}", agent.seen.join("\n"));
+    writing.store(false, Ordering::SeqCst);
+    writer.await.unwrap();
+    write(&dir, ".a.tmp", &manifest);
+    std::fs::rename(dir.join(".a.tmp"), dir.join("a.yaml")).unwrap();
+    let added = agent.wait_for(|l| l.contains("default/web: added from")).await;
+    assert!(added.ends_with("a.yaml"), "the file that ran the name keeps it: {added}");
     agent.wait_for(|l| l.ends_with("default/web: container sleeper running")).await;
     assert!(pids_in(&newcomer_pids).is_empty(), "the refused newcomer never runs");
     agent.stop().await;

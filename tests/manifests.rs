@@ -1937,6 +1937,7 @@ fn a_manifest_caught_half_written_as_the_agent_starts_keeps_its_name() {
     let ran_before = RanBefore {
         uids: ran.pods.keys().cloned().collect(),
         files: [(("default".to_owned(), "web".to_owned()), running_file.clone())].into(),
+        ..RanBefore::default()
     };
     let start = Snapshot { ran_before, ..Snapshot::default() };
 
@@ -1975,6 +1976,54 @@ fn a_manifest_caught_half_written_as_the_agent_starts_keeps_its_name() {
     let second = rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, &first);
     let started: Vec<_> = second.pods.values().map(|p| p.file.clone()).collect();
     assert_eq!(started, [newcomer], "{:?}", second.errors);
+}
+
+/// The name of a manifest held as the agent starts is carried from scan to scan with the UID
+/// it ran under, for the state directory's record of what runs, so that an agent started
+/// during the hold holds the file too; once the file is whole again, or given up after its
+/// hold, it is not. Only the name was carried, and the record named only the running pods: a
+/// second restart during the hold lost the name to a newcomer.
+#[test]
+fn a_name_held_at_start_is_carried_with_the_uid_it_ran_under_while_held() {
+    let dir = TempDir::new("held-at-start-carried");
+    let whole = pod_yaml("web");
+    let running_file = dir.write("b.yaml", &whole);
+    let ran = next_snapshot(dir.path(), &Snapshot::default());
+    let uid = ran.pods.keys().next().unwrap().clone();
+    let web = ("default".to_owned(), "web".to_owned());
+    // What the state directory tells the next agent.
+    let ran_before = RanBefore {
+        uids: [uid.clone()].into(),
+        files: [(web.clone(), running_file.clone())].into(),
+        uid_by_name: [(web, uid)].into(),
+    };
+    let start = Snapshot { ran_before: ran_before.clone(), ..Snapshot::default() };
+
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    dir.write("b.yaml", "");
+    let first = scan(&start);
+    assert_eq!(first.ran_before, ran_before, "{:?}", first.errors);
+    dir.write("b.yaml", &whole[..whole.len() - 4]);
+    let second = scan(&first);
+    assert_eq!(second.ran_before, ran_before, "{:?}", second.errors);
+    dir.write("b.yaml", &whole);
+    let third = scan(&second);
+    assert_eq!(third.pods, ran.pods, "the very pod that ran before");
+    assert_eq!(third.ran_before, RanBefore::default());
+
+    // Unreadable: carried for the 10 scans of its hold, then given up.
+    let mut cache = ParseCache::default();
+    make_unreadable(&running_file);
+    let mut running = start;
+    let mut carried = Vec::new();
+    for _ in 0..11 {
+        running = rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, &running);
+        carried.push(running.ran_before == ran_before);
+    }
+    assert_eq!(carried, [[true; 10].as_slice(), &[false]].concat(), "{:?}", running.errors);
+    assert_eq!(running.ran_before, RanBefore::default());
 }
 
 /// A symlink loop (or a link through a file) in place of a running manifest leads to no file,
@@ -2101,6 +2150,7 @@ fn a_manifest_that_cannot_be_read_as_the_agent_starts_keeps_its_name_while_held(
     let ran_before = RanBefore {
         uids: ran.pods.keys().cloned().collect(),
         files: [(("default".to_owned(), "web".to_owned()), running_file.clone())].into(),
+        ..RanBefore::default()
     };
     let start = Snapshot { ran_before, ..Snapshot::default() };
     let waits = |snapshot: &Snapshot| {

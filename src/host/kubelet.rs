@@ -336,11 +336,17 @@ impl StandaloneKubelet {
         self.reported.retain(|r| current.contains(r) || r == MANIFESTS_PATH_MOVED);
         self.check_manifests_path();
         let changes = manifests::diff(&self.snapshot, &next);
+        // The names held for a file that ran before the agent started are recorded too: one
+        // held, or one whose hold ended, changes the record as a pod does.
+        let waiting_changed = self.snapshot.ran_before != next.ran_before;
         self.snapshot = next;
         if let Some(state_dir) = self.config.state_dir.as_deref()
-            && !changes.is_empty()
-            && let Err(error) =
-                crate::host::runtime::write_running_pods(state_dir, self.snapshot.pods.values())
+            && (!changes.is_empty() || waiting_changed)
+            && let Err(error) = crate::host::runtime::write_running_pods(
+                state_dir,
+                self.snapshot.pods.values(),
+                &self.snapshot.ran_before,
+            )
         {
             tracing::debug!(%error, "Cannot name the running pods for the next agent");
         }

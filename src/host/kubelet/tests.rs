@@ -58,6 +58,17 @@ impl Harness {
 
     /// [`Harness::start`], with the runtime's signals doing what `signals` says.
     fn start_with(name: &str, manifest: &str, signals: Signals) -> Harness {
+        Harness::start_configured(name, manifest, signals, |_| {})
+    }
+
+    /// [`Harness::start_with`], the kubelet's configuration changed by `configure` before it
+    /// starts.
+    fn start_configured(
+        name: &str,
+        manifest: &str,
+        signals: Signals,
+        configure: impl FnOnce(&mut KubeletConfig),
+    ) -> Harness {
         let dir = std::env::temp_dir().join(format!("probelet-kubelet-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temp dir");
@@ -83,17 +94,19 @@ impl Harness {
         let runtime = ProcessRuntime::new(runner, Arc::new(recorder.clone()), clock.clone())
             .with_signaller(signaller)
             .start();
+        let mut kubelet_config = KubeletConfig {
+            manifests: dir.clone(),
+            manifests_as_given: None,
+            node_name: "node".into(),
+            ran_before: Default::default(),
+            state_dir: None,
+            rescan_period: RARELY,
+            resync_period: RARELY,
+            housekeeping_period: RARELY,
+        };
+        configure(&mut kubelet_config);
         let kubelet = start_kubelet(StandaloneKubelet::new(
-            KubeletConfig {
-                manifests: dir.clone(),
-                manifests_as_given: None,
-                node_name: "node".into(),
-                ran_before: Default::default(),
-                state_dir: None,
-                rescan_period: RARELY,
-                resync_period: RARELY,
-                housekeeping_period: RARELY,
-            },
+            kubelet_config,
             pipeline.clone(),
             runtime.clone(),
             pods,
@@ -218,6 +231,35 @@ async fn settle() {
 /// `at` is the deadline, 5 s after the start, to the timer's millisecond.
 fn assert_at_deadline(at: Duration, what: &str) {
     assert!(at >= Duration::from_secs(5) && at < Duration::from_millis(5_005), "{what} at {at:?}");
+}
+
+/// A name held for a file that ran it before the agent started leaves the state directory's
+/// record once the hold ends (here: the file read empty at two scans in a row), though no pod
+/// changed: the record was written at a change of the folder's pods only, so the next agent
+/// would have held the file for a name its hold had given up.
+#[actix::test]
+async fn a_name_held_for_a_file_that_ran_before_leaves_the_record_when_its_hold_ends() {
+    tokio::time::pause();
+    let state =
+        std::env::temp_dir().join(format!("probelet-kubelet-held-record-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).expect("a state directory");
+    let record = state.join(crate::host::runtime::RUNNING_PODS);
+    let h = Harness::start_configured("held-record", "", Signals::Recorded, |config| {
+        let file = config.manifests.join("pod.yaml");
+        let line = format!("uid-web\tdefault\tweb\t{}\n", file.display());
+        std::fs::write(&record, line).expect("the previous agent's record");
+        config.ran_before = crate::host::runtime::pods_that_ran(&state);
+        config.state_dir = Some(state.clone());
+    });
+    // The first scan holds the file, caught empty; the second reads it empty again.
+    settle().await;
+    let held = std::fs::read_to_string(&record).expect("the record");
+    h.kubelet.send(Rescan).await.expect("the kubelet answers");
+    let after = std::fs::read_to_string(&record).expect("the record");
+    let _ = std::fs::remove_dir_all(&state);
+    assert!(held.contains("uid-web\tdefault\tweb\t"), "named while held: {held:?}");
+    assert_eq!(after, "", "the hold ended");
 }
 
 const DEADLINE_POD: &str = r#"apiVersion: v1

@@ -48,7 +48,8 @@ pub struct Snapshot {
     /// agent's first snapshot, where nothing runs yet, so that its first scan gives each
     /// namespace/name back to the file that ran it before file order does. A scan's own
     /// snapshot carries on only the names whose file it held or could not read, which wait for
-    /// that file.
+    /// that file, with the UIDs they ran under: the agent records them with its running pods
+    /// for as long as they wait.
     pub ran_before: RanBefore,
 }
 
@@ -61,6 +62,11 @@ pub struct RanBefore {
     /// The file each namespace/name ran from, where the state directory says: a manifest
     /// edited while no agent ran is a new pod (a new UID) of the file that ran its name.
     pub files: BTreeMap<(String, String), PathBuf>,
+    /// The UID each namespace/name of `files` ran under: a name whose file is held is written
+    /// to the state directory again with it, so that an agent started during the hold finds
+    /// the name, and the pod, as the one before found them
+    /// ([`write_running_pods`](crate::host::runtime::write_running_pods)).
+    pub uid_by_name: BTreeMap<(String, String), String>,
 }
 
 impl Snapshot {
@@ -270,13 +276,23 @@ fn scan_running(
     let (pods, duplicates) = one_per_name(loaded.candidates, running, &loaded.unreadable_files);
     loaded.errors.extend(duplicates);
     // A name whose file of before is held or cannot be read still waits for that file: said
-    // again to the next scan, which has no other way to know.
-    let files =
-        running.ran_before.files.iter().filter(|(_, file)| loaded.unreadable_files.contains_key(*file));
-    let ran_before = RanBefore {
-        files: files.map(|(name, file)| (name.clone(), file.clone())).collect(),
-        ..Default::default()
-    };
+    // again to the next scan, which has no other way to know, and with the UID it ran under, to
+    // the state directory's record of what runs (an agent started during the hold waits too).
+    let files: BTreeMap<FullName, PathBuf> = running
+        .ran_before
+        .files
+        .iter()
+        .filter(|(_, file)| loaded.unreadable_files.contains_key(*file))
+        .map(|(name, file)| (name.clone(), file.clone()))
+        .collect();
+    let uid_by_name: BTreeMap<FullName, String> = running
+        .ran_before
+        .uid_by_name
+        .iter()
+        .filter(|(name, _)| files.contains_key(*name))
+        .map(|(name, uid)| (name.clone(), uid.clone()))
+        .collect();
+    let ran_before = RanBefore { uids: uid_by_name.values().cloned().collect(), files, uid_by_name };
     Snapshot {
         pods: pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect(),
         errors: loaded.errors,
@@ -587,6 +603,7 @@ mod tests {
         let ran_before = RanBefore {
             uids: [api_c.uid().to_owned()].into(),
             files: [named("web", "b.yaml"), named("api", "d.yaml")].into(),
+            ..RanBefore::default()
         };
         let start = Snapshot { ran_before, ..Snapshot::default() };
         let (chosen, errors) = one_per_name(vec![web_a, web_b, api_c, api_d], &start, &BTreeMap::new());

@@ -130,9 +130,11 @@ const RECORD_MAX: u64 = 4096;
 
 /// The file of the state directory that names the pods the agent runs, one a line: its UID,
 /// then, tab-separated, its namespace, name and manifest file (a file whose path is not UTF-8
-/// or holds a line break is left out: the UID alone is written). Written at each change of the
-/// folder's pods ([`write_running_pods`]): after a graceful stop no container record is left to
-/// say what ran. A line of a UID alone is read too (the first agents wrote only those).
+/// or holds a line break is left out: the UID alone is written), and in the same form each name
+/// the agent holds for a file that ran it before the agent started. Written at each change of
+/// the folder's pods or of those names ([`write_running_pods`]): after a graceful stop no
+/// container record is left to say what ran. A line of a UID alone is read too (the first
+/// agents wrote only those).
 pub const RUNNING_PODS: &str = "pods";
 
 /// The most read of [`RUNNING_PODS`]: a line is a UID, two names and a path.
@@ -154,7 +156,9 @@ pub fn pods_that_ran(state: &Path) -> RanBefore {
             if let (Some(namespace), Some(name), Some(file)) = (fields.next(), fields.next(), fields.next())
                 && !file.is_empty()
             {
-                ran.files.insert((namespace.to_owned(), name.to_owned()), PathBuf::from(file));
+                let full_name = (namespace.to_owned(), name.to_owned());
+                ran.uid_by_name.insert(full_name.clone(), uid.to_owned());
+                ran.files.insert(full_name, PathBuf::from(file));
             }
         }
     }
@@ -162,15 +166,33 @@ pub fn pods_that_ran(state: &Path) -> RanBefore {
 }
 
 /// Writes [`RUNNING_PODS`] (a temporary file renamed over it, so a crash leaves the old or the
-/// new list).
-pub fn write_running_pods<'a>(state: &Path, pods: impl Iterator<Item = &'a LoadedPod>) -> io::Result<()> {
+/// new list): the running `pods`, then each name of `waiting` no running pod has, as the
+/// previous agent's record named it. `waiting` is what the scan holds for a file that ran
+/// before this agent started and is held now ([`Snapshot::ran_before`]): its pods do not run,
+/// and without its line an agent started during the hold would not know the file had run the
+/// name (docs/reliability.md, "A new manifest never displaces a running pod").
+///
+/// [`Snapshot::ran_before`]: crate::host::manifests::Snapshot::ran_before
+pub fn write_running_pods<'a>(
+    state: &Path,
+    pods: impl Iterator<Item = &'a LoadedPod>,
+    waiting: &RanBefore,
+) -> io::Result<()> {
     let mut text = String::new();
+    let mut running = std::collections::BTreeSet::new();
     for pod in pods {
+        running.insert((pod.namespace().to_owned(), pod.name().to_owned()));
         text.push_str(pod.uid());
         if let Some(file) = pod.file.to_str().filter(|file| !file.contains(['\n', '\r'])) {
             text.push_str(&format!("\t{}\t{}\t{file}", pod.namespace(), pod.name()));
         }
         text.push('\n');
+    }
+    for (name, file) in waiting.files.iter().filter(|(name, _)| !running.contains(*name)) {
+        // Read from a line of the record, which has a UID: a name without one came from no record.
+        let Some(uid) = waiting.uid_by_name.get(name) else { continue };
+        let Some(file) = file.to_str().filter(|file| !file.contains(['\n', '\r'])) else { continue };
+        text.push_str(&format!("{uid}\t{}\t{}\t{file}\n", name.0, name.1));
     }
     let temporary = state.join(format!(".{RUNNING_PODS}.tmp"));
     fs::write(&temporary, text)?;
@@ -712,7 +734,7 @@ mod tests {
             pod
         };
         let running = [pod("uid-idle", "idle", "/m/idle.yaml"), pod("uid-web", "web", "/m/web\n.yaml")];
-        write_running_pods(&dir, running.iter()).unwrap();
+        write_running_pods(&dir, running.iter(), &RanBefore::default()).unwrap();
         // A line of a UID alone, as the first agents wrote it.
         let text = fs::read_to_string(dir.join(RUNNING_PODS)).unwrap();
         fs::write(dir.join(RUNNING_PODS), format!("{text}uid-old\n")).unwrap();
@@ -721,7 +743,40 @@ mod tests {
         assert_eq!(all.uids, ["uid-api", "uid-idle", "uid-old", "uid-web"].map(str::to_owned).into());
         let idle = (("shop".to_owned(), "idle".to_owned()), PathBuf::from("/m/idle.yaml"));
         assert_eq!(all.files, [idle].into());
+        let idle = (("shop".to_owned(), "idle".to_owned()), "uid-idle".to_owned());
+        assert_eq!(all.uid_by_name, [idle].into());
         assert_eq!(pods_that_ran(&dir), RanBefore::default(), "no state directory: none");
+    }
+
+    /// A name held for the file that ran it before the agent started (its pods not running,
+    /// the file caught half written or unreadable) is written with the running pods, as the
+    /// previous agent's record named it: an agent started during the hold holds the file too.
+    /// It was left out, and a second restart during the hold lost the name to a newcomer. A
+    /// name a running pod has now is written once, the running pod's.
+    #[test]
+    fn the_record_keeps_the_names_held_for_files_that_ran_before() {
+        let dir = std::env::temp_dir().join(format!("probelet-held-names-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut api = LoadedPod { file: PathBuf::from("/m/c.yaml"), document: None, pod: Default::default() };
+        api.pod.metadata.uid = Some("uid-api-now".into());
+        api.pod.metadata.name = Some("api".into());
+        api.pod.metadata.namespace = Some("shop".into());
+        let name = |name: &str| ("shop".to_owned(), name.to_owned());
+        let waiting = RanBefore {
+            uids: ["uid-web".to_owned(), "uid-api-before".to_owned()].into(),
+            files: [(name("web"), PathBuf::from("/m/a.yaml")), (name("api"), PathBuf::from("/m/b.yaml"))]
+                .into(),
+            uid_by_name: [(name("web"), "uid-web".to_owned()), (name("api"), "uid-api-before".to_owned())]
+                .into(),
+        };
+        write_running_pods(&dir, [api].iter(), &waiting).unwrap();
+        let next = pods_that_ran(&dir);
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(next.uids, ["uid-api-now".to_owned(), "uid-web".to_owned()].into());
+        let files = [(name("api"), PathBuf::from("/m/c.yaml")), (name("web"), PathBuf::from("/m/a.yaml"))];
+        assert_eq!(next.files, files.into());
+        let uids = [(name("api"), "uid-api-now".to_owned()), (name("web"), "uid-web".to_owned())];
+        assert_eq!(next.uid_by_name, uids.into());
     }
 
     /// Only the start of a record file is read: a file grown huge is not read whole.
