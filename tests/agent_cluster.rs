@@ -1707,6 +1707,7 @@ async fn a_sigterm_waits_for_an_owed_write_and_a_second_one_ends_the_wait() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = std::fs::remove_file(&kubeconfig);
+}
 
 /// Under `--feature-gates=RestartAllContainersOnContainerExits=true` the cluster host generates
 /// `Initialized` as the standalone host does: once it was True, the init container going back
