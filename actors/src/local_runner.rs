@@ -305,9 +305,10 @@ async fn pump_into(
     }
 }
 
-/// The leader's exit status. Where a pidfd tells the exit before the leader is reaped, the
-/// group (whatever the command left behind) is killed first, while its ID is still held, and
-/// `pgid` is taken; otherwise it is left for the caller to kill after the reaping.
+/// The leader's exit status. Where the exit is seen before the leader is reaped ([`exited`]:
+/// a pidfd, or `waitid(WNOWAIT)` without one), the group (whatever the command left behind) is
+/// killed first, while its ID is still held, and `pgid` is taken; otherwise (no child left to
+/// wait for) it is left for the caller.
 async fn leader_exit(child: &mut Child, pgid: &mut Option<u32>) -> io::Result<ExitStatus> {
     if let Some(group) = *pgid
         && exited(group).await.is_ok()

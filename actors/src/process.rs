@@ -13,16 +13,22 @@
 //!
 //! A recycled ID is never signalled: a group's ID stays taken while any process of the group
 //! lives, and a group whose members are all gone is only signalled while its leader is still
-//! unreaped. [`exited`] tells that the leader exited without reaping it (through a pidfd), so
-//! callers kill what it left behind first and reap it afterwards.
+//! unreaped. [`exited`] tells that the leader exited without reaping it, so callers kill what
+//! it left behind first and reap it afterwards: through a pidfd, or, where none can be had (a
+//! kernel older than 5.3, no descriptor left), by `waitid(WNOWAIT)` after each SIGCHLD
+//! (`docs/reliability.md`, "A container's group is never killed by a reaped leader's ID").
 
 use std::fs;
 use std::io;
+use std::time::Duration;
 
 use rustix::io::Errno;
-use rustix::process::{Pid, PidfdFlags, getpid, kill_process_group, pidfd_open};
+use rustix::process::{
+    Pid, PidfdFlags, WaitId, WaitIdOptions, getpid, kill_process_group, pidfd_open, waitid,
+};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The signals sent to a process group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,18 +139,59 @@ pub fn signal_group_logged(pgid: u32, signal: Signal) {
 }
 
 /// Resolves once process `pid` (a child of the agent) has exited, leaving it unreaped so that
-/// its ID, and so its group's, cannot be given to another process meanwhile. An error (no
-/// pidfd: an old kernel, or no file descriptor left) means the caller must reap first.
+/// its ID, and so its group's, cannot be given to another process meanwhile: through a pidfd,
+/// or [`exited_without_pidfd`] where none can be had. An error (`pid` is no child of the
+/// agent's left to wait for: reaped by someone else) means the exit cannot be seen without
+/// reaping: the caller must not signal the group by its ID after reaping.
 pub async fn exited(pid: u32) -> io::Result<()> {
-    let pidfd = pidfd_open(group_pid(pid)?, PidfdFlags::NONBLOCK)?;
+    let raw = group_pid(pid)?;
     // A pidfd becomes readable when its process exits; reading it is never needed. Tokio
     // deprecated the safe constructor because a generic `T` could change the fd it returns;
     // an `OwnedFd` moved into the `AsyncFd` cannot, which is the case its replacement (`unsafe`,
     // forbidden here) is for.
     #[allow(deprecated)]
-    let pidfd = AsyncFd::with_interest(pidfd, Interest::READABLE)?;
-    let _ready = pidfd.readable().await?;
-    Ok(())
+    let watched = pidfd_open(raw, PidfdFlags::NONBLOCK)
+        .map_err(io::Error::from)
+        .and_then(|pidfd| AsyncFd::with_interest(pidfd, Interest::READABLE));
+    match watched {
+        Ok(pidfd) => {
+            let _ready = pidfd.readable().await?;
+            Ok(())
+        }
+        Err(error) => {
+            tracing::debug!(pid, %error, "no pidfd for a child, watching for its exit on SIGCHLD");
+            exited_without_pidfd(pid).await
+        }
+    }
+}
+
+/// How often [`exited_without_pidfd`] looks where SIGCHLD cannot be listened to.
+const EXIT_POLL: Duration = Duration::from_millis(50);
+
+/// [`exited`] without a pidfd: `waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT)`, which sees the
+/// exit and leaves the child to be reaped, after each SIGCHLD (every [`EXIT_POLL`] if SIGCHLD
+/// cannot be listened to). Each SIGCHLD costs one system call per child watched so, as tokio's
+/// own reaper costs where it has no pidfd either.
+pub async fn exited_without_pidfd(pid: u32) -> io::Result<()> {
+    let raw = group_pid(pid)?;
+    // Listening before the first look: a SIGCHLD that comes after the look is not missed.
+    let mut sigchld = signal(SignalKind::child()).ok();
+    loop {
+        if waitid(WaitId::Pid(raw), WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT)?
+            .is_some()
+        {
+            return Ok(());
+        }
+        match sigchld.as_mut() {
+            Some(sigchld_stream) => {
+                if sigchld_stream.recv().await.is_none() {
+                    // The runtime's signal driver is gone: looked for on a ticker.
+                    sigchld = None;
+                }
+            }
+            None => tokio::time::sleep(EXIT_POLL).await,
+        }
+    }
 }
 
 fn group_pid(pgid: u32) -> io::Result<Pid> {
@@ -369,5 +416,28 @@ mod tests {
         assert_eq!(signal_group(pgid, Signal::Kill).expect("signal"), Delivery::Sent);
         let status = child.wait().await.expect("reap");
         assert_eq!(status.code(), Some(3));
+    }
+
+    /// Without a pidfd the exit is seen by `waitid(WNOWAIT)` after SIGCHLD, the leader left
+    /// unreaped: it still holds the group's ID, and the group (its background `sleep`) is
+    /// SIGKILLed by it. Then the reap gives the exit status, which the look did not take.
+    #[tokio::test]
+    async fn exited_without_a_pidfd_resolves_before_the_leader_is_reaped() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 1000 & exit 5"])
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("spawn");
+        let pgid = child.id().expect("pid");
+        tokio::time::timeout(Duration::from_secs(10), exited_without_pidfd(pgid))
+            .await
+            .expect("exit seen")
+            .expect("waitid");
+        let leader = ProcessStat::of(pgid).expect("the leader is still there");
+        assert!(leader.zombie, "exited, not reaped");
+        assert_eq!(signal_group(pgid, Signal::Kill).expect("signal"), Delivery::Sent);
+        let status = child.wait().await.expect("reap");
+        assert_eq!(status.code(), Some(5));
     }
 }

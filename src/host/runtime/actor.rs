@@ -731,7 +731,7 @@ impl Handler<ForgetPod> for ProcessRuntime {
                     if running.shimmed {
                         self.signaller.kill_tree(&self.groups, pgid);
                     } else {
-                        self.signaller.send(pgid, Signal::Kill);
+                        self.signaller.send(&self.groups, pgid, Signal::Kill);
                     }
                 }
             }

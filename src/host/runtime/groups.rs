@@ -473,7 +473,7 @@ impl ContainerGroups {
 
     /// `send` to group `pgid` if it is still listed, under the lock; `None` once unlisted (its
     /// leader may be reaped, and its ID another process's).
-    fn signal_listed(
+    pub(super) fn signal_listed(
         &self,
         pgid: u32,
         send: impl FnOnce(u32) -> io::Result<Delivery>,

@@ -262,7 +262,7 @@ impl ProcessRuntime {
                 ask_to_kill_tree(control);
             }
             if let Some(pgid) = pgid {
-                self.signaller.send(pgid, Signal::KillTree);
+                self.signaller.send(&self.groups, pgid, Signal::KillTree);
             }
             ctx.spawn(guard.wait().into_actor(self).map(|_, _, _| ()));
             return;
@@ -282,7 +282,7 @@ impl ProcessRuntime {
         // group is killed, not only its leader, while the leader is unreaped and the group's
         // ID still ours.
         if let Some(pgid) = pgid {
-            self.signaller.send(pgid, Signal::Kill);
+            self.signaller.send(&self.groups, pgid, Signal::Kill);
         }
         let _ = child.start_kill();
         if let Some(pgid) = pgid {
