@@ -27,6 +27,24 @@
 //!   stranger's, and runs on.
 //!
 //! A record of another boot (its boot ID differs) names nothing that runs.
+//!
+//! **What a signal may reach.** Each signal goes to what a look at `/proc` showed, and none of
+//! these processes is the agent's child: their IDs may be given to others at any moment.
+//!
+//! - A single process (a leader's SIGUSR1, a marked process's SIGKILL) is pinned by a pidfd
+//!   before its start time is checked, and signalled through the pidfd
+//!   ([`crate::process::signal_process`]): the signal cannot reach a process that took the PID
+//!   after the check. Without a pidfd (a kernel older than 5.3, no descriptor left) it is
+//!   checked and signalled by PID, microseconds apart.
+//! - A group is signalled by its ID (`kill(2)`): the kernel signals a group through a pidfd
+//!   only from Linux 6.9 on (`PIDFD_SIGNAL_PROCESS_GROUP`), a flag `rustix` 1.1 does not pass,
+//!   and nothing else may make the call without `unsafe`. An ID is not given to another group
+//!   while any process of the group is left, a zombie included, so right before the kill one
+//!   of the processes the look saw in the group is read again: still there, with its start
+//!   time, in the group ([`kill_group_still_seen`]). What is left: the whole group ending and
+//!   being reaped, and its ID given to a new group's leader, between that read and the kill,
+//!   microseconds. PIDs are handed out in turn up to `pid_max`, so that takes the counter
+//!   coming round in that time (or a privileged process writing `ns_last_pid`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -499,7 +517,7 @@ pub(super) fn kill_leftovers(state: &Path, this_boot: Option<&str>) -> io::Resul
         if classify(&f.record, this_boot.as_deref(), LeaderNow::of(f.pgid), view) != Leftover::NotOurs
             && view.members
         {
-            match signal_group(f.pgid, Signal::Kill) {
+            match kill_group_still_seen(f.pgid, &now) {
                 Ok(Delivery::Sent) => f.killed = true,
                 Ok(Delivery::Gone) => {}
                 Err(error) => failed(f, &error),
@@ -659,7 +677,7 @@ fn signal_marked(
             {
                 groups.insert(g);
                 new = true;
-                delivered(i, signal_group(g, Signal::Kill));
+                delivered(i, kill_group_still_seen(g, &current));
             }
             // A process SIGKILLed already may take a moment to die: signalled once.
             if !signalled.insert((p.pid, p.start)) {
@@ -676,6 +694,25 @@ fn signal_marked(
         }
     }
     MarkedOutcome { groups, processes: signalled.len(), left }
+}
+
+/// SIGKILLs group `pgid` as a look at every process (`seen`) showed it, if it is still that
+/// group: one of the processes then in it is there still (its PID, its start time), in it.
+/// A group's ID is not given to another group while any process of it is left, so the ID
+/// has named that group all along. Without this, the kill went by an ID read up to a whole
+/// look at every process (and the other records' kills) before: time enough for the group to
+/// end, and its ID to be taken. What is left is the moment between this read and the
+/// `kill(2)`, as no system call signals a group by a pidfd through `rustix` (see the module
+/// documentation).
+fn kill_group_still_seen(pgid: u32, seen: &[Process]) -> io::Result<Delivery> {
+    let still = seen.iter().filter(|p| in_group(p, pgid)).any(|p| {
+        ProcessStat::of(p.pid)
+            .is_ok_and(|now| now.start == p.start && u32::try_from(now.pgid).ok() == Some(pgid))
+    });
+    if !still {
+        return Ok(Delivery::Gone);
+    }
+    signal_group(pgid, Signal::Kill)
 }
 
 fn failed(f: &Found, error: &io::Error) {
@@ -983,6 +1020,22 @@ mod tests {
         let start = start_time(pgid).unwrap();
         leader.stdin.take().unwrap().write_all(format!("{}\n", mark(pgid, start)).as_bytes()).unwrap();
         (leader, pgid, start)
+    }
+
+    /// A group seen in a look at every process, ended since and its ID taken by another group
+    /// (here a stranger's session, the look made up to show an earlier process leading a group
+    /// of that ID), is not SIGKILLed by the ID; the group as a look shows it now is. Before,
+    /// the SIGKILL went by the ID alone, read up to a whole look before.
+    #[test]
+    fn a_group_that_ended_since_the_look_is_not_killed_under_its_id() {
+        let mut stranger = in_own_session("sleep 7385");
+        let pgid = stranger.id();
+        let start = start_time(pgid).unwrap();
+        let earlier = Process { pid: pgid, pgid: i32::try_from(pgid).unwrap(), start: start + 1, mark: None };
+        assert_eq!(kill_group_still_seen(pgid, &[earlier]).unwrap(), Delivery::Gone);
+        assert!(stranger.try_wait().unwrap().is_none(), "the stranger's group was killed");
+        assert_eq!(kill_group_still_seen(pgid, &processes()).unwrap(), Delivery::Sent);
+        assert_eq!(stranger.wait().unwrap().signal(), Some(9));
     }
 
     /// A record an older agent wrote names the command itself as the leader, not a shim: the
