@@ -1030,6 +1030,9 @@ mod tests {
     fn a_group_that_ended_since_the_look_is_not_killed_under_its_id() {
         let mut stranger = in_own_session("sleep 7385");
         let pgid = stranger.id();
+        eventually("the stranger leads its group", || {
+            ProcessStat::of(pgid).is_ok_and(|stat| u32::try_from(stat.pgid).ok() == Some(pgid))
+        });
         let start = start_time(pgid).unwrap();
         let earlier = Process { pid: pgid, pgid: i32::try_from(pgid).unwrap(), start: start + 1, mark: None };
         assert_eq!(kill_group_still_seen(pgid, &[earlier]).unwrap(), Delivery::Gone);
