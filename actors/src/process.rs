@@ -169,9 +169,9 @@ pub async fn exited(pid: u32) -> io::Result<()> {
 const EXIT_POLL: Duration = Duration::from_millis(50);
 
 /// [`exited`] without a pidfd: `waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT)`, which sees the
-/// exit and leaves the child to be reaped, after each SIGCHLD (every [`EXIT_POLL`] if SIGCHLD
-/// cannot be listened to). Each SIGCHLD costs one system call per child watched so, as tokio's
-/// own reaper costs where it has no pidfd either.
+/// exit and leaves the child to be reaped, after each SIGCHLD (every 50 ms, `EXIT_POLL`, if
+/// SIGCHLD cannot be listened to). Each SIGCHLD costs one system call per child watched so, as
+/// tokio's own reaper costs where it has no pidfd either.
 pub async fn exited_without_pidfd(pid: u32) -> io::Result<()> {
     let raw = group_pid(pid)?;
     // Listening before the first look: a SIGCHLD that comes after the look is not missed.
