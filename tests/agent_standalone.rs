@@ -1430,6 +1430,71 @@ async fn after_a_crash_the_next_agent_never_runs_a_second_copy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Polls (at most `wait`) until `done` holds; whether it did.
+async fn eventually(wait: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + wait;
+    while !done() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// The agent's standard error so far.
+fn agent_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join(STDERR)).unwrap_or_default()
+}
+
+/// The agent's own disk fails a container's record (here `containers/` is made a file, which
+/// no permission lets even root write into; a full disk fails the same write with `ENOSPC`):
+/// nothing runs unrecorded, and the start is the agent's failure, not the container's. The
+/// container waits with `CreateContainerConfigError` and the record's path, counts no restart,
+/// and is tried again, so a `restartPolicy: Never` pod still gets its one run once the disk
+/// is repaired. (It was a start error, exit code 128: the pod failed for good.)
+#[actix::test]
+async fn a_record_that_cannot_be_written_holds_the_start_until_it_can_be() {
+    let dir = temp_dir("record-fails");
+    let pidfile = dir.join("n.pids");
+    let mut agent = Agent::start(&dir).await;
+    let containers = dir.join(".probelet-state/containers");
+    // The agent makes `containers/` again within a second of its removal: retried if it won.
+    let mut replaced = false;
+    for _ in 0..5 {
+        let _ = std::fs::remove_dir(&containers);
+        if std::fs::write(&containers, "not a folder").is_ok() {
+            replaced = true;
+            break;
+        }
+    }
+    assert!(replaced, "containers/ could not be replaced by a file");
+    let never = sleeper_pod("n", &pidfile).replace("spec:\n", "spec:\n  restartPolicy: Never\n");
+    write(&dir, "n.yaml", &never);
+    agent
+        .wait_for(|l| l.ends_with("default/n: container sleeper waiting (CreateContainerConfigError)"))
+        .await;
+    let pods = agent.get("/pods").await;
+    let message = format!("cannot record the container in the state directory: {}/", containers.display());
+    assert!(pods.contains(&message), "the status names the record: {pods}");
+    assert!(pods.contains("\"restartCount\":0"), "no restart counted: {pods}");
+    assert!(pids_in(&pidfile).is_empty(), "nothing ran unrecorded");
+    assert!(
+        agent_log(&dir).lines().any(|l| l.contains("WARN") && l.contains(&message)),
+        "the operator is told at WARN:\n{}",
+        agent_log(&dir)
+    );
+
+    std::fs::remove_file(&containers).unwrap();
+    agent.wait_for(|l| l.ends_with("default/n: container sleeper running")).await;
+    let pids = wait_for_pids(&pidfile, 1).await;
+    assert_eq!(std::fs::read_dir(&containers).unwrap().count(), 1, "the container is recorded");
+    let pods = agent.get("/pods").await;
+    assert!(pods.contains("\"restartCount\":0"), "its one run: {pods}");
+    agent.stop().await;
+    assert_gone(&pids).await;
+}
+
 /// Waits (10 s at most) until an agent has claimed the manifests folder `dir`: its abstract
 /// socket shows in `/proc/net/unix`.
 async fn wait_for_folder_claim(dir: &std::path::Path) {

@@ -299,8 +299,8 @@ impl ContainerGroups {
     }
 
     /// A container's group started: listed, and recorded in the state directory. The error of
-    /// a record that cannot be written is returned (the group is listed all the same): the
-    /// caller kills a shim that has not run anything yet, or logs it. After [`Self::kill_all`]
+    /// a record that cannot be written is returned, naming the record's path (the group is
+    /// listed all the same): the caller kills a shim that has not run anything yet, or logs it. After [`Self::kill_all`]
     /// the group is neither listed nor recorded, and the error is
     /// [`io::ErrorKind::Interrupted`]: the caller kills it.
     pub fn add(&self, pgid: u32, owner: GroupOwner) -> io::Result<()> {
@@ -323,8 +323,12 @@ impl ContainerGroups {
                     }
                     .line();
                     // Not into a directory another agent holds (see [`StateDir::follow`]).
+                    // The error names the record, for the operator to find the disk.
                     let written = if state.writable() {
-                        write_atomically(&state.containers, &pgid.to_string(), &text)
+                        write_atomically(&state.containers, &pgid.to_string(), &text).map_err(|error| {
+                            let path = state.containers.join(pgid.to_string());
+                            io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+                        })
                     } else {
                         Ok(())
                     };

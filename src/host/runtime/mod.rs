@@ -88,6 +88,10 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub const REASON_CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
 /// Waiting reason of a container that could not be started.
 pub const REASON_RUN_CONTAINER_ERROR: &str = "RunContainerError";
+/// Waiting reason of a container the agent could not create, before anything ran (upstream
+/// `ErrCreateContainerConfig`, which the kubelet gives its own failures before the runtime is
+/// asked, such as its log directory it cannot make): here, its record in the state directory.
+pub const REASON_CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
 /// Waiting reason of a container not started yet, in a pod with init containers.
 pub const REASON_POD_INITIALIZING: &str = "PodInitializing";
 /// Waiting reason of a container not started yet, in a pod without init containers.

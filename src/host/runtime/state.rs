@@ -25,8 +25,8 @@ use super::actor::RuntimePodStatus;
 use super::backoff::Backoff;
 use super::{
     EXIT_CODE_RESTARTING_ALL_CONTAINERS, MESSAGE_RESTARTING_ALL_CONTAINERS, REASON_CONTAINER_CREATING,
-    REASON_CRASH_LOOP_BACK_OFF, REASON_POD_INITIALIZING, REASON_RESTARTING_ALL_CONTAINERS,
-    REASON_RUN_CONTAINER_ERROR,
+    REASON_CRASH_LOOP_BACK_OFF, REASON_CREATE_CONTAINER_CONFIG_ERROR, REASON_POD_INITIALIZING,
+    REASON_RESTARTING_ALL_CONTAINERS, REASON_RUN_CONTAINER_ERROR,
 };
 
 /// One pod's containers.
@@ -99,6 +99,11 @@ pub(super) struct Slot {
     /// A probe killed the running instance: the next one starts whatever its exit code
     /// (see `KillContainer::restart`).
     pub(super) restart_owed: bool,
+    /// The last start failed before anything ran, for a fault of the agent's own (its record
+    /// could not be written: a full disk): the container shows this message, waiting with
+    /// `CreateContainerConfigError`, until it starts. Such a start is no instance: it counts
+    /// no restart and uses no `restartPolicy: Never` container's one run.
+    pub(super) create_error: Option<String>,
 }
 
 pub(super) enum Current {
@@ -127,6 +132,13 @@ pub(super) enum Current {
     Removed {
         restarted: bool,
     },
+}
+
+impl Current {
+    /// Whether an instance is starting or running.
+    fn runs(&self) -> bool {
+        matches!(self, Current::Starting(_) | Current::Running(_))
+    }
 }
 
 pub(super) struct Running {
@@ -256,6 +268,7 @@ impl PodRuntime {
             slot.initialized = false;
             slot.refused = false;
             slot.restart_owed = false;
+            slot.create_error = None;
         }
         self.initialized = false;
         self.init_failed = false;
@@ -287,6 +300,7 @@ impl Slot {
             initialized: false,
             refused: false,
             restart_owed: false,
+            create_error: None,
         }
     }
 }
@@ -355,6 +369,23 @@ pub(super) fn container_status(
     let Some(slot) = slot else { return status };
     status.restart_count = (slot.started - 1).max(0);
     let last_terminated = || terminated_state(slot.last_terminated.clone());
+    // Upstream's reason cache after a failed `generateContainerConfig`: the error until a start
+    // succeeds (which clears it), with the latest instance, if any, as the last state.
+    if let Some(message) = slot.create_error.as_ref().filter(|_| !slot.current.runs()) {
+        match &slot.current {
+            Current::Exited { id, terminated } | Current::StartFailed { id, terminated } => {
+                status.container_id = Some(id.to_string());
+                status.last_state = Some(terminated_state(Some(terminated.clone())));
+            }
+            Current::Removed { .. } => {
+                status.restart_count = slot.started.max(0);
+                status.last_state = Some(last_terminated());
+            }
+            Current::NotStarted | Current::Starting(_) | Current::Running(_) => {}
+        }
+        status.state = Some(waiting(REASON_CREATE_CONTAINER_CONFIG_ERROR, Some(message.clone())));
+        return status;
+    }
     match &slot.current {
         Current::NotStarted => {}
         Current::Starting(starting) => {

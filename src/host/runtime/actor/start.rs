@@ -143,9 +143,9 @@ impl ProcessRuntime {
         ctx: &mut Context<Self>,
     ) {
         self.count_start(ctx);
-        if let Some(slot) = self.slot_mut(pod_uid, &container.name) {
-            slot.restart_owed = false;
-        }
+        let restart_owed = self
+            .slot_mut(pod_uid, &container.name)
+            .is_some_and(|slot| std::mem::replace(&mut slot.restart_owed, false));
         let launch = Launch::of(container);
         for name in &launch.skipped {
             tracing::warn!(pod = %pod_ref(pod), container = %container.name, env = %name, "env valueFrom is not supported by the local runtime, variable not set");
@@ -193,10 +193,16 @@ impl ProcessRuntime {
             return self.container_started(pod_uid, pod, container, id, launch, child, false, ctx);
         };
         // Under the shim: nothing runs before the record is written; then the go byte.
-        let go = recorded
-            .map_err(|e| start_error(&format!("cannot record the container in the state directory: {e}")))
-            .and_then(|()| (&control).write_all(&[GO]).map_err(shim_error));
-        if let Err(message) = go {
+        if let Err(error) = recorded {
+            // The shim ran nothing: killed and reaped in the background (`kill_on_drop`).
+            let _ = child.start_kill();
+            if let Some(pgid) = pgid {
+                self.groups.remove(pgid);
+            }
+            let message = format!("cannot record the container in the state directory: {error}");
+            return self.create_failed(pod_uid, pod, container, restart_owed, message, ctx);
+        }
+        if let Err(message) = (&control).write_all(&[GO]).map_err(shim_error) {
             // The shim ran nothing: killed and reaped in the background (`kill_on_drop`).
             let _ = child.start_kill();
             if let Some(pgid) = pgid {
@@ -289,6 +295,33 @@ impl ProcessRuntime {
             self.groups.remove(pgid);
         }
         self.start_failed(pod_uid, pod, container, role, id, message, ctx);
+    }
+
+    /// A container the agent could not create, for a fault of its own before anything ran (its
+    /// record cannot be written: a full or read-only disk). As upstream's `startContainer` when
+    /// `generateContainerConfig` fails (its log directory cannot be made, say): a `Failed`
+    /// event, the container waiting with `CreateContainerConfigError`, and no instance: no
+    /// restart counted, no exit for `restartPolicy` to weigh (a `Never` pod's container still
+    /// gets its one run), the back-off as it was. Tried again after the initial back-off (10 s),
+    /// as the kubelet's pod worker syncs a pod again after a failed sync (`backOffPeriod`).
+    fn create_failed(
+        &mut self,
+        pod_uid: &str,
+        pod: &Arc<Pod>,
+        container: &Container,
+        restart_owed: bool,
+        message: String,
+        ctx: &mut Context<Self>,
+    ) {
+        self.budget.release(pod_uid);
+        tracing::warn!(pod = %pod_ref(pod), container = %container.name, error = %message, "cannot start container");
+        self.record(pod, container, EventType::Warning, EVENT_FAILED, &format!("Error: {message}"));
+        let Some(slot) = self.slot_mut(pod_uid, &container.name) else { return };
+        slot.create_error = Some(message);
+        slot.restart_owed = restart_owed;
+        let retry = self.initial_backoff;
+        self.schedule_retry(pod_uid, &container.name, retry, ctx);
+        self.notify(pod_uid, ctx);
     }
 
     /// A container that could not start: `Failed`, and containerd's `StartError` state.
@@ -474,6 +507,7 @@ fn shim_error(e: io::Error) -> String {
 
 /// Makes `next` the slot's current instance; an exited or failed one becomes the last state.
 fn begin_instance(slot: &mut Slot, next: Current) {
+    slot.create_error = None;
     if let Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. } =
         std::mem::replace(&mut slot.current, next)
     {
