@@ -1495,6 +1495,42 @@ async fn a_record_that_cannot_be_written_holds_the_start_until_it_can_be() {
     assert_gone(&pids).await;
 }
 
+/// The list of running pods the next agent reads (`pods` in the state directory) that could
+/// not be written (here its temporary file's name is taken by a folder; a full disk fails it
+/// the same way) is said at WARN and written once it can be, not only at the next change of
+/// the folder's pods. (It was logged at debug and stayed stale: after a crash the next agent
+/// gave the name of a pod it did not list to a refused newcomer by file order.)
+#[actix::test]
+async fn the_running_pods_list_that_could_not_be_written_is_written_once_it_can_be() {
+    let dir = temp_dir("pods-list-fails");
+    let (one, two) = (dir.join("one.pids"), dir.join("two.pids"));
+    write(&dir, "one.yaml", &sleeper_pod("one", &one));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    let state = dir.join(".probelet-state");
+    let list = || std::fs::read_to_string(state.join("pods")).unwrap_or_default();
+    assert!(list().contains("\tone\t"), "{}", list());
+    std::fs::create_dir(state.join(".pods.tmp")).unwrap();
+    write(&dir, "two.yaml", &sleeper_pod("two", &two));
+    agent.wait_for(|l| l.ends_with("default/two: container sleeper running")).await;
+    assert!(!list().contains("\ttwo\t"), "the write cannot have succeeded: {}", list());
+    let warned = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("Cannot name the running pods for the next agent"))
+    };
+    assert!(eventually(Duration::from_secs(5), || warned(&agent_log(&dir))).await, "{}", agent_log(&dir));
+
+    std::fs::remove_dir(state.join(".pods.tmp")).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || list().contains("\ttwo\t")).await,
+        "the list names the pod once it can be written: {}",
+        list()
+    );
+    let pids = [wait_for_pids(&one, 1).await[0], wait_for_pids(&two, 1).await[0]];
+    agent.stop().await;
+    assert_gone(&pids).await;
+}
+
 /// Waits (10 s at most) until an agent has claimed the manifests folder `dir`: its abstract
 /// socket shows in `/proc/net/unix`.
 async fn wait_for_folder_claim(dir: &std::path::Path) {

@@ -196,6 +196,8 @@ pub struct StandaloneKubelet {
     synced: Arc<AtomicBool>,
     /// [`Shutdown`] came: no pod is added any more (its containers would outlive the agent).
     shutting_down: bool,
+    /// The last write of the running pods' list failed: it is owed ([`Self::write_running_pods`]).
+    running_pods_owed: bool,
 }
 
 impl StandaloneKubelet {
@@ -221,6 +223,38 @@ impl StandaloneKubelet {
             generation: 0,
             synced,
             shutting_down: false,
+            running_pods_owed: false,
+        }
+    }
+
+    /// Names the running pods in the state directory for the next agent
+    /// ([`crate::host::runtime::RUNNING_PODS`]): when they `changed`, and again at every scan
+    /// after a write that failed (a full or read-only disk) or once the file is gone (the
+    /// state directory deleted and made again), until a write succeeds. Written only at a
+    /// change, a list that could not be written stayed stale for good, and the next agent
+    /// gave a running pod's name to a newcomer by file order. A failure is said at WARN, once
+    /// while it lasts, naming the file (docs/reliability.md, "The agent's own disk").
+    fn write_running_pods(&mut self, changed: bool) {
+        let Some(state_dir) = self.config.state_dir.as_deref() else { return };
+        let path = state_dir.join(crate::host::runtime::RUNNING_PODS);
+        if !changed && !self.running_pods_owed && path.exists() {
+            return;
+        }
+        match crate::host::runtime::write_running_pods(
+            state_dir,
+            self.snapshot.pods.values(),
+            &self.snapshot.ran_before,
+        ) {
+            Ok(()) if self.running_pods_owed => {
+                self.running_pods_owed = false;
+                tracing::info!(path = %path.display(), "Named the running pods for the next agent again");
+            }
+            Ok(()) => {}
+            Err(error) => {
+                if !std::mem::replace(&mut self.running_pods_owed, true) {
+                    tracing::warn!(path = %path.display(), %error, "Cannot name the running pods for the next agent; tried again at every scan");
+                }
+            }
         }
     }
 
@@ -340,16 +374,7 @@ impl StandaloneKubelet {
         // held, or one whose hold ended, changes the record as a pod does.
         let waiting_changed = self.snapshot.ran_before != next.ran_before;
         self.snapshot = next;
-        if let Some(state_dir) = self.config.state_dir.as_deref()
-            && (!changes.is_empty() || waiting_changed)
-            && let Err(error) = crate::host::runtime::write_running_pods(
-                state_dir,
-                self.snapshot.pods.values(),
-                &self.snapshot.ran_before,
-            )
-        {
-            tracing::debug!(%error, "Cannot name the running pods for the next agent");
-        }
+        self.write_running_pods(!changes.is_empty() || waiting_changed);
         for change in changes {
             match change {
                 SourceChange::Added(loaded) => self.add(loaded.pod, &loaded.file, ctx),

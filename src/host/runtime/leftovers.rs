@@ -213,8 +213,12 @@ pub fn write_running_pods<'a>(
         text.push_str(&format!("{uid}\t{}\t{}\t{file}\n", name.0, name.1));
     }
     let temporary = state.join(format!(".{RUNNING_PODS}.tmp"));
-    fs::write(&temporary, text)?;
-    fs::rename(&temporary, state.join(RUNNING_PODS))
+    let written = fs::write(&temporary, text).and_then(|()| fs::rename(&temporary, state.join(RUNNING_PODS)));
+    // A write cut short (a full disk) leaves no partial temporary file taking space.
+    if written.is_err() {
+        let _ = fs::remove_file(&temporary);
+    }
+    written
 }
 
 /// The UIDs of the pods whose containers the state directory's records name (what a previous
