@@ -214,7 +214,7 @@ impl StateDir {
                 Ok(lock) => locks.push(lock),
                 Err(error @ StateDirError::InUse { .. }) => {
                     if !said(&self.lost) {
-                        tracing::error!(%error, "the state directory was replaced and another agent holds it now: this agent records nothing there, and after its crash its containers would run twice");
+                        tracing::error!(%error, "the state directory was replaced and another agent holds it now: this agent records nothing there and starts no container (restart it); after its crash the containers running now would run twice");
                     }
                     return None;
                 }
@@ -322,7 +322,6 @@ impl ContainerGroups {
                         boot: state.boot.clone(),
                     }
                     .line();
-                    // Not into a directory another agent holds (see [`StateDir::follow`]).
                     // The error names the record, for the operator to find the disk.
                     let written = if state.writable() {
                         write_atomically(&state.containers, &pgid.to_string(), &text).map_err(|error| {
@@ -330,7 +329,13 @@ impl ContainerGroups {
                             io::Error::new(error.kind(), format!("{}: {error}", path.display()))
                         })
                     } else {
-                        Ok(())
+                        // Not into a directory another agent holds (its records are that
+                        // agent's to sweep), and not unrecorded either: the next agent on this
+                        // path would not know it, and it would run beside its next copy.
+                        Err(io::Error::other(format!(
+                            "{}: replaced while this agent ran and held by another agent now; restart this agent",
+                            state.dir.display()
+                        )))
                     };
                     (Some(text), written)
                 }
@@ -661,6 +666,28 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         let _ = fs::remove_dir_all(&base);
+    }
+
+    /// Once another agent holds the directory that replaced this one's, a container can be
+    /// recorded neither there (that agent's records) nor nowhere: its start is refused, naming
+    /// the directory. (It started unrecorded, and ran beside its next copy after a crash.)
+    #[test]
+    fn no_group_is_recorded_nowhere_while_another_agent_holds_the_state_directory() {
+        let base = std::env::temp_dir().join(format!("probelet-groups-lost-{}", std::process::id()));
+        let dir = base.join("state");
+        let child = Leader(std::process::Command::new("sleep").arg("3712").spawn().unwrap());
+        let pid = child.0.id();
+        let (groups, _) = ContainerGroups::open(&dir).unwrap();
+        let state = groups.state.clone().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        let (other, _) = ContainerGroups::open(&dir).unwrap();
+        assert_eq!(state.follow(&groups.groups), None, "held by the other agent");
+        let owner = GroupOwner { pod: "default/p".into(), container: "c".into() };
+        let refused = groups.add(pid, owner);
+        let _ = fs::remove_dir_all(&base);
+        let refused = refused.expect_err("refused");
+        assert!(refused.to_string().contains(&dir.display().to_string()), "{refused}");
+        drop((other, child));
     }
 
     /// A `containers` that is a symbolic link is refused: the agent removes what it does not
