@@ -827,7 +827,7 @@ impl<S: SignalSource> ShutdownRequests<S> {
             let now = tokio::time::Instant::now();
             if self.began.is_some_and(|began| now.duration_since(began) < SAME_REQUEST) {
                 tracing::debug!(
-                    "a signal within {SAME_REQUEST:?} of the one before, taken as the same request"
+                    "a signal within {SAME_REQUEST:?} of the request's first, taken as part of it"
                 );
                 continue;
             }

@@ -316,7 +316,8 @@ impl Engine {
         }
         let deleting = pod.metadata.deletion_timestamp.is_some();
         let mut stored = None;
-        if !is_terminal(runtime_status.phase.as_deref()) {
+        let looked = !is_terminal(runtime_status.phase.as_deref());
+        if looked {
             stored = self.pipeline.pod_status(&uid).await?;
             let finished = [stored.as_deref(), pod.status.as_ref()]
                 .into_iter()
@@ -338,6 +339,7 @@ impl Engine {
         let old = match (restart_all_gate, &stored) {
             (false, _) => None,
             (true, Some(stored)) => Some(stored.clone()),
+            (true, None) if looked => None,
             (true, None) => self.pipeline.pod_status(&uid).await?,
         }
         .or_else(|| restart_all_gate.then(|| pod.status.clone().map(Arc::new)).flatten());

@@ -307,14 +307,32 @@ async fn pump_into(
 
 /// The leader's exit status. Where the exit is seen before the leader is reaped ([`exited`]:
 /// a pidfd, or `waitid(WNOWAIT)` without one), the group (whatever the command left behind) is
-/// killed first, while its ID is still held, and `pgid` is taken; otherwise (no child left to
-/// wait for) it is left for the caller.
+/// killed first, while its ID is still held. Either way `pgid` is taken once the look is over:
+/// once the leader is reaped its ID may name another process's group, so nothing signals it by
+/// that ID any more
+/// (docs/reliability.md, "A container's group is never killed by a reaped leader's ID").
 async fn leader_exit(child: &mut Child, pgid: &mut Option<u32>) -> io::Result<ExitStatus> {
-    if let Some(group) = *pgid
-        && exited(group).await.is_ok()
-    {
-        signal_group_logged(group, Signal::Kill);
+    leader_exit_with(child, pgid, exited).await
+}
+
+/// [`leader_exit`] with the way the exit is seen before the reap given (a test's own).
+async fn leader_exit_with<F: Future<Output = io::Result<()>>>(
+    child: &mut Child,
+    pgid: &mut Option<u32>,
+    exited: impl FnOnce(u32) -> F,
+) -> io::Result<ExitStatus> {
+    if let Some(group) = *pgid {
+        let seen = exited(group).await;
+        // Taken only now: until the exit is seen, a timeout or a dropped probe kills the group.
         *pgid = None;
+        match seen {
+            Ok(()) => signal_group_logged(group, Signal::Kill),
+            Err(error) => tracing::debug!(
+                group,
+                %error,
+                "cannot see an exec command's exit before it is reaped; what it left in its process group is not killed"
+            ),
+        }
     }
     child.wait().await
 }
@@ -511,6 +529,25 @@ impl Drop for ProcessGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command whose exit cannot be seen before the reap (the look failed) leaves no group ID
+    /// for the caller to kill by: the caller's kill after the reap would go to whatever group
+    /// now has the ID. Before, `pgid` stayed set and the runner SIGKILLed it after the reap.
+    #[tokio::test]
+    async fn a_group_whose_leader_could_only_be_reaped_is_left_unsignalled() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "exit 4"])
+            .stdin(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("spawn");
+        let mut pgid = child.id();
+        assert!(pgid.is_some());
+        let failed = |_| async { Err(io::Error::from_raw_os_error(rustix::io::Errno::CHILD.raw_os_error())) };
+        let status = leader_exit_with(&mut child, &mut pgid, failed).await.expect("reaped");
+        assert_eq!(status.code(), Some(4));
+        assert_eq!(pgid, None, "nothing is left to signal by the reaped leader's ID");
+    }
 
     #[test]
     fn a_shim_that_cannot_be_forked_for_want_of_processes_reads_as_the_programs_start_error() {
