@@ -1475,8 +1475,8 @@ async fn a_record_that_cannot_be_written_holds_the_start_until_it_can_be() {
         .wait_for(|l| l.ends_with("default/n: container sleeper waiting (CreateContainerConfigError)"))
         .await;
     let pods = agent.get("/pods").await;
-    let message = format!("cannot record the container in the state directory: {}/", containers.display());
-    assert!(pods.contains(&message), "the status names the record: {pods}");
+    let message = format!("cannot record the container in the state directory: {}: ", containers.display());
+    assert!(pods.contains(&message), "the status names the records' folder: {pods}");
     assert!(pods.contains("\"restartCount\":0"), "no restart counted: {pods}");
     assert!(pids_in(&pidfile).is_empty(), "nothing ran unrecorded");
     assert!(

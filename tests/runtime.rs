@@ -1662,3 +1662,69 @@ async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
     );
     h.kill_pod(&id, Duration::from_millis(100)).await;
 }
+
+/// A shimmed harness whose groups are recorded in `dir`, with `containers/` made a file so
+/// that no record can be written.
+fn harness_with_unwritable_records(dir: &Path) -> Harness {
+    let (groups, _) = ContainerGroups::open(dir).unwrap();
+    let containers = dir.join("containers");
+    std::fs::remove_dir(&containers).unwrap();
+    std::fs::write(&containers, "not a folder").unwrap();
+    Harness::build(|runtime| runtime.with_shim(env!("CARGO_BIN_EXE_probelet")).with_groups(groups))
+}
+
+/// Upstream's startContainer records `Created` only after CreateContainer succeeded: a
+/// generateContainerConfig failure gives one `Failed` event, nothing else. Before, `Created`
+/// came first (a review's finding).
+#[actix::test]
+async fn a_container_whose_record_is_refused_is_failed_without_being_created() {
+    let dir = temp_dir("created-without-record");
+    let mut h = harness_with_unwritable_records(&dir);
+    let pod = with_containers(pod("cfg", "Never"), vec![container("app", &["sleep", "30"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "CreateContainerConfigError", |s| {
+        waiting(app(s)).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+    })
+    .await;
+    let events = h.events_for("app");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(events.iter().all(|e| !e.contains("Created")), "{events:#?}");
+}
+
+/// The same failure retried gives the same event and status message, as upstream's would for
+/// the same error: the records' folder is named, not the record (the shim's PID, new at each
+/// retry). Before, each retry was a new text: a new status, and a new event pushing the pod's
+/// others out of `/events` (a review's finding).
+#[actix::test]
+async fn a_record_refused_again_says_the_same_message_at_each_retry() {
+    let dir = temp_dir("same-message");
+    let mut h = harness_with_unwritable_records(&dir);
+    let pod = with_containers(pod("cfg2", "Never"), vec![container("app", &["sleep", "30"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let first = h
+        .wait_for(&id, "CreateContainerConfigError", |s| {
+            waiting(app(s)).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        })
+        .await;
+    let first = waiting(app(&first)).unwrap().1.unwrap().to_owned();
+    let deadline = Instant::now() + WAIT;
+    let mut failed;
+    loop {
+        failed =
+            h.events_for("app").into_iter().filter(|e| e.starts_with("Warning Failed")).collect::<Vec<_>>();
+        if failed.len() >= 2 || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let last = h.status(&id).await.unwrap();
+    let last = waiting(app(&last)).unwrap().1.unwrap().to_owned();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(first, last, "status message changes at every retry");
+    assert!(
+        failed.len() >= 2 && failed.windows(2).all(|w| w[0] == w[1]),
+        "same event each retry: {failed:#?}"
+    );
+}

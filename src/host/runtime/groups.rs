@@ -322,11 +322,14 @@ impl ContainerGroups {
                         boot: state.boot.clone(),
                     }
                     .line();
-                    // The error names the record, for the operator to find the disk.
+                    // The error names the records' folder, for the operator to find the disk,
+                    // in Go's words as the kubelet's would be; not the record, whose name (the
+                    // shim's PID) changes at every retry: one text, so that the container's
+                    // waiting message and its `Failed` events stay the same while it lasts.
                     let written = if state.writable() {
                         write_atomically(&state.containers, &pgid.to_string(), &text).map_err(|error| {
-                            let path = state.containers.join(pgid.to_string());
-                            io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+                            let text = probelet_actors::gofmt::go_errno_text(&error);
+                            io::Error::new(error.kind(), format!("{}: {text}", state.containers.display()))
                         })
                     } else {
                         // Not into a directory another agent holds (its records are that

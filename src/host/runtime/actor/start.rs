@@ -163,16 +163,24 @@ impl ProcessRuntime {
             }
         }
         let id = new_container_id();
-        self.record(
-            pod,
-            container,
-            EventType::Normal,
-            EVENT_CREATED,
-            &format!("Created container: {}", container.name),
-        );
+        // Upstream records `Created` once the runtime created the container, before its start:
+        // a program that cannot start is `Created` then `Failed`; a container the kubelet
+        // could not configure (here: its record refused) is `Failed` alone.
+        let created = |act: &mut Self| {
+            act.record(
+                pod,
+                container,
+                EventType::Normal,
+                EVENT_CREATED,
+                &format!("Created container: {}", container.name),
+            )
+        };
         let spawned = match launch.spawn(self.shim.as_deref()) {
             Ok(spawned) => spawned,
-            Err(message) => return self.start_failed(pod_uid, pod, container, role, id, message, ctx),
+            Err(message) => {
+                created(self);
+                return self.start_failed(pod_uid, pod, container, role, id, message, ctx);
+            }
         };
         let Spawned { mut child, control } = spawned;
         let pgid = child.id();
@@ -184,24 +192,29 @@ impl ProcessRuntime {
             // The agent has killed every container and is exiting: nothing more may run.
             let _ = child.start_kill();
             let message = start_error(&error.to_string());
+            created(self);
             return self.start_failed(pod_uid, pod, container, role, id, message, ctx);
         }
         let Some(control) = control else {
             if let Err(error) = recorded {
                 tracing::error!(?pgid, pod = %pod_ref(pod), container = %container.name, %error, "cannot record the container in the state directory; it would outlive a crash of the agent");
             }
+            created(self);
             return self.container_started(pod_uid, pod, container, id, launch, child, false, ctx);
         };
         // Under the shim: nothing runs before the record is written; then the go byte.
         if let Err(error) = recorded {
             // The shim ran nothing: killed and reaped in the background (`kill_on_drop`).
             let _ = child.start_kill();
+            // Unlisted only: no record was written, and removing one that is not there fails
+            // on a read-only disk or a `containers` that is no folder, a warning at each retry.
             if let Some(pgid) = pgid {
-                self.groups.remove(pgid);
+                self.groups.unlist(pgid);
             }
             let message = format!("cannot record the container in the state directory: {error}");
             return self.create_failed(pod_uid, pod, container, restart_owed, message, ctx);
         }
+        created(self);
         if let Err(message) = (&control).write_all(&[GO]).map_err(shim_error) {
             // The shim ran nothing: killed and reaped in the background (`kill_on_drop`).
             let _ = child.start_kill();
@@ -302,8 +315,10 @@ impl ProcessRuntime {
     /// `generateContainerConfig` fails (its log directory cannot be made, say): a `Failed`
     /// event, the container waiting with `CreateContainerConfigError`, and no instance: no
     /// restart counted, no exit for `restartPolicy` to weigh (a `Never` pod's container still
-    /// gets its one run), the back-off as it was. Tried again after the initial back-off (10 s),
-    /// as the kubelet's pod worker syncs a pod again after a failed sync (`backOffPeriod`).
+    /// gets its one run). Tried again after the initial back-off (10 s), as the kubelet's pod
+    /// worker syncs a pod again after a failed sync (`backOffPeriod`); a container in crash-loop
+    /// back-off takes its next step before each try, as upstream's `doBackOff` runs before
+    /// `startContainer`.
     fn create_failed(
         &mut self,
         pod_uid: &str,
