@@ -470,6 +470,7 @@ async fn a_restart_all_containers_rule_restarts_the_whole_pod_in_place() {
     assert!(h.events_for("app").contains(&"Normal Killing killing".to_owned()), "{:?}", h.events_for("app"));
     assert!(!h.events_for("trigger").iter().any(|e| e.contains("Killing")), "the trigger had exited");
     h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An init container that always exits by a `RestartAllContainers` rule restarts the pod again
@@ -513,6 +514,7 @@ async fn a_pod_that_restarts_all_its_containers_at_every_run_restarts_a_second_a
     let elapsed = second.elapsed().as_secs_f64();
     assert!(runs_in_3s as f64 <= elapsed.ceil(), "{runs_in_3s} restarts of all containers in {elapsed:.1} s");
     h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With the gate off the rule's action restarts nothing: the trigger stays terminated (its
@@ -534,6 +536,7 @@ async fn without_its_gate_a_restart_all_containers_rule_restarts_nothing() {
     assert!(running(app(&status)) && app(&status).restart_count == 0, "{status:#?}");
     assert_eq!(std::fs::read_to_string(dir.join("init-runs")).unwrap(), "run\n");
     h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn app_named<'a>(status: &'a RuntimePodStatus, name: &str) -> &'a ContainerStatus {
