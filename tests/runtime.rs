@@ -1676,6 +1676,20 @@ fn harness_with_unwritable_records(dir: &Path) -> Harness {
     Harness::build(|runtime| runtime.with_shim(env!("CARGO_BIN_EXE_probelet")).with_groups(groups))
 }
 
+/// Syncs pod `name` (`Never`, one container `app`) on `h`, whose records cannot be written, and
+/// waits for its start to be refused: its UID and that status.
+async fn refused_start(h: &mut Harness, name: &str) -> (String, RuntimePodStatus) {
+    let pod = with_containers(pod(name, "Never"), vec![container("app", &["sleep", "30"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let status = h
+        .wait_for(&id, "CreateContainerConfigError", |s| {
+            waiting(app(s)).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        })
+        .await;
+    (id, status)
+}
+
 /// Upstream's startContainer records `Created` only after CreateContainer succeeded: a
 /// generateContainerConfig failure gives one `Failed` event, nothing else. Before, `Created`
 /// came first (a review's finding).
@@ -1683,13 +1697,7 @@ fn harness_with_unwritable_records(dir: &Path) -> Harness {
 async fn a_container_whose_record_is_refused_is_failed_without_being_created() {
     let dir = temp_dir("created-without-record");
     let mut h = harness_with_unwritable_records(&dir);
-    let pod = with_containers(pod("cfg", "Never"), vec![container("app", &["sleep", "30"])]);
-    let id = uid(&pod);
-    h.sync(&pod).await;
-    h.wait_for(&id, "CreateContainerConfigError", |s| {
-        waiting(app(s)).is_some_and(|(r, _)| r == "CreateContainerConfigError")
-    })
-    .await;
+    refused_start(&mut h, "cfg").await;
     let events = h.events_for("app");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(events.iter().all(|e| !e.contains("Created")), "{events:#?}");
@@ -1703,14 +1711,7 @@ async fn a_container_whose_record_is_refused_is_failed_without_being_created() {
 async fn a_record_refused_again_says_the_same_message_at_each_retry() {
     let dir = temp_dir("same-message");
     let mut h = harness_with_unwritable_records(&dir);
-    let pod = with_containers(pod("cfg2", "Never"), vec![container("app", &["sleep", "30"])]);
-    let id = uid(&pod);
-    h.sync(&pod).await;
-    let first = h
-        .wait_for(&id, "CreateContainerConfigError", |s| {
-            waiting(app(s)).is_some_and(|(r, _)| r == "CreateContainerConfigError")
-        })
-        .await;
+    let (id, first) = refused_start(&mut h, "cfg2").await;
     let first = waiting(app(&first)).unwrap().1.unwrap().to_owned();
     let deadline = Instant::now() + WAIT;
     let mut failed;
