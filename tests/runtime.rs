@@ -1732,3 +1732,91 @@ async fn a_record_refused_again_says_the_same_message_at_each_retry() {
         "same event each retry: {failed:#?}"
     );
 }
+
+/// A container in crash-loop back-off whose restarts are refused (its records' folder made a
+/// file by its one run): each try fails with `CreateContainerConfigError` and no restart
+/// counted; a retry that finds it still backing off shows `CrashLoopBackOff` with the back-off
+/// until the next try, as upstream's reason cache holds the last sync's outcome. Tries at 0, 10,
+/// 20, 40 and 80 s after the crash (each a back-off step, as `doBackOff` takes before
+/// `startContainer`), `BackOff` at the retries 10 s after the last two. Before, the status read
+/// `CreateContainerConfigError` throughout (docs/reliability.md, "The agent's own disk").
+#[actix::test]
+async fn a_record_refused_in_crash_loop_back_off_alternates_with_the_back_off() {
+    let dir = temp_dir("refused-in-back-off");
+    let (groups, _) = ContainerGroups::open(&dir).unwrap();
+    let mut h = Harness::build(|runtime| {
+        runtime
+            .with_shim(env!("CARGO_BIN_EXE_probelet"))
+            .with_groups(groups)
+            .with_backoff(Duration::from_secs(10), Duration::from_secs(300))
+    });
+    let script = format!("rm -rf '{0}/containers' && echo x > '{0}/containers'; exit 1", dir.display());
+    let pod = with_containers(pod("cl", "Always"), vec![sh("app", &script)]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    // The crash restarts at once (no back-off yet), and that start is refused.
+    let status = h
+        .wait_for(&id, "the restart refused", |s| {
+            waiting(app(s)).is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        })
+        .await;
+    let refused = waiting(app(&status)).unwrap().1.unwrap().to_owned();
+    // Nothing runs from here on: the kubelet's own seconds, paused.
+    tokio::time::pause();
+    let begin = Instant::now();
+    let deadline = begin + Duration::from_secs(600);
+    let (mut trace, mut events, mut seen) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let at = begin.elapsed().as_secs_f64().round() as u64;
+        let status = h.status(&id).await.unwrap();
+        let (reason, message) = waiting(app(&status)).expect("waiting");
+        let now = (reason.to_owned(), message.unwrap_or_default().to_owned());
+        if trace.last().is_none_or(|(_, last)| *last != now) {
+            trace.push((at, now));
+        }
+        assert_eq!(app(&status).restart_count, 0, "a refused start counts no restart");
+        assert_eq!(last_terminated(app(&status)).map(|t| t.exit_code), Some(1), "the crash");
+        let all = h.events_for("app");
+        events.extend(all[seen..].iter().map(|e| (at, e.clone())));
+        seen = all.len();
+        if events.iter().filter(|(_, e)| e.starts_with("Warning Failed")).count() >= 5 {
+            break;
+        }
+        tokio::time::timeout_at(deadline, h.changes.recv()).await.expect("another try").unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let config_error = ("CreateContainerConfigError".to_owned(), refused.clone());
+    let back_off = |d: &str| {
+        (
+            "CrashLoopBackOff".to_owned(),
+            format!("back-off {d} restarting failed container=app pod=cl_default(uid-cl)"),
+        )
+    };
+    assert_eq!(
+        trace,
+        [
+            (0, config_error.clone()),
+            (30, back_off("40s")),
+            (40, config_error.clone()),
+            (50, back_off("1m20s")),
+            (80, config_error),
+        ]
+    );
+    let failed = format!("Warning Failed Error: {refused}");
+    let backing_off =
+        "Warning BackOff Back-off restarting failed container app in pod cl_default(uid-cl)".to_owned();
+    let after_the_run: Vec<_> =
+        events.into_iter().skip_while(|(_, e)| !e.contains("Started")).skip(1).collect();
+    assert_eq!(
+        after_the_run,
+        [
+            (0, failed.clone()),
+            (10, failed.clone()),
+            (20, failed.clone()),
+            (30, backing_off.clone()),
+            (40, failed.clone()),
+            (50, backing_off),
+            (80, failed),
+        ]
+    );
+}

@@ -101,8 +101,10 @@ pub(super) struct Slot {
     pub(super) restart_owed: bool,
     /// The last start failed before anything ran, for a fault of the agent's own (its record
     /// could not be written: a full disk): the container shows this message, waiting with
-    /// `CreateContainerConfigError`, until it starts. Such a start is no instance: it counts
-    /// no restart and uses no `restartPolicy: Never` container's one run.
+    /// `CreateContainerConfigError`, until it starts or a retry finds it in crash-loop back-off
+    /// (then it shows the back-off, as upstream's reason cache holds the last sync's outcome).
+    /// Such a start is no instance: it counts no restart and uses no `restartPolicy: Never`
+    /// container's one run.
     pub(super) create_error: Option<String>,
 }
 
@@ -370,7 +372,8 @@ pub(super) fn container_status(
     status.restart_count = (slot.started - 1).max(0);
     let last_terminated = || terminated_state(slot.last_terminated.clone());
     // Upstream's reason cache after a failed `generateContainerConfig`: the error until a start
-    // succeeds (which clears it), with the latest instance, if any, as the last state.
+    // succeeds or a sync backs off (either clears it), with the latest instance, if any, as the
+    // last state.
     if let Some(message) = slot.create_error.as_ref().filter(|_| !slot.current.runs()) {
         match &slot.current {
             Current::Exited { id, terminated } | Current::StartFailed { id, terminated } => {

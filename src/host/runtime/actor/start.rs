@@ -68,6 +68,10 @@ impl ProcessRuntime {
         if let Some(event) = slot.last_event {
             let now = Instant::now();
             if let Some(remaining) = slot.backoff.remaining_since(event, now) {
+                // Upstream's reason cache keeps only the last sync's outcome for a container: a
+                // sync that backs off replaces a refused record's error with the back-off, which
+                // the status shows from the timer (docs/reliability.md, "The agent's own disk").
+                slot.create_error = None;
                 let message = format!(
                     "Back-off restarting failed container {} in pod {}",
                     container.name,
@@ -318,7 +322,9 @@ impl ProcessRuntime {
     /// gets its one run). Tried again after the initial back-off (10 s), as the kubelet's pod
     /// worker syncs a pod again after a failed sync (`backOffPeriod`); a container in crash-loop
     /// back-off takes its next step before each try, as upstream's `doBackOff` runs before
-    /// `startContainer`.
+    /// `startContainer`, and a retry that finds it still backing off shows `CrashLoopBackOff`
+    /// until the next try ([`Self::try_start`]; the timeline is in docs/reliability.md, "The
+    /// agent's own disk").
     fn create_failed(
         &mut self,
         pod_uid: &str,
