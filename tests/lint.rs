@@ -754,6 +754,16 @@ fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
     let run = lint(&[], &[&dir.write("yaml.yaml", "a: [\n")]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("yaml.yaml: invalid YAML"), "{}", run.stderr);
+    // A tab that indents a line is named where it is (the YAML library names the line above).
+    let tabbed = dir.write(
+        "tab.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: t\nspec:\n  containers:\n  - name: app\n\timage: x\n",
+    );
+    let run = lint(&[], &[&tabbed]);
+    assert_eq!(run.code, 2);
+    let expected =
+        "tab.yaml: invalid YAML: found a tab character that violates indentation at line 8, column 1";
+    assert!(run.stderr.contains(expected), "{}", run.stderr);
 }
 
 /// `lint` that must finish within 20 s: a test of what could hang fails instead of hanging.

@@ -191,6 +191,34 @@ fn a_duplicate_key_is_named_in_the_authors_terms() {
     assert_eq!(reasons(&errors), vec!["invalid YAML: duplicate mapping key: name at line 5, column 3"]);
 }
 
+/// A tab that indents a line is placed where it is, as the kubelet's reader places it (`line 8:
+/// found a tab character that violates indentation`): the YAML library places it at the value the
+/// line before began (`app`, line 7, column 11), where there is no tab to find.
+#[test]
+fn a_tab_that_indents_a_line_is_named_at_the_tab() {
+    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tabbed\nspec:\n  containers:\n  - name: app\n\timage: x\n    command: [sleep, \"1000\"]\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/tab.yaml"), contents, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        vec!["invalid YAML: found a tab character that violates indentation at line 8, column 1"]
+    );
+    // After spaces, below a value that spans lines, and with a line of blanks and a tab between.
+    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tabbed\n  labels:\n    a: one\n      two\n \t\n  \t b: c\n";
+    let (_, errors) = parse_manifest(Path::new("/m/tab.yaml"), contents, NODE);
+    assert_eq!(
+        reasons(&errors),
+        vec!["invalid YAML: found a tab character that violates indentation at line 9, column 3"]
+    );
+    // A tab the library places itself keeps its words and place.
+    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n\tname: t2\n";
+    let (_, errors) = parse_manifest(Path::new("/m/tab.yaml"), contents, NODE);
+    assert_eq!(
+        reasons(&errors),
+        vec!["invalid YAML: tabs disallowed within this context (block indentation) at line 4, column 2"]
+    );
+}
+
 #[test]
 fn yaml_scalars_fit_string_fields() {
     // A YAML number where the Pod wants a string loads, as users expect from `value: 8080`.

@@ -20,6 +20,7 @@ use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, meta
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
     EMPTY, MANIFEST_EXTENSIONS, Tracked, read_regular_file, with_path, yaml_error_text, yaml_options,
+    yaml_syntax_error,
 };
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
@@ -243,7 +244,7 @@ pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
         return serde_json::from_str(contents).map(|v| vec![v]).map_err(|e| format!("invalid JSON: {e}"));
     }
     serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| format!("invalid YAML: {}", yaml_error_text(&e)))
+        .map_err(|e| yaml_syntax_error(&e, contents))
 }
 
 /// The objects with a pod spec in one document, into `found`; other documents count as skipped.

@@ -206,7 +206,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
         return Ok(vec![pod]);
     }
     let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| format!("invalid YAML: {}", yaml_error_text(&e)))?;
+        .map_err(|e| yaml_syntax_error(&e, contents))?;
     if values.is_empty() {
         return Ok(Vec::new());
     }
@@ -261,6 +261,42 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // The snippet is a multi-line rendering; the one-line message already has line and column.
     options.with_snippet = false;
     options
+}
+
+/// `invalid YAML: …` for `contents` the YAML reader gave up on, in one line ([`yaml_error_text`]),
+/// with a tab that breaks a block's indentation placed where it is: the reader places that error
+/// at the start of the value the line before continues (`name: app` above a `\timage: x` line
+/// reads "found a tab at line 7, column 11", where there is no tab), the kubelet's reader at the
+/// tab itself (`line 8: found a tab character that violates indentation`).
+pub(crate) fn yaml_syntax_error(error: &serde_saphyr::Error, contents: &str) -> String {
+    use serde_saphyr::MessageFormatter as _;
+    let tab_in_scalar = serde_saphyr::granit_parser::ErrorKind::TabInPlainScalar.to_string();
+    let tab = error
+        .location()
+        .filter(|_| serde_saphyr::DefaultMessageFormatter.format_message(error) == tab_in_scalar)
+        .and_then(|scalar| indenting_tab(contents, scalar.line()));
+    match tab {
+        Some((line, column)) => {
+            format!(
+                "invalid YAML: found a tab character that violates indentation at line {line}, column {column}"
+            )
+        }
+        None => format!("invalid YAML: {}", yaml_error_text(error)),
+    }
+}
+
+/// The line and column (1-based) of the first tab in the indentation of a line after line
+/// `after` (1-based) that has more than blanks on it: lines of blanks alone may hold tabs.
+fn indenting_tab(contents: &str, after: u64) -> Option<(u64, usize)> {
+    let skip = usize::try_from(after).ok()?;
+    contents.lines().enumerate().skip(skip).find_map(|(index, line)| {
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        if indent == line.len() {
+            return None;
+        }
+        let column = line[..indent].find('\t')?;
+        Some((u64::try_from(index).ok()? + 1, column + 1))
+    })
 }
 
 /// A YAML error in one line, worded for whoever wrote the manifest: the YAML library's own
