@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use probelet_actors::clock::{SharedClock, TokioClock};
+use probelet_actors::clock::{SharedClock, SystemClock};
 use probelet_actors::contracts::{CommandRunner, EventRecorder, PodRegistry};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::metrics::{MetricsError, PrometheusRegistry};
@@ -159,7 +159,7 @@ pub struct Common {
 impl Common {
     pub fn new() -> Result<Common, AgentError> {
         let registry = PrometheusRegistry::global()?;
-        let clock: SharedClock = Arc::new(TokioClock::new());
+        let clock: SharedClock = Arc::new(SystemClock);
         let pods = PodRegistry::new();
         Ok(Common {
             registry,

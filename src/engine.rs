@@ -126,7 +126,8 @@ impl EngineBuilder {
         self
     }
 
-    /// Reads the wall clock from `clock` (default: one that follows tokio time).
+    /// Reads the wall clock from `clock` (default: the node's, `SystemClock`; a test under
+    /// paused tokio time gives a `TokioClock`).
     pub fn clock(mut self, clock: SharedClock) -> Self {
         self.config.clock = Some(clock);
         self
@@ -206,10 +207,10 @@ impl EngineBuilder {
             self.config.runner = Arc::new(NoCommandRunner);
         }
         let pods = self.config.pods.clone();
-        let clock = self.config.clock.clone();
         let pipeline = Pipeline::start(self.config);
         let syncer = self.api.map(|api| {
-            let clock = clock.unwrap_or_else(|| Arc::new(probelet_actors::clock::TokioClock::new()));
+            // The pipeline's: the one the statuses it writes were stamped with.
+            let clock = pipeline.clock.clone();
             let mut config = SyncerConfig::new(api.client, pods, pipeline.status_manager.clone(), clock);
             config.owned_fields = api.owned_fields;
             if let Some(adjust) = self.sync_settings {

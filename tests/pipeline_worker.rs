@@ -191,6 +191,54 @@ async fn worker_created_after_the_manager_is_one_period_old_probes_at_once() {
     assert_near(times[0], Duration::ZERO, "first probe");
 }
 
+/// A harness on a wall clock the test steps, as NTP steps a node's.
+async fn stepping_harness() -> (Harness, std::sync::Arc<probelet::clock::SteppingClock>) {
+    tokio::time::pause();
+    let clock = std::sync::Arc::new(probelet::clock::SteppingClock::starting_at(support::kubelet::epoch()));
+    let h = Harness::start_clocked(clock.clone());
+    h.worker_count().await;
+    (h, clock)
+}
+
+/// The start-up jitter lasts while the manager is younger than a period by tokio's clock, as
+/// upstream's by Go's monotonic one: the node's wall clock stepped an hour on right after the
+/// start (NTP at boot) does not end it. On the wall clock, it ended the spreading at once.
+#[actix::test]
+async fn a_step_forward_of_the_wall_clock_does_not_end_the_start_up_jitter() {
+    let (h, clock) = stepping_harness().await;
+    clock.step(probelet::k8s_openapi::jiff::SignedDuration::from_hours(1));
+    let pod = test_pod("young").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", support::kubelet::epoch())]).await;
+    settle().await;
+    assert!(h.prober.calls().is_empty(), "a young manager's worker waits before its first probe");
+    run_for(secs(10)).await;
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 1, "{times:?}");
+    assert!(times[0] > Duration::ZERO && times[0] < secs(10), "jitter in (0, period): {:?}", times[0]);
+}
+
+/// ... nor does a step back make an old manager young again: on the wall clock, a step back of
+/// a day had every new worker wait a jitter for a day.
+#[actix::test]
+async fn a_step_back_of_the_wall_clock_does_not_start_the_start_up_jitter_again() {
+    let (h, clock) = stepping_harness().await;
+    advance(secs(11)).await;
+    clock.step(probelet::k8s_openapi::jiff::SignedDuration::from_hours(-2));
+    // Started before the step (a container started after it would wait for the wall clock to
+    // reach its `startedAt`, as upstream's initial-delay check does).
+    let long_ago = support::kubelet::epoch()
+        .checked_sub(probelet::k8s_openapi::jiff::SignedDuration::from_hours(24))
+        .unwrap();
+    let pod = test_pod("old").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    let start = Instant::now();
+    h.sync(&pod, vec![running("app", "cri://1", long_ago)]).await;
+    settle().await;
+    let times = probe_times(&h, "app", Readiness, start);
+    assert_eq!(times.len(), 1, "no jitter once the manager is a period old: {times:?}");
+    assert_near(times[0], Duration::ZERO, "first probe");
+}
+
 #[actix::test]
 async fn manual_trigger_probes_at_once_and_restarts_the_schedule() {
     let (h, t0) = aged_harness().await;

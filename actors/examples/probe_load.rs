@@ -57,7 +57,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -67,8 +67,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use probelet_actors::clock::{Clock, TokioClock};
+use k8s_openapi::jiff::Timestamp;
 use probelet_actors::contracts::{LogRecorder, PodRegistry, ProbeObserver, ProbeRecord};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::metrics::PrometheusRegistry;
@@ -950,12 +949,13 @@ async fn sync(pipeline: &Pipeline, pod: &Arc<Pod>, runtime: PodStatus) -> Result
 }
 
 /// The engine as the agent starts it: the global metrics registry, workers spread over one
-/// arbiter per core, the observer hook.
+/// arbiter per core, the observer hook; with `jitter` false, without the start-up jitter (the
+/// pods are then those added to an agent up for longer than a period).
 fn start_pipeline(
     args: &Args,
     registry: &PodRegistry,
     collector: &Arc<Collector>,
-    clock: Option<Arc<AgedClock>>,
+    jitter: bool,
 ) -> Result<Pipeline, Error> {
     PrometheusRegistry::global()?;
     let mut config = PipelineConfig::new(
@@ -965,7 +965,7 @@ fn start_pipeline(
     );
     config.worker_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     config.observer = Some(Arc::new(Observer(collector.clone())));
-    config.clock = clock.map(|c| c as Arc<dyn Clock>);
+    config.start_up_jitter = jitter;
     config.max_probes_in_flight = args.max_in_flight;
     Ok(Pipeline::start(config))
 }
@@ -975,7 +975,7 @@ fn engine_load(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     let out = system.block_on(async move {
         let collector = Collector::new(args.workers, Duration::from_secs(args.period));
         let registry = PodRegistry::new();
-        let pipeline = start_pipeline(args, &registry, &collector, None)?;
+        let pipeline = start_pipeline(args, &registry, &collector, true)?;
         let probe = readiness_probe(args.kind, ports, args.period);
         let setup = Instant::now();
         for i in 0..args.workers {
@@ -999,27 +999,13 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// dirty pages decay over ten seconds; the readings of 2026-12-04 had stopped falling by 18 s).
 const SETTLED_AFTER: Duration = Duration::from_secs(25);
 
-/// A wall clock that can be moved ahead: `--idle` ages the prober manager past one period.
-struct AgedClock {
-    base: TokioClock,
-    ahead_secs: AtomicI64,
-}
-
-impl Clock for AgedClock {
-    fn now(&self) -> Timestamp {
-        let ahead = SignedDuration::from_secs(self.ahead_secs.load(Ordering::Relaxed));
-        let now = self.base.now();
-        now.checked_add(ahead).unwrap_or(now)
-    }
-}
-
 /// `--idle`: resident memory per worker at a long period. RSS is read before any pod exists,
 /// once the pod objects are built and registered with the host (pods), after every pod has a
 /// worker that has not probed yet (fresh), and after every worker has probed once; each is
 /// given per worker above the first reading, so it includes the pod objects. The upstream start-up jitter would hold a new worker's first probe for up to
 /// a period while the manager is younger than one period; to measure without waiting a whole
-/// period, the engine's clock is moved one period ahead right after the manager starts, so
-/// the pods are those added to an agent that has been up for longer than a period. They are
+/// period, the engine runs without it (`PipelineConfig::start_up_jitter`), so the pods are
+/// those added to an agent that has been up for longer than a period. They are
 /// added as the kubelet adds a new pod: first with the container still being created (the
 /// worker waits, "fresh"), then a sync with it running, whose `update_pod_status` triggers
 /// the readiness worker's first probe at once.
@@ -1029,9 +1015,7 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     let out = system.block_on(async move {
         let collector = Collector::new(args.workers, Duration::from_secs(args.period));
         let registry = PodRegistry::new();
-        let clock = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
-        let pipeline = start_pipeline(args, &registry, &collector, Some(clock.clone()))?;
-        clock.ahead_secs.store(args.period as i64 + 1, Ordering::Relaxed);
+        let pipeline = start_pipeline(args, &registry, &collector, false)?;
         let probe = readiness_probe(args.kind, ports, args.period);
         tokio::time::sleep(SETTLE).await;
         let before = rss_bytes();
@@ -1127,8 +1111,8 @@ fn idle(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
 /// oldest removed until one second's worth (`--workers`) is left (`remove_pod`, deregistered,
 /// then one `remove_orphaned_statuses` with the pods left, as the agent's hosts do on a
 /// deletion): each pod lives about a second, the population stays at `--workers` however late
-/// a tick runs, and each pod probes at `--period` (its first probe at once: the engine's clock
-/// is aged past the start-up jitter as for `--idle`). At the end the
+/// a tick runs, and each pod probes at `--period` (its first probe at once: the engine runs
+/// without the start-up jitter, as for `--idle`). At the end the
 /// last pods are removed and the run waits for the workers to exit. RSS is read before the
 /// first pod, after the first 5 s (the population and the allocator at their steady state),
 /// at the end of the window, 2 s, 17 s and 47 s after everything is removed (an allocator
@@ -1151,9 +1135,7 @@ fn churn(args: &Args, ports: Ports) -> Result<serde_json::Value, Error> {
     let out = system.block_on(async move {
         let collector = Collector::new(per_round, Duration::from_secs(args.period));
         let registry = PodRegistry::new();
-        let clock = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
-        let pipeline = start_pipeline(args, &registry, &collector, Some(clock.clone()))?;
-        clock.ahead_secs.store(args.period as i64 + 1, Ordering::Relaxed);
+        let pipeline = start_pipeline(args, &registry, &collector, false)?;
         let probe = readiness_probe(args.kind, ports, args.period);
         collector.set_recording(true);
         tokio::time::sleep(SETTLE).await;
@@ -1478,7 +1460,7 @@ mod overload {
             let collector = Collector::new(args.overload_workers, Duration::from_secs(args.period));
             let registry = PodRegistry::new();
             let baseline = open_sockets();
-            let pipeline = start_pipeline(args, &registry, &collector, None)?;
+            let pipeline = start_pipeline(args, &registry, &collector, true)?;
             let probe = readiness_probe(args.kind, ports, args.period);
             let mut pods = Vec::with_capacity(args.overload_workers);
             for i in 0..args.overload_workers {

@@ -14,16 +14,16 @@
 //! `startIntervalMs: --start-interval-ms`. Ready is the instant the results cache reports the
 //! container's readiness turning Success (the status manager sets `ready` and the Ready
 //! condition from that same message). The figures: mean, p50, p99 and max of Ready minus
-//! healthy, and the probes and CPU time (engine and target together) the run took. The engine's clock is moved one minute ahead right
-//! after the prober manager starts, so the pods meet an agent that has been up for a while (no
-//! start-up jitter), as pods created on a running node do. Only 127.0.0.1 is contacted; each run stops by itself.
+//! healthy, and the probes and CPU time (engine and target together) the run took. The engine runs without the start-up jitter
+//! (`PipelineConfig::start_up_jitter`), so the pods meet it as an agent that has been up for a
+//! while, as pods created on a running node do. Only 127.0.0.1 is contacted; each run stops by itself.
 
 // A measurement on real time: it times the engine on the real clock.
 #![allow(clippy::disallowed_methods)]
 
 use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -34,8 +34,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use probelet_actors::clock::{Clock, TokioClock};
+use k8s_openapi::jiff::Timestamp;
 use probelet_actors::contracts::{LogRecorder, PodRegistry, ProbeObserver, ProbeRecord};
 use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::timing::PROBE_TIMING_ANNOTATION;
@@ -284,20 +283,6 @@ fn running(i: usize, started_at: Timestamp) -> PodStatus {
     }
 }
 
-/// A wall clock that can be moved ahead, to age the prober manager past its start-up jitter.
-struct AgedClock {
-    base: TokioClock,
-    ahead_secs: AtomicI64,
-}
-
-impl Clock for AgedClock {
-    fn now(&self) -> Timestamp {
-        let ahead = SignedDuration::from_secs(self.ahead_secs.load(Ordering::Relaxed));
-        let now = self.base.now();
-        now.checked_add(ahead).unwrap_or(now)
-    }
-}
-
 /// One run: a fresh engine, every pod synced as a host syncs a new pod, until all are Ready
 /// (or the period has passed twice).
 async fn measure(
@@ -312,8 +297,6 @@ async fn measure(
 
     let registry = PodRegistry::new();
     let probes = Arc::new(AtomicUsize::new(0));
-    let aged = Arc::new(AgedClock { base: TokioClock::new(), ahead_secs: AtomicI64::new(0) });
-    let clock: Arc<dyn Clock> = aged.clone();
     let mut config = PipelineConfig::new(
         Arc::new(LocalCommandRunner::new()),
         Arc::new(LogRecorder),
@@ -321,11 +304,9 @@ async fn measure(
     );
     config.worker_threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     config.observer = Some(Arc::new(Probes(probes.clone())));
-    config.clock = Some(clock.clone());
+    // The pods arrive as at an agent past its start-up jitter.
+    config.start_up_jitter = false;
     let pipeline = Pipeline::start(config);
-    // The manager has started: a minute later by its clock, the pods arrive at an agent that is
-    // past its start-up jitter.
-    aged.ahead_secs.store(60, Ordering::Relaxed);
     let log = ReadyLog::default().start();
     pipeline.subscribe_results(log.clone().recipient());
 
@@ -336,7 +317,7 @@ async fn measure(
     for i in 0..args.pods {
         let pod = Arc::new(pod(i, port, args.period, start_interval_ms));
         registry.upsert(pod.clone());
-        let mut status = pipeline.update_pod_status(pod.clone(), running(i, clock.now())).await?;
+        let mut status = pipeline.update_pod_status(pod.clone(), running(i, pipeline.clock.now())).await?;
         generate_kubelet_conditions(&pod, &mut status);
         pipeline.set_pod_status(pod.clone(), status);
         pipeline.add_pod(pod);

@@ -10,7 +10,7 @@ use actix::prelude::*;
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::clock::{SharedClock, TokioClock};
+use crate::clock::{SharedClock, SystemClock};
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, PodLookup, ProbeObserver};
 use crate::features::{Feature, FeatureGates};
@@ -56,7 +56,8 @@ pub struct PipelineConfig {
     /// removed: a probe result for a pod it lacks is dropped as a deleted pod's is (logged at
     /// debug, `Pod has been deleted, no need to update readiness`), so the pod never reads Ready.
     pub pods: Arc<dyn PodLookup>,
-    /// Wall clock; defaults to one that follows tokio time.
+    /// Wall clock; defaults to the node's ([`SystemClock`]). Tests under paused tokio time give
+    /// a [`crate::clock::TokioClock`].
     pub clock: Option<SharedClock>,
     /// How many threads the probe workers run on: a work-stealing runtime of its own, so any
     /// of them runs any worker; 0 keeps them on the caller's runtime (tests under paused time
@@ -85,6 +86,10 @@ pub struct PipelineConfig {
     /// `MutableContainerProbes` their probe changes are applied in place like an API server
     /// pod's. False (the kubelet's rule): a static pod's probes change only by replacing it.
     pub static_pods_in_place: bool,
+    /// Upstream's start-up jitter: a worker created while the engine is younger than its
+    /// probe's period first waits a random part of the period (true unless set). A measurement
+    /// that adds pods to an engine just started, as to one up for long, turns it off.
+    pub start_up_jitter: bool,
     /// At most this many probes of the real prober run at once; a probe due while all are
     /// running waits for one to end, and its timeout starts when it runs (docs/prober.md §1.2,
     /// "Probe slots"); exec probes have a pool of the same size of their own.
@@ -105,7 +110,7 @@ pub type WrapProber = Box<dyn FnOnce(Prober) -> Arc<dyn ProbeRunner> + Send>;
 
 impl PipelineConfig {
     /// A config with the kubelet's defaults (and probelet's bound on probes in flight): the real
-    /// prober, any probe host allowed, a clock on tokio time, workers on the caller's runtime.
+    /// prober, any probe host allowed, the node's wall clock, workers on the caller's runtime.
     pub fn new(
         runner: Arc<dyn CommandRunner>,
         recorder: Arc<dyn EventRecorder>,
@@ -125,6 +130,7 @@ impl PipelineConfig {
             executors: Executors::default(),
             feature_gates: FeatureGates::default(),
             static_pods_in_place: false,
+            start_up_jitter: true,
             max_probes_in_flight: Some(DEFAULT_MAX_PROBES_IN_FLIGHT),
             max_exec_probes_in_flight: None,
         }
@@ -173,7 +179,7 @@ impl Pipeline {
             "probelet's Pipeline::start (and Engine's start) must be called inside an actix System: \
              actix::System::new().block_on(..), #[actix::main] or #[actix::test]"
         );
-        let clock = config.clock.unwrap_or_else(|| Arc::new(TokioClock::new()));
+        let clock = config.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let views = StatusViews::new();
         let status_manager = StatusManager::new(views.clone(), config.pods.clone(), clock.clone())
             .with_feature_gates(config.feature_gates)
@@ -218,6 +224,7 @@ impl Pipeline {
         .with_feature_gates(config.feature_gates)
         .with_recorder(config.recorder.clone())
         .with_static_pods_in_place(config.static_pods_in_place)
+        .with_start_up_jitter(config.start_up_jitter)
         .start();
         workers.manager = Some(manager.clone());
         Pipeline {

@@ -71,6 +71,11 @@ impl Harness {
         })
     }
 
+    /// `Harness::start` on `clock` (a `SteppingClock`, to step the wall clock under the engine).
+    pub fn start_clocked(clock: probelet::clock::SharedClock) -> Harness {
+        Self::start_configured(ScriptedProber::new(), |config| config.clock = Some(clock))
+    }
+
     /// A pipeline on `prober` with a fixed jitter seed, and whatever `configure` sets.
     fn start_configured(prober: ScriptedProber, configure: impl FnOnce(&mut PipelineConfig)) -> Harness {
         let pods = PodRegistry::new();

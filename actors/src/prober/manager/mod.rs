@@ -150,8 +150,13 @@ pub struct ProberManager {
     /// Held weakly: the workers keep it, and a strong copy here would keep a recipient of this
     /// manager, and so the manager itself, alive with no worker and no host left.
     peers: Weak<WorkerPeers>,
-    /// When the manager started (wall clock): jitter and agent-restart rules use it.
+    /// When the manager started on the wall clock: a container that started before it (by its
+    /// `startedAt`, a wall time) ran before the agent restarted.
     start: Timestamp,
+    /// When the manager started on tokio's clock: the start-up jitter lasts while the manager
+    /// is younger than a period, an age no step of the wall clock may change (upstream times
+    /// it with Go's monotonic reading).
+    started: tokio::time::Instant,
     /// Workers by key; ordered so that a pod's workers are one range.
     workers: BTreeMap<ProbeKey, WorkerEntry>,
     next_id: u64,
@@ -166,11 +171,14 @@ pub struct ProberManager {
     known_pods: HashMap<PodUid, Arc<Pod>>,
     /// Static pods get in-place probe changes too (see [`ProberManager::with_static_pods_in_place`]).
     static_pods_in_place: bool,
+    /// Whether workers created while the manager is young wait a start-up jitter (see
+    /// [`ProberManager::with_start_up_jitter`]).
+    start_up_jitter: bool,
 }
 
 impl ProberManager {
-    /// A manager with no workers; its start time (for the start-up jitter and the agent-restart
-    /// grace) is `config.clock`'s now.
+    /// A manager with no workers; its start time is `config.clock`'s now (for the agent-restart
+    /// grace) and tokio's (for the start-up jitter).
     pub fn new(config: ManagerConfig) -> Self {
         let rng = match config.jitter_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
@@ -181,6 +189,7 @@ impl ProberManager {
             peers: Weak::new(),
             config,
             start,
+            started: tokio::time::Instant::now(),
             workers: BTreeMap::new(),
             next_id: 0,
             rng,
@@ -188,7 +197,17 @@ impl ProberManager {
             recorder: None,
             known_pods: HashMap::new(),
             static_pods_in_place: false,
+            start_up_jitter: true,
         }
+    }
+
+    /// Whether a worker created while the manager is younger than its probe's period first
+    /// waits a random part of the period (upstream's start-up jitter, true by default). A
+    /// measurement that adds pods to an engine just started, as they would be added to one up
+    /// for long, turns it off: the jitter's age is tokio's, which no clock given can move.
+    pub fn with_start_up_jitter(mut self, jitter: bool) -> Self {
+        self.start_up_jitter = jitter;
+        self
     }
 
     /// With `in_place`, `ReconcilePod` applies a static pod's probe changes in place (a host
@@ -361,8 +380,7 @@ impl ProberManager {
     /// Upstream: sleep a random part of the period, but only while the manager is younger than
     /// one period (spreads probes after an agent restart).
     fn jitter(&mut self, period: Duration) -> Duration {
-        let age = self.config.clock.now().duration_since(self.start);
-        let young = age.as_secs_f64() < period.as_secs_f64();
+        let young = self.start_up_jitter && self.started.elapsed() < period;
         if young { period.mul_f64(self.rng.random::<f64>()) } else { Duration::ZERO }
     }
 
