@@ -2227,3 +2227,49 @@ async fn an_unreadable_answer_to_a_patch_is_no_merge_base() {
     })
     .await;
 }
+
+/// `probelet_status_sync_duration_seconds` times a write on tokio's clock, as upstream times it
+/// with Go's monotonic reading: a step of the node's wall clock while a status waits to be
+/// written is no latency. Timed on the wall clock, an NTP step of an hour recorded a write of an
+/// hour (and fired the status-write latency alert).
+#[actix::test]
+async fn a_step_of_the_wall_clock_is_no_status_sync_latency() {
+    use probelet::clock::SteppingClock;
+    use probelet::k8s_openapi::jiff::SignedDuration;
+    use probelet_actors::metrics::PrometheusRegistry;
+
+    // A thread-local recorder: the histogram has no pod label, and the other tests of this
+    // binary record into the global one in parallel. The syncer runs on this thread.
+    let registry = PrometheusRegistry::new();
+    let _local = metrics::set_default_local_recorder(&registry);
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let clock = Arc::new(SteppingClock::starting_at(support::kubelet::epoch()));
+        let syncer = t.syncer_with(|config| config.clock = clock.clone()).await;
+        let pod = bound(test_pod("stepped").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("stepped")),
+            kind: FaultKind::Delay(Duration::from_secs(2)),
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        eventually(Duration::from_secs(5), "the PATCH reached the fake", || t.count(&Method::PATCH) == 1)
+            .await;
+        clock.step(SignedDuration::from_hours(1));
+        t.flush(&syncer).await;
+        let text = registry.render();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|line| {
+                    line.strip_prefix(name)?.strip_prefix(' ').map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        };
+        assert_eq!(value("probelet_status_sync_duration_seconds_count"), 1.0);
+        let seconds = value("probelet_status_sync_duration_seconds_sum");
+        assert!((2.0..10.0).contains(&seconds), "the write took {seconds} s");
+    })
+    .await;
+}

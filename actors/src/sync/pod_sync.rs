@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::job::{JobResult, WriteOutcome};
@@ -100,8 +99,9 @@ fn newer_copy_held(held: Option<u64>, merged_into: Option<u64>) -> bool {
 pub struct Settled {
     /// The wait of the back-off the outcome started (failures or conflicts), for the log.
     pub retry_in: Option<Duration>,
-    /// The status reached the server: when its oldest unwritten change happened.
-    pub synced_since: Option<Timestamp>,
+    /// The status reached the server: when its oldest unwritten change happened, on tokio's
+    /// clock (a latency, which no step of the wall clock may stretch or make negative).
+    pub synced_since: Option<Instant>,
     /// Conflicts in a row, when there are enough of them to tell an operator
     /// ([`conflicts_worth_reporting`]).
     pub conflicts_to_report: Option<u32>,
@@ -143,8 +143,9 @@ pub struct PodSync {
     /// The update count at the pod's latest update, so a reconcile can tell the updates that
     /// arrived after it asked for the list. `None` for a status known only from a list.
     pub update_seq: Option<u64>,
-    /// When the oldest unwritten change happened (for the latency histogram).
-    pub unsynced_since: Option<Timestamp>,
+    /// When the oldest unwritten change happened, on tokio's clock (for the latency histogram;
+    /// upstream times it with Go's monotonic reading).
+    pub unsynced_since: Option<Instant>,
     /// A newer version arrived, or a retry is due, while the pod was being written.
     pub dirty: bool,
     /// Failure back-off.
@@ -183,7 +184,7 @@ impl PodSync {
     /// A new status from the status manager, the `seq`-th update received. Returns whether it
     /// ended a conflict back-off: a new version is merged again from a fresh GET at once,
     /// however often the last one conflicted.
-    pub fn on_update(&mut self, status: VersionedPodStatus, seq: u64, now: Timestamp) -> bool {
+    pub fn on_update(&mut self, status: VersionedPodStatus, seq: u64, now: Instant) -> bool {
         self.status = status;
         self.update_seq = Some(seq);
         self.unsynced_since.get_or_insert(now);
@@ -389,8 +390,10 @@ mod tests {
         }
     }
 
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(seconds).unwrap()
+    /// `seconds` after one instant the tests share.
+    fn at(seconds: u64) -> Instant {
+        static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *BASE.get_or_init(Instant::now) + Duration::from_secs(seconds)
     }
 
     #[test]

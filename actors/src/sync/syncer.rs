@@ -289,7 +289,7 @@ impl StatusSyncer {
                     tracing::debug!(pod_uid = %uid, pod = %result.name, version = result.version, "Status for pod updated successfully");
                 }
                 if let Some(since) = settled.synced_since {
-                    let seconds = self.config.clock.now().duration_since(since).as_secs_f64().max(0.0);
+                    let seconds = since.elapsed().as_secs_f64();
                     metrics::histogram!(names::PROBELET_STATUS_SYNC_DURATION_SECONDS).record(seconds);
                 }
             }
@@ -395,7 +395,7 @@ impl Handler<PodStatusUpdated> for StatusSyncer {
     fn handle(&mut self, msg: PodStatusUpdated, ctx: &mut Self::Context) {
         let uid = msg.pod_uid;
         self.seq += 1;
-        let now = self.config.clock.now();
+        let now = tokio::time::Instant::now();
         let conflict_ended = match self.pods.get_mut(&uid) {
             Some(pod) => pod.on_update(msg.status, self.seq, now),
             None => {
