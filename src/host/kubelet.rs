@@ -161,6 +161,17 @@ struct PodEntry {
     deadline_exceeded: bool,
 }
 
+impl PodEntry {
+    /// Whether the pod's active deadline has passed at `now` and has yet to fail it (a pod
+    /// that stopped or ended by itself is past caring).
+    fn deadline_passed(&self, now: Timestamp) -> bool {
+        !self.terminating
+            && !self.finished
+            && !self.deadline_exceeded
+            && past_active_deadline(&self.pod, self.start_time, now)
+    }
+}
+
 /// A pod to add once an earlier pod of its UID or its name has stopped.
 struct Restart {
     pod: Pod,
@@ -468,10 +479,7 @@ impl StandaloneKubelet {
         // Upstream's deadline handler, asked on every status generation. A pod that reached a
         // terminal phase by itself, or is stopping because its manifest went away, is past
         // caring: only one the deadline already failed stays failed by it.
-        let evict = entry.deadline_exceeded
-            || (!entry.terminating
-                && !entry.finished
-                && past_active_deadline(&entry.pod, entry.start_time, self.pipeline.clock.now()));
+        let evict = entry.deadline_exceeded || entry.deadline_passed(self.pipeline.clock.now());
         let status = generate_status(
             entry.pod.clone(),
             self.pipeline.clone(),
@@ -579,7 +587,10 @@ impl StandaloneKubelet {
 
     /// Syncs the pod when its active deadline passes, once its start time is known: the sync
     /// then fails it. A timer that fires early (tokio's sleeps last about two years at most, a
-    /// deadline up to 68) finds the pod not yet past it, and its sync arms the next one.
+    /// deadline up to 68; the node's wall clock stepped back) finds the pod not yet past it,
+    /// and its sync arms the next one. One that would fire late (the wall clock stepped
+    /// forward, or the node suspended: the timer counts on tokio's clock) is overtaken by the
+    /// housekeeping, which syncs every pod past its deadline by the wall clock.
     fn arm_deadline(&mut self, uid: &PodUid, ctx: &mut Context<Self>) {
         let now = self.pipeline.clock.now();
         let Some(entry) = self.entries.get_mut(uid) else { return };
@@ -684,10 +695,14 @@ impl Actor for StandaloneKubelet {
         ctx.run_interval(self.config.housekeeping_period, |act, ctx| {
             act.pipeline.cleanup_pods(act.entries.keys().cloned().collect());
             let now = Instant::now();
+            let wall = act.pipeline.clock.now();
+            // Past its deadline by the wall clock is due too, as upstream's sync loop asks its
+            // deadline handler about every pod each second: the deadline's timer counts on
+            // tokio's clock, which neither a step of the node's clock nor a suspend moves.
             let due: Vec<PodUid> = act
                 .entries
                 .iter()
-                .filter(|(_, e)| e.next_resync <= now)
+                .filter(|(_, e)| e.next_resync <= now || e.deadline_passed(wall))
                 .map(|(uid, _)| uid.clone())
                 .collect();
             for uid in due {

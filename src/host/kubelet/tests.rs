@@ -8,8 +8,9 @@
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::ContainerStatus;
+use k8s_openapi::jiff::SignedDuration;
 use probelet_actors::PipelineConfig;
-use probelet_actors::clock::{SharedClock, TokioClock};
+use probelet_actors::clock::{SharedClock, SteppingClock, TokioClock};
 use probelet_actors::container::ContainerId;
 use probelet_actors::contracts::MemoryRecorder;
 use probelet_actors::local_runner::LocalCommandRunner;
@@ -69,12 +70,22 @@ impl Harness {
         signals: Signals,
         configure: impl FnOnce(&mut KubeletConfig),
     ) -> Harness {
+        let clock = Arc::new(TokioClock::starting_at(Timestamp::from_second(1_800_000_000).expect("a time")));
+        Harness::start_clocked(name, manifest, signals, clock, configure)
+    }
+
+    /// [`Harness::start_configured`] on `clock` (a `SteppingClock`, to step the node's clock).
+    fn start_clocked(
+        name: &str,
+        manifest: &str,
+        signals: Signals,
+        clock: SharedClock,
+        configure: impl FnOnce(&mut KubeletConfig),
+    ) -> Harness {
         let dir = std::env::temp_dir().join(format!("probelet-kubelet-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temp dir");
         std::fs::write(dir.join("pod.yaml"), manifest).expect("the manifest");
-        let clock: SharedClock =
-            Arc::new(TokioClock::starting_at(Timestamp::from_second(1_800_000_000).expect("a time")));
         let recorder = MemoryRecorder::new();
         let pods = PodRegistry::new();
         let runner = LocalCommandRunner::new();
@@ -324,6 +335,73 @@ async fn a_pod_past_its_active_deadline_fails_and_its_containers_are_killed() {
         "every later sync keeps it failed"
     );
     assert_eq!(h.pod_events().len(), 1, "the event is recorded once");
+}
+
+const TEN_MINUTE_DEADLINE_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: deadline}
+spec:
+  activeDeadlineSeconds: 600
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: app
+    command: [sleep, "6000"]
+"#;
+
+/// The node's wall clock stepped forward past a pod's active deadline (NTP correcting a clock
+/// that booted behind, a resumed VM): the pod fails at the next housekeeping (every 2 s here
+/// and in the agent; upstream's sync loop looks every second), as upstream measures the
+/// deadline on the wall clock. Before, only the deadline's timer failed it, and that counts on
+/// tokio's clock, which no step moves: ten minutes late here, a suspend's length late after a
+/// resume.
+#[actix::test]
+async fn a_wall_clock_step_past_the_deadline_fails_the_pod_at_the_next_housekeeping() {
+    tokio::time::pause();
+    let epoch = Timestamp::from_second(1_800_000_000).expect("a time");
+    let clock = Arc::new(SteppingClock::starting_at(epoch));
+    let h = Harness::start_clocked(
+        "deadline-step",
+        TEN_MINUTE_DEADLINE_POD,
+        Signals::Recorded,
+        clock.clone(),
+        |c| {
+            c.housekeeping_period = Duration::from_secs(2);
+        },
+    );
+    let (_, mut view) = h.pod().await;
+    wait_for(&mut view, "phase Running", |s| phase(s) == "Running").await;
+    settle().await;
+    let stepped = Instant::now();
+    clock.step(SignedDuration::from_hours(1));
+    let failed = wait_for(&mut view, "phase Failed", |s| phase(s) == "Failed").await;
+    assert!(
+        stepped.elapsed() <= Duration::from_millis(2_100),
+        "failed {:?} after the step",
+        stepped.elapsed()
+    );
+    assert_eq!(failed.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(h.pod_events().len(), 1, "the event is recorded once");
+}
+
+/// The node's wall clock stepped back: the deadline counts on the wall clock, as upstream's,
+/// so the pod runs until the wall clock reaches `startTime` + `activeDeadlineSeconds` again.
+/// The timer armed before the step fires early and its sync, finding the pod not past its
+/// deadline, arms the next one; nothing fails the pod early, nothing panics.
+#[actix::test]
+async fn a_wall_clock_step_back_defers_the_deadline_by_the_step() {
+    tokio::time::pause();
+    let began = Instant::now();
+    let epoch = Timestamp::from_second(1_800_000_000).expect("a time");
+    let clock = Arc::new(SteppingClock::starting_at(epoch));
+    let h = Harness::start_clocked("deadline-back", DEADLINE_POD, Signals::Recorded, clock.clone(), |_| {});
+    let (_, mut view) = h.pod().await;
+    wait_for(&mut view, "phase Running", |s| phase(s) == "Running").await;
+    clock.step(SignedDuration::from_secs(-60));
+    let failed =
+        wait_within(Duration::from_secs(600), &mut view, "phase Failed", |s| phase(s) == "Failed").await;
+    let at = began.elapsed();
+    assert!(at >= Duration::from_secs(65) && at < Duration::from_millis(65_005), "failed at {at:?}");
+    assert_eq!(failed.reason.as_deref(), Some("DeadlineExceeded"));
 }
 
 /// A pod that completed before its deadline stays `Succeeded` once the deadline is past, and
