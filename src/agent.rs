@@ -600,7 +600,7 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
             manifests,
             node_name: args.node_name.clone(),
             ran_before,
-            state_dir: Some(state_dir.clone()),
+            groups: groups.clone(),
             rescan_period: Duration::from_secs(2),
             resync_period: Duration::from_secs(60),
             housekeeping_period: Duration::from_secs(2),

@@ -1531,6 +1531,82 @@ async fn the_running_pods_list_that_could_not_be_written_is_written_once_it_can_
     assert_gone(&pids).await;
 }
 
+/// The state directory deleted and another, held by another agent (here the test holds its
+/// lock), put in its place while the agent runs: the agent writes its running pods' list
+/// there no more (the other agent, or the next one after it, decides by its own list which pod
+/// keeps a name), says so at WARN once while it lasts, naming the list and the other agent, and
+/// writes it once the directory is its own again (the other agent let it go). Before, the
+/// other agent's list was overwritten at the next change of the folder's pods.
+#[actix::test]
+async fn the_running_pods_list_is_not_written_into_a_state_directory_another_agent_holds() {
+    let dir = temp_dir("pods-list-held");
+    let (one, two) = (dir.join("one.pids"), dir.join("two.pids"));
+    write(&dir, "one.yaml", &sleeper_pod("one", &one));
+    let mut agent = Agent::start(&dir).await;
+    agent.wait_for(|l| l.ends_with("default/one: container sleeper running")).await;
+    let state = dir.join(".probelet-state");
+    let list = || std::fs::read_to_string(state.join("pods")).unwrap_or_default();
+    assert!(list().contains("\tone\t"), "{}", list());
+
+    // Another agent's directory, its lock held, swapped in (the agent makes a deleted one
+    // again within a second: tried again if it won).
+    let other = temp_dir("pods-list-held-other");
+    std::fs::create_dir(other.join("containers")).unwrap();
+    let lock = std::fs::File::create(other.join("lock")).unwrap();
+    lock.try_lock().unwrap();
+    let theirs = "uid-other\tdefault\tother\t/elsewhere/other.yaml\n";
+    std::fs::write(other.join("pods"), theirs).unwrap();
+    let mut swapped = false;
+    for _ in 0..5 {
+        let _ = std::fs::remove_dir_all(&state);
+        if std::fs::rename(&other, &state).is_ok() {
+            swapped = true;
+            break;
+        }
+    }
+    assert!(swapped, "the state directory could not be replaced");
+    let lost =
+        |log: &str| log.lines().any(|l| l.contains("ERROR") && l.contains("another agent holds it now"));
+    assert!(eventually(Duration::from_secs(5), || lost(&agent_log(&dir))).await, "{}", agent_log(&dir));
+    write(&dir, "two.yaml", &sleeper_pod("two", &two));
+    agent
+        .wait_for(|l| l.ends_with("default/two: container sleeper waiting (CreateContainerConfigError)"))
+        .await;
+    let held = |l: &&str| {
+        l.contains("WARN")
+            && l.contains("Cannot name the running pods for the next agent")
+            && l.contains(&state.join("pods").display().to_string())
+            && l.contains("held by another agent")
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || agent_log(&dir).lines().any(|l| held(&l))).await,
+        "{}",
+        agent_log(&dir)
+    );
+    // Two more scans (every 2 s) try again: the list stays the other agent's, said once.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(list(), theirs, "the other agent's list was overwritten");
+    assert_eq!(agent_log(&dir).lines().filter(|l| held(l)).count(), 1, "{}", agent_log(&dir));
+
+    drop(lock);
+    assert!(
+        eventually(Duration::from_secs(10), || list().contains("\tone\t") && list().contains("\ttwo\t"))
+            .await,
+        "the list is written once the directory is the agent's again: {}",
+        list()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || agent_log(&dir)
+            .contains("Named the running pods for the next agent again"))
+        .await
+    );
+    // Recorded there again, the start refused meanwhile is tried again (every 10 s) and runs.
+    agent.wait_for(|l| l.ends_with("default/two: container sleeper running")).await;
+    let pids = [wait_for_pids(&one, 1).await[0], wait_for_pids(&two, 1).await[0]];
+    agent.stop().await;
+    assert_gone(&pids).await;
+}
+
 /// Waits (10 s at most) until an agent has claimed the manifests folder `dir`: its abstract
 /// socket shows in `/proc/net/unix`.
 async fn wait_for_folder_claim(dir: &std::path::Path) {

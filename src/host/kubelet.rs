@@ -57,7 +57,8 @@ use super::phase::{
     has_any_regular_container_started, kill_grace_period, pod_phase_restarting_all, probe_kill_message,
 };
 use super::runtime::{
-    ForgetPod, GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RuntimeChanged, SyncPod,
+    ContainerGroups, ForgetPod, GetRuntimeStatus, KillContainer, KillPod, ProcessRuntime, RuntimeChanged,
+    StateWriteError, SyncPod,
 };
 use super::transitions::{Summary, describe_changes};
 
@@ -99,9 +100,11 @@ pub struct KubeletConfig {
     /// The pods the previous agent on the folder ran (named in its state directory): the first
     /// scan gives each namespace/name back to the file that ran it before file order does.
     pub ran_before: manifests::RanBefore,
-    /// The agent's state directory, where the pods it runs are named for the next agent
-    /// ([`crate::host::runtime::RUNNING_PODS`]); `None`: not written.
-    pub state_dir: Option<PathBuf>,
+    /// The runtime's container groups: with a state directory, the pods the agent runs are
+    /// named there for the next agent ([`crate::host::runtime::RUNNING_PODS`]), under the
+    /// same check as the container records ([`ContainerGroups::write_running_pods`]); without
+    /// one, not written.
+    pub groups: ContainerGroups,
     /// How long after its last sync a pod is synced again regardless of events, plus up to half
     /// as much again at random per pod (the kubelet's `--sync-frequency`, 1 m, and its pod
     /// workers' jitter). Each sync of a pod with a readiness probe not yet passing triggers that
@@ -184,6 +187,16 @@ impl Restart {
     }
 }
 
+/// Why the running pods' list is owed, each said once while it lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owed {
+    /// The write failed (a full or read-only disk).
+    WriteFailed,
+    /// Another agent holds the directory at the state directory's path: its list is not
+    /// overwritten.
+    HeldByAnotherAgent,
+}
+
 /// Whether two pods have the same namespace and name (upstream's "full name").
 fn same_full_name(a: &Pod, b: &Pod) -> bool {
     a.metadata.name == b.metadata.name && a.metadata.namespace == b.metadata.namespace
@@ -207,8 +220,9 @@ pub struct StandaloneKubelet {
     synced: Arc<AtomicBool>,
     /// [`Shutdown`] came: no pod is added any more (its containers would outlive the agent).
     shutting_down: bool,
-    /// The last write of the running pods' list failed: it is owed ([`Self::write_running_pods`]).
-    running_pods_owed: bool,
+    /// The last write of the running pods' list did not happen, and why: it is owed
+    /// ([`Self::write_running_pods`]).
+    running_pods_owed: Option<Owed>,
 }
 
 impl StandaloneKubelet {
@@ -234,35 +248,36 @@ impl StandaloneKubelet {
             generation: 0,
             synced,
             shutting_down: false,
-            running_pods_owed: false,
+            running_pods_owed: None,
         }
     }
 
     /// Names the running pods in the state directory for the next agent
     /// ([`crate::host::runtime::RUNNING_PODS`]): when they `changed`, and again at every scan
-    /// after a write that failed (a full or read-only disk) or once the file is gone (the
-    /// state directory deleted and made again), until a write succeeds. Written only at a
-    /// change, a list that could not be written stayed stale for good, and the next agent
-    /// gave a running pod's name to a newcomer by file order. A failure is said at WARN, once
-    /// while it lasts, naming the file (docs/reliability.md, "The agent's own disk").
+    /// after a write that failed (a full or read-only disk) or was refused (another agent holds
+    /// the directory at the path now), or once the file is gone (the state directory deleted
+    /// and made again), until a write succeeds. Written only at a change, a list that could not
+    /// be written stayed stale for good, and the next agent gave a running pod's name to a
+    /// newcomer by file order. Each reason is said at WARN, once while it lasts, naming the
+    /// file (docs/reliability.md, "The agent's own disk").
     fn write_running_pods(&mut self, changed: bool) {
-        let Some(state_dir) = self.config.state_dir.as_deref() else { return };
+        let Some(state_dir) = self.config.groups.state_dir() else { return };
         let path = state_dir.join(crate::host::runtime::RUNNING_PODS);
-        if !changed && !self.running_pods_owed && path.exists() {
+        if !changed && self.running_pods_owed.is_none() && path.exists() {
             return;
         }
-        match crate::host::runtime::write_running_pods(
-            state_dir,
-            self.snapshot.pods.values(),
-            &self.snapshot.ran_before,
-        ) {
-            Ok(()) if self.running_pods_owed => {
-                self.running_pods_owed = false;
-                tracing::info!(path = %path.display(), "Named the running pods for the next agent again");
+        match self.config.groups.write_running_pods(self.snapshot.pods.values(), &self.snapshot.ran_before) {
+            Ok(()) => {
+                if self.running_pods_owed.take().is_some() {
+                    tracing::info!(path = %path.display(), "Named the running pods for the next agent again");
+                }
             }
-            Ok(()) => {}
             Err(error) => {
-                if !std::mem::replace(&mut self.running_pods_owed, true) {
+                let owed = match error {
+                    StateWriteError::HeldByAnotherAgent { .. } => Owed::HeldByAnotherAgent,
+                    StateWriteError::Io(_) => Owed::WriteFailed,
+                };
+                if self.running_pods_owed.replace(owed) != Some(owed) {
                     tracing::warn!(path = %path.display(), %error, "Cannot name the running pods for the next agent; tried again at every scan");
                 }
             }

@@ -18,7 +18,7 @@ use probelet_actors::process::{Signal, signal_container, signal_group};
 use probelet_actors::status::views::StatusView;
 
 use super::*;
-use crate::host::runtime::Signaller;
+use crate::host::runtime::{ContainerGroups, Signaller};
 
 /// Rescans, resyncs and housekeeping are this far apart: only the deadline's own timer can
 /// fail a pod on time.
@@ -110,7 +110,7 @@ impl Harness {
             manifests_as_given: None,
             node_name: "node".into(),
             ran_before: Default::default(),
-            state_dir: None,
+            groups: ContainerGroups::new(),
             rescan_period: RARELY,
             resync_period: RARELY,
             housekeeping_period: RARELY,
@@ -261,7 +261,7 @@ async fn a_name_held_for_a_file_that_ran_before_leaves_the_record_when_its_hold_
         let line = format!("uid-web\tdefault\tweb\t{}\n", file.display());
         std::fs::write(&record, line).expect("the previous agent's record");
         config.ran_before = crate::host::runtime::pods_that_ran(&state);
-        config.state_dir = Some(state.clone());
+        config.groups = ContainerGroups::open(&state).expect("the state directory").0;
     });
     // The first scan holds the file, caught empty; the second reads it empty again.
     settle().await;
@@ -271,6 +271,61 @@ async fn a_name_held_for_a_file_that_ran_before_leaves_the_record_when_its_hold_
     let _ = std::fs::remove_dir_all(&state);
     assert!(held.contains("uid-web\tdefault\tweb\t"), "named while held: {held:?}");
     assert_eq!(after, "", "the hold ended");
+}
+
+const SLEEPER: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: sleeper}
+spec:
+  containers:
+  - name: app
+    command: [sleep, "600"]
+"#;
+
+/// Once the state directory was replaced and another agent holds the new one, the running
+/// pods' list is not written there: that agent's list stays as it wrote it, at each scan. The
+/// list is owed meanwhile, and written at the first scan after the directory is this agent's
+/// again (the other agent let it go), though no pod changed since. Before, the list was written
+/// over the other agent's, whose next agent would decide by it which pod keeps a name.
+#[actix::test]
+async fn the_running_pods_list_waits_while_another_agent_holds_the_state_directory() {
+    tokio::time::pause();
+    let base = std::env::temp_dir().join(format!("probelet-kubelet-pods-held-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let state = base.join("state");
+    let list = state.join(crate::host::runtime::RUNNING_PODS);
+    let (groups, _) = ContainerGroups::open(&state).expect("the state directory");
+    let h = Harness::start_configured("pods-held", SLEEPER, Signals::Recorded, |config| {
+        config.groups = groups.clone();
+    });
+    settle().await;
+    let first = std::fs::read_to_string(&list).expect("the list");
+
+    std::fs::remove_dir_all(&state).expect("removed");
+    let (other, _) = ContainerGroups::open(&state).expect("taken by another agent");
+    std::fs::write(&list, "uid-other\n").expect("the other agent's list");
+    std::fs::write(h.dir.join("second.yaml"), SLEEPER.replace("sleeper", "second")).expect("a second pod");
+    h.kubelet.send(Rescan).await.expect("the kubelet answers");
+    let changed = std::fs::read_to_string(&list);
+    h.kubelet.send(Rescan).await.expect("the kubelet answers");
+    let owed = std::fs::read_to_string(&list);
+
+    drop(other);
+    // Its heartbeat thread may hold the lock a moment more, once a second: a bounded retry.
+    let mut after = String::new();
+    for _ in 0..100 {
+        h.kubelet.send(Rescan).await.expect("the kubelet answers");
+        after = std::fs::read_to_string(&list).unwrap_or_default();
+        if after.contains("\tsecond\t") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(first.contains("\tdefault\tsleeper\t"), "{first:?}");
+    assert_eq!(changed.expect("the list"), "uid-other\n", "written over the other agent's list");
+    assert_eq!(owed.expect("the list"), "uid-other\n", "written over it at the next scan");
+    assert!(after.contains("\tdefault\tsleeper\t") && after.contains("\tdefault\tsecond\t"), "{after:?}");
 }
 
 const DEADLINE_POD: &str = r#"apiVersion: v1

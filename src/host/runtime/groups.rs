@@ -30,9 +30,11 @@ use std::time::{Duration, Instant};
 
 use crate::process::{Delivery, ProcessStat, Signal, signal_group, signal_leader};
 
+use crate::host::manifests::{LoadedPod, RanBefore};
+
 use super::leftovers::{
-    HEARTBEAT, HEARTBEAT_PERIOD, Record, boot_id, heartbeat_line, kill_leftovers, now_ticks,
-    running_agent_of_records,
+    HEARTBEAT, HEARTBEAT_PERIOD, RUNNING_PODS, Record, boot_id, heartbeat_line, kill_leftovers, now_ticks,
+    running_agent_of_records, running_pods_text,
 };
 
 use crate::shim::{TREE_KILL_WAIT, ask_to_kill_tree};
@@ -61,6 +63,17 @@ pub enum StateDirError {
         path.display()
     )]
     Symlink { path: PathBuf },
+}
+
+/// Why a file of the state directory was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateWriteError {
+    /// The directory at the state directory's path was replaced while this agent ran, and
+    /// another agent holds it now: what is there is that agent's ([`StateDir::follow`]).
+    #[error("{}: replaced while this agent ran and held by another agent now; restart this agent", dir.display())]
+    HeldByAnotherAgent { dir: PathBuf },
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 /// The live container process groups, shared by every clone.
@@ -214,7 +227,7 @@ impl StateDir {
                 Ok(lock) => locks.push(lock),
                 Err(error @ StateDirError::InUse { .. }) => {
                     if !said(&self.lost) {
-                        tracing::error!(%error, "the state directory was replaced and another agent holds it now: this agent records nothing there and starts no container (restart it); after its crash the containers running now would run twice");
+                        tracing::error!(%error, "the state directory was replaced and another agent holds it now: this agent writes nothing there (container records, running pods) and starts no container (restart it); after its crash the containers running now would run twice");
                     }
                     return None;
                 }
@@ -253,6 +266,17 @@ impl StateDir {
     /// holds the directory there.
     fn writable(&self) -> bool {
         !self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Writes `text` to `name` in `folder` (the state directory or its `containers`), whole or
+    /// not at all, if the directory at the path is still this agent's: what another agent holds
+    /// there (its records, its running pods' list) is that agent's, and it or the next agent
+    /// after it trusts it. Every file of the state directory but the heartbeat is written here.
+    fn write(&self, folder: &Path, name: &str, text: &str) -> Result<(), StateWriteError> {
+        if !self.writable() {
+            return Err(StateWriteError::HeldByAnotherAgent { dir: self.dir.clone() });
+        }
+        Ok(write_atomically(folder, name, text)?)
     }
 }
 
@@ -326,20 +350,24 @@ impl ContainerGroups {
                     // in Go's words as the kubelet's would be; not the record, whose name (the
                     // shim's PID) changes at every retry: one text, so that the container's
                     // waiting message and its `Failed` events stay the same while it lasts.
-                    let written = if state.writable() {
-                        write_atomically(&state.containers, &pgid.to_string(), &text).map_err(|error| {
-                            let text = probelet_actors::gofmt::go_errno_text(&error);
-                            io::Error::new(error.kind(), format!("{}: {text}", state.containers.display()))
-                        })
-                    } else {
-                        // Not into a directory another agent holds (its records are that
-                        // agent's to sweep), and not unrecorded either: the next agent on this
-                        // path would not know it, and it would run beside its next copy.
-                        Err(io::Error::other(format!(
-                            "{}: replaced while this agent ran and held by another agent now; restart this agent",
-                            state.dir.display()
-                        )))
-                    };
+                    // Not into a directory another agent holds (its records are that agent's
+                    // to sweep), and not unrecorded either: the next agent on this path would
+                    // not know it, and it would run beside its next copy.
+                    let written =
+                        state.write(&state.containers, &pgid.to_string(), &text).map_err(
+                            |error| match error {
+                                StateWriteError::Io(error) => {
+                                    let text = probelet_actors::gofmt::go_errno_text(&error);
+                                    io::Error::new(
+                                        error.kind(),
+                                        format!("{}: {text}", state.containers.display()),
+                                    )
+                                }
+                                held @ StateWriteError::HeldByAnotherAgent { .. } => {
+                                    io::Error::other(held.to_string())
+                                }
+                            },
+                        );
                     (Some(text), written)
                 }
                 Err(error) => (None, Err(error)),
@@ -348,6 +376,28 @@ impl ContainerGroups {
         };
         groups.by_pgid.insert(pgid, Group { owner, record, start, control: None });
         written
+    }
+
+    /// The state directory the groups are recorded in, if any.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.state.as_deref().map(|state| state.dir.as_path())
+    }
+
+    /// Names the running `pods`, and the names `waiting` holds, in the state directory for the
+    /// next agent ([`RUNNING_PODS`], [`running_pods_text`]), under the records' rule: the path
+    /// is looked at first, and a directory found in its place is made this agent's as the
+    /// heartbeat thread would a second later ([`StateDir::follow`]); while another agent
+    /// holds it, nothing is written ([`StateWriteError::HeldByAnotherAgent`]): that agent, or
+    /// the next one after it, decides by its own list which pod keeps a name. Nothing to do
+    /// without a state directory.
+    pub fn write_running_pods<'a>(
+        &self,
+        pods: impl Iterator<Item = &'a LoadedPod>,
+        waiting: &RanBefore,
+    ) -> Result<(), StateWriteError> {
+        let Some(state) = &self.state else { return Ok(()) };
+        state.follow(&self.groups);
+        state.write(&state.dir, RUNNING_PODS, &running_pods_text(pods, waiting))
     }
 
     /// Keeps the control socket of the shim leading group `pgid` while the group is listed:
@@ -691,6 +741,55 @@ mod tests {
         let refused = refused.expect_err("refused");
         assert!(refused.to_string().contains(&dir.display().to_string()), "{refused}");
         drop((other, child));
+    }
+
+    /// The running pods' list goes through the records' rule: while another agent holds the
+    /// directory that replaced this one's, that agent's list is not overwritten (it, or the
+    /// next agent after it, decides by its list which pod keeps a name), and the refusal names
+    /// the directory; once that agent has let it go, the directory is this agent's again and
+    /// the list is written there. Before, the list was written whoever held the directory.
+    #[test]
+    fn the_running_pods_list_is_not_written_where_another_agent_holds_the_state_directory() {
+        let base = std::env::temp_dir().join(format!("probelet-groups-pods-held-{}", std::process::id()));
+        let dir = base.join("state");
+        let list = dir.join(RUNNING_PODS);
+        let mut pod =
+            LoadedPod { file: PathBuf::from("/m/web.yaml"), document: None, pod: Default::default() };
+        pod.pod.metadata.uid = Some("uid-web".into());
+        pod.pod.metadata.name = Some("web".into());
+        pod.pod.metadata.namespace = Some("default".into());
+        let write =
+            |groups: &ContainerGroups| groups.write_running_pods([&pod].into_iter(), &RanBefore::default());
+        let (groups, _) = ContainerGroups::open(&dir).unwrap();
+        write(&groups).unwrap();
+        let ours = fs::read_to_string(&list).unwrap();
+        assert!(ours.starts_with("uid-web\tdefault\tweb\t"), "{ours:?}");
+
+        fs::remove_dir_all(&dir).unwrap();
+        let (other, _) = ContainerGroups::open(&dir).unwrap();
+        fs::write(&list, "uid-other\n").unwrap();
+        let refused = write(&groups);
+        let theirs = fs::read_to_string(&list);
+        let refused = refused.expect_err("refused while another agent holds it");
+        assert!(matches!(refused, StateWriteError::HeldByAnotherAgent { .. }), "{refused}");
+        assert!(refused.to_string().contains(&dir.display().to_string()), "{refused}");
+        assert_eq!(theirs.unwrap(), "uid-other\n", "the other agent's list was overwritten");
+
+        // Let go (that agent stopped): followed, and written. Its heartbeat thread may hold the
+        // lock for a moment more, once a second: tried again for a bounded while.
+        drop(other);
+        let mut written = write(&groups);
+        for _ in 0..100 {
+            if written.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            written = write(&groups);
+        }
+        let now = fs::read_to_string(&list);
+        let _ = fs::remove_dir_all(&base);
+        written.unwrap();
+        assert_eq!(now.unwrap(), ours, "written once the directory is this agent's again");
     }
 
     /// A `containers` that is a symbolic link is refused: the agent removes what it does not

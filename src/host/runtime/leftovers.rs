@@ -150,7 +150,7 @@ const RECORD_MAX: u64 = 4096;
 /// then, tab-separated, its namespace, name and manifest file (a file whose path is not UTF-8
 /// or holds a line break is left out: the UID alone is written), and in the same form each name
 /// the agent holds for a file that ran it before the agent started. Written at each change of
-/// the folder's pods or of those names ([`write_running_pods`]): after a graceful stop no
+/// the folder's pods or of those names ([`running_pods_text`]): after a graceful stop no
 /// container record is left to say what ran. A line of a UID alone is read too (the first
 /// agents wrote only those).
 pub const RUNNING_PODS: &str = "pods";
@@ -183,19 +183,18 @@ pub fn pods_that_ran(state: &Path) -> RanBefore {
     ran
 }
 
-/// Writes [`RUNNING_PODS`] (a temporary file renamed over it, so a crash leaves the old or the
-/// new list): the running `pods`, then each name of `waiting` no running pod has, as the
-/// previous agent's record named it. `waiting` is what the scan holds for a file that ran
-/// before this agent started and is held now ([`Snapshot::ran_before`]): its pods do not run,
-/// and without its line an agent started during the hold would not know the file had run the
-/// name (docs/reliability.md, "A new manifest never displaces a running pod").
+/// What [`RUNNING_PODS`] says: the running `pods`, then each name of `waiting` no running pod
+/// has, as the previous agent's record named it. `waiting` is what the scan holds for a file
+/// that ran before this agent started and is held now ([`Snapshot::ran_before`]): its pods do
+/// not run, and without its line an agent started during the hold would not know the file had
+/// run the name (docs/reliability.md, "A new manifest never displaces a running pod"). Written
+/// by [`super::ContainerGroups::write_running_pods`].
 ///
 /// [`Snapshot::ran_before`]: crate::host::manifests::Snapshot::ran_before
-pub fn write_running_pods<'a>(
-    state: &Path,
+pub(super) fn running_pods_text<'a>(
     pods: impl Iterator<Item = &'a LoadedPod>,
     waiting: &RanBefore,
-) -> io::Result<()> {
+) -> String {
     let mut text = String::new();
     let mut running = std::collections::BTreeSet::new();
     for pod in pods {
@@ -212,13 +211,7 @@ pub fn write_running_pods<'a>(
         let Some(file) = file.to_str().filter(|file| !file.contains(['\n', '\r'])) else { continue };
         text.push_str(&format!("{uid}\t{}\t{}\t{file}\n", name.0, name.1));
     }
-    let temporary = state.join(format!(".{RUNNING_PODS}.tmp"));
-    let written = fs::write(&temporary, text).and_then(|()| fs::rename(&temporary, state.join(RUNNING_PODS)));
-    // A write cut short (a full disk) leaves no partial temporary file taking space.
-    if written.is_err() {
-        let _ = fs::remove_file(&temporary);
-    }
-    written
+    text
 }
 
 /// The UIDs of the pods whose containers the state directory's records name (what a previous
@@ -775,7 +768,7 @@ mod tests {
             pod
         };
         let running = [pod("uid-idle", "idle", "/m/idle.yaml"), pod("uid-web", "web", "/m/web\n.yaml")];
-        write_running_pods(&dir, running.iter(), &RanBefore::default()).unwrap();
+        fs::write(dir.join(RUNNING_PODS), running_pods_text(running.iter(), &RanBefore::default())).unwrap();
         // A line of a UID alone, as the first agents wrote it.
         let text = fs::read_to_string(dir.join(RUNNING_PODS)).unwrap();
         fs::write(dir.join(RUNNING_PODS), format!("{text}uid-old\n")).unwrap();
@@ -810,7 +803,7 @@ mod tests {
             uid_by_name: [(name("web"), "uid-web".to_owned()), (name("api"), "uid-api-before".to_owned())]
                 .into(),
         };
-        write_running_pods(&dir, [api].iter(), &waiting).unwrap();
+        fs::write(dir.join(RUNNING_PODS), running_pods_text([api].iter(), &waiting)).unwrap();
         let next = pods_that_ran(&dir);
         fs::remove_dir_all(&dir).unwrap();
         assert_eq!(next.uids, ["uid-api-now".to_owned(), "uid-web".to_owned()].into());

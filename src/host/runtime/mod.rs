@@ -55,8 +55,8 @@ pub use budget::{
     connection_cap, exec_probe_cap, listener_caps, nofile_limit, raise_nofile_limit,
 };
 pub(crate) use groups::HeldByAnotherAgent;
-pub use groups::{ContainerGroups, GroupOwner, StateDirError};
-pub use leftovers::{RUNNING_PODS, pods_that_ran, write_running_pods};
+pub use groups::{ContainerGroups, GroupOwner, StateDirError, StateWriteError};
+pub use leftovers::{RUNNING_PODS, pods_that_ran};
 pub use orphans::OrphanReaper;
 pub use stop::{KILL_WAIT, Signaller, stop_deadline};
 
