@@ -1666,20 +1666,24 @@ async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
     h.kill_pod(&id, Duration::from_millis(100)).await;
 }
 
-/// A shimmed harness whose groups are recorded in `dir`, with `containers/` made a file so
-/// that no record can be written.
-fn harness_with_unwritable_records(dir: &Path) -> Harness {
+/// A harness whose groups are recorded in `dir`, with `containers/` made a file so that no
+/// record can be written; its runtime runs containers under the shim if `shimmed`, as the
+/// agent's does, or without it, as an embedding host's may.
+fn harness_with_unwritable_records(dir: &Path, shimmed: bool) -> Harness {
     let (groups, _) = ContainerGroups::open(dir).unwrap();
     let containers = dir.join("containers");
     std::fs::remove_dir(&containers).unwrap();
     std::fs::write(&containers, "not a folder").unwrap();
-    Harness::build(|runtime| runtime.with_shim(env!("CARGO_BIN_EXE_probelet")).with_groups(groups))
+    Harness::build(move |runtime| {
+        let runtime = runtime.with_groups(groups);
+        if shimmed { runtime.with_shim(env!("CARGO_BIN_EXE_probelet")) } else { runtime }
+    })
 }
 
-/// Syncs pod `name` (`Never`, one container `app`) on `h`, whose records cannot be written, and
-/// waits for its start to be refused: its UID and that status.
-async fn refused_start(h: &mut Harness, name: &str) -> (String, RuntimePodStatus) {
-    let pod = with_containers(pod(name, "Never"), vec![container("app", &["sleep", "30"])]);
+/// Syncs pod `name` (`Never`, one container `app` running `argv`) on `h`, whose records cannot
+/// be written, and waits for its start to be refused: its UID and that status.
+async fn refused_start(h: &mut Harness, name: &str, argv: &[&str]) -> (String, RuntimePodStatus) {
+    let pod = with_containers(pod(name, "Never"), vec![container("app", argv)]);
     let id = uid(&pod);
     h.sync(&pod).await;
     let status = h
@@ -1695,12 +1699,22 @@ async fn refused_start(h: &mut Harness, name: &str) -> (String, RuntimePodStatus
 /// came first (a review's finding).
 #[actix::test]
 async fn a_container_whose_record_is_refused_is_failed_without_being_created() {
-    let dir = temp_dir("created-without-record");
-    let mut h = harness_with_unwritable_records(&dir);
-    refused_start(&mut h, "cfg").await;
+    failed_without_being_created(true).await;
+}
+
+/// The same without the shim. Before, the container started: `Created`, `Started`.
+#[actix::test]
+async fn without_the_shim_a_container_whose_record_is_refused_is_failed_without_being_created() {
+    failed_without_being_created(false).await;
+}
+
+async fn failed_without_being_created(shimmed: bool) {
+    let dir = temp_dir(&format!("created-without-record-{shimmed}"));
+    let mut h = harness_with_unwritable_records(&dir, shimmed);
+    refused_start(&mut h, "cfg", &["sleep", "30"]).await;
     let events = h.events_for("app");
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(events.iter().all(|e| !e.contains("Created")), "{events:#?}");
+    assert!(!events.is_empty() && events.iter().all(|e| !e.contains("Created")), "{events:#?}");
 }
 
 /// The same failure retried gives the same event and status message, as upstream's would for
@@ -1709,9 +1723,19 @@ async fn a_container_whose_record_is_refused_is_failed_without_being_created() {
 /// others out of `/events` (a review's finding).
 #[actix::test]
 async fn a_record_refused_again_says_the_same_message_at_each_retry() {
-    let dir = temp_dir("same-message");
-    let mut h = harness_with_unwritable_records(&dir);
-    let (id, first) = refused_start(&mut h, "cfg2").await;
+    same_message_at_each_retry(true).await;
+}
+
+/// The same without the shim, retried as under it. Before, the container started.
+#[actix::test]
+async fn without_the_shim_a_record_refused_again_says_the_same_message_at_each_retry() {
+    same_message_at_each_retry(false).await;
+}
+
+async fn same_message_at_each_retry(shimmed: bool) {
+    let dir = temp_dir(&format!("same-message-{shimmed}"));
+    let mut h = harness_with_unwritable_records(&dir, shimmed);
+    let (id, first) = refused_start(&mut h, "cfg2", &["sleep", "30"]).await;
     let first = waiting(app(&first)).unwrap().1.unwrap().to_owned();
     let deadline = Instant::now() + WAIT;
     let mut failed;
@@ -1819,4 +1843,34 @@ async fn a_record_refused_in_crash_loop_back_off_alternates_with_the_back_off() 
             (80, failed),
         ]
     );
+}
+
+/// Without the shim (a runtime an embedding host built without it) the program runs from its
+/// spawn, before its record can be written: a record refused kills it, and the start fails as
+/// under the shim (`CreateContainerConfigError` naming the records' folder, `Warning Failed`
+/// alone, no restart counted, no last state). Before, it ran unrecorded with an ERROR logged:
+/// after a crash the next agent could not know it, and it ran beside its next copy. (The
+/// retries and their message are checked without the shim above.)
+#[actix::test]
+async fn without_the_shim_a_container_whose_record_is_refused_does_not_run() {
+    let dir = temp_dir("refused-without-shim");
+    let mut h = harness_with_unwritable_records(&dir, false);
+    let (_, status) = refused_start(&mut h, "unshimmed", &["sleep", "7386"]).await;
+    let events = h.events_for("app");
+    let containers = dir.join("containers");
+    let _ = std::fs::remove_dir_all(&dir);
+    let app = app(&status);
+    let (_, message) = waiting(app).unwrap();
+    let expected = format!("cannot record the container in the state directory: {}: ", containers.display());
+    assert!(message.is_some_and(|m| m.starts_with(&expected)), "{message:?}");
+    assert_eq!(app.restart_count, 0);
+    assert_eq!(last_terminated(app), None);
+    // One per try (tried again every 200 ms here).
+    let failed = format!("Warning Failed Error: {}", message.unwrap());
+    assert!(!events.is_empty() && events.iter().all(|e| *e == failed), "{events:#?}");
+    let deadline = Instant::now() + WAIT;
+    while procs_with_cmdline("sleep\x007386\x00") {
+        assert!(Instant::now() < deadline, "the container runs unrecorded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -287,7 +287,9 @@ impl ProcessRuntime {
     }
 
     /// Lists the running containers' groups in `groups` (the agent keeps a clone to kill them
-    /// all on a forced shutdown).
+    /// all on a forced shutdown). With a state directory, a container whose record is refused
+    /// does not start, with the shim or without ([`ContainerGroups::add`]): without it, the
+    /// program spawned is killed, its whole group, before any `Created`.
     pub fn with_groups(mut self, groups: ContainerGroups) -> Self {
         self.groups = groups;
         self

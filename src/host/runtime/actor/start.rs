@@ -3,7 +3,9 @@
 //! of a start that failed. Under the shim a start is: spawn the shim, record its group in the
 //! state directory, write the go byte, read whether the program started (the start barrier of
 //! [`crate::shim`]): a container never runs unrecorded. The container is `Starting` until the
-//! report has been read, off the actor's thread.
+//! report has been read, off the actor's thread. Without the shim (a runtime an embedding host
+//! built without it) the program runs from its spawn: a record refused then kills its group
+//! at once, and the start fails as the shim's does (`CreateContainerConfigError`).
 
 use std::io::{self, Write as _};
 use std::os::unix::net::UnixStream;
@@ -199,26 +201,29 @@ impl ProcessRuntime {
             created(self);
             return self.start_failed(pod_uid, pod, container, role, id, message, ctx);
         }
-        let Some(control) = control else {
-            if let Err(error) = recorded {
-                tracing::error!(?pgid, pod = %pod_ref(pod), container = %container.name, %error, "cannot record the container in the state directory; it would outlive a crash of the agent");
-            }
-            created(self);
-            return self.container_started(pod_uid, pod, container, id, launch, child, false, ctx);
-        };
-        // Under the shim: nothing runs before the record is written; then the go byte.
+        // Nothing runs unrecorded, with the shim or without: after a crash the next agent
+        // would not know it, and it would run beside its next copy. A shim has run nothing yet
+        // (it waits for the go byte); a program spawned without one (an embedder's runtime)
+        // runs already and may have started others: its whole group is SIGKILLed while the
+        // leader is unreaped, its ID still ours. Either way the start fails before `Created`.
         if let Err(error) = recorded {
-            // The shim ran nothing: killed and reaped in the background (`kill_on_drop`).
-            let _ = child.start_kill();
-            // Unlisted only: no record was written, and removing one that is not there fails
-            // on a read-only disk or a `containers` that is no folder, a warning at each retry.
             if let Some(pgid) = pgid {
+                self.signaller.send(&self.groups, pgid, Signal::Kill);
+                // Unlisted only: no record was written, and removing one that is not there
+                // fails on a read-only disk or a `containers` that is no folder, a warning at
+                // each retry.
                 self.groups.unlist(pgid);
             }
+            // Killed and reaped in the background (`kill_on_drop`).
+            let _ = child.start_kill();
             let message = format!("cannot record the container in the state directory: {error}");
             return self.create_failed(pod_uid, pod, container, restart_owed, message, ctx);
         }
         created(self);
+        let Some(control) = control else {
+            return self.container_started(pod_uid, pod, container, id, launch, child, false, ctx);
+        };
+        // Under the shim: recorded, so the go byte.
         if let Err(message) = (&control).write_all(&[GO]).map_err(shim_error) {
             // The shim ran nothing: killed and reaped in the background (`kill_on_drop`).
             let _ = child.start_kill();
