@@ -259,6 +259,27 @@ async fn pod_goes_ready_and_failing_liveness_restarts_it() {
     agent.stop().await;
 }
 
+/// A misspelled field (`readinesProbe`) is ignored, as the kubelet ignores it: the pod runs, and
+/// without a readiness probe it is Ready at once, which is why the agent says so, once while
+/// the field lasts, naming the file and the field as the API server names it.
+#[actix::test]
+async fn a_misspelled_field_is_told_once_and_the_pod_runs_without_it() {
+    let dir = temp_dir("unknown-field");
+    write(&dir, "web.yaml", &web_pod("web", free_port(), "", "").replace("readinessProbe", "readinesProbe"));
+    let mut agent = Agent::start(&dir).await;
+    let told = |l: &str| {
+        l.contains("manifest field ignored, as the kubelet ignores it: ")
+            && l.ends_with("/web.yaml: unknown field \"spec.containers[0].readinesProbe\"")
+    };
+    agent.wait_for(told).await;
+    agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    // Scans go on (a new file's pod is added by a later one): the field is not told again.
+    write(&dir, "late.yaml", &web_pod("late", free_port(), "", ""));
+    agent.wait_for(|l| l.contains("default/late: added from")).await;
+    assert_eq!(agent.seen.iter().filter(|l| told(l)).count(), 1, "{:?}", agent.seen);
+    agent.stop().await;
+}
+
 /// With `--feature-gates=ContainerLifecycleProber=true` the probes follow each container:
 /// readiness still makes a pod Ready, and a container restarted for its failed liveness probe is
 /// probed again (its new instance fails again and is restarted a second time). A startup probe

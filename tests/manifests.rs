@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
     LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, RanBefore, Removal, Snapshot, SourceChange,
-    UNREADABLE_FOR_NOW, apply_defaults, diff, kept_for_now, leads_to_a_file, load_dir, parse_manifest,
-    removal, rescan, scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
+    UNREADABLE_FOR_NOW, UnknownFields, apply_defaults, decode_noting_unknown, diff, ignored_fields_line,
+    kept_for_now, leads_to_a_file, load_dir, parse_manifest, parse_manifest_noting_unknown, removal, rescan,
+    scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -179,6 +180,156 @@ fn yaml_errors_carry_line_and_column_and_never_panic() {
         assert!(reason.contains("line "), "case {name}: {reason}");
         assert!(!reason.contains('\n'), "case {name}: one line: {reason}");
     }
+}
+
+// === unknown fields ===
+
+/// The fields a Pod and each workload kind `probelet lint` reads do not have, with the API
+/// server's paths (`spec.template.spec.containers[0].readinesProbe`): a misspelled field is
+/// ignored when decoding, as the kubelet ignores it, and the API server's strict field
+/// validation refuses the object naming these paths.
+#[test]
+fn unknown_fields_are_named_by_their_api_paths_in_every_kind() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    use k8s_openapi::serde::de::DeserializeOwned;
+
+    fn unknown<T: DeserializeOwned>(document: Value) -> Vec<String> {
+        decode_noting_unknown::<T, _>(document).unwrap().1
+    }
+    let pod_spec = json!({
+        "containers": [
+            {"name": "sidecar", "command": ["x"]},
+            {"name": "app", "command": ["x"], "readinesProbe": {"tcpSocket": {"port": 80}},
+             "livenessProbe": {"tcpSocket": {"port": 80}, "periodSecond": 5}}
+        ],
+        "restartPolicy": "Always"
+    });
+    let template = json!({"metadata": {"lables": {"app": "web"}}, "spec": pod_spec});
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "lables": {"app": "web"}, "creationTimestamp": null},
+        "spec": pod_spec,
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "reson": "x"}]}
+    });
+    // In the order decoded: a JSON value holds an object's keys sorted.
+    assert_eq!(
+        unknown::<Pod>(pod),
+        [
+            "metadata.lables",
+            "spec.containers[1].livenessProbe.periodSecond",
+            "spec.containers[1].readinesProbe",
+            "status.conditions[0].reson",
+        ]
+    );
+    let in_template = [
+        "spec.template.metadata.lables",
+        "spec.template.spec.containers[1].livenessProbe.periodSecond",
+        "spec.template.spec.containers[1].readinesProbe",
+    ];
+    let workload = |api_version: &str, kind: &str| {
+        json!({
+            "apiVersion": api_version, "kind": kind, "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template, "replica": 2}
+        })
+    };
+    let with_replica = [&["spec.replica"], &in_template[..]].concat();
+    assert_eq!(unknown::<Deployment>(workload("apps/v1", "Deployment")), with_replica);
+    assert_eq!(unknown::<StatefulSet>(workload("apps/v1", "StatefulSet")), with_replica);
+    assert_eq!(unknown::<DaemonSet>(workload("apps/v1", "DaemonSet")), with_replica);
+    assert_eq!(unknown::<ReplicaSet>(workload("apps/v1", "ReplicaSet")), with_replica);
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": template}});
+    assert_eq!(unknown::<Job>(job), in_template);
+    let cron_job = json!({
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}
+    });
+    let in_job_template: Vec<String> =
+        in_template.iter().map(|path| path.replacen("spec.", "spec.jobTemplate.spec.", 1)).collect();
+    assert_eq!(unknown::<CronJob>(cron_job), in_job_template);
+}
+
+/// A manifest's unknown fields are told with the file (and document) they are in, and the pod
+/// loads without them, as the kubelet loads it: YAML (the decode that reads the pod finds
+/// them), JSON, and a field that is only a case away from a known one (the API server's
+/// decoding is case-sensitive).
+#[test]
+fn a_manifests_unknown_fields_are_told_and_its_pod_loads_without_them() {
+    let yaml = format!(
+        "{}    readinesProbe:\n      tcpSocket: {{port: 80}}\n---\n{}    ReadinessProbe: {{}}\n",
+        pod_yaml("one"),
+        pod_yaml("two")
+    );
+    let file = Path::new("/m/pods.yaml");
+    let (pods, errors, unknown) = parse_manifest_noting_unknown(file, &yaml, NODE, &FeatureGates::default());
+    assert_eq!(errors, vec![]);
+    assert_eq!(pods.len(), 2);
+    assert!(pods.iter().all(|p| p.spec.as_ref().unwrap().containers[0].readiness_probe.is_none()));
+    let want = |document, path: &str| UnknownFields {
+        file: file.to_path_buf(),
+        document,
+        paths: vec![path.to_owned()],
+    };
+    assert_eq!(
+        unknown,
+        [
+            want(Some(1), "spec.containers[0].readinesProbe"),
+            want(Some(2), "spec.containers[0].ReadinessProbe")
+        ]
+    );
+    assert_eq!(
+        ignored_fields_line(&unknown[0]),
+        "manifest field ignored, as the kubelet ignores it: /m/pods.yaml: document 1: unknown field \"spec.containers[0].readinesProbe\""
+    );
+    let json = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j", "lables": {}},
+        "spec": {"containers": [{"name": "app", "command": ["x"], "imagePullPolice": "Never"}]}}"#;
+    let file = Path::new("/m/pod.json");
+    let (pods, errors, unknown) = parse_manifest_noting_unknown(file, json, NODE, &FeatureGates::default());
+    assert_eq!((pods.len(), errors), (1, vec![]));
+    assert_eq!(
+        unknown.iter().map(ignored_fields_line).collect::<Vec<_>>(),
+        [
+            "manifest fields ignored, as the kubelet ignores them: /m/pod.json: unknown field \"metadata.lables\", unknown field \"spec.containers[0].imagePullPolice\""
+        ]
+    );
+    let (_, _, unknown) = parse_manifest_noting_unknown(
+        Path::new("/m/clean.yaml"),
+        &pod_yaml("clean"),
+        NODE,
+        &FeatureGates::default(),
+    );
+    assert_eq!(unknown, []);
+}
+
+/// A scan carries each read file's unknown fields; a file held (caught half written) is not
+/// read as what it is, and its fields are not told.
+#[test]
+fn a_scan_carries_the_unknown_fields_of_the_files_it_read() {
+    let dir = TempDir::new("unknown");
+    let misspelled = format!("{}    readinesProbe: {{tcpSocket: {{port: 80}}}}\n", pod_yaml("web"));
+    dir.write("web.yaml", &misspelled);
+    dir.write("clean.yaml", pod_yaml("clean"));
+    let mut cache = ParseCache::default();
+    let first = scan_cached(dir.path(), NODE, &FeatureGates::default(), &mut cache);
+    assert_eq!(first.pods.len(), 2);
+    assert_eq!(
+        first.unknown_fields,
+        [UnknownFields {
+            file: dir.path().join("web.yaml"),
+            document: None,
+            paths: vec!["spec.containers[0].readinesProbe".to_owned()],
+        }]
+    );
+    // Parsed again from the cache: the same.
+    let again = rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, &first);
+    assert_eq!(again.unknown_fields, first.unknown_fields);
+    dir.write(
+        "web.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, lables: {}}\nspec: {containers: 5}\n",
+    );
+    let held = rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, &again);
+    assert!(held.errors.iter().any(|e| kept_for_now(&e.reason)), "{:?}", held.errors);
+    assert_eq!(held.unknown_fields, []);
 }
 
 /// A duplicate key is named with its place, and without the YAML library's advice to its own

@@ -393,6 +393,29 @@ impl StandaloneKubelet {
             let more = held_now - SKIPPED_NAMED;
             console::print(Tone::Warn, &format!("… and {more} more manifests held, their pods kept"));
         }
+        // Fields a Pod does not have (a misspelled `readinesProbe`): ignored, as the kubelet
+        // ignores them, and told once per file (document) and set of fields while they last.
+        let mut ignoring = 0;
+        for unknown in &next.unknown_fields {
+            let line = manifests::ignored_fields_line(unknown);
+            if self.reported.insert(line.clone()) {
+                ignoring += 1;
+                if ignoring <= SKIPPED_NAMED {
+                    console::print(Tone::Warn, &line);
+                }
+            }
+            current.insert(line);
+        }
+        if ignoring > SKIPPED_NAMED {
+            let more = ignoring - SKIPPED_NAMED;
+            let folder = self.config.manifests.display();
+            console::print(
+                Tone::Warn,
+                &format!(
+                    "… and {more} more manifests with fields ignored: `probelet lint {folder}` names them all"
+                ),
+            );
+        }
         self.reported.retain(|r| current.contains(r) || r == MANIFESTS_PATH_MOVED);
         self.check_manifests_path();
         let changes = manifests::diff(&self.snapshot, &next);

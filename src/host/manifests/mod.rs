@@ -148,51 +148,80 @@ pub fn parse_manifest_with(
     node_name: &str,
     gates: &FeatureGates,
 ) -> (Vec<Pod>, Vec<ManifestError>) {
-    let (pods, errors) = parse_documents(file, contents, node_name, gates);
-    (pods.into_iter().map(|(_, pod)| pod).collect(), errors)
+    let parsed = parse_documents(file, contents, node_name, gates);
+    (parsed.pods.into_iter().map(|(_, pod)| pod).collect(), parsed.errors)
 }
 
-/// [`parse_manifest_with`], each pod with its document's number (its `---` section, 1-based)
-/// where the file holds several documents.
-fn parse_documents(
+/// [`parse_manifest_with`], with the fields of each document that a Pod does not have
+/// ([`UnknownFields`]): a pod runs without them, as the kubelet runs it.
+pub fn parse_manifest_noting_unknown(
     file: &Path,
     contents: &str,
     node_name: &str,
     gates: &FeatureGates,
-) -> (Vec<NumberedPod>, Vec<ManifestError>) {
+) -> (Vec<Pod>, Vec<ManifestError>, Vec<UnknownFields>) {
+    let parsed = parse_documents(file, contents, node_name, gates);
+    (parsed.pods.into_iter().map(|(_, pod)| pod).collect(), parsed.errors, parsed.unknown)
+}
+
+/// What one file's contents gave.
+#[derive(Debug, Clone, Default)]
+struct Parsed {
+    /// Each pod with its document's number (its `---` section, 1-based) where the file holds
+    /// several documents.
+    pods: Vec<NumberedPod>,
+    errors: Vec<ManifestError>,
+    /// The fields of each document that decoded that a Pod does not have, whether its pod
+    /// loads or not.
+    unknown: Vec<UnknownFields>,
+}
+
+/// [`parse_manifest_with`], with each pod's document number and the unknown fields.
+fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &FeatureGates) -> Parsed {
+    let failed =
+        |reason: String| Parsed { errors: vec![ManifestError::new(file, reason)], ..Parsed::default() };
     if contents.len() as u64 > MAX_MANIFEST_BYTES {
-        let too_large = ReadError::TooLarge { max_bytes: MAX_MANIFEST_BYTES };
-        return (Vec::new(), vec![ManifestError::new(file, too_large.to_string())]);
+        return failed(ReadError::TooLarge { max_bytes: MAX_MANIFEST_BYTES }.to_string());
     }
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
     let documents = match decode_documents(file, contents) {
         Ok(documents) => documents,
-        Err(reason) => return (Vec::new(), vec![ManifestError::new(file, reason)]),
+        Err(reason) => return failed(reason),
     };
     let several = documents.len() > 1;
     let sections = if several && !is_json(file) { sections::document_sections(contents) } else { Vec::new() };
     let total = documents.len();
-    let mut pods = Vec::new();
-    let mut errors = Vec::new();
+    let mut parsed = Parsed::default();
     for (index, document) in documents.into_iter().enumerate() {
         let number = sections::document_number(&sections, total, index);
-        match document.and_then(|pod| prepare(file, pod, node_name, gates)) {
-            Ok(pod) => pods.push((several.then_some(number), pod)),
-            Err(reason) if several => {
-                errors.push(ManifestError::new(file, format!("document {number}: {reason}")))
+        let document = document.map(|(pod, paths)| {
+            if !paths.is_empty() {
+                let document = several.then_some(number);
+                parsed.unknown.push(UnknownFields { file: file.to_path_buf(), document, paths });
             }
-            Err(reason) => errors.push(ManifestError::new(file, reason)),
+            pod
+        });
+        match document.and_then(|pod| prepare(file, pod, node_name, gates)) {
+            Ok(pod) => parsed.pods.push((several.then_some(number), pod)),
+            Err(reason) if several => {
+                parsed.errors.push(ManifestError::new(file, format!("document {number}: {reason}")))
+            }
+            Err(reason) => parsed.errors.push(ManifestError::new(file, reason)),
         }
     }
-    (pods, errors)
+    parsed
 }
 
 fn is_json(file: &Path) -> bool {
     file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }
 
-/// The file's documents, each a pod or why not; `Err` when the file does not parse at all.
-fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, String>>, String> {
+/// A decoded pod with the paths of the fields it holds that a Pod does not have.
+type DecodedPod = (Pod, Vec<String>);
+
+/// The file's documents, each a pod (with its unknown fields) or why not; `Err` when the file
+/// does not parse at all.
+fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<DecodedPod, String>>, String> {
     if is_json(file) {
         if contents.trim().is_empty() {
             return Ok(Vec::new());
@@ -200,7 +229,7 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
         let value: Value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
         // Decoding again straight into a Pod gives type errors with their line and column.
         let pod = check_kind(&value).and_then(|()| {
-            serde_path_to_error::deserialize::<_, Pod>(&mut serde_json::Deserializer::from_str(contents))
+            decode_noting_unknown::<Pod, _>(&mut serde_json::Deserializer::from_str(contents))
                 .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner())))
         });
         return Ok(vec![pod]);
@@ -225,9 +254,9 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
             let direct = if aligned { typed.next() } else { None };
             check_kind(&value)?;
             match direct {
-                Some(Ok(Tracked(pod))) => Ok(pod),
+                Some(Ok(Tracked(pod, unknown))) => Ok((pod, unknown)),
                 Some(Err(e)) => Err(format!("invalid Pod: {}", yaml_error_text(&e))),
-                None => serde_path_to_error::deserialize::<_, Pod>(value)
+                None => decode_noting_unknown::<Pod, _>(value)
                     .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner()))),
             }
         })
@@ -235,18 +264,18 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<Pod, Strin
 }
 
 /// A [`Pod`] (or any other decoded type) whose type errors start with the path of the field
-/// they are about. The YAML deserializer adds the line and column to the error this returns, so
-/// the message reads `spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 14,
-/// column 88`.
-pub(crate) struct Tracked<T>(pub(crate) T);
+/// they are about, with the paths of the fields it holds that the type does not have
+/// ([`decode_noting_unknown`]). The YAML deserializer adds the line and column to the error this
+/// returns, so the message reads `spec.containers[0].readinessProbe.periodSeconds: invalid i32
+/// at line 14, column 88`.
+pub(crate) struct Tracked<T>(pub(crate) T, pub(crate) Vec<String>);
 
 impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Tracked<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        let mut track = serde_path_to_error::Track::new();
-        match T::deserialize(serde_path_to_error::Deserializer::new(deserializer, &mut track)) {
-            Ok(value) => Ok(Tracked(value)),
-            Err(e) => Err(D::Error::custom(with_path(&track.path().to_string(), &e))),
+        match decode_noting_unknown::<T, D>(deserializer) {
+            Ok((value, unknown)) => Ok(Tracked(value, unknown)),
+            Err(e) => Err(D::Error::custom(with_path(&e.path().to_string(), e.inner()))),
         }
     }
 }
@@ -442,6 +471,8 @@ struct Loaded {
     /// not be read (the agent short of descriptors or memory, or held, [`UNREADABLE_FOR_NOW`]),
     /// or are held caught empty or half written. Their pods are unknown, not gone.
     unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
+    /// The fields of the files read that a Pod does not have (not those of a held file).
+    unknown_fields: Vec<UnknownFields>,
 }
 
 /// What each manifest file last parsed to, kept with the contents it parsed, so that a rescan
@@ -450,7 +481,7 @@ struct Loaded {
 /// depend on the node name and the feature gates too: one cache serves one pod source.
 #[derive(Debug, Default)]
 pub struct ParseCache {
-    files: HashMap<PathBuf, (String, Vec<NumberedPod>, Vec<ManifestError>)>,
+    files: HashMap<PathBuf, (String, Parsed)>,
     /// Running manifests caught empty or failing to load, whose pods are kept while the file
     /// is still being written ([`EMPTY_FOR_NOW`], [`FAILS_FOR_NOW`]), or that cannot be read,
     /// whose pods are kept for a while ([`UNREADABLE_FOR_NOW`]).
@@ -522,21 +553,15 @@ type NumberedPod = (Option<usize>, Pod);
 
 impl ParseCache {
     /// `file`'s pods and errors for `contents`: the last parse's when the contents are the same.
-    fn parse(
-        &mut self,
-        file: &Path,
-        contents: String,
-        node_name: &str,
-        gates: &FeatureGates,
-    ) -> (Vec<NumberedPod>, Vec<ManifestError>) {
-        if let Some((parsed, pods, errors)) = self.files.get(file)
-            && *parsed == contents
+    fn parse(&mut self, file: &Path, contents: String, node_name: &str, gates: &FeatureGates) -> Parsed {
+        if let Some((parsed_from, parsed)) = self.files.get(file)
+            && *parsed_from == contents
         {
-            return (pods.clone(), errors.clone());
+            return parsed.clone();
         }
-        let (pods, errors) = parse_documents(file, &contents, node_name, gates);
-        self.files.insert(file.to_owned(), (contents, pods.clone(), errors.clone()));
-        (pods, errors)
+        let parsed = parse_documents(file, &contents, node_name, gates);
+        self.files.insert(file.to_owned(), (contents, parsed.clone()));
+        parsed
     }
 
     /// Forgets the files not in `listed`.
@@ -553,10 +578,10 @@ impl ParseCache {
         if let Some(held) = self.held.get(file) {
             return held.names.clone();
         }
-        let Some((_, pods, _)) = self.files.get(file) else {
+        let Some((_, parsed)) = self.files.get(file) else {
             return self.given_before.get(file).cloned().unwrap_or_default();
         };
-        pods.iter().map(|(_, pod)| pod_full_name(pod)).collect()
+        parsed.pods.iter().map(|(_, pod)| pod_full_name(pod)).collect()
     }
 
     /// Takes what the previous agent ran from each file ([`RanBefore::files`]), for the files
@@ -579,7 +604,7 @@ impl ParseCache {
     /// first scan that catches it, and at each next one that reads other contents (it is still
     /// being written), up to [`HELD_SCANS_MAX`].
     fn hold(&mut self, file: &Path, given: Vec<(String, String)>) -> bool {
-        let contents = self.files.get(file).map(|(contents, _, _)| contents.as_str()).unwrap_or_default();
+        let contents = self.files.get(file).map(|(contents, _)| contents.as_str()).unwrap_or_default();
         hold_while_it_changes(&mut self.held, file, given, contents)
     }
 
@@ -640,6 +665,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         errors: Vec::new(),
         folder_unreadable: None,
         unreadable_files: BTreeMap::new(),
+        unknown_fields: Vec::new(),
     };
     let files = match manifest_files(dir, &mut loaded) {
         Ok(files) => files,
@@ -708,7 +734,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         let given = cache.names_given(&file);
         cache.given_before.remove(&file);
         cache.given_up.remove(&file);
-        let (parsed, bad) = cache.parse(&file, contents, node_name, gates);
+        let Parsed { pods: parsed, errors: bad, unknown } = cache.parse(&file, contents, node_name, gates);
         // A pod lost to an empty file or an error, where the file gave it: the file may be
         // caught half written. Its pods are kept for this scan as an unreadable file's are, and
         // for as long as the file changes from scan to scan (`ParseCache::hold`); then what it
@@ -732,6 +758,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
             loaded.errors.push(ManifestError::new(&file, EMPTY));
         }
         loaded.errors.extend(bad);
+        loaded.unknown_fields.extend(unknown);
         loaded.candidates.extend(parsed.into_iter().map(|(document, pod)| LoadedPod {
             file: file.clone(),
             document,
@@ -844,9 +871,11 @@ pub(crate) fn read_regular_file(file: &Path, max_bytes: u64) -> Result<String, R
 
 pub(crate) mod sections;
 mod snapshot;
+mod unknown;
 mod validate;
 
 pub use snapshot::*;
+pub use unknown::*;
 pub use validate::*;
 
 #[cfg(test)]

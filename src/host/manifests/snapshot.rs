@@ -51,6 +51,9 @@ pub struct Snapshot {
     /// that file, with the UIDs they ran under: the agent records them with its running pods
     /// for as long as they wait.
     pub ran_before: RanBefore,
+    /// The fields of the files read that a Pod does not have: their pods run without them, as
+    /// the kubelet runs them (docs/lint.md, "`unknown-field`").
+    pub unknown_fields: Vec<super::UnknownFields>,
 }
 
 /// What the previous agent on the folder ran, as its state directory tells it
@@ -299,6 +302,7 @@ fn scan_running(
         folder_unreadable: loaded.folder_unreadable,
         unreadable_files: loaded.unreadable_files,
         ran_before,
+        unknown_fields: loaded.unknown_fields,
     }
 }
 
