@@ -1157,6 +1157,76 @@ fn an_empty_manifest_is_a_warning_in_the_agents_words() {
     assert_eq!(run.code, 1, "the error still counts: {}", run.stdout);
 }
 
+/// A field the object's type does not have is a warning per field, in the API server's words
+/// and with its path (`spec.containers[0].readinesProbe`, `metadata.lables`,
+/// `spec.template.spec.…` in a workload), as the API server's strict field validation, kubectl's
+/// default, refuses the object; the kubelet ignores it, so the pod is still linted (here without
+/// a readiness probe), and the exit code is still 0. `apiVersion`, `kind`, a Pod's `status` and a
+/// `creationTimestamp: null` are fields of the types, and a List's items are read each as an
+/// object of its own.
+#[test]
+fn an_unknown_field_is_a_warning_in_the_api_servers_words() {
+    let dir = TempDir::new("unknown-field");
+    dir.write(
+        "a-pod.yaml",
+        &format!(
+            "{}status: {{phase: Running}}\n",
+            pod_with("web", "readinesProbe:\n  tcpSocket: {port: 80}\nlivenessProbe:\n  tcpSocket: {port: 80}\n  periodSecond: 5")
+                .replace("metadata: {name: web}", "metadata: {name: web, lables: {app: web}, creationTimestamp: null}")
+        ),
+    );
+    dir.write(
+        "b-deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api}\nspec:\n  selector: {matchLabels: {app: api}}\n  \
+         template:\n    metadata: {labels: {app: api}}\n    spec:\n      containers:\n        \
+         - {name: api, image: api:1, readinesProbe: {tcpSocket: {port: 80}}}\n",
+    );
+    dir.write(
+        "c-list.json",
+        r#"{"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "listed"},
+             "spec": {"containers": [{"name": "app", "image": "x", "imagePullPolice": "Never"}]}}
+        ]}"#,
+    );
+    let json = lint_json(dir.path(), 0);
+    let unknown = findings(&json, "unknown-field");
+    let got: Vec<(&str, &str)> = named(&unknown).iter().map(|(name, field, _)| (*name, *field)).collect();
+    assert_eq!(
+        got,
+        [
+            ("web", "metadata.lables"),
+            ("web", "spec.containers[0].livenessProbe.periodSecond"),
+            ("web", "spec.containers[0].readinesProbe"),
+            ("api", "spec.template.spec.containers[0].readinesProbe"),
+            ("listed", "spec.containers[0].imagePullPolice"),
+        ]
+    );
+    for finding in &unknown {
+        assert_eq!(finding["severity"], "warning", "{finding}");
+        assert_eq!((&finding["container"], &finding["probe"]), (&Value::Null, &Value::Null), "{finding}");
+        let field = finding["field"].as_str().unwrap();
+        let message = finding["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("unknown field \"{field}\": the kubelet ignores it")),
+            "{message}"
+        );
+        assert!(message.contains("v1.35 API"), "{message}");
+    }
+    // Linted as the kubelet runs it: without the misspelled readiness probe.
+    let web = json["objects"].as_array().unwrap().iter().find(|o| o["name"] == "web").unwrap();
+    let probes: Vec<&Value> =
+        web["containers"][0]["probes"].as_array().unwrap().iter().map(|p| &p["probe"]).collect();
+    assert_eq!(probes, ["livenessProbe"], "{web:#}");
+
+    let run = lint(&[], &[dir.path()]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("  warning unknown-field: unknown field \"spec.containers[0].readinesProbe\": "),
+        "{}",
+        run.stdout
+    );
+}
+
 /// A Pod with one container `app` whose extra container lines are `lines` (at the container's
 /// keys' indentation).
 fn pod_with(name: &str, lines: &str) -> String {

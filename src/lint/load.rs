@@ -19,8 +19,8 @@ use serde_json::Value;
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
-    EMPTY, MANIFEST_EXTENSIONS, Tracked, read_regular_file, with_path, yaml_error_text, yaml_options,
-    yaml_syntax_error,
+    EMPTY, MANIFEST_EXTENSIONS, Tracked, decode_noting_unknown, read_regular_file, with_path,
+    yaml_error_text, yaml_options, yaml_syntax_error,
 };
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
@@ -50,6 +50,10 @@ pub struct Workload {
     /// What the API server checks of a workload's spec beside its pod (its selector, its
     /// template's labels); empty for a Pod.
     pub workload_spec: WorkloadSpec,
+    /// The paths of the fields the object holds that its type does not have
+    /// (`spec.template.spec.containers[0].readinesProbe`), which the kubelet ignores and the API
+    /// server's strict field validation refuses.
+    pub unknown_fields: Vec<String>,
 }
 
 /// A file, or an object in it, that could not be read.
@@ -264,7 +268,8 @@ fn objects(
     let workload = |meta: ObjectMeta,
                     template: Option<(Option<ObjectMeta>, &'static str)>,
                     spec: Option<PodSpec>,
-                    mut workload_spec: WorkloadSpec| {
+                    mut workload_spec: WorkloadSpec,
+                    unknown_fields: Vec<String>| {
         let (template_meta, spec_path) = template.unwrap_or((None, "spec"));
         workload_spec.template_labels = template_meta.as_ref().and_then(|m| m.labels.clone());
         let start_annotation = template_meta
@@ -287,6 +292,7 @@ fn objects(
             object_annotations,
             start_annotation,
             workload_spec,
+            unknown_fields,
         }
     };
     let selected = |selector: LabelSelector| WorkloadSpec { selector: Some(selector), ..Default::default() };
@@ -302,49 +308,49 @@ fn objects(
             }
         }
         ("v1", "Pod") => {
-            let pod: Pod = decode(document.clone(), &what())?;
-            found.push(workload(pod.metadata, None, pod.spec, WorkloadSpec::default()));
+            let (pod, unknown): (Pod, _) = decode(document.clone(), &what())?;
+            found.push(workload(pod.metadata, None, pod.spec, WorkloadSpec::default(), unknown));
         }
         ("apps/v1", "Deployment") => {
-            let object: Deployment = decode(document.clone(), &what())?;
+            let (object, unknown): (Deployment, _) = decode(document.clone(), &what())?;
             let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec, selector));
+            found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("apps/v1", "StatefulSet") => {
-            let object: StatefulSet = decode(document.clone(), &what())?;
+            let (object, unknown): (StatefulSet, _) = decode(document.clone(), &what())?;
             let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec, selector));
+            found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("apps/v1", "DaemonSet") => {
-            let object: DaemonSet = decode(document.clone(), &what())?;
+            let (object, unknown): (DaemonSet, _) = decode(document.clone(), &what())?;
             let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec, selector));
+            found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("apps/v1", "ReplicaSet") => {
-            let object: ReplicaSet = decode(document.clone(), &what())?;
+            let (object, unknown): (ReplicaSet, _) = decode(document.clone(), &what())?;
             let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
             let (spec, t) = object
                 .spec
                 .and_then(|s| s.template)
                 .map(|t| template(t, "spec.template.spec"))
                 .unwrap_or_default();
-            found.push(workload(object.metadata, t, spec, selector));
+            found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("batch/v1", "Job") => {
-            let object: Job = decode(document.clone(), &what())?;
+            let (object, unknown): (Job, _) = decode(document.clone(), &what())?;
             let job = object.spec.as_ref().map(job_spec).unwrap_or_default();
             let (spec, t) =
                 object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
-            found.push(workload(object.metadata, t, spec, job));
+            found.push(workload(object.metadata, t, spec, job, unknown));
         }
         ("batch/v1", "CronJob") => {
-            let object: CronJob = decode(document.clone(), &what())?;
+            let (object, unknown): (CronJob, _) = decode(document.clone(), &what())?;
             let job_template = object.spec.as_ref().and_then(|s| s.job_template.spec.as_ref());
             // A CronJob's job gets a generated selector: one written is refused, not checked.
             let job = WorkloadSpec {
@@ -358,7 +364,7 @@ fn objects(
                 .and_then(|s| s.job_template.spec)
                 .map(|s| template(s.template, "spec.jobTemplate.spec.template.spec"))
                 .unwrap_or_default();
-            found.push(workload(object.metadata, t, spec, job));
+            found.push(workload(object.metadata, t, spec, job, unknown));
         }
         _ => *skipped += 1,
     }
@@ -378,10 +384,11 @@ fn job_spec(spec: &JobSpec) -> WorkloadSpec {
     }
 }
 
-/// Decodes a document into its type; a type error names the field (`spec.template.spec.
-/// containers[0].livenessProbe.periodSeconds: invalid type: …`).
-fn decode<T: DeserializeOwned>(document: Value, what: &str) -> Result<T, String> {
-    serde_path_to_error::deserialize::<_, T>(document)
+/// Decodes a document into its type, with the paths of the fields it holds that the type does
+/// not have; a type error names the field (`spec.template.spec.containers[0].livenessProbe.
+/// periodSeconds: invalid type: …`).
+fn decode<T: DeserializeOwned>(document: Value, what: &str) -> Result<(T, Vec<String>), String> {
+    decode_noting_unknown::<T, _>(document)
         .map_err(|e| format!("invalid {what}: {}", with_path(&e.path().to_string(), e.inner())))
 }
 

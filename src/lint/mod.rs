@@ -103,7 +103,11 @@ pub fn lint_paths_with(paths: &[PathBuf], gates: &FeatureGates) -> Report {
                 &workload.workload_spec,
                 workload.spec_path,
             ));
-            lint.findings.splice(0..0, metadata);
+            // Fields the object's type does not have come first: the API server's strict
+            // decoding refuses them before it validates anything.
+            let mut first = rules::unknown_field_findings(&workload.unknown_fields);
+            first.extend(metadata);
+            lint.findings.splice(0..0, first);
             // After the pod spec's own errors, as the API server checks the template first.
             lint.findings.extend(rules::workload_errors(
                 &workload.kind,

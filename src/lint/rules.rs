@@ -26,7 +26,8 @@ use serde::Serialize;
 
 use crate::host::manifests::{
     DEFAULT_RESTART_POLICY, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, NameRule, apply_defaults,
-    dns1123_label, validate_annotations_size, validate_object_metadata, validate_pod_spec,
+    dns1123_label, unknown_fields_text, validate_annotations_size, validate_object_metadata,
+    validate_pod_spec,
 };
 use probe::{Endpoint, effective_probe};
 
@@ -69,6 +70,8 @@ pub mod rule {
     pub const TIMEOUT_NOT_BELOW_PERIOD: &str = "timeout-not-below-period";
     /// An exec probe with a period under 10 s.
     pub const EXEC_SHORT_PERIOD: &str = "exec-short-period";
+    /// A field the object's type does not have (a misspelled `readinesProbe`).
+    pub const UNKNOWN_FIELD: &str = "unknown-field";
 }
 
 /// How bad a finding is. `error`: the API server would reject the pod, or the probe can never
@@ -669,6 +672,31 @@ fn template_restart_policy(
 
 /// An error the API server gives about `field` of the object as a whole: of no container and
 /// no probe.
+/// What follows the API server's words in an `unknown-field` finding: who ignores the field and
+/// who refuses it, and that "unknown" means unknown to the v1.35 API lint reads.
+const UNKNOWN_FIELD_EFFECT: &str = "the kubelet ignores it, and so does `probelet run` (a misspelled \
+     probe is no probe), while the API server's strict field validation, kubectl's default, refuses \
+     the object. Fields are checked against the v1.35 API: one that only a newer cluster has is \
+     reported too";
+
+/// One `unknown-field` warning per path of a field the object holds that its type does not
+/// have, in the API server's words (`unknown field "spec.containers[0].readinesProbe"`), about
+/// the object as a whole.
+pub fn unknown_field_findings(paths: &[String]) -> Vec<Finding> {
+    paths
+        .iter()
+        .map(|path| Finding {
+            severity: Severity::Warning,
+            rule: rule::UNKNOWN_FIELD,
+            container: None,
+            container_path: None,
+            probe: None,
+            field: Some(path.clone()),
+            message: format!("{}: {UNKNOWN_FIELD_EFFECT}", unknown_fields_text(std::slice::from_ref(path))),
+        })
+        .collect()
+}
+
 pub(crate) fn invalid_object(field: String, message: String) -> Finding {
     Finding {
         severity: Severity::Error,
