@@ -5,7 +5,8 @@
 //! and what changed between two scans of the folder. This file reads and decodes; `snapshot.rs`
 //! holds the scans, which pod of a namespace/name runs, their diff and the UID; `validate.rs`
 //! the defaulting and validation; `sections.rs` the numbers by which errors name the documents
-//! of a file.
+//! of a file; `unknown.rs` the fields a manifest holds that a Pod does not have, which a pod runs
+//! without, as the kubelet runs it, and which the agent says once while they last.
 //!
 //! What a loaded pod looks like:
 //! * defaults applied ([`apply_defaults`]) and validated ([`validate`]), as the kubelet does for
