@@ -361,6 +361,27 @@ fn a_tab_that_indents_a_line_is_named_at_the_tab() {
         reasons(&errors),
         vec!["invalid YAML: found a tab character that violates indentation at line 9, column 3"]
     );
+    // A tab right of the block's indentation is the value's own blank, not the error: the tab
+    // named is the first left of it (`labels` at column 3: a continuation of `one` must start
+    // past column 5), on a line that holds more than blanks or a comment. Before, the first
+    // tab in any line's indentation was named (line 7, column 6, a tab the reader accepts).
+    for (contents, line, column) in [
+        (
+            "kind: Pod\nmetadata:\n  name: t\n  labels:\n    a: one\n      two\n     \tthree\n \t# c\n   \tfour\n",
+            9,
+            4,
+        ),
+        ("kind: Pod\nmetadata:\n  labels:\n    a:\n      one\n     \ttwo\n    \tthree\n", 7, 5),
+        ("kind: Pod\nmetadata:\n  labels:\n  - - one\n     \ttwo\n    \tthree\n", 6, 5),
+        ("kind: Pod\r\nmetadata:\r\n  name: \u{e9}t\u{e9}\r\n\tx\r\n", 4, 1),
+        ("kind: Pod\rmetadata:\r  name: t\r\tx\r", 4, 1),
+    ] {
+        let (_, errors) = parse_manifest(Path::new("/m/tab.yaml"), contents, NODE);
+        let expected = format!(
+            "invalid YAML: found a tab character that violates indentation at line {line}, column {column}"
+        );
+        assert_eq!(reasons(&errors), vec![expected], "{contents:?}");
+    }
     // A tab the library places itself keeps its words and place.
     let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n\tname: t2\n";
     let (_, errors) = parse_manifest(Path::new("/m/tab.yaml"), contents, NODE);

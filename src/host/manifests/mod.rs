@@ -304,7 +304,7 @@ pub(crate) fn yaml_syntax_error(error: &serde_saphyr::Error, contents: &str) -> 
     let tab = error
         .location()
         .filter(|_| serde_saphyr::DefaultMessageFormatter.format_message(error) == tab_in_scalar)
-        .and_then(|scalar| indenting_tab(contents, scalar.line()));
+        .and_then(|scalar| indenting_tab(contents, scalar.line(), scalar.column()));
     match tab {
         Some((line, column)) => {
             format!(
@@ -315,18 +315,79 @@ pub(crate) fn yaml_syntax_error(error: &serde_saphyr::Error, contents: &str) -> 
     }
 }
 
-/// The line and column (1-based) of the first tab in the indentation of a line after line
-/// `after` (1-based) that has more than blanks on it: lines of blanks alone may hold tabs.
-fn indenting_tab(contents: &str, after: u64) -> Option<(u64, usize)> {
-    let skip = usize::try_from(after).ok()?;
-    contents.lines().enumerate().skip(skip).find_map(|(index, line)| {
-        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
-        if indent == line.len() {
-            return None;
+/// The line and column (1-based) of the tab that broke the indentation of the plain scalar that
+/// begins at `line`, `column` (1-based, the YAML reader's place for the error): the first tab met
+/// in the leading blanks of a line after it at a column left of the scalar's block indentation,
+/// on a line that holds more than blanks and a comment (the reader lets those through). A tab
+/// further right is the scalar's own whitespace, not the error. Lines are counted as the reader
+/// counts them (`\r\n`, `\n` or a lone `\r` ends one). `None` when the block's indentation cannot
+/// be told from the text: the reader's own words are given then.
+fn indenting_tab(contents: &str, line: u64, column: u64) -> Option<(u64, usize)> {
+    let lines: Vec<&str> = yaml_lines(contents).collect();
+    let start = usize::try_from(line).ok()?.checked_sub(1)?;
+    let column = usize::try_from(column).ok()?.checked_sub(1)?;
+    let required = scalar_block_indent(&lines, start, column)? + 1;
+    for (index, text) in lines.iter().enumerate().skip(start + 1) {
+        let blanks = text.len() - text.trim_start_matches([' ', '\t']).len();
+        let rest = &text[blanks..];
+        if rest.is_empty() || rest.starts_with('#') {
+            continue;
         }
-        let column = line[..indent].find('\t')?;
-        Some((u64::try_from(index).ok()? + 1, column + 1))
-    })
+        match text[..blanks].find('\t') {
+            Some(tab) if tab < required => return Some((u64::try_from(index).ok()? + 1, tab + 1)),
+            // Indented less with spaces alone: the scalar would have ended here, so the
+            // indentation read above is not the reader's; its own words then.
+            None if blanks < required => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The lines of `contents` as the YAML reader counts them.
+fn yaml_lines(contents: &str) -> impl Iterator<Item = &str> {
+    contents.split('\n').flat_map(|line| line.strip_suffix('\r').unwrap_or(line).split('\r'))
+}
+
+/// The column (0-based) of the block collection a plain scalar at `lines[start]`, `column`
+/// belongs to, which its continuation lines must be indented past: the mapping whose key
+/// starts that line (`key: value`, `- key: value`), or else the sequence of the line's last
+/// `- ` (`- value`); for a scalar that begins its line (after its anchor or tag, if any), the
+/// mapping or sequence of the nearest line above indented less (`key:` or `-` above it).
+fn scalar_block_indent(lines: &[&str], start: usize, column: usize) -> Option<usize> {
+    let text = lines.get(start)?;
+    let (dash, content) = block_start(text);
+    // What stands between the line's start and the scalar: a key (`key: `), or only the
+    // scalar's anchor or tag (`- &a value`), which open no block.
+    let at = text.char_indices().nth(column).map_or(text.len(), |(at, _)| at);
+    let before = text.get(content..at).unwrap_or_default();
+    let keyed = before.contains(": ") || before.contains(":\t") || before.trim_end().ends_with(':');
+    if content < column && keyed {
+        return Some(content);
+    }
+    if dash.is_some() {
+        return dash;
+    }
+    let parent = lines[..start].iter().rev().find(|text| {
+        let trimmed = text.trim_start_matches(' ');
+        !trimmed.trim().is_empty() && !trimmed.starts_with('#') && text.len() - trimmed.len() < content
+    })?;
+    let (dash, content) = block_start(parent);
+    if parent.get(content..).is_some_and(|rest| !rest.trim().is_empty()) { Some(content) } else { dash }
+}
+
+/// In one line: the column of its last sequence entry's `-` (after the leading spaces, entries
+/// nested on one line: `- - x`), and the column where what follows them starts.
+fn block_start(text: &str) -> (Option<usize>, usize) {
+    let bytes = text.as_bytes();
+    let mut at = bytes.iter().take_while(|&&b| b == b' ').count();
+    let mut dash = None;
+    while bytes.get(at) == Some(&b'-') && bytes.get(at + 1).is_none_or(|b| matches!(b, b' ' | b'\t')) {
+        dash = Some(at);
+        at += 1;
+        at += bytes[at..].iter().take_while(|&&b| matches!(b, b' ' | b'\t')).count();
+    }
+    (dash, at)
 }
 
 /// A YAML error in one line, worded for whoever wrote the manifest: the YAML library's own
