@@ -68,7 +68,7 @@ pub struct RanBefore {
     /// The UID each namespace/name of `files` ran under: a name whose file is held is written
     /// to the state directory again with it, so that an agent started during the hold finds
     /// the name, and the pod, as the one before found them
-    /// ([`write_running_pods`](crate::host::runtime::write_running_pods)).
+    /// ([`ContainerGroups::write_running_pods`](crate::host::runtime::ContainerGroups::write_running_pods)).
     pub uid_by_name: BTreeMap<(String, String), String>,
 }
 

@@ -69,7 +69,7 @@ pub enum StateDirError {
 #[derive(Debug, thiserror::Error)]
 pub enum StateWriteError {
     /// The directory at the state directory's path was replaced while this agent ran, and
-    /// another agent holds it now: what is there is that agent's ([`StateDir::follow`]).
+    /// another agent holds it now: what is there is that agent's (`StateDir::follow`).
     #[error("{}: replaced while this agent ran and held by another agent now; restart this agent", dir.display())]
     HeldByAnotherAgent { dir: PathBuf },
     #[error(transparent)]
@@ -324,7 +324,8 @@ impl ContainerGroups {
 
     /// A container's group started: listed, and recorded in the state directory. The error of
     /// a record that cannot be written is returned, naming the record's path (the group is
-    /// listed all the same): the caller kills a shim that has not run anything yet, or logs it. After [`Self::kill_all`]
+    /// listed all the same): the caller kills the group (a shim that has not run anything yet, or a
+    /// program spawned without one) and fails the start. After [`Self::kill_all`]
     /// the group is neither listed nor recorded, and the error is
     /// [`io::ErrorKind::Interrupted`]: the caller kills it.
     pub fn add(&self, pgid: u32, owner: GroupOwner) -> io::Result<()> {
@@ -384,9 +385,9 @@ impl ContainerGroups {
     }
 
     /// Names the running `pods`, and the names `waiting` holds, in the state directory for the
-    /// next agent ([`RUNNING_PODS`], [`running_pods_text`]), under the records' rule: the path
+    /// next agent ([`RUNNING_PODS`], `running_pods_text`), under the records' rule: the path
     /// is looked at first, and a directory found in its place is made this agent's as the
-    /// heartbeat thread would a second later ([`StateDir::follow`]); while another agent
+    /// heartbeat thread would a second later (`StateDir::follow`); while another agent
     /// holds it, nothing is written ([`StateWriteError::HeldByAnotherAgent`]): that agent, or
     /// the next one after it, decides by its own list which pod keeps a name. Nothing to do
     /// without a state directory.

@@ -150,7 +150,7 @@ const RECORD_MAX: u64 = 4096;
 /// then, tab-separated, its namespace, name and manifest file (a file whose path is not UTF-8
 /// or holds a line break is left out: the UID alone is written), and in the same form each name
 /// the agent holds for a file that ran it before the agent started. Written at each change of
-/// the folder's pods or of those names ([`running_pods_text`]): after a graceful stop no
+/// the folder's pods or of those names (`running_pods_text`): after a graceful stop no
 /// container record is left to say what ran. A line of a UID alone is read too (the first
 /// agents wrote only those).
 pub const RUNNING_PODS: &str = "pods";
