@@ -670,8 +670,6 @@ fn template_restart_policy(
     Some(invalid_object(field, message))
 }
 
-/// An error the API server gives about `field` of the object as a whole: of no container and
-/// no probe.
 /// What follows the API server's words in an `unknown-field` finding: who ignores the field and
 /// who refuses it, and that "unknown" means unknown to the v1.35 API lint reads.
 const UNKNOWN_FIELD_EFFECT: &str = "the kubelet ignores it, and so does `probelet run` (a misspelled \
@@ -697,6 +695,8 @@ pub fn unknown_field_findings(paths: &[String]) -> Vec<Finding> {
         .collect()
 }
 
+/// An error the API server gives about `field` of the object as a whole: of no container and
+/// no probe.
 pub(crate) fn invalid_object(field: String, message: String) -> Finding {
     Finding {
         severity: Severity::Error,
