@@ -211,6 +211,8 @@ pub struct StandaloneKubelet {
     snapshot: Snapshot,
     /// Manifest errors already reported (reported once, not on every scan).
     reported: HashSet<String>,
+    /// Manifest fields ignored, as told (told once while they last).
+    told_unknown: manifests::ToldUnknown,
     /// What each manifest parsed to, so that a rescan parses only what changed.
     parse_cache: manifests::ParseCache,
     entries: HashMap<PodUid, PodEntry>,
@@ -243,6 +245,7 @@ impl StandaloneKubelet {
             history,
             snapshot: Snapshot { ran_before, ..Snapshot::default() },
             reported: HashSet::new(),
+            told_unknown: manifests::ToldUnknown::default(),
             parse_cache: manifests::ParseCache::default(),
             entries: HashMap::new(),
             generation: 0,
@@ -394,17 +397,14 @@ impl StandaloneKubelet {
             console::print(Tone::Warn, &format!("… and {more} more manifests held, their pods kept"));
         }
         // Fields a Pod does not have (a misspelled `readinesProbe`): ignored, as the kubelet
-        // ignores them, and told once per file (document) and set of fields while they last.
-        let mut ignoring = 0;
-        for unknown in &next.unknown_fields {
-            let line = manifests::ignored_fields_line(unknown);
-            if self.reported.insert(line.clone()) {
-                ignoring += 1;
-                if ignoring <= SKIPPED_NAMED {
-                    console::print(Tone::Warn, &line);
-                }
-            }
-            current.insert(line);
+        // ignores them, and told once per file (document) and set of fields while they last; a
+        // file held or unreadable at this scan keeps what was told of it.
+        let not_read =
+            |file: &Path| next.folder_unreadable.is_some() || next.unreadable_files.contains_key(file);
+        let new = manifests::unknown_fields_to_tell(&mut self.told_unknown, &next.unknown_fields, not_read);
+        let ignoring = new.len();
+        for line in new.iter().take(SKIPPED_NAMED) {
+            console::print(Tone::Warn, line);
         }
         if ignoring > SKIPPED_NAMED {
             let more = ignoring - SKIPPED_NAMED;
