@@ -1414,3 +1414,16 @@ fn workload_selectors_are_checked_as_the_api_server_checks_them() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// A Deployment whose volume mode is written `0644` (the octal 420 to the kubelet's YAML 1.1
+/// reader and kubectl's) is read, not refused: it exited 2, `invalid i32`.
+#[test]
+fn a_leading_zero_mode_is_read_as_octal() {
+    let dir = TempDir::new("octal-mode");
+    let spec = "      volumes:\n      - name: cfg\n        configMap: {name: cfg, defaultMode: 0644}\n";
+    let yaml = workload("Deployment", "web", "{matchLabels: {app: web}}", "{app: web}", spec);
+    dir.write("deployment.yaml", &yaml);
+    let json = lint_json(dir.path(), 0);
+    assert_eq!(json["summary"]["unreadable"], 0, "{json:#}");
+    assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+}

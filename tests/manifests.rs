@@ -2556,3 +2556,18 @@ fn at_start_the_first_file_in_name_order_wins_and_then_keeps_the_name() {
     let next = next_snapshot(dir.path(), &start);
     assert_eq!(next, start, "the same words on the next scan, told once");
 }
+
+/// `defaultMode: 0644`, as manifests everywhere write a volume's mode, is the octal 420 the
+/// kubelet's YAML 1.1 reader makes of it. The file was refused (`invalid i32`: YAML 1.2 has no
+/// leading-zero octal, and the reader took it for no integer at all).
+#[test]
+fn a_leading_zero_mode_is_octal_as_the_kubelet_reads_it() {
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: oct}\nspec:\n  containers:\n  - name: app\n    \
+                command: [sleep, '3600']\n  volumes:\n  - name: cfg\n    configMap:\n      name: cfg\n      \
+                defaultMode: 0644\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/oct.yaml"), yaml, NODE);
+    assert_eq!(reasons(&errors), Vec::<String>::new());
+    let volumes = pods[0].spec.as_ref().and_then(|s| s.volumes.as_ref()).expect("volumes");
+    let mode = volumes[0].config_map.as_ref().and_then(|c| c.default_mode);
+    assert_eq!(mode, Some(0o644));
+}

@@ -290,6 +290,11 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     // The snippet is a multi-line rendering; the one-line message already has line and column.
     options.with_snippet = false;
+    // The kubelet's file source and kubectl read YAML 1.1 (sigs.k8s.io/yaml's go-yaml v2):
+    // `defaultMode: 0644` is the octal 420, as manifests everywhere write it. YAML 1.2 has no
+    // such octal, and under it the reader refused the field (`invalid i32`; docs/lint.md,
+    // "What it reads").
+    options.legacy_octal_numbers = true;
     options
 }
 
