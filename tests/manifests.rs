@@ -1544,19 +1544,31 @@ fn a_cached_scan_finds_what_a_fresh_scan_finds() {
     let dir = TempDir::new("cached");
     let mut cache = ParseCache::default();
     let gates = FeatureGates::default();
+    // The same, but for the files it parsed afresh: a fresh scan parses them all.
     let mut check = |step: &str| {
-        let cached = scan_cached(dir.path(), NODE, &gates, &mut cache);
-        let fresh = scan_with(dir.path(), NODE, &gates);
+        let mut cached = scan_cached(dir.path(), NODE, &gates, &mut cache);
+        let mut fresh = scan_with(dir.path(), NODE, &gates);
+        let changed = std::mem::take(&mut cached.changed_files);
+        fresh.changed_files.clear();
         assert_eq!(cached, fresh, "{step}");
+        cached.changed_files = changed;
         cached
+    };
+    let names = |snapshot: &Snapshot| -> Vec<String> {
+        snapshot.changed_files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect()
     };
     dir.write("a.yaml", pod_yaml("alpha"));
     dir.write("b.yaml", pod_yaml("beta"));
-    assert_eq!(check("two files").pods.len(), 2);
-    assert_eq!(check("nothing changed").pods.len(), 2);
+    let first = check("two files");
+    assert_eq!(first.pods.len(), 2);
+    assert_eq!(names(&first), ["a.yaml", "b.yaml"], "read for the first time");
+    let same = check("nothing changed");
+    assert_eq!(same.pods.len(), 2);
+    assert!(same.changed_files.is_empty(), "nothing parsed afresh");
     dir.write("b.yaml", pod_yaml("beta").replace("'1000'", "'7'"));
     let edited = check("b.yaml edited");
     assert_eq!(edited.pods.len(), 2);
+    assert_eq!(names(&edited), ["b.yaml"], "only the edited file parsed afresh");
     dir.write("c.yaml", "kind: Pod\n  - : [\n");
     assert_eq!(check("a broken file").errors.len(), 1);
     assert_eq!(check("a broken file, again").errors.len(), 1);

@@ -540,6 +540,9 @@ struct Loaded {
     unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
     /// The fields of the files read that a Pod does not have (not those of a held file).
     unknown_fields: Vec<UnknownFields>,
+    /// The files this scan parsed afresh: read with contents other than their last parse's
+    /// ([`ParseCache::parse`]), or read for the first time.
+    changed_files: BTreeSet<PathBuf>,
 }
 
 /// What each manifest file last parsed to, kept with the contents it parsed, so that a rescan
@@ -620,15 +623,22 @@ type NumberedPod = (Option<usize>, Pod);
 
 impl ParseCache {
     /// `file`'s pods and errors for `contents`: the last parse's when the contents are the same.
-    fn parse(&mut self, file: &Path, contents: String, node_name: &str, gates: &FeatureGates) -> Parsed {
+    /// With whether `contents` were parsed afresh (they differ from the last parse's).
+    fn parse(
+        &mut self,
+        file: &Path,
+        contents: String,
+        node_name: &str,
+        gates: &FeatureGates,
+    ) -> (Parsed, bool) {
         if let Some((parsed_from, parsed)) = self.files.get(file)
             && *parsed_from == contents
         {
-            return parsed.clone();
+            return (parsed.clone(), false);
         }
         let parsed = parse_documents(file, &contents, node_name, gates);
         self.files.insert(file.to_owned(), (contents, parsed.clone()));
-        parsed
+        (parsed, true)
     }
 
     /// Forgets the files not in `listed`.
@@ -733,6 +743,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         folder_unreadable: None,
         unreadable_files: BTreeMap::new(),
         unknown_fields: Vec::new(),
+        changed_files: BTreeSet::new(),
     };
     let files = match manifest_files(dir, &mut loaded) {
         Ok(files) => files,
@@ -801,7 +812,11 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         let given = cache.names_given(&file);
         cache.given_before.remove(&file);
         cache.given_up.remove(&file);
-        let Parsed { pods: parsed, errors: bad, unknown } = cache.parse(&file, contents, node_name, gates);
+        let (Parsed { pods: parsed, errors: bad, unknown }, changed) =
+            cache.parse(&file, contents, node_name, gates);
+        if changed {
+            loaded.changed_files.insert(file.clone());
+        }
         // A pod lost to an empty file or an error, where the file gave it: the file may be
         // caught half written. Its pods are kept for this scan as an unreadable file's are, and
         // for as long as the file changes from scan to scan (`ParseCache::hold`); then what it

@@ -13,7 +13,7 @@
 //! the running pod; the difference is deliberate (docs/reliability.md, "A new manifest never
 //! displaces a running pod").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -54,6 +54,11 @@ pub struct Snapshot {
     /// The fields of the files read that a Pod does not have: their pods run without them, as
     /// the kubelet runs them (docs/lint.md, "`unknown-field`").
     pub unknown_fields: Vec<super::UnknownFields>,
+    /// The files this scan read with new contents (parsed afresh: edited since the last scan,
+    /// or read for the first time). What was told about such a file's contents is told again if
+    /// it still holds (the kubelet's reporting loop, docs/reliability.md, "A manifest saved
+    /// still broken is told again").
+    pub changed_files: BTreeSet<PathBuf>,
 }
 
 /// What the previous agent on the folder ran, as its state directory tells it
@@ -303,6 +308,7 @@ fn scan_running(
         unreadable_files: loaded.unreadable_files,
         ran_before,
         unknown_fields: loaded.unknown_fields,
+        changed_files: loaded.changed_files,
     }
 }
 
