@@ -280,6 +280,37 @@ async fn a_misspelled_field_is_told_once_and_the_pod_runs_without_it() {
     agent.stop().await;
 }
 
+/// A broken manifest is told once while its contents last, however many scans pass; saved
+/// again still broken, with the same error (a comment added), it is told again, as the kubelet
+/// logs it at each read of a changed file. It was told once only, and an operator who saved it
+/// still broken heard nothing and could take the edit for a fix.
+#[actix::test]
+async fn a_skipped_manifest_saved_still_broken_is_told_again() {
+    let dir = temp_dir("skipped-told-again");
+    let broken = "apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec:\n  activeDeadlineSeconds: soon\n  containers: [{name: app, command: [sleep, \"1\"]}]\n";
+    write(&dir, "broken.yaml", broken);
+    let mut agent = Agent::start(&dir).await;
+    let told = |l: &str| {
+        l.contains("manifest skipped: ")
+            && l.ends_with(
+                "/broken.yaml: invalid Pod: spec.activeDeadlineSeconds: invalid i64 at line 5, column 26",
+            )
+    };
+    agent.wait_for(told).await;
+    // Two more scans at least (each adds one pod): not told again.
+    for name in ["one", "two"] {
+        write(&dir, &format!("{name}.yaml"), &sleeper_pod(name, &dir.join(format!(".{name}.pids"))));
+        agent.wait_for(|l| l.contains(&format!("default/{name}: added from"))).await;
+    }
+    assert_eq!(agent.seen.iter().filter(|l| told(l)).count(), 1, "{:?}", agent.seen);
+    // Saved with a comment added at its end, atomically (a scan never catches it empty).
+    write(&dir, ".broken.yaml.tmp", &format!("{broken}# edited\n"));
+    std::fs::rename(dir.join(".broken.yaml.tmp"), dir.join("broken.yaml")).unwrap();
+    let again = agent.wait_for_after(agent.seen.len(), told).await;
+    assert_eq!(agent.seen[..=again].iter().filter(|l| told(l)).count(), 2, "{:?}", agent.seen);
+    agent.stop().await;
+}
+
 /// With `--feature-gates=ContainerLifecycleProber=true` the probes follow each container:
 /// readiness still makes a pod Ready, and a container restarted for its failed liveness probe is
 /// probed again (its new instance fails again and is restarted a second time). A startup probe

@@ -12,10 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
     LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, RanBefore, Removal, Snapshot, SourceChange,
-    ToldUnknown, UNREADABLE_FOR_NOW, UnknownFields, apply_defaults, decode_noting_unknown, diff,
-    ignored_fields_line, kept_for_now, leads_to_a_file, load_dir, parse_manifest,
-    parse_manifest_noting_unknown, removal, rescan, scan, scan_cached, scan_with, static_pod_uid,
-    unknown_fields_to_tell, validate, validate_with,
+    UNREADABLE_FOR_NOW, UnknownFields, apply_defaults, decode_noting_unknown, diff, ignored_fields_line,
+    kept_for_now, leads_to_a_file, load_dir, parse_manifest, parse_manifest_noting_unknown, removal, rescan,
+    scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -331,45 +330,6 @@ fn a_scan_carries_the_unknown_fields_of_the_files_it_read() {
     let held = rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, &again);
     assert!(held.errors.iter().any(|e| kept_for_now(&e.reason)), "{:?}", held.errors);
     assert_eq!(held.unknown_fields, []);
-}
-
-/// Unknown fields are told once while they last: not again at the next scan, nor after a scan
-/// that held the file (caught half written: not read as what it is), nor after one that could
-/// not read the folder; again once the file read no longer holds them and holds them anew.
-#[test]
-fn unknown_fields_are_told_once_while_they_last_a_held_file_keeps_them() {
-    let dir = TempDir::new("unknown-told");
-    let misspelled = format!("{}    readinesProbe: {{tcpSocket: {{port: 80}}}}\n", pod_yaml("web"));
-    dir.write("web.yaml", &misspelled);
-    let gates = FeatureGates::default();
-    let mut cache = ParseCache::default();
-    let mut told = ToldUnknown::default();
-    let mut tell = |scan: &Snapshot| {
-        let not_read =
-            |file: &Path| scan.folder_unreadable.is_some() || scan.unreadable_files.contains_key(file);
-        unknown_fields_to_tell(&mut told, &scan.unknown_fields, not_read)
-    };
-    let first = scan_cached(dir.path(), NODE, &gates, &mut cache);
-    let line = ignored_fields_line(&first.unknown_fields[0]);
-    assert_eq!(tell(&first), std::slice::from_ref(&line));
-    let again = rescan(dir.path(), NODE, &gates, &mut cache, &first);
-    assert_eq!(tell(&again), Vec::<String>::new());
-    // Caught half written: held, its pod kept; whole again, its fields are no news.
-    dir.write("web.yaml", &misspelled[..misspelled.len() / 2]);
-    let held = rescan(dir.path(), NODE, &gates, &mut cache, &again);
-    assert!(held.errors.iter().any(|e| kept_for_now(&e.reason)), "{:?}", held.errors);
-    assert_eq!(tell(&held), Vec::<String>::new());
-    dir.write("web.yaml", &misspelled);
-    let whole = rescan(dir.path(), NODE, &gates, &mut cache, &held);
-    assert_eq!(whole.unknown_fields, first.unknown_fields);
-    assert_eq!(tell(&whole), Vec::<String>::new());
-    // Fixed, then misspelled again: told again.
-    dir.write("web.yaml", pod_yaml("web"));
-    let fixed = rescan(dir.path(), NODE, &gates, &mut cache, &whole);
-    assert_eq!(tell(&fixed), Vec::<String>::new());
-    dir.write("web.yaml", &misspelled);
-    let back = rescan(dir.path(), NODE, &gates, &mut cache, &fixed);
-    assert_eq!(tell(&back), [line]);
 }
 
 /// A duplicate key is named with its place, and without the YAML library's advice to its own

@@ -123,9 +123,6 @@ const UNREADABLE_NAMED: usize = 3;
 /// thousand copies of one pod dropped in the folder printed a thousand lines at once.
 const SKIPPED_NAMED: usize = 20;
 
-/// The key under which "the manifests path now leads elsewhere" is reported once.
-const MANIFESTS_PATH_MOVED: &str = "manifests path moved";
-
 /// The kubelet's `workerResyncIntervalJitterFactor`.
 const RESYNC_JITTER: f64 = 0.5;
 
@@ -202,6 +199,136 @@ fn same_full_name(a: &Pod, b: &Pod) -> bool {
     a.metadata.name == b.metadata.name && a.metadata.namespace == b.metadata.namespace
 }
 
+/// What a scan told about the manifests, kept to tell each thing once while it lasts (a line at
+/// every 2 s scan would bury everything else).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Told {
+    /// What is wrong with what a file holds (`manifest skipped`, `manifest field ignored`):
+    /// told again when the file is read with other contents and it still holds, as the kubelet
+    /// logs it at every read of a changed file: an operator who saves a broken manifest still
+    /// broken hears it again (docs/reliability.md, "A manifest saved still broken is told
+    /// again").
+    Contents { file: PathBuf, line: String },
+    /// A running file held, caught empty or half written (or unreadable for a moment): once per
+    /// line while the hold lasts, although a writer changes the file at every scan; its end is
+    /// told as what the file then is.
+    Held { file: PathBuf, line: String },
+    /// A file (or the folder) that cannot be read, by kind of error: no contents to compare.
+    Unreadable { file: PathBuf, kind: std::io::ErrorKind },
+    /// The manifests path as given now leads elsewhere.
+    ManifestsPathMoved,
+}
+
+/// The lines a scan that gave `next` tells about the manifests in the folder `manifests`, each
+/// thing once while it lasts ([`Told`]); `reported` is what was told, kept up to date.
+fn manifest_lines(reported: &mut HashSet<Told>, next: &Snapshot, folder: &Path) -> Vec<(Tone, String)> {
+    let mut lines = Vec::new();
+    // A file read with other contents is told afresh what is still wrong with it.
+    reported.retain(|told| !matches!(told, Told::Contents { file, .. } if next.changed_files.contains(file)));
+    let mut current = HashSet::new();
+    // Files newly unreadable this scan, by kind of error, beyond the ones named.
+    let mut unnamed: BTreeMap<String, usize> = BTreeMap::new();
+    // Manifests newly skipped this scan, and running ones newly held (caught empty or half
+    // written: their pods kept).
+    let (mut skipped, mut held_now) = (0, 0);
+    for error in &next.errors {
+        // Each file that cannot be read is told once while it lasts, and so is what is wrong,
+        // once per file and reason while the file's contents last. A node short of file
+        // descriptors fails every file the same way: of one kind of error, a scan names the
+        // first few files only.
+        let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
+        // A file caught empty or half written is kept as an unreadable one is, but it was read:
+        // said as what it is, not counted among the files that cannot be read. So is a running
+        // file held while it cannot be read: its pods stop if it lasts.
+        let held = manifests::kept_for_now(&error.reason);
+        let kind = kind.filter(|_| !held);
+        let file = error.file.clone();
+        let (told, line) = match kind {
+            Some(kind) => (
+                Told::Unreadable { file, kind },
+                format!("manifests cannot be read, keeping their last pods: {error}"),
+            ),
+            // Its pods run on: "skipped" would say the opposite of what follows.
+            None if held => {
+                let line = format!("manifest held: {error}");
+                (Told::Held { file, line: line.clone() }, line)
+            }
+            None => {
+                let line = format!("manifest skipped: {error}");
+                (Told::Contents { file, line: line.clone() }, line)
+            }
+        };
+        if reported.insert(told.clone()) {
+            match kind {
+                None if held => {
+                    held_now += 1;
+                    if held_now <= SKIPPED_NAMED {
+                        lines.push((Tone::Warn, line));
+                    }
+                }
+                Some(kind) => {
+                    let count = unnamed.entry(format!("{kind:?}")).or_default();
+                    *count += 1;
+                    if *count <= UNREADABLE_NAMED {
+                        lines.push((Tone::Bad, line));
+                    }
+                }
+                None => {
+                    skipped += 1;
+                    if skipped <= SKIPPED_NAMED {
+                        lines.push((Tone::Warn, line));
+                    }
+                }
+            }
+        }
+        current.insert(told);
+    }
+    for (kind, count) in unnamed {
+        if count > UNREADABLE_NAMED {
+            let more = count - UNREADABLE_NAMED;
+            lines.push((Tone::Bad, format!("… and {more} more manifests cannot be read ({kind})")));
+        }
+    }
+    let folder = folder.display();
+    if skipped > SKIPPED_NAMED {
+        let more = skipped - SKIPPED_NAMED;
+        lines.push((
+            Tone::Warn,
+            format!("… and {more} more manifests skipped: `probelet lint {folder}` names them all"),
+        ));
+    }
+    if held_now > SKIPPED_NAMED {
+        let more = held_now - SKIPPED_NAMED;
+        lines.push((Tone::Warn, format!("… and {more} more manifests held, their pods kept")));
+    }
+    // Fields a Pod does not have (a misspelled `readinesProbe`): ignored, as the kubelet
+    // ignores them, and told once per file (document) and set of fields while the file's
+    // contents last.
+    let mut ignoring = 0;
+    for unknown in &next.unknown_fields {
+        let line = manifests::ignored_fields_line(unknown);
+        let told = Told::Contents { file: unknown.file.clone(), line: line.clone() };
+        if reported.insert(told.clone()) {
+            ignoring += 1;
+            if ignoring <= SKIPPED_NAMED {
+                lines.push((Tone::Warn, line));
+            }
+        }
+        current.insert(told);
+    }
+    if ignoring > SKIPPED_NAMED {
+        let more = ignoring - SKIPPED_NAMED;
+        lines.push((
+            Tone::Warn,
+            format!(
+                "… and {more} more manifests with fields ignored: `probelet lint {folder}` names them all"
+            ),
+        ));
+    }
+    reported.retain(|told| current.contains(told) || *told == Told::ManifestsPathMoved);
+    lines
+}
+
 pub struct StandaloneKubelet {
     config: KubeletConfig,
     pipeline: Pipeline,
@@ -209,10 +336,8 @@ pub struct StandaloneKubelet {
     pods: PodRegistry,
     history: ProbeHistory,
     snapshot: Snapshot,
-    /// Manifest errors already reported (reported once, not on every scan).
-    reported: HashSet<String>,
-    /// Manifest fields ignored, as told (told once while they last).
-    told_unknown: manifests::ToldUnknown,
+    /// What was told about the manifests and the folder, to tell each once while it lasts.
+    reported: HashSet<Told>,
     /// What each manifest parsed to, so that a rescan parses only what changed.
     parse_cache: manifests::ParseCache,
     entries: HashMap<PodUid, PodEntry>,
@@ -245,7 +370,6 @@ impl StandaloneKubelet {
             history,
             snapshot: Snapshot { ran_before, ..Snapshot::default() },
             reported: HashSet::new(),
-            told_unknown: manifests::ToldUnknown::default(),
             parse_cache: manifests::ParseCache::default(),
             entries: HashMap::new(),
             generation: 0,
@@ -295,10 +419,9 @@ impl StandaloneKubelet {
     /// Says once, while it lasts, that the folder as given now leads elsewhere.
     fn check_manifests_path(&mut self) {
         let Some(given) = &self.config.manifests_as_given else { return };
-        let key = MANIFESTS_PATH_MOVED.to_owned();
         match std::fs::canonicalize(given) {
             Ok(now) if now != self.config.manifests => {
-                if self.reported.insert(key) {
+                if self.reported.insert(Told::ManifestsPathMoved) {
                     console::print(
                         Tone::Warn,
                         &format!(
@@ -311,7 +434,7 @@ impl StandaloneKubelet {
                 }
             }
             _ => {
-                self.reported.remove(&key);
+                self.reported.remove(&Told::ManifestsPathMoved);
             }
         }
     }
@@ -328,95 +451,9 @@ impl StandaloneKubelet {
             &mut self.parse_cache,
             &self.snapshot,
         );
-        let mut current = HashSet::new();
-        // Files newly unreadable this scan, by kind of error, beyond the ones named.
-        let mut unnamed: BTreeMap<String, usize> = BTreeMap::new();
-        // Manifests newly skipped this scan, and running ones newly held (caught empty or half
-        // written: their pods kept).
-        let (mut skipped, mut held_now) = (0, 0);
-        for error in &next.errors {
-            // Each file that cannot be read is told once while it lasts, and so is what is
-            // wrong, once per file and reason. A node short of file descriptors fails every
-            // file the same way: of one kind of error, a scan names the first few files only.
-            let kind = next.folder_unreadable.or_else(|| next.unreadable_files.get(&error.file).copied());
-            // A file caught empty or half written is kept as an unreadable one is, but it was
-            // read: said as what it is, not counted among the files that cannot be read. So is
-            // a running file held while it cannot be read: its pods stop if it lasts.
-            let held = manifests::kept_for_now(&error.reason);
-            let kind = kind.filter(|_| !held);
-            let (key, line) = match kind {
-                Some(kind) => (
-                    format!("unreadable: {kind:?}: {}", error.file.display()),
-                    format!("manifests cannot be read, keeping their last pods: {error}"),
-                ),
-                // Its pods run on: "skipped" would say the opposite of what follows.
-                None if held => (error.to_string(), format!("manifest held: {error}")),
-                None => (error.to_string(), format!("manifest skipped: {error}")),
-            };
-            if self.reported.insert(key.clone()) {
-                match kind {
-                    None if held => {
-                        held_now += 1;
-                        if held_now <= SKIPPED_NAMED {
-                            console::print(Tone::Warn, &line);
-                        }
-                    }
-                    Some(kind) => {
-                        let count = unnamed.entry(format!("{kind:?}")).or_default();
-                        *count += 1;
-                        if *count <= UNREADABLE_NAMED {
-                            console::print(Tone::Bad, &line);
-                        }
-                    }
-                    None => {
-                        skipped += 1;
-                        if skipped <= SKIPPED_NAMED {
-                            console::print(Tone::Warn, &line);
-                        }
-                    }
-                }
-            }
-            current.insert(key);
+        for (tone, line) in manifest_lines(&mut self.reported, &next, &self.config.manifests) {
+            console::print(tone, &line);
         }
-        for (kind, count) in unnamed {
-            if count > UNREADABLE_NAMED {
-                let more = count - UNREADABLE_NAMED;
-                console::print(Tone::Bad, &format!("… and {more} more manifests cannot be read ({kind})"));
-            }
-        }
-        if skipped > SKIPPED_NAMED {
-            let more = skipped - SKIPPED_NAMED;
-            let folder = self.config.manifests.display();
-            console::print(
-                Tone::Warn,
-                &format!("… and {more} more manifests skipped: `probelet lint {folder}` names them all"),
-            );
-        }
-        if held_now > SKIPPED_NAMED {
-            let more = held_now - SKIPPED_NAMED;
-            console::print(Tone::Warn, &format!("… and {more} more manifests held, their pods kept"));
-        }
-        // Fields a Pod does not have (a misspelled `readinesProbe`): ignored, as the kubelet
-        // ignores them, and told once per file (document) and set of fields while they last; a
-        // file held or unreadable at this scan keeps what was told of it.
-        let not_read =
-            |file: &Path| next.folder_unreadable.is_some() || next.unreadable_files.contains_key(file);
-        let new = manifests::unknown_fields_to_tell(&mut self.told_unknown, &next.unknown_fields, not_read);
-        let ignoring = new.len();
-        for line in new.iter().take(SKIPPED_NAMED) {
-            console::print(Tone::Warn, line);
-        }
-        if ignoring > SKIPPED_NAMED {
-            let more = ignoring - SKIPPED_NAMED;
-            let folder = self.config.manifests.display();
-            console::print(
-                Tone::Warn,
-                &format!(
-                    "… and {more} more manifests with fields ignored: `probelet lint {folder}` names them all"
-                ),
-            );
-        }
-        self.reported.retain(|r| current.contains(r) || r == MANIFESTS_PATH_MOVED);
         self.check_manifests_path();
         let changes = manifests::diff(&self.snapshot, &next);
         // The names held for a file that ran before the agent started are recorded too: one

@@ -690,3 +690,94 @@ async fn a_success_or_a_readiness_failure_kills_nothing() {
     settle().await;
     assert_eq!(h.terms(), 1);
 }
+
+/// Scans a folder as the kubelet does ([`manifests::rescan`], then [`manifest_lines`]), keeping
+/// what it keeps between scans.
+struct Teller {
+    dir: PathBuf,
+    cache: manifests::ParseCache,
+    snapshot: Snapshot,
+    reported: HashSet<Told>,
+}
+
+impl Teller {
+    fn new(name: &str) -> Teller {
+        let dir = std::env::temp_dir().join(format!("probelet-kubelet-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        Teller { dir, cache: Default::default(), snapshot: Default::default(), reported: HashSet::new() }
+    }
+
+    fn write(&self, file: &str, contents: &str) {
+        std::fs::write(self.dir.join(file), contents).expect("the manifest");
+    }
+
+    /// The lines one scan tells.
+    fn scan(&mut self) -> Vec<String> {
+        let gates = probelet_actors::features::FeatureGates::default();
+        let next = manifests::rescan(&self.dir, "node", &gates, &mut self.cache, &self.snapshot);
+        let lines = manifest_lines(&mut self.reported, &next, &self.dir);
+        self.snapshot = next;
+        lines.into_iter().map(|(_, line)| line).collect()
+    }
+}
+
+impl Drop for Teller {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A manifest saved still broken, with the same error (a comment added), is told again, as the
+/// kubelet logs it at each read of a changed file; an operator heard nothing before and could
+/// take the edit for a fix. While its contents last it is told once, however many scans pass.
+/// So is a field a Pod does not have.
+#[test]
+fn a_manifest_saved_still_broken_is_told_again_and_once_while_its_contents_last() {
+    let mut teller = Teller::new("told-again");
+    let broken = SLEEPER
+        .replace("sleeper", "broken")
+        .replace("  containers:", "  activeDeadlineSeconds: soon\n  containers:");
+    let typo =
+        SLEEPER.replace("sleeper", "typo").replace("    command:", "    workingDirr: /tmp\n    command:");
+    teller.write("broken.yaml", &broken);
+    teller.write("typo.yaml", &typo);
+    let first = teller.scan();
+    assert_eq!(first.len(), 2, "skipped, and the field ignored: {first:?}");
+    assert!(first[0].starts_with("manifest skipped: ") && first[0].contains("broken.yaml"), "{first:?}");
+    assert!(first[1].starts_with("manifest field ignored") && first[1].contains("typo.yaml"), "{first:?}");
+    assert_eq!(teller.scan(), Vec::<String>::new(), "once while the contents last");
+    assert_eq!(teller.scan(), Vec::<String>::new(), "once while the contents last");
+    // Saved with a comment added at its end: the same line, told again, once; the other file's is not.
+    teller.write("broken.yaml", &format!("{broken}# edited\n"));
+    assert_eq!(teller.scan(), first[..1], "saved still broken");
+    assert_eq!(teller.scan(), Vec::<String>::new(), "once while the new contents last");
+    teller.write("typo.yaml", &format!("{typo}# edited\n"));
+    assert_eq!(teller.scan(), first[1..], "saved with the field still misspelled");
+    assert_eq!(teller.scan(), Vec::<String>::new(), "once while the new contents last");
+}
+
+/// A running manifest caught half written is held while a writer changes it: its line is told
+/// once per text, though the contents change at each scan (a slow writer is not told at every
+/// scan); once the writer stops and it is still broken, it is told as skipped.
+#[test]
+fn a_held_manifest_is_told_once_while_its_writer_changes_it() {
+    let mut teller = Teller::new("held-once");
+    teller.write("pod.yaml", SLEEPER);
+    assert_eq!(teller.scan(), Vec::<String>::new());
+    assert_eq!(teller.snapshot.pods.len(), 1);
+    // Caught without its spec, and then with more of its head written: the same error.
+    let head = "apiVersion: v1\nkind: Pod\nmetadata: {name: sleeper}\n";
+    teller.write("pod.yaml", head);
+    let held = teller.scan();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(held[0].starts_with("manifest held: "), "{held:?}");
+    teller.write("pod.yaml", &format!("{head}# being written\n"));
+    assert_eq!(teller.scan(), Vec::<String>::new(), "held, told once while it is written");
+    assert_eq!(teller.snapshot.pods.len(), 1, "still held");
+    // The writer is done: the same contents again, the hold ends and the file is skipped.
+    let skipped = teller.scan();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(skipped[0].starts_with("manifest skipped: "), "{skipped:?}");
+    assert_eq!(teller.scan(), Vec::<String>::new());
+}

@@ -96,34 +96,3 @@ pub fn ignored_fields_line(unknown: &UnknownFields) -> String {
         _ => format!("manifest fields ignored, as the kubelet ignores them: {unknown}"),
     }
 }
-
-/// The [`ignored_fields_line`]s told so far, by file: each is told once while it lasts.
-pub type ToldUnknown = std::collections::HashMap<std::path::PathBuf, std::collections::HashSet<String>>;
-
-/// The lines of `scanned` (one scan's unknown fields) not told before, in order, with `told`
-/// brought up to this scan. A file this scan did not read (`not_read`: held while it is caught
-/// half written, or unreadable for now) keeps what was told of it: its fields were not seen
-/// gone, and once it reads whole again they are not news. What a file read no longer holds is
-/// forgotten, and told again should it come back.
-pub fn unknown_fields_to_tell(
-    told: &mut ToldUnknown,
-    scanned: &[UnknownFields],
-    not_read: impl Fn(&std::path::Path) -> bool,
-) -> Vec<String> {
-    let mut now = ToldUnknown::new();
-    let mut new = Vec::new();
-    for unknown in scanned {
-        let line = ignored_fields_line(unknown);
-        if !told.get(&unknown.file).is_some_and(|lines| lines.contains(&line)) {
-            new.push(line.clone());
-        }
-        now.entry(unknown.file.clone()).or_default().insert(line);
-    }
-    for (file, lines) in told.drain() {
-        if not_read(&file) {
-            now.entry(file).or_insert(lines);
-        }
-    }
-    *told = now;
-    new
-}
