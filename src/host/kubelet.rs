@@ -325,7 +325,16 @@ fn manifest_lines(reported: &mut HashSet<Told>, next: &Snapshot, folder: &Path) 
             ),
         ));
     }
-    reported.retain(|told| current.contains(told) || *told == Told::ManifestsPathMoved);
+    // A file this scan did not read (the folder could not be listed, or the file not opened)
+    // still holds what it held: what was told of its contents stays told, else a folder
+    // unreadable for one scan told every skipped file and ignored field again.
+    let not_read = |file: &Path| next.folder_unreadable.is_some() || next.unreadable_files.contains_key(file);
+    reported.retain(|told| match told {
+        _ if current.contains(told) => true,
+        Told::ManifestsPathMoved => true,
+        Told::Contents { file, .. } => not_read(file),
+        Told::Held { .. } | Told::Unreadable { .. } => false,
+    });
     lines
 }
 

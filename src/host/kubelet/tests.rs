@@ -781,3 +781,49 @@ fn a_held_manifest_is_told_once_while_its_writer_changes_it() {
     assert!(skipped[0].starts_with("manifest skipped: "), "{skipped:?}");
     assert_eq!(teller.scan(), Vec::<String>::new());
 }
+
+/// A folder that cannot be listed for a scan (a symlink loop here, as a shortage of descriptors
+/// does) reads no file: the files kept what they held, and what was told of them is not told
+/// again once the folder reads again. Every skipped file and every ignored field was told again.
+#[test]
+fn a_folder_unreadable_for_a_scan_does_not_tell_its_unchanged_files_again() {
+    let mut teller = Teller::new("folder-unreadable");
+    let broken = SLEEPER
+        .replace("sleeper", "broken")
+        .replace("  containers:", "  activeDeadlineSeconds: soon\n  containers:");
+    let typo =
+        SLEEPER.replace("sleeper", "typo").replace("    command:", "    workingDirr: /tmp\n    command:");
+    teller.write("broken.yaml", &broken);
+    teller.write("typo.yaml", &typo);
+    assert_eq!(teller.scan().len(), 2, "skipped, and the field ignored");
+    let moved = teller.dir.with_extension("moved");
+    std::fs::rename(&teller.dir, &moved).expect("the folder moved away");
+    std::os::unix::fs::symlink(&teller.dir, &teller.dir).expect("a symlink loop");
+    let unreadable = teller.scan();
+    std::fs::remove_file(&teller.dir).expect("the loop removed");
+    std::fs::rename(&moved, &teller.dir).expect("the folder back");
+    assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+    assert!(unreadable[0].starts_with("manifests cannot be read"), "{unreadable:?}");
+    assert_eq!(teller.scan(), Vec::<String>::new(), "the same contents: told once");
+}
+
+/// A file that cannot be opened for a scan (its pods kept) still holds what it held: what was
+/// told of its contents is not told again when it reads the same.
+#[test]
+fn a_file_unreadable_for_a_scan_is_not_told_again_when_it_reads_the_same() {
+    let file = PathBuf::from("/m/broken.yaml");
+    let skipped = manifests::ManifestError { file: file.clone(), reason: "invalid Pod: soon".into() };
+    let read = Snapshot { errors: vec![skipped.clone()], ..Snapshot::default() };
+    let mut reported = HashSet::new();
+    let folder = Path::new("/m");
+    assert_eq!(manifest_lines(&mut reported, &read, folder).len(), 1);
+    let cannot =
+        manifests::ManifestError { file: file.clone(), reason: "cannot read: permission denied".into() };
+    let unreadable = Snapshot {
+        errors: vec![cannot],
+        unreadable_files: BTreeMap::from([(file, std::io::ErrorKind::PermissionDenied)]),
+        ..Snapshot::default()
+    };
+    assert_eq!(manifest_lines(&mut reported, &unreadable, folder).len(), 1, "cannot be read");
+    assert_eq!(manifest_lines(&mut reported, &read, folder), vec![], "the same contents: told once");
+}
