@@ -147,13 +147,23 @@ async fn a_result_removed_from_the_cache_behind_the_worker_is_stored_again_at_it
 #[actix::test]
 async fn young_manager_delays_the_first_probe_by_jitter() {
     let (h, t0) = started_harness().await;
-    let pod = test_pod("jitter").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
+    first_probe_waits_a_jitter(&h, "jitter", wall(t0)).await;
+}
+
+/// A pod `name` with a readiness probe of period 10 s, added with its container started at
+/// `started`: its first probe comes after a jitter in (0, period), as a young manager's.
+async fn first_probe_waits_a_jitter(
+    h: &Harness,
+    name: &str,
+    started: probelet::k8s_openapi::jiff::Timestamp,
+) {
+    let pod = test_pod(name).container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
     let start = Instant::now();
-    h.sync(&pod, vec![running("app", "cri://1", wall(t0))]).await;
+    h.sync(&pod, vec![running("app", "cri://1", started)]).await;
     settle().await;
     assert!(h.prober.calls().is_empty(), "a young manager's worker waits before its first probe");
     run_for(secs(10)).await;
-    let times = probe_times(&h, "app", Readiness, start);
+    let times = probe_times(h, "app", Readiness, start);
     assert_eq!(times.len(), 1, "{times:?}");
     assert!(times[0] > Duration::ZERO && times[0] < secs(10), "jitter in (0, period): {:?}", times[0]);
 }
@@ -207,15 +217,7 @@ async fn stepping_harness() -> (Harness, std::sync::Arc<probelet::clock::Steppin
 async fn a_step_forward_of_the_wall_clock_does_not_end_the_start_up_jitter() {
     let (h, clock) = stepping_harness().await;
     clock.step(probelet::k8s_openapi::jiff::SignedDuration::from_hours(1));
-    let pod = test_pod("young").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
-    let start = Instant::now();
-    h.sync(&pod, vec![running("app", "cri://1", support::kubelet::epoch())]).await;
-    settle().await;
-    assert!(h.prober.calls().is_empty(), "a young manager's worker waits before its first probe");
-    run_for(secs(10)).await;
-    let times = probe_times(&h, "app", Readiness, start);
-    assert_eq!(times.len(), 1, "{times:?}");
-    assert!(times[0] > Duration::ZERO && times[0] < secs(10), "jitter in (0, period): {:?}", times[0]);
+    first_probe_waits_a_jitter(&h, "young", support::kubelet::epoch()).await;
 }
 
 /// ... nor does a step back make an old manager young again: on the wall clock, a step back of

@@ -728,6 +728,17 @@ impl Drop for Teller {
     }
 }
 
+/// Two manifests: one the agent skips (an active deadline that is no number), one with a field a
+/// container does not have (`workingDirr`).
+fn broken_and_misspelled() -> (String, String) {
+    let broken = SLEEPER
+        .replace("sleeper", "broken")
+        .replace("  containers:", "  activeDeadlineSeconds: soon\n  containers:");
+    let typo =
+        SLEEPER.replace("sleeper", "typo").replace("    command:", "    workingDirr: /tmp\n    command:");
+    (broken, typo)
+}
+
 /// A manifest saved still broken, with the same error (a comment added), is told again, as the
 /// kubelet logs it at each read of a changed file; an operator heard nothing before and could
 /// take the edit for a fix. While its contents last it is told once, however many scans pass.
@@ -735,11 +746,7 @@ impl Drop for Teller {
 #[test]
 fn a_manifest_saved_still_broken_is_told_again_and_once_while_its_contents_last() {
     let mut teller = Teller::new("told-again");
-    let broken = SLEEPER
-        .replace("sleeper", "broken")
-        .replace("  containers:", "  activeDeadlineSeconds: soon\n  containers:");
-    let typo =
-        SLEEPER.replace("sleeper", "typo").replace("    command:", "    workingDirr: /tmp\n    command:");
+    let (broken, typo) = broken_and_misspelled();
     teller.write("broken.yaml", &broken);
     teller.write("typo.yaml", &typo);
     let first = teller.scan();
@@ -788,11 +795,7 @@ fn a_held_manifest_is_told_once_while_its_writer_changes_it() {
 #[test]
 fn a_folder_unreadable_for_a_scan_does_not_tell_its_unchanged_files_again() {
     let mut teller = Teller::new("folder-unreadable");
-    let broken = SLEEPER
-        .replace("sleeper", "broken")
-        .replace("  containers:", "  activeDeadlineSeconds: soon\n  containers:");
-    let typo =
-        SLEEPER.replace("sleeper", "typo").replace("    command:", "    workingDirr: /tmp\n    command:");
+    let (broken, typo) = broken_and_misspelled();
     teller.write("broken.yaml", &broken);
     teller.write("typo.yaml", &typo);
     assert_eq!(teller.scan().len(), 2, "skipped, and the field ignored");
