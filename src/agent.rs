@@ -30,7 +30,8 @@ use crate::host::history::ProbeHistory;
 use crate::host::is_shortage;
 use crate::host::kubelet::{KubeletConfig, Shutdown, StandaloneKubelet, start_kubelet};
 use crate::host::runtime::{
-    ContainerGroups, FdBudget, HeldByAnotherAgent, OrphanReaper, ProcessRuntime, StateDirError, pods_that_ran,
+    ContainerGroups, FdBudget, HeldByAnotherAgent, OrphanReaper, ProcessRuntime, RESYNC_INTERVAL,
+    StateDirError, pods_that_ran,
 };
 use crate::serve::tls::{self, CertFiles, TlsError};
 use crate::serve::{
@@ -602,7 +603,9 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
             ran_before,
             groups: groups.clone(),
             rescan_period: Duration::from_secs(2),
-            resync_period: Duration::from_secs(60),
+            // The runtime's: the kubelet's pod worker requeues a synced pod and one in
+            // back-off by its one `resyncInterval`.
+            resync_period: RESYNC_INTERVAL,
             housekeeping_period: Duration::from_secs(2),
         },
         pipeline,

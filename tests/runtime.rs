@@ -13,12 +13,14 @@ use std::time::Duration;
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::{
     Container, ContainerStateTerminated, ContainerStatus, EnvVar, EnvVarSource, ExecAction,
-    ObjectFieldSelector, Pod, PodSpec, Probe,
+    ObjectFieldSelector, ObjectReference, Pod, PodSpec, Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use probelet::clock::TokioClock;
 use probelet::container::ContainerId;
-use probelet::contracts::{CommandRunner, MemoryRecorder};
+use probelet::contracts::{CommandRunner, EventRecorder, EventType, MemoryRecorder};
+use probelet::host::events::EventLog;
 use probelet::host::phase::{has_any_regular_container_started, pod_phase};
 use probelet::host::runtime::{
     ContainerGroups, FdBudget, ForgetPod, GetRuntimeStatus, KILL_WAIT, KillContainer, KillPod,
@@ -75,9 +77,25 @@ impl Harness {
     /// A harness whose runtime `configure` adjusts before it starts.
     fn build(configure: impl FnOnce(ProcessRuntime) -> ProcessRuntime) -> Self {
         let recorder = MemoryRecorder::new();
+        Self::recording(recorder.clone(), Arc::new(recorder), configure)
+    }
+
+    /// A harness whose events go to `log` too, the agent's `/events` (which folds repeats).
+    fn with_event_log(log: EventLog, configure: impl FnOnce(ProcessRuntime) -> ProcessRuntime) -> Self {
+        let recorder = MemoryRecorder::new();
+        Self::recording(recorder.clone(), Arc::new(Both(recorder, log)), configure)
+    }
+
+    /// A harness whose runtime records into `sink`, which `recorder` (read by the assertions)
+    /// sees every event of.
+    fn recording(
+        recorder: MemoryRecorder,
+        sink: Arc<dyn EventRecorder>,
+        configure: impl FnOnce(ProcessRuntime) -> ProcessRuntime,
+    ) -> Self {
         let runner = LocalCommandRunner::new();
         let runtime = configure(
-            ProcessRuntime::new(runner.clone(), Arc::new(recorder.clone()), Arc::new(TokioClock::new()))
+            ProcessRuntime::new(runner.clone(), sink, Arc::new(TokioClock::new()))
                 .with_backoff(SHORT_BACKOFF, MAX_BACKOFF),
         )
         .start();
@@ -133,6 +151,16 @@ impl Harness {
             .filter(|e| e.object.field_path.as_deref().is_some_and(|p| p.ends_with(&suffix)))
             .map(|e| e.render())
             .collect()
+    }
+}
+
+/// Records into the harness's recorder and the agent's event log alike.
+struct Both(MemoryRecorder, EventLog);
+
+impl EventRecorder for Both {
+    fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
+        self.0.record(object, event_type, reason, message);
+        self.1.record(object, event_type, reason, message);
     }
 }
 
@@ -1256,6 +1284,102 @@ async fn an_unknown_executable_fails_with_start_error_and_crash_loops_with_back_
     assert_eq!(app(&status).restart_count, 3);
     assert_start_error(last_terminated(app(&status)).unwrap(), &message);
     assert_ne!(app(&status).container_id, first_id, "each try is a new container");
+}
+
+/// A container at the kubelet's longest back-off, 5 min (its own 10 s doubling to 300 s, paused
+/// time; a command that does not exist, so nothing runs): the wait is cut at each resync (1 min),
+/// as the kubelet's pod worker requeues a sync that backed off no later than its resync
+/// interval, and each cut records `BackOff` again, at 0, 1, 2, 3 and 4 min of the wait, with the
+/// status unchanged (`CrashLoopBackOff`, `back-off 5m0s …`, the same restart count); the next
+/// try is at the wait's end, 5 min after the failure, neither a cut earlier nor later. The
+/// shorter waits are cut the same way (80 s at 60 s, 160 s at 60 and 120 s). `/events` folds
+/// the repeats into one event whose count is their number. Before, one `BackOff` per wait
+/// (docs/reliability.md, "A `BackOff` at each resync of a long wait").
+#[actix::test]
+async fn a_back_off_longer_than_the_resync_interval_records_back_off_at_each_resync() {
+    tokio::time::pause();
+    let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+    let mut h = Harness::with_event_log(log.clone(), |runtime| {
+        runtime.with_backoff(Duration::from_secs(10), Duration::from_secs(300))
+    });
+    let pod = with_containers(pod("resync", "Always"), vec![container("app", &[NO_SUCH, "x"])]);
+    let id = uid(&pod);
+    let begin = Instant::now();
+    h.sync(&pod).await;
+    let failed = format!("Warning Failed Error: {}", start_error(NO_SUCH));
+    let backing_off =
+        "Warning BackOff Back-off restarting failed container app in pod resync_default(uid-resync)";
+    let five_minutes = (
+        "CrashLoopBackOff",
+        Some("back-off 5m0s restarting failed container=app pod=resync_default(uid-resync)"),
+    );
+    let deadline = begin + Duration::from_secs(1200);
+    // Events by reason; another text would show in full.
+    let short = |e: &String| match e.as_str() {
+        e if e == failed => "Failed".to_owned(),
+        e if e == backing_off => "BackOff".to_owned(),
+        e => e.to_owned(),
+    };
+    let (mut events, mut seen, mut cuts_seen) = (Vec::new(), 0, 0);
+    // Until the try at the end of the first 5-minute wait, the eighth.
+    while events.iter().filter(|(_, e)| e == "Failed").count() < 8 {
+        let at = begin.elapsed().as_secs();
+        let all = h.events_for("app");
+        events.extend(all[seen..].iter().filter(|e| !e.contains("Created")).map(|e| (at, short(e))));
+        seen = all.len();
+        // At each cut of the 5-minute wait (the try at 310 s shows its error until the wait
+        // begins in the next turn).
+        if (311..610).contains(&at) {
+            let status = h.status(&id).await.unwrap();
+            assert_eq!(waiting(app(&status)), Some(five_minutes), "at {at} s");
+            assert_eq!(app(&status).restart_count, 6, "at {at} s");
+            cuts_seen += 1;
+        }
+        if events.iter().filter(|(_, e)| e == "Failed").count() < 8 {
+            tokio::time::timeout_at(deadline, h.changes.recv()).await.expect("another try").unwrap();
+        }
+    }
+    assert!(cuts_seen >= 4, "the status was read at each cut: {cuts_seen}");
+    let last_try = events.iter().rposition(|(_, e)| e == "Failed").unwrap();
+    events.truncate(last_try + 1);
+    let (f, b) = ("Failed", "BackOff");
+    let expected: Vec<(u64, String)> = [
+        (0, f),
+        (0, f),
+        (0, b),
+        (10, f),
+        (10, b),
+        (30, f),
+        (30, b),
+        // 80 s: cut at 60 s.
+        (70, f),
+        (70, b),
+        (130, b),
+        // 160 s: cut at 60 and 120 s.
+        (150, f),
+        (150, b),
+        (210, b),
+        (270, b),
+        // 300 s: cut at each minute.
+        (310, f),
+        (310, b),
+        (370, b),
+        (430, b),
+        (490, b),
+        (550, b),
+        (610, f),
+    ]
+    .into_iter()
+    .map(|(at, e)| (at, e.to_owned()))
+    .collect();
+    assert_eq!(events, expected);
+    // `/events`: one event, counted.
+    let backoffs = h.events_for("app").iter().filter(|e| *e == backing_off).count();
+    let folded: Vec<_> = log.recent().into_iter().filter(|e| e.reason == "BackOff").collect();
+    assert_eq!(folded.len(), 1, "{folded:#?}");
+    assert_eq!(folded[0].count as usize, backoffs);
+    assert_eq!(folded[0].first_timestamp, "1970-01-01T00:00:00Z");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
 }
 
 #[actix::test]

@@ -83,6 +83,13 @@ pub const SELF_COMMAND: &str = "probelet";
 pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_secs(10);
 /// The kubelet's longest crash-loop back-off (`MaxContainerBackOff`).
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The kubelet's resync interval (`--sync-frequency`): the standalone host syncs a pod again
+/// this long after its last sync (plus jitter). A crash-loop back-off longer than this is waited
+/// out in pieces this long, each ending in a look that finds the container still backing off
+/// and records `BackOff` again, as the kubelet's pod worker requeues a sync that backed off for
+/// the back-off's end but never later than this (docs/reliability.md, "A `BackOff` at each
+/// resync of a long wait").
+pub const RESYNC_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Waiting reason of a container whose restart is being held back.
 pub const REASON_CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";

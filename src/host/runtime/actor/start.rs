@@ -38,7 +38,7 @@ use super::super::state::{Current, RestartRules, Role, Running, Slot};
 use super::super::stop::ProcessGuard;
 use super::super::{
     EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_OUT_OF_FILE_DESCRIPTORS, EVENT_STARTED,
-    REASON_COMPLETED, REASON_ERROR, REASON_OOM_KILLED, REASON_START_ERROR,
+    REASON_COMPLETED, REASON_ERROR, REASON_OOM_KILLED, REASON_START_ERROR, RESYNC_INTERVAL,
 };
 use super::ProcessRuntime;
 use probelet_actors::vocabulary::PodUid;
@@ -52,7 +52,8 @@ const REPORT_WAIT: Duration = Duration::from_secs(5);
 impl ProcessRuntime {
     /// Starts the container unless a restart is pending or it is backing off (upstream
     /// `doBackOff`: in back-off since the last exit → wait, with a `BackOff` event; otherwise
-    /// the back-off grows and the container starts now).
+    /// the back-off grows and the container starts now). A wait longer than the resync
+    /// interval ends at it, and this runs again: `BackOff` once more, the status unchanged.
     pub(super) fn try_start(
         &mut self,
         pod_uid: &str,
@@ -80,7 +81,11 @@ impl ProcessRuntime {
                     pod_name(&pod)
                 );
                 tracing::debug!(pod = %pod_ref(&pod), container = %container.name, ?remaining, "container is backing off");
-                self.schedule_retry(pod_uid, &container.name, remaining, ctx);
+                // The kubelet's pod worker requeues a sync that backed off for the back-off's
+                // end, but never later than its resync interval, and every sync that finds the
+                // container still backing off records `BackOff` again: a 5-minute wait is five
+                // (docs/reliability.md, "A `BackOff` at each resync of a long wait").
+                self.schedule_retry(pod_uid, &container.name, remaining.min(RESYNC_INTERVAL), ctx);
                 self.record(&pod, container, EventType::Warning, EVENT_BACK_OFF, &message);
                 self.notify(pod_uid, ctx);
                 return;
