@@ -501,6 +501,83 @@ async fn a_restart_all_containers_rule_restarts_the_whole_pod_in_place() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Upstream's `SyncPod` kills and removes the containers of a pod restarting all of them one
+/// after another, in `computePodActions`' order: the regular containers, then the init
+/// containers (a sidecar here), in spec order; the container that set the restart off had
+/// exited and is only removed (docs/prober.md §3.11). `slow` ignores TERM and takes the whole
+/// grace period: `quick` is not signalled, nor its `Killing` event sent, before `slow` is gone.
+#[actix::test]
+async fn a_restart_of_all_containers_kills_them_one_after_another_regular_first() {
+    let gates = probelet::FeatureGates::default()
+        .with(probelet::Feature::RestartAllContainersOnContainerExits, true)
+        .unwrap();
+    let mut h = Harness::build(|runtime| runtime.with_feature_gates(&gates));
+    let dir = temp_dir("restart-all-order");
+    let (log, marker) = (dir.join("terms"), dir.join("triggered"));
+    let term = |name: &str, then: &str| {
+        format!(
+            "trap 'echo {name} >> {log}{then}' TERM; touch {ready}; while true; do sleep 0.1; done",
+            log = log.display(),
+            ready = dir.join(format!("{name}-ready")).display()
+        )
+    };
+    let mut trigger = sh(
+        "trigger",
+        &format!(
+            "if [ -e {m} ]; then exec sleep 1000; fi; \
+             while [ ! -e {d}/slow-ready ] || [ ! -e {d}/quick-ready ]; do sleep 0.05; done; touch {m}; exit 42",
+            m = marker.display(),
+            d = dir.display()
+        ),
+    );
+    trigger.restart_policy = Some("Never".into());
+    trigger.restart_policy_rules = serde_json::from_value(
+        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]),
+    )
+    .unwrap();
+    let pod = with_init(
+        with_containers(
+            pod("restart-all-order", "Never"),
+            vec![sh("slow", &term("slow", "")), sh("quick", &term("quick", "; exit 0")), trigger],
+        ),
+        vec![sh("init", "true"), sidecar(sh("side", &term("side", "; exit 0")))],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "trigger exited", |s| terminated(named(&s.containers, "trigger")).is_some()).await;
+    let killing = |h: &Harness, name: &str| h.events_for(name).contains(&"Normal Killing killing".to_owned());
+    // The restart begins once the host has read the exit, as a host reads it: often.
+    let deadline = Instant::now() + WAIT;
+    while !killing(&h, "slow") {
+        assert!(Instant::now() < deadline, "slow was never killed: {:?}", h.recorder.rendered());
+        h.status(&id).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !killing(&h, "quick") && !killing(&h, "side"),
+        "killed while slow still ran: {:?}",
+        h.recorder.rendered()
+    );
+    h.wait_for(&id, "everything restarted", |s| {
+        ["slow", "quick", "trigger"].iter().all(|n| {
+            let c = named(&s.containers, n);
+            running(c) && c.restart_count == 1
+        })
+    })
+    .await;
+    let order: Vec<String> = h
+        .recorder
+        .events()
+        .iter()
+        .filter(|e| e.reason == "Killing")
+        .filter_map(|e| e.object.field_path.as_deref()?.split(['{', '}']).nth(1).map(str::to_owned))
+        .collect();
+    assert_eq!(order, ["slow", "quick", "side"], "Killing events, in order");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "slow\nquick\nside\n", "the order TERM reached them");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An init container that always exits by a `RestartAllContainers` rule restarts the pod again
 /// and again, as upstream does (no back-off), but a second apart at most, the pace of upstream's
 /// container-state poll: probelet sees each exit at once, and restarted the pod as fast as

@@ -164,6 +164,44 @@ pub fn all_containers_restart_cleaned_up(spec: &PodSpec, runtime: &[InRuntime<'_
         .any(|c| runtime.iter().any(|x| x.name == c.name))
 }
 
+/// One container a restart of all containers removes (upstream `containerToRemoveInfo`), as
+/// [`containers_to_remove`] orders them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToRemove<'a> {
+    /// The container's name in the spec.
+    pub name: &'a str,
+    /// Its exit code, when it has exited; `None` while it is created or runs.
+    pub exited_with: Option<i32>,
+    /// It still runs: it is killed, and waited for, before it is removed.
+    pub kill: bool,
+}
+
+/// Upstream `computePodActions` for a pod restarting all its containers: the order in which
+/// its `SyncPod` kills and removes them, one after another (docs/prober.md §3.11). First the
+/// containers that did not set the restart off — the regular containers, then the init
+/// containers (sidecars among them), each in spec order, and each name's instances in the order
+/// `runtime` lists them (newest first) — then those that did: instances that exited with a code
+/// their container's rules answer with `RestartAllContainers`. Only a running instance is
+/// killed; one that has exited is only removed.
+pub fn containers_to_remove<'a>(spec: &PodSpec, runtime: &[InRuntime<'a>]) -> Vec<ToRemove<'a>> {
+    let (mut targets, mut sources) = (Vec::new(), Vec::new());
+    for container in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+        for instance in runtime.iter().filter(|x| x.name == container.name) {
+            let remove = ToRemove {
+                name: instance.name,
+                exited_with: instance.exited_with,
+                kill: instance.exited_with.is_none(),
+            };
+            match instance.exited_with {
+                Some(code) if restarts_all_containers(container, code) => sources.push(remove),
+                _ => targets.push(remove),
+            }
+        }
+    }
+    targets.extend(sources);
+    targets
+}
+
 /// The first rule whose exit codes match (`In` the values, or `NotIn` them); a rule with no
 /// exit codes or an operator the API does not know matches nothing.
 fn matching_rule(rules: &[ContainerRestartRule], exit_code: i32) -> Option<&ContainerRestartRule> {
@@ -377,6 +415,152 @@ mod tests {
         // A container the spec does not have decides nothing.
         let stranger = [InRuntime { name: "other", exited_with: Some(42) }];
         assert!(!should_all_containers_restart(&spec, Some(&stranger), false, none));
+    }
+
+    /// Upstream `TestComputePodActionsForRestartAllContainers` (`kuberuntime_manager_test.go`,
+    /// KEP-5532), its cases that remove containers, with upstream's fixtures: `foo1`–`foo3`
+    /// regular, `init1`–`init3` plain init containers that have completed, `restartable-init-1`–
+    /// `3` running sidecars, a `RestartAllContainers` rule on exit code 1. Each expected entry is
+    /// (name, exit code if exited, killed). The cases "pod not marked" and "all containers
+    /// removed, start …" are about when the restart runs and what starts after it: the runtime's
+    /// tests (`tests/runtime.rs`) cover them.
+    #[test]
+    fn compute_pod_actions_for_restart_all_containers() {
+        let plain = |name: &str| Container { name: name.into(), ..Default::default() };
+        let sidecar = |name: &str| Container { name: name.into(), ..container(Some(ALWAYS), vec![]) };
+        let source = |name: &str, policy: &str| Container {
+            name: name.into(),
+            ..container(Some(policy), vec![rule_all("In", &[1])])
+        };
+        let regular = || vec![plain("foo1"), plain("foo2"), plain("foo3")];
+        let sidecars = || {
+            Some(vec![
+                sidecar("restartable-init-1"),
+                sidecar("restartable-init-2"),
+                sidecar("restartable-init-3"),
+            ])
+        };
+        let run = |name| InRuntime { name, exited_with: None };
+        let exit = |name, code| InRuntime { name, exited_with: Some(code) };
+        type Case = (&'static str, PodSpec, Vec<InRuntime<'static>>, Vec<(&'static str, Option<i32>, bool)>);
+        let cases: Vec<Case> = vec![
+            (
+                "pod marked for RestartAllContainers",
+                PodSpec { containers: regular(), ..Default::default() },
+                vec![run("foo1"), run("foo2"), run("foo3")],
+                vec![("foo1", None, true), ("foo2", None, true), ("foo3", None, true)],
+            ),
+            (
+                "pod marked for RestartAllContainers with init containers",
+                PodSpec {
+                    containers: regular(),
+                    init_containers: Some(vec![plain("init1"), plain("init2"), plain("init3")]),
+                    ..Default::default()
+                },
+                vec![exit("init1", 0), exit("init2", 0), exit("init3", 0)],
+                vec![("init1", Some(0), false), ("init2", Some(0), false), ("init3", Some(0), false)],
+            ),
+            (
+                "pod marked for RestartAllContainers with restartable init containers",
+                PodSpec { containers: regular(), init_containers: sidecars(), ..Default::default() },
+                vec![run("restartable-init-1"), run("restartable-init-2"), run("restartable-init-3")],
+                vec![
+                    ("restartable-init-1", None, true),
+                    ("restartable-init-2", None, true),
+                    ("restartable-init-3", None, true),
+                ],
+            ),
+            (
+                "init container exit triggers RestartAllContainers",
+                PodSpec {
+                    containers: regular(),
+                    init_containers: Some(vec![plain("init1"), sidecar("init2"), source("init3", NEVER)]),
+                    ..Default::default()
+                },
+                vec![exit("init1", 0), run("init2"), exit("init3", 1)],
+                vec![("init1", Some(0), false), ("init2", None, true), ("init3", Some(1), false)],
+            ),
+            (
+                "sidecar container exit triggers RestartAllContainres",
+                PodSpec {
+                    containers: regular(),
+                    init_containers: Some(vec![
+                        sidecar("restartable-init-1"),
+                        sidecar("restartable-init-2"),
+                        source("restartable-init-3", ALWAYS),
+                    ]),
+                    ..Default::default()
+                },
+                vec![
+                    run("restartable-init-1"),
+                    run("restartable-init-2"),
+                    exit("restartable-init-3", 1),
+                    run("foo1"),
+                ],
+                vec![
+                    ("foo1", None, true),
+                    ("restartable-init-1", None, true),
+                    ("restartable-init-2", None, true),
+                    ("restartable-init-3", Some(1), false),
+                ],
+            ),
+            (
+                "regular container exit triggers RestartAllContainers",
+                PodSpec {
+                    containers: vec![plain("foo1"), plain("foo2"), source("foo3", NEVER)],
+                    init_containers: sidecars(),
+                    ..Default::default()
+                },
+                vec![
+                    run("restartable-init-1"),
+                    run("restartable-init-2"),
+                    run("restartable-init-3"),
+                    run("foo1"),
+                    run("foo2"),
+                    exit("foo3", 1),
+                ],
+                vec![
+                    ("foo1", None, true),
+                    ("foo2", None, true),
+                    ("restartable-init-1", None, true),
+                    ("restartable-init-2", None, true),
+                    ("restartable-init-3", None, true),
+                    ("foo3", Some(1), false),
+                ],
+            ),
+            (
+                // Each name's instances newest first, as upstream sorts them by creation time.
+                "removes past terminated statuses",
+                PodSpec {
+                    restart_policy: Some(ALWAYS.into()),
+                    containers: vec![plain("foo1"), plain("foo2"), source("foo3", ALWAYS)],
+                    ..Default::default()
+                },
+                vec![
+                    run("foo1"),
+                    run("foo2"),
+                    exit("foo3", 1),
+                    exit("foo1", 99),
+                    exit("foo2", 99),
+                    exit("foo3", 99),
+                ],
+                vec![
+                    ("foo1", None, true),
+                    ("foo1", Some(99), false),
+                    ("foo2", None, true),
+                    ("foo2", Some(99), false),
+                    ("foo3", Some(99), false),
+                    ("foo3", Some(1), false),
+                ],
+            ),
+        ];
+        for (desc, spec, runtime, expected) in cases {
+            let got: Vec<_> = containers_to_remove(&spec, &runtime)
+                .into_iter()
+                .map(|r| (r.name, r.exited_with, r.kill))
+                .collect();
+            assert_eq!(got, expected, "{desc}");
+        }
     }
 
     #[test]

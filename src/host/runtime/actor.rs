@@ -448,10 +448,12 @@ impl ProcessRuntime {
         }
     }
 
-    /// Upstream `SyncPod` for a pod restarting all its containers: every running container is
-    /// killed, in no order, with the `Killing` message `killing` and no grace period (the
-    /// kubelet's 2 s minimum), then every container is removed and the pod starts again from
-    /// its first init container, in the same sandbox. Nothing starts meanwhile.
+    /// Upstream `SyncPod` for a pod restarting all its containers: the running containers are
+    /// killed one after another — the regular containers, then the init containers, in spec
+    /// order — each with the `Killing` message `killing` and no grace period (the kubelet's 2 s
+    /// minimum) and waited for before the next; then every container is removed and the pod
+    /// starts again from its first init container, in the same sandbox. Nothing starts
+    /// meanwhile (docs/prober.md §3.11).
     fn begin_restart_all(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.get_mut(pod_uid) else { return };
         if state.terminating || state.restart_all != Some(RestartAll::Seen) {
@@ -473,31 +475,20 @@ impl ProcessRuntime {
         self.restart_all_step(pod_uid.into(), ctx);
     }
 
-    /// Kills what still runs and waits for it, then again, until nothing runs (a kill that
-    /// failed is tried again): only then are the containers removed, so that no container
-    /// ever has two instances.
+    /// Kills the next container that runs and waits for it, then the next, until nothing runs
+    /// (a kill that failed is tried again): only then are the containers removed, so that no
+    /// container ever has two instances.
     fn restart_all_step(&mut self, pod_uid: PodUid, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.get(&pod_uid) else { return };
         // A pod being stopped for good is the termination's now; it removes nothing.
         if state.terminating || state.restart_all != Some(RestartAll::Killing) {
             return;
         }
-        let running: Vec<String> = state
-            .containers
-            .iter()
-            .filter(|(_, s)| matches!(s.current, Current::Running(_) | Current::Starting(_)))
-            .map(|(name, _)| name.clone())
-            .collect();
-        let stops: Vec<_> = running
-            .iter()
-            .filter_map(|name| {
-                self.begin_stop(&pod_uid, name, Some(MESSAGE_KILLING_FOR_RESTART_ALL), MINIMUM_GRACE_PERIOD)
-            })
-            .collect();
-        if !stops.is_empty() {
-            ctx.spawn(
-                join_all(stops).into_actor(self).map(move |_, act, ctx| act.restart_all_step(pod_uid, ctx)),
-            );
+        if let Some(name) = state.next_to_kill_for_restart_all()
+            && let Some(stop) =
+                self.begin_stop(&pod_uid, &name, Some(MESSAGE_KILLING_FOR_RESTART_ALL), MINIMUM_GRACE_PERIOD)
+        {
+            ctx.spawn(stop.into_actor(self).map(move |(), act, ctx| act.restart_all_step(pod_uid, ctx)));
             return;
         }
         let Some(state) = self.pods.get_mut(&pod_uid) else { return };

@@ -18,7 +18,8 @@ use crate::container::ContainerId;
 use crate::prober::grpc::go_duration;
 use crate::prober::pod_name;
 use probelet_actors::restart::{
-    InRuntime, Policy, container_should_restart, restarts_after_probe_kill, restarts_all_containers,
+    InRuntime, Policy, container_should_restart, containers_to_remove, restarts_after_probe_kill,
+    restarts_all_containers,
 };
 
 use super::actor::RuntimePodStatus;
@@ -224,6 +225,22 @@ impl PodRuntime {
                 Some(Current::Exited { terminated, .. } | Current::StartFailed { terminated, .. })
                     if restarts_all_containers(c, terminated.exit_code)
             )
+        })
+    }
+
+    /// The container a restart of all the pod's containers kills next: the first that runs in
+    /// upstream's order (`containers_to_remove`: the regular containers, then the init
+    /// containers, in spec order), for they are killed one after another; then any other that
+    /// still runs (one the spec no longer names), so that nothing runs once they are removed.
+    pub(super) fn next_to_kill_for_restart_all(&self) -> Option<String> {
+        let in_order = self.pod.spec.as_ref().and_then(|spec| {
+            containers_to_remove(spec, &self.in_runtime())
+                .into_iter()
+                .find(|c| c.kill)
+                .map(|c| c.name.to_owned())
+        });
+        in_order.or_else(|| {
+            self.containers.iter().filter(|(_, slot)| slot.current.runs()).map(|(name, _)| name.clone()).min()
         })
     }
 
