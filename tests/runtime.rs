@@ -436,21 +436,39 @@ async fn without_container_restart_rules_the_pods_policy_decides() {
     h.kill_pod(&id, Duration::from_secs(5)).await;
 }
 
+/// The runtime with `RestartAllContainersOnContainerExits` on.
+fn restart_all_harness() -> Harness {
+    restart_all_harness_with(|runtime| runtime)
+}
+
+/// The runtime with `RestartAllContainersOnContainerExits` on, which `configure` adjusts.
+fn restart_all_harness_with(configure: impl FnOnce(ProcessRuntime) -> ProcessRuntime) -> Harness {
+    let gates = probelet::FeatureGates::default()
+        .with(probelet::Feature::RestartAllContainersOnContainerExits, true)
+        .unwrap();
+    Harness::build(|runtime| configure(runtime.with_feature_gates(&gates)))
+}
+
+/// `c` with a rule answering exit code 42 with `RestartAllContainers`.
+fn restarting_all_on_42(mut c: Container) -> Container {
+    c.restart_policy_rules = serde_json::from_value(
+        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]),
+    )
+    .unwrap();
+    c
+}
+
 /// A pod `Never` with an init container that notes each of its runs, a plain `app`, and a
 /// `trigger` that exits 42 the first time — answered by a `RestartAllContainers` rule — and
 /// then runs.
 fn restart_all_pod(dir: &Path) -> Pod {
     let runs = dir.join("init-runs");
     let marker = dir.join("triggered");
-    let mut trigger = sh(
+    let mut trigger = restarting_all_on_42(sh(
         "trigger",
         &format!("if [ -e {m} ]; then exec sleep 1000; else touch {m}; exit 42; fi", m = marker.display()),
-    );
+    ));
     trigger.restart_policy = Some("Never".into());
-    trigger.restart_policy_rules = serde_json::from_value(
-        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]),
-    )
-    .unwrap();
     let pod = with_containers(pod("restart-all", "Never"), vec![sh("app", "exec sleep 1000"), trigger]);
     with_init(pod, vec![sh("init", &format!("echo run >> {}", runs.display()))])
 }
@@ -461,10 +479,7 @@ fn restart_all_pod(dir: &Path) -> Pod {
 /// removal as its last state.
 #[actix::test]
 async fn a_restart_all_containers_rule_restarts_the_whole_pod_in_place() {
-    let gates = probelet::FeatureGates::default()
-        .with(probelet::Feature::RestartAllContainersOnContainerExits, true)
-        .unwrap();
-    let mut h = Harness::build(|runtime| runtime.with_feature_gates(&gates));
+    let mut h = restart_all_harness();
     let dir = temp_dir("restart-all");
     let pod = restart_all_pod(&dir);
     let id = uid(&pod);
@@ -501,6 +516,48 @@ async fn a_restart_all_containers_rule_restarts_the_whole_pod_in_place() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A pod `Never` with a plain init container, a sidecar `side`, and regular `slow` (ignores
+/// TERM: its kill takes the grace period), `quick` (exits half a second after TERM) and
+/// `trigger`, which exits 42 — answered by `RestartAllContainers` — once `slow` and `quick`
+/// run, and then runs. Each of the others notes the TERM it gets in `dir/terms`.
+fn ordered_restart_pod(dir: &Path) -> Pod {
+    let term = |name: &str, then: &str| {
+        format!(
+            "trap 'echo {name} >> {log}{then}' TERM; touch {ready}; while true; do sleep 0.1; done",
+            log = dir.join("terms").display(),
+            ready = dir.join(format!("{name}-ready")).display()
+        )
+    };
+    let mut trigger = restarting_all_on_42(sh(
+        "trigger",
+        &format!(
+            "if [ -e {m} ]; then exec sleep 1000; fi; \
+             while [ ! -e {d}/slow-ready ] || [ ! -e {d}/quick-ready ]; do sleep 0.05; done; touch {m}; exit 42",
+            m = dir.join("triggered").display(),
+            d = dir.display()
+        ),
+    ));
+    trigger.restart_policy = Some("Never".into());
+    with_init(
+        with_containers(
+            pod("restart-all-order", "Never"),
+            vec![sh("slow", &term("slow", "")), sh("quick", &term("quick", "; sleep 0.5; exit 0")), trigger],
+        ),
+        vec![sh("init", "true"), sidecar(sh("side", &term("side", "; exit 0")))],
+    )
+}
+
+/// Waits, reading the pod's status as a host reads it (often: the restart begins once the
+/// host has read the exit), until `container` has had its `Killing` event.
+async fn wait_for_killing(h: &Harness, uid: &str, container: &str) {
+    let deadline = Instant::now() + WAIT;
+    while !h.events_for(container).contains(&"Normal Killing killing".to_owned()) {
+        assert!(Instant::now() < deadline, "{container} was never killed: {:?}", h.recorder.rendered());
+        h.status(uid).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Upstream's `SyncPod` kills and removes the containers of a pod restarting all of them one
 /// after another, in `computePodActions`' order: the regular containers, then the init
 /// containers (a sidecar here), in spec order; the container that set the restart off had
@@ -508,56 +565,15 @@ async fn a_restart_all_containers_rule_restarts_the_whole_pod_in_place() {
 /// grace period: `quick` is not signalled, nor its `Killing` event sent, before `slow` is gone.
 #[actix::test]
 async fn a_restart_of_all_containers_kills_them_one_after_another_regular_first() {
-    let gates = probelet::FeatureGates::default()
-        .with(probelet::Feature::RestartAllContainersOnContainerExits, true)
-        .unwrap();
-    let mut h = Harness::build(|runtime| runtime.with_feature_gates(&gates));
+    let mut h = restart_all_harness();
     let dir = temp_dir("restart-all-order");
-    let (log, marker) = (dir.join("terms"), dir.join("triggered"));
-    let term = |name: &str, then: &str| {
-        format!(
-            "trap 'echo {name} >> {log}{then}' TERM; touch {ready}; while true; do sleep 0.1; done",
-            log = log.display(),
-            ready = dir.join(format!("{name}-ready")).display()
-        )
-    };
-    let mut trigger = sh(
-        "trigger",
-        &format!(
-            "if [ -e {m} ]; then exec sleep 1000; fi; \
-             while [ ! -e {d}/slow-ready ] || [ ! -e {d}/quick-ready ]; do sleep 0.05; done; touch {m}; exit 42",
-            m = marker.display(),
-            d = dir.display()
-        ),
-    );
-    trigger.restart_policy = Some("Never".into());
-    trigger.restart_policy_rules = serde_json::from_value(
-        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]),
-    )
-    .unwrap();
-    let pod = with_init(
-        with_containers(
-            pod("restart-all-order", "Never"),
-            vec![sh("slow", &term("slow", "")), sh("quick", &term("quick", "; exit 0")), trigger],
-        ),
-        vec![sh("init", "true"), sidecar(sh("side", &term("side", "; exit 0")))],
-    );
+    let pod = ordered_restart_pod(&dir);
     let id = uid(&pod);
     h.sync(&pod).await;
     h.wait_for(&id, "trigger exited", |s| terminated(named(&s.containers, "trigger")).is_some()).await;
-    let killing = |h: &Harness, name: &str| h.events_for(name).contains(&"Normal Killing killing".to_owned());
-    // The restart begins once the host has read the exit, as a host reads it: often.
-    let deadline = Instant::now() + WAIT;
-    while !killing(&h, "slow") {
-        assert!(Instant::now() < deadline, "slow was never killed: {:?}", h.recorder.rendered());
-        h.status(&id).await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        !killing(&h, "quick") && !killing(&h, "side"),
-        "killed while slow still ran: {:?}",
-        h.recorder.rendered()
-    );
+    wait_for_killing(&h, &id, "slow").await;
+    let killed = |name: &str| h.events_for(name).iter().any(|e| e.contains("Killing"));
+    assert!(!killed("quick") && !killed("side"), "killed while slow still ran: {:?}", h.recorder.rendered());
     h.wait_for(&id, "everything restarted", |s| {
         ["slow", "quick", "trigger"].iter().all(|n| {
             let c = named(&s.containers, n);
@@ -573,7 +589,129 @@ async fn a_restart_of_all_containers_kills_them_one_after_another_regular_first(
         .filter_map(|e| e.object.field_path.as_deref()?.split(['{', '}']).nth(1).map(str::to_owned))
         .collect();
     assert_eq!(order, ["slow", "quick", "side"], "Killing events, in order");
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "slow\nquick\nside\n", "the order TERM reached them");
+    let terms = std::fs::read_to_string(dir.join("terms")).unwrap();
+    assert_eq!(terms, "slow\nquick\nside\n", "the order TERM reached them");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// While its containers are killed a pod restarting all of them shows the status read when
+/// the restart began: upstream generates no status in the sync that kills and removes them.
+/// Read after `slow` was killed (its `quick` is being killed), `slow` still shows running.
+#[actix::test]
+async fn while_all_containers_are_killed_the_status_stays_the_one_read_when_the_restart_began() {
+    let mut h = restart_all_harness();
+    let dir = temp_dir("restart-all-frozen");
+    let pod = ordered_restart_pod(&dir);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let seen =
+        h.wait_for(&id, "trigger exited", |s| terminated(named(&s.containers, "trigger")).is_some()).await;
+    // `quick` is killed once `slow` has gone; it takes half a second to exit.
+    wait_for_killing(&h, &id, "quick").await;
+    let during = h.status(&id).await.unwrap();
+    assert_eq!(during, seen, "the status while the containers are killed");
+    assert!(running(named(&during.containers, "slow")), "{during:#?}");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Upstream's first status after the removal (`convertToAPIContainerStatuses`, the pod
+/// restarting all its containers, each missing from the runtime) builds a container whose last
+/// status was not waiting from that status: waiting `RestartingAllContainers`, and for one that
+/// status showed terminated (here the `trigger`) still its container ID. The status after that
+/// builds it from this waiting one: the default waiting reason, no ID, the count and last state
+/// kept — `app` waits `PodInitializing` while the init container runs again.
+#[actix::test]
+async fn only_the_first_status_after_the_removal_shows_restarting_all_containers() {
+    let mut h = restart_all_harness();
+    let dir = temp_dir("restart-all-first");
+    let release = dir.join("release");
+    let pod = restart_all_pod(&dir);
+    let init = sh(
+        "init",
+        &format!(
+            "if [ -e {m} ]; then while [ ! -e {r} ]; do sleep 0.05; done; fi",
+            m = dir.join("triggered").display(),
+            r = release.display()
+        ),
+    );
+    let pod = with_init(pod, vec![init]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let exited =
+        h.wait_for(&id, "trigger exited", |s| terminated(named(&s.containers, "trigger")).is_some()).await;
+    let trigger_id = named(&exited.containers, "trigger").container_id.clone();
+    assert!(trigger_id.is_some());
+    let removed = h
+        .wait_for(&id, "the containers removed", |s| {
+            waiting(app(s)).is_some_and(|(reason, _)| reason == "RestartingAllContainers")
+        })
+        .await;
+    let trigger = named(&removed.containers, "trigger");
+    assert_eq!(waiting(trigger).map(|(r, _)| r), Some("RestartingAllContainers"));
+    assert_eq!(trigger.container_id, trigger_id, "the terminated instance's ID, one status long");
+    assert_eq!(app(&removed).container_id, None, "app ran: its status had no terminated instance");
+    let next = h.wait_for(&id, "init running again", |s| running(named(&s.init_containers, "init"))).await;
+    for name in ["app", "trigger"] {
+        let c = named(&next.containers, name);
+        assert_eq!(waiting(c), Some(("PodInitializing", None)), "{name}: {c:#?}");
+        assert_eq!(c.container_id, None, "{name}");
+        assert_eq!(c.restart_count, 1, "{name}");
+        assert_eq!(
+            last_terminated(c).and_then(|t| t.reason.as_deref()),
+            Some("RestartingAllContainers"),
+            "{name}"
+        );
+    }
+    std::fs::write(&release, "").unwrap();
+    h.wait_for(&id, "app running again", |s| running(app(s))).await;
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A container waiting in crash-loop back-off when the restart began keeps its count and last
+/// state, and waits with the default reason: upstream reads the removal of a container whose
+/// last status was waiting as no restart of it. (The runtime drops its back-off timer when the
+/// restart begins; the last status, not the timer, decides.)
+#[actix::test]
+async fn a_container_in_back_off_when_all_restart_keeps_its_count() {
+    let mut h = restart_all_harness_with(|runtime| {
+        runtime.with_backoff(Duration::from_secs(10), Duration::from_secs(300))
+    });
+    let dir = temp_dir("restart-all-backoff");
+    let runs = dir.join("crash-runs");
+    let mut crash = sh("crash", &format!("echo run >> {}; exit 1", runs.display()));
+    crash.restart_policy = Some("Always".into());
+    let mut trigger = restarting_all_on_42(sh(
+        "trigger",
+        &format!(
+            "if [ -e {m} ]; then exec sleep 1000; fi; \
+             while [ \"$(wc -l < {r} 2>/dev/null)\" -lt 2 ]; do sleep 0.05; done; sleep 0.3; touch {m}; exit 42",
+            m = dir.join("triggered").display(),
+            r = runs.display()
+        ),
+    ));
+    trigger.restart_policy = Some("Never".into());
+    let pod = with_containers(pod("restart-all-backoff", "Never"), vec![crash, trigger]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let seen = h
+        .wait_for(&id, "crash in back-off, trigger exited", |s| {
+            terminated(named(&s.containers, "trigger")).is_some()
+                && waiting(named(&s.containers, "crash")).is_some_and(|(r, _)| r == "CrashLoopBackOff")
+        })
+        .await;
+    assert_eq!(named(&seen.containers, "crash").restart_count, 1);
+    let removed = h
+        .wait_for(&id, "the containers removed", |s| {
+            waiting(named(&s.containers, "trigger")).is_some_and(|(r, _)| r == "RestartingAllContainers")
+        })
+        .await;
+    let crash = named(&removed.containers, "crash");
+    assert_eq!(waiting(crash), Some(("ContainerCreating", None)), "{crash:#?}");
+    assert_eq!(crash.restart_count, 1, "no restart counted for a container that waited");
+    assert_eq!(last_terminated(crash).map(|t| t.exit_code), Some(1), "its own last exit");
     h.kill_pod(&id, Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -584,17 +722,10 @@ async fn a_restart_of_all_containers_kills_them_one_after_another_regular_first(
 /// processes start (dozens of times a second, each with its events and status).
 #[actix::test]
 async fn a_pod_that_restarts_all_its_containers_at_every_run_restarts_a_second_apart() {
-    let gates = probelet::FeatureGates::default()
-        .with(probelet::Feature::RestartAllContainersOnContainerExits, true)
-        .unwrap();
-    let h = Harness::build(|runtime| runtime.with_feature_gates(&gates));
+    let h = restart_all_harness();
     let dir = temp_dir("restart-all-loop");
     let runs = dir.join("init-runs");
-    let mut init = sh("init", &format!("echo run >> {}; exit 42", runs.display()));
-    init.restart_policy_rules = serde_json::from_value(
-        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]),
-    )
-    .unwrap();
+    let init = restarting_all_on_42(sh("init", &format!("echo run >> {}; exit 42", runs.display())));
     let pod = with_init(
         with_containers(pod("restart-all-loop", "Always"), vec![sh("app", "exec sleep 1000")]),
         vec![init],

@@ -742,11 +742,18 @@ impl Handler<GetRuntimeStatus> for ProcessRuntime {
     ) -> Self::Result {
         let restart_all_containers = self.restart_all_containers;
         let state = self.pods.get_mut(&pod_uid)?;
-        let status = pod_status(state);
+        // While the containers are killed the host reads what it read when the restart began:
+        // upstream generates no status between the one that says the pod is restarting all its
+        // containers and the one after they are all removed.
+        let status = match (&state.restart_all, &state.restart_all_seen) {
+            (Some(RestartAll::Seen | RestartAll::Killing), Some(seen)) if !state.terminating => seen.clone(),
+            _ => pod_status(state),
+        };
         match state.restart_all {
             // The host has read the exit that restarts every container: the restart begins.
             None if restart_all_containers && !state.terminating && state.restart_all_due() => {
                 state.restart_all = Some(RestartAll::Seen);
+                state.restart_all_seen = Some(status.clone());
                 let wait = state.restart_all_began.map_or(Duration::ZERO, |began| {
                     (began + RESTART_ALL_MIN_INTERVAL).saturating_duration_since(tokio::time::Instant::now())
                 });

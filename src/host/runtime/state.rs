@@ -53,6 +53,10 @@ pub(super) struct PodRuntime {
     /// When the last restart of all the pod's containers began: the next begins
     /// [`RESTART_ALL_MIN_INTERVAL`] later at the earliest.
     pub(super) restart_all_began: Option<Instant>,
+    /// The status the host read when it saw the exit that restarts every container: what the
+    /// runtime shows until the containers are removed (upstream generates no status while its
+    /// sync kills and removes them), and what the removal reads as each container's last status.
+    pub(super) restart_all_seen: Option<RuntimePodStatus>,
 }
 
 /// The shortest time between the beginnings of two restarts of all a pod's containers. Upstream
@@ -128,12 +132,16 @@ pub(super) enum Current {
     },
     /// Removed by a restart of all the pod's containers: no instance in the runtime until it
     /// starts again. `restarted`: its status had run or ended (not waiting), so the restart
-    /// counts for it — it waits with reason `RestartingAllContainers`, its last state says so
-    /// and its restart count is one more (upstream `convertToAPIContainerStatuses` for a pod
-    /// restarting all containers); a container that was waiting (in back-off, say) keeps its
-    /// status, waiting with the default reason.
+    /// counts for it — its last state says so and its restart count is one more, and the
+    /// first status after the removal shows it waiting with reason `RestartingAllContainers`
+    /// (upstream `convertToAPIContainerStatuses` for a pod restarting all containers: from the
+    /// next status on, its last status is that waiting one, and it waits with the default
+    /// reason); a container that was waiting (in back-off, say) keeps its count and last state,
+    /// waiting with the default reason. `container_id`: the instance its status showed
+    /// terminated, which upstream's first status after the removal still names.
     Removed {
         restarted: bool,
+        container_id: Option<String>,
     },
 }
 
@@ -189,6 +197,7 @@ impl PodRuntime {
             held_back: None,
             restart_all: None,
             restart_all_began: None,
+            restart_all_seen: None,
         }
     }
 
@@ -249,16 +258,29 @@ impl PodRuntime {
     /// [`Current::Removed`], and the pod starts over — not initialized, no back-off (upstream
     /// finds no exited instance to back off from), no sidecar counted as started. Hands back
     /// the pending timers for the actor to cancel.
+    ///
+    /// Whether the restart counts for a container is upstream's rule on the pod's last status,
+    /// the one generated before the kills (`restart_all_seen`): its state there was not
+    /// waiting. One shown terminated there keeps that instance's ID in the next status.
     pub(super) fn remove_all(&mut self) -> Vec<SpawnHandle> {
         let mut timers: Vec<SpawnHandle> = self.held_back.take().into_iter().collect();
-        for slot in self.containers.values_mut() {
+        let seen = self.restart_all_seen.take();
+        for (name, slot) in &mut self.containers {
+            let seen = seen
+                .as_ref()
+                .and_then(|s| s.init_containers.iter().chain(&s.containers).find(|c| &c.name == name));
+            let seen_state = seen.and_then(|c| c.state.as_ref());
+            let container_id = seen
+                .filter(|_| seen_state.is_some_and(|s| s.terminated.is_some()))
+                .and_then(|c| c.container_id.clone());
             let in_back_off = slot.timer.is_some();
             timers.extend(slot.timer.take());
-            let restarted = match std::mem::replace(&mut slot.current, Current::NotStarted) {
+            let ran = match std::mem::replace(&mut slot.current, Current::NotStarted) {
                 Current::NotStarted => continue,
-                // Removed by an earlier restart and not started since: it stays as it shows.
-                Current::Removed { restarted } => {
-                    slot.current = Current::Removed { restarted };
+                // Removed by an earlier restart and not started since: it waited, so this
+                // restart does not count for it; it keeps the count and last state it shows.
+                Current::Removed { .. } => {
+                    slot.current = Current::Removed { restarted: false, container_id: None };
                     continue;
                 }
                 // Not reached: every container has stopped before this. Shown as one that ran.
@@ -272,6 +294,7 @@ impl PodRuntime {
                     false
                 }
             };
+            let restarted = seen_state.map_or(ran, |s| s.waiting.is_none());
             if restarted {
                 slot.last_terminated = Some(ContainerStateTerminated {
                     exit_code: EXIT_CODE_RESTARTING_ALL_CONTAINERS,
@@ -282,7 +305,7 @@ impl PodRuntime {
             } else {
                 slot.started -= 1;
             }
-            slot.current = Current::Removed { restarted };
+            slot.current = Current::Removed { restarted, container_id };
             slot.last_event = None;
             slot.initialized = false;
             slot.refused = false;
@@ -299,6 +322,7 @@ impl PodRuntime {
     /// retry and each container's restart), for the actor to cancel: nothing starts after this.
     pub(super) fn begin_terminating(&mut self) -> Vec<SpawnHandle> {
         self.terminating = true;
+        self.restart_all_seen = None;
         self.held_back
             .take()
             .into_iter()
@@ -369,11 +393,16 @@ pub(super) fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Contain
 }
 
 /// One container's status as the kubelet builds it from the runtime's view.
+///
+/// `just_removed`: a restart of all the pod's containers has removed them and the host has not
+/// read the pod since — the one status that shows a removed container as upstream's first
+/// status after the removal does.
 pub(super) fn container_status(
     pod: &Pod,
     container: &Container,
     slot: Option<&Slot>,
     default_reason: &str,
+    just_removed: bool,
 ) -> ContainerStatus {
     let mut status = ContainerStatus {
         name: container.name.clone(),
@@ -436,14 +465,15 @@ pub(super) fn container_status(
                 }
             }
         }
-        Current::Removed { restarted } => {
+        Current::Removed { restarted, container_id } => {
             // `started` is the count it shows (see `PodRuntime::remove_all`).
             status.restart_count = slot.started.max(0);
-            if *restarted {
+            if *restarted && just_removed {
                 status.state = Some(waiting(
                     REASON_RESTARTING_ALL_CONTAINERS,
                     Some(MESSAGE_RESTARTING_ALL_CONTAINERS.to_owned()),
                 ));
+                status.container_id.clone_from(container_id);
             }
             status.last_state = Some(last_terminated());
         }
@@ -492,8 +522,10 @@ pub(super) fn pod_status(state: &PodRuntime) -> RuntimePodStatus {
     // yet is `PodInitializing`.
     let default_reason =
         if init_containers.is_empty() { REASON_CONTAINER_CREATING } else { REASON_POD_INITIALIZING };
-    let status =
-        |c: &Container| container_status(&state.pod, c, state.containers.get(&c.name), default_reason);
+    let just_removed = state.restart_all == Some(RestartAll::Removed);
+    let status = |c: &Container| {
+        container_status(&state.pod, c, state.containers.get(&c.name), default_reason, just_removed)
+    };
     RuntimePodStatus {
         init_containers: init_containers.iter().map(status).collect(),
         containers: spec.containers.iter().map(status).collect(),
@@ -563,7 +595,7 @@ mod tests {
     fn unstarted_containers_wait_with_the_default_reason() {
         let pod = Pod::default();
         let container = Container { name: "app".into(), image: Some("img".into()), ..Default::default() };
-        let status = container_status(&pod, &container, None, REASON_POD_INITIALIZING);
+        let status = container_status(&pod, &container, None, REASON_POD_INITIALIZING, false);
         assert_eq!(status.name, "app");
         assert_eq!(status.image, "img");
         assert_eq!(status.restart_count, 0);
