@@ -235,8 +235,7 @@ impl Common {
     ) -> Result<(BaseUrl, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>), AgentError>
     {
         let listen = args.listen;
-        // Port 0 asks the kernel for a port of its own each time.
-        if let Some(health) = args.healthz_listen.filter(|h| *h == listen && h.port() != 0) {
+        if let Some(health) = args.healthz_listen.filter(|h| crate::cli::healthz_is_listen(*h, listen)) {
             return Err(AgentError::HealthzIsListen(health));
         }
         let reviewed = reviewed_by(args.authorization_mode, &listen, api)?;

@@ -308,22 +308,47 @@ pub enum Mode {
     Cluster { kubeconfig: Option<PathBuf> },
 }
 
-/// Why the arguments do not name a mode.
+/// Why `run` cannot run as asked: a command line that no agent could run, found before the
+/// agent touches anything (a standalone agent would otherwise claim its folder and kill what a
+/// dead agent left before it found the flag it cannot use). The binary exits 2 on it, as clap
+/// does on the errors it finds itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "nothing to run: give --manifests DIR (standalone), or --kubeconfig PATH / --in-cluster (cluster mode)"
-)]
-pub struct NoMode;
+pub enum UsageError {
+    #[error(
+        "nothing to run: give --manifests DIR (standalone), or --kubeconfig PATH / --in-cluster (cluster mode)"
+    )]
+    NoMode,
+    #[error("--authorization-mode webhook needs cluster mode (an API server to ask)")]
+    WebhookWithoutCluster,
+    #[error(
+        "--healthz-listen {0} is the address of --listen: give the health listener an address of its own"
+    )]
+    HealthzIsListen(SocketAddr),
+}
 
 impl RunArgs {
-    pub fn mode(&self) -> Result<Mode, NoMode> {
-        match (&self.manifests, &self.kubeconfig, self.in_cluster) {
-            (Some(dir), _, _) => Ok(Mode::Standalone(dir.clone())),
-            (None, Some(path), _) => Ok(Mode::Cluster { kubeconfig: Some(path.clone()) }),
-            (None, None, true) => Ok(Mode::Cluster { kubeconfig: None }),
-            (None, None, false) => Err(NoMode),
+    /// The mode asked for, or why these arguments cannot run.
+    pub fn mode(&self) -> Result<Mode, UsageError> {
+        let mode = match (&self.manifests, &self.kubeconfig, self.in_cluster) {
+            (Some(dir), _, _) => Mode::Standalone(dir.clone()),
+            (None, Some(path), _) => Mode::Cluster { kubeconfig: Some(path.clone()) },
+            (None, None, true) => Mode::Cluster { kubeconfig: None },
+            (None, None, false) => return Err(UsageError::NoMode),
+        };
+        if matches!(mode, Mode::Standalone(_)) && self.authorization_mode == AuthorizationMode::Webhook {
+            return Err(UsageError::WebhookWithoutCluster);
         }
+        if let Some(health) = self.healthz_listen.filter(|health| healthz_is_listen(*health, self.listen)) {
+            return Err(UsageError::HealthzIsListen(health));
+        }
+        Ok(mode)
     }
+}
+
+/// Whether the health listener's address is the main listener's: one of them could not be
+/// bound. Port 0 asks the kernel for a port of its own each time.
+pub fn healthz_is_listen(health: SocketAddr, listen: SocketAddr) -> bool {
+    health == listen && health.port() != 0
 }
 
 #[cfg(test)]
@@ -362,7 +387,7 @@ mod tests {
         assert_eq!(run.mode(), Ok(Mode::Cluster { kubeconfig: None }));
         assert_eq!(run.node_name, "n1");
         let Command::Run(run) = parse(&["run"]).unwrap().command else { panic!() };
-        assert_eq!(run.mode(), Err(NoMode));
+        assert_eq!(run.mode(), Err(UsageError::NoMode));
         assert!(parse(&["run", "--manifests", "x", "--in-cluster"]).is_err(), "one mode at a time");
         assert!(parse(&["run", "--liveness-action", "explode"]).is_err());
         assert_eq!(run.http_max_connections, 256);
@@ -387,6 +412,29 @@ mod tests {
         };
         assert_eq!(run.authorization_mode, AuthorizationMode::Webhook);
         assert_eq!(run.probe_host_policy, ProbeHostPolicy::PodIp);
+    }
+
+    /// Flags no agent can run with are refused before anything runs, as clap refuses its own.
+    #[test]
+    fn usage_errors_beyond_claps() {
+        let mode = |args: &[&str]| {
+            let Command::Run(run) = parse(args).unwrap().command else { panic!() };
+            run.mode()
+        };
+        assert_eq!(mode(&["run"]), Err(UsageError::NoMode));
+        assert_eq!(
+            mode(&["run", "--manifests", "x", "--authorization-mode", "webhook"]),
+            Err(UsageError::WebhookWithoutCluster)
+        );
+        assert!(mode(&["run", "--in-cluster", "--authorization-mode", "webhook"]).is_ok());
+        assert_eq!(
+            mode(&["run", "--manifests", "x", "--listen", "127.0.0.1:9000", "--healthz-listen", "127.0.0.1:9000"]),
+            Err(UsageError::HealthzIsListen("127.0.0.1:9000".parse().unwrap()))
+        );
+        assert!(
+            mode(&["run", "--manifests", "x", "--listen", "127.0.0.1:0", "--healthz-listen", "127.0.0.1:0"]).is_ok(),
+            "port 0 is a port of its own each time"
+        );
     }
 
     #[test]

@@ -1,8 +1,7 @@
 //! The probelet binary: parse the command line, set up logging, run.
 
-use anyhow::Context as _;
 use clap::Parser;
-use probelet::cli::{Cli, Command, LintFormat, LogFormat, Mode, ShimArgs, ShimCli};
+use probelet::cli::{Cli, Command, LintFormat, LogFormat, Mode, ShimArgs, ShimCli, UsageError};
 use tracing_subscriber::EnvFilter;
 
 /// jemalloc, with its background thread (started by `run`, see [`start_allocator_thread`]):
@@ -19,7 +18,15 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// 64 back for probes and the API, then each container holds 5.)
 const MIN_OPEN_FILES: u64 = 32;
 
-fn main() -> anyhow::Result<()> {
+/// The exit code of a command line that cannot run, clap's own for the errors it finds.
+const EXIT_USAGE: i32 = 2;
+/// The exit code of an agent that could not start or could not stop in order.
+const EXIT_FAILURE: i32 = 1;
+
+/// Every error ends the process here with one line (and clap's usage for a usage error), never
+/// through `main` returning an error: that printed a backtrace under `RUST_BACKTRACE=1` (anyhow
+/// captures one), which an operator's typo does not deserve. Panics keep theirs.
+fn main() {
     // First, and without the rest of the command line: the shim is a small parent of each
     // container and exec probe, and sets up nothing else.
     if let Some(args) = ShimCli::parse_if_shim(std::env::args_os()) {
@@ -33,7 +40,7 @@ fn main() -> anyhow::Result<()> {
             start_allocator_thread();
             // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
             let _ = rustls::crypto::ring::default_provider().install_default();
-            let mode = args.mode()?;
+            let mode = args.mode().unwrap_or_else(|error| usage_error(&error));
             // Containers and probes hold the agent's descriptors: use all the hard limit allows
             // (the budget in `host::runtime` then shares it out). First of all, so that neither
             // the runtime below nor the folder's claim fails for want of one.
@@ -55,7 +62,7 @@ fn main() -> anyhow::Result<()> {
                     "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least \
                      {MIN_OPEN_FILES} to start (raise it: ulimit -n or LimitNOFILE=)"
                 );
-                std::process::exit(1);
+                std::process::exit(EXIT_FAILURE);
             }
             let ran = system().block_on(async move {
                 // SIGXFSZ (a write past the file-size limit, `ulimit -f`: standard error sent to
@@ -79,9 +86,8 @@ fn main() -> anyhow::Result<()> {
                 // Each of the agent's errors names its cause in its own text (the file, the
                 // flag, the OS error): the chain of sources below it would say it again.
                 eprintln!("Error: {error}{}", probelet::agent::shortage_hint(&error));
-                std::process::exit(1);
+                std::process::exit(EXIT_FAILURE);
             }
-            Ok(())
         }
         Command::Lint(args) => {
             let report = probelet::lint::lint_paths_with(&args.paths, &args.feature_gates.gates);
@@ -100,8 +106,13 @@ fn main() -> anyhow::Result<()> {
         }
         Command::DemoTarget(args) => {
             init_logging(LogFormat::Text, 0);
-            let code = system().block_on(probelet::demo::run(args)).context("demo-target")?;
-            std::process::exit(code);
+            match system().block_on(probelet::demo::run(args)) {
+                Ok(code) => std::process::exit(code),
+                Err(error) => {
+                    eprintln!("Error: demo-target: {error}");
+                    std::process::exit(EXIT_FAILURE);
+                }
+            }
         }
     }
 }
@@ -115,7 +126,29 @@ fn system() -> actix::SystemRunner {
         Ok(runtime) => actix::System::with_tokio_rt(move || runtime),
         Err(error) => {
             eprintln!("Error: cannot start the runtime: {error}{}", probelet::agent::shortage_hint(&error));
-            std::process::exit(1);
+            std::process::exit(EXIT_FAILURE);
+        }
+    }
+}
+
+/// Ends the process as clap ends it on a usage error of its own: the error, `run`'s usage,
+/// exit 2.
+fn usage_error(error: &UsageError) -> ! {
+    use clap::CommandFactory as _;
+    let kind = match error {
+        UsageError::NoMode => clap::error::ErrorKind::MissingRequiredArgument,
+        UsageError::WebhookWithoutCluster | UsageError::HealthzIsListen(_) => {
+            clap::error::ErrorKind::ArgumentConflict
+        }
+    };
+    let mut cli = Cli::command();
+    // Built, so that `run` knows its name as `probelet run` for its usage line.
+    cli.build();
+    match cli.find_subcommand_mut("run") {
+        Some(run) => run.error(kind, error).exit(),
+        None => {
+            eprintln!("error: {error}");
+            std::process::exit(EXIT_USAGE);
         }
     }
 }

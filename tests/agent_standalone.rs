@@ -486,6 +486,44 @@ fn a_bad_feature_gate_is_refused_with_the_kubelets_words() {
     }
 }
 
+/// A command line no agent can run exits 2, as clap's own usage errors do, with the error and
+/// the usage and nothing more, even under `RUST_BACKTRACE=1`; an agent that cannot start exits
+/// 1 with one line. Before, `run` without a mode exited 1, and both printed a backtrace.
+#[test]
+fn usage_errors_exit_2_and_failures_exit_1_with_no_backtrace() {
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_probelet"))
+            .arg("run")
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let usage = [
+        (&[][..], "error: nothing to run: give --manifests DIR"),
+        (
+            &["--manifests", "/nonexistent", "--authorization-mode", "webhook"],
+            "error: --authorization-mode webhook needs cluster mode",
+        ),
+        (
+            &["--manifests", "/nonexistent", "--listen", "127.0.0.1:9", "--healthz-listen", "127.0.0.1:9"],
+            "error: --healthz-listen 127.0.0.1:9 is the address of --listen",
+        ),
+        (&["--manifests", "/nonexistent", "--no-such-flag"], "error: unexpected argument '--no-such-flag'"),
+    ];
+    for (args, error) in usage {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(error), "{args:?}: {stderr}");
+        assert!(stderr.contains("Usage: probelet run"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("acktrace"), "{args:?}: {stderr}");
+    }
+    let (code, stderr) = run(&["--manifests", "/nonexistent"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr, "Error: manifests folder /nonexistent: no such folder\n");
+}
+
 fn sidecar_pod(name: &str, policy: &str, proxy_port: u16, app_args: &str) -> String {
     format!(
         r#"apiVersion: v1
