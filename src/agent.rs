@@ -158,13 +158,14 @@ pub struct Common {
 }
 
 impl Common {
-    pub fn new() -> Result<Common, AgentError> {
+    /// What the modes share, for an agent on node `node` (its events say so).
+    pub fn new(node: &str) -> Result<Common, AgentError> {
         let registry = PrometheusRegistry::global()?;
         let clock: SharedClock = Arc::new(SystemClock);
         let pods = PodRegistry::new();
         Ok(Common {
             registry,
-            events: EventLog::new(clock.clone()),
+            events: EventLog::new(clock.clone(), node),
             // Only pods the host knows: a probe finishing after its pod's removal is dropped.
             history: ProbeHistory::with_pods(clock.clone(), Arc::new(pods.clone())),
             clock,
@@ -540,7 +541,7 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
     // for the sweep's end, and then stops the agent in order.
     let listening = ShutdownSignals::listen()?;
     let _claim = claim_folder(&manifests)?;
-    let mut common = Common::new()?;
+    let mut common = Common::new(&args.node_name)?;
     common.configure(args);
     // Containers and exec probes run under the agent's own `container-shim`, so that whatever
     // they start ends with them. `/proc/self/exe` is the running image even if the file was

@@ -428,11 +428,20 @@ mod tests {
         );
         assert!(mode(&["run", "--in-cluster", "--authorization-mode", "webhook"]).is_ok());
         assert_eq!(
-            mode(&["run", "--manifests", "x", "--listen", "127.0.0.1:9000", "--healthz-listen", "127.0.0.1:9000"]),
+            mode(&[
+                "run",
+                "--manifests",
+                "x",
+                "--listen",
+                "127.0.0.1:9000",
+                "--healthz-listen",
+                "127.0.0.1:9000"
+            ]),
             Err(UsageError::HealthzIsListen("127.0.0.1:9000".parse().unwrap()))
         );
         assert!(
-            mode(&["run", "--manifests", "x", "--listen", "127.0.0.1:0", "--healthz-listen", "127.0.0.1:0"]).is_ok(),
+            mode(&["run", "--manifests", "x", "--listen", "127.0.0.1:0", "--healthz-listen", "127.0.0.1:0"])
+                .is_ok(),
             "port 0 is a port of its own each time"
         );
     }

@@ -908,7 +908,14 @@ async fn probes(
 }
 
 async fn events(State(state): State<ServeState>) -> Response {
-    axum::Json(json!({ "items": state.events.recent() })).into_response()
+    // A v1.EventList, as `/pods` is a v1.PodList.
+    axum::Json(json!({
+        "apiVersion": "v1",
+        "kind": "EventList",
+        "metadata": {},
+        "items": state.events.recent(),
+    }))
+    .into_response()
 }
 
 #[cfg(test)]

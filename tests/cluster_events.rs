@@ -34,7 +34,7 @@ fn container(pod: &str) -> ObjectReference {
 }
 
 fn recorder(fake: &FakeApiServer) -> CoreEventRecorder {
-    let local = EventLog::new(Arc::new(TokioClock::new()));
+    let local = EventLog::new(Arc::new(TokioClock::new()), "node-a");
     // No request budget: the tests are about what is written, not when.
     CoreEventRecorder::new(fake.client(), RateLimiter::new(0.0, 1), "node-a".into(), local)
 }

@@ -54,7 +54,7 @@ async fn endpoints_answer_from_the_pipeline() {
 
     let clock: probelet::clock::SharedClock = Arc::new(probelet::clock::TokioClock::new());
     let history = ProbeHistory::new(clock.clone());
-    let events = EventLog::new(clock);
+    let events = EventLog::new(clock, "node-a");
     let ready = Arc::new(AtomicBool::new(false));
     history.observe(ProbeRecord {
         pod_uid: pod.metadata.uid.clone().unwrap().into(),
@@ -118,6 +118,32 @@ async fn endpoints_answer_from_the_pipeline() {
     let events: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(events["items"][0]["reason"], "Unhealthy");
     assert_eq!(events["items"][0]["involvedObject"]["fieldPath"], "spec.containers{app}");
+    // A v1.EventList whose items are core/v1 Events with what the kubelet's recorder sets:
+    // what reads `kubectl get events -o json` reads it.
+    assert_eq!((events["apiVersion"].as_str(), events["kind"].as_str()), (Some("v1"), Some("EventList")));
+    let list: k8s_openapi::List<k8s_openapi::api::core::v1::Event> = serde_json::from_str(&body).unwrap();
+    let event = &list.items[0];
+    let uid = pod.metadata.uid.clone();
+    let involved = &event.involved_object;
+    assert_eq!(
+        (involved.api_version.as_deref(), involved.kind.as_deref(), involved.namespace.as_deref()),
+        (Some("v1"), Some("Pod"), Some("default"))
+    );
+    assert_eq!((involved.name.as_deref(), &involved.uid), (Some("served"), &uid));
+    let name = event.metadata.name.as_deref().unwrap();
+    assert!(
+        name.strip_prefix("served.").is_some_and(|nanos| u128::from_str_radix(nanos, 16).is_ok()),
+        "the pod's name and the time in hexadecimal nanoseconds, as client-go names it: {name}"
+    );
+    assert_eq!(event.metadata.namespace.as_deref(), Some("default"));
+    assert_eq!((event.type_.as_deref(), event.count), (Some("Warning"), Some(1)));
+    assert!(event.first_timestamp.is_some() && event.last_timestamp.is_some());
+    let source = event.source.as_ref().unwrap();
+    assert_eq!((source.component.as_deref(), source.host.as_deref()), (Some("probelet"), Some("node-a")));
+    assert_eq!(
+        (event.reporting_component.as_deref(), event.reporting_instance.as_deref()),
+        (Some("probelet"), Some("node-a"))
+    );
 
     let (code, body) = get(addr, "/metrics").await;
     assert_eq!(code, 200);
@@ -403,7 +429,7 @@ fn fresh_state(h: &Harness, heartbeat: Heartbeat) -> ServeState {
         pipeline: h.pipeline.clone(),
         pods: h.pods.clone(),
         history: ProbeHistory::new(clock.clone()),
-        events: EventLog::new(clock),
+        events: EventLog::new(clock, "node-a"),
         ready: Arc::new(AtomicBool::new(true)),
         heartbeat,
     }

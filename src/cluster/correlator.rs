@@ -170,8 +170,7 @@ impl EventCorrelator {
     ) -> Option<CorrelatedEvent> {
         let object_key = ObjectKey::of(object);
         let (message, key) = self.aggregate(object, &object_key, event_type, reason, message, now);
-        let fresh_name =
-            format!("{}.{:x}", object.name.as_deref().unwrap_or_default(), now_time.0.as_nanosecond());
+        let fresh_name = crate::host::events::event_name(object, now_time.0);
         let event = match self.counts.get_mut(&key) {
             Some(seen) => {
                 seen.count = seen.count.saturating_add(1);

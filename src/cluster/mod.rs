@@ -176,7 +176,7 @@ fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
 pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
     let Clients { client, writes } = clients(kubeconfig).await?;
-    let mut common = Common::new()?;
+    let mut common = Common::new(&args.node_name)?;
     common.configure(args);
     let limiter = RateLimiter::new(args.qps, args.burst);
     // Exec probes have their own budget, as events do: a node full of exec probes must not

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::correlator::EventCorrelator;
-use crate::host::events::EventLog;
+use crate::host::events::{EVENT_COMPONENT, EventLog};
 
 /// Event writes waiting for the API server; more are dropped (the broadcaster's
 /// `maxQueuedEvents`).
@@ -98,10 +98,10 @@ impl EventRecorder for CoreEventRecorder {
             first_timestamp: Some(correlated.first_timestamp),
             last_timestamp: Some(now),
             source: Some(EventSource {
-                component: Some("probelet".to_owned()),
+                component: Some(EVENT_COMPONENT.to_owned()),
                 host: Some(self.node.clone()),
             }),
-            reporting_component: Some("probelet".to_owned()),
+            reporting_component: Some(EVENT_COMPONENT.to_owned()),
             reporting_instance: Some(self.node.clone()),
             ..Default::default()
         };

@@ -12,7 +12,9 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use probelet_actors::clock::SharedClock;
 use probelet_actors::contracts::{EventRecorder, EventType};
 use serde::Serialize;
@@ -24,10 +26,24 @@ pub const EVENTS_KEPT: usize = 500;
 /// Events kept about one object (the same involved object, whatever the field path).
 pub const EVENTS_KEPT_PER_OBJECT: usize = 100;
 
-/// One event as `/events` shows it (core/v1 Event field names).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Who the agent's events say recorded them (`source.component`, `reportingComponent`), in
+/// either mode: the agent is not the node's kubelet (README, deviations).
+pub const EVENT_COMPONENT: &str = "probelet";
+
+/// The name of a new Event about `object` first seen at `now`, as client-go's recorder names
+/// it: the object's name, a dot, the time in nanoseconds since the epoch in hexadecimal.
+pub fn event_name(object: &ObjectReference, now: Timestamp) -> String {
+    format!("{}.{:x}", object.name.as_deref().unwrap_or_default(), now.as_nanosecond())
+}
+
+/// One event as `/events` shows it: a core/v1 Event, with the fields the kubelet's recorder
+/// sets (docs/status-page.md, "/events"), so that what reads `kubectl get events -o json`
+/// reads it too.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecentEvent {
+    /// Its name ([`event_name`]) and namespace (the object's, `default` when it has none).
+    pub metadata: ObjectMeta,
     pub involved_object: ObjectReference,
     #[serde(rename = "type")]
     pub type_: String,
@@ -36,6 +52,11 @@ pub struct RecentEvent {
     pub count: u32,
     pub first_timestamp: String,
     pub last_timestamp: String,
+    /// [`EVENT_COMPONENT`] on the agent's node.
+    pub source: EventSource,
+    pub reporting_component: String,
+    /// The node.
+    pub reporting_instance: String,
 }
 
 /// Logs and keeps events. Cheap to clone.
@@ -43,11 +64,14 @@ pub struct RecentEvent {
 pub struct EventLog {
     events: Arc<Mutex<VecDeque<RecentEvent>>>,
     clock: SharedClock,
+    /// The node the events are recorded on.
+    node: Arc<str>,
 }
 
 impl EventLog {
-    pub fn new(clock: SharedClock) -> Self {
-        EventLog { events: Arc::default(), clock }
+    /// A log of events recorded on node `node`.
+    pub fn new(clock: SharedClock, node: &str) -> Self {
+        EventLog { events: Arc::default(), clock, node: node.into() }
     }
 
     /// The wall-clock time on this log's clock (event timestamps read it).
@@ -69,7 +93,8 @@ impl EventRecorder for EventLog {
             object.name.as_deref().unwrap_or_default()
         );
         let field = object.field_path.as_deref().unwrap_or_default();
-        let now = format_time(self.clock.now());
+        let now_time = self.clock.now();
+        let now = format_time(now_time);
         let Ok(mut events) = self.events.lock() else { return };
         let same = |e: &&mut RecentEvent| {
             e.involved_object == *object
@@ -96,6 +121,11 @@ impl EventRecorder for EventLog {
             events.pop_front();
         }
         events.push_back(RecentEvent {
+            metadata: ObjectMeta {
+                name: Some(event_name(object, now_time)),
+                namespace: Some(object.namespace.clone().unwrap_or_else(|| "default".to_owned())),
+                ..Default::default()
+            },
             involved_object: object.clone(),
             type_: event_type.as_str().to_owned(),
             reason: reason.to_owned(),
@@ -103,6 +133,12 @@ impl EventRecorder for EventLog {
             count: 1,
             first_timestamp: now.clone(),
             last_timestamp: now,
+            source: EventSource {
+                component: Some(EVENT_COMPONENT.to_owned()),
+                host: Some(self.node.to_string()),
+            },
+            reporting_component: EVENT_COMPONENT.to_owned(),
+            reporting_instance: self.node.to_string(),
         });
     }
 }
@@ -110,12 +146,11 @@ impl EventRecorder for EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::jiff::Timestamp;
     use probelet_actors::clock::TokioClock;
 
     #[tokio::test]
     async fn aggregates_identical_events() {
-        let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+        let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)), "node-a");
         let object = ObjectReference { name: Some("p".into()), ..Default::default() };
         log.record(&object, EventType::Warning, "Unhealthy", "Readiness probe failed: x");
         log.record(&object, EventType::Warning, "Unhealthy", "Readiness probe failed: x");
@@ -130,7 +165,7 @@ mod tests {
     /// not the other pods'.
     #[tokio::test]
     async fn a_noisy_pod_does_not_push_the_others_out() {
-        let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+        let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)), "node-a");
         let pod = |name: &str| ObjectReference {
             name: Some(name.into()),
             namespace: Some("default".into()),

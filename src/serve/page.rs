@@ -748,6 +748,7 @@ mod tests {
             count: 1,
             first_timestamp: HOSTILE.into(),
             last_timestamp: HOSTILE.into(),
+            ..Default::default()
         }];
         let html =
             render(&Page { pods: &pods, events: &events, now: at(0), nonce: "n\"><script>x</script>" });
@@ -776,6 +777,7 @@ mod tests {
             count: 3,
             first_timestamp: "2027-01-15T07:59:00Z".into(),
             last_timestamp: crate::host::history::format_time(at(190)),
+            ..Default::default()
         };
         let events: Vec<RecentEvent> = (0..60).map(event).collect();
         let html = render_one(&[], &events);

@@ -45,7 +45,7 @@ use crate::host::console::say;
 /// Readiness-gate mode until SIGTERM.
 pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
     let Clients { client, writes } = clients(kubeconfig).await?;
-    let mut common = Common::new()?;
+    let mut common = Common::new(&args.node_name)?;
     common.probe_host_policy = args.probe_host_policy.into();
     common.max_probes_in_flight = max_probes_in_flight(args);
     // Exec gate probes only when the operator says `pods/exec` is granted; without it, exec
