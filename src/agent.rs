@@ -852,25 +852,125 @@ fn watch_shutdown_signals(
     Ok(listening.stage)
 }
 
-/// The cluster modes' stop: waits for a request to stop (SIGTERM, SIGINT or SIGHUP), says
-/// `stopping`, then runs `shutdown`; a second request meanwhile ends the agent at once (exit 1),
-/// saying `forced`. These modes run no containers: nothing is left running by it.
-pub(crate) async fn stop_on_signal(
-    stopping: &str,
-    shutdown: impl std::future::Future<Output = ()>,
-    forced: &str,
-) {
-    let mut requests = ShutdownRequests::new(Signals::new());
-    requests.next().await;
-    say(format_args!("{stopping}"));
-    tokio::select! {
-        () = shutdown => {}
-        () = requests.next() => {
-            tracing::warn!("second signal, exiting without waiting for the shutdown");
-            say(format_args!("{forced}"));
-            std::process::exit(1);
-        }
+/// The cluster modes' signals, listened for from the very start of `run`, before anything
+/// that can wait: a kubeconfig's credential plugin (kube runs it while it builds the client,
+/// blocking the main thread; `aws eks get-token` with no network waits its own timeouts), and
+/// everything after. Watched on a thread of their own, so that a blocked main thread cannot
+/// keep the agent from ending. Before, they were listened for only once the agent had started:
+/// a SIGTERM during start-up took its default action, the agent died of it (exit 143) and left
+/// the plugin running (docs/reliability.md, "A signal during a cluster agent's start-up").
+///
+/// A request to stop during start-up ends the agent at once, exit 0: nothing is probed or owed
+/// yet; a credential plugin it is waiting for is ended too ([`end_own_children`]). From
+/// [`ClusterSignals::stop_on_signal`] on, the first request stops the agent in order and a
+/// second one ends it at once (exit 1), saying `forced`. These modes run no containers.
+pub(crate) struct ClusterSignals {
+    /// Told that start-up is over, with the lines the watcher says on a request to stop;
+    /// dropped unsent when the agent does not start.
+    started: oneshot::Sender<StopLines>,
+    /// Resolves on the first request to stop once started (or if the watcher is gone).
+    stop: oneshot::Receiver<()>,
+}
+
+/// What the watcher says on a second request to stop.
+struct StopLines {
+    forced: &'static str,
+}
+
+/// The line said when a request to stop comes during a cluster agent's start-up.
+const STOPPED_DURING_START_UP: &str = "probelet: stopped during start-up, nothing was running yet";
+
+impl ClusterSignals {
+    pub(crate) fn listen() -> Result<ClusterSignals, AgentError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(AgentError::SignalWatcher)?;
+        let signals = {
+            let _watcher_runtime = runtime.enter();
+            Signals::new()
+        };
+        let (started, starting) = oneshot::channel();
+        let (stopping, stop) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("probelet-signals".to_owned())
+            .spawn(move || runtime.block_on(watch_cluster_signals(signals, starting, stopping)))
+            .map_err(AgentError::SignalWatcher)?;
+        Ok(ClusterSignals { started, stop })
     }
+
+    /// Start-up is over: waits for a request to stop, says `stopping`, then runs `shutdown`; a
+    /// second request meanwhile ends the agent at once (exit 1), saying `forced`.
+    pub(crate) async fn stop_on_signal(
+        self,
+        stopping: &str,
+        shutdown: impl std::future::Future<Output = ()>,
+        forced: &'static str,
+    ) {
+        let ClusterSignals { started, stop } = self;
+        if started.send(StopLines { forced }).is_err() || stop.await.is_err() {
+            // The watcher is gone (a bug: its panic is in the log): nothing could stop the
+            // agent but SIGKILL, which would leave the owed writes unflushed.
+            tracing::error!("the signal watcher stopped; shutting down");
+        }
+        say(format_args!("{stopping}"));
+        shutdown.await;
+    }
+}
+
+/// The cluster modes' watcher thread (see [`ClusterSignals`]).
+async fn watch_cluster_signals(
+    signals: Signals,
+    starting: oneshot::Receiver<StopLines>,
+    stopping: oneshot::Sender<()>,
+) {
+    let mut requests = ShutdownRequests::new(signals);
+    let lines = tokio::select! {
+        // A start-up that ends as the signal comes has started: it stops in order.
+        biased;
+        started = starting => match started {
+            Ok(lines) => lines,
+            // The agent did not start: it ends with its own error.
+            Err(_) => return,
+        },
+        () = requests.next() => {
+            let ended = end_own_children();
+            tracing::info!(ended, "a request to stop during start-up");
+            say(format_args!("{STOPPED_DURING_START_UP}"));
+            std::process::exit(0);
+        }
+    };
+    requests.next().await;
+    let _ = stopping.send(());
+    requests.next().await;
+    tracing::warn!("second signal, exiting without waiting for the shutdown");
+    say(format_args!("{}", lines.forced));
+    std::process::exit(1);
+}
+
+/// SIGTERMs the agent's own child processes, and returns how many: during a cluster agent's
+/// start-up the only one is a kubeconfig's credential plugin kube is waiting for, which would
+/// otherwise outlive the agent. Each is checked to be this process's child, and signalled
+/// through a pidfd pinned before its start time is checked, so a PID reused meanwhile is never
+/// signalled.
+fn end_own_children() -> usize {
+    use probelet_actors::process::{Delivery, ProcessStat, Signal, children, signal_process};
+    let me = i32::try_from(std::process::id()).unwrap_or_default();
+    children()
+        .into_iter()
+        .filter_map(|pid| {
+            let raw = u32::try_from(pid.as_raw_pid()).ok()?;
+            let stat = ProcessStat::read(pid).ok().filter(|stat| stat.ppid == me && !stat.zombie)?;
+            match signal_process(raw, stat.start, Signal::Term) {
+                Ok(Delivery::Sent) => Some(()),
+                Ok(_) => None,
+                Err(error) => {
+                    tracing::warn!(pid = raw, %error, "cannot end a child process of the agent");
+                    None
+                }
+            }
+        })
+        .count()
 }
 
 /// SIGTERM, SIGINT and SIGHUP, listened for once for the agent's whole life, so that a second

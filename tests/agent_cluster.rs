@@ -105,6 +105,16 @@ impl Output {
         self.lines().into_iter().filter(|l| l.contains(needle)).collect()
     }
 
+    /// Waits (at most 5 s) for a line with `needle`: the agent may have exited before its last
+    /// lines were read.
+    async fn wait_for(&self, needle: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.with(needle).is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "{needle:?} in {:?}", self.lines());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The agent's HTTP address, from its start line (`http://ADDR/pods`); `https://ADDR` when
     /// it serves TLS, as `support::agent::get` takes it.
     async fn addr(&self) -> String {
@@ -132,8 +142,14 @@ fn start_agent_logged(
     name: &str,
     extra: &[&str],
 ) -> (tokio::process::Child, std::path::PathBuf, Output) {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let (mut agent, kubeconfig) = start_agent_with(fake, name, extra, Stdio::piped);
+    let output = collect_output(&mut agent);
+    (agent, kubeconfig, output)
+}
+
+/// What an agent started with piped output prints, kept as it comes.
+fn collect_output(agent: &mut tokio::process::Child) -> Output {
+    use tokio::io::{AsyncBufReadExt, BufReader};
     let output = Output::default();
     fn collect(reader: impl tokio::io::AsyncRead + Unpin + Send + 'static, output: Output) {
         tokio::spawn(async move {
@@ -145,7 +161,7 @@ fn start_agent_logged(
     }
     collect(agent.stdout.take().unwrap(), output.clone());
     collect(agent.stderr.take().unwrap(), output.clone());
-    (agent, kubeconfig, output)
+    output
 }
 
 use support::agent::series_value as scrape;
@@ -1701,11 +1717,77 @@ async fn a_sigterm_waits_for_an_owed_write_and_a_second_one_ends_the_wait() {
         .expect("a second SIGTERM ends the agent at once")
         .unwrap();
     assert_eq!(status.code(), Some(1), "{:?}", output.lines());
+    output.wait_for("probelet: shutdown forced, status writes still owed are not waited for").await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// A DaemonSet pod deleted while its agent cannot reach the API server: the agent still ends
+/// promptly and cleanly. During start-up (here a kubeconfig's credential plugin that hangs, as
+/// `aws eks get-token` does without network; kube runs it while it builds the client) a
+/// SIGTERM ends it at once, exit 0, saying so, and the plugin with it; before, the signals were
+/// listened for only once started, and the agent died of the SIGTERM (exit 143), the plugin
+/// left running. Once started, waiting for its first list, it stops in order, exit 0.
+#[tokio::test]
+async fn a_sigterm_during_start_up_with_the_api_server_unreachable_ends_the_agent_cleanly() {
+    let fake = FakeApiServer::start().await;
+    fake.stop(Duration::ZERO).await;
+    let dir = std::env::temp_dir().join(format!("probelet-start-up-sigterm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("plugin.pid");
+    let plugin = format!(
+        "\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: sh\n      \
+         args: [\"-c\", \"echo $$ > {}; exec sleep 600\"]\n      interactiveMode: Never",
+        pid_file.display()
+    );
+    let kubeconfig = support::agent::kubeconfig_with_user(&fake.url(), "start-up-sigterm", &plugin);
+    let mut agent = support::agent::spawn_cluster_agent_on(
+        env!("CARGO_BIN_EXE_probelet"),
+        &kubeconfig,
+        &[],
+        Stdio::piped(),
+        Stdio::piped(),
+    );
+    let output = collect_output(&mut agent);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let plugin_pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok())
+        {
+            break pid;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the plugin runs: {:?}", output.lines());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    support::agent::sigterm(&agent);
+    let status = tokio::time::timeout(Duration::from_secs(5), agent.wait())
+        .await
+        .expect("a SIGTERM during start-up ends the agent at once")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}: {:?}", output.lines());
+    output.wait_for("probelet: stopped during start-up, nothing was running yet").await;
+    // Gone, or ended and not reaped yet by whatever it was left to.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{plugin_pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while output.with("probelet: shutdown forced, status writes still owed are not waited for").is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "{:?}", output.lines());
+    while running() {
+        assert!(tokio::time::Instant::now() < deadline, "the credential plugin still runs");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&kubeconfig);
+
+    // Started, and waiting for its first list from the unreachable server.
+    let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "first-list-sigterm", &[]);
+    output.addr().await;
+    support::agent::sigterm(&agent);
+    let status = tokio::time::timeout(Duration::from_secs(5), agent.wait())
+        .await
+        .expect("a SIGTERM while the first list fails ends the agent promptly")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{:?}", output.lines());
+    output.wait_for("probelet: shutting down, flushing status writes").await;
     let _ = std::fs::remove_file(&kubeconfig);
 }
 

@@ -41,7 +41,7 @@ pub use host::{ClusterHost, StopHost};
 pub use recorder::{CoreEventRecorder, EVENT_BURST, EVENT_QPS, MAX_PENDING_EVENTS};
 pub use watch::pod_watch;
 
-use crate::agent::{AgentError, Common, stop_on_signal};
+use crate::agent::{AgentError, ClusterSignals, Common};
 use crate::cli::RunArgs;
 use crate::host::console::say;
 
@@ -175,6 +175,8 @@ fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<
 
 /// Cluster mode until SIGTERM; then stop probing and flush pending status writes.
 pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
+    // First: a request to stop from here on ends the agent, whatever start-up is waiting for.
+    let signals = ClusterSignals::listen()?;
     let Clients { client, writes } = clients(kubeconfig).await?;
     let mut common = Common::new(&args.node_name)?;
     common.configure(args);
@@ -253,12 +255,13 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     };
     // A second request to stop leaves the writes still owed to the next agent, which writes
     // each pod's status afresh from its own probes (docs/sync.md, §7.5).
-    stop_on_signal(
-        "probelet: shutting down, flushing status writes",
-        shutdown,
-        "probelet: shutdown forced, status writes still owed are not waited for",
-    )
-    .await;
+    signals
+        .stop_on_signal(
+            "probelet: shutting down, flushing status writes",
+            shutdown,
+            "probelet: shutdown forced, status writes still owed are not waited for",
+        )
+        .await;
     Ok(())
 }
 

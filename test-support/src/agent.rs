@@ -78,11 +78,17 @@ pub async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
 /// Writes a kubeconfig for an API server at `url` (no credentials) to a temporary file named
 /// after `name` and this process, and returns its path.
 pub fn kubeconfig_for(url: &str, name: &str) -> std::path::PathBuf {
+    kubeconfig_with_user(url, name, "{}")
+}
+
+/// [`kubeconfig_for`] with `user` (YAML, in flow style or indented by four spaces) as the
+/// user's credentials: an `exec` credential plugin, a token.
+pub fn kubeconfig_with_user(url: &str, name: &str, user: &str) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {user}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
         ),
     )
     .unwrap();
@@ -102,17 +108,27 @@ pub fn spawn_cluster_agent(
     stderr: Stdio,
 ) -> (Child, PathBuf) {
     let kubeconfig = kubeconfig_for(url, name);
-    let agent = Command::new(probelet)
+    (spawn_cluster_agent_on(probelet, &kubeconfig, extra, stdout, stderr), kubeconfig)
+}
+
+/// [`spawn_cluster_agent`] on a kubeconfig of the test's own.
+pub fn spawn_cluster_agent_on(
+    probelet: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+    stdout: Stdio,
+    stderr: Stdio,
+) -> Child {
+    Command::new(probelet)
         .args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .args(["--node-name", "node-a", "--listen", "127.0.0.1:0"])
         .args(extra)
         .stdout(stdout)
         .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
-    (agent, kubeconfig)
+        .unwrap()
 }
 
 /// Sends SIGTERM to a running child.

@@ -38,12 +38,14 @@ pub use condition::{FIELD_MANAGER, GATE_CONDITION};
 pub use host::GateHost;
 
 use super::{Clients, CoreEventRecorder, EVENT_BURST, EVENT_QPS, ExecRunner, clients, pod_watch};
-use crate::agent::{AgentError, Common, max_probes_in_flight, stop_on_signal};
+use crate::agent::{AgentError, ClusterSignals, Common, max_probes_in_flight};
 use crate::cli::RunArgs;
 use crate::host::console::say;
 
 /// Readiness-gate mode until SIGTERM.
 pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<(), AgentError> {
+    // First: a request to stop from here on ends the agent, whatever start-up is waiting for.
+    let signals = ClusterSignals::listen()?;
     let Clients { client, writes } = clients(kubeconfig).await?;
     let mut common = Common::new(&args.node_name)?;
     common.probe_host_policy = args.probe_host_policy.into();
@@ -95,6 +97,6 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
         let _ = stop_server.send(());
         let _ = server.await;
     };
-    stop_on_signal("probelet: shutting down", shutdown, "probelet: shutdown forced").await;
+    signals.stop_on_signal("probelet: shutting down", shutdown, "probelet: shutdown forced").await;
     Ok(())
 }
