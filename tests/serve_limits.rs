@@ -228,7 +228,7 @@ async fn the_health_listener_answers_through_a_reconnect_flood_on_the_main_one()
 }
 
 /// The health listener on `--listen`'s own address is refused at start, named as such, not as
-/// a port some other program holds.
+/// a port some other program holds: a usage error (exit 2), before anything runs.
 #[tokio::test]
 async fn a_health_listener_on_the_main_address_is_refused_by_name() {
     let dir = std::env::temp_dir().join(format!("probelet-serve-health-same-{}", std::process::id()));
@@ -240,7 +240,7 @@ async fn a_health_listener_on_the_main_address_is_refused_by_name() {
         .await
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(&format!("--healthz-listen {free} is the address of --listen")), "{stderr}");
 }
