@@ -293,7 +293,7 @@ async fn a_skipped_manifest_saved_still_broken_is_told_again() {
     let told = |l: &str| {
         l.contains("manifest skipped: ")
             && l.ends_with(
-                "/broken.yaml: invalid Pod: spec.activeDeadlineSeconds: invalid i64 at line 5, column 26",
+                "/broken.yaml: invalid Pod: spec.activeDeadlineSeconds: invalid type: string \"soon\", expected i64 at line 5, column 26",
             )
     };
     agent.wait_for(told).await;
@@ -1559,10 +1559,10 @@ async fn a_record_that_cannot_be_written_holds_the_start_until_it_can_be() {
         }
     }
     assert!(replaced, "containers/ could not be replaced by a file");
-    let never = sleeper_pod("n", &pidfile).replace("spec:\n", "spec:\n  restartPolicy: Never\n");
+    let never = sleeper_pod("never", &pidfile).replace("spec:\n", "spec:\n  restartPolicy: Never\n");
     write(&dir, "n.yaml", &never);
     agent
-        .wait_for(|l| l.ends_with("default/n: container sleeper waiting (CreateContainerConfigError)"))
+        .wait_for(|l| l.ends_with("default/never: container sleeper waiting (CreateContainerConfigError)"))
         .await;
     let pods = agent.get("/pods").await;
     let message = format!("cannot record the container in the state directory: {}: ", containers.display());
@@ -1576,7 +1576,7 @@ async fn a_record_that_cannot_be_written_holds_the_start_until_it_can_be() {
     );
 
     std::fs::remove_file(&containers).unwrap();
-    agent.wait_for(|l| l.ends_with("default/n: container sleeper running")).await;
+    agent.wait_for(|l| l.ends_with("default/never: container sleeper running")).await;
     let pids = wait_for_pids(&pidfile, 1).await;
     assert_eq!(std::fs::read_dir(&containers).unwrap().count(), 1, "the container is recorded");
     let pods = agent.get("/pods").await;
@@ -2077,7 +2077,7 @@ async fn a_container_writing_without_pause_does_not_stop_the_agent_from_serving_
         "flood.yaml",
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: flood}}\nspec:\n  terminationGracePeriodSeconds: 1\n  \
-             containers:\n  - name: yes\n    command: [\"sh\", \"-c\", \"yes | head -c {FLOOD_BYTES}; \
+             containers:\n  - name: \"yes\"\n    command: [\"sh\", \"-c\", \"yes | head -c {FLOOD_BYTES}; \
              echo the-flood-is-over >&2; exec sleep 1000\"]\n"
         ),
     );

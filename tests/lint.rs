@@ -736,7 +736,7 @@ fn a_file_that_does_not_parse_exits_2_naming_file_and_field() {
     let run = lint(&["--format", "json"], &[dir.path()]);
     assert_eq!(run.code, 2, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
     let expected = format!(
-        "error: {}: invalid Pod broken: spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 11, column 24",
+        "error: {}: invalid Pod broken: spec.containers[0].readinessProbe.periodSeconds: invalid type: string \"ten\", expected i32 at line 11, column 24",
         broken.display()
     );
     assert!(run.stderr.starts_with(&expected), "{}", run.stderr);
@@ -1426,4 +1426,33 @@ fn a_leading_zero_mode_is_read_as_octal() {
     let json = lint_json(dir.path(), 0);
     assert_eq!(json["summary"]["unreadable"], 0, "{json:#}");
     assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+}
+
+/// An error names the value as the file writes it: `value: 0644` is the integer 420 to the
+/// kubelet's reader, which a string field refuses, and the message said `420`, a number the
+/// file does not hold. A leading-zero number that is not octal (`08`) is read as the kubelet
+/// reads it, the decimal 8: it was refused (`invalid i32`).
+#[test]
+fn an_error_names_the_value_as_the_file_writes_it() {
+    let dir = TempDir::new("written-value");
+    let spec = "      volumes:\n      - name: cfg\n        configMap: {name: cfg, defaultMode: 08}\n";
+    dir.write(
+        "leading.yaml",
+        &workload("Deployment", "lead", "{matchLabels: {app: web}}", "{app: web}", spec),
+    );
+    dir.write(
+        "env.yaml",
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: env}\n  spec:\n    \
+         containers:\n    - name: app\n      env: [{name: MODE, value: 0644}]\n",
+    );
+    let json = lint_json(dir.path(), 2);
+    let errors: Vec<&str> =
+        json["errors"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert_eq!(
+        errors,
+        [
+            "items[0]: invalid Pod env: spec.containers[0].env[0].value: invalid type: integer `0644`, expected a string at line 10, column 33"
+        ]
+    );
+    assert_eq!(json["summary"]["objects"], 1, "the Deployment with `defaultMode: 08` is read: {json:#}");
 }

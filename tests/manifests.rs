@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
     LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, RanBefore, Removal, Snapshot, SourceChange,
@@ -122,19 +123,19 @@ fn json_file_loads_and_reports_positions() {
 #[test]
 fn type_errors_name_the_field_path_line_and_column() {
     let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: a\n    command: [x]\n    \
-                env: [{name: PORT, value: 8080}]\n    readinessProbe:\n      httpGet: {port: 80}\n      periodSeconds: often\n";
+                env: [{name: PORT, value: '8080'}]\n    readinessProbe:\n      httpGet: {port: 80}\n      periodSeconds: often\n";
     let (pods, errors) = parse_manifest(Path::new("/m/typed.yaml"), yaml, NODE);
     assert!(pods.is_empty());
     assert_eq!(
         reasons(&errors),
         vec![
-            "invalid Pod: spec.containers[0].readinessProbe.periodSeconds: invalid i32 at line 12, column 22"
+            "invalid Pod: spec.containers[0].readinessProbe.periodSeconds: invalid type: string \"often\", expected i32 at line 12, column 22"
         ],
-        "a YAML scalar that fits its field (env value 8080) is no error; the one that does not is named"
+        "the scalar that does not fit its field is named, with its line and column"
     );
 
     // Several documents: the document number comes first, then the path.
-    let second = "apiVersion: v1\nkind: Pod\nmetadata: {name: y}\nspec:\n  containers:\n  - name: b\n    command: [x]\n    \
+    let second = "apiVersion: v1\nkind: Pod\nmetadata: {name: why}\nspec:\n  containers:\n  - name: b\n    command: [x]\n    \
                   ports: [{containerPort: 99999999999}]\n";
     let (pods, errors) = parse_manifest(Path::new("/m/two.yaml"), &format!("{yaml}---\n{second}"), NODE);
     assert!(pods.is_empty());
@@ -391,14 +392,24 @@ fn a_tab_that_indents_a_line_is_named_at_the_tab() {
     );
 }
 
+/// A string field takes a quoted scalar; an unquoted `8080` is a number, which the kubelet's
+/// decoder refuses there (`json: cannot unmarshal number into Go struct field
+/// EnvVar.spec.containers.env.value of type string`), and so does the agent. It loaded.
 #[test]
-fn yaml_scalars_fit_string_fields() {
-    // A YAML number where the Pod wants a string loads, as users expect from `value: 8080`.
-    let contents = format!("{}    env:\n    - name: PORT\n      value: 8080\n", pod_yaml("env"));
+fn a_string_field_takes_a_quoted_scalar_not_a_number() {
+    let contents = format!("{}    env:\n    - name: PORT\n      value: '8080'\n", pod_yaml("env"));
     let (pods, errors) = parse_manifest(Path::new("/m/env.yaml"), &contents, NODE);
     assert_eq!(errors, vec![]);
     let env = pods[0].spec.as_ref().unwrap().containers[0].env.clone().unwrap();
     assert_eq!(env[0].value.as_deref(), Some("8080"));
+    let (pods, errors) = parse_manifest(Path::new("/m/env.yaml"), &contents.replace("'8080'", "8080"), NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        [
+            "invalid Pod: spec.containers[0].env[0].value: invalid type: integer `8080`, expected a string at line 11, column 14"
+        ]
+    );
 }
 
 /// An error names a document by its `---` section, as a reader counts them: an empty section (or
@@ -2542,4 +2553,59 @@ fn a_leading_zero_mode_is_octal_as_the_kubelet_reads_it() {
     let volumes = pods[0].spec.as_ref().and_then(|s| s.volumes.as_ref()).expect("volumes");
     let mode = volumes[0].config_map.as_ref().and_then(|c| c.default_mode);
     assert_eq!(mode, Some(0o644));
+}
+
+/// A leading-zero integer that is not valid octal (`08`, `09`) is a float to go-yaml v2 (its
+/// `resolve` tries `strconv.ParseInt` with base 0, then `yamlStyleFloat`), which Go's JSON
+/// encoder writes without a fraction: the kubelet reads `periodSeconds: 08` as 8 and `port:
+/// 08080` as 8080, and `10.0` as 10. They were refused (`invalid i32`; the int-or-string as
+/// `floating point 8080.0`).
+#[test]
+fn a_leading_zero_number_that_is_not_octal_is_decimal_as_the_kubelet_reads_it() {
+    let yaml = format!(
+        "{}    readinessProbe:\n      periodSeconds: 08\n      timeoutSeconds: 10.0\n      failureThreshold: 09\n      \
+         tcpSocket: {{port: 08080}}\n",
+        pod_yaml("lead")
+    );
+    let (pods, errors) = parse_manifest(Path::new("/m/lead.yaml"), &yaml, NODE);
+    assert_eq!(reasons(&errors), Vec::<String>::new());
+    let probe = pods[0].spec.as_ref().unwrap().containers[0].readiness_probe.clone().unwrap();
+    assert_eq!(
+        (probe.period_seconds, probe.timeout_seconds, probe.failure_threshold),
+        (Some(8), Some(10), Some(9))
+    );
+    assert_eq!(probe.tcp_socket.unwrap().port, IntOrString::Int(8080));
+}
+
+/// The kubelet decodes the JSON its YAML reader made strictly by type: a number or a boolean
+/// where a string goes (`value: 0644`, `value: yes`, unquoted) and a string where a number
+/// goes (`periodSeconds: '10'`) refuse the file, as `probelet lint` refuses it. The agent read
+/// them leniently (`0644` kept as the text, `'10'` read as 10) and ran a pod the kubelet does
+/// not. The error names the field, its line and column, and the value as the file writes it.
+#[test]
+fn a_scalar_of_the_wrong_type_is_refused_as_the_kubelet_refuses_it() {
+    let cases = [
+        (
+            "    env: [{name: MODE, value: 0644}]\n",
+            "invalid Pod: spec.containers[0].env[0].value: invalid type: integer `0644`, expected a string at line 9, column 31",
+        ),
+        (
+            "    env: [{name: SWITCH, value: yes}]\n",
+            "invalid Pod: spec.containers[0].env[0].value: invalid type: boolean `yes`, expected a string at line 9, column 33",
+        ),
+        (
+            "    readinessProbe: {periodSeconds: '10', tcpSocket: {port: 80}}\n",
+            "invalid Pod: spec.containers[0].readinessProbe.periodSeconds: invalid type: string \"10\", expected i32 at line 9, column 37",
+        ),
+        (
+            "    readinessProbe: {periodSeconds: 08.5, tcpSocket: {port: 80}}\n",
+            "invalid Pod: spec.containers[0].readinessProbe.periodSeconds: invalid type: floating point `08.5`, expected i32 at line 9, column 37",
+        ),
+    ];
+    for (container, want) in cases {
+        let yaml = format!("{}{container}", pod_yaml("typed"));
+        let (pods, errors) = parse_manifest(Path::new("/m/typed.yaml"), &yaml, NODE);
+        assert!(pods.is_empty(), "{container}");
+        assert_eq!(reasons(&errors), [want], "{container}");
+    }
 }

@@ -6,7 +6,6 @@
 //! decode, is an error naming the file and, for a type error, the field.
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -15,12 +14,13 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_saphyr::Spanned;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
+use crate::host::manifests::decode::{DecodeError, Node, Segment, as_kubelet_json, decode_value, spans};
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
-    EMPTY, MANIFEST_EXTENSIONS, Tracked, decode_noting_unknown, read_regular_file, with_path,
-    yaml_error_text, yaml_options, yaml_syntax_error,
+    EMPTY, MANIFEST_EXTENSIONS, read_regular_file, yaml_options, yaml_syntax_error,
 };
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
@@ -167,30 +167,23 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     let several = documents.iter().filter(|d| !d.is_null()).count() > 1;
     let total = documents.len();
     let sections = if several && !is_json(file) { document_sections(contents) } else { Vec::new() };
-    // The second, typed pass reads the whole file: once per type at most, not once per bad
-    // document (a file of a thousand bad documents took minutes).
-    let mut typed: HashMap<(String, String), Option<Vec<Option<String>>>> = HashMap::new();
+    // Where each value is, read only if a document does not decode: its error names the line.
+    let mut located: Option<Option<Vec<Spanned<Node>>>> = None;
     for (index, document) in documents.into_iter().enumerate() {
         if document.is_null() {
             continue;
         }
-        let (api_version, kind) = (type_field(&document, "apiVersion"), type_field(&document, "kind"));
-        let name = document.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
         let mut found = Vec::new();
-        if let Err(mut reason) = objects(file, document, &mut found, &mut loaded.skipped) {
-            let located = if is_json(file) {
+        if let Err(failure) = objects(file, document, &mut found, &mut loaded.skipped) {
+            let place = if is_json(file) {
                 None
             } else {
-                typed
-                    .entry((api_version.clone(), kind.clone()))
-                    .or_insert_with(|| typed_errors(contents, total, &api_version, &kind))
+                located
+                    .get_or_insert_with(|| spans(contents))
                     .as_ref()
-                    .and_then(|errors| errors.get(index)?.as_deref())
+                    .and_then(|documents| documents.get(index))
             };
-            if let Some(located) = located {
-                let what = if name.is_empty() { kind.clone() } else { format!("{kind} {name}") };
-                reason = format!("invalid {what}: {located}");
-            }
+            let reason = failure.text(place, contents);
             let reason = if several {
                 format!("document {}: {reason}", document_number(&sections, total, index))
             } else {
@@ -202,34 +195,33 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     }
 }
 
-fn type_field(document: &Value, name: &str) -> String {
-    document.get(name).and_then(Value::as_str).unwrap_or_default().to_owned()
+/// Why an object of a document did not decode: its kind and name, and the error, whose path
+/// starts with the `items` of the `List`s it is in (`lists` of them).
+#[derive(Debug)]
+struct ObjectError {
+    lists: usize,
+    what: String,
+    error: DecodeError,
 }
 
-/// The decoding error of each of the `total` YAML documents of `contents` (`None` where one
-/// decodes) with its line and column, from a second pass that decodes the documents straight
-/// into the type of `api_version` and `kind`. `None` for a type it does not know, or when the
-/// pass does not line up with the first (it reads YAML scalars more leniently than a JSON value
-/// does, as the agent's manifest loader does).
-fn typed_errors(contents: &str, total: usize, api_version: &str, kind: &str) -> Option<Vec<Option<String>>> {
-    fn errors<T: DeserializeOwned>(contents: &str, total: usize) -> Option<Vec<Option<String>>> {
-        let mut bytes = contents.as_bytes();
-        let typed: Vec<Option<String>> = serde_saphyr::read_with_options(&mut bytes, yaml_options())
-            .map(|document: Result<Tracked<T>, serde_saphyr::Error>| {
-                document.err().map(|e| yaml_error_text(&e))
-            })
-            .collect();
-        (typed.len() == total).then_some(typed)
+impl ObjectError {
+    /// `items[0]: invalid Pod web: spec.containers[0].env[0].value: invalid type: integer
+    /// `0644`, expected a string at line 10, column 33`.
+    fn text(&self, document: Option<&Spanned<Node>>, contents: &str) -> String {
+        let mut prefix = String::new();
+        for pair in self.error.path.chunks(2).take(self.lists) {
+            if let [_, Segment::Index(index)] = pair {
+                prefix.push_str(&format!("items[{index}]: "));
+            }
+        }
+        format!("{prefix}invalid {}: {}", self.what, self.error.text(2 * self.lists, document, contents))
     }
-    match (api_version, kind) {
-        ("v1", "Pod") => errors::<Pod>(contents, total),
-        ("apps/v1", "Deployment") => errors::<Deployment>(contents, total),
-        ("apps/v1", "StatefulSet") => errors::<StatefulSet>(contents, total),
-        ("apps/v1", "DaemonSet") => errors::<DaemonSet>(contents, total),
-        ("apps/v1", "ReplicaSet") => errors::<ReplicaSet>(contents, total),
-        ("batch/v1", "Job") => errors::<Job>(contents, total),
-        ("batch/v1", "CronJob") => errors::<CronJob>(contents, total),
-        _ => None,
+
+    /// The error of item `index` of a `List`'s `items`.
+    fn in_item(mut self, index: usize) -> Self {
+        self.lists += 1;
+        self.error = self.error.under(Segment::Index(index)).under(Segment::Key("items".into()));
+        self
     }
 }
 
@@ -237,18 +229,23 @@ fn read(file: &Path) -> Result<String, String> {
     read_regular_file(file, MAX_LINT_FILE_BYTES).map_err(|e| e.to_string())
 }
 
-/// The file's documents (YAML, or JSON by the `.json` extension). A document may be null
-/// (`--- ~`); such documents are passed over.
+/// The file's documents (YAML, or JSON by the `.json` extension), each the JSON the kubelet
+/// decodes (`decode.rs` in `src/host/manifests/`). A document may be null (`--- ~`); such
+/// documents are passed over.
 pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
     if is_json(file) {
         if contents.trim().is_empty() {
             return Ok(Vec::new());
         }
-        return serde_json::from_str(contents).map(|v| vec![v]).map_err(|e| format!("invalid JSON: {e}"));
+        let mut value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
+        as_kubelet_json(&mut value);
+        return Ok(vec![value]);
     }
-    serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| yaml_syntax_error(&e, contents))
+    let mut documents: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
+        .map_err(|e| yaml_syntax_error(&e, contents))?;
+    documents.iter_mut().for_each(as_kubelet_json);
+    Ok(documents)
 }
 
 /// The objects with a pod spec in one document, into `found`; other documents count as skipped.
@@ -257,7 +254,7 @@ fn objects(
     document: Value,
     found: &mut Vec<Workload>,
     skipped: &mut usize,
-) -> Result<(), String> {
+) -> Result<(), ObjectError> {
     let field = |name: &str| document.get(name).and_then(Value::as_str).map(str::to_owned);
     let (Some(api_version), Some(kind)) = (field("apiVersion"), field("kind")) else {
         *skipped += 1;
@@ -304,7 +301,7 @@ fn objects(
                 _ => Vec::new(),
             };
             for (i, item) in items.into_iter().enumerate() {
-                objects(file, item, found, skipped).map_err(|e| format!("items[{i}]: {e}"))?;
+                objects(file, item, found, skipped).map_err(|e| e.in_item(i))?;
             }
         }
         ("v1", "Pod") => {
@@ -384,12 +381,11 @@ fn job_spec(spec: &JobSpec) -> WorkloadSpec {
     }
 }
 
-/// Decodes a document into its type, with the paths of the fields it holds that the type does
-/// not have; a type error names the field (`spec.template.spec.containers[0].livenessProbe.
-/// periodSeconds: invalid type: …`).
-fn decode<T: DeserializeOwned>(document: Value, what: &str) -> Result<(T, Vec<String>), String> {
-    decode_noting_unknown::<T, _>(document)
-        .map_err(|e| format!("invalid {what}: {}", with_path(&e.path().to_string(), e.inner())))
+/// Decodes a document into its type as the kubelet decodes it (strictly by type), with the
+/// paths of the fields it holds that the type does not have; a type error names the field
+/// (`spec.template.spec.containers[0].livenessProbe.periodSeconds: invalid type: …`).
+fn decode<T: DeserializeOwned>(document: Value, what: &str) -> Result<(T, Vec<String>), ObjectError> {
+    decode_value::<T>(document).map_err(|error| ObjectError { lists: 0, what: what.to_owned(), error })
 }
 
 fn start_annotation(meta: &ObjectMeta, path: &str) -> Option<StartAnnotation> {
@@ -485,8 +481,8 @@ mod tests {
         assert!(errors[0].starts_with("invalid JSON: "), "{errors:?}");
     }
 
-    /// Each of many bad documents of mixed types gets its own line and column (the typed pass
-    /// is shared by the documents of one type).
+    /// Each of many bad documents of mixed types gets its own line and column (the file is read
+    /// with its places once, for all of them).
     #[test]
     fn every_bad_document_is_located() {
         let pod = |i: usize| {
@@ -496,10 +492,10 @@ mod tests {
         let yaml = [pod(0), job, pod(2), pod(3)].join("---\n");
         let (_, errors, _) = parse("many.yaml", &yaml);
         let want = [
-            "document 1: invalid Pod p0: spec.containers: expected sequence start at line 4, column 20",
+            "document 1: invalid Pod p0: spec.containers: invalid type: integer `5`, expected a sequence at line 4, column 20",
             "document 2: invalid Job j: spec.template: ",
-            "document 3: invalid Pod p2: spec.containers: expected sequence start at line 14, column 20",
-            "document 4: invalid Pod p3: spec.containers: expected sequence start at line 19, column 20",
+            "document 3: invalid Pod p2: spec.containers: invalid type: integer `5`, expected a sequence at line 14, column 20",
+            "document 4: invalid Pod p3: spec.containers: invalid type: integer `5`, expected a sequence at line 19, column 20",
         ];
         assert_eq!(errors.len(), want.len(), "{errors:?}");
         for (got, want) in errors.iter().zip(want) {

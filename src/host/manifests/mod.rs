@@ -23,9 +23,11 @@
 //!
 //! Unlike the kubelet, a file may hold several YAML documents (`---`), each one pod; a bad document
 //! is reported and the file's other documents still load. A file that does not parse at all loads
-//! nothing, so while it is broken its pods are gone (as with the kubelet). Type errors name the
-//! field path as well as the line and column (`spec.containers[0].readinessProbe.periodSeconds:
-//! invalid i32 at line 14, column 88`), like the validation errors.
+//! nothing, so while it is broken its pods are gone (as with the kubelet). A document is decoded
+//! as the kubelet decodes it (`decode.rs`: YAML 1.1 scalars made JSON, then strictly by type);
+//! type errors name the field path as well as the line and column, and the value as the file
+//! writes it (`spec.containers[0].env[0].value: invalid type: integer `0644`, expected a string
+//! at line 14, column 31`), like the validation errors.
 //!
 //! A folder or file that cannot be *read* is not a folder without pods: when listing the folder
 //! fails for any reason but "does not exist" (say `EMFILE` while the node is short of file
@@ -221,64 +223,46 @@ fn is_json(file: &Path) -> bool {
 type DecodedPod = (Pod, Vec<String>);
 
 /// The file's documents, each a pod (with its unknown fields) or why not; `Err` when the file
-/// does not parse at all.
+/// does not parse at all. Each document is decoded as the kubelet decodes it (`decode.rs`):
+/// made JSON by YAML 1.1's rules, then decoded strictly by type.
 fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<DecodedPod, String>>, String> {
     if is_json(file) {
         if contents.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let value: Value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
-        // Decoding again straight into a Pod gives type errors with their line and column.
+        let mut value: Value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
         let pod = check_kind(&value).and_then(|()| {
-            decode_noting_unknown::<Pod, _>(&mut serde_json::Deserializer::from_str(contents))
-                .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner())))
+            decode::as_kubelet_json(&mut value);
+            decode::decode_value::<Pod>(value).map_err(|error| {
+                // Decoding the text again gives the line and column, where it fails alike.
+                let typed =
+                    decode_noting_unknown::<Pod, _>(&mut serde_json::Deserializer::from_str(contents))
+                        .err()
+                        .map(|e| with_path(&e.path().to_string(), e.inner()));
+                let untyped = error.text(0, None, contents);
+                let same_field = |typed: &String| typed.split(": ").next() == untyped.split(": ").next();
+                format!("invalid Pod: {}", typed.filter(same_field).unwrap_or(untyped))
+            })
         });
         return Ok(vec![pod]);
     }
     let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
         .map_err(|e| yaml_syntax_error(&e, contents))?;
-    if values.is_empty() {
-        return Ok(Vec::new());
-    }
-    // A second pass decodes each document straight into a Pod: YAML scalars then fit the field
-    // types (`value: 8080` for a string) and type errors carry their line and column. It lines up
-    // with the first pass document for document (both skip the same empty documents); should it
-    // not, each document is converted from its JSON value instead.
-    let mut bytes = contents.as_bytes();
-    let typed: Vec<Result<Tracked<Pod>, serde_saphyr::Error>> =
-        serde_saphyr::read_with_options(&mut bytes, yaml_options()).collect();
-    let aligned = typed.len() == values.len();
-    let mut typed = typed.into_iter();
+    // Where each value is, read only if a document does not decode: its error names the line.
+    let mut spans = None;
     Ok(values
         .into_iter()
-        .map(|value| {
-            let direct = if aligned { typed.next() } else { None };
+        .enumerate()
+        .map(|(index, mut value)| {
             check_kind(&value)?;
-            match direct {
-                Some(Ok(Tracked(pod, unknown))) => Ok((pod, unknown)),
-                Some(Err(e)) => Err(format!("invalid Pod: {}", yaml_error_text(&e))),
-                None => decode_noting_unknown::<Pod, _>(value)
-                    .map_err(|e| format!("invalid Pod: {}", with_path(&e.path().to_string(), e.inner()))),
-            }
+            decode::as_kubelet_json(&mut value);
+            decode::decode_value::<Pod>(value).map_err(|error| {
+                let documents = spans.get_or_insert_with(|| decode::spans(contents));
+                let document = documents.as_ref().and_then(|documents| documents.get(index));
+                format!("invalid Pod: {}", error.text(0, document, contents))
+            })
         })
         .collect())
-}
-
-/// A [`Pod`] (or any other decoded type) whose type errors start with the path of the field
-/// they are about, with the paths of the fields it holds that the type does not have
-/// ([`decode_noting_unknown`]). The YAML deserializer adds the line and column to the error this
-/// returns, so the message reads `spec.containers[0].readinessProbe.periodSeconds: invalid i32
-/// at line 14, column 88`.
-pub(crate) struct Tracked<T>(pub(crate) T, pub(crate) Vec<String>);
-
-impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Tracked<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::Error as _;
-        match decode_noting_unknown::<T, D>(deserializer) {
-            Ok((value, unknown)) => Ok(Tracked(value, unknown)),
-            Err(e) => Err(D::Error::custom(with_path(&e.path().to_string(), e.inner()))),
-        }
-    }
 }
 
 /// `path: error`, or only the error when it is about the document itself (path `.`).
@@ -951,6 +935,7 @@ pub(crate) fn read_regular_file(file: &Path, max_bytes: u64) -> Result<String, R
     String::from_utf8(bytes).map_err(|e| ReadError::Utf8(e.utf8_error()))
 }
 
+pub(crate) mod decode;
 pub(crate) mod sections;
 mod snapshot;
 mod unknown;
