@@ -2609,3 +2609,15 @@ fn a_scalar_of_the_wrong_type_is_refused_as_the_kubelet_refuses_it() {
         assert_eq!(reasons(&errors), [want], "{container}");
     }
 }
+
+/// A pod refused by validation is said refused, and nothing more: the fields it holds that a
+/// Pod does not have were said too (`manifest field ignored`), of a pod that does not run.
+#[test]
+fn a_refused_pods_unknown_fields_are_not_told() {
+    let yaml = format!("{}    readinesProbe: {{}}\n  activeDeadlineSeconds: -1\n", pod_yaml("refused"));
+    let file = Path::new("/m/refused.yaml");
+    let (pods, errors, unknown) = parse_manifest_noting_unknown(file, &yaml, NODE, &FeatureGates::default());
+    assert!(pods.is_empty());
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(unknown, []);
+}

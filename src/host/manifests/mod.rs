@@ -174,8 +174,7 @@ struct Parsed {
     /// several documents.
     pods: Vec<NumberedPod>,
     errors: Vec<ManifestError>,
-    /// The fields of each document that decoded that a Pod does not have, whether its pod
-    /// loads or not.
+    /// The fields of each document whose pod loads that a Pod does not have.
     unknown: Vec<UnknownFields>,
 }
 
@@ -197,15 +196,17 @@ fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &Feature
     let mut parsed = Parsed::default();
     for (index, document) in documents.into_iter().enumerate() {
         let number = sections::document_number(&sections, total, index);
-        let document = document.map(|(pod, paths)| {
-            if !paths.is_empty() {
-                let document = several.then_some(number);
-                parsed.unknown.push(UnknownFields { file: file.to_path_buf(), document, paths });
+        let decoded = document.and_then(|(pod, paths)| Ok((prepare(file, pod, node_name, gates)?, paths)));
+        match decoded {
+            // The fields a pod runs without are said of a pod that runs: of one refused, its
+            // refusal alone is said (it did not run with or without them).
+            Ok((pod, paths)) => {
+                if !paths.is_empty() {
+                    let document = several.then_some(number);
+                    parsed.unknown.push(UnknownFields { file: file.to_path_buf(), document, paths });
+                }
+                parsed.pods.push((several.then_some(number), pod))
             }
-            pod
-        });
-        match document.and_then(|pod| prepare(file, pod, node_name, gates)) {
-            Ok(pod) => parsed.pods.push((several.then_some(number), pod)),
             Err(reason) if several => {
                 parsed.errors.push(ManifestError::new(file, format!("document {number}: {reason}")))
             }

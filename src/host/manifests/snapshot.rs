@@ -13,7 +13,7 @@
 //! the running pod; the difference is deliberate (docs/reliability.md, "A new manifest never
 //! displaces a running pod").
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -283,6 +283,10 @@ fn scan_running(
     }
     let (pods, duplicates) = one_per_name(loaded.candidates, running, &loaded.unreadable_files);
     loaded.errors.extend(duplicates);
+    // Of a pod refused for its name, as of one refused by validation, the refusal alone is
+    // said: the fields it would have run without do not matter while it does not run.
+    let runs: HashSet<(&Path, Option<usize>)> = pods.iter().map(|p| (p.file.as_path(), p.document)).collect();
+    loaded.unknown_fields.retain(|unknown| runs.contains(&(unknown.file.as_path(), unknown.document)));
     // A name whose file of before is held or cannot be read still waits for that file: said
     // again to the next scan, which has no other way to know, and with the UID it ran under, to
     // the state directory's record of what runs (an agent started during the hold waits too).
