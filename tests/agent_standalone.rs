@@ -280,6 +280,55 @@ async fn a_misspelled_field_is_told_once_and_the_pod_runs_without_it() {
     agent.stop().await;
 }
 
+/// A file of several documents whose second is refused runs its first: the line says that
+/// document alone is skipped (`manifest skipped: <file>: document 2: …` read as the whole
+/// file skipped, with its first pod running). The refused pod's misspelled field is not said
+/// ignored: it said both, of a pod that does not run.
+#[actix::test]
+async fn a_refused_document_is_said_skipped_alone_and_the_file_runs_the_others() {
+    let dir = temp_dir("document-skipped");
+    let refused = "apiVersion: v1\nkind: Pod\nmetadata: {name: refused}\nspec:\n  activeDeadlineSeconds: -1\n  \
+                   containers: [{name: app, command: [sleep, \"1\"], readinesProbe: {}}]\n";
+    write(&dir, "pods.yaml", &format!("{}---\n{refused}", web_pod("web", free_port(), "", "")));
+    let mut agent = Agent::start(&dir).await;
+    let skipped = agent
+        .wait_for(|l| {
+            l.contains("/pods.yaml: document 2: Pod \"refused\" is invalid: spec.activeDeadlineSeconds")
+        })
+        .await;
+    assert!(skipped.contains("manifest document skipped (not the whole file): "), "{skipped}");
+    assert!(!skipped.contains("manifest skipped: "), "{skipped}");
+    agent.wait_for(|l| l.contains("default/web: Ready=True")).await;
+    // A later scan (it adds a pod): the refused pod's unknown field was never said.
+    write(&dir, "late.yaml", &web_pod("late", free_port(), "", ""));
+    agent.wait_for(|l| l.contains("default/late: added from")).await;
+    assert!(!agent.seen.iter().any(|l| l.contains("manifest field ignored")), "{:?}", agent.seen);
+    agent.stop().await;
+}
+
+/// A `.json` manifest with a 900 KB key: the line that says it ignored quotes the key's first
+/// characters and `…`, as the API server shortens a long value it quotes; it was a 900 KB
+/// line.
+#[actix::test]
+async fn a_long_key_is_cut_in_its_console_line() {
+    let dir = temp_dir("long-key");
+    let key = "k".repeat(900 * 1024);
+    let pod = format!(
+        "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"long\"}}, \"{key}\": 1, \
+         \"spec\": {{\"containers\": [{{\"name\": \"app\", \"command\": [\"sleep\", \"1000\"]}}]}}}}"
+    );
+    write(&dir, "long.json", &pod);
+    let mut agent = Agent::start(&dir).await;
+    let told = agent.wait_for(|l| l.contains("manifest field ignored")).await;
+    assert!(
+        told.ends_with(&format!("/long.json: unknown field \"{}…\"", &key[..255])),
+        "{}",
+        &told[..300.min(told.len())]
+    );
+    assert!(told.len() < 1024, "a line of {} bytes", told.len());
+    agent.stop().await;
+}
+
 /// A broken manifest is told once while its contents last, however many scans pass; saved
 /// again still broken, with the same error (a comment added), it is told again, as the kubelet
 /// logs it at each read of a changed file. It was told once only, and an operator who saved it

@@ -12,10 +12,11 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
-    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, RanBefore, Removal, Snapshot, SourceChange,
-    UNREADABLE_FOR_NOW, UnknownFields, apply_defaults, decode_noting_unknown, diff, ignored_fields_line,
-    kept_for_now, leads_to_a_file, load_dir, parse_manifest, parse_manifest_noting_unknown, removal, rescan,
-    scan, scan_cached, scan_with, static_pod_uid, validate, validate_with,
+    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, QUOTED_CHARS_MAX, RanBefore, Removal, Snapshot,
+    SourceChange, UNREADABLE_FOR_NOW, UnknownFields, apply_defaults, decode_noting_unknown, diff,
+    ignored_fields_line, kept_for_now, leads_to_a_file, load_dir, parse_manifest,
+    parse_manifest_noting_unknown, removal, rescan, scan, scan_cached, scan_with, static_pod_uid, validate,
+    validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -2620,4 +2621,25 @@ fn a_refused_pods_unknown_fields_are_not_told() {
     assert!(pods.is_empty());
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(unknown, []);
+}
+
+/// A console line quotes at most [`QUOTED_CHARS_MAX`] characters of one word of the file's
+/// text: a 900 KB key of a `.json` manifest made a 900 KB line.
+#[test]
+fn a_long_key_is_cut_in_a_console_line() {
+    let key = "k".repeat(900 * 1024);
+    let json = format!(
+        "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"j\"}}, \"{key}\": 1,\n \
+         \"spec\": {{\"containers\": [{{\"name\": \"app\", \"command\": [\"x\"]}}]}}}}"
+    );
+    let (_, errors, unknown) =
+        parse_manifest_noting_unknown(Path::new("/m/long.json"), &json, NODE, &FeatureGates::default());
+    assert_eq!(errors, []);
+    let line = ignored_fields_line(&unknown[0]);
+    let cut = format!("unknown field \"{}…\"", "k".repeat(QUOTED_CHARS_MAX - 1));
+    assert!(line.ends_with(&cut), "{}", &line[..300]);
+    assert!(line.len() < 400, "{} bytes", line.len());
+    let error =
+        ManifestError { file: PathBuf::from("/m/long.yaml"), reason: format!("invalid Pod: {key}: x") };
+    assert!(error.for_a_line().len() < 400);
 }

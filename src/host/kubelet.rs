@@ -250,11 +250,18 @@ fn manifest_lines(reported: &mut HashSet<Told>, next: &Snapshot, folder: &Path) 
             ),
             // Its pods run on: "skipped" would say the opposite of what follows.
             None if held => {
-                let line = format!("manifest held: {error}");
+                let line = format!("manifest held: {}", error.for_a_line());
                 (Told::Held { file, line: line.clone() }, line)
             }
             None => {
-                let line = format!("manifest skipped: {error}");
+                // One document of several: the file's others are read as they are, and
+                // "manifest skipped" would say the whole file is.
+                let line = match error.document() {
+                    Some(_) => {
+                        format!("manifest document skipped (not the whole file): {}", error.for_a_line())
+                    }
+                    None => format!("manifest skipped: {}", error.for_a_line()),
+                };
                 (Told::Contents { file, line: line.clone() }, line)
             }
         };

@@ -130,6 +130,47 @@ impl ManifestError {
     fn new(file: &Path, reason: impl Into<String>) -> Self {
         Self { file: file.to_path_buf(), reason: reason.into() }
     }
+
+    /// The document this error is about in a file of several (1-based; its reason starts
+    /// `document <n>: `), whose other documents are read as they are; `None` when it is
+    /// about the whole file.
+    pub fn document(&self) -> Option<usize> {
+        let (number, _) = self.reason.strip_prefix("document ")?.split_once(": ")?;
+        number.parse().ok()
+    }
+
+    /// `<file>: <reason>`, the reason's quotes of the file's text bounded ([`bounded_quotes`]),
+    /// for a line of the console.
+    pub fn for_a_line(&self) -> String {
+        format!("{}: {}", self.file.display(), bounded_quotes(&self.reason))
+    }
+}
+
+/// The most characters of one word a console line quotes of a manifest's text (a field path,
+/// a key, a value): a 900 KB key made a 900 KB line, as one per file and scan.
+pub const QUOTED_CHARS_MAX: usize = 256;
+
+/// `text` with each word longer than [`QUOTED_CHARS_MAX`] characters cut there and ended with
+/// `…` (and the quote or colon it ended with), as the API server shortens a long value it
+/// quotes in an error. A manifest's words are its field paths, keys and values: the agent's
+/// own words are short.
+pub fn bounded_quotes(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.split(' ').any(|word| word.chars().nth(QUOTED_CHARS_MAX).is_some()) {
+        return text.into();
+    }
+    let words: Vec<String> = text
+        .split(' ')
+        .map(|word| match word.char_indices().nth(QUOTED_CHARS_MAX) {
+            None => word.to_owned(),
+            Some((cut, _)) => {
+                let end = word.chars().last().filter(|c| matches!(c, '"' | '`' | ':' | ',' | ']'));
+                let mut bounded = format!("{}…", &word[..cut]);
+                bounded.extend(end);
+                bounded
+            }
+        })
+        .collect();
+    words.join(" ").into()
 }
 
 // === parsing ===

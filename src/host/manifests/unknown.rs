@@ -91,8 +91,12 @@ impl std::fmt::Display for UnknownFields {
 /// are ignored, as the kubelet ignores them, with the file, the document and the fields in the
 /// API server's words.
 pub fn ignored_fields_line(unknown: &UnknownFields) -> String {
-    match unknown.paths.len() {
-        1 => format!("manifest field ignored, as the kubelet ignores it: {unknown}"),
-        _ => format!("manifest fields ignored, as the kubelet ignores them: {unknown}"),
-    }
+    let start = match unknown.paths.len() {
+        1 => "manifest field ignored, as the kubelet ignores it",
+        _ => "manifest fields ignored, as the kubelet ignores them",
+    };
+    let document = unknown.document.map(|n| format!("document {n}: ")).unwrap_or_default();
+    // The paths are the file's keys: a long one is cut (`super::bounded_quotes`).
+    let fields = unknown_fields_text(&unknown.paths);
+    format!("{start}: {}: {document}{}", unknown.file.display(), super::bounded_quotes(&fields))
 }
