@@ -2643,3 +2643,16 @@ fn a_long_key_is_cut_in_a_console_line() {
         ManifestError { file: PathBuf::from("/m/long.yaml"), reason: format!("invalid Pod: {key}: x") };
     assert!(error.for_a_line().len() < 400);
 }
+
+/// Of two files giving one name, the refused one's fields a Pod does not have are not told:
+/// its refusal (`metadata.name: Duplicate value`) is; the running one's are.
+#[test]
+fn a_pod_refused_for_its_name_has_its_unknown_fields_untold() {
+    let dir = TempDir::new("refused-unknown");
+    let first = dir.write("a.yaml", format!("{}    readinesProbe: {{}}\n", pod_yaml("web")));
+    let second = dir.write("b.yaml", format!("{}    livenesProbe: {{}}\n", pod_yaml("web")));
+    let start = next_snapshot(dir.path(), &Snapshot::default());
+    assert_eq!(start.errors, vec![refused(&second, "web", &first)]);
+    let files: Vec<&Path> = start.unknown_fields.iter().map(|u| u.file.as_path()).collect();
+    assert_eq!(files, [first.as_path()]);
+}
