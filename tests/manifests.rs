@@ -12,11 +12,11 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet::host::manifests::{
     CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
-    LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, QUOTED_CHARS_MAX, RanBefore, Removal, Snapshot,
-    SourceChange, UNREADABLE_FOR_NOW, UnknownFields, apply_defaults, decode_noting_unknown, diff,
-    ignored_fields_line, kept_for_now, leads_to_a_file, load_dir, parse_manifest,
-    parse_manifest_noting_unknown, removal, rescan, scan, scan_cached, scan_with, static_pod_uid, validate,
-    validate_with,
+    LINE_QUOTES_MAX, LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, QUOTED_CHARS_MAX, RanBefore,
+    Removal, Snapshot, SourceChange, UNREADABLE_FOR_NOW, UnknownFields, apply_defaults,
+    decode_noting_unknown, diff, ignored_fields_line, kept_for_now, leads_to_a_file, load_dir,
+    parse_manifest, parse_manifest_noting_unknown, removal, rescan, scan, scan_cached, scan_with,
+    static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -2642,6 +2642,16 @@ fn a_long_key_is_cut_in_a_console_line() {
     let error =
         ManifestError { file: PathBuf::from("/m/long.yaml"), reason: format!("invalid Pod: {key}: x") };
     assert!(error.for_a_line().len() < 400);
+    // A key of short words is no long word: the line is cut as a whole.
+    let words = "a ".repeat(450 * 1024);
+    let error =
+        ManifestError { file: PathBuf::from("/m/words.yaml"), reason: format!("invalid Pod: {words}") };
+    let line = error.for_a_line();
+    assert!(
+        line.ends_with("a a…") && line.chars().count() < LINE_QUOTES_MAX + 100,
+        "{} characters",
+        line.len()
+    );
 }
 
 /// Of two files giving one name, the refused one's fields a Pod does not have are not told:

@@ -150,12 +150,18 @@ impl ManifestError {
 /// a key, a value): a 900 KB key made a 900 KB line, as one per file and scan.
 pub const QUOTED_CHARS_MAX: usize = 256;
 
+/// The most characters of a manifest's text one console line quotes in all: a key of short
+/// words (`a b c …`, 900 KB of them) is no long word, and a hundred long field paths make a
+/// line of 25,000 characters. `probelet lint` names them all.
+pub const LINE_QUOTES_MAX: usize = 4_096;
+
 /// `text` with each word longer than [`QUOTED_CHARS_MAX`] characters cut there and ended with
-/// `…` (and the quote or colon it ended with), as the API server shortens a long value it
-/// quotes in an error. A manifest's words are its field paths, keys and values: the agent's
-/// own words are short.
+/// `…` (and the quote or colon it ended with), and the whole cut at [`LINE_QUOTES_MAX`]
+/// characters with `…`, as the API server shortens a long value it quotes in an error. A
+/// manifest's words are its field paths, keys and values: the agent's own words are short.
 pub fn bounded_quotes(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.split(' ').any(|word| word.chars().nth(QUOTED_CHARS_MAX).is_some()) {
+    let long_word = text.split(' ').any(|word| word.chars().nth(QUOTED_CHARS_MAX).is_some());
+    if !long_word && text.chars().nth(LINE_QUOTES_MAX).is_none() {
         return text.into();
     }
     let words: Vec<String> = text
@@ -170,7 +176,12 @@ pub fn bounded_quotes(text: &str) -> std::borrow::Cow<'_, str> {
             }
         })
         .collect();
-    words.join(" ").into()
+    let mut bounded = words.join(" ");
+    if let Some((cut, _)) = bounded.char_indices().nth(LINE_QUOTES_MAX) {
+        bounded.truncate(cut);
+        bounded.push('…');
+    }
+    bounded.into()
 }
 
 // === parsing ===
