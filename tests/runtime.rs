@@ -1506,7 +1506,7 @@ async fn an_unknown_executable_fails_with_start_error_and_crash_loops_with_back_
 #[actix::test]
 async fn a_back_off_longer_than_the_resync_interval_records_back_off_at_each_resync() {
     tokio::time::pause();
-    let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)));
+    let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)), "node-a");
     let mut h = Harness::with_event_log(log.clone(), |runtime| {
         runtime.with_backoff(Duration::from_secs(10), Duration::from_secs(300))
     });
