@@ -25,7 +25,9 @@ use probelet_actors::local_runner::LocalCommandRunner;
 use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::prober::executors::Executors;
 use probelet_actors::prober::pod_container::duplicate_container_name;
-use probelet_actors::prober::update_status::keep_started_while_terminating;
+use probelet_actors::prober::update_status::{
+    keep_started_only_for_the_same_container, keep_started_while_terminating,
+};
 use probelet_actors::status::generate::keep_initialized_once_initialized;
 use probelet_actors::status::manager::ResizeCondition;
 use probelet_actors::status::{PHASE_FAILED, PHASE_SUCCEEDED, generate_kubelet_conditions_with_resize};
@@ -296,7 +298,11 @@ impl Engine {
     /// and probe is kept by UID), and so is one with two containers of one name. While the pod
     /// terminates (`deletionTimestamp` set), its liveness and startup probes stop, and each
     /// running container keeps the `started` the stored status gives it: a container whose
-    /// startup probe never passed does not turn started, or Ready, while it is killed.
+    /// startup probe never passed does not turn started, or Ready, while it is killed. A
+    /// `started` the runtime status carries is kept only for a container instance (same ID)
+    /// that the stored status, else the API server's copy, shows, and is then the stored one; a
+    /// replacement carries neither `started` nor `ready` over, so it waits for its own startup
+    /// probe (docs/prober.md §3.4).
     pub async fn sync_pod(
         &self,
         pod: Arc<Pod>,
@@ -357,6 +363,12 @@ impl Engine {
                 self.pipeline.add_pod(pod.clone());
             }
         }
+        // A `started` handed over by container name stands only for the container the previous
+        // status shows (kubernetes#141342): a replacement waits for its own startup probe.
+        keep_started_only_for_the_same_container(
+            &mut runtime_status,
+            stored.as_deref().or(pod.status.as_ref()),
+        );
         let mut status = self.pipeline.update_pod_status(pod.clone(), runtime_status).await?;
         if deleting && !terminal {
             // Liveness and startup stop at the first terminating sync: without their workers,

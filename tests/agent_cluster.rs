@@ -1233,6 +1233,47 @@ async fn a_deleting_pods_container_that_never_started_is_not_written_started() {
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// A runtime that replaces a container and keeps `started` and `ready` by name (it rewrites only
+/// the fields it owns): the replacement is written not started, and not ready, until its own
+/// startup probe passes, as the kubelet carries `started` over only for the same container ID
+/// (kubernetes#141342). Before, the inherited `started: true` stood: liveness and readiness
+/// probed the new container at once and its startup probe never ran.
+#[tokio::test]
+async fn a_replaced_container_waits_for_its_own_startup_probe() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let mut pod = pod("replaced", "node-a", port);
+    let app = &mut pod.spec.as_mut().unwrap().containers[0];
+    app.startup_probe =
+        app.readiness_probe.take().map(|probe| Probe { failure_threshold: Some(1000), ..probe });
+    fake.insert_pod(pod);
+    let (agent, kubeconfig) = start_agent(&fake, "replaced", &[]);
+    let ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "replaced", "started and Ready", |p| app_status(p).started == Some(true) && ready(p))
+        .await;
+
+    healthy.store(false, Ordering::SeqCst);
+    let mut replacement = app_status(&fake.pod("default", "replaced").unwrap());
+    replacement.container_id = Some("containerd://replaced-2".into());
+    replacement.restart_count = 1;
+    replacement.state = Some(running_state());
+    runtime_writes(&fake, "replaced", vec![replacement]).await;
+    let written = wait_for_pod(&fake, "replaced", "the replacement written not started", |p| {
+        let app = app_status(p);
+        app.container_id.as_deref() == Some("containerd://replaced-2") && app.started == Some(false)
+    })
+    .await;
+    assert!(!app_status(&written).ready && !ready(&written), "{:#?}", written.status);
+    // And it stays so while its startup probe fails.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        let pod = fake.pod("default", "replaced").unwrap();
+        assert_ne!(app_status(&pod).started, Some(true), "{:#?}", pod.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 /// A kubeconfig whose `tokenFile` ends in a newline (`echo TOKEN > file`): the token is sent
 /// trimmed, as client-go sends it. kube kept the newline, and every request failed on the
 /// client side ("invalid bearer token"), forever.

@@ -11,6 +11,7 @@ use probelet_test_support as support;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
 use probelet::clock::TokioClock;
 use probelet::contracts::PodRegistry;
 use probelet::prober::ProbeKind;
@@ -148,4 +149,57 @@ async fn under_restart_all_containers_initialized_stays_true_once_it_was() {
         let (status, reason) = expected;
         assert_eq!(initialized(&stored), (status.into(), reason.map(Into::into)), "gate {gate}");
     }
+}
+
+/// A host that hands the engine a status carrying `started` over by container name (the API
+/// server's copy, as a runtime that keeps the fields it does not own writes it): the `started`
+/// of the container the previous status shows stays, so a container started before an agent
+/// restart is not probed again; a replacement's inherited `started: true` is dropped, so its
+/// liveness and readiness wait for its own startup probe, as the kubelet's since
+/// kubernetes#141342.
+#[actix::test]
+async fn a_replacement_container_does_not_inherit_its_predecessors_started() {
+    tokio::time::pause();
+    let (engine, pods) = start();
+    let with_started = |name: &str, id: &str, since: Timestamp| {
+        let mut status = running(name, id, since);
+        status.started = Some(true);
+        status.ready = true;
+        status
+    };
+    let api_status = |app| PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![app]),
+        ..Default::default()
+    };
+    let spec = test_pod("replaced")
+        .container("app")
+        .with_probe("app", ProbeKind::Startup, probe(10, 1, 1000))
+        .with_probe("app", ProbeKind::Liveness, probe(10, 1, 3))
+        .build();
+    let started = |status: &PodStatus| status.container_statuses.as_ref().unwrap()[0].started;
+
+    // Started long before the agent: what the API server says stands.
+    let before = epoch() - std::time::Duration::from_secs(60);
+    let mut pod = Arc::unwrap_or_clone(spec.clone());
+    pod.status = Some(api_status(with_started("app", "containerd://app-1", before)));
+    let pod = Arc::new(pod);
+    pods.upsert(pod.clone());
+    let stored = engine.sync_pod(pod.clone(), pod.status.clone().unwrap()).await.unwrap();
+    assert_eq!(started(&stored), Some(true), "the same container keeps its started");
+
+    // Replaced: the runtime wrote the new ID and kept `started` by name.
+    let mut pod = Arc::unwrap_or_clone(spec);
+    let after = epoch() + std::time::Duration::from_secs(1);
+    pod.status = Some(api_status(with_started("app", "containerd://app-2", after)));
+    let pod = Arc::new(pod);
+    pods.upsert(pod.clone());
+    let stored = engine.sync_pod(pod.clone(), pod.status.clone().unwrap()).await.unwrap();
+    assert_eq!(started(&stored), Some(false), "{stored:#?}");
+    let ready = stored.conditions.iter().flatten().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+
+    // Synced again, still handed `started: true`: what was stored for this container stands.
+    let stored = engine.sync_pod(pod.clone(), pod.status.clone().unwrap()).await.unwrap();
+    assert_eq!(started(&stored), Some(false));
 }

@@ -17,7 +17,9 @@ use probelet_actors::contracts::{EventRecorder, EventType, PodLookup};
 use probelet_actors::features::Feature;
 use probelet_actors::metrics as names;
 use probelet_actors::prober::timing::{EVENT_INVALID_PROBE_TIMING, PROBE_TIMING_ANNOTATION, probe_timings};
-use probelet_actors::prober::update_status::keep_started_while_terminating;
+use probelet_actors::prober::update_status::{
+    keep_started_only_for_the_same_container, keep_started_while_terminating,
+};
 use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
 use probelet_actors::results::ProbeResultChanged;
 use probelet_actors::status::generate::keep_initialized_once_initialized;
@@ -237,26 +239,24 @@ impl ClusterHost {
                 // Upstream's `oldPodStatus`: the status manager's copy, else the API server's,
                 // read before this status is stored. Under RestartAllContainersOnContainerExits
                 // `Initialized` stays True once it was (docs/prober.md §3.11).
-                let old = match restart_all_gate {
-                    true => pipeline
-                        .versioned_status(&uid)
-                        .await
-                        .ok()
-                        .flatten()
-                        .and_then(|v| v.status.decode_logged())
-                        .or_else(|| pod.status.clone()),
-                    false => None,
-                };
-                let status = pod.status.clone().unwrap_or_default();
+                let stored = pipeline
+                    .versioned_status(&uid)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|v| v.status.decode_logged());
+                let old = restart_all_gate.then(|| stored.clone().or_else(|| pod.status.clone())).flatten();
+                let mut status = pod.status.clone().unwrap_or_default();
+                // The runtime may keep `started` by name when it replaces a container: it
+                // stands only for the container the agent's last status shows, else the API
+                // server's (after an agent restart), as the kubelet's since kubernetes#141342.
+                keep_started_only_for_the_same_container(
+                    &mut status,
+                    stored.as_ref().or(pod.status.as_ref()),
+                );
                 let mut status = pipeline.update_pod_status(pod, status).await.ok()?;
                 if deleting {
                     // Liveness and startup have stopped: `started` stays what it was.
-                    let stored = pipeline
-                        .versioned_status(&uid)
-                        .await
-                        .ok()
-                        .flatten()
-                        .and_then(|v| v.status.decode_logged());
                     keep_started_while_terminating(&mut status, stored.as_ref());
                 }
                 Some((status, old))

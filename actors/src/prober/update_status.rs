@@ -221,6 +221,51 @@ pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&Po
     }
 }
 
+/// For a status about to go through [`update_pod_status`], what it may carry over from the
+/// container instances `previous` (the status manager's copy, else the API server's) shows: for
+/// a container listed there with the same ID, a `started` it carries is replaced by `previous`'s;
+/// for any other (a replacement, an unlisted one, one without an ID) neither `started` nor
+/// `ready` is carried over. A container whose carried `started` is then not true is not ready.
+///
+/// `update_pod_status` takes a `started: true` it is handed as the container having passed its
+/// startup probe before an agent restart, and leaves the `ready` of a container not started as
+/// it came. A status that carries them over by container name, as a runtime that keeps the
+/// fields it does not own writes it, would hand a replacement container its predecessor's:
+/// liveness and readiness would probe it before its startup probe passed, and the pod be Ready
+/// meanwhile. The kubelet carries `started` over only for the same container ID
+/// (kubernetes#141342) and generates `ready` afresh (docs/prober.md §3.4).
+pub fn keep_started_only_for_the_same_container(status: &mut PodStatus, previous: Option<&PodStatus>) {
+    let previous_init =
+        ByName::new(previous.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default());
+    let previous_regular =
+        ByName::new(previous.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default());
+    let lists = [
+        (&mut status.init_container_statuses, &previous_init),
+        (&mut status.container_statuses, &previous_regular),
+    ];
+    for (statuses, previous) in lists {
+        for cs in statuses.iter_mut().flatten() {
+            let same = previous.get(&cs.name).filter(|old| {
+                old.container_id.as_deref().is_some_and(|id| !id.is_empty())
+                    && old.container_id == cs.container_id
+            });
+            match same {
+                None => {
+                    cs.started = None;
+                    cs.ready = false;
+                }
+                Some(old) if cs.started.is_some() => {
+                    cs.started = old.started;
+                    if cs.started != Some(true) {
+                        cs.ready = false;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -784,5 +829,96 @@ mod tests {
                 ("gone", None, false),
             ]
         );
+    }
+
+    /// A `started` the status carries stands only for the container instance the previous status
+    /// shows, with the previous status's value; a replacement (another ID), a container the
+    /// previous status does not list or lists without an ID carries neither `started` nor
+    /// `ready` over; a container listed with the same ID and no `started` keeps its `ready`.
+    #[test]
+    fn started_is_carried_over_only_for_the_same_container() {
+        let previous = PodStatus {
+            container_statuses: Some(vec![
+                with(running("same", "probelet://1", 0), Some(true), true),
+                with(running("replaced", "probelet://2", 0), Some(true), true),
+                with(running("not-yet", "probelet://3", 0), Some(false), false),
+                with(waiting("no-id"), Some(true), false),
+                with(running("unset", "probelet://7", 0), Some(true), true),
+            ]),
+            init_container_statuses: Some(vec![with(
+                running("sidecar", "probelet://4", 0),
+                Some(true),
+                true,
+            )]),
+            ..Default::default()
+        };
+        let mut status = PodStatus {
+            container_statuses: Some(vec![
+                with(running("same", "probelet://1", 0), Some(true), true),
+                with(running("replaced", "probelet://9", 30), Some(true), true),
+                with(running("not-yet", "probelet://3", 0), Some(true), true),
+                with(running("no-id", "probelet://5", 30), Some(true), true),
+                with(running("unlisted", "probelet://6", 30), None, true),
+                with(running("unset", "probelet://7", 0), None, true),
+            ]),
+            init_container_statuses: Some(vec![with(
+                running("sidecar", "probelet://8", 30),
+                Some(true),
+                true,
+            )]),
+            ..Default::default()
+        };
+        keep_started_only_for_the_same_container(&mut status, Some(&previous));
+        let flags = |list: &Option<Vec<ContainerStatus>>| -> Vec<(String, Option<bool>, bool)> {
+            list.iter().flatten().map(|c| (c.name.clone(), c.started, c.ready)).collect()
+        };
+        assert_eq!(
+            flags(&status.container_statuses),
+            [
+                ("same".to_owned(), Some(true), true),
+                ("replaced".to_owned(), None, false),
+                ("not-yet".to_owned(), Some(false), false),
+                ("no-id".to_owned(), None, false),
+                ("unlisted".to_owned(), None, false),
+                ("unset".to_owned(), None, true),
+            ]
+        );
+        assert_eq!(flags(&status.init_container_statuses), [("sidecar".to_owned(), None, false)]);
+
+        // No previous status at all: nothing to carry over.
+        let mut alone = PodStatus {
+            container_statuses: Some(vec![with(running("app", "probelet://1", 0), Some(true), true)]),
+            ..Default::default()
+        };
+        keep_started_only_for_the_same_container(&mut alone, None);
+        assert_eq!(flags(&alone.container_statuses), [("app".to_owned(), None, false)]);
+    }
+
+    /// What the filter is for: a replacement handed its predecessor's `started: true` is not
+    /// started while it has a startup worker and no startup result (liveness and readiness do
+    /// not probe it); without the filter it was.
+    #[test]
+    fn a_replacement_container_is_not_started_by_its_predecessors_started() {
+        let pod = Pod {
+            spec: Some(PodSpec { containers: vec![container("app", false)], ..Default::default() }),
+            ..Default::default()
+        };
+        let view = ProbeView {
+            workers: HashSet::from([(Arc::from("app"), Startup)]),
+            manager_start: t(0),
+            ..Default::default()
+        };
+        let previous = PodStatus {
+            container_statuses: Some(vec![with(running("app", "probelet://1", -60), Some(true), true)]),
+            ..Default::default()
+        };
+        let mut status = PodStatus {
+            container_statuses: Some(vec![with(running("app", "probelet://2", 30), Some(true), true)]),
+            ..Default::default()
+        };
+        keep_started_only_for_the_same_container(&mut status, Some(&previous));
+        update_pod_status(&pod, &mut status, &view);
+        let app = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!((app.started, app.ready), (Some(false), false));
     }
 }
