@@ -86,8 +86,8 @@ async fn add_pod_twice_keeps_one_worker_per_probe() {
 }
 
 /// A probe that already has a worker is logged as upstream's `AddPod` says it, naming the
-/// probe type ("Readiness probe already exists for container", verbosity 8: trace). Before,
-/// "Probe already exists for container".
+/// probe type ("Readiness probe already exists for container", verbosity 8: trace), with its
+/// keys (`pod`, `containerName`). Before, "Probe already exists for container".
 #[actix::test]
 async fn add_pod_of_an_existing_probe_logs_upstreams_line() {
     let log = ThreadLog::default();
@@ -101,7 +101,10 @@ async fn add_pod_of_an_existing_probe_logs_upstreams_line() {
     let lines = log.lines_with("probe already exists for container");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        lines[0].contains("TRACE") && lines[0].contains("Readiness probe already exists for container"),
+        lines[0].contains("TRACE")
+            && lines[0].contains(
+                r#"Readiness probe already exists for container pod="default/again" containerName="app""#
+            ),
         "{lines:?}"
     );
 }

@@ -39,8 +39,8 @@ impl Captured {
 
 /// Upstream's `UpdatePodStatus` sends a manual readiness trigger into the worker's one-slot
 /// channel; when one already waits there (the worker is busy probing), the send fails and
-/// `Failed to trigger a manual run` is logged at info with the probe type. Before, probelet
-/// kept any number of triggers silently.
+/// `Failed to trigger a manual run` is logged at info with the probe type, under klog's key
+/// (`probe="Readiness"`). Before, probelet kept any number of triggers silently.
 #[actix::test]
 async fn a_trigger_while_one_already_waits_is_logged_at_info() {
     let captured = Captured::default();
@@ -68,5 +68,9 @@ async fn a_trigger_while_one_already_waits_is_logged_at_info() {
     settle().await;
     let lines = captured.lines_with("Failed to trigger a manual run");
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains(" INFO ") && lines[0].contains("probe=Readiness"), "{lines:?}");
+    assert!(
+        lines[0].contains(" INFO ")
+            && lines[0].ends_with(r#"Failed to trigger a manual run probe="Readiness""#),
+        "{lines:?}"
+    );
 }

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{PodContainer, ProbeKind, ProbeResult};
 use crate::container::ContainerId;
+use crate::format::pod_ref;
 use crate::restart::{Policy, container_should_restart};
 use crate::status::is_restartable_init_container;
 use crate::status::probe_status::{ContainerRunState, PodProbeStatus, ProbedContainer};
@@ -254,23 +255,34 @@ impl WorkerState {
             container.is_none_or(|c| status.is_some_and(|s| s.containers.iter().any(|x| std::ptr::eq(x, c)))),
             "the container must be one of the status's"
         );
+        // The pod as upstream's worker lines name it, built only for a line that is logged.
+        let pod = || pod_ref(captured.pod());
         let Some(status) = status else {
-            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "No status for pod");
+            tracing::debug!(pod = pod(), "No status for pod");
             return Step::Skip;
         };
-        if status.finished {
-            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Pod is terminated, exiting probe worker");
+        if let Some(phase) = status.finished {
+            tracing::debug!(pod = pod(), phase, "Pod is terminated, exiting probe worker");
             return Step::Stop;
         }
         let Some(container) = container else {
-            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Probe target container not found");
+            tracing::debug!(
+                pod = pod(),
+                containerName = &*spec.container_name,
+                "Probe target container not found"
+            );
             return Step::Skip;
         };
         let container_id = &container.id;
         // A worker bound to a container instance waits for the status to show it (it may still
         // show the previous instance) and never probes another.
         if spec.bound.as_ref().is_some_and(|b| b.container_id != *container_id) {
-            tracing::trace!(container = %spec.container_name, probe_kind = %spec.kind, "Status does not show the probed container instance yet");
+            tracing::trace!(
+                pod = pod(),
+                container = &*spec.container_name,
+                probe_kind = spec.kind.as_str(),
+                "Status does not show the probed container instance yet"
+            );
             return Step::Skip;
         }
 
@@ -308,7 +320,11 @@ impl WorkerState {
         }
 
         let ContainerRunState::Running { started_at } = container.state else {
-            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Non-running container probed");
+            tracing::debug!(
+                pod = pod(),
+                containerName = &*spec.container_name,
+                "Non-running container probed"
+            );
             // Upstream writes Failure here for every kind. Only readiness is written: a liveness
             // or startup Failure for an instance that does not run yet (created, not started)
             // would stay in the cache once it runs, so its first real failure would be no
@@ -328,9 +344,18 @@ impl WorkerState {
         };
 
         if spec.pod_deleting && matches!(spec.kind, ProbeKind::Liveness | ProbeKind::Startup) {
-            tracing::debug!(container = %spec.container_name, probe_kind = %spec.kind, "Pod deletion requested, setting probe result to success");
+            tracing::debug!(
+                probeType = spec.kind.as_str(),
+                pod = pod(),
+                containerName = &*spec.container_name,
+                "Pod deletion requested, setting probe result to success"
+            );
             if spec.kind == ProbeKind::Startup {
-                tracing::info!(container = %spec.container_name, "Pod deletion requested before container has fully started");
+                tracing::info!(
+                    pod = pod(),
+                    containerName = &*spec.container_name,
+                    "Pod deletion requested before container has fully started"
+                );
             }
             ops.push(CacheOp::Set(container_id.clone(), ProbeResult::Success));
             return Step::Stop;
@@ -416,7 +441,7 @@ mod tests {
         Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
         ContainerStatus, PodSpec, PodStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()
@@ -464,6 +489,11 @@ mod tests {
 
     fn captured_from(container: Container, spec: PodSpec) -> PodContainer {
         let pod = Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
             spec: Some(PodSpec { containers: vec![container], ..spec }),
             ..Default::default()
         });
@@ -538,9 +568,10 @@ mod tests {
     }
 
     /// The checks before a probe log upstream's `doProbe` lines, at debug as its verbosity 3
-    /// maps (docs/architecture.md, "Log lines"). Before, "Pod is terminated, exiting probe
-    /// worker", "Non-running container probed" and "Pod deletion requested, setting probe result
-    /// to success" were not logged, and the other two were at trace.
+    /// maps, with its keys in its order (docs/architecture.md, "Log lines"). Before, "Pod is
+    /// terminated, exiting probe worker", "Non-running container probed" and "Pod deletion
+    /// requested, setting probe result to success" were not logged, and the other two were at
+    /// trace; then all five carried the engine's `container` and `probe_kind` and no pod.
     #[test]
     fn the_checks_log_upstreams_lines_at_debug() {
         let terminal = PodStatus { phase: Some("Succeeded".into()), ..running("x://1", 0, Some(true)) };
@@ -551,32 +582,53 @@ mod tests {
         let no_container = running("", 0, Some(true));
         let deleting = WorkerSpec { pod_deleting: true, ..spec(ProbeKind::Liveness) };
         let cases = [
-            ("no status", spec(ProbeKind::Readiness), None, "No status for pod"),
+            ("no status", spec(ProbeKind::Readiness), None, "No status for pod", r#"pod="default/web""#),
             (
                 "terminal pod",
                 spec(ProbeKind::Readiness),
                 Some(&terminal),
                 "Pod is terminated, exiting probe worker",
+                r#"pod="default/web" phase="Succeeded""#,
             ),
             (
                 "no container",
                 spec(ProbeKind::Readiness),
                 Some(&no_container),
                 "Probe target container not found",
+                r#"pod="default/web" containerName="c""#,
             ),
-            ("not running", spec(ProbeKind::Readiness), Some(&waiting), "Non-running container probed"),
+            (
+                "not running",
+                spec(ProbeKind::Readiness),
+                Some(&waiting),
+                "Non-running container probed",
+                r#"pod="default/web" containerName="c""#,
+            ),
             (
                 "pod deleting",
                 deleting,
                 Some(&running("x://1", 0, Some(true))),
                 "Pod deletion requested, setting probe result to success",
+                r#"probeType="Liveness" pod="default/web" containerName="c""#,
             ),
         ];
-        for (name, spec, status, line) in cases {
+        for (name, spec, status, line, fields) in cases {
             let (log, _guard) = crate::test_log::Captured::start();
             WorkerState::new().before(&spec, status, t(10), &mut vec![]);
             assert_eq!(log.levels_of(line), [tracing::Level::DEBUG], "case {name}: {:?}", log.messages());
+            assert_eq!(log.fields_of(line), [fields], "case {name}");
         }
+    }
+
+    /// A startup probe of a pod being deleted also logs upstream's info line, with its keys.
+    #[test]
+    fn a_startup_probe_of_a_deleted_pod_logs_upstreams_info_line() {
+        let deleting = WorkerSpec { pod_deleting: true, ..spec(ProbeKind::Startup) };
+        let (log, _guard) = crate::test_log::Captured::start();
+        WorkerState::new().before(&deleting, Some(&running("x://1", 0, Some(false))), t(10), &mut vec![]);
+        let line = "Pod deletion requested before container has fully started";
+        assert_eq!(log.levels_of(line), [tracing::Level::INFO]);
+        assert_eq!(log.fields_of(line), [r#"pod="default/web" containerName="c""#]);
     }
 
     #[test]

@@ -169,8 +169,11 @@ pub async fn probe(
     let result = match tokio::time::timeout(timeout.saturating_add(RUNTIME_REQUEST_TIMEOUT), run).await {
         Ok(result) => result,
         Err(_) => {
+            // The CRI client's line, with its keys: the runtime's own ID, the command as klog
+            // writes a list (JSON).
             tracing::error!(
-                container_id = %container_id, command = ?command, error = "context deadline exceeded",
+                err = "context deadline exceeded", containerID = &*container_id.id,
+                cmd = %serde_json::to_string(command).unwrap_or_default(),
                 "ExecSync cmd from runtime service failed"
             );
             Err(ExecError::Timeout { output: Vec::new() })
@@ -247,6 +250,36 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// A runner that never answers.
+    struct Silent;
+
+    impl CommandRunner for Silent {
+        fn run_in_container(
+            &self,
+            _: &ContainerId,
+            _: &[String],
+            _: Duration,
+        ) -> futures::future::BoxFuture<'static, Result<ExecOutput, ExecError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// A runner given up on logs the CRI client's line with its keys: `err` first (klog's
+    /// `ErrorS`), the runtime's own container ID, the command as klog writes a list.
+    #[tokio::test(start_paused = true)]
+    async fn a_runner_given_up_on_logs_the_cri_clients_line() {
+        let (log, _guard) = crate::test_log::Captured::start();
+        let id = ContainerId::parse("containerd://abc");
+        let got = probe(&Silent, &id, &strings(&["sh", "-c", "exit 0"]), Duration::from_secs(1)).await;
+        assert_eq!(got.map(|p| p.outcome), Ok(ProbeOutcome::Failure));
+        let line = "ExecSync cmd from runtime service failed";
+        assert_eq!(log.levels_of(line), [tracing::Level::ERROR]);
+        assert_eq!(
+            log.fields_of(line),
+            [r#"err="context deadline exceeded" containerID="abc" cmd=["sh","-c","exit 0"]"#]
+        );
     }
 
     #[test]

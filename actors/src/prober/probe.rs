@@ -19,6 +19,7 @@ use super::{
 use crate::container::ContainerId;
 use crate::contracts::{CommandRunner, EventRecorder, EventType, ProbeObserver, ProbeRecord};
 pub use crate::format::pod_name;
+use crate::format::{pod_ref, pod_uid};
 use crate::status::probe_status::PodProbeStatus;
 
 /// The names an observer's record carries, borrowed from the pod or from a prepared probe.
@@ -366,7 +367,13 @@ impl Prober {
         names: impl FnOnce() -> RecordNames<'n>,
     ) -> ProbeRun {
         let Some(spec) = kind.probe_of(container) else {
-            tracing::info!(probe_kind = %kind, container = %container.name, "Probe is nil");
+            tracing::info!(
+                probeType = kind.as_str(),
+                pod = pod_ref(pod),
+                podUID = pod_uid(pod),
+                containerName = container.name.as_str(),
+                "Probe is nil"
+            );
             return ProbeRun { result: Ok(ProbeResult::Success), waited: Duration::ZERO };
         };
         // Boxed once the slot is held: inline, the tries' state would be part of the future
@@ -481,8 +488,13 @@ impl Prober {
         match attempt {
             Err(err) => {
                 tracing::debug!(
-                    probe_kind = %kind, pod = pod_name(pod), container = %container().name,
-                    result = %err.outcome(), error = %err, "Probe errored"
+                    probeType = kind.as_str(),
+                    pod = pod_ref(pod),
+                    podUID = pod_uid(pod),
+                    containerName = container().name.as_str(),
+                    probeResult = err.outcome().as_str(),
+                    err = err.to_string(),
+                    "Probe errored"
                 );
                 self.parts.recorder.record(
                     &reference(),
@@ -494,7 +506,13 @@ impl Prober {
                 Err(err.clone())
             }
             Ok(Probed { outcome: ProbeOutcome::Success, .. }) => {
-                tracing::debug!(probe_kind = %kind, pod = pod_name(pod), container = %container().name, "Probe succeeded");
+                tracing::debug!(
+                    probeType = kind.as_str(),
+                    pod = pod_ref(pod),
+                    podUID = pod_uid(pod),
+                    containerName = container().name.as_str(),
+                    "Probe succeeded"
+                );
                 Ok(ProbeResult::Success)
             }
             Ok(Probed { outcome: ProbeOutcome::Warning, output }) => {
@@ -505,15 +523,24 @@ impl Prober {
                     &format!("{kind} probe warning: {output}"),
                 );
                 tracing::debug!(
-                    probe_kind = %kind, pod = pod_name(pod), container = %container().name, output = %output,
+                    probeType = kind.as_str(),
+                    pod = pod_ref(pod),
+                    podUID = pod_uid(pod),
+                    containerName = container().name.as_str(),
+                    output = output.as_str(),
                     "Probe succeeded with a warning"
                 );
                 Ok(ProbeResult::Success)
             }
             Ok(Probed { outcome: ProbeOutcome::Failure, output }) => {
                 tracing::debug!(
-                    probe_kind = %kind, pod = pod_name(pod), container = %container().name,
-                    result = %ProbeOutcome::Failure, output = %output, "Probe failed"
+                    probeType = kind.as_str(),
+                    pod = pod_ref(pod),
+                    podUID = pod_uid(pod),
+                    containerName = container().name.as_str(),
+                    probeResult = ProbeOutcome::Failure.as_str(),
+                    output = output.as_str(),
+                    "Probe failed"
                 );
                 self.parts.recorder.record(
                     &reference(),
@@ -525,8 +552,12 @@ impl Prober {
             }
             Ok(Probed { outcome: ProbeOutcome::Unknown, .. }) => {
                 tracing::debug!(
-                    probe_kind = %kind, pod = pod_name(pod), container = %container().name,
-                    result = %ProbeOutcome::Unknown, "Probe unknown without error"
+                    probeType = kind.as_str(),
+                    pod = pod_ref(pod),
+                    podUID = pod_uid(pod),
+                    containerName = container().name.as_str(),
+                    probeResult = ProbeOutcome::Unknown.as_str(),
+                    "Probe unknown without error"
                 );
                 Ok(ProbeResult::Failure)
             }
@@ -643,7 +674,7 @@ impl Prober {
                 None => Box::pin(grpc::probe(pod_ip, port, service, timeout)).await,
             });
         }
-        tracing::info!(container = %container.name, "Failed to find probe builder for container");
+        tracing::info!(containerName = container.name.as_str(), "Failed to find probe builder for container");
         Err(ProbeError::MissingHandler { pod: pod_name(pod), container: container.name.clone() })
     }
 }
@@ -1047,25 +1078,67 @@ mod tests {
 
     /// Upstream's `probe` logs each outcome: "Probe errored" and "Probe failed" and "Probe
     /// unknown without error" at verbosity 1, "Probe succeeded" and "Probe succeeded with a
-    /// warning" at 3, all at debug here (docs/architecture.md, "Log lines"). Before, only the
-    /// error was logged.
+    /// warning" at 3, all at debug here, with klog's keys in upstream's order and klog's value
+    /// forms: the pod as `namespace/name`, the probe type capitalised, strings quoted
+    /// (docs/architecture.md, "Log lines"). Before, only the error was logged; then with the
+    /// engine's own keys (`probe_kind`, `container`, the pod as `name_namespace(uid)`).
     #[test]
     fn each_outcome_logs_upstreams_line_at_debug() {
         let prober = Prober::new(Arc::new(FakeRunner::default()), Arc::new(MemoryRecorder::new()));
         let (pod, container) = pod_and_container(Probe::default());
+        let who = r#"probeType="Readiness" pod="ns/web" podUID="u1" containerName="app""#;
         let cases = [
-            ("success", Ok(Probed::new(ProbeOutcome::Success, "")), "Probe succeeded"),
-            ("warning", Ok(Probed::new(ProbeOutcome::Warning, "w")), "Probe succeeded with a warning"),
-            ("failure", Ok(Probed::new(ProbeOutcome::Failure, "f")), "Probe failed"),
-            ("unknown", Ok(Probed::new(ProbeOutcome::Unknown, "")), "Probe unknown without error"),
-            ("error", Err(ProbeError::InvalidPort(0)), "Probe errored"),
+            ("success", Ok(Probed::new(ProbeOutcome::Success, "")), "Probe succeeded", String::new()),
+            (
+                "warning",
+                Ok(Probed::new(ProbeOutcome::Warning, "w")),
+                "Probe succeeded with a warning",
+                r#" output="w""#.to_owned(),
+            ),
+            (
+                "failure",
+                Ok(Probed::new(ProbeOutcome::Failure, "f")),
+                "Probe failed",
+                r#" probeResult="failure" output="f""#.to_owned(),
+            ),
+            (
+                "unknown",
+                Ok(Probed::new(ProbeOutcome::Unknown, "")),
+                "Probe unknown without error",
+                r#" probeResult="unknown""#.to_owned(),
+            ),
+            (
+                "error",
+                Err(ProbeError::InvalidPort(0)),
+                "Probe errored",
+                format!(r#" probeResult="unknown" err={:?}"#, ProbeError::InvalidPort(0).to_string()),
+            ),
         ];
-        for (name, attempt, line) in cases {
+        for (name, attempt, line, rest) in cases {
             let (log, _guard) = crate::test_log::Captured::start();
             let _ = prober.map_outcome(ProbeKind::Readiness, &pod, || &container, &attempt);
             assert_eq!(log.messages(), [line], "case {name}");
             assert_eq!(log.levels_of(line), [tracing::Level::DEBUG], "case {name}");
+            assert_eq!(log.fields_of(line), [format!("{who}{rest}")], "case {name}");
         }
+    }
+
+    /// A container without the probe asked for: upstream's "Probe is nil" at info, with its
+    /// keys.
+    #[tokio::test]
+    async fn a_missing_probe_logs_upstreams_line_with_its_keys() {
+        let (prober, _, _) = setup(vec![]);
+        let (pod, mut container) = pod_and_container(exec_probe(&["check"]));
+        container.startup_probe = None;
+        let (log, _guard) = crate::test_log::Captured::start();
+        let _ = prober
+            .probe(ProbeKind::Startup, &pod, &PodProbeStatus::default(), &container, &ContainerId::default())
+            .await;
+        assert_eq!(log.levels_of("Probe is nil"), [tracing::Level::INFO]);
+        assert_eq!(
+            log.fields_of("Probe is nil"),
+            [r#"probeType="Startup" pod="ns/web" podUID="u1" containerName="app""#]
+        );
     }
 
     /// A probe without a handler: upstream logs "Failed to find probe builder for container"
@@ -1080,6 +1153,10 @@ mod tests {
             [tracing::Level::INFO; MAX_PROBE_RETRIES],
             "one per try: {:?}",
             log.messages()
+        );
+        assert_eq!(
+            log.fields_of("Failed to find probe builder for container"),
+            [r#"containerName="app""#; MAX_PROBE_RETRIES]
         );
     }
 

@@ -95,7 +95,11 @@ pub fn update_pod_status(pod: &Pod, status: &mut PodStatus, view: &ProbeView) ->
         let started = is_container_started(cs, view);
         cs.started = Some(started);
         let Some(container) = init_containers.get(i).filter(|c| c.name == cs.name) else {
-            tracing::trace!(container = %cs.name, "Mismatch between pod spec and status, likely programmer error");
+            tracing::trace!(
+                pod = crate::format::pod_ref(pod),
+                containerName = cs.name.as_str(),
+                "Mismatch between pod spec and status, likely programmer error"
+            );
             continue;
         };
         if !is_restartable_init_container(container) {

@@ -19,8 +19,8 @@ use crate::container::ContainerId;
 /// The part of a pod's status its probe workers and probes read.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodProbeStatus {
-    /// The pod's phase is Failed or Succeeded: its workers stop.
-    pub finished: bool,
+    /// The pod's phase when it is Failed or Succeeded (its workers stop); `None` otherwise.
+    pub finished: Option<&'static str>,
     /// The pod's IP; `None` when the status has none, or an empty one. Private, with its
     /// parsed form, so that the two always agree ([`PodProbeStatus::set_pod_ip`]).
     pod_ip: Option<Box<str>>,
@@ -87,7 +87,11 @@ impl PodProbeStatus {
                 c.type_ == crate::restart::CONDITION_ALL_CONTAINERS_RESTARTING && c.status == "True"
             });
         let mut probe = PodProbeStatus {
-            finished: matches!(status.phase.as_deref(), Some(PHASE_FAILED | PHASE_SUCCEEDED)),
+            finished: match status.phase.as_deref() {
+                Some(PHASE_FAILED) => Some(PHASE_FAILED),
+                Some(PHASE_SUCCEEDED) => Some(PHASE_SUCCEEDED),
+                _ => None,
+            },
             containers,
             all_containers_restarting,
             ..Default::default()
@@ -285,7 +289,7 @@ mod tests {
             ..Default::default()
         };
         let probe = PodProbeStatus::from(&status);
-        assert!(!probe.finished);
+        assert!(probe.finished.is_none());
         assert_eq!(probe.pod_ip(), "10.1.2.3");
         let names: Vec<&str> = probe.containers.iter().map(|c| &*c.name).collect();
         assert_eq!(names, ["app", "side", "init"]);
@@ -301,7 +305,9 @@ mod tests {
 
     #[test]
     fn a_finished_phase_and_a_missing_ip() {
-        for (phase, finished) in [("Failed", true), ("Succeeded", true), ("Pending", false), ("", false)] {
+        for (phase, finished) in
+            [("Failed", Some("Failed")), ("Succeeded", Some("Succeeded")), ("Pending", None), ("", None)]
+        {
             let status =
                 PodStatus { phase: Some(phase.into()), pod_ip: Some(String::new()), ..Default::default() };
             let probe = PodProbeStatus::from(&status);

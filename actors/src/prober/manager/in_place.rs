@@ -157,7 +157,7 @@ impl ProberManager {
         let terminal = |phase: Option<&str>| matches!(phase, Some(PHASE_SUCCEEDED | PHASE_FAILED));
         pod.metadata.deletion_timestamp.is_some()
             || terminal(pod.status.as_ref().and_then(|s| s.phase.as_deref()))
-            || self.config.views.probe_status(uid).is_some_and(|s| s.finished)
+            || self.config.views.probe_status(uid).is_some_and(|s| s.finished.is_some())
     }
 
     /// Static and mirror pods keep their probes until they are replaced (KEP-6318); a host's

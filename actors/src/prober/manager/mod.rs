@@ -447,10 +447,7 @@ impl ProberManager {
     /// worker that exited by itself is recreated silently, as `AddPod` always does.
     fn add_pod(&mut self, pod: Arc<Pod>, ctx: &mut Context<Self>, previous: Option<Arc<Pod>>) {
         let Some(uid) = PodUid::of(&pod) else {
-            tracing::warn!(
-                pod = pod.metadata.name.as_deref().unwrap_or_default(),
-                "Pod without a UID; not probing it"
-            );
+            tracing::warn!(pod = %crate::format::pod_ref(&pod), "Pod without a UID; not probing it");
             return;
         };
         if refused_for_a_duplicate_name(&pod, &uid) {
@@ -468,7 +465,11 @@ impl ProberManager {
                     ProbeKey { pod_uid: uid.clone(), container_name: container.name.as_str().into(), kind };
                 let state = match self.workers.get(&key) {
                     Some(entry) if !entry.stopping => {
-                        tracing::trace!(pod_uid = %uid, container = %container.name, probe_kind = %kind, "{kind} probe already exists for container");
+                        tracing::trace!(
+                            pod = crate::format::pod_ref(&pod),
+                            containerName = container.name.as_str(),
+                            "{kind} probe already exists for container"
+                        );
                         continue;
                     }
                     // The stopping worker's cache entry stays: the replacement takes it over.
@@ -502,11 +503,7 @@ impl ProberManager {
 pub(super) fn refused_for_a_duplicate_name(pod: &Pod, uid: &PodUid) -> bool {
     let Some(container) = duplicate_container_name(pod) else { return false };
     tracing::warn!(
-        pod = %format_args!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        ),
+        pod = %crate::format::pod_ref(pod),
         pod_uid = %uid,
         container,
         "Pod has more than one container of this name; not probing it"
@@ -575,7 +572,7 @@ impl Handler<UpdatePodStatus> for ProberManager {
             if let Some(addr) = self.workers.get(&key).and_then(|e| e.addr.as_ref())
                 && !addr.trigger()
             {
-                tracing::debug!(pod_uid = %uid, container = %key.container_name, probe_kind = %key.kind, "Failed to trigger a manual run");
+                tracing::debug!(probe = key.kind.as_str(), "Failed to trigger a manual run");
             }
         }
         MessageResult(status)

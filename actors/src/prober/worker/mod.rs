@@ -881,7 +881,7 @@ impl ProbeWorker {
         if self.trigger_pending {
             // Upstream's trigger channel holds one; the manager's send finds it full and says
             // so at info (`UpdatePodStatus`). Here the worker keeps that one and says the same.
-            tracing::info!(probe = %self.key.kind, "Failed to trigger a manual run");
+            tracing::info!(probe = self.key.kind.as_str(), "Failed to trigger a manual run");
             return;
         }
         if self.ticks.is_none() {
