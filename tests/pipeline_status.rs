@@ -515,11 +515,13 @@ fn gated_status(gate: Option<&str>, conditions: bool) -> PodStatus {
     }
 }
 
-/// The status manager's lines are upstream's, at the levels its verbosities map to
-/// (docs/architecture.md, "Log lines"): "Ignoring same status for pod" (verbosity 3: debug,
-/// was trace), "Pod has been deleted, no need to update readiness" (4: trace, was debug), and
-/// at info "Container readiness changed before pod has synced" and "Container readiness
-/// changed for unknown container". The actor runs on the test's thread, where the log is
+/// The status manager's lines are upstream's, at the levels its verbosities map to and with
+/// klog's keys in upstream's order (docs/architecture.md, "Log lines"): "Ignoring same status
+/// for pod" (verbosity 3: debug, was trace; `pod`, `status`), "Pod has been deleted, no need
+/// to update readiness" (4: trace, was debug; `podUID`), and at info "Container readiness
+/// changed before pod has synced" and "Container readiness changed for unknown container"
+/// (`pod`, `containerID`). Before, the keys were the engine's (`pod_uid`, `container_id`) and
+/// the first line had no status. The actor runs on the test's thread, where the log is
 /// captured.
 #[actix::test]
 async fn the_status_manager_logs_upstreams_lines_at_their_levels() {
@@ -558,14 +560,31 @@ async fn the_status_manager_logs_upstreams_lines_at_their_levels() {
             .collect()
     };
     let cases = [
-        ("Ignoring same status for pod", "DEBUG"),
-        ("Pod has been deleted, no need to update readiness", "TRACE"),
-        ("Container readiness changed before pod has synced", "INFO"),
-        ("Container readiness changed for unknown container", "INFO"),
+        ("Ignoring same status for pod", "DEBUG", r#"pod="default/ghost" status={"#),
+        ("Pod has been deleted, no need to update readiness", "TRACE", r#"podUID="uid-ghost""#),
+        (
+            "Container readiness changed before pod has synced",
+            "INFO",
+            r#"pod="default/fresh" containerID="cri://a""#,
+        ),
+        (
+            "Container readiness changed for unknown container",
+            "INFO",
+            r#"pod="default/web" containerID="cri://nope""#,
+        ),
     ];
-    for (message, level) in cases {
+    let all = lines.lock().unwrap().concat();
+    for (message, level, fields) in cases {
         assert_eq!(level_of(message), [level], "{message}");
+        // klog's keys, in upstream's order, right after the message: no other key before them.
+        let line = all.lines().find(|l| l.contains(message)).unwrap_or_default();
+        assert!(line.contains(&format!("{message} {fields}")), "{line}");
     }
+    // The status is written as klog writes a struct, its JSON.
+    let ignored = all.lines().find(|l| l.contains("Ignoring same status for pod")).unwrap_or_default();
+    let json = ignored.split_once(" status=").map(|(_, json)| json.trim()).unwrap_or_default();
+    let status: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(status["phase"], "Running", "{ignored}");
 }
 
 /// Collects what a log subscriber writes.

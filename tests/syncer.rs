@@ -120,9 +120,11 @@ async fn a_pod_of_that_name_with_another_uid_drops_the_status() {
 
 /// The lines upstream's `syncPod` logs: "Status for pod updated successfully" (verbosity 3:
 /// debug) for a write that changed the pod, and for a failure the request that failed, "Failed
-/// to get status for pod" for a GET (info). Before, a written status was not logged and every
-/// failure read "Failed to update status for pod". The syncer handles outcomes on the test's
-/// thread, where the log is captured.
+/// to get status for pod" for a GET (info), each with klog's keys in upstream's order
+/// (`pod`, `statusVersion`, `status`; `podUID`, `pod`, `err`). Before, a written status was not
+/// logged and every failure read "Failed to update status for pod"; then the keys were the
+/// engine's (`pod_uid`, `version`, `error`, the pod's name without its namespace). The syncer
+/// handles outcomes on the test's thread, where the log is captured.
 #[actix::test]
 async fn a_written_status_and_a_failed_get_are_logged_with_upstreams_lines() {
     bounded(LIMIT, async {
@@ -150,6 +152,12 @@ async fn a_written_status_and_a_failed_get_are_logged_with_upstreams_lines() {
         let written = logged("Status for pod updated successfully");
         assert_eq!(written.len(), 1, "{written:?}");
         assert!(written[0].starts_with("DEBUG"), "{written:?}");
+        // klog's keys in upstream's order, the status as klog writes a struct (its JSON).
+        let (_, fields) = written[0].split_once("Status for pod updated successfully ").unwrap();
+        let (before, json) = fields.split_once(" status=").unwrap();
+        assert_eq!(before, r#"pod="default/web" statusVersion=1"#, "{written:?}");
+        let status: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(status["phase"], "Running", "{written:?}");
 
         let other = bound(test_pod("db").container("app"));
         t.pods.add(&other);
@@ -164,6 +172,13 @@ async fn a_written_status_and_a_failed_get_are_logged_with_upstreams_lines() {
         t.flush(&syncer).await;
         let failed = logged("Failed to get status for pod");
         assert!(!failed.is_empty() && failed.iter().all(|l| l.starts_with("INFO")), "{failed:?}");
+        // Upstream's keys first, in its order; the wait until the next try is probelet's own.
+        assert!(
+            failed.iter().all(|l| l
+                .contains(r#"Failed to get status for pod podUID="uid-db" pod="default/db" err="get: "#)
+                && l.contains(" retry_in=")),
+            "{failed:?}"
+        );
         assert!(logged("Failed to update status for pod").is_empty(), "a failed GET is no failed update");
     })
     .await;

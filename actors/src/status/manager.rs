@@ -35,6 +35,7 @@ use crate::container::ContainerId;
 use crate::contracts::PodLookup;
 use crate::features::FeatureGates;
 pub use crate::format::pod_ref;
+use crate::format::status_json;
 use crate::vocabulary::PodUid;
 
 // === messages ===
@@ -261,10 +262,10 @@ impl StatusManager {
 
     fn apply_pod_changes(&mut self, uid: &str, changes: &[ContainerChange]) {
         let Some(first) = changes.first() else { return };
-        let Some((pod, mut status)) = self.pod_and_status(uid, first.change.what()) else {
+        let Some((pod, mut status)) = self.pod_and_status(uid, first) else {
             // Upstream logs each result it drops; without a decode, as there is no status.
             for change in &changes[1..] {
-                let _ = self.pod_and_status(uid, change.change.what());
+                let _ = self.pod_and_status(uid, change);
             }
             return;
         };
@@ -274,11 +275,31 @@ impl StatusManager {
             let (what, id) = (change.change.what(), &change.container_id);
             match applied {
                 Applied::UnknownContainer => {
-                    tracing::info!(pod = pod_ref(&pod), container_id = %id, "Container {what} changed for unknown container");
+                    tracing::info!(
+                        pod = pod_ref(&pod),
+                        containerID = id.to_string(),
+                        "Container {what} changed for unknown container"
+                    );
                 }
-                Applied::Unchanged => {
-                    tracing::trace!(pod = pod_ref(&pod), container_id = %id, "Container {what} unchanged");
-                }
+                // Upstream's readiness line says which way it did not change; its startup
+                // line does not.
+                Applied::Unchanged => match change.change {
+                    Change::Ready(ready) => {
+                        tracing::trace!(
+                            ready,
+                            pod = pod_ref(&pod),
+                            containerID = id.to_string(),
+                            "Container {what} unchanged"
+                        );
+                    }
+                    Change::Started(_) => {
+                        tracing::trace!(
+                            pod = pod_ref(&pod),
+                            containerID = id.to_string(),
+                            "Container {what} unchanged"
+                        );
+                    }
+                },
                 Applied::Changed => readiness_changed |= matches!(change.change, Change::Ready(_)),
             }
         }
@@ -307,7 +328,10 @@ impl StatusManager {
             && !finished
             && !is_static
         {
-            tracing::info!(pod_uid = %uid, "Got unexpected podIsFinished=false, while podIsFinished=true in status cache, programmer error.");
+            tracing::info!(
+                pod = pod_ref(pod),
+                "Got unexpected podIsFinished=false, while podIsFinished=true in status cache, programmer error."
+            );
             finished = true;
         }
         // Decoded once: the base of the checks below and, unchanged, the equality's left side.
@@ -326,7 +350,7 @@ impl StatusManager {
         };
         let spec = super::spec_of(pod);
         if let Err(err) = check_container_state_transition_under(&old, &status, &spec, &self.feature_gates) {
-            tracing::error!(pod = pod_ref(pod), pod_uid = %uid, error = %err, "Status update on pod aborted");
+            tracing::error!(err = err.to_string(), pod = pod_ref(pod), "Status update on pod aborted");
             return false;
         }
         let now = self.clock.now_time();
@@ -343,7 +367,7 @@ impl StatusManager {
             && !force
             && is_pod_status_by_kubelet_equal(cached, &status)
         {
-            tracing::debug!(pod = pod_ref(pod), pod_uid = %uid, "Ignoring same status for pod");
+            tracing::debug!(pod = pod_ref(pod), status = %status_json(&status), "Ignoring same status for pod");
             return false;
         }
         let entry = VersionedPodStatus {
@@ -365,14 +389,20 @@ impl StatusManager {
         true
     }
 
-    /// The pod and a copy of its cached status, for the container-level setters.
-    fn pod_and_status(&self, pod_uid: &str, what: &str) -> Option<(Arc<Pod>, PodStatus)> {
+    /// The pod and a copy of its cached status, for the container-level setters (`change`
+    /// names what they set, and of which container, for upstream's lines).
+    fn pod_and_status(&self, pod_uid: &str, change: &ContainerChange) -> Option<(Arc<Pod>, PodStatus)> {
+        let what = change.change.what();
         let Some(pod) = self.pods.pod_by_uid(pod_uid) else {
-            tracing::trace!(pod_uid, "Pod has been deleted, no need to update {what}");
+            tracing::trace!(podUID = pod_uid, "Pod has been deleted, no need to update {what}");
             return None;
         };
         let Some(cached) = self.statuses.get(pod_uid) else {
-            tracing::info!(pod = pod_ref(&pod), pod_uid, "Container {what} changed before pod has synced");
+            tracing::info!(
+                pod = pod_ref(&pod),
+                containerID = change.container_id.to_string(),
+                "Container {what} changed before pod has synced"
+            );
             return None;
         };
         // Not built on an empty status, which would be stored and written back.
@@ -384,7 +414,7 @@ impl StatusManager {
             self.resize.shrink_after_removal();
         }
         if self.statuses.remove(uid).is_some() {
-            tracing::trace!(pod_uid = uid, "Removing pod from status map.");
+            tracing::trace!(podUID = uid, "Removing pod from status map.");
             self.statuses.shrink_after_removal();
             self.views.publish(uid, None);
         }
@@ -602,12 +632,10 @@ fn regenerate_readiness_conditions(pod: &Pod, status: &mut PodStatus) {
 
 /// Replaces the condition of its type in place, or appends it.
 fn replace_or_append(status: &mut PodStatus, type_: &str, condition: PodCondition) {
-    let conditions = status.conditions.get_or_insert_with(Vec::new);
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(existing) => *existing = condition,
-        None => {
-            tracing::info!(condition = type_, "PodStatus missing condition type");
-            conditions.push(condition);
-        }
+    if let Some(existing) = status.conditions.iter_mut().flatten().find(|c| c.type_ == type_) {
+        *existing = condition;
+        return;
     }
+    tracing::info!(conditionType = type_, status = %status_json(status), "PodStatus missing condition type");
+    status.conditions.get_or_insert_with(Vec::new).push(condition);
 }

@@ -23,6 +23,7 @@ use super::rules::{
 };
 use super::syncer::OwnedFields;
 use crate::contracts::PodLookup;
+use crate::format::pod_key;
 use crate::metrics as names;
 use crate::status::equality::ConditionOwnership;
 use crate::status::manager::{VersionedPodStatus, observed_generation};
@@ -106,12 +107,15 @@ impl WriteOutcome {
     /// failed: its GET, its DELETE, or else its PATCH. A failed GET's message starts with `get: `.
     pub fn failure_line(&self) -> &'static str {
         match self {
-            WriteOutcome::Failed(message) if message.starts_with("get: ") => "Failed to get status for pod",
+            WriteOutcome::Failed(message) if message.starts_with("get: ") => FAILED_GET_LINE,
             WriteOutcome::DeleteFailed(_) => "Failed to delete status for pod",
             _ => "Failed to update status for pod",
         }
     }
 }
+
+/// Upstream's line for a write whose GET failed.
+pub const FAILED_GET_LINE: &str = "Failed to get status for pod";
 
 /// What a write reports back to the syncer.
 pub(crate) struct JobResult {
@@ -131,6 +135,9 @@ pub(crate) struct JobResult {
     pub retry_after: Option<std::time::Duration>,
     /// The owned conditions were written alone before the rest (`outcome` is the rest's).
     pub conditions_written: bool,
+    /// With [`WriteOutcome::Recreated`] found by the GET, the UID of the pod now under the
+    /// name (as the pod source knows it), for upstream's line.
+    pub recreated_as: Option<PodUid>,
 }
 
 impl SyncJob {
@@ -146,6 +153,7 @@ impl SyncJob {
             base_version: None,
             retry_after: None,
             conditions_written: false,
+            recreated_as: None,
         };
         let api: Api<ApiPod> = Api::namespaced(self.client.clone(), &result.namespace);
         // The token of the request after the GET (the PATCH, or a DELETE), taken with the GET's:
@@ -174,8 +182,10 @@ impl SyncJob {
                 }
             }
         };
-        if self.source_uid(&base) != self.uid {
+        let source_uid = self.source_uid(&base);
+        if source_uid != self.uid {
             result.outcome = WriteOutcome::Recreated;
+            result.recreated_as = Some(source_uid);
             return result;
         }
         // Nothing to merge into: a pod the structs cannot read is not written (docs/sync.md,
@@ -225,7 +235,7 @@ impl SyncJob {
                 result.outcome = WriteOutcome::Failed(format!("patch: cannot read the pod: {why}"));
                 return result;
             }
-            tracing::debug!(pod_uid = %self.uid, pod = %result.name, "The pod's conditions written alone; the container statuses follow under the precondition");
+            tracing::debug!(pod_uid = %self.uid, pod = %pod_key(&result.namespace, &result.name), "The pod's conditions written alone; the container statuses follow under the precondition");
             base = Arc::new(written);
             result.base_version = resource_version(&base.pod);
             patch = match self.prepared_patch(&base, &api_uid) {
@@ -243,7 +253,11 @@ impl SyncJob {
         }
         let fresh = match patch {
             None => {
-                tracing::debug!(pod_uid = %self.uid, pod = %result.name, "Status for pod is up-to-date");
+                tracing::debug!(
+                    pod = pod_key(&result.namespace, &result.name),
+                    statusVersion = result.version,
+                    "Status for pod is up-to-date"
+                );
                 base
             }
             Some(body) => {
@@ -268,7 +282,7 @@ impl SyncJob {
         }
         result.fresh = Some(fresh.clone());
 
-        if can_be_deleted(&fresh.pod, self.status.pod_is_finished) {
+        if can_be_deleted(&fresh.pod, &self.status) {
             self.take_token(spare.take()).await;
             let params = DeleteParams {
                 grace_period_seconds: Some(0),

@@ -387,6 +387,7 @@ mod tests {
             base_version: merged_into,
             retry_after: None,
             conditions_written: false,
+            recreated_as: None,
         }
     }
 

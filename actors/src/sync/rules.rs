@@ -85,20 +85,24 @@ pub fn is_newer_or_same(pod: &Pod, old: &Pod) -> bool {
 }
 
 /// Upstream `canBeDeleted`: a pod with a deletion timestamp, not a mirror pod, whose API phase
-/// is terminal, and that the kubelet finished (TerminatePod ran).
-pub fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
+/// is terminal, and that the kubelet finished (TerminatePod ran, `local.pod_is_finished`).
+pub fn can_be_deleted(pod: &Pod, local: &VersionedPodStatus) -> bool {
     if pod.metadata.deletion_timestamp.is_none() || is_mirror_pod(pod) {
         return false;
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if !is_terminal_phase(phase) {
+        // The local phase is read from the stored status only for a line that is logged.
         tracing::debug!(
-            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            phase = phase.unwrap_or_default(),
+            localPhase = local.status.decode_logged().and_then(|s| s.phase).unwrap_or_default(),
+            pod = crate::format::pod_ref(pod),
+            podUID = crate::format::pod_uid(pod),
             "Delaying pod deletion as the phase is non-terminal"
         );
         return false;
     }
-    finished
+    local.pod_is_finished
 }
 
 /// Whether the pod is a mirror pod (the API server's copy of a static pod): it has the
@@ -269,8 +273,36 @@ mod tests {
             ("failed", pod(true, "Failed", false), true, true),
         ];
         for (name, pod, finished, want) in cases {
-            assert_eq!(can_be_deleted(&pod, finished), want, "case {name}");
+            assert_eq!(can_be_deleted(&pod, &local("Running", finished)), want, "case {name}");
         }
+    }
+
+    /// The kubelet's own status, as stored, in `phase`.
+    fn local(phase: &str, finished: bool) -> VersionedPodStatus {
+        VersionedPodStatus {
+            version: 1,
+            pod_name: "web".into(),
+            pod_namespace: "default".into(),
+            at: None,
+            pod_is_finished: finished,
+            status: StoredStatus::new(&PodStatus { phase: Some(phase.into()), ..Default::default() }),
+        }
+    }
+
+    /// A deletion held back for the API phase logs upstream's line with its keys, the API's
+    /// phase and the kubelet's own.
+    #[test]
+    fn a_deletion_held_back_logs_both_phases() {
+        let mut held = pod(true, "Running", false);
+        held.metadata.name = Some("web".into());
+        held.metadata.namespace = Some("default".into());
+        held.metadata.uid = Some("u1".into());
+        let (log, _guard) = crate::test_log::Captured::start();
+        assert!(!can_be_deleted(&held, &local("Failed", true)));
+        assert_eq!(
+            log.fields_of("Delaying pod deletion as the phase is non-terminal"),
+            [r#"phase="Running" localPhase="Failed" pod="default/web" podUID="u1""#]
+        );
     }
 
     fn versioned(version: u64) -> VersionedPodStatus {

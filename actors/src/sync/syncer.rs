@@ -61,11 +61,12 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::api_pod::ApiPod;
-use super::job::{JobResult, SyncJob, WriteOutcome};
+use super::job::{FAILED_GET_LINE, JobResult, SyncJob, WriteOutcome};
 use super::pod_sync::{MergeBase, PodSync, merge_base_after};
 use super::rules::resource_version;
 pub use super::rules::{MIRROR_POD_ANNOTATION, can_be_deleted, could_have_running_containers, is_mirror_pod};
 use crate::capacity::ShrinkAfterRemoval;
+use crate::format::pod_key;
 use crate::metrics as names;
 use crate::status::manager::{DeletePodStatus, PodStatusUpdated, SubscribeStatus};
 use crate::vocabulary::PodUid;
@@ -221,7 +222,11 @@ impl StatusSyncer {
             return;
         };
         if self.config.pods.is_static(&uid) && self.api_uid(&uid).is_none() {
-            tracing::trace!(pod_uid = %uid, "Static pod does not have a corresponding mirror pod; skipping");
+            tracing::trace!(
+                podUID = uid.as_str(),
+                pod = pod_key(&status.pod_namespace, &status.pod_name),
+                "Static pod does not have a corresponding mirror pod; skipping"
+            );
             return;
         }
         let key = (status.pod_namespace.clone(), status.pod_name.clone());
@@ -283,10 +288,25 @@ impl StatusSyncer {
             }
             MergeBase::Keep => {}
         }
+        // The pod as upstream's sync lines name it (klog's `KRef`), built only for a line logged.
+        let pod = || pod_key(&result.namespace, &result.name);
         match &result.outcome {
             WriteOutcome::Updated | WriteOutcome::Unchanged => {
                 if result.outcome == WriteOutcome::Updated {
-                    tracing::debug!(pod_uid = %uid, pod = %result.name, version = result.version, "Status for pod updated successfully");
+                    // Upstream logs the status it merged; here the status the server answered
+                    // with, which is that status as written (none when the answer could not be
+                    // read).
+                    match result.fresh.as_ref().and_then(|fresh| fresh.status_json()) {
+                        Some(status) => tracing::debug!(
+                            pod = pod(), statusVersion = result.version, status = %status,
+                            "Status for pod updated successfully"
+                        ),
+                        None => tracing::debug!(
+                            pod = pod(),
+                            statusVersion = result.version,
+                            "Status for pod updated successfully"
+                        ),
+                    }
                 }
                 if let Some(since) = settled.synced_since {
                     let seconds = since.elapsed().as_secs_f64();
@@ -294,10 +314,15 @@ impl StatusSyncer {
                 }
             }
             WriteOutcome::NotFound => {
-                tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod does not exist on the server");
+                tracing::debug!(podUID = uid.as_str(), pod = pod(), "Pod does not exist on the server");
             }
             WriteOutcome::Recreated => {
-                tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod was deleted and then recreated, skipping status update");
+                tracing::debug!(
+                    pod = pod(),
+                    oldPodUID = uid.as_str(),
+                    podUID = result.recreated_as.as_deref().unwrap_or_default(),
+                    "Pod was deleted and then recreated, skipping status update"
+                );
                 self.forget(&uid, &key, ctx);
                 self.config.status_manager.delete.do_send(DeletePodStatus(uid.clone()));
             }
@@ -306,10 +331,10 @@ impl StatusSyncer {
                 let reconciles =
                     self.pods.get(&uid).and_then(|pod| pod.rejected).map_or(1, |r| r.reconciles_left + 1);
                 let retry_in = self.config.reconcile_period * reconciles;
-                tracing::info!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, error = %message, retry_in = ?retry_in, "Failed to update status for pod");
+                tracing::info!(pod = pod(), err = message.as_str(), retry_in = ?retry_in, "Failed to update status for pod");
             }
             WriteOutcome::Deleted => {
-                tracing::debug!(pod_uid = %uid, pod = %result.name, "Pod fully terminated and removed from etcd");
+                tracing::debug!(pod = pod(), "Pod fully terminated and removed from etcd");
                 self.forget(&uid, &key, ctx);
                 self.config.status_manager.delete.do_send(DeletePodStatus(uid.clone()));
             }
@@ -322,19 +347,25 @@ impl StatusSyncer {
                         "409 Conflict on {count} writes in a row: the pod changed since each copy the status was merged into"
                     );
                     let retry_in = wait.unwrap_or_default();
-                    tracing::info!(pod_uid = %uid, pod = %result.name, namespace = %result.namespace, error = %error, retry_in = ?retry_in, "Failed to update status for pod");
+                    tracing::info!(pod = pod(), err = error.as_str(), retry_in = ?retry_in, "Failed to update status for pod");
                 }
                 (None, None) => {
-                    tracing::debug!(pod_uid = %uid, pod = %result.name, "The pod changed since the copy the status was merged into; merging again into the newer copy seen meanwhile");
+                    tracing::debug!(pod_uid = %uid, pod = %pod(), "The pod changed since the copy the status was merged into; merging again into the newer copy seen meanwhile");
                 }
                 (None, Some(wait)) => {
-                    tracing::debug!(pod_uid = %uid, pod = %result.name, retry_in = ?wait, "The pod changed since the copy the status was merged into; merging again");
+                    tracing::debug!(pod_uid = %uid, pod = %pod(), retry_in = ?wait, "The pod changed since the copy the status was merged into; merging again");
                 }
             },
             WriteOutcome::Failed(message) | WriteOutcome::DeleteFailed(message) => {
                 let retry_in = settled.retry_in.unwrap_or_default();
                 let line = result.outcome.failure_line();
-                tracing::info!(pod_uid = %uid, pod = %result.name, error = %message, retry_in = ?retry_in, "{line}");
+                // Upstream's failed GET names the pod's UID too; its failed PATCH and DELETE
+                // do not.
+                if line == FAILED_GET_LINE {
+                    tracing::info!(podUID = uid.as_str(), pod = pod(), err = message.as_str(), retry_in = ?retry_in, "{line}");
+                } else {
+                    tracing::info!(pod = pod(), err = message.as_str(), retry_in = ?retry_in, "{line}");
+                }
             }
         }
         let dirty = match self.pods.get_mut(&uid) {

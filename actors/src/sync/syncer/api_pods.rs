@@ -87,7 +87,7 @@ impl Handler<ApiPodListed> for StatusSyncer {
         let uid = source_uid(self.config.pods.as_ref(), &pod.pod);
         tracing::debug!(
             pod_uid = %uid,
-            pod = %key.1,
+            pod = %crate::format::pod_key(&key.0, &key.1),
             listed = ?resource_version(&pod.pod),
             held = ?self.api_pods.get(&key).and_then(|held| resource_version(&held.pod)),
             "A list gave an older copy of the pod than the one held; reading it again before the next write"
@@ -124,7 +124,7 @@ impl StatusSyncer {
         if let Some(held) = self.pods.get_mut(&uid)
             && !held.admits_copy(resource_version(&pod.pod))
         {
-            tracing::trace!(pod_uid = %uid, pod = %key.1, "Watch event no newer than the copy a write conflicted with; not a merge base");
+            tracing::trace!(pod_uid = %uid, pod = %crate::format::pod_key(&key.0, &key.1), "Watch event no newer than the copy a write conflicted with; not a merge base");
             return;
         }
         // A fresher copy is what a conflicting write waits for.

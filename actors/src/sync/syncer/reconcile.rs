@@ -66,13 +66,16 @@ impl StatusSyncer {
             let key = (status.pod_namespace.clone(), status.pod_name.clone());
             let api_pod = self.api_pods.get(&key);
             let behind = pod.written_to(&api_uid).is_none_or(|v| v < status.version);
-            let deletable = api_pod.is_some_and(|p| can_be_deleted(&p.pod, status.pod_is_finished));
+            let deletable = api_pod.is_some_and(|p| can_be_deleted(&p.pod, status));
             if behind || deletable {
                 queue.push(uid.clone());
             } else if let Some(api_pod) = api_pod
                 && self.drifted(&api_pod.pod, status)
             {
-                tracing::debug!(pod_uid = %uid, pod = %status.pod_name, "Pod status is inconsistent with cached status for pod, a reconciliation should be triggered");
+                tracing::debug!(
+                    pod = crate::format::pod_key(&status.pod_namespace, &status.pod_name),
+                    "Pod status is inconsistent with cached status for pod, a reconciliation should be triggered"
+                );
                 queue.push(uid.clone());
             }
         }
