@@ -326,12 +326,19 @@ impl Engine {
         let looked = !is_terminal(runtime_status.phase.as_deref());
         if looked {
             stored = self.pipeline.pod_status(&uid).await?;
-            let finished = [stored.as_deref(), pod.status.as_ref()]
-                .into_iter()
-                .flatten()
-                .find(|status| is_terminal(status.phase.as_deref()));
-            if let Some(finished) = finished {
-                tracing::debug!(pod_uid = %uid, phase = ?finished.phase, "Status manager phase was terminal, updating phase to match");
+            // Upstream's line says whose phase was terminal: the status manager's copy first.
+            let finished = [
+                (stored.as_deref(), "Status manager phase was terminal, updating phase to match"),
+                (pod.status.as_ref(), "API phase was terminal, updating phase to match"),
+            ]
+            .into_iter()
+            .find_map(|(status, line)| status.filter(|s| is_terminal(s.phase.as_deref())).map(|s| (s, line)));
+            if let Some((finished, line)) = finished {
+                tracing::trace!(
+                    pod = probelet_actors::format::pod_ref(&pod),
+                    phase = finished.phase.as_deref().unwrap_or_default(),
+                    "{line}"
+                );
                 runtime_status.phase = finished.phase.clone();
                 runtime_status.reason = finished.reason.clone();
                 runtime_status.message = finished.message.clone();

@@ -147,8 +147,10 @@ pub struct LogRecorder;
 impl EventRecorder for LogRecorder {
     fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
         tracing::info!(
-            pod = object.name.as_deref().unwrap_or(""),
-            namespace = object.namespace.as_deref().unwrap_or(""),
+            pod = crate::format::pod_key(
+                object.namespace.as_deref().unwrap_or_default(),
+                object.name.as_deref().unwrap_or_default()
+            ),
             field_path = object.field_path.as_deref().unwrap_or(""),
             event_type = event_type.as_str(),
             reason,

@@ -153,7 +153,7 @@ impl ClusterHost {
         if turned_off.is_empty() {
             if only_owned {
                 tracing::trace!(
-                    pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                    pod = %probelet_actors::format::pod_ref(&pod),
                     "Pod update changed only the fields the agent writes; not syncing"
                 );
             }
@@ -172,7 +172,7 @@ impl ClusterHost {
             }
             if !resets.is_empty() {
                 tracing::debug!(
-                    pod = pod.metadata.name.as_deref().unwrap_or_default(),
+                    pod = %probelet_actors::format::pod_ref(&pod),
                     resets = resets.len(),
                     "Another writer reset the container readiness the agent wrote; writing it again"
                 );
@@ -301,11 +301,13 @@ impl ClusterHost {
     fn liveness_failed(&mut self, change: &ProbeResultChanged, ctx: &mut Context<Self>) {
         let Some(pod) = self.pods.pod_by_uid(&change.pod_uid) else { return };
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        // The pod as every log line names it; the name alone is the DELETE's.
+        let pod_label = probelet_actors::format::pod_ref(&pod);
         let Some(container) = running_container(&pod, &change.container_id) else {
-            tracing::debug!(pod = %pod_name, container_id = %change.container_id, probe_kind = %change.kind, "Probe failure of a container that is not running; nothing to kill");
+            tracing::debug!(pod = %pod_label, container_id = %change.container_id, probe_kind = %change.kind, "Probe failure of a container that is not running; nothing to kill");
             return;
         };
-        tracing::info!(pod = %pod_name, container = %container, container_id = %change.container_id, probe_kind = %change.kind, "Container failed its probe");
+        tracing::info!(pod = %pod_label, container = %container, container_id = %change.container_id, probe_kind = %change.kind, "Container failed its probe");
         if self.liveness_action != LivenessAction::DeletePod || pod.metadata.deletion_timestamp.is_some() {
             return;
         }
@@ -339,11 +341,11 @@ impl ClusterHost {
                     Ok(Ok(_)) => return true,
                     Ok(Err(err)) => match delete_failure(&err) {
                         DeleteFailure::Settled => {
-                            tracing::debug!(pod = %pod_name, error = %err, "Pod already gone or replaced; nothing to delete");
+                            tracing::debug!(pod = %pod_label, error = %err, "Pod already gone or replaced; nothing to delete");
                             return true;
                         }
                         DeleteFailure::Permanent => {
-                            tracing::error!(pod = %pod_name, error = %err, "Failed to delete the pod after its liveness probe failed");
+                            tracing::error!(pod = %pod_label, error = %err, "Failed to delete the pod after its liveness probe failed");
                             return false;
                         }
                         DeleteFailure::Transient => {
@@ -356,7 +358,7 @@ impl ClusterHost {
                     Err(_) => format!("no answer within {}s", DELETE_TIMEOUT.as_secs()),
                 };
                 let wait = backoff.next_delay().max(asked);
-                tracing::info!(pod = %pod_name, error = %err, retry_in = ?wait, "Failed to delete the pod after its liveness probe failed; retrying");
+                tracing::info!(pod = %pod_label, error = %err, retry_in = ?wait, "Failed to delete the pod after its liveness probe failed; retrying");
                 tokio::time::sleep(wait).await;
                 // The watch shows what the failed attempt cannot: the pod is gone, someone else
                 // is deleting it, or the failed container is no longer the one running.

@@ -78,7 +78,10 @@ impl EventRecorder for CoreEventRecorder {
         };
         let Some(correlated) = correlated else {
             tracing::debug!(
-                pod = object.name.as_deref().unwrap_or_default(),
+                pod = %probelet_actors::format::pod_key(
+                    object.namespace.as_deref().unwrap_or_default(),
+                    object.name.as_deref().unwrap_or_default()
+                ),
                 reason,
                 "Event dropped: too many events about this object"
             );

@@ -87,10 +87,9 @@ impl EventLog {
 
 impl EventRecorder for EventLog {
     fn record(&self, object: &ObjectReference, event_type: EventType, reason: &str, message: &str) {
-        let pod = format!(
-            "{}/{}",
+        let pod = probelet_actors::format::pod_key(
             object.namespace.as_deref().unwrap_or_default(),
-            object.name.as_deref().unwrap_or_default()
+            object.name.as_deref().unwrap_or_default(),
         );
         let field = object.field_path.as_deref().unwrap_or_default();
         let now_time = self.clock.now();

@@ -232,7 +232,7 @@ impl GateHost {
             };
             entry.annotation = Some(annotation);
             if let Err(why) = &entry.probes {
-                tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or_default(), pod_uid = %uid, "{why}");
+                tracing::warn!(pod = %probelet_actors::format::pod_ref(&pod), pod_uid = %uid, "{why}");
                 self.recorder.record(&pod_reference(&pod), EventType::Warning, REASON_INVALID_PROBES, why);
             }
         }
@@ -389,7 +389,7 @@ impl GateHost {
         ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
             let Some(entry) = act.gated.get_mut(&uid) else { return };
             entry.writing = false;
-            let pod_name = entry.pod.metadata.name.clone().unwrap_or_default();
+            let pod_name = probelet_actors::format::pod_ref(&entry.pod);
             match result {
                 Ok(version) => {
                     tracing::debug!(pod = %pod_name, pod_uid = %uid, status = %condition.status, reason = ?condition.reason, "Wrote the readiness gate condition");
