@@ -3,7 +3,7 @@
 //! `generateAPIPodStatus` keeps it), a pod without a UID and one with two containers of one name
 //! (refused), and an engine started outside an actix system; under
 //! RestartAllContainersOnContainerExits, `Initialized` staying True once it was. Paused tokio
-//! time.
+//! time. The terminal phase kept is logged with upstream's line for whose phase it was.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use probelet_test_support as support;
@@ -51,8 +51,18 @@ async fn a_running_status_after_the_pod_failed_keeps_the_terminal_phase() {
     assert_eq!(failed.phase.as_deref(), Some("Failed"));
 
     // A stale report of the container still running.
+    let log = Log::default();
+    let guard = log.capture();
     let late = engine.sync_pod(pod.clone(), runtime("Running", None)).await.unwrap();
+    drop(guard);
     assert_eq!((late.phase.as_deref(), late.reason.as_deref()), (Some("Failed"), Some("DeadlineExceeded")));
+    // Upstream's line, at trace (verbosity 4), with its keys.
+    assert_eq!(
+        log.lines_with("phase was terminal"),
+        [
+            r#"TRACE Status manager phase was terminal, updating phase to match pod="default/done" phase="Failed""#
+        ]
+    );
     let ready = late.conditions.iter().flatten().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("PodFailed")));
     advance(std::time::Duration::from_secs(5)).await;
@@ -68,8 +78,49 @@ async fn a_terminal_phase_on_the_api_servers_copy_stays_too() {
     pod.status = Some(PodStatus { phase: Some("Succeeded".into()), ..Default::default() });
     let pod = Arc::new(pod);
     pods.upsert(pod.clone());
+    let log = Log::default();
+    let guard = log.capture();
     let stored = engine.sync_pod(pod.clone(), runtime("Running", None)).await.unwrap();
+    drop(guard);
     assert_eq!(stored.phase.as_deref(), Some("Succeeded"));
+    // The API server's phase was kept: upstream's line for that says so.
+    assert_eq!(
+        log.lines_with("phase was terminal"),
+        [r#"TRACE API phase was terminal, updating phase to match pod="default/api-done" phase="Succeeded""#]
+    );
+}
+
+/// What a log subscriber on the test's thread writes.
+#[derive(Clone, Default)]
+struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        let all = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        all.lines().filter(|l| l.contains(text)).map(|l| l.trim().to_owned()).collect()
+    }
 }
 
 #[actix::test]

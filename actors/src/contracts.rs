@@ -271,3 +271,28 @@ impl PodLookup for PodRegistry {
         self.pods.read().ok().and_then(|p| p.get(uid).cloned())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event written to the log names its pod as every line does, `namespace/name`, in one
+    /// field (before, the name and the namespace were two).
+    #[test]
+    fn the_log_recorder_names_the_pod_as_every_line_does() {
+        let object = ObjectReference {
+            namespace: Some("default".into()),
+            name: Some("web".into()),
+            field_path: Some("spec.containers{app}".into()),
+            ..Default::default()
+        };
+        let (log, _guard) = crate::test_log::Captured::start();
+        LogRecorder.record(&object, EventType::Warning, "Unhealthy", "Readiness probe failed: x");
+        assert_eq!(
+            log.fields_of("Readiness probe failed: x"),
+            [
+                r#"pod="default/web" field_path="spec.containers{app}" event_type="Warning" reason="Unhealthy""#
+            ]
+        );
+    }
+}
