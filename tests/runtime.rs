@@ -595,6 +595,102 @@ async fn a_restart_of_all_containers_kills_them_one_after_another_regular_first(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A pod `Never` whose regular `first` and `second` ignore TERM (each kill takes the whole
+/// grace period) and whose `trigger` exits 42 — answered by `RestartAllContainers` — once both
+/// run, and then runs.
+fn two_stubborn_restart_pod(dir: &Path, name: &str) -> Pod {
+    let stubborn = |c: &str| {
+        sh(
+            c,
+            &format!(
+                "trap '' TERM; touch {}; while true; do sleep 0.1; done",
+                dir.join(format!("{c}-ready")).display()
+            ),
+        )
+    };
+    let mut trigger = restarting_all_on_42(sh(
+        "trigger",
+        &format!(
+            "if [ -e {m} ]; then exec sleep 1000; fi; \
+             while [ ! -e {d}/first-ready ] || [ ! -e {d}/second-ready ]; do sleep 0.05; done; touch {m}; exit 42",
+            m = dir.join("triggered").display(),
+            d = dir.display()
+        ),
+    ));
+    trigger.restart_policy = Some("Never".into());
+    with_containers(pod(name, "Never"), vec![stubborn("first"), stubborn("second"), trigger])
+}
+
+/// A liveness failure of a container that the restart of all containers has not killed yet is
+/// not a kill of its own: upstream's pod sync that restarts all containers takes that branch of
+/// `computePodActions` alone (the probe's result is never read in it, and is keyed by the old
+/// container ID after it), so the container is killed in its turn, with the restart's `killing`
+/// and 2 s, not the probe's message and grace period (30 s here, which held the whole restart).
+#[actix::test]
+async fn a_probe_kill_during_a_restart_of_all_containers_is_the_restarts_kill() {
+    let mut h = restart_all_harness();
+    let dir = temp_dir("restart-all-probe-kill");
+    let pod = two_stubborn_restart_pod(&dir, "restart-all-probe-kill");
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let seen =
+        h.wait_for(&id, "trigger exited", |s| terminated(named(&s.containers, "trigger")).is_some()).await;
+    wait_for_killing(&h, &id, "first").await;
+    let second_id = named(&seen.containers, "second").container_id.clone().unwrap();
+    h.runtime
+        .send(KillContainer {
+            pod_uid: id.as_str().into(),
+            container: "second".into(),
+            container_id: Some(ContainerId::parse(&second_id)),
+            message: "Container second failed liveness probe, will be restarted".into(),
+            grace: Duration::from_secs(30),
+            restart: true,
+        })
+        .await
+        .unwrap();
+    h.wait_for(&id, "everything restarted", |s| {
+        ["first", "second", "trigger"].iter().all(|n| {
+            let c = named(&s.containers, n);
+            running(c) && c.restart_count == 1
+        })
+    })
+    .await;
+    assert_eq!(
+        h.events_for("second").iter().filter(|e| e.contains("Killing")).collect::<Vec<_>>(),
+        ["Normal Killing killing"]
+    );
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The agent stopped while a restart of all containers kills them one after another (its
+/// `KillPod`): every container stops within the pod's grace period, none starts again, nothing
+/// is removed (the stopped containers show terminated), and the restart's kill in flight is
+/// only waited for.
+#[actix::test]
+async fn a_pod_killed_during_a_restart_of_all_containers_stops_and_restarts_nothing() {
+    let mut h = restart_all_harness();
+    let dir = temp_dir("restart-all-kill-pod");
+    let pod = two_stubborn_restart_pod(&dir, "restart-all-kill-pod");
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "trigger exited", |s| terminated(named(&s.containers, "trigger")).is_some()).await;
+    wait_for_killing(&h, &id, "first").await;
+    let began = Instant::now();
+    h.kill_pod(&id, Duration::from_secs(1)).await;
+    assert!(began.elapsed() < Duration::from_secs(5), "KillPod took {:?}", began.elapsed());
+    // Whatever a late timer would start, it starts within this.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = h.status(&id).await.unwrap();
+    for name in ["first", "second", "trigger"] {
+        let c = named(&status.containers, name);
+        assert!(terminated(c).is_some(), "{name}: {c:#?}");
+        assert_eq!(c.restart_count, 0, "{name}");
+    }
+    assert!(status.in_runtime.iter().all(|(_, code)| code.is_some()), "{:?}", status.in_runtime);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// While its containers are killed a pod restarting all of them shows the status read when
 /// the restart began: upstream generates no status in the sync that kills and removes them.
 /// Read after `slow` was killed (its `quick` is being killed), `slow` still shows running.

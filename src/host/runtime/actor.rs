@@ -649,6 +649,16 @@ impl Handler<KillContainer> for ProcessRuntime {
     type Result = ();
 
     fn handle(&mut self, msg: KillContainer, ctx: &mut Context<Self>) {
+        // Upstream's sync of a pod restarting all its containers kills them by that restart
+        // alone, in its order and with its grace (docs/prober.md §3.11 step 2): a probe's
+        // failure is not read in it, and after it names an instance that is gone.
+        if let Some(state) = self.pods.get(&msg.pod_uid)
+            && !state.terminating
+            && matches!(state.restart_all, Some(RestartAll::Seen | RestartAll::Killing))
+        {
+            tracing::debug!(pod_uid = %msg.pod_uid, container = %msg.container, "kill asked for a container of a pod restarting all its containers: the restart kills it");
+            return;
+        }
         let Some(slot) = self.slot_mut(&msg.pod_uid, &msg.container) else { return };
         let (Current::Running(running) | Current::Starting(running)) = &slot.current else {
             tracing::debug!(pod_uid = %msg.pod_uid, container = %msg.container, "kill asked for a container that is not running");
