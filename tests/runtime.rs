@@ -1686,6 +1686,35 @@ async fn a_back_off_longer_than_the_resync_interval_records_back_off_at_each_res
     h.kill_pod(&id, Duration::from_secs(5)).await;
 }
 
+/// A pod killed (the agent's stop) or forgotten in the middle of a long back-off's cut wait
+/// leaves no timer: no `BackOff` or try comes after, and a pod of the same UID synced again
+/// starts afresh rather than being found backing off by the old timer.
+#[actix::test]
+async fn a_pod_stopped_during_a_cut_back_off_wait_hears_nothing_more_from_it() {
+    tokio::time::pause();
+    let mut h = Harness::with_backoff(Duration::from_secs(100), Duration::from_secs(300));
+    let pod = with_containers(pod("cut-stop", "Always"), vec![container("app", &[NO_SUCH, "x"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "backing off", |s| waiting(app(s)).is_some_and(|(r, _)| r == "CrashLoopBackOff")).await;
+    // Into the wait's second piece (cut at 60 s).
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    let before = h.events_for("app").len();
+    assert_eq!(h.events_for("app").iter().filter(|e| e.contains("BackOff")).count(), 2);
+    let began = Instant::now();
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    assert_eq!(began.elapsed(), Duration::ZERO, "KillPod waited on the back-off timer");
+    h.runtime.send(ForgetPod(id.as_str().into())).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    assert_eq!(h.events_for("app").len(), before, "{:?}", h.events_for("app"));
+    // The same UID again: a fresh pod, tried at once.
+    h.sync(&pod).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let again = &h.events_for("app")[before..];
+    assert!(again.iter().any(|e| e.starts_with("Warning Failed")), "{again:?}");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
 #[actix::test]
 async fn an_unknown_executable_under_never_ends_with_start_error() {
     unknown_executable_under_never(Harness::new()).await;
