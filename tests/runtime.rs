@@ -688,6 +688,49 @@ async fn a_pod_killed_during_a_restart_of_all_containers_stops_and_restarts_noth
         assert_eq!(c.restart_count, 0, "{name}");
     }
     assert!(status.in_runtime.iter().all(|(_, code)| code.is_some()), "{:?}", status.in_runtime);
+    let killings = |name: &str| -> Vec<String> {
+        h.events_for(name).into_iter().filter(|e| e.contains("Killing")).collect()
+    };
+    assert_eq!(killings("first"), ["Normal Killing killing"], "the kill in flight, once");
+    assert_eq!(killings("second"), ["Normal Killing Stopping container second"]);
+    assert_eq!(killings("trigger"), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A container killed by a restart of all containers whose own rule answers that kill's exit
+/// code (143, `NotIn [0]`) with `RestartAllContainers` does not set a second restart off: its
+/// exit is removed with it, as upstream removes every container before it reads the runtime
+/// again.
+#[actix::test]
+async fn a_kill_by_the_restart_matching_a_restart_all_rule_does_not_restart_all_again() {
+    let mut h = restart_all_harness();
+    let dir = temp_dir("restart-all-again");
+    let mut pod = restart_all_pod(&dir);
+    let app_spec = &mut pod.spec.as_mut().unwrap().containers[0];
+    app_spec.restart_policy_rules = serde_json::from_value(
+        serde_json::json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "NotIn", "values": [0]}}]),
+    )
+    .unwrap();
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    let restarted = h
+        .wait_for(&id, "everything restarted", |s| {
+            ["app", "trigger"].iter().all(|n| {
+                let c = named(&s.containers, n);
+                running(c) && c.restart_count == 1
+            })
+        })
+        .await;
+    // Past the pace of restarts (a second), reading the status as a host does.
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        h.status(&id).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let later = h.status(&id).await.unwrap();
+    assert_eq!(app(&later).container_id, app(&restarted).container_id, "{later:#?}");
+    assert_eq!(std::fs::read_to_string(dir.join("init-runs")).unwrap(), "run\nrun\n");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
