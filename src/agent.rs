@@ -699,22 +699,34 @@ type ForcedStopKills = (ContainerGroups, Option<Arc<OrphanReaper>>);
 
 impl ShutdownSignals {
     fn listen() -> Result<ShutdownSignals, AgentError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(AgentError::SignalWatcher)?;
-        let signals = {
-            let _watcher_runtime = runtime.enter();
-            Signals::new()
-        };
         let (stage, terminating) = tokio::sync::watch::channel(ShutdownStage::Running);
         let (handoff, handed) = oneshot::channel();
-        std::thread::Builder::new()
-            .name("probelet-signals".to_owned())
-            .spawn(move || runtime.block_on(watch_signals(signals, stage, handed)))
-            .map_err(AgentError::SignalWatcher)?;
+        spawn_signal_watcher(move |signals| watch_signals(signals, stage, handed))?;
         Ok(ShutdownSignals { stage: terminating, handoff })
     }
+}
+
+/// Listens for the signals that stop the agent from now on, and runs `watch` on them on a
+/// thread and a runtime of its own: the agent's threads may all be busy (or blocked, as during
+/// a credential plugin's run) when a signal comes.
+fn spawn_signal_watcher<W, F>(watch: W) -> Result<(), AgentError>
+where
+    W: FnOnce(Signals) -> F + Send + 'static,
+    F: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AgentError::SignalWatcher)?;
+    let signals = {
+        let _watcher_runtime = runtime.enter();
+        Signals::new()
+    };
+    std::thread::Builder::new()
+        .name("probelet-signals".to_owned())
+        .spawn(move || runtime.block_on(watch(signals)))
+        .map_err(AgentError::SignalWatcher)?;
+    Ok(())
 }
 
 /// The watcher's thread. The first signal moves the stage to `Stopping` (the main thread then
@@ -882,20 +894,9 @@ const STOPPED_DURING_START_UP: &str = "probelet: stopped during start-up, nothin
 
 impl ClusterSignals {
     pub(crate) fn listen() -> Result<ClusterSignals, AgentError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(AgentError::SignalWatcher)?;
-        let signals = {
-            let _watcher_runtime = runtime.enter();
-            Signals::new()
-        };
         let (started, starting) = oneshot::channel();
         let (stopping, stop) = oneshot::channel();
-        std::thread::Builder::new()
-            .name("probelet-signals".to_owned())
-            .spawn(move || runtime.block_on(watch_cluster_signals(signals, starting, stopping)))
-            .map_err(AgentError::SignalWatcher)?;
+        spawn_signal_watcher(move |signals| watch_cluster_signals(signals, starting, stopping))?;
         Ok(ClusterSignals { started, stop })
     }
 

@@ -17,6 +17,7 @@ use probelet::contracts::PodRegistry;
 use probelet::prober::ProbeKind;
 use probelet::{Engine, Feature, FeatureGates, SyncPodError};
 use support::kubelet::{advance, epoch};
+use support::log::CapturedLog;
 use support::pods::{probe, running, terminated, test_pod, waiting};
 
 fn start() -> (Engine, PodRegistry) {
@@ -51,8 +52,8 @@ async fn a_running_status_after_the_pod_failed_keeps_the_terminal_phase() {
     assert_eq!(failed.phase.as_deref(), Some("Failed"));
 
     // A stale report of the container still running.
-    let log = Log::default();
-    let guard = log.capture();
+    let log = CapturedLog::default();
+    let guard = log.capture_at(tracing::Level::TRACE);
     let late = engine.sync_pod(pod.clone(), runtime("Running", None)).await.unwrap();
     drop(guard);
     assert_eq!((late.phase.as_deref(), late.reason.as_deref()), (Some("Failed"), Some("DeadlineExceeded")));
@@ -78,8 +79,8 @@ async fn a_terminal_phase_on_the_api_servers_copy_stays_too() {
     pod.status = Some(PodStatus { phase: Some("Succeeded".into()), ..Default::default() });
     let pod = Arc::new(pod);
     pods.upsert(pod.clone());
-    let log = Log::default();
-    let guard = log.capture();
+    let log = CapturedLog::default();
+    let guard = log.capture_at(tracing::Level::TRACE);
     let stored = engine.sync_pod(pod.clone(), runtime("Running", None)).await.unwrap();
     drop(guard);
     assert_eq!(stored.phase.as_deref(), Some("Succeeded"));
@@ -88,39 +89,6 @@ async fn a_terminal_phase_on_the_api_servers_copy_stays_too() {
         log.lines_with("phase was terminal"),
         [r#"TRACE API phase was terminal, updating phase to match pod="default/api-done" phase="Succeeded""#]
     );
-}
-
-/// What a log subscriber on the test's thread writes.
-#[derive(Clone, Default)]
-struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .without_time()
-            .with_target(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn lines_with(&self, text: &str) -> Vec<String> {
-        let all = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        all.lines().filter(|l| l.contains(text)).map(|l| l.trim().to_owned()).collect()
-    }
 }
 
 #[actix::test]

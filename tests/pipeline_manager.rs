@@ -24,6 +24,7 @@ use probelet::status::POD_READY;
 use support::kubelet::{
     DrainLog, Harness, ResultLog, advance, aged_harness, epoch, run_for, settle, started_harness, wall,
 };
+use support::log::CapturedLog;
 use support::pods::{PodBuilder, probe, running, test_pod};
 
 use ProbeKind::{Liveness, Readiness, Startup};
@@ -90,7 +91,7 @@ async fn add_pod_twice_keeps_one_worker_per_probe() {
 /// keys (`pod`, `containerName`). Before, "Probe already exists for container".
 #[actix::test]
 async fn add_pod_of_an_existing_probe_logs_upstreams_line() {
-    let log = ThreadLog::default();
+    let log = CapturedLog::default();
     let _guard = log.capture_at(tracing::Level::TRACE);
     let (h, _) = started_harness().await;
     let pod = test_pod("again").container("app").with_probe("app", Readiness, probe(10, 1, 3)).build();
@@ -674,42 +675,6 @@ async fn a_manager_whose_workers_and_host_are_gone_stops() {
 
 // === invalid pods ===
 
-/// Log lines written on this thread while the guard lives (the prober manager runs on the
-/// test's arbiter thread), plain text.
-#[derive(Clone, Default)]
-struct ThreadLog(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for ThreadLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl ThreadLog {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        self.capture_at(tracing::Level::WARN)
-    }
-
-    fn capture_at(&self, level: tracing::Level) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn lines_with(&self, text: &str) -> Vec<String> {
-        let all = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        all.lines().filter(|l| l.contains(text)).map(str::to_owned).collect()
-    }
-}
-
 /// `pod` with its container `from` renamed `to` (the builder names each container once).
 fn renamed(pod: Arc<Pod>, from: &str, to: &str) -> Arc<Pod> {
     let mut pod = Arc::unwrap_or_clone(pod);
@@ -730,8 +695,8 @@ fn renamed(pod: Arc<Pod>, from: &str, to: &str) -> Arc<Pod> {
 /// a pod, and a warn log names the pod and the name; the manager goes on with other pods.
 #[actix::test]
 async fn a_pod_with_two_containers_of_one_name_gets_no_workers() {
-    let log = ThreadLog::default();
-    let _guard = log.capture();
+    let log = CapturedLog::default();
+    let _guard = log.capture_at(tracing::Level::WARN);
     let (h, _) = started_harness().await;
     let regular = test_pod("twins")
         .container("app")

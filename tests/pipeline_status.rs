@@ -29,6 +29,7 @@ use probelet::status::manager::{
 use probelet::status::stored::StoredStatus;
 use probelet::status::{CONTAINERS_READY, POD_READY};
 use support::kubelet::{Harness, advance, epoch, start_pipeline};
+use support::log::CapturedLog;
 use support::pods::{running, terminated, test_pod, waiting};
 
 // === helpers ===
@@ -525,16 +526,8 @@ fn gated_status(gate: Option<&str>, conditions: bool) -> PodStatus {
 /// captured.
 #[actix::test]
 async fn the_status_manager_logs_upstreams_lines_at_their_levels() {
-    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let writer = LineWriter(lines.clone());
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .without_time()
-        .with_target(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let log = CapturedLog::default();
+    let _guard = log.capture_at(tracing::Level::TRACE);
     tokio::time::pause();
     let h = Harness::start();
     let sm = &h.pipeline.status_manager;
@@ -553,11 +546,8 @@ async fn the_status_manager_logs_upstreams_lines_at_their_levels() {
     assert_eq!(version(&h.pipeline, &uid(&web)).await, Some(1));
 
     let level_of = |message: &str| -> Vec<String> {
-        let all = lines.lock().unwrap().concat();
-        all.lines()
-            .filter(|l| l.contains(message))
-            .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
-            .collect()
+        let lines = log.lines_with(message);
+        lines.iter().map(|l| l.split_whitespace().next().unwrap_or_default().to_owned()).collect()
     };
     let cases = [
         ("Ignoring same status for pod", "DEBUG", r#"pod="default/ghost" status={"#),
@@ -573,32 +563,17 @@ async fn the_status_manager_logs_upstreams_lines_at_their_levels() {
             r#"pod="default/web" containerID="cri://nope""#,
         ),
     ];
-    let all = lines.lock().unwrap().concat();
     for (message, level, fields) in cases {
         assert_eq!(level_of(message), [level], "{message}");
         // klog's keys, in upstream's order, right after the message: no other key before them.
-        let line = all.lines().find(|l| l.contains(message)).unwrap_or_default();
+        let line = log.lines_with(message).into_iter().next().unwrap_or_default();
         assert!(line.contains(&format!("{message} {fields}")), "{line}");
     }
     // The status is written as klog writes a struct, its JSON.
-    let ignored = all.lines().find(|l| l.contains("Ignoring same status for pod")).unwrap_or_default();
+    let ignored = log.lines_with("Ignoring same status for pod").into_iter().next().unwrap_or_default();
     let json = ignored.split_once(" status=").map(|(_, json)| json.trim()).unwrap_or_default();
     let status: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(status["phase"], "Running", "{ignored}");
-}
-
-/// Collects what a log subscriber writes.
-#[derive(Clone)]
-struct LineWriter(Arc<std::sync::Mutex<Vec<String>>>);
-
-impl std::io::Write for LineWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().push(String::from_utf8_lossy(buf).into_owned());
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[actix::test]

@@ -36,6 +36,7 @@ use probelet_actors::sync::syncer::{
 };
 use serde_json::{Value, json};
 use support::apiserver::{Fault, FaultKind, FaultMatcher, FaultTimes};
+use support::log::CapturedLog;
 use support::pods::{running, terminated, test_pod, waiting};
 use support::syncer::{
     NS, SyncTest, bound, bounded, condition_status, container, eventually, owned_conditions, pod_path,
@@ -128,19 +129,9 @@ async fn a_pod_of_that_name_with_another_uid_drops_the_status() {
 #[actix::test]
 async fn a_written_status_and_a_failed_get_are_logged_with_upstreams_lines() {
     bounded(LIMIT, async {
-        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-        let writer = LineWriter(lines.clone());
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .without_time()
-            .with_writer(move || writer.clone())
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
-        let logged = |text: &str| -> Vec<String> {
-            let all = lines.lock().unwrap().concat();
-            all.lines().filter(|l| l.contains(text)).map(|l| l.trim().to_owned()).collect()
-        };
+        let log = CapturedLog::default();
+        let _guard = log.capture_at(tracing::Level::DEBUG);
+        let logged = |text: &str| log.lines_with(text);
 
         let t = SyncTest::start().await;
         let syncer = t.syncer().await;
@@ -182,20 +173,6 @@ async fn a_written_status_and_a_failed_get_are_logged_with_upstreams_lines() {
         assert!(logged("Failed to update status for pod").is_empty(), "a failed GET is no failed update");
     })
     .await;
-}
-
-/// Collects what a log subscriber writes.
-#[derive(Clone)]
-struct LineWriter(Arc<Mutex<Vec<String>>>);
-
-impl std::io::Write for LineWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().push(String::from_utf8_lossy(buf).into_owned());
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Our merge base is a cache, and a cache can be behind: a watch copy of the pod's previous

@@ -7,35 +7,13 @@
 
 use probelet_test_support as support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use probelet::prober::{ProbeKind, ProbeResult};
 use support::kubelet::{aged_harness, settle, wall};
+use support::log::CapturedLog;
 use support::pods::{probe, running, test_pod};
 use support::scripted::Step;
-
-/// The log lines written so far, plain text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines_with(&self, text: &str) -> Vec<String> {
-        let all = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        all.lines().filter(|l| l.contains(text)).map(str::to_owned).collect()
-    }
-}
 
 /// Upstream's `UpdatePodStatus` sends a manual readiness trigger into the worker's one-slot
 /// channel; when one already waits there (the worker is busy probing), the send fails and
@@ -43,14 +21,8 @@ impl Captured {
 /// (`probe="Readiness"`). Before, probelet kept any number of triggers silently.
 #[actix::test]
 async fn a_trigger_while_one_already_waits_is_logged_at_info() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let captured = CapturedLog::default();
+    captured.capture_globally_at(tracing::Level::INFO);
 
     let (h, t0) = aged_harness().await;
     h.prober.always("app", ProbeKind::Readiness, Step::Slow(Duration::from_secs(5), ProbeResult::Success));
@@ -69,7 +41,7 @@ async fn a_trigger_while_one_already_waits_is_logged_at_info() {
     let lines = captured.lines_with("Failed to trigger a manual run");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        lines[0].contains(" INFO ")
+        lines[0].starts_with("INFO ")
             && lines[0].ends_with(r#"Failed to trigger a manual run probe="Readiness""#),
         "{lines:?}"
     );

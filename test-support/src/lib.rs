@@ -10,6 +10,7 @@ pub mod h2_server;
 pub mod health;
 pub mod http_server;
 pub mod kubelet;
+pub mod log;
 pub mod pods;
 pub mod scripted;
 pub mod syncer;
