@@ -299,10 +299,11 @@ impl Engine {
     /// terminates (`deletionTimestamp` set), its liveness and startup probes stop, and each
     /// running container keeps the `started` the stored status gives it: a container whose
     /// startup probe never passed does not turn started, or Ready, while it is killed. A
-    /// `started` the runtime status carries is kept only for a container instance (same ID)
-    /// that the stored status, else the API server's copy, shows, and is then the stored one; a
-    /// replacement carries neither `started` nor `ready` over, so it waits for its own startup
-    /// probe (docs/prober.md §3.4).
+    /// container instance (same ID) that the stored status, else the API server's copy, shows
+    /// has that status's `started`, whether the runtime status carries one or not (a host that
+    /// leaves `started` to the engine keeps it across its restart); a replacement carries
+    /// neither `started` nor `ready` over, so it waits for its own startup probe
+    /// (docs/prober.md §3.4).
     pub async fn sync_pod(
         &self,
         pod: Arc<Pod>,

@@ -222,3 +222,46 @@ async fn a_replacement_container_does_not_inherit_its_predecessors_started() {
     let stored = engine.sync_pod(pod.clone(), pod.status.clone().unwrap()).await.unwrap();
     assert_eq!(started(&stored), Some(false));
 }
+
+/// A host whose runtime status says nothing of `started` (the README's embedding host, whose
+/// engine adds it), restarted: nothing is stored, and the API server's copy of the pod says
+/// its running container, started long before, is `started: true`. The kubelet carries
+/// `started` over from the previous status (the API server's after a restart) for the same
+/// container ID whatever the runtime says, so the container stays started and its startup
+/// probe is not run again; a replacement (another ID) still is not started.
+#[actix::test]
+async fn a_container_started_before_a_host_restart_stays_started_when_the_runtime_omits_started() {
+    tokio::time::pause();
+    let (engine, pods) = start();
+    let spec = test_pod("kept")
+        .container("app")
+        .with_probe("app", ProbeKind::Startup, probe(10, 1, 1000))
+        .with_probe("app", ProbeKind::Liveness, probe(10, 1, 3))
+        .build();
+    let before = epoch() - std::time::Duration::from_secs(60);
+    let mut api = running("app", "containerd://app-1", before);
+    api.started = Some(true);
+    api.ready = true;
+    let mut pod = Arc::unwrap_or_clone(spec);
+    pod.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![api]),
+        ..Default::default()
+    });
+    let pod = Arc::new(pod);
+    pods.upsert(pod.clone());
+    let runtime = |id: &str| PodStatus {
+        phase: Some("Running".into()),
+        container_statuses: Some(vec![running("app", id, before)]),
+        ..Default::default()
+    };
+    let started = |status: &PodStatus| status.container_statuses.as_ref().unwrap()[0].started;
+
+    let stored = engine.sync_pod(pod.clone(), runtime("containerd://app-1")).await.unwrap();
+    assert_eq!(started(&stored), Some(true), "{stored:#?}");
+    let stored = engine.sync_pod(pod.clone(), runtime("containerd://app-1")).await.unwrap();
+    assert_eq!(started(&stored), Some(true), "synced again: {stored:#?}");
+
+    let stored = engine.sync_pod(pod.clone(), runtime("containerd://app-2")).await.unwrap();
+    assert_eq!(started(&stored), Some(false), "a replacement: {stored:#?}");
+}

@@ -227,7 +227,8 @@ pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&Po
 
 /// For a status about to go through [`update_pod_status`], what it may carry over from the
 /// container instances `previous` (the status manager's copy, else the API server's) shows: for
-/// a container listed there with the same ID, a `started` it carries is replaced by `previous`'s;
+/// a container listed there with the same ID, `started` is `previous`'s, whether this status
+/// carries one or not (the kubelet's generated status takes it from the previous one alone);
 /// for any other (a replacement, an unlisted one, one without an ID) neither `started` nor
 /// `ready` is carried over. A container whose carried `started` is then not true is not ready.
 ///
@@ -258,13 +259,15 @@ pub fn keep_started_only_for_the_same_container(status: &mut PodStatus, previous
                     cs.started = None;
                     cs.ready = false;
                 }
-                Some(old) if cs.started.is_some() => {
+                // The previous status's, whatever this one says: a host whose runtime says
+                // nothing of `started` (the engine adds it), restarted with the API server's
+                // copy saying started, would otherwise run the startup probe again.
+                Some(old) => {
                     cs.started = old.started;
                     if cs.started != Some(true) {
                         cs.ready = false;
                     }
                 }
-                Some(_) => {}
             }
         }
     }
@@ -838,7 +841,8 @@ mod tests {
     /// A `started` the status carries stands only for the container instance the previous status
     /// shows, with the previous status's value; a replacement (another ID), a container the
     /// previous status does not list or lists without an ID carries neither `started` nor
-    /// `ready` over; a container listed with the same ID and no `started` keeps its `ready`.
+    /// `ready` over; a container listed with the same ID and no `started` takes the previous
+    /// status's `started` (and keeps its `ready` when that is true).
     #[test]
     fn started_is_carried_over_only_for_the_same_container() {
         let previous = PodStatus {
@@ -848,6 +852,7 @@ mod tests {
                 with(running("not-yet", "probelet://3", 0), Some(false), false),
                 with(waiting("no-id"), Some(true), false),
                 with(running("unset", "probelet://7", 0), Some(true), true),
+                with(running("unset-not-yet", "probelet://10", 0), Some(false), false),
             ]),
             init_container_statuses: Some(vec![with(
                 running("sidecar", "probelet://4", 0),
@@ -864,6 +869,7 @@ mod tests {
                 with(running("no-id", "probelet://5", 30), Some(true), true),
                 with(running("unlisted", "probelet://6", 30), None, true),
                 with(running("unset", "probelet://7", 0), None, true),
+                with(running("unset-not-yet", "probelet://10", 0), None, true),
             ]),
             init_container_statuses: Some(vec![with(
                 running("sidecar", "probelet://8", 30),
@@ -884,7 +890,8 @@ mod tests {
                 ("not-yet".to_owned(), Some(false), false),
                 ("no-id".to_owned(), None, false),
                 ("unlisted".to_owned(), None, false),
-                ("unset".to_owned(), None, true),
+                ("unset".to_owned(), Some(true), true),
+                ("unset-not-yet".to_owned(), Some(false), false),
             ]
         );
         assert_eq!(flags(&status.init_container_statuses), [("sidecar".to_owned(), None, false)]);
