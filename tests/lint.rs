@@ -1456,3 +1456,32 @@ fn an_error_names_the_value_as_the_file_writes_it() {
     );
     assert_eq!(json["summary"]["objects"], 1, "the Deployment with `defaultMode: 08` is read: {json:#}");
 }
+
+/// A word go-yaml v2 does not spell as a boolean (`oN`, `yEs`: its list is `on`, `On`, `ON`, …)
+/// is a string to the kubelet, and lint reads it so: an env value `oN` is no error, a
+/// `readOnly: tRUE` is. The reader took any case as a boolean, the other way round.
+#[test]
+fn a_boolean_word_go_yaml_does_not_spell_so_is_a_string() {
+    let dir = TempDir::new("odd-boolean");
+    dir.write(
+        "env.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: env}\nspec:\n  containers:\n  - name: app\n    image: app:1\n    \
+         env: [{name: A, value: oN}, {name: B, value: yEs}]\n",
+    );
+    let json = lint_json(dir.path(), 0);
+    assert_eq!(json["summary"]["objects"], 1, "{json:#}");
+    dir.write(
+        "ro.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ro}\nspec:\n  containers:\n  - name: app\n    image: app:1\n    \
+         volumeMounts: [{name: v, mountPath: /v, readOnly: tRUE}]\n  volumes: [{name: v, emptyDir: {}}]\n",
+    );
+    let json = lint_json(dir.path(), 2);
+    let errors: Vec<&str> =
+        json["errors"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert_eq!(
+        errors,
+        [
+            "invalid Pod ro: spec.containers[0].volumeMounts[0].readOnly: invalid type: string \"tRUE\", expected a boolean at line 8, column 55"
+        ]
+    );
+}

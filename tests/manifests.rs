@@ -2666,3 +2666,43 @@ fn a_pod_refused_for_its_name_has_its_unknown_fields_untold() {
     let files: Vec<&Path> = start.unknown_fields.iter().map(|u| u.file.as_path()).collect();
     assert_eq!(files, [first.as_path()]);
 }
+
+/// go-yaml v2 knows its booleans by a fixed list of spellings (`yes`, `Yes`, `YES`, `on`, `On`,
+/// `ON`, …; resolve.go's `resolveMapList`), where the YAML reader takes those words in any case:
+/// `oN`, `yEs`, `tRUE` are strings to the kubelet, which a string field takes and a boolean
+/// field refuses. They were booleans here: a pod the kubelet runs was refused (its env value
+/// `invalid type: boolean`), and `readOnly: tRUE` read true where the kubelet refuses it.
+#[test]
+fn a_boolean_word_in_a_case_go_yaml_does_not_know_is_a_string() {
+    let yaml = format!(
+        "{}    env:\n    - {{name: A, value: oN}}\n    - {{name: B, value: yEs}}\n    - name: C\n      value: tRUE\n",
+        pod_yaml("case")
+    );
+    let (pods, errors) = parse_manifest(Path::new("/m/case.yaml"), &yaml, NODE);
+    assert_eq!(reasons(&errors), Vec::<String>::new());
+    let env = pods[0].spec.as_ref().unwrap().containers[0].env.clone().unwrap();
+    let values: Vec<_> = env.iter().map(|e| e.value.as_deref().unwrap_or_default()).collect();
+    assert_eq!(values, ["oN", "yEs", "tRUE"]);
+    // go-yaml's own spellings stay booleans, refused in a string field.
+    let (pods, errors) = parse_manifest(Path::new("/m/case.yaml"), &yaml.replace("oN", "On"), NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        [
+            "invalid Pod: spec.containers[0].env[0].value: invalid type: boolean `On`, expected a string at line 10, column 24"
+        ]
+    );
+    // A boolean field refuses the string, as the kubelet's decoder does.
+    let volume = format!(
+        "{}    volumeMounts: [{{name: v, mountPath: /v, readOnly: tRUE}}]\n  volumes: [{{name: v, emptyDir: {{}}}}]\n",
+        pod_yaml("ro")
+    );
+    let (pods, errors) = parse_manifest(Path::new("/m/ro.yaml"), &volume, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        [
+            "invalid Pod: spec.containers[0].volumeMounts[0].readOnly: invalid type: string \"tRUE\", expected a boolean at line 9, column 55"
+        ]
+    );
+}

@@ -17,7 +17,9 @@ use serde_json::Value;
 use serde_saphyr::Spanned;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
-use crate::host::manifests::decode::{DecodeError, Node, Segment, as_kubelet_json, decode_value, spans};
+use crate::host::manifests::decode::{
+    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_booleans, spans,
+};
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
     EMPTY, MANIFEST_EXTENSIONS, read_regular_file, yaml_options, yaml_syntax_error,
@@ -244,6 +246,7 @@ pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
     }
     let mut documents: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
         .map_err(|e| yaml_syntax_error(&e, contents))?;
+    go_yaml_booleans(&mut documents, contents);
     documents.iter_mut().for_each(as_kubelet_json);
     Ok(documents)
 }

@@ -38,6 +38,61 @@ pub(crate) fn as_kubelet_json(value: &mut Value) {
     }
 }
 
+/// go-yaml v2's booleans, each spelling it knows (resolve.go's `resolveMapList`): the YAML
+/// reader takes these words in any case (`yEs`, `oN`, `tRUE`), which go-yaml reads as strings.
+const GO_YAML_BOOLEANS: [&str; 22] = [
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false", "False",
+    "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+];
+
+/// Makes each boolean of `documents` (a YAML file's, as the reader typed them) that go-yaml v2
+/// reads as a string that string: a plain `oN` or `yEs` is a string to the kubelet, which an
+/// env value takes and a boolean field refuses. Only a file that writes such a word is read a
+/// second time for the words of its values ([`spans`]).
+pub(crate) fn go_yaml_booleans(documents: &mut [Value], contents: &str) {
+    let odd_boolean = |word: &str| {
+        ["y", "yes", "n", "no", "true", "false", "on", "off"].iter().any(|b| word.eq_ignore_ascii_case(b))
+            && !GO_YAML_BOOLEANS.contains(&word)
+    };
+    if !contents.split(|c: char| !c.is_ascii_alphabetic()).any(odd_boolean) {
+        return;
+    }
+    let Some(nodes) = spans(contents) else { return };
+    for (value, node) in documents.iter_mut().zip(&nodes) {
+        strings_of_odd_booleans(value, node, contents);
+    }
+}
+
+fn strings_of_odd_booleans(value: &mut Value, node: &Spanned<Node>, contents: &str) {
+    match (value, &node.value) {
+        (value @ Value::Bool(_), Node::Scalar) => {
+            // An anchor's or a tag's text is not the word alone: such a value is left as read.
+            if let Some(text) = plain_text(node, contents)
+                && !text.starts_with(['&', '!', '*'])
+                && !GO_YAML_BOOLEANS.contains(&text)
+            {
+                *value = Value::String(text.to_owned());
+            }
+        }
+        (Value::Array(items), Node::Seq(nodes)) => {
+            for (item, node) in items.iter_mut().zip(nodes) {
+                strings_of_odd_booleans(item, node, contents);
+            }
+        }
+        (Value::Object(fields), Node::Map(entries)) => {
+            // The last of a key written twice is the one read.
+            let by_key: std::collections::HashMap<&str, &Spanned<Node>> =
+                entries.iter().map(|(key, node)| (key.as_str(), node)).collect();
+            for (key, field) in fields.iter_mut() {
+                if let Some(node) = by_key.get(key.as_str()) {
+                    strings_of_odd_booleans(field, node, contents);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// `float` as an integer if it is one and fits 64 bits.
 fn whole_number(float: f64) -> Option<serde_json::Number> {
     // 2^63 and 2^64: the first floats past i64 and u64.

@@ -299,8 +299,9 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<DecodedPod
         });
         return Ok(vec![pod]);
     }
-    let values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
+    let mut values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
         .map_err(|e| yaml_syntax_error(&e, contents))?;
+    decode::go_yaml_booleans(&mut values, contents);
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut spans = None;
     Ok(values
