@@ -67,9 +67,11 @@ fn strings_of_odd_booleans(value: &mut Value, node: &Spanned<Node>, contents: &s
     match (value, &node.value) {
         (value @ Value::Bool(_), Node::Scalar) => {
             // An anchor's or a tag's text is not the word alone: such a value is left as read.
+            // So is a word tagged a boolean (`!!bool oN`), which go-yaml refuses.
             if let Some(text) = plain_text(node, contents)
                 && !text.starts_with(['&', '!', '*'])
                 && !GO_YAML_BOOLEANS.contains(&text)
+                && !tagged(node, contents)
             {
                 *value = Value::String(text.to_owned());
             }
@@ -91,6 +93,14 @@ fn strings_of_odd_booleans(value: &mut Value, node: &Spanned<Node>, contents: &s
         }
         _ => {}
     }
+}
+
+/// Whether the word before `node`'s text is a tag (`!!bool oN`): the text's span holds the
+/// scalar alone.
+fn tagged(node: &Spanned<Node>, contents: &str) -> bool {
+    let start = node.defined.span().byte_offset().and_then(|at| usize::try_from(at).ok());
+    let before = start.and_then(|start| contents.get(..start)).unwrap_or_default();
+    before.trim_end().rsplit(char::is_whitespace).next().is_some_and(|word| word.starts_with('!'))
 }
 
 /// `float` as an integer if it is one and fits 64 bits.
@@ -356,6 +366,20 @@ mod tests {
             as_kubelet_json(&mut value);
             assert_eq!(value["v"].to_string(), want, "{written}");
         }
+    }
+
+    /// go-yaml v2's spellings of a boolean stay booleans; another case of those words is a
+    /// string, but not under a `!!bool` tag (go-yaml refuses that).
+    #[test]
+    fn booleans_are_go_yaml_spellings() {
+        let yaml = "a: oN\nb: On\nc: [yEs, YES, n, nO]\nd: !!bool tRUE\ne: &x oFF\nf: *x\ng: 'oN'\n";
+        let mut values: Vec<Value> =
+            serde_saphyr::from_multiple_with_options(yaml, yaml_options()).expect("YAML");
+        go_yaml_booleans(&mut values, yaml);
+        assert_eq!(
+            values[0].to_string(),
+            r#"{"a":"oN","b":true,"c":["yEs",true,false,"nO"],"d":true,"e":"oFF","f":"oFF","g":"oN"}"#
+        );
     }
 
     #[test]
