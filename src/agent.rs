@@ -889,6 +889,17 @@ struct StopLines {
     forced: &'static str,
 }
 
+/// Set by the signal watcher when a request to stop comes during a cluster agent's start-up,
+/// before it ends the agent's children and exits 0 ([`stopping_during_start_up`]).
+static STOPPING_DURING_START_UP: AtomicBool = AtomicBool::new(false);
+
+/// Whether a cluster agent is being stopped during its start-up: its signal watcher ends it
+/// (exit 0) in a moment, and a start-up error meanwhile is that stop's doing (the credential
+/// plugin it ended), not one to report.
+pub fn stopping_during_start_up() -> bool {
+    STOPPING_DURING_START_UP.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// The line said when a request to stop comes during a cluster agent's start-up.
 const STOPPED_DURING_START_UP: &str = "probelet: stopped during start-up, nothing was running yet";
 
@@ -935,6 +946,10 @@ async fn watch_cluster_signals(
             Err(_) => return,
         },
         () = requests.next() => {
+            // Before the children are ended: start-up fails as they end (a credential plugin
+            // killed is an error of kube's), and the main thread must not report that failure
+            // and exit 1 before this thread exits 0.
+            STOPPING_DURING_START_UP.store(true, std::sync::atomic::Ordering::SeqCst);
             let ended = end_own_children();
             tracing::info!(ended, "a request to stop during start-up");
             say(format_args!("{STOPPED_DURING_START_UP}"));

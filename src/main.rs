@@ -83,6 +83,17 @@ fn main() {
                 }
             });
             if let Err(error) = ran {
+                // A stop during a cluster agent's start-up ends what start-up waits for; the
+                // signal watcher exits 0 as soon as it has, and this error is its doing. Waited
+                // for a bounded time, should the watcher be gone.
+                let deadline = std::time::Duration::from_secs(5);
+                let waited = std::time::Duration::from_millis(10);
+                for _ in 0..deadline.as_millis() / waited.as_millis() {
+                    if !probelet::agent::stopping_during_start_up() {
+                        break;
+                    }
+                    std::thread::sleep(waited);
+                }
                 // Each of the agent's errors names its cause in its own text (the file, the
                 // flag, the OS error): the chain of sources below it would say it again.
                 eprintln!("Error: {error}{}", probelet::agent::shortage_hint(&error));
