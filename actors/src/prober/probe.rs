@@ -674,7 +674,11 @@ impl Prober {
                 None => Box::pin(grpc::probe(pod_ip, port, service, timeout)).await,
             });
         }
-        tracing::info!(containerName = container.name.as_str(), "Failed to find probe builder for container");
+        // Upstream's verbosity 4 since the gRPC probe came (v1.24): trace here.
+        tracing::trace!(
+            containerName = container.name.as_str(),
+            "Failed to find probe builder for container"
+        );
         Err(ProbeError::MissingHandler { pod: pod_name(pod), container: container.name.clone() })
     }
 }
@@ -1142,15 +1146,16 @@ mod tests {
     }
 
     /// A probe without a handler: upstream logs "Failed to find probe builder for container"
-    /// at info before it answers the error. Before, nothing was logged.
+    /// at verbosity 4 (trace) before it answers the error. Before, nothing was logged; then it
+    /// was logged at info, the level of an older upstream.
     #[tokio::test]
-    async fn a_probe_without_a_handler_logs_upstreams_line_at_info() {
+    async fn a_probe_without_a_handler_logs_upstreams_line_at_trace() {
         let (prober, _, _) = setup(vec![]);
         let (log, _guard) = crate::test_log::Captured::start();
         let _ = run(&prober, ProbeKind::Readiness, Probe::default()).await;
         assert_eq!(
             log.levels_of("Failed to find probe builder for container"),
-            [tracing::Level::INFO; MAX_PROBE_RETRIES],
+            [tracing::Level::TRACE; MAX_PROBE_RETRIES],
             "one per try: {:?}",
             log.messages()
         );
