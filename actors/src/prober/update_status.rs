@@ -203,24 +203,39 @@ fn container_id(cs: &ContainerStatus) -> ContainerId {
 /// started, and ready when it has no readiness probe: a pod whose startup probe never succeeded
 /// would turn Ready while it is being killed (docs/prober.md §9).
 pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&PodStatus>) {
-    let stored_init =
-        ByName::new(stored.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default());
-    let stored_regular =
-        ByName::new(stored.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default());
+    with_previous_by_name(status, stored, |cs, stored| {
+        if !is_running(cs) {
+            return;
+        }
+        let started = stored
+            .filter(|old| old.container_id.is_some() && old.container_id == cs.container_id)
+            .is_some_and(|old| old.started == Some(true));
+        cs.started = Some(started);
+        if !started {
+            cs.ready = false;
+        }
+    });
+}
+
+/// Calls `each` with every container status of `status` and the one `previous` lists under its
+/// name (init containers among init containers, regular among regular).
+fn with_previous_by_name(
+    status: &mut PodStatus,
+    previous: Option<&PodStatus>,
+    mut each: impl FnMut(&mut ContainerStatus, Option<&ContainerStatus>),
+) {
+    let previous_init =
+        ByName::new(previous.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default());
+    let previous_regular =
+        ByName::new(previous.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default());
     let lists = [
-        (&mut status.init_container_statuses, &stored_init),
-        (&mut status.container_statuses, &stored_regular),
+        (&mut status.init_container_statuses, &previous_init),
+        (&mut status.container_statuses, &previous_regular),
     ];
-    for (statuses, stored) in lists {
-        for cs in statuses.iter_mut().flatten().filter(|cs| is_running(cs)) {
-            let started = stored
-                .get(&cs.name)
-                .filter(|old| old.container_id.is_some() && old.container_id == cs.container_id)
-                .is_some_and(|old| old.started == Some(true));
-            cs.started = Some(started);
-            if !started {
-                cs.ready = false;
-            }
+    for (statuses, previous) in lists {
+        for cs in statuses.iter_mut().flatten() {
+            let old = previous.get(&cs.name);
+            each(cs, old);
         }
     }
 }
@@ -240,37 +255,27 @@ pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&Po
 /// meanwhile. The kubelet carries `started` over only for the same container ID
 /// (kubernetes#141342) and generates `ready` afresh (docs/prober.md §3.4).
 pub fn keep_started_only_for_the_same_container(status: &mut PodStatus, previous: Option<&PodStatus>) {
-    let previous_init =
-        ByName::new(previous.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default());
-    let previous_regular =
-        ByName::new(previous.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default());
-    let lists = [
-        (&mut status.init_container_statuses, &previous_init),
-        (&mut status.container_statuses, &previous_regular),
-    ];
-    for (statuses, previous) in lists {
-        for cs in statuses.iter_mut().flatten() {
-            let same = previous.get(&cs.name).filter(|old| {
-                old.container_id.as_deref().is_some_and(|id| !id.is_empty())
-                    && old.container_id == cs.container_id
-            });
-            match same {
-                None => {
-                    cs.started = None;
+    with_previous_by_name(status, previous, |cs, previous| {
+        let same = previous.filter(|old| {
+            old.container_id.as_deref().is_some_and(|id| !id.is_empty())
+                && old.container_id == cs.container_id
+        });
+        match same {
+            None => {
+                cs.started = None;
+                cs.ready = false;
+            }
+            // The previous status's, whatever this one says: a host whose runtime says
+            // nothing of `started` (the engine adds it), restarted with the API server's
+            // copy saying started, would otherwise run the startup probe again.
+            Some(old) => {
+                cs.started = old.started;
+                if cs.started != Some(true) {
                     cs.ready = false;
-                }
-                // The previous status's, whatever this one says: a host whose runtime says
-                // nothing of `started` (the engine adds it), restarted with the API server's
-                // copy saying started, would otherwise run the startup probe again.
-                Some(old) => {
-                    cs.started = old.started;
-                    if cs.started != Some(true) {
-                        cs.ready = false;
-                    }
                 }
             }
         }
-    }
+    });
 }
 
 #[cfg(test)]
