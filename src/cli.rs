@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use probelet_actors::features::{FeatureGateError, FeatureGates, ParsedFeatureGates};
 use probelet_actors::prober::DEFAULT_MAX_PROBES_IN_FLIGHT;
 
+use crate::cluster::label_selector::LabelSelector;
 use crate::demo::DemoArgs;
 
 /// The kubelet's probes and pod status — liveness, readiness and startup probes, the Ready,
@@ -109,9 +110,10 @@ pub struct RunArgs {
     #[arg(long, env = "NODE_NAME", default_value = "localhost")]
     pub node_name: String,
 
-    /// Cluster mode: only pods matching this label selector (e.g. `probelet.io/managed=true`).
-    #[arg(long, value_name = "SELECTOR", env = "PROBELET_POD_SELECTOR")]
-    pub pod_selector: Option<String>,
+    /// Cluster mode: only pods matching this label selector (e.g. `probelet.io/managed=true`),
+    /// in kubectl's `-l` syntax; checked at start as the API server checks it. Empty: every pod.
+    #[arg(long, value_name = "SELECTOR", env = "PROBELET_POD_SELECTOR", value_parser = LabelSelector::parse)]
+    pub pod_selector: Option<LabelSelector>,
 
     /// Cluster mode: what a failed liveness probe does. The node's runtime restarts
     /// containers; `delete-pod` deletes the pod so its controller replaces it.

@@ -1832,6 +1832,60 @@ async fn a_sigterm_during_start_up_with_the_api_server_unreachable_ends_the_agen
     let _ = std::fs::remove_file(&kubeconfig);
 }
 
+/// A `--pod-selector` the API server cannot parse is a usage error, exit 2 before the agent
+/// sends any request, in the words of the API server's parser; before, every list and watch was
+/// answered 400 and the agent retried them for as long as it ran, probing nothing. An empty
+/// selector still means every pod.
+#[tokio::test]
+async fn a_bad_pod_selector_is_a_usage_error_before_anything_runs() {
+    let (port, _healthy) = support::health::toggled_health_server().await;
+    let fake = FakeApiServer::start().await;
+    let cases = [
+        ("app=web,,", "found ',', expected: identifier after ','"),
+        ("app in (a", "unable to parse requirement: found '', expected: ',' or ')'"),
+        ("a b", "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"),
+        (
+            "app=a/b",
+            "unable to parse requirement: values[0][app]: Invalid value: \"a/b\": a valid label must be",
+        ),
+    ];
+    for (selector, error) in cases {
+        let (agent, kubeconfig) = support::agent::spawn_cluster_agent(
+            env!("CARGO_BIN_EXE_probelet"),
+            &fake.url(),
+            "bad-pod-selector",
+            &["--pod-selector", selector],
+            Stdio::null(),
+            Stdio::piped(),
+        );
+        let output = tokio::time::timeout(Duration::from_secs(10), agent.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("{selector:?}: the agent ran"))
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{selector:?}: {stderr}");
+        let expected = format!("error: invalid value '{selector}' for '--pod-selector <SELECTOR>': {error}");
+        assert!(stderr.starts_with(&expected), "{selector:?}: {stderr}");
+        assert!(!stderr.contains("acktrace"), "{selector:?}: {stderr}");
+        assert!(fake.requests().is_empty(), "{selector:?}: no request before the usage error");
+        let _ = std::fs::remove_file(&kubeconfig);
+    }
+
+    fake.insert_pod(pod("web-1", "node-a", port));
+    let (agent, kubeconfig) = start_agent(&fake, "empty-pod-selector", &["--pod-selector", ""]);
+    let ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    wait_for_pod(&fake, "web-1", "ready", ready).await;
+    let selected = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/pods"))
+        .find(|r| r.query.iter().any(|(name, _)| name == "labelSelector"));
+    assert!(selected.is_none(), "an empty selector asks for every pod: {selected:?}");
+    let mut agent = agent;
+    support::agent::stop(&mut agent, Duration::from_secs(20)).await;
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
 /// Under `--feature-gates=RestartAllContainersOnContainerExits=true` the cluster host generates
 /// `Initialized` as the standalone host does: once it was True, the init container going back
 /// to waiting (the node's runtime restarting all containers) leaves it True, as upstream's

@@ -17,6 +17,7 @@ pub mod correlator;
 pub mod exec;
 pub mod gates;
 pub mod host;
+pub mod label_selector;
 pub mod recorder;
 pub mod retry_after;
 pub mod stalled;
@@ -236,7 +237,11 @@ pub async fn run_cluster(args: &RunArgs, kubeconfig: Option<PathBuf>) -> Result<
     };
     // Without kube's retry, which would sleep out a `Retry-After` inside the list request: the
     // watch waits what the server asks (at most a minute) and says so.
-    let watch = pod_watch(writes.clone(), &args.node_name, args.pod_selector.as_deref());
+    let watch = pod_watch(
+        writes.clone(),
+        &args.node_name,
+        args.pod_selector.as_ref().and_then(label_selector::LabelSelector::query),
+    );
     let host = ClusterHost::create(move |ctx| {
         ctx.add_stream(watch);
         host

@@ -81,7 +81,11 @@ pub async fn run_readiness_gates(args: &RunArgs, kubeconfig: Option<PathBuf>) ->
     };
     // Without kube's retry, which would sleep out a `Retry-After` inside the list request: the
     // watch waits what the server asks (at most a minute) and says so.
-    let watch = pod_watch(writes.clone(), &args.node_name, args.pod_selector.as_deref());
+    let watch = pod_watch(
+        writes.clone(),
+        &args.node_name,
+        args.pod_selector.as_ref().and_then(crate::cluster::label_selector::LabelSelector::query),
+    );
     let host = GateHost::create(move |ctx| {
         ctx.add_stream(watch);
         host

@@ -750,6 +750,25 @@ pub(crate) fn qualified_name(value: &str) -> Vec<String> {
     msgs
 }
 
+/// Upstream `validation.IsValidLabelValue`'s pattern message.
+const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or \
+'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used \
+for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+/// Upstream `validation.IsValidLabelValue`: at most 63 characters, empty or a qualified name's
+/// name part.
+pub(crate) fn label_value(value: &str) -> Vec<&'static str> {
+    let mut msgs = Vec::new();
+    if value.len() > 63 {
+        msgs.push("must be no more than 63 characters");
+    }
+    // The pattern alone, whatever the length: a qualified name's part, or empty.
+    if !value.is_empty() && !is_qualified_name_part(value) {
+        msgs.push(LABEL_VALUE);
+    }
+    msgs
+}
+
 /// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]` (also a label value's pattern, which may be empty).
 pub(crate) fn is_qualified_name_part(name: &str) -> bool {
     let bytes = name.as_bytes();

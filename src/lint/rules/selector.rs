@@ -10,25 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use probelet_actors::gofmt::go_quote;
 
-use crate::host::manifests::{is_qualified_name_part, qualified_name};
-
-/// Upstream `validation.IsValidLabelValue`'s pattern message.
-const LABEL_VALUE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or \
-'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used \
-for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
-
-/// Upstream `validation.IsValidLabelValue`.
-fn label_value(value: &str) -> Vec<&'static str> {
-    let mut msgs = Vec::new();
-    if value.len() > 63 {
-        msgs.push("must be no more than 63 characters");
-    }
-    // The pattern alone, whatever the length: a qualified name's part, or empty.
-    if !value.is_empty() && !is_qualified_name_part(value) {
-        msgs.push(LABEL_VALUE);
-    }
-    msgs
-}
+use crate::host::manifests::{label_value, qualified_name};
 
 /// `ValidateLabelSelector` (invalid label values not allowed, as on create) of the selector at
 /// `path`, with the API server's messages: `matchLabels` (keys in order; Go walks the map in
