@@ -964,29 +964,62 @@ async fn watch_cluster_signals(
     std::process::exit(1);
 }
 
-/// SIGTERMs the agent's own child processes, and returns how many: during a cluster agent's
-/// start-up the only one is a kubeconfig's credential plugin kube is waiting for, which would
-/// otherwise outlive the agent. Each is checked to be this process's child, and signalled
-/// through a pidfd pinned before its start time is checked, so a PID reused meanwhile is never
-/// signalled.
+/// SIGTERMs the agent's own child processes and everything they started, and returns how
+/// many: during a cluster agent's start-up the only child is a kubeconfig's credential plugin
+/// kube is waiting for, which would otherwise outlive the agent, and a plugin that is a shell
+/// running its program as a child (`sh -c 'aws eks get-token …'`, no `exec`) would leave that
+/// program running once the shell is gone (docs/reliability.md, "A signal during a cluster
+/// agent's start-up").
+///
+/// The whole tree is listed before anything is signalled ([`own_descendants`]): a process's
+/// children are read while it runs, so none is handed to another parent unseen. Parents are
+/// then signalled before their children, so that a shell cannot start its next command on its
+/// child's end. Each process is signalled through a pidfd pinned before its start time is
+/// checked, so a PID reused meanwhile is never signalled.
 fn end_own_children() -> usize {
-    use probelet_actors::process::{Delivery, ProcessStat, Signal, children, signal_process};
-    let me = i32::try_from(std::process::id()).unwrap_or_default();
-    children()
+    use probelet_actors::process::{Delivery, Signal, signal_process};
+    own_descendants()
         .into_iter()
-        .filter_map(|pid| {
-            let raw = u32::try_from(pid.as_raw_pid()).ok()?;
-            let stat = ProcessStat::read(pid).ok().filter(|stat| stat.ppid == me && !stat.zombie)?;
-            match signal_process(raw, stat.start, Signal::Term) {
-                Ok(Delivery::Sent) => Some(()),
-                Ok(_) => None,
-                Err(error) => {
-                    tracing::warn!(pid = raw, %error, "cannot end a child process of the agent");
-                    None
-                }
+        .filter(|&(pid, start)| match signal_process(pid, start, Signal::Term) {
+            Ok(Delivery::Sent) => true,
+            Ok(_) => false,
+            Err(error) => {
+                tracing::warn!(pid, %error, "cannot end a child process of the agent");
+                false
             }
         })
         .count()
+}
+
+/// The most processes [`own_descendants`] lists: a plugin that forks without end cannot keep
+/// the agent from exiting.
+const MAX_DESCENDANTS: usize = 1024;
+
+/// The agent's children and their descendants, parents first, each with its start time.
+/// Each is checked to be its parent's child (its parent PID, read after the parent was listed),
+/// and a parent's list of children is kept only if the parent is still the same process once
+/// it is read (its start time again: gone, its children may be another's and its PID too).
+fn own_descendants() -> Vec<(u32, u64)> {
+    use probelet_actors::process::{ProcessStat, children, children_of};
+    let me = i32::try_from(std::process::id()).unwrap_or_default();
+    let mut found = Vec::new();
+    let mut next: std::collections::VecDeque<_> = children().into_iter().map(|pid| (pid, me)).collect();
+    while let Some((pid, parent)) = next.pop_front() {
+        if found.len() >= MAX_DESCENDANTS {
+            break;
+        }
+        let Ok(raw) = u32::try_from(pid.as_raw_pid()) else { continue };
+        let Ok(stat) = ProcessStat::read(pid) else { continue };
+        if stat.ppid != parent || stat.zombie || found.iter().any(|&(seen, _)| seen == raw) {
+            continue;
+        }
+        found.push((raw, stat.start));
+        let listed = children_of(pid);
+        if ProcessStat::read(pid).is_ok_and(|now| now.start == stat.start && !now.zombie) {
+            next.extend(listed.into_iter().map(|child| (child, pid.as_raw_pid())));
+        }
+    }
+    found
 }
 
 /// SIGTERM, SIGINT and SIGHUP, listened for once for the agent's whole life, so that a second

@@ -1762,25 +1762,19 @@ async fn a_sigterm_waits_for_an_owed_write_and_a_second_one_ends_the_wait() {
     let _ = std::fs::remove_file(&kubeconfig);
 }
 
-/// A DaemonSet pod deleted while its agent cannot reach the API server: the agent still ends
-/// promptly and cleanly. During start-up (here a kubeconfig's credential plugin that hangs, as
-/// `aws eks get-token` does without network; kube runs it while it builds the client) a
-/// SIGTERM ends it at once, exit 0, saying so, and the plugin with it; before, the signals were
-/// listened for only once started, and the agent died of the SIGTERM (exit 143), the plugin
-/// left running. Once started, waiting for its first list, it stops in order, exit 0.
-#[tokio::test]
-async fn a_sigterm_during_start_up_with_the_api_server_unreachable_ends_the_agent_cleanly() {
-    let fake = FakeApiServer::start().await;
-    fake.stop(Duration::ZERO).await;
-    let dir = std::env::temp_dir().join(format!("probelet-start-up-sigterm-{}", std::process::id()));
+/// A cluster agent whose kubeconfig's credential plugin is `sh -c SCRIPT` (the script made of
+/// the path of a file it writes a PID to), against `fake`, SIGTERMed once that PID is written:
+/// it exits 0 within 5 s, saying it stopped during start-up. Returns the PID written.
+async fn sigterm_during_start_up(fake: &FakeApiServer, name: &str, script: impl Fn(&str) -> String) -> u32 {
+    let dir = std::env::temp_dir().join(format!("probelet-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pid_file = dir.join("plugin.pid");
     let plugin = format!(
         "\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: sh\n      \
-         args: [\"-c\", \"echo $$ > {}; exec sleep 600\"]\n      interactiveMode: Never",
-        pid_file.display()
+         args: [\"-c\", \"{}\"]\n      interactiveMode: Never",
+        script(&pid_file.display().to_string())
     );
-    let kubeconfig = support::agent::kubeconfig_with_user(&fake.url(), "start-up-sigterm", &plugin);
+    let kubeconfig = support::agent::kubeconfig_with_user(&fake.url(), name, &plugin);
     let mut agent = support::agent::spawn_cluster_agent_on(
         env!("CARGO_BIN_EXE_probelet"),
         &kubeconfig,
@@ -1790,7 +1784,7 @@ async fn a_sigterm_during_start_up_with_the_api_server_unreachable_ends_the_agen
     );
     let output = collect_output(&mut agent);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let plugin_pid = loop {
+    let pid = loop {
         if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok())
         {
             break pid;
@@ -1805,19 +1799,59 @@ async fn a_sigterm_during_start_up_with_the_api_server_unreachable_ends_the_agen
         .unwrap();
     assert_eq!(status.code(), Some(0), "{status:?}: {:?}", output.lines());
     output.wait_for("probelet: stopped during start-up, nothing was running yet").await;
-    // Gone, or ended and not reaped yet by whatever it was left to.
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&kubeconfig);
+    pid
+}
+
+/// Waits (at most 5 s) for process `pid` to be gone, or ended and not reaped yet by whatever it
+/// was left to; SIGKILLs it and fails the test if it still runs then.
+async fn assert_ends(pid: u32, what: &str) {
     let running = || {
-        std::fs::read_to_string(format!("/proc/{plugin_pid}/stat")).is_ok_and(|stat| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
             stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
         })
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while running() {
-        assert!(tokio::time::Instant::now() < deadline, "the credential plugin still runs");
+        if tokio::time::Instant::now() >= deadline {
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            panic!("{what} still runs");
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// A credential plugin that is a shell running its program as a child (`sh -c 'aws eks
+/// get-token …'` without `exec`): a SIGTERM during start-up ends the program too, not only the
+/// shell. Before, the agent ended its own children only, and the program, handed to another
+/// parent once the shell was gone, ran on.
+#[tokio::test]
+async fn a_sigterm_during_start_up_ends_what_the_credential_plugin_started() {
+    let fake = FakeApiServer::start().await;
+    fake.stop(Duration::ZERO).await;
+    let grandchild = sigterm_during_start_up(&fake, "start-up-sigterm-tree", |pid_file| {
+        format!("sleep 300 & echo $! > {pid_file}; wait")
+    })
+    .await;
+    assert_ends(grandchild, "the program the credential plugin started").await;
+}
+
+/// A DaemonSet pod deleted while its agent cannot reach the API server: the agent still ends
+/// promptly and cleanly. During start-up (here a kubeconfig's credential plugin that hangs, as
+/// `aws eks get-token` does without network; kube runs it while it builds the client) a
+/// SIGTERM ends it at once, exit 0, saying so, and the plugin with it; before, the signals were
+/// listened for only once started, and the agent died of the SIGTERM (exit 143), the plugin
+/// left running. Once started, waiting for its first list, it stops in order, exit 0.
+#[tokio::test]
+async fn a_sigterm_during_start_up_with_the_api_server_unreachable_ends_the_agent_cleanly() {
+    let fake = FakeApiServer::start().await;
+    fake.stop(Duration::ZERO).await;
+    let plugin_pid = sigterm_during_start_up(&fake, "start-up-sigterm", |pid_file| {
+        format!("echo $$ > {pid_file}; exec sleep 600")
+    })
+    .await;
+    assert_ends(plugin_pid, "the credential plugin").await;
 
     // Started, and waiting for its first list from the unreachable server.
     let (mut agent, kubeconfig, output) = start_agent_logged(&fake, "first-list-sigterm", &[]);

@@ -203,17 +203,25 @@ fn group_pid(pgid: u32) -> io::Result<Pid> {
 /// This process's direct children (any of its threads'): `/proc/self/task/*/children`, or a scan of every process's
 /// parent where the kernel lacks that file.
 pub fn children() -> Vec<Pid> {
-    let listed = fs::read_dir("/proc/self/task").and_then(|tasks| {
-        let mut pids = Vec::new();
-        for task in tasks {
-            let text = fs::read_to_string(task?.path().join("children"))?;
-            pids.extend(
-                text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).filter_map(Pid::from_raw),
-            );
-        }
-        Ok(pids)
-    });
-    listed.unwrap_or_else(|_| children_by_scan())
+    listed_children("/proc/self/task").unwrap_or_else(|_| children_by_scan())
+}
+
+/// Process `pid`'s direct children (any of its threads'), as [`children`] lists this process's.
+/// Nothing tells whether `pid` was still the same process while it was read: the caller checks
+/// its start time before and after (a process gone meanwhile leaves its children to another
+/// parent, and its PID may be another process's by then).
+pub fn children_of(pid: Pid) -> Vec<Pid> {
+    let raw = pid.as_raw_pid();
+    listed_children(&format!("/proc/{raw}/task")).unwrap_or_else(|_| children_by_scan_of(raw))
+}
+
+fn listed_children(tasks: &str) -> io::Result<Vec<Pid>> {
+    let mut pids = Vec::new();
+    for task in fs::read_dir(tasks)? {
+        let text = fs::read_to_string(task?.path().join("children"))?;
+        pids.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).filter_map(Pid::from_raw));
+    }
+    Ok(pids)
 }
 
 /// Field 22 of `/proc/<pid>/stat`: when process `pid` started, in clock ticks since boot. With
@@ -275,12 +283,15 @@ fn unexpected_stat() -> io::Error {
 }
 
 pub(crate) fn children_by_scan() -> Vec<Pid> {
-    let me = getpid().as_raw_pid();
+    children_by_scan_of(getpid().as_raw_pid())
+}
+
+fn children_by_scan_of(parent: i32) -> Vec<Pid> {
     let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter_map(Pid::from_raw)
-        .filter(|&pid| ProcessStat::read(pid).is_ok_and(|stat| stat.ppid == me))
+        .filter(|&pid| ProcessStat::read(pid).is_ok_and(|stat| stat.ppid == parent))
         .collect()
 }
 
@@ -296,6 +307,25 @@ mod tests {
         assert!(children_by_scan().contains(&pid));
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// A child's own children, read from its `/proc` entry or by a scan.
+    #[test]
+    fn lists_another_processs_children_both_ways() {
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(shell.stdout.take().unwrap()), &mut line)
+            .unwrap();
+        let sleep = Pid::from_raw(line.trim().parse().unwrap()).unwrap();
+        let pid = Pid::from_raw(shell.id() as i32).unwrap();
+        assert_eq!(children_of(pid), [sleep]);
+        assert_eq!(children_by_scan_of(pid.as_raw_pid()), [sleep]);
+        let _ = rustix::process::kill_process(sleep, rustix::process::Signal::KILL);
+        shell.wait().unwrap();
     }
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     use std::os::unix::process::CommandExt as _;
