@@ -416,3 +416,62 @@ async fn sync_pod_answers_only_what_was_stored() {
         ),
     }
 }
+
+/// The engine's clock, counting its reads: a worker reads it at every turn, so the count
+/// tells how often the workers woke.
+struct CountingClock {
+    clock: TokioClock,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl probelet::clock::Clock for CountingClock {
+    fn now(&self) -> probelet::k8s_openapi::jiff::Timestamp {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.clock.now()
+    }
+
+    fn at(&self, instant: tokio::time::Instant) -> Option<probelet::k8s_openapi::jiff::Timestamp> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.clock.at(instant)
+    }
+}
+
+/// A runtime whose `startedAt` is ahead of the engine's clock (a virtual-kubelet provider's API
+/// on another clock, an edge node that booted with its clock behind): under
+/// `MutableContainerProbes` the first probe waits for the initial delay to end counted from
+/// `startedAt`, as upstream's newer worker sets its timer for it. With the default delay of 0
+/// the worker woke every millisecond until then, each time to find it still early.
+#[actix::test]
+async fn a_container_started_ahead_of_the_clock_is_waited_for_not_polled() {
+    use probelet::clock::Clock;
+    use std::sync::atomic::Ordering::Relaxed;
+    tokio::time::pause();
+    let clock =
+        Arc::new(CountingClock { clock: TokioClock::starting_at(epoch()), reads: Default::default() });
+    let prober = ScriptedProber::new();
+    prober.always("app", Readiness, Step::Return(ProbeResult::Success));
+    let pods = PodRegistry::new();
+    let gates =
+        probelet::FeatureGates::default().with(probelet::Feature::MutableContainerProbes, true).unwrap();
+    let engine = Engine::builder(Arc::new(pods.clone()))
+        .clock(clock.clone())
+        .feature_gates(gates)
+        .wrap_prober({
+            let prober = prober.clone();
+            move |_| Arc::new(prober) as Arc<dyn ProbeRunner>
+        })
+        .start();
+    advance(Duration::from_secs(11)).await;
+    let pod = test_pod("ahead").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
+    pods.upsert(pod.clone());
+    let ahead = clock.now() + Duration::from_secs(30);
+    let start = tokio::time::Instant::now();
+    engine.sync_pod(pod.clone(), runtime(vec![running("app", "containerd://ahead", ahead)])).await.unwrap();
+    let before = clock.reads.load(Relaxed);
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let reads = clock.reads.load(Relaxed) - before;
+    let first = prober.calls_of("app", Readiness).first().map(|c| c.at - start);
+    assert!(reads < 20, "{reads} clock reads in 35 s of one worker with a 10 s period");
+    let first = first.expect("probed once startedAt came");
+    assert!(first.abs_diff(Duration::from_secs(30)) < Duration::from_millis(20), "first probe at {first:?}");
+}

@@ -372,8 +372,13 @@ impl WorkerState {
                 let delay = spec.initial_delay.unwrap_or_else(|| {
                     Duration::from_secs(u64::try_from(spec.initial_delay_seconds).unwrap_or_default())
                 });
-                let ran = u64::try_from(since.as_millis()).unwrap_or_default();
-                return Step::Early(delay.saturating_sub(Duration::from_millis(ran)));
+                // A `startedAt` ahead of the clock (another clock's, or a node's set back)
+                // leaves the delay plus that much: the delay ends counted from it, and a worker
+                // that waits for less only wakes to find itself still early (docs/prober.md §3.9).
+                let ran = since.unsigned_abs();
+                let left =
+                    if since.is_negative() { delay.saturating_add(ran) } else { delay.saturating_sub(ran) };
+                return Step::Early(left);
             }
         }
 
