@@ -458,8 +458,13 @@ impl Engine {
         }
     }
 
-    /// Waits until every stored status is written (or given up on): call it before the host
-    /// exits. Returns at once without an API client.
+    /// Waits until every stored status is written (or given up on, as a version the API
+    /// server rejected with 422 is): call it before the host exits. Returns at
+    /// once without an API client. A write that fails for a reason that may pass (the server
+    /// unreachable, a 5xx, a 429) is retried with back-off and waited for, for as long as it
+    /// goes on failing: bound the wait, as the agent bounds it to 10 s on SIGTERM
+    /// (`tokio::time::timeout(Duration::from_secs(10), engine.flush())`), or a shutdown while
+    /// the API server is down never ends.
     pub async fn flush(&self) -> Result<(), PipelineError> {
         match &self.syncer {
             Some(syncer) => {
