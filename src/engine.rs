@@ -26,7 +26,8 @@ use probelet_actors::prober::ProbeHostPolicy;
 use probelet_actors::prober::executors::Executors;
 use probelet_actors::prober::pod_container::duplicate_container_name;
 use probelet_actors::prober::update_status::{
-    keep_started_only_for_the_same_container, keep_started_while_terminating,
+    keep_started_and_ready_once_finished, keep_started_only_for_the_same_container,
+    keep_started_while_terminating,
 };
 use probelet_actors::status::generate::keep_initialized_once_initialized;
 use probelet_actors::status::manager::ResizeCondition;
@@ -298,12 +299,20 @@ impl Engine {
     /// and probe is kept by UID), and so is one with two containers of one name. While the pod
     /// terminates (`deletionTimestamp` set), its liveness and startup probes stop, and each
     /// running container keeps the `started` the stored status gives it: a container whose
-    /// startup probe never passed does not turn started, or Ready, while it is killed. A
+    /// startup probe never passed does not turn started, or Ready, while it is killed. Once the
+    /// pod is finished all its probes stop, and a container still running (being killed)
+    /// keeps the `started` and `ready` the stored status gives it. A
     /// container instance (same ID) that the stored status, else the API server's copy, shows
     /// has that status's `started`, whether the runtime status carries one or not (a host that
     /// leaves `started` to the engine keeps it across its restart); a replacement carries
     /// neither `started` nor `ready` over, so it waits for its own startup probe
     /// (docs/prober.md §3.4).
+    ///
+    /// Call it when something changed (the runtime's state, a probe result the host was told
+    /// of), as the kubelet syncs a pod, not on a timer: each call probes the readiness of every
+    /// started container not yet ready at once (upstream's manual trigger in
+    /// `UpdatePodStatus`), so a host that polls its runtime and syncs every 100 ms probes an
+    /// unready container ten times a second, whatever its `periodSeconds`.
     pub async fn sync_pod(
         &self,
         pod: Arc<Pod>,
@@ -323,10 +332,8 @@ impl Engine {
             });
         }
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        let mut stored = None;
-        let looked = !is_terminal(runtime_status.phase.as_deref());
-        if looked {
-            stored = self.pipeline.pod_status(&uid).await?;
+        let stored = self.pipeline.pod_status(&uid).await?;
+        if !is_terminal(runtime_status.phase.as_deref()) {
             // Upstream's line says whose phase was terminal: the status manager's copy first.
             let finished = [
                 (stored.as_deref(), "Status manager phase was terminal, updating phase to match"),
@@ -351,13 +358,8 @@ impl Engine {
         // stays True once it was (docs/prober.md §3.11).
         let restart_all_gate =
             self.pipeline.feature_gates.enabled(Feature::RestartAllContainersOnContainerExits);
-        let old = match (restart_all_gate, &stored) {
-            (false, _) => None,
-            (true, Some(stored)) => Some(stored.clone()),
-            (true, None) if looked => None,
-            (true, None) => self.pipeline.pod_status(&uid).await?,
-        }
-        .or_else(|| restart_all_gate.then(|| pod.status.clone().map(Arc::new)).flatten());
+        let old =
+            restart_all_gate.then(|| stored.clone().or_else(|| pod.status.clone().map(Arc::new))).flatten();
         if terminal {
             // A finished pod is probed no more: upstream never runs SyncPod for it again.
             self.pipeline.remove_pod(pod.clone());
@@ -378,7 +380,12 @@ impl Engine {
             stored.as_deref().or(pod.status.as_ref()),
         );
         let mut status = self.pipeline.update_pod_status(pod.clone(), runtime_status).await?;
-        if deleting && !terminal {
+        if terminal {
+            // Its workers are gone (removed above, or at an earlier finished sync) while some
+            // containers may still run: what the stored status (else the API server's copy)
+            // says of them stands, as no probe will say more (docs/prober.md §3.6).
+            keep_started_and_ready_once_finished(&mut status, stored.as_deref().or(pod.status.as_ref()));
+        } else if deleting {
             // Liveness and startup stop at the first terminating sync: without their workers,
             // a later sync would call every running container started (and ready, without a
             // readiness probe). `started` stays what it was, as the kubelet generates the

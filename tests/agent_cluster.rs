@@ -1233,6 +1233,49 @@ async fn a_deleting_pods_container_that_never_started_is_not_written_started() {
     support::agent::kill(agent, &kubeconfig).await;
 }
 
+/// A pod the runtime reports finished (`Failed`) while its container still runs (its active
+/// deadline passed, the kill under way) and whose startup probe never succeeded: its probes
+/// stop, and a sync meanwhile does not write the container started, nor ready. The kubelet
+/// keeps the workers until the containers are dead and generates no status in between; the
+/// agent, which had removed them at once, found no startup worker and wrote it started.
+#[tokio::test]
+async fn a_finished_pods_container_that_never_started_is_not_written_started() {
+    let (port, healthy) = support::health::toggled_health_server().await;
+    healthy.store(false, Ordering::SeqCst);
+    let fake = FakeApiServer::start().await;
+    let mut slow = pod("finished", "node-a", port);
+    let app = &mut slow.spec.as_mut().unwrap().containers[0];
+    app.startup_probe =
+        app.readiness_probe.take().map(|probe| Probe { failure_threshold: Some(1000), ..probe });
+    fake.insert_pod(slow);
+    let (agent, kubeconfig) = start_agent(&fake, "finished-never-started", &[]);
+    let started = |p: &Pod| app_status(p).started;
+    wait_for_pod(&fake, "finished", "app written not started", |p| started(p) == Some(false)).await;
+
+    // The runtime fails the pod, then writes again while the container is being stopped.
+    let api: kube::Api<Pod> = kube::Api::namespaced(fake.client(), "default");
+    let failed = serde_json::json!({"status": {"phase": "Failed", "reason": "DeadlineExceeded"}});
+    api.patch_status("finished", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(failed))
+        .await
+        .unwrap();
+    wait_for_pod(&fake, "finished", "failed", |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+    })
+    .await;
+    let mut status = app_status(&fake.pod("default", "finished").unwrap());
+    status.image_id = "sha256:0123".into();
+    runtime_writes(&fake, "finished", vec![status]).await;
+    wait_for_pod(&fake, "finished", "the runtime's write", |p| app_status(p).image_id == "sha256:0123").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        let pod = fake.pod("default", "finished").unwrap();
+        let app = app_status(&pod);
+        assert!(app.started != Some(true) && !app.ready, "{:#?}", pod.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    support::agent::kill(agent, &kubeconfig).await;
+}
+
 /// A runtime that replaces a container and keeps `started` and `ready` by name (it rewrites only
 /// the fields it owns): the replacement is written not started, and not ready, until its own
 /// startup probe passes, as the kubelet carries `started` over only for the same container ID

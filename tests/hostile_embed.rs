@@ -475,3 +475,50 @@ async fn a_container_started_ahead_of_the_clock_is_waited_for_not_polled() {
     let first = first.expect("probed once startedAt came");
     assert!(first.abs_diff(Duration::from_secs(30)) < Duration::from_millis(20), "first probe at {first:?}");
 }
+
+/// A pod finished (`Failed`: its active deadline passed, say) while its containers still run,
+/// synced again while they are killed: the engine stopped its probes at the first finished
+/// sync, and a container whose startup probe never passed, or whose readiness probe fails, must
+/// not turn started or ready for want of a worker. The kubelet keeps the workers until the
+/// containers are dead and generates no status in between.
+#[actix::test]
+async fn a_finished_pods_resync_keeps_its_running_containers_not_ready() {
+    tokio::time::pause();
+    let prober = ScriptedProber::new();
+    prober.always("app", Startup, Step::Return(ProbeResult::Failure));
+    prober.always("web", Readiness, Step::Return(ProbeResult::Failure));
+    prober.always("ok", Readiness, Step::Return(ProbeResult::Success));
+    let (engine, pods) = engine_with(prober);
+    advance(Duration::from_secs(11)).await;
+    let pod = test_pod("deadline")
+        .container("app")
+        .with_probe("app", Startup, probe(1, 1, 100))
+        .container("web")
+        .with_probe("web", Readiness, probe(1, 1, 1))
+        .container("ok")
+        .with_probe("ok", Readiness, probe(1, 1, 1))
+        .build();
+    pods.upsert(pod.clone());
+    let containers = vec![
+        running("app", "containerd://app-1", epoch()),
+        running("web", "containerd://web-1", epoch()),
+        running("ok", "containerd://ok-1", epoch()),
+    ];
+    engine.sync_pod(pod.clone(), runtime(containers.clone())).await.unwrap();
+    advance(Duration::from_secs(3)).await;
+    engine.sync_pod(pod.clone(), runtime(containers.clone())).await.unwrap();
+    let failed = PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some("DeadlineExceeded".into()),
+        ..runtime(containers)
+    };
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let status = engine.sync_pod(pod.clone(), failed.clone()).await.unwrap();
+        let of = |name| (container(&status, name).started, container(&status, name).ready);
+        seen.push((of("app"), of("web"), of("ok")));
+        advance(Duration::from_secs(1)).await;
+    }
+    let want = ((Some(false), false), (Some(true), false), (Some(true), true));
+    assert_eq!(seen, vec![want; 3], "(started, ready) of app, web, ok at each sync of the failed pod");
+}

@@ -18,7 +18,8 @@ use probelet_actors::features::Feature;
 use probelet_actors::metrics as names;
 use probelet_actors::prober::timing::{EVENT_INVALID_PROBE_TIMING, PROBE_TIMING_ANNOTATION, probe_timings};
 use probelet_actors::prober::update_status::{
-    keep_started_only_for_the_same_container, keep_started_while_terminating,
+    keep_started_and_ready_once_finished, keep_started_only_for_the_same_container,
+    keep_started_while_terminating,
 };
 use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
 use probelet_actors::results::ProbeResultChanged;
@@ -254,8 +255,16 @@ impl ClusterHost {
                     &mut status,
                     stored.as_ref().or(pod.status.as_ref()),
                 );
-                let mut status = pipeline.update_pod_status(pod, status).await.ok()?;
-                if deleting {
+                let mut status = pipeline.update_pod_status(pod.clone(), status).await.ok()?;
+                if is_terminal(&pod) {
+                    // Its probes stopped at its first finished sync while its containers may
+                    // still be killed: `started` and `ready` stay what they were (after an
+                    // agent restart, what the API server's copy says).
+                    keep_started_and_ready_once_finished(
+                        &mut status,
+                        stored.as_ref().or(pod.status.as_ref()),
+                    );
+                } else if deleting {
                     // Liveness and startup have stopped: `started` stays what it was.
                     keep_started_while_terminating(&mut status, stored.as_ref());
                 }

@@ -36,7 +36,9 @@ use probelet_actors::capacity::ShrinkAfterRemoval;
 use probelet_actors::contracts::{EventType, PodRegistry};
 use probelet_actors::features::Feature;
 use probelet_actors::format::pod_ref;
-use probelet_actors::prober::update_status::keep_started_while_terminating;
+use probelet_actors::prober::update_status::{
+    keep_started_and_ready_once_finished, keep_started_while_terminating,
+};
 use probelet_actors::prober::{ProbeKind, ProbeResult, pod_reference};
 use probelet_actors::restart::{InRuntime, all_containers_could_restart};
 use probelet_actors::results::ProbeResultChanged;
@@ -923,11 +925,18 @@ async fn generate_status(
         ..Default::default()
     };
     let mut status = pipeline.update_pod_status(pod.clone(), status).await.ok()?;
-    if terminating {
-        // Liveness and startup have stopped: `started` stays what it was.
+    let finished = matches!(phase, PHASE_SUCCEEDED | PHASE_FAILED);
+    if finished || terminating {
         let stored =
             pipeline.versioned_status(&uid).await.ok().flatten().and_then(|v| v.status.decode_logged());
-        keep_started_while_terminating(&mut status, stored.as_ref());
+        if finished {
+            // Its probes stopped at its first finished sync while its containers may still
+            // be killed: `started` and `ready` stay what they were.
+            keep_started_and_ready_once_finished(&mut status, stored.as_ref());
+        } else {
+            // Liveness and startup have stopped: `started` stays what it was.
+            keep_started_while_terminating(&mut status, stored.as_ref());
+        }
     }
     generate_kubelet_conditions(&pod, &mut status);
     if restart_all_gate && let Some(conditions) = status.conditions.as_mut() {

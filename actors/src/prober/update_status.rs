@@ -217,6 +217,29 @@ pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&Po
     });
 }
 
+/// For a status generated once its pod is finished (`Succeeded` or `Failed`) while some of its
+/// containers still run (killed after the pod's active deadline, or reported finished before
+/// they stopped): puts back each running container's `started` and `ready` as `stored` (the
+/// status manager's current status) has them for the same container ID, neither when it is not
+/// there.
+///
+/// A finished pod's probe workers are removed at its first finished sync, where upstream
+/// removes them only once its containers are dead (`SyncTerminatingPod`, after the kill) and
+/// generates no status in between (docs/prober.md §3.6, §9). Without a worker, every running container reads started,
+/// and ready: a container whose startup probe never passed, or whose readiness probe fails,
+/// would turn ready on a failed pod at the host's next sync.
+pub fn keep_started_and_ready_once_finished(status: &mut PodStatus, stored: Option<&PodStatus>) {
+    with_previous_by_name(status, stored, |cs, stored| {
+        if !is_running(cs) {
+            return;
+        }
+        let same = stored.filter(|old| old.container_id.is_some() && old.container_id == cs.container_id);
+        let started = same.is_some_and(|old| old.started == Some(true));
+        cs.started = Some(started);
+        cs.ready = started && same.is_some_and(|old| old.ready);
+    });
+}
+
 /// Calls `each` with every container status of `status` and the one `previous` lists under its
 /// name (init containers among init containers, regular among regular).
 fn with_previous_by_name(
@@ -840,6 +863,66 @@ mod tests {
                 ("new-id", Some(false), false),
                 ("gone", None, false),
             ]
+        );
+    }
+
+    /// Once a pod is finished, a regeneration keeps each running container's `started` and
+    /// `ready` as the stored status has them for the same ID (a sidecar among the init
+    /// containers too): no worker is left to say more, and its absence reads started and ready.
+    #[test]
+    fn a_finished_pods_running_containers_keep_their_started_and_ready() {
+        let flagged = |mut cs: ContainerStatus, started: bool, ready: bool| {
+            cs.started = Some(started);
+            cs.ready = ready;
+            cs
+        };
+        let stored = PodStatus {
+            init_container_statuses: Some(vec![flagged(running("sidecar", "probelet://s", 0), true, false)]),
+            container_statuses: Some(vec![
+                flagged(running("slow", "probelet://1", 0), false, false),
+                flagged(running("unready", "probelet://2", 0), true, false),
+                flagged(running("ready", "probelet://3", 0), true, true),
+                flagged(running("replaced", "probelet://4", 0), true, true),
+            ]),
+            ..Default::default()
+        };
+        // What UpdatePodStatus computes with no worker left: every running container started
+        // and ready.
+        let mut regenerated = PodStatus {
+            init_container_statuses: Some(vec![flagged(running("sidecar", "probelet://s", 0), true, true)]),
+            container_statuses: Some(vec![
+                flagged(running("slow", "probelet://1", 0), true, true),
+                flagged(running("unready", "probelet://2", 0), true, true),
+                flagged(running("ready", "probelet://3", 0), true, true),
+                flagged(running("replaced", "probelet://5", 0), true, true),
+                flagged(terminated("gone", "probelet://6", 0), false, false),
+            ]),
+            ..Default::default()
+        };
+        keep_started_and_ready_once_finished(&mut regenerated, Some(&stored));
+        let flags: Vec<_> = regenerated
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(regenerated.container_statuses.iter().flatten())
+            .map(|c| (c.name.as_str(), c.started, c.ready))
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                ("sidecar", Some(true), false),
+                ("slow", Some(false), false),
+                ("unready", Some(true), false),
+                ("ready", Some(true), true),
+                ("replaced", Some(false), false),
+                ("gone", Some(false), false),
+            ]
+        );
+        let mut unknown = regenerated.clone();
+        keep_started_and_ready_once_finished(&mut unknown, None);
+        assert!(
+            unknown.container_statuses.iter().flatten().all(|c| c.started == Some(false) && !c.ready),
+            "without a previous status, nothing running is started or ready"
         );
     }
 

@@ -830,3 +830,42 @@ fn a_file_unreadable_for_a_scan_is_not_told_again_when_it_reads_the_same() {
     assert_eq!(manifest_lines(&mut reported, &unreadable, folder).len(), 1, "cannot be read");
     assert_eq!(manifest_lines(&mut reported, &read, folder), vec![], "the same contents: told once");
 }
+
+const DEADLINE_PROBED_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: deadline-probed}
+spec:
+  activeDeadlineSeconds: 5
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: app
+    command: [sleep, "600"]
+    readinessProbe:
+      exec: {command: ["false"]}
+      periodSeconds: 1
+"#;
+
+/// A pod failed by its active deadline is synced again while its container is killed (here
+/// it ignores the TERM for the 3 s grace period, and resyncs come every second): its probes
+/// stopped at the failing sync, and its running container, whose readiness probe never
+/// passed, must not read ready for want of a worker. Before, every status after the first
+/// failed one had it ready.
+#[actix::test]
+async fn a_pod_failed_by_its_deadline_keeps_an_unready_container_unready_while_it_is_killed() {
+    tokio::time::pause();
+    let h = Harness::start_configured("deadline-probed", DEADLINE_PROBED_POD, Signals::Recorded, |c| {
+        c.resync_period = Duration::from_secs(1);
+    });
+    let (_, mut view) = h.pod().await;
+    wait_for(&mut view, "phase Failed", |s| phase(s) == "Failed").await;
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let status = view.borrow().expect("a status");
+        if let Some(app) = container_status(&status, "app").filter(|_| running_id(&status, "app").is_some()) {
+            seen.push((phase(&status).to_owned(), app.ready));
+        }
+    }
+    assert!(!seen.is_empty(), "no status while the container ran");
+    assert!(seen.iter().all(|(_, ready)| !ready), "(phase, ready) of the running container: {seen:?}");
+}
