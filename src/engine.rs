@@ -289,7 +289,10 @@ impl Engine {
     /// probe results, generates the kubelet's conditions (with the resize conditions set through
     /// [`Pipeline::set_pod_resize_condition`]; a finished pod's are cleared) and stores the result, which the
     /// syncer then writes. `runtime_status` is what the host's runtime knows: phase, IPs and
-    /// container states. Returns the status as the status manager stored it: with the
+    /// container states. Its `conditions` are replaced: those the kubelet does not own (a
+    /// readiness gate's, `DisruptionTarget`) are taken from the pod's own status, the API
+    /// server's copy, as upstream's `generateAPIPodStatus` takes them; a host without an API
+    /// server that sets a readiness gate's condition sets it in `pod.status`. Returns the status as the status manager stored it: with the
     /// generation it stamps, or, when it refused the update, the status it kept.
     ///
     /// A terminal phase stays: once the stored status (or the API server's copy the pod

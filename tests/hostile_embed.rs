@@ -522,3 +522,39 @@ async fn a_finished_pods_resync_keeps_its_running_containers_not_ready() {
     let want = ((Some(false), false), (Some(true), false), (Some(true), true));
     assert_eq!(seen, vec![want; 3], "(started, ready) of app, web, ok at each sync of the failed pod");
 }
+
+/// A host without an API server that sets its readiness gate's condition: in the runtime
+/// status it is replaced with the kubelet's conditions and the pod waits for the gate; in the
+/// pod's own status, where upstream's `generateAPIPodStatus` reads the conditions it does not
+/// own, it opens the gate.
+#[actix::test]
+async fn a_readiness_gates_condition_is_read_from_the_pods_status_not_the_runtimes() {
+    use k8s_openapi::api::core::v1::PodCondition;
+    tokio::time::pause();
+    let (engine, pods) = engine_with(ScriptedProber::new());
+    let gate =
+        || PodCondition { type_: "example.com/lb".into(), status: "True".into(), ..Default::default() };
+    let pod = test_pod("gated").container("app").readiness_gate("example.com/lb").build();
+    pods.upsert(pod.clone());
+    let with_gate = PodStatus {
+        conditions: Some(vec![gate()]),
+        ..runtime(vec![running("app", "containerd://g", epoch())])
+    };
+    let status = engine.sync_pod(pod.clone(), with_gate.clone()).await.unwrap();
+    let ready = |s: &PodStatus| s.conditions.iter().flatten().find(|c| c.type_ == "Ready").cloned().unwrap();
+    assert_eq!(
+        (ready(&status).status.as_str(), ready(&status).reason.as_deref()),
+        ("False", Some("ReadinessGatesNotReady")),
+        "{status:?}"
+    );
+    let gated = test_pod("gated")
+        .container("app")
+        .readiness_gate("example.com/lb")
+        .with_status(PodStatus { conditions: Some(vec![gate()]), ..Default::default() })
+        .build();
+    pods.upsert(gated.clone());
+    let status =
+        engine.sync_pod(gated, runtime(vec![running("app", "containerd://g", epoch())])).await.unwrap();
+    assert_eq!(ready(&status).status, "True", "{status:?}");
+    assert_eq!(condition(&status, "example.com/lb"), "True", "the gate's condition is kept");
+}
