@@ -1,7 +1,8 @@
 //! End to end: the real agent binary when the node has no process to spare (docs/reliability.md,
 //! "No process to spare"). The allocator runs one background thread, so that no thread of its
 //! own retries without end when none can be made; and with its pids cgroup full from the start,
-//! the agent neither floods its log nor panics, and still serves.
+//! the agent neither floods its log nor panics, and still serves; an engine a host embeds with
+//! probe worker threads starts without them when none can be made.
 
 // Helpers here may panic: a panic fails the test that called them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -181,4 +182,49 @@ async fn too_few_open_files_to_start_is_one_clear_error() {
         assert!(!stderr.contains("panicked") && !stderr.contains("--state-dir"), "{stderr}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Set for the run of this test binary that [`an_embedded_engine_with_no_thread_to_spare_runs_its_workers_on_the_callers`]
+/// starts inside a full pids cgroup.
+const NO_THREADS_CHILD: &str = "PROBELET_TEST_NO_THREADS_CHILD";
+
+/// A host embedding the engine on a node (or in a container) whose pids limit is reached asks
+/// for probe worker threads: the engine starts, its workers on the caller's runtime, as
+/// `PipelineConfig::worker_threads` says. tokio's runtime builder panicked instead ("OS can't
+/// spawn worker thread"), taking the host down with it. The engine is started by this same test
+/// binary, run again inside a pids cgroup that has room for its one thread only.
+#[test]
+fn an_embedded_engine_with_no_thread_to_spare_runs_its_workers_on_the_callers() {
+    if std::env::var_os(NO_THREADS_CHILD).is_some() {
+        return start_an_engine_with_worker_threads();
+    }
+    let Some(cgroup) = PidsCgroup::make(1) else {
+        eprintln!("skipped: no pids cgroup can be made here (needs root and the pids controller)");
+        return;
+    };
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} --exact an_embedded_engine_with_no_thread_to_spare_runs_its_workers_on_the_callers --test-threads=1 --nocapture",
+        cgroup.0.display(),
+        std::env::current_exe().expect("this test binary").display(),
+    );
+    let output = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env(NO_THREADS_CHILD, "1")
+        .output()
+        .expect("the test binary runs");
+    drop(cgroup);
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && text.contains("engine answered"), "{}:\n{text}", output.status);
+    assert!(!text.contains("panicked"), "{text}");
+}
+
+/// The child's part: an engine with two worker threads asked for, which answers.
+fn start_an_engine_with_worker_threads() {
+    actix::System::new().block_on(async {
+        let pods = probelet::contracts::PodRegistry::new();
+        let engine = probelet::Engine::builder(std::sync::Arc::new(pods)).worker_threads(2).start();
+        let workers = engine.pipeline().workers().await.expect("the prober manager answers");
+        println!("engine answered: {} workers", workers.len());
+    });
 }

@@ -506,11 +506,22 @@ impl WorkerRuntime {
         if threads == 0 {
             return WorkerRuntime { runtime: None, manager: None };
         }
-        let built = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("probe-worker")
-            .enable_all()
-            .build();
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads).thread_name("probe-worker").enable_all();
+        // tokio's builder panics ("OS can't spawn worker thread") rather than answer an error
+        // when it cannot make even its first thread (a pids limit reached): one thread made and
+        // ended here first tells, and the builder's panic is caught for the race in which the
+        // last free one went meanwhile.
+        let built = std::thread::Builder::new()
+            .name("probe-worker".to_owned())
+            .spawn(|| {})
+            .map(|thread| {
+                let _ = thread.join();
+            })
+            .and_then(|()| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.build()))
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the runtime's threads could not be made")))
+            });
         let runtime = match built {
             Ok(runtime) => Some(runtime),
             Err(error) => {
