@@ -257,12 +257,14 @@ fn manifest_lines(reported: &mut HashSet<Told>, next: &Snapshot, folder: &Path) 
             }
             None => {
                 // One document of several: the file's others are read as they are, and
-                // "manifest skipped" would say the whole file is.
+                // "manifest skipped" would say the whole file is. When the file gave no pod
+                // (each of its documents refused), the whole file is skipped and said so.
+                let file_runs = || next.pods.values().any(|pod| pod.file == error.file);
                 let line = match error.document() {
-                    Some(_) => {
+                    Some(_) if file_runs() => {
                         format!("manifest document skipped (not the whole file): {}", error.for_a_line())
                     }
-                    None => format!("manifest skipped: {}", error.for_a_line()),
+                    _ => format!("manifest skipped: {}", error.for_a_line()),
                 };
                 (Told::Contents { file, line: line.clone() }, line)
             }

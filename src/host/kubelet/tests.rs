@@ -739,6 +739,30 @@ fn broken_and_misspelled() -> (String, String) {
     (broken, typo)
 }
 
+/// A file of several documents each refused gives no pod: each line says the file is skipped
+/// (`manifest skipped: <file>: document 2: …`, the single document's words), where one of them
+/// running says its document alone is skipped; it said "not the whole file" of a file skipped
+/// whole.
+#[test]
+fn a_file_whose_every_document_is_refused_is_said_skipped_whole() {
+    let mut teller = Teller::new("all-refused");
+    let (broken, _) = broken_and_misspelled();
+    let also_broken = broken.replace("name: broken", "name: broken-too");
+    teller.write("both.yaml", &format!("{broken}---\n{also_broken}"));
+    let lines = teller.scan();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (line, document) in lines.iter().zip(["document 1: ", "document 2: "]) {
+        assert!(line.starts_with("manifest skipped: ") && line.contains(document), "{lines:?}");
+    }
+    teller.write("both.yaml", &format!("{SLEEPER}---\n{also_broken}"));
+    let lines = teller.scan();
+    assert!(
+        lines.iter().any(|l| l.starts_with("manifest document skipped (not the whole file): ")
+            && l.contains("document 2: ")),
+        "{lines:?}"
+    );
+}
+
 /// A manifest saved still broken, with the same error (a comment added), is told again, as the
 /// kubelet logs it at each read of a changed file; an operator heard nothing before and could
 /// take the edit for a fix. While its contents last it is told once, however many scans pass.
