@@ -104,10 +104,10 @@ fn main() {
             let report = probelet::lint::lint_paths_with(&args.paths, &args.feature_gates.gates);
             for error in &report.errors {
                 // A file name, or a value quoted in the reason, may hold a newline or an escape.
-                eprintln!("error: {}", probelet::logging::escape_controls(&error.to_string()));
+                eprintln!("error: {}", probelet::lint::report::file_line(error));
             }
             for warning in &report.warnings {
-                eprintln!("warning: {}", probelet::logging::escape_controls(&warning.to_string()));
+                eprintln!("warning: {}", probelet::lint::report::file_line(warning));
             }
             match args.format {
                 LintFormat::Text => print!("{}", probelet::lint::report::text(&report)),

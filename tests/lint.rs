@@ -1485,3 +1485,100 @@ fn a_boolean_word_go_yaml_does_not_spell_so_is_a_string() {
         ]
     );
 }
+
+/// What go-yaml v2 and sigs.k8s.io/yaml make of the words the YAML reader read otherwise
+/// (docs/lint.md, "What it reads"): `0X1F` is 31 and `1__0` 10 (they were strings, refused as
+/// `invalid type: string`), a key `yes` is the key `true` (so a selector `{yes: web}` selects
+/// the labels `{"true": web}`; it did not), a null limit is the quantity 0 (it was refused:
+/// `invalid type: null, expected Quantity`).
+#[test]
+fn words_are_read_as_go_yaml_reads_them() {
+    let dir = TempDir::new("go-yaml-words");
+    dir.write(
+        "web.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {yes: web}}\n  \
+         template:\n    metadata: {labels: {\"true\": web}}\n    spec:\n      containers:\n      - name: app\n        \
+         image: app:1\n        readinessProbe: {httpGet: {port: 0X1F90}, periodSeconds: 1__0}\n        \
+         resources: {limits: {cpu: ~, memory:}}\n",
+    );
+    let json = lint_json(dir.path(), 0);
+    assert_eq!(json["summary"]["unreadable"], 0, "{json:#}");
+    assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+    let probe = &json["objects"][0]["containers"][0]["probes"][0];
+    assert_eq!(probe["period_seconds"], 10, "{probe:#}");
+    assert!(probe["handler"].as_str().unwrap().contains("8080"), "{probe:#}");
+}
+
+/// go-yaml v2 reads `.inf` and `.NaN` as floats Go's JSON encoder cannot write, and refuses
+/// `!!bool oN` (`oN` is no boolean to it): the kubelet and kubectl refuse such a document, and
+/// lint says so naming the field, where it read `.inf` as null and `!!bool oN` as true.
+#[test]
+fn a_document_go_yaml_cannot_convert_is_refused_naming_the_field() {
+    let dir = TempDir::new("go-yaml-refused");
+    let pod = |name: &str, probe: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: app\n    \
+             image: app:1\n    {probe}\n"
+        )
+    };
+    dir.write("a-inf.yaml", &pod("inf", "livenessProbe: {exec: {command: [true]}, periodSeconds: .inf}"));
+    dir.write("b-tag.yaml", &pod("tag", "stdin: !!bool oN"));
+    let json = lint_json(dir.path(), 2);
+    let errors: Vec<&str> =
+        json["errors"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert_eq!(
+        errors,
+        [
+            "invalid Pod inf: spec.containers[0].livenessProbe.periodSeconds: error converting YAML to JSON: json: \
+             unsupported value: +Inf (`.inf`) at line 8, column 61",
+            "invalid Pod tag: spec.containers[0].stdin: error converting YAML to JSON: yaml: cannot decode !!str \
+             `oN` as a !!bool at line 8, column 19",
+        ]
+    );
+}
+
+/// A JSON manifest's error says the line and column of its value, as a YAML one's does.
+#[test]
+fn a_json_manifests_error_has_line_and_column() {
+    let dir = TempDir::new("json-located");
+    dir.write(
+        "pod.json",
+        "{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"p\"},\n \"spec\": {\"containers\": [\n  \
+         {\"name\": \"app\", \"readinessProbe\": {\"periodSeconds\": \"ten\"}}]}}\n",
+    );
+    let json = lint_json(dir.path(), 2);
+    assert_eq!(
+        json["errors"][0]["message"],
+        "invalid Pod p: spec.containers[0].readinessProbe.periodSeconds: invalid type: string \"ten\", expected \
+         i32 at line 3, column 55"
+    );
+}
+
+/// Lint's text and its errors cut a long word of the manifest as the agent's console lines do:
+/// 256 characters of it, then `…` (a 5,000-character key made a 5,000-character line).
+#[test]
+fn a_long_key_or_value_is_cut_as_the_console_cuts_it() {
+    let dir = TempDir::new("long-words");
+    let long = "k".repeat(5_000);
+    // JSON: a YAML key is at most 1,024 characters.
+    dir.write(
+        "a-unknown.json",
+        &format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"p\"}}, \"spec\": {{\"containers\": \
+             [{{\"name\": \"app\", \"image\": \"a\", \"{long}\": 1}}]}}}}"
+        ),
+    );
+    dir.write(
+        "b-bad.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: q}}\nspec:\n  activeDeadlineSeconds: {long}\n"
+        ),
+    );
+    let run = lint(&[], &[dir.path()]);
+    assert_eq!(run.code, 2, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let cut = "k…";
+    for output in [&run.stdout, &run.stderr] {
+        assert!(output.contains(cut), "{output}");
+        assert!(!output.contains(&"k".repeat(300)), "{output}");
+    }
+}

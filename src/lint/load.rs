@@ -18,7 +18,7 @@ use serde_saphyr::Spanned;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
 use crate::host::manifests::decode::{
-    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_booleans, spans,
+    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_scalars, spans,
 };
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
@@ -166,26 +166,28 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
         Ok(documents) => documents,
         Err(reason) => return loaded.errors.push(error(reason)),
     };
-    let several = documents.iter().filter(|d| !d.is_null()).count() > 1;
+    let several = documents.iter().filter(|d| !d.as_ref().is_ok_and(Value::is_null)).count() > 1;
     let total = documents.len();
     let sections = if several && !is_json(file) { document_sections(contents) } else { Vec::new() };
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut located: Option<Option<Vec<Spanned<Node>>>> = None;
     for (index, document) in documents.into_iter().enumerate() {
-        if document.is_null() {
+        if document.as_ref().is_ok_and(Value::is_null) {
             continue;
         }
         let mut found = Vec::new();
-        if let Err(failure) = objects(file, document, &mut found, &mut loaded.skipped) {
-            let place = if is_json(file) {
-                None
-            } else {
-                located
+        let outcome = match document {
+            Ok(document) => objects(file, document, &mut found, &mut loaded.skipped).map_err(|failure| {
+                // A JSON file is read as YAML for where its values are: its text is YAML too.
+                let place = located
                     .get_or_insert_with(|| spans(contents))
                     .as_ref()
-                    .and_then(|documents| documents.get(index))
-            };
-            let reason = failure.text(place, contents);
+                    .and_then(|documents| documents.get(index));
+                failure.text(place, contents)
+            }),
+            Err(refusal) => Err(refusal),
+        };
+        if let Err(reason) = outcome {
             let reason = if several {
                 format!("document {}: {reason}", document_number(&sections, total, index))
             } else {
@@ -234,7 +236,7 @@ fn read(file: &Path) -> Result<String, String> {
 /// The file's documents (YAML, or JSON by the `.json` extension), each the JSON the kubelet
 /// decodes (`decode.rs` in `src/host/manifests/`). A document may be null (`--- ~`); such
 /// documents are passed over.
-pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
+pub fn documents(file: &Path, contents: &str) -> Result<Vec<Result<Value, String>>, String> {
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
     if is_json(file) {
         if contents.trim().is_empty() {
@@ -242,13 +244,35 @@ pub fn documents(file: &Path, contents: &str) -> Result<Vec<Value>, String> {
         }
         let mut value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
         as_kubelet_json(&mut value);
-        return Ok(vec![value]);
+        return Ok(vec![Ok(value)]);
     }
     let mut documents: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
         .map_err(|e| yaml_syntax_error(&e, contents))?;
-    go_yaml_booleans(&mut documents, contents);
+    let refused = go_yaml_scalars(&mut documents, contents);
     documents.iter_mut().for_each(as_kubelet_json);
-    Ok(documents)
+    Ok(documents
+        .into_iter()
+        .zip(refused)
+        .map(|(document, refused)| match refused {
+            // What lint does not look into (a Helm values file) it does not refuse either.
+            Some(reason) => match object_named(&document) {
+                Some(what) => Err(format!("invalid {what}: {reason}")),
+                None => Ok(document),
+            },
+            None => Ok(document),
+        })
+        .collect())
+}
+
+/// `Kind name` of an object lint looks at (one with an `apiVersion` and a `kind`), as its
+/// errors name it; `None` for any other document.
+fn object_named(document: &Value) -> Option<String> {
+    document.get("apiVersion")?.as_str()?;
+    let kind = document.get("kind")?.as_str()?;
+    match document.pointer("/metadata/name").and_then(Value::as_str) {
+        Some(name) if !name.is_empty() => Some(format!("{kind} {name}")),
+        _ => Some(kind.to_owned()),
+    }
 }
 
 /// The objects with a pod spec in one document, into `found`; other documents count as skipped.
@@ -461,6 +485,37 @@ mod tests {
         assert_eq!(workloads.len(), 1);
         assert_eq!(workloads[0].name, "a");
         assert_eq!(skipped, 1);
+    }
+
+    /// A JSON manifest's error says where its value is, as a YAML one's does; it had neither
+    /// line nor column.
+    #[test]
+    fn a_json_error_has_line_and_column() {
+        let json = "{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"web\"},\n \
+                    \"spec\": {\"selector\": {}, \"template\": {\"spec\": {\"containers\": [\n  \
+                    {\"name\": \"app\", \"livenessProbe\": {\"periodSeconds\": \"ten\"}}]}}}}\n";
+        let (_, errors, _) = parse("web.json", json);
+        assert_eq!(
+            errors,
+            ["invalid Deployment web: spec.template.spec.containers[0].livenessProbe.periodSeconds: \
+              invalid type: string \"ten\", expected i32 at line 3, column 54"]
+        );
+    }
+
+    /// A document lint reads that go-yaml refuses (an infinity, a tag it cannot read) is an
+    /// error naming it and the field; a document lint does not look into is not refused.
+    #[test]
+    fn a_document_go_yaml_refuses_is_an_error() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  \
+                    - name: app\n    livenessProbe: {periodSeconds: .inf}\n---\nthreshold: .inf\n";
+        let (workloads, errors, skipped) = parse("inf.yaml", yaml);
+        assert!(workloads.is_empty());
+        assert_eq!(skipped, 1);
+        assert_eq!(
+            errors,
+            ["document 1: invalid Pod p: spec.containers[0].livenessProbe.periodSeconds: error converting \
+              YAML to JSON: json: unsupported value: +Inf (`.inf`) at line 7, column 36"]
+        );
     }
 
     #[test]

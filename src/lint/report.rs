@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::rules::{ContainerReport, Finding, Severity, Timings, rule};
 use super::{ObjectReport, Report};
+use crate::host::manifests::bounded_quotes;
 use crate::logging::escape_controls;
 
 /// The object as the report names it: `Deployment shop/web`, `Pod web` (no namespace written).
@@ -24,7 +25,10 @@ fn object_name(object: &ObjectReport) -> String {
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
     for object in &report.objects {
-        line(&mut out, format_args!("{}: {}", object.workload.file.display(), object_name(object)));
+        // The file's path is not the manifest's text: it is not cut, its object's name is.
+        let name = bounded_quotes(&object_name(object)).into_owned();
+        out.push_str(&escape_controls(&format!("{}: {name}", object.workload.file.display())));
+        out.push('\n');
         let findings = &object.lint.findings;
         for finding in sorted(findings.iter().filter(|f| f.container.is_none())) {
             write_finding(&mut out, "  ", finding);
@@ -82,10 +86,25 @@ fn describe(probe: &super::rules::EffectiveProbe) -> String {
 /// Writes one line of the report with its control characters escaped (`\n`, `\u{1b}`): names,
 /// paths, commands and file names come from whoever wrote the manifest, who could otherwise
 /// end a line and start one that looks like the report's own (a fake summary), or drive the
-/// terminal. The console's escaping, so that both read the same.
+/// terminal. The console's escaping, so that both read the same; and the console's cuts
+/// ([`for_a_line`]): a 900 KB key is its first 255 characters and `…`, not a 900 KB line.
 fn line(out: &mut String, text: std::fmt::Arguments<'_>) {
-    out.push_str(&escape_controls(&text.to_string()));
+    out.push_str(&for_a_line(&text.to_string()));
     out.push('\n');
+}
+
+/// `text` (a line of lint's that quotes a manifest) as the agent's console writes such a
+/// line: each word of more than 256 characters, and the whole past 4,096, cut with `…`
+/// ([`bounded_quotes`]), control characters escaped.
+fn for_a_line(text: &str) -> String {
+    escape_controls(&bounded_quotes(text)).into_owned()
+}
+
+/// An error or a warning about a file, for a line of standard error: `<file>: <reason>`, the
+/// reason cut as the console cuts it ([`for_a_line`]; the file's path is not cut), control
+/// characters escaped.
+pub fn file_line(error: &super::load::LoadError) -> String {
+    escape_controls(&format!("{}: {}", error.file.display(), bounded_quotes(&error.reason))).into_owned()
 }
 
 fn sorted<'a>(findings: impl Iterator<Item = &'a Finding>) -> Vec<&'a Finding> {

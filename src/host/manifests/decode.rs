@@ -38,69 +38,423 @@ pub(crate) fn as_kubelet_json(value: &mut Value) {
     }
 }
 
-/// go-yaml v2's booleans, each spelling it knows (resolve.go's `resolveMapList`): the YAML
-/// reader takes these words in any case (`yEs`, `oN`, `tRUE`), which go-yaml reads as strings.
-const GO_YAML_BOOLEANS: [&str; 22] = [
-    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false", "False",
-    "FALSE", "on", "On", "ON", "off", "Off", "OFF",
-];
-
-/// Makes each boolean of `documents` (a YAML file's, as the reader typed them) that go-yaml v2
-/// reads as a string that string: a plain `oN` or `yEs` is a string to the kubelet, which an
-/// env value takes and a boolean field refuses. Only a file that writes such a word is read a
-/// second time for the words of its values ([`spans`]).
-pub(crate) fn go_yaml_booleans(documents: &mut [Value], contents: &str) {
-    let odd_boolean = |word: &str| {
-        ["y", "yes", "n", "no", "true", "false", "on", "off"].iter().any(|b| word.eq_ignore_ascii_case(b))
-            && !GO_YAML_BOOLEANS.contains(&word)
-    };
-    if !contents.split(|c: char| !c.is_ascii_alphabetic()).any(odd_boolean) {
-        return;
-    }
-    let Some(nodes) = spans(contents) else { return };
-    for (value, node) in documents.iter_mut().zip(&nodes) {
-        strings_of_odd_booleans(value, node, contents);
-    }
+/// What go-yaml v2's `resolve` (resolve.go) makes of a plain scalar's text, untagged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum GoScalar {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    /// The text itself.
+    Str,
 }
 
-fn strings_of_odd_booleans(value: &mut Value, node: &Spanned<Node>, contents: &str) {
-    match (value, &node.value) {
-        (value @ Value::Bool(_), Node::Scalar) => {
-            // An anchor's or a tag's text is not the word alone: such a value is left as read.
-            // So is a word tagged a boolean (`!!bool oN`), which go-yaml refuses.
-            if let Some(text) = plain_text(node, contents)
-                && !text.starts_with(['&', '!', '*'])
-                && !GO_YAML_BOOLEANS.contains(&text)
-                && !tagged(node, contents)
-            {
-                *value = Value::String(text.to_owned());
-            }
+/// go-yaml v2's reading of a plain scalar (resolve.go's `resolve` with no tag; docs/lint.md,
+/// "What it reads"): the words of its table (`resolveMapList`: its booleans, nulls, `.inf` and
+/// `.nan` in three cases each); then, for a word starting with a digit or a sign, the word
+/// without its `_`s as Go's `strconv.ParseInt` with base 0 reads it (`0x`, `0o`, `0b` in
+/// either case, a leading `0` octal), or `ParseUint`, or a float of `yamlStyleFloat`'s shape
+/// that does not overflow, or `0b` binary; for a word starting with `.`, a float. Anything else
+/// is a string. A word too large for 64 bits in hex, octal or binary, which go-yaml reads as a
+/// big integer, is a string here.
+pub(crate) fn go_yaml_resolve(text: &str) -> GoScalar {
+    match text {
+        "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
+            return GoScalar::Bool(true);
         }
-        (Value::Array(items), Node::Seq(nodes)) => {
-            for (item, node) in items.iter_mut().zip(nodes) {
-                strings_of_odd_booleans(item, node, contents);
-            }
+        "n" | "N" | "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => {
+            return GoScalar::Bool(false);
         }
-        (Value::Object(fields), Node::Map(entries)) => {
-            // The last of a key written twice is the one read.
-            let by_key: std::collections::HashMap<&str, &Spanned<Node>> =
-                entries.iter().map(|(key, node)| (key.as_str(), node)).collect();
-            for (key, field) in fields.iter_mut() {
-                if let Some(node) = by_key.get(key.as_str()) {
-                    strings_of_odd_booleans(field, node, contents);
-                }
-            }
-        }
+        "" | "~" | "null" | "Null" | "NULL" => return GoScalar::Null,
+        ".nan" | ".NaN" | ".NAN" => return GoScalar::Float(f64::NAN),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => return GoScalar::Float(f64::INFINITY),
+        "-.inf" | "-.Inf" | "-.INF" => return GoScalar::Float(f64::NEG_INFINITY),
         _ => {}
     }
+    match text.as_bytes().first() {
+        Some(b'.') => go_float(text).map_or(GoScalar::Str, GoScalar::Float),
+        Some(b'0'..=b'9' | b'+' | b'-') => {
+            let plain = text.replace('_', "");
+            if let Some(int) = go_parse_int(&plain) {
+                return GoScalar::Int(int);
+            }
+            if let Some(uint) = go_parse_uint(&plain) {
+                return GoScalar::Uint(uint);
+            }
+            if let Some(float) = go_float(&plain) {
+                return GoScalar::Float(float);
+            }
+            let binary = plain.strip_prefix("0b").map(|digits| (false, digits));
+            let binary = binary.or_else(|| plain.strip_prefix("-0b").map(|digits| (true, digits)));
+            match binary {
+                Some((negative, digits)) => match go_digits(digits, 2, negative) {
+                    Some(Ok(int)) => GoScalar::Int(int),
+                    Some(Err(uint)) if !negative => GoScalar::Uint(uint),
+                    _ => GoScalar::Str,
+                },
+                None => GoScalar::Str,
+            }
+        }
+        _ => GoScalar::Str,
+    }
 }
 
-/// Whether the word before `node`'s text is a tag (`!!bool oN`): the text's span holds the
+/// `text` as a float if it has `yamlStyleFloat`'s shape (`[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)
+/// ([eE][-+]?[0-9]+)?`) and is finite: Go's `ParseFloat` refuses one that overflows (`1e400`),
+/// which go-yaml then reads as a string.
+fn go_float(text: &str) -> Option<f64> {
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
+    let whole = digits(unsigned);
+    let mut rest = &unsigned[whole..];
+    if let Some(after) = rest.strip_prefix('.') {
+        let fraction = digits(after);
+        if whole == 0 && fraction == 0 {
+            return None;
+        }
+        rest = &after[fraction..];
+    } else if whole == 0 {
+        return None;
+    }
+    if let Some(exponent) = rest.strip_prefix(['e', 'E']) {
+        let exponent = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+        if digits(exponent) == 0 || digits(exponent) != exponent.len() {
+            return None;
+        }
+    } else if !rest.is_empty() {
+        return None;
+    }
+    text.parse::<f64>().ok().filter(|float| float.is_finite())
+}
+
+/// Go's `strconv.ParseInt(text, 0, 64)`: a sign, then `0x`, `0o`, `0b` (either case, digits
+/// after it), a leading `0` (octal), or decimal.
+fn go_parse_int(text: &str) -> Option<i64> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (base, digits) = go_base(unsigned)?;
+    go_digits(digits, base, negative)?.ok()
+}
+
+/// Go's `strconv.ParseUint(text, 0, 64)`: as [`go_parse_int`], without a sign.
+fn go_parse_uint(text: &str) -> Option<u64> {
+    let (base, digits) = go_base(text)?;
+    match go_digits(digits, base, false)? {
+        Ok(int) => u64::try_from(int).ok(),
+        Err(uint) => Some(uint),
+    }
+}
+
+/// The base and digits of an unsigned number as Go's base 0 reads it.
+fn go_base(text: &str) -> Option<(u32, &str)> {
+    let bytes = text.as_bytes();
+    if bytes.first() != Some(&b'0') {
+        return Some((10, text));
+    }
+    let base = match bytes.get(1).map(u8::to_ascii_lowercase) {
+        Some(b'b') if bytes.len() >= 3 => 2,
+        Some(b'o') if bytes.len() >= 3 => 8,
+        Some(b'x') if bytes.len() >= 3 => 16,
+        _ => return Some((8, &text[1..])),
+    };
+    Some((base, &text[2..]))
+}
+
+/// `digits` in `base` (a sign allowed first, as `ParseInt` with a given base takes it): `Ok`
+/// if it fits an i64, `Err` with the u64 if only that holds it, `None` if neither or not a
+/// number. An empty rest after a leading `0` is 0 (Go reads `0` as an octal `0`).
+fn go_digits(digits: &str, base: u32, negative: bool) -> Option<Result<i64, u64>> {
+    let (negative, digits) = match digits.strip_prefix('-') {
+        Some(rest) if !negative => (true, rest),
+        _ => (negative, digits.strip_prefix('+').filter(|_| !negative).unwrap_or(digits)),
+    };
+    if digits.is_empty() && base != 8 {
+        return None;
+    }
+    let mut magnitude: u64 = 0;
+    for c in digits.chars() {
+        let digit = c.to_digit(base)?;
+        magnitude = magnitude.checked_mul(u64::from(base))?.checked_add(u64::from(digit))?;
+    }
+    if negative {
+        let int = 0i128 - i128::from(magnitude);
+        return i64::try_from(int).ok().map(Ok);
+    }
+    Some(i64::try_from(magnitude).map_err(|_| magnitude))
+}
+
+/// The JSON value of `scalar` (of the text `text`), as sigs.k8s.io/yaml writes it: `Err` for
+/// a float JSON cannot hold, in Go's words (`json: unsupported value: +Inf`).
+fn go_json(scalar: GoScalar, text: &str) -> Result<Value, String> {
+    Ok(match scalar {
+        GoScalar::Null => Value::Null,
+        GoScalar::Bool(b) => Value::Bool(b),
+        GoScalar::Int(int) => int.into(),
+        GoScalar::Uint(uint) => uint.into(),
+        GoScalar::Float(float) => match serde_json::Number::from_f64(float) {
+            Some(number) => {
+                let mut value = Value::Number(number);
+                as_kubelet_json(&mut value);
+                value
+            }
+            None => return Err(format!("json: unsupported value: {}", go_float_word(float))),
+        },
+        GoScalar::Str => Value::String(text.to_owned()),
+    })
+}
+
+/// Go's `%v` of a float that is not finite.
+fn go_float_word(float: f64) -> &'static str {
+    if float.is_nan() {
+        "NaN"
+    } else if float > 0.0 {
+        "+Inf"
+    } else {
+        "-Inf"
+    }
+}
+
+/// The JSON key sigs.k8s.io/yaml makes of a plain key go-yaml resolved as `scalar`
+/// (`convertToJSONableObject`): a boolean `true` or `false`, an integer in decimal, a float as
+/// Go's `strconv.FormatFloat(f, 'g', -1, 32)` writes it (`.inf`, `-.inf`, `.nan` for those); a
+/// null or a key only a u64 holds it refuses (`unsupported map key of type: …`).
+fn go_json_key(scalar: GoScalar, text: &str) -> Result<String, String> {
+    Ok(match scalar {
+        GoScalar::Str => text.to_owned(),
+        GoScalar::Bool(b) => b.to_string(),
+        GoScalar::Int(int) => int.to_string(),
+        GoScalar::Float(float) if float.is_nan() => ".nan".into(),
+        GoScalar::Float(float) if float.is_infinite() => {
+            if float > 0.0 {
+                ".inf".into()
+            } else {
+                "-.inf".into()
+            }
+        }
+        GoScalar::Float(float) => go_format_float32_g(float),
+        GoScalar::Null => return Err("unsupported map key of type: %!s(<nil>), key: <nil>".into()),
+        GoScalar::Uint(uint) => {
+            return Err(format!("unsupported map key of type: uint64, key: {uint:#x}"));
+        }
+    })
+}
+
+/// Go's `strconv.FormatFloat(float, 'g', -1, 32)`: the shortest digits that read back as the
+/// same 32-bit float, with an exponent (`1e+06`, `1e-05`) when it is below -4 or 6 and more.
+fn go_format_float32_g(float: f64) -> String {
+    // Narrowing to 32 bits is what Go's bitSize 32 does.
+    #[allow(clippy::cast_possible_truncation)]
+    let narrow = float as f32;
+    // Rust writes the shortest digits that read back as the same f32: `1.2345e6`.
+    let scientific = format!("{narrow:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if digits.bytes().all(|b| b == b'0') {
+        return format!("{sign}0");
+    }
+    if !(-4..6).contains(&exponent) {
+        let (first, rest) = digits.split_at(1);
+        let point = if rest.is_empty() { String::new() } else { format!(".{rest}") };
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{point}e{exp_sign}{:02}", exponent.unsigned_abs());
+    }
+    let count = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+    if exponent < 0 {
+        let zeros = "0".repeat(exponent.unsigned_abs() as usize - 1);
+        return format!("{sign}0.{zeros}{digits}");
+    }
+    if exponent + 1 >= count {
+        let zeros = "0".repeat(usize::try_from(exponent + 1 - count).unwrap_or(0));
+        return format!("{sign}{digits}{zeros}");
+    }
+    let (whole, fraction) = digits.split_at(usize::try_from(exponent + 1).unwrap_or(0));
+    format!("{sign}{whole}.{fraction}")
+}
+
+/// Whether `word`, as a file writes it, may be read otherwise by the YAML reader than by
+/// go-yaml v2: a case of a boolean go-yaml does not spell (`oN`), a number with `_`s or a
+/// capital radix letter (`1__0`, `0X1F`), an infinity or a NaN, a float that overflows
+/// (`1e400`), a key go-yaml resolves to other than a string (`yes:`, `1:`), or a tag.
+fn odd_word(word: &str, is_key: bool) -> bool {
+    if word.starts_with('!') {
+        return true;
+    }
+    let resolved = go_yaml_resolve(word);
+    let odd_boolean =
+        ["y", "yes", "n", "no", "true", "false", "on", "off"].iter().any(|b| word.eq_ignore_ascii_case(b))
+            && resolved == GoScalar::Str;
+    let unsigned = word.strip_prefix(['+', '-']).unwrap_or(word);
+    let capital_radix = matches!(unsigned.as_bytes(), [b'0', b'X' | b'O' | b'B', ..]);
+    let number = matches!(resolved, GoScalar::Int(_) | GoScalar::Uint(_) | GoScalar::Float(_));
+    let not_finite = matches!(resolved, GoScalar::Float(float) if !float.is_finite());
+    let overflows = word.contains(['e', 'E']) && word.parse::<f64>().is_ok_and(f64::is_infinite);
+    odd_boolean
+        || overflows
+        || not_finite
+        || (number && (word.contains('_') || capital_radix))
+        || (is_key && resolved != GoScalar::Str)
+}
+
+/// Makes each scalar and key of `documents` (a YAML file's, as the reader typed them) what
+/// go-yaml v2 and sigs.k8s.io/yaml make of it where the two readers differ ([`odd_word`]):
+/// `oN` a string, `0X1F` 31, `1__0` 10, `1e400` the string `1e400`, the key `yes` `true`.
+/// Returns, for each document, why the kubelet refuses it where it does: an infinity or a NaN
+/// (`json: unsupported value: +Inf`), a tag go-yaml cannot read its scalar as (`!!bool oN`),
+/// a null key. Only a file that writes such a word is read a second time for the words of its
+/// values ([`spans`]).
+pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str) -> Vec<Option<String>> {
+    let mut refused = vec![None; documents.len()];
+    if !words(contents).any(|(word, is_key)| odd_word(word, is_key)) {
+        return refused;
+    }
+    let Some(nodes) = spans(contents) else { return refused };
+    for ((value, node), refusal) in documents.iter_mut().zip(&nodes).zip(&mut refused) {
+        let mut path = Vec::new();
+        if let Err(error) = as_go_yaml(value, node, contents, &mut path) {
+            *refusal = Some(error);
+        }
+    }
+    refused
+}
+
+/// The words of `contents` that could be plain scalars, each with whether a `:` follows it
+/// (a key).
+fn words(contents: &str) -> impl Iterator<Item = (&str, bool)> {
+    let split =
+        |c: char| c.is_whitespace() || matches!(c, ',' | '[' | ']' | '{' | '}' | '#' | '"' | '\'' | ':');
+    let mut rest = contents;
+    std::iter::from_fn(move || {
+        let start = rest.find(|c: char| !split(c))?;
+        rest = &rest[start..];
+        let end = rest.find(split).unwrap_or(rest.len());
+        let (word, after) = rest.split_at(end);
+        rest = after;
+        Some((word, after.starts_with(':')))
+    })
+}
+
+/// [`go_yaml_scalars`] of one value and its node; `path` is where they are, for an error.
+fn as_go_yaml(
+    value: &mut Value,
+    node: &Spanned<Node>,
+    contents: &str,
+    path: &mut Vec<Segment>,
+) -> Result<(), String> {
+    match (value, &node.value) {
+        (value, Node::Scalar) => {
+            // An anchor's or a tag's text is not the word alone: such a value is left as read.
+            let Some(text) = plain_text(node, contents).filter(|text| !text.starts_with(['&', '!', '*']))
+            else {
+                return Ok(());
+            };
+            let refused = |message: String| {
+                let at = node.referenced;
+                let message = format!("{message} at line {}, column {}", at.line(), at.column());
+                super::with_path(&path_text(path), &message)
+            };
+            let resolved = match tag(node, contents) {
+                Some(tag) => go_yaml_tagged(tag, text).map_err(refused)?,
+                None => go_yaml_resolve(text),
+            };
+            *value = go_json(resolved, text)
+                .map_err(|message| refused(format!("error converting YAML to JSON: {message} (`{text}`)")))?;
+            Ok(())
+        }
+        (Value::Array(items), Node::Seq(nodes)) => {
+            for (index, (item, node)) in items.iter_mut().zip(nodes).enumerate() {
+                path.push(Segment::Index(index));
+                let done = as_go_yaml(item, node, contents, path);
+                path.pop();
+                done?;
+            }
+            Ok(())
+        }
+        (Value::Object(fields), Node::Map(entries)) => {
+            let mut renamed = Vec::new();
+            // The last of a key written twice is the one read.
+            for (key, node) in entries.iter().rev() {
+                let read = key.read(contents);
+                if renamed.iter().any(|(from, _): &(String, String)| *from == read) {
+                    continue;
+                }
+                let json_key = match key.plain(contents) {
+                    Some(text) => go_json_key(go_yaml_resolve(text), text).map_err(|message| {
+                        let at = key.0.referenced;
+                        super::with_path(
+                            &path_text(path),
+                            &format!(
+                                "error converting YAML to JSON: {message} at line {}, column {}",
+                                at.line(),
+                                at.column()
+                            ),
+                        )
+                    })?,
+                    None => read.clone(),
+                };
+                if let Some(field) = fields.get_mut(&read) {
+                    path.push(Segment::Key(json_key.clone()));
+                    let done = as_go_yaml(field, node, contents, path);
+                    path.pop();
+                    done?;
+                }
+                renamed.push((read, json_key));
+            }
+            for (read, json_key) in renamed.into_iter().rev() {
+                if read != json_key
+                    && let Some(field) = fields.remove(&read)
+                {
+                    fields.insert(json_key, field);
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// go-yaml v2's `resolve` of `text` under `tag` (`!!bool oN`): the tags it resolves (`!!str`,
+/// `!!bool`, `!!int`, `!!float`, `!!null`) take the text if it resolves to their type (an
+/// integer under `!!float` is made a float), else the file is refused in go-yaml's words
+/// (`yaml: cannot decode !!str `oN` as a !!bool`); any other tag leaves the text a string.
+fn go_yaml_tagged(tag: &str, text: &str) -> Result<GoScalar, String> {
+    let short = tag.strip_prefix("!<tag:yaml.org,2002:").and_then(|t| t.strip_suffix('>'));
+    let short = short.map(|t| format!("!!{t}")).unwrap_or_else(|| tag.to_owned());
+    let resolved = go_yaml_resolve(text);
+    let (wanted, got) = match (short.as_str(), resolved) {
+        ("!!str" | "!!binary", _) => return Ok(GoScalar::Str),
+        ("!!bool", GoScalar::Bool(_))
+        | ("!!null", GoScalar::Null)
+        | ("!!int", GoScalar::Int(_) | GoScalar::Uint(_))
+        | ("!!float", GoScalar::Float(_)) => return Ok(resolved),
+        #[allow(clippy::cast_precision_loss)]
+        ("!!float", GoScalar::Int(int)) => return Ok(GoScalar::Float(int as f64)),
+        ("!!bool" | "!!null" | "!!int" | "!!float", got) => (short.as_str(), got),
+        _ => return Ok(GoScalar::Str),
+    };
+    let got = match got {
+        GoScalar::Null => "!!null",
+        GoScalar::Bool(_) => "!!bool",
+        GoScalar::Int(_) | GoScalar::Uint(_) => "!!int",
+        GoScalar::Float(_) => "!!float",
+        GoScalar::Str => "!!str",
+    };
+    Err(format!("error converting YAML to JSON: yaml: cannot decode {got} `{text}` as a {wanted}"))
+}
+
+/// The tag written before `node`'s text (`!!bool` of `!!bool oN`): the text's span holds the
 /// scalar alone.
-fn tagged(node: &Spanned<Node>, contents: &str) -> bool {
+fn tag<'a>(node: &Spanned<Node>, contents: &'a str) -> Option<&'a str> {
     let start = node.defined.span().byte_offset().and_then(|at| usize::try_from(at).ok());
     let before = start.and_then(|start| contents.get(..start)).unwrap_or_default();
-    before.trim_end().rsplit(char::is_whitespace).next().is_some_and(|word| word.starts_with('!'))
+    before.trim_end().rsplit(char::is_whitespace).next().filter(|word| word.starts_with('!'))
 }
 
 /// `float` as an integer if it is one and fits 64 bits.
@@ -146,30 +500,13 @@ impl DecodeError {
         self
     }
 
-    /// `path: message` (the message alone for the document itself), the path as the API server
-    /// writes it (`spec.containers[0].env[0].value`), from `skip` segments on.
-    fn path_text(&self, skip: usize) -> String {
-        let mut text = String::new();
-        for segment in self.path.iter().skip(skip) {
-            match segment {
-                Segment::Key(key) if text.is_empty() => text.push_str(key),
-                Segment::Key(key) => {
-                    text.push('.');
-                    text.push_str(key);
-                }
-                Segment::Index(index) => text.push_str(&format!("[{index}]")),
-            }
-        }
-        text
-    }
-
     /// The error in words, its path from `skip` segments on (those are said apart: a `List`'s
     /// `items[0]`), with the line and column of its value in `document` when that is known,
     /// and the value as the file writes it where the decoder names it by what it stands for
     /// (`invalid type: integer `0644`, expected a string`, where the decoder says 420).
     pub(crate) fn text(&self, skip: usize, document: Option<&Spanned<Node>>, contents: &str) -> String {
-        let path = self.path_text(skip);
-        let node = document.and_then(|root| find(root, &self.path));
+        let path = path_text(self.path.get(skip..).unwrap_or_default());
+        let node = document.and_then(|root| find(root, &self.path, contents));
         let mut message = self.message.clone();
         if let Some(written) = node.and_then(|node| plain_text(node, contents)) {
             message = naming_written(&message, written);
@@ -182,10 +519,81 @@ impl DecodeError {
     }
 }
 
+/// The path as the API server writes it (`spec.containers[0].env[0].value`).
+fn path_text(path: &[Segment]) -> String {
+    let mut text = String::new();
+    for segment in path {
+        match segment {
+            Segment::Key(key) if text.is_empty() => text.push_str(key),
+            Segment::Key(key) => {
+                text.push('.');
+                text.push_str(key);
+            }
+            Segment::Index(index) => text.push_str(&format!("[{index}]")),
+        }
+    }
+    text
+}
+
 /// Decodes `value` (a document made the kubelet's JSON, [`as_kubelet_json`]) into `T`, with
 /// the paths of the fields it holds that `T` does not have, strictly by type as the kubelet
 /// decodes it.
-pub(crate) fn decode_value<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<String>), DecodeError> {
+pub(crate) fn decode_value<T: DeserializeOwned>(mut value: Value) -> Result<(T, Vec<String>), DecodeError> {
+    // Each null quantity found makes every null of that map, in each item of the lists it is
+    // in, a zero: a map's values are all quantities, and a document has few such maps.
+    for _ in 0..QUANTITY_MAPS_MAX {
+        match decode_once(&value) {
+            Err(error) if error.message == NULL_QUANTITY && zero_null_quantities(&mut value, &error.path) => {
+            }
+            decoded => return decoded,
+        }
+    }
+    decode_once(&value)
+}
+
+/// The decoder's words for a null where a quantity is (`resources.limits.cpu: ~`), which
+/// apimachinery's `Quantity.UnmarshalJSON` reads as 0 (docs/lint.md, "What it reads").
+const NULL_QUANTITY: &str = "invalid type: null, expected Quantity";
+
+/// The most maps of quantities (`limits`, `requests`, `overhead`, …, each list's items
+/// counted once) whose nulls are made zeros: more than a pod has.
+const QUANTITY_MAPS_MAX: usize = 32;
+
+/// Makes each null of the maps at `path` less its last key (each item of a list on the way,
+/// not only the one at the path) the quantity `0`; whether the one at `path` was such a null.
+fn zero_null_quantities(value: &mut Value, path: &[Segment]) -> bool {
+    fn walk(value: &mut Value, map: &[Segment]) {
+        match map.split_first() {
+            None => {
+                if let Value::Object(fields) = value {
+                    fields.values_mut().filter(|v| v.is_null()).for_each(|v| *v = Value::from("0"));
+                }
+            }
+            Some((Segment::Key(key), rest)) => {
+                if let Some(child) = value.get_mut(key.as_str()) {
+                    walk(child, rest);
+                }
+            }
+            Some((Segment::Index(_), rest)) => {
+                if let Value::Array(items) = value {
+                    items.iter_mut().for_each(|item| walk(item, rest));
+                }
+            }
+        }
+    }
+    let Some((Segment::Key(_), map)) = path.split_last() else { return false };
+    let at = path.iter().try_fold(&*value, |value, segment| match segment {
+        Segment::Key(key) => value.get(key.as_str()),
+        Segment::Index(index) => value.get(index),
+    });
+    if !at.is_some_and(Value::is_null) {
+        return false;
+    }
+    walk(value, map);
+    true
+}
+
+fn decode_once<T: DeserializeOwned>(value: &Value) -> Result<(T, Vec<String>), DecodeError> {
     decode_noting_unknown::<T, _>(value).map_err(|error| {
         let path = error
             .path()
@@ -211,7 +619,7 @@ pub(crate) fn spans(contents: &str) -> Option<Vec<Spanned<Node>>> {
 /// A YAML value with where each of its values is.
 #[derive(Debug)]
 pub(crate) enum Node {
-    Map(Vec<(String, Spanned<Node>)>),
+    Map(Vec<(Key, Spanned<Node>)>),
     Seq(Vec<Spanned<Node>>),
     /// A scalar; whether its text is what it stands for is read from the file.
     Scalar,
@@ -234,13 +642,8 @@ impl<'de> Visitor<'de> for NodeVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
         let mut entries = Vec::new();
-        while let Some((key, value)) = map.next_entry::<Value, Spanned<Node>>()? {
-            // A key as the JSON conversion writes it: a string as is, any other scalar in words.
-            let key = match key {
-                Value::String(key) => key,
-                other => other.to_string(),
-            };
-            entries.push((key, value));
+        while let Some((key, value)) = map.next_entry::<Spanned<Value>, Spanned<Node>>()? {
+            entries.push((Key(key), value));
         }
         Ok(Node::Map(entries))
     }
@@ -282,14 +685,43 @@ impl<'de> Visitor<'de> for NodeVisitor {
     }
 }
 
+/// A mapping's key as the second read typed it, with where it is.
+#[derive(Debug)]
+pub(crate) struct Key(Spanned<Value>);
+
+impl Key {
+    /// The key's text where the file writes it plain (`yes`, `0644`), which go-yaml resolves.
+    fn plain<'a>(&self, contents: &'a str) -> Option<&'a str> {
+        plain_at(&self.0.defined, contents)
+    }
+
+    /// The key as the first read keyed its mapping: a plain key's text, a quoted one's string.
+    fn read(&self, contents: &str) -> String {
+        match (self.plain(contents), &self.0.value) {
+            (Some(text), _) => text.to_owned(),
+            (None, Value::String(key)) => key.clone(),
+            (None, other) => other.to_string(),
+        }
+    }
+
+    /// The key as the JSON the kubelet decodes has it (`true` for `yes`), the read key where
+    /// go-yaml refuses it (a null key: that error is said apart).
+    fn json(&self, contents: &str) -> String {
+        match self.plain(contents) {
+            Some(text) => go_json_key(go_yaml_resolve(text), text).unwrap_or_else(|_| text.to_owned()),
+            None => self.read(contents),
+        }
+    }
+}
+
 /// The node at `path` under `root`.
-fn find<'a>(root: &'a Spanned<Node>, path: &[Segment]) -> Option<&'a Spanned<Node>> {
+fn find<'a>(root: &'a Spanned<Node>, path: &[Segment], contents: &str) -> Option<&'a Spanned<Node>> {
     let mut node = root;
     for segment in path {
         node = match (&node.value, segment) {
             // The last of a key written twice is the one read.
             (Node::Map(entries), Segment::Key(key)) => {
-                entries.iter().rev().find(|(k, _)| k == key).map(|(_, value)| value)?
+                entries.iter().rev().find(|(k, _)| k.json(contents) == *key).map(|(_, value)| value)?
             }
             (Node::Seq(items), Segment::Index(index)) => items.get(*index)?,
             _ => return None,
@@ -306,7 +738,12 @@ fn plain_text<'a>(node: &Spanned<Node>, contents: &'a str) -> Option<&'a str> {
         return None;
     }
     // An alias stands for its anchor's value: the text is there.
-    let span = node.defined.span();
+    plain_at(&node.defined, contents)
+}
+
+/// The file's text at `at` if it is a plain scalar's.
+fn plain_at<'a>(at: &serde_saphyr::Location, contents: &'a str) -> Option<&'a str> {
+    let span = at.span();
     let start = usize::try_from(span.byte_offset()?).ok()?;
     let len = usize::try_from(span.byte_len()?).ok()?;
     let text = contents.get(start..start.checked_add(len)?)?;
@@ -334,9 +771,18 @@ fn naming_written(message: &str, written: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A YAML file's documents as the kubelet's JSON, with each document's refusal.
+    fn read(yaml: &str) -> (Vec<Value>, Vec<Option<String>>) {
+        let mut values: Vec<Value> =
+            serde_saphyr::from_multiple_with_options(yaml, yaml_options()).expect("YAML");
+        let refused = go_yaml_scalars(&mut values, yaml);
+        values.iter_mut().for_each(as_kubelet_json);
+        (values, refused)
+    }
+
     /// go-yaml v2's `resolve` for the spellings of an integer (`strconv.ParseInt` with base 0
-    /// after the `_`s are dropped; else a float by `yamlStyleFloat`), then Go's JSON encoder:
-    /// what the kubelet's decoder reads for each.
+    /// after the `_`s are dropped, capital radix letters too; else a float by
+    /// `yamlStyleFloat`), then Go's JSON encoder: what the kubelet's decoder reads for each.
     #[test]
     fn numbers_are_what_the_kubelet_reads() {
         let cases = [
@@ -344,9 +790,24 @@ mod tests {
             ("+0644", "420"),
             ("-010", "-8"),
             ("0o17", "15"),
+            ("0O17", "15"),
             ("0x1F", "31"),
+            ("0X1F", "31"),
+            ("-0X1F", "-31"),
+            ("+0x1f", "31"),
             ("0b101", "5"),
+            ("0B101", "5"),
+            ("-0B101", "-5"),
             ("1_000", "1000"),
+            ("1__0", "10"),
+            ("0_8", "8"),
+            ("0755_", "493"),
+            ("0x_1F", "31"),
+            ("1_e3", "1000"),
+            ("_1", r#""_1""#),
+            ("0x", r#""0x""#),
+            ("0X", r#""0X""#),
+            ("0b102", r#""0b102""#),
             ("08", "8"),
             ("09", "9"),
             ("-09", "-9"),
@@ -355,31 +816,142 @@ mod tests {
             ("10.0", "10"),
             ("1e3", "1000"),
             ("08.5", "8.5"),
+            (".5", "0.5"),
+            ("1.", "1"),
             ("0", "0"),
             ("00", "0"),
             ("99999999999999999999", "1e+20"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("1e400", r#""1e400""#),
+            ("-1e400", r#""-1e400""#),
+            ("1_e400", r#""1_e400""#),
+            (".Nan", r#"".Nan""#),
+            ("'0X1F'", r#""0X1F""#),
+            ("\"1__0\"", r#""1__0""#),
         ];
         for (written, want) in cases {
-            let mut value: Value =
-                serde_saphyr::from_str_with_options(&format!("v: {written}\n"), yaml_options())
-                    .expect("YAML");
-            as_kubelet_json(&mut value);
-            assert_eq!(value["v"].to_string(), want, "{written}");
+            let (values, refused) = read(&format!("v: {written}\n"));
+            assert_eq!(refused, [None], "{written}");
+            assert_eq!(values[0]["v"].to_string(), want, "{written}");
         }
     }
 
+    /// go-yaml v2 reads `.inf`, `-.Inf`, `.NaN` (its table's spellings) as floats that Go's JSON
+    /// encoder refuses: the kubelet refuses the document, in those words.
+    #[test]
+    fn an_infinity_or_a_nan_refuses_the_document() {
+        let cases = [(".inf", "+Inf"), ("+.INF", "+Inf"), ("-.Inf", "-Inf"), (".NaN", "NaN")];
+        for (written, go) in cases {
+            let yaml = format!("kind: Pod\nspec:\n  containers:\n  - name: a\n    x: [1, {written}]\n");
+            let (_, refused) = read(&yaml);
+            let want = format!(
+                "spec.containers[0].x[1]: error converting YAML to JSON: json: unsupported value: \
+                 {go} (`{written}`) at line 5, column 12"
+            );
+            assert_eq!(refused, [Some(want)], "{written}");
+        }
+        // Quoted, it is a string; as a key, sigs.k8s.io/yaml writes it `.inf`.
+        let (values, refused) = read("a: '.inf'\n.Inf: b\n---\nc: .nan\n");
+        assert_eq!(refused[0], None);
+        assert_eq!(values[0].to_string(), r#"{".inf":"b","a":".inf"}"#);
+        assert!(refused[1].as_deref().is_some_and(|r| r.starts_with("c: error converting YAML to JSON")));
+    }
+
     /// go-yaml v2's spellings of a boolean stay booleans; another case of those words is a
-    /// string, but not under a `!!bool` tag (go-yaml refuses that).
+    /// string.
     #[test]
     fn booleans_are_go_yaml_spellings() {
-        let yaml = "a: oN\nb: On\nc: [yEs, YES, n, nO]\nd: !!bool tRUE\ne: &x oFF\nf: *x\ng: 'oN'\n";
-        let mut values: Vec<Value> =
-            serde_saphyr::from_multiple_with_options(yaml, yaml_options()).expect("YAML");
-        go_yaml_booleans(&mut values, yaml);
+        let yaml = "a: oN\nb: On\nc: [yEs, YES, n, nO]\ne: &x oFF\nf: *x\ng: 'oN'\n";
+        let (values, refused) = read(yaml);
+        assert_eq!(refused, [None]);
         assert_eq!(
             values[0].to_string(),
-            r#"{"a":"oN","b":true,"c":["yEs",true,false,"nO"],"d":true,"e":"oFF","f":"oFF","g":"oN"}"#
+            r#"{"a":"oN","b":true,"c":["yEs",true,false,"nO"],"e":"oFF","f":"oFF","g":"oN"}"#
         );
+    }
+
+    /// A tag go-yaml resolves takes a scalar of its type; any other scalar refuses the
+    /// document in go-yaml's words (`!!bool tRUE`: `tRUE` is not a boolean to go-yaml).
+    #[test]
+    fn a_tag_go_yaml_cannot_read_refuses_the_document() {
+        let (values, refused) = read("a: !!bool On\nb: !!float 1\nc: !!str 0644\nd: !!int 0X1F\n");
+        assert_eq!(refused, [None]);
+        assert_eq!(values[0].to_string(), r#"{"a":true,"b":1,"c":"0644","d":31}"#);
+        let cases = [
+            ("!!bool tRUE", "cannot decode !!str `tRUE` as a !!bool", 13),
+            ("!!bool oN", "cannot decode !!str `oN` as a !!bool", 13),
+            ("!!null yes", "cannot decode !!bool `yes` as a !!null", 13),
+        ];
+        for (written, go, column) in cases {
+            let (_, refused) = read(&format!("metadata:\n  x: {written}\n"));
+            let want =
+                format!("metadata.x: error converting YAML to JSON: yaml: {go} at line 2, column {column}");
+            assert_eq!(refused, [Some(want)], "{written}");
+        }
+    }
+
+    /// go-yaml v2 resolves a plain key as it resolves a value, and sigs.k8s.io/yaml writes a
+    /// key that is not a string as Go formats it: `yes` is `true`, `0644` `420`, a float with
+    /// 32 bits' shortest digits (`1e+06`).
+    #[test]
+    fn keys_are_resolved_as_go_yaml_resolves_them() {
+        let yaml = "labels: {yes: a, off: b, 0644: c, 1.5: d, 1e6: e, '0x1F': f, 0X10: g, \
+                    3.14159265358979: h, 0.00001: i, 1_0: j, oN: k, 'no': l, 10.0: m}\n";
+        let (values, refused) = read(yaml);
+        assert_eq!(refused, [None]);
+        assert_eq!(
+            values[0]["labels"].to_string(),
+            r#"{"0x1F":"f","1.5":"d","10":"m","16":"g","1e+06":"e","1e-05":"i","3.1415927":"h","420":"c","false":"b","no":"l","oN":"k","true":"a"}"#
+        );
+        // `1_0` and `10.0` are both the key `10`: the last written is read. A file whose only
+        // such word is a key is read so too.
+        let (values, _) = read("labels: {yes: a, 1: b}\n");
+        assert_eq!(values[0]["labels"].to_string(), r#"{"1":"b","true":"a"}"#);
+    }
+
+    #[test]
+    fn floats_are_formatted_as_go_formats_a_32_bit_float() {
+        let cases = [
+            (1000.0, "1000"),
+            (1e6, "1e+06"),
+            (123_456.0, "123456"),
+            (1_234_567.0, "1.234567e+06"),
+            (1.5, "1.5"),
+            (0.1, "0.1"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1e20, "1e+20"),
+            (-2.5, "-2.5"),
+            (0.0, "0"),
+            (1.234_567_891_23, "1.2345679"),
+        ];
+        for (float, want) in cases {
+            assert_eq!(go_format_float32_g(float), want, "{float}");
+        }
+    }
+
+    /// apimachinery's `Quantity.UnmarshalJSON` reads a JSON null as the zero quantity: a
+    /// limit left empty (`cpu:`, `memory: ~`) is 0, in every container.
+    #[test]
+    fn a_null_quantity_is_zero() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  \
+                    - name: a\n    image: i\n    resources: {limits: {cpu:, memory: 1Gi}, requests: {memory: ~}}\n  \
+                    - name: b\n    image: i\n    resources: {limits: {cpu: ~}}\n  overhead: {cpu: null}\n";
+        let (values, _) = read(yaml);
+        let (pod, _) = decode_value::<k8s_openapi::api::core::v1::Pod>(values[0].clone()).expect("decodes");
+        let spec = pod.spec.expect("spec");
+        let limits = |i: usize| spec.containers[i].resources.as_ref().and_then(|r| r.limits.clone());
+        let quantity = |s: &str| k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.into());
+        assert_eq!(limits(0).and_then(|l| l.get("cpu").cloned()), Some(quantity("0")));
+        assert_eq!(limits(0).and_then(|l| l.get("memory").cloned()), Some(quantity("1Gi")));
+        assert_eq!(limits(1).and_then(|l| l.get("cpu").cloned()), Some(quantity("0")));
+        let requests = spec.containers[0].resources.as_ref().and_then(|r| r.requests.clone());
+        assert_eq!(requests.and_then(|r| r.get("memory").cloned()), Some(quantity("0")));
+        assert_eq!(spec.overhead.and_then(|o| o.get("cpu").cloned()), Some(quantity("0")));
+        // A null where a string is stays an error.
+        let mut value = values[0].clone();
+        value["metadata"]["labels"] = serde_json::json!({"a": null});
+        assert!(decode_value::<k8s_openapi::api::core::v1::Pod>(value).is_err());
     }
 
     #[test]

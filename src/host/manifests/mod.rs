@@ -301,13 +301,17 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<DecodedPod
     }
     let mut values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
         .map_err(|e| yaml_syntax_error(&e, contents))?;
-    decode::go_yaml_booleans(&mut values, contents);
+    let refused = decode::go_yaml_scalars(&mut values, contents);
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut spans = None;
     Ok(values
         .into_iter()
+        .zip(refused)
         .enumerate()
-        .map(|(index, mut value)| {
+        .map(|(index, (mut value, refused))| {
+            if let Some(reason) = refused {
+                return Err(reason);
+            }
             check_kind(&value)?;
             decode::as_kubelet_json(&mut value);
             decode::decode_value::<Pod>(value).map_err(|error| {
@@ -333,6 +337,10 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // such octal, and under it the reader refused the field (`invalid i32`; docs/lint.md,
     // "What it reads").
     options.legacy_octal_numbers = true;
+    // An infinity or a NaN (`.inf`, and `1e400`, which overflows) is read as a word, which
+    // `decode::go_yaml_scalars` then makes what go-yaml makes of it: a refusal of the document
+    // for `.inf`, the string `1e400` (docs/lint.md, "What it reads").
+    options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::AsString;
     options
 }
 
