@@ -85,7 +85,12 @@ pub(crate) fn go_yaml_resolve(text: &str) -> GoScalar {
             if let Some(float) = go_float(&plain) {
                 return GoScalar::Float(float);
             }
-            let binary = plain.strip_prefix("0b").map(|digits| (false, digits));
+            // go-yaml's own `0b` reading, by `ParseInt(rest, 2)`, which takes a sign after the
+            // `0b` (`0b-101` is -5) where base 0 does not.
+            let binary = plain.strip_prefix("0b").map(|digits| match digits.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, digits.strip_prefix('+').unwrap_or(digits)),
+            });
             let binary = binary.or_else(|| plain.strip_prefix("-0b").map(|digits| (true, digits)));
             match binary {
                 Some((negative, digits)) => match go_digits(digits, 2, negative) {
@@ -163,14 +168,10 @@ fn go_base(text: &str) -> Option<(u32, &str)> {
     Some((base, &text[2..]))
 }
 
-/// `digits` in `base` (a sign allowed first, as `ParseInt` with a given base takes it): `Ok`
-/// if it fits an i64, `Err` with the u64 if only that holds it, `None` if neither or not a
-/// number. An empty rest after a leading `0` is 0 (Go reads `0` as an octal `0`).
+/// `digits` in `base`, negated if `negative`: `Ok` if it fits an i64, `Err` with the u64 if
+/// only that holds it, `None` if neither or not a number. An empty rest after a leading `0` is
+/// 0 (Go reads `0` as an octal `0`).
 fn go_digits(digits: &str, base: u32, negative: bool) -> Option<Result<i64, u64>> {
-    let (negative, digits) = match digits.strip_prefix('-') {
-        Some(rest) if !negative => (true, rest),
-        _ => (negative, digits.strip_prefix('+').filter(|_| !negative).unwrap_or(digits)),
-    };
     if digits.is_empty() && base != 8 {
         return None;
     }
@@ -293,13 +294,14 @@ fn odd_word(word: &str, is_key: bool) -> bool {
             && resolved == GoScalar::Str;
     let unsigned = word.strip_prefix(['+', '-']).unwrap_or(word);
     let capital_radix = matches!(unsigned.as_bytes(), [b'0', b'X' | b'O' | b'B', ..]);
+    let signed_binary = matches!(unsigned.as_bytes(), [b'0', b'b', b'+' | b'-', ..]);
     let number = matches!(resolved, GoScalar::Int(_) | GoScalar::Uint(_) | GoScalar::Float(_));
     let not_finite = matches!(resolved, GoScalar::Float(float) if !float.is_finite());
     let overflows = word.contains(['e', 'E']) && word.parse::<f64>().is_ok_and(f64::is_infinite);
     odd_boolean
         || overflows
         || not_finite
-        || (number && (word.contains('_') || capital_radix))
+        || (number && (word.contains('_') || capital_radix || signed_binary))
         || (is_key && resolved != GoScalar::Str)
 }
 
@@ -808,6 +810,9 @@ mod tests {
             ("0x", r#""0x""#),
             ("0X", r#""0X""#),
             ("0b102", r#""0b102""#),
+            ("0b-101", "-5"),
+            ("0x-1F", r#""0x-1F""#),
+            ("-0b-1", r#""-0b-1""#),
             ("08", "8"),
             ("09", "9"),
             ("-09", "-9"),
