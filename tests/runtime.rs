@@ -111,7 +111,17 @@ impl Harness {
     /// A sync telling the runtime which container IDs the status says have started.
     async fn sync_started(&self, pod: &Pod, started: &[&str]) {
         let started: HashSet<String> = started.iter().map(|s| s.to_string()).collect();
-        self.runtime.send(SyncPod { pod: Arc::new(pod.clone()), started }).await.unwrap();
+        self.runtime
+            .send(SyncPod { pod: Arc::new(pod.clone()), started, kubelet_sync: false })
+            .await
+            .unwrap();
+    }
+
+    /// A sync the kubelet would run `SyncPod` for that the runtime cannot see itself (a probe's
+    /// result changed, a pod update), as the host sends it.
+    async fn kubelet_sync(&self, pod: &Pod) {
+        let sync = SyncPod { kubelet_sync: true, ..SyncPod::new(Arc::new(pod.clone())) };
+        self.runtime.send(sync).await.unwrap();
     }
 
     async fn status(&self, uid: &str) -> Option<RuntimePodStatus> {
@@ -1726,6 +1736,111 @@ async fn a_back_off_longer_than_the_resync_interval_records_back_off_at_each_res
     assert_eq!(folded.len(), 1, "{folded:#?}");
     assert_eq!(folded[0].count as usize, backoffs);
     assert_eq!(folded[0].first_timestamp, "1970-01-01T00:00:00Z");
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
+/// A pod of several containers counts its `BackOff`s as the kubelet does: every sync of the pod
+/// runs `doBackOff` for each container it would start, so any sync (another container's failed
+/// start, a container's start, a pod update, the requeue) records `BackOff` for every container
+/// still backing off, and the pod's one requeue is for the earliest back-off's end, at most a
+/// minute after the latest sync. `a` and `b` fail to start (nothing runs, paused time; the
+/// kubelet's 10 s back-off doubling, to 80 s here), `b` added 5 s in by a sync the kubelet
+/// runs (a pod update: the runtime takes the spec each sync gives, a device to put the two
+/// back-offs out of step); `c` (it runs) added at 100 s by a sync of the host's own, whose
+/// start syncs the pod. The table is docs/reliability.md's, derived from the kubelet's rules
+/// ("A `BackOff` at each resync of a long wait"). Before, each container recorded `BackOff`
+/// only at its own failures and its own cuts: `a` at 0, 10, 30, 70, 130 s, `b` at 5, 15, 35,
+/// 75, 135 s.
+#[actix::test]
+async fn every_sync_of_a_pod_records_back_off_for_each_of_its_containers_backing_off() {
+    tokio::time::pause();
+    let log = EventLog::new(Arc::new(TokioClock::starting_at(Timestamp::UNIX_EPOCH)), "node-a");
+    let h = Harness::with_event_log(log.clone(), |runtime| {
+        runtime.with_backoff(Duration::from_secs(10), Duration::from_secs(80))
+    });
+    let a = container("a", &[NO_SUCH, "x"]);
+    let b = container("b", &[NO_SUCH, "x"]);
+    let c = container("c", &["sleep", "600"]);
+    let first = with_containers(pod("pair", "Always"), vec![a.clone()]);
+    let with_b = with_containers(pod("pair", "Always"), vec![a.clone(), b.clone()]);
+    let with_c = with_containers(pod("pair", "Always"), vec![a, b, c]);
+    let id = uid(&first);
+    let begin = Instant::now();
+    h.sync(&first).await;
+    let count = |h: &Harness, name: &str, what: &str| {
+        h.events_for(name).iter().filter(|e| e.starts_with(what)).count()
+    };
+    // By second: `BackOff`s of `a` and `b`, then the tries (`Failed`) of `a` and `b` and the
+    // starts of `c` in that second.
+    let mut rows: Vec<(u64, [usize; 5])> = Vec::new();
+    let mut before = [0; 5];
+    for at in 0..=160u64 {
+        tokio::time::sleep_until(begin + Duration::from_secs(at)).await;
+        match at {
+            5 => h.kubelet_sync(&with_b).await,
+            100 => h.sync(&with_c).await,
+            _ => {}
+        }
+        // Whatever happens at this second has happened half a second later.
+        tokio::time::sleep_until(begin + Duration::from_millis(at * 1000 + 500)).await;
+        let now = [
+            count(&h, "a", "Warning BackOff"),
+            count(&h, "b", "Warning BackOff"),
+            count(&h, "a", "Warning Failed"),
+            count(&h, "b", "Warning Failed"),
+            count(&h, "c", "Normal Started"),
+        ];
+        let new: Vec<usize> = now.iter().zip(before).map(|(n, b)| n - b).collect();
+        if new.iter().any(|n| *n > 0) {
+            rows.push((at, new.try_into().unwrap()));
+        }
+        before = now;
+        if at == 100 {
+            // The start's sync changed no status: `a` and `b` still wait, each its own back-off.
+            let status = h.status(&id).await.unwrap();
+            for (container, back_off, restarts) in
+                [(&status.containers[0], "1m20s", 4), (&status.containers[1], "1m20s", 4)]
+            {
+                let message = format!(
+                    "back-off {back_off} restarting failed container={} pod=pair_default(uid-pair)",
+                    container.name
+                );
+                assert_eq!(
+                    waiting(container),
+                    Some(("CrashLoopBackOff", Some(message.as_str()))),
+                    "at 100 s"
+                );
+                assert_eq!(container.restart_count, restarts, "{} at 100 s", container.name);
+            }
+        }
+    }
+    let expected: Vec<(u64, [usize; 5])> = vec![
+        //     BackOff  Failed  Started
+        //      a  b    a  b    c
+        (0, [1, 0, 2, 0, 0]),
+        // The update's sync; `b`'s failed start's sync, its second's.
+        (5, [3, 1, 0, 2, 0]),
+        // `a`'s try, at its requeue (the earliest end), then its failure's sync.
+        (10, [1, 2, 1, 0, 0]),
+        (15, [2, 1, 0, 1, 0]),
+        (30, [1, 2, 1, 0, 0]),
+        (35, [2, 1, 0, 1, 0]),
+        (70, [1, 2, 1, 0, 0]),
+        (75, [2, 1, 0, 1, 0]),
+        // `c`'s start syncs the pod, and the requeue counts from it: not at 135 s (a minute
+        // after 75 s) but at 150 s, `a`'s end.
+        (100, [1, 1, 0, 0, 1]),
+        (150, [1, 2, 1, 0, 0]),
+        (155, [2, 1, 0, 1, 0]),
+    ];
+    assert_eq!(rows, expected);
+    // `/events`: one event per container, counted.
+    let folded: Vec<_> = log.recent().into_iter().filter(|e| e.reason == "BackOff").collect();
+    assert_eq!(folded.len(), 2, "{folded:#?}");
+    for (event, name) in folded.iter().zip(["a", "b"]) {
+        assert_eq!(event.count as usize, count(&h, name, "Warning BackOff"), "{name}");
+    }
+    tokio::time::resume();
     h.kill_pod(&id, Duration::from_secs(5)).await;
 }
 

@@ -144,6 +144,10 @@ struct PodEntry {
     syncing: bool,
     /// Another sync was asked for while one ran.
     dirty: bool,
+    /// A probe's result changed since the last sync began: the next sync is one the kubelet
+    /// runs `SyncPod` for (`handleProbeSync`), which the runtime counts as a sync of the pod
+    /// ([`SyncPod::kubelet_sync`]).
+    probe_changed: bool,
     terminating: bool,
     /// The pod reached a terminal phase: its workers are gone and nothing restarts.
     finished: bool,
@@ -530,6 +534,7 @@ impl StandaloneKubelet {
             printed: None,
             syncing: false,
             dirty: false,
+            probe_changed: false,
             terminating: false,
             finished: false,
             restart: None,
@@ -570,6 +575,7 @@ impl StandaloneKubelet {
             return;
         }
         entry.syncing = true;
+        let kubelet_sync = std::mem::take(&mut entry.probe_changed);
         let generation = entry.generation;
         // Upstream's deadline handler, asked on every status generation. A pod that reached a
         // terminal phase by itself, or is stopping because its manifest went away, is past
@@ -585,7 +591,7 @@ impl StandaloneKubelet {
         ctx.spawn(
             status
                 .into_actor(self)
-                .map(move |status, act, ctx| act.apply(uid, generation, evict, status, ctx)),
+                .map(move |status, act, ctx| act.apply(uid, generation, evict, kubelet_sync, status, ctx)),
         );
     }
 
@@ -599,6 +605,7 @@ impl StandaloneKubelet {
         uid: PodUid,
         generation: u64,
         evict: bool,
+        kubelet_sync: bool,
         status: Option<PodStatus>,
         ctx: &mut Context<Self>,
     ) {
@@ -640,7 +647,7 @@ impl StandaloneKubelet {
                 if let Some(stored) = &stored {
                     self.pipeline.sync_container_probes(&pod, stored);
                 }
-                self.runtime.do_send(SyncPod { pod, started });
+                self.runtime.do_send(SyncPod { pod, started, kubelet_sync });
             }
         }
         let pipeline = self.pipeline.clone();
@@ -834,6 +841,9 @@ impl Handler<ProbeResultChanged> for StandaloneKubelet {
             ProbeKind::Liveness if !failed => return,
             ProbeKind::Liveness | ProbeKind::Startup if failed => self.kill_for_probe(&msg),
             _ => {}
+        }
+        if let Some(entry) = self.entries.get_mut(&msg.pod_uid) {
+            entry.probe_changed = true;
         }
         self.sync(msg.pod_uid, ctx);
     }

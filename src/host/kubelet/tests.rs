@@ -691,6 +691,57 @@ async fn a_success_or_a_readiness_failure_kills_nothing() {
     assert_eq!(h.terms(), 1);
 }
 
+/// A probe's result changing while its container backs off (the worker marks a dead container's
+/// liveness `Failure`, told here as the results cache tells it, at a chosen second: a real
+/// worker's first probe comes at a random part of its period) syncs the pod, as the kubelet's
+/// `handleProbeSync` does: one `BackOff` more, and the requeue counts from that sync. A container that cannot start (nothing runs,
+/// paused time, the kubelet's 10 s back-off doubling): tries at 0, 0, 10, 30 and 70 s, then an
+/// 80 s wait, whose requeue would cut it at 130 s; the failure at 80 s records `BackOff` and moves
+/// the cut to 140 s; the try stays at 150 s, the back-off's end (docs/reliability.md, "A
+/// `BackOff` at each resync of a long wait"). Before, no `BackOff` at 80 s, and the cut at 130 s.
+#[actix::test]
+async fn a_probe_result_change_during_a_back_off_records_back_off_and_moves_the_requeue() {
+    tokio::time::pause();
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata: {name: probed}
+spec:
+  containers:
+  - name: app
+    command: [probelet-no-such-executable]
+"#;
+    let h = Harness::start("probe-sync", manifest);
+    let begin = Instant::now();
+    let (uid, _view) = h.pod().await;
+    let backing_off =
+        |h: &Harness| h.recorder.rendered().iter().filter(|e| e.starts_with("Warning BackOff")).count();
+    let tries =
+        |h: &Harness| h.recorder.rendered().iter().filter(|e| e.starts_with("Warning Failed")).count();
+    // By second: the `BackOff`s and the tries in that second.
+    let mut rows: Vec<(u64, usize, usize)> = Vec::new();
+    let (mut backoffs_before, mut tries_before) = (0, 0);
+    for at in 0..=150u64 {
+        tokio::time::sleep_until(begin + Duration::from_secs(at)).await;
+        if at == 80 {
+            let app = h.app(&uid).await;
+            let id = app.container_id.expect("the failed try's container");
+            h.probe_result(&uid, ProbeKind::Liveness, &id, ProbeResult::Failure);
+        }
+        tokio::time::sleep_until(begin + Duration::from_millis(at * 1000 + 500)).await;
+        let (backoffs, tried) = (backing_off(&h), tries(&h));
+        if (backoffs, tried) != (backoffs_before, tries_before) {
+            rows.push((at, backoffs - backoffs_before, tried - tries_before));
+        }
+        (backoffs_before, tries_before) = (backoffs, tried);
+    }
+    assert_eq!(
+        rows,
+        [(0, 1, 2), (10, 1, 1), (30, 1, 1), (70, 1, 1), (80, 1, 0), (140, 1, 0), (150, 1, 1)],
+        "(second, BackOff, tries)"
+    );
+    assert!(h.signals().is_empty(), "nothing ran, nothing killed: {:?}", h.signals());
+}
+
 /// Scans a folder as the kubelet does ([`manifests::rescan`], then [`manifest_lines`]), keeping
 /// what it keeps between scans.
 struct Teller {

@@ -37,7 +37,7 @@ use super::state::{
 use super::stop::{Signaller, stop_deadline, stop_process, wait_exited};
 use super::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, EVENT_KILLING, MESSAGE_KILLING_FOR_RESTART_ALL,
-    START_TURN_TIME, STARTS_PER_TURN,
+    RESYNC_INTERVAL, START_TURN_TIME, STARTS_PER_TURN,
 };
 use probelet_actors::vocabulary::PodUid;
 
@@ -55,13 +55,33 @@ pub struct SyncPod {
     /// `started: true`. A sidecar with a startup probe lets the next container start only once
     /// its running instance is in here (upstream waits for the startup result `Success`).
     pub started: HashSet<String>,
+    /// A sync of the pod the runtime cannot see happen, as the kubelet counts them: a probe's
+    /// result changed (upstream `handleProbeSync`). Every container of the pod in crash-loop
+    /// back-off records `BackOff` again, and the back-off's requeue counts from now. `false`:
+    /// the host converging the pod after a change the runtime told it of, or at its own resync;
+    /// the runtime counts the syncs of its own events (a container's exit, failed start or
+    /// start, the requeue) itself, and passes over a container backing off
+    /// (docs/reliability.md, "A `BackOff` at each resync of a long wait").
+    pub kubelet_sync: bool,
 }
 
 impl SyncPod {
-    /// A sync that knows of no started container.
+    /// A sync that knows of no started container, and is not one of the kubelet's own.
     pub fn new(pod: Arc<Pod>) -> Self {
-        SyncPod { pod, started: HashSet::new() }
+        SyncPod { pod, started: HashSet::new(), kubelet_sync: false }
     }
+}
+
+/// Whether converging a pod is a sync of it as the kubelet counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// A sync: upstream `SyncPod`, which runs `doBackOff` for every container it would start.
+    /// Each one backing off records `BackOff`, and the pod's requeue is armed afresh for the
+    /// earliest back-off's end, at most [`RESYNC_INTERVAL`] from now.
+    Sync,
+    /// Starts what may start and passes over a container backing off: no event, the requeue
+    /// left as it is (armed only if none is).
+    Quiet,
 }
 
 /// Kill one container (SIGTERM to its process group, SIGKILL after `grace`) with a `Killing`
@@ -247,7 +267,7 @@ impl ProcessRuntime {
                     |(), act: &mut Self, ctx| {
                         act.starts_this_turn = None;
                         for uid in std::mem::take(&mut act.deferred) {
-                            act.reconcile(&uid, ctx);
+                            act.reconcile(&uid, Pass::Quiet, ctx);
                         }
                     },
                 ));
@@ -352,8 +372,31 @@ impl ProcessRuntime {
             .is_some_and(|s| matches!(s.current, Current::Running(_) | Current::Starting(_)))
     }
 
-    /// The kubelet's `computePodActions` + `SyncPod`, reduced to starting what should run.
-    fn reconcile(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+    /// A sync of the pod in the next turn, for a container's exit, failed start or start: the
+    /// kubelet syncs a pod at each such change its runtime reports (PLEG), and its pod worker
+    /// folds the changes that come while it is busy into one sync, as one turn's changes are
+    /// one here.
+    pub(super) fn sync_soon(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        if std::mem::replace(&mut state.sync_due, true) {
+            return;
+        }
+        let uid = PodUid::from(pod_uid);
+        ctx.run_later(Duration::ZERO, move |act, ctx| {
+            // A pod forgotten meanwhile (or forgotten and synced afresh under its UID, which
+            // owes no sync yet) is not this sync's.
+            let Some(state) = act.pods.get_mut(&uid) else { return };
+            if std::mem::replace(&mut state.sync_due, false) {
+                act.reconcile(&uid, Pass::Sync, ctx);
+            }
+        });
+    }
+
+    /// The kubelet's `computePodActions` + `SyncPod`, reduced to starting what should run;
+    /// under [`Pass::Sync`] with its `doBackOff` for every container backing off, and its pod
+    /// worker's requeue for the earliest back-off's end (docs/reliability.md, "A `BackOff` at
+    /// each resync of a long wait").
+    fn reconcile(&mut self, pod_uid: &str, pass: Pass, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.get(pod_uid) else { return };
         if state.terminating || state.init_failed || state.restart_all.is_some() {
             return;
@@ -366,6 +409,45 @@ impl ProcessRuntime {
         if self.restart_all_containers && state.restart_all_due() {
             return;
         }
+        if let Some(state) = self.pods.get_mut(pod_uid) {
+            state.back_off_left = None;
+        }
+        self.start_what_should_run(pod_uid, pass, ctx);
+        self.requeue(pod_uid, pass, ctx);
+    }
+
+    /// Upstream `completeWork` after a sync: a sync that found a container backing off is
+    /// requeued for the earliest back-off's end, clamped to the resync interval, replacing
+    /// the pod's earlier requeue (its work queue holds one entry per pod); one that found none
+    /// leaves the pod to the host's resync. A [`Pass::Quiet`] keeps a pending requeue, and
+    /// arms one only if none is pending, so that a container backing off always has a sync
+    /// coming by its back-off's end.
+    fn requeue(&mut self, pod_uid: &str, pass: Pass, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get_mut(pod_uid) else { return };
+        let left = state.back_off_left.take();
+        if state.terminating || (pass == Pass::Quiet && state.requeue.is_some()) {
+            return;
+        }
+        if let Some(pending) = state.requeue.take() {
+            ctx.cancel_future(pending);
+        }
+        let Some(left) = left else { return };
+        let uid = PodUid::from(pod_uid);
+        let requeue = ctx.run_later(left.min(RESYNC_INTERVAL), move |act, ctx| {
+            if let Some(state) = act.pods.get_mut(&uid) {
+                state.requeue = None;
+            }
+            act.reconcile(&uid, Pass::Sync, ctx);
+        });
+        if let Some(state) = self.pods.get_mut(pod_uid) {
+            state.requeue = Some(requeue);
+        }
+    }
+
+    /// The starting half of [`Self::reconcile`]: init containers in order, sidecars, then the
+    /// regular containers.
+    fn start_what_should_run(&mut self, pod_uid: &str, pass: Pass, ctx: &mut Context<Self>) {
+        let Some(state) = self.pods.get(pod_uid) else { return };
         let pod = state.pod.clone();
         let Some(spec) = pod.spec.as_ref() else { return };
         let rules = RestartRules { spec, container_rules: self.container_restart_rules };
@@ -376,7 +458,7 @@ impl ProcessRuntime {
                 let role = Role::of_init(container);
                 if role == Role::Sidecar {
                     if !self.is_running(pod_uid, &container.name) {
-                        self.try_start(pod_uid, container, role, ctx);
+                        self.try_start(pod_uid, container, role, pass, ctx);
                     }
                     if self.sidecar_initialized(pod_uid, container) {
                         continue;
@@ -403,7 +485,7 @@ impl ProcessRuntime {
                     self.complete(pod_uid, ctx);
                     return;
                 }
-                self.try_start(pod_uid, container, role, ctx);
+                self.try_start(pod_uid, container, role, pass, ctx);
                 return;
             }
             if let Some(state) = self.pods.get_mut(pod_uid) {
@@ -413,7 +495,7 @@ impl ProcessRuntime {
 
         for container in init_containers.iter().filter(|c| Role::of_init(c) == Role::Sidecar) {
             if !self.is_running(pod_uid, &container.name) {
-                self.try_start(pod_uid, container, Role::Sidecar, ctx);
+                self.try_start(pod_uid, container, Role::Sidecar, pass, ctx);
             }
         }
         // A container a probe killed restarts whatever its exit code, unless its policy says never.
@@ -433,7 +515,7 @@ impl ProcessRuntime {
                 InstanceOutcome::ExitedWith(code) => restarts(self, container, code),
             };
             if start {
-                self.try_start(pod_uid, container, Role::Regular, ctx);
+                self.try_start(pod_uid, container, Role::Regular, pass, ctx);
             }
         }
         // Upstream `computePodActions`: an initialized pod with no regular container to keep
@@ -459,13 +541,7 @@ impl ProcessRuntime {
         if state.terminating || state.restart_all != Some(RestartAll::Seen) {
             return;
         }
-        let timers: Vec<SpawnHandle> = state
-            .held_back
-            .take()
-            .into_iter()
-            .chain(state.containers.values_mut().filter_map(|s| s.timer.take()))
-            .collect();
-        for timer in timers {
+        for timer in state.take_timers() {
             ctx.cancel_future(timer);
         }
         state.restart_all = Some(RestartAll::Killing);
@@ -628,7 +704,7 @@ impl ProcessRuntime {
 impl Handler<SyncPod> for ProcessRuntime {
     type Result = ();
 
-    fn handle(&mut self, SyncPod { pod, started }: SyncPod, ctx: &mut Context<Self>) {
+    fn handle(&mut self, SyncPod { pod, started, kubelet_sync }: SyncPod, ctx: &mut Context<Self>) {
         let Some(uid) = PodUid::of(&pod) else {
             tracing::warn!(
                 pod = %pod_ref(&pod),
@@ -641,7 +717,8 @@ impl Handler<SyncPod> for ProcessRuntime {
         state.pod = pod;
         state.started = started;
         self.read_oom_kills_while_pods(ctx);
-        self.reconcile(&uid, ctx);
+        let pass = if kubelet_sync { Pass::Sync } else { Pass::Quiet };
+        self.reconcile(&uid, pass, ctx);
     }
 }
 
@@ -719,7 +796,7 @@ impl Handler<ForgetPod> for ProcessRuntime {
     fn handle(&mut self, ForgetPod(pod_uid): ForgetPod, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.remove(&pod_uid) else { return };
         self.pods.shrink_after_removal();
-        if let Some(timer) = state.held_back {
+        for timer in state.held_back.into_iter().chain(state.requeue) {
             ctx.cancel_future(timer);
         }
         for (name, slot) in state.containers {
@@ -773,7 +850,7 @@ impl Handler<GetRuntimeStatus> for ProcessRuntime {
             // says the restart is cleaned up, and the pod may start again.
             Some(RestartAll::Removed) => {
                 state.restart_all = None;
-                ctx.run_later(Duration::ZERO, move |act, ctx| act.reconcile(&pod_uid, ctx));
+                ctx.run_later(Duration::ZERO, move |act, ctx| act.reconcile(&pod_uid, Pass::Sync, ctx));
             }
             _ => {}
         }

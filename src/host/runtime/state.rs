@@ -47,6 +47,17 @@ pub(super) struct PodRuntime {
     pub(super) terminating: bool,
     /// The retry of the starts the descriptor budget held back (one for the whole pod).
     pub(super) held_back: Option<SpawnHandle>,
+    /// The next sync of a pod whose last sync found a container in crash-loop back-off: the
+    /// kubelet's pod worker requeues such a sync for the earliest back-off's end, but never
+    /// later than the resync interval, and one entry per pod, which each sync replaces
+    /// (docs/reliability.md, "A `BackOff` at each resync of a long wait").
+    pub(super) requeue: Option<SpawnHandle>,
+    /// While the runtime converges the pod: the shortest wait left of its containers found
+    /// backing off, what the requeue is armed with.
+    pub(super) back_off_left: Option<Duration>,
+    /// A sync of the pod is due in the next turn, for a container's exit, failed start or start
+    /// (the kubelet's pod lifecycle events): the events of one turn make one sync.
+    pub(super) sync_due: bool,
     /// A restart of all the pod's containers is under way (`RestartAllContainersOnContainerExits`):
     /// nothing starts until it is done.
     pub(super) restart_all: Option<RestartAll>,
@@ -94,8 +105,12 @@ pub(super) struct Slot {
     /// When the last instance exited or the last start failed: back-off is measured from here.
     pub(super) last_event: Option<Instant>,
     pub(super) backoff: Backoff,
-    /// A pending restart (back-off) or retry; while set the container is not started.
+    /// A pending retry of a start the agent could not create (`create_error`); while set the
+    /// container is not started.
     pub(super) timer: Option<SpawnHandle>,
+    /// The last sync of the pod found it in crash-loop back-off: it waits for the back-off's
+    /// end (the status says `CrashLoopBackOff`) until it starts again or the pod stops.
+    pub(super) backing_off: bool,
     /// A sidecar that has counted as started once: it let the next container start, and it
     /// never holds the pod's initialization back again.
     pub(super) initialized: bool,
@@ -195,6 +210,9 @@ impl PodRuntime {
             init_failed: false,
             terminating: false,
             held_back: None,
+            requeue: None,
+            back_off_left: None,
+            sync_due: false,
             restart_all: None,
             restart_all_began: None,
             restart_all_seen: None,
@@ -263,7 +281,8 @@ impl PodRuntime {
     /// the one generated before the kills (`restart_all_seen`): its state there was not
     /// waiting. One shown terminated there keeps that instance's ID in the next status.
     pub(super) fn remove_all(&mut self) -> Vec<SpawnHandle> {
-        let mut timers: Vec<SpawnHandle> = self.held_back.take().into_iter().collect();
+        let mut timers: Vec<SpawnHandle> =
+            self.held_back.take().into_iter().chain(self.requeue.take()).collect();
         let seen = self.restart_all_seen.take();
         for (name, slot) in &mut self.containers {
             let seen = seen
@@ -273,7 +292,7 @@ impl PodRuntime {
             let container_id = seen
                 .filter(|_| seen_state.is_some_and(|s| s.terminated.is_some()))
                 .and_then(|c| c.container_id.clone());
-            let in_back_off = slot.timer.is_some();
+            let in_back_off = std::mem::replace(&mut slot.backing_off, false);
             timers.extend(slot.timer.take());
             let ran = match std::mem::replace(&mut slot.current, Current::NotStarted) {
                 Current::NotStarted => continue,
@@ -319,13 +338,24 @@ impl PodRuntime {
     }
 
     /// Marks the pod terminating and hands back every pending start timer (the held-back
-    /// retry and each container's restart), for the actor to cancel: nothing starts after this.
+    /// retry, the back-off's requeue and each container's retry), for the actor to cancel:
+    /// nothing starts after this, and no container waits for a back-off any more.
     pub(super) fn begin_terminating(&mut self) -> Vec<SpawnHandle> {
         self.terminating = true;
         self.restart_all_seen = None;
+        for slot in self.containers.values_mut() {
+            slot.backing_off = false;
+        }
+        self.take_timers()
+    }
+
+    /// Every pending start timer of the pod: the held-back retry, the back-off's requeue and
+    /// each container's retry.
+    pub(super) fn take_timers(&mut self) -> Vec<SpawnHandle> {
         self.held_back
             .take()
             .into_iter()
+            .chain(self.requeue.take())
             .chain(self.containers.values_mut().filter_map(|s| s.timer.take()))
             .collect()
     }
@@ -340,6 +370,7 @@ impl Slot {
             last_event: None,
             backoff: Backoff::new(initial_backoff, max_backoff),
             timer: None,
+            backing_off: false,
             initialized: false,
             refused: false,
             restart_owed: false,
@@ -453,7 +484,7 @@ pub(super) fn container_status(
         }
         Current::Exited { id, terminated } => {
             status.container_id = Some(id.to_string());
-            match (slot.timer.is_some(), slot.backoff.current()) {
+            match (slot.backing_off, slot.backoff.current()) {
                 (true, Some(backoff)) => {
                     let message = back_off_message(backoff, container, pod);
                     status.state = Some(waiting(REASON_CRASH_LOOP_BACK_OFF, Some(message)));
@@ -481,7 +512,7 @@ pub(super) fn container_status(
             status.container_id = Some(id.to_string());
             // Upstream's reason cache: the failed start's error until the back-off begins, then
             // the back-off; the exited instance is the last state either way.
-            status.state = Some(match (slot.timer.is_some(), slot.backoff.current()) {
+            status.state = Some(match (slot.backing_off, slot.backoff.current()) {
                 (true, Some(backoff)) => {
                     waiting(REASON_CRASH_LOOP_BACK_OFF, Some(back_off_message(backoff, container, pod)))
                 }

@@ -38,9 +38,9 @@ use super::super::state::{Current, RestartRules, Role, Running, Slot};
 use super::super::stop::ProcessGuard;
 use super::super::{
     EVENT_BACK_OFF, EVENT_CREATED, EVENT_FAILED, EVENT_OUT_OF_FILE_DESCRIPTORS, EVENT_STARTED,
-    REASON_COMPLETED, REASON_ERROR, REASON_OOM_KILLED, REASON_START_ERROR, RESYNC_INTERVAL,
+    REASON_COMPLETED, REASON_ERROR, REASON_OOM_KILLED, REASON_START_ERROR,
 };
-use super::ProcessRuntime;
+use super::{Pass, ProcessRuntime};
 use probelet_actors::vocabulary::PodUid;
 
 /// The exit code containerd reports for a container it could not start (Docker's, kept).
@@ -50,15 +50,18 @@ pub(super) const START_ERROR_EXIT_CODE: i32 = 128;
 const REPORT_WAIT: Duration = Duration::from_secs(5);
 
 impl ProcessRuntime {
-    /// Starts the container unless a restart is pending or it is backing off (upstream
-    /// `doBackOff`: in back-off since the last exit → wait, with a `BackOff` event; otherwise
-    /// the back-off grows and the container starts now). A wait longer than the resync
-    /// interval ends at it, and this runs again: `BackOff` once more, the status unchanged.
+    /// Starts the container unless a retry is pending or it is backing off (upstream
+    /// `doBackOff`: in back-off since the last exit → wait, with a `BackOff` event at each
+    /// sync of the pod; otherwise the back-off grows and the container starts now). What is
+    /// left of the wait goes to the pod's requeue ([`Self::reconcile`]), which is at most the
+    /// resync interval away: each sync until the back-off's end records `BackOff` once more,
+    /// the status unchanged.
     pub(super) fn try_start(
         &mut self,
         pod_uid: &str,
         container: &Container,
         role: Role,
+        pass: Pass,
         ctx: &mut Context<Self>,
     ) {
         let (initial, max) = (self.initial_backoff, self.max_backoff);
@@ -68,28 +71,27 @@ impl ProcessRuntime {
         if slot.timer.is_some() || matches!(slot.current, Current::Running(_) | Current::Starting(_)) {
             return;
         }
-        if let Some(event) = slot.last_event {
-            let now = Instant::now();
-            if let Some(remaining) = slot.backoff.remaining_since(event, now) {
-                // Upstream's reason cache keeps only the last sync's outcome for a container: a
-                // sync that backs off replaces a refused record's error with the back-off, which
-                // the status shows from the timer (docs/reliability.md, "The agent's own disk").
-                slot.create_error = None;
-                let message = format!(
-                    "Back-off restarting failed container {} in pod {}",
-                    container.name,
-                    pod_name(&pod)
-                );
-                tracing::debug!(pod = %pod_ref(&pod), container = %container.name, ?remaining, "container is backing off");
-                // The kubelet's pod worker requeues a sync that backed off for the back-off's
-                // end, but never later than its resync interval, and every sync that finds the
-                // container still backing off records `BackOff` again: a 5-minute wait is five
-                // (docs/reliability.md, "A `BackOff` at each resync of a long wait").
-                self.schedule_retry(pod_uid, &container.name, remaining.min(RESYNC_INTERVAL), ctx);
-                self.record(&pod, container, EventType::Warning, EVENT_BACK_OFF, &message);
-                self.notify(pod_uid, ctx);
+        let now = Instant::now();
+        if let Some(remaining) = slot.last_event.and_then(|event| slot.backoff.remaining_since(event, now)) {
+            state.back_off_left = Some(state.back_off_left.map_or(remaining, |left| left.min(remaining)));
+            if pass == Pass::Quiet {
                 return;
             }
+            let Some(slot) = state.containers.get_mut(&container.name) else { return };
+            slot.backing_off = true;
+            // Upstream's reason cache keeps only the last sync's outcome for a container: a
+            // sync that backs off replaces a refused record's error with the back-off
+            // (docs/reliability.md, "The agent's own disk").
+            slot.create_error = None;
+            let message =
+                format!("Back-off restarting failed container {} in pod {}", container.name, pod_name(&pod));
+            tracing::debug!(pod = %pod_ref(&pod), container = %container.name, ?remaining, "container is backing off");
+            // Every sync of the pod that finds the container still backing off records
+            // `BackOff` again, whatever synced it (docs/reliability.md, "A `BackOff` at each
+            // resync of a long wait").
+            self.record(&pod, container, EventType::Warning, EVENT_BACK_OFF, &message);
+            self.notify(pod_uid, ctx);
+            return;
         }
         // A turn's share of starts: a spawn blocks the thread until the child has exec'd, which
         // costs more the more descriptors the agent holds (the child closes them all), so a
@@ -116,7 +118,7 @@ impl ProcessRuntime {
                     if let Some(state) = act.pods.get_mut(&uid) {
                         state.held_back = None;
                     }
-                    act.reconcile(&uid, ctx);
+                    act.reconcile(&uid, Pass::Quiet, ctx);
                 });
                 if let Some(state) = self.pods.get_mut(pod_uid) {
                     state.held_back = Some(handle);
@@ -125,6 +127,7 @@ impl ProcessRuntime {
             return;
         }
         slot.refused = false;
+        slot.backing_off = false;
         if let Some(event) = slot.last_event {
             slot.backoff.next(event, Instant::now());
         }
@@ -137,7 +140,8 @@ impl ProcessRuntime {
             if let Some(slot) = act.slot_mut(&uid, &container) {
                 slot.timer = None;
             }
-            act.reconcile(&uid, ctx);
+            // The pod worker's sync after a failed one: a sync of the pod.
+            act.reconcile(&uid, Pass::Sync, ctx);
         });
         if let Some(slot) = self.slot_mut(pod_uid, name) {
             slot.timer = Some(handle);
@@ -390,8 +394,9 @@ impl ProcessRuntime {
         // A kill waiting on a `Starting` container sees it gone when its `exited` drops.
         if retry {
             begin_instance(slot, Current::StartFailed { id, terminated });
-            // Through the timer, not recursively: the back-off decides when.
-            self.schedule_retry(pod_uid, &container.name, Duration::ZERO, ctx);
+            // The runtime reports the failed start as an exit, which syncs the pod: through
+            // the next turn, not recursively, and the back-off decides when it starts again.
+            self.sync_soon(pod_uid, ctx);
         } else {
             begin_instance(slot, Current::Exited { id, terminated });
         }
@@ -477,6 +482,9 @@ impl ProcessRuntime {
                 .map(move |status, act, ctx| act.container_exited(&uid, &name, &id, status, ctx)),
         );
         self.notify(pod_uid, ctx);
+        // The runtime reports the start (PLEG's `ContainerStarted`), which syncs the pod: the
+        // other containers backing off record `BackOff` again.
+        self.sync_soon(pod_uid, ctx);
     }
 
     fn container_exited(
@@ -527,7 +535,7 @@ impl ProcessRuntime {
         slot.last_event = Some(Instant::now());
         running.exited.send_replace(true);
         self.notify(pod_uid, ctx);
-        self.reconcile(pod_uid, ctx);
+        self.sync_soon(pod_uid, ctx);
     }
 }
 
