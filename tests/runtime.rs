@@ -1904,6 +1904,42 @@ async fn unknown_executable_under_never(mut h: Harness) -> Harness {
 
 // === under the shim ===
 
+/// Twenty containers that cannot start, under the shim, whose reports of the failed starts come
+/// back one by one: the syncs their failures ask for wait for the batch's last report, so the
+/// pod is synced once per batch, as the kubelet sees a batch's outcomes in one relist, and each
+/// container records one `BackOff` for the wait that follows its second failure. A sync per
+/// report recorded `BackOff` for every container already backing off at each: about ten each
+/// (docs/reliability.md, "A `BackOff` at each resync of a long wait").
+#[actix::test]
+async fn under_the_shim_a_batch_of_failed_starts_syncs_the_pod_once() {
+    let mut h = Harness::build(|runtime| {
+        runtime
+            .with_shim(env!("CARGO_BIN_EXE_probelet"))
+            .with_backoff(Duration::from_secs(100), Duration::from_secs(300))
+    });
+    let names: Vec<String> = (0..20).map(|i| format!("c{i:02}")).collect();
+    let containers = names.iter().map(|name| container(name, &[NO_SUCH, "x"])).collect();
+    let pod = with_containers(pod("batch", "Always"), containers);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "every container backing off", |s| {
+        s.containers.iter().all(|c| waiting(c).is_some_and(|(reason, _)| reason == "CrashLoopBackOff"))
+    })
+    .await;
+    // What is still on its way.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for name in &names {
+        let events = h.events_for(name);
+        let tries = events.iter().filter(|e| e.starts_with("Warning Failed")).count();
+        let backoffs = events.iter().filter(|e| e.starts_with("Warning BackOff")).count();
+        assert_eq!(tries, 2, "{name}: {events:?}");
+        // One, or two when a batch of starts was split over turns of the runtime (a loaded
+        // machine) and its halves' reports came apart.
+        assert!((1..=2).contains(&backoffs), "{name}: {backoffs} BackOff: {events:?}");
+    }
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
 /// A container whose main process exits leaving a daemon (double-forked into a session of its
 /// own): the daemon is killed when the container exits, as a PID namespace would be, and the
 /// container's exit code is its main process's.

@@ -375,10 +375,16 @@ impl ProcessRuntime {
     /// A sync of the pod in the next turn, for a container's exit, failed start or start: the
     /// kubelet syncs a pod at each such change its runtime reports (PLEG), and its pod worker
     /// folds the changes that come while it is busy into one sync, as one turn's changes are
-    /// one here.
+    /// one here. While a start of the pod is under way (its shim's report not read yet) the
+    /// sync waits for it, and the last report of a batch of starts makes one sync: the
+    /// kubelet sees a batch's outcomes in one relist of the runtime, and a sync per report
+    /// would record `BackOff` for every container backing off at each, a pod of a thousand
+    /// containers some half a million events at its start (docs/reliability.md, "A `BackOff`
+    /// at each resync of a long wait").
     pub(super) fn sync_soon(&mut self, pod_uid: &str, ctx: &mut Context<Self>) {
         let Some(state) = self.pods.get_mut(pod_uid) else { return };
-        if std::mem::replace(&mut state.sync_due, true) {
+        state.sync_due = true;
+        if state.starting() || std::mem::replace(&mut state.sync_scheduled, true) {
             return;
         }
         let uid = PodUid::from(pod_uid);
@@ -386,7 +392,10 @@ impl ProcessRuntime {
             // A pod forgotten meanwhile (or forgotten and synced afresh under its UID, which
             // owes no sync yet) is not this sync's.
             let Some(state) = act.pods.get_mut(&uid) else { return };
-            if std::mem::replace(&mut state.sync_due, false) {
+            state.sync_scheduled = false;
+            // A start begun since waits for its report, which syncs the pod.
+            if state.sync_due && !state.starting() {
+                state.sync_due = false;
                 act.reconcile(&uid, Pass::Sync, ctx);
             }
         });

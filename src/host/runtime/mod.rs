@@ -84,11 +84,11 @@ pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_secs(10);
 /// The kubelet's longest crash-loop back-off (`MaxContainerBackOff`).
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// The kubelet's resync interval (`--sync-frequency`): the standalone host syncs a pod again
-/// this long after its last sync (plus jitter). A crash-loop back-off longer than this is waited
-/// out in pieces this long, each ending in a look that finds the container still backing off
-/// and records `BackOff` again, as the kubelet's pod worker requeues a sync that backed off for
-/// the back-off's end but never later than this (docs/reliability.md, "A `BackOff` at each
-/// resync of a long wait").
+/// this long after its last sync (plus jitter). A sync of a pod that finds a container in
+/// crash-loop back-off is followed by the next at the earliest back-off's end, but never later
+/// than this, as the kubelet's pod worker requeues such a sync; each records `BackOff` again for
+/// every container still backing off (docs/reliability.md, "A `BackOff` at each resync of a
+/// long wait").
 pub const RESYNC_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Waiting reason of a container whose restart is being held back.

@@ -55,9 +55,11 @@ pub(super) struct PodRuntime {
     /// While the runtime converges the pod: the shortest wait left of its containers found
     /// backing off, what the requeue is armed with.
     pub(super) back_off_left: Option<Duration>,
-    /// A sync of the pod is due in the next turn, for a container's exit, failed start or start
-    /// (the kubelet's pod lifecycle events): the events of one turn make one sync.
+    /// A sync of the pod is owed for a container's exit, failed start or start (the kubelet's
+    /// pod lifecycle events): in the next turn, or once no start of the pod is under way.
     pub(super) sync_due: bool,
+    /// The turn that runs the owed sync is asked for.
+    pub(super) sync_scheduled: bool,
     /// A restart of all the pod's containers is under way (`RestartAllContainersOnContainerExits`):
     /// nothing starts until it is done.
     pub(super) restart_all: Option<RestartAll>,
@@ -213,10 +215,16 @@ impl PodRuntime {
             requeue: None,
             back_off_left: None,
             sync_due: false,
+            sync_scheduled: false,
             restart_all: None,
             restart_all_began: None,
             restart_all_seen: None,
         }
+    }
+
+    /// Whether a start of one of the pod's containers is under way (its report not read yet).
+    pub(super) fn starting(&self) -> bool {
+        self.containers.values().any(|slot| matches!(slot.current, Current::Starting(_)))
     }
 
     /// The pod's containers that the runtime has (not removed, started at least once), and
