@@ -558,3 +558,25 @@ async fn a_readiness_gates_condition_is_read_from_the_pods_status_not_the_runtim
     assert_eq!(ready(&status).status, "True", "{status:?}");
     assert_eq!(condition(&status, "example.com/lb"), "True", "the gate's condition is kept");
 }
+
+/// A host that stores statuses of pods it gave no UID (`set_pod_status`, `terminate_pod`): each
+/// is refused with a warning, as `add_pod` refuses such a pod, where they were all kept under
+/// the empty UID, each overwriting the last, and never written (the syncer checks the UID).
+#[actix::test]
+async fn statuses_of_pods_without_a_uid_are_refused_not_kept_under_an_empty_one() {
+    tokio::time::pause();
+    let log = support::log::CapturedLog::default();
+    let _guard = log.capture_at(tracing::Level::WARN);
+    let (engine, _pods) = engine_with(ScriptedProber::new());
+    let without_uid = |name: &str| {
+        let mut pod = (*test_pod(name).container("app").build()).clone();
+        pod.metadata.uid = None;
+        Arc::new(pod)
+    };
+    engine
+        .pipeline()
+        .set_pod_status(without_uid("a"), runtime(vec![running("app", "containerd://a", epoch())]));
+    engine.pipeline().terminate_pod(without_uid("b"));
+    assert_eq!(engine.pipeline().pod_status("").await.unwrap(), None, "nothing kept under the empty UID");
+    assert_eq!(log.lines_with("Pod without a UID; not storing its status").len(), 2);
+}

@@ -388,6 +388,8 @@ impl Pipeline {
     /// status before it. A host that waits on the view for a container (ready, say) matches
     /// the container's ID too, so that the old instance's `ready` does not answer for the new
     /// one; [`Pipeline::pod_status`] asks the status manager and answers after the store.
+    /// A pod without a UID is skipped with a warning (`Pod without a UID; not storing its
+    /// status`), as [`Pipeline::add_pod`] skips it.
     pub fn set_pod_status(&self, pod: Arc<Pod>, status: PodStatus) {
         self.status_manager.do_send(SetPodStatus { pod, status });
     }

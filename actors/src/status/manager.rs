@@ -319,7 +319,12 @@ impl StatusManager {
         force: bool,
         finished: bool,
     ) -> bool {
-        let uid = PodUid::of(pod).unwrap_or_default();
+        // Kept by UID, as every table of the engine: pods without one would share one entry,
+        // and the syncer could never write it (docs/status-manager.md).
+        let Some(uid) = PodUid::of(pod) else {
+            tracing::warn!(pod = pod_ref(pod), "Pod without a UID; not storing its status");
+            return false;
+        };
         let is_static = self.pods.is_static(&uid);
         let cached = self.statuses.get(&uid);
         let mut finished = finished;
