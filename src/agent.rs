@@ -761,7 +761,7 @@ async fn watch_signals(
         orphans.sweep_unless_busy();
     }
     say(format_args!("probelet: shutdown forced, {killed} container process group(s) killed"));
-    std::process::exit(1);
+    crate::logging::queue::exit(1);
 }
 
 /// Why the stop is forced.
@@ -953,7 +953,7 @@ async fn watch_cluster_signals(
             let ended = end_own_children();
             tracing::info!(ended, "a request to stop during start-up");
             say(format_args!("{STOPPED_DURING_START_UP}"));
-            std::process::exit(0);
+            crate::logging::queue::exit(0);
         }
     };
     requests.next().await;
@@ -961,7 +961,7 @@ async fn watch_cluster_signals(
     requests.next().await;
     tracing::warn!("second signal, exiting without waiting for the shutdown");
     say(format_args!("{}", lines.forced));
-    std::process::exit(1);
+    crate::logging::queue::exit(1);
 }
 
 /// SIGTERMs the agent's own child processes and everything they started, and returns how

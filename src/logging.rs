@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+pub mod queue;
+
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::FormatFields;

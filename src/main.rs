@@ -36,6 +36,8 @@ fn main() {
     match cli.command {
         Command::ContainerShim(args) => run_shim(&args),
         Command::Run(args) => {
+            // Before the first line: a stream nobody reads must never stop the agent.
+            probelet::logging::queue::start();
             init_logging(args.log_format, args.verbose);
             start_allocator_thread();
             // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
@@ -58,11 +60,10 @@ fn main() {
                 }
             };
             if let Some(limit) = limit.filter(|&limit| limit < MIN_OPEN_FILES) {
-                eprintln!(
+                fail(format_args!(
                     "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least \
                      {MIN_OPEN_FILES} to start (raise it: ulimit -n or LimitNOFILE=)"
-                );
-                std::process::exit(EXIT_FAILURE);
+                ));
             }
             let ran = system().block_on(async move {
                 // SIGXFSZ (a write past the file-size limit, `ulimit -f`: standard error sent to
@@ -96,9 +97,9 @@ fn main() {
                 }
                 // Each of the agent's errors names its cause in its own text (the file, the
                 // flag, the OS error): the chain of sources below it would say it again.
-                eprintln!("Error: {error}{}", probelet::agent::shortage_hint(&error));
-                std::process::exit(EXIT_FAILURE);
+                fail(format_args!("Error: {error}{}", probelet::agent::shortage_hint(&error)));
             }
+            probelet::logging::queue::flush(probelet::logging::queue::FLUSH_DEADLINE);
         }
         Command::Lint(args) => {
             let report = probelet::lint::lint_paths_with(&args.paths, &args.feature_gates.gates);
@@ -136,10 +137,19 @@ fn system() -> actix::SystemRunner {
     match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => actix::System::with_tokio_rt(move || runtime),
         Err(error) => {
-            eprintln!("Error: cannot start the runtime: {error}{}", probelet::agent::shortage_hint(&error));
-            std::process::exit(EXIT_FAILURE);
+            fail(format_args!(
+                "Error: cannot start the runtime: {error}{}",
+                probelet::agent::shortage_hint(&error)
+            ));
         }
     }
+}
+
+/// Says `line` on standard error after what the agent queued there (`run` writes its streams
+/// through queues: docs/reliability.md, "A log reader that stops reading") and exits 1.
+fn fail(line: std::fmt::Arguments<'_>) -> ! {
+    probelet::logging::queue::write(probelet::logging::queue::Stream::Stderr, format!("{line}\n").as_bytes());
+    probelet::logging::queue::exit(EXIT_FAILURE)
 }
 
 /// Ends the process as clap ends it on a usage error of its own: the error, `run`'s usage,
@@ -204,8 +214,10 @@ fn init_logging(format: LogFormat, verbose: u8) {
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
         std::env::var_os("NO_COLOR"),
     );
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(probelet::logging::queue::QueuedStderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.fmt_fields(probelet::logging::escaped_fields()).init(),
         LogFormat::Json => builder.json().init(),

@@ -2769,3 +2769,48 @@ spec:
     assert!(!output.contains("default/deadline: container app restarted"), "{output}");
     agent.stop().await;
 }
+
+/// The agent's standard error a pipe whose reader stopped reading (a stopped `| tee`, a stuck
+/// log shipper), a container whose output fills it at once: the agent keeps probing (a pod that
+/// turns ready seconds later is told ready), and SIGTERM still stops it in order, exit 0, its
+/// container gone. Before, the first write to the full pipe blocked the agent's main thread,
+/// probes stopped, and neither that SIGTERM nor a second one ended it.
+#[actix::test]
+async fn a_log_reader_that_stops_reading_never_stops_the_agent() {
+    let dir = temp_dir("stalled-log");
+    let fifo = dir.join(".stalled-stderr");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // Opened for reading (without blocking: no writer yet) and never read.
+    let _reader = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&fifo)
+            .unwrap()
+    };
+    let chatty = format!("stalled-log-{}", std::process::id());
+    write(
+        &dir,
+        "chatty.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: chatty
+    command: ["yes", "{chatty}"]
+"#
+        ),
+    );
+    write(&dir, "late.yaml", &web_pod("late", free_port(), r#", "--start-after", "5s""#, ""));
+    let redirect = format!("exec \"$0\" \"$@\" 2>'{}'", fifo.display());
+    let mut agent = Agent::start_under(&dir, &["sh", "-c", &redirect]).await;
+    wait_for_processes(&["yes", &chatty], 1).await;
+    agent.wait_for(|l| l.contains("default/late: container app ready")).await;
+    agent.stop().await;
+    assert!(processes(&["yes", &chatty]).is_empty(), "the chatty container outlived the agent");
+}

@@ -78,9 +78,10 @@ pub fn print(tone: Tone, text: &str) {
 /// ran the agent may be gone (after a hang-up every write fails with `EIO`) or its reader may
 /// have left (`EPIPE`): `println!` would panic there and end the agent in the middle of its
 /// shutdown, leaving its containers running.
+/// Written through the output's queue once the agent started it, so that a reader that stops
+/// reading never blocks the agent either (docs/reliability.md, "A log reader that stops reading").
 pub fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
+    crate::logging::queue::write(crate::logging::queue::Stream::Stdout, format!("{line}\n").as_bytes());
 }
 
 #[cfg(test)]
