@@ -13,7 +13,7 @@
 
 use std::io::{self, Write as _};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::time::Duration;
 
@@ -35,8 +35,10 @@ pub enum Stream {
 /// One stream's queue and its writer thread.
 struct Queue {
     sender: SyncSender<Vec<u8>>,
-    /// Lines queued and not yet written (or failed).
-    pending: AtomicUsize,
+    /// Lines given to the queue so far (written, dropped or still queued).
+    given: AtomicU64,
+    /// Lines done with so far: written (or failed to be), or dropped.
+    done: AtomicU64,
     /// Lines dropped since the count was last said.
     dropped: AtomicU64,
 }
@@ -61,8 +63,13 @@ pub fn start() {
             .name(format!("{}-writer", name(stream)))
             .spawn(move || write_lines(stream, receiver));
         if spawned.is_ok() {
-            let _ =
-                slot(stream).set(Queue { sender, pending: AtomicUsize::new(0), dropped: AtomicU64::new(0) });
+            let queue = Queue {
+                sender,
+                given: AtomicU64::new(0),
+                done: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+            };
+            let _ = slot(stream).set(queue);
         }
     }
 }
@@ -79,7 +86,7 @@ fn write_lines(stream: Stream, receiver: mpsc::Receiver<Vec<u8>>) {
     while let Ok(line) = receiver.recv() {
         write_in_place(stream, &line);
         let Some(queue) = slot(stream).get() else { continue };
-        queue.pending.fetch_sub(1, Ordering::SeqCst);
+        queue.done.fetch_add(1, Ordering::SeqCst);
         let dropped = queue.dropped.swap(0, Ordering::SeqCst);
         if dropped > 0 {
             // Told on the stream that lost them, once it takes lines again; a log line goes
@@ -111,33 +118,34 @@ pub fn write(stream: Stream, bytes: &[u8]) {
         write_in_place(stream, bytes);
         return;
     };
-    queue.pending.fetch_add(1, Ordering::SeqCst);
+    queue.given.fetch_add(1, Ordering::SeqCst);
     match queue.sender.try_send(bytes.to_vec()) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
-            queue.pending.fetch_sub(1, Ordering::SeqCst);
             queue.dropped.fetch_add(1, Ordering::SeqCst);
+            queue.done.fetch_add(1, Ordering::SeqCst);
         }
         Err(TrySendError::Disconnected(_)) => {
-            queue.pending.fetch_sub(1, Ordering::SeqCst);
             write_in_place(stream, bytes);
+            queue.done.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
 
-/// Waits, at most `deadline`, for both streams' queued lines to be written: an agent about to
-/// exit says its last lines, but a stream nobody reads does not keep it from exiting.
+/// Waits, at most `deadline`, for the lines both streams were given before this call to be
+/// written: an agent about to exit says its last lines, but a stream nobody reads does not keep
+/// it from exiting. Lines given meanwhile (other threads go on until the exit) are not waited
+/// for, so the wait is only as long as the writes it owes: a forced stop's last line out, the
+/// agent exits before its main thread can start anything more.
 pub fn flush(deadline: Duration) {
-    let step = Duration::from_millis(5);
+    let owed: Vec<(&Queue, u64)> = [Stream::Stdout, Stream::Stderr]
+        .iter()
+        .filter_map(|stream| slot(*stream).get())
+        .map(|queue| (queue, queue.given.load(Ordering::SeqCst)))
+        .collect();
+    let step = Duration::from_micros(200);
     let mut waited = Duration::ZERO;
-    let pending = || {
-        [Stream::Stdout, Stream::Stderr]
-            .iter()
-            .filter_map(|stream| slot(*stream).get())
-            .map(|queue| queue.pending.load(Ordering::SeqCst))
-            .sum::<usize>()
-    };
-    while pending() > 0 && waited < deadline {
+    while owed.iter().any(|(queue, given)| queue.done.load(Ordering::SeqCst) < *given) && waited < deadline {
         std::thread::sleep(step);
         waited += step;
     }
