@@ -976,12 +976,20 @@ fn read_manifest(file: &Path) -> Result<String, ReadError> {
 /// held up by what a path names.
 pub(crate) fn read_regular_file(file: &Path, max_bytes: u64) -> Result<String, ReadError> {
     // Listed as a regular file, but it may have been replaced since (a rename over it), or
-    // named on a command line: a FIFO would block a plain open, and with it the thread, until
-    // a writer came. Opened without blocking, and what was opened is what is checked, so a
-    // device such as /dev/zero is refused before a byte of it is read.
+    // named on a command line. Looked at before it is opened, as the kubelet's file source
+    // stats a file before it reads it: opening a device or a FIFO is itself an act (a
+    // watchdog starts its count, a FIFO's waiting writer is let through, a terminal can
+    // become the controlling one of an agent that leads its session, as under systemd).
+    if !fs::metadata(file).map_err(ReadError::Io)?.is_file() {
+        return Err(ReadError::NotAFile);
+    }
+    // Swapped in the instant since: a FIFO would block a plain open, and with it the thread,
+    // until a writer came, so it is opened without blocking and never as a controlling
+    // terminal, and what was opened is what is checked, so a device such as /dev/zero is
+    // refused before a byte of it is read.
     let opened = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .custom_flags((rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY).bits() as i32)
         .open(file)
         .map_err(ReadError::Io)?;
     if !opened.metadata().map_err(ReadError::Io)?.is_file() {
@@ -1054,6 +1062,51 @@ mod tests {
         let got = read.recv_timeout(std::time::Duration::from_secs(10));
         let _ = fs::remove_dir_all(&dir);
         assert_eq!(got, Ok(Err(NOT_A_FILE.to_owned())));
+    }
+
+    /// A FIFO is refused without being opened: a writer waiting for a reader on it stays
+    /// waiting (an open for reading, even one closed at once, let it through to write into a
+    /// pipe nobody reads).
+    #[test]
+    fn a_fifo_is_refused_without_being_opened() {
+        let dir = std::env::temp_dir().join(format!("probelet-fifo-open-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("a temp dir");
+        let fifo = dir.join("pod.yaml");
+        let _ = fs::remove_file(&fifo);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .expect("a FIFO");
+        let (opened, writer) = std::sync::mpsc::channel();
+        let (task_sender, task) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        // Blocks in open(2) until a reader opens the FIFO.
+        std::thread::spawn(move || {
+            let _ = task_sender.send(fs::read_link("/proc/thread-self"));
+            let _ = opened.send(fs::OpenOptions::new().write(true).open(&path).is_ok());
+        });
+        let task = task.recv().expect("the writer's thread").expect("its /proc entry");
+        let wchan = Path::new("/proc").join(task).join("wchan");
+        let waiting = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            fs::read_to_string(&wchan).is_ok_and(|w| w.contains("wait_for_partner"))
+        });
+        assert!(waiting, "the writer waits in open(2) for a reader");
+        assert_eq!(read_manifest(&fifo).map_err(|e| e.to_string()), Err(NOT_A_FILE.to_owned()));
+        let let_through = writer.recv_timeout(std::time::Duration::from_millis(300));
+        // Lets the writer go, so that its thread ends.
+        let reader = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&fifo);
+        let _ = writer.recv_timeout(std::time::Duration::from_secs(10));
+        drop(reader);
+        let _ = fs::remove_dir_all(&dir);
+        assert!(let_through.is_err(), "the FIFO's writer was let through: the agent opened it");
     }
 
     /// The YAML reader's limits are said in words, for the agent and for `probelet lint` (the
