@@ -16,6 +16,7 @@ use serde::de::{Deserialize, DeserializeOwned, Deserializer, MapAccess, SeqAcces
 use serde_json::Value;
 use serde_saphyr::Spanned;
 
+use super::go_null::GoNull;
 use super::{decode_noting_unknown, yaml_options};
 
 /// Makes `value`, as the YAML reader typed it, the JSON the kubelet decodes: a float whose value
@@ -539,64 +540,10 @@ fn path_text(path: &[Segment]) -> String {
 
 /// Decodes `value` (a document made the kubelet's JSON, [`as_kubelet_json`]) into `T`, with
 /// the paths of the fields it holds that `T` does not have, strictly by type as the kubelet
-/// decodes it.
-pub(crate) fn decode_value<T: DeserializeOwned>(mut value: Value) -> Result<(T, Vec<String>), DecodeError> {
-    // Each null quantity found makes every null of that map, in each item of the lists it is
-    // in, a zero: a map's values are all quantities, and a document has few such maps.
-    for _ in 0..QUANTITY_MAPS_MAX {
-        match decode_once(&value) {
-            Err(error) if error.message == NULL_QUANTITY && zero_null_quantities(&mut value, &error.path) => {
-            }
-            decoded => return decoded,
-        }
-    }
-    decode_once(&value)
-}
-
-/// The decoder's words for a null where a quantity is (`resources.limits.cpu: ~`), which
-/// apimachinery's `Quantity.UnmarshalJSON` reads as 0 (docs/lint.md, "What it reads").
-const NULL_QUANTITY: &str = "invalid type: null, expected Quantity";
-
-/// The most maps of quantities (`limits`, `requests`, `overhead`, …, each list's items
-/// counted once) whose nulls are made zeros: more than a pod has.
-const QUANTITY_MAPS_MAX: usize = 32;
-
-/// Makes each null of the maps at `path` less its last key (each item of a list on the way,
-/// not only the one at the path) the quantity `0`; whether the one at `path` was such a null.
-fn zero_null_quantities(value: &mut Value, path: &[Segment]) -> bool {
-    fn walk(value: &mut Value, map: &[Segment]) {
-        match map.split_first() {
-            None => {
-                if let Value::Object(fields) = value {
-                    fields.values_mut().filter(|v| v.is_null()).for_each(|v| *v = Value::from("0"));
-                }
-            }
-            Some((Segment::Key(key), rest)) => {
-                if let Some(child) = value.get_mut(key.as_str()) {
-                    walk(child, rest);
-                }
-            }
-            Some((Segment::Index(_), rest)) => {
-                if let Value::Array(items) = value {
-                    items.iter_mut().for_each(|item| walk(item, rest));
-                }
-            }
-        }
-    }
-    let Some((Segment::Key(_), map)) = path.split_last() else { return false };
-    let at = path.iter().try_fold(&*value, |value, segment| match segment {
-        Segment::Key(key) => value.get(key.as_str()),
-        Segment::Index(index) => value.get(index),
-    });
-    if !at.is_some_and(Value::is_null) {
-        return false;
-    }
-    walk(value, map);
-    true
-}
-
-fn decode_once<T: DeserializeOwned>(value: &Value) -> Result<(T, Vec<String>), DecodeError> {
-    decode_noting_unknown::<T, _>(value).map_err(|error| {
+/// decodes it, a `null` as Go's decoder reads it ([`GoNull`]: the zero of a type that is not
+/// optional).
+pub(crate) fn decode_value<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<String>), DecodeError> {
+    decode_noting_unknown::<T, _>(GoNull(&value)).map_err(|error| {
         let path = error
             .path()
             .iter()
@@ -953,10 +900,106 @@ mod tests {
         let requests = spec.containers[0].resources.as_ref().and_then(|r| r.requests.clone());
         assert_eq!(requests.and_then(|r| r.get("memory").cloned()), Some(quantity("0")));
         assert_eq!(spec.overhead.and_then(|o| o.get("cpu").cloned()), Some(quantity("0")));
-        // A null where a string is stays an error.
-        let mut value = values[0].clone();
-        value["metadata"]["labels"] = serde_json::json!({"a": null});
-        assert!(decode_value::<k8s_openapi::api::core::v1::Pod>(value).is_err());
+    }
+
+    /// A pod of `yaml` decoded as the kubelet's decoder reads it.
+    fn pod(yaml: &str) -> Result<k8s_openapi::api::core::v1::Pod, DecodeError> {
+        let (values, refused) = read(yaml);
+        assert_eq!(refused, [None]);
+        let value = values.into_iter().next().expect("a document");
+        decode_value::<k8s_openapi::api::core::v1::Pod>(value).map(|(pod, _)| pod)
+    }
+
+    const POD: &str =
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: a\n    image: i\n";
+
+    /// Go's decoder leaves a `null` string its zero: a label, an annotation, an item of `args`
+    /// or `command` left empty (as an empty Helm value renders) is `""`.
+    #[test]
+    fn a_null_string_is_empty() {
+        let yaml = format!("{POD}    args: [a, ~, null]\n    command: [~]\n    workingDir:\n").replace(
+            "metadata: {name: p}",
+            "metadata: {name: p, labels: {app: ~, b: c}, annotations: {note: null}}",
+        );
+        let pod = pod(&yaml).expect("decodes");
+        let labels = pod.metadata.labels.expect("labels");
+        assert_eq!(labels.get("app").map(String::as_str), Some(""));
+        assert_eq!(labels.get("b").map(String::as_str), Some("c"));
+        let annotations = pod.metadata.annotations.expect("annotations");
+        assert_eq!(annotations.get("note").map(String::as_str), Some(""));
+        let container = &pod.spec.expect("spec").containers[0];
+        assert_eq!(container.args.as_deref(), Some(&["a".to_owned(), String::new(), String::new()][..]));
+        assert_eq!(container.command.as_deref(), Some(&[String::new()][..]));
+        // An optional field written `null` is unset, Go's nil pointer.
+        assert_eq!(container.working_dir, None);
+    }
+
+    /// An optional field written `null` is unset (Go's nil pointer), and a required one its
+    /// zero: an env value, a probe, a list of ports.
+    #[test]
+    fn a_null_in_an_option_field_is_none() {
+        let yaml = format!(
+            "{POD}    env: [{{name: A, value: ~}}, {{name: B, value: null, valueFrom: null}}]\n    \
+             livenessProbe: ~\n    ports: null\n"
+        );
+        let pod = pod(&yaml).expect("decodes");
+        let container = &pod.spec.expect("spec").containers[0];
+        let env = container.env.as_ref().expect("env");
+        assert_eq!((env[0].name.as_str(), env[0].value.as_deref()), ("A", None));
+        assert_eq!(
+            (env[1].name.as_str(), env[1].value.as_deref(), env[1].value_from.is_none()),
+            ("B", None, true)
+        );
+        assert!(container.liveness_probe.is_none());
+        assert!(container.ports.is_none());
+    }
+
+    /// apimachinery's `IntOrString.UnmarshalJSON` reads what is not a string as its integer,
+    /// which Go leaves 0 for a `null`: a TCP probe's `port: ~` is the port 0, for validation to
+    /// judge. (k8s-openapi reads a required field through an `Option` and defaults it, so this
+    /// held before `GoNull` too; a list of int-or-strings is `GoNull`'s, go_null.rs's tests.)
+    #[test]
+    fn a_null_int_or_string_is_the_integer_zero() {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let yaml = format!("{POD}    readinessProbe: {{tcpSocket: {{port: ~}}}}\n");
+        let pod = pod(&yaml).expect("decodes");
+        let probe = pod.spec.expect("spec").containers[0].readiness_probe.clone().expect("probe");
+        assert_eq!(probe.tcp_socket.map(|tcp| tcp.port), Some(IntOrString::Int(0)));
+    }
+
+    /// A `null` container is Go's zero Container, not a decoding error: its name and image are
+    /// empty, which validation refuses in its own words.
+    #[test]
+    fn a_null_container_is_a_container_of_zeros() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [~]\n";
+        let pod = pod(yaml).expect("decodes");
+        let container = &pod.spec.expect("spec").containers[0];
+        assert_eq!((container.name.as_str(), container.image.as_deref()), ("", None));
+        assert!(container.liveness_probe.is_none());
+    }
+
+    /// A type error that is not about a `null` is said in serde_json's words, with its path.
+    #[test]
+    fn other_type_errors_keep_their_words_and_paths() {
+        let yaml = format!("{POD}    args: [a, 1]\n");
+        let error = pod(&yaml).expect_err("refused");
+        assert_eq!(error.message, "invalid type: integer `1`, expected a string");
+        let path = [
+            Segment::Key("spec".into()),
+            Segment::Key("containers".into()),
+            Segment::Index(0),
+            Segment::Key("args".into()),
+            Segment::Index(1),
+        ];
+        assert_eq!(error.path, path);
+        let yaml = format!("{POD}    livenessProbe: {{periodSeconds: '10'}}\n");
+        let error = pod(&yaml).expect_err("refused");
+        assert_eq!(error.message, "invalid type: string \"10\", expected i32");
+        // An unknown field is still noted, under a null-read struct's sibling too.
+        let (values, _) = read(&format!("{POD}    readinesProbe: ~\n    lifecycle: ~\n"));
+        let (_, unknown) =
+            decode_value::<k8s_openapi::api::core::v1::Pod>(values[0].clone()).expect("decodes");
+        assert_eq!(unknown, ["spec.containers[0].readinesProbe"]);
     }
 
     #[test]

@@ -1006,6 +1006,7 @@ pub(crate) fn read_regular_file(file: &Path, max_bytes: u64) -> Result<String, R
 }
 
 pub(crate) mod decode;
+mod go_null;
 pub(crate) mod sections;
 mod snapshot;
 mod unknown;
