@@ -1582,3 +1582,43 @@ fn a_long_key_or_value_is_cut_as_the_console_cuts_it() {
         assert!(!output.contains(&"k".repeat(300)), "{output}");
     }
 }
+
+/// Go's decoder leaves a `null` string, number or struct its zero (docs/lint.md, "What it
+/// reads"): a Helm value left empty in a label, an argument or an env value is the empty
+/// string, and the pod is linted as the kubelet runs it (it was refused: `invalid type: null,
+/// expected a string`).
+#[test]
+fn a_null_is_read_as_the_kubelets_decoder_reads_it() {
+    let dir = TempDir::new("go-null");
+    let file = dir.write(
+        "web.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {app: web, tier: ~}}\nspec:\n  containers:\n  \
+         - name: app\n    image: app:1\n    command: [serve, ~]\n    env: [{name: A, value: ~}]\n    \
+         readinessProbe: {httpGet: {port: 8080}, periodSeconds: 5}\n",
+    );
+    let json = lint_json(&file, 0);
+    assert_eq!(json["summary"]["unreadable"], 0, "{json:#}");
+    assert_eq!(json["summary"]["errors"], 0, "{json:#}");
+    assert_eq!(json["objects"][0]["containers"][0]["probes"][0]["period_seconds"], 5, "{json:#}");
+    let yaml = std::fs::read_to_string(&file).unwrap();
+    let (pods, errors) = probelet::host::manifests::parse_manifest(&file, &yaml, "node-a");
+    assert!(errors.is_empty(), "{errors:?}");
+    let labels = pods[0].metadata.labels.as_ref().unwrap();
+    assert_eq!(labels.get("tier").map(String::as_str), Some(""));
+    let container = &pods[0].spec.as_ref().unwrap().containers[0];
+    assert_eq!(container.command.as_deref(), Some(&["serve".to_owned(), String::new()][..]));
+    assert_eq!(container.env.as_ref().unwrap()[0].value, None);
+}
+
+/// A `null` container is Go's zero Container: decoded, then refused by validation for its
+/// empty name, in validation's words and at their fields, by lint as by `probelet
+/// run` (it was refused while decoding, `invalid type: null, expected struct Container`).
+#[test]
+fn a_null_container_is_refused_by_validation() {
+    let yaml = refused_pod("web", "Always", "  containers: [~]\n");
+    assert_refused_as_run_refuses(
+        "null-container",
+        &yaml,
+        &[("spec.containers[0].name", "spec.containers[0].name: Required value", Some(""))],
+    );
+}
