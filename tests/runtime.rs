@@ -1904,6 +1904,44 @@ async fn unknown_executable_under_never(mut h: Harness) -> Harness {
 
 // === under the shim ===
 
+/// A fake shim in `dir`: a container whose command names `probelet-slow-start` gets a shim
+/// that reports nothing for a second and exits (a start that fails late, its report never
+/// read); every other container runs under the agent's own shim.
+fn slow_start_shim(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("shim");
+    let script = format!(
+        "#!/bin/sh\ncase \"$*\" in *probelet-slow-start*) sleep 1; exit 1;; esac\nexec '{}' \"$@\"\n",
+        env!("CARGO_BIN_EXE_probelet")
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// The sync a container's exit owes waits for the starts of its pod under way, and a start
+/// that fails for good (its container not to be restarted) ends that wait as one to be retried
+/// does: a container that restarts (its own policy `Always`, in a `Never` pod) and exits while
+/// its neighbour's start is under way is restarted once that start has failed. Before, the
+/// failed start of a container not to be restarted asked for no sync, the exit's sync was owed
+/// for good, and the container stayed exited.
+#[actix::test]
+async fn an_exit_during_a_start_that_fails_for_good_still_syncs_the_pod() {
+    let dir = temp_dir("slow-start-never");
+    let shim = slow_start_shim(&dir);
+    let mut h = Harness::build(|runtime| runtime.with_shim(&shim));
+    let mut crash = container("crash", &["sh", "-c", "exit 1"]);
+    crash.restart_policy = Some("Always".into());
+    let pod = with_containers(pod("slow-never", "Never"), vec![crash, container("slow", &["probelet-slow-start"])]);
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "slow's start failed", |s| terminated(app_named(s, "slow")).is_some()).await;
+    h.wait_for(&id, "crash restarted", |s| app_named(s, "crash").restart_count >= 1).await;
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+
 /// Twenty containers that cannot start, under the shim, whose reports of the failed starts come
 /// back one by one: the syncs their failures ask for wait for the batch's last report, so the
 /// pod is synced once per batch, as the kubelet sees a batch's outcomes in one relist, and each

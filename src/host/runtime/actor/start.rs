@@ -394,12 +394,14 @@ impl ProcessRuntime {
         // A kill waiting on a `Starting` container sees it gone when its `exited` drops.
         if retry {
             begin_instance(slot, Current::StartFailed { id, terminated });
-            // The runtime reports the failed start as an exit, which syncs the pod: through
-            // the next turn, not recursively, and the back-off decides when it starts again.
-            self.sync_soon(pod_uid, ctx);
         } else {
             begin_instance(slot, Current::Exited { id, terminated });
         }
+        // The runtime reports the failed start as an exit, which syncs the pod: through the
+        // next turn, not recursively, and the back-off decides when it starts again. One not
+        // to be restarted syncs it too: the exits that came while its start was under way
+        // wait for its report to be synced (`sync_soon`).
+        self.sync_soon(pod_uid, ctx);
         self.notify(pod_uid, ctx);
     }
 
