@@ -2355,6 +2355,38 @@ async fn a_start_the_fd_budget_refuses_is_held_back_until_there_is_room() {
     h.kill_pod(&id, Duration::from_millis(100)).await;
 }
 
+/// A container whose crash-loop back-off is over but whose start the descriptor budget
+/// refuses is no longer said backing off: its status is the failed start's, as it was before
+/// every sync recorded `BackOff`, not `CrashLoopBackOff` for as long as the budget holds it
+/// back. A budget of 69 descriptors allows one container in all.
+#[actix::test]
+async fn a_container_held_back_after_its_back_off_is_not_said_backing_off() {
+    let mut h = Harness::build(|runtime| {
+        runtime
+            .with_fd_budget(FdBudget::new(69, 0))
+            .with_backoff(Duration::from_secs(1), Duration::from_secs(2))
+    });
+    let held = with_containers(pod("held", "Always"), vec![container("app", &[NO_SUCH, "x"])]);
+    let held_id = uid(&held);
+    h.sync(&held).await;
+    h.wait_for(&held_id, "app backing off", |s| {
+        waiting(app(s)).is_some_and(|(reason, _)| reason == "CrashLoopBackOff")
+    })
+    .await;
+    let hog = with_containers(pod("hog", "Always"), vec![container("hog", &["sleep", "1000"])]);
+    let hog_id = uid(&hog);
+    h.sync(&hog).await;
+    h.wait_for(&hog_id, "hog running", |s| running(app_named(s, "hog"))).await;
+    // Past the back-off's end (1 s), tried and held back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let events = h.events_for("app");
+    assert!(events.iter().any(|e| e.starts_with("Warning OutOfFileDescriptors")), "{events:?}");
+    let status = h.status(&held_id).await.unwrap();
+    assert_eq!(waiting(app(&status)).map(|w| w.0), Some("RunContainerError"), "{status:#?}");
+    h.kill_pod(&held_id, Duration::from_millis(100)).await;
+    h.kill_pod(&hog_id, Duration::from_millis(100)).await;
+}
+
 /// A harness whose groups are recorded in `dir`, with `containers/` made a file so that no
 /// record can be written; its runtime runs containers under the shim if `shimmed`, as the
 /// agent's does, or without it, as an embedding host's may.

@@ -93,6 +93,12 @@ impl ProcessRuntime {
             self.notify(pod_uid, ctx);
             return;
         }
+        // The back-off is over: the container is no longer said backing off, whether it starts
+        // now or the turn or the descriptor budget holds it back (its status is then the last
+        // instance's, as before every sync recorded `BackOff`).
+        if let Some(slot) = state.containers.get_mut(&container.name) {
+            slot.backing_off = false;
+        }
         // A turn's share of starts: a spawn blocks the thread until the child has exec'd, which
         // costs more the more descriptors the agent holds (the child closes them all), so a
         // pod of thousands of containers starts them over many turns, each short enough for
@@ -127,7 +133,6 @@ impl ProcessRuntime {
             return;
         }
         slot.refused = false;
-        slot.backing_off = false;
         if let Some(event) = slot.last_event {
             slot.backoff.next(event, Instant::now());
         }
