@@ -1405,6 +1405,34 @@ async fn sidecars_start_before_the_next_init_container_and_keep_running() {
     h.kill_pod(&id, Duration::from_secs(5)).await;
 }
 
+/// A sidecar backing off when the pod's last init container completes records `BackOff` once
+/// at that sync, as at every other: the sync that initializes the pod goes over its sidecars
+/// once. Two syncs after the init container's exit: its own, and the app's start's.
+#[actix::test]
+async fn a_sidecar_backing_off_as_the_pod_initializes_records_one_back_off_per_sync() {
+    let mut h = Harness::with_backoff(Duration::from_secs(10), Duration::from_secs(20));
+    let pod = with_init(
+        with_containers(pod("init-flap", "Never"), vec![container("app", &["sleep", "30"])]),
+        vec![sidecar(container("flap", &["true"])), container("init", &["sleep", "2"])],
+    );
+    let id = uid(&pod);
+    h.sync(&pod).await;
+    h.wait_for(&id, "flap backing off, init running", |s| {
+        waiting(named(&s.init_containers, "flap")).is_some_and(|(r, _)| r == "CrashLoopBackOff")
+            && running(named(&s.init_containers, "init"))
+    })
+    .await;
+    // What is still on its way.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let back_offs =
+        |h: &Harness| h.events_for("flap").iter().filter(|e| e.starts_with("Warning BackOff")).count();
+    let before = back_offs(&h);
+    h.wait_for(&id, "app running", |s| running(app(s))).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(back_offs(&h) - before, 2, "{:?}", h.events_for("flap"));
+    h.kill_pod(&id, Duration::from_secs(5)).await;
+}
+
 #[actix::test]
 async fn a_sidecar_with_a_startup_probe_holds_back_the_rest_until_reported_started() {
     let mut h = Harness::new();
@@ -1932,7 +1960,8 @@ async fn an_exit_during_a_start_that_fails_for_good_still_syncs_the_pod() {
     let mut h = Harness::build(|runtime| runtime.with_shim(&shim));
     let mut crash = container("crash", &["sh", "-c", "exit 1"]);
     crash.restart_policy = Some("Always".into());
-    let pod = with_containers(pod("slow-never", "Never"), vec![crash, container("slow", &["probelet-slow-start"])]);
+    let pod =
+        with_containers(pod("slow-never", "Never"), vec![crash, container("slow", &["probelet-slow-start"])]);
     let id = uid(&pod);
     h.sync(&pod).await;
     h.wait_for(&id, "slow's start failed", |s| terminated(app_named(s, "slow")).is_some()).await;
@@ -1940,7 +1969,6 @@ async fn an_exit_during_a_start_that_fails_for_good_still_syncs_the_pod() {
     h.kill_pod(&id, Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
-
 
 /// Twenty containers that cannot start, under the shim, whose reports of the failed starts come
 /// back one by one: the syncs their failures ask for wait for the batch's last report, so the

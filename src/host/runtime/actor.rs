@@ -462,7 +462,10 @@ impl ProcessRuntime {
         let rules = RestartRules { spec, container_rules: self.container_restart_rules };
         let init_containers = spec.init_containers.as_deref().unwrap_or_default();
 
-        if !state.initialized {
+        // The pass that initializes the pod has gone over every sidecar in its init loop: a
+        // second look would record `BackOff` twice for one backing off in one sync.
+        let just_initialized = !state.initialized;
+        if just_initialized {
             for container in init_containers {
                 let role = Role::of_init(container);
                 if role == Role::Sidecar {
@@ -502,7 +505,9 @@ impl ProcessRuntime {
             }
         }
 
-        for container in init_containers.iter().filter(|c| Role::of_init(c) == Role::Sidecar) {
+        for container in
+            init_containers.iter().filter(|c| !just_initialized && Role::of_init(c) == Role::Sidecar)
+        {
             if !self.is_running(pod_uid, &container.name) {
                 self.try_start(pod_uid, container, Role::Sidecar, pass, ctx);
             }
