@@ -427,7 +427,10 @@ impl Parser {
                             values.insert(String::new());
                             return Ok(values);
                         }
+                        // Upstream consumes the second comma here, so a `)` right after it is
+                        // refused: `(a,,)` and `(,,)` are errors, `(a,,b)` is not.
                         Token::Comma => {
+                            self.consume(Context::Values);
                             values.insert(String::new());
                         }
                         _ => {}
@@ -661,6 +664,24 @@ mod tests {
         ] {
             assert!(LabelSelector::parse(invalid).is_err(), "{invalid:?}");
         }
+    }
+
+    /// Upstream's parseIdentifiersList consumes the second of two commas, so a list ending in
+    /// `,,)` reaches `)` where it expects a value and is refused; the API server answers such a
+    /// selector 400, so it must be a usage error here too.
+    #[test]
+    fn a_doubled_comma_before_the_closing_parenthesis_is_refused_as_upstream_refuses_it() {
+        for text in ["x in (a,,)", "x in (,,)", "x notin (a,,b,,)"] {
+            assert_eq!(
+                error(text),
+                "unable to parse requirement: found ')', expected: ',', or identifier",
+                "{text:?}"
+            );
+        }
+        assert_eq!(
+            LabelSelector::parse("x in (a,,,b)").map(|s| s.requirements().to_vec()),
+            Ok(vec![requirement("x", Operator::In, &["", "a", "b"])])
+        );
     }
 
     /// Upstream's TestRequirementConstructor, the cases a text can express.
