@@ -476,6 +476,42 @@ async fn a_container_started_ahead_of_the_clock_is_waited_for_not_polled() {
     assert!(first.abs_diff(Duration::from_secs(30)) < Duration::from_millis(20), "first probe at {first:?}");
 }
 
+/// A `startedAt` an hour ahead because the node's clock is behind, and the node's clock then
+/// stepped forward to it (NTP catching up on an edge node): the worker sees it within a
+/// period and probes. It slept out the whole hour measured before the step, on tokio's
+/// monotonic timer, and the container stayed unready for that hour.
+#[actix::test]
+async fn a_clock_stepped_forward_to_an_ahead_started_at_is_seen_within_a_period() {
+    use probelet::clock::Clock;
+    tokio::time::pause();
+    let clock = Arc::new(probelet::clock::SteppingClock::starting_at(epoch()));
+    let prober = ScriptedProber::new();
+    prober.always("app", Readiness, Step::Return(ProbeResult::Success));
+    let pods = PodRegistry::new();
+    let gates =
+        probelet::FeatureGates::default().with(probelet::Feature::MutableContainerProbes, true).unwrap();
+    let engine = Engine::builder(Arc::new(pods.clone()))
+        .clock(clock.clone())
+        .feature_gates(gates)
+        .wrap_prober({
+            let prober = prober.clone();
+            move |_| Arc::new(prober) as Arc<dyn ProbeRunner>
+        })
+        .start();
+    advance(Duration::from_secs(11)).await;
+    let pod = test_pod("stepped").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
+    pods.upsert(pod.clone());
+    let ahead = clock.now() + Duration::from_secs(3600);
+    let start = tokio::time::Instant::now();
+    engine.sync_pod(pod.clone(), runtime(vec![running("app", "containerd://stepped", ahead)])).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    clock.step(probelet::k8s_openapi::jiff::SignedDuration::from_secs(3600));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let first = prober.calls_of("app", Readiness).first().map(|c| c.at - start);
+    let first = first.expect("probed once the clock reached startedAt");
+    assert!(first <= Duration::from_secs(16), "first probe at {first:?}");
+}
+
 /// A pod finished (`Failed`: its active deadline passed, say) while its containers still run,
 /// synced again while they are killed: the engine stopped its probes at the first finished
 /// sync, and a container whose startup probe never passed, or whose readiness probe fails, must

@@ -514,8 +514,15 @@ impl ProbeWorker {
             Step::Early(left) => {
                 if self.spec.mutable {
                     // Upstream's newer worker probes as the delay ends, not at the tick after.
+                    // The wait is at most one interval, as the older worker's ticker checked:
+                    // the delay's end is a wall time (`startedAt` plus the delay) while the
+                    // timer is monotonic, and a node clock stepped forward to a `startedAt`
+                    // that was ahead of it (an edge node's NTP catching up) is seen within an
+                    // interval, not after the whole gap measured before the step
+                    // (docs/prober.md §3.9).
+                    let wait = left.min(self.interval());
                     self.tick_pending = None;
-                    self.ticks = Some(Ticks::first_at(started + left, self.interval()));
+                    self.ticks = Some(Ticks::first_at(started + wait, self.interval()));
                 }
                 return false;
             }
