@@ -387,7 +387,11 @@ impl Engine {
             // Its workers are gone (removed above, or at an earlier finished sync) while some
             // containers may still run: what the stored status (else the API server's copy)
             // says of them stands, as no probe will say more (docs/prober.md §3.6).
-            keep_started_and_ready_once_finished(&mut status, stored.as_deref().or(pod.status.as_ref()));
+            keep_started_and_ready_once_finished(
+                &pod,
+                &mut status,
+                stored.as_deref().or(pod.status.as_ref()),
+            );
         } else if deleting {
             // Liveness and startup stop at the first terminating sync: without their workers,
             // a later sync would call every running container started (and ready, without a

@@ -559,6 +559,34 @@ async fn a_finished_pods_resync_keeps_its_running_containers_not_ready() {
     assert_eq!(seen, vec![want; 3], "(started, ready) of app, web, ok at each sync of the failed pod");
 }
 
+/// A pod the engine first meets finished (an embedder restarted, its runtime reporting
+/// `Failed` while the containers are still being killed), with no stored status and no API
+/// status: a running container with no startup probe is started, and one with no probe at all
+/// ready, as the kubelet always calls such a container; only what a probe would have said is
+/// unknown (a readiness probe's container stays unready). Both were written not started.
+#[actix::test]
+async fn a_first_finished_sync_calls_a_probeless_running_container_started() {
+    tokio::time::pause();
+    let (engine, pods) = engine_with(ScriptedProber::new());
+    advance(Duration::from_secs(11)).await;
+    let pod = test_pod("met-finished")
+        .container("plain")
+        .container("web")
+        .with_probe("web", Readiness, probe(1, 1, 1))
+        .build();
+    pods.upsert(pod.clone());
+    let failed = PodStatus {
+        phase: Some("Failed".into()),
+        ..runtime(vec![
+            running("plain", "containerd://plain-1", epoch()),
+            running("web", "containerd://web-1", epoch()),
+        ])
+    };
+    let status = engine.sync_pod(pod.clone(), failed).await.unwrap();
+    let of = |name| (container(&status, name).started, container(&status, name).ready);
+    assert_eq!((of("plain"), of("web")), ((Some(true), true), (Some(true), false)));
+}
+
 /// A host without an API server that sets its readiness gate's condition: in the runtime
 /// status it is replaced with the kubelet's conditions and the pod waits for the gate; in the
 /// pod's own status, where upstream's `generateAPIPodStatus` reads the conditions it does not

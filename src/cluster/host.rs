@@ -261,6 +261,7 @@ impl ClusterHost {
                     // still be killed: `started` and `ready` stay what they were (after an
                     // agent restart, what the API server's copy says).
                     keep_started_and_ready_once_finished(
+                        &pod,
                         &mut status,
                         stored.as_ref().or(pod.status.as_ref()),
                     );

@@ -944,7 +944,7 @@ async fn generate_status(
         if finished {
             // Its probes stopped at its first finished sync while its containers may still
             // be killed: `started` and `ready` stay what they were.
-            keep_started_and_ready_once_finished(&mut status, stored.as_ref());
+            keep_started_and_ready_once_finished(&pod, &mut status, stored.as_ref());
         } else {
             // Liveness and startup have stopped: `started` stays what it was.
             keep_started_while_terminating(&mut status, stored.as_ref());

@@ -219,24 +219,40 @@ pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&Po
 
 /// For a status generated once its pod is finished (`Succeeded` or `Failed`) while some of its
 /// containers still run (killed after the pod's active deadline, or reported finished before
-/// they stopped): puts back each running container's `started` and `ready` as `stored` (the
-/// status manager's current status) has them for the same container ID, neither when it is not
-/// there.
+/// they stopped): puts back each running container's `started` (when `pod` gives it a startup
+/// probe) and `ready` (a readiness probe) as `stored` (the status manager's current status) has
+/// them for the same container ID, neither when it is not there. A container with no such
+/// probe keeps what [`update_pod_status`] gave it, which is what the kubelet says of it with or
+/// without workers (started once running; ready once started), and a container not started is
+/// not ready.
 ///
 /// A finished pod's probe workers are removed at its first finished sync, where upstream
 /// removes them only once its containers are dead (`SyncTerminatingPod`, after the kill) and
 /// generates no status in between (docs/prober.md §3.6, §9). Without a worker, every running container reads started,
 /// and ready: a container whose startup probe never passed, or whose readiness probe fails,
 /// would turn ready on a failed pod at the host's next sync.
-pub fn keep_started_and_ready_once_finished(status: &mut PodStatus, stored: Option<&PodStatus>) {
+pub fn keep_started_and_ready_once_finished(pod: &Pod, status: &mut PodStatus, stored: Option<&PodStatus>) {
+    let spec = pod.spec.as_ref();
+    let probes = |name: &str| {
+        let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+        let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+        containers
+            .iter()
+            .chain(init)
+            .find(|c| c.name == name)
+            .map_or((false, false), |c| (c.startup_probe.is_some(), c.readiness_probe.is_some()))
+    };
     with_previous_by_name(status, stored, |cs, stored| {
         if !is_running(cs) {
             return;
         }
+        let (startup, readiness) = probes(&cs.name);
         let same = stored.filter(|old| old.container_id.is_some() && old.container_id == cs.container_id);
-        let started = same.is_some_and(|old| old.started == Some(true));
-        cs.started = Some(started);
-        cs.ready = started && same.is_some_and(|old| old.ready);
+        if startup {
+            cs.started = Some(same.is_some_and(|old| old.started == Some(true)));
+        }
+        let started = cs.started == Some(true);
+        cs.ready = started && if readiness { same.is_some_and(|old| old.ready) } else { cs.ready };
     });
 }
 
@@ -899,7 +915,14 @@ mod tests {
             ]),
             ..Default::default()
         };
-        keep_started_and_ready_once_finished(&mut regenerated, Some(&stored));
+        let probed =
+            |name: &str| Container { startup_probe: Some(Probe::default()), ..container(name, true) };
+        let finished = pod(
+            ["slow", "unready", "ready", "replaced", "gone"].map(probed).to_vec(),
+            vec![Container { startup_probe: Some(Probe::default()), ..sidecar("sidecar") }],
+            None,
+        );
+        keep_started_and_ready_once_finished(&finished, &mut regenerated, Some(&stored));
         let flags: Vec<_> = regenerated
             .init_container_statuses
             .iter()
@@ -919,10 +942,51 @@ mod tests {
             ]
         );
         let mut unknown = regenerated.clone();
-        keep_started_and_ready_once_finished(&mut unknown, None);
+        keep_started_and_ready_once_finished(&finished, &mut unknown, None);
         assert!(
             unknown.container_statuses.iter().flatten().all(|c| c.started == Some(false) && !c.ready),
             "without a previous status, nothing running is started or ready"
+        );
+    }
+
+    /// Once a pod is finished, a running container the spec gives no startup probe stays
+    /// started, and one with no readiness probe keeps the `ready` it was given once started:
+    /// what the kubelet calls them with or without workers. Only a probe's verdict is taken from
+    /// the stored status (none here: the host's first sync of the pod).
+    #[test]
+    fn a_finished_pods_probeless_containers_keep_what_the_kubelet_calls_them() {
+        let flagged = |mut cs: ContainerStatus, started: bool, ready: bool| {
+            cs.started = Some(started);
+            cs.ready = ready;
+            cs
+        };
+        let mut regenerated = PodStatus {
+            container_statuses: Some(vec![
+                flagged(running("plain", "probelet://1", 0), true, true),
+                flagged(running("web", "probelet://2", 0), true, true),
+                flagged(running("slow", "probelet://3", 0), true, true),
+            ]),
+            ..Default::default()
+        };
+        let finished = pod(
+            vec![
+                container("plain", false),
+                container("web", true),
+                Container { startup_probe: Some(Probe::default()), ..container("slow", false) },
+            ],
+            vec![],
+            None,
+        );
+        keep_started_and_ready_once_finished(&finished, &mut regenerated, None);
+        let flags: Vec<_> = regenerated
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.started, c.ready))
+            .collect();
+        assert_eq!(
+            flags,
+            [("plain", Some(true), true), ("web", Some(true), false), ("slow", Some(false), false)]
         );
     }
 
