@@ -399,7 +399,7 @@ impl Engine {
             // status only before StopLivenessAndStartup and once the containers are dead
             // (docs/prober.md §3.6, §9). Before any stored status (the host's first sync of
             // the pod is a terminating one), the API server's copy says what was started.
-            keep_started_while_terminating(&mut status, stored.as_deref().or(pod.status.as_ref()));
+            keep_started_while_terminating(&pod, &mut status, stored.as_deref().or(pod.status.as_ref()));
         }
         // Upstream `determinePodResizeStatus`: a terminal pod's resize is over.
         let resize = if terminal {

@@ -267,7 +267,7 @@ impl ClusterHost {
                     );
                 } else if deleting {
                     // Liveness and startup have stopped: `started` stays what it was.
-                    keep_started_while_terminating(&mut status, stored.as_ref());
+                    keep_started_while_terminating(&pod, &mut status, stored.as_ref());
                 }
                 Some((status, old))
             }

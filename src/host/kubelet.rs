@@ -947,7 +947,7 @@ async fn generate_status(
             keep_started_and_ready_once_finished(&pod, &mut status, stored.as_ref());
         } else {
             // Liveness and startup have stopped: `started` stays what it was.
-            keep_started_while_terminating(&mut status, stored.as_ref());
+            keep_started_while_terminating(&pod, &mut status, stored.as_ref());
         }
     }
     generate_kubelet_conditions(&pod, &mut status);

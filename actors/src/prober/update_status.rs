@@ -193,18 +193,21 @@ fn container_id(cs: &ContainerStatus) -> ContainerId {
 }
 
 /// For a status generated while its pod terminates, after `StopLivenessAndStartup`: puts back
-/// each running container's `started` as `stored` (the status manager's current status) has it
-/// for the same container ID, never started when it is not there, and a container not started
-/// is not ready.
+/// the `started` of each running container that `pod` gives a startup probe as `stored` (the
+/// status manager's current status) has it for the same container ID, never started when it
+/// is not there, and a container not started is not ready. A container without a startup
+/// probe keeps what [`update_pod_status`] gave it: started once running, as the kubelet
+/// calls it with or without workers.
 ///
 /// Upstream calls `UpdatePodStatus` before `StopLivenessAndStartup` and again only once the
 /// containers are dead (docs/prober.md §3.6). A host that regenerates in between (probelet's do,
 /// on every container exit) would find no startup worker and call every running container
 /// started, and ready when it has no readiness probe: a pod whose startup probe never succeeded
 /// would turn Ready while it is being killed (docs/prober.md §9).
-pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&PodStatus>) {
+pub fn keep_started_while_terminating(pod: &Pod, status: &mut PodStatus, stored: Option<&PodStatus>) {
     with_previous_by_name(status, stored, |cs, stored| {
-        if !is_running(cs) {
+        // Without a startup probe, started once running, worker or none (upstream).
+        if !is_running(cs) || !own_probes(pod, &cs.name).startup {
             return;
         }
         let started = stored
@@ -232,21 +235,11 @@ pub fn keep_started_while_terminating(status: &mut PodStatus, stored: Option<&Po
 /// and ready: a container whose startup probe never passed, or whose readiness probe fails,
 /// would turn ready on a failed pod at the host's next sync.
 pub fn keep_started_and_ready_once_finished(pod: &Pod, status: &mut PodStatus, stored: Option<&PodStatus>) {
-    let spec = pod.spec.as_ref();
-    let probes = |name: &str| {
-        let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-        let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
-        containers
-            .iter()
-            .chain(init)
-            .find(|c| c.name == name)
-            .map_or((false, false), |c| (c.startup_probe.is_some(), c.readiness_probe.is_some()))
-    };
     with_previous_by_name(status, stored, |cs, stored| {
         if !is_running(cs) {
             return;
         }
-        let (startup, readiness) = probes(&cs.name);
+        let OwnProbes { startup, readiness } = own_probes(pod, &cs.name);
         let same = stored.filter(|old| old.container_id.is_some() && old.container_id == cs.container_id);
         if startup {
             cs.started = Some(same.is_some_and(|old| old.started == Some(true)));
@@ -254,6 +247,22 @@ pub fn keep_started_and_ready_once_finished(pod: &Pod, status: &mut PodStatus, s
         let started = cs.started == Some(true);
         cs.ready = started && if readiness { same.is_some_and(|old| old.ready) } else { cs.ready };
     });
+}
+
+/// Which of the probes that decide `started` and `ready` the pod's spec gives a container.
+struct OwnProbes {
+    startup: bool,
+    readiness: bool,
+}
+
+fn own_probes(pod: &Pod, name: &str) -> OwnProbes {
+    let spec = pod.spec.as_ref();
+    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let init = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+    containers.iter().chain(init).find(|c| c.name == name).map_or(
+        OwnProbes { startup: false, readiness: false },
+        |c| OwnProbes { startup: c.startup_probe.is_some(), readiness: c.readiness_probe.is_some() },
+    )
 }
 
 /// Calls `each` with every container status of `status` and the one `previous` lists under its
@@ -839,6 +848,35 @@ mod tests {
     /// While a pod terminates, a regeneration keeps `started` as the stored status has it: a
     /// container whose startup probe never succeeded stays not started and not ready, however
     /// its startup worker's absence reads; a started one keeps its computed readiness.
+    /// A terminating pod's container without a startup probe is started once running, with no
+    /// stored status to read it from (a host's first sync of a pod already being deleted): the
+    /// kubelet calls it started with or without a startup worker. Only a container with a
+    /// startup probe takes `started` from the stored status.
+    #[test]
+    fn a_terminating_pods_container_without_a_startup_probe_is_started_once_running() {
+        let mut regenerated = PodStatus {
+            container_statuses: Some(vec![
+                running("plain", "probelet://1", 0),
+                running("slow", "probelet://2", 0),
+            ]),
+            ..Default::default()
+        };
+        for cs in regenerated.container_statuses.iter_mut().flatten() {
+            cs.started = Some(true);
+            cs.ready = true;
+        }
+        let slow = Container { startup_probe: Some(Probe::default()), ..container("slow", false) };
+        let terminating = pod(vec![container("plain", false), slow], vec![], None);
+        keep_started_while_terminating(&terminating, &mut regenerated, None);
+        let flags: Vec<_> = regenerated
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.started, c.ready))
+            .collect();
+        assert_eq!(flags, [("plain", Some(true), true), ("slow", Some(false), false)]);
+    }
+
     #[test]
     fn a_terminating_pods_containers_keep_their_started() {
         let mut stored = PodStatus {
@@ -864,7 +902,10 @@ mod tests {
             cs.started = Some(true);
             cs.ready = true;
         }
-        keep_started_while_terminating(&mut regenerated, Some(&stored));
+        let probed =
+            |name: &str| Container { startup_probe: Some(Probe::default()), ..container(name, false) };
+        let terminating = pod(["slow", "up", "new-id", "gone"].map(probed).to_vec(), vec![], None);
+        keep_started_while_terminating(&terminating, &mut regenerated, Some(&stored));
         let flags: Vec<_> = regenerated
             .container_statuses
             .iter()
