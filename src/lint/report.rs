@@ -101,7 +101,7 @@ fn for_a_line(text: &str) -> String {
 }
 
 /// An error or a warning about a file, for a line of standard error: `<file>: <reason>`, the
-/// reason cut as the console cuts it ([`for_a_line`]; the file's path is not cut), control
+/// reason cut as the console cuts it (`for_a_line`; the file's path is not cut), control
 /// characters escaped.
 pub fn file_line(error: &super::load::LoadError) -> String {
     escape_controls(&format!("{}: {}", error.file.display(), bounded_quotes(&error.reason))).into_owned()
