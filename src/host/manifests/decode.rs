@@ -731,25 +731,24 @@ mod tests {
         (values, refused)
     }
 
-    /// A mapping's keys are walked once each: a mapping of many keys, one of which go-yaml
-    /// resolves (`yes:`), took time by the square of its keys (16 s for 50,000 in a debug
-    /// build, a stall of the agent's scan and of lint on a 1 MiB file).
+    /// A mapping of many keys, one of which go-yaml resolves (`yes:`), is read whole and right.
+    /// Its keys were once walked against every key before them, a time by the square of their
+    /// count (16 s for 50,000 in a debug build: a stall of the agent's scan and of lint on a
+    /// 1 MiB file); they are now looked up in a set. Speed is not asserted here (no timed
+    /// tests): this pins what the walk gives on such a mapping.
     #[test]
-    #[allow(clippy::disallowed_methods)] // the wall time of the walk is what is measured
-    fn a_mapping_of_many_keys_is_read_in_linear_time() {
-        let keys = 100_000;
+    fn a_mapping_of_many_keys_is_read_whole() {
+        let keys = 20_000;
         let mut yaml = String::from("a:\n");
         for i in 0..keys {
             yaml.push_str(&format!("  k{i}: v\n"));
         }
         yaml.push_str("  yes: v\n");
-        let started = std::time::Instant::now();
         let (values, refused) = read(&yaml);
-        let took = started.elapsed();
         assert_eq!(refused, [None]);
         assert_eq!(values[0]["a"].as_object().map(|a| a.len()), Some(keys + 1));
         assert_eq!(values[0]["a"]["true"], "v");
-        assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+        assert_eq!(values[0]["a"]["k19999"], "v");
     }
 
     /// go-yaml v2's `resolve` for the spellings of an integer (`strconv.ParseInt` with base 0
