@@ -12,13 +12,17 @@
 //! (docs/reliability.md, "A log reader that stops reading").
 
 use std::io::{self, Write as _};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// Lines held for a stream that does not take them, at most: about 1 MiB of log lines.
+/// Lines held for a stream that does not take them, at most.
 pub const QUEUED_LINES: usize = 4096;
+
+/// Bytes held for a stream that does not take them, at most: a container's output line is
+/// logged up to 16 KiB (more once escaped), so 4,096 of them alone could hold hundreds of MiB.
+pub const QUEUED_BYTES: usize = 1024 * 1024;
 
 /// How long an exiting agent waits for what it queued to be written.
 pub const FLUSH_DEADLINE: Duration = Duration::from_secs(2);
@@ -32,13 +36,25 @@ pub enum Stream {
     Stderr,
 }
 
-/// One stream's queue and its writer thread.
+/// One stream's queue; its writer thread holds the other end.
 struct Queue {
-    sender: SyncSender<Vec<u8>>,
-    /// Lines given to the queue so far (written, dropped or still queued).
-    given: AtomicU64,
-    /// Lines done with so far: written (or failed to be), or dropped.
-    done: AtomicU64,
+    /// The sender and the lines it queued so far, counted under the lock they are queued
+    /// under, so that the count is their order in the queue. Only `try_send` runs under it,
+    /// which never waits.
+    sender: Mutex<(SyncSender<Vec<u8>>, u64)>,
+    counts: Arc<Counts>,
+    /// Bytes held at most.
+    max_bytes: usize,
+}
+
+/// What a queue and its writer thread both keep count of.
+#[derive(Default)]
+struct Counts {
+    /// Lines the writer is done with (written, or failed to be), in queue order. A dropped
+    /// line never entered the queue and is not counted: an exit waits for queued lines only.
+    written: AtomicU64,
+    /// Bytes queued and not written yet.
+    bytes: AtomicUsize,
     /// Lines dropped since the count was last said.
     dropped: AtomicU64,
 }
@@ -58,17 +74,14 @@ fn slot(stream: Stream) -> &'static OnceLock<Queue> {
 /// made leaves its stream written in place, as before.
 pub fn start() {
     for stream in [Stream::Stdout, Stream::Stderr] {
-        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(QUEUED_LINES);
-        let spawned = std::thread::Builder::new()
-            .name(format!("{}-writer", name(stream)))
-            .spawn(move || write_lines(stream, receiver));
-        if spawned.is_ok() {
-            let queue = Queue {
-                sender,
-                given: AtomicU64::new(0),
-                done: AtomicU64::new(0),
-                dropped: AtomicU64::new(0),
-            };
+        let queue = Queue::spawn(
+            name(stream),
+            QUEUED_LINES,
+            QUEUED_BYTES,
+            move |line| write_in_place(stream, line),
+            move |dropped| say_dropped(stream, dropped),
+        );
+        if let Ok(queue) = queue {
             let _ = slot(stream).set(queue);
         }
     }
@@ -81,25 +94,14 @@ fn name(stream: Stream) -> &'static str {
     }
 }
 
-/// The writer thread of `stream`: each line as it comes, then what was dropped meanwhile.
-fn write_lines(stream: Stream, receiver: mpsc::Receiver<Vec<u8>>) {
-    while let Ok(line) = receiver.recv() {
-        write_in_place(stream, &line);
-        let Some(queue) = slot(stream).get() else { continue };
-        queue.done.fetch_add(1, Ordering::SeqCst);
-        let dropped = queue.dropped.swap(0, Ordering::SeqCst);
-        if dropped > 0 {
-            // Told on the stream that lost them, once it takes lines again; a log line goes
-            // through the log's own format (text or JSON), queued like any other.
-            match stream {
-                Stream::Stderr => {
-                    tracing::warn!(dropped, "log lines dropped: standard error was not being read")
-                }
-                Stream::Stdout => crate::host::console::say(format_args!(
-                    "probelet: {dropped} console line(s) dropped: standard output was not being read"
-                )),
-            }
-        }
+/// Told on the stream that lost them, once it takes lines again; a log line goes through the
+/// log's own format (text or JSON), queued like any other.
+fn say_dropped(stream: Stream, dropped: u64) {
+    match stream {
+        Stream::Stderr => tracing::warn!(dropped, "log lines dropped: standard error was not being read"),
+        Stream::Stdout => crate::host::console::say(format_args!(
+            "probelet: {dropped} console line(s) dropped: standard output was not being read"
+        )),
     }
 }
 
@@ -111,41 +113,100 @@ fn write_in_place(stream: Stream, bytes: &[u8]) {
     };
 }
 
-/// Writes `bytes` (whole lines) to `stream` through its queue, or in place before [`start`].
-/// Never waits for the stream: a full queue drops the line and counts it.
-pub fn write(stream: Stream, bytes: &[u8]) {
-    let Some(queue) = slot(stream).get() else {
-        write_in_place(stream, bytes);
-        return;
-    };
-    queue.given.fetch_add(1, Ordering::SeqCst);
-    match queue.sender.try_send(bytes.to_vec()) {
-        Ok(()) => {}
-        Err(TrySendError::Full(_)) => {
-            queue.dropped.fetch_add(1, Ordering::SeqCst);
-            queue.done.fetch_add(1, Ordering::SeqCst);
+impl Queue {
+    /// A queue of at most `lines` lines and `max_bytes` bytes, and its thread `<name>-writer`,
+    /// which gives each line to `sink` as it comes, then the count dropped meanwhile to
+    /// `on_dropped`.
+    fn spawn(
+        name: &str,
+        lines: usize,
+        max_bytes: usize,
+        mut sink: impl FnMut(&[u8]) + Send + 'static,
+        on_dropped: impl Fn(u64) + Send + 'static,
+    ) -> io::Result<Queue> {
+        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(lines);
+        let counts = Arc::new(Counts::default());
+        let shared = Arc::clone(&counts);
+        std::thread::Builder::new().name(format!("{name}-writer")).spawn(move || {
+            while let Ok(line) = receiver.recv() {
+                sink(&line);
+                shared.bytes.fetch_sub(line.len(), Ordering::SeqCst);
+                shared.written.fetch_add(1, Ordering::SeqCst);
+                let dropped = shared.dropped.swap(0, Ordering::SeqCst);
+                if dropped > 0 {
+                    on_dropped(dropped);
+                }
+            }
+        })?;
+        Ok(Queue { sender: Mutex::new((sender, 0)), counts, max_bytes })
+    }
+
+    /// Queues `bytes`, or drops and counts them if the queue is full (of lines or of bytes).
+    /// False if the writer is gone.
+    fn write(&self, bytes: &[u8]) -> bool {
+        // Poisoned only by a panic in `try_send`; the count is still right.
+        let mut sender = self.sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // A line longer than the whole budget still goes into an empty queue.
+        let held = self.counts.bytes.load(Ordering::SeqCst);
+        if held > 0 && held + bytes.len() > self.max_bytes {
+            self.counts.dropped.fetch_add(1, Ordering::SeqCst);
+            return true;
         }
-        Err(TrySendError::Disconnected(_)) => {
-            write_in_place(stream, bytes);
-            queue.done.fetch_add(1, Ordering::SeqCst);
+        self.counts.bytes.fetch_add(bytes.len(), Ordering::SeqCst);
+        match sender.0.try_send(bytes.to_vec()) {
+            Ok(()) => {
+                sender.1 += 1;
+                true
+            }
+            Err(TrySendError::Full(_)) => {
+                self.counts.bytes.fetch_sub(bytes.len(), Ordering::SeqCst);
+                self.counts.dropped.fetch_add(1, Ordering::SeqCst);
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.counts.bytes.fetch_sub(bytes.len(), Ordering::SeqCst);
+                false
+            }
         }
+    }
+
+    /// The lines queued so far: the writer has written them all once it has written this many.
+    fn queued(&self) -> u64 {
+        self.sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).1
+    }
+
+    fn written(&self) -> u64 {
+        self.counts.written.load(Ordering::SeqCst)
     }
 }
 
-/// Waits, at most `deadline`, for the lines both streams were given before this call to be
+/// Writes `bytes` (whole lines) to `stream` through its queue, or in place before [`start`].
+/// Never waits for the stream: a full queue drops the line and counts it.
+pub fn write(stream: Stream, bytes: &[u8]) {
+    match slot(stream).get() {
+        Some(queue) if queue.write(bytes) => {}
+        _ => write_in_place(stream, bytes),
+    }
+}
+
+/// Waits, at most `deadline`, for the lines both streams had queued before this call to be
 /// written: an agent about to exit says its last lines, but a stream nobody reads does not keep
-/// it from exiting. Lines given meanwhile (other threads go on until the exit) are not waited
+/// it from exiting. Lines queued meanwhile (other threads go on until the exit) are not waited
 /// for, so the wait is only as long as the writes it owes: a forced stop's last line out, the
 /// agent exits before its main thread can start anything more.
 pub fn flush(deadline: Duration) {
     let owed: Vec<(&Queue, u64)> = [Stream::Stdout, Stream::Stderr]
         .iter()
         .filter_map(|stream| slot(*stream).get())
-        .map(|queue| (queue, queue.given.load(Ordering::SeqCst)))
+        .map(|queue| (queue, queue.queued()))
         .collect();
+    wait_for(&owed, deadline);
+}
+
+fn wait_for(owed: &[(&Queue, u64)], deadline: Duration) {
     let step = Duration::from_micros(200);
     let mut waited = Duration::ZERO;
-    while owed.iter().any(|(queue, given)| queue.done.load(Ordering::SeqCst) < *given) && waited < deadline {
+    while owed.iter().any(|(queue, queued)| queue.written() < *queued) && waited < deadline {
         std::thread::sleep(step);
         waited += step;
     }
@@ -177,5 +238,76 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for QueuedStderr {
 
     fn make_writer(&'a self) -> Self::Writer {
         QueuedStderr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::{Receiver, Sender};
+
+    /// A queue whose writer holds each line until told to go on (a stream nobody reads), and
+    /// what it wrote and was told dropped.
+    fn stalled_queue(
+        lines: usize,
+        max_bytes: usize,
+    ) -> (Queue, Sender<()>, Receiver<Vec<u8>>, Receiver<u64>) {
+        let (go_on, gate) = mpsc::channel::<()>();
+        let (written, wrote) = mpsc::channel();
+        let (dropped, told) = mpsc::channel();
+        let queue = Queue::spawn(
+            "test",
+            lines,
+            max_bytes,
+            move |line| {
+                let _ = gate.recv();
+                let _ = written.send(line.to_vec());
+            },
+            move |count| {
+                let _ = dropped.send(count);
+            },
+        )
+        .unwrap();
+        (queue, go_on, wrote, told)
+    }
+
+    #[test]
+    fn an_exit_waits_for_its_own_line_though_later_lines_are_dropped() {
+        let (queue, go_on, wrote, _told) = stalled_queue(2, QUEUED_BYTES);
+        assert!(queue.write(b"shutdown forced\n"));
+        let owed = [(&queue, queue.queued())];
+        // Other threads go on logging while the exit waits; the full queue drops their lines.
+        for _ in 0..10 {
+            assert!(queue.write(b"later\n"));
+        }
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            for _ in 0..20 {
+                let _ = go_on.send(());
+            }
+        });
+        wait_for(&owed, Duration::from_secs(10));
+        assert_eq!(
+            wrote.try_recv().ok(),
+            Some(b"shutdown forced\n".to_vec()),
+            "the exit's own line is written before it"
+        );
+        release.join().unwrap();
+    }
+
+    #[test]
+    fn a_queue_holds_at_most_its_bytes() {
+        let (queue, go_on, wrote, told) = stalled_queue(100, 10);
+        for line in [&b"first\n"[..], b"second\n", b"third\n"] {
+            assert!(queue.write(line));
+        }
+        go_on.send(()).unwrap();
+        assert_eq!(wrote.recv().unwrap(), b"first\n");
+        assert_eq!(told.recv().unwrap(), 2);
+        // A line longer than the whole budget still goes into an empty queue.
+        let long = vec![b'x'; 100];
+        assert!(queue.write(&long));
+        go_on.send(()).unwrap();
+        assert_eq!(wrote.recv().unwrap(), long);
     }
 }
