@@ -87,9 +87,10 @@ impl Drop for PidsCgroup {
 
 #[tokio::test]
 async fn with_no_process_to_spare_the_agent_neither_floods_its_log_nor_panics() {
-    // Eight tasks: the agent's own threads take them all, so its allocator's thread, its
-    // orphan sweeps and the container's shim find none.
-    let Some(cgroup) = PidsCgroup::make(8) else {
+    // Ten tasks: the agent's own threads (its two log writers, made first, among them) take
+    // them all, so its allocator's thread, its orphan sweeps and the container's shim find
+    // none.
+    let Some(cgroup) = PidsCgroup::make(10) else {
         eprintln!("skipped: no pids cgroup can be made here (needs root and the pids controller)");
         return;
     };
