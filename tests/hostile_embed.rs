@@ -30,6 +30,22 @@ fn engine_with(prober: ScriptedProber) -> (Engine, PodRegistry) {
     (engine, pods)
 }
 
+/// An engine under `MutableContainerProbes` on `clock`, probing with `prober`.
+fn engine_under_mutable_probes(
+    clock: Arc<dyn probelet::clock::Clock>,
+    prober: ScriptedProber,
+) -> (Engine, PodRegistry) {
+    let pods = PodRegistry::new();
+    let gates =
+        probelet::FeatureGates::default().with(probelet::Feature::MutableContainerProbes, true).unwrap();
+    let engine = Engine::builder(Arc::new(pods.clone()))
+        .clock(clock)
+        .feature_gates(gates)
+        .wrap_prober(move |_| Arc::new(prober) as Arc<dyn ProbeRunner>)
+        .start();
+    (engine, pods)
+}
+
 fn runtime(containers: Vec<ContainerStatus>) -> PodStatus {
     PodStatus {
         phase: Some("Running".into()),
@@ -450,17 +466,7 @@ async fn a_container_started_ahead_of_the_clock_is_waited_for_not_polled() {
         Arc::new(CountingClock { clock: TokioClock::starting_at(epoch()), reads: Default::default() });
     let prober = ScriptedProber::new();
     prober.always("app", Readiness, Step::Return(ProbeResult::Success));
-    let pods = PodRegistry::new();
-    let gates =
-        probelet::FeatureGates::default().with(probelet::Feature::MutableContainerProbes, true).unwrap();
-    let engine = Engine::builder(Arc::new(pods.clone()))
-        .clock(clock.clone())
-        .feature_gates(gates)
-        .wrap_prober({
-            let prober = prober.clone();
-            move |_| Arc::new(prober) as Arc<dyn ProbeRunner>
-        })
-        .start();
+    let (engine, pods) = engine_under_mutable_probes(clock.clone(), prober.clone());
     advance(Duration::from_secs(11)).await;
     let pod = test_pod("ahead").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
     pods.upsert(pod.clone());
@@ -487,17 +493,7 @@ async fn a_clock_stepped_forward_to_an_ahead_started_at_is_seen_within_a_period(
     let clock = Arc::new(probelet::clock::SteppingClock::starting_at(epoch()));
     let prober = ScriptedProber::new();
     prober.always("app", Readiness, Step::Return(ProbeResult::Success));
-    let pods = PodRegistry::new();
-    let gates =
-        probelet::FeatureGates::default().with(probelet::Feature::MutableContainerProbes, true).unwrap();
-    let engine = Engine::builder(Arc::new(pods.clone()))
-        .clock(clock.clone())
-        .feature_gates(gates)
-        .wrap_prober({
-            let prober = prober.clone();
-            move |_| Arc::new(prober) as Arc<dyn ProbeRunner>
-        })
-        .start();
+    let (engine, pods) = engine_under_mutable_probes(clock.clone(), prober.clone());
     advance(Duration::from_secs(11)).await;
     let pod = test_pod("stepped").container("app").with_probe("app", Readiness, probe(10, 1, 1)).build();
     pods.upsert(pod.clone());

@@ -1039,11 +1039,10 @@ mod tests {
         assert!(cache.given_before.is_empty(), "a file gone is forgotten");
     }
 
-    /// A manifest swapped for a FIFO after the listing is refused at once: a plain open
-    /// waited for a writer, and held up the agent's thread with it.
-    #[test]
-    fn a_fifo_in_place_of_a_manifest_does_not_block() {
-        let dir = std::env::temp_dir().join(format!("probelet-fifo-{}", std::process::id()));
+    /// A FIFO named `pod.yaml` in a fresh folder of the temp dir (`<prefix>-<pid>`), and the
+    /// folder.
+    fn fifo_named_pod_yaml(prefix: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
         fs::create_dir_all(&dir).expect("a temp dir");
         let fifo = dir.join("pod.yaml");
         let _ = fs::remove_file(&fifo);
@@ -1055,6 +1054,14 @@ mod tests {
             0,
         )
         .expect("a FIFO");
+        (dir, fifo)
+    }
+
+    /// A manifest swapped for a FIFO after the listing is refused at once: a plain open
+    /// waited for a writer, and held up the agent's thread with it.
+    #[test]
+    fn a_fifo_in_place_of_a_manifest_does_not_block() {
+        let (dir, fifo) = fifo_named_pod_yaml("probelet-fifo");
         let (done, read) = std::sync::mpsc::channel();
         let path = fifo.clone();
         std::thread::spawn(move || {
@@ -1070,18 +1077,7 @@ mod tests {
     /// pipe nobody reads).
     #[test]
     fn a_fifo_is_refused_without_being_opened() {
-        let dir = std::env::temp_dir().join(format!("probelet-fifo-open-{}", std::process::id()));
-        fs::create_dir_all(&dir).expect("a temp dir");
-        let fifo = dir.join("pod.yaml");
-        let _ = fs::remove_file(&fifo);
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
-            0,
-        )
-        .expect("a FIFO");
+        let (dir, fifo) = fifo_named_pod_yaml("probelet-fifo-open");
         let (opened, writer) = std::sync::mpsc::channel();
         let (task_sender, task) = std::sync::mpsc::channel();
         let path = fifo.clone();
