@@ -137,6 +137,7 @@ mod tests {
             .with_level(false)
             .fmt_fields(escaped_fields())
             .finish();
+        probelet_actors::test_util::keep_call_sites_interested();
         tracing::subscriber::with_default(subscriber, event);
         let bytes = captured.0.lock().expect("not poisoned").clone();
         String::from_utf8(bytes).expect("utf-8")

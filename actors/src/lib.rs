@@ -42,6 +42,9 @@ pub mod status;
 pub mod sync;
 #[cfg(test)]
 mod test_log;
+#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
+pub mod test_util;
 pub mod vocabulary;
 
 pub use features::{Feature, FeatureGateError, FeatureGates};

@@ -24,6 +24,7 @@ pub(crate) struct Captured(Arc<Mutex<Vec<Line>>>);
 impl Captured {
     /// Captures every level on this thread until the guard is dropped.
     pub(crate) fn start() -> (Self, tracing::subscriber::DefaultGuard) {
+        crate::test_util::keep_call_sites_interested();
         let captured = Captured::default();
         let subscriber = tracing_subscriber::registry().with(captured.clone());
         (captured, tracing::subscriber::set_default(subscriber))

@@ -36,6 +36,7 @@ impl CapturedLog {
     /// Captures what this thread logs at `level` and above while the guard lives: an actor
     /// that runs on the test's thread (actix's `System` of the test) is captured too.
     pub fn capture_at(&self, level: tracing::Level) -> DefaultGuard {
+        probelet_actors::test_util::keep_call_sites_interested();
         tracing::subscriber::set_default(self.subscriber(level))
     }
 

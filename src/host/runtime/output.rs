@@ -735,6 +735,7 @@ mod tests {
             .with_ansi(false)
             .without_time()
             .finish();
+        probelet_actors::test_util::keep_call_sites_interested();
         tracing::subscriber::with_default(subscriber, || {
             log_line("web_default(1)", "app", b"hello\r\n");
             log_dropped("web_default(1)", "app", 7);
