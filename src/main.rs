@@ -38,11 +38,14 @@ fn main() {
         Command::Run(args) => {
             // Before the first line: a stream nobody reads must never stop the agent.
             probelet::logging::queue::start();
+            probelet::logging::queue::queue_panics();
             init_logging(args.log_format, args.verbose);
+            // Before anything is logged: clap says a usage error on standard error in place and
+            // exits, without waiting for lines queued before it.
+            let mode = args.mode().unwrap_or_else(|error| usage_error(&error));
             start_allocator_thread();
             // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
             let _ = rustls::crypto::ring::default_provider().install_default();
-            let mode = args.mode().unwrap_or_else(|error| usage_error(&error));
             // Containers and probes hold the agent's descriptors: use all the hard limit allows
             // (the budget in `host::runtime` then shares it out). First of all, so that neither
             // the runtime below nor the folder's claim fails for want of one.

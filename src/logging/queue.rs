@@ -218,6 +218,49 @@ pub fn exit(code: i32) -> ! {
     std::process::exit(code)
 }
 
+/// Says panics through the standard error queue too. The default hook writes standard error in
+/// place: with its reader stalled, a panicking thread waited on it for good (a probe's thread,
+/// whose panic the worker catches to keep the previous result, never came back; the runtime's
+/// other work on it stalled too). The text is the default's, and a backtrace as `RUST_BACKTRACE`
+/// asks. A panic of the main thread ends the process: its message, and what was queued before,
+/// are waited for as an exit waits ([`FLUSH_DEADLINE`]).
+pub fn queue_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        say_panic(slot(Stream::Stderr).get(), info);
+        if std::thread::current().name() == Some("main") {
+            flush(FLUSH_DEADLINE);
+        }
+    }));
+}
+
+/// Writes the panic's text through `queue`, or in place without one.
+fn say_panic(queue: Option<&Queue>, info: &std::panic::PanicHookInfo<'_>) {
+    let text = panic_text(info);
+    match queue {
+        Some(queue) if queue.write(text.as_bytes()) => {}
+        _ => write_in_place(Stream::Stderr, text.as_bytes()),
+    }
+}
+
+/// What the default hook says of a panic.
+fn panic_text(info: &std::panic::PanicHookInfo<'_>) -> String {
+    use std::backtrace::{Backtrace, BacktraceStatus};
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("<unnamed>");
+    let message = info.payload_as_str().unwrap_or("Box<dyn Any>");
+    let location = info.location().map(ToString::to_string).unwrap_or_default();
+    let backtrace = Backtrace::capture();
+    match backtrace.status() {
+        BacktraceStatus::Captured => {
+            format!("\nthread '{name}' panicked at {location}:\n{message}\nstack backtrace:\n{backtrace}\n")
+        }
+        _ => format!(
+            "\nthread '{name}' panicked at {location}:\n{message}\nnote: run with `RUST_BACKTRACE=1` \
+             environment variable to display a backtrace\n"
+        ),
+    }
+}
+
 /// The log's writer for tracing's fmt layer: each event is one `write` of its whole line.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QueuedStderr;
@@ -309,5 +352,38 @@ mod tests {
         assert!(queue.write(&long));
         go_on.send(()).unwrap();
         assert_eq!(wrote.recv().unwrap(), long);
+    }
+
+    /// A panic's text goes through the queue, so a stalled reader does not hold the panicking
+    /// thread: the thread ends while the stream takes nothing, and its text comes out once the
+    /// stream is read. (Before, the default hook wrote standard error in place.)
+    #[test]
+    fn a_panic_is_said_through_the_queue_without_waiting_for_the_stream() {
+        type Hook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
+        let (queue, go_on, wrote, _told) = stalled_queue(16, QUEUED_BYTES);
+        let queue = Arc::new(queue);
+        // Other tests' panics still go to the hook they had.
+        let previous: Arc<Hook> = Arc::new(std::panic::take_hook());
+        let (ours, theirs) = (Arc::clone(&queue), Arc::clone(&previous));
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some("panics-here") {
+                say_panic(Some(&ours), info);
+            } else {
+                theirs(info);
+            }
+        }));
+        let ended = std::thread::Builder::new()
+            .name("panics-here".into())
+            .spawn(|| panic!("boom {}", 7))
+            .unwrap()
+            .join();
+        drop(std::panic::take_hook());
+        std::panic::set_hook(Box::new(move |info| previous(info)));
+        assert!(ended.is_err(), "the thread panicked and ended, its stream still stalled");
+        go_on.send(()).unwrap();
+        let queued = wrote.recv_timeout(Duration::from_secs(60)).expect("the panic's text was queued");
+        let text = String::from_utf8(queued).unwrap();
+        assert!(text.starts_with("\nthread 'panics-here' panicked at src/logging/queue.rs:"), "{text}");
+        assert!(text.contains(":\nboom 7\n"), "{text}");
     }
 }
