@@ -47,8 +47,6 @@ pub fn keep_call_sites_interested() {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     fn logs_a_line() {
         tracing::info!("a line only this test logs");
     }
