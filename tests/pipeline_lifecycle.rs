@@ -341,6 +341,69 @@ async fn sync_container_probes_starts_running_containers_and_stops_exited_ones()
     assert!(worker(&h, &pod, "down", Liveness).await.is_none(), "the exited container's worker went");
 }
 
+// === a start for a pod the manager does not know ===
+
+/// A host's container event racing the pod's deletion: `StartContainerProbes` after
+/// `RemovePod` (or after `CleanupPods` dropped the pod) makes no worker, so nothing probes
+/// the deleted pod until the next `CleanupPods`.
+#[actix::test]
+async fn a_start_after_the_pod_was_removed_makes_no_worker() {
+    let (h, t0) = harness(true).await;
+    let removed = test_pod("removed").container("app").with_probe("app", Liveness, probe(1, 1, 3)).build();
+    let cleaned = test_pod("cleaned").container("app").with_probe("app", Readiness, probe(1, 1, 3)).build();
+    let kept = test_pod("kept").container("app").with_probe("app", Readiness, probe(1, 1, 3)).build();
+    for pod in [&removed, &cleaned, &kept] {
+        let cid = format!("docker://{}", pod.metadata.name.as_deref().unwrap());
+        h.sync(pod, vec![running("app", &cid, wall(t0))]).await;
+        start(&h, pod, "app", &cid);
+    }
+    h.wait_workers(3).await;
+    advance(Duration::from_secs(1)).await;
+    assert!(h.prober.calls().iter().any(|c| c.container_id == id("docker://removed")), "probed while known");
+
+    h.pipeline.remove_pod(removed.clone());
+    h.pipeline.cleanup_pods([kept.metadata.uid.as_deref().unwrap().into()].into_iter().collect());
+    h.wait_workers(1).await;
+    // The deleted pods' containers are reported started again, by the instance they ran or a new one.
+    start(&h, &removed, "app", "docker://removed");
+    start(&h, &cleaned, "app", "docker://cleaned-again");
+    settle().await;
+    let before = h.prober.calls().len();
+    advance(Duration::from_secs(5)).await;
+    assert!(worker(&h, &removed, "app", Liveness).await.is_none(), "no worker for the removed pod");
+    assert!(worker(&h, &cleaned, "app", Readiness).await.is_none(), "no worker for the cleaned-up pod");
+    assert_eq!(h.worker_count().await, 1, "only the kept pod's worker");
+    let deleted: Vec<_> =
+        h.prober.calls().into_iter().skip(before).filter(|c| c.container_id != id("docker://kept")).collect();
+    assert!(deleted.is_empty(), "nothing probes a deleted pod: {deleted:?}");
+
+    // A pod added again is the host's to probe again.
+    h.pipeline.add_pod(removed.clone());
+    start(&h, &removed, "app", "docker://removed");
+    settle().await;
+    running_worker(&h, &removed, "app", Liveness).await;
+}
+
+/// A pod no `AddPod` has added (here one `AddPod` refused, two of its containers sharing a
+/// name) gets no worker from a start either.
+#[actix::test]
+async fn a_start_for_a_pod_never_added_makes_no_worker() {
+    let (h, _) = harness(true).await;
+    let pod = test_pod("twice")
+        .container("app")
+        .with_probe("app", Readiness, probe(1, 1, 3))
+        .container("app")
+        .build();
+    h.pipeline.add_pod(pod.clone());
+    start(&h, &pod, "app", "docker://twice");
+    let never = test_pod("never").container("app").with_probe("app", Readiness, probe(1, 1, 3)).build();
+    start(&h, &never, "app", "docker://never");
+    settle().await;
+    advance(Duration::from_secs(3)).await;
+    assert_eq!(h.worker_count().await, 0, "{:?}", h.pipeline.list_workers().await.unwrap());
+    assert!(h.prober.calls().is_empty(), "{:?}", h.prober.calls());
+}
+
 // === ChangeContainerStatusOnKubeletRestart ===
 
 /// A container that ran a minute before the agent started, with a readiness probe and the API

@@ -281,7 +281,8 @@ impl Pipeline {
 
     /// A container instance started (upstream `StartContainerProbes`): under
     /// `ContainerLifecycleProber`, start its startup worker, or its readiness and liveness
-    /// workers when it has no startup probe; a no-op with the gate off. Idempotent.
+    /// workers when it has no startup probe; a no-op with the gate off, and for a pod not added
+    /// (or removed since). Idempotent.
     pub fn start_container_probes(
         &self,
         pod: Arc<Pod>,

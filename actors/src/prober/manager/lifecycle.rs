@@ -22,7 +22,8 @@ use super::ProberManager;
 /// no-op otherwise): start its startup worker, or its readiness and liveness workers when it
 /// has no startup probe, for this container instance. Idempotent for one instance; a new
 /// container ID replaces the workers of the previous instance (a restart the host did not
-/// report with [`StopContainerProbes`]).
+/// report with [`StopContainerProbes`]). Nothing for a pod the manager does not know: one no
+/// `AddPod` (or `ReconcilePod`) has added, or one `RemovePod` / `CleanupPods` has dropped since.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct StartContainerProbes {
@@ -59,6 +60,19 @@ impl Handler<StartContainerProbes> for ProberManager {
             return;
         }
         let Some(uid) = PodUid::of(&msg.pod) else { return };
+        if !self.known_pods.contains_key(&uid) {
+            // Removed (a host's container event racing the pod's deletion), refused (two
+            // containers of one name) or never added: workers made now would probe a pod
+            // nobody syncs until the next CleanupPods. Upstream's ensureWorkersLocked makes
+            // them; it logs nothing here, so neither do we above debug.
+            tracing::debug!(
+                pod = %crate::format::pod_ref(&msg.pod),
+                pod_uid = %uid,
+                container = msg.container.name.as_str(),
+                "Pod is not known to the prober manager; not starting its container's probes"
+            );
+            return;
+        }
         let name: Arc<str> = msg.container.name.as_str().into();
         let key = |kind| ProbeKey { pod_uid: uid.clone(), container_name: name.clone(), kind };
         // Workers of a previous instance (a restart nobody reported with a stop) go.

@@ -167,7 +167,8 @@ pub struct ProberManager {
     recorder: Option<Arc<dyn EventRecorder>>,
     /// The last spec `AddPod` or `ReconcilePod` saw of each pod no `RemovePod` / `CleanupPods`
     /// has dropped: a probe `ReconcilePod` finds that this spec lacks is an added probe (an
-    /// event); a pod not here is at its first sync.
+    /// event); a pod not here is at its first sync, and gets no workers from
+    /// `StartContainerProbes`.
     known_pods: HashMap<PodUid, Arc<Pod>>,
     /// Static pods get in-place probe changes too (see [`ProberManager::with_static_pods_in_place`]).
     static_pods_in_place: bool,
