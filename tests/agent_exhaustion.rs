@@ -229,3 +229,68 @@ fn start_an_engine_with_worker_threads() {
         println!("engine answered: {} workers", workers.len());
     });
 }
+
+/// Set for the run of this test binary that [`a_probe_to_a_host_name_with_no_thread_to_spare_fails_without_a_panic`]
+/// starts inside a full pids cgroup.
+const NO_LOOKUP_THREAD_CHILD: &str = "PROBELET_TEST_NO_LOOKUP_THREAD_CHILD";
+
+/// A TCP or HTTP probe to a host *name* on a node whose pids limit is reached: the name is
+/// resolved on a thread, and none can be made. The probe fails with the OS error as the lookup's
+/// reason; tokio's `lookup_host` panicked instead (its `spawn_blocking`: `OS can't spawn worker
+/// thread`), and the worker logged "Probe panicked; keeping the previous result" every period.
+/// The probes run in this same test binary, run again inside a pids cgroup that has room for its
+/// one thread only.
+#[test]
+fn a_probe_to_a_host_name_with_no_thread_to_spare_fails_without_a_panic() {
+    if std::env::var_os(NO_LOOKUP_THREAD_CHILD).is_some() {
+        return probe_a_host_name();
+    }
+    let Some(cgroup) = PidsCgroup::make(1) else {
+        eprintln!("skipped: no pids cgroup can be made here (needs root and the pids controller)");
+        return;
+    };
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} --exact a_probe_to_a_host_name_with_no_thread_to_spare_fails_without_a_panic --test-threads=1 --nocapture",
+        cgroup.0.display(),
+        std::env::current_exe().expect("this test binary").display(),
+    );
+    let output = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env(NO_LOOKUP_THREAD_CHILD, "1")
+        .output()
+        .expect("the test binary runs");
+    drop(cgroup);
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(!text.contains("panicked"), "{text}");
+    assert!(output.status.success(), "{}:\n{text}", output.status);
+    let lookup_failed = "dial tcp: lookup localhost: resource temporarily unavailable";
+    assert!(text.contains(&format!("tcp: Failure {lookup_failed}\n")), "{text}");
+    assert!(text.contains("http: Failure Get \"http://localhost:"), "{text}");
+    assert!(text.contains(&format!("\": {lookup_failed}\n")), "{text}");
+}
+
+/// The child's part: a TCP and an HTTP probe to `localhost` on a listener nothing accepts from,
+/// on a runtime of the calling thread (which makes no thread); each outcome and output printed.
+fn probe_a_host_name() {
+    use k8s_openapi::api::core::v1::{Container, HTTPGetAction};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use probelet::prober::http::{HttpProbeRequest, HttpProber};
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a listener");
+        let port = listener.local_addr().expect("its address").port();
+        let timeout = Duration::from_secs(5);
+        let tcp = probelet::prober::tcp::probe("localhost", port, timeout).await;
+        println!("tcp: {:?} {}", tcp.outcome, tcp.output);
+        let action = HTTPGetAction {
+            host: Some("localhost".into()),
+            port: IntOrString::Int(i32::from(port)),
+            ..Default::default()
+        };
+        let request = HttpProbeRequest::new(&action, &Container::default(), "127.0.0.1").expect("a request");
+        let http = HttpProber::new().probe(&request, timeout).await.expect("a probe's answer");
+        println!("http: {:?} {}", http.outcome, http.output);
+    });
+}
