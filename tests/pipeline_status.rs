@@ -751,6 +751,31 @@ async fn set_container_startup_guards_and_nil_to_false() {
     assert_eq!(container(&*cached(&h.pipeline, &u).await, "a").started, Some(true));
 }
 
+/// A container status without an ID (`""`, or none) is set by no startup or readiness result:
+/// a result for an empty ID names no container, as upstream's status manager looks up
+/// `ContainerID.String()` (`://` for an empty ID), which no status holds. Its prober never
+/// probes such a container either
+/// (`pipeline_worker::a_running_container_without_an_id_is_not_probed_nor_started_by_its_startup_probe`).
+#[actix::test]
+async fn a_result_for_an_empty_container_id_sets_no_container() {
+    tokio::time::pause();
+    let h = Harness::start();
+    let sm = &h.pipeline.status_manager;
+    let pod = test_pod("no-ids").container("blank").container("none").build();
+    let u = uid(&pod);
+    h.pods.upsert(pod.clone());
+    let mut none = running("none", "", at(0));
+    none.container_id = None;
+    h.pipeline.set_pod_status(pod.clone(), status("Running", vec![running("blank", "", at(0)), none]));
+    sm.do_send(startup(&u, "", true));
+    sm.do_send(readiness(&u, "", true));
+    assert_eq!(version(&h.pipeline, &u).await, Some(1), "no container changed");
+    let s = cached(&h.pipeline, &u).await;
+    for name in ["blank", "none"] {
+        assert_eq!((container(&s, name).started, container(&s, name).ready), (None, false), "{name}");
+    }
+}
+
 #[actix::test]
 async fn set_container_startup_does_not_regenerate_conditions() {
     tokio::time::pause();

@@ -319,6 +319,40 @@ async fn liveness_and_readiness_wait_for_started() {
     assert!(!h.prober.calls_of("app", Liveness).is_empty(), "liveness probes once started");
 }
 
+/// A running container whose status has an empty ID is one not identified yet. As upstream's
+/// worker (kubernetes#21781, "Probe target container not found"), no worker probes it, so with
+/// a startup probe it is not started and its readiness and liveness wait; without one it is
+/// started (`isContainerStarted`: no startup worker), and not ready while its readiness worker
+/// has no result. Once its ID shows, it is probed and started as any container.
+#[actix::test]
+async fn a_running_container_without_an_id_is_not_probed_nor_started_by_its_startup_probe() {
+    let (h, t0) = aged_harness().await;
+    h.prober.always("app", Startup, Step::Return(Success));
+    h.prober.always("plain", Readiness, Step::Return(Success));
+    let pod = test_pod("no-id")
+        .container("app")
+        .with_probe("app", Startup, probe(10, 1, 3))
+        .with_probe("app", Liveness, probe(10, 1, 3))
+        .container("plain")
+        .with_probe("plain", Readiness, probe(10, 1, 3))
+        .build();
+    let no_id = |name: &str| running(name, "", wall(t0));
+    h.sync(&pod, vec![no_id("app"), no_id("plain")]).await;
+    run_for(secs(35)).await;
+    let status = h.sync(&pod, vec![no_id("app"), no_id("plain")]).await;
+    assert!(h.prober.calls().is_empty(), "nothing probes a container without an ID: {:?}", h.prober.calls());
+    let flags = |status: &PodStatus| -> Vec<(Option<bool>, bool)> {
+        status.container_statuses.iter().flatten().map(|c| (c.started, c.ready)).collect()
+    };
+    assert_eq!(flags(&status), [(Some(false), false), (Some(true), false)]);
+
+    h.sync(&pod, vec![running("app", "cri://app", wall(t0)), running("plain", "cri://plain", wall(t0))])
+        .await;
+    run_for(secs(15)).await;
+    let status = h.resync(&pod).await;
+    assert_eq!(flags(&status), [(Some(true), true), (Some(true), true)]);
+}
+
 #[actix::test]
 async fn startup_worker_holds_after_its_decision() {
     let (h, t0) = aged_harness().await;

@@ -1098,6 +1098,24 @@ mod tests {
         assert_eq!(flags(&alone.container_statuses), [("app".to_owned(), None, false)]);
     }
 
+    /// An empty ID on both sides tells nothing of the instance: no `started` is carried over
+    /// (a replacement reported without an ID would otherwise inherit it). Upstream compares
+    /// the IDs alone, but its runtime never reports a running container without one.
+    #[test]
+    fn started_is_not_carried_over_between_containers_without_an_id() {
+        let previous = PodStatus {
+            container_statuses: Some(vec![with(running("app", "", 0), Some(true), true)]),
+            ..Default::default()
+        };
+        let mut status = PodStatus {
+            container_statuses: Some(vec![with(running("app", "", 30), Some(true), true)]),
+            ..Default::default()
+        };
+        keep_started_only_for_the_same_container(&mut status, Some(&previous));
+        let app = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!((app.started, app.ready), (None, false));
+    }
+
     /// What the filter is for: a replacement handed its predecessor's `started: true` is not
     /// started while it has a startup worker and no startup result (liveness and readiness do
     /// not probe it); without the filter it was.

@@ -117,7 +117,13 @@ impl ContainerIndex {
         ContainerIndex(Some(index))
     }
 
+    /// The status of the container `id` names; none for an empty ID, which names no container
+    /// (upstream looks up `ContainerID.String()`, `://` for an empty ID, which no status has:
+    /// a container status without an ID is never set by a result).
     fn find<'a>(&self, status: &'a mut PodStatus, id: &ContainerId) -> Option<&'a mut ContainerStatus> {
+        if id.is_empty() {
+            return None;
+        }
         let id = id.to_string();
         match &self.0 {
             Some(index) => {
@@ -201,6 +207,28 @@ mod tests {
             assert!(containers[1].ready, "an ID shared with an init container finds the regular one");
             let inits = status.init_container_statuses.as_ref().unwrap();
             assert_eq!((inits[0].started, inits[1].ready), (Some(true), false));
+        }
+    }
+
+    /// An empty ID names no container, not even one whose status has an empty ID.
+    #[test]
+    fn an_empty_id_finds_no_container_with_or_without_an_index() {
+        for extra in [0, INDEX_FROM] {
+            let mut status = PodStatus {
+                container_statuses: Some(vec![container("blank", ""), container("app", "cri://a")]),
+                ..Default::default()
+            };
+            let mut changes =
+                vec![change("p", "", Change::Started(true)), change("p", "", Change::Ready(true))];
+            changes.extend((0..extra).map(|_| change("p", "cri://a", Change::Ready(true))));
+            let applied = apply_changes(&mut status, &changes);
+            assert_eq!(
+                applied[..2],
+                [Applied::UnknownContainer, Applied::UnknownContainer],
+                "with {extra} more"
+            );
+            let blank = &status.container_statuses.as_ref().unwrap()[0];
+            assert_eq!((blank.started, blank.ready), (None, false));
         }
     }
 }
