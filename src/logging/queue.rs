@@ -45,6 +45,8 @@ struct Queue {
     counts: Arc<Counts>,
     /// Bytes held at most.
     max_bytes: usize,
+    /// The writer thread: a line it queues itself (its own panic's text) would never come out.
+    writer: std::thread::ThreadId,
 }
 
 /// What a queue and its writer thread both keep count of.
@@ -127,7 +129,7 @@ impl Queue {
         let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(lines);
         let counts = Arc::new(Counts::default());
         let shared = Arc::clone(&counts);
-        std::thread::Builder::new().name(format!("{name}-writer")).spawn(move || {
+        let writer = std::thread::Builder::new().name(format!("{name}-writer")).spawn(move || {
             while let Ok(line) = receiver.recv() {
                 sink(&line);
                 shared.bytes.fetch_sub(line.len(), Ordering::SeqCst);
@@ -138,7 +140,8 @@ impl Queue {
                 }
             }
         })?;
-        Ok(Queue { sender: Mutex::new((sender, 0)), counts, max_bytes })
+        let writer = writer.thread().id();
+        Ok(Queue { sender: Mutex::new((sender, 0)), counts, max_bytes, writer })
     }
 
     /// Queues `bytes`, or drops and counts them if the queue is full (of lines or of bytes).
@@ -226,19 +229,19 @@ pub fn exit(code: i32) -> ! {
 /// are waited for as an exit waits ([`FLUSH_DEADLINE`]).
 pub fn queue_panics() {
     std::panic::set_hook(Box::new(|info| {
-        say_panic(slot(Stream::Stderr).get(), info);
+        say_panic(slot(Stream::Stderr).get(), &panic_text(info), |text| write_in_place(Stream::Stderr, text));
         if std::thread::current().name() == Some("main") {
             flush(FLUSH_DEADLINE);
         }
     }));
 }
 
-/// Writes the panic's text through `queue`, or in place without one.
-fn say_panic(queue: Option<&Queue>, info: &std::panic::PanicHookInfo<'_>) {
-    let text = panic_text(info);
+/// Writes a panic's text through `queue`, or with `in_place` without one, and for a panic of
+/// the queue's own writer thread: queued, that text would wait for the thread that is ending.
+fn say_panic(queue: Option<&Queue>, text: &str, in_place: impl FnOnce(&[u8])) {
     match queue {
-        Some(queue) if queue.write(text.as_bytes()) => {}
-        _ => write_in_place(Stream::Stderr, text.as_bytes()),
+        Some(queue) if queue.writer != std::thread::current().id() && queue.write(text.as_bytes()) => {}
+        _ => in_place(text.as_bytes()),
     }
 }
 
@@ -354,36 +357,81 @@ mod tests {
         assert_eq!(wrote.recv().unwrap(), long);
     }
 
+    type Hook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
+
+    /// Swaps the process's panic hook, one test at a time.
+    static HOOK: Mutex<()> = Mutex::new(());
+
+    /// Runs `run` with the panics of threads named `thread` given to `ours`; other threads'
+    /// panics (other tests') still go to the hook they had, which is put back afterwards.
+    fn with_panics_of<T>(
+        thread: &'static str,
+        ours: impl Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static,
+        run: impl FnOnce() -> T,
+    ) -> T {
+        let _one = HOOK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let previous: Arc<Hook> = Arc::new(std::panic::take_hook());
+        let theirs = Arc::clone(&previous);
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(thread) {
+                ours(info);
+            } else {
+                theirs(info);
+            }
+        }));
+        let ran = run();
+        drop(std::panic::take_hook());
+        std::panic::set_hook(Box::new(move |info| previous(info)));
+        ran
+    }
+
     /// A panic's text goes through the queue, so a stalled reader does not hold the panicking
     /// thread: the thread ends while the stream takes nothing, and its text comes out once the
     /// stream is read. (Before, the default hook wrote standard error in place.)
     #[test]
     fn a_panic_is_said_through_the_queue_without_waiting_for_the_stream() {
-        type Hook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
         let (queue, go_on, wrote, _told) = stalled_queue(16, QUEUED_BYTES);
         let queue = Arc::new(queue);
-        // Other tests' panics still go to the hook they had.
-        let previous: Arc<Hook> = Arc::new(std::panic::take_hook());
-        let (ours, theirs) = (Arc::clone(&queue), Arc::clone(&previous));
-        std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current().name() == Some("panics-here") {
-                say_panic(Some(&ours), info);
-            } else {
-                theirs(info);
-            }
-        }));
-        let ended = std::thread::Builder::new()
-            .name("panics-here".into())
-            .spawn(|| panic!("boom {}", 7))
-            .unwrap()
-            .join();
-        drop(std::panic::take_hook());
-        std::panic::set_hook(Box::new(move |info| previous(info)));
+        let ours = Arc::clone(&queue);
+        let say = move |info: &std::panic::PanicHookInfo<'_>| {
+            say_panic(Some(&ours), &panic_text(info), |_| {});
+        };
+        let ended = with_panics_of("panics-here", say, || {
+            std::thread::Builder::new()
+                .name("panics-here".into())
+                .spawn(|| panic!("boom {}", 7))
+                .unwrap()
+                .join()
+        });
         assert!(ended.is_err(), "the thread panicked and ended, its stream still stalled");
         go_on.send(()).unwrap();
         let queued = wrote.recv_timeout(Duration::from_secs(60)).expect("the panic's text was queued");
         let text = String::from_utf8(queued).unwrap();
         assert!(text.starts_with("\nthread 'panics-here' panicked at src/logging/queue.rs:"), "{text}");
         assert!(text.contains(":\nboom 7\n"), "{text}");
+    }
+
+    /// A panic of the queue's own writer thread is written in place: queued, it would wait for
+    /// the thread that is ending, and never come out.
+    #[test]
+    fn a_panic_of_the_writer_thread_is_written_in_place() {
+        let queue =
+            Queue::spawn("panicky", 16, QUEUED_BYTES, |_| panic!("the writer broke"), |_| {}).unwrap();
+        let queue = Arc::new(queue);
+        let (in_place, wrote) = mpsc::channel::<Vec<u8>>();
+        let in_place = Mutex::new(in_place);
+        let ours = Arc::clone(&queue);
+        let say = move |info: &std::panic::PanicHookInfo<'_>| {
+            say_panic(Some(&ours), &panic_text(info), |text| {
+                let _ = in_place.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).send(text.to_vec());
+            });
+        };
+        let text = with_panics_of("panicky-writer", say, || {
+            assert!(queue.write(b"the line that breaks it\n"));
+            wrote.recv_timeout(Duration::from_secs(60))
+        });
+        let text = String::from_utf8(text.expect("the writer's panic was written in place")).unwrap();
+        assert!(text.starts_with("\nthread 'panicky-writer' panicked at src/logging/queue.rs:"), "{text}");
+        assert!(text.contains(":\nthe writer broke\n"), "{text}");
     }
 }
