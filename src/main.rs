@@ -39,70 +39,9 @@ fn main() {
             // Before the first line: a stream nobody reads must never stop the agent.
             probelet::logging::queue::start();
             probelet::logging::queue::queue_panics();
-            init_logging(args.log_format, args.verbose);
-            // Before anything is logged: clap says a usage error on standard error in place and
-            // exits, without waiting for lines queued before it.
-            let mode = args.mode().unwrap_or_else(|error| usage_error(&error));
-            start_allocator_thread();
-            // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            // Containers and probes hold the agent's descriptors: use all the hard limit allows
-            // (the budget in `host::runtime` then shares it out). First of all, so that neither
-            // the runtime below nor the folder's claim fails for want of one.
-            // Below a floor the agent cannot even start its runtime, listener and state
-            // directory (tokio's signal set-up panics at 6): one clear error instead of whichever
-            // of them fails first.
-            let limit = match probelet::host::runtime::raise_nofile_limit() {
-                Ok(limit) => {
-                    tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit");
-                    limit
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit");
-                    probelet::host::runtime::nofile_limit()
-                }
-            };
-            if let Some(limit) = limit.filter(|&limit| limit < MIN_OPEN_FILES) {
-                fail(format_args!(
-                    "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least \
-                     {MIN_OPEN_FILES} to start (raise it: ulimit -n or LimitNOFILE=)"
-                ));
-            }
-            let ran = system().block_on(async move {
-                // SIGXFSZ (a write past the file-size limit, `ulimit -f`: standard error sent to
-                // a file, a container record) caught and never read, for the agent's whole life
-                // (tokio never takes a handler back): the write fails with EFBIG, handled like a
-                // full disk, instead of the signal's default ending the agent and leaving its
-                // containers running.
-                let file_size = tokio::signal::unix::SignalKind::from_raw(rustix::process::Signal::XFSZ.as_raw());
-                if let Err(error) = tokio::signal::unix::signal(file_size) {
-                    tracing::warn!(%error, "cannot catch SIGXFSZ: a write past the file-size limit ends the agent");
-                }
-                match mode {
-                    Mode::Standalone(dir) => probelet::agent::run_standalone(&args, dir).await,
-                    Mode::Cluster { kubeconfig } if args.readiness_gates => {
-                        probelet::cluster::gates::run_readiness_gates(&args, kubeconfig).await
-                    }
-                    Mode::Cluster { kubeconfig } => probelet::cluster::run_cluster(&args, kubeconfig).await,
-                }
-            });
-            if let Err(error) = ran {
-                // A stop during a cluster agent's start-up ends what start-up waits for; the
-                // signal watcher exits 0 as soon as it has, and this error is its doing. Waited
-                // for a bounded time, should the watcher be gone.
-                let deadline = std::time::Duration::from_secs(5);
-                let waited = std::time::Duration::from_millis(10);
-                for _ in 0..deadline.as_millis() / waited.as_millis() {
-                    if !probelet::agent::stopping_during_start_up() {
-                        break;
-                    }
-                    std::thread::sleep(waited);
-                }
-                // Each of the agent's errors names its cause in its own text (the file, the
-                // flag, the OS error): the chain of sources below it would say it again.
-                fail(format_args!("Error: {error}{}", probelet::agent::shortage_hint(&error)));
-            }
-            probelet::logging::queue::flush(probelet::logging::queue::FLUSH_DEADLINE);
+            // A panic that leaves the main thread ends the agent: its text is waited for there,
+            // as an exit waits (the hook waits for nothing: tokio catches a task's panic).
+            probelet::logging::queue::flushed_on_panic(|| run(args));
         }
         Command::Lint(args) => {
             let report = probelet::lint::lint_paths_with(&args.paths, &args.feature_gates.gates);
@@ -130,6 +69,74 @@ fn main() {
             }
         }
     }
+}
+
+/// `run`: the agent, standalone or in a cluster, until it stops.
+fn run(args: probelet::cli::RunArgs) {
+    init_logging(args.log_format, args.verbose);
+    // Before anything is logged: clap says a usage error on standard error in place and
+    // exits, without waiting for lines queued before it.
+    let mode = args.mode().unwrap_or_else(|error| usage_error(&error));
+    start_allocator_thread();
+    // kube's TLS needs one process-wide crypto provider (docs/dependencies.md §1).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Containers and probes hold the agent's descriptors: use all the hard limit allows
+    // (the budget in `host::runtime` then shares it out). First of all, so that neither
+    // the runtime below nor the folder's claim fails for want of one.
+    // Below a floor the agent cannot even start its runtime, listener and state
+    // directory (tokio's signal set-up panics at 6): one clear error instead of whichever
+    // of them fails first.
+    let limit = match probelet::host::runtime::raise_nofile_limit() {
+        Ok(limit) => {
+            tracing::debug!(?limit, "RLIMIT_NOFILE raised to the hard limit");
+            limit
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot raise RLIMIT_NOFILE to the hard limit");
+            probelet::host::runtime::nofile_limit()
+        }
+    };
+    if let Some(limit) = limit.filter(|&limit| limit < MIN_OPEN_FILES) {
+        fail(format_args!(
+            "Error: the limit of open files (RLIMIT_NOFILE) is {limit}: the agent needs at least \
+             {MIN_OPEN_FILES} to start (raise it: ulimit -n or LimitNOFILE=)"
+        ));
+    }
+    let ran = system().block_on(async move {
+        // SIGXFSZ (a write past the file-size limit, `ulimit -f`: standard error sent to
+        // a file, a container record) caught and never read, for the agent's whole life
+        // (tokio never takes a handler back): the write fails with EFBIG, handled like a
+        // full disk, instead of the signal's default ending the agent and leaving its
+        // containers running.
+        let file_size = tokio::signal::unix::SignalKind::from_raw(rustix::process::Signal::XFSZ.as_raw());
+        if let Err(error) = tokio::signal::unix::signal(file_size) {
+            tracing::warn!(%error, "cannot catch SIGXFSZ: a write past the file-size limit ends the agent");
+        }
+        match mode {
+            Mode::Standalone(dir) => probelet::agent::run_standalone(&args, dir).await,
+            Mode::Cluster { kubeconfig } if args.readiness_gates => {
+                probelet::cluster::gates::run_readiness_gates(&args, kubeconfig).await
+            }
+            Mode::Cluster { kubeconfig } => probelet::cluster::run_cluster(&args, kubeconfig).await,
+        }
+    });
+    if let Err(error) = ran {
+        // A stop during a cluster agent's start-up ends what start-up waits for; the
+        // signal watcher exits 0 as soon as it has, and this error is its doing. Waited
+        // for a bounded time, should the watcher be gone.
+        let deadline = std::time::Duration::from_secs(5);
+        let waited = std::time::Duration::from_millis(10);
+        for _ in 0..deadline.as_millis() / waited.as_millis() {
+            if !probelet::agent::stopping_during_start_up() {
+                break;
+            }
+            std::thread::sleep(waited);
+        }
+        // Each of the agent's errors names its cause in its own text (the file, the
+        // flag, the OS error): the chain of sources below it would say it again.
+        fail(format_args!("Error: {error}{}", probelet::agent::shortage_hint(&error)));
+    }
+    probelet::logging::queue::flush(probelet::logging::queue::FLUSH_DEADLINE);
 }
 
 /// actix's own `System::new` panics when tokio cannot make its runtime, which needs a few

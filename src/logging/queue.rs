@@ -225,15 +225,31 @@ pub fn exit(code: i32) -> ! {
 /// place: with its reader stalled, a panicking thread waited on it for good (a probe's thread,
 /// whose panic the worker catches to keep the previous result, never came back; the runtime's
 /// other work on it stalled too). The text is the default's, and a backtrace as `RUST_BACKTRACE`
-/// asks. A panic of the main thread ends the process: its message, and what was queued before,
-/// are waited for as an exit waits ([`FLUSH_DEADLINE`]).
+/// asks. The hook never waits for the stream, not even on the main thread, where tokio catches
+/// a task's panic and the agent goes on: a panic that ends the process is waited for by
+/// [`flushed_on_panic`].
 pub fn queue_panics() {
     std::panic::set_hook(Box::new(|info| {
         say_panic(slot(Stream::Stderr).get(), &panic_text(info), |text| write_in_place(Stream::Stderr, text));
-        if std::thread::current().name() == Some("main") {
-            flush(FLUSH_DEADLINE);
-        }
     }));
+}
+
+/// Runs `main` (the agent's main thread): a panic that leaves it ends the process, so its
+/// text, and what was queued before, are waited for as an exit waits ([`FLUSH_DEADLINE`]); then
+/// the panic goes on.
+pub fn flushed_on_panic<T>(main: impl FnOnce() -> T) -> T {
+    on_panic_of(main, || flush(FLUSH_DEADLINE))
+}
+
+/// Runs `main`; if it panics, `then`, and the panic goes on.
+fn on_panic_of<T>(main: impl FnOnce() -> T, then: impl FnOnce()) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(main)) {
+        Ok(value) => value,
+        Err(panic) => {
+            then();
+            std::panic::resume_unwind(panic)
+        }
+    }
 }
 
 /// Writes a panic's text through `queue`, or with `in_place` without one, and for a panic of
@@ -433,5 +449,37 @@ mod tests {
         let text = String::from_utf8(text.expect("the writer's panic was written in place")).unwrap();
         assert!(text.starts_with("\nthread 'panicky-writer' panicked at src/logging/queue.rs:"), "{text}");
         assert!(text.contains(":\nthe writer broke\n"), "{text}");
+    }
+
+    /// The main thread's wait for a panic's text is where the panic leaves it, not in the hook
+    /// (tokio catches a task's panic on the main thread and the agent goes on): once, after the
+    /// panic, which then goes on with its payload; never without one.
+    #[test]
+    fn a_panic_that_leaves_main_is_waited_for_once_and_goes_on() {
+        let waited = std::cell::Cell::new(0);
+        assert_eq!(on_panic_of(|| 7, || waited.set(waited.get() + 1)), 7);
+        assert_eq!(waited.get(), 0, "no panic, no wait");
+        let ended = with_panics_of(
+            "leaves-main",
+            |_| {},
+            || {
+                std::thread::Builder::new()
+                    .name("leaves-main".into())
+                    .spawn(|| {
+                        let waited = std::cell::Cell::new(0);
+                        let went_on = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            on_panic_of(|| -> () { panic!("boom") }, || waited.set(waited.get() + 1))
+                        }));
+                        (
+                            waited.get(),
+                            went_on.err().and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string())),
+                        )
+                    })
+                    .unwrap()
+                    .join()
+                    .unwrap()
+            },
+        );
+        assert_eq!(ended, (1, Some("boom".to_owned())));
     }
 }
