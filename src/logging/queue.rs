@@ -228,10 +228,25 @@ pub fn exit(code: i32) -> ! {
 /// asks. The hook never waits for the stream, not even on the main thread, where tokio catches
 /// a task's panic and the agent goes on: a panic that ends the process is waited for by
 /// [`flushed_on_panic`].
+///
+/// A panic that cannot unwind aborts the process right after the hook, so its text, and the
+/// texts queued before it, are waited for as an exit waits: a panic in a destructor while a
+/// panic unwinds, one out of a function that cannot unwind (core says them in the words of
+/// [`aborts_after_the_hook`]).
 pub fn queue_panics() {
     std::panic::set_hook(Box::new(|info| {
         say_panic(slot(Stream::Stderr).get(), &panic_text(info), |text| write_in_place(Stream::Stderr, text));
+        if aborts_after_the_hook(info.payload_as_str()) {
+            flush(FLUSH_DEADLINE);
+        }
     }));
+}
+
+/// Whether a panic's message is one of core's panics that cannot unwind, after whose hook the
+/// process aborts (`core::panicking::panic_in_cleanup`, `panic_cannot_unwind`). std tells a
+/// hook whether a panic can unwind only on nightly (`PanicHookInfo::can_unwind`).
+fn aborts_after_the_hook(message: Option<&str>) -> bool {
+    matches!(message, Some("panic in a destructor during cleanup" | "panic in a function that cannot unwind"))
 }
 
 /// Runs `main` (the agent's main thread): a panic that leaves it ends the process, so its
@@ -261,7 +276,8 @@ fn say_panic(queue: Option<&Queue>, text: &str, in_place: impl FnOnce(&[u8])) {
     }
 }
 
-/// What the default hook says of a panic.
+/// What the default hook says of a panic, but for the thread's OS ID after its name (std does
+/// not give it to a hook) and the backtrace note, said at every panic rather than the first.
 fn panic_text(info: &std::panic::PanicHookInfo<'_>) -> String {
     use std::backtrace::{Backtrace, BacktraceStatus};
     let thread = std::thread::current();
@@ -481,5 +497,44 @@ mod tests {
             },
         );
         assert_eq!(ended, (1, Some("boom".to_owned())));
+    }
+
+    /// Set for the run of this test binary that
+    /// [`a_panic_that_aborts_is_written_before_the_abort`] starts.
+    const ABORTING_CHILD: &str = "PROBELET_TEST_ABORTING_PANIC_CHILD";
+
+    /// A panic in a destructor while a panic unwinds aborts the process right after the hook:
+    /// the queued texts (the first panic's, the destructor's) are written before it, within the
+    /// exit's deadline, though each line takes the stream 100 ms. Run in a child process (this
+    /// test binary again), which aborts.
+    #[test]
+    fn a_panic_that_aborts_is_written_before_the_abort() {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                panic!("the destructor's panic");
+            }
+        }
+        if std::env::var_os(ABORTING_CHILD).is_some() {
+            let slow = |line: &[u8]| {
+                std::thread::sleep(Duration::from_millis(100));
+                write_in_place(Stream::Stderr, line);
+            };
+            let queue = Queue::spawn("stderr", QUEUED_LINES, QUEUED_BYTES, slow, |_| {}).unwrap();
+            assert!(STDERR.set(queue).is_ok(), "the child's own queue");
+            queue_panics();
+            let _armed = PanicsOnDrop;
+            panic!("the first panic");
+        }
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "logging::queue::tests::a_panic_that_aborts_is_written_before_the_abort"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(ABORTING_CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "the child aborted: {text}");
+        assert!(text.contains(":\nthe first panic\n"), "{text}");
+        assert!(text.contains(":\nthe destructor's panic\n"), "{text}");
     }
 }
