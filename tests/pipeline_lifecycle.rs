@@ -404,6 +404,27 @@ async fn a_start_for_a_pod_never_added_makes_no_worker() {
     assert!(h.prober.calls().is_empty(), "{:?}", h.prober.calls());
 }
 
+/// A start sent before the `AddPod` that introduces its pod (a host out of the kubelet's order)
+/// is dropped: `AddPod`'s worker waits, not running and never probing, until the next start of
+/// the instance, which runs it (what `Pipeline::start_container_probes` tells a host).
+#[actix::test]
+async fn a_start_before_the_add_is_dropped_and_the_next_start_runs_the_worker() {
+    let (h, _) = harness(true).await;
+    let pod = test_pod("early").container("app").with_probe("app", Readiness, probe(1, 1, 3)).build();
+    start(&h, &pod, "app", "docker://early");
+    h.pipeline.add_pod(pod.clone());
+    settle().await;
+    advance(Duration::from_secs(3)).await;
+    let waiting = worker(&h, &pod, "app", Readiness).await.expect("AddPod's worker");
+    assert!(!waiting.running, "{waiting:?}");
+    assert!(h.prober.calls().is_empty(), "{:?}", h.prober.calls());
+
+    start(&h, &pod, "app", "docker://early");
+    settle().await;
+    let running = running_worker(&h, &pod, "app", Readiness).await;
+    assert_eq!(running.container_id, Some(id("docker://early")), "{running:?}");
+}
+
 // === ChangeContainerStatusOnKubeletRestart ===
 
 /// A container that ran a minute before the agent started, with a readiness probe and the API

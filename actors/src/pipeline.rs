@@ -283,6 +283,12 @@ impl Pipeline {
     /// `ContainerLifecycleProber`, start its startup worker, or its readiness and liveness
     /// workers when it has no startup probe; a no-op with the gate off, and for a pod not added
     /// (or removed since). Idempotent.
+    ///
+    /// Send it after [`Pipeline::add_pod`] (or [`Pipeline::reconcile_pod`]) of the pod, as the
+    /// kubelet's `SyncPod` adds a pod to its prober before it starts the pod's containers: a
+    /// start sent before is dropped (logged at debug), and the workers `add_pod` then makes
+    /// wait, neither started nor ready, for the next start of that instance
+    /// ([`Pipeline::sync_container_probes`], called after each pod sync, sends it again).
     pub fn start_container_probes(
         &self,
         pod: Arc<Pod>,
