@@ -619,6 +619,27 @@ fn a_job_must_restart_its_pods_on_failure_or_never() {
     );
 }
 
+/// A CronJob whose `jobTemplate` is empty (`jobTemplate: ~`, as an empty Helm value renders)
+/// has no pod, and its errors are at the template's fields, as the API server names them: they
+/// were said at a Pod's (`spec.containers: Required value`).
+#[test]
+fn an_empty_job_template_is_refused_at_the_templates_fields() {
+    let yaml = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly}\nspec:\n  schedule: '0 3 * * *'\n  \
+                jobTemplate: ~\n";
+    let cron = "spec.jobTemplate.spec.template.spec";
+    assert_eq!(
+        invalid_findings("empty-job-template", &[("cron.yaml", yaml.to_owned())], 1),
+        owned(&[
+            ("nightly", &format!("{cron}.containers"), &format!("{cron}.containers: Required value")),
+            (
+                "nightly",
+                &format!("{cron}.restartPolicy"),
+                &format!("{cron}.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\"")
+            ),
+        ])
+    );
+}
+
 /// A workload's own name, as the API server checks it: an RFC 1123 subdomain, but a label for a
 /// StatefulSet (its pods' hostnames are its name and an ordinal), and at most 52 characters for
 /// a CronJob (its Jobs add 11 to it); a `generateName` stands in for a missing name.

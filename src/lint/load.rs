@@ -321,6 +321,10 @@ fn objects(
     };
     let selected = |selector: LabelSelector| WorkloadSpec { selector: Some(selector), ..Default::default() };
     let template = |t: PodTemplateSpec, path: &'static str| (t.spec, Some((t.metadata, path)));
+    // A workload without its template (`spec: ~`, `jobTemplate: ~`) has its pod's errors at the
+    // template's path still, as the API server names them (`spec.jobTemplate.spec.template.spec.
+    // containers: Required value`), not at a Pod's (`spec.containers`).
+    let no_template = |path: &'static str| (None, Some((None, path)));
     match (api_version.as_str(), kind.as_str()) {
         ("v1", "List") => {
             let items = match document.get("items") {
@@ -338,22 +342,28 @@ fn objects(
         ("apps/v1", "Deployment") => {
             let (object, unknown): (Deployment, _) = decode(document.clone(), &what())?;
             let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
-            let (spec, t) =
-                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            let (spec, t) = object
+                .spec
+                .map(|s| template(s.template, "spec.template.spec"))
+                .unwrap_or_else(|| no_template("spec.template.spec"));
             found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("apps/v1", "StatefulSet") => {
             let (object, unknown): (StatefulSet, _) = decode(document.clone(), &what())?;
             let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
-            let (spec, t) =
-                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            let (spec, t) = object
+                .spec
+                .map(|s| template(s.template, "spec.template.spec"))
+                .unwrap_or_else(|| no_template("spec.template.spec"));
             found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("apps/v1", "DaemonSet") => {
             let (object, unknown): (DaemonSet, _) = decode(document.clone(), &what())?;
             let selector = object.spec.as_ref().map(|s| selected(s.selector.clone())).unwrap_or_default();
-            let (spec, t) =
-                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            let (spec, t) = object
+                .spec
+                .map(|s| template(s.template, "spec.template.spec"))
+                .unwrap_or_else(|| no_template("spec.template.spec"));
             found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("apps/v1", "ReplicaSet") => {
@@ -363,14 +373,16 @@ fn objects(
                 .spec
                 .and_then(|s| s.template)
                 .map(|t| template(t, "spec.template.spec"))
-                .unwrap_or_default();
+                .unwrap_or_else(|| no_template("spec.template.spec"));
             found.push(workload(object.metadata, t, spec, selector, unknown));
         }
         ("batch/v1", "Job") => {
             let (object, unknown): (Job, _) = decode(document.clone(), &what())?;
             let job = object.spec.as_ref().map(job_spec).unwrap_or_default();
-            let (spec, t) =
-                object.spec.map(|s| template(s.template, "spec.template.spec")).unwrap_or_default();
+            let (spec, t) = object
+                .spec
+                .map(|s| template(s.template, "spec.template.spec"))
+                .unwrap_or_else(|| no_template("spec.template.spec"));
             found.push(workload(object.metadata, t, spec, job, unknown));
         }
         ("batch/v1", "CronJob") => {
@@ -387,7 +399,7 @@ fn objects(
                 .spec
                 .and_then(|s| s.job_template.spec)
                 .map(|s| template(s.template, "spec.jobTemplate.spec.template.spec"))
-                .unwrap_or_default();
+                .unwrap_or_else(|| no_template("spec.jobTemplate.spec.template.spec"));
             found.push(workload(object.metadata, t, spec, job, unknown));
         }
         _ => *skipped += 1,
@@ -471,6 +483,29 @@ mod tests {
         assert_eq!(workloads[0].namespace.as_deref(), Some("shop"));
         assert_eq!(workloads[1].namespace, None);
         assert_eq!(skipped, 2, "the Service and the document without a kind");
+    }
+
+    /// A workload written without its pod template (`spec: ~`, `jobTemplate: ~`) is linted at
+    /// the template's path, where the API server names its errors: a CronJob's empty job template
+    /// was linted at `spec`, a Pod's, so its errors read `spec.containers: Required value`.
+    #[test]
+    fn a_workload_without_its_template_is_linted_at_the_templates_path() {
+        let yaml = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: c}\nspec:\n  schedule: '* * * * *'\n  \
+                    jobTemplate: ~\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: ~\n---\n\
+                    apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: rs}\nspec: {selector: {}}\n---\n\
+                    apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\n";
+        let (workloads, errors, _) = parse("bare.yaml", yaml);
+        assert!(errors.is_empty(), "{errors:?}");
+        let got: Vec<(&str, &str)> = workloads.iter().map(|w| (w.name.as_str(), w.spec_path)).collect();
+        assert_eq!(
+            got,
+            [
+                ("c", "spec.jobTemplate.spec.template.spec"),
+                ("d", "spec.template.spec"),
+                ("rs", "spec.template.spec"),
+                ("j", "spec.template.spec"),
+            ]
+        );
     }
 
     #[test]
