@@ -1147,29 +1147,36 @@ fn the_repositorys_examples_lint_without_errors() {
     assert!(json["objects"].as_array().unwrap().iter().any(|o| o["kind"] == "DaemonSet"), "{json:#}");
 }
 
-/// An empty manifest (blank but for whitespace) gives no pod: lint says so as the agent does,
-/// in the agent's words ([`EMPTY`]), as a warning on standard error and in the JSON document's
-/// `warnings`, and exits as it would without it (0 here; an error elsewhere still gives 1).
-/// A file with a comment only is not empty to the agent, nor to lint.
+/// An empty manifest (no document but empty or null ones: blank, only a comment, `~`, `---`
+/// lines) gives no pod: lint says so as the agent does, in the agent's words ([`EMPTY`]), as a
+/// warning on standard error and in the JSON document's `warnings`, and exits as it would
+/// without it (0 here; an error elsewhere still gives 1). A file of a comment, `~` or empty
+/// documents was silent (the kubelet reads each as the JSON `null`, which is no pod).
 #[test]
 fn an_empty_manifest_is_a_warning_in_the_agents_words() {
     use probelet::host::manifests::EMPTY;
     let dir = TempDir::new("empty");
     let empty = dir.write("a-empty.yaml", "  \n\n");
-    dir.write("b-comment.yaml", "# nothing yet\n");
-    dir.write("c-pod.json", POD);
+    let comment = dir.write("b-comment.yaml", "# nothing yet\n");
+    let tilde = dir.write("c-tilde.yaml", "~\n");
+    let documents = dir.write("d-documents.yaml", "---\n--- null\n");
+    dir.write("e-pod.json", POD);
+    let blank = [&empty, &comment, &tilde, &documents];
 
     let run = lint(&[], &[dir.path()]);
     assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
-    assert_eq!(run.stderr, format!("warning: {}: {EMPTY}\n", empty.display()));
-    assert!(run.stdout.ends_with(": 0 errors, 1 warning\n"), "{}", run.stdout);
+    let said: String = blank.iter().map(|file| format!("warning: {}: {EMPTY}\n", file.display())).collect();
+    assert_eq!(run.stderr, said);
+    assert!(run.stdout.ends_with(": 0 errors, 4 warnings\n"), "{}", run.stdout);
 
     let json = lint_json(dir.path(), 0);
     let warnings = json["warnings"].as_array().unwrap();
-    assert_eq!(warnings.len(), 1, "{json:#}");
-    assert_eq!(warnings[0]["file"], empty.display().to_string());
-    assert_eq!(warnings[0]["message"], EMPTY);
-    assert_eq!(json["summary"]["file_warnings"], 1);
+    assert_eq!(warnings.len(), 4, "{json:#}");
+    for (warning, file) in warnings.iter().zip(blank) {
+        assert_eq!(warning["file"], file.display().to_string());
+        assert_eq!(warning["message"], EMPTY);
+    }
+    assert_eq!(json["summary"]["file_warnings"], 4);
     assert_eq!(json["summary"]["warnings"], 0, "no finding is a warning");
     assert_eq!(json["summary"]["exit_code"], 0);
 

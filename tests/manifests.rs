@@ -1924,6 +1924,39 @@ fn a_running_manifest_caught_empty_keeps_its_pod_for_one_scan() {
     assert!(next.errors.iter().any(|e| e.file == blank && e.reason == EMPTY), "{:?}", next.errors);
 }
 
+/// A file with no document but empty or null ones (`~`, `null`, `---` lines, only a comment)
+/// gives no pod as a blank file does, and says so in the same words ([`EMPTY`]); it was silent.
+/// (The kubelet reads each as the JSON `null` and logs that it cannot parse it as a pod.) A
+/// running manifest caught so is held as one caught blank.
+#[test]
+fn a_file_of_null_documents_is_empty() {
+    let dir = TempDir::new("null-documents");
+    let files = [
+        ("a.yaml", "~\n"),
+        ("b.yaml", "null\n"),
+        ("c.yaml", "---\n---\n"),
+        ("d.yaml", "--- ~\n...\n"),
+        ("e.yaml", "# nothing yet\n"),
+    ];
+    for (name, contents) in files {
+        dir.write(name, contents);
+    }
+    let (pods, errors) = load_dir(dir.path(), NODE);
+    assert!(pods.is_empty());
+    assert_eq!(reasons(&errors), vec![EMPTY; files.len()], "{errors:?}");
+
+    let mut cache = ParseCache::default();
+    let mut scan =
+        |running: &Snapshot| rescan(dir.path(), NODE, &FeatureGates::default(), &mut cache, running);
+    dir.write("a.yaml", pod_yaml("web"));
+    let running = scan(&Snapshot::default());
+    assert_eq!(running.pods.len(), 1);
+    dir.write("a.yaml", "~\n");
+    let caught = scan(&running);
+    assert_eq!(summary(&diff(&running, &caught)), Vec::<String>::new(), "the pod keeps running");
+    assert!(caught.errors.iter().any(|e| e.reason == EMPTY_FOR_NOW), "{:?}", caught.errors);
+}
+
 /// A running manifest written in place can be caught half written: it does not parse, or
 /// parses short of a field. A scan that catches it keeps its pods and their names, as for an
 /// empty file; failing at the next scan too, it is reported as what is wrong and its pods go.

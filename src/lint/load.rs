@@ -73,8 +73,8 @@ pub struct Loaded {
     pub files: Vec<PathBuf>,
     pub workloads: Vec<Workload>,
     pub errors: Vec<LoadError>,
-    /// Files read that hold nothing to lint, as the agent warns of them: an empty file (blank
-    /// but for whitespace) gives no pod ([`EMPTY`], the agent's words). Not errors: the agent
+    /// Files read that hold nothing to lint, as the agent warns of them: an empty file (no
+    /// document but empty or null ones: blank, only comments, `~`, `---`) gives no pod ([`EMPTY`], the agent's words). Not errors: the agent
     /// runs on without its pods (docs/lint.md, "Exit codes and output").
     pub warnings: Vec<LoadError>,
     /// Documents that are not objects with a pod spec.
@@ -148,13 +148,7 @@ fn load_file(file: &Path, loaded: &mut Loaded) {
     loaded.files.push(file.to_path_buf());
     let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
     match read(file) {
-        Ok(contents) => {
-            // The agent's test (`contents.trim().is_empty()`), so that both say it of one file.
-            if contents.trim().is_empty() {
-                loaded.warnings.push(error(EMPTY.to_owned()));
-            }
-            parse_contents(file, &contents, loaded)
-        }
+        Ok(contents) => parse_contents(file, &contents, loaded),
         Err(reason) => loaded.errors.push(error(reason)),
     }
 }
@@ -166,6 +160,11 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
         Ok(documents) => documents,
         Err(reason) => return loaded.errors.push(error(reason)),
     };
+    // The agent's test: no document but empty or null ones (blank, only comments, `~`, `---`),
+    // so that both say it of one file.
+    if documents.iter().all(|d| d.as_ref().is_ok_and(Value::is_null)) {
+        loaded.warnings.push(error(EMPTY.to_owned()));
+    }
     let several = documents.iter().filter(|d| !d.as_ref().is_ok_and(Value::is_null)).count() > 1;
     let total = documents.len();
     let sections = if several && !is_json(file) { document_sections(contents) } else { Vec::new() };

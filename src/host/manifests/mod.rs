@@ -228,6 +228,9 @@ struct Parsed {
     errors: Vec<ManifestError>,
     /// The fields of each document whose pod loads that a Pod does not have.
     unknown: Vec<UnknownFields>,
+    /// The file holds no document but empty or null ones: it is blank, only comments, `~`,
+    /// `null` or `---` lines ([`EMPTY`]).
+    empty: bool,
 }
 
 /// [`parse_manifest_with`], with each pod's document number and the unknown fields.
@@ -242,6 +245,9 @@ fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &Feature
         Ok(documents) => documents,
         Err(reason) => return failed(reason),
     };
+    if documents.is_empty() {
+        return Parsed { empty: true, ..Parsed::default() };
+    }
     let several = documents.len() > 1;
     let sections = if several && !is_json(file) { sections::document_sections(contents) } else { Vec::new() };
     let total = documents.len();
@@ -636,7 +642,8 @@ pub const HELD_SCANS_MAX: usize = 10;
 /// test; docs/reliability.md).
 pub const EMPTY_FOR_NOW: &str = "the file is empty (written in place?); keeping its pods until the next scan";
 
-/// Why a manifest gives no pod: it is empty (for a second scan, or it never gave one).
+/// Why a manifest gives no pod: it is empty (for a second scan, or it never gave one), with no
+/// document but empty or null ones (blank, only comments, `~`, `null`, `---` lines).
 pub const EMPTY: &str = "the file is empty: no pod";
 
 /// Why a manifest that gave pods and now fails to load, losing one of them, keeps them for one
@@ -854,11 +861,10 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
                 continue;
             }
         };
-        let empty = contents.trim().is_empty();
         let given = cache.names_given(&file);
         cache.given_before.remove(&file);
         cache.given_up.remove(&file);
-        let (Parsed { pods: parsed, errors: bad, unknown }, changed) =
+        let (Parsed { pods: parsed, errors: bad, unknown, empty }, changed) =
             cache.parse(&file, contents, node_name, gates);
         if changed {
             loaded.changed_files.insert(file.clone());
