@@ -1565,6 +1565,40 @@ fn a_document_go_yaml_cannot_convert_is_refused_naming_the_field() {
     );
 }
 
+/// Tags are read as go-yaml v2 reads them wherever they are written: a `!!timestamp` it parses
+/// is its text (the file was refused as invalid YAML), `!!int 1.5` is refused in go-yaml's
+/// words at its field (it was `invalid YAML: invalid u64`, with no field), and a tag before a
+/// quoted scalar or in a flow list is checked (`!!bool "oN"` read true).
+#[test]
+fn tags_are_read_as_go_yaml_reads_them() {
+    let dir = TempDir::new("go-yaml-tags");
+    let pod = |name: &str, line: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: app\n    \
+             image: app:1\n    {line}\n"
+        )
+    };
+    dir.write("a-timestamp.yaml", &pod("ts", "env: [{name: SINCE, value: !!timestamp 2001-12-14}]"));
+    dir.write("b-int.yaml", &pod("int", "workingDir: !!int 1.5"));
+    dir.write("c-quoted.yaml", &pod("quoted", "stdin: !!bool \"oN\""));
+    dir.write("d-flow.yaml", &pod("flow", "args: [a, !!bool oN]"));
+    let json = lint_json(dir.path(), 2);
+    let errors: Vec<&str> =
+        json["errors"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert_eq!(
+        errors,
+        [
+            "invalid Pod int: spec.containers[0].workingDir: error converting YAML to JSON: yaml: cannot decode \
+             !!float `1.5` as a !!int at line 8, column 23",
+            "invalid Pod quoted: spec.containers[0].stdin: error converting YAML to JSON: yaml: cannot decode \
+             !!str `oN` as a !!bool at line 8, column 19",
+            "invalid Pod flow: spec.containers[0].args[1]: error converting YAML to JSON: yaml: cannot decode \
+             !!str `oN` as a !!bool at line 8, column 22",
+        ]
+    );
+    assert_eq!(json["summary"]["objects"], 1, "the pod with the timestamp is read: {json:#}");
+}
+
 /// A JSON manifest's error says the line and column of its value, as a YAML one's does.
 #[test]
 fn a_json_manifests_error_has_line_and_column() {

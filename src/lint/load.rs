@@ -18,7 +18,7 @@ use serde_saphyr::Spanned;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
 use crate::host::manifests::decode::{
-    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_scalars, spans,
+    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_scalars, reader_text, spans,
 };
 use crate::host::manifests::sections::{document_number, document_sections};
 use crate::host::manifests::{
@@ -245,8 +245,9 @@ pub fn documents(file: &Path, contents: &str) -> Result<Vec<Result<Value, String
         as_kubelet_json(&mut value);
         return Ok(vec![Ok(value)]);
     }
-    let mut documents: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| yaml_syntax_error(&e, contents))?;
+    let mut documents: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(&reader_text(contents), yaml_options())
+            .map_err(|e| yaml_syntax_error(&e, contents))?;
     let refused = go_yaml_scalars(&mut documents, contents);
     documents.iter_mut().for_each(as_kubelet_json);
     Ok(documents

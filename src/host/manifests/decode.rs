@@ -319,9 +319,10 @@ pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str) -> Vec<Op
         return refused;
     }
     let Some(nodes) = spans(contents) else { return refused };
+    let scalars = Scalars::read(contents);
     for ((value, node), refusal) in documents.iter_mut().zip(&nodes).zip(&mut refused) {
         let mut path = Vec::new();
-        if let Err(error) = as_go_yaml(value, node, contents, &mut path) {
+        if let Err(error) = as_go_yaml(value, node, contents, &scalars, &mut path) {
             *refusal = Some(error);
         }
     }
@@ -349,21 +350,28 @@ fn as_go_yaml(
     value: &mut Value,
     node: &Spanned<Node>,
     contents: &str,
+    scalars: &Scalars,
     path: &mut Vec<Segment>,
 ) -> Result<(), String> {
     match (value, &node.value) {
         (value, Node::Scalar) => {
-            // An anchor's or a tag's text is not the word alone: such a value is left as read.
-            let Some(text) = plain_text(node, contents).filter(|text| !text.starts_with(['&', '!', '*']))
-            else {
-                return Ok(());
+            // A scalar with a tag or an anchor is read from the parser's events (go-yaml reads a
+            // tagged one by its tag, quoted or not); any other from its text, if plain.
+            let (tag, text) = match scalars.at(node) {
+                Some(ParsedScalar { tag: Some(tag), value, .. }) => (Some(tag.as_str()), value.as_str()),
+                Some(ParsedScalar { tag: None, value, plain: true }) => (None, value.as_str()),
+                Some(ParsedScalar { tag: None, plain: false, .. }) => return Ok(()),
+                None => match plain_text(node, contents).filter(|text| !text.starts_with(['&', '!', '*'])) {
+                    Some(text) => (None, text),
+                    None => return Ok(()),
+                },
             };
             let refused = |message: String| {
                 let at = node.referenced;
                 let message = format!("{message} at line {}, column {}", at.line(), at.column());
                 super::with_path(&path_text(path), &message)
             };
-            let resolved = match tag(node, contents) {
+            let resolved = match tag {
                 Some(tag) => go_yaml_tagged(tag, text).map_err(refused)?,
                 None => go_yaml_resolve(text),
             };
@@ -374,7 +382,7 @@ fn as_go_yaml(
         (Value::Array(items), Node::Seq(nodes)) => {
             for (index, (item, node)) in items.iter_mut().zip(nodes).enumerate() {
                 path.push(Segment::Index(index));
-                let done = as_go_yaml(item, node, contents, path);
+                let done = as_go_yaml(item, node, contents, scalars, path);
                 path.pop();
                 done?;
             }
@@ -406,7 +414,7 @@ fn as_go_yaml(
                 };
                 if let Some(field) = fields.get_mut(&read) {
                     path.push(Segment::Key(json_key.clone()));
-                    let done = as_go_yaml(field, node, contents, path);
+                    let done = as_go_yaml(field, node, contents, scalars, path);
                     path.pop();
                     done?;
                 }
@@ -426,8 +434,9 @@ fn as_go_yaml(
 }
 
 /// go-yaml v2's `resolve` of `text` under `tag` (`!!bool oN`): the tags it resolves (`!!str`,
-/// `!!bool`, `!!int`, `!!float`, `!!null`) take the text if it resolves to their type (an
-/// integer under `!!float` is made a float), else the file is refused in go-yaml's words
+/// `!!bool`, `!!int`, `!!float`, `!!null`, `!!timestamp`) take the text if it resolves to their
+/// type (an integer under `!!float` is made a float, a timestamp is its text), else the file is
+/// refused in go-yaml's words
 /// (`yaml: cannot decode !!str `oN` as a !!bool`); any other tag leaves the text a string.
 fn go_yaml_tagged(tag: &str, text: &str) -> Result<GoScalar, String> {
     let short = tag.strip_prefix("!<tag:yaml.org,2002:").and_then(|t| t.strip_suffix('>'));
@@ -441,7 +450,9 @@ fn go_yaml_tagged(tag: &str, text: &str) -> Result<GoScalar, String> {
         | ("!!float", GoScalar::Float(_)) => return Ok(resolved),
         #[allow(clippy::cast_precision_loss)]
         ("!!float", GoScalar::Int(int)) => return Ok(GoScalar::Float(int as f64)),
-        ("!!bool" | "!!null" | "!!int" | "!!float", got) => (short.as_str(), got),
+        // A timestamp is the text as written: go-yaml gives `interface{}` its `n.value`.
+        ("!!timestamp", _) if go_yaml_timestamp(text) => return Ok(GoScalar::Str),
+        ("!!bool" | "!!null" | "!!int" | "!!float" | "!!timestamp", got) => (short.as_str(), got),
         _ => return Ok(GoScalar::Str),
     };
     let got = match got {
@@ -454,12 +465,169 @@ fn go_yaml_tagged(tag: &str, text: &str) -> Result<GoScalar, String> {
     Err(format!("error converting YAML to JSON: yaml: cannot decode {got} `{text}` as a {wanted}"))
 }
 
-/// The tag written before `node`'s text (`!!bool` of `!!bool oN`): the text's span holds the
-/// scalar alone.
-fn tag<'a>(node: &Spanned<Node>, contents: &'a str) -> Option<&'a str> {
-    let start = node.defined.span().byte_offset().and_then(|at| usize::try_from(at).ok());
-    let before = start.and_then(|start| contents.get(..start)).unwrap_or_default();
-    before.trim_end().rsplit(char::is_whitespace).next().filter(|word| word.starts_with('!'))
+/// Whether go-yaml v2 reads `text` as a timestamp (its `parseTimestamp`): four digits and a
+/// `-`, then one of its layouts as Go's `time.Parse` reads them: `2006-1-2`, `2006-1-2
+/// 15:4:5.999999999` (one space or more), `2006-1-2T15:4:5.999999999Z07:00` (or a small `t`).
+/// A month or day, hour, minute and second is one digit or two, in range (the day in its month:
+/// `2001-02-29` is not); a fraction of a second is `.` or `,` and digits, and may be left out;
+/// a zone is `Z` or `±hh:mm` (at most 24 hours and 60 minutes). Nothing may follow.
+fn go_yaml_timestamp(text: &str) -> bool {
+    go_timestamp(text).is_some()
+}
+
+fn go_timestamp(text: &str) -> Option<()> {
+    /// Go's `getnum(s, false)`: one digit, or two.
+    fn number(s: &str) -> Option<(u32, &str)> {
+        let digits = s.bytes().take(2).take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        Some((s[..digits].parse().ok()?, &s[digits..]))
+    }
+    let bytes = text.as_bytes();
+    if bytes.iter().take_while(|b| b.is_ascii_digit()).count() != 4 || bytes.get(4) != Some(&b'-') {
+        return None;
+    }
+    let year: u32 = text[..4].parse().ok()?;
+    let (month, rest) = number(&text[5..])?;
+    let (day, rest) = number(rest.strip_prefix('-')?)?;
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if !(1..=days).contains(&day) {
+        return None;
+    }
+    if rest.is_empty() {
+        return Some(());
+    }
+    let (zoned, rest) = match rest.as_bytes()[0] {
+        b'T' | b't' => (true, &rest[1..]),
+        b' ' => (false, rest.trim_start_matches(' ')),
+        _ => return None,
+    };
+    let (hour, rest) = number(rest)?;
+    let (minute, rest) = number(rest.strip_prefix(':')?)?;
+    let (second, mut rest) = number(rest.strip_prefix(':')?)?;
+    if hour >= 24 || minute >= 60 || second >= 60 {
+        return None;
+    }
+    if let Some(fraction) = rest.strip_prefix(['.', ',']) {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 {
+            rest = &fraction[digits..];
+        }
+    }
+    if zoned {
+        if let Some(after) = rest.strip_prefix('Z') {
+            rest = after;
+        } else {
+            let zone = rest.as_bytes();
+            let two = |at: usize| zone.get(at..at + 2).filter(|d| d.iter().all(u8::is_ascii_digit));
+            let (hours, minutes) = (two(1)?, two(4)?);
+            if !matches!(zone[0], b'+' | b'-') || zone[3] != b':' {
+                return None;
+            }
+            let value = |d: &[u8]| u32::from(d[0] - b'0') * 10 + u32::from(d[1] - b'0');
+            if value(hours) > 24 || value(minutes) > 60 {
+                return None;
+            }
+            rest = &rest[6..];
+        }
+    }
+    rest.is_empty().then_some(())
+}
+
+/// The file's scalars as the YAML parser's events give them (go-yaml's nodes), keyed by where
+/// each ends in the file (a byte offset, which a tag or an anchor before the scalar does not
+/// move): their tag as go-yaml spells it (`!!bool`, `!foo`), if any, and their value (escapes
+/// and folding done: go-yaml's `n.value`).
+#[derive(Debug, Default)]
+pub(crate) struct Scalars(std::collections::HashMap<usize, ParsedScalar>);
+
+#[derive(Debug)]
+struct ParsedScalar {
+    tag: Option<String>,
+    value: String,
+    /// Written plain (not quoted, not a block): go-yaml resolves an untagged one by its text.
+    plain: bool,
+}
+
+/// The core schema's tag prefix (`!!` is its shorthand).
+const YAML_TAG_PREFIX: &str = "tag:yaml.org,2002:";
+
+impl Scalars {
+    /// `contents`' scalars that have a tag or an anchor (go-yaml reads the rest from their
+    /// text): empty for a file the parser gives up on, which the reader refuses anyway.
+    fn read(contents: &str) -> Self {
+        use serde_saphyr::granit_parser::{Event, Parser};
+        let mut scalars = std::collections::HashMap::new();
+        for event in Parser::new_from_str(contents) {
+            let Ok((Event::Scalar(value, style, anchor, tag), span)) = event else {
+                if event.is_err() {
+                    break;
+                }
+                continue;
+            };
+            if tag.is_none() && anchor == 0 {
+                continue;
+            }
+            let Some(end) = span.end.byte_offset() else { continue };
+            let tag = tag.map(|tag| match tag.handle() {
+                YAML_TAG_PREFIX => format!("!!{}", tag.suffix()),
+                handle => format!("{handle}{}", tag.suffix()),
+            });
+            let plain = style == serde_saphyr::granit_parser::ScalarStyle::Plain;
+            scalars.insert(end, ParsedScalar { tag, value: value.into_owned(), plain });
+        }
+        Self(scalars)
+    }
+
+    /// The scalar `node` stands for (an alias's is its anchor's).
+    fn at(&self, node: &Spanned<Node>) -> Option<&ParsedScalar> {
+        let span = node.defined.span();
+        let end = span.byte_offset()?.checked_add(span.byte_len()?)?;
+        self.0.get(&usize::try_from(end).ok()?)
+    }
+}
+
+/// `contents` as the YAML reader is given it: each scalar's tag (`!!int`, `!!timestamp`) made a
+/// local tag of the same length that the reader gives no type (`!xxxx`), so that it reads every
+/// scalar as it reads an untagged one, where it refused some (`!!int 1.5`: `invalid u64`;
+/// `!!timestamp 2001-12-14`: `cannot deserialize tagged scalar into string`). The values are
+/// then made what go-yaml makes of them under their tags by [`go_yaml_scalars`], from the tags
+/// as written ([`Scalars`]). Positions are those of `contents`: a line and column in an error
+/// are the file's.
+pub(crate) fn reader_text(contents: &str) -> std::borrow::Cow<'_, str> {
+    use serde_saphyr::granit_parser::{Event, Parser};
+    if !contents.contains('!') {
+        return contents.into();
+    }
+    let mut tags = Vec::new();
+    for event in Parser::new_from_str(contents) {
+        match event {
+            Ok((Event::Scalar(..), span)) => tags.extend(span.tag_span().and_then(|tag| tag.byte_range())),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let tags: Vec<_> = tags.into_iter().filter(|tag| tag.len() > 1).collect();
+    if tags.is_empty() {
+        return contents.into();
+    }
+    let mut text = contents.to_owned();
+    for tag in tags {
+        // A tag token is ASCII: the range is whole characters.
+        if text.is_char_boundary(tag.start) && text.is_char_boundary(tag.end) {
+            let local = format!("!{}", "x".repeat(tag.len() - 1));
+            text.replace_range(tag, &local);
+        }
+    }
+    text.into()
 }
 
 /// `float` as an integer if it is one and fits 64 bits.
@@ -564,7 +732,7 @@ pub(crate) fn decode_value<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<
 /// need them: `None` if the file does not read so (it read the first time; this is only for
 /// the words of an error).
 pub(crate) fn spans(contents: &str) -> Option<Vec<Spanned<Node>>> {
-    serde_saphyr::from_multiple_with_options(contents, yaml_options()).ok()
+    serde_saphyr::from_multiple_with_options(&reader_text(contents), yaml_options()).ok()
 }
 
 /// A YAML value with where each of its values is.
@@ -725,7 +893,7 @@ mod tests {
     /// A YAML file's documents as the kubelet's JSON, with each document's refusal.
     fn read(yaml: &str) -> (Vec<Value>, Vec<Option<String>>) {
         let mut values: Vec<Value> =
-            serde_saphyr::from_multiple_with_options(yaml, yaml_options()).expect("YAML");
+            serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
         let refused = go_yaml_scalars(&mut values, yaml);
         values.iter_mut().for_each(as_kubelet_json);
         (values, refused)
@@ -860,6 +1028,130 @@ mod tests {
             let (_, refused) = read(&format!("metadata:\n  x: {written}\n"));
             let want =
                 format!("metadata.x: error converting YAML to JSON: yaml: {go} at line 2, column {column}");
+            assert_eq!(refused, [Some(want)], "{written}");
+        }
+    }
+
+    /// go-yaml v2 reads a `!!timestamp` it can parse as its text (it gives `interface{}` the
+    /// scalar's text, not a time): the reader refused the file (`cannot deserialize tagged
+    /// scalar into string`). One go-yaml cannot parse refuses the document in go-yaml's words.
+    #[test]
+    fn a_timestamp_tag_is_its_text() {
+        let yaml = "a: !!timestamp 2001-12-14\nb: !!timestamp 2001-12-14t21:59:43.10-05:00\n\
+                    c: !!timestamp 2001-12-14 21:59:43.10\nd: [!!timestamp 2002-1-2T3:04:05Z]\n\
+                    e: !!timestamp '2001-12-14'\nf: 2001-12-14\n";
+        let (values, refused) = read(yaml);
+        assert_eq!(refused, [None]);
+        assert_eq!(
+            values[0].to_string(),
+            r#"{"a":"2001-12-14","b":"2001-12-14t21:59:43.10-05:00","c":"2001-12-14 21:59:43.10","d":["2002-1-2T3:04:05Z"],"e":"2001-12-14","f":"2001-12-14"}"#
+        );
+        let cases = [
+            ("!!timestamp 2001-02-29", "cannot decode !!str `2001-02-29` as a !!timestamp"),
+            ("!!timestamp 5", "cannot decode !!int `5` as a !!timestamp"),
+            (
+                "!!timestamp 2001-12-14 21:59:43.10 -5",
+                "cannot decode !!str `2001-12-14 21:59:43.10 -5` as a !!timestamp",
+            ),
+        ];
+        for (written, go) in cases {
+            let (_, refused) = read(&format!("metadata:\n  x: {written}\n"));
+            let want = format!("metadata.x: error converting YAML to JSON: yaml: {go} at line 2, column 18");
+            assert_eq!(refused, [Some(want)], "{written}");
+        }
+    }
+
+    /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
+    #[test]
+    fn timestamps_are_what_go_yaml_parses() {
+        let parsed = [
+            "2001-12-14",
+            "2001-1-2",
+            "2000-02-29",
+            "2001-12-14T21:59:43Z",
+            "2001-12-14t21:59:43.123456789+05:30",
+            "2001-12-14T1:2:3,5-24:00",
+            "2001-12-14 21:59:43",
+            "2001-12-14   21:59:43.10",
+        ];
+        for text in parsed {
+            assert!(go_yaml_timestamp(text), "{text}");
+        }
+        let refused = [
+            "2001-12-1x",
+            "01-12-14",
+            "2001-13-01",
+            "2001-02-29",
+            "1900-02-29",
+            "2001-12-14T21:59:43",
+            "2001-12-14 21:59:43Z",
+            "2001-12-14T24:00:00Z",
+            "2001-12-14T21:59:43+25:00",
+            "2001-12-14T21:59:43.Z",
+            "2001-123-4",
+            "2001-12-14x",
+        ];
+        for text in refused {
+            assert!(!go_yaml_timestamp(text), "{text}");
+        }
+    }
+
+    /// A tag is checked as go-yaml checks it wherever it is written: before a quoted scalar
+    /// (go-yaml resolves a tagged scalar quoted or not), in a flow list, after an anchor or
+    /// before one. These were read as the YAML reader read them (`!!bool "oN"` true, `[!!bool
+    /// oN]` the string `oN`).
+    #[test]
+    fn a_tag_is_checked_wherever_it_is_written() {
+        let yaml = "a: !!int \"5\"\nb: [!!str 0644, !!float 1]\nc: &x !!bool On\nd: !!bool &y off\ne: *y\n\
+                    f: {g: !!null ''}\n";
+        let (values, refused) = read(yaml);
+        assert_eq!(refused, [None]);
+        assert_eq!(
+            values[0].to_string(),
+            r#"{"a":5,"b":["0644",1],"c":true,"d":false,"e":false,"f":{"g":null}}"#
+        );
+        let cases = [
+            ("!!bool \"oN\"", 13),
+            ("!!bool 'oN'", 13),
+            ("[a, !!bool oN]", 17),
+            ("{k: !!bool oN}", 17),
+            ("&a !!bool oN", 16),
+            ("!!bool &a oN", 16),
+        ];
+        for (written, column) in cases {
+            let (_, refused) = read(&format!("metadata:\n  x: {written}\n"));
+            let at = match written.as_bytes()[0] {
+                b'[' => "metadata.x[1]",
+                b'{' => "metadata.x.k",
+                _ => "metadata.x",
+            };
+            let want = format!(
+                "{at}: error converting YAML to JSON: yaml: cannot decode !!str `oN` as a !!bool at line 2, \
+                 column {column}"
+            );
+            assert_eq!(refused, [Some(want)], "{written}");
+        }
+    }
+
+    /// A word the YAML reader itself refused under its tag (`!!int 1.5`: `invalid u64`, the
+    /// whole file refused as invalid YAML, with no field) is refused as go-yaml refuses it,
+    /// with its field, line and column, as the other refusals are.
+    #[test]
+    fn a_word_the_reader_refused_under_its_tag_is_refused_in_go_yamls_words() {
+        let cases = [
+            ("!!int 1.5", "cannot decode !!float `1.5` as a !!int"),
+            ("!!int -1.5", "cannot decode !!float `-1.5` as a !!int"),
+            ("!!float x", "cannot decode !!str `x` as a !!float"),
+            ("!!null 0", "cannot decode !!int `0` as a !!null"),
+            ("!!bool 1", "cannot decode !!int `1` as a !!bool"),
+        ];
+        for (written, go) in cases {
+            let yaml = format!("kind: Pod\nspec:\n  containers:\n  - name: a\n    x: {written}\n");
+            let (_, refused) = read(&yaml);
+            let column = 9 + written.find(' ').unwrap_or(0);
+            let want = format!(
+                "spec.containers[0].x: error converting YAML to JSON: yaml: {go} at line 5, column {column}"
+            );
             assert_eq!(refused, [Some(want)], "{written}");
         }
     }

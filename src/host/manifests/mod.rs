@@ -305,8 +305,9 @@ fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<DecodedPod
         });
         return Ok(vec![pod]);
     }
-    let mut values: Vec<Value> = serde_saphyr::from_multiple_with_options(contents, yaml_options())
-        .map_err(|e| yaml_syntax_error(&e, contents))?;
+    let mut values: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(&decode::reader_text(contents), yaml_options())
+            .map_err(|e| yaml_syntax_error(&e, contents))?;
     let refused = decode::go_yaml_scalars(&mut values, contents);
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut spans = None;
