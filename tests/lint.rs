@@ -1599,6 +1599,22 @@ fn tags_are_read_as_go_yaml_reads_them() {
     assert_eq!(json["summary"]["objects"], 1, "the pod with the timestamp is read: {json:#}");
 }
 
+/// A `.json` manifest is read as YAML, as the kubelet reads every file, so `1e400` (which
+/// overflows) is the string go-yaml makes of it: an env value takes it. It was refused
+/// (`invalid JSON: number out of range`).
+#[test]
+fn a_json_manifest_is_read_as_the_kubelet_reads_it() {
+    let dir = TempDir::new("json-as-yaml");
+    dir.write(
+        "pod.json",
+        "{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"p\"},\n \"spec\": {\"containers\": [\n  \
+         {\"name\": \"app\", \"image\": \"a\", \"env\": [{\"name\": \"BIG\", \"value\": 1e400}]}]}}\n",
+    );
+    let json = lint_json(dir.path(), 0);
+    assert_eq!(json["summary"]["unreadable"], 0, "{json:#}");
+    assert_eq!(json["summary"]["objects"], 1, "{json:#}");
+}
+
 /// A JSON manifest's error says the line and column of its value, as a YAML one's does.
 #[test]
 fn a_json_manifests_error_has_line_and_column() {
@@ -1622,12 +1638,13 @@ fn a_json_manifests_error_has_line_and_column() {
 fn a_long_key_or_value_is_cut_as_the_console_cuts_it() {
     let dir = TempDir::new("long-words");
     let long = "k".repeat(5_000);
-    // JSON: a YAML key is at most 1,024 characters.
+    // An explicit key (`? key`): an implicit one is at most 1,024 characters, in JSON too (the
+    // kubelet reads a `.json` file as YAML).
     dir.write(
-        "a-unknown.json",
+        "a-unknown.yaml",
         &format!(
-            "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"p\"}}, \"spec\": {{\"containers\": \
-             [{{\"name\": \"app\", \"image\": \"a\", \"{long}\": 1}}]}}}}"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: app\n    image: a\n    \
+             ? {long}\n    : 1\n"
         ),
     );
     dir.write(

@@ -110,8 +110,9 @@ fn json_file_loads_and_reports_positions() {
     assert_eq!(names(&pods), vec!["tools/from-json"]);
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert_eq!(errors[0].file, dir.path().join("broken.json"));
-    assert!(errors[0].reason.starts_with("invalid JSON: "), "{}", errors[0].reason);
-    assert!(errors[0].reason.contains("line 2 column"), "{}", errors[0].reason);
+    // Read as YAML, as the kubelet reads a `.json` file: its syntax errors are YAML's.
+    assert!(errors[0].reason.starts_with("invalid YAML: "), "{}", errors[0].reason);
+    assert!(errors[0].reason.contains("line 2, column"), "{}", errors[0].reason);
     assert_eq!(errors[1].file, dir.path().join("typed.json"));
     assert!(
         errors[1].reason.starts_with("invalid Pod: spec.containers: invalid type: integer `5`"),
@@ -158,7 +159,29 @@ fn type_errors_name_the_field_path_line_and_column() {
         "{}",
         errors[0].reason
     );
-    assert!(errors[0].reason.contains("line 2 column"), "{}", errors[0].reason);
+    assert!(errors[0].reason.contains("line 2, column"), "{}", errors[0].reason);
+}
+
+/// A `.json` manifest is read as YAML, as the kubelet reads every file (its
+/// `tryDecodeSinglePod`: "JSON is valid YAML"), so its numbers are go-yaml's: `1e400`, which
+/// overflows, is the string `1e400`, which a string field takes. It was refused (`invalid JSON:
+/// number out of range`). A key over 1,024 characters is refused as go-yaml refuses it.
+#[test]
+fn a_json_manifest_is_read_as_yaml_as_the_kubelet_reads_it() {
+    let json = "{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"j\"},\n\t\"spec\": \
+                {\"containers\": [{\"name\": \"app\", \"command\": [\"x\"], \"workingDir\": 1e400}]}}";
+    let (pods, errors) = parse_manifest(Path::new("/m/pod.json"), json, NODE);
+    assert_eq!(errors, []);
+    assert_eq!(pods[0].spec.as_ref().unwrap().containers[0].working_dir.as_deref(), Some("1e400"));
+
+    let long = json.replace("\"workingDir\"", &format!("\"{}\"", "k".repeat(1025)));
+    let (_, errors) = parse_manifest(Path::new("/m/long.json"), &long, NODE);
+    assert!(
+        errors[0]
+            .reason
+            .starts_with("invalid YAML: while parsing a flow mapping, did not find expected ',' or '}'"),
+        "{errors:?}"
+    );
 }
 
 #[test]
@@ -2657,16 +2680,17 @@ fn a_refused_pods_unknown_fields_are_not_told() {
 }
 
 /// A console line quotes at most [`QUOTED_CHARS_MAX`] characters of one word of the file's
-/// text: a 900 KB key of a `.json` manifest made a 900 KB line.
+/// text: a 900 KB key (an explicit one, `? key`: an implicit key is at most 1,024 characters,
+/// in a `.json` manifest too) made a 900 KB line.
 #[test]
 fn a_long_key_is_cut_in_a_console_line() {
     let key = "k".repeat(900 * 1024);
-    let json = format!(
-        "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"j\"}}, \"{key}\": 1,\n \
-         \"spec\": {{\"containers\": [{{\"name\": \"app\", \"command\": [\"x\"]}}]}}}}"
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: j}}\n? {key}\n: 1\nspec:\n  containers:\n  - name: app\n    \
+         command: [x]\n"
     );
     let (_, errors, unknown) =
-        parse_manifest_noting_unknown(Path::new("/m/long.json"), &json, NODE, &FeatureGates::default());
+        parse_manifest_noting_unknown(Path::new("/m/long.yaml"), &yaml, NODE, &FeatureGates::default());
     assert_eq!(errors, []);
     let line = ignored_fields_line(&unknown[0]);
     let cut = format!("unknown field \"{}…\"", "k".repeat(QUOTED_CHARS_MAX - 1));

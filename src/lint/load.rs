@@ -134,10 +134,6 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
     }
 }
 
-fn is_json(file: &Path) -> bool {
-    file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"))
-}
-
 fn is_manifest(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
@@ -156,7 +152,7 @@ fn load_file(file: &Path, loaded: &mut Loaded) {
 /// The objects of one file's contents, into `loaded` (errors included).
 fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
-    let documents = match documents(file, contents) {
+    let documents = match documents(contents) {
         Ok(documents) => documents,
         Err(reason) => return loaded.errors.push(error(reason)),
     };
@@ -167,7 +163,7 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     }
     let several = documents.iter().filter(|d| !d.as_ref().is_ok_and(Value::is_null)).count() > 1;
     let total = documents.len();
-    let sections = if several && !is_json(file) { document_sections(contents) } else { Vec::new() };
+    let sections = if several { document_sections(contents) } else { Vec::new() };
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut located: Option<Option<Vec<Spanned<Node>>>> = None;
     for (index, document) in documents.into_iter().enumerate() {
@@ -232,19 +228,12 @@ fn read(file: &Path) -> Result<String, String> {
     read_regular_file(file, MAX_LINT_FILE_BYTES).map_err(|e| e.to_string())
 }
 
-/// The file's documents (YAML, or JSON by the `.json` extension), each the JSON the kubelet
-/// decodes (`decode.rs` in `src/host/manifests/`). A document may be null (`--- ~`); such
+/// The file's documents, each the JSON the kubelet decodes (`decode.rs` in
+/// `src/host/manifests/`). A `.json` file is read as YAML too, as the kubelet reads every file
+/// (its `tryDecodeSinglePod`: "JSON is valid YAML"). A document may be null (`--- ~`); such
 /// documents are passed over.
-pub fn documents(file: &Path, contents: &str) -> Result<Vec<Result<Value, String>>, String> {
+pub fn documents(contents: &str) -> Result<Vec<Result<Value, String>>, String> {
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
-    if is_json(file) {
-        if contents.trim().is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
-        as_kubelet_json(&mut value);
-        return Ok(vec![Ok(value)]);
-    }
     let mut documents: Vec<Value> =
         serde_saphyr::from_multiple_with_options(&reader_text(contents), yaml_options())
             .map_err(|e| yaml_syntax_error(&e, contents))?;
@@ -571,7 +560,7 @@ mod tests {
         let (_, errors, _) = parse("broken.yaml", "kind: Pod\n  - : [\n");
         assert!(errors[0].starts_with("invalid YAML: "), "{errors:?}");
         let (_, errors, _) = parse("broken.json", "{\"kind\": ");
-        assert!(errors[0].starts_with("invalid JSON: "), "{errors:?}");
+        assert!(errors[0].starts_with("invalid YAML: "), "{errors:?}");
     }
 
     /// Each of many bad documents of mixed types gets its own line and column (the file is read

@@ -186,7 +186,7 @@ pub fn bounded_quotes(text: &str) -> std::borrow::Cow<'_, str> {
 
 // === parsing ===
 
-/// Parses one file's contents: YAML or JSON (by the `.json` extension), several YAML documents per
+/// Parses one file's contents: YAML (a `.json` file is YAML too, as for the kubelet), several YAML documents per
 /// file (`---`), empty documents skipped. Each document must be `kind: Pod`, `apiVersion: v1`;
 /// anything else is an error for that document while the file's other documents still load. When
 /// the file holds more than one document, errors name the document by its `---` section
@@ -241,7 +241,7 @@ fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &Feature
         return failed(ReadError::TooLarge { max_bytes: MAX_MANIFEST_BYTES }.to_string());
     }
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
-    let documents = match decode_documents(file, contents) {
+    let documents = match decode_documents(contents) {
         Ok(documents) => documents,
         Err(reason) => return failed(reason),
     };
@@ -249,7 +249,7 @@ fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &Feature
         return Parsed { empty: true, ..Parsed::default() };
     }
     let several = documents.len() > 1;
-    let sections = if several && !is_json(file) { sections::document_sections(contents) } else { Vec::new() };
+    let sections = if several { sections::document_sections(contents) } else { Vec::new() };
     let total = documents.len();
     let mut parsed = Parsed::default();
     for (index, document) in documents.into_iter().enumerate() {
@@ -274,37 +274,15 @@ fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &Feature
     parsed
 }
 
-fn is_json(file: &Path) -> bool {
-    file.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"))
-}
-
 /// A decoded pod with the paths of the fields it holds that a Pod does not have.
 type DecodedPod = (Pod, Vec<String>);
 
 /// The file's documents, each a pod (with its unknown fields) or why not; `Err` when the file
 /// does not parse at all. Each document is decoded as the kubelet decodes it (`decode.rs`):
-/// made JSON by YAML 1.1's rules, then decoded strictly by type.
-fn decode_documents(file: &Path, contents: &str) -> Result<Vec<Result<DecodedPod, String>>, String> {
-    if is_json(file) {
-        if contents.trim().is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut value: Value = serde_json::from_str(contents).map_err(|e| format!("invalid JSON: {e}"))?;
-        let pod = check_kind(&value).and_then(|()| {
-            decode::as_kubelet_json(&mut value);
-            decode::decode_value::<Pod>(value).map_err(|error| {
-                // Decoding the text again gives the line and column, where it fails alike.
-                let typed =
-                    decode_noting_unknown::<Pod, _>(&mut serde_json::Deserializer::from_str(contents))
-                        .err()
-                        .map(|e| with_path(&e.path().to_string(), e.inner()));
-                let untyped = error.text(0, None, contents);
-                let same_field = |typed: &String| typed.split(": ").next() == untyped.split(": ").next();
-                format!("invalid Pod: {}", typed.filter(same_field).unwrap_or(untyped))
-            })
-        });
-        return Ok(vec![pod]);
-    }
+/// made JSON by YAML 1.1's rules, then decoded strictly by type. A `.json` file is read so too:
+/// the kubelet's `tryDecodeSinglePod` runs every file through sigs.k8s.io/yaml ("JSON is valid
+/// YAML"), so `1e400` in a JSON manifest is the string `1e400` to it, not an error.
+fn decode_documents(contents: &str) -> Result<Vec<Result<DecodedPod, String>>, String> {
     let mut values: Vec<Value> =
         serde_saphyr::from_multiple_with_options(&decode::reader_text(contents), yaml_options())
             .map_err(|e| yaml_syntax_error(&e, contents))?;
@@ -1130,7 +1108,7 @@ mod tests {
             let (_, errors) = parse_manifest(Path::new("p.yaml"), &yaml, "node");
             let agent: Vec<&str> = errors.iter().map(|e| e.reason.as_str()).collect();
             assert!(agent.len() == 1 && agent[0].starts_with(want), "{agent:?} / {want}");
-            let lint = crate::lint::load::documents(Path::new("p.yaml"), &yaml).map(|_| ());
+            let lint = crate::lint::load::documents(&yaml).map(|_| ());
             assert!(lint.as_ref().is_err_and(|e| e.starts_with(want)), "{lint:?} / {want}");
         }
     }
