@@ -491,7 +491,7 @@ fn go_timestamp(text: &str) -> Option<()> {
     let year: u32 = text[..4].parse().ok()?;
     let (month, rest) = number(&text[5..])?;
     let (day, rest) = number(rest.strip_prefix('-')?)?;
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let leap = year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400));
     let days = match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
