@@ -185,6 +185,30 @@ async fn too_few_open_files_to_start_is_one_clear_error() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `test`, of this same test binary, again with `child_env` set, inside a pids cgroup that
+/// has room for its one thread only: its exit status and its output (standard output, then
+/// error). `None`, said, where no pids cgroup can be made.
+fn rerun_in_a_full_pids_cgroup(test: &str, child_env: &str) -> Option<(std::process::ExitStatus, String)> {
+    let Some(cgroup) = PidsCgroup::make(1) else {
+        eprintln!("skipped: no pids cgroup can be made here (needs root and the pids controller)");
+        return None;
+    };
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} --exact {test} --test-threads=1 --nocapture",
+        cgroup.0.display(),
+        std::env::current_exe().expect("this test binary").display(),
+    );
+    let output = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env(child_env, "1")
+        .output()
+        .expect("the test binary runs");
+    drop(cgroup);
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    Some((output.status, text))
+}
+
 /// Set for the run of this test binary that [`an_embedded_engine_with_no_thread_to_spare_runs_its_workers_on_the_callers`]
 /// starts inside a full pids cgroup.
 const NO_THREADS_CHILD: &str = "PROBELET_TEST_NO_THREADS_CHILD";
@@ -199,24 +223,13 @@ fn an_embedded_engine_with_no_thread_to_spare_runs_its_workers_on_the_callers() 
     if std::env::var_os(NO_THREADS_CHILD).is_some() {
         return start_an_engine_with_worker_threads();
     }
-    let Some(cgroup) = PidsCgroup::make(1) else {
-        eprintln!("skipped: no pids cgroup can be made here (needs root and the pids controller)");
+    let Some((status, text)) = rerun_in_a_full_pids_cgroup(
+        "an_embedded_engine_with_no_thread_to_spare_runs_its_workers_on_the_callers",
+        NO_THREADS_CHILD,
+    ) else {
         return;
     };
-    let script = format!(
-        "echo $$ > {}/cgroup.procs && exec {} --exact an_embedded_engine_with_no_thread_to_spare_runs_its_workers_on_the_callers --test-threads=1 --nocapture",
-        cgroup.0.display(),
-        std::env::current_exe().expect("this test binary").display(),
-    );
-    let output = std::process::Command::new("sh")
-        .args(["-c", &script])
-        .env(NO_THREADS_CHILD, "1")
-        .output()
-        .expect("the test binary runs");
-    drop(cgroup);
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success() && text.contains("engine answered"), "{}:\n{text}", output.status);
+    assert!(status.success() && text.contains("engine answered"), "{status}:\n{text}");
     assert!(!text.contains("panicked"), "{text}");
 }
 
@@ -245,25 +258,14 @@ fn a_probe_to_a_host_name_with_no_thread_to_spare_fails_without_a_panic() {
     if std::env::var_os(NO_LOOKUP_THREAD_CHILD).is_some() {
         return probe_a_host_name();
     }
-    let Some(cgroup) = PidsCgroup::make(1) else {
-        eprintln!("skipped: no pids cgroup can be made here (needs root and the pids controller)");
+    let Some((status, text)) = rerun_in_a_full_pids_cgroup(
+        "a_probe_to_a_host_name_with_no_thread_to_spare_fails_without_a_panic",
+        NO_LOOKUP_THREAD_CHILD,
+    ) else {
         return;
     };
-    let script = format!(
-        "echo $$ > {}/cgroup.procs && exec {} --exact a_probe_to_a_host_name_with_no_thread_to_spare_fails_without_a_panic --test-threads=1 --nocapture",
-        cgroup.0.display(),
-        std::env::current_exe().expect("this test binary").display(),
-    );
-    let output = std::process::Command::new("sh")
-        .args(["-c", &script])
-        .env(NO_LOOKUP_THREAD_CHILD, "1")
-        .output()
-        .expect("the test binary runs");
-    drop(cgroup);
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(!text.contains("panicked"), "{text}");
-    assert!(output.status.success(), "{}:\n{text}", output.status);
+    assert!(status.success(), "{status}:\n{text}");
     let lookup_failed = "dial tcp: lookup localhost: resource temporarily unavailable";
     assert!(text.contains(&format!("tcp: Failure {lookup_failed}\n")), "{text}");
     assert!(text.contains("http: Failure Get \"http://localhost:"), "{text}");
