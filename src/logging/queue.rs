@@ -232,7 +232,7 @@ pub fn exit(code: i32) -> ! {
 /// A panic that cannot unwind aborts the process right after the hook, so its text, and the
 /// texts queued before it, are waited for as an exit waits: a panic in a destructor while a
 /// panic unwinds, one out of a function that cannot unwind (core says them in the words of
-/// [`aborts_after_the_hook`]).
+/// `aborts_after_the_hook`).
 pub fn queue_panics() {
     std::panic::set_hook(Box::new(|info| {
         say_panic(slot(Stream::Stderr).get(), &panic_text(info), |text| write_in_place(Stream::Stderr, text));
