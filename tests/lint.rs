@@ -1185,6 +1185,33 @@ fn an_empty_manifest_is_a_warning_in_the_agents_words() {
     assert_eq!(run.code, 1, "the error still counts: {}", run.stdout);
 }
 
+/// A key written twice in a mapping is a warning in the agent's words (the kubelet reads the
+/// last value; the API server's strict decoding would refuse it), and the object is linted as
+/// read: here the probe's `periodSeconds: ten` is followed by `5`, and the pod's name `a` by
+/// `b`. The file was an error (`invalid YAML: duplicate mapping key: …`, exit 2).
+#[test]
+fn a_key_written_twice_is_a_warning_and_its_last_value_is_linted() {
+    use probelet::host::manifests::DUPLICATE_KEY_READ;
+    let dir = TempDir::new("key-twice");
+    let pod = dir.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\nspec:\n  containers:\n  - name: api\n    \
+         image: example/api:1\n    readinessProbe:\n      tcpSocket: {port: 9000}\n      initialDelaySeconds: 5\n      \
+         periodSeconds: ten\n      periodSeconds: 5\n",
+    );
+    let said = format!("duplicate mapping key: name at line 5, column 3: {DUPLICATE_KEY_READ}");
+    let run = lint(&[], &[dir.path()]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert_eq!(run.stderr, format!("warning: {}: {said}\n", pod.display()));
+    assert!(run.stdout.ends_with(": 0 errors, 1 warning\n"), "{}", run.stdout);
+
+    let json = lint_json(dir.path(), 0);
+    assert_eq!(json["warnings"][0]["file"], pod.display().to_string(), "{json:#}");
+    assert_eq!(json["warnings"][0]["message"], said, "{json:#}");
+    assert_eq!(json["objects"][0]["name"], "b", "{json:#}");
+    assert_eq!(json["summary"]["file_warnings"], 1);
+}
+
 /// A field the object's type does not have is a warning per field, in the API server's words
 /// and with its path (`spec.containers[0].readinesProbe`, `metadata.lables`,
 /// `spec.template.spec.…` in a workload), as the API server's strict field validation, kubectl's

@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use probelet::host::manifests::{
-    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, EMPTY, EMPTY_FOR_NOW, FAILS_FOR_NOW, HELD_SCANS_MAX,
-    LINE_QUOTES_MAX, LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache, QUOTED_CHARS_MAX, RanBefore,
-    Removal, Snapshot, SourceChange, UNREADABLE_FOR_NOW, UnknownFields, apply_defaults,
-    decode_noting_unknown, diff, ignored_fields_line, kept_for_now, leads_to_a_file, load_dir,
-    parse_manifest, parse_manifest_noting_unknown, removal, rescan, scan, scan_cached, scan_with,
-    static_pod_uid, validate, validate_with,
+    CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, DUPLICATE_KEY_READ, DuplicateKey, EMPTY, EMPTY_FOR_NOW,
+    FAILS_FOR_NOW, HELD_SCANS_MAX, LINE_QUOTES_MAX, LoadedPod, MAX_MANIFEST_BYTES, ManifestError, ParseCache,
+    QUOTED_CHARS_MAX, RanBefore, Removal, Snapshot, SourceChange, UNREADABLE_FOR_NOW, UnknownFields,
+    apply_defaults, decode_noting_unknown, diff, duplicate_key_line, ignored_fields_line, kept_for_now,
+    leads_to_a_file, load_dir, parse_manifest, parse_manifest_noting_unknown, removal, rescan, scan,
+    scan_cached, scan_with, static_pod_uid, validate, validate_with,
 };
 use probelet::{Feature, FeatureGates};
 use proptest::prelude::*;
@@ -357,14 +357,56 @@ fn a_scan_carries_the_unknown_fields_of_the_files_it_read() {
     assert_eq!(held.unknown_fields, []);
 }
 
-/// A duplicate key is named with its place, and without the YAML library's advice to its own
-/// callers ("set DuplicateKeyPolicy in Options"), which a manifest's author cannot follow.
+/// A key written twice in a mapping is read as the kubelet's file source reads it
+/// (sigs.k8s.io/yaml: go-yaml v2, not strict): the last value wins, in a `.json` file too, and
+/// so do keys that are one only once resolved (`1` and `01`); the file's words are still read as
+/// go-yaml reads them. The file was refused (`invalid
+/// YAML: duplicate mapping key: name at line 5, column 3`). A scan names the first such key with
+/// where it is written again, without the YAML library's advice to its own callers ("set
+/// DuplicateKeyPolicy in Options"), which a manifest's author cannot follow.
 #[test]
-fn a_duplicate_key_is_named_in_the_authors_terms() {
-    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\nspec:\n  containers: [{name: c, command: [x]}]\n";
+fn a_key_written_twice_is_read_last_as_the_kubelet_reads_it() {
+    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\n  labels: {1: p, 01: q}\n\
+                    spec:\n  containers: [{name: c, image: first, command: [x], image: second, workingDir: oN}]\n";
     let (pods, errors) = parse_manifest(Path::new("/m/dup.yaml"), contents, NODE);
-    assert!(pods.is_empty());
-    assert_eq!(reasons(&errors), vec!["invalid YAML: duplicate mapping key: name at line 5, column 3"]);
+    assert_eq!(errors, []);
+    assert_eq!(pods[0].metadata.name.as_deref(), Some("b"));
+    let labels = pods[0].metadata.labels.clone().unwrap();
+    assert_eq!(labels.into_iter().collect::<Vec<_>>(), [("1".to_owned(), "q".to_owned())]);
+    assert_eq!(pods[0].spec.as_ref().unwrap().containers[0].image.as_deref(), Some("second"));
+    // Its words read as go-yaml reads them, as in a file without such keys (`oN` a string).
+    assert_eq!(pods[0].spec.as_ref().unwrap().containers[0].working_dir.as_deref(), Some("oN"));
+
+    let json = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "name": "j"},
+        "spec": {"containers": [{"name": "c", "command": ["x"]}]}}"#;
+    let (pods, errors) = parse_manifest(Path::new("/m/dup.json"), json, NODE);
+    assert_eq!(errors, []);
+    assert_eq!(pods[0].metadata.name.as_deref(), Some("j"));
+
+    let dir = TempDir::new("key-twice");
+    let file = dir.write("dup.yaml", contents);
+    let snapshot = scan(dir.path(), NODE);
+    assert_eq!(snapshot.errors, []);
+    assert_eq!(snapshot.pods.len(), 1);
+    let text = format!("duplicate mapping key: name at line 5, column 3: {DUPLICATE_KEY_READ}");
+    assert_eq!(snapshot.duplicate_keys, [DuplicateKey { file: file.clone(), text }]);
+    assert_eq!(
+        duplicate_key_line(&snapshot.duplicate_keys[0]),
+        format!(
+            "manifest key written twice: {}: duplicate mapping key: name at line 5, column 3: the last \
+             value is read, as the kubelet reads it",
+            file.display()
+        )
+    );
+    // Keys one once resolved are named so too; a file without such keys names none.
+    dir.write("dup.yaml", contents.replace("  name: a\n", ""));
+    let text = format!("duplicate mapping key: 01 at line 5, column 18: {DUPLICATE_KEY_READ}");
+    assert_eq!(scan(dir.path(), NODE).duplicate_keys, [DuplicateKey { file: file.clone(), text }]);
+    dir.write(
+        "dup.yaml",
+        contents.replace("  name: a\n", "").replace("1: p, ", "").replace("image: first, ", ""),
+    );
+    assert_eq!(scan(dir.path(), NODE).duplicate_keys, []);
 }
 
 /// A tab that indents a line is placed where it is, as the kubelet's reader places it (`line 8:

@@ -331,6 +331,27 @@ fn manifest_lines(reported: &mut HashSet<Told>, next: &Snapshot, folder: &Path) 
         }
         current.insert(told);
     }
+    // A key written twice in a mapping: the last value is read, as the kubelet reads it; told
+    // once per file while its contents last, as a field ignored is.
+    let mut twice = 0;
+    for duplicate in &next.duplicate_keys {
+        let line = manifests::duplicate_key_line(duplicate);
+        let told = Told::Contents { file: duplicate.file.clone(), line: line.clone() };
+        if reported.insert(told.clone()) {
+            twice += 1;
+            if twice <= SKIPPED_NAMED {
+                lines.push((Tone::Warn, line));
+            }
+        }
+        current.insert(told);
+    }
+    if twice > SKIPPED_NAMED {
+        let more = twice - SKIPPED_NAMED;
+        lines.push((
+            Tone::Warn,
+            format!("… and {more} more manifests with a key written twice: `probelet lint {folder}` names them all"),
+        ));
+    }
     if ignoring > SKIPPED_NAMED {
         let more = ignoring - SKIPPED_NAMED;
         lines.push((

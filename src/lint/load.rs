@@ -18,12 +18,10 @@ use serde_saphyr::Spanned;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
 use crate::host::manifests::decode::{
-    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_scalars, reader_text, spans,
+    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_scalars, spans,
 };
 use crate::host::manifests::sections::{document_number, document_sections};
-use crate::host::manifests::{
-    EMPTY, MANIFEST_EXTENSIONS, read_regular_file, yaml_options, yaml_syntax_error,
-};
+use crate::host::manifests::{EMPTY, MANIFEST_EXTENSIONS, ReadDocuments, read_documents, read_regular_file};
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
 pub const MAX_LINT_FILE_BYTES: u64 = 16 << 20;
@@ -152,10 +150,12 @@ fn load_file(file: &Path, loaded: &mut Loaded) {
 /// The objects of one file's contents, into `loaded` (errors included).
 fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
-    let documents = match documents(contents) {
-        Ok(documents) => documents,
+    let (documents, duplicate_key) = match documents(contents) {
+        Ok(read) => read,
         Err(reason) => return loaded.errors.push(error(reason)),
     };
+    // Said as the agent says it, and the document linted as read (the last value).
+    loaded.warnings.extend(duplicate_key.map(error));
     // The agent's test: no document but empty or null ones (blank, only comments, `~`, `---`),
     // so that both say it of one file.
     if documents.iter().all(|d| d.as_ref().is_ok_and(Value::is_null)) {
@@ -231,15 +231,14 @@ fn read(file: &Path) -> Result<String, String> {
 /// The file's documents, each the JSON the kubelet decodes (`decode.rs` in
 /// `src/host/manifests/`). A `.json` file is read as YAML too, as the kubelet reads every file
 /// (its `tryDecodeSinglePod`: "JSON is valid YAML"). A document may be null (`--- ~`); such
-/// documents are passed over.
-pub fn documents(contents: &str) -> Result<Vec<Result<Value, String>>, String> {
+/// documents are passed over. With the first key written twice in a mapping, if any, in words:
+/// its last value is read, as the kubelet reads it ([`read_documents`]), and lint warns of it.
+pub fn documents(contents: &str) -> Result<ReadDocuments<Value>, String> {
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
-    let mut documents: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(&reader_text(contents), yaml_options())
-            .map_err(|e| yaml_syntax_error(&e, contents))?;
+    let (mut documents, duplicate_key) = read_documents(contents)?;
     let refused = go_yaml_scalars(&mut documents, contents);
     documents.iter_mut().for_each(as_kubelet_json);
-    Ok(documents
+    let documents = documents
         .into_iter()
         .zip(refused)
         .map(|(document, refused)| match refused {
@@ -250,7 +249,8 @@ pub fn documents(contents: &str) -> Result<Vec<Result<Value, String>>, String> {
             },
             None => Ok(document),
         })
-        .collect())
+        .collect();
+    Ok((documents, duplicate_key))
 }
 
 /// `Kind name` of an object lint looks at (one with an `apiVersion` and a `kind`), as its

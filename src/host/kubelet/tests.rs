@@ -839,6 +839,31 @@ fn a_manifest_saved_still_broken_is_told_again_and_once_while_its_contents_last(
     assert_eq!(teller.scan(), Vec::<String>::new(), "once while the new contents last");
 }
 
+/// A key written twice in a manifest's mapping (`image:` here) is read as the kubelet reads it,
+/// the last value winning, where the file was skipped (`invalid YAML: duplicate mapping key`);
+/// the agent says so, naming the key and where it is written again, once while the file's
+/// contents last, and again when it is saved with the key still twice.
+#[test]
+fn a_key_written_twice_is_read_last_and_told_once_per_contents() {
+    let mut teller = Teller::new("key-twice");
+    let twice = SLEEPER.replace("    command:", "    image: first\n    image: second\n    command:");
+    teller.write("twice.yaml", &twice);
+    let said = format!(
+        "manifest key written twice: {}: duplicate mapping key: image at line 8, column 5: the last value \
+         is read, as the kubelet reads it",
+        teller.dir.join("twice.yaml").display()
+    );
+    assert_eq!(teller.scan(), std::slice::from_ref(&said));
+    let pods: Vec<_> = teller.snapshot.pods.values().collect();
+    assert_eq!(pods.len(), 1, "{:?}", teller.snapshot.errors);
+    let image = pods[0].pod.spec.as_ref().and_then(|spec| spec.containers[0].image.as_deref());
+    assert_eq!(image, Some("second"));
+    assert_eq!(teller.scan(), Vec::<String>::new(), "once while the contents last");
+    teller.write("twice.yaml", &format!("{twice}# edited\n"));
+    assert_eq!(teller.scan(), [said], "saved with the key still twice");
+    assert_eq!(teller.scan(), Vec::<String>::new());
+}
+
 /// A running manifest caught half written is held while a writer changes it: its line is told
 /// once per text, though the contents change at each scan (a slow writer is not told at every
 /// scan); once the writer stops and it is still broken, it is told as skipped.

@@ -231,6 +231,25 @@ struct Parsed {
     /// The file holds no document but empty or null ones: it is blank, only comments, `~`,
     /// `null` or `---` lines ([`EMPTY`]).
     empty: bool,
+    /// The first key written twice in a mapping of the file, whose last value is read.
+    duplicate_key: Option<DuplicateKey>,
+}
+
+/// A key written twice in a mapping of a manifest: the last value is read, as the kubelet's
+/// file source reads it ([`read_documents`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateKey {
+    pub file: PathBuf,
+    /// The YAML reader's words, with where the key is written again, and what is read
+    /// (`duplicate mapping key: name at line 5, column 3: the last value is read, as the kubelet
+    /// reads it`).
+    pub text: String,
+}
+
+/// What `probelet run` prints of a manifest with a key written twice (once per file contents):
+/// the file and [`DuplicateKey::text`], its quote of the key bounded ([`bounded_quotes`]).
+pub fn duplicate_key_line(duplicate: &DuplicateKey) -> String {
+    format!("manifest key written twice: {}: {}", duplicate.file.display(), bounded_quotes(&duplicate.text))
 }
 
 /// [`parse_manifest_with`], with each pod's document number and the unknown fields.
@@ -241,17 +260,18 @@ fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &Feature
         return failed(ReadError::TooLarge { max_bytes: MAX_MANIFEST_BYTES }.to_string());
     }
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
-    let documents = match decode_documents(contents) {
-        Ok(documents) => documents,
+    let (documents, duplicate_key) = match decode_documents(contents) {
+        Ok(read) => read,
         Err(reason) => return failed(reason),
     };
+    let duplicate_key = duplicate_key.map(|text| DuplicateKey { file: file.to_path_buf(), text });
     if documents.is_empty() {
-        return Parsed { empty: true, ..Parsed::default() };
+        return Parsed { empty: true, duplicate_key, ..Parsed::default() };
     }
     let several = documents.len() > 1;
     let sections = if several { sections::document_sections(contents) } else { Vec::new() };
     let total = documents.len();
-    let mut parsed = Parsed::default();
+    let mut parsed = Parsed { duplicate_key, ..Parsed::default() };
     for (index, document) in documents.into_iter().enumerate() {
         let number = sections::document_number(&sections, total, index);
         let decoded = document.and_then(|(pod, paths)| Ok((prepare(file, pod, node_name, gates)?, paths)));
@@ -282,14 +302,12 @@ type DecodedPod = (Pod, Vec<String>);
 /// made JSON by YAML 1.1's rules, then decoded strictly by type. A `.json` file is read so too:
 /// the kubelet's `tryDecodeSinglePod` runs every file through sigs.k8s.io/yaml ("JSON is valid
 /// YAML"), so `1e400` in a JSON manifest is the string `1e400` to it, not an error.
-fn decode_documents(contents: &str) -> Result<Vec<Result<DecodedPod, String>>, String> {
-    let mut values: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(&decode::reader_text(contents), yaml_options())
-            .map_err(|e| yaml_syntax_error(&e, contents))?;
+fn decode_documents(contents: &str) -> Result<ReadDocuments<DecodedPod>, String> {
+    let (mut values, duplicate_key) = read_documents(contents)?;
     let refused = decode::go_yaml_scalars(&mut values, contents);
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut spans = None;
-    Ok(values
+    let documents = values
         .into_iter()
         .zip(refused)
         .enumerate()
@@ -305,7 +323,49 @@ fn decode_documents(contents: &str) -> Result<Vec<Result<DecodedPod, String>>, S
                 format!("invalid Pod: {}", error.text(0, document, contents))
             })
         })
-        .collect())
+        .collect();
+    Ok((documents, duplicate_key))
+}
+
+/// A file's documents, each read or why not, with its first key written twice in a mapping in
+/// words, if any ([`read_documents`]).
+pub type ReadDocuments<T> = (Vec<Result<T, String>>, Option<String>);
+
+/// What is said of a manifest with a key written twice in a mapping, after the YAML reader's
+/// words for the key and where it is written the second time.
+pub const DUPLICATE_KEY_READ: &str = "the last value is read, as the kubelet reads it";
+
+/// The file's YAML documents (`contents`, its BOM stripped) as the kubelet's file source reads
+/// them: a key written twice in a mapping takes its last value, as sigs.k8s.io/yaml (go-yaml v2,
+/// not strict) takes it, where the YAML reader's default refuses the file. With the first such
+/// key, if any, in words (`duplicate mapping key: name at line 5, column 3: the last value is
+/// read, as the kubelet reads it`), said as a warning (docs/lint.md, "What it reads"). The
+/// first read refuses a duplicate, to find it: only a file that has one is read a second time.
+/// Keys the same only to the YAML reader's integers (`1` and `01`) are one key to it, and to
+/// go-yaml once resolved: the last is read so too.
+pub(crate) fn read_documents(contents: &str) -> Result<(Vec<Value>, Option<String>), String> {
+    let text = decode::reader_text(contents);
+    let mut strict = yaml_options();
+    strict.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    match serde_saphyr::from_multiple_with_options(&text, strict) {
+        Ok(values) => Ok((values, None)),
+        Err(error) if is_duplicate_key(&error) => {
+            let values = serde_saphyr::from_multiple_with_options(&text, yaml_options())
+                .map_err(|e| yaml_syntax_error(&e, contents))?;
+            Ok((values, Some(format!("{}: {DUPLICATE_KEY_READ}", yaml_error_text(&error)))))
+        }
+        Err(error) => Err(yaml_syntax_error(&error, contents)),
+    }
+}
+
+/// Whether the YAML reader refused a file for a key written twice (behind an alias's error, if
+/// the mapping is an anchor's).
+fn is_duplicate_key(mut error: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::Error;
+    while let Error::AliasError { error: inner, .. } | Error::WithSnippet { error: inner, .. } = error {
+        error = inner;
+    }
+    matches!(error, Error::DuplicateMappingKey { .. })
 }
 
 /// `path: error`, or only the error when it is about the document itself (path `.`).
@@ -326,6 +386,9 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // `decode::go_yaml_scalars` then makes what go-yaml makes of it: a refusal of the document
     // for `.inf`, the string `1e400` (docs/lint.md, "What it reads").
     options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::AsString;
+    // A key written twice takes its last value, as the kubelet's reader takes it
+    // ([`read_documents`], which finds and says it).
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
     options
 }
 
@@ -571,6 +634,8 @@ struct Loaded {
     unreadable_files: BTreeMap<PathBuf, io::ErrorKind>,
     /// The fields of the files read that a Pod does not have (not those of a held file).
     unknown_fields: Vec<UnknownFields>,
+    /// The files read with a key written twice, whose last value is read.
+    duplicate_keys: Vec<DuplicateKey>,
     /// The files this scan parsed afresh: read with contents other than their last parse's
     /// ([`ParseCache::parse`]), or read for the first time.
     changed_files: BTreeSet<PathBuf>,
@@ -775,6 +840,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         folder_unreadable: None,
         unreadable_files: BTreeMap::new(),
         unknown_fields: Vec::new(),
+        duplicate_keys: Vec::new(),
         changed_files: BTreeSet::new(),
     };
     let files = match manifest_files(dir, &mut loaded) {
@@ -843,7 +909,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         let given = cache.names_given(&file);
         cache.given_before.remove(&file);
         cache.given_up.remove(&file);
-        let (Parsed { pods: parsed, errors: bad, unknown, empty }, changed) =
+        let (Parsed { pods: parsed, errors: bad, unknown, empty, duplicate_key }, changed) =
             cache.parse(&file, contents, node_name, gates);
         if changed {
             loaded.changed_files.insert(file.clone());
@@ -872,6 +938,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         }
         loaded.errors.extend(bad);
         loaded.unknown_fields.extend(unknown);
+        loaded.duplicate_keys.extend(duplicate_key);
         loaded.candidates.extend(parsed.into_iter().map(|(document, pod)| LoadedPod {
             file: file.clone(),
             document,

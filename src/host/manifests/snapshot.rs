@@ -54,6 +54,9 @@ pub struct Snapshot {
     /// The fields of the files read that a Pod does not have: their pods run without them, as
     /// the kubelet runs them (docs/lint.md, "`unknown-field`").
     pub unknown_fields: Vec<super::UnknownFields>,
+    /// The files read with a key written twice in a mapping: the last value is read, as the
+    /// kubelet reads it (docs/lint.md, "What it reads").
+    pub duplicate_keys: Vec<super::DuplicateKey>,
     /// The files this scan read with new contents (parsed afresh: edited since the last scan,
     /// or read for the first time). What was told about such a file's contents is told again if
     /// it still holds (the kubelet's reporting loop, docs/reliability.md, "A manifest saved
@@ -312,6 +315,7 @@ fn scan_running(
         unreadable_files: loaded.unreadable_files,
         ran_before,
         unknown_fields: loaded.unknown_fields,
+        duplicate_keys: loaded.duplicate_keys,
         changed_files: loaded.changed_files,
     }
 }
