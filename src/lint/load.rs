@@ -232,7 +232,7 @@ fn read(file: &Path) -> Result<String, String> {
 /// `src/host/manifests/`). A `.json` file is read as YAML too, as the kubelet reads every file
 /// (its `tryDecodeSinglePod`: "JSON is valid YAML"). A document may be null (`--- ~`); such
 /// documents are passed over. With the first key written twice in a mapping, if any, in words:
-/// its last value is read, as the kubelet reads it ([`read_documents`]), and lint warns of it.
+/// its last value is read, as the kubelet reads it (`read_documents` in `src/host/manifests`), and lint warns of it.
 pub fn documents(contents: &str) -> Result<ReadDocuments<Value>, String> {
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
     let (mut documents, duplicate_key) = read_documents(contents)?;

@@ -236,7 +236,7 @@ struct Parsed {
 }
 
 /// A key written twice in a mapping of a manifest: the last value is read, as the kubelet's
-/// file source reads it ([`read_documents`]).
+/// file source reads it (`read_documents`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DuplicateKey {
     pub file: PathBuf,
@@ -328,7 +328,7 @@ fn decode_documents(contents: &str) -> Result<ReadDocuments<DecodedPod>, String>
 }
 
 /// A file's documents, each read or why not, with its first key written twice in a mapping in
-/// words, if any ([`read_documents`]).
+/// words, if any (`read_documents`).
 pub type ReadDocuments<T> = (Vec<Result<T, String>>, Option<String>);
 
 /// What is said of a manifest with a key written twice in a mapping, after the YAML reader's
