@@ -579,6 +579,11 @@ pub async fn run_standalone(args: &RunArgs, manifests_as_given: PathBuf) -> Resu
             crate::logging::escape_controls(&state_dir.display().to_string())
         ));
     }
+    if *terminating.borrow() == ShutdownStage::Forced {
+        // A second request to stop came during start-up: the watcher, handed the groups, ends
+        // the process (exit 1). Nothing is started meanwhile.
+        std::future::pending::<()>().await;
+    }
     let runtime = actix::Actor::start(
         ProcessRuntime::new(runner, Arc::new(common.events.clone()), common.clock.clone())
             .with_groups(groups.clone())
@@ -776,7 +781,8 @@ enum Forced {
 /// The watcher's decisions, apart from what it then kills: waits for the first request to stop
 /// (stage `Stopping`), then for what is handed over to kill, then for a second request or the
 /// deadline `deadline_of` reads from what was handed, counted from the hand-over. A second
-/// request before the hand-over forces the stop as soon as it comes. `None` when nothing is
+/// request before the hand-over is told at once (stage `Forced`) and forces the stop as soon as
+/// the hand-over comes. `None` when nothing is
 /// handed over: the agent did not start.
 async fn until_forced<S: SignalSource, T>(
     requests: &mut ShutdownRequests<S>,
@@ -790,7 +796,13 @@ async fn until_forced<S: SignalSource, T>(
     let handed = loop {
         tokio::select! {
             handed = &mut handed => break handed.ok()?,
-            () = requests.next(), if !second => second = true,
+            () = requests.next(), if !second => {
+                second = true;
+                // Told at once, so that the main thread, handing over when start-up is done,
+                // starts nothing: the hand-over and this thread's kill after it would otherwise
+                // race the start of the pods (under load the pods were started first).
+                stage.send_replace(ShutdownStage::Forced);
+            }
         }
     };
     if second {
@@ -1152,6 +1164,25 @@ mod tests {
             Some((Duration::from_secs(30), Forced::Deadline(Duration::from_secs(30))))
         );
         assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    /// A second request before the hand-over is told at once, before anything is handed over:
+    /// the main thread, handing over when start-up is done, then starts nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_second_request_before_the_hand_over_is_told_at_once() {
+        let (signal, mut stage, hand, decided) = watcher();
+        signal.send(()).unwrap();
+        stage.wait_for(|stage| *stage == ShutdownStage::Stopping).await.unwrap();
+        tokio::time::advance(SAME_REQUEST + Duration::from_millis(1)).await;
+        signal.send(()).unwrap();
+        let told = tokio::time::timeout(
+            Duration::from_secs(1),
+            stage.wait_for(|stage| *stage == ShutdownStage::Forced),
+        );
+        told.await.expect("told before the hand-over").unwrap();
+        assert!(!decided.is_finished(), "nothing forced before the hand-over");
+        hand.send(Duration::from_secs(30)).unwrap();
+        assert_eq!(decided.await.unwrap(), Some((Duration::from_secs(30), Forced::SecondRequest)));
     }
 
     /// An agent that did not start hands nothing over: the watcher forces nothing.
