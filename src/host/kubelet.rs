@@ -225,6 +225,28 @@ enum Told {
     ManifestsPathMoved,
 }
 
+/// Tells each of `items` (a file and its line) once while the file's contents last, naming the
+/// first [`SKIPPED_NAMED`] of those new to this scan; how many were new.
+fn tell_per_contents<'a>(
+    items: impl Iterator<Item = (&'a PathBuf, String)>,
+    reported: &mut HashSet<Told>,
+    current: &mut HashSet<Told>,
+    lines: &mut Vec<(Tone, String)>,
+) -> usize {
+    let mut new = 0;
+    for (file, line) in items {
+        let told = Told::Contents { file: file.clone(), line: line.clone() };
+        if reported.insert(told.clone()) {
+            new += 1;
+            if new <= SKIPPED_NAMED {
+                lines.push((Tone::Warn, line));
+            }
+        }
+        current.insert(told);
+    }
+    new
+}
+
 /// The lines a scan that gave `next` tells about the manifests in the folder `manifests`, each
 /// thing once while it lasts ([`Told`]); `reported` is what was told, kept up to date.
 fn manifest_lines(reported: &mut HashSet<Told>, next: &Snapshot, folder: &Path) -> Vec<(Tone, String)> {
@@ -317,34 +339,16 @@ fn manifest_lines(reported: &mut HashSet<Told>, next: &Snapshot, folder: &Path) 
         lines.push((Tone::Warn, format!("… and {more} more manifests held, their pods kept")));
     }
     // Fields a Pod does not have (a misspelled `readinesProbe`): ignored, as the kubelet
-    // ignores them, and told once per file (document) and set of fields while the file's
-    // contents last.
-    let mut ignoring = 0;
-    for unknown in &next.unknown_fields {
-        let line = manifests::ignored_fields_line(unknown);
-        let told = Told::Contents { file: unknown.file.clone(), line: line.clone() };
-        if reported.insert(told.clone()) {
-            ignoring += 1;
-            if ignoring <= SKIPPED_NAMED {
-                lines.push((Tone::Warn, line));
-            }
-        }
-        current.insert(told);
-    }
-    // A key written twice in a mapping: the last value is read, as the kubelet reads it; told
-    // once per file while its contents last, as a field ignored is.
-    let mut twice = 0;
-    for duplicate in &next.duplicate_keys {
-        let line = manifests::duplicate_key_line(duplicate);
-        let told = Told::Contents { file: duplicate.file.clone(), line: line.clone() };
-        if reported.insert(told.clone()) {
-            twice += 1;
-            if twice <= SKIPPED_NAMED {
-                lines.push((Tone::Warn, line));
-            }
-        }
-        current.insert(told);
-    }
+    // ignores them. A key written twice in a mapping: the last value is read, as the kubelet
+    // reads it. Each told once per file (document) and line while the file's contents last.
+    let ignored =
+        next.unknown_fields.iter().map(|unknown| (&unknown.file, manifests::ignored_fields_line(unknown)));
+    let ignoring = tell_per_contents(ignored, reported, &mut current, &mut lines);
+    let doubled = next
+        .duplicate_keys
+        .iter()
+        .map(|duplicate| (&duplicate.file, manifests::duplicate_key_line(duplicate)));
+    let twice = tell_per_contents(doubled, reported, &mut current, &mut lines);
     if twice > SKIPPED_NAMED {
         let more = twice - SKIPPED_NAMED;
         lines.push((
