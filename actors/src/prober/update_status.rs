@@ -845,6 +845,14 @@ mod tests {
         );
     }
 
+    /// Each container's name, `started` and `ready`, init containers first.
+    fn started_and_ready(status: &PodStatus) -> Vec<(&str, Option<bool>, bool)> {
+        let init = status.init_container_statuses.iter().flatten();
+        init.chain(status.container_statuses.iter().flatten())
+            .map(|c| (c.name.as_str(), c.started, c.ready))
+            .collect()
+    }
+
     /// While a pod terminates, a regeneration keeps `started` as the stored status has it: a
     /// container whose startup probe never succeeded stays not started and not ready, however
     /// its startup worker's absence reads; a started one keeps its computed readiness.
@@ -868,12 +876,7 @@ mod tests {
         let slow = Container { startup_probe: Some(Probe::default()), ..container("slow", false) };
         let terminating = pod(vec![container("plain", false), slow], vec![], None);
         keep_started_while_terminating(&terminating, &mut regenerated, None);
-        let flags: Vec<_> = regenerated
-            .container_statuses
-            .iter()
-            .flatten()
-            .map(|c| (c.name.as_str(), c.started, c.ready))
-            .collect();
+        let flags = started_and_ready(&regenerated);
         assert_eq!(flags, [("plain", Some(true), true), ("slow", Some(false), false)]);
     }
 
@@ -906,12 +909,7 @@ mod tests {
             |name: &str| Container { startup_probe: Some(Probe::default()), ..container(name, false) };
         let terminating = pod(["slow", "up", "new-id", "gone"].map(probed).to_vec(), vec![], None);
         keep_started_while_terminating(&terminating, &mut regenerated, Some(&stored));
-        let flags: Vec<_> = regenerated
-            .container_statuses
-            .iter()
-            .flatten()
-            .map(|c| (c.name.as_str(), c.started, c.ready))
-            .collect();
+        let flags = started_and_ready(&regenerated);
         assert_eq!(
             flags,
             [
@@ -964,13 +962,7 @@ mod tests {
             None,
         );
         keep_started_and_ready_once_finished(&finished, &mut regenerated, Some(&stored));
-        let flags: Vec<_> = regenerated
-            .init_container_statuses
-            .iter()
-            .flatten()
-            .chain(regenerated.container_statuses.iter().flatten())
-            .map(|c| (c.name.as_str(), c.started, c.ready))
-            .collect();
+        let flags = started_and_ready(&regenerated);
         assert_eq!(
             flags,
             [
@@ -1019,12 +1011,7 @@ mod tests {
             None,
         );
         keep_started_and_ready_once_finished(&finished, &mut regenerated, None);
-        let flags: Vec<_> = regenerated
-            .container_statuses
-            .iter()
-            .flatten()
-            .map(|c| (c.name.as_str(), c.started, c.ready))
-            .collect();
+        let flags = started_and_ready(&regenerated);
         assert_eq!(
             flags,
             [("plain", Some(true), true), ("web", Some(true), false), ("slow", Some(false), false)]
