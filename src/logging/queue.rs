@@ -12,7 +12,7 @@
 //! (docs/reliability.md, "A log reader that stops reading").
 
 use std::io::{self, Write as _};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -276,24 +276,51 @@ fn say_panic(queue: Option<&Queue>, text: &str, in_place: impl FnOnce(&[u8])) {
     }
 }
 
-/// What the default hook says of a panic, but for the thread's OS ID after its name (std does
-/// not give it to a hook) and the backtrace note, said at every panic rather than the first.
+/// What the default hook says of a panic: the thread's name and OS ID, where, the message, and
+/// a backtrace as `RUST_BACKTRACE` asks, or the note that says how, at the process's first
+/// panic only (as std's own hook: its note is said once).
 fn panic_text(info: &std::panic::PanicHookInfo<'_>) -> String {
     use std::backtrace::{Backtrace, BacktraceStatus};
+    static FIRST_PANIC: AtomicBool = AtomicBool::new(true);
     let thread = std::thread::current();
-    let name = thread.name().unwrap_or("<unnamed>");
-    let message = info.payload_as_str().unwrap_or("Box<dyn Any>");
-    let location = info.location().map(ToString::to_string).unwrap_or_default();
     let backtrace = Backtrace::capture();
-    match backtrace.status() {
-        BacktraceStatus::Captured => {
-            format!("\nthread '{name}' panicked at {location}:\n{message}\nstack backtrace:\n{backtrace}\n")
+    let backtrace = match backtrace.status() {
+        BacktraceStatus::Captured => Some(backtrace.to_string()),
+        _ => None,
+    };
+    said_of_a_panic(&Panicked {
+        thread: thread.name().unwrap_or("<unnamed>"),
+        thread_id: rustix::thread::gettid().as_raw_nonzero().get(),
+        location: info.location().map(ToString::to_string).unwrap_or_default(),
+        message: info.payload_as_str().unwrap_or("Box<dyn Any>"),
+        backtrace,
+        first: FIRST_PANIC.swap(false, Ordering::Relaxed),
+    })
+}
+
+/// What [`said_of_a_panic`] says.
+struct Panicked<'a> {
+    thread: &'a str,
+    thread_id: i32,
+    location: String,
+    message: &'a str,
+    backtrace: Option<String>,
+    /// The process's first panic, the only one whose text has the note on backtraces.
+    first: bool,
+}
+
+/// The default hook's words (Rust 1.95): `thread 'main' (4242) panicked at src/main.rs:1:5:`.
+fn said_of_a_panic(panic: &Panicked<'_>) -> String {
+    let Panicked { thread, thread_id, location, message, .. } = panic;
+    let mut text = format!("\nthread '{thread}' ({thread_id}) panicked at {location}:\n{message}\n");
+    match &panic.backtrace {
+        Some(backtrace) => text.push_str(&format!("stack backtrace:\n{backtrace}\n")),
+        None if panic.first => {
+            text.push_str("note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n")
         }
-        _ => format!(
-            "\nthread '{name}' panicked at {location}:\n{message}\nnote: run with `RUST_BACKTRACE=1` \
-             environment variable to display a backtrace\n"
-        ),
+        None => {}
     }
+    text
 }
 
 /// The log's writer for tracing's fmt layer: each event is one `write` of its whole line.
@@ -428,10 +455,14 @@ mod tests {
         let say = move |info: &std::panic::PanicHookInfo<'_>| {
             say_panic(Some(&ours), &panic_text(info), |_| {});
         };
+        let (own_id, its_id) = mpsc::channel();
         let ended = with_panics_of("panics-here", say, || {
             std::thread::Builder::new()
                 .name("panics-here".into())
-                .spawn(|| panic!("boom {}", 7))
+                .spawn(move || {
+                    let _ = own_id.send(rustix::thread::gettid().as_raw_nonzero().get());
+                    panic!("boom {}", 7)
+                })
                 .unwrap()
                 .join()
         });
@@ -439,7 +470,9 @@ mod tests {
         go_on.send(()).unwrap();
         let queued = wrote.recv_timeout(Duration::from_secs(60)).expect("the panic's text was queued");
         let text = String::from_utf8(queued).unwrap();
-        assert!(text.starts_with("\nthread 'panics-here' panicked at src/logging/queue.rs:"), "{text}");
+        let id = its_id.recv().unwrap();
+        let said = format!("\nthread 'panics-here' ({id}) panicked at src/logging/queue.rs:");
+        assert!(text.starts_with(&said), "the panicking thread's name and OS ID, as std says them: {text}");
         assert!(text.contains(":\nboom 7\n"), "{text}");
     }
 
@@ -463,8 +496,36 @@ mod tests {
             wrote.recv_timeout(Duration::from_secs(60))
         });
         let text = String::from_utf8(text.expect("the writer's panic was written in place")).unwrap();
-        assert!(text.starts_with("\nthread 'panicky-writer' panicked at src/logging/queue.rs:"), "{text}");
+        assert!(text.starts_with("\nthread 'panicky-writer' ("), "{text}");
+        assert!(text.contains(") panicked at src/logging/queue.rs:"), "{text}");
         assert!(text.contains(":\nthe writer broke\n"), "{text}");
+    }
+
+    /// The note on backtraces is said at the process's first panic only, as std's own hook
+    /// says it; a captured backtrace is said at every panic.
+    #[test]
+    fn the_backtrace_note_is_said_once_and_a_backtrace_each_time() {
+        let panic = |first, backtrace: Option<&str>| Panicked {
+            thread: "main",
+            thread_id: 4242,
+            location: "src/main.rs:1:5".into(),
+            message: "boom",
+            backtrace: backtrace.map(String::from),
+            first,
+        };
+        assert_eq!(
+            said_of_a_panic(&panic(true, None)),
+            "\nthread 'main' (4242) panicked at src/main.rs:1:5:\nboom\n\
+             note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n"
+        );
+        assert_eq!(
+            said_of_a_panic(&panic(false, None)),
+            "\nthread 'main' (4242) panicked at src/main.rs:1:5:\nboom\n"
+        );
+        assert_eq!(
+            said_of_a_panic(&panic(false, Some("   0: main"))),
+            "\nthread 'main' (4242) panicked at src/main.rs:1:5:\nboom\nstack backtrace:\n   0: main\n"
+        );
     }
 
     /// The main thread's wait for a panic's text is where the panic leaves it, not in the hook
