@@ -758,6 +758,8 @@ async fn set_container_startup_guards_and_nil_to_false() {
 /// (`pipeline_worker::a_running_container_without_an_id_is_not_probed_nor_started_by_its_startup_probe`).
 #[actix::test]
 async fn a_result_for_an_empty_container_id_sets_no_container() {
+    let log = CapturedLog::default();
+    let _guard = log.capture_at(tracing::Level::INFO);
     tokio::time::pause();
     let h = Harness::start();
     let sm = &h.pipeline.status_manager;
@@ -773,6 +775,13 @@ async fn a_result_for_an_empty_container_id_sets_no_container() {
     let s = cached(&h.pipeline, &u).await;
     for name in ["blank", "none"] {
         assert_eq!((container(&s, name).started, container(&s, name).ready), (None, false), "{name}");
+    }
+    // Upstream names the ID as `ContainerID.String()` writes an empty one.
+    for what in ["startup", "readiness"] {
+        let line = format!(
+            r#"Container {what} changed for unknown container pod="default/no-ids" containerID="://""#
+        );
+        assert_eq!(log.lines_with(&line).len(), 1, "{line}: {:?}", log.lines_with("unknown container"));
     }
 }
 

@@ -43,6 +43,13 @@ impl ContainerId {
         }
     }
 
+    /// The ID as upstream's `ContainerID.String()` writes it in its log lines: `type://id`
+    /// always, `://` for an ID with neither part (where [`Display`](fmt::Display) writes a bare
+    /// ID without its `://`, as it was parsed).
+    pub fn kubelet_string(&self) -> String {
+        format!("{}://{}", self.runtime, self.id)
+    }
+
     /// Whether both parts are empty (the ID of a container status that has none yet).
     pub fn is_empty(&self) -> bool {
         self.runtime.is_empty() && self.id.is_empty()

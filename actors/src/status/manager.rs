@@ -277,7 +277,7 @@ impl StatusManager {
                 Applied::UnknownContainer => {
                     tracing::info!(
                         pod = pod_ref(&pod),
-                        containerID = id.to_string(),
+                        containerID = id.kubelet_string(),
                         "Container {what} changed for unknown container"
                     );
                 }
@@ -288,14 +288,14 @@ impl StatusManager {
                         tracing::trace!(
                             ready,
                             pod = pod_ref(&pod),
-                            containerID = id.to_string(),
+                            containerID = id.kubelet_string(),
                             "Container {what} unchanged"
                         );
                     }
                     Change::Started(_) => {
                         tracing::trace!(
                             pod = pod_ref(&pod),
-                            containerID = id.to_string(),
+                            containerID = id.kubelet_string(),
                             "Container {what} unchanged"
                         );
                     }
@@ -405,7 +405,7 @@ impl StatusManager {
         let Some(cached) = self.statuses.get(pod_uid) else {
             tracing::info!(
                 pod = pod_ref(&pod),
-                containerID = change.container_id.to_string(),
+                containerID = change.container_id.kubelet_string(),
                 "Container {what} changed before pod has synced"
             );
             return None;
