@@ -9,6 +9,10 @@
 //! not (the close is a normal FIN handshake) and it makes `close()` block. This dialer sets linger
 //! 0 instead: the close is an RST and leaves no TIME_WAIT. The figures are in
 //! `docs/tcp-linger.md`.
+//!
+//! A host *name* is resolved on a thread of its own, one lookup per name in flight shared by
+//! every probe asking for it meanwhile, as Go's resolver shares one (the `lookup` module;
+//! docs/http-probe.md, "Lookups").
 
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -17,7 +21,10 @@ use std::time::Duration;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{Instant, timeout_at};
 
+use self::lookup::resolve;
 use super::{ProbeOutcome, Probed};
+
+mod lookup;
 
 /// Where a dial to an empty host goes: Go dials "the local system" for `":80"`.
 pub(crate) const LOCAL_SYSTEM_HOST: &str = "127.0.0.1";
@@ -120,52 +127,6 @@ async fn dial_with(host: &str, port: u16, deadline: Instant, nodelay: bool) -> R
     // Boxed: a host name is rare, and its dial's state would otherwise sit in every probe's
     // future (docs/memory.md, "The burst of first probes").
     Box::pin(dial_addrs(&addrs, deadline, nodelay)).await
-}
-
-/// The most host-name lookups in flight at once, each on a thread of its own: tokio's default
-/// cap on its blocking pool, where the lookups ran before. A lookup past it waits for one to end
-/// (within the probe's deadline).
-const MAX_LOOKUPS: usize = 512;
-
-static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
-
-/// Resolves `host` (a DNS name) with the system resolver, on a thread of its own made with
-/// `std::thread::Builder`: when no thread can be made (a pids cgroup or RLIMIT_NPROC full), the
-/// lookup fails with the OS error in Go's words (`resource temporarily unavailable`).
-/// `tokio::net::lookup_host` resolves on tokio's blocking pool, whose `spawn_blocking` panics
-/// when it needs a thread, none can be made and none of its pool is alive: the probe panicked
-/// instead of failing (docs/reliability.md, "No process to spare"). The error is the lookup's
-/// reason, as [`DialError::Lookup`] shows it.
-async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    resolve_on(host, port, |f| std::thread::Builder::new().name("probe-lookup".to_owned()).spawn(f).map(drop))
-        .await
-}
-
-/// [`resolve`], making the lookup's thread with `spawn`.
-async fn resolve_on(
-    host: &str,
-    port: u16,
-    spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> io::Result<()>,
-) -> Result<Vec<SocketAddr>, String> {
-    use std::net::ToSocketAddrs;
-    // The semaphore is never closed.
-    let Ok(permit) = LOOKUPS.acquire().await else { return Err("no such host".to_owned()) };
-    let (done, answer) = tokio::sync::oneshot::channel();
-    let name = host.to_owned();
-    let lookup = Box::new(move || {
-        let _permit = permit;
-        let _ = done.send((name.as_str(), port).to_socket_addrs().map(Iterator::collect));
-    });
-    if let Err(e) = spawn(lookup) {
-        tracing::debug!(host, error = %e, "Cannot start a thread to resolve a probe's host");
-        return Err(errno_text(&e));
-    }
-    match answer.await {
-        Ok(Ok(addrs)) => Ok(addrs),
-        Ok(Err(e)) => Err(lookup_reason(&e)),
-        // The resolver panicked: no answer, as when it finds none.
-        Err(_) => Err("no such host".to_owned()),
-    }
 }
 
 /// How long Go's dialer gives the first address family before it dials the other one too
@@ -623,22 +584,6 @@ mod tests {
             let error = dial(host, port, deadline).await.unwrap_err();
             assert_eq!(error.to_string(), format!("dial tcp: lookup {host}: no such host"));
         }
-    }
-
-    #[tokio::test]
-    async fn a_name_is_resolved_on_a_thread_of_its_own() {
-        let addrs = resolve("localhost", 80).await.expect("localhost resolves");
-        assert!(addrs.iter().all(|a| a.ip().is_loopback() && a.port() == 80), "{addrs:?}");
-        assert!(!addrs.is_empty());
-    }
-
-    /// No thread to resolve on (a full pids cgroup: `EAGAIN`): the lookup fails, in Go's words
-    /// for the OS error. `agent_exhaustion` runs the real thing in a full pids cgroup.
-    #[tokio::test]
-    async fn a_lookup_with_no_thread_to_spare_fails_with_the_os_error() {
-        let no_thread = |_| Err(io::Error::from_raw_os_error(11));
-        let failed = resolve_on("localhost", 80, no_thread).await;
-        assert_eq!(failed, Err("resource temporarily unavailable".to_owned()));
     }
 
     #[test]
