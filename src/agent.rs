@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use crate::auth::Reviewer;
 use crate::cli::AuthorizationMode;
 use crate::cli::RunArgs;
-use crate::host::console::say;
+use crate::host::console::{say, say_last};
 use crate::host::events::EventLog;
 use crate::host::history::ProbeHistory;
 use crate::host::is_shortage;
@@ -765,7 +765,7 @@ async fn watch_signals(
     if let Some(orphans) = &orphans {
         orphans.sweep_unless_busy();
     }
-    say(format_args!("probelet: shutdown forced, {killed} container process group(s) killed"));
+    say_last(format_args!("probelet: shutdown forced, {killed} container process group(s) killed"));
     crate::logging::queue::exit(1);
 }
 
@@ -964,7 +964,7 @@ async fn watch_cluster_signals(
             STOPPING_DURING_START_UP.store(true, std::sync::atomic::Ordering::SeqCst);
             let ended = end_own_children();
             tracing::info!(ended, "a request to stop during start-up");
-            say(format_args!("{STOPPED_DURING_START_UP}"));
+            say_last(format_args!("{STOPPED_DURING_START_UP}"));
             crate::logging::queue::exit(0);
         }
     };
@@ -972,7 +972,7 @@ async fn watch_cluster_signals(
     let _ = stopping.send(());
     requests.next().await;
     tracing::warn!("second signal, exiting without waiting for the shutdown");
-    say(format_args!("{}", lines.forced));
+    say_last(format_args!("{}", lines.forced));
     crate::logging::queue::exit(1);
 }
 

@@ -158,7 +158,11 @@ fn system() -> actix::SystemRunner {
 /// Says `line` on standard error after what the agent queued there (`run` writes its streams
 /// through queues: docs/reliability.md, "A log reader that stops reading") and exits 1.
 fn fail(line: std::fmt::Arguments<'_>) -> ! {
-    probelet::logging::queue::write(probelet::logging::queue::Stream::Stderr, format!("{line}\n").as_bytes());
+    // The last words: queued past a queue full of other lines.
+    probelet::logging::queue::write_reserved(
+        probelet::logging::queue::Stream::Stderr,
+        format!("{line}\n").as_bytes(),
+    );
     probelet::logging::queue::exit(EXIT_FAILURE)
 }
 

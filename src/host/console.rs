@@ -84,6 +84,15 @@ pub fn say(line: std::fmt::Arguments<'_>) {
     crate::logging::queue::write(crate::logging::queue::Stream::Stdout, format!("{line}\n").as_bytes());
 }
 
+/// [`say`] for the agent's last line before it exits (a forced stop's): it is queued past a
+/// queue full of other lines, in the room kept for last words (`logging::queue::write_reserved`).
+pub fn say_last(line: std::fmt::Arguments<'_>) {
+    crate::logging::queue::write_reserved(
+        crate::logging::queue::Stream::Stdout,
+        format!("{line}\n").as_bytes(),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

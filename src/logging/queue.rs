@@ -24,6 +24,10 @@ pub const QUEUED_LINES: usize = 4096;
 /// logged up to 16 KiB (more once escaped), so 4,096 of them alone could hold hundreds of MiB.
 pub const QUEUED_BYTES: usize = 1024 * 1024;
 
+/// Lines that may be queued past a full queue's [`QUEUED_LINES`] and [`QUEUED_BYTES`] by
+/// [`write_reserved`]: a panic's text, the agent's last error, a forced stop's line.
+pub const RESERVED_LINES: usize = 16;
+
 /// How long an exiting agent waits for what it queued to be written.
 pub const FLUSH_DEADLINE: Duration = Duration::from_secs(2);
 
@@ -43,7 +47,9 @@ struct Queue {
     /// which never waits.
     sender: Mutex<(SyncSender<Vec<u8>>, u64)>,
     counts: Arc<Counts>,
-    /// Bytes held at most.
+    /// Lines held at most, but for [`RESERVED_LINES`] more of [`write_reserved`]'s.
+    max_lines: usize,
+    /// Bytes held at most, but for [`write_reserved`]'s.
     max_bytes: usize,
     /// The writer thread: a line it queues itself (its own panic's text) would never come out.
     writer: std::thread::ThreadId,
@@ -116,7 +122,8 @@ fn write_in_place(stream: Stream, bytes: &[u8]) {
 }
 
 impl Queue {
-    /// A queue of at most `lines` lines and `max_bytes` bytes, and its thread `<name>-writer`,
+    /// A queue of at most `lines` lines and `max_bytes` bytes (and [`RESERVED_LINES`] more
+    /// lines of [`write_reserved`]'s), and its thread `<name>-writer`,
     /// which gives each line to `sink` as it comes, then the count dropped meanwhile to
     /// `on_dropped`.
     fn spawn(
@@ -126,7 +133,7 @@ impl Queue {
         mut sink: impl FnMut(&[u8]) + Send + 'static,
         on_dropped: impl Fn(u64) + Send + 'static,
     ) -> io::Result<Queue> {
-        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(lines);
+        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(lines + RESERVED_LINES);
         let counts = Arc::new(Counts::default());
         let shared = Arc::clone(&counts);
         let writer = std::thread::Builder::new().name(format!("{name}-writer")).spawn(move || {
@@ -141,17 +148,36 @@ impl Queue {
             }
         })?;
         let writer = writer.thread().id();
-        Ok(Queue { sender: Mutex::new((sender, 0)), counts, max_bytes, writer })
+        Ok(Queue { sender: Mutex::new((sender, 0)), counts, max_lines: lines, max_bytes, writer })
     }
 
     /// Queues `bytes`, or drops and counts them if the queue is full (of lines or of bytes).
     /// False if the writer is gone.
     fn write(&self, bytes: &[u8]) -> bool {
+        self.queue(bytes, false)
+    }
+
+    /// Queues `bytes` as [`Queue::write`] does, but into the [`RESERVED_LINES`] past a queue
+    /// full of other lines.
+    fn write_reserved(&self, bytes: &[u8]) -> bool {
+        self.queue(bytes, true)
+    }
+
+    fn queue(&self, bytes: &[u8], reserved: bool) -> bool {
         // Poisoned only by a panic in `try_send`; the count is still right.
         let mut sender = self.sender.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // A line longer than the whole budget still goes into an empty queue.
         let held = self.counts.bytes.load(Ordering::SeqCst);
-        if held > 0 && held + bytes.len() > self.max_bytes {
+        // Counted rather than left to the channel's capacity: the line being written is out
+        // of the channel but still the queue's, and a reader only that slow must find the
+        // reserve the same.
+        let in_queue = sender.1.saturating_sub(self.written());
+        let full = if reserved {
+            in_queue >= (self.max_lines + RESERVED_LINES) as u64
+        } else {
+            (held > 0 && held + bytes.len() > self.max_bytes) || in_queue >= self.max_lines as u64
+        };
+        if full {
             self.counts.dropped.fetch_add(1, Ordering::SeqCst);
             return true;
         }
@@ -188,6 +214,17 @@ impl Queue {
 pub fn write(stream: Stream, bytes: &[u8]) {
     match slot(stream).get() {
         Some(queue) if queue.write(bytes) => {}
+        _ => write_in_place(stream, bytes),
+    }
+}
+
+/// [`write`] for a line an operator must not lose to a queue full of others, the agent's last
+/// words (its fatal error, a forced stop's line): it goes into the [`RESERVED_LINES`] kept past
+/// a full queue, so that a reader that is only slow, and reads within the exit's
+/// [`FLUSH_DEADLINE`], gets it. It never waits either: with the reserve used too, it is dropped.
+pub fn write_reserved(stream: Stream, bytes: &[u8]) {
+    match slot(stream).get() {
+        Some(queue) if queue.write_reserved(bytes) => {}
         _ => write_in_place(stream, bytes),
     }
 }
@@ -236,7 +273,8 @@ pub fn exit(code: i32) -> ! {
 pub fn queue_panics() {
     std::panic::set_hook(Box::new(|info| {
         say_panic(slot(Stream::Stderr).get(), &panic_text(info), |text| write_in_place(Stream::Stderr, text));
-        if aborts_after_the_hook(info.payload_as_str()) {
+        // Not on a writer thread: it would wait the whole deadline for itself.
+        if aborts_after_the_hook(info.payload_as_str()) && !on_a_writer_thread() {
             flush(FLUSH_DEADLINE);
         }
     }));
@@ -267,11 +305,20 @@ fn on_panic_of<T>(main: impl FnOnce() -> T, then: impl FnOnce()) -> T {
     }
 }
 
+/// Whether this thread writes one of the streams.
+fn on_a_writer_thread() -> bool {
+    let me = std::thread::current().id();
+    [Stream::Stdout, Stream::Stderr]
+        .iter()
+        .any(|stream| slot(*stream).get().is_some_and(|queue| queue.writer == me))
+}
+
 /// Writes a panic's text through `queue`, or with `in_place` without one, and for a panic of
 /// the queue's own writer thread: queued, that text would wait for the thread that is ending.
 fn say_panic(queue: Option<&Queue>, text: &str, in_place: impl FnOnce(&[u8])) {
     match queue {
-        Some(queue) if queue.writer != std::thread::current().id() && queue.write(text.as_bytes()) => {}
+        Some(queue)
+            if queue.writer != std::thread::current().id() && queue.write_reserved(text.as_bytes()) => {}
         _ => in_place(text.as_bytes()),
     }
 }
@@ -398,6 +445,35 @@ mod tests {
             "the exit's own line is written before it"
         );
         release.join().unwrap();
+    }
+
+    /// The agent's last words (its fatal error, a panic's text, a forced stop's line) go into
+    /// the reserve past a queue full of other lines, where they were dropped with them: a reader
+    /// that is only slow gets them. The reserve is bounded too.
+    #[test]
+    fn last_words_are_queued_past_a_full_queue_and_the_reserve_is_bounded() {
+        let (queue, go_on, wrote, told) = stalled_queue(2, 16);
+        for _ in 0..5 {
+            assert!(queue.write(b"busy\n"));
+        }
+        assert!(queue.write_reserved(b"Error: the last words, longer than the byte budget\n"));
+        for _ in 0..RESERVED_LINES + 3 {
+            assert!(queue.write_reserved(b"more\n"));
+        }
+        for _ in 0..RESERVED_LINES + 10 {
+            let _ = go_on.send(());
+        }
+        let mut lines = Vec::new();
+        while let Ok(line) = wrote.recv_timeout(Duration::from_secs(60)) {
+            lines.push(String::from_utf8(line).unwrap());
+            if lines.len() == 2 + RESERVED_LINES {
+                break;
+            }
+        }
+        assert_eq!(&lines[..3], ["busy\n", "busy\n", "Error: the last words, longer than the byte budget\n"]);
+        assert_eq!(lines.len(), 2 + RESERVED_LINES, "the reserve holds {RESERVED_LINES} lines: {lines:?}");
+        // Three plain lines dropped by the full queue, four reserved ones past the reserve.
+        assert_eq!(told.recv_timeout(Duration::from_secs(60)), Ok(3 + 4));
     }
 
     #[test]
