@@ -1191,7 +1191,6 @@ fn an_empty_manifest_is_a_warning_in_the_agents_words() {
 /// `b`. The file was an error (`invalid YAML: duplicate mapping key: …`, exit 2).
 #[test]
 fn a_key_written_twice_is_a_warning_and_its_last_value_is_linted() {
-    use probelet::host::manifests::DUPLICATE_KEY_READ;
     let dir = TempDir::new("key-twice");
     let pod = dir.write(
         "pod.yaml",
@@ -1199,7 +1198,8 @@ fn a_key_written_twice_is_a_warning_and_its_last_value_is_linted() {
          image: example/api:1\n    readinessProbe:\n      tcpSocket: {port: 9000}\n      initialDelaySeconds: 5\n      \
          periodSeconds: ten\n      periodSeconds: 5\n",
     );
-    let said = format!("duplicate mapping key: name at line 5, column 3: {DUPLICATE_KEY_READ}");
+    let said = "duplicate mapping keys: name at line 5, column 3, periodSeconds at line 14, column 7: the last \
+                values are read, as the kubelet reads them";
     let run = lint(&[], &[dir.path()]);
     assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
     assert_eq!(run.stderr, format!("warning: {}: {said}\n", pod.display()));
@@ -1210,6 +1210,32 @@ fn a_key_written_twice_is_a_warning_and_its_last_value_is_linted() {
     assert_eq!(json["warnings"][0]["message"], said, "{json:#}");
     assert_eq!(json["objects"][0]["name"], "b", "{json:#}");
     assert_eq!(json["summary"]["file_warnings"], 1);
+}
+
+/// Every key written twice is a warning, not the file's first only, each document's apart with
+/// its number in a file of several (`document 2: `), as the agent says them.
+#[test]
+fn every_key_written_twice_is_a_warning_with_its_document() {
+    let dir = TempDir::new("keys-twice");
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  name: {name}\nspec:\n  containers:\n  - name: api\n    \
+             image: a\n    image: b\n"
+        )
+    };
+    let file = dir.write("pods.yaml", &format!("{}---\n{}", pod("a"), pod("b")));
+    let run = lint(&[], &[dir.path()]);
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let said = |document: usize, line: usize| {
+        format!(
+            "warning: {}: document {document}: duplicate mapping keys: name at line {}, column 3, image at line \
+             {}, column 5: the last values are read, as the kubelet reads them\n",
+            file.display(),
+            line + 5,
+            line + 10,
+        )
+    };
+    assert_eq!(run.stderr, format!("{}{}", said(1, 0), said(2, 11)));
 }
 
 /// A field the object's type does not have is a warning per field, in the API server's words

@@ -388,18 +388,15 @@ fn a_key_written_twice_is_read_last_as_the_kubelet_reads_it() {
     let snapshot = scan(dir.path(), NODE);
     assert_eq!(snapshot.errors, []);
     assert_eq!(snapshot.pods.len(), 1);
-    let text = format!("duplicate mapping key: name at line 5, column 3: {DUPLICATE_KEY_READ}");
-    assert_eq!(snapshot.duplicate_keys, [DuplicateKey { file: file.clone(), text }]);
+    let text = "duplicate mapping keys: name at line 5, column 3, 01 at line 6, column 18, image at line 8, \
+                column 54: the last values are read, as the kubelet reads them";
+    assert_eq!(snapshot.duplicate_keys, [DuplicateKey { file: file.clone(), text: text.to_owned() }]);
     assert_eq!(
         duplicate_key_line(&snapshot.duplicate_keys[0]),
-        format!(
-            "manifest key written twice: {}: duplicate mapping key: name at line 5, column 3: the last \
-             value is read, as the kubelet reads it",
-            file.display()
-        )
+        format!("manifest key written twice: {}: {text}", file.display())
     );
     // Keys one once resolved are named so too; a file without such keys names none.
-    dir.write("dup.yaml", contents.replace("  name: a\n", ""));
+    dir.write("dup.yaml", contents.replace("  name: a\n", "").replace("image: first, ", ""));
     let text = format!("duplicate mapping key: 01 at line 5, column 18: {DUPLICATE_KEY_READ}");
     assert_eq!(scan(dir.path(), NODE).duplicate_keys, [DuplicateKey { file: file.clone(), text }]);
     dir.write(
@@ -407,6 +404,45 @@ fn a_key_written_twice_is_read_last_as_the_kubelet_reads_it() {
         contents.replace("  name: a\n", "").replace("1: p, ", "").replace("image: first, ", ""),
     );
     assert_eq!(scan(dir.path(), NODE).duplicate_keys, []);
+}
+
+/// Every key written twice is named, not the file's first only (the rest were read last-wins
+/// without a word), each document's apart with its number in a file of several (`document 3:`,
+/// its `---` section, as the file's other per-document words say it), the first five of a
+/// document named and the rest counted. They are said of a document whose pod is refused too:
+/// the value read may be why (here the name `B`, written after `b`).
+#[test]
+fn every_key_written_twice_is_named_with_its_document() {
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers: [{{name: c, command: [x]}}]\n"
+        )
+    };
+    let twice = pod("a")
+        .replace("metadata:\n", "metadata:\n  labels: {a: p, b: q, a: r, b: s, a: t, b: u, a: v, b: w}\n");
+    let refused = pod("b").replace("  name: b\n", "  name: b\n  name: B\n");
+    let contents = format!("{twice}---\n---\n{}---\n{refused}", pod("c"));
+    let (pods, errors) = parse_manifest(Path::new("/m/dup.yaml"), &contents, NODE);
+    assert_eq!(pods.len(), 2);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].reason.starts_with("document 4: "), "{errors:?}");
+
+    let dir = TempDir::new("keys-twice");
+    let file = dir.write("dup.yaml", &contents);
+    let said = |text: &str| DuplicateKey { file: file.clone(), text: text.to_owned() };
+    assert_eq!(
+        scan(dir.path(), NODE).duplicate_keys,
+        [
+            said(
+                "document 1: duplicate mapping keys: a at line 4, column 24, b at line 4, column 30, a at line \
+                 4, column 36, b at line 4, column 42, a at line 4, column 48 and 1 more: the last values \
+                 are read, as the kubelet reads them"
+            ),
+            said(&format!(
+                "document 4: duplicate mapping key: name at line 21, column 3: {DUPLICATE_KEY_READ}"
+            )),
+        ]
+    );
 }
 
 /// A tab that indents a line is placed where it is, as the kubelet's reader places it (`line 8:

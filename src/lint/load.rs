@@ -17,11 +17,11 @@ use serde_json::Value;
 use serde_saphyr::Spanned;
 
 use super::rules::{START_SECONDS_ANNOTATION, StartAnnotation, WorkloadSpec, metadata_path};
-use crate::host::manifests::decode::{
-    DecodeError, Node, Segment, as_kubelet_json, decode_value, go_yaml_scalars, spans,
-};
+use crate::host::manifests::decode::{DecodeError, Node, Segment, as_kubelet_json, decode_value, spans};
 use crate::host::manifests::sections::{document_number, document_sections};
-use crate::host::manifests::{EMPTY, MANIFEST_EXTENSIONS, ReadDocuments, read_documents, read_regular_file};
+use crate::host::manifests::{
+    EMPTY, MANIFEST_EXTENSIONS, ReadDocuments, ReadFile, read_documents, read_regular_file,
+};
 
 /// The largest file read, in bytes (16 MiB: a rendered chart can be large).
 pub const MAX_LINT_FILE_BYTES: u64 = 16 << 20;
@@ -150,12 +150,10 @@ fn load_file(file: &Path, loaded: &mut Loaded) {
 /// The objects of one file's contents, into `loaded` (errors included).
 fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     let error = |reason: String| LoadError { file: file.to_path_buf(), reason };
-    let (documents, duplicate_key) = match documents(contents) {
+    let (documents, twice) = match documents(contents) {
         Ok(read) => read,
         Err(reason) => return loaded.errors.push(error(reason)),
     };
-    // Said as the agent says it, and the document linted as read (the last value).
-    loaded.warnings.extend(duplicate_key.map(error));
     // The agent's test: no document but empty or null ones (blank, only comments, `~`, `---`),
     // so that both say it of one file.
     if documents.iter().all(|d| d.as_ref().is_ok_and(Value::is_null)) {
@@ -164,6 +162,16 @@ fn parse_contents(file: &Path, contents: &str, loaded: &mut Loaded) {
     let several = documents.iter().filter(|d| !d.as_ref().is_ok_and(Value::is_null)).count() > 1;
     let total = documents.len();
     let sections = if several { document_sections(contents) } else { Vec::new() };
+    // Said as the agent says it, and the document linted as read (the last value).
+    for (index, text) in twice.into_iter().enumerate() {
+        let Some(text) = text else { continue };
+        let text = if several {
+            format!("document {}: {text}", document_number(&sections, total, index))
+        } else {
+            text
+        };
+        loaded.warnings.push(error(text));
+    }
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut located: Option<Option<Vec<Spanned<Node>>>> = None;
     for (index, document) in documents.into_iter().enumerate() {
@@ -231,12 +239,12 @@ fn read(file: &Path) -> Result<String, String> {
 /// The file's documents, each the JSON the kubelet decodes (`decode.rs` in
 /// `src/host/manifests/`). A `.json` file is read as YAML too, as the kubelet reads every file
 /// (its `tryDecodeSinglePod`: "JSON is valid YAML"). A document may be null (`--- ~`); such
-/// documents are passed over. With the first key written twice in a mapping, if any, in words:
-/// its last value is read, as the kubelet reads it (`read_documents` in `src/host/manifests`), and lint warns of it.
+/// documents are passed over. With each document's keys written twice in its mappings, if any,
+/// in words: their last values are read, as the kubelet reads them (`read_documents` in
+/// `src/host/manifests`), and lint warns of them.
 pub fn documents(contents: &str) -> Result<ReadDocuments<Value>, String> {
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
-    let (mut documents, duplicate_key) = read_documents(contents)?;
-    let refused = go_yaml_scalars(&mut documents, contents);
+    let ReadFile { values: mut documents, refused, twice } = read_documents(contents)?;
     documents.iter_mut().for_each(as_kubelet_json);
     let documents = documents
         .into_iter()
@@ -250,7 +258,7 @@ pub fn documents(contents: &str) -> Result<ReadDocuments<Value>, String> {
             None => Ok(document),
         })
         .collect();
-    Ok((documents, duplicate_key))
+    Ok((documents, twice))
 }
 
 /// `Kind name` of an object lint looks at (one with an `apiVersion` and a `kind`), as its

@@ -311,22 +311,78 @@ fn odd_word(word: &str, is_key: bool) -> bool {
 /// `oN` a string, `0X1F` 31, `1__0` 10, `1e400` the string `1e400`, the key `yes` `true`.
 /// Returns, for each document, why the kubelet refuses it where it does: an infinity or a NaN
 /// (`json: unsupported value: +Inf`), a tag go-yaml cannot read its scalar as (`!!bool oN`),
-/// a null key. Only a file that writes such a word is read a second time for the words of its
-/// values ([`spans`]).
-pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str) -> Vec<Option<String>> {
-    let mut refused = vec![None; documents.len()];
-    if !words(contents).any(|(word, is_key)| odd_word(word, is_key)) {
-        return refused;
+/// a null key; and the keys of its mappings written twice as go-yaml compares keys
+/// ([`KeyWrittenTwice`]). Only a file that writes such a word is read a second time for the
+/// words of its values ([`spans`]), and only such a file or one the reader found a key twice
+/// in (`written_twice`) is read for its keys.
+pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str, written_twice: bool) -> GoYamlRead {
+    let mut read =
+        GoYamlRead { refused: vec![None; documents.len()], twice: vec![Vec::new(); documents.len()] };
+    let odd = words(contents).any(|(word, is_key)| odd_word(word, is_key));
+    if !odd && !written_twice {
+        return read;
     }
-    let Some(nodes) = spans(contents) else { return refused };
-    let scalars = Scalars::read(contents);
-    for ((value, node), refusal) in documents.iter_mut().zip(&nodes).zip(&mut refused) {
+    let (scalars, mut twice) = Scalars::read(contents);
+    if twice.len() != documents.len() {
+        // The parser's documents and the reader's do not line up (a root the reader passes
+        // over that the walk counts): the keys are said, if not each with its own document.
+        twice = vec![twice.concat()];
+    }
+    for (keys, found) in read.twice.iter_mut().zip(twice) {
+        *keys = found;
+    }
+    if !odd {
+        return read;
+    }
+    let Some(nodes) = spans(contents) else { return read };
+    for ((value, node), refusal) in documents.iter_mut().zip(&nodes).zip(&mut read.refused) {
         let mut path = Vec::new();
         if let Err(error) = as_go_yaml(value, node, contents, &scalars, &mut path) {
             *refusal = Some(error);
         }
     }
-    refused
+    read
+}
+
+/// What [`go_yaml_scalars`] found of each document.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GoYamlRead {
+    /// Why the kubelet refuses the document, where it does.
+    pub(crate) refused: Vec<Option<String>>,
+    /// The keys of the document's mappings written again, in the file's order.
+    pub(crate) twice: Vec<Vec<KeyWrittenTwice>>,
+}
+
+/// A mapping's key written again (as go-yaml compares keys: `1` and `01` are the integer 1,
+/// `yes` and `true` the boolean true), whose last value go-yaml v2 (not strict) keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyWrittenTwice {
+    /// The key as the file writes it again (its value: `01`, `name`).
+    pub(crate) written: String,
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+}
+
+/// How many keys written twice a document's warning names; the rest are counted.
+const KEYS_TWICE_NAMED: usize = 5;
+
+/// A document's keys written twice in words (`duplicate mapping key: image at line 8, column 5:
+/// the last value is read, as the kubelet reads it`), the first [`KEYS_TWICE_NAMED`] named and
+/// the rest counted; `None` for none.
+pub(crate) fn keys_written_twice_text(keys: &[KeyWrittenTwice]) -> Option<String> {
+    let named: Vec<String> = keys
+        .iter()
+        .take(KEYS_TWICE_NAMED)
+        .map(|key| format!("{} at line {}, column {}", key.written, key.line, key.column))
+        .collect();
+    let (start, end) = match keys.len() {
+        0 => return None,
+        1 => ("duplicate mapping key", super::DUPLICATE_KEY_READ),
+        _ => ("duplicate mapping keys", super::DUPLICATE_KEYS_READ),
+    };
+    let more = keys.len().saturating_sub(KEYS_TWICE_NAMED);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    Some(format!("{start}: {}{more}: {end}", named.join(", ")))
 }
 
 /// The words of `contents` that could be plain scalars, each with whether a `:` follows it
@@ -562,29 +618,32 @@ const YAML_TAG_PREFIX: &str = "tag:yaml.org,2002:";
 
 impl Scalars {
     /// `contents`' scalars that have a tag or an anchor (go-yaml reads the rest from their
-    /// text): empty for a file the parser gives up on, which the reader refuses anyway.
-    fn read(contents: &str) -> Self {
-        use serde_saphyr::granit_parser::{Event, Parser};
+    /// text), and the keys written twice in each of its documents (as the reader counts
+    /// documents: an empty one is none): empty for a file the parser gives up on, which the
+    /// reader refuses anyway.
+    fn read(contents: &str) -> (Self, Vec<Vec<KeyWrittenTwice>>) {
+        use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle};
         let mut scalars = std::collections::HashMap::new();
+        let mut keys = KeyWalk::default();
         for event in Parser::new_from_str(contents) {
-            let Ok((Event::Scalar(value, style, anchor, tag), span)) = event else {
-                if event.is_err() {
-                    break;
-                }
+            let Ok((event, span)) = event else { break };
+            let Event::Scalar(value, style, anchor, tag) = event else {
+                keys.structure(&event);
                 continue;
             };
-            if tag.is_none() && anchor == 0 {
-                continue;
-            }
-            let Some(end) = span.end.byte_offset() else { continue };
             let tag = tag.map(|tag| match tag.handle() {
                 YAML_TAG_PREFIX => format!("!!{}", tag.suffix()),
                 handle => format!("{handle}{}", tag.suffix()),
             });
-            let plain = style == serde_saphyr::granit_parser::ScalarStyle::Plain;
+            let plain = style == ScalarStyle::Plain;
+            keys.scalar(tag.as_deref(), &value, plain, &span);
+            if tag.is_none() && anchor == 0 {
+                continue;
+            }
+            let Some(end) = span.end.byte_offset() else { continue };
             scalars.insert(end, ParsedScalar { tag, value: value.into_owned(), plain });
         }
-        Self(scalars)
+        (Self(scalars), keys.documents)
     }
 
     /// The scalar `node` stands for (an alias's is its anchor's).
@@ -592,6 +651,130 @@ impl Scalars {
         let span = node.defined.span();
         let end = span.byte_offset()?.checked_add(span.byte_len()?)?;
         self.0.get(&usize::try_from(end).ok()?)
+    }
+}
+
+/// A mapping's key as go-yaml v2 holds it (a key of a `map[interface{}]interface{}`): keys are
+/// one when Go's `==` says so, a type and a value (`1` and `01` the int 1, `yes` and `true` the
+/// bool true; a NaN is never one with another, `0.0` and `-0.0` are one).
+#[derive(Debug, Clone, PartialEq)]
+enum GoKey {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Str(String),
+}
+
+impl GoKey {
+    /// The key go-yaml makes of a scalar of `value` under `tag` (written plain or not), `None`
+    /// where go-yaml refuses it (said apart, as the document's refusal).
+    fn of(tag: Option<&str>, value: &str, plain: bool) -> Option<Self> {
+        let scalar = match tag {
+            Some(tag) => go_yaml_tagged(tag, value).ok()?,
+            None if plain => go_yaml_resolve(value),
+            None => GoScalar::Str,
+        };
+        Some(match scalar {
+            GoScalar::Null => Self::Null,
+            GoScalar::Bool(b) => Self::Bool(b),
+            GoScalar::Int(int) => Self::Int(int),
+            GoScalar::Uint(uint) => Self::Uint(uint),
+            GoScalar::Float(float) => Self::Float(float),
+            GoScalar::Str => Self::Str(value.to_owned()),
+        })
+    }
+
+    /// A text equal for keys that are one, for a set of them (a float's by its value, `-0.0`
+    /// as `0.0`, a NaN each its own).
+    fn bucket(&self) -> String {
+        match self {
+            Self::Null => "n".into(),
+            Self::Bool(b) => format!("b{b}"),
+            Self::Int(int) => format!("i{int}"),
+            Self::Uint(uint) => format!("u{uint}"),
+            Self::Float(float) if *float == 0.0 => "f0".into(),
+            Self::Float(float) => format!("f{float:?}"),
+            Self::Str(text) => format!("s{text}"),
+        }
+    }
+}
+
+/// The parser's events walked for the keys of each mapping written twice ([`Scalars::read`]).
+#[derive(Debug, Default)]
+struct KeyWalk {
+    /// The open sequences (`None`) and mappings (the keys read so far, and whether a key comes
+    /// next), innermost last.
+    open: Vec<Option<(std::collections::HashMap<String, Vec<GoKey>>, bool)>>,
+    /// Each document's keys written twice, as the reader counts documents.
+    documents: Vec<Vec<KeyWrittenTwice>>,
+    /// Whether the next node is a document's root.
+    root: bool,
+}
+
+impl KeyWalk {
+    /// A node starts: whether it is a mapping's key. A root opens a document (the reader's
+    /// count passes over a null one: empty, `~`, `null`).
+    fn node(&mut self, null: bool) -> bool {
+        if std::mem::take(&mut self.root) && !null {
+            self.documents.push(Vec::new());
+        }
+        match self.open.last_mut() {
+            Some(Some((_, key_next))) => {
+                let key = *key_next;
+                *key_next = !key;
+                key
+            }
+            _ => false,
+        }
+    }
+
+    fn structure(&mut self, event: &serde_saphyr::granit_parser::Event) {
+        use serde_saphyr::granit_parser::Event;
+        match event {
+            Event::DocumentStart(..) => {
+                self.open.clear();
+                self.root = true;
+            }
+            Event::MappingStart(..) => {
+                self.node(false);
+                self.open.push(Some((std::collections::HashMap::new(), true)));
+            }
+            Event::SequenceStart(..) => {
+                self.node(false);
+                self.open.push(None);
+            }
+            Event::Alias(..) => {
+                self.node(false);
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                self.open.pop();
+            }
+            _ => {}
+        }
+    }
+
+    fn scalar(
+        &mut self,
+        tag: Option<&str>,
+        value: &str,
+        plain: bool,
+        span: &serde_saphyr::granit_parser::Span,
+    ) {
+        let null = plain && tag.is_none() && go_yaml_resolve(value) == GoScalar::Null;
+        if !self.node(null) {
+            return;
+        }
+        let Some(key) = GoKey::of(tag, value, plain) else { return };
+        let Some(Some((keys, _))) = self.open.last_mut() else { return };
+        let same = keys.entry(key.bucket()).or_default();
+        let twice = same.contains(&key);
+        same.push(key);
+        if twice && let Some(document) = self.documents.last_mut() {
+            let (line, column) = (span.start.line(), span.start.col() + 1);
+            document.push(KeyWrittenTwice { written: value.to_owned(), line, column });
+        }
     }
 }
 
@@ -894,7 +1077,7 @@ mod tests {
     fn read(yaml: &str) -> (Vec<Value>, Vec<Option<String>>) {
         let mut values: Vec<Value> =
             serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
-        let refused = go_yaml_scalars(&mut values, yaml);
+        let refused = go_yaml_scalars(&mut values, yaml, true).refused;
         values.iter_mut().for_each(as_kubelet_json);
         (values, refused)
     }

@@ -231,8 +231,9 @@ struct Parsed {
     /// The file holds no document but empty or null ones: it is blank, only comments, `~`,
     /// `null` or `---` lines ([`EMPTY`]).
     empty: bool,
-    /// The first key written twice in a mapping of the file, whose last value is read.
-    duplicate_key: Option<DuplicateKey>,
+    /// The keys written twice in a mapping of the file, whose last value is read: one
+    /// [`DuplicateKey`] per document that has some.
+    duplicate_keys: Vec<DuplicateKey>,
 }
 
 /// A key written twice in a mapping of a manifest: the last value is read, as the kubelet's
@@ -240,9 +241,10 @@ struct Parsed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DuplicateKey {
     pub file: PathBuf,
-    /// The YAML reader's words, with where the key is written again, and what is read
-    /// (`duplicate mapping key: name at line 5, column 3: the last value is read, as the kubelet
-    /// reads it`).
+    /// The keys of one document written again, with where, and what is read (`duplicate mapping
+    /// key: name at line 5, column 3: the last value is read, as the kubelet reads it`; several
+    /// keys, the first few named and the rest counted; `document 2: ` before them in a file of
+    /// several documents).
     pub text: String,
 }
 
@@ -260,18 +262,28 @@ fn parse_documents(file: &Path, contents: &str, node_name: &str, gates: &Feature
         return failed(ReadError::TooLarge { max_bytes: MAX_MANIFEST_BYTES }.to_string());
     }
     let contents = contents.strip_prefix('\u{feff}').unwrap_or(contents);
-    let (documents, duplicate_key) = match decode_documents(contents) {
+    let (documents, twice) = match decode_documents(contents) {
         Ok(read) => read,
         Err(reason) => return failed(reason),
     };
-    let duplicate_key = duplicate_key.map(|text| DuplicateKey { file: file.to_path_buf(), text });
-    if documents.is_empty() {
-        return Parsed { empty: true, duplicate_key, ..Parsed::default() };
-    }
     let several = documents.len() > 1;
     let sections = if several { sections::document_sections(contents) } else { Vec::new() };
     let total = documents.len();
-    let mut parsed = Parsed { duplicate_key, ..Parsed::default() };
+    // Said of every document, its pod refused or not: the value read may be why it is
+    // refused, which the file, read top down, does not show (docs/lint.md, "unknown-field").
+    let duplicate_keys = twice
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, text)| {
+            let number = sections::document_number(&sections, total, index);
+            let text = if several { format!("document {number}: {}", text?) } else { text? };
+            Some(DuplicateKey { file: file.to_path_buf(), text })
+        })
+        .collect();
+    if documents.is_empty() {
+        return Parsed { empty: true, duplicate_keys, ..Parsed::default() };
+    }
+    let mut parsed = Parsed { duplicate_keys, ..Parsed::default() };
     for (index, document) in documents.into_iter().enumerate() {
         let number = sections::document_number(&sections, total, index);
         let decoded = document.and_then(|(pod, paths)| Ok((prepare(file, pod, node_name, gates)?, paths)));
@@ -303,8 +315,7 @@ type DecodedPod = (Pod, Vec<String>);
 /// the kubelet's `tryDecodeSinglePod` runs every file through sigs.k8s.io/yaml ("JSON is valid
 /// YAML"), so `1e400` in a JSON manifest is the string `1e400` to it, not an error.
 fn decode_documents(contents: &str) -> Result<ReadDocuments<DecodedPod>, String> {
-    let (mut values, duplicate_key) = read_documents(contents)?;
-    let refused = decode::go_yaml_scalars(&mut values, contents);
+    let ReadFile { values, refused, twice } = read_documents(contents)?;
     // Where each value is, read only if a document does not decode: its error names the line.
     let mut spans = None;
     let documents = values
@@ -324,38 +335,56 @@ fn decode_documents(contents: &str) -> Result<ReadDocuments<DecodedPod>, String>
             })
         })
         .collect();
-    Ok((documents, duplicate_key))
+    Ok((documents, twice))
 }
 
-/// A file's documents, each read or why not, with its first key written twice in a mapping in
-/// words, if any (`read_documents`).
-pub type ReadDocuments<T> = (Vec<Result<T, String>>, Option<String>);
+/// A file's documents, each read or why not, with the keys of each written twice in its
+/// mappings in words, if any (`read_documents`).
+pub type ReadDocuments<T> = (Vec<Result<T, String>>, Vec<Option<String>>);
 
 /// What is said of a manifest with a key written twice in a mapping, after the YAML reader's
 /// words for the key and where it is written the second time.
 pub const DUPLICATE_KEY_READ: &str = "the last value is read, as the kubelet reads it";
 
+/// [`DUPLICATE_KEY_READ`] for several keys.
+pub const DUPLICATE_KEYS_READ: &str = "the last values are read, as the kubelet reads them";
+
 /// The file's YAML documents (`contents`, its BOM stripped) as the kubelet's file source reads
 /// them: a key written twice in a mapping takes its last value, as sigs.k8s.io/yaml (go-yaml v2,
-/// not strict) takes it, where the YAML reader's default refuses the file. With the first such
-/// key, if any, in words (`duplicate mapping key: name at line 5, column 3: the last value is
-/// read, as the kubelet reads it`), said as a warning (docs/lint.md, "What it reads"). The
-/// first read refuses a duplicate, to find it: only a file that has one is read a second time.
-/// Keys the same only to the YAML reader's integers (`1` and `01`) are one key to it, and to
-/// go-yaml once resolved: the last is read so too.
-pub(crate) fn read_documents(contents: &str) -> Result<(Vec<Value>, Option<String>), String> {
+/// not strict) takes it, where the YAML reader's default refuses the file; each scalar as
+/// go-yaml reads it (`decode::go_yaml_scalars`). With each document's refusal, if the kubelet
+/// refuses it, and its keys written twice in words (`duplicate mapping key: name at line 5,
+/// column 3: the last value is read, as the kubelet reads it`), said as a warning (docs/lint.md,
+/// "What it reads"). The first read refuses a duplicate, to find it: only a file that has one
+/// is read a second time. Keys the same only to go-yaml (`1` and `01`, `yes` and `true`) are
+/// found by the go-yaml pass, which a file with such a key gets anyway.
+pub(crate) fn read_documents(contents: &str) -> Result<ReadFile, String> {
     let text = decode::reader_text(contents);
     let mut strict = yaml_options();
     strict.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
-    match serde_saphyr::from_multiple_with_options(&text, strict) {
-        Ok(values) => Ok((values, None)),
+    let (mut values, twice) = match serde_saphyr::from_multiple_with_options(&text, strict) {
+        Ok(values) => (values, false),
         Err(error) if is_duplicate_key(&error) => {
             let values = serde_saphyr::from_multiple_with_options(&text, yaml_options())
                 .map_err(|e| yaml_syntax_error(&e, contents))?;
-            Ok((values, Some(format!("{}: {DUPLICATE_KEY_READ}", yaml_error_text(&error)))))
+            (values, true)
         }
-        Err(error) => Err(yaml_syntax_error(&error, contents)),
-    }
+        Err(error) => return Err(yaml_syntax_error(&error, contents)),
+    };
+    let read = decode::go_yaml_scalars(&mut values, contents, twice);
+    let twice = read.twice.iter().map(|keys| decode::keys_written_twice_text(keys)).collect();
+    Ok(ReadFile { values, refused: read.refused, twice })
+}
+
+/// A file's documents as [`read_documents`] reads them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReadFile {
+    /// Each document's value, made what go-yaml makes of its scalars.
+    pub(crate) values: Vec<Value>,
+    /// Why the kubelet refuses each document, where it does.
+    pub(crate) refused: Vec<Option<String>>,
+    /// Each document's keys written twice in words, where it has some.
+    pub(crate) twice: Vec<Option<String>>,
 }
 
 /// Whether the YAML reader refused a file for a key written twice (behind an alias's error, if
@@ -909,7 +938,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         let given = cache.names_given(&file);
         cache.given_before.remove(&file);
         cache.given_up.remove(&file);
-        let (Parsed { pods: parsed, errors: bad, unknown, empty, duplicate_key }, changed) =
+        let (Parsed { pods: parsed, errors: bad, unknown, empty, duplicate_keys }, changed) =
             cache.parse(&file, contents, node_name, gates);
         if changed {
             loaded.changed_files.insert(file.clone());
@@ -938,7 +967,7 @@ fn load_cached(dir: &Path, node_name: &str, gates: &FeatureGates, cache: &mut Pa
         }
         loaded.errors.extend(bad);
         loaded.unknown_fields.extend(unknown);
-        loaded.duplicate_keys.extend(duplicate_key);
+        loaded.duplicate_keys.extend(duplicate_keys);
         loaded.candidates.extend(parsed.into_iter().map(|(document, pod)| LoadedPod {
             file: file.clone(),
             document,
