@@ -427,6 +427,10 @@ fn as_go_yaml(
                 let message = format!("{message} at line {}, column {}", at.line(), at.column());
                 super::with_path(&path_text(path), &message)
             };
+            if tag.is_some_and(|tag| short_tag(tag) == "!!binary") {
+                *value = Value::String(go_yaml_binary(text).map_err(refused)?);
+                return Ok(());
+            }
             let resolved = match tag {
                 Some(tag) => go_yaml_tagged(tag, text).map_err(refused)?,
                 None => go_yaml_resolve(text),
@@ -495,8 +499,7 @@ fn as_go_yaml(
 /// refused in go-yaml's words
 /// (`yaml: cannot decode !!str `oN` as a !!bool`); any other tag leaves the text a string.
 fn go_yaml_tagged(tag: &str, text: &str) -> Result<GoScalar, String> {
-    let short = tag.strip_prefix("!<tag:yaml.org,2002:").and_then(|t| t.strip_suffix('>'));
-    let short = short.map(|t| format!("!!{t}")).unwrap_or_else(|| tag.to_owned());
+    let short = short_tag(tag);
     let resolved = go_yaml_resolve(text);
     let (wanted, got) = match (short.as_str(), resolved) {
         ("!!str" | "!!binary", _) => return Ok(GoScalar::Str),
@@ -519,6 +522,84 @@ fn go_yaml_tagged(tag: &str, text: &str) -> Result<GoScalar, String> {
         GoScalar::Str => "!!str",
     };
     Err(format!("error converting YAML to JSON: yaml: cannot decode {got} `{text}` as a {wanted}"))
+}
+
+/// `tag` as go-yaml's `shortTag` writes it: `!!int` for `!<tag:yaml.org,2002:int>` too.
+fn short_tag(tag: &str) -> String {
+    let short = tag.strip_prefix("!<tag:yaml.org,2002:").and_then(|t| t.strip_suffix('>'));
+    short.map(|t| format!("!!{t}")).unwrap_or_else(|| tag.to_owned())
+}
+
+/// The string go-yaml v2 makes of a `!!binary` scalar's `text` (decode.go's `scalar`): Go's
+/// `base64.StdEncoding.DecodeString` of it (the standard alphabet, `=` padding required, a
+/// line break `\r` or `\n` anywhere passed over, any other character refused: a space too,
+/// which a plain scalar folded over lines has), the bytes then a Go string, which Go's JSON
+/// encoder writes with each byte that does not start valid UTF-8 as U+FFFD. Base64 it cannot
+/// read refuses the document, in go-yaml's words.
+fn go_yaml_binary(text: &str) -> Result<String, String> {
+    const INVALID: &str = "error converting YAML to JSON: yaml: !!binary value contains invalid base64 data";
+    let sextet = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let mut chars = text.bytes().filter(|c| !matches!(c, b'\r' | b'\n'));
+    let mut bytes = Vec::with_capacity(text.len() / 4 * 3);
+    let (mut quantum, mut filled, mut padded) = ([0u8; 4], 0, false);
+    while let Some(c) = chars.next() {
+        if c == b'=' {
+            // Padding ends the data: `xx==` or `xxx=`, and nothing after it.
+            padded = match filled {
+                2 => chars.next() == Some(b'='),
+                3 => true,
+                _ => false,
+            };
+            if !padded || chars.next().is_some() {
+                return Err(INVALID.to_owned());
+            }
+            break;
+        }
+        quantum[filled] = sextet(c).ok_or(INVALID)?;
+        filled += 1;
+        if filled == 4 {
+            let [a, b, c, d] = quantum;
+            bytes.extend([a << 2 | b >> 4, b << 4 | c >> 2, c << 6 | d]);
+            filled = 0;
+        }
+    }
+    let [a, b, c, _] = quantum;
+    match (filled, padded) {
+        (0, false) => {}
+        (2, true) => bytes.push(a << 2 | b >> 4),
+        (3, true) => bytes.extend([a << 2 | b >> 4, b << 4 | c >> 2]),
+        // A quantum cut short without its padding: Go's decoder refuses it.
+        _ => return Err(INVALID.to_owned()),
+    }
+    Ok(go_json_string(&bytes))
+}
+
+/// `bytes` as Go's JSON encoder writes a Go string of them: each byte where no valid UTF-8
+/// starts is U+FFFD, one per byte (where Rust's lossy reading makes one of a cut sequence).
+fn go_json_string(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    let mut rest = bytes;
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(valid) => {
+                text.push_str(valid);
+                return text;
+            }
+            Err(error) => {
+                let (valid, after) = rest.split_at(error.valid_up_to());
+                text.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                text.push('\u{FFFD}');
+                rest = after.get(1..).unwrap_or_default();
+            }
+        }
+    }
 }
 
 /// Whether go-yaml v2 reads `text` as a timestamp (its `parseTimestamp`): four digits and a
@@ -1241,6 +1322,29 @@ mod tests {
             let (_, refused) = read(&format!("metadata:\n  x: {written}\n"));
             let want = format!("metadata.x: error converting YAML to JSON: yaml: {go} at line 2, column 18");
             assert_eq!(refused, [Some(want)], "{written}");
+        }
+    }
+
+    /// go-yaml v2 decodes a `!!binary` scalar's base64 (Go's `StdEncoding`, line breaks passed
+    /// over), and the bytes are the JSON string, each byte where no UTF-8 starts written U+FFFD
+    /// by Go's encoder (one per byte: `F0 9F 98`, a cut emoji, is three). It was kept as its
+    /// base64 text. Base64 Go cannot read refuses the document, in go-yaml's words.
+    #[test]
+    fn a_binary_tag_is_its_decoded_bytes() {
+        let yaml = "a: !!binary aGVsbG8=\nb: !!binary |\n  aGVs\n  bG8=\nc: !!binary ''\nd: !!binary \"/w==\"\n\
+                    e: !!binary 4oKs8J+Y\nf: [!!binary 4oI=]\n";
+        let (values, refused) = read(yaml);
+        assert_eq!(refused, [None]);
+        let want = serde_json::json!({
+            "a": "hello", "b": "hello", "c": "", "d": "\u{FFFD}", "e": "\u{20AC}\u{FFFD}\u{FFFD}\u{FFFD}",
+            "f": ["\u{FFFD}\u{FFFD}"],
+        });
+        assert_eq!(values[0], want);
+        for written in ["aGk", "aGVs bG8=", "a===", "aGk=x", "aGk=\"", "=", "aGVsbG8"] {
+            let (_, refused) = read(&format!("metadata:\n  x: !!binary '{written}'\n"));
+            let want = "metadata.x: error converting YAML to JSON: yaml: !!binary value contains invalid base64 \
+                        data at line 2, column 15";
+            assert_eq!(refused, [Some(want.to_owned())], "{written}");
         }
     }
 
