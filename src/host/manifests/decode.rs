@@ -458,20 +458,11 @@ fn as_go_yaml(
                 if !seen.insert(read.clone()) {
                     continue;
                 }
-                let json_key = match key.plain(contents) {
-                    Some(text) => go_json_key(go_yaml_resolve(text), text).map_err(|message| {
-                        let at = key.0.referenced;
-                        super::with_path(
-                            &path_text(path),
-                            &format!(
-                                "error converting YAML to JSON: {message} at line {}, column {}",
-                                at.line(),
-                                at.column()
-                            ),
-                        )
-                    })?,
-                    None => read.clone(),
-                };
+                let json_key = key.go_json(contents, scalars).map_err(|message| {
+                    let at = key.0.referenced;
+                    let message = format!("{message} at line {}, column {}", at.line(), at.column());
+                    super::with_path(&path_text(path), &message)
+                })?;
                 if let Some(field) = fields.get_mut(&read) {
                     path.push(Segment::Key(json_key.clone()));
                     let done = as_go_yaml(field, node, contents, scalars, path);
@@ -729,7 +720,12 @@ impl Scalars {
 
     /// The scalar `node` stands for (an alias's is its anchor's).
     fn at(&self, node: &Spanned<Node>) -> Option<&ParsedScalar> {
-        let span = node.defined.span();
+        self.at_location(&node.defined)
+    }
+
+    /// The scalar that ends where `at` does.
+    fn at_location(&self, at: &serde_saphyr::Location) -> Option<&ParsedScalar> {
+        let span = at.span();
         let end = span.byte_offset()?.checked_add(span.byte_len()?)?;
         self.0.get(&usize::try_from(end).ok()?)
     }
@@ -753,6 +749,7 @@ impl GoKey {
     /// where go-yaml refuses it (said apart, as the document's refusal).
     fn of(tag: Option<&str>, value: &str, plain: bool) -> Option<Self> {
         let scalar = match tag {
+            Some(tag) if short_tag(tag) == "!!binary" => return go_yaml_binary(value).ok().map(Self::Str),
             Some(tag) => go_yaml_tagged(tag, value).ok()?,
             None if plain => go_yaml_resolve(value),
             None => GoScalar::Str,
@@ -1087,6 +1084,28 @@ impl Key {
         }
     }
 
+    /// The key as sigs.k8s.io/yaml writes it in the JSON (`true` for `yes`), go-yaml having
+    /// read it as it reads a value: by its own tag where it has one (`!!str 1` is the string
+    /// `1`, `!!binary aGk=` the string `hi`; `!!int abc` refuses the document, in go-yaml's
+    /// words), else resolved if plain. `Err` where the kubelet refuses it (a null key too).
+    fn go_json(&self, contents: &str, scalars: &Scalars) -> Result<String, String> {
+        let key = |scalar: GoScalar, text: &str| {
+            go_json_key(scalar, text).map_err(|message| format!("error converting YAML to JSON: {message}"))
+        };
+        match scalars.at_location(&self.0.defined) {
+            Some(ParsedScalar { tag: Some(tag), value, .. }) if short_tag(tag) == "!!binary" => {
+                go_yaml_binary(value)
+            }
+            Some(ParsedScalar { tag: Some(tag), value, .. }) => key(go_yaml_tagged(tag, value)?, value),
+            Some(ParsedScalar { tag: None, value, plain: true }) => key(go_yaml_resolve(value), value),
+            Some(ParsedScalar { tag: None, value, plain: false }) => Ok(value.clone()),
+            None => match self.plain(contents) {
+                Some(text) => key(go_yaml_resolve(text), text),
+                None => Ok(self.read(contents)),
+            },
+        }
+    }
+
     /// The key as the JSON the kubelet decodes has it (`true` for `yes`), the read key where
     /// go-yaml refuses it (a null key: that error is said apart).
     fn json(&self, contents: &str) -> String {
@@ -1346,6 +1365,25 @@ mod tests {
                         data at line 2, column 15";
             assert_eq!(refused, [Some(want.to_owned())], "{written}");
         }
+    }
+
+    /// go-yaml v2 decodes a key as it decodes a value, by its own tag where it has one:
+    /// `!!str 1:` is the key `1`, `!!int 0x10:` `16`, `!!binary aGk=:` `hi`, `!!str yes:` `yes`;
+    /// a key its tag does not fit (`!!int abc:`) refuses the document in go-yaml's words. A
+    /// key's tag was not read (`!!str yes:` was the key `true`, `!!int abc:` the key `abc`).
+    #[test]
+    fn a_keys_tag_is_read_as_a_values() {
+        let (values, refused) = read(
+            "m: {!!str 1: a, !!int 0x10: b, !!binary aGk=: c, !!str yes: d, !!bool On: e, !!float 2: f}\n",
+        );
+        assert_eq!(refused, [None]);
+        let want =
+            serde_json::json!({"m": {"1": "a", "16": "b", "hi": "c", "yes": "d", "true": "e", "2": "f"}});
+        assert_eq!(values[0], want);
+        let (_, refused) = read("metadata:\n  labels:\n    !!int abc: x\n");
+        let want = "metadata.labels: error converting YAML to JSON: yaml: cannot decode !!str `abc` as a !!int \
+                    at line 3, column 11";
+        assert_eq!(refused, [Some(want.to_owned())]);
     }
 
     /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
