@@ -361,6 +361,10 @@ pub(crate) struct KeyWrittenTwice {
     pub(crate) written: String,
     pub(crate) line: usize,
     pub(crate) column: usize,
+    /// The JSON key, where go-yaml keeps the two keys apart and only sigs.k8s.io/yaml's JSON
+    /// makes them one (`1_0`, the int 10, and `10.0`, the float 10: the key `10`), taking
+    /// either value as Go's map order falls.
+    pub(crate) only_in_json: Option<String>,
 }
 
 /// How many keys written twice a document's warning names; the rest are counted.
@@ -373,12 +377,24 @@ pub(crate) fn keys_written_twice_text(keys: &[KeyWrittenTwice]) -> Option<String
     let named: Vec<String> = keys
         .iter()
         .take(KEYS_TWICE_NAMED)
-        .map(|key| format!("{} at line {}, column {}", key.written, key.line, key.column))
+        .map(|key| {
+            let merged = match &key.only_in_json {
+                Some(json) => format!(
+                    " (the key {json} as a key before it only once made JSON: the kubelet reads either value, \
+                     as Go's map order falls)"
+                ),
+                None => String::new(),
+            };
+            format!("{} at line {}, column {}{merged}", key.written, key.line, key.column)
+        })
         .collect();
-    let (start, end) = match keys.len() {
-        0 => return None,
-        1 => ("duplicate mapping key", super::DUPLICATE_KEY_READ),
-        _ => ("duplicate mapping keys", super::DUPLICATE_KEYS_READ),
+    let random = keys.iter().any(|key| key.only_in_json.is_some());
+    let (start, end) = match (keys.len(), random) {
+        (0, _) => return None,
+        (1, false) => ("duplicate mapping key", super::DUPLICATE_KEY_READ),
+        (_, false) => ("duplicate mapping keys", super::DUPLICATE_KEYS_READ),
+        (1, true) => ("duplicate mapping key", "the last value is read"),
+        (_, true) => ("duplicate mapping keys", "the last values are read"),
     };
     let more = keys.len().saturating_sub(KEYS_TWICE_NAMED);
     let more = if more > 0 { format!(" and {more} more") } else { String::new() };
@@ -449,33 +465,54 @@ fn as_go_yaml(
             Ok(())
         }
         (Value::Object(fields), Node::Map(entries)) => {
-            let mut renamed = Vec::new();
-            // The last of a key written twice is the one read. A set, not a search of
-            // `renamed`: a mapping of 50,000 keys took 16 s by the search.
-            let mut seen = std::collections::HashSet::new();
-            for (key, node) in entries.iter().rev() {
-                let read = key.read(contents);
-                if !seen.insert(read.clone()) {
-                    continue;
-                }
+            // Each entry's key as the reader keyed the mapping and as the JSON has it, in the
+            // file's order.
+            let mut keys = Vec::with_capacity(entries.len());
+            for (key, _) in entries {
                 let json_key = key.go_json(contents, scalars).map_err(|message| {
                     let at = key.0.referenced;
                     let message = format!("{message} at line {}, column {}", at.line(), at.column());
                     super::with_path(&path_text(path), &message)
                 })?;
-                if let Some(field) = fields.get_mut(&read) {
+                keys.push((key.read(contents), json_key));
+            }
+            // The reader holds the last value of a key it read twice. A set, not a search of
+            // `keys`: a mapping of 50,000 keys took 16 s by the search.
+            let mut seen = std::collections::HashSet::new();
+            for ((_, node), (read, json_key)) in entries.iter().zip(&keys).rev() {
+                if !seen.insert(read.as_str()) {
+                    continue;
+                }
+                if let Some(field) = fields.get_mut(read) {
                     path.push(Segment::Key(json_key.clone()));
                     let done = as_go_yaml(field, node, contents, scalars, path);
                     path.pop();
                     done?;
                 }
-                renamed.push((read, json_key));
             }
-            for (read, json_key) in renamed.into_iter().rev() {
-                if read != json_key
-                    && let Some(field) = fields.remove(&read)
-                {
-                    fields.insert(json_key, field);
+            if keys.iter().all(|(read, json_key)| read == json_key) {
+                return Ok(());
+            }
+            // A JSON key takes the value of its last entry in the file, whatever the keys before
+            // it were read as (`yes:` then `true:`, `1_0:` then `10.0:`).
+            let mut last = std::collections::HashMap::new();
+            for (read, json_key) in &keys {
+                last.insert(json_key.as_str(), read.as_str());
+            }
+            let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+            for read in last.values() {
+                *uses.entry(read).or_default() += 1;
+            }
+            // Every read key is taken out: one whose JSON key a later entry took is not read.
+            let mut values: std::collections::HashMap<&str, Value> =
+                keys.iter().filter_map(|(read, _)| Some((read.as_str(), fields.remove(read)?))).collect();
+            for (json_key, read) in last {
+                let Some(count) = uses.get_mut(read) else { continue };
+                *count -= 1;
+                // Moved at its last use: a read key is cloned only where go-yaml makes it two.
+                let value = if *count == 0 { values.remove(read) } else { values.get(read).cloned() };
+                if let Some(value) = value {
+                    fields.insert(json_key.to_owned(), value);
                 }
             }
             Ok(())
@@ -745,45 +782,37 @@ enum GoKey {
 }
 
 impl GoKey {
-    /// The key go-yaml makes of a scalar of `value` under `tag` (written plain or not), `None`
-    /// where go-yaml refuses it (said apart, as the document's refusal).
-    fn of(tag: Option<&str>, value: &str, plain: bool) -> Option<Self> {
+    /// The key go-yaml makes of a scalar of `value` under `tag` (written plain or not), with
+    /// the JSON key sigs.k8s.io/yaml makes of it; `None` where the kubelet refuses it (said
+    /// apart, as the document's refusal).
+    fn of(tag: Option<&str>, value: &str, plain: bool) -> Option<(Self, String)> {
         let scalar = match tag {
-            Some(tag) if short_tag(tag) == "!!binary" => return go_yaml_binary(value).ok().map(Self::Str),
+            Some(tag) if short_tag(tag) == "!!binary" => {
+                let text = go_yaml_binary(value).ok()?;
+                return Some((Self::Str(text.clone()), text));
+            }
             Some(tag) => go_yaml_tagged(tag, value).ok()?,
             None if plain => go_yaml_resolve(value),
             None => GoScalar::Str,
         };
-        Some(match scalar {
+        let json = go_json_key(scalar, value).ok()?;
+        let key = match scalar {
             GoScalar::Null => Self::Null,
             GoScalar::Bool(b) => Self::Bool(b),
             GoScalar::Int(int) => Self::Int(int),
             GoScalar::Uint(uint) => Self::Uint(uint),
             GoScalar::Float(float) => Self::Float(float),
             GoScalar::Str => Self::Str(value.to_owned()),
-        })
-    }
-
-    /// A text equal for keys that are one, for a set of them (a float's by its value, `-0.0`
-    /// as `0.0`, a NaN each its own).
-    fn bucket(&self) -> String {
-        match self {
-            Self::Null => "n".into(),
-            Self::Bool(b) => format!("b{b}"),
-            Self::Int(int) => format!("i{int}"),
-            Self::Uint(uint) => format!("u{uint}"),
-            Self::Float(float) if *float == 0.0 => "f0".into(),
-            Self::Float(float) => format!("f{float:?}"),
-            Self::Str(text) => format!("s{text}"),
-        }
+        };
+        Some((key, json))
     }
 }
 
 /// The parser's events walked for the keys of each mapping written twice ([`Scalars::read`]).
 #[derive(Debug, Default)]
 struct KeyWalk {
-    /// The open sequences (`None`) and mappings (the keys read so far, and whether a key comes
-    /// next), innermost last.
+    /// The open sequences (`None`) and mappings (the keys read so far by their JSON key, and
+    /// whether a key comes next), innermost last.
     open: Vec<Option<(std::collections::HashMap<String, Vec<GoKey>>, bool)>>,
     /// Each document's keys written twice, as the reader counts documents.
     documents: Vec<Vec<KeyWrittenTwice>>,
@@ -844,14 +873,21 @@ impl KeyWalk {
         if !self.node(null) {
             return;
         }
-        let Some(key) = GoKey::of(tag, value, plain) else { return };
+        let Some((key, json)) = GoKey::of(tag, value, plain) else { return };
         let Some(Some((keys, _))) = self.open.last_mut() else { return };
-        let same = keys.entry(key.bucket()).or_default();
-        let twice = same.contains(&key);
+        // Keys by their JSON key: the same key to go-yaml is the same JSON key.
+        let same = keys.entry(json.clone()).or_default();
+        let twice = match (same.contains(&key), same.is_empty()) {
+            (true, _) => Some(None),
+            (false, false) => Some(Some(json)),
+            (false, true) => None,
+        };
         same.push(key);
-        if twice && let Some(document) = self.documents.last_mut() {
+        if let Some(only_in_json) = twice
+            && let Some(document) = self.documents.last_mut()
+        {
             let (line, column) = (span.start.line(), span.start.col() + 1);
-            document.push(KeyWrittenTwice { written: value.to_owned(), line, column });
+            document.push(KeyWrittenTwice { written: value.to_owned(), line, column, only_in_json });
         }
     }
 }
@@ -1384,6 +1420,30 @@ mod tests {
         let want = "metadata.labels: error converting YAML to JSON: yaml: cannot decode !!str `abc` as a !!int \
                     at line 3, column 11";
         assert_eq!(refused, [Some(want.to_owned())]);
+    }
+
+    /// Keys that are one once go-yaml resolves them take the last value: `yes:` then `true:`
+    /// (the bool true to go-yaml, which keeps the last), `0x10:` then `16:` (the int 16). Keys
+    /// go-yaml keeps apart that sigs.k8s.io/yaml's JSON makes one (`1_0:`, the int 10, and
+    /// `10.0:`, the float 10: the key `10`) are taken in Go's map order, either value: the last
+    /// is read here. Both are said as keys written twice, the second with what the kubelet
+    /// does. The first written was read for some (`yes` over `true`), and the second kind was
+    /// not said.
+    #[test]
+    fn keys_one_only_once_resolved_take_the_last_value_and_are_said() {
+        let yaml = "m: {yes: a, true: b, 1_0: c, 10.0: d, 0x10: e, 16: f}\n";
+        let mut values: Vec<Value> =
+            serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
+        let found = go_yaml_scalars(&mut values, yaml, false);
+        assert_eq!(found.refused, [None]);
+        assert_eq!(values[0], serde_json::json!({"m": {"true": "b", "10": "d", "16": "f"}}));
+        let said = keys_written_twice_text(&found.twice[0]);
+        let want = "duplicate mapping keys: true at line 1, column 13, 10.0 at line 1, column 30 (the key 10 as a \
+                    key before it only once made JSON: the kubelet reads either value, as Go's map order falls), \
+                    16 at line 1, column 48: the last values are read";
+        assert_eq!(said.as_deref(), Some(want));
+        let (values, _) = read("m: {true: b, yes: a, 10.0: d, 1_0: c}\n");
+        assert_eq!(values[0], serde_json::json!({"m": {"true": "a", "10": "c"}}));
     }
 
     /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
