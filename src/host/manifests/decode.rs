@@ -221,7 +221,8 @@ fn go_float_word(float: f64) -> &'static str {
 
 /// The JSON key sigs.k8s.io/yaml makes of a plain key go-yaml resolved as `scalar`
 /// (`convertToJSONableObject`): a boolean `true` or `false`, an integer in decimal, a float as
-/// Go's `strconv.FormatFloat(f, 'g', -1, 32)` writes it (`.inf`, `-.inf`, `.nan` for those); a
+/// Go's `strconv.FormatFloat(f, 'g', -1, 32)` writes it (`.inf`, `-.inf`, `.nan` for those, and
+/// for a float past 32 bits' range, `1e300`, an infinity once narrowed); a
 /// null or a key only a u64 holds it refuses (`unsupported map key of type: …`).
 fn go_json_key(scalar: GoScalar, text: &str) -> Result<String, String> {
     Ok(match scalar {
@@ -229,7 +230,9 @@ fn go_json_key(scalar: GoScalar, text: &str) -> Result<String, String> {
         GoScalar::Bool(b) => b.to_string(),
         GoScalar::Int(int) => int.to_string(),
         GoScalar::Float(float) if float.is_nan() => ".nan".into(),
-        GoScalar::Float(float) if float.is_infinite() => {
+        // Go narrows the float to 32 bits first: `1e300` is an infinity there.
+        #[allow(clippy::cast_possible_truncation)]
+        GoScalar::Float(float) if (float as f32).is_infinite() => {
             if float > 0.0 {
                 ".inf".into()
             } else {
@@ -1558,6 +1561,15 @@ mod tests {
         // such word is a key is read so too.
         let (values, _) = read("labels: {yes: a, 1: b}\n");
         assert_eq!(values[0]["labels"].to_string(), r#"{"1":"b","true":"a"}"#);
+    }
+
+    /// A key whose float is finite in 64 bits but past 32 bits' range is an infinity to Go's
+    /// `FormatFloat(f, 'g', -1, 32)`, which sigs.k8s.io/yaml writes `.inf` or `-.inf`.
+    #[test]
+    fn a_key_past_32_bits_float_range_is_an_infinity() {
+        let (values, refused) = read("labels: {1e300: a, -1e300: b, 1e-300: c}\n");
+        assert_eq!(refused, [None]);
+        assert_eq!(values[0]["labels"].to_string(), r#"{"-.inf":"b",".inf":"a","0":"c"}"#);
     }
 
     #[test]
