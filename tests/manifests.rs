@@ -122,6 +122,22 @@ fn json_file_loads_and_reports_positions() {
     assert!(errors[1].reason.contains("line 3"), "{}", errors[1].reason);
 }
 
+/// A type error under a tagged key (`!!str yes:`, the key `yes` as go-yaml reads it) is placed
+/// at its line and column, as under any other key.
+#[test]
+fn a_type_error_under_a_tagged_key_has_its_line_and_column() {
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n  labels: {!!str yes: [a]}\nspec:\n  \
+                containers:\n  - name: a\n    command: [x]\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/tagged.yaml"), yaml, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        vec![
+            "invalid Pod: metadata.labels.yes: invalid type: sequence, expected a string at line 5, column 23"
+        ]
+    );
+}
+
 #[test]
 fn type_errors_name_the_field_path_line_and_column() {
     let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: a\n    command: [x]\n    \

@@ -1160,9 +1160,11 @@ fn find<'a>(root: &'a Spanned<Node>, path: &[Segment], contents: &str) -> Option
     let mut node = root;
     for segment in path {
         node = match (&node.value, segment) {
-            // The last of a key written twice is the one read.
+            // The last of a key written twice is the one read. A tagged key is the kubelet's
+            // under its tag (`!!str yes` is `yes`), which `json` does not read: its text then.
             (Node::Map(entries), Segment::Key(key)) => {
-                entries.iter().rev().find(|(k, _)| k.json(contents) == *key).map(|(_, value)| value)?
+                let by = |name: &dyn Fn(&Key) -> String| entries.iter().rev().find(|(k, _)| name(k) == *key);
+                by(&|k| k.json(contents)).or_else(|| by(&|k| k.read(contents))).map(|(_, value)| value)?
             }
             (Node::Seq(items), Segment::Index(index)) => items.get(*index)?,
             _ => return None,
