@@ -57,8 +57,8 @@ pub(crate) enum GoScalar {
 /// without its `_`s as Go's `strconv.ParseInt` with base 0 reads it (`0x`, `0o`, `0b` in
 /// either case, a leading `0` octal), or `ParseUint`, or a float of `yamlStyleFloat`'s shape
 /// that does not overflow, or `0b` binary; for a word starting with `.`, a float. Anything else
-/// is a string. A word too large for 64 bits in hex, octal or binary, which go-yaml reads as a
-/// big integer, is a string here.
+/// is a string. A word too large for 64 bits in hex, `0o` or binary is a string (go-yaml v2 has
+/// no big integer), and a leading-`0` one a float read in base 10.
 pub(crate) fn go_yaml_resolve(text: &str) -> GoScalar {
     match text {
         "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
@@ -811,12 +811,15 @@ impl GoKey {
     }
 }
 
+/// A mapping's keys read so far, by their JSON key.
+type MappingKeys = std::collections::HashMap<String, Vec<GoKey>>;
+
 /// The parser's events walked for the keys of each mapping written twice ([`Scalars::read`]).
 #[derive(Debug, Default)]
 struct KeyWalk {
     /// The open sequences (`None`) and mappings (the keys read so far by their JSON key, and
     /// whether a key comes next), innermost last.
-    open: Vec<Option<(std::collections::HashMap<String, Vec<GoKey>>, bool)>>,
+    open: Vec<Option<(MappingKeys, bool)>>,
     /// Each document's keys written twice, as the reader counts documents.
     documents: Vec<Vec<KeyWrittenTwice>>,
     /// Whether the next node is a document's root.
@@ -1289,6 +1292,16 @@ mod tests {
             ("99999999999999999999", "1e+20"),
             ("18446744073709551615", "18446744073709551615"),
             ("1e400", r#""1e400""#),
+            // Past 64 bits: go-yaml v2 has no big integer (ParseInt and ParseUint fail), so a
+            // hex, `0o` or binary word is a string, and a leading-0 one is a decimal float
+            // (`yamlStyleFloat` takes it, and Go's ParseFloat reads it in base 10).
+            ("0x1FFFFFFFFFFFFFFFFF", r#""0x1FFFFFFFFFFFFFFFFF""#),
+            ("0o7777777777777777777777", r#""0o7777777777777777777777""#),
+            (
+                "0b11111111111111111111111111111111111111111111111111111111111111111",
+                r#""0b11111111111111111111111111111111111111111111111111111111111111111""#,
+            ),
+            ("07777777777777777777777", "7.777777777777777e+21"),
             ("-1e400", r#""-1e400""#),
             ("1_e400", r#""1_e400""#),
             (".Nan", r#"".Nan""#),
