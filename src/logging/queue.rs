@@ -218,7 +218,7 @@ pub fn write(stream: Stream, bytes: &[u8]) {
     }
 }
 
-/// [`write`] for a line an operator must not lose to a queue full of others, the agent's last
+/// [`write()`] for a line an operator must not lose to a queue full of others, the agent's last
 /// words (its fatal error, a forced stop's line): it goes into the [`RESERVED_LINES`] kept past
 /// a full queue, so that a reader that is only slow, and reads within the exit's
 /// [`FLUSH_DEADLINE`], gets it. It never waits either: with the reserve used too, it is dropped.
