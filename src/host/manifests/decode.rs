@@ -879,6 +879,11 @@ impl KeyWalk {
         if !self.node(null) {
             return;
         }
+        // A plain `<<` merges its mapping into this one (go-yaml v2's `isMerge`), each `<<` of
+        // a mapping in turn: not a key whose last value is read.
+        if plain && tag.is_none() && value == "<<" {
+            return;
+        }
         let Some((key, json)) = GoKey::of(tag, value, plain) else { return };
         let Some(Some((keys, _))) = self.open.last_mut() else { return };
         // Keys by their JSON key: the same key to go-yaml is the same JSON key.
@@ -1462,6 +1467,30 @@ mod tests {
         assert_eq!(said.as_deref(), Some(want));
         let (values, _) = read("m: {true: b, yes: a, 10.0: d, 1_0: c}\n");
         assert_eq!(values[0], serde_json::json!({"m": {"true": "a", "10": "c"}}));
+    }
+
+    /// A merge key (`<<`) written twice in a mapping merges both mappings, as go-yaml v2 merges
+    /// each (its `isMerge`) and the reader does: no key written twice whose last value is read,
+    /// which it was said to be. A quoted `'<<'` is a plain key, and written twice is said.
+    #[test]
+    fn merge_keys_are_not_keys_written_twice() {
+        let yaml = "x: &x {a: 1}\ny: &y {b: 2}\nz:\n  <<: *x\n  <<: *y\n";
+        let mut values: Vec<Value> =
+            serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
+        let found = go_yaml_scalars(&mut values, yaml, true);
+        assert_eq!(found.twice, [Vec::<KeyWrittenTwice>::new()]);
+        assert_eq!(values[0]["z"], serde_json::json!({"a": 1, "b": 2}));
+        let yaml = "'<<': 1\n'<<': 2\n";
+        let mut values: Vec<Value> =
+            serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
+        let found = go_yaml_scalars(&mut values, yaml, true);
+        let said = keys_written_twice_text(&found.twice[0]);
+        assert_eq!(
+            said.as_deref(),
+            Some(
+                "duplicate mapping key: << at line 2, column 1: the last value is read, as the kubelet reads it"
+            )
+        );
     }
 
     /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
