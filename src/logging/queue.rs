@@ -233,11 +233,14 @@ pub fn write_reserved(stream: Stream, bytes: &[u8]) {
 /// written: an agent about to exit says its last lines, but a stream nobody reads does not keep
 /// it from exiting. Lines queued meanwhile (other threads go on until the exit) are not waited
 /// for, so the wait is only as long as the writes it owes: a forced stop's last line out, the
-/// agent exits before its main thread can start anything more.
+/// agent exits before its main thread can start anything more. A writer thread does not wait for
+/// its own stream, which it would wait the whole deadline for: it waits for the other's only.
 pub fn flush(deadline: Duration) {
+    let me = std::thread::current().id();
     let owed: Vec<(&Queue, u64)> = [Stream::Stdout, Stream::Stderr]
         .iter()
         .filter_map(|stream| slot(*stream).get())
+        .filter(|queue| queue.writer != me)
         .map(|queue| (queue, queue.queued()))
         .collect();
     wait_for(&owed, deadline);
@@ -273,8 +276,7 @@ pub fn exit(code: i32) -> ! {
 pub fn queue_panics() {
     std::panic::set_hook(Box::new(|info| {
         say_panic(slot(Stream::Stderr).get(), &panic_text(info), |text| write_in_place(Stream::Stderr, text));
-        // Not on a writer thread: it would wait the whole deadline for itself.
-        if aborts_after_the_hook(info.payload_as_str()) && !on_a_writer_thread() {
+        if aborts_after_the_hook(info.payload_as_str()) {
             flush(FLUSH_DEADLINE);
         }
     }));
@@ -303,14 +305,6 @@ fn on_panic_of<T>(main: impl FnOnce() -> T, then: impl FnOnce()) -> T {
             std::panic::resume_unwind(panic)
         }
     }
-}
-
-/// Whether this thread writes one of the streams.
-fn on_a_writer_thread() -> bool {
-    let me = std::thread::current().id();
-    [Stream::Stdout, Stream::Stderr]
-        .iter()
-        .any(|stream| slot(*stream).get().is_some_and(|queue| queue.writer == me))
 }
 
 /// Writes a panic's text through `queue`, or with `in_place` without one, and for a panic of
@@ -634,6 +628,58 @@ mod tests {
             },
         );
         assert_eq!(ended, (1, Some("boom".to_owned())));
+    }
+
+    /// Set for the run of this test binary that
+    /// [`a_panic_that_aborts_on_a_writer_thread_is_written_before_the_abort`] starts.
+    const ABORTING_WRITER_CHILD: &str = "PROBELET_TEST_ABORTING_WRITER_CHILD";
+
+    /// A panic that aborts on standard output's writer thread is said through standard error's
+    /// queue, which the abort waits for, though each line takes that stream 100 ms; it waits
+    /// for its own stream no more (it would wait the whole deadline for itself). Run in a child
+    /// process (this test binary again), which aborts.
+    #[test]
+    fn a_panic_that_aborts_on_a_writer_thread_is_written_before_the_abort() {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                panic!("the destructor's panic");
+            }
+        }
+        if std::env::var_os(ABORTING_WRITER_CHILD).is_some() {
+            let slow = |line: &[u8]| {
+                std::thread::sleep(Duration::from_millis(100));
+                write_in_place(Stream::Stderr, line);
+            };
+            let stderr = Queue::spawn("stderr", QUEUED_LINES, QUEUED_BYTES, slow, |_| {}).unwrap();
+            assert!(STDERR.set(stderr).is_ok(), "the child's own queue");
+            let breaks = |_: &[u8]| {
+                let _armed = PanicsOnDrop;
+                panic!("the stdout writer's panic");
+            };
+            let stdout = Queue::spawn("stdout", QUEUED_LINES, QUEUED_BYTES, breaks, |_| {}).unwrap();
+            assert!(STDOUT.set(stdout).is_ok(), "the child's own queue");
+            queue_panics();
+            write(Stream::Stdout, b"the line that breaks it\n");
+            // The abort ends the process.
+            loop {
+                std::thread::park();
+            }
+        }
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "logging::queue::tests::a_panic_that_aborts_on_a_writer_thread_is_written_before_the_abort",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(ABORTING_WRITER_CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "the child aborted: {text}");
+        assert!(text.contains("thread 'stdout-writer' ("), "{text}");
+        assert!(text.contains(":\nthe stdout writer's panic\n"), "{text}");
+        assert!(text.contains(":\nthe destructor's panic\n"), "{text}");
     }
 
     /// Set for the run of this test binary that
