@@ -630,6 +630,37 @@ mod tests {
         assert_eq!(ended, (1, Some("boom".to_owned())));
     }
 
+    /// Panics when dropped: while a panic unwinds, that aborts the process.
+    struct PanicsOnDrop;
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("the destructor's panic");
+        }
+    }
+
+    /// A standard error queue whose every line takes the stream 100 ms.
+    fn slow_stderr() -> Queue {
+        let slow = |line: &[u8]| {
+            std::thread::sleep(Duration::from_millis(100));
+            write_in_place(Stream::Stderr, line);
+        };
+        Queue::spawn("stderr", QUEUED_LINES, QUEUED_BYTES, slow, |_| {}).unwrap()
+    }
+
+    /// Runs `test` of this test binary again in a child process, with `child` set, and gives
+    /// its standard error once it has aborted.
+    fn aborted_child_stderr(test: &str, child: &str) -> String {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(child, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!output.status.success(), "the child aborted: {text}");
+        text
+    }
+
     /// Set for the run of this test binary that
     /// [`a_panic_that_aborts_on_a_writer_thread_is_written_before_the_abort`] starts.
     const ABORTING_WRITER_CHILD: &str = "PROBELET_TEST_ABORTING_WRITER_CHILD";
@@ -640,19 +671,8 @@ mod tests {
     /// process (this test binary again), which aborts.
     #[test]
     fn a_panic_that_aborts_on_a_writer_thread_is_written_before_the_abort() {
-        struct PanicsOnDrop;
-        impl Drop for PanicsOnDrop {
-            fn drop(&mut self) {
-                panic!("the destructor's panic");
-            }
-        }
         if std::env::var_os(ABORTING_WRITER_CHILD).is_some() {
-            let slow = |line: &[u8]| {
-                std::thread::sleep(Duration::from_millis(100));
-                write_in_place(Stream::Stderr, line);
-            };
-            let stderr = Queue::spawn("stderr", QUEUED_LINES, QUEUED_BYTES, slow, |_| {}).unwrap();
-            assert!(STDERR.set(stderr).is_ok(), "the child's own queue");
+            assert!(STDERR.set(slow_stderr()).is_ok(), "the child's own queue");
             let breaks = |_: &[u8]| {
                 let _armed = PanicsOnDrop;
                 panic!("the stdout writer's panic");
@@ -666,17 +686,10 @@ mod tests {
                 std::thread::park();
             }
         }
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "logging::queue::tests::a_panic_that_aborts_on_a_writer_thread_is_written_before_the_abort",
-            ])
-            .args(["--nocapture", "--test-threads=1"])
-            .env(ABORTING_WRITER_CHILD, "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "the child aborted: {text}");
+        let text = aborted_child_stderr(
+            "logging::queue::tests::a_panic_that_aborts_on_a_writer_thread_is_written_before_the_abort",
+            ABORTING_WRITER_CHILD,
+        );
         assert!(text.contains("thread 'stdout-writer' ("), "{text}");
         assert!(text.contains(":\nthe stdout writer's panic\n"), "{text}");
         assert!(text.contains(":\nthe destructor's panic\n"), "{text}");
@@ -692,31 +705,16 @@ mod tests {
     /// test binary again), which aborts.
     #[test]
     fn a_panic_that_aborts_is_written_before_the_abort() {
-        struct PanicsOnDrop;
-        impl Drop for PanicsOnDrop {
-            fn drop(&mut self) {
-                panic!("the destructor's panic");
-            }
-        }
         if std::env::var_os(ABORTING_CHILD).is_some() {
-            let slow = |line: &[u8]| {
-                std::thread::sleep(Duration::from_millis(100));
-                write_in_place(Stream::Stderr, line);
-            };
-            let queue = Queue::spawn("stderr", QUEUED_LINES, QUEUED_BYTES, slow, |_| {}).unwrap();
-            assert!(STDERR.set(queue).is_ok(), "the child's own queue");
+            assert!(STDERR.set(slow_stderr()).is_ok(), "the child's own queue");
             queue_panics();
             let _armed = PanicsOnDrop;
             panic!("the first panic");
         }
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "logging::queue::tests::a_panic_that_aborts_is_written_before_the_abort"])
-            .args(["--nocapture", "--test-threads=1"])
-            .env(ABORTING_CHILD, "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "the child aborted: {text}");
+        let text = aborted_child_stderr(
+            "logging::queue::tests::a_panic_that_aborts_is_written_before_the_abort",
+            ABORTING_CHILD,
+        );
         assert!(text.contains(":\nthe first panic\n"), "{text}");
         assert!(text.contains(":\nthe destructor's panic\n"), "{text}");
     }
