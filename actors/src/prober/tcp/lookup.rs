@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -83,6 +84,11 @@ enum Progress {
 /// One name's lookup in flight; its probes watch its progress.
 struct InFlight {
     progress: watch::Sender<Progress>,
+    /// Its waiters, counted under the map's lock, where each joins and leaves. The watch's own
+    /// count of receivers falls outside it (a leaving waiter's receiver is dropped after its
+    /// `Drop`): two waiters leaving at once on two threads could each count the other, and the
+    /// lookup stayed in the map with no one waiting, until the name's next probe started it.
+    waiters: AtomicUsize,
 }
 
 impl InFlight {
@@ -153,12 +159,15 @@ impl Lookups {
         let lookup = match in_flight.get(name) {
             Some(lookup) => Arc::clone(lookup),
             None => {
-                let lookup = Arc::new(InFlight { progress: watch::Sender::new(Progress::Waiting) });
+                let lookup = Arc::new(InFlight {
+                    progress: watch::Sender::new(Progress::Waiting),
+                    waiters: AtomicUsize::new(0),
+                });
                 in_flight.insert(name.to_owned(), Arc::clone(&lookup));
                 lookup
             }
         };
-        // Subscribed under the map's lock, so that a waiter leaving sees every other.
+        lookup.waiters.fetch_add(1, Ordering::SeqCst);
         let progress = lookup.progress.subscribe();
         Waiter { lookups: self.clone(), name: name.to_owned(), lookup, progress }
     }
@@ -269,9 +278,10 @@ impl Drop for Waiter {
     /// left to start it. A started lookup stays, for its thread to answer.
     fn drop(&mut self) {
         let mut in_flight = self.lookups.in_flight();
+        let others = self.lookup.waiters.fetch_sub(1, Ordering::SeqCst) - 1;
         let waiting = matches!(*self.lookup.progress.borrow(), Progress::Waiting);
         if waiting
-            && self.lookup.progress.receiver_count() == 1
+            && others == 0
             && in_flight.get(&self.name).is_some_and(|current| Arc::ptr_eq(current, &self.lookup))
         {
             in_flight.remove(&self.name);
@@ -281,7 +291,6 @@ impl Drop for Waiter {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Poll;
     use std::time::Duration;
 
@@ -444,6 +453,30 @@ mod tests {
         assert_eq!(held.spawned(), 2);
         held.run_all();
         assert_eq!(second.await, Ok(with_port(&["10.0.0.1", "fd00::1"], 81)));
+    }
+
+    /// The last waiter of a lookup waiting for a thread takes it out of flight, though two
+    /// leave at once on two threads: each used to be told of the other by the watch's count of
+    /// receivers, which falls after a waiter's `Drop`, and both could leave the lookup in the
+    /// map. Many tries, as the two threads fall: most failed without the fix.
+    #[test]
+    fn waiters_leaving_at_once_on_two_threads_take_their_lookup_out_of_flight() {
+        for _ in 0..2000 {
+            let lookups = Lookups::new(1, known);
+            let (first, second) = (lookups.join("svc.ns"), lookups.join("svc.ns"));
+            let together = Arc::new(std::sync::Barrier::new(2));
+            let other = {
+                let together = Arc::clone(&together);
+                std::thread::spawn(move || {
+                    together.wait();
+                    drop(first);
+                })
+            };
+            together.wait();
+            drop(second);
+            other.join().unwrap();
+            assert!(lookups.in_flight().is_empty(), "no one waits for it");
+        }
     }
 
     /// No thread to resolve on (a full pids cgroup: `EAGAIN`): every waiter fails, in Go's words
