@@ -12,11 +12,17 @@
 //!   events, looking pods up.
 //! * [`local_runner`] — a [`contracts::CommandRunner`] that runs commands as local processes.
 //! * [`process`] — signalling local process groups (the runner and the standalone runtime).
+//! * [`shim`] — the container shim, the small parent of each local command that stops
+//!   everything the command started; [`spawned`] — the record of the children this process
+//!   spawned itself, told apart from orphans that re-parent to it.
 //! * [`restart`] — whether a container that exited runs again (restart policies and rules).
 //! * [`metrics`] — metric names and the Prometheus registry.
 //! * [`clock`] — the one wall clock.
 //! * [`container`] — container IDs as the runtime reports them.
-//! * [`gofmt`] — Go's `%q` quoting, for texts that must read as the kubelet's.
+//! * [`gofmt`] — Go's `%q` quoting, for texts that must read as the kubelet's; [`format`](mod@format) —
+//!   pods and other values in the forms the kubelet's log lines give them.
+//! * [`capacity`] — giving a per-pod table's memory back once most of its pods are gone.
+//! * [`fnv`] — FNV-1a, for stable values from bytes (back-off jitter, IDs, UIDs).
 //! * [`vocabulary`] — the probe vocabulary every part speaks (kinds, outcomes, results, keys).
 
 #![warn(missing_docs)]
