@@ -35,7 +35,9 @@ pub const PROBELET_PROBES_DELAYED_TOTAL: &str = "probelet_probes_delayed_total";
 /// Status syncs by outcome (`updated`, `unchanged`, `not_found`, `recreated`, `invalid`, `conflict`,
 /// `error`, `deleted`).
 pub const PROBELET_STATUS_SYNCS_TOTAL: &str = "probelet_status_syncs_total";
-/// API requests the agent sent, by verb and HTTP code (`0` when no response came).
+/// The status syncer's API requests (the GET, PATCH and DELETE of its pod writes), by verb and
+/// HTTP code (`0` when no response came). A cluster host's watch, events, `pods/exec` and
+/// reviews are not counted here.
 pub const PROBELET_API_REQUESTS_TOTAL: &str = "probelet_api_requests_total";
 /// Seconds from a status change to its successful write.
 pub const PROBELET_STATUS_SYNC_DURATION_SECONDS: &str = "probelet_status_sync_duration_seconds";
