@@ -132,7 +132,8 @@ pub struct RunArgs {
     #[arg(long, env = "PROBELET_READINESS_GATE_EXEC", requires = "readiness_gates")]
     pub readiness_gate_exec: bool,
 
-    /// Address of the agent's HTTP endpoints: /metrics, /healthz, /readyz, /pods, /events.
+    /// Address of the agent's HTTP endpoints: the status page at /, /pods,
+    /// /pods/{namespace}/{name}/probes, /events, /metrics, /healthz and /readyz.
     #[arg(long, env = "PROBELET_LISTEN", default_value = "127.0.0.1:9898")]
     pub listen: SocketAddr,
 
