@@ -1,7 +1,13 @@
-//! Probing: the four executors and the dispatcher that picks one for a probe spec, with the
-//! probe vocabulary (kinds, executor outcomes, cache results, errors) re-exported from its leaf
-//! module [`crate::vocabulary`]. Upstream: `pkg/probe` and
-//! `pkg/kubelet/prober/prober.go`.
+//! Probing: the four executors ([`exec`], [`http`], [`tcp`], [`grpc`]) and the dispatcher that
+//! picks one for a probe spec, with the probe vocabulary (kinds, executor outcomes, cache
+//! results, errors) re-exported from its leaf module [`crate::vocabulary`]. Upstream:
+//! `pkg/probe` and `pkg/kubelet/prober/prober.go`.
+//!
+//! And what runs them: the probe worker ([`worker`], its decisions in [`do_probe`]) and the
+//! prober manager that supervises the workers ([`manager`], `UpdatePodStatus` in
+//! [`update_status`]), upstream's `worker.go` and `prober_manager.go`; with probelet's own
+//! bound on probes in flight ([`slots`]), the probe prepared once per status ([`prepared`]) and
+//! the probe-timing annotation ([`timing`]).
 
 pub mod do_probe;
 pub mod exec;
