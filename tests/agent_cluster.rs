@@ -681,6 +681,14 @@ async fn a_failed_status_write_is_the_syncers_to_retry_not_the_clients() {
         support::agent::series_sum(&addr, "probelet_api_requests_total", &["verb=\"patch\"", "code=\"503\""])
             .await;
     assert_eq!(failed, 2.0, "each 503 reached the syncer");
+    // Every client's request is counted as client-go counts a kubelet's, against the server's
+    // host: the two 503s, and the pod list and watch, which the syncer's metric does not see.
+    let host = format!("host=\"{}\"", fake.addr());
+    let rest = "rest_client_requests_total";
+    let patched = support::agent::series_sum(&addr, rest, &["method=\"PATCH\"", "code=\"503\"", &host]).await;
+    assert_eq!(patched, 2.0, "each 503, counted by the client");
+    let read = support::agent::series_sum(&addr, rest, &["method=\"GET\"", "code=\"200\"", &host]).await;
+    assert!(read >= 2.0, "the list and the watch: {read}");
     support::agent::kill(agent, &kubeconfig).await;
 }
 

@@ -39,6 +39,10 @@ pub const PROBELET_STATUS_SYNCS_TOTAL: &str = "probelet_status_syncs_total";
 /// HTTP code (`0` when no response came). A cluster host's watch, events, `pods/exec` and
 /// reviews are not counted here.
 pub const PROBELET_API_REQUESTS_TOTAL: &str = "probelet_api_requests_total";
+/// Every request of the agent's API clients, by HTTP code (`<error>` when none came), method
+/// and the API server's `host:port` (counter). client-go's `requestResult`, which a kubelet's
+/// `/metrics` exports; the agent's clients count it, the engine does not.
+pub const REST_CLIENT_REQUESTS_TOTAL: &str = "rest_client_requests_total";
 /// Seconds from a status change to its successful write.
 pub const PROBELET_STATUS_SYNC_DURATION_SECONDS: &str = "probelet_status_sync_duration_seconds";
 /// Cluster mode: `ready` / `started` flags the agent had written true and someone else (the
@@ -56,7 +60,11 @@ pub const PROBER_PROBE_DURATION_SECONDS_HELP: &str = "[ALPHA] Duration in second
 pub const PROBELET_STATUS_SYNCS_TOTAL_HELP: &str = "Pod status syncs to the API server by outcome.";
 /// Help text of [`PROBELET_API_REQUESTS_TOTAL`].
 pub const PROBELET_API_REQUESTS_TOTAL_HELP: &str =
-    "Requests sent to the API server by verb and response code.";
+    "Pod status requests the status syncer sent to the API server by verb and response code.";
+/// Help text of [`REST_CLIENT_REQUESTS_TOTAL`], with the stability level the kubelet's metrics
+/// framework puts before it.
+pub const REST_CLIENT_REQUESTS_TOTAL_HELP: &str =
+    "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.";
 /// Help text of [`PROBELET_STATUS_SYNC_DURATION_SECONDS`].
 pub const PROBELET_STATUS_SYNC_DURATION_SECONDS_HELP: &str =
     "Seconds from a pod status change to its successful write to the API server.";
@@ -116,7 +124,7 @@ impl Kind {
 }
 
 /// Every metric the engine emits, with its kind and help text.
-const DESCRIPTIONS: [(&str, Kind, &str); 10] = [
+const DESCRIPTIONS: [(&str, Kind, &str); 11] = [
     (PROBER_PROBE_TOTAL, Kind::Counter, PROBER_PROBE_TOTAL_HELP),
     (PROBER_PROBE_DURATION_SECONDS, Kind::Histogram, PROBER_PROBE_DURATION_SECONDS_HELP),
     (PROBELET_PROBE_WORKERS, Kind::Gauge, PROBELET_PROBE_WORKERS_HELP),
@@ -125,6 +133,7 @@ const DESCRIPTIONS: [(&str, Kind, &str); 10] = [
     (PROBELET_PROBES_DELAYED_TOTAL, Kind::Counter, PROBELET_PROBES_DELAYED_TOTAL_HELP),
     (PROBELET_STATUS_SYNCS_TOTAL, Kind::Counter, PROBELET_STATUS_SYNCS_TOTAL_HELP),
     (PROBELET_API_REQUESTS_TOTAL, Kind::Counter, PROBELET_API_REQUESTS_TOTAL_HELP),
+    (REST_CLIENT_REQUESTS_TOTAL, Kind::Counter, REST_CLIENT_REQUESTS_TOTAL_HELP),
     (PROBELET_STATUS_SYNC_DURATION_SECONDS, Kind::Histogram, PROBELET_STATUS_SYNC_DURATION_SECONDS_HELP),
     (PROBELET_RUNTIME_RESETS_TOTAL, Kind::Counter, PROBELET_RUNTIME_RESETS_TOTAL_HELP),
 ];

@@ -19,6 +19,7 @@ pub mod gates;
 pub mod host;
 pub mod label_selector;
 pub mod recorder;
+pub mod request_metrics;
 pub mod retry_after;
 pub mod stalled;
 pub mod token;
@@ -129,8 +130,8 @@ fn missing_user(kc: &kube::config::Kubeconfig) -> Option<String> {
 
 /// The API client for `config`, with the pod watch's requests paced
 /// ([`watch::WatchPacingLayer`]), a token file's token trimmed ([`token::TokenFileLayer`]), a
-/// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]), and an answer that
-/// stops coming given up ([`stalled`]).
+/// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]), an answer that
+/// stops coming given up ([`stalled`]), and every request counted ([`request_metrics`]).
 pub fn client_from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
     let (config, token) = prepare(config)?;
     build(config, token.as_ref())
@@ -163,9 +164,12 @@ fn prepare(mut config: kube::Config) -> Result<(kube::Config, Option<token::Toke
 
 /// The client for a [`prepare`]d configuration.
 fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<kube::Client, kube::Error> {
+    let counted = request_metrics::RequestMetricsLayer::new(&config.cluster_url);
     // Innermost, so that the watch pacing's wait before a request is not counted as silence.
+    // The count next to it, so that a request paced and never sent is not counted at all.
     let builder = kube::client::ClientBuilder::try_from(config)?
         .with_layer(&stalled::StalledAnswerLayer::default())
+        .with_layer(&counted)
         .with_layer(&retry_after::RetryAfterLayer)
         .with_layer(&watch::WatchPacingLayer::default());
     Ok(match token {

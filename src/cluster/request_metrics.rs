@@ -1,0 +1,204 @@
+//! Counts every request the agent's API clients send, as client-go counts a kubelet's:
+//! `rest_client_requests_total{code, host, method}` (README.md, "Metrics").
+//!
+//! The status syncer's own `probelet_api_requests_total` counts its pod writes only, and it
+//! lives in the engine, where an embedding host's client may be any client. The agent's two
+//! clients carry this layer, so its watch and list of pods, events, `pods/exec`, token and
+//! access reviews and readiness-gate writes are counted too, with the labels a kubelet's
+//! `/metrics` gives them: the answer's HTTP code (`<error>` when none came, as client-go says
+//! it, also for a request given up before its answer), the method in capitals, and the API
+//! server's `host:port` as the kubeconfig names it.
+//!
+//! The layer sits outside kube's retry (`ClientBuilder::with_layer` wraps the whole stack), so
+//! a request kube sent again (a 429, 503 or 504 on the reading client; the writing client has
+//! no retry) counts once, with its last answer, where client-go counts each try.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Method, Request, Response};
+use probelet_actors::metrics::REST_CLIENT_REQUESTS_TOTAL;
+
+/// client-go's code for a request that got no answer: errors are not labels.
+const NO_ANSWER: &str = "<error>";
+
+/// The layer for [`kube::client::ClientBuilder::with_layer`].
+#[derive(Debug, Clone)]
+pub struct RequestMetricsLayer {
+    host: Arc<str>,
+}
+
+impl RequestMetricsLayer {
+    /// Requests to the API server at `cluster_url`, labelled with its `host:port` (Go's
+    /// `URL.Host`: the port only where the URL writes one).
+    pub fn new(cluster_url: &http::Uri) -> Self {
+        RequestMetricsLayer { host: cluster_url.authority().map_or("", |a| a.as_str()).into() }
+    }
+}
+
+impl<S> tower::Layer<S> for RequestMetricsLayer {
+    type Service = CountedRequests<S>;
+
+    fn layer(&self, inner: S) -> CountedRequests<S> {
+        CountedRequests { inner, host: Arc::clone(&self.host) }
+    }
+}
+
+/// The service of [`RequestMetricsLayer`].
+#[derive(Debug, Clone)]
+pub struct CountedRequests<S> {
+    inner: S,
+    host: Arc<str>,
+}
+
+impl<S, B, RB> tower::Service<Request<B>> for CountedRequests<S>
+where
+    S: tower::Service<Request<B>, Response = Response<RB>>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<RB>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<RB>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let mut pending =
+            Pending { host: Arc::clone(&self.host), method: request.method().clone(), done: false };
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            pending.count(match &answer {
+                Ok(response) => response.status().as_str().to_owned(),
+                Err(_) => NO_ANSWER.to_owned(),
+            });
+            answer
+        })
+    }
+}
+
+/// A request on its way; dropped before its answer (a watch given up, a caller's timeout), it
+/// counts as one that got none, as client-go's canceled context does.
+struct Pending {
+    host: Arc<str>,
+    method: Method,
+    done: bool,
+}
+
+impl Pending {
+    fn count(&mut self, code: String) {
+        self.done = true;
+        metrics::counter!(
+            REST_CLIENT_REQUESTS_TOTAL,
+            "code" => code,
+            "host" => self.host.to_string(),
+            "method" => self.method.as_str().to_owned(),
+        )
+        .increment(1);
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            self.count(NO_ANSWER.to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the failure report
+mod tests {
+    use std::convert::Infallible;
+
+    use probelet_actors::metrics::PrometheusRegistry;
+    use tower::{Layer as _, ServiceExt as _};
+
+    use super::*;
+
+    fn layer() -> RequestMetricsLayer {
+        RequestMetricsLayer::new(&"https://127.0.0.1:6443".parse().unwrap())
+    }
+
+    /// Runs `f` to its end on this thread, with `registry` as the recorder it sees.
+    fn counted<F: Future>(registry: &PrometheusRegistry, f: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        metrics::with_local_recorder(registry, || runtime.block_on(f))
+    }
+
+    fn answering(
+        code: u16,
+    ) -> impl tower::Service<Request<()>, Response = Response<()>, Error = Infallible, Future: Send + 'static>
+    {
+        tower::service_fn(move |_: Request<()>| async move {
+            Ok::<_, Infallible>(Response::builder().status(code).body(()).unwrap())
+        })
+    }
+
+    fn request(method: Method) -> Request<()> {
+        Request::builder().method(method).uri("/api/v1/pods").body(()).unwrap()
+    }
+
+    /// Each answer is counted by its code and method, against the server's `host:port`, in
+    /// client-go's labels (sorted by name as the kubelet's exposition sorts them).
+    #[test]
+    fn each_answer_is_counted_by_code_method_and_host() {
+        let registry = PrometheusRegistry::new();
+        counted(&registry, async {
+            layer().layer(answering(200)).oneshot(request(Method::GET)).await.unwrap();
+            layer().layer(answering(200)).oneshot(request(Method::GET)).await.unwrap();
+            layer().layer(answering(409)).oneshot(request(Method::PATCH)).await.unwrap();
+        });
+        let text = registry.render();
+        assert!(
+            text.contains(
+                "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:6443\",method=\"GET\"} 2\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "rest_client_requests_total{code=\"409\",host=\"127.0.0.1:6443\",method=\"PATCH\"} 1\n"
+            ),
+            "{text}"
+        );
+    }
+
+    /// A request that got no answer, whether it failed or was given up while it waited, is
+    /// `<error>`, once.
+    #[test]
+    fn a_request_with_no_answer_is_an_error_once() {
+        let registry = PrometheusRegistry::new();
+        counted(&registry, async {
+            let failing = tower::service_fn(|_: Request<()>| async { Err::<Response<()>, _>("refused") });
+            layer().layer(failing).oneshot(request(Method::GET)).await.unwrap_err();
+            let silent = tower::service_fn(|_: Request<()>| {
+                std::future::pending::<Result<Response<()>, Infallible>>()
+            });
+            let given_up = layer().layer(silent).oneshot(request(Method::GET));
+            assert!(tokio::time::timeout(std::time::Duration::ZERO, given_up).await.is_err());
+        });
+        let text = registry.render();
+        assert!(
+            text.contains(
+                "rest_client_requests_total{code=\"<error>\",host=\"127.0.0.1:6443\",method=\"GET\"} 2\n"
+            ),
+            "{text}"
+        );
+    }
+
+    /// Go's `URL.Host` has a port only where the URL writes one.
+    #[test]
+    fn the_host_is_the_urls_as_written() {
+        let registry = PrometheusRegistry::new();
+        counted(&registry, async {
+            let layer = RequestMetricsLayer::new(&"https://api.example.invalid".parse().unwrap());
+            layer.layer(answering(200)).oneshot(request(Method::GET)).await.unwrap();
+        });
+        assert!(registry.render().contains("host=\"api.example.invalid\""), "{}", registry.render());
+    }
+}
