@@ -121,6 +121,21 @@ fn write_in_place(stream: Stream, bytes: &[u8]) {
     };
 }
 
+/// Runs `write`, a writer thread's write, and goes on past a panic of it: the writer thread
+/// ended with it, so every line it had queued was lost, each exit waited the whole
+/// [`FLUSH_DEADLINE`] for lines that would never be written, and later lines were written in
+/// place, where a stalled reader blocks the agent again. Its text is said by the panic hook
+/// (in place on the writer's own stream, see [`say_panic`]), so the bug is not hidden; what
+/// the line was for is lost, as a line the stream fails to take is.
+fn shielded(write: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write)) {
+        // A payload whose own drop panics would end the thread after all; that one is kept.
+        if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(panic))) {
+            std::mem::forget(again);
+        }
+    }
+}
+
 impl Queue {
     /// A queue of at most `lines` lines and `max_bytes` bytes (and [`RESERVED_LINES`] more
     /// lines of [`write_reserved`]'s), and its thread `<name>-writer`,
@@ -138,12 +153,14 @@ impl Queue {
         let shared = Arc::clone(&counts);
         let writer = std::thread::Builder::new().name(format!("{name}-writer")).spawn(move || {
             while let Ok(line) = receiver.recv() {
-                sink(&line);
+                // A panic loses its line, not the writer (docs/reliability.md, "A log reader
+                // that stops reading").
+                shielded(|| sink(&line));
                 shared.bytes.fetch_sub(line.len(), Ordering::SeqCst);
                 shared.written.fetch_add(1, Ordering::SeqCst);
                 let dropped = shared.dropped.swap(0, Ordering::SeqCst);
                 if dropped > 0 {
-                    on_dropped(dropped);
+                    shielded(|| on_dropped(dropped));
                 }
             }
         })?;
@@ -717,5 +734,33 @@ mod tests {
         );
         assert!(text.contains(":\nthe first panic\n"), "{text}");
         assert!(text.contains(":\nthe destructor's panic\n"), "{text}");
+    }
+
+    /// A write that panics, or a dropped lines' notice that does (a formatting bug), loses its
+    /// line but not the writer: the lines before and after are written, and an exit waits for
+    /// them, not for a thread that has ended. Before, the writer thread ended: every line
+    /// queued was lost with it, and each exit waited the whole deadline.
+    #[test]
+    fn a_writer_goes_on_past_a_panic_of_its_own() {
+        let (go_on, gate) = mpsc::channel::<()>();
+        let (written, wrote) = mpsc::channel::<Vec<u8>>();
+        let breaks = move |line: &[u8]| {
+            let _ = gate.recv();
+            assert_ne!(line, b"breaks\n", "the write broke");
+            let _ = written.send(line.to_vec());
+        };
+        let queue = Queue::spawn("goes-on", 2, QUEUED_BYTES, breaks, |_| panic!("the notice broke")).unwrap();
+        with_panics_of("goes-on-writer", |_| {}, || {
+            assert!(queue.write(b"one\n"));
+            assert!(queue.write(b"breaks\n"));
+            assert!(queue.write(b"dropped\n"));
+            let owed = [(&queue, queue.queued())];
+            drop(go_on);
+            wait_for(&owed, Duration::from_secs(10));
+            assert_eq!(queue.written(), 2, "both lines done, the broken one too");
+            assert!(queue.write(b"two\n"), "the writer is still there");
+        });
+        assert_eq!(wrote.recv_timeout(Duration::from_secs(60)).ok(), Some(b"one\n".to_vec()));
+        assert_eq!(wrote.recv_timeout(Duration::from_secs(60)).ok(), Some(b"two\n".to_vec()));
     }
 }
