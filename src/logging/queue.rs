@@ -58,8 +58,9 @@ struct Queue {
 /// What a queue and its writer thread both keep count of.
 #[derive(Default)]
 struct Counts {
-    /// Lines the writer is done with (written, or failed to be), in queue order. A dropped
-    /// line never entered the queue and is not counted: an exit waits for queued lines only.
+    /// Lines the writer is done with (written, or failed to be, and the dropped count said
+    /// after them), in queue order. A dropped line never entered the queue and is not counted:
+    /// an exit waits for queued lines only.
     written: AtomicU64,
     /// Bytes queued and not written yet.
     bytes: AtomicUsize,
@@ -82,17 +83,15 @@ fn slot(stream: Stream) -> &'static OnceLock<Queue> {
 /// made leaves its stream written in place, as before.
 pub fn start() {
     for stream in [Stream::Stdout, Stream::Stderr] {
-        let queue = Queue::spawn(
-            name(stream),
-            QUEUED_LINES,
-            QUEUED_BYTES,
-            move |line| write_in_place(stream, line),
-            move |dropped| say_dropped(stream, dropped),
-        );
-        if let Ok(queue) = queue {
+        if let Ok(queue) = spawn_stream(stream, QUEUED_LINES, move |line| write_in_place(stream, line)) {
             let _ = slot(stream).set(queue);
         }
     }
+}
+
+/// The queue of `stream` as [`start`] makes it, of `lines` lines, written by `sink`.
+fn spawn_stream(stream: Stream, lines: usize, sink: impl FnMut(&[u8]) + Send + 'static) -> io::Result<Queue> {
+    Queue::spawn(name(stream), lines, QUEUED_BYTES, sink, move |dropped| dropped_notice(stream, dropped))
 }
 
 fn name(stream: Stream) -> &'static str {
@@ -102,15 +101,42 @@ fn name(stream: Stream) -> &'static str {
     }
 }
 
-/// Told on the stream that lost them, once it takes lines again; a log line goes through the
-/// log's own format (text or JSON), queued like any other.
-fn say_dropped(stream: Stream, dropped: u64) {
+/// What the stream that lost `dropped` lines says of them, once it takes lines again: on
+/// standard error a log line in the log's own format (text or JSON), on standard output a
+/// console line. Its writer thread writes it itself, never queued: queued, it was dropped in
+/// its turn by the queue full of the lines it counted. Empty if the log leaves out warnings.
+fn dropped_notice(stream: Stream, dropped: u64) -> Vec<u8> {
     match stream {
-        Stream::Stderr => tracing::warn!(dropped, "log lines dropped: standard error was not being read"),
-        Stream::Stdout => crate::host::console::say(format_args!(
-            "probelet: {dropped} console line(s) dropped: standard output was not being read"
-        )),
+        Stream::Stderr => {
+            captured(|| tracing::warn!(dropped, "log lines dropped: standard error was not being read"))
+        }
+        Stream::Stdout => {
+            format!("probelet: {dropped} console line(s) dropped: standard output was not being read\n")
+                .into_bytes()
+        }
     }
+}
+
+thread_local! {
+    /// Where [`QueuedStderr`] writes on this thread, while [`captured`] runs.
+    static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What the log writes while `log` runs on this thread, kept rather than queued.
+fn captured(log: impl FnOnce()) -> Vec<u8> {
+    /// Stops the capture, a panic of `log` too.
+    struct Stop;
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            CAPTURED.with(|captured| captured.replace(None));
+        }
+    }
+    CAPTURED.with(|captured| captured.replace(Some(Vec::new())));
+    let stop = Stop;
+    log();
+    let kept = CAPTURED.with(|captured| captured.replace(None));
+    drop(stop);
+    kept.unwrap_or_default()
 }
 
 fn write_in_place(stream: Stream, bytes: &[u8]) {
@@ -138,15 +164,15 @@ fn shielded(write: impl FnOnce()) {
 
 impl Queue {
     /// A queue of at most `lines` lines and `max_bytes` bytes (and [`RESERVED_LINES`] more
-    /// lines of [`write_reserved`]'s), and its thread `<name>-writer`,
-    /// which gives each line to `sink` as it comes, then the count dropped meanwhile to
-    /// `on_dropped`.
+    /// lines of [`write_reserved`]'s), and its thread `<name>-writer`, which gives each line to
+    /// `sink` as it comes, and right after it what `notice` says of the lines dropped meanwhile
+    /// (nothing if it says nothing).
     fn spawn(
         name: &str,
         lines: usize,
         max_bytes: usize,
         mut sink: impl FnMut(&[u8]) + Send + 'static,
-        on_dropped: impl Fn(u64) + Send + 'static,
+        notice: impl Fn(u64) -> Vec<u8> + Send + 'static,
     ) -> io::Result<Queue> {
         let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(lines + RESERVED_LINES);
         let counts = Arc::new(Counts::default());
@@ -157,11 +183,19 @@ impl Queue {
                 // that stops reading").
                 shielded(|| sink(&line));
                 shared.bytes.fetch_sub(line.len(), Ordering::SeqCst);
-                shared.written.fetch_add(1, Ordering::SeqCst);
                 let dropped = shared.dropped.swap(0, Ordering::SeqCst);
                 if dropped > 0 {
-                    shielded(|| on_dropped(dropped));
+                    // Written here, as soon as the stream took a line: queued, the notice
+                    // was dropped in its turn by the queue full of the lines it counts.
+                    shielded(|| {
+                        let notice = notice(dropped);
+                        if !notice.is_empty() {
+                            sink(&notice);
+                        }
+                    });
                 }
+                // After the notice, so that an exit waiting for this line waits for it too.
+                shared.written.fetch_add(1, Ordering::SeqCst);
             }
         })?;
         let writer = writer.thread().id();
@@ -387,7 +421,16 @@ pub struct QueuedStderr;
 
 impl io::Write for QueuedStderr {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        write(Stream::Stderr, bytes);
+        let kept = CAPTURED.with(|captured| match captured.try_borrow_mut().as_deref_mut() {
+            Ok(Some(kept)) => {
+                kept.extend_from_slice(bytes);
+                true
+            }
+            _ => false,
+        });
+        if !kept {
+            write(Stream::Stderr, bytes);
+        }
         Ok(bytes.len())
     }
 
@@ -428,6 +471,7 @@ mod tests {
             },
             move |count| {
                 let _ = dropped.send(count);
+                Vec::new()
             },
         )
         .unwrap();
@@ -568,7 +612,7 @@ mod tests {
     #[test]
     fn a_panic_of_the_writer_thread_is_written_in_place() {
         let queue =
-            Queue::spawn("panicky", 16, QUEUED_BYTES, |_| panic!("the writer broke"), |_| {}).unwrap();
+            Queue::spawn("panicky", 16, QUEUED_BYTES, |_| panic!("the writer broke"), |_| Vec::new()).unwrap();
         let queue = Arc::new(queue);
         let (in_place, wrote) = mpsc::channel::<Vec<u8>>();
         let in_place = Mutex::new(in_place);
@@ -662,17 +706,23 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
             write_in_place(Stream::Stderr, line);
         };
-        Queue::spawn("stderr", QUEUED_LINES, QUEUED_BYTES, slow, |_| {}).unwrap()
+        Queue::spawn("stderr", QUEUED_LINES, QUEUED_BYTES, slow, |_| Vec::new()).unwrap()
+    }
+
+    /// Runs `test` of this test binary again in a child process, with `child` set, and gives
+    /// its output once it has ended.
+    fn child_output(test: &str, child: &str) -> std::process::Output {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(child, "1")
+            .output()
+            .unwrap()
     }
 
     /// Runs `test` of this test binary again in a child process, with `child` set, and gives
     /// its standard error once it has aborted.
     fn aborted_child_stderr(test: &str, child: &str) -> String {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(child, "1")
-            .output()
-            .unwrap();
+        let output = child_output(test, child);
         let text = String::from_utf8_lossy(&output.stderr).into_owned();
         assert!(!output.status.success(), "the child aborted: {text}");
         text
@@ -694,7 +744,7 @@ mod tests {
                 let _armed = PanicsOnDrop;
                 panic!("the stdout writer's panic");
             };
-            let stdout = Queue::spawn("stdout", QUEUED_LINES, QUEUED_BYTES, breaks, |_| {}).unwrap();
+            let stdout = Queue::spawn("stdout", QUEUED_LINES, QUEUED_BYTES, breaks, |_| Vec::new()).unwrap();
             assert!(STDOUT.set(stdout).is_ok(), "the child's own queue");
             queue_panics();
             write(Stream::Stdout, b"the line that breaks it\n");
@@ -734,6 +784,60 @@ mod tests {
         );
         assert!(text.contains(":\nthe first panic\n"), "{text}");
         assert!(text.contains(":\nthe destructor's panic\n"), "{text}");
+    }
+
+    /// Set for the run of this test binary that
+    /// [`the_dropped_count_is_said_past_last_words_in_a_full_queue`] starts.
+    const DROPPED_CHILD: &str = "PROBELET_TEST_DROPPED_COUNT_CHILD";
+
+    /// Both streams' queues full (two lines here), the agent's last words in the reserve past
+    /// them, and more lines dropped while its exit waits: each stream says how many it dropped,
+    /// in its own words, before the exit. The count was a line like any other, dropped in its
+    /// turn by the full queue: a reader learnt of one line lost, after the last words or never.
+    /// Run in a child process (this test binary again), which has queues of its own.
+    #[test]
+    fn the_dropped_count_is_said_past_last_words_in_a_full_queue() {
+        if std::env::var_os(DROPPED_CHILD).is_some() {
+            let mut gates = Vec::new();
+            for stream in [Stream::Stdout, Stream::Stderr] {
+                let (go_on, gate) = mpsc::channel::<()>();
+                let stalled = move |line: &[u8]| {
+                    let _ = gate.recv();
+                    write_in_place(stream, line);
+                };
+                assert!(slot(stream).set(spawn_stream(stream, 2, stalled).unwrap()).is_ok(), "the child's own");
+                gates.push(go_on);
+            }
+            let log = tracing_subscriber::fmt().with_writer(QueuedStderr).with_ansi(false).without_time().finish();
+            tracing::subscriber::set_global_default(log).unwrap();
+            for stream in [Stream::Stdout, Stream::Stderr] {
+                for _ in 0..5 {
+                    write(stream, b"busy\n");
+                }
+                write_reserved(stream, b"last words\n");
+                // Other threads' lines, while the exit waits.
+                for _ in 0..4 {
+                    write(stream, b"later\n");
+                }
+            }
+            drop(gates);
+            exit(0);
+        }
+        let output = child_output("logging::queue::tests::the_dropped_count_is_said_past_last_words_in_a_full_queue", DROPPED_CHILD);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(
+                "busy\nprobelet: 7 console line(s) dropped: standard output was not being read\nbusy\nlast words\n"
+            ),
+            "{stdout}"
+        );
+        assert!(
+            stderr.contains(" WARN probelet::logging::queue: log lines dropped: standard error was not being read dropped=7\nbusy\nlast words\n"),
+            "{stderr}"
+        );
+        assert!(!stdout.contains("later") && !stderr.contains("later"), "{stdout}\n{stderr}");
     }
 
     /// A write that panics, or a dropped lines' notice that does (a formatting bug), loses its
