@@ -298,11 +298,36 @@ pub fn flush(deadline: Duration) {
 }
 
 fn wait_for(owed: &[(&Queue, u64)], deadline: Duration) {
+    wait_on(owed, deadline, wall_clock, std::thread::sleep);
+}
+
+/// The exit's clock. The real one on purpose: an exit is on any thread, in a runtime or none,
+/// and a test's paused tokio clock must not hold its deadline off.
+#[allow(clippy::disallowed_methods)]
+fn wall_clock() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// [`wait_for`] on the clock `now`, sleeping with `sleep`; whether every line `owed` was
+/// written. One deadline for every stream, read on the clock: a wait counted in the sleeps it
+/// asked for lasted longer than its deadline by all they overran (the timer's slack, a machine
+/// busy with containers), several times the 2 s on a loaded one.
+fn wait_on(
+    owed: &[(&Queue, u64)],
+    deadline: Duration,
+    now: impl Fn() -> std::time::Instant,
+    mut sleep: impl FnMut(Duration),
+) -> bool {
     let step = Duration::from_micros(200);
-    let mut waited = Duration::ZERO;
-    while owed.iter().any(|(queue, queued)| queue.written() < *queued) && waited < deadline {
-        std::thread::sleep(step);
-        waited += step;
+    let since = now();
+    loop {
+        if owed.iter().all(|(queue, queued)| queue.written() >= *queued) {
+            return true;
+        }
+        if now().saturating_duration_since(since) >= deadline {
+            return false;
+        }
+        sleep(step);
     }
 }
 
@@ -502,6 +527,29 @@ mod tests {
         release.join().unwrap();
     }
 
+    /// An exit's wait ends at its deadline on the clock, with both streams stalled: one
+    /// deadline for both, and not counted in the sleeps it asked for, each of which takes the
+    /// (fake) clock five times as long here, as a busy machine does. Counted in sleeps, the
+    /// 2 s were 10 s.
+    #[test]
+    fn an_exit_waits_for_both_streams_until_one_deadline_on_the_clock() {
+        let (stdout, stdout_go_on, _, _) = stalled_queue(2, QUEUED_BYTES);
+        let (stderr, stderr_go_on, _, _) = stalled_queue(2, QUEUED_BYTES);
+        assert!(stdout.write(b"never taken\n"));
+        assert!(stderr.write(b"never taken\n"));
+        let owed = [(&stdout, stdout.queued()), (&stderr, stderr.queued())];
+        let since = wall_clock();
+        let clock = std::cell::Cell::new(since);
+        let overrun = |asked: Duration| clock.set(clock.get() + asked * 5);
+        assert!(!wait_on(&owed, FLUSH_DEADLINE, || clock.get(), overrun), "nothing was written");
+        let waited = clock.get() - since;
+        assert!(
+            FLUSH_DEADLINE <= waited && waited <= FLUSH_DEADLINE + Duration::from_millis(1),
+            "{waited:?}"
+        );
+        drop((stdout_go_on, stderr_go_on));
+    }
+
     /// The agent's last words (its fatal error, a panic's text, a forced stop's line) go into
     /// the reserve past a queue full of other lines, where they were dropped with them: a reader
     /// that is only slow gets them. The reserve is bounded too.
@@ -611,8 +659,8 @@ mod tests {
     /// the thread that is ending, and never come out.
     #[test]
     fn a_panic_of_the_writer_thread_is_written_in_place() {
-        let queue =
-            Queue::spawn("panicky", 16, QUEUED_BYTES, |_| panic!("the writer broke"), |_| Vec::new()).unwrap();
+        let queue = Queue::spawn("panicky", 16, QUEUED_BYTES, |_| panic!("the writer broke"), |_| Vec::new())
+            .unwrap();
         let queue = Arc::new(queue);
         let (in_place, wrote) = mpsc::channel::<Vec<u8>>();
         let in_place = Mutex::new(in_place);
@@ -805,10 +853,14 @@ mod tests {
                     let _ = gate.recv();
                     write_in_place(stream, line);
                 };
-                assert!(slot(stream).set(spawn_stream(stream, 2, stalled).unwrap()).is_ok(), "the child's own");
+                assert!(
+                    slot(stream).set(spawn_stream(stream, 2, stalled).unwrap()).is_ok(),
+                    "the child's own"
+                );
                 gates.push(go_on);
             }
-            let log = tracing_subscriber::fmt().with_writer(QueuedStderr).with_ansi(false).without_time().finish();
+            let log =
+                tracing_subscriber::fmt().with_writer(QueuedStderr).with_ansi(false).without_time().finish();
             tracing::subscriber::set_global_default(log).unwrap();
             for stream in [Stream::Stdout, Stream::Stderr] {
                 for _ in 0..5 {
@@ -823,7 +875,10 @@ mod tests {
             drop(gates);
             exit(0);
         }
-        let output = child_output("logging::queue::tests::the_dropped_count_is_said_past_last_words_in_a_full_queue", DROPPED_CHILD);
+        let output = child_output(
+            "logging::queue::tests::the_dropped_count_is_said_past_last_words_in_a_full_queue",
+            DROPPED_CHILD,
+        );
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{stdout}\n{stderr}");
@@ -854,16 +909,20 @@ mod tests {
             let _ = written.send(line.to_vec());
         };
         let queue = Queue::spawn("goes-on", 2, QUEUED_BYTES, breaks, |_| panic!("the notice broke")).unwrap();
-        with_panics_of("goes-on-writer", |_| {}, || {
-            assert!(queue.write(b"one\n"));
-            assert!(queue.write(b"breaks\n"));
-            assert!(queue.write(b"dropped\n"));
-            let owed = [(&queue, queue.queued())];
-            drop(go_on);
-            wait_for(&owed, Duration::from_secs(10));
-            assert_eq!(queue.written(), 2, "both lines done, the broken one too");
-            assert!(queue.write(b"two\n"), "the writer is still there");
-        });
+        with_panics_of(
+            "goes-on-writer",
+            |_| {},
+            || {
+                assert!(queue.write(b"one\n"));
+                assert!(queue.write(b"breaks\n"));
+                assert!(queue.write(b"dropped\n"));
+                let owed = [(&queue, queue.queued())];
+                drop(go_on);
+                wait_for(&owed, Duration::from_secs(10));
+                assert_eq!(queue.written(), 2, "both lines done, the broken one too");
+                assert!(queue.write(b"two\n"), "the writer is still there");
+            },
+        );
         assert_eq!(wrote.recv_timeout(Duration::from_secs(60)).ok(), Some(b"one\n".to_vec()));
         assert_eq!(wrote.recv_timeout(Duration::from_secs(60)).ok(), Some(b"two\n".to_vec()));
     }
