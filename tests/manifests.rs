@@ -373,6 +373,54 @@ fn a_scan_carries_the_unknown_fields_of_the_files_it_read() {
     assert_eq!(held.unknown_fields, []);
 }
 
+/// A pod's labels as `labels` (a flow or block mapping's lines under `labels:`) give them, with
+/// the keys the scan says are written twice.
+fn labels_read(labels: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let contents = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: l\n  labels:{labels}\nspec:\n  containers: [{{name: c, command: [x]}}]\n"
+    );
+    let dir = TempDir::new("labels");
+    dir.write("pod.yaml", &contents);
+    let snapshot = scan(dir.path(), NODE);
+    assert_eq!(snapshot.errors, [], "{contents}");
+    let labels = snapshot.pods.values().next().unwrap().pod.metadata.labels.clone().unwrap_or_default();
+    (labels.into_iter().collect(), snapshot.duplicate_keys.into_iter().map(|key| key.text).collect())
+}
+
+/// A quoted key and the plain word go-yaml v2 resolves otherwise are two keys to the kubelet:
+/// `'yes'` is the string `yes`, `yes` the boolean true, which sigs.k8s.io/yaml writes `true`;
+/// each keeps its value and neither is written twice. Both labels took the last value.
+#[test]
+fn a_quoted_key_and_the_word_go_yaml_resolves_are_two_labels() {
+    let (labels, twice) = labels_read(" {'yes': a, yes: b, !!str off: c, off: d}");
+    let want = [("false", "d"), ("off", "c"), ("true", "b"), ("yes", "a")];
+    assert_eq!(labels, want.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    assert_eq!(twice, Vec::<String>::new());
+}
+
+/// A merge key (`<<`) is applied where it is written, as go-yaml v2's `mapping` applies it: it
+/// overrides the keys before it, a later merge overrides an earlier one, and a key after it
+/// overrides it. The reader kept the mapping's own key and the first merge.
+#[test]
+fn a_merge_key_overrides_what_is_before_it_as_go_yaml_merges() {
+    let (labels, twice) = labels_read(
+        "\n    app: own\n    <<: {app: first, tier: first, zone: first}\n    <<: {tier: second}\n    zone: own",
+    );
+    let want = [("app", "first"), ("tier", "second"), ("zone", "own")];
+    assert_eq!(labels, want.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    assert_eq!(twice, Vec::<String>::new());
+}
+
+/// `0.0:` and `-0.0:` are one key to Go's map (0 and -0 are equal floats), which keeps the
+/// later value and the later key's sign: sigs.k8s.io/yaml writes the label `-0`, and the key
+/// is written twice. The reader kept two labels, `0` and `-0`, and said nothing.
+#[test]
+fn a_float_zero_and_its_negative_are_one_label() {
+    let (labels, twice) = labels_read(" {0.0: a, -0.0: b}");
+    assert_eq!(labels, [("-0".to_owned(), "b".to_owned())]);
+    assert_eq!(twice, [format!("duplicate mapping key: -0.0 at line 5, column 20: {DUPLICATE_KEY_READ}")]);
+}
+
 /// A key written twice in a mapping is read as the kubelet's file source reads it
 /// (sigs.k8s.io/yaml: go-yaml v2, not strict): the last value wins, in a `.json` file too, and
 /// so do keys that are one only once resolved (`1` and `01`); the file's words are still read as

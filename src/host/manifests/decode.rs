@@ -287,9 +287,11 @@ fn go_format_float32_g(float: f64) -> String {
 /// Whether `word`, as a file writes it, may be read otherwise by the YAML reader than by
 /// go-yaml v2: a case of a boolean go-yaml does not spell (`oN`), a number with `_`s or a
 /// capital radix letter (`1__0`, `0X1F`), an infinity or a NaN, a float that overflows
-/// (`1e400`), a key go-yaml resolves to other than a string (`yes:`, `1:`), or a tag.
+/// (`1e400`), a key go-yaml resolves to other than a string (`yes:`, `1:`), a tag, or a merge
+/// key (`<<`), which go-yaml applies where it is written and the reader after the mapping's own
+/// keys ([`go_mapping`]).
 fn odd_word(word: &str, is_key: bool) -> bool {
-    if word.starts_with('!') {
+    if word.starts_with('!') || word == "<<" {
         return true;
     }
     let resolved = go_yaml_resolve(word);
@@ -311,7 +313,9 @@ fn odd_word(word: &str, is_key: bool) -> bool {
 
 /// Makes each scalar and key of `documents` (a YAML file's, as the reader typed them) what
 /// go-yaml v2 and sigs.k8s.io/yaml make of it where the two readers differ ([`odd_word`]):
-/// `oN` a string, `0X1F` 31, `1__0` 10, `1e400` the string `1e400`, the key `yes` `true`.
+/// `oN` a string, `0X1F` 31, `1__0` 10, `1e400` the string `1e400`, the key `yes` `true`; and
+/// each mapping rebuilt from its entries as go-yaml sets them, merge keys where they are
+/// written ([`go_mapping`]).
 /// Returns, for each document, why the kubelet refuses it where it does: an infinity or a NaN
 /// (`json: unsupported value: +Inf`), a tag go-yaml cannot read its scalar as (`!!bool oN`),
 /// a null key; and the keys of its mappings written twice as go-yaml compares keys
@@ -340,8 +344,9 @@ pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str, written_t
     let Some(nodes) = spans(contents) else { return read };
     for ((value, node), refusal) in documents.iter_mut().zip(&nodes).zip(&mut read.refused) {
         let mut path = Vec::new();
-        if let Err(error) = as_go_yaml(value, node, contents, &scalars, &mut path) {
-            *refusal = Some(error);
+        match go_value(node, contents, &scalars, &mut path) {
+            Ok(go) => *value = go,
+            Err(error) => *refusal = Some(error),
         }
     }
     read
@@ -420,25 +425,25 @@ fn words(contents: &str) -> impl Iterator<Item = (&str, bool)> {
     })
 }
 
-/// [`go_yaml_scalars`] of one value and its node; `path` is where they are, for an error.
-fn as_go_yaml(
-    value: &mut Value,
+/// The value go-yaml v2 and sigs.k8s.io/yaml make of `node` (read with every entry of each
+/// mapping, merge keys as written: [`spans`]); `path` is where it is, for an error.
+fn go_value(
     node: &Spanned<Node>,
     contents: &str,
     scalars: &Scalars,
     path: &mut Vec<Segment>,
-) -> Result<(), String> {
-    match (value, &node.value) {
-        (value, Node::Scalar) => {
+) -> Result<Value, String> {
+    match &node.value {
+        Node::Scalar(read) => {
             // A scalar with a tag or an anchor is read from the parser's events (go-yaml reads a
             // tagged one by its tag, quoted or not); any other from its text, if plain.
             let (tag, text) = match scalars.at(node) {
                 Some(ParsedScalar { tag: Some(tag), value, .. }) => (Some(tag.as_str()), value.as_str()),
                 Some(ParsedScalar { tag: None, value, plain: true }) => (None, value.as_str()),
-                Some(ParsedScalar { tag: None, plain: false, .. }) => return Ok(()),
+                Some(ParsedScalar { tag: None, plain: false, .. }) => return Ok(read.clone()),
                 None => match plain_text(node, contents).filter(|text| !text.starts_with(['&', '!', '*'])) {
                     Some(text) => (None, text),
-                    None => return Ok(()),
+                    None => return Ok(read.clone()),
                 },
             };
             let refused = |message: String| {
@@ -447,80 +452,156 @@ fn as_go_yaml(
                 super::with_path(&path_text(path), &message)
             };
             if tag.is_some_and(|tag| short_tag(tag) == "!!binary") {
-                *value = Value::String(go_yaml_binary(text).map_err(refused)?);
-                return Ok(());
+                return Ok(Value::String(go_yaml_binary(text).map_err(refused)?));
             }
             let resolved = match tag {
                 Some(tag) => go_yaml_tagged(tag, text).map_err(refused)?,
                 None => go_yaml_resolve(text),
             };
-            *value = go_json(resolved, text)
-                .map_err(|message| refused(format!("error converting YAML to JSON: {message} (`{text}`)")))?;
-            Ok(())
+            go_json(resolved, text)
+                .map_err(|message| refused(format!("error converting YAML to JSON: {message} (`{text}`)")))
         }
-        (Value::Array(items), Node::Seq(nodes)) => {
-            for (index, (item, node)) in items.iter_mut().zip(nodes).enumerate() {
+        Node::Seq(nodes) => {
+            let mut items = Vec::with_capacity(nodes.len());
+            for (index, node) in nodes.iter().enumerate() {
                 path.push(Segment::Index(index));
-                let done = as_go_yaml(item, node, contents, scalars, path);
+                let item = go_value(node, contents, scalars, path);
                 path.pop();
-                done?;
+                items.push(item?);
             }
-            Ok(())
+            Ok(Value::Array(items))
         }
-        (Value::Object(fields), Node::Map(entries)) => {
-            // Each entry's key as the reader keyed the mapping and as the JSON has it, in the
-            // file's order.
-            let mut keys = Vec::with_capacity(entries.len());
-            for (key, _) in entries {
-                let json_key = key.go_json(contents, scalars).map_err(|message| {
-                    let at = key.0.referenced;
-                    let message = format!("{message} at line {}, column {}", at.line(), at.column());
-                    super::with_path(&path_text(path), &message)
-                })?;
-                keys.push((key.read(contents), json_key));
-            }
-            // The reader holds the last value of a key it read twice. A set, not a search of
-            // `keys`: a mapping of 50,000 keys took 16 s by the search.
-            let mut seen = std::collections::HashSet::new();
-            for ((_, node), (read, json_key)) in entries.iter().zip(&keys).rev() {
-                if !seen.insert(read.as_str()) {
-                    continue;
-                }
-                if let Some(field) = fields.get_mut(read) {
-                    path.push(Segment::Key(json_key.clone()));
-                    let done = as_go_yaml(field, node, contents, scalars, path);
-                    path.pop();
-                    done?;
-                }
-            }
-            if keys.iter().all(|(read, json_key)| read == json_key) {
-                return Ok(());
-            }
-            // A JSON key takes the value of its last entry in the file, whatever the keys before
-            // it were read as (`yes:` then `true:`, `1_0:` then `10.0:`).
-            let mut last = std::collections::HashMap::new();
-            for (read, json_key) in &keys {
-                last.insert(json_key.as_str(), read.as_str());
-            }
-            let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-            for read in last.values() {
-                *uses.entry(read).or_default() += 1;
-            }
-            // Every read key is taken out: one whose JSON key a later entry took is not read.
-            let mut values: std::collections::HashMap<&str, Value> =
-                keys.iter().filter_map(|(read, _)| Some((read.as_str(), fields.remove(read)?))).collect();
-            for (json_key, read) in last {
-                let Some(count) = uses.get_mut(read) else { continue };
-                *count -= 1;
-                // Moved at its last use: a read key is cloned only where go-yaml makes it two.
-                let value = if *count == 0 { values.remove(read) } else { values.get(read).cloned() };
-                if let Some(value) = value {
-                    fields.insert(json_key.to_owned(), value);
-                }
-            }
-            Ok(())
+        Node::Map(entries) => {
+            let mut map = GoMap::default();
+            go_mapping(entries, &mut map, contents, scalars, path)?;
+            Ok(Value::Object(map.into_json()))
         }
-        _ => Ok(()),
+    }
+}
+
+/// go-yaml v2's `mapping` into `map` (decode.go, v2.4): the entries in the file's order, each
+/// key set as Go sets a map's key (a key set again takes the later value), and a merge key
+/// (`<<`, its `isMerge`) merging its mapping into `map` where it is written, so that it
+/// overrides the keys before it and the keys after it override it; a sequence of mappings is
+/// merged from its last to its first, the first taking precedence. docs/lint.md, "What it
+/// reads".
+fn go_mapping(
+    entries: &[(Key, Spanned<Node>)],
+    map: &mut GoMap<Value>,
+    contents: &str,
+    scalars: &Scalars,
+    path: &mut Vec<Segment>,
+) -> Result<(), String> {
+    for (key, node) in entries {
+        if key.is_merge(contents, scalars) {
+            let merged: Vec<&Spanned<Node>> = match &node.value {
+                Node::Map(_) => vec![node],
+                Node::Seq(items) => items.iter().rev().collect(),
+                Node::Scalar(_) => vec![node],
+            };
+            for merged in merged {
+                let Node::Map(merged_entries) = &merged.value else {
+                    let at = merged.referenced;
+                    let message = format!(
+                        "error converting YAML to JSON: yaml: map merge requires map or sequence of maps as the \
+                         value at line {}, column {}",
+                        at.line(),
+                        at.column()
+                    );
+                    return Err(super::with_path(&path_text(path), &message));
+                };
+                go_mapping(merged_entries, map, contents, scalars, path)?;
+            }
+            continue;
+        }
+        let (go_key, json_key) = key.go(contents, scalars).map_err(|message| {
+            let at = key.0.referenced;
+            let message = format!("{message} at line {}, column {}", at.line(), at.column());
+            super::with_path(&path_text(path), &message)
+        })?;
+        path.push(Segment::Key(json_key.clone()));
+        let value = go_value(node, contents, scalars, path);
+        path.pop();
+        map.set(go_key, json_key, value?);
+    }
+    Ok(())
+}
+
+/// A Go `map[interface{}]interface{}` as go-yaml v2 fills it, in the order its keys were first
+/// set, each with the JSON key sigs.k8s.io/yaml makes of it (`convertToJSONableObject`).
+#[derive(Debug)]
+struct GoMap<T> {
+    /// Each key, its JSON key and its value, with when it was last set.
+    entries: Vec<(GoKey, String, T, usize)>,
+    /// The entries by JSON key: keys Go keeps apart may be one JSON key (`1_0` and `10.0`).
+    by_json: std::collections::HashMap<String, Vec<usize>>,
+    /// How many sets so far.
+    sets: usize,
+}
+
+impl<T> Default for GoMap<T> {
+    fn default() -> Self {
+        Self { entries: Vec::new(), by_json: std::collections::HashMap::new(), sets: 0 }
+    }
+}
+
+/// What setting a key in a [`GoMap`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GoSet {
+    /// The key was in the map (Go's `==`): its value is replaced.
+    Again,
+    /// A new key, whose JSON key another key already has (`true` after `!!str true`).
+    SameJson,
+    /// A new key.
+    New,
+}
+
+impl<T> GoMap<T> {
+    /// Sets `key` (of JSON key `json`) to `value`, as Go's map assignment does: an equal key
+    /// takes the value, and the key itself too where the two differ (Go updates a float key
+    /// in place: `0.0` then `-0.0` is the key -0, whose JSON key is `-0`).
+    fn set(&mut self, key: GoKey, json: String, value: T) -> GoSet {
+        self.sets += 1;
+        let zero = matches!(key, GoKey::Float(float) if float == 0.0);
+        let mut buckets = vec![json.as_str()];
+        if zero {
+            buckets.extend(["0", "-0"]);
+        }
+        let found = buckets
+            .iter()
+            .filter_map(|bucket| self.by_json.get(*bucket))
+            .flatten()
+            .copied()
+            .find(|&index| self.entries[index].0 == key);
+        if let Some(index) = found {
+            let entry = &mut self.entries[index];
+            let old_json = std::mem::replace(&mut entry.1, json.clone());
+            entry.0 = key;
+            entry.2 = value;
+            entry.3 = self.sets;
+            if old_json != json {
+                if let Some(bucket) = self.by_json.get_mut(&old_json) {
+                    bucket.retain(|&other| other != index);
+                }
+                self.by_json.entry(json).or_default().push(index);
+            }
+            return GoSet::Again;
+        }
+        let bucket = self.by_json.entry(json.clone()).or_default();
+        let taken = !bucket.is_empty();
+        bucket.push(self.entries.len());
+        self.entries.push((key, json, value, self.sets));
+        if taken { GoSet::SameJson } else { GoSet::New }
+    }
+}
+
+impl GoMap<Value> {
+    /// The JSON object sigs.k8s.io/yaml makes of the map: keys that are one JSON key take
+    /// either value as Go's map order falls; here the one set last.
+    fn into_json(self) -> serde_json::Map<String, Value> {
+        let mut entries = self.entries;
+        entries.sort_by_key(|entry| entry.3);
+        entries.into_iter().map(|(_, json, value, _)| (json, value)).collect()
     }
 }
 
@@ -786,19 +867,20 @@ enum GoKey {
 
 impl GoKey {
     /// The key go-yaml makes of a scalar of `value` under `tag` (written plain or not), with
-    /// the JSON key sigs.k8s.io/yaml makes of it; `None` where the kubelet refuses it (said
-    /// apart, as the document's refusal).
-    fn of(tag: Option<&str>, value: &str, plain: bool) -> Option<(Self, String)> {
+    /// the JSON key sigs.k8s.io/yaml makes of it; `Err` where the kubelet refuses it, in its
+    /// words.
+    fn of(tag: Option<&str>, value: &str, plain: bool) -> Result<(Self, String), String> {
         let scalar = match tag {
             Some(tag) if short_tag(tag) == "!!binary" => {
-                let text = go_yaml_binary(value).ok()?;
-                return Some((Self::Str(text.clone()), text));
+                let text = go_yaml_binary(value)?;
+                return Ok((Self::Str(text.clone()), text));
             }
-            Some(tag) => go_yaml_tagged(tag, value).ok()?,
+            Some(tag) => go_yaml_tagged(tag, value)?,
             None if plain => go_yaml_resolve(value),
             None => GoScalar::Str,
         };
-        let json = go_json_key(scalar, value).ok()?;
+        let json = go_json_key(scalar, value)
+            .map_err(|message| format!("error converting YAML to JSON: {message}"))?;
         let key = match scalar {
             GoScalar::Null => Self::Null,
             GoScalar::Bool(b) => Self::Bool(b),
@@ -807,19 +889,16 @@ impl GoKey {
             GoScalar::Float(float) => Self::Float(float),
             GoScalar::Str => Self::Str(value.to_owned()),
         };
-        Some((key, json))
+        Ok((key, json))
     }
 }
-
-/// A mapping's keys read so far, by their JSON key.
-type MappingKeys = std::collections::HashMap<String, Vec<GoKey>>;
 
 /// The parser's events walked for the keys of each mapping written twice ([`Scalars::read`]).
 #[derive(Debug, Default)]
 struct KeyWalk {
     /// The open sequences (`None`) and mappings (the keys read so far by their JSON key, and
     /// whether a key comes next), innermost last.
-    open: Vec<Option<(MappingKeys, bool)>>,
+    open: Vec<Option<(GoMap<()>, bool)>>,
     /// Each document's keys written twice, as the reader counts documents.
     documents: Vec<Vec<KeyWrittenTwice>>,
     /// Whether the next node is a document's root.
@@ -852,7 +931,7 @@ impl KeyWalk {
             }
             Event::MappingStart(..) => {
                 self.node(false);
-                self.open.push(Some((std::collections::HashMap::new(), true)));
+                self.open.push(Some((GoMap::default(), true)));
             }
             Event::SequenceStart(..) => {
                 self.node(false);
@@ -881,19 +960,17 @@ impl KeyWalk {
         }
         // A plain `<<` merges its mapping into this one (go-yaml v2's `isMerge`), each `<<` of
         // a mapping in turn: not a key whose last value is read.
-        if plain && tag.is_none() && value == "<<" {
+        let merge_tag = tag.is_some_and(|tag| short_tag(tag) == "!!merge");
+        if value == "<<" && ((plain && tag.is_none()) || merge_tag) {
             return;
         }
-        let Some((key, json)) = GoKey::of(tag, value, plain) else { return };
+        let Ok((key, json)) = GoKey::of(tag, value, plain) else { return };
         let Some(Some((keys, _))) = self.open.last_mut() else { return };
-        // Keys by their JSON key: the same key to go-yaml is the same JSON key.
-        let same = keys.entry(json.clone()).or_default();
-        let twice = match (same.contains(&key), same.is_empty()) {
-            (true, _) => Some(None),
-            (false, false) => Some(Some(json)),
-            (false, true) => None,
+        let twice = match keys.set(key, json.clone(), ()) {
+            GoSet::Again => Some(None),
+            GoSet::SameJson => Some(Some(json)),
+            GoSet::New => None,
         };
-        same.push(key);
         if let Some(only_in_json) = twice
             && let Some(document) = self.documents.last_mut()
         {
@@ -1040,7 +1117,12 @@ pub(crate) fn decode_value<T: DeserializeOwned>(value: Value) -> Result<(T, Vec<
 /// need them: `None` if the file does not read so (it read the first time; this is only for
 /// the words of an error).
 pub(crate) fn spans(contents: &str) -> Option<Vec<Spanned<Node>>> {
-    serde_saphyr::from_multiple_with_options(&reader_text(contents), yaml_options()).ok()
+    let mut options = yaml_options();
+    // Every entry of a mapping as written, a key written twice and a merge key (`<<`) too:
+    // go-yaml v2 sets each in turn ([`go_mapping`]), which the reader's own policies do not.
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::PassThrough;
+    options.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+    serde_saphyr::from_multiple_with_options(&reader_text(contents), options).ok()
 }
 
 /// A YAML value with where each of its values is.
@@ -1048,8 +1130,9 @@ pub(crate) fn spans(contents: &str) -> Option<Vec<Spanned<Node>>> {
 pub(crate) enum Node {
     Map(Vec<(Key, Spanned<Node>)>),
     Seq(Vec<Spanned<Node>>),
-    /// A scalar; whether its text is what it stands for is read from the file.
-    Scalar,
+    /// A scalar as the YAML reader typed it; whether its text is what it stands for is read
+    /// from the file.
+    Scalar(Value),
 }
 
 impl<'de> Deserialize<'de> for Node {
@@ -1083,32 +1166,33 @@ impl<'de> Visitor<'de> for NodeVisitor {
         Ok(Node::Seq(items))
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
-        Ok(Node::Scalar)
+    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+        Ok(Node::Scalar(v.into()))
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
-        Ok(Node::Scalar)
+    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+        Ok(Node::Scalar(v.into()))
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
-        Ok(Node::Scalar)
+    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::Scalar(v.into()))
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
-        Ok(Node::Scalar)
+    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+        // As serde_json reads a float: one JSON cannot hold is null.
+        Ok(Node::Scalar(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)))
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Node, E> {
-        Ok(Node::Scalar)
+    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::Scalar(v.into()))
     }
 
     fn visit_unit<E>(self) -> Result<Node, E> {
-        Ok(Node::Scalar)
+        Ok(Node::Scalar(Value::Null))
     }
 
     fn visit_none<E>(self) -> Result<Node, E> {
-        Ok(Node::Scalar)
+        Ok(Node::Scalar(Value::Null))
     }
 }
 
@@ -1131,25 +1215,31 @@ impl Key {
         }
     }
 
-    /// The key as sigs.k8s.io/yaml writes it in the JSON (`true` for `yes`), go-yaml having
-    /// read it as it reads a value: by its own tag where it has one (`!!str 1` is the string
-    /// `1`, `!!binary aGk=` the string `hi`; `!!int abc` refuses the document, in go-yaml's
-    /// words), else resolved if plain. `Err` where the kubelet refuses it (a null key too).
-    fn go_json(&self, contents: &str, scalars: &Scalars) -> Result<String, String> {
-        let key = |scalar: GoScalar, text: &str| {
-            go_json_key(scalar, text).map_err(|message| format!("error converting YAML to JSON: {message}"))
-        };
+    /// The key go-yaml v2 holds (a key of its `map[interface{}]interface{}`) and the key
+    /// sigs.k8s.io/yaml writes in the JSON (`true` for `yes`), go-yaml having read it as it
+    /// reads a value: by its own tag where it has one (`!!str 1` is the string `1`, `!!binary
+    /// aGk=` the string `hi`; `!!int abc` refuses the document, in go-yaml's words), else
+    /// resolved if plain. `Err` where the kubelet refuses it (a null key too).
+    fn go(&self, contents: &str, scalars: &Scalars) -> Result<(GoKey, String), String> {
         match scalars.at_location(&self.0.defined) {
-            Some(ParsedScalar { tag: Some(tag), value, .. }) if short_tag(tag) == "!!binary" => {
-                go_yaml_binary(value)
-            }
-            Some(ParsedScalar { tag: Some(tag), value, .. }) => key(go_yaml_tagged(tag, value)?, value),
-            Some(ParsedScalar { tag: None, value, plain: true }) => key(go_yaml_resolve(value), value),
-            Some(ParsedScalar { tag: None, value, plain: false }) => Ok(value.clone()),
+            Some(ParsedScalar { tag, value, plain }) => GoKey::of(tag.as_deref(), value, *plain),
             None => match self.plain(contents) {
-                Some(text) => key(go_yaml_resolve(text), text),
-                None => Ok(self.read(contents)),
+                Some(text) => GoKey::of(None, text, true),
+                None => {
+                    let read = self.read(contents);
+                    Ok((GoKey::Str(read.clone()), read))
+                }
             },
+        }
+    }
+
+    /// Whether the key is a merge key to go-yaml v2 (its `isMerge`): `<<` written plain and
+    /// untagged, or tagged `!!merge`; a quoted `'<<'` is a plain key.
+    fn is_merge(&self, contents: &str, scalars: &Scalars) -> bool {
+        match scalars.at_location(&self.0.defined) {
+            Some(ParsedScalar { tag: Some(tag), value, .. }) => value == "<<" && short_tag(tag) == "!!merge",
+            Some(ParsedScalar { tag: None, value, plain }) => *plain && value == "<<",
+            None => self.plain(contents) == Some("<<"),
         }
     }
 
@@ -1171,8 +1261,8 @@ fn find<'a>(root: &'a Spanned<Node>, path: &[Segment], contents: &str) -> Option
             // The last of a key written twice is the one read. A tagged key is the kubelet's
             // under its tag (`!!str yes` is `yes`), which `json` does not read: its text then.
             (Node::Map(entries), Segment::Key(key)) => {
-                let by = |name: &dyn Fn(&Key) -> String| entries.iter().rev().find(|(k, _)| name(k) == *key);
-                by(&|k| k.json(contents)).or_else(|| by(&|k| k.read(contents))).map(|(_, value)| value)?
+                let by = |name: &dyn Fn(&Key) -> String| go_set_last(entries, contents, &|k| name(k) == *key);
+                by(&|k| k.json(contents)).or_else(|| by(&|k| k.read(contents)))?
             }
             (Node::Seq(items), Segment::Index(index)) => items.get(*index)?,
             _ => return None,
@@ -1181,11 +1271,40 @@ fn find<'a>(root: &'a Spanned<Node>, path: &[Segment], contents: &str) -> Option
     Some(node)
 }
 
+/// The value of the entry of `entries` that go-yaml v2 sets last among those whose key
+/// `matches` ([`go_mapping`]): a merged mapping's entries where its merge key is written, a
+/// sequence of them from its last to its first.
+fn go_set_last<'a>(
+    entries: &'a [(Key, Spanned<Node>)],
+    contents: &str,
+    matches: &dyn Fn(&Key) -> bool,
+) -> Option<&'a Spanned<Node>> {
+    let mut found = None;
+    for (key, node) in entries {
+        if key.plain(contents) == Some("<<") {
+            let merged: Vec<&Spanned<Node>> = match &node.value {
+                Node::Seq(items) => items.iter().rev().collect(),
+                _ => vec![node],
+            };
+            for merged in merged {
+                if let Node::Map(merged) = &merged.value
+                    && let Some(node) = go_set_last(merged, contents, matches)
+                {
+                    found = Some(node);
+                }
+            }
+        } else if matches(key) {
+            found = Some(node);
+        }
+    }
+    found
+}
+
 /// The file's text of a plain scalar (`0644`, `yes`: what a YAML 1.1 reader types), `None`
 /// for a quoted or block scalar, whose text is a string's, or where the file's bytes are not
 /// known.
 fn plain_text<'a>(node: &Spanned<Node>, contents: &'a str) -> Option<&'a str> {
-    if !matches!(node.value, Node::Scalar) {
+    if !matches!(node.value, Node::Scalar(_)) {
         return None;
     }
     // An alias stands for its anchor's value: the text is there.
@@ -1491,6 +1610,108 @@ mod tests {
                 "duplicate mapping key: << at line 2, column 1: the last value is read, as the kubelet reads it"
             )
         );
+    }
+
+    /// A quoted key and the plain word go-yaml v2 resolves otherwise (`'yes'` and `yes`, `!!str
+    /// yes` and `yes`) are two keys to go-yaml (the string `yes` and the boolean true), and two
+    /// JSON keys once sigs.k8s.io/yaml writes them (`yes` and `true`): each keeps its own value,
+    /// and neither is a key written twice. The reader keyed its mapping by the key's text, so the
+    /// two were one, whose last value both JSON keys took (`{"true":2,"yes":2}`).
+    #[test]
+    fn a_quoted_key_and_a_resolved_word_are_two_keys() {
+        let cases = [
+            ("m: {'yes': 1, yes: 2}\n", r#"{"m":{"true":2,"yes":1}}"#),
+            ("m: {yes: 2, 'yes': 1}\n", r#"{"m":{"true":2,"yes":1}}"#),
+            ("m: {!!str yes: 1, yes: 2}\n", r#"{"m":{"true":2,"yes":1}}"#),
+            (
+                "m:\n  '0x10': c\n  0x10: d\n  \"on\": e\n  on: f\n",
+                r#"{"m":{"0x10":"c","16":"d","on":"e","true":"f"}}"#,
+            ),
+        ];
+        for (yaml, want) in cases {
+            let mut values: Vec<Value> =
+                serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
+            let found = go_yaml_scalars(&mut values, yaml, true);
+            assert_eq!(found.refused, [None], "{yaml}");
+            assert_eq!(found.twice, [Vec::<KeyWrittenTwice>::new()], "{yaml}");
+            values.iter_mut().for_each(as_kubelet_json);
+            assert_eq!(values[0].to_string(), want, "{yaml}");
+        }
+        // Two go-yaml keys that are one JSON key (the string `true`, the boolean true):
+        // sigs.k8s.io/yaml writes the one its map's order gives last, either; the last written
+        // is read here, and the key is said with what the kubelet does.
+        let yaml = "m: {!!str true: 1, true: 2}\n";
+        let mut values: Vec<Value> =
+            serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
+        let found = go_yaml_scalars(&mut values, yaml, true);
+        assert_eq!(values[0].to_string(), r#"{"m":{"true":2}}"#);
+        let said = keys_written_twice_text(&found.twice[0]);
+        let want = "duplicate mapping key: true at line 1, column 20 (the key true as a key before it only once \
+                    made JSON: the kubelet reads either value, as Go's map order falls): the last value is read";
+        assert_eq!(said.as_deref(), Some(want));
+    }
+
+    /// go-yaml v2 (decode.go's `mapping`, v2.4, which sigs.k8s.io/yaml's goyaml.v2 fork keeps)
+    /// sets a mapping's entries in the file's order, and a merge key (`<<`) merges its mapping
+    /// where it is written: a key before the merge is overridden by it, a later merge overrides
+    /// an earlier one, a key after the merge overrides it; of a sequence of mappings the first
+    /// wins (merged from the last). The reader kept a key written in the mapping itself over
+    /// any merge, and the first merge over a later one.
+    #[test]
+    fn merge_keys_are_applied_where_they_are_written() {
+        let anchors = "x: &x {a: one, b: one}\ny: &y {a: two, c: two}\n";
+        let cases = [
+            ("m:\n  a: own\n  <<: *x\n", r#"{"a":"one","b":"one"}"#),
+            ("m:\n  <<: *x\n  a: own\n", r#"{"a":"own","b":"one"}"#),
+            ("m:\n  <<: *x\n  <<: *y\n", r#"{"a":"two","b":"one","c":"two"}"#),
+            ("m:\n  <<: *y\n  <<: *x\n", r#"{"a":"one","b":"one","c":"two"}"#),
+            ("m:\n  <<: [*x, *y]\n", r#"{"a":"one","b":"one","c":"two"}"#),
+            ("m:\n  <<: [*y, *x]\n", r#"{"a":"two","b":"one","c":"two"}"#),
+            ("m:\n  a: own\n  <<: [*x, *y]\n  c: own\n", r#"{"a":"one","b":"one","c":"own"}"#),
+            ("m:\n  <<: {a: inline}\n  '<<': quoted\n", r#"{"<<":"quoted","a":"inline"}"#),
+            // A merged mapping's own merges are applied in it, in turn.
+            ("z: &z {<<: *x, a: z}\nm:\n  a: own\n  <<: *z\n", r#"{"a":"z","b":"one"}"#),
+        ];
+        for (body, want) in cases {
+            let yaml = format!("{anchors}{body}");
+            let (values, refused) = read(&yaml);
+            assert_eq!(refused, [None], "{body}");
+            assert_eq!(values[0]["m"].to_string(), want, "{body}");
+        }
+    }
+
+    /// `0.0` and `-0.0` are the floats 0 and -0, one key to Go's map (`0.0 == -0.0`), which
+    /// takes the later value and, a float key being updated in place, the later key's sign too:
+    /// sigs.k8s.io/yaml then writes it `0` or `-0` (`FormatFloat(f, 'g', -1, 32)`). The second is
+    /// a key written twice. The integer 0 is another key. The reader kept both, as `0` and `-0`,
+    /// unsaid.
+    #[test]
+    fn a_float_zero_and_its_negative_are_one_key() {
+        let cases = [
+            ("m: {0.0: a, -0.0: b}\n", r#"{"-0":"b"}"#, Some("-0.0 at line 1, column 13")),
+            ("m: {-0.0: a, 0.0: b}\n", r#"{"0":"b"}"#, Some("0.0 at line 1, column 14")),
+            ("m: {0: a, -0.0: b}\n", r#"{"-0":"b","0":"a"}"#, None),
+            ("m: {0.0: a, -0.0: b, 0.0: c}\n", r#"{"0":"c"}"#, Some("")),
+        ];
+        for (yaml, want, twice) in cases {
+            let mut values: Vec<Value> =
+                serde_saphyr::from_multiple_with_options(&reader_text(yaml), yaml_options()).expect("YAML");
+            let found = go_yaml_scalars(&mut values, yaml, true);
+            assert_eq!(found.refused, [None], "{yaml}");
+            assert_eq!(values[0]["m"].to_string(), want, "{yaml}");
+            let said = keys_written_twice_text(&found.twice[0]);
+            match twice {
+                Some("") => assert_eq!(found.twice[0].len(), 2, "{yaml}"),
+                Some(key) => assert_eq!(
+                    said,
+                    Some(format!(
+                        "duplicate mapping key: {key}: the last value is read, as the kubelet reads it"
+                    )),
+                    "{yaml}"
+                ),
+                None => assert_eq!(said, None, "{yaml}"),
+            }
+        }
     }
 
     /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
