@@ -409,6 +409,15 @@ fn a_merge_key_overrides_what_is_before_it_as_go_yaml_merges() {
     let want = [("app", "first"), ("tier", "second"), ("zone", "own")];
     assert_eq!(labels, want.map(|(k, v)| (k.to_owned(), v.to_owned())));
     assert_eq!(twice, Vec::<String>::new());
+    // A value the merge sets is the one refused, named where the merged mapping writes it.
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: m\n  labels:\n    app: ok\n    <<: {app: [x]}\n\
+                spec:\n  containers: [{name: c, command: [x]}]\n";
+    let (pods, errors) = parse_manifest(Path::new("/m/merge.yaml"), yaml, NODE);
+    assert!(pods.is_empty());
+    assert_eq!(
+        reasons(&errors),
+        ["invalid Pod: metadata.labels.app: invalid type: sequence, expected a string at line 7, column 15"]
+    );
 }
 
 /// `0.0:` and `-0.0:` are one key to Go's map (0 and -0 are equal floats), which keeps the
