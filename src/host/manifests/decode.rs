@@ -287,11 +287,11 @@ fn go_format_float32_g(float: f64) -> String {
 /// Whether `word`, as a file writes it, may be read otherwise by the YAML reader than by
 /// go-yaml v2: a case of a boolean go-yaml does not spell (`oN`), a number with `_`s or a
 /// capital radix letter (`1__0`, `0X1F`), an infinity or a NaN, a float that overflows
-/// (`1e400`), a key go-yaml resolves to other than a string (`yes:`, `1:`), a tag, or a merge
+/// (`1e400`), a key go-yaml resolves to other than a string (`yes:`, `1:`), or a merge
 /// key (`<<`), which go-yaml applies where it is written and the reader after the mapping's own
 /// keys ([`go_mapping`]).
 fn odd_word(word: &str, is_key: bool) -> bool {
-    if word.starts_with('!') || word == "<<" {
+    if word == "<<" {
         return true;
     }
     let resolved = go_yaml_resolve(word);
@@ -312,7 +312,8 @@ fn odd_word(word: &str, is_key: bool) -> bool {
 }
 
 /// Makes each scalar and key of `documents` (a YAML file's, as the reader typed them) what
-/// go-yaml v2 and sigs.k8s.io/yaml make of it where the two readers differ ([`odd_word`]):
+/// go-yaml v2 and sigs.k8s.io/yaml make of it where the two readers differ ([`odd_word`], or a
+/// tag: [`has_tag`]):
 /// `oN` a string, `0X1F` 31, `1__0` 10, `1e400` the string `1e400`, the key `yes` `true`; and
 /// each mapping rebuilt from its entries as go-yaml sets them, merge keys where they are
 /// written ([`go_mapping`]).
@@ -325,7 +326,7 @@ fn odd_word(word: &str, is_key: bool) -> bool {
 pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str, written_twice: bool) -> GoYamlRead {
     let mut read =
         GoYamlRead { refused: vec![None; documents.len()], twice: vec![Vec::new(); documents.len()] };
-    let odd = words(contents).any(|(word, is_key)| odd_word(word, is_key));
+    let odd = words(contents).any(|(word, is_key)| odd_word(word, is_key)) || has_tag(contents);
     if !odd && !written_twice {
         return read;
     }
@@ -980,6 +981,42 @@ impl KeyWalk {
     }
 }
 
+/// Whether a `!` in `contents` may start a tag: where a node's properties may start, at the
+/// start of a line or after a space, a tab or a flow indicator (`[`, `{`, `,`, `:`). A `!`
+/// elsewhere (`#!/bin/sh` in a script, `a!=b`) is text, for which the parser is not run: a file
+/// with a shell script's first line was read through every pass of [`go_yaml_scalars`].
+fn may_have_tag(contents: &str) -> bool {
+    let bytes = contents.as_bytes();
+    bytes.iter().enumerate().any(|(at, &byte)| {
+        byte == b'!'
+            && (at == 0 || matches!(bytes[at - 1], b' ' | b'\t' | b'\n' | b'\r' | b'[' | b'{' | b',' | b':'))
+    })
+}
+
+/// Whether the parser finds a tag in `contents` (a scalar's or a collection's, `!` alone too):
+/// go-yaml reads a tagged node by its tag, so such a file has [`go_yaml_scalars`]' passes.
+fn has_tag(contents: &str) -> bool {
+    use serde_saphyr::granit_parser::{Event, Parser};
+    if !may_have_tag(contents) {
+        return false;
+    }
+    for event in Parser::new_from_str(contents) {
+        match event {
+            Ok((
+                Event::Scalar(_, _, _, Some(_))
+                | Event::MappingStart(_, _, Some(_))
+                | Event::SequenceStart(_, _, Some(_)),
+                _,
+            )) => return true,
+            Ok(_) => {}
+            // The reader refuses the file, or reads what it can: its tags before the error are
+            // found, as `reader_text` finds them.
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
 /// `contents` as the YAML reader is given it: each scalar's tag (`!!int`, `!!timestamp`) made a
 /// local tag of the same length that the reader gives no type (`!xxxx`), so that it reads every
 /// scalar as it reads an untagged one, where it refused some (`!!int 1.5`: `invalid u64`;
@@ -989,7 +1026,7 @@ impl KeyWalk {
 /// are the file's.
 pub(crate) fn reader_text(contents: &str) -> std::borrow::Cow<'_, str> {
     use serde_saphyr::granit_parser::{Event, Parser};
-    if !contents.contains('!') {
+    if !may_have_tag(contents) {
         return contents.into();
     }
     let mut tags = Vec::new();
@@ -1712,6 +1749,38 @@ mod tests {
                 None => assert_eq!(said, None, "{yaml}"),
             }
         }
+    }
+
+    /// A `!` where no tag can start (`#!/bin/sh` heading a script in a block scalar, `a!=b`) is
+    /// text: the file is not parsed for tags, and is not given the go-yaml passes for it (a
+    /// manifest with a shell script was read through all of them). A `!` where one can start
+    /// is a tag only if the parser finds one (`[ "$x" != y ]` in a script is not), wherever it
+    /// is: a scalar's, a key's, a collection's, `!` alone.
+    #[test]
+    fn a_bang_is_a_tag_only_where_the_parser_finds_one() {
+        for text in ["a: |\n  #!/bin/sh\n  [ a!=b ]\n", "a: x!y\n", "a: 'b'!\n"] {
+            assert!(!may_have_tag(text), "{text}");
+            assert!(!has_tag(text), "{text}");
+        }
+        let text = "a: |\n  [ \"$x\" != y ]\n# ! not a tag\n";
+        assert!(may_have_tag(text));
+        assert!(!has_tag(text));
+        let tagged = [
+            "a: !!str 1\n",
+            "a: [!x 1]\n",
+            "{\"b\":!!int 1}\n",
+            "!!map {a: 1}\n",
+            "a: ! 1\n",
+            "!!str k: v\n",
+        ];
+        for text in tagged {
+            assert!(has_tag(text), "{text}");
+        }
+        // Read with and without its script's first line, the pod is the same.
+        let script = "a: |\n  #!/bin/sh\n  exec x\nb: 0644\nc: yes\n";
+        let (values, refused) = read(script);
+        assert_eq!(refused, [None]);
+        assert_eq!(values[0].to_string(), r##"{"a":"#!/bin/sh\nexec x\n","b":420,"c":true}"##);
     }
 
     /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
