@@ -26,11 +26,21 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 const MAX_MESSAGE: usize = 1024;
 
 /// The wait an answer asks for, in whole seconds: a `429` or `5xx` with `Retry-After: N`, N > 0.
+/// A wait past what a `Status` can name (`Retry-After: 1000000000000`) is the longest it can:
+/// every waiter caps it (`RETRY_AFTER_MAX`), where it was read as no wait at all and the next
+/// request went after half a second. A negative number, a date or anything else asks for
+/// nothing, as client-go reads only an integer and waits no less than nothing.
 pub fn asked_wait(status: StatusCode, headers: &HeaderMap) -> Option<u32> {
     if status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error() {
         return None;
     }
-    let seconds: u32 = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
+    let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let seconds = match value.parse::<u64>() {
+        Ok(seconds) => u32::try_from(seconds).unwrap_or(u32::MAX),
+        // Digits past u64 still ask for a long wait.
+        Err(_) if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => u32::MAX,
+        Err(_) => return None,
+    };
     (seconds > 0).then_some(seconds)
 }
 
@@ -68,9 +78,16 @@ pub fn status_with_retry_after(body: &[u8], status: StatusCode, seconds: u32) ->
         *details = json!({});
     }
     if let Some(details) = details.as_object_mut() {
-        let named = details.get("retryAfterSeconds").and_then(Value::as_u64).is_some_and(|s| s > 0);
-        if !named {
-            details.insert("retryAfterSeconds".to_owned(), json!(seconds));
+        match details.get("retryAfterSeconds").and_then(Value::as_u64) {
+            Some(named) if named > u64::from(u32::MAX) => {
+                // kube reads the field as a u32: past it, the whole `Status` is unreadable and
+                // the wait is lost with it.
+                details.insert("retryAfterSeconds".to_owned(), json!(u32::MAX));
+            }
+            Some(named) if named > 0 => {}
+            _ => {
+                details.insert("retryAfterSeconds".to_owned(), json!(seconds));
+            }
         }
     }
     serde_json::to_vec(&value).unwrap_or_else(|_| body.to_vec())
@@ -159,7 +176,13 @@ mod tests {
         assert_eq!(wait(429, "1"), Some(1));
         assert_eq!(wait(503, " 7 "), Some(7));
         assert_eq!(wait(500, "0"), None, "no wait asked");
-        assert_eq!(wait(429, "Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(wait(429, "Wed, 21 Oct 2015 07:28:00 GMT"), None, "a date (here in the past)");
+        assert_eq!(wait(429, "1000000000000"), Some(u32::MAX), "a wait past u32: the longest");
+        assert_eq!(wait(503, "99999999999999999999999"), Some(u32::MAX), "past u64 too");
+        assert_eq!(wait(429, "-5"), None, "negative");
+        assert_eq!(wait(429, "1e12"), None, "not an integer");
+        assert_eq!(wait(429, "garbage"), None);
+        assert_eq!(wait(429, ""), None);
         assert_eq!(wait(409, "1"), None);
         assert_eq!(wait(200, "1"), None);
         assert_eq!(asked_wait(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new()), None);
@@ -202,6 +225,15 @@ mod tests {
         ))
         .expect("JSON");
         assert_eq!(out["details"]["retryAfterSeconds"], 9, "the server's own figure stays");
+        let huge =
+            json!({"kind": "Status", "code": 429, "details": {"retryAfterSeconds": 1_000_000_000_000_u64}});
+        let status: kube::core::Status = serde_json::from_slice(&status_with_retry_after(
+            &serde_json::to_vec(&huge).expect("JSON"),
+            StatusCode::TOO_MANY_REQUESTS,
+            1,
+        ))
+        .expect("still a Status kube reads");
+        assert_eq!(status.details.expect("details").retry_after_seconds, u32::MAX);
         let bare = json!({"kind": "Status", "details": null});
         let out: Value = serde_json::from_slice(&status_with_retry_after(
             &serde_json::to_vec(&bare).expect("JSON"),
