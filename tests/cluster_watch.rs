@@ -211,11 +211,12 @@ async fn case_21b_a_stopped_server_keeps_a_watch_silent_and_after_its_restart_th
 }
 
 /// Serves `/api/v1/pods` on 127.0.0.1 with `answer` (given the request's query, as the agent's
-/// watcher sends it), runs the agent's pod watch against it for `secs` seconds, and returns.
+/// watcher sends it), runs the agent's pod watch against it for `secs` seconds, and returns the
+/// errors it yielded, as text.
 async fn watch_against(
     answer: impl Fn(&str) -> axum::response::Response + Clone + Send + Sync + 'static,
     secs: u64,
-) {
+) -> Vec<String> {
     use axum::extract::RawQuery;
     use futures::StreamExt as _;
 
@@ -230,8 +231,16 @@ async fn watch_against(
 
     let client = probelet::cluster::client_from_config(kube::Config::new(url.parse().unwrap())).unwrap();
     let mut stream = Box::pin(probelet::cluster::pod_watch(client, "n1", None));
-    let _ = tokio::time::timeout(Duration::from_secs(secs), async { while stream.next().await.is_some() {} })
-        .await;
+    let mut errors = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(secs), async {
+        while let Some(item) = stream.next().await {
+            if let Err(error) = item {
+                errors.push(error.to_string());
+            }
+        }
+    })
+    .await;
+    errors
 }
 
 fn is_watch(query: &str) -> bool {
@@ -301,4 +310,132 @@ async fn a_watch_answered_410_lists_again() {
     assert!(count >= 2, "{count} lists in 4 s: the expired watch never listed again");
     // Paced (1 s, then 2 s between watches): a list after each. Unpaced it was thousands.
     assert!(count <= 6, "{count} lists in 4 s: an expired watch must not list in a loop");
+}
+
+/// A body of `head`, then `x` without end, 64 KiB a millisecond at most (a test that fails must
+/// not take the machine's memory with it).
+fn endless(head: &'static str) -> axum::response::Response {
+    static CHUNK: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+    let rest = futures::stream::unfold((), |()| async {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Some((Ok::<_, std::convert::Infallible>(bytes::Bytes::from_static(&CHUNK)), ()))
+    });
+    let head = futures::stream::once(async move { Ok(bytes::Bytes::from_static(head.as_bytes())) });
+    axum::response::Response::builder()
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from_stream(futures::StreamExt::chain(head, rest)))
+        .unwrap()
+}
+
+/// Counts the lists of a server; `answer` gets the list's number (from 1) or 0 for a watch.
+fn counting(
+    answer: impl Fn(usize) -> axum::response::Response + Clone + Send + Sync + 'static,
+) -> (
+    impl Fn(&str) -> axum::response::Response + Clone + Send + Sync + 'static,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
+    let lists = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = lists.clone();
+    let handler = move |query: &str| {
+        if is_watch(query) {
+            return answer(0);
+        }
+        answer(counted.fetch_add(1, Ordering::SeqCst) + 1)
+    };
+    (handler, lists)
+}
+
+/// A watch event that never ends (a line streamed without its newline, as a broken proxy or a
+/// hostile server sends it): refused once past 16 MiB in client-go's words, and the pod watch
+/// lists again. kube reads a watch line with no bound: the agent held every byte of it, 64 MiB a
+/// second here, until the node killed it, and saw no pod meanwhile.
+#[tokio::test]
+async fn a_watch_event_without_end_is_refused_past_16_mib_and_listed_again() {
+    let (answer, lists) = counting(|n| {
+        if n == 0 { endless(r#"{"type":"ADDED","object":{"metadata":{"name":""#) } else { empty_list() }
+    });
+    let errors = watch_against(answer, 4).await;
+    assert!(
+        errors.iter().any(|e| e.contains("object to decode was longer than maximum allowed size")),
+        "{errors:?}"
+    );
+    let lists = lists.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(lists >= 2, "{lists} lists: the watch was never given up");
+}
+
+/// A watch event whose JSON ends before its line does (`{"type":"ADDED","object":{…` and a
+/// newline: a proxy that cut it), on a watch that then stays open: the pod watch lists again, so
+/// the pod the event was about is seen. kube skips such a line without a word (it takes it for
+/// the end of a stream cut off), and the event was lost until the pod changed again.
+#[tokio::test]
+async fn a_watch_event_cut_short_is_not_lost() {
+    use futures::StreamExt as _;
+    let (answer, lists) = counting(|n| {
+        if n > 0 {
+            return empty_list();
+        }
+        let cut =
+            "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\",\"uid\":\"u\"\n";
+        let rest =
+            futures::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes::Bytes::from(cut)) })
+                .chain(futures::stream::pending());
+        axum::response::Response::builder()
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from_stream(rest))
+            .unwrap()
+    });
+    let errors = watch_against(answer, 3).await;
+    assert!(errors.iter().any(|e| e.contains("a watch event ends before its JSON does")), "{errors:?}");
+    let lists = lists.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(lists >= 2, "{lists} lists: the event was skipped and the watch read on");
+}
+
+/// A pod list answered without end: refused once past 64 MiB, and listed again. kube reads a
+/// list whole before it decodes it, with no bound: the agent held it all (64 MiB a second here)
+/// until the node killed it.
+#[tokio::test]
+async fn a_pod_list_without_end_is_refused_past_64_mib_and_listed_again() {
+    let (answer, lists) = counting(|n| {
+        if n == 1 { endless(r#"{"kind":"PodList","apiVersion":"v1","items":["#) } else { empty_list() }
+    });
+    let errors = watch_against(answer, 6).await;
+    assert!(
+        errors.iter().any(|e| e.contains("the API server's answer is longer than 67108864 bytes")),
+        "{errors:?}"
+    );
+    let lists = lists.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(lists >= 2, "{lists} lists: the endless one was never given up");
+}
+
+/// A pod list answered with a redirect (301 and 307) to another address: the agent's client
+/// does not follow it (no connection is made there), and the pod watch fails and lists again
+/// at the configured server. Only 127.0.0.1 traffic: the redirect names a listener on
+/// 127.0.0.2 that counts its connections.
+#[tokio::test]
+async fn a_redirect_elsewhere_is_not_followed() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let elsewhere = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let location = format!("http://{}/api/v1/pods", elsewhere.local_addr().unwrap());
+    let connections = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((_socket, _)) = elsewhere.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    for code in [301, 307] {
+        let location = location.clone();
+        let (answer, lists) = counting(move |_| {
+            axum::response::Response::builder()
+                .status(code)
+                .header("location", &location)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        });
+        let errors = watch_against(answer, 2).await;
+        assert!(!errors.is_empty(), "{code}: a redirect is no list");
+        assert!(lists.load(Ordering::SeqCst) >= 2, "{code}: listed again at the configured server");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 0, "nothing sent to the redirect's address");
 }

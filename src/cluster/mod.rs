@@ -18,6 +18,7 @@ pub mod exec;
 pub mod gates;
 pub mod host;
 pub mod label_selector;
+pub mod oversized;
 pub mod recorder;
 pub mod request_metrics;
 pub mod retry_after;
@@ -131,7 +132,8 @@ fn missing_user(kc: &kube::config::Kubeconfig) -> Option<String> {
 /// The API client for `config`, with the pod watch's requests paced
 /// ([`watch::WatchPacingLayer`]), a token file's token trimmed ([`token::TokenFileLayer`]), a
 /// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]), an answer that
-/// stops coming given up ([`stalled`]), and every request counted ([`request_metrics`]).
+/// stops coming given up ([`stalled`]), one that does not end refused ([`oversized`]), and every
+/// request counted ([`request_metrics`]).
 pub fn client_from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
     let (config, token) = prepare(config)?;
     build(config, token.as_ref())
@@ -169,6 +171,7 @@ fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<
     // The count next to it, so that a request paced and never sent is not counted at all.
     let builder = kube::client::ClientBuilder::try_from(config)?
         .with_layer(&stalled::StalledAnswerLayer::default())
+        .with_layer(&oversized::OversizedAnswerLayer::default())
         .with_layer(&counted)
         .with_layer(&retry_after::RetryAfterLayer)
         .with_layer(&watch::WatchPacingLayer::default());
