@@ -2022,3 +2022,47 @@ async fn under_restart_all_containers_initialized_stays_true_when_init_container
 
     support::agent::kill(agent, &kubeconfig).await;
 }
+
+/// A status write the server refuses at every PATCH while the pod stays (a broken admission
+/// webhook or proxy): 409 Conflict, each re-read and merged again after a back-off that grows
+/// to about a second, and 422 Invalid, tried again by the 10 s reconcile. The agent neither
+/// spins on it nor floods its log (measured: 13 PATCHes and 2 lines in 8 s for the 409s, 2 and
+/// 2 for the 422s). A PATCH answered 404 while the pod is still there (a proxy's, three in a
+/// row) loses no status: each is confirmed by a GET, and the write lands by the reconcile.
+#[tokio::test]
+async fn a_status_write_refused_at_every_patch_neither_spins_nor_floods_the_log_nor_is_lost() {
+    let is_ready = |p: &Pod| condition(p, "Ready").is_some_and(|c| c.status == "True");
+    for (code, times) in
+        [(409_u16, FaultTimes::Always), (422, FaultTimes::Always), (404, FaultTimes::Times(3))]
+    {
+        let (port, _healthy) = support::health::toggled_health_server().await;
+        let fake = FakeApiServer::start().await;
+        fake.insert_pod(pod("refused", "node-a", port));
+        let path = "/api/v1/namespaces/default/pods/refused/status";
+        let always = times == FaultTimes::Always;
+        fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(http::Method::PATCH, path.into()),
+            kind: FaultKind::status(code),
+            times,
+        });
+        let (agent, kubeconfig, output) = start_agent_logged(&fake, &format!("refused-{code}"), &[]);
+        if always {
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            let patches =
+                fake.requests().iter().filter(|r| r.method == http::Method::PATCH && r.path == path).count();
+            assert!((2..=30).contains(&patches), "{code}: {patches} PATCHes in 8 s");
+            let said = output.with("Failed to update status for pod").len();
+            assert!(said <= 6, "{code}: {said} lines in 8 s: {:#?}", output.lines());
+        } else {
+            wait_for_pod_within(
+                &fake,
+                "refused",
+                "Ready=True after three 404s",
+                Duration::from_secs(40),
+                is_ready,
+            )
+            .await;
+        }
+        support::agent::kill(agent, &kubeconfig).await;
+    }
+}
