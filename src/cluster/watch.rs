@@ -387,7 +387,7 @@ impl PodWatchState {
     pub fn on_event(&mut self, event: Result<WatchEvent<ApiPod>, watcher::Error>) -> Option<PodWatchStep> {
         match self.api.on_event(&event) {
             Reachability::Lost => tracing::warn!(
-                error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+                error = %event.as_ref().err().map(|e| with_causes(e)).unwrap_or_default(),
                 "Lost the API server: the pod watch failed; listing again every second until it answers"
             ),
             Reachability::Back => {
@@ -448,6 +448,25 @@ impl PodWatchState {
         }
         Some(PodWatchStep::Apply(pod, seen))
     }
+}
+
+/// An error's text with the text of each of its causes that it does not already say. kube's
+/// own text of a failed connect stops at `ServiceError: client error (Connect)`: the reason (a
+/// certificate that names another host or has expired, a refused connection) is only in its
+/// causes, and the one line that says the API server is lost said nothing of why (a hostile
+/// test), where client-go's says `x509: certificate is valid for …`.
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// For a host's `StreamHandler::finished`. The watcher never ends on its own; if it does, the
@@ -675,6 +694,21 @@ mod tests {
         let refused =
             watcher::Error::WatchFailed(kube::Error::Service(Box::new(std::io::Error::other("reset"))));
         assert!(!is_unreadable(&refused));
+    }
+
+    /// The line that says the API server is lost names the reason, which kube's text of a failed
+    /// connect leaves to its causes; a cause already said is not said twice.
+    #[test]
+    fn an_error_is_said_with_its_causes() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Connect(#[source] std::io::Error);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid peer certificate: Expired");
+        let error = watcher::Error::InitialListFailed(kube::Error::Service(Box::new(Connect(io))));
+        assert_eq!(
+            with_causes(&error),
+            "failed to perform initial object list: ServiceError: client error (Connect): invalid peer certificate: Expired"
+        );
     }
 
     #[test]
