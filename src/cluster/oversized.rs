@@ -14,15 +14,20 @@
 //! is lost, and with it the pod it was about until the pod changes again. Such a line here
 //! becomes a `Status` with no code, as does an event too long: kube hands it to the pod watch
 //! as an event it cannot read, and the pod watch lists again (`cluster::watch`), said once at
-//! warning. A request that upgrades its connection (`pods/exec`) is left alone.
+//! warning. So does a watch line begun and then left unfinished, nothing more coming, for
+//! [`ANSWER_SILENCE_MAX`]: an API server writes each event whole. A request that upgrades its
+//! connection (`pods/exec`) is left alone.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
+
+use super::stalled::ANSWER_SILENCE_MAX;
 
 /// The longest line of a watch stream, one event: client-go's streaming decoder's bound.
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
@@ -50,11 +55,12 @@ pub enum Oversized {
 pub struct OversizedAnswerLayer {
     answer: usize,
     event: usize,
+    stall: Duration,
 }
 
 impl Default for OversizedAnswerLayer {
     fn default() -> Self {
-        OversizedAnswerLayer { answer: MAX_ANSWER_BYTES, event: MAX_EVENT_BYTES }
+        OversizedAnswerLayer { answer: MAX_ANSWER_BYTES, event: MAX_EVENT_BYTES, stall: ANSWER_SILENCE_MAX }
     }
 }
 
@@ -62,7 +68,7 @@ impl<S> tower::Layer<S> for OversizedAnswerLayer {
     type Service = OversizedAnswers<S>;
 
     fn layer(&self, inner: S) -> OversizedAnswers<S> {
-        OversizedAnswers { inner, answer: self.answer, event: self.event }
+        OversizedAnswers { inner, answer: self.answer, event: self.event, stall: self.stall }
     }
 }
 
@@ -72,6 +78,7 @@ pub struct OversizedAnswers<S> {
     inner: S,
     answer: usize,
     event: usize,
+    stall: Duration,
 }
 
 impl<S, B, RB> tower::Service<Request<B>> for OversizedAnswers<S>
@@ -94,7 +101,7 @@ where
         let bound = if request.headers().contains_key(http::header::UPGRADE) {
             Bound::None
         } else if super::watch::is_watch(request.uri()) {
-            Bound::Lines(Lines::new(self.event))
+            Bound::Lines(Lines::new(self.event, self.stall))
         } else {
             Bound::Whole { limit: self.answer, read: 0 }
         };
@@ -156,7 +163,20 @@ where
                 this.ended = true;
                 return Poll::Ready(Some(Err(Oversized::Answer(limit).into())));
             }
-            let frame = match futures::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(polled) => polled,
+                Poll::Pending => {
+                    if let Bound::Lines(lines) = &mut this.bound
+                        && lines.stalled(cx)
+                    {
+                        this.ended = true;
+                        let message = format!("a watch event stopped for {:?} before its end", lines.stall);
+                        return Poll::Ready(Some(Ok(Frame::data(refusal(&message)))));
+                    }
+                    return Poll::Pending;
+                }
+            };
+            let frame = match polled {
                 None => {
                     this.ended = true;
                     // What is left of a watch stream that stopped mid-line goes to kube as it
@@ -215,6 +235,10 @@ where
 /// JSON value cut short.
 struct Lines {
     limit: usize,
+    /// The longest a line may stay unfinished with nothing more coming.
+    stall: Duration,
+    /// Since when the line has stayed unfinished with nothing more coming.
+    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The start of the line still coming.
     partial: BytesMut,
     /// The line that refuses the stream, due once the whole lines before it are passed on: a
@@ -223,13 +247,28 @@ struct Lines {
 }
 
 impl Lines {
-    fn new(limit: usize) -> Lines {
-        Lines { limit, partial: BytesMut::new(), refusal: None }
+    fn new(limit: usize, stall: Duration) -> Lines {
+        Lines { limit, stall, quiet: None, partial: BytesMut::new(), refusal: None }
+    }
+
+    /// Whether the line begun has stayed unfinished, nothing more coming, for [`Lines::stall`].
+    /// A watch may rightly stay silent for minutes between events, but an API server writes
+    /// each event whole: half of one and then silence is a stream that stalled (kube's watcher
+    /// would wait up to its timeout and 5 s more, almost five minutes, seeing no pod change).
+    fn stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.partial.is_empty() {
+            self.quiet = None;
+            return false;
+        }
+        let stall = self.stall;
+        let quiet = self.quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+        quiet.as_mut().poll(cx).is_ready()
     }
 
     /// The whole lines `data` completes, up to the first refused (then [`Lines::refusal`] is
     /// set, and nothing after it is kept).
     fn push(&mut self, mut data: Bytes) -> Bytes {
+        self.quiet = None;
         let mut whole = BytesMut::new();
         while let Some(end) = data.iter().position(|&b| b == b'\n') {
             if self.partial.len() + end > self.limit {
@@ -290,7 +329,7 @@ mod tests {
     }
 
     fn lines(inner: TestBody, limit: usize) -> SizeBounded<TestBody> {
-        SizeBounded { inner, bound: Bound::Lines(Lines::new(limit)), ended: false }
+        SizeBounded { inner, bound: Bound::Lines(Lines::new(limit, ANSWER_SILENCE_MAX)), ended: false }
     }
 
     async fn read_all(mut body: SizeBounded<TestBody>) -> Result<Vec<u8>, BoxError> {
@@ -348,6 +387,29 @@ mod tests {
         assert_eq!(status_message(&read), OBJECT_TOO_LARGE);
         let read = read_all(lines(body(vec![b"{\"a\":\"01\"}\n"]), 10)).await.expect("no error");
         assert_eq!(read, b"{\"a\":\"01\"}\n", "10 bytes and its newline: within");
+    }
+
+    /// A line begun and then left unfinished, nothing more coming, is refused after the silence
+    /// bound (30 s); a watch silent between whole lines is left to its own bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_line_left_unfinished_is_refused_after_the_silence_bound() {
+        use futures::StreamExt as _;
+        let stalling = |head: &'static [u8]| -> TestBody {
+            let parts = futures::stream::once(async move { Ok(Frame::data(Bytes::from_static(head))) })
+                .chain(futures::stream::pending());
+            BodyExt::boxed_unsync(StreamBody::new(parts))
+        };
+        let started = tokio::time::Instant::now();
+        let mut half = lines(stalling(b"{\"type\":\"ADDED\",\"object\":{\"meta"), 1024);
+        let refusal = half.frame().await.expect("a frame").expect("data").into_data().expect("data");
+        assert_eq!(started.elapsed(), ANSWER_SILENCE_MAX);
+        assert_eq!(status_message(&refusal), "a watch event stopped for 30s before its end");
+        assert!(half.frame().await.is_none(), "nothing after the refusal");
+
+        let mut whole = lines(stalling(b"{\"type\":\"BOOKMARK\",\"object\":{}}\n"), 1024);
+        whole.frame().await.expect("the line").expect("data");
+        let quiet = tokio::time::timeout(Duration::from_secs(3600), whole.frame()).await;
+        assert!(quiet.is_err(), "silent between lines: left alone");
     }
 
     /// An answer that is no watch fails once it passes its bound, so one without end is never
