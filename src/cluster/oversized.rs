@@ -125,7 +125,7 @@ enum Bound {
     Lines(Lines),
 }
 
-/// A body held to its [`Bound`].
+/// A body held to its bound: a watch line by line, any other answer whole (unbounded: an upgrade).
 pub struct SizeBounded<B> {
     inner: B,
     bound: Bound,
