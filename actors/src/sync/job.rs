@@ -175,7 +175,7 @@ impl SyncJob {
                         return result;
                     }
                     Err(err) => {
-                        result.outcome = WriteOutcome::Failed(format!("get: {err}"));
+                        result.outcome = WriteOutcome::Failed(format!("get: {}", GoText(&err)));
                         result.retry_after = retry_after(&err);
                         return result;
                     }
@@ -297,7 +297,7 @@ impl SyncJob {
                 Err(err) if is_code(&err, 409) => WriteOutcome::Recreated,
                 Err(err) => {
                     result.retry_after = retry_after(&err);
-                    WriteOutcome::DeleteFailed(format!("delete: {err}"))
+                    WriteOutcome::DeleteFailed(format!("delete: {}", GoText(&err)))
                 }
             };
         }
@@ -365,17 +365,22 @@ impl SyncJob {
         let got = bounded(self.request_timeout, api.get(name)).await;
         record_request("get", &got);
         let outcome = match &got {
-            Ok(pod) if !is_a_pod(pod) => {
-                WriteOutcome::Failed(format!("patch: {err}; get to confirm the UID: the answer is not a pod"))
-            }
+            Ok(pod) if !is_a_pod(pod) => WriteOutcome::Failed(format!(
+                "patch: {}; get to confirm the UID: the answer is not a pod",
+                GoText(err)
+            )),
             Ok(pod) if self.source_uid(pod) != self.uid => WriteOutcome::Recreated,
             Ok(pod) if sent_uid.is_some_and(|sent| pod.pod.metadata.uid.as_deref() != Some(sent)) => {
-                WriteOutcome::Failed(format!("patch: {err}; the mirror pod was recreated"))
+                WriteOutcome::Failed(format!("patch: {}; the mirror pod was recreated", GoText(err)))
             }
             // The same pod: an ordinary 422.
-            Ok(_) => WriteOutcome::Invalid(err.to_string()),
+            Ok(_) => WriteOutcome::Invalid(GoText(err).to_string()),
             Err(got) if is_code(got, 404) => WriteOutcome::NotFound,
-            Err(got) => WriteOutcome::Failed(format!("patch: {err}; get to confirm the UID: {got}")),
+            Err(got) => WriteOutcome::Failed(format!(
+                "patch: {}; get to confirm the UID: {}",
+                GoText(err),
+                GoText(got)
+            )),
         };
         (outcome, got.err().as_ref().and_then(retry_after))
     }
@@ -440,9 +445,24 @@ fn patch_failure(err: &kube::Error) -> WriteOutcome {
     } else if is_code(err, 409) {
         WriteOutcome::Conflict
     } else if is_code(err, 422) {
-        WriteOutcome::Invalid(err.to_string())
+        WriteOutcome::Invalid(GoText(err).to_string())
     } else {
-        WriteOutcome::Failed(format!("patch: {err}"))
+        WriteOutcome::Failed(format!("patch: {}", GoText(err)))
+    }
+}
+
+/// A request's error as client-go says it in the kubelet's lines: an API server's refusal is its
+/// `Status` message alone (`StatusError.Error()`), where kube's text adds the whole `Status` in
+/// Rust's debug form (`ApiError: … (Status { status: Some(Failure), code: 422, … })`). Other
+/// errors (no answer, an answer that cannot be read) keep kube's text.
+struct GoText<'a>(&'a kube::Error);
+
+impl std::fmt::Display for GoText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            kube::Error::Api(status) if !status.message.is_empty() => f.write_str(&status.message),
+            err => write!(f, "{err}"),
+        }
     }
 }
 
@@ -524,6 +544,20 @@ mod tests {
         assert!(
             matches!(patch_failure(&api_error(500, None)), WriteOutcome::Failed(m) if m.starts_with("patch: "))
         );
+    }
+
+    /// A refusal is said as client-go says it, by its `Status` message, not with kube's debug
+    /// dump of the whole `Status` after it; an error with no answer keeps kube's words.
+    #[test]
+    fn a_refusal_is_said_by_its_status_message() {
+        assert_eq!(patch_failure(&api_error(422, Some("status.phase"))), WriteOutcome::Invalid("m".into()));
+        assert_eq!(patch_failure(&api_error(500, None)), WriteOutcome::Failed("patch: m".into()));
+        let unanswered = kube::Error::Service("connection refused".into());
+        assert_eq!(GoText(&unanswered).to_string(), unanswered.to_string());
+        let silent: Status =
+            serde_json::from_value(serde_json::json!({"status": "Failure", "code": 500})).unwrap();
+        let silent = kube::Error::Api(Box::new(silent));
+        assert_eq!(GoText(&silent).to_string(), silent.to_string(), "no message: kube's text");
     }
 
     /// Upstream's `syncPod` names the request that failed: "Failed to get status for pod" for its
