@@ -2265,3 +2265,36 @@ async fn a_step_of_the_wall_clock_is_no_status_sync_latency() {
     })
     .await;
 }
+
+/// A GET of the merge base answered 200 with something that is not a pod (a `Status`, or no
+/// object at all) says nothing of the pod: the write failed and is sent again, the status
+/// kept. Read as a pod without a UID, it was taken for a pod recreated under the name, and the
+/// status manager dropped the pod's status.
+#[actix::test]
+async fn a_get_answered_with_no_pod_is_a_failed_write_not_a_recreation() {
+    bounded(LIMIT, async {
+        for body in
+            [json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}), json!({})]
+        {
+            let t = SyncTest::start().await;
+            let syncer = t.syncer().await;
+            let pod = bound(test_pod("web").container("app"));
+            t.pods.add(&pod);
+            t.fake.insert_pod((*pod).clone());
+            t.fake.inject(Fault {
+                matcher: FaultMatcher::MethodPath(Method::GET, pod_path("web")),
+                kind: FaultKind::Body { code: 200, body: body.clone() },
+                times: FaultTimes::Times(1),
+            });
+            t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+            t.flush(&syncer).await;
+            assert_eq!(
+                condition_status(&api_status(&t.api("web")), POD_READY).as_deref(),
+                Some("True"),
+                "written after the failed GET ({body}): {:?}",
+                t.summary()
+            );
+        }
+    })
+    .await;
+}

@@ -10,12 +10,14 @@
 //! [`ApiPod`] is a [`kube::Resource`] that deserializes from a pod's JSON, so a watch or a
 //! request through `Api<ApiPod>` yields it directly.
 //!
-//! Reading one never fails for a JSON object: a pod the typed structs cannot read (a field of
-//! another type than they expect, which an admission webhook or an API server of another
-//! version can leave) is kept with its metadata only and the error, with the field's path
-//! ([`ApiPod::undecodable`]). Failing would fail the whole list it came in, and every other
-//! pod of the node with it: the watch would list again and again, and no pod would be probed
-//! or written (docs/sync.md, "A pod that cannot be read").
+//! Reading one never fails: a pod the typed structs cannot read (a field of another type than
+//! they expect, which an admission webhook or an API server of another version can leave) is
+//! kept with its metadata only and the error, with the field's path ([`ApiPod::undecodable`]);
+//! an item that is no object at all (a `null` in a list) is kept so too, with no identity.
+//! Failing would fail the whole list it came in, and every other pod of the node with it: the
+//! watch would list again and again, and no pod would be probed or written (docs/sync.md, "A
+//! pod that cannot be read"). A single answer that is no pod (a GET's or a PATCH's) is told
+//! by its missing UID and kind (`is_a_pod` in `sync/job.rs`).
 
 use std::borrow::Cow;
 
@@ -111,11 +113,7 @@ fn identity_of(metadata: &Value) -> ObjectMeta {
 
 impl<'de> Deserialize<'de> for ApiPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Value::deserialize(deserializer)?;
-        if !raw.is_object() {
-            return ApiPod::from_json(raw).map_err(serde::de::Error::custom);
-        }
-        Ok(ApiPod::from_json_lenient(raw))
+        Ok(ApiPod::from_json_lenient(Value::deserialize(deserializer)?))
     }
 }
 
@@ -193,7 +191,24 @@ mod tests {
         let worse = ApiPod::from_json_lenient(json!({"metadata": {"name": "w", "uid": "u", "labels": 7}}));
         assert!(worse.undecodable().unwrap().starts_with("metadata.labels: "), "{:?}", worse.undecodable());
         assert_eq!(worse.pod.metadata.name.as_deref(), Some("w"));
-        assert!(serde_json::from_value::<ApiPod>(json!("not a pod")).is_err());
+
+        // No object at all: kept, with no identity, and the list it came in still reads (a
+        // `null` item failed every list of the node's pods, none applied).
+        let list: kube::core::ObjectList<ApiPod> = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"},
+            "items": [null, "not a pod", {"metadata": {"name": "good", "uid": "g"}}],
+        }))
+        .unwrap();
+        assert_eq!(list.items.len(), 3);
+        for nothing in &list.items[..2] {
+            assert!(
+                nothing.undecodable().unwrap().starts_with("invalid type: "),
+                "{:?}",
+                nothing.undecodable()
+            );
+            assert_eq!(nothing.pod.metadata, ObjectMeta::default());
+        }
+        assert!(list.items[2].undecodable().is_none());
     }
 
     #[test]

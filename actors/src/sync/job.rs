@@ -169,6 +169,13 @@ impl SyncJob {
                 let got = bounded(self.request_timeout, api.get(&result.name)).await;
                 record_request("get", &got);
                 match got {
+                    // A 200 whose body is no pod (a `Status`, an empty object) says nothing of
+                    // the pod; read as a pod without a UID, it was taken for a recreation and
+                    // the pod's status dropped.
+                    Ok(pod) if !is_a_pod(&pod) => {
+                        result.outcome = WriteOutcome::Failed("get: the answer is not a pod".to_owned());
+                        return result;
+                    }
                     Ok(pod) => Arc::new(pod),
                     Err(err) if is_code(&err, 404) => {
                         result.outcome = WriteOutcome::NotFound;
