@@ -2298,3 +2298,42 @@ async fn a_get_answered_with_no_pod_is_a_failed_write_not_a_recreation() {
     })
     .await;
 }
+
+/// A PATCH answered 404 while the pod is still on the server (a proxy's or an aggregation
+/// layer's answer) is a failed write, confirmed by a GET and sent again on the failure back-off:
+/// upstream logs it as any failed patch and writes it at its next sync. It was taken for a
+/// pod gone, said at debug alone, and the status waited for a reconcile.
+#[actix::test]
+async fn a_patch_answered_not_found_for_a_pod_still_there_is_sent_again() {
+    bounded(LIMIT, async {
+        let t = SyncTest::start().await;
+        let syncer = t.syncer().await;
+        let pod = bound(test_pod("web").container("app"));
+        t.pods.add(&pod);
+        t.fake.insert_pod((*pod).clone());
+        t.fake.inject(Fault {
+            matcher: FaultMatcher::MethodPath(Method::PATCH, status_path("web")),
+            kind: FaultKind::status(404),
+            times: FaultTimes::Times(1),
+        });
+        t.set_status(&pod, status_of(&pod, "Running", vec![container("app", true)])).await;
+        t.flush(&syncer).await;
+        assert_eq!(
+            condition_status(&api_status(&t.api("web")), POD_READY).as_deref(),
+            Some("True"),
+            "sent again: {:?}",
+            t.summary()
+        );
+        let (get, patch) = (pod_path("web"), status_path("web"));
+        assert_eq!(
+            t.summary()[..3],
+            [
+                (Method::GET, get.clone(), Some(200)),
+                (Method::PATCH, patch.clone(), Some(404)),
+                (Method::GET, get, Some(200))
+            ],
+            "the 404 confirmed by a GET"
+        );
+    })
+    .await;
+}

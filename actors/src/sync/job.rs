@@ -351,9 +351,11 @@ impl SyncJob {
         }
     }
 
-    /// What a failed PATCH means for the write, a 422 on `metadata.uid` confirmed with a GET: a
-    /// webhook or a mis-stated cause can name that field too, and the pod's status is dropped
-    /// only when the server's pod of that name really is another (docs/sync.md §7.5). A mirror
+    /// What a failed PATCH means for the write, a 422 on `metadata.uid` or a 404 confirmed with
+    /// a GET: a webhook or a mis-stated cause can name that field too, and the pod's status is
+    /// dropped only when the server's pod of that name really is another (docs/sync.md §7.5); a
+    /// 404 for a pod the GET still finds (a proxy's answer) is a failed write, sent again, as
+    /// upstream's next sync sends any failed patch again, not a pod gone. A mirror
     /// pod recreated for the same static pod (`sent_uid`, the UID the PATCH carried, is not
     /// the server's, but the pod is still ours) is a failure: the next write GETs the new copy
     /// and writes it, on the failure back-off, not a whole reconcile later as an invalid write.
@@ -364,30 +366,31 @@ impl SyncJob {
         sent_uid: Option<&str>,
         err: &kube::Error,
     ) -> (WriteOutcome, Option<std::time::Duration>) {
-        let outcome = patch_failure(err);
-        if outcome != WriteOutcome::Recreated {
-            return (outcome, retry_after(err));
+        let first = patch_failure(err);
+        if first != WriteOutcome::Recreated && first != WriteOutcome::NotFound {
+            return (first, retry_after(err));
         }
         self.limiter.acquire().await;
         let got = bounded(self.request_timeout, api.get(name)).await;
         record_request("get", &got);
         let outcome = match &got {
             Ok(pod) if !is_a_pod(pod) => WriteOutcome::Failed(format!(
-                "patch: {}; get to confirm the UID: the answer is not a pod",
+                "patch: {}; get to confirm: the answer is not a pod",
                 GoText(err)
             )),
             Ok(pod) if self.source_uid(pod) != self.uid => WriteOutcome::Recreated,
             Ok(pod) if sent_uid.is_some_and(|sent| pod.pod.metadata.uid.as_deref() != Some(sent)) => {
                 WriteOutcome::Failed(format!("patch: {}; the mirror pod was recreated", GoText(err)))
             }
-            // The same pod: an ordinary 422.
+            // The same pod: an ordinary 422, or a 404 that was not the pod's.
+            Ok(_) if first == WriteOutcome::NotFound => {
+                WriteOutcome::Failed(format!("patch: {}", GoText(err)))
+            }
             Ok(_) => WriteOutcome::Invalid(GoText(err).to_string()),
             Err(got) if is_code(got, 404) => WriteOutcome::NotFound,
-            Err(got) => WriteOutcome::Failed(format!(
-                "patch: {}; get to confirm the UID: {}",
-                GoText(err),
-                GoText(got)
-            )),
+            Err(got) => {
+                WriteOutcome::Failed(format!("patch: {}; get to confirm: {}", GoText(err), GoText(got)))
+            }
         };
         (outcome, got.err().as_ref().and_then(retry_after))
     }
