@@ -32,9 +32,14 @@ pub struct RequestMetricsLayer {
 
 impl RequestMetricsLayer {
     /// Requests to the API server at `cluster_url`, labelled with its `host:port` (Go's
-    /// `URL.Host`: the port only where the URL writes one).
+    /// `URL.Host`: the port only where the URL writes one, and never the user information
+    /// before an `@`, which Go keeps apart in `URL.User`: a `server:` that carries a password
+    /// would otherwise show it on `/metrics`).
     pub fn new(cluster_url: &http::Uri) -> Self {
-        RequestMetricsLayer { host: cluster_url.authority().map_or("", |a| a.as_str()).into() }
+        let authority = cluster_url.authority().map_or("", |a| a.as_str());
+        // Go splits the user information off at the authority's last `@`.
+        let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        RequestMetricsLayer { host: host.into() }
     }
 }
 
@@ -200,5 +205,19 @@ mod tests {
             layer.layer(answering(200)).oneshot(request(Method::GET)).await.unwrap();
         });
         assert!(registry.render().contains("host=\"api.example.invalid\""), "{}", registry.render());
+    }
+
+    /// A server URL with user information (`https://user:secret@host:6443`) is labelled with its
+    /// host and port only, as Go's `URL.Host` is: the password never reaches `/metrics`.
+    #[test]
+    fn the_host_leaves_out_the_urls_user_information() {
+        let registry = PrometheusRegistry::new();
+        counted(&registry, async {
+            let layer = RequestMetricsLayer::new(&"https://admin:s3cret@127.0.0.1:6443".parse().unwrap());
+            layer.layer(answering(200)).oneshot(request(Method::GET)).await.unwrap();
+        });
+        let text = registry.render();
+        assert!(text.contains("host=\"127.0.0.1:6443\""), "{text}");
+        assert!(!text.contains("s3cr"), "{text}");
     }
 }
