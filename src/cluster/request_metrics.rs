@@ -11,7 +11,10 @@
 //!
 //! The layer sits outside kube's retry (`ClientBuilder::with_layer` wraps the whole stack), so
 //! a request kube sent again (a 429, 503 or 504 on the reading client; the writing client has
-//! no retry) counts once, with its last answer, where client-go counts each try.
+//! no retry) counts once, with its last answer, as client-go counts a request by its final
+//! reply (`updateRequestResultMetric`; its retries are a metric of their own, which the agent
+//! does not export). A `pods/exec` upgrade goes through the stack too and counts as `101`,
+//! where client-go's stream executors bypass the count.
 
 use std::future::Future;
 use std::pin::Pin;
