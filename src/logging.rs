@@ -71,7 +71,11 @@ impl Visitor<'_> {
                 write!(self.writer, "{name}=")?;
             }
         }
-        write_escaped(&mut self.writer, &format!("{value:?}"))
+        // Written into a string that returns its `Debug` error, not `format!`, which panics on
+        // one: a field whose `Debug` fails is its error, as tracing's own formatter has it.
+        let mut text = String::new();
+        fmt::Write::write_fmt(&mut text, format_args!("{value:?}"))?;
+        write_escaped(&mut self.writer, &text)
     }
 }
 
@@ -175,6 +179,20 @@ mod tests {
         assert_eq!(line, "hello pod=\"a\"\n");
         let line = logged(false, || tracing::info!(pod = "a", log.file = "x.rs", "hello"));
         assert_eq!(line, "hello pod=\"a\"\n");
+    }
+
+    /// A field whose `Debug` fails is that line's formatting error, as with tracing's own
+    /// formatter, not a panic of the thread that logs (`format!` panics on it).
+    #[test]
+    fn a_field_that_cannot_be_written_is_no_panic() {
+        struct Failing;
+        impl fmt::Debug for Failing {
+            fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+                Err(fmt::Error)
+            }
+        }
+        let line = logged(false, || tracing::info!(field = ?Failing, "hello"));
+        assert!(!line.contains("field="), "{line:?}");
     }
 
     #[test]
