@@ -446,13 +446,17 @@ pub struct QueuedStderr;
 
 impl io::Write for QueuedStderr {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let kept = CAPTURED.with(|captured| match captured.try_borrow_mut().as_deref_mut() {
-            Ok(Some(kept)) => {
-                kept.extend_from_slice(bytes);
-                true
-            }
-            _ => false,
-        });
+        // `try_with`: a thread-local destructor that logs after `CAPTURED` is gone is queued
+        // as any line, not a panic.
+        let kept = CAPTURED
+            .try_with(|captured| match captured.try_borrow_mut().as_deref_mut() {
+                Ok(Some(kept)) => {
+                    kept.extend_from_slice(bytes);
+                    true
+                }
+                _ => false,
+            })
+            .unwrap_or(false);
         if !kept {
             write(Stream::Stderr, bytes);
         }
