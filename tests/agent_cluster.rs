@@ -2154,5 +2154,8 @@ async fn a_tls_server_it_cannot_use_is_lost_once_and_tried_again_each_second() {
         let tries = accepted.load(Ordering::SeqCst);
         assert!((3..=20).contains(&tries), "{name}: {tries} connections in 6 s");
         support::agent::kill(agent, &kubeconfig).await;
+        let _ = std::fs::remove_file(
+            std::env::temp_dir().join(format!("probelet-ca-{name}-{}.pem", std::process::id())),
+        );
     }
 }
