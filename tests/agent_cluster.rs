@@ -2129,9 +2129,21 @@ async fn tls_api_server(
 #[tokio::test]
 async fn a_tls_server_it_cannot_use_is_lost_once_and_tried_again_each_second() {
     let cases = [
-        ("tls-name", vec!["api.example.invalid"], None, "certificate not valid for name \"127.0.0.1\""),
-        ("tls-expired", vec!["127.0.0.1"], Some((2001, 1, 1)), "expired"),
-        ("tls-closed", vec!["127.0.0.1"], None, "peer closed connection without sending TLS close_notify"),
+        (
+            "tls-name",
+            vec!["api.example.invalid"],
+            None,
+            &["certificate not valid for name \"127.0.0.1\""][..],
+        ),
+        ("tls-expired", vec!["127.0.0.1"], Some((2001, 1, 1)), &["expired"][..]),
+        // The server's close comes as a FIN, or as a reset when the request it never read was
+        // already in its buffer: either is the reason, and either is named.
+        (
+            "tls-closed",
+            vec!["127.0.0.1"],
+            None,
+            &["peer closed connection without sending TLS close_notify", "Connection reset by peer"][..],
+        ),
     ];
     for (name, names, not_after, reason) in cases {
         let (kubeconfig, accepted) = tls_api_server(name, &names, not_after).await;
@@ -2147,7 +2159,7 @@ async fn a_tls_server_it_cannot_use_is_lost_once_and_tried_again_each_second() {
         assert!(agent.try_wait().unwrap().is_none(), "{name}: still running: {:#?}", output.lines());
         let lost = output.with("Lost the API server");
         assert_eq!(lost.len(), 1, "{name}: {:#?}", output.lines());
-        assert!(lost[0].contains(reason), "{name}: the reason: {}", lost[0]);
+        assert!(reason.iter().any(|r| lost[0].contains(r)), "{name}: the reason: {}", lost[0]);
         let loud =
             output.lines().into_iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).count();
         assert_eq!(loud, 1, "{name}: {:#?}", output.lines());
