@@ -8,8 +8,11 @@
 //! KUBECONFIG=~/.kube/config cargo run --example embed_host -- --node my-virtual-node
 //! ```
 //!
-//! When a liveness probe fails, the provider restarts the container (a new container ID, one
-//! more restart), as the kubelet's `computePodActions` would. On SIGINT/SIGTERM it flushes the
+//! It lists its node's pods every second but syncs a pod with the engine only when the pod is
+//! new, when what a sync reads of it changed, or a minute after its last sync, as the kubelet
+//! syncs: each sync probes an unready container's readiness at once. When a liveness probe
+//! fails, the provider restarts the container (a new container ID, one more restart), as the
+//! kubelet's `computePodActions` would, and syncs the pod. On SIGINT/SIGTERM it flushes the
 //! pending status writes and exits.
 
 // The provider's backend stamps container start times with the real clock, as a runtime does.
@@ -17,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use anyhow::Context as _;
@@ -27,6 +30,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use probelet::contracts::PodRegistry;
 use probelet::results::ProbeResultChanged;
+use probelet::status::equality::is_kubelet_owned_condition;
 use probelet::sync::api_pod::ApiPod;
 use probelet::sync::syncer::OwnedFields;
 use probelet::vocabulary::PodUid;
@@ -35,6 +39,11 @@ use probelet::{Engine, k8s_openapi};
 
 /// How often the provider lists its node's pods (a real provider is told by its framework).
 const RESYNC: Duration = Duration::from_secs(1);
+
+/// How often a pod is synced when nothing changed, as the kubelet's `--sync-frequency`: each
+/// sync probes an unready container's readiness at once, so a pod synced at every listing
+/// would be probed every second whatever its `periodSeconds` (`Engine::sync_pod`).
+const SYNC_FREQUENCY: Duration = Duration::from_secs(60);
 
 /// One container as the provider's backend runs it.
 #[derive(Debug, Clone)]
@@ -48,6 +57,9 @@ struct BackendContainer {
 struct ProviderPod {
     pod: Arc<Pod>,
     containers: HashMap<String, BackendContainer>,
+    /// What the last sync read of the API server's copy, and when: a sync is due when that
+    /// changes, or [`SYNC_FREQUENCY`] after the last.
+    synced: Option<(Pod, Instant)>,
 }
 
 impl ProviderPod {
@@ -66,7 +78,21 @@ impl ProviderPod {
                 (c.name.clone(), container)
             })
             .collect();
-        ProviderPod { pod, containers }
+        ProviderPod { pod, containers, synced: None }
+    }
+
+    /// Whether the API server's copy asks for a sync: the pod is new, changed in what a sync
+    /// reads, or was last synced [`SYNC_FREQUENCY`] ago. Marks it synced when it does.
+    fn sync_due(&mut self) -> bool {
+        let reads = what_a_sync_reads(&self.pod);
+        let due = match &self.synced {
+            Some((read, at)) => *read != reads || at.elapsed() >= SYNC_FREQUENCY,
+            None => true,
+        };
+        if due {
+            self.synced = Some((reads, Instant::now()));
+        }
+        due
     }
 
     /// What the backend knows of the pod: it runs, with these containers; probelet adds
@@ -101,6 +127,28 @@ impl ProviderPod {
             ..Default::default()
         }
     }
+}
+
+/// What `Engine::sync_pod` reads of the API server's copy of a pod: all of it but the
+/// bookkeeping every write changes and the status the engine writes itself. Of the status it
+/// reads only the conditions the kubelet does not own (a readiness gate's, `DisruptionTarget`)
+/// and a terminal phase, which stays; comparing the whole copy would sync the pod again after
+/// each of the engine's own writes.
+fn what_a_sync_reads(pod: &Pod) -> Pod {
+    let mut pod = pod.clone();
+    pod.metadata.resource_version = None;
+    pod.metadata.managed_fields = None;
+    pod.status = pod.status.map(|status| {
+        let terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        PodStatus {
+            conditions: status
+                .conditions
+                .map(|c| c.into_iter().filter(|c| !is_kubelet_owned_condition(&c.type_)).collect()),
+            phase: status.phase.filter(|_| terminal),
+            ..Default::default()
+        }
+    });
+    pod
 }
 
 /// The provider: its node's pods and their containers, and the engine.
@@ -178,7 +226,9 @@ impl Handler<Listed> for Provider {
             });
             entry.pod = pod;
             seen.push(uid.clone());
-            self.sync(&uid, ctx);
+            if entry.sync_due() {
+                self.sync(&uid, ctx);
+            }
         }
         let gone: Vec<String> = self.pods.keys().filter(|uid| !seen.contains(uid)).cloned().collect();
         for uid in gone {
