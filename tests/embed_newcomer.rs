@@ -730,3 +730,64 @@ async fn a_pod_missing_from_the_registry_follows_its_probes_only_at_its_syncs() 
     let synced = engine.sync_pod(pod, status).await.unwrap();
     assert_eq!(condition(&synced, "Ready").0, "True", "at the next sync");
 }
+
+/// A host whose own code runs on a multi-thread tokio runtime (`#[tokio::main]`) starts the
+/// engine inside an actix System on a thread of its own and drives it from its tasks: the
+/// engine is `Send` and `Sync`, `sync_pod`'s future is `Send`, and the calls from several tasks
+/// on other threads add, sync and remove pods as from the System's own.
+#[test]
+fn the_engine_is_driven_from_a_multi_thread_runtime_beside_its_actix_system() {
+    let (started, engine) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let system = std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            let registry = PodRegistry::new();
+            let engine = Engine::builder(Arc::new(registry.clone())).start();
+            started.send((engine, registry)).unwrap();
+            let _ = stopped.await;
+        });
+    });
+    let (engine, registry) = engine.recv().unwrap();
+    let host = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    host.block_on(async move {
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (engine, registry) = (engine.clone(), registry.clone());
+                tokio::spawn(async move {
+                    // Port 1 of the loopback: nothing listens, and the probes fail.
+                    let pod = web_pod(&format!("threaded-{i}"), 1);
+                    registry.upsert(pod.clone());
+                    let now = Time(engine.pipeline().clock.now());
+                    let status = runtime_status(&format!("newcomer://threaded-{i}"), 0, now);
+                    let synced = engine.sync_pod(pod.clone(), status).await.map(|s| app(&s).ready);
+                    let workers = engine.pipeline().workers().await.unwrap().len();
+                    engine.remove_pod(pod);
+                    (synced.unwrap(), workers > 0)
+                })
+            })
+            .collect();
+        for task in tasks {
+            let answered = tokio::time::timeout(BOUND, task).await.expect("bounded").unwrap();
+            assert_eq!(answered, (false, true), "(ready, workers) as a task on another thread saw them");
+        }
+        eventually_async("every worker stopped", || {
+            let engine = engine.clone();
+            async move { engine.pipeline().workers().await.unwrap().is_empty() }
+        })
+        .await;
+        drop(engine);
+    });
+    stop.send(()).unwrap();
+    system.join().unwrap();
+}
+
+/// [`eventually`] for a check that asks the engine.
+async fn eventually_async<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
+    let waited = tokio::time::timeout(BOUND, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{what}: not within {BOUND:?}");
+}
