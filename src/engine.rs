@@ -262,8 +262,9 @@ impl Engine {
     /// A builder for an engine over the host's pods (`pods` answers lookups by UID and for
     /// mirror pods; [`probelet_actors::contracts::PodRegistry`] is a ready one). Put a pod in
     /// it before its first [`Engine::sync_pod`] and keep it there until the pod is removed: the
-    /// probe results of a pod it lacks are dropped as a deleted pod's, and the pod never reads
-    /// Ready ([`probelet_actors::pipeline::PipelineConfig::pods`]).
+    /// probe results of a pod it lacks are dropped as a deleted pod's, and its status follows
+    /// its probes only at its next [`Engine::sync_pod`]
+    /// ([`probelet_actors::pipeline::PipelineConfig::pods`]).
     pub fn builder(pods: Arc<dyn PodLookup>) -> EngineBuilder {
         EngineBuilder {
             config: PipelineConfig::new(Arc::new(LocalCommandRunner::new()), Arc::new(LogRecorder), pods),

@@ -54,7 +54,9 @@ pub struct PipelineConfig {
     /// The host's pods (upstream the kubelet's pod manager). It must hold a pod from before
     /// the pod's first [`Pipeline::add_pod`] or [`Pipeline::set_pod_status`] until it is
     /// removed: a probe result for a pod it lacks is dropped as a deleted pod's is (logged at
-    /// debug, `Pod has been deleted, no need to update readiness`), so the pod never reads Ready.
+    /// trace, `Pod has been deleted, no need to update readiness`, upstream's verbosity 4), so
+    /// the pod's status does not follow its probes; only its next status set, which reads the
+    /// results cache, shows them.
     pub pods: Arc<dyn PodLookup>,
     /// Wall clock; defaults to the node's ([`SystemClock`]). Tests under paused tokio time give
     /// a [`crate::clock::TokioClock`].
