@@ -395,7 +395,7 @@ impl ClusterHost {
 /// The first wait after a failed liveness DELETE; it doubles up to [`DELETE_BACKOFF_MAX`].
 const DELETE_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 const DELETE_BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// One DELETE attempt's bound (the client's own gives up only on 30 s of silence, `stalled`).
+/// One DELETE attempt's bound (the client's own gives up only on 30 s of silence, `cluster::bounded`).
 const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a failed liveness DELETE means for the retry loop.

@@ -12,17 +12,16 @@
 //! kubelet probes: it writes one condition of its own and nothing else.
 
 pub mod backoff;
+pub mod bounded;
 pub mod changes;
 pub mod correlator;
 pub mod exec;
 pub mod gates;
 pub mod host;
 pub mod label_selector;
-pub mod oversized;
 pub mod recorder;
 pub mod request_metrics;
 pub mod retry_after;
-pub mod stalled;
 pub mod token;
 pub mod watch;
 
@@ -132,8 +131,8 @@ fn missing_user(kc: &kube::config::Kubeconfig) -> Option<String> {
 /// The API client for `config`, with the pod watch's requests paced
 /// ([`watch::WatchPacingLayer`]), a token file's token trimmed ([`token::TokenFileLayer`]), a
 /// throttling answer's `Retry-After` kept in kube's error ([`retry_after`]), an answer that
-/// stops coming given up ([`stalled`]), one that does not end refused ([`oversized`]), and every
-/// request counted ([`request_metrics`]).
+/// stops coming given up and one that does not end refused ([`bounded`]), and every request
+/// counted ([`request_metrics`]).
 pub fn client_from_config(config: kube::Config) -> Result<kube::Client, kube::Error> {
     let (config, token) = prepare(config)?;
     build(config, token.as_ref())
@@ -170,8 +169,7 @@ fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<
     // Innermost, so that the watch pacing's wait before a request is not counted as silence.
     // The count next to it, so that a request paced and never sent is not counted at all.
     let builder = kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&stalled::StalledAnswerLayer::default())
-        .with_layer(&oversized::OversizedAnswerLayer::default())
+        .with_layer(&bounded::BoundedAnswerLayer::default())
         .with_layer(&counted)
         .with_layer(&retry_after::RetryAfterLayer)
         .with_layer(&watch::WatchPacingLayer::default());

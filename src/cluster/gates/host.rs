@@ -38,7 +38,7 @@ use crate::cluster::watch::{PodWatchState, PodWatchStep, Seen, pod_watch_ended};
 /// failed is made again (the status manager's reconcile period).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
 
-/// One write's bound (the client's own gives up only on 30 s of silence, `cluster::stalled`).
+/// One write's bound (the client's own gives up only on 30 s of silence, `cluster::bounded`).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Feeds the engine from the watch and writes the gate condition.
