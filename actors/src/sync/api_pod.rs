@@ -17,7 +17,7 @@
 //! Failing would fail the whole list it came in, and every other pod of the node with it: the
 //! watch would list again and again, and no pod would be probed or written (docs/sync.md, "A
 //! pod that cannot be read"). A single answer that is no pod (a GET's or a PATCH's) is told
-//! by its missing UID and kind (`is_a_pod` in `sync/job.rs`).
+//! by its missing UID and kind (`pod_answer` in `sync/job.rs`).
 
 use std::borrow::Cow;
 

@@ -166,24 +166,15 @@ impl SyncJob {
             Some(base) if self.source_uid(&base) == self.uid => base,
             _ => {
                 spare = Some(self.limiter.acquire_with_spare().await);
-                let got = bounded(self.request_timeout, api.get(&result.name)).await;
-                record_request("get", &got);
-                match got {
-                    // A 200 whose body is no pod (a `Status`, an empty object) says nothing of
-                    // the pod; read as a pod without a UID, it was taken for a recreation and
-                    // the pod's status dropped.
-                    Ok(pod) if !is_a_pod(&pod) => {
-                        result.outcome = WriteOutcome::Failed("get: the answer is not a pod".to_owned());
-                        return result;
-                    }
+                match self.pod_request("get", api.get(&result.name)).await {
                     Ok(pod) => Arc::new(pod),
-                    Err(err) if is_code(&err, 404) => {
+                    Err(NoPod::Failed(err)) if is_code(&err, 404) => {
                         result.outcome = WriteOutcome::NotFound;
                         return result;
                     }
-                    Err(err) => {
-                        result.outcome = WriteOutcome::Failed(format!("get: {}", GoText(&err)));
-                        result.retry_after = retry_after(&err);
+                    Err(failed) => {
+                        result.outcome = WriteOutcome::Failed(format!("get: {failed}"));
+                        result.retry_after = failed.retry_after();
                         return result;
                     }
                 }
@@ -334,20 +325,14 @@ impl SyncJob {
     ) -> Result<ApiPod, (WriteOutcome, Option<std::time::Duration>)> {
         let params = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
         let body_uid = body.pointer("/metadata/uid").and_then(serde_json::Value::as_str).map(str::to_owned);
-        let patched =
-            bounded(self.request_timeout, api.patch_status(name, &params, &Patch::Strategic(body))).await;
-        record_request("patch", &patched);
-        match patched {
-            // A 200 whose body is no pod (a Status, another kind) says nothing of the write: it
-            // failed, and is sent again.
-            Ok(pod) if !is_a_pod(&pod) => {
-                Err((WriteOutcome::Failed("patch: the answer is not a pod".to_owned()), None))
-            }
+        match self.pod_request("patch", api.patch_status(name, &params, &Patch::Strategic(body))).await {
             Ok(pod) => Ok(pod),
-            Err(err) => {
+            Err(NoPod::Failed(err)) => {
                 let sent_uid = body_uid.as_deref();
                 Err(self.patch_failure_confirmed(api, name, sent_uid, &err).await)
             }
+            // Says nothing of the write: it failed, and is sent again.
+            Err(not_a_pod) => Err((WriteOutcome::Failed(format!("patch: {not_a_pod}")), None)),
         }
     }
 
@@ -371,13 +356,8 @@ impl SyncJob {
             return (first, retry_after(err));
         }
         self.limiter.acquire().await;
-        let got = bounded(self.request_timeout, api.get(name)).await;
-        record_request("get", &got);
+        let got = self.pod_request("get", api.get(name)).await;
         let outcome = match &got {
-            Ok(pod) if !is_a_pod(pod) => WriteOutcome::Failed(format!(
-                "patch: {}; get to confirm: the answer is not a pod",
-                GoText(err)
-            )),
             Ok(pod) if self.source_uid(pod) != self.uid => WriteOutcome::Recreated,
             Ok(pod) if sent_uid.is_some_and(|sent| pod.pod.metadata.uid.as_deref() != Some(sent)) => {
                 WriteOutcome::Failed(format!("patch: {}; the mirror pod was recreated", GoText(err)))
@@ -387,12 +367,22 @@ impl SyncJob {
                 WriteOutcome::Failed(format!("patch: {}", GoText(err)))
             }
             Ok(_) => WriteOutcome::Invalid(GoText(err).to_string()),
-            Err(got) if is_code(got, 404) => WriteOutcome::NotFound,
-            Err(got) => {
-                WriteOutcome::Failed(format!("patch: {}; get to confirm: {}", GoText(err), GoText(got)))
-            }
+            Err(NoPod::Failed(got)) if is_code(got, 404) => WriteOutcome::NotFound,
+            Err(got) => WriteOutcome::Failed(format!("patch: {}; get to confirm: {got}", GoText(err))),
         };
-        (outcome, got.err().as_ref().and_then(retry_after))
+        (outcome, got.err().and_then(|got| got.retry_after()))
+    }
+
+    /// One request for the pod (a GET, or the status PATCH), bounded by the request timeout
+    /// and counted; its answer read as a pod, or why there is none.
+    async fn pod_request(
+        &self,
+        verb: &'static str,
+        request: impl std::future::Future<Output = kube::Result<ApiPod>>,
+    ) -> Result<ApiPod, NoPod> {
+        let answered = bounded(self.request_timeout, request).await;
+        record_request(verb, &answered);
+        pod_answer(answered)
     }
 
     /// The PATCH body from the merge base to the merged status, `None` when nothing differs.
@@ -500,11 +490,43 @@ fn record_request<T>(verb: &'static str, result: &Result<T, kube::Error>) {
     metrics::counter!(names::PROBELET_API_REQUESTS_TOTAL, "verb" => verb, "code" => code).increment(1);
 }
 
-/// Whether an answer read as a pod is one: a pod's kind (or none given) and a UID. A `Status`
-/// or another kind now reads as an [`ApiPod`] that cannot be read, with neither.
-fn is_a_pod(pod: &ApiPod) -> bool {
-    pod.pod.metadata.uid.is_some()
-        && pod.json().get("kind").and_then(serde_json::Value::as_str).is_none_or(|kind| kind == "Pod")
+/// Why a request for the pod brought no pod back.
+#[derive(Debug)]
+enum NoPod {
+    /// The request failed: the server refused it, or no answer came.
+    Failed(kube::Error),
+    /// A 200 whose body is no pod (a `Status`, another kind, an empty object): it says nothing
+    /// of the pod or of a write. Read as a pod without a UID, a GET's was taken for a pod
+    /// recreated under the name, and the pod's status was dropped.
+    NotAPod,
+}
+
+impl NoPod {
+    /// The wait the server asked for ([`retry_after`]).
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            NoPod::Failed(err) => retry_after(err),
+            NoPod::NotAPod => None,
+        }
+    }
+}
+
+impl std::fmt::Display for NoPod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoPod::Failed(err) => write!(f, "{}", GoText(err)),
+            NoPod::NotAPod => f.write_str("the answer is not a pod"),
+        }
+    }
+}
+
+/// The pod an answer is, if it is one: a pod's kind (or none given) and a UID. A `Status` or
+/// another kind reads as an [`ApiPod`] that cannot be read, with neither.
+fn pod_answer(answered: kube::Result<ApiPod>) -> Result<ApiPod, NoPod> {
+    let pod = answered.map_err(NoPod::Failed)?;
+    let is_a_pod = pod.pod.metadata.uid.is_some()
+        && pod.json().get("kind").and_then(serde_json::Value::as_str).is_none_or(|kind| kind == "Pod");
+    if is_a_pod { Ok(pod) } else { Err(NoPod::NotAPod) }
 }
 
 #[cfg(test)]
@@ -568,6 +590,30 @@ mod tests {
             serde_json::from_value(serde_json::json!({"status": "Failure", "code": 500})).unwrap();
         let silent = kube::Error::Api(Box::new(silent));
         assert_eq!(GoText(&silent).to_string(), silent.to_string(), "no message: kube's text");
+    }
+
+    /// An answer read as a pod is one only with a UID and a pod's kind (or none): a `Status`, an
+    /// empty object or another kind is no pod, said so, and asks for no wait; a refusal is said
+    /// by its message.
+    #[test]
+    fn an_answer_that_is_no_pod_is_told_apart() {
+        let read = |json: serde_json::Value| pod_answer(Ok(ApiPod::from_json_lenient(json)));
+        let status =
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+        let other = serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "web", "uid": "u"}});
+        for answer in [status, serde_json::json!({}), other] {
+            let no_pod = read(answer.clone()).expect_err("no pod");
+            assert_eq!(no_pod.to_string(), "the answer is not a pod", "{answer}");
+            assert_eq!(no_pod.retry_after(), None);
+        }
+        for pod in [
+            serde_json::json!({"kind": "Pod", "metadata": {"name": "web", "uid": "u"}}),
+            serde_json::json!({"metadata": {"name": "web", "uid": "u"}}),
+        ] {
+            assert!(read(pod.clone()).is_ok(), "{pod}");
+        }
+        let refused = pod_answer(Err(api_error(500, None))).expect_err("refused");
+        assert_eq!(refused.to_string(), "m");
     }
 
     /// Upstream's `syncPod` names the request that failed: "Failed to get status for pod" for its
