@@ -217,8 +217,19 @@ async fn watch_against(
     answer: impl Fn(&str) -> axum::response::Response + Clone + Send + Sync + 'static,
     secs: u64,
 ) -> Vec<String> {
+    watched_against(answer, secs).await.into_iter().filter_map(Result::err).collect()
+}
+
+/// As [`watch_against`], with every item the pod watch yielded: a pod applied or deleted as
+/// `Apply name rv`, `InitApply name rv` or `Delete name rv` (the list's start and end left
+/// out), an error as its text.
+async fn watched_against(
+    answer: impl Fn(&str) -> axum::response::Response + Clone + Send + Sync + 'static,
+    secs: u64,
+) -> Vec<Result<String, String>> {
     use axum::extract::RawQuery;
     use futures::StreamExt as _;
+    use kube::runtime::watcher::Event;
 
     let handler = move |RawQuery(query): RawQuery| {
         let answer = answer.clone();
@@ -231,16 +242,25 @@ async fn watch_against(
 
     let client = probelet::cluster::client_from_config(kube::Config::new(url.parse().unwrap())).unwrap();
     let mut stream = Box::pin(probelet::cluster::pod_watch(client, "n1", None));
-    let mut errors = Vec::new();
+    let mut items = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(secs), async {
         while let Some(item) = stream.next().await {
-            if let Err(error) = item {
-                errors.push(error.to_string());
+            let said = |what: &str, pod: &probelet_actors::sync::api_pod::ApiPod| {
+                let meta = &pod.pod.metadata;
+                let name = meta.name.as_deref().unwrap_or_default();
+                Ok(format!("{what} {name} {}", meta.resource_version.as_deref().unwrap_or_default()))
+            };
+            match item {
+                Ok(Event::Apply(pod)) => items.push(said("Apply", &pod)),
+                Ok(Event::InitApply(pod)) => items.push(said("InitApply", &pod)),
+                Ok(Event::Delete(pod)) => items.push(said("Delete", &pod)),
+                Ok(Event::Init | Event::InitDone) => {}
+                Err(error) => items.push(Err(error.to_string())),
             }
         }
     })
     .await;
-    errors
+    items
 }
 
 fn is_watch(query: &str) -> bool {
@@ -438,4 +458,49 @@ async fn a_redirect_elsewhere_is_not_followed() {
         assert!(lists.load(Ordering::SeqCst) >= 2, "{code}: listed again at the configured server");
     }
     assert_eq!(connections.load(Ordering::SeqCst), 0, "nothing sent to the redirect's address");
+}
+
+/// A watch whose events' resourceVersion goes back mid-watch (9, then 8 for the same pod, with
+/// no list between): the pod watch hands both on in the order the server sent them, lists
+/// nothing again, and the next watch asks from the last version it was sent (8), as client-go's
+/// reflector does: it compares no versions within a watch and keeps the last one it saw. The
+/// API server sends a watch's events in order and versions are opaque to a client, so an older
+/// one is the server's word on the pod; a check that dropped it would leave the pod as it was
+/// for as long as the server's versions stay below the one held (docs/sync.md §7.4).
+#[tokio::test]
+async fn a_watch_whose_versions_go_back_is_applied_in_order_and_resumed_from_the_last() {
+    use std::sync::{Arc, Mutex};
+
+    fn event(kind: &str, rv: &str) -> String {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "uid": "u", "resourceVersion": rv},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "i"}]}});
+        format!("{}\n", json!({"type": kind, "object": pod}))
+    }
+    // The resourceVersion each request asked from, by kind.
+    let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let noted = asked.clone();
+    let answer = move |query: &str| {
+        let from = query.split('&').find_map(|pair| pair.strip_prefix("resourceVersion=")).unwrap_or("");
+        let watch = is_watch(query);
+        let mut noted = noted.lock().unwrap();
+        noted.push(format!("{} {from}", if watch { "watch" } else { "list" }));
+        let watches = noted.iter().filter(|n| n.starts_with("watch")).count();
+        drop(noted);
+        if !watch {
+            return empty_list();
+        }
+        let body = if watches == 1 {
+            // Both events, then the stream's end: the watcher watches again.
+            axum::body::Body::from(event("ADDED", "9") + &event("MODIFIED", "8"))
+        } else {
+            let open = futures::stream::pending::<Result<bytes::Bytes, std::convert::Infallible>>();
+            axum::body::Body::from_stream(open)
+        };
+        axum::response::Response::builder().header("content-type", "application/json").body(body).unwrap()
+    };
+    let items = watched_against(answer, 3).await;
+    assert_eq!(items, [Ok("Apply p 9".to_owned()), Ok("Apply p 8".to_owned())], "in the server's order");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked, ["list ", "watch 7", "watch 8"], "no list again; the next watch from the last version");
 }

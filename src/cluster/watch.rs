@@ -799,6 +799,30 @@ mod tests {
         ));
     }
 
+    /// An event whose resourceVersion is older than the one before it, with no list between,
+    /// is applied as a watched copy, as client-go's reflector applies it: the watch's order is
+    /// the server's word (docs/sync.md §7.4). The syncer keeps the newer copy as its merge base.
+    #[test]
+    fn an_event_older_than_the_one_before_it_is_applied() {
+        let at = |rv: &str| {
+            let mut pod = Pod::default();
+            pod.metadata.uid = Some("a".into());
+            pod.metadata.resource_version = Some(rv.into());
+            ApiPod::from_typed(pod)
+        };
+        let mut watch = PodWatchState::default();
+        watch.on_event(Ok(WatchEvent::Init));
+        watch.on_event(Ok(WatchEvent::InitDone));
+        for rv in ["9", "8"] {
+            match watch.on_event(Ok(WatchEvent::Apply(at(rv)))) {
+                Some(PodWatchStep::Apply(pod, Seen::Watched)) => {
+                    assert_eq!(pod.pod.metadata.resource_version.as_deref(), Some(rv));
+                }
+                other => panic!("version {rv}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn a_deleted_pod_leaves_the_list() {
         let mut watch = PodWatchState::default();
