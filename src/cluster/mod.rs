@@ -164,13 +164,30 @@ fn prepare(mut config: kube::Config) -> Result<(kube::Config, Option<token::Toke
 }
 
 /// The client for a [`prepare`]d configuration.
-fn build(config: kube::Config, token: Option<&token::TokenFileLayer>) -> Result<kube::Client, kube::Error> {
+fn build(
+    mut config: kube::Config,
+    token: Option<&token::TokenFileLayer>,
+) -> Result<kube::Client, kube::Error> {
+    /// The requests the buffer in front of kube's retry holds, as many as kube's client's own.
+    const RETRY_BUFFER: usize = 1024;
     let counted = request_metrics::RequestMetricsLayer::new(&config.cluster_url);
-    // Innermost, so that the watch pacing's wait before a request is not counted as silence.
-    // The count next to it, so that a request paced and never sent is not counted at all.
+    // kube's retry, taken out of kube's stack (where it sat inside every layer of ours) and put
+    // just outside the count, so that each attempt's answer is counted, as client-go counts it
+    // (`request_metrics`). A retry calls its inner service again, and kube's stack is boxed,
+    // which cannot be cloned: a buffer in front of it, as kube's client has one in front of all.
+    let retry = std::mem::replace(&mut config.default_retry, false).then(|| {
+        tower::ServiceBuilder::new()
+            .layer(tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()))
+            .layer(tower::buffer::BufferLayer::new(RETRY_BUFFER))
+            .into_inner()
+    });
+    // Innermost, the count: a request paced and never sent is not counted at all. The bounds
+    // outside the retry, as kube's retry was inside them: the wait for headers bounds a request
+    // with its retries. Inside the pacing, so that its wait before a request is not silence.
     let builder = kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&bounded::BoundedAnswerLayer::default())
         .with_layer(&counted)
+        .with_layer(&tower::util::option_layer(retry))
+        .with_layer(&bounded::BoundedAnswerLayer::default())
         .with_layer(&retry_after::RetryAfterLayer)
         .with_layer(&watch::WatchPacingLayer::default());
     Ok(match token {

@@ -9,12 +9,16 @@
 //! it, also for a request given up before its answer), the method in capitals, and the API
 //! server's `host:port` as the kubeconfig names it.
 //!
-//! The layer sits outside kube's retry (`ClientBuilder::with_layer` wraps the whole stack), so
-//! a request kube sent again (a 429, 503 or 504 on the reading client; the writing client has
-//! no retry) counts once, with its last answer, as client-go counts a request by its final
-//! reply (`updateRequestResultMetric`; its retries are a metric of their own, which the agent
-//! does not export). A `pods/exec` upgrade goes through the stack too and counts as `101`,
-//! where client-go's stream executors bypass the count.
+//! Each attempt of a request counts, with its own answer, as client-go counts it (its retry
+//! counts every attempt, 1 to N, in this metric, and attempts 2 to N again in a retries metric
+//! the agent does not export): the layer sits just inside kube's retry, which the agent's
+//! client builder takes out of kube's stack and puts outside the count (`cluster::build`), so a
+//! request kube sends again (a 429, 503 or 504 on the reading client; the writing client has
+//! no retry) counts each answer, and one given up while the retry waits counts the answers
+//! that came, not `<error>`. (`ClientBuilder::with_layer` wraps kube's whole stack: left in
+//! it, the retry counted a 503 then a 200 as one 200, and a request given up after a 503 as
+//! `<error>`.) A `pods/exec` upgrade goes through the stack too and counts as `101`, where
+//! client-go's stream executors bypass the count.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -197,6 +201,70 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// A request kube's retry sends again counts each answer, as client-go counts each attempt:
+    /// a 503 and then the 200 are two counts, and a request given up while the retry waits
+    /// out a 503's `Retry-After` counts that 503, not `<error>`. Counted outside kube's retry,
+    /// the first was one 200 and the second one `<error>`.
+    #[test]
+    fn each_answer_of_a_retried_request_is_counted() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use axum::response::IntoResponse as _;
+        use http::StatusCode;
+
+        let registry = PrometheusRegistry::new();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let text = metrics::with_local_recorder(&registry, || {
+            runtime.block_on(async {
+                let answered = Arc::new(AtomicUsize::new(0));
+                let handler = move |axum::extract::Path(name): axum::extract::Path<String>| {
+                    let first = answered.fetch_add(1, Ordering::SeqCst) == 0;
+                    async move {
+                        match name.as_str() {
+                            "retried" if first => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+                            "retried" => axum::Json(serde_json::json!({
+                                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "retried"},
+                            }))
+                            .into_response(),
+                            _ => (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "3600")]).into_response(),
+                        }
+                    }
+                };
+                let app = axum::Router::new()
+                    .route("/api/v1/namespaces/default/pods/{name}", axum::routing::get(handler));
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let url = format!("http://{}", listener.local_addr().unwrap());
+                tokio::spawn(async move { axum::serve(listener, app).await });
+                let client =
+                    super::super::client_from_config(kube::Config::new(url.parse().unwrap())).unwrap();
+                let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(client);
+
+                pods.get("retried").await.unwrap();
+                let abandoned = tokio::spawn(async move { pods.get("abandoned").await });
+                // Given up once its 503 is counted, while the retry waits out the hour asked.
+                let host = url.trim_start_matches("http://").to_owned();
+                let second_503 =
+                    format!("rest_client_requests_total{{code=\"503\",host=\"{host}\",method=\"GET\"}} 2\n");
+                for _ in 0..500 {
+                    if registry.render().contains(&second_503) {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                abandoned.abort();
+                assert!(abandoned.await.is_err(), "given up before its answer");
+                registry.render().replace(&host, "H")
+            })
+        });
+        for line in [
+            "rest_client_requests_total{code=\"503\",host=\"H\",method=\"GET\"} 2\n",
+            "rest_client_requests_total{code=\"200\",host=\"H\",method=\"GET\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("<error>"), "{text}");
     }
 
     /// Go's `URL.Host` has a port only where the URL writes one.
