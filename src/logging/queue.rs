@@ -62,6 +62,10 @@ struct Counts {
     /// after them), in queue order. A dropped line never entered the queue and is not counted:
     /// an exit waits for queued lines only.
     written: AtomicU64,
+    /// Lines the stream has taken (or failed to), counted before the writer reads
+    /// [`Counts::dropped`] after them: a producer that drops a line once every queued line is
+    /// taken wakes the writer to say its count (see [`Queue::dropped_one`]).
+    taken: AtomicU64,
     /// Bytes queued and not written yet.
     bytes: AtomicUsize,
     /// Lines dropped since the count was last said.
@@ -179,10 +183,16 @@ impl Queue {
         let shared = Arc::clone(&counts);
         let writer = std::thread::Builder::new().name(format!("{name}-writer")).spawn(move || {
             while let Ok(line) = receiver.recv() {
-                // A panic loses its line, not the writer (docs/reliability.md, "A log reader
-                // that stops reading").
-                shielded(|| sink(&line));
+                // An empty line is a producer's wake-up, for the count alone.
+                if !line.is_empty() {
+                    // A panic loses its line, not the writer (docs/reliability.md, "A log
+                    // reader that stops reading").
+                    shielded(|| sink(&line));
+                }
                 shared.bytes.fetch_sub(line.len(), Ordering::SeqCst);
+                // Before the count is read: a producer that drops a line after that read finds
+                // every queued line taken (or another to come), and wakes this thread for it.
+                shared.taken.fetch_add(1, Ordering::SeqCst);
                 let dropped = shared.dropped.swap(0, Ordering::SeqCst);
                 if dropped > 0 {
                     // Written here, as soon as the stream took a line: queued, the notice
@@ -229,7 +239,7 @@ impl Queue {
             (held > 0 && held + bytes.len() > self.max_bytes) || in_queue >= self.max_lines as u64
         };
         if full {
-            self.counts.dropped.fetch_add(1, Ordering::SeqCst);
+            self.dropped_one(&mut sender);
             return true;
         }
         self.counts.bytes.fetch_add(bytes.len(), Ordering::SeqCst);
@@ -240,13 +250,29 @@ impl Queue {
             }
             Err(TrySendError::Full(_)) => {
                 self.counts.bytes.fetch_sub(bytes.len(), Ordering::SeqCst);
-                self.counts.dropped.fetch_add(1, Ordering::SeqCst);
+                self.dropped_one(&mut sender);
                 true
             }
             Err(TrySendError::Disconnected(_)) => {
                 self.counts.bytes.fetch_sub(bytes.len(), Ordering::SeqCst);
                 false
             }
+        }
+    }
+
+    /// Counts a dropped line, and makes sure the writer will say the count. The writer says it
+    /// after the next line it takes; the counts that found the queue full were read a moment
+    /// before, and the writer may have taken the queue's last line and read the count in
+    /// between (likeliest with lines of over half the byte budget, each dropped while the one
+    /// before it is written): if it was the last line for a while, nothing came after to say
+    /// this one. Then an empty line is queued, a wake-up the writer writes nothing for but the
+    /// count. Never waits: the queue is empty then, or another line is to come.
+    fn dropped_one(&self, sender: &mut (SyncSender<Vec<u8>>, u64)) {
+        self.counts.dropped.fetch_add(1, Ordering::SeqCst);
+        // Read after the count: a line taken later is followed by a read of the count that sees
+        // this drop. Counted as queued, so that an exit waits for the count as for a line.
+        if self.counts.taken.load(Ordering::SeqCst) >= sender.1 && sender.0.try_send(Vec::new()).is_ok() {
+            sender.1 += 1;
         }
     }
 
@@ -297,8 +323,9 @@ pub fn flush(deadline: Duration) {
     wait_for(&owed, deadline);
 }
 
-fn wait_for(owed: &[(&Queue, u64)], deadline: Duration) {
-    wait_on(owed, deadline, wall_clock, std::thread::sleep);
+/// Whether every line `owed` was written within `deadline`.
+fn wait_for(owed: &[(&Queue, u64)], deadline: Duration) -> bool {
+    wait_on(owed, deadline, wall_clock, std::thread::sleep)
 }
 
 /// The exit's clock. The real one on purpose: an exit is on any thread, in a runtime or none,
@@ -597,6 +624,24 @@ mod tests {
         assert!(queue.write(&long));
         go_on.send(()).unwrap();
         assert_eq!(wrote.recv().unwrap(), long);
+    }
+
+    /// A line dropped by a producer that read the counts while the writer was still at the
+    /// queue's last line, and counted it once the writer had taken that line and read the count
+    /// (a line of over half the byte budget dropped as the one before it is written, the last
+    /// the agent logs), is said: the count waited for a line that never came.
+    #[test]
+    fn a_line_dropped_as_the_writer_takes_the_last_line_is_said() {
+        let (queue, go_on, wrote, told) = stalled_queue(2, QUEUED_BYTES);
+        assert!(queue.write(b"last\n"));
+        go_on.send(()).unwrap();
+        assert!(wait_for(&[(&queue, queue.queued())], Duration::from_secs(60)), "the line was written");
+        assert_eq!(wrote.try_recv().ok(), Some(b"last\n".to_vec()));
+        // The producer that found the queue full a moment ago counts its line only now.
+        queue.dropped_one(&mut queue.sender.lock().unwrap());
+        assert!(wait_for(&[(&queue, queue.queued())], Duration::from_secs(60)), "the count was said");
+        assert_eq!(told.try_recv(), Ok(1), "the count of the line dropped last");
+        assert!(wrote.try_recv().is_err(), "the wake-up is no line of the stream's");
     }
 
     type Hook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
