@@ -122,6 +122,9 @@ fn dropped_notice(stream: Stream, dropped: u64) -> Vec<u8> {
 }
 
 thread_local! {
+    /// On a queue's writer thread, whether it has panicked before; `None` on other threads.
+    static WRITER_PANICKED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+
     /// Where [`QueuedStderr`] writes on this thread, while [`captured`] runs.
     static CAPTURED: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
 }
@@ -182,6 +185,7 @@ impl Queue {
         let counts = Arc::new(Counts::default());
         let shared = Arc::clone(&counts);
         let writer = std::thread::Builder::new().name(format!("{name}-writer")).spawn(move || {
+            WRITER_PANICKED.with(|panicked| panicked.set(Some(false)));
             while let Ok(line) = receiver.recv() {
                 // An empty line is a producer's wake-up, for the count alone.
                 if !line.is_empty() {
@@ -378,8 +382,11 @@ pub fn exit(code: i32) -> ! {
 /// `aborts_after_the_hook`).
 pub fn queue_panics() {
     std::panic::set_hook(Box::new(|info| {
-        say_panic(slot(Stream::Stderr).get(), &panic_text(info), |text| write_in_place(Stream::Stderr, text));
-        if aborts_after_the_hook(info.payload_as_str()) {
+        let aborts = aborts_after_the_hook(info.payload_as_str());
+        say_panic(slot(Stream::Stderr).get(), &panic_text(info), aborts, |text| {
+            write_in_place(Stream::Stderr, text)
+        });
+        if aborts {
             flush(FLUSH_DEADLINE);
         }
     }));
@@ -412,11 +419,33 @@ fn on_panic_of<T>(main: impl FnOnce() -> T, then: impl FnOnce()) -> T {
 
 /// Writes a panic's text through `queue`, or with `in_place` without one, and for a panic of
 /// the queue's own writer thread: queued, that text would wait for the thread that is ending.
-fn say_panic(queue: Option<&Queue>, text: &str, in_place: impl FnOnce(&[u8])) {
-    match queue {
-        Some(queue)
-            if queue.writer != std::thread::current().id() && queue.write_reserved(text.as_bytes()) => {}
-        _ => in_place(text.as_bytes()),
+/// Queued as last words, in the reserve past a full queue, but for a writer thread's panics
+/// after its first that do not abort the process: a writer that panics at each line it writes
+/// (standard output's, whose panics are said on standard error) used the whole reserve within
+/// as many lines, and the agent's own last words after them were dropped. Those are queued as
+/// any line, and counted if dropped.
+fn say_panic(queue: Option<&Queue>, text: &str, aborts: bool, in_place: impl FnOnce(&[u8])) {
+    let again = WRITER_PANICKED
+        .try_with(|panicked| {
+            let before = panicked.get();
+            if before.is_some() {
+                panicked.set(Some(true));
+            }
+            before == Some(true)
+        })
+        .unwrap_or(false);
+    let queued = match queue {
+        Some(queue) if queue.writer != std::thread::current().id() => {
+            if again && !aborts {
+                queue.write(text.as_bytes())
+            } else {
+                queue.write_reserved(text.as_bytes())
+            }
+        }
+        _ => false,
+    };
+    if !queued {
+        in_place(text.as_bytes());
     }
 }
 
@@ -681,7 +710,7 @@ mod tests {
         let queue = Arc::new(queue);
         let ours = Arc::clone(&queue);
         let say = move |info: &std::panic::PanicHookInfo<'_>| {
-            say_panic(Some(&ours), &panic_text(info), |_| {});
+            say_panic(Some(&ours), &panic_text(info), false, |_| {});
         };
         let (own_id, its_id) = mpsc::channel();
         let ended = with_panics_of("panics-here", say, || {
@@ -715,7 +744,7 @@ mod tests {
         let in_place = Mutex::new(in_place);
         let ours = Arc::clone(&queue);
         let say = move |info: &std::panic::PanicHookInfo<'_>| {
-            say_panic(Some(&ours), &panic_text(info), |text| {
+            say_panic(Some(&ours), &panic_text(info), false, |text| {
                 let _ = in_place.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).send(text.to_vec());
             });
         };
@@ -727,6 +756,43 @@ mod tests {
         assert!(text.starts_with("\nthread 'panicky-writer' ("), "{text}");
         assert!(text.contains(") panicked at src/logging/queue.rs:"), "{text}");
         assert!(text.contains(":\nthe writer broke\n"), "{text}");
+    }
+
+    /// A writer that panics at each line (standard output's, whose panics are said on standard
+    /// error) says its first panic in standard error's reserve for last words, the others as any
+    /// line: with standard error's queue full, its panics used the whole reserve within 16
+    /// lines, and the agent's last words after them were dropped.
+    #[test]
+    fn a_writer_panicking_at_each_line_leaves_the_reserve_to_last_words() {
+        let (stderr, go_on, wrote, told) = stalled_queue(2, QUEUED_BYTES);
+        for _ in 0..2 {
+            assert!(stderr.write(b"busy\n"));
+        }
+        let stderr = Arc::new(stderr);
+        let ours = Arc::clone(&stderr);
+        let say = move |info: &std::panic::PanicHookInfo<'_>| {
+            say_panic(Some(&ours), &panic_text(info), false, |_| {});
+        };
+        let broken =
+            Queue::spawn("broken", 100, QUEUED_BYTES, |_| panic!("the stdout writer broke"), |_| Vec::new())
+                .unwrap();
+        with_panics_of("broken-writer", say, || {
+            for _ in 0..RESERVED_LINES + 4 {
+                assert!(broken.write(b"breaks\n"));
+            }
+            assert!(wait_for(&[(&broken, broken.queued())], Duration::from_secs(60)), "every line broke it");
+        });
+        assert!(stderr.write_reserved(b"Error: the last words\n"));
+        let owed = [(&*stderr, stderr.queued())];
+        drop(go_on);
+        assert!(wait_for(&owed, Duration::from_secs(60)), "standard error was read");
+        let lines: Vec<String> = wrote.try_iter().map(|line| String::from_utf8(line).unwrap()).collect();
+        let starts: Vec<String> = lines.iter().map(|line| line.chars().take(40).collect()).collect();
+        assert_eq!(lines.len(), 4, "{starts:?}");
+        assert_eq!(&lines[..2], ["busy\n", "busy\n"]);
+        assert!(lines[2].contains(":\nthe stdout writer broke\n"), "the first panic is said: {starts:?}");
+        assert_eq!(lines[3], "Error: the last words\n");
+        assert_eq!(told.try_recv(), Ok(RESERVED_LINES as u64 + 3), "the later panics dropped, counted");
     }
 
     /// The note on backtraces is said at the process's first panic only, as std's own hook
