@@ -324,7 +324,39 @@ pub fn flush(deadline: Duration) {
         .filter(|queue| queue.writer != me)
         .map(|queue| (queue, queue.queued()))
         .collect();
-    wait_for(&owed, deadline);
+    if !wait_for(&owed, deadline) {
+        say_console_lost(&owed);
+    }
+}
+
+/// How long an exit waits for [`say_console_lost`]'s line past its own deadline: standard error
+/// has taken what it owed by then, so it is read and takes the line at once.
+const CONSOLE_LOST_DEADLINE: Duration = Duration::from_millis(100);
+
+/// Says on standard error, once an exit's wait for standard output has run out, how many console
+/// lines the exit leaves unwritten: queued, or dropped and not yet said (the count that would
+/// have followed the next line the stream took). An orderly stop's console lines with standard
+/// output stalled were lost unseen: its exit 0 and its log said nothing of them. Only where
+/// standard error took what it owed in that wait, so the line can come out, and never in the
+/// panic hook, where the log's subscriber may be what panicked.
+fn say_console_lost(owed: &[(&Queue, u64)]) {
+    let of = |stream: Stream, queue: &Queue| slot(stream).get().is_some_and(|its| std::ptr::eq(its, queue));
+    let stdout = owed.iter().find(|(queue, queued)| of(Stream::Stdout, queue) && queue.written() < *queued);
+    let stderr = owed.iter().find(|(queue, queued)| of(Stream::Stderr, queue) && queue.written() >= *queued);
+    let (Some(&(stdout, _)), Some(&(stderr, _))) = (stdout, stderr) else {
+        return;
+    };
+    if std::thread::panicking() {
+        return;
+    }
+    let dropped =
+        stdout.queued().saturating_sub(stdout.written()) + stdout.counts.dropped.load(Ordering::SeqCst);
+    let line =
+        captured(|| tracing::warn!(dropped, "console lines dropped: standard output was not being read"));
+    if line.is_empty() || !stderr.write_reserved(&line) {
+        return;
+    }
+    wait_for(&[(stderr, stderr.queued())], CONSOLE_LOST_DEADLINE);
 }
 
 /// Whether every line `owed` was written within `deadline`.
@@ -1008,6 +1040,52 @@ mod tests {
             "{stderr}"
         );
         assert!(!stdout.contains("later") && !stderr.contains("later"), "{stdout}\n{stderr}");
+    }
+
+    /// Set for the run of this test binary that
+    /// [`an_exit_says_on_standard_error_the_console_lines_it_leaves_unwritten`] starts.
+    const CONSOLE_LOST_CHILD: &str = "PROBELET_TEST_CONSOLE_LOST_CHILD";
+
+    /// Standard output stalled (a queue of two lines here), its exit's wait runs out: standard
+    /// error says how many console lines the exit leaves, the one being written, the one queued
+    /// and the one dropped. An orderly stop's console lines were lost without a word. Run in a
+    /// child process (this test binary again), which has queues of its own.
+    #[test]
+    fn an_exit_says_on_standard_error_the_console_lines_it_leaves_unwritten() {
+        if std::env::var_os(CONSOLE_LOST_CHILD).is_some() {
+            let (_stalled, gate) = mpsc::channel::<()>();
+            let stalled = move |line: &[u8]| {
+                let _ = gate.recv();
+                write_in_place(Stream::Stdout, line);
+            };
+            assert!(STDOUT.set(spawn_stream(Stream::Stdout, 2, stalled).unwrap()).is_ok(), "the child's own");
+            let stderr =
+                spawn_stream(Stream::Stderr, QUEUED_LINES, |line| write_in_place(Stream::Stderr, line));
+            assert!(STDERR.set(stderr.unwrap()).is_ok(), "the child's own");
+            let log =
+                tracing_subscriber::fmt().with_writer(QueuedStderr).with_ansi(false).without_time().finish();
+            tracing::subscriber::set_global_default(log).unwrap();
+            for line in ["stopping\n", "stopped web\n", "stopped\n"] {
+                write(Stream::Stdout, line.as_bytes());
+            }
+            write(Stream::Stderr, b"the log goes on\n");
+            flush(Duration::from_millis(100));
+            std::process::exit(0);
+        }
+        let output = child_output(
+            "logging::queue::tests::an_exit_says_on_standard_error_the_console_lines_it_leaves_unwritten",
+            CONSOLE_LOST_CHILD,
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        assert!(!stdout.contains("stopped"), "{stdout}");
+        assert!(
+            stderr.contains(
+                "the log goes on\n WARN probelet::logging::queue: console lines dropped: standard output was not being read dropped=3\n"
+            ),
+            "{stderr}"
+        );
     }
 
     /// A write that panics, or a dropped lines' notice that does (a formatting bug), loses its
