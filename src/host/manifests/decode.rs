@@ -287,13 +287,10 @@ fn go_format_float32_g(float: f64) -> String {
 /// Whether `word`, as a file writes it, may be read otherwise by the YAML reader than by
 /// go-yaml v2: a case of a boolean go-yaml does not spell (`oN`), a number with `_`s or a
 /// capital radix letter (`1__0`, `0X1F`), an infinity or a NaN, a float that overflows
-/// (`1e400`), a key go-yaml resolves to other than a string (`yes:`, `1:`), or a merge
-/// key (`<<`), which go-yaml applies where it is written and the reader after the mapping's own
-/// keys ([`go_mapping`]).
+/// (`1e400`), or a key go-yaml resolves to other than a string (`yes:`, `1:`). A merge key
+/// (`<<`) is found by the parser instead ([`has_merge_key`]): the word is also a shell's
+/// heredoc (`cat << EOF`) in a script.
 fn odd_word(word: &str, is_key: bool) -> bool {
-    if word == "<<" {
-        return true;
-    }
     let resolved = go_yaml_resolve(word);
     let odd_boolean =
         ["y", "yes", "n", "no", "true", "false", "on", "off"].iter().any(|b| word.eq_ignore_ascii_case(b))
@@ -326,7 +323,7 @@ fn odd_word(word: &str, is_key: bool) -> bool {
 pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str, written_twice: bool) -> GoYamlRead {
     let mut read =
         GoYamlRead { refused: vec![None; documents.len()], twice: vec![Vec::new(); documents.len()] };
-    let odd = words(contents).any(|(word, is_key)| odd_word(word, is_key)) || has_tag(contents);
+    let odd = needs_go_yaml_pass(contents);
     if !odd && !written_twice {
         return read;
     }
@@ -351,6 +348,77 @@ pub(crate) fn go_yaml_scalars(documents: &mut [Value], contents: &str, written_t
         }
     }
     read
+}
+
+/// Whether the YAML reader may read `contents` otherwise than go-yaml v2 does, so that
+/// [`go_yaml_scalars`] reads it again: a word of [`odd_word`], a tag ([`has_tag`]), or a merge
+/// key ([`has_merge_key`]).
+fn needs_go_yaml_pass(contents: &str) -> bool {
+    words(contents).any(|(word, is_key)| odd_word(word, is_key))
+        || has_tag(contents)
+        || has_merge_key(contents)
+}
+
+/// Whether the parser finds a merge key in `contents`: a key `<<` written plain and untagged
+/// (`<<: *x`, `<< : *x`, `? <<`) or tagged `!!merge`, go-yaml v2's `isMerge`. go-yaml applies a
+/// merge where it is written and the reader after the mapping's own keys ([`go_mapping`]), and
+/// refuses a merge of no mapping (`<<: 1`) in its own words. A `<<` inside a scalar (a script's
+/// heredoc, `cat << EOF`, in a block scalar or a quoted string) or a plain `<<` that is a value
+/// is text to both: such a file was given every pass of [`go_yaml_scalars`] for it. An anchored
+/// `<<` counts too, as an alias of it may be a key.
+fn has_merge_key(contents: &str) -> bool {
+    use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle};
+    if !contents.contains("<<") {
+        return false;
+    }
+    // The open collections, innermost last: a sequence (`None`), or a mapping and whether a key
+    // comes next.
+    let mut open: Vec<Option<bool>> = Vec::new();
+    let is_key = |open: &mut Vec<Option<bool>>| match open.last_mut() {
+        Some(Some(key_next)) => {
+            let key = *key_next;
+            *key_next = !key;
+            key
+        }
+        _ => false,
+    };
+    for event in Parser::new_from_str(contents) {
+        // The reader refuses the file, or reads what it can: a merge key before the error is
+        // found, as `has_tag` finds a tag.
+        let Ok((event, _)) = event else { return false };
+        match event {
+            Event::Scalar(value, style, anchor, tag) => {
+                let key = is_key(&mut open);
+                if value != "<<" {
+                    continue;
+                }
+                let merge_tag = tag
+                    .as_ref()
+                    .is_some_and(|tag| tag.handle() == YAML_TAG_PREFIX && tag.suffix() == "merge");
+                let plain = style == ScalarStyle::Plain && tag.is_none();
+                if anchor != 0 || (key && (plain || merge_tag)) {
+                    return true;
+                }
+            }
+            Event::MappingStart(..) => {
+                is_key(&mut open);
+                open.push(Some(true));
+            }
+            Event::SequenceStart(..) => {
+                is_key(&mut open);
+                open.push(None);
+            }
+            Event::Alias(..) => {
+                is_key(&mut open);
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                open.pop();
+            }
+            Event::DocumentStart(..) => open.clear(),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// What [`go_yaml_scalars`] found of each document.
@@ -1781,6 +1849,43 @@ mod tests {
         let (values, refused) = read(script);
         assert_eq!(refused, [None]);
         assert_eq!(values[0].to_string(), r##"{"a":"#!/bin/sh\nexec x\n","b":420,"c":true}"##);
+    }
+
+    /// A `<<` inside a scalar (a script's heredoc in a block scalar or a quoted string, a word
+    /// of a plain scalar, a plain `<<` that is a value) is text to go-yaml and to the reader:
+    /// the file has none of the go-yaml passes for it, which any `<<` gave it. A merge key
+    /// (`<<:`, `<< :`, `? <<`, `!!merge <<`, in a block or a flow mapping) still has them.
+    #[test]
+    fn only_a_merge_key_sends_a_file_through_the_go_yaml_passes() {
+        let text = [
+            "args:\n- |\n  cat << EOF > /tmp/x\n  a: b\n  EOF\n",
+            "args: [\"cat << EOF\\nx\\nEOF\"]\n",
+            "args: ['cat << EOF']\n",
+            "a: \"<<\"\n'<<': quoted\n",
+            "a: x << y\nb: <<\nc: [<<, <<]\n",
+            "a: |\n  <<: *x\n",
+        ];
+        for yaml in text {
+            assert!(!has_merge_key(yaml), "{yaml}");
+            assert!(!needs_go_yaml_pass(yaml), "{yaml}");
+        }
+        let merges = [
+            "x: &x {a: 1}\nm:\n  <<: *x\n",
+            "x: &x {a: 1}\nm:\n  << : *x\n",
+            "x: &x {a: 1}\nm: {<<: *x}\n",
+            "m:\n  ? <<\n  : {a: 1}\n",
+            "m:\n  !!merge << : {a: 1}\n",
+            "m:\n  <<: 1\n",
+            "a: &m <<\nb: {*m : {a: 1}}\n",
+        ];
+        for yaml in merges {
+            assert!(has_merge_key(yaml) || has_tag(yaml), "{yaml}");
+            assert!(needs_go_yaml_pass(yaml), "{yaml}");
+        }
+        // Read whole, a heredoc's script is its text.
+        let (values, refused) = read(text[0]);
+        assert_eq!(refused, [None]);
+        assert_eq!(values[0].to_string(), r#"{"args":["cat << EOF > /tmp/x\na: b\nEOF\n"]}"#);
     }
 
     /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
