@@ -420,6 +420,34 @@ fn a_merge_key_overrides_what_is_before_it_as_go_yaml_merges() {
     );
 }
 
+/// A merge of no mapping (`<<: 1`, `<<: ~`, `<<: [*x, 1]`) refuses its document in go-yaml
+/// v2's words (`failWantMap`, as sigs.k8s.io/yaml wraps them), named where the value is, and the
+/// file's other documents load. The YAML reader refused the whole file in its own words (`YAML
+/// merge value must be mapping or sequence of mappings`).
+#[test]
+fn a_merge_of_no_mapping_is_refused_in_go_yaml_words() {
+    let pod = |name: &str, labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels:{labels}\n\
+             spec:\n  containers: [{{name: c, command: [x]}}]\n"
+        )
+    };
+    let merge =
+        "error converting YAML to JSON: yaml: map merge requires map or sequence of maps as the value";
+    let cases = [
+        ("\n    <<: 1", "line 14, column 9"),
+        ("\n    <<: ~", "line 14, column 9"),
+        ("\n    << : 'x'", "line 14, column 10"),
+        (" {a: b, <<: [{c: d}, 1]}", "line 13, column 31"),
+    ];
+    for (labels, at) in cases {
+        let yaml = format!("{}---\n{}", pod("ok", ""), pod("m", labels));
+        let (pods, errors) = parse_manifest(Path::new("/m/merge.yaml"), &yaml, NODE);
+        assert_eq!(pods.len(), 1, "{labels}");
+        assert_eq!(reasons(&errors), [format!("document 2: metadata.labels: {merge} at {at}")], "{labels}");
+    }
+}
+
 /// `0.0:` and `-0.0:` are one key to Go's map (0 and -0 are equal floats), which keeps the
 /// later value and the later key's sign: sigs.k8s.io/yaml writes the label `-0`, and the key
 /// is written twice. The reader kept two labels, `0` and `-0`, and said nothing.

@@ -369,6 +369,17 @@ pub(crate) fn read_documents(contents: &str) -> Result<ReadFile, String> {
                 .map_err(|e| yaml_syntax_error(&e, contents))?;
             (values, true)
         }
+        // A merge of no mapping (`<<: 1`): go-yaml refuses the document, in its own words,
+        // which `decode::go_yaml_scalars` gives it (a file with a merge key has its passes).
+        // The reader refused the whole file in its words; read with `<<` a key as any other,
+        // the file's other documents load.
+        Err(error) if is_merge_of_no_mapping(&error) => {
+            let mut options = yaml_options();
+            options.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+            let values = serde_saphyr::from_multiple_with_options(&text, options)
+                .map_err(|e| yaml_syntax_error(&e, contents))?;
+            (values, true)
+        }
         Err(error) => return Err(yaml_syntax_error(&error, contents)),
     };
     let read = decode::go_yaml_scalars(&mut values, contents, twice);
@@ -395,6 +406,16 @@ fn is_duplicate_key(mut error: &serde_saphyr::Error) -> bool {
         error = inner;
     }
     matches!(error, Error::DuplicateMappingKey { .. })
+}
+
+/// Whether the YAML reader refused a file for a merge key whose value is no mapping nor a
+/// sequence of mappings (behind an alias's error, if the mapping is an anchor's).
+fn is_merge_of_no_mapping(mut error: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::Error;
+    while let Error::AliasError { error: inner, .. } | Error::WithSnippet { error: inner, .. } = error {
+        error = inner;
+    }
+    matches!(error, Error::MergeValueNotMapOrSeqOfMaps { .. })
 }
 
 /// `path: error`, or only the error when it is about the document itself (path `.`).
