@@ -449,13 +449,23 @@ fn a_merge_of_no_mapping_is_refused_in_go_yaml_words() {
 }
 
 /// `0.0:` and `-0.0:` are one key to Go's map (0 and -0 are equal floats), which keeps the
-/// later value and the later key's sign: sigs.k8s.io/yaml writes the label `-0`, and the key
-/// is written twice. The reader kept two labels, `0` and `-0`, and said nothing.
+/// later value and the later key's sign: sigs.k8s.io/yaml writes the key `-0`, and the key is
+/// written twice. The reader kept two keys, `0` and `-0`, and said nothing. In a map the API
+/// server does not check here (`nodeSelector`): as a label, `-0` is refused
+/// (`labels_are_validated_as_the_api_server_validates_them`).
 #[test]
-fn a_float_zero_and_its_negative_are_one_label() {
-    let (labels, twice) = labels_read(" {0.0: a, -0.0: b}");
-    assert_eq!(labels, [("-0".to_owned(), "b".to_owned())]);
-    assert_eq!(twice, [format!("duplicate mapping key: -0.0 at line 5, column 20: {DUPLICATE_KEY_READ}")]);
+fn a_float_zero_and_its_negative_are_one_key() {
+    let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: l\nspec:\n  nodeSelector: {0.0: a, -0.0: b}\n  \
+                    containers: [{name: c, command: [x]}]\n";
+    let dir = TempDir::new("zero");
+    dir.write("pod.yaml", contents);
+    let snapshot = scan(dir.path(), NODE);
+    assert_eq!(snapshot.errors, [], "{contents}");
+    let pod = &snapshot.pods.values().next().unwrap().pod;
+    let selector = pod.spec.as_ref().unwrap().node_selector.clone().unwrap_or_default();
+    assert_eq!(selector.into_iter().collect::<Vec<_>>(), [("-0".to_owned(), "b".to_owned())]);
+    let twice: Vec<String> = snapshot.duplicate_keys.into_iter().map(|key| key.text).collect();
+    assert_eq!(twice, [format!("duplicate mapping key: -0.0 at line 6, column 26: {DUPLICATE_KEY_READ}")]);
 }
 
 /// A key written twice in a mapping is read as the kubelet's file source reads it
@@ -871,6 +881,62 @@ const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case a
 must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is \
 '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const SUBDOMAIN_MSG: &str = r"a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// The API server's `ValidateLabels` (upstream `IsQualifiedName` for each key, `IsValidLabelValue`
+/// for each value) refuses a pod whose label key or value is not one, at `metadata.labels` with
+/// the key or the value, in its words; the kubelet's static pods are validated so. Labels were not
+/// checked, and such a pod ran.
+#[test]
+fn labels_are_validated_as_the_api_server_validates_them() {
+    let name_part = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an \
+                     alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation \
+                     is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let value_msg = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', \
+                     and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or \
+                     '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+    let long = "v".repeat(64);
+    let cases: Vec<(String, Vec<String>)> = vec![
+        // Valid: a prefix, dots, dashes and underscores inside, an empty value, 63 characters.
+        (format!("{{app: web, example.com/Tier_1.x: '', a: {}}}", "v".repeat(63)), vec![]),
+        ("{'bad key!': ok}".into(), vec![format!("Invalid value: \"bad key!\": name part {name_part}")]),
+        ("{app: -web}".into(), vec![format!("Invalid value: \"-web\": {value_msg}")]),
+        (
+            format!("{{app: {long}}}"),
+            vec![format!("Invalid value: \"{long}\": must be no more than 63 characters")],
+        ),
+        (
+            "{Example.com/x: v}".into(),
+            vec![format!("Invalid value: \"Example.com/x\": prefix part {SUBDOMAIN_MSG}")],
+        ),
+        (
+            "{/x: v, x/: z}".into(),
+            vec![
+                "Invalid value: \"/x\": prefix part must be non-empty".into(),
+                "Invalid value: \"x/\": name part must be non-empty".into(),
+                format!("Invalid value: \"x/\": name part {name_part}"),
+            ],
+        ),
+        // A resolved key (`-0.0`, the float -0) is checked as the label it becomes.
+        ("{-0.0: a}".into(), vec![format!("Invalid value: \"-0\": name part {name_part}")]),
+    ];
+    for (labels, want) in cases {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels: {labels}\nspec:\n  containers: [{{name: c, \
+             command: [x]}}]\n"
+        );
+        let (pods, errors) = parse_manifest(Path::new("/m/web.yaml"), &yaml, NODE);
+        let want: Vec<String> = want.iter().map(|msg| format!("metadata.labels: {msg}")).collect();
+        if want.is_empty() {
+            assert_eq!(reasons(&errors), Vec::<String>::new(), "{labels}");
+            assert_eq!(pods.len(), 1, "{labels}");
+            continue;
+        }
+        assert!(pods.is_empty(), "{labels}");
+        let joined = if want.len() == 1 { want[0].clone() } else { format!("[{}]", want.join(", ")) };
+        assert_eq!(reasons(&errors), [format!("Pod \"web\" is invalid: {joined}")], "{labels}");
+        assert_eq!(errors[0].file, Path::new("/m/web.yaml"));
+    }
+}
 
 #[test]
 fn validation_rules_and_messages() {

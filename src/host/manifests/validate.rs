@@ -112,7 +112,8 @@ pub(crate) const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of a
 
 /// The API server's validation of what the agent relies on, with its messages
 /// (`<field path>: <Required value|Invalid value: v|Forbidden|Duplicate value: v|Unsupported
-/// value: v|Too long>[: detail]`): metadata name and namespace; the annotations' total size (at
+/// value: v|Too long>[: detail]`): metadata name and namespace; each label's key and value
+/// ([`validate_labels`]); the annotations' total size (at
 /// most 256 KiB of keys and values); containers present, named (RFC 1123
 /// labels), unique across containers and init containers; container ports; `env` names and
 /// `envFrom` prefixes (printable ASCII without `=`, as since v1.34), each `valueFrom` (one
@@ -171,7 +172,7 @@ pub enum NameRule {
 }
 
 /// [`validate_pod_metadata`] for an object whose name follows `rule` (`ValidateObjectMeta`'s
-/// checks of the name and namespace, in its order and words).
+/// checks of the name, the namespace and the labels, in its order and words).
 pub fn validate_object_metadata(meta: &ObjectMeta, rule: NameRule, standalone: bool) -> Vec<String> {
     let mut errs = Errors::default();
     match meta.name.as_deref() {
@@ -194,6 +195,26 @@ pub fn validate_object_metadata(meta: &ObjectMeta, rule: NameRule, standalone: b
     if let Some(namespace) = meta.namespace.as_deref().filter(|ns| !ns.is_empty()) {
         for msg in dns1123_label(namespace) {
             errs.invalid("metadata.namespace", go_quote(namespace), msg);
+        }
+    }
+    errs.0.extend(validate_labels(meta.labels.as_ref(), "metadata.labels"));
+    errs.0
+}
+
+/// Upstream `ValidateLabels` (apimachinery's `meta/v1/validation`) of the labels at `path`: each
+/// key a qualified name ([`qualified_name`]: an optional DNS subdomain prefix and `/`, then a
+/// name of at most 63 characters) and each value a label value ([`label_value`]: at most 63
+/// characters, empty or alphanumeric at both ends), every error at `path` itself with the key
+/// or the value it is about. Keys in order: Go walks the map in no set order, so with several
+/// bad labels the API server's order may differ.
+pub fn validate_labels(labels: Option<&BTreeMap<String, String>>, path: &str) -> Vec<String> {
+    let mut errs = Errors::default();
+    for (key, value) in labels.into_iter().flatten() {
+        for msg in qualified_name(key) {
+            errs.invalid(path, go_quote(key), &msg);
+        }
+        for msg in label_value(value) {
+            errs.invalid(path, go_quote(value), msg);
         }
     }
     errs.0
