@@ -42,6 +42,9 @@ pub struct Workload {
     pub spec: PodSpec,
     /// The pod's annotations: the Pod's own, or its template's (not the workload's).
     pub annotations: Option<BTreeMap<String, String>>,
+    /// The object's own `metadata.labels` (a workload's template's are its
+    /// [`WorkloadSpec::template_labels`]).
+    pub labels: Option<BTreeMap<String, String>>,
     /// A workload's own annotations (its `metadata.annotations`), which the API server checks
     /// as it does a Pod's; `None` for a Pod, whose own are its pod's ([`Workload::annotations`]).
     pub object_annotations: Option<BTreeMap<String, String>>,
@@ -310,6 +313,7 @@ fn objects(
             spec_path,
             spec: spec.unwrap_or_default(),
             annotations,
+            labels: meta.labels.clone(),
             object_annotations,
             start_annotation,
             workload_spec,

@@ -86,19 +86,26 @@ pub fn lint_paths_with(paths: &[PathBuf], gates: &FeatureGates) -> Report {
                 workload.start_annotation.as_ref(),
                 gates,
             );
-            // The API server checks an object's metadata before its spec: its name and namespace,
-            // then a workload's own annotations (a Pod's are its pod's, checked with its spec),
-            // then a workload's selector against its template's labels, then the template.
+            // The API server checks an object's metadata before its spec: its name, namespace and
+            // labels, then a workload's own annotations (a Pod's are its pod's, checked with its
+            // spec), then a workload's selector against its template's labels, then the
+            // template: its labels, then its pod.
             let mut metadata = rules::metadata_errors(
                 &workload.kind,
                 &workload.name,
                 workload.namespace.as_deref(),
                 workload.generate_name.as_deref(),
+                workload.labels.as_ref(),
             );
             if workload.kind != "Pod" {
                 metadata.extend(rules::object_errors(workload.object_annotations.as_ref()));
             }
             metadata.extend(rules::selector_errors(
+                &workload.kind,
+                &workload.workload_spec,
+                workload.spec_path,
+            ));
+            metadata.extend(rules::template_label_errors(
                 &workload.kind,
                 &workload.workload_spec,
                 workload.spec_path,

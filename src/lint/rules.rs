@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::host::manifests::{
     DEFAULT_RESTART_POLICY, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, NameRule, apply_defaults,
-    dns1123_label, unknown_fields_text, validate_annotations_size, validate_object_metadata,
+    dns1123_label, unknown_fields_text, validate_annotations_size, validate_labels, validate_object_metadata,
     validate_pod_spec,
 };
 use probe::{Endpoint, effective_probe};
@@ -354,27 +354,47 @@ fn under(field: &str, path: &str) -> bool {
     field.strip_prefix(path).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
-/// What the API server refuses in an object's own `metadata.name` and `metadata.namespace`
-/// (`ValidateObjectMeta`, with the name rule of its `kind`: an RFC 1123 label for a StatefulSet,
-/// a subdomain for the others; a `generateName` stands in for a missing name, as the API server
-/// makes one from it). A workload's pod is its template, whose name the workload's controller
-/// makes.
+/// What the API server refuses in an object's own `metadata.name`, `metadata.namespace` and
+/// `metadata.labels` (`ValidateObjectMeta`, with the name rule of its `kind`: an RFC 1123 label
+/// for a StatefulSet, a subdomain for the others; a `generateName` stands in for a missing name,
+/// as the API server makes one from it; each label's key and value, [`validate_labels`]). A
+/// workload's pod is its template, whose name the workload's controller makes and whose labels
+/// are checked with it ([`template_label_errors`]).
 pub fn metadata_errors(
     kind: &str,
     name: &str,
     namespace: Option<&str>,
     generate_name: Option<&str>,
+    labels: Option<&BTreeMap<String, String>>,
 ) -> Vec<Finding> {
     let meta = ObjectMeta {
         name: Some(name.to_owned()),
         namespace: namespace.map(str::to_owned),
         generate_name: generate_name.map(str::to_owned),
+        labels: labels.cloned(),
         ..Default::default()
     };
     let rule = if kind == "StatefulSet" { NameRule::Label } else { NameRule::Subdomain };
     validate_object_metadata(&meta, rule, false)
         .into_iter()
         .map(|error| invalid_object(error_field(&error).to_owned(), error))
+        .collect()
+}
+
+/// What the API server refuses in a workload's pod template's labels (`ValidatePodTemplateSpec`
+/// checks them before the template's annotations and pod): each key and value as a Pod's
+/// ([`validate_labels`]), named at the template's own path as the API server names them
+/// (`spec.template.labels`), the finding's field where they are written
+/// (`spec.template.metadata.labels`). None for a Pod, whose labels are its own
+/// ([`metadata_errors`]).
+pub fn template_label_errors(kind: &str, workload: &WorkloadSpec, spec_path: &str) -> Vec<Finding> {
+    let Some(template) = spec_path.strip_suffix(".spec").filter(|_| kind != "Pod") else {
+        return Vec::new();
+    };
+    let field = format!("{}.labels", metadata_path(spec_path));
+    validate_labels(workload.template_labels.as_ref(), &format!("{template}.labels"))
+        .into_iter()
+        .map(|message| invalid_object(field.clone(), message))
         .collect()
 }
 
