@@ -202,8 +202,8 @@ pub fn validate_object_metadata(meta: &ObjectMeta, rule: NameRule, standalone: b
 }
 
 /// Upstream `ValidateLabels` (apimachinery's `meta/v1/validation`) of the labels at `path`: each
-/// key a qualified name ([`qualified_name`]: an optional DNS subdomain prefix and `/`, then a
-/// name of at most 63 characters) and each value a label value ([`label_value`]: at most 63
+/// key a qualified name (`qualified_name`: an optional DNS subdomain prefix and `/`, then a
+/// name of at most 63 characters) and each value a label value (`label_value`: at most 63
 /// characters, empty or alphanumeric at both ends), every error at `path` itself with the key
 /// or the value it is about. Keys in order: Go walks the map in no set order, so with several
 /// bad labels the API server's order may differ.
