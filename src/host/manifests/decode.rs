@@ -1886,6 +1886,13 @@ mod tests {
         let (values, refused) = read(text[0]);
         assert_eq!(refused, [None]);
         assert_eq!(values[0].to_string(), r#"{"args":["cat << EOF > /tmp/x\na: b\nEOF\n"]}"#);
+        // Without the passes, a quoted `'<<'` key and a `<<` value are read as go-yaml reads them:
+        // the reader takes neither for a merge.
+        let (values, refused) = read(text[3]);
+        assert_eq!(refused, [None]);
+        assert_eq!(values[0].to_string(), r#"{"<<":"quoted","a":"<<"}"#);
+        let (values, _) = read(text[4]);
+        assert_eq!(values[0].to_string(), r#"{"a":"x << y","b":"<<","c":["<<","<<"]}"#);
     }
 
     /// go-yaml v2's `parseTimestamp`: its four layouts as Go's `time.Parse` reads them.
