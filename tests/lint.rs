@@ -711,6 +711,43 @@ fn labels_are_checked_as_the_api_server_checks_them() {
     );
 }
 
+/// Annotation keys are checked as the API server checks them (`ValidateAnnotations`: a qualified
+/// name once made lower case): a Pod's at `metadata.annotations`, a workload's own there too,
+/// its template's at `spec.template.annotations` (the finding's field where they are written).
+/// They were not checked.
+#[test]
+fn annotation_keys_are_checked_as_the_api_server_checks_them() {
+    let name_part = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
+                     with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for \
+                     validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {'-x': v, Example.com/Ok: v}}\nspec:\n  \
+               containers: [{name: app, image: app:1}]\n";
+    let deployment =
+        workload("Deployment", "web", "{matchLabels: {app: a}}", "{app: a}, annotations: {'y!': v}", "")
+            .replace("metadata: {name: web}", "metadata: {name: web, annotations: {'x!': v}}");
+    let files = [("a-pod.yaml", pod.to_owned()), ("b-deployment.yaml", deployment)];
+    assert_eq!(
+        invalid_findings("annotation-keys", &files, 1),
+        owned(&[
+            (
+                "p",
+                "metadata.annotations",
+                &format!("metadata.annotations: Invalid value: \"-x\": {name_part}")
+            ),
+            (
+                "web",
+                "metadata.annotations",
+                &format!("metadata.annotations: Invalid value: \"x!\": {name_part}")
+            ),
+            (
+                "web",
+                "spec.template.metadata.annotations",
+                &format!("spec.template.annotations: Invalid value: \"y!\": {name_part}")
+            ),
+        ])
+    );
+}
+
 /// A Deployment's, ReplicaSet's, StatefulSet's or DaemonSet's `matchLabels` must all be among
 /// its template's labels, and a Job's own selector (`manualSelector: true`) too; the error comes
 /// before the template's, as the API server checks the selector first. `matchExpressions` are

@@ -938,6 +938,29 @@ fn labels_are_validated_as_the_api_server_validates_them() {
     }
 }
 
+/// The API server's `ValidateAnnotations` refuses a pod whose annotation key is not a qualified
+/// name once made lower case (`Example.com/Key` is one), at `metadata.annotations` with the key
+/// as written, before their size. Annotation keys were not checked, and such a pod ran.
+#[test]
+fn annotation_keys_are_validated_as_the_api_server_validates_them() {
+    let name_part = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
+                     with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for \
+                     validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let mut pod = pod_from(json!({}));
+    let annotations = pod.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert("Example.com/Key".into(), "v".into());
+    assert_eq!(validate(&pod), Ok(()));
+    pod.metadata.annotations.get_or_insert_with(Default::default).insert("bad key".into(), "v".into());
+    assert_eq!(
+        validate(&pod),
+        Err(vec![format!("metadata.annotations: Invalid value: \"bad key\": {name_part}")])
+    );
+    annotate(&mut pod, 262_145);
+    let errors = validate(&pod).unwrap_err();
+    assert_eq!(errors.len(), 2);
+    assert_eq!(errors[1], "metadata.annotations: Too long: may not be more than 262144 bytes");
+}
+
 #[test]
 fn validation_rules_and_messages() {
     type Mutate = fn(&mut Pod);

@@ -4,7 +4,7 @@
 //! `docs/prober.md` §1.2–§1.3 and §3.4.
 //!
 //! Defaulting and validation are the agent's own ([`apply_defaults`], [`validate_pod_spec`],
-//! [`validate_object_metadata`], [`validate_annotations_size`]), so what `probelet run` refuses is
+//! [`validate_object_metadata`], [`validate_annotations`]), so what `probelet run` refuses is
 //! an error here with the same message and field path (less the agent's own rules for running
 //! containers without images), and a default it fills in is the default reported here.
 //!
@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::host::manifests::{
     DEFAULT_RESTART_POLICY, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, NameRule, apply_defaults,
-    dns1123_label, unknown_fields_text, validate_annotations_size, validate_labels, validate_object_metadata,
+    dns1123_label, unknown_fields_text, validate_annotations, validate_labels, validate_object_metadata,
     validate_pod_spec,
 };
 use probe::{Endpoint, effective_probe};
@@ -305,7 +305,7 @@ fn container_path(spec_path: &str, init: bool, i: usize) -> String {
 }
 
 /// What the API server refuses in the pod (what `probelet run` refuses too, less its own rules
-/// for containers without images), in its order: the annotations' size, then the spec
+/// for containers without images), in its order: the annotations' keys and size, then the spec
 /// ([`validate_pod_spec`]). An error under a container is that container's (and its probe's,
 /// when it is under one); any other (`restartPolicy`, `activeDeadlineSeconds`) is about no
 /// container, and leaves the containers' findings and timings alone.
@@ -321,9 +321,9 @@ fn pod_errors(
         Some(template) => format!("{template}.annotations"),
         None => "metadata.annotations".to_owned(),
     };
-    let mut findings: Vec<Finding> = validate_annotations_size(annotations, &upstream_annotations)
-        .map(|message| invalid_object(format!("{}.annotations", metadata_path(spec_path)), message))
+    let mut findings: Vec<Finding> = validate_annotations(annotations, &upstream_annotations)
         .into_iter()
+        .map(|message| invalid_object(format!("{}.annotations", metadata_path(spec_path)), message))
         .collect();
     let containers =
         spec.containers.iter().enumerate().map(|(i, c)| (container_path(spec_path, false, i), c));
@@ -398,14 +398,14 @@ pub fn template_label_errors(kind: &str, workload: &WorkloadSpec, spec_path: &st
         .collect()
 }
 
-/// What the API server refuses in a workload's own metadata: its `annotations` over the size a
-/// Pod's may take, in the same words (`ValidateObjectMeta` checks every kind's under
+/// What the API server refuses in a workload's own metadata: its `annotations`' keys and their
+/// size, as a Pod's, in the same words (`ValidateObjectMeta` checks every kind's under
 /// `metadata`). A Pod's own annotations are its pod's, checked with its spec ([`lint_pod_spec`]).
 pub fn object_errors(annotations: Option<&BTreeMap<String, String>>) -> Vec<Finding> {
     let field = "metadata.annotations";
-    validate_annotations_size(annotations, field)
-        .map(|message| invalid_object(field.to_owned(), message))
+    validate_annotations(annotations, field)
         .into_iter()
+        .map(|message| invalid_object(field.to_owned(), message))
         .collect()
 }
 

@@ -113,7 +113,7 @@ pub(crate) const HTTP_HEADER_NAME: &str = "a valid HTTP header must consist of a
 /// The API server's validation of what the agent relies on, with its messages
 /// (`<field path>: <Required value|Invalid value: v|Forbidden|Duplicate value: v|Unsupported
 /// value: v|Too long>[: detail]`): metadata name and namespace; each label's key and value
-/// ([`validate_labels`]); the annotations' total size (at
+/// ([`validate_labels`]); each annotation's key and the annotations' total size (at
 /// most 256 KiB of keys and values); containers present, named (RFC 1123
 /// labels), unique across containers and init containers; container ports; `env` names and
 /// `envFrom` prefixes (printable ASCII without `=`, as since v1.34), each `valueFrom` (one
@@ -139,7 +139,7 @@ pub fn validate(pod: &Pod) -> Result<(), Vec<String>> {
 /// change); without it a regular container's `restartPolicy` is forbidden, as before.
 pub fn validate_with(pod: &Pod, gates: &FeatureGates) -> Result<(), Vec<String>> {
     let mut errs = Errors(validate_pod_metadata(&pod.metadata, true));
-    errs.0.extend(validate_annotations_size(pod.metadata.annotations.as_ref(), "metadata.annotations"));
+    errs.0.extend(validate_annotations(pod.metadata.annotations.as_ref(), "metadata.annotations"));
     let empty = PodSpec::default();
     errs.0.extend(validate_pod_spec(pod.spec.as_ref().unwrap_or(&empty), "spec", gates, true));
     // The agent's own annotation (docs/probe-timing.md): rejected with the JSON path inside it.
@@ -390,6 +390,21 @@ fn validate_init_containers(
         }
         container_probes(container, sidecar, &path, errs);
     }
+}
+
+/// Upstream `ValidateAnnotations` of the annotations at `path`: each key a qualified name once
+/// made lower case (upstream's rule, "case doesn't matter"; `qualified_name`), its error at
+/// `path` with the key as written, keys in order (Go walks the map in no set order); then their
+/// size ([`validate_annotations_size`]).
+pub fn validate_annotations(annotations: Option<&BTreeMap<String, String>>, path: &str) -> Vec<String> {
+    let mut errs = Errors::default();
+    for key in annotations.into_iter().flatten().map(|(key, _)| key) {
+        for msg in qualified_name(&key.to_lowercase()) {
+            errs.invalid(path, go_quote(key), &msg);
+        }
+    }
+    errs.0.extend(validate_annotations_size(annotations, path));
+    errs.0
 }
 
 /// Upstream `ValidateAnnotationsSize`, with the error `ValidateAnnotations` makes of it: the
