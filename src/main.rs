@@ -45,17 +45,20 @@ fn main() {
         }
         Command::Lint(args) => {
             let report = probelet::lint::lint_paths_with(&args.paths, &args.feature_gates.gates);
+            let mut notes = String::new();
             for error in &report.errors {
                 // A file name, or a value quoted in the reason, may hold a newline or an escape.
-                eprintln!("error: {}", probelet::lint::report::file_line(error));
+                notes.push_str(&format!("error: {}\n", probelet::lint::report::file_line(error)));
             }
             for warning in &report.warnings {
-                eprintln!("warning: {}", probelet::lint::report::file_line(warning));
+                notes.push_str(&format!("warning: {}\n", probelet::lint::report::file_line(warning)));
             }
-            match args.format {
-                LintFormat::Text => print!("{}", probelet::lint::report::text(&report)),
-                LintFormat::Json => println!("{:#}", probelet::lint::report::json(&report)),
-            }
+            write_lint_output(&mut std::io::stderr(), &notes);
+            let output = match args.format {
+                LintFormat::Text => probelet::lint::report::text(&report),
+                LintFormat::Json => format!("{:#}\n", probelet::lint::report::json(&report)),
+            };
+            write_lint_output(&mut std::io::stdout(), &output);
             std::process::exit(report.exit_code());
         }
         Command::DemoTarget(args) => {
@@ -67,6 +70,22 @@ fn main() {
                     std::process::exit(EXIT_FAILURE);
                 }
             }
+        }
+    }
+}
+
+/// Writes lint's report or its notes, as much as the reader takes: a reader gone early
+/// (`probelet lint … | head`) is no error of the report's, whose exit code stands, where
+/// `print!` panicked with a backtrace on the broken pipe. Any other failure to write is a
+/// report not given, said (if standard error still can) and exited with as unreadable input is.
+fn write_lint_output(stream: &mut dyn std::io::Write, text: &str) {
+    match stream.write_all(text.as_bytes()).and_then(|()| stream.flush()) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(error) => {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "error: writing the report: {error}");
+            std::process::exit(probelet::lint::EXIT_UNREADABLE);
         }
     }
 }

@@ -277,6 +277,43 @@ fn an_error_finding_exits_1() {
     );
 }
 
+/// A reader that stops reading (`probelet lint DIR | head`) ends lint's report early, not lint:
+/// the exit code is still the report's, and no panic is printed (`print!` panicked on the broken
+/// pipe, with a backtrace, and exited 101). The reader is gone before lint writes a byte.
+#[test]
+fn a_reader_gone_early_leaves_the_exit_code_and_prints_no_panic() {
+    let dir = TempDir::new("epipe");
+    dir.write("api.json", POD);
+    dir.write("job.yaml", INVALID);
+    for format in ["json", "text"] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = Command::new(env!("CARGO_BIN_EXE_probelet"))
+            .args(["lint", "--format", format])
+            .arg(dir.path())
+            .env("NO_COLOR", "1")
+            .env("RUST_BACKTRACE", "1")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{format}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{format}: {stderr}");
+    }
+    // A stream that takes nothing (a full disk) is a report not given: said, and exit 2.
+    let full = fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .arg("lint")
+        .arg(dir.path())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("error: writing the report: No space left on device"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// A pod the API server refuses for its active deadline or for the size of its annotations, a
 /// Pod or a workload's template: errors about the pod (no container, no probe), in the API
 /// server's words, each naming the field where the manifest has it.
