@@ -450,9 +450,9 @@ fn a_merge_of_no_mapping_is_refused_in_go_yaml_words() {
 
 /// `0.0:` and `-0.0:` are one key to Go's map (0 and -0 are equal floats), which keeps the
 /// later value and the later key's sign: sigs.k8s.io/yaml writes the key `-0`, and the key is
-/// written twice. The reader kept two keys, `0` and `-0`, and said nothing. In a map the API
-/// server does not check here (`nodeSelector`): as a label, `-0` is refused
-/// (`labels_are_validated_as_the_api_server_validates_them`).
+/// written twice. The reader kept two keys, `0` and `-0`, and said nothing. Every string map of
+/// a pod has its keys checked by the API server; in a node selector `-0` is refused as a label
+/// key, and refused once: one key (the values are pinned by the decoder's own test).
 #[test]
 fn a_float_zero_and_its_negative_are_one_key() {
     let contents = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: l\nspec:\n  nodeSelector: {0.0: a, -0.0: b}\n  \
@@ -460,10 +460,13 @@ fn a_float_zero_and_its_negative_are_one_key() {
     let dir = TempDir::new("zero");
     dir.write("pod.yaml", contents);
     let snapshot = scan(dir.path(), NODE);
-    assert_eq!(snapshot.errors, [], "{contents}");
-    let pod = &snapshot.pods.values().next().unwrap().pod;
-    let selector = pod.spec.as_ref().unwrap().node_selector.clone().unwrap_or_default();
-    assert_eq!(selector.into_iter().collect::<Vec<_>>(), [("-0".to_owned(), "b".to_owned())]);
+    assert!(snapshot.pods.is_empty(), "{contents}");
+    let errors: Vec<&str> = snapshot.errors.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("Pod \"l\" is invalid: spec.nodeSelector: Invalid value: \"-0\": name part "),
+        "{errors:?}"
+    );
     let twice: Vec<String> = snapshot.duplicate_keys.into_iter().map(|key| key.text).collect();
     assert_eq!(twice, [format!("duplicate mapping key: -0.0 at line 6, column 26: {DUPLICATE_KEY_READ}")]);
 }
@@ -884,8 +887,8 @@ const SUBDOMAIN_MSG: &str = r"a lowercase RFC 1123 subdomain must consist of low
 
 /// The API server's `ValidateLabels` (upstream `IsQualifiedName` for each key, `IsValidLabelValue`
 /// for each value) refuses a pod whose label key or value is not one, at `metadata.labels` with
-/// the key or the value, in its words; the kubelet's static pods are validated so. Labels were not
-/// checked, and such a pod ran.
+/// the key or the value, in its words; the kubelet's static pods are validated so. So is
+/// `spec.nodeSelector`, as labels. Neither was checked, and such a pod ran.
 #[test]
 fn labels_are_validated_as_the_api_server_validates_them() {
     let name_part = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an \
@@ -919,22 +922,29 @@ fn labels_are_validated_as_the_api_server_validates_them() {
         // A resolved key (`-0.0`, the float -0) is checked as the label it becomes.
         ("{-0.0: a}".into(), vec![format!("Invalid value: \"-0\": name part {name_part}")]),
     ];
-    for (labels, want) in cases {
-        let yaml = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels: {labels}\nspec:\n  containers: [{{name: c, \
-             command: [x]}}]\n"
-        );
-        let (pods, errors) = parse_manifest(Path::new("/m/web.yaml"), &yaml, NODE);
-        let want: Vec<String> = want.iter().map(|msg| format!("metadata.labels: {msg}")).collect();
-        if want.is_empty() {
-            assert_eq!(reasons(&errors), Vec::<String>::new(), "{labels}");
-            assert_eq!(pods.len(), 1, "{labels}");
-            continue;
+    // The node selector is checked as labels (upstream's ValidatePodSpec), at its own path.
+    for (place, field) in [("metadata", "labels"), ("spec", "nodeSelector")] {
+        for (labels, want) in &cases {
+            let (labels_line, selector_line) = match place {
+                "metadata" => (format!("  labels: {labels}\n"), String::new()),
+                _ => (String::new(), format!("  nodeSelector: {labels}\n")),
+            };
+            let yaml = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n{labels_line}spec:\n{selector_line}  \
+                 containers: [{{name: c, command: [x]}}]\n"
+            );
+            let (pods, errors) = parse_manifest(Path::new("/m/web.yaml"), &yaml, NODE);
+            let want: Vec<String> = want.iter().map(|msg| format!("{place}.{field}: {msg}")).collect();
+            if want.is_empty() {
+                assert_eq!(reasons(&errors), Vec::<String>::new(), "{field}: {labels}");
+                assert_eq!(pods.len(), 1, "{field}: {labels}");
+                continue;
+            }
+            assert!(pods.is_empty(), "{field}: {labels}");
+            let joined = if want.len() == 1 { want[0].clone() } else { format!("[{}]", want.join(", ")) };
+            assert_eq!(reasons(&errors), [format!("Pod \"web\" is invalid: {joined}")], "{field}: {labels}");
+            assert_eq!(errors[0].file, Path::new("/m/web.yaml"));
         }
-        assert!(pods.is_empty(), "{labels}");
-        let joined = if want.len() == 1 { want[0].clone() } else { format!("[{}]", want.join(", ")) };
-        assert_eq!(reasons(&errors), [format!("Pod \"web\" is invalid: {joined}")], "{labels}");
-        assert_eq!(errors[0].file, Path::new("/m/web.yaml"));
     }
 }
 

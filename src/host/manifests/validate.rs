@@ -222,7 +222,8 @@ pub fn validate_labels(labels: Option<&BTreeMap<String, String>>, path: &str) ->
 
 /// The checks of [`validate_with`] on a pod spec found at `spec_path` (`spec` for a Pod,
 /// `spec.template.spec` in a workload), in its order and with its messages: containers, init
-/// containers, `restartPolicy`, `readinessGates`, `activeDeadlineSeconds`. `standalone`: the agent's own rule that
+/// containers, `restartPolicy`, `nodeSelector` (as labels), `readinessGates`,
+/// `activeDeadlineSeconds`. `standalone`: the agent's own rule that
 /// every container has a `command` (it has no images to supply one) applies; `probelet lint`,
 /// which checks pods for a cluster, passes `false`. The rule that a named probe port names one
 /// of the container's ports applies either way: the kubelet cannot probe such a port.
@@ -252,6 +253,9 @@ pub fn validate_pod_spec(
             &["Always", "OnFailure", "Never"],
         ),
     }
+    // Upstream's ValidatePodSpec checks the node selector as labels, after the restart policy
+    // (and the DNS policy, which probelet does not read).
+    errs.0.extend(validate_labels(spec.node_selector.as_ref(), &format!("{spec_path}.nodeSelector")));
     validate_readiness_gates(
         spec.readiness_gates.as_deref().unwrap_or_default(),
         &format!("{spec_path}.readinessGates"),
