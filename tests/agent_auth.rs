@@ -19,7 +19,7 @@ async fn start_agent(
     fake: &FakeApiServer,
     name: &str,
     extra: &[&str],
-) -> (Child, String, std::path::PathBuf) {
+) -> (Child, String, support::agent::TempFile) {
     let (mut agent, kubeconfig) = support::agent::spawn_cluster_agent(
         env!("CARGO_BIN_EXE_probelet"),
         &fake.url(),

@@ -88,7 +88,7 @@ fn start_agent(
     fake: &FakeApiServer,
     name: &str,
     extra: &[&str],
-) -> (tokio::process::Child, std::path::PathBuf) {
+) -> (tokio::process::Child, support::agent::TempFile) {
     start_agent_with(fake, name, extra, Stdio::null)
 }
 
@@ -141,7 +141,7 @@ fn start_agent_logged(
     fake: &FakeApiServer,
     name: &str,
     extra: &[&str],
-) -> (tokio::process::Child, std::path::PathBuf, Output) {
+) -> (tokio::process::Child, support::agent::TempFile, Output) {
     let (mut agent, kubeconfig) = start_agent_with(fake, name, extra, Stdio::piped);
     let output = collect_output(&mut agent);
     (agent, kubeconfig, output)
@@ -171,7 +171,7 @@ fn start_agent_with(
     name: &str,
     extra: &[&str],
     output: fn() -> Stdio,
-) -> (tokio::process::Child, std::path::PathBuf) {
+) -> (tokio::process::Child, support::agent::TempFile) {
     support::agent::spawn_cluster_agent(
         env!("CARGO_BIN_EXE_probelet"),
         &fake.url(),

@@ -116,7 +116,7 @@ fn http_probe(port: u16) -> String {
     .to_string()
 }
 
-fn start_agent(fake: &FakeApiServer, name: &str) -> (tokio::process::Child, std::path::PathBuf) {
+fn start_agent(fake: &FakeApiServer, name: &str) -> (tokio::process::Child, support::agent::TempFile) {
     start_agent_with(fake, name, &[], Stdio::null)
 }
 
@@ -125,7 +125,7 @@ fn start_agent_with(
     name: &str,
     extra: &[&str],
     stdout: fn() -> Stdio,
-) -> (tokio::process::Child, std::path::PathBuf) {
+) -> (tokio::process::Child, support::agent::TempFile) {
     let extra = [&["--readiness-gates"], extra].concat();
     support::agent::spawn_cluster_agent(
         env!("CARGO_BIN_EXE_probelet"),
@@ -167,7 +167,7 @@ fn pod_writes(fake: &FakeApiServer) -> Vec<RecordedRequest> {
         .collect()
 }
 
-async fn stop(mut agent: tokio::process::Child, kubeconfig: std::path::PathBuf) {
+async fn stop(mut agent: tokio::process::Child, kubeconfig: support::agent::TempFile) {
     support::agent::stop(&mut agent, Duration::from_secs(20)).await;
     let _ = std::fs::remove_file(&kubeconfig);
 }

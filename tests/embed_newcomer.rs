@@ -629,15 +629,6 @@ fn example_binary() -> std::path::PathBuf {
     binary
 }
 
-/// A file the test wrote, removed however the test ends.
-struct RemovedOnDrop(std::path::PathBuf);
-
-impl Drop for RemovedOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// The example host, copied by newcomers, syncs a pod when it changes, not at every listing
 /// of its node's pods (each second): each sync probes an unready container's readiness at
 /// once (`Engine::sync_pod`), so a failing readiness probe of `periodSeconds: 10` ran every
@@ -657,10 +648,10 @@ async fn the_example_host_probes_an_unready_container_at_its_period_not_at_each_
         probe.period_seconds = Some(10);
     }
     fake.insert_pod(pod);
-    let kubeconfig = RemovedOnDrop(support::agent::kubeconfig_for(&fake.url(), "embed-newcomer"));
+    let kubeconfig = support::agent::kubeconfig_for(&fake.url(), "embed-newcomer");
     let mut host = tokio::process::Command::new(example_binary())
         .args(["--node", "virtual-slow"])
-        .env("KUBECONFIG", &kubeconfig.0)
+        .env("KUBECONFIG", &kubeconfig)
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()

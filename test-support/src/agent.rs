@@ -75,15 +75,53 @@ pub async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     (code, body)
 }
 
+/// A file a test wrote in the temporary folder, removed when dropped, so that a test that
+/// fails (a panic before its own clean-up) leaves nothing behind. Used as its path.
+#[derive(Debug)]
+pub struct TempFile(PathBuf);
+
+impl TempFile {
+    /// Takes charge of the file at `path`.
+    pub fn new(path: PathBuf) -> Self {
+        Self(path)
+    }
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempFile {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Writes a kubeconfig for an API server at `url` (no credentials) to a temporary file named
-/// after `name` and this process, and returns its path.
-pub fn kubeconfig_for(url: &str, name: &str) -> std::path::PathBuf {
+/// after `name` and this process; removed when the returned file is dropped.
+pub fn kubeconfig_for(url: &str, name: &str) -> TempFile {
     kubeconfig_with_user(url, name, "{}")
 }
 
 /// [`kubeconfig_for`] with `user` (YAML, in flow style or indented by four spaces) as the
 /// user's credentials: an `exec` credential plugin, a token.
-pub fn kubeconfig_with_user(url: &str, name: &str, user: &str) -> std::path::PathBuf {
+pub fn kubeconfig_with_user(url: &str, name: &str, user: &str) -> TempFile {
     let path = std::env::temp_dir().join(format!("probelet-kubeconfig-{name}-{}", std::process::id()));
     std::fs::write(
         &path,
@@ -92,13 +130,13 @@ pub fn kubeconfig_with_user(url: &str, name: &str, user: &str) -> std::path::Pat
         ),
     )
     .unwrap();
-    path
+    TempFile(path)
 }
 
 /// Starts `probelet run` (the binary at `probelet`: a test's `env!("CARGO_BIN_EXE_probelet")`,
 /// which only the root package's tests see) in cluster mode against the API server at `url`,
 /// for node `node-a`, on a free loopback port, with `extra` arguments; returns it with the
-/// kubeconfig written for it ([`kubeconfig_for`]). Killed when dropped.
+/// kubeconfig written for it ([`kubeconfig_for`], removed when dropped). Killed when dropped.
 pub fn spawn_cluster_agent(
     probelet: &str,
     url: &str,
@@ -106,7 +144,7 @@ pub fn spawn_cluster_agent(
     extra: &[&str],
     stdout: Stdio,
     stderr: Stdio,
-) -> (Child, PathBuf) {
+) -> (Child, TempFile) {
     let kubeconfig = kubeconfig_for(url, name);
     (spawn_cluster_agent_on(probelet, &kubeconfig, extra, stdout, stderr), kubeconfig)
 }
