@@ -403,12 +403,19 @@ fn validate_init_containers(
 pub fn validate_annotations(annotations: Option<&BTreeMap<String, String>>, path: &str) -> Vec<String> {
     let mut errs = Errors::default();
     for key in annotations.into_iter().flatten().map(|(key, _)| key) {
-        for msg in qualified_name(&key.to_lowercase()) {
+        for msg in qualified_name(&go_to_lower(key)) {
             errs.invalid(path, go_quote(key), &msg);
         }
     }
     errs.0.extend(validate_annotations_size(annotations, path));
     errs.0
+}
+
+/// Go's `strings.ToLower`: each character's own lower case. Rust's `to_lowercase` makes 'İ'
+/// (U+0130) two characters, `i` and a combining dot, where Go makes it `i`: an annotation key
+/// the API server takes (`example.com/İstanbul`) was refused.
+fn go_to_lower(value: &str) -> String {
+    value.chars().map(|c| c.to_lowercase().next().unwrap_or(c)).collect()
 }
 
 /// Upstream `ValidateAnnotationsSize`, with the error `ValidateAnnotations` makes of it: the
