@@ -53,7 +53,13 @@ fn main() {
             for warning in &report.warnings {
                 notes.push_str(&format!("warning: {}\n", probelet::lint::report::file_line(warning)));
             }
-            write_lint_output(&mut std::io::stderr(), &notes);
+            // Notes that cannot be written (standard error on a full disk) leave the report
+            // and its exit code as they are (the exit code still says a file was unreadable,
+            // and the JSON report lists each); where print! and eprintln! panicked.
+            {
+                use std::io::Write as _;
+                let _ = std::io::stderr().write_all(notes.as_bytes());
+            }
             let output = match args.format {
                 LintFormat::Text => probelet::lint::report::text(&report),
                 LintFormat::Json => format!("{:#}\n", probelet::lint::report::json(&report)),
@@ -74,7 +80,7 @@ fn main() {
     }
 }
 
-/// Writes lint's report or its notes, as much as the reader takes: a reader gone early
+/// Writes lint's report, as much as the reader takes: a reader gone early
 /// (`probelet lint … | head`) is no error of the report's, whose exit code stands, where
 /// `print!` panicked with a backtrace on the broken pipe. Any other failure to write is a
 /// report not given, said (if standard error still can) and exited with as unreadable input is.

@@ -41,8 +41,8 @@ use tokio::sync::mpsc;
 const BOUND: Duration = Duration::from_secs(20);
 
 /// The container the host runs, as an HTTP server on 127.0.0.1: `/ready` and `/live` answer
-/// 200 or 500 as the test sets them, or never (`hang`). It counts requests and the connections
-/// still open, so a test sees sockets an engine leaves behind.
+/// 200 or 500 as the test sets them, or never (`hang`). It counts requests (whole request heads)
+/// and the connections still open, so a test sees sockets an engine leaves behind.
 #[derive(Default)]
 struct Target {
     ready: AtomicBool,
@@ -76,7 +76,12 @@ impl Target {
                 Ok(n) => request.extend_from_slice(&buf[..n]),
             }
         }
-        self.requests.fetch_add(1, Ordering::SeqCst);
+        // A connection the prober let go of before it sent a request (opened just before its
+        // pod went, accepted after) is no request: counted, it made the check that nothing is
+        // probed after the engine is dropped fail now and then.
+        if request.windows(4).any(|w| w == b"\r\n\r\n") {
+            self.requests.fetch_add(1, Ordering::SeqCst);
+        }
         let path = String::from_utf8_lossy(&request).split(' ').nth(1).unwrap_or_default().to_owned();
         if self.hang.load(Ordering::SeqCst) {
             // Held until the prober lets go of it: the read ends at its close.

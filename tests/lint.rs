@@ -312,6 +312,18 @@ fn a_reader_gone_early_leaves_the_exit_code_and_prints_no_panic() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("error: writing the report: No space left on device"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    // Notes that standard error cannot take leave the report and its exit code as they are.
+    dir.write("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: [\n");
+    let full = fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_probelet"))
+        .args(["lint", "--format", "json"])
+        .arg(dir.path())
+        .stderr(full)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["summary"]["unreadable"], 1, "{json:#}");
 }
 
 /// A pod the API server refuses for its active deadline or for the size of its annotations, a
