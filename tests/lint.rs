@@ -728,21 +728,24 @@ fn a_workloads_own_name_is_checked_by_its_kinds_rule() {
     );
 }
 
+/// The API server's text for a qualified name's name part (a label key, an annotation key).
+const NAME_PART: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
+                         with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used \
+                         for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
 /// Labels are checked as the API server checks them (`ValidateLabels`: each key a qualified name,
 /// each value a label value), a Pod's and a workload's own at `metadata.labels` with its name,
 /// a template's after the workload's selector at the template's path (`spec.template.labels`,
-/// the finding's field where they are written), as `probelet run` refuses a Pod's. Labels were
-/// not checked.
+/// the finding's field where they are written), as `probelet run` refuses a Pod's; a pod's node
+/// selector too, after its restart policy. Neither was checked.
 #[test]
 fn labels_are_checked_as_the_api_server_checks_them() {
-    let name_part = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
-                     with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for \
-                     validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let name_part = NAME_PART;
     let value = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and \
                  must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', \
                  regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
-    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {'-x': v, ok: ''}}\nspec:\n  containers: \
-               [{name: app, image: app:1}]\n";
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {'-x': v, ok: ''}}\nspec:\n  \
+               nodeSelector: {'a!': v}\n  containers: [{name: app, image: app:1}]\n";
     let deployment = workload("Deployment", "web", "{matchLabels: {app: a}}", "{app: a, tier: -x}", "")
         .replace("metadata: {name: web}", "metadata: {name: web, labels: {'x!': v}}");
     let files = [("a-pod.yaml", pod.to_owned()), ("b-deployment.yaml", deployment)];
@@ -750,6 +753,7 @@ fn labels_are_checked_as_the_api_server_checks_them() {
         invalid_findings("labels", &files, 1),
         owned(&[
             ("p", "metadata.labels", &format!("metadata.labels: Invalid value: \"-x\": {name_part}")),
+            ("p", "spec.nodeSelector", &format!("spec.nodeSelector: Invalid value: \"a!\": {name_part}")),
             ("web", "metadata.labels", &format!("metadata.labels: Invalid value: \"x!\": {name_part}")),
             (
                 "web",
@@ -766,9 +770,7 @@ fn labels_are_checked_as_the_api_server_checks_them() {
 /// They were not checked.
 #[test]
 fn annotation_keys_are_checked_as_the_api_server_checks_them() {
-    let name_part = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
-                     with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for \
-                     validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let name_part = NAME_PART;
     let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {'-x': v, Example.com/Ok: v}}\nspec:\n  \
                containers: [{name: app, image: app:1}]\n";
     let deployment =
